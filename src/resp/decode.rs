@@ -1,0 +1,332 @@
+//! The streaming decoder: bytes in, [`Value`]s out, zero copy.
+//!
+//! Decoding runs in two passes. The first ([`scan`](super::scan)) validates the value token by token and records
+//! each token on a *tape*; it is resumable, so a large reply arriving in many reads is scanned once, not from its
+//! start on every read. When the value is complete, its bytes are split off the buffer, frozen, and the second pass
+//! turns the tape into a `Value` whose payloads are slices of those bytes. Scalars at top level skip the tape.
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use super::error::{DecodeError, ErrorKind};
+use super::limits::Limits;
+use super::scan::{self, Aggregate, Step, Token};
+use super::value::Value;
+
+/// Decodes one value from the front of `buf` with the default [`Limits`].
+///
+/// - `Ok(Some(value))`: exactly the bytes of `value` were removed from the front of `buf`; what follows stays.
+/// - `Ok(None)`: `buf` holds only part of a value; nothing was consumed. Append more bytes and call again.
+/// - `Err(_)`: the bytes are not valid RESP; nothing was consumed, and the stream cannot be resynchronised.
+///
+/// Each call starts from the first byte; a reader that calls again as bytes trickle in should keep a [`Decoder`],
+/// which resumes where it stopped.
+///
+/// # Examples
+///
+/// ```
+/// use bytes::BytesMut;
+/// use muxlock::resp::{decode, Value};
+///
+/// let mut buf = BytesMut::from(&b"$5\r\nhello\r\n:1"[..]);
+/// assert_eq!(decode(&mut buf)?, Some(Value::BulkString("hello".into())));
+/// assert_eq!(decode(&mut buf)?, None); // `:1` needs its CRLF
+/// assert_eq!(&buf[..], b":1");
+/// # Ok::<(), muxlock::resp::DecodeError>(())
+/// ```
+pub fn decode(buf: &mut BytesMut) -> Result<Option<Value>, DecodeError> {
+    Decoder::new().decode(buf)
+}
+
+/// A resumable decoder for one byte stream.
+///
+/// It behaves exactly like [`decode`] (same values, same errors, nothing consumed unless a whole value is returned),
+/// but remembers how far it validated an incomplete value, so the bytes of a large reply are scanned once however
+/// many reads deliver them.
+///
+/// **Contract:** between calls that return `Ok(None)`, the caller may only *append* to the buffer (as a socket
+/// reader does). To decode from a different buffer, call [`reset`](Decoder::reset) first. Breaking the contract
+/// cannot cause a panic or unsafety, only wrong values.
+///
+/// # Examples
+///
+/// ```
+/// use bytes::BytesMut;
+/// use muxlock::resp::{Decoder, Value};
+///
+/// let mut decoder = Decoder::new();
+/// let mut buf = BytesMut::new();
+/// buf.extend_from_slice(b"*2\r\n:1\r\n");
+/// assert_eq!(decoder.decode(&mut buf)?, None);
+/// buf.extend_from_slice(b":2\r\n");
+/// let want = Value::Array(vec![Value::Integer(1), Value::Integer(2)]);
+/// assert_eq!(decoder.decode(&mut buf)?, Some(want));
+/// assert!(buf.is_empty());
+/// # Ok::<(), muxlock::resp::DecodeError>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct Decoder {
+    limits: Limits,
+    /// Offset of the first token not yet scanned; every byte before it is validated and on the tape.
+    pos: usize,
+    /// Where the line-end search of the token at `pos` resumes (0: from its start).
+    resume: usize,
+    /// Values still expected by each open aggregate, outermost first.
+    open: Vec<usize>,
+    /// The tokens of the value being decoded, in wire order.
+    tape: Vec<Token>,
+}
+
+/// Tapes longer than this are freed after use rather than kept for the next value: one huge reply should not pin
+/// its memory for the life of the connection.
+const TAPE_KEEP: usize = 4096;
+
+impl Decoder {
+    /// A decoder with the default [`Limits`].
+    pub fn new() -> Decoder {
+        Decoder::with_limits(Limits::default())
+    }
+
+    /// A decoder enforcing `limits`.
+    pub fn with_limits(limits: Limits) -> Decoder {
+        Decoder {
+            limits,
+            pos: 0,
+            resume: 0,
+            open: Vec::new(),
+            tape: Vec::new(),
+        }
+    }
+
+    /// The limits this decoder enforces.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Forgets the progress on an incomplete value, so that the next call starts from the first byte.
+    pub fn reset(&mut self) {
+        self.pos = 0;
+        self.resume = 0;
+        self.open.clear();
+        if self.tape.capacity() > TAPE_KEEP {
+            self.tape = Vec::new();
+        } else {
+            self.tape.clear();
+        }
+    }
+
+    /// Decodes one value from the front of `buf`; see [`decode`] for the contract and the [`Decoder`] docs for what
+    /// may happen to `buf` between calls.
+    ///
+    /// # Errors
+    ///
+    /// A [`DecodeError`] when the bytes are not valid RESP or exceed the limits. The decoder is then reset; the
+    /// stream has lost its framing and should be dropped.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Value>, DecodeError> {
+        if self.pos > buf.len() {
+            // The contract was broken (the buffer shrank): start over rather than index out of range.
+            self.reset();
+        }
+        if self.pos == 0 {
+            // Nothing scanned yet: a top-level scalar needs no tape.
+            match scan::token(buf, 0, self.resume, &self.limits, 0) {
+                Ok(Step::Done(token @ Token::Aggregate(..), next)) => self.push(token, next),
+                Ok(Step::Done(token, next)) => {
+                    self.resume = 0;
+                    return take_scalar(token, buf, next).map(Some);
+                }
+                Ok(Step::Partial(resume)) => {
+                    self.resume = resume;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    self.reset();
+                    return Err(e);
+                }
+            }
+        }
+        match self.scan(buf) {
+            Ok(Some(len)) => {
+                let frame = buf.split_to(len).freeze();
+                let value = build(&self.tape, &frame);
+                self.reset();
+                value.map(Some)
+            }
+            Ok(None) => Ok(None),
+            Err(e) => {
+                self.reset();
+                Err(e)
+            }
+        }
+    }
+
+    /// Records a complete token that ends at `next`.
+    fn push(&mut self, token: Token, next: usize) {
+        self.tape.push(token);
+        self.pos = next;
+        self.resume = 0;
+        let values = match token {
+            // The scanner checked values_after_header for overflow.
+            Token::Aggregate(kind, n) => kind.values_after_header(n).unwrap_or(usize::MAX),
+            _ => 0,
+        };
+        if values > 0 {
+            self.open.push(values);
+        } else if let Some(parent) = self.open.last_mut() {
+            // A scalar or an empty aggregate is a complete value of its parent.
+            *parent -= 1;
+        }
+    }
+
+    /// Scans tokens from `pos` until the value completes (`Some(its length)`) or the bytes run out (`None`).
+    fn scan(&mut self, buf: &[u8]) -> Result<Option<usize>, DecodeError> {
+        loop {
+            // An aggregate whose values have all been scanned is complete and counts as a value of its parent.
+            while self.open.last() == Some(&0) {
+                self.open.pop();
+                if let Some(parent) = self.open.last_mut() {
+                    *parent -= 1;
+                }
+            }
+            if self.open.is_empty() {
+                return Ok(Some(self.pos));
+            }
+            match scan::token(buf, self.pos, self.resume, &self.limits, self.open.len())? {
+                Step::Partial(resume) => {
+                    self.resume = resume;
+                    return Ok(None);
+                }
+                Step::Done(token, next) => self.push(token, next),
+            }
+        }
+    }
+}
+
+/// The value of a scalar token; `payload(start, end)` supplies the bytes of those that carry some. `None` for an
+/// aggregate header.
+fn scalar(token: Token, payload: impl FnOnce(usize, usize) -> Bytes) -> Option<Value> {
+    Some(match token {
+        Token::Simple { start, end } => Value::SimpleString(payload(start, end)),
+        Token::Error { start, end } => Value::Error(payload(start, end)),
+        Token::Bulk { start, end } => Value::BulkString(payload(start, end)),
+        Token::BigNumber { start, end } => Value::BigNumber(payload(start, end)),
+        Token::BulkError { start, end } => Value::BulkError(payload(start, end)),
+        Token::Verbatim { format, start, end } => Value::Verbatim {
+            format,
+            data: payload(start, end),
+        },
+        Token::Integer(n) => Value::Integer(n),
+        Token::NullBulk => Value::NullBulk,
+        Token::NullArray => Value::NullArray,
+        Token::Null => Value::Null,
+        Token::Boolean(b) => Value::Boolean(b),
+        Token::Double(d) => Value::Double(d),
+        Token::Aggregate(..) => return None,
+    })
+}
+
+/// Takes a top-level scalar's `next` bytes off `buf` and builds its value. Only the payload's bytes are kept (by
+/// reference, not copied); scalars without payload just advance the buffer.
+fn take_scalar(token: Token, buf: &mut BytesMut, next: usize) -> Result<Value, DecodeError> {
+    let mut split = false;
+    let value = scalar(token, |start, end| {
+        split = true;
+        let mut frame = buf.split_to(next);
+        frame.truncate(end);
+        frame.advance(start);
+        frame.freeze()
+    });
+    if !split {
+        buf.advance(next);
+    }
+    value.ok_or(DecodeError::new(ErrorKind::Internal, 0))
+}
+
+/// An aggregate being rebuilt from the tape.
+struct Frame {
+    kind: Aggregate,
+    /// Values still to come.
+    remaining: usize,
+    items: Vec<Value>,
+    pairs: Vec<(Value, Value)>,
+    key: Option<Value>,
+}
+
+impl Frame {
+    fn new(kind: Aggregate, n: usize, remaining: usize) -> Frame {
+        // n counts elements the scanner has seen in full, so reserving for them is bounded by the input's size.
+        let (items, pairs) = match kind {
+            Aggregate::Map | Aggregate::Attribute => (Vec::new(), Vec::with_capacity(n)),
+            _ => (Vec::with_capacity(n), Vec::new()),
+        };
+        Frame {
+            kind,
+            remaining,
+            items,
+            pairs,
+            key: None,
+        }
+    }
+
+    fn push(&mut self, v: Value) {
+        self.remaining -= 1;
+        match self.kind {
+            Aggregate::Array | Aggregate::Set | Aggregate::Push => self.items.push(v),
+            // The attribute's last value is the reply it annotates.
+            Aggregate::Attribute if self.remaining == 0 => self.items.push(v),
+            Aggregate::Map | Aggregate::Attribute => match self.key.take() {
+                Some(k) => self.pairs.push((k, v)),
+                None => self.key = Some(v),
+            },
+        }
+    }
+
+    fn finish(self) -> Value {
+        match self.kind {
+            Aggregate::Array => Value::Array(self.items),
+            Aggregate::Set => Value::Set(self.items),
+            Aggregate::Push => Value::Push(self.items),
+            Aggregate::Map => Value::Map(self.pairs),
+            Aggregate::Attribute => Value::Attribute {
+                attributes: self.pairs,
+                value: Box::new(self.items.into_iter().next().unwrap_or(Value::Null)),
+            },
+        }
+    }
+}
+
+/// Rebuilds the value recorded on `tape`, whose offsets point into `frame`. Iterative: nesting costs heap, not stack.
+fn build(tape: &[Token], frame: &Bytes) -> Result<Value, DecodeError> {
+    let mut stack: Vec<Frame> = Vec::new();
+    for &token in tape {
+        let mut value = match token {
+            Token::Aggregate(kind, n) => match kind.values_after_header(n) {
+                Some(0) => Frame::new(kind, 0, 0).finish(),
+                Some(remaining) => {
+                    stack.push(Frame::new(kind, n, remaining));
+                    continue;
+                }
+                None => break,
+            },
+            other => match scalar(other, |start, end| frame.slice(start..end)) {
+                Some(v) => v,
+                None => break,
+            },
+        };
+        // Hand the value up, closing every aggregate it completes.
+        loop {
+            let Some(top) = stack.last_mut() else {
+                return Ok(value);
+            };
+            top.push(value);
+            if top.remaining > 0 {
+                break;
+            }
+            match stack.pop() {
+                Some(done) => value = done.finish(),
+                None => break,
+            }
+        }
+    }
+    // The scanner only reports a value complete when its tape closes every aggregate it opens.
+    Err(DecodeError::new(ErrorKind::Internal, 0))
+}

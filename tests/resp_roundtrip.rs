@@ -1,0 +1,137 @@
+//! Property tests: random values encode and decode back to themselves, however the bytes are split.
+
+use bytes::{Bytes, BytesMut};
+use muxlock::resp::{Decoder, Value, decode, encode};
+use proptest::prelude::*;
+
+/// Bytes for a line type: anything but CR and LF.
+fn line_bytes() -> impl Strategy<Value = Bytes> {
+    proptest::collection::vec(
+        any::<u8>().prop_filter("no CR/LF", |b| *b != b'\r' && *b != b'\n'),
+        0..12,
+    )
+    .prop_map(Bytes::from)
+}
+
+fn any_bytes() -> impl Strategy<Value = Bytes> {
+    proptest::collection::vec(any::<u8>(), 0..24).prop_map(Bytes::from)
+}
+
+fn big_number() -> impl Strategy<Value = Bytes> {
+    ("[+-]?", "[0-9]{1,40}").prop_map(|(sign, digits)| Bytes::from(format!("{sign}{digits}")))
+}
+
+fn scalar() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        line_bytes().prop_map(Value::SimpleString),
+        line_bytes().prop_map(Value::Error),
+        any::<i64>().prop_map(Value::Integer),
+        any_bytes().prop_map(Value::BulkString),
+        Just(Value::NullBulk),
+        Just(Value::NullArray),
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Boolean),
+        any::<f64>().prop_map(Value::Double),
+        prop_oneof![
+            Just(f64::INFINITY),
+            Just(f64::NEG_INFINITY),
+            Just(f64::NAN),
+            Just(-0.0)
+        ]
+        .prop_map(Value::Double),
+        big_number().prop_map(Value::BigNumber),
+        any_bytes().prop_map(Value::BulkError),
+        (any::<[u8; 3]>(), any_bytes()).prop_map(|(format, data)| Value::Verbatim { format, data }),
+    ]
+}
+
+fn value() -> impl Strategy<Value = Value> {
+    scalar().prop_recursive(6, 64, 6, |inner| {
+        let items = proptest::collection::vec(inner.clone(), 0..6);
+        let pairs = proptest::collection::vec((inner.clone(), inner.clone()), 0..4);
+        prop_oneof![
+            items.clone().prop_map(Value::Array),
+            items.clone().prop_map(Value::Set),
+            items.prop_map(Value::Push),
+            pairs.clone().prop_map(Value::Map),
+            (pairs, inner).prop_map(|(attributes, v)| Value::Attribute {
+                attributes,
+                value: Box::new(v)
+            }),
+        ]
+    })
+}
+
+/// Feeds `bytes` to one resumable decoder in pieces cut at `cuts`, collecting every value that comes out.
+fn decode_in_pieces(bytes: &[u8], cuts: &[usize]) -> Vec<Value> {
+    let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+    cuts.push(bytes.len());
+    cuts.sort_unstable();
+    let mut decoder = Decoder::new();
+    let mut buf = BytesMut::new();
+    let mut out = Vec::new();
+    let mut from = 0;
+    for cut in cuts {
+        buf.extend_from_slice(&bytes[from..cut]);
+        from = cut;
+        while let Some(v) = decoder.decode(&mut buf).expect("valid bytes") {
+            out.push(v);
+        }
+    }
+    assert!(buf.is_empty(), "bytes left over");
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn encode_then_decode_is_identity(v in value()) {
+        let mut buf = BytesMut::new();
+        encode(&v, &mut buf);
+        let bytes = buf.clone().freeze();
+        prop_assert_eq!(decode(&mut buf), Ok(Some(v.clone())));
+        prop_assert!(buf.is_empty());
+        // Canonical: decoding and encoding again gives the same bytes.
+        let mut again = BytesMut::new();
+        encode(&v, &mut again);
+        prop_assert_eq!(&again[..], &bytes[..]);
+    }
+
+    #[test]
+    fn any_split_gives_the_same_values(values in proptest::collection::vec(value(), 1..5),
+                                       cuts in proptest::collection::vec(any::<usize>(), 0..12)) {
+        let mut buf = BytesMut::new();
+        for v in &values {
+            encode(v, &mut buf);
+        }
+        prop_assert_eq!(decode_in_pieces(&buf, &cuts), values);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic_and_prefixes_agree(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+        let mut whole = BytesMut::from(&bytes[..]);
+        let result = decode(&mut whole);
+        // Byte by byte through a resumable decoder: the same outcome at the same point.
+        let mut decoder = Decoder::new();
+        let mut buf = BytesMut::new();
+        let mut streamed = Ok(None);
+        for &byte in &bytes {
+            buf.extend_from_slice(&[byte]);
+            streamed = decoder.decode(&mut buf);
+            if !matches!(streamed, Ok(None)) {
+                break;
+            }
+        }
+        match (&result, &streamed) {
+            (Ok(Some(a)), Ok(Some(b))) => {
+                prop_assert_eq!(a, b);
+                prop_assert_eq!(whole.len(), buf.len());
+            }
+            _ => prop_assert_eq!(&result, &streamed),
+        }
+        if matches!(result, Ok(None) | Err(_)) {
+            prop_assert_eq!(&whole[..], &bytes[..]);
+        }
+    }
+}
