@@ -1,0 +1,36 @@
+//! Test support: real `redis-server` processes for integration tests and benches.
+//!
+//! # Layout
+//! - [`server`]: [`RedisServer`], a guard around one `redis-server` child on a free loopback port,
+//!   with a throwaway `--dir`, no persistence, and kill / pause / resume / restart controls.
+//! - [`cluster`]: [`Cluster`], N independent servers started in parallel (Redlock's N masters;
+//!   they are not a Redis Cluster).
+//! - [`process`]: finding the binary, free ports, temp dirs, signals, `/proc` states.
+//! - [`wire`]: raw bytes on the wire: [`cmd`] encodes a command, [`read_reply`] reads one reply.
+//!
+//! # Use
+//! Integration tests: `mod support;`. Benches:
+//! `#[path = "../tests/support/mod.rs"] mod support;`.
+//!
+//! Every process a helper starts is stopped by its own PID when its guard drops (never by name:
+//! other tests run servers in parallel), every wait is bounded, and nothing touches a system
+//! `redis-server` on port 6379 that the Debian package may have started.
+//!
+//! The binary is `$REDIS_SERVER` if set, else `redis-server` on `PATH`, else
+//! `/usr/bin/redis-server` or `/usr/local/bin/redis-server`. `scripts/test` installs it.
+
+// Not every test binary uses every helper.
+#![allow(dead_code)]
+
+pub mod cluster;
+pub mod process;
+pub mod server;
+pub mod wire;
+
+// Re-exports for short paths; a test binary that uses none of them must still build cleanly.
+#[allow(unused_imports)]
+pub use cluster::{Cluster, ClusterBuilder};
+#[allow(unused_imports)]
+pub use server::{RedisServer, RedisServerBuilder};
+#[allow(unused_imports)]
+pub use wire::{cmd, read_reply};

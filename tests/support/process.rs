@@ -1,0 +1,134 @@
+//! The operating-system side of the guards: finding the binary, free ports, temp dirs,
+//! signals and process states. Linux-only (`/proc`), as is the project's CI.
+
+use std::fs;
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Bound on waiting for a signalled process to change state.
+const SIGNAL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `$REDIS_SERVER`, else `redis-server` on `PATH`, else the usual install locations.
+pub fn find_binary() -> Option<&'static PathBuf> {
+    static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            if let Some(path) = std::env::var_os("REDIS_SERVER") {
+                return Some(PathBuf::from(path)).filter(|p| is_executable(p));
+            }
+            let on_path = std::env::var_os("PATH")
+                .map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+                .unwrap_or_default();
+            on_path
+                .into_iter()
+                .map(|dir| dir.join("redis-server"))
+                .chain(["/usr/bin/redis-server", "/usr/local/bin/redis-server"].map(PathBuf::from))
+                .find(|p| is_executable(p))
+        })
+        .as_ref()
+}
+
+/// Whether `path` is a file with an execute bit.
+pub fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// A port the kernel just had free. Redis binds it a moment later; if someone else gets there
+/// first, start-up fails with "already in use" and the caller tries another.
+#[track_caller]
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local_addr").port()
+}
+
+/// Creates a new, unique directory under the system temp dir: `muxlock-redis-<pid>-<n>-<nanos>`.
+#[track_caller]
+pub fn make_temp_dir() -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut last_err = None;
+    for _ in 0..100 {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let name = format!("muxlock-redis-{}-{n}-{nanos}", std::process::id());
+        let dir = std::env::temp_dir().join(name);
+        match fs::create_dir(&dir) {
+            Ok(()) => return dir,
+            Err(e) => last_err = Some(e),
+        }
+    }
+    panic!("cannot create a temp dir: {last_err:?}")
+}
+
+/// Waits, bounded, until `/proc/<pid>/stat` shows a state that `done` accepts.
+#[track_caller]
+pub fn wait_for_state(pid: u32, done: impl Fn(char) -> bool) {
+    let deadline = Instant::now() + SIGNAL_TIMEOUT;
+    loop {
+        match process_state(pid) {
+            Some(state) if done(state) => return,
+            None => return, // no /proc (or gone): nothing to wait for
+            Some(_) => {}
+        }
+        assert!(
+            Instant::now() < deadline,
+            "redis-server {pid} did not change state within {SIGNAL_TIMEOUT:?}"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The state letter of `/proc/<pid>/stat` (`R`, `S`, `T` stopped, `Z` zombie...).
+pub fn process_state(pid: u32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may contain spaces: the state follows the last ')'.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Sends signal `name` (`"STOP"`, `"CONT"`...) to `pid`.
+///
+/// No `unsafe` for `libc::kill` (the crate forbids it) and no dependency on procps'
+/// `/bin/kill`, which minimal images lack: the POSIX shell's built-in `kill` is always there.
+///
+/// # Panics
+/// If the shell cannot be run or `kill` fails (e.g. no such process).
+#[track_caller]
+pub fn signal(pid: u32, name: &str) {
+    let status = Command::new("/bin/sh")
+        .args(["-c", "kill -s \"$1\" \"$2\"", "sh", name])
+        .arg(pid.to_string())
+        .stdin(Stdio::null())
+        .status();
+    match status {
+        Ok(status) if status.success() => {}
+        other => panic!("kill -s {name} {pid}: {other:?}"),
+    }
+}
+
+/// Reads a file as text, empty if it cannot be read.
+pub fn read_lossy(path: &Path) -> String {
+    fs::read(path)
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default()
+}
+
+/// Reads a file as text from byte `offset` on, empty if it cannot be read.
+pub fn read_lossy_from(path: &Path, offset: u64) -> String {
+    let bytes = fs::read(path).unwrap_or_default();
+    let start = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(bytes.len());
+    String::from_utf8_lossy(&bytes[start..]).into_owned()
+}
+
+/// The size of a file, 0 if it does not exist.
+pub fn file_len(path: &Path) -> u64 {
+    fs::metadata(path).map_or(0, |m| m.len())
+}

@@ -1,0 +1,338 @@
+//! Tests of the test support itself (`tests/support`), against real `redis-server` processes:
+//! if these fail, no other integration test's result means anything.
+
+mod support;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::wire::{self, PING, reply_len, show};
+use support::{Cluster, RedisServer, cmd};
+
+/// Polls `cond` every 10 ms for at most `limit`; panics with `what` if it never holds.
+#[track_caller]
+fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[track_caller]
+fn assert_reply(server: &RedisServer, command: &[&str], expected: &[u8]) {
+    let reply = server.raw(&cmd(command));
+    assert_eq!(
+        reply,
+        expected,
+        "{command:?} on {}: got {}, want {}",
+        server.url(),
+        show(&reply),
+        show(expected)
+    );
+}
+
+fn process_exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[test]
+fn start_answers_ping() {
+    let server = RedisServer::start();
+    assert_eq!(server.raw(PING), b"+PONG\r\n");
+    assert_eq!(server.url(), format!("redis://127.0.0.1:{}", server.port()));
+    assert_eq!(server.addr().port(), server.port());
+    assert!(server.addr().ip().is_loopback());
+    assert!(process_exists(server.pid()));
+    assert!(server.dir().is_dir());
+    // Our own process answers, not some other server on the port.
+    let info = server.raw(&cmd(&["INFO", "server"]));
+    let needle = format!("process_id:{}\r\n", server.pid());
+    assert!(
+        String::from_utf8_lossy(&info).contains(&needle),
+        "{}",
+        show(&info)
+    );
+    // No persistence configured.
+    assert_reply(
+        &server,
+        &["CONFIG", "GET", "save"],
+        b"*2\r\n$4\r\nsave\r\n$0\r\n\r\n",
+    );
+    assert_reply(
+        &server,
+        &["CONFIG", "GET", "appendonly"],
+        b"*2\r\n$10\r\nappendonly\r\n$2\r\nno\r\n",
+    );
+}
+
+#[test]
+fn connect_talks_raw_resp() {
+    let server = RedisServer::start();
+    let mut stream = server.connect();
+    stream.write_all(&cmd(&["SET", "k", "v"])).unwrap();
+    stream.write_all(&cmd(&["GET", "k"])).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let replies = wire::read_replies(&mut stream, 2, deadline).unwrap();
+    assert_eq!(replies, b"+OK\r\n$1\r\nv\r\n");
+}
+
+#[test]
+fn kill_refuses_connections() {
+    let mut server = RedisServer::start();
+    let pid = server.pid();
+    assert!(server.is_running());
+    server.kill();
+    assert!(!server.is_running());
+    server.kill(); // idempotent
+    assert!(
+        !process_exists(pid),
+        "process {pid} still exists after kill"
+    );
+    wait_until(
+        Duration::from_secs(5),
+        "connection refused",
+        || matches!(server.try_connect(), Err(e) if e.kind() == ErrorKind::ConnectionRefused),
+    );
+}
+
+#[test]
+fn pause_withholds_replies_until_resume() {
+    let mut server = RedisServer::start();
+    server.pause();
+    assert!(server.is_paused());
+    assert_eq!(support::process::process_state(server.pid()), Some('T'));
+
+    // The kernel still completes the handshake; only the answer is missing.
+    let mut stream = server.connect();
+    stream.write_all(PING).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let started = Instant::now();
+    match stream.read(&mut buf) {
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+        other => panic!("paused server answered: {other:?} {}", show(&buf)),
+    }
+    assert!(started.elapsed() >= Duration::from_millis(150));
+
+    server.resume();
+    assert!(!server.is_paused());
+    let reply = wire::read_reply(&mut stream, Instant::now() + Duration::from_secs(5)).unwrap();
+    assert_eq!(reply, b"+PONG\r\n");
+}
+
+#[test]
+fn kill_while_paused() {
+    let mut server = RedisServer::start();
+    let pid = server.pid();
+    server.pause();
+    server.kill();
+    assert!(!server.is_paused());
+    assert!(
+        !process_exists(pid),
+        "paused process {pid} survived SIGKILL"
+    );
+}
+
+#[test]
+fn restart_keeps_port_and_drops_data() {
+    let mut server = RedisServer::start();
+    let (port, old_pid) = (server.port(), server.pid());
+    assert_reply(&server, &["SET", "k", "v"], b"+OK\r\n");
+    assert_reply(&server, &["GET", "k"], b"$1\r\nv\r\n");
+
+    server.restart();
+    assert_eq!(server.port(), port);
+    assert_ne!(server.pid(), old_pid);
+    assert!(!process_exists(old_pid));
+    assert_reply(&server, &["GET", "k"], b"$-1\r\n");
+
+    // From the killed state too.
+    server.kill();
+    server.restart();
+    assert_eq!(server.port(), port);
+    assert_eq!(server.raw(PING), b"+PONG\r\n");
+    // The log keeps every run.
+    assert_eq!(
+        server.log().matches("Ready to accept connections").count(),
+        3
+    );
+}
+
+#[test]
+fn restart_waits_for_a_busy_port() {
+    let mut server = RedisServer::start();
+    server.kill();
+    // A stranger holds the port for a while: restart retries instead of failing at once.
+    let squatter = TcpListener::bind(server.addr()).expect("bind the freed port");
+    let holder = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(300));
+        drop(squatter);
+    });
+    let started = Instant::now();
+    server.restart();
+    holder.join().unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    assert_eq!(server.raw(PING), b"+PONG\r\n");
+    assert!(server.log().contains("already in use"));
+}
+
+#[test]
+fn builder_passes_extra_args() {
+    let server = RedisServer::builder()
+        .requirepass("pw")
+        .enable_debug()
+        .start();
+    assert_eq!(server.password(), Some("pw"));
+    // A plain connection is refused service...
+    let mut stream = server.connect();
+    let reply = wire::roundtrip(
+        &mut stream,
+        PING,
+        1,
+        Instant::now() + Duration::from_secs(5),
+    );
+    assert!(reply.unwrap().starts_with(b"-NOAUTH"));
+    // ...while `raw` authenticates first.
+    assert_eq!(server.raw(PING), b"+PONG\r\n");
+    let started = Instant::now();
+    assert_reply(&server, &["DEBUG", "SLEEP", "0.1"], b"+OK\r\n");
+    assert!(started.elapsed() >= Duration::from_millis(100));
+}
+
+#[test]
+fn builder_arg_requirepass_is_detected() {
+    let server = RedisServer::builder()
+        .arg("--requirepass")
+        .arg("secret")
+        .start();
+    assert_eq!(server.password(), Some("secret"));
+    assert_eq!(server.raw(PING), b"+PONG\r\n");
+}
+
+#[test]
+#[should_panic(expected = "FATAL CONFIG FILE ERROR")]
+fn failed_start_reports_the_log() {
+    let _server = RedisServer::builder()
+        .arg("--no-such-option")
+        .arg("1")
+        .start();
+}
+
+#[test]
+#[should_panic(expected = "redis-server not found")]
+fn missing_binary_is_explained() {
+    let _server = RedisServer::builder()
+        .binary("/nonexistent/redis-server")
+        .start();
+}
+
+#[test]
+fn drop_removes_process_and_dir() {
+    let server = RedisServer::start();
+    let (pid, dir) = (server.pid(), server.dir().to_path_buf());
+    drop(server);
+    assert!(!process_exists(pid));
+    assert!(!dir.exists(), "{} left behind", dir.display());
+}
+
+#[test]
+fn cluster_of_three() {
+    let cluster = Cluster::start(3);
+    assert_eq!(cluster.len(), 3);
+    let urls = cluster.urls();
+    assert_eq!(urls.len(), 3);
+    let mut ports: Vec<u16> = cluster.nodes().iter().map(RedisServer::port).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    assert_eq!(ports.len(), 3, "nodes share a port: {urls:?}");
+    for (i, node) in cluster.nodes().iter().enumerate() {
+        assert_eq!(node.url(), urls[i]);
+        assert_eq!(node.raw(PING), b"+PONG\r\n", "node {i}");
+    }
+    // Nodes are independent: a write to one is not seen by another.
+    assert_reply(cluster.node(0), &["SET", "k", "v"], b"+OK\r\n");
+    assert_reply(cluster.node(1), &["GET", "k"], b"$-1\r\n");
+    cluster.flush_all();
+    assert_reply(cluster.node(0), &["GET", "k"], b"$-1\r\n");
+
+    let pids: Vec<u32> = cluster.nodes().iter().map(RedisServer::pid).collect();
+    let dirs: Vec<_> = cluster
+        .nodes()
+        .iter()
+        .map(|n| n.dir().to_path_buf())
+        .collect();
+    drop(cluster);
+    wait_until(Duration::from_secs(5), "cluster processes gone", || {
+        pids.iter().all(|pid| !process_exists(*pid))
+    });
+    assert!(dirs.iter().all(|d| !d.exists()));
+}
+
+#[test]
+fn cluster_node_controls() {
+    let mut cluster = Cluster::builder(3).arg("--maxclients").arg("64").start();
+    assert_reply(
+        cluster.node(2),
+        &["CONFIG", "GET", "maxclients"],
+        b"*2\r\n$10\r\nmaxclients\r\n$2\r\n64\r\n",
+    );
+    cluster.kill(1);
+    assert!(cluster.node(1).try_connect().is_err());
+    assert_eq!(cluster.node(0).raw(PING), b"+PONG\r\n");
+    cluster.restart(1);
+    assert_eq!(cluster.node(1).raw(PING), b"+PONG\r\n");
+
+    cluster.pause(2);
+    assert!(cluster.node(2).is_paused());
+    let timeout = Duration::from_millis(200);
+    assert!(cluster.node(2).try_raw(PING, timeout).is_err());
+    cluster.resume(2);
+    assert_eq!(cluster.node(2).raw(PING), b"+PONG\r\n");
+}
+
+#[test]
+fn reply_len_finds_whole_replies() {
+    let cases: &[(&[u8], usize)] = &[
+        (b"+PONG\r\n", 7),
+        (b"-ERR no\r\n", 9),
+        (b":42\r\n", 5),
+        (b"$-1\r\n", 5),
+        (b"$0\r\n\r\n", 6),
+        (b"$4\r\na\r\nb\r\n", 10), // CRLF inside a bulk string is data
+        (b"*-1\r\n", 5),
+        (b"*0\r\n", 4),
+        (b"*2\r\n$1\r\na\r\n:1\r\n", 15),
+        (b"*1\r\n*1\r\n+x\r\n", 12),
+        (b"%1\r\n+a\r\n:1\r\n", 12),
+        (b"|1\r\n+k\r\n+v\r\n:1\r\n", 16),
+        (b"_\r\n", 3),
+        (b"=7\r\ntxt:abc\r\n", 13),
+    ];
+    for &(reply, len) in cases {
+        assert_eq!(reply_len(reply), Some(len), "{}", show(reply));
+        // Trailing bytes do not change where the reply ends.
+        let mut longer = reply.to_vec();
+        longer.extend_from_slice(b"+NEXT\r\n");
+        assert_eq!(reply_len(&longer), Some(len), "{}", show(reply));
+        // Every strict prefix is incomplete.
+        for cut in 0..reply.len() {
+            assert_eq!(reply_len(&reply[..cut]), None, "{}", show(&reply[..cut]));
+        }
+    }
+}
+
+#[test]
+fn cmd_encodes_bulk_arrays() {
+    assert_eq!(cmd(&["PING"]), PING);
+    assert_eq!(cmd(&["GET", "k"]), b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
+    assert_eq!(
+        cmd(&["SET", "k", ""]),
+        b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n"
+    );
+}
