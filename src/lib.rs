@@ -3,11 +3,13 @@
 //! # Layout
 //!
 //! - [`resp`]: the RESP2/RESP3 codec, pure functions over bytes.
+//! - [`net`]: non-blocking connections to N nodes on one poll; a request goes to all at once.
 //!
-//! The multiplexed network layer (`net`) and the Redlock algorithm (`redlock`) are not built yet.
+//! The Redlock algorithm (`redlock`) is not built yet.
 #![cfg_attr(
     not(test),
     warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod net;
 pub mod resp;

@@ -1,0 +1,73 @@
+//! [`NodeError`]: why one node did not answer a request.
+
+use std::fmt;
+use std::io;
+
+use crate::resp::DecodeError;
+
+/// Why one node gave no reply to a request. A failed node is a failed vote, never the failure of a whole round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The round's deadline passed before the node answered (a hung, slow or black-holed node).
+    Timeout,
+    /// The TCP connection was refused: nothing listens at the address (the node is down).
+    Refused,
+    /// The TCP connection was not established within the connect timeout.
+    ConnectTimeout,
+    /// The node closed the connection.
+    Closed,
+    /// Another I/O error on the socket (reset, unreachable, ...): its kind and the OS message.
+    Io(io::ErrorKind, String),
+    /// The node's host name did not resolve to an address.
+    Resolve(String),
+    /// The node sent bytes that are not valid RESP (or exceed the connection's limits); the connection was dropped.
+    Protocol(DecodeError),
+    /// A reply came with no request waiting for it; the connection was dropped.
+    Unexpected,
+    /// `AUTH` (or `HELLO`'s authentication) was refused: the server's message, such as `WRONGPASS ...` or
+    /// `NOAUTH ...`.
+    Auth(String),
+    /// Another step of the connection set-up (`SELECT`, `HELLO 3`, a set-up command) was refused: the command and
+    /// the server's message.
+    Setup(String),
+    /// The node had too many requests without replies: it is treated as hung, its connection dropped.
+    Overloaded,
+}
+
+impl NodeError {
+    /// Whether the request was never sent or surely failed at the connection level, so that retrying it on a new
+    /// connection cannot do harm. (A `Timeout` leaves the outcome on the node unknown.)
+    pub fn is_connection_failure(&self) -> bool {
+        !matches!(self, NodeError::Timeout)
+    }
+
+    pub(crate) fn from_io(e: &io::Error) -> NodeError {
+        match e.kind() {
+            io::ErrorKind::ConnectionRefused => NodeError::Refused,
+            io::ErrorKind::TimedOut => NodeError::ConnectTimeout,
+            io::ErrorKind::UnexpectedEof => NodeError::Closed,
+            kind => NodeError::Io(kind, e.to_string()),
+        }
+    }
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeError::Timeout => f.write_str("timed out"),
+            NodeError::Refused => f.write_str("connection refused"),
+            NodeError::ConnectTimeout => f.write_str("connect timed out"),
+            NodeError::Closed => f.write_str("connection closed by the server"),
+            NodeError::Io(_, msg) => write!(f, "i/o error: {msg}"),
+            NodeError::Resolve(msg) => write!(f, "cannot resolve host: {msg}"),
+            NodeError::Protocol(e) => write!(f, "protocol error: {e}"),
+            NodeError::Unexpected => f.write_str("protocol error: a reply nobody asked for"),
+            NodeError::Auth(msg) => write!(f, "authentication failed: {msg}"),
+            NodeError::Setup(msg) => write!(f, "connection set-up failed: {msg}"),
+            NodeError::Overloaded => f.write_str("too many requests without reply (node hung?)"),
+        }
+    }
+}
+
+impl std::error::Error for NodeError {}

@@ -1,0 +1,261 @@
+//! The network layer against real redis-server processes: fan-out, failures, set-up, concurrency.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use muxlock::net::{Fanout, NodeAddr, NodeError, Options};
+use muxlock::resp::{Value, encode_command};
+use support::{Cluster, RedisServer};
+
+fn request(args: &[&[u8]]) -> BytesMut {
+    let mut buf = BytesMut::new();
+    encode_command(args, &mut buf);
+    buf
+}
+
+fn addrs(urls: &[String]) -> Vec<NodeAddr> {
+    urls.iter().map(|u| u.parse().expect("url")).collect()
+}
+
+/// Runs one round of `args` on every node and returns each node's outcome, by node index.
+#[track_caller]
+fn round_all(fanout: &Fanout, args: &[&[u8]], timeout: Duration) -> Vec<Result<Value, NodeError>> {
+    let mut out: Vec<Option<Result<Value, NodeError>>> = vec![None; fanout.len()];
+    let mut round = fanout.round(Instant::now() + timeout);
+    round.send_all(&request(args), 1);
+    while let Some((node, reply)) = round.next() {
+        assert!(out[node].is_none(), "two outcomes for node {node}");
+        out[node] = Some(reply);
+    }
+    out.into_iter()
+        .map(|o| o.expect("every node has an outcome"))
+        .collect()
+}
+
+fn ok(s: &str) -> Result<Value, NodeError> {
+    Ok(Value::SimpleString(s.to_owned().into()))
+}
+
+#[test]
+fn a_round_reaches_every_node_and_replies_match_requests() {
+    let cluster = Cluster::start(3);
+    let fanout = Fanout::new(addrs(&cluster.urls()), Options::default()).unwrap();
+    assert_eq!(
+        round_all(&fanout, &[b"PING"], Duration::from_secs(2)),
+        vec![ok("PONG"), ok("PONG"), ok("PONG")]
+    );
+    // A batch of commands in one write: replies come back in order.
+    let mut round = fanout.round(Instant::now() + Duration::from_secs(2));
+    let mut batch = request(&[b"SET", b"k", b"v1"]);
+    batch.extend_from_slice(&request(&[b"GET", b"k"]));
+    batch.extend_from_slice(&request(&[b"INCR", b"k"]));
+    round.send_all(&batch, 3);
+    let mut per_node = vec![Vec::new(); 3];
+    while let Some((node, reply)) = round.next() {
+        per_node[node].push(reply.unwrap());
+    }
+    for replies in per_node {
+        assert_eq!(replies[0], Value::SimpleString("OK".into()));
+        assert_eq!(replies[1], Value::BulkString("v1".into()));
+        assert!(
+            matches!(&replies[2], Value::Error(e) if e.starts_with(b"ERR value is not an integer"))
+        );
+    }
+}
+
+#[test]
+fn a_killed_node_fails_at_once_and_comes_back_after_restart() {
+    let mut cluster = Cluster::start(3);
+    let fanout = Fanout::new(addrs(&cluster.urls()), Options::default()).unwrap();
+    assert!(
+        round_all(&fanout, &[b"PING"], Duration::from_secs(2))
+            .iter()
+            .all(Result::is_ok)
+    );
+    cluster.kill(1);
+    // The dead node's outcome comes long before the deadline: the round does not wait for it.
+    let started = Instant::now();
+    let out = round_all(&fanout, &[b"PING"], Duration::from_secs(5));
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(out[0], ok("PONG"));
+    assert_eq!(out[2], ok("PONG"));
+    assert!(
+        matches!(
+            out[1],
+            Err(NodeError::Closed | NodeError::Refused | NodeError::Io(..))
+        ),
+        "{:?}",
+        out[1]
+    );
+    // While it is down (and in backoff), it fails at once with the reason.
+    let out = round_all(&fanout, &[b"PING"], Duration::from_secs(5));
+    assert!(
+        matches!(
+            out[1],
+            Err(NodeError::Refused | NodeError::Closed | NodeError::Io(..))
+        ),
+        "{:?}",
+        out[1]
+    );
+    cluster.restart(1);
+    // Used again without anyone doing anything; bounded wait for the backoff to pass.
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = round_all(&fanout, &[b"PING"], Duration::from_secs(1));
+        if out[1] == ok("PONG") {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "node 1 never came back: {:?}",
+            out[1]
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_hung_node_times_out_at_the_deadline_and_does_not_delay_the_others() {
+    let mut cluster = Cluster::start(3);
+    let fanout = Fanout::new(addrs(&cluster.urls()), Options::default()).unwrap();
+    assert!(
+        round_all(&fanout, &[b"PING"], Duration::from_secs(2))
+            .iter()
+            .all(Result::is_ok)
+    );
+    cluster.pause(2);
+    let deadline = Duration::from_millis(300);
+    let started = Instant::now();
+    let mut round = fanout.round(started + deadline);
+    round.send_all(&request(&[b"PING"]), 1);
+    // The two live nodes answer well before the deadline.
+    let mut answered = Vec::new();
+    while answered.len() < 2 {
+        let (node, reply) = round.next().expect("an outcome");
+        assert_eq!(reply, ok("PONG"));
+        answered.push(node);
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(200),
+        "live nodes took {:?}",
+        started.elapsed()
+    );
+    answered.sort_unstable();
+    assert_eq!(answered, [0, 1]);
+    // The hung one is a timeout at the deadline, not later.
+    let (node, reply) = round.next().expect("the hung node's outcome");
+    let waited = started.elapsed();
+    assert_eq!((node, reply), (2, Err(NodeError::Timeout)));
+    assert!(
+        waited >= deadline && waited < deadline + Duration::from_millis(150),
+        "{waited:?}"
+    );
+    assert!(round.next().is_none());
+    drop(round);
+    cluster.resume(2);
+    // After SIGCONT the late reply is read and dropped; the next round matches replies correctly.
+    let out = round_all(&fanout, &[b"ECHO", b"again"], Duration::from_secs(2));
+    assert!(
+        out.iter()
+            .all(|r| *r == Ok(Value::BulkString("again".into()))),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_node_that_piles_up_requests_is_dropped_and_memory_stays_bounded() {
+    let mut cluster = Cluster::start(1);
+    let opts = Options {
+        max_in_flight: 8,
+        ..Options::default()
+    };
+    let fanout = Fanout::new(addrs(&cluster.urls()), opts).unwrap();
+    assert_eq!(
+        round_all(&fanout, &[b"PING"], Duration::from_secs(2)),
+        vec![ok("PONG")]
+    );
+    cluster.pause(0);
+    let mut overloaded = false;
+    for _ in 0..20 {
+        let out = round_all(&fanout, &[b"PING"], Duration::from_millis(5));
+        assert!(
+            fanout.in_flight(0) <= 8,
+            "in flight: {}",
+            fanout.in_flight(0)
+        );
+        overloaded |= out[0] == Err(NodeError::Overloaded);
+    }
+    assert!(overloaded, "the bound was never enforced");
+    cluster.resume(0);
+}
+
+#[test]
+fn auth_select_and_resp3_are_pipelined_ahead_of_the_first_command() {
+    let server = RedisServer::builder().requirepass("s3cret").start();
+    let good: NodeAddr = format!(
+        "redis://:s3cret@127.0.0.1:{}/3?protocol=resp3",
+        server.port()
+    )
+    .parse()
+    .unwrap();
+    let fanout = Fanout::new(vec![good], Options::default()).unwrap();
+    let out = round_all(&fanout, &[b"CLIENT", b"INFO"], Duration::from_secs(2));
+    let Ok(Value::Verbatim { data, .. } | Value::BulkString(data)) = &out[0] else {
+        panic!("{out:?}")
+    };
+    let info = String::from_utf8_lossy(data);
+    assert!(info.contains("db=3") && info.contains("resp=3"), "{info}");
+    // RESP3: a missing key is the RESP3 null.
+    assert_eq!(
+        round_all(&fanout, &[b"GET", b"missing"], Duration::from_secs(2)),
+        vec![Ok(Value::Null)]
+    );
+
+    let bad: NodeAddr = format!("redis://:wrong@127.0.0.1:{}", server.port())
+        .parse()
+        .unwrap();
+    let fanout = Fanout::new(vec![bad], Options::default()).unwrap();
+    let out = round_all(&fanout, &[b"PING"], Duration::from_secs(2));
+    assert!(
+        matches!(&out[0], Err(NodeError::Auth(m)) if m.starts_with("WRONGPASS")),
+        "{out:?}"
+    );
+    let none: NodeAddr = format!("127.0.0.1:{}", server.port()).parse().unwrap();
+    let fanout = Fanout::new(vec![none], Options::default()).unwrap();
+    let out = round_all(&fanout, &[b"PING"], Duration::from_secs(2));
+    assert!(
+        matches!(&out[0], Ok(Value::Error(m)) if m.starts_with(b"NOAUTH")),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn many_threads_share_one_fanout_and_each_gets_its_own_replies() {
+    let cluster = Cluster::start(3);
+    let fanout = Arc::new(Fanout::new(addrs(&cluster.urls()), Options::default()).unwrap());
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let fanout = Arc::clone(&fanout);
+            std::thread::spawn(move || {
+                for i in 0..300 {
+                    let tag = format!("t{t}-{i}");
+                    let out =
+                        round_all(&fanout, &[b"ECHO", tag.as_bytes()], Duration::from_secs(5));
+                    for reply in out {
+                        assert_eq!(reply, Ok(Value::BulkString(tag.clone().into())));
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread");
+    }
+}
