@@ -20,7 +20,11 @@ struct Client {
 impl Client {
     fn connect(server: &RedisServer) -> Client {
         let stream = server.connect();
-        Client { stream, buf: BytesMut::new(), decoder: Decoder::new() }
+        Client {
+            stream,
+            buf: BytesMut::new(),
+            decoder: Decoder::new(),
+        }
     }
 
     /// Sends one command and reads one value (a push counts as a value).
@@ -37,10 +41,18 @@ impl Client {
     fn read(&mut self) -> Value {
         let until = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Some(v) = self.decoder.decode(&mut self.buf).expect("valid RESP from redis-server") {
+            if let Some(v) = self
+                .decoder
+                .decode(&mut self.buf)
+                .expect("valid RESP from redis-server")
+            {
                 return v;
             }
-            assert!(Instant::now() < until, "no complete reply; have {:?}", &self.buf[..]);
+            assert!(
+                Instant::now() < until,
+                "no complete reply; have {:?}",
+                &self.buf[..]
+            );
             let mut chunk = [0u8; 4096];
             let n = self.stream.read(&mut chunk).expect("read");
             assert!(n > 0, "server closed the connection");
@@ -60,18 +72,24 @@ fn int(n: i64) -> Value {
 }
 
 #[test]
+#[allow(clippy::approx_constant)] // 3.141 is what DEBUG PROTOCOL double sends, not an attempt at pi
 fn debug_protocol_in_resp3_gives_every_resp3_type() {
     let server = RedisServer::builder().enable_debug().start();
     let mut c = Client::connect(&server);
     let hello = c.call(&["HELLO", "3"]);
-    let Value::Map(pairs) = &hello else { panic!("HELLO 3 is a map in RESP3: {hello:?}") };
+    let Value::Map(pairs) = &hello else {
+        panic!("HELLO 3 is a map in RESP3: {hello:?}")
+    };
     assert!(pairs.contains(&(bulk("proto"), int(3))), "{pairs:?}");
 
     let cases: Vec<(&str, Value)> = vec![
         ("string", bulk("Hello World")),
         ("integer", int(12345)),
         ("double", Value::Double(3.141)),
-        ("bignum", Value::BigNumber("1234567999999999999999999999999999999".into())),
+        (
+            "bignum",
+            Value::BigNumber("1234567999999999999999999999999999999".into()),
+        ),
         ("null", Value::Null),
         ("array", Value::Array(vec![int(0), int(1), int(2)])),
         ("set", Value::Set(vec![int(0), int(1), int(2)])),
@@ -86,16 +104,29 @@ fn debug_protocol_in_resp3_gives_every_resp3_type() {
         (
             "attrib",
             Value::Attribute {
-                attributes: vec![(bulk("key-popularity"), Value::Array(vec![bulk("key:123"), int(90)]))],
+                attributes: vec![(
+                    bulk("key-popularity"),
+                    Value::Array(vec![bulk("key:123"), int(90)]),
+                )],
                 value: Box::new(bulk("Some real reply following the attribute")),
             },
         ),
         ("true", Value::Boolean(true)),
         ("false", Value::Boolean(false)),
-        ("verbatim", Value::Verbatim { format: *b"txt", data: "This is a verbatim\nstring".into() }),
+        (
+            "verbatim",
+            Value::Verbatim {
+                format: *b"txt",
+                data: "This is a verbatim\nstring".into(),
+            },
+        ),
     ];
     for (name, want) in cases {
-        assert_eq!(c.call(&["DEBUG", "PROTOCOL", name]), want, "DEBUG PROTOCOL {name}");
+        assert_eq!(
+            c.call(&["DEBUG", "PROTOCOL", name]),
+            want,
+            "DEBUG PROTOCOL {name}"
+        );
     }
     // A push is out of band: it comes first, then the command's own reply.
     assert_eq!(
@@ -117,16 +148,26 @@ fn debug_protocol_in_resp2_gives_the_resp2_forms() {
         ("null", Value::NullBulk),
         ("array", Value::Array(vec![int(0), int(1), int(2)])),
         ("set", Value::Array(vec![int(0), int(1), int(2)])),
-        ("map", Value::Array(vec![int(0), int(0), int(1), int(1), int(2), int(0)])),
+        (
+            "map",
+            Value::Array(vec![int(0), int(0), int(1), int(1), int(2), int(0)]),
+        ),
         ("attrib", bulk("Some real reply following the attribute")),
         ("true", int(1)),
         ("false", int(0)),
         ("verbatim", bulk("This is a verbatim\nstring")),
     ];
     for (name, want) in cases {
-        assert_eq!(c.call(&["DEBUG", "PROTOCOL", name]), want, "DEBUG PROTOCOL {name}");
+        assert_eq!(
+            c.call(&["DEBUG", "PROTOCOL", name]),
+            want,
+            "DEBUG PROTOCOL {name}"
+        );
     }
-    assert!(c.call(&["DEBUG", "PROTOCOL", "push"]).is_error(), "pushes need RESP3");
+    assert!(
+        c.call(&["DEBUG", "PROTOCOL", "push"]).is_error(),
+        "pushes need RESP3"
+    );
 }
 
 /// Replies of everyday commands, checked in both protocols.
@@ -140,24 +181,51 @@ fn normal_command_replies_in_resp2_and_resp3() {
             assert!(matches!(c.call(&["HELLO", "3"]), Value::Map(_)));
         }
         assert_eq!(c.call(&["FLUSHALL"]), simple("OK"));
-        assert_eq!(c.call(&["SET", "k", "v", "NX", "PX", "30000"]), simple("OK"));
+        assert_eq!(
+            c.call(&["SET", "k", "v", "NX", "PX", "30000"]),
+            simple("OK")
+        );
         let null = if resp3 { Value::Null } else { Value::NullBulk };
-        assert_eq!(c.call(&["SET", "k", "w", "NX", "PX", "30000"]), null, "NX on an existing key");
+        assert_eq!(
+            c.call(&["SET", "k", "w", "NX", "PX", "30000"]),
+            null,
+            "NX on an existing key"
+        );
         assert_eq!(c.call(&["GET", "missing"]), null);
         assert_eq!(c.call(&["GET", "k"]), bulk("v"));
         assert_eq!(c.call(&["INCR", "n"]), int(1));
         assert_eq!(c.call(&["DEL", "n", "missing"]), int(1));
-        let Value::Error(e) = c.call(&["NOSUCHCOMMAND"]) else { panic!("an error reply") };
+        let Value::Error(e) = c.call(&["NOSUCHCOMMAND"]) else {
+            panic!("an error reply")
+        };
         assert!(e.starts_with(b"ERR unknown command"), "{e:?}");
         c.call(&["HSET", "h", "f", "1"]);
         let hash = c.call(&["HGETALL", "h"]);
-        let want = if resp3 { Value::Map(vec![(bulk("f"), bulk("1"))]) } else { Value::Array(vec![bulk("f"), bulk("1")]) };
+        let want = if resp3 {
+            Value::Map(vec![(bulk("f"), bulk("1"))])
+        } else {
+            Value::Array(vec![bulk("f"), bulk("1")])
+        };
         assert_eq!(hash, want);
         c.call(&["SADD", "s", "a"]);
         let set = c.call(&["SMEMBERS", "s"]);
-        assert_eq!(set, if resp3 { Value::Set(vec![bulk("a")]) } else { Value::Array(vec![bulk("a")]) });
+        assert_eq!(
+            set,
+            if resp3 {
+                Value::Set(vec![bulk("a")])
+            } else {
+                Value::Array(vec![bulk("a")])
+            }
+        );
         c.call(&["ZADD", "z", "1.5", "m"]);
-        assert_eq!(c.call(&["ZSCORE", "z", "m"]), if resp3 { Value::Double(1.5) } else { bulk("1.5") });
+        assert_eq!(
+            c.call(&["ZSCORE", "z", "m"]),
+            if resp3 {
+                Value::Double(1.5)
+            } else {
+                bulk("1.5")
+            }
+        );
         assert_eq!(c.call(&["EXISTS", "k"]), int(1));
         let lrange = c.call(&["LRANGE", "nolist", "0", "-1"]);
         assert_eq!(lrange, Value::Array(vec![]));
@@ -168,7 +236,8 @@ fn normal_command_replies_in_resp2_and_resp3() {
         let release = "if redis.call('get',KEYS[1]) == ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end";
         assert_eq!(c.call(&["EVAL", release, "1", "k", "v"]), int(1));
         assert_eq!(c.call(&["EVAL", release, "1", "k", "v"]), int(0));
-        let Value::Error(e) = c.call(&["EVALSHA", "0000000000000000000000000000000000000000", "0"]) else {
+        let Value::Error(e) = c.call(&["EVALSHA", "0000000000000000000000000000000000000000", "0"])
+        else {
             panic!("NOSCRIPT is an error")
         };
         assert!(e.starts_with(b"NOSCRIPT"), "{e:?}");

@@ -1,0 +1,197 @@
+//! [`Config`]: every setting of a [`LockManager`](super::LockManager), with documented defaults.
+
+use std::time::Duration;
+
+use super::error::{Error, Result};
+use super::quorum::drift;
+
+/// Settings of a [`LockManager`](super::LockManager). Every duration is a `Duration`; [`Config::default`] gives the
+/// values documented on each field.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use muxlock::redlock::Config;
+///
+/// let config = Config { retry_count: 3, round_timeout: Duration::from_millis(20), ..Config::default() };
+/// assert_eq!(config.drift_factor, 0.01);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The lease of [`LockManager::acquire`](super::LockManager::acquire), which takes no TTL of its own
+    /// (default 10 s).
+    pub ttl: Duration,
+    /// Further attempts of [`lock`](super::LockManager::lock) after the first fails (default 10).
+    /// [`try_lock`](super::LockManager::try_lock) makes one attempt whatever this says.
+    pub retry_count: u32,
+    /// The pause between two attempts (default 200 ms), to which a random jitter is added.
+    pub retry_delay: Duration,
+    /// Each pause is `retry_delay` plus or minus a uniformly random amount up to `retry_jitter` (default 100 ms), so
+    /// that clients that failed together do not retry together (the spec's "random delay to desynchronize").
+    pub retry_jitter: Duration,
+    /// The clock-drift allowance as a fraction of the TTL (default 0.01): the lease is considered valid for
+    /// `ttl − elapsed − (ttl × drift_factor + 2 ms)`, as in the spec. Must be in `[0, 0.5)`.
+    pub drift_factor: f64,
+    /// How long one round waits for replies (default 50 ms, the upper end of the spec's "5–50 ms" for a 10 s
+    /// lease). An acquisition also never waits past its lease's validity. A hung node costs at most this, and only
+    /// when the majority needs its vote.
+    pub round_timeout: Duration,
+    /// How long a connection attempt may take before the node counts as down (default 1 s).
+    pub connect_timeout: Duration,
+    /// How many times one lock may be extended (default 1,000). The spec asks for a bound so that a holder cannot
+    /// keep a resource forever by mistake.
+    pub max_extensions: u32,
+    /// Requests a node may have without replies before it is treated as hung and its connection dropped
+    /// (default 1,024).
+    pub max_in_flight: usize,
+}
+
+impl Config {
+    /// The longest lease accepted: one year. Longer ones are almost surely a unit mistake (seconds given as
+    /// milliseconds), and a lock client should not pin a resource that long.
+    pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+    /// Checks every setting.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] naming the first invalid setting.
+    pub fn validate(&self) -> Result<()> {
+        if !(self.drift_factor.is_finite() && (0.0..0.5).contains(&self.drift_factor)) {
+            return Err(Error::Config(format!(
+                "drift_factor must be in [0, 0.5), not {}",
+                self.drift_factor
+            )));
+        }
+        if self.round_timeout.is_zero() {
+            return Err(Error::Config("round_timeout must be more than zero".into()));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(Error::Config(
+                "connect_timeout must be more than zero".into(),
+            ));
+        }
+        if self.max_in_flight == 0 {
+            return Err(Error::Config("max_in_flight must be at least 1".into()));
+        }
+        if self.retry_delay.checked_add(self.retry_jitter).is_none() {
+            return Err(Error::Config("retry_delay + retry_jitter overflows".into()));
+        }
+        self.check_ttl(self.ttl).map(|_| ())
+    }
+
+    /// Checks a lease and returns it in whole milliseconds (rounded up: Redis' `PX` counts milliseconds).
+    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<u64> {
+        if ttl.is_zero() {
+            return Err(Error::Config("ttl must be more than zero".into()));
+        }
+        if ttl > Config::MAX_TTL {
+            return Err(Error::Config(format!(
+                "ttl {ttl:?} is longer than the maximum, {:?}",
+                Config::MAX_TTL
+            )));
+        }
+        let allowance = drift(ttl, self.drift_factor);
+        if ttl <= allowance {
+            return Err(Error::Config(format!(
+                "ttl {ttl:?} leaves no validity after the clock-drift allowance of {allowance:?}"
+            )));
+        }
+        let ms = ttl.as_millis();
+        Ok(u64::try_from(ms + u128::from(ttl.subsec_nanos() % 1_000_000 != 0)).unwrap_or(u64::MAX))
+    }
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            ttl: Duration::from_secs(10),
+            retry_count: 10,
+            retry_delay: Duration::from_millis(200),
+            retry_jitter: Duration::from_millis(100),
+            drift_factor: 0.01,
+            round_timeout: Duration::from_millis(50),
+            connect_timeout: Duration::from_secs(1),
+            max_extensions: 1000,
+            max_in_flight: 1024,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_bad_settings_are_named() {
+        assert_eq!(Config::default().validate(), Ok(()));
+        let bad = |c: Config, want: &str| {
+            let msg = c.validate().unwrap_err().to_string();
+            assert!(msg.contains(want), "{msg}");
+        };
+        bad(
+            Config {
+                drift_factor: f64::NAN,
+                ..Config::default()
+            },
+            "drift_factor",
+        );
+        bad(
+            Config {
+                drift_factor: 0.5,
+                ..Config::default()
+            },
+            "drift_factor",
+        );
+        bad(
+            Config {
+                round_timeout: Duration::ZERO,
+                ..Config::default()
+            },
+            "round_timeout",
+        );
+        bad(
+            Config {
+                connect_timeout: Duration::ZERO,
+                ..Config::default()
+            },
+            "connect_timeout",
+        );
+        bad(
+            Config {
+                max_in_flight: 0,
+                ..Config::default()
+            },
+            "max_in_flight",
+        );
+        bad(
+            Config {
+                ttl: Duration::ZERO,
+                ..Config::default()
+            },
+            "ttl must be more than zero",
+        );
+        bad(
+            Config {
+                ttl: Duration::from_millis(2),
+                ..Config::default()
+            },
+            "no validity",
+        );
+        bad(
+            Config {
+                ttl: Config::MAX_TTL * 2,
+                ..Config::default()
+            },
+            "longer than the maximum",
+        );
+    }
+
+    #[test]
+    fn ttl_rounds_up_to_whole_milliseconds() {
+        let c = Config::default();
+        assert_eq!(c.check_ttl(Duration::from_millis(30_000)), Ok(30_000));
+        assert_eq!(c.check_ttl(Duration::from_micros(30_000_001)), Ok(30_001));
+    }
+}

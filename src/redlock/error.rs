@@ -1,0 +1,184 @@
+//! [`Error`]: what went wrong, in terms a caller can act on, with every node's outcome when nodes are to blame.
+
+use std::fmt;
+
+use crate::net::{NodeAddr, NodeError};
+
+/// What one node did in a round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The node granted (or extended, or released) the key for us.
+    Granted,
+    /// The node holds the key for another holder (or, for an extension, no longer holds ours).
+    Taken,
+    /// The node answered with an error reply (`-READONLY ...`, `-OOM ...`, `-NOPERM ...`): the server's message.
+    ErrorReply(String),
+    /// The node gave no reply: down, hung, refused the login, sent garbage, ...
+    Failed(NodeError),
+    /// The node's reply was not needed: the round was decided before it arrived.
+    NotAwaited,
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Granted => f.write_str("granted"),
+            Outcome::Taken => f.write_str("held by another holder"),
+            Outcome::ErrorReply(msg) => write!(f, "error reply: {msg}"),
+            Outcome::Failed(e) => e.fmt(f),
+            Outcome::NotAwaited => f.write_str("not awaited (decided without it)"),
+        }
+    }
+}
+
+/// Every node's outcome in the round that failed, so that "why no quorum" never needs guessing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    pub(crate) resource: Vec<u8>,
+    pub(crate) nodes: Vec<(NodeAddr, Outcome)>,
+    pub(crate) quorum: usize,
+}
+
+impl Report {
+    /// The resource the round was for.
+    pub fn resource(&self) -> &[u8] {
+        &self.resource
+    }
+
+    /// Each node (password hidden when displayed) and its outcome, in configuration order.
+    pub fn nodes(&self) -> &[(NodeAddr, Outcome)] {
+        &self.nodes
+    }
+
+    /// The majority that was needed.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// How many nodes granted.
+    pub fn granted(&self) -> usize {
+        self.count(|o| *o == Outcome::Granted)
+    }
+
+    /// How many nodes hold the key for someone else.
+    pub fn taken(&self) -> usize {
+        self.count(|o| *o == Outcome::Taken)
+    }
+
+    fn count(&self, f: impl Fn(&Outcome) -> bool) -> usize {
+        self.nodes.iter().filter(|(_, o)| f(o)).count()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} of {} nodes granted, {} needed",
+            self.granted(),
+            self.nodes.len(),
+            self.quorum
+        )?;
+        for (addr, outcome) in &self.nodes {
+            write!(f, "; {addr}: {outcome}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The one error type of the lock API. Each variant is something a caller can act on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration or an argument is invalid (no nodes, a bad URL, a zero TTL, an empty resource name...).
+    /// Nothing was sent.
+    Config(String),
+    /// Another holder has the resource: enough nodes hold its key for someone else that a majority is impossible.
+    /// ([`LockManager::try_lock`](super::LockManager::try_lock) returns `Ok(None)` instead.)
+    Held(Box<Report>),
+    /// No majority for another reason: too many nodes down, hung, refusing the login or answering errors, or the
+    /// round took longer than the lease. The report lists every node's outcome.
+    Quorum(Box<Report>),
+    /// The lock's validity had already run out: an extension cannot bring it back. Nothing was sent.
+    Expired,
+    /// An extension found that the majority no longer holds our value: the lock is lost (it expired and someone
+    /// else may have it).
+    LockLost(Box<Report>),
+    /// The lock was already extended the maximum number of times
+    /// ([`Config::max_extensions`](super::Config::max_extensions)).
+    ExtendLimit(u32),
+    /// The OS refused something muxlock needs outside any node: randomness for lock values, or an event poll.
+    Os(String),
+}
+
+impl Error {
+    /// Whether the resource is held by someone else.
+    pub fn is_held(&self) -> bool {
+        matches!(self, Error::Held(_))
+    }
+
+    /// Whether not enough nodes could be reached or answered properly.
+    pub fn is_quorum(&self) -> bool {
+        matches!(self, Error::Quorum(_))
+    }
+
+    /// Whether the configuration or an argument is invalid.
+    pub fn is_config(&self) -> bool {
+        matches!(self, Error::Config(_))
+    }
+
+    /// Whether the lock is gone (expired before the call, or lost on the nodes).
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Error::Expired | Error::LockLost(_))
+    }
+
+    /// Whether nodes timing out prevented the majority.
+    pub fn is_timeout(&self) -> bool {
+        self.report().is_some_and(|r| {
+            r.nodes
+                .iter()
+                .any(|(_, o)| *o == Outcome::Failed(NodeError::Timeout))
+        })
+    }
+
+    /// Whether a node refused the login (wrong password or user).
+    pub fn is_auth(&self) -> bool {
+        self.report().is_some_and(|r| {
+            r.nodes
+                .iter()
+                .any(|(_, o)| matches!(o, Outcome::Failed(NodeError::Auth(_))))
+        })
+    }
+
+    /// The per-node report, for the variants that have one.
+    pub fn report(&self) -> Option<&Report> {
+        match self {
+            Error::Held(r) | Error::Quorum(r) | Error::LockLost(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = |r: &Report| String::from_utf8_lossy(&r.resource).into_owned();
+        match self {
+            Error::Config(msg) => write!(f, "invalid configuration: {msg}"),
+            Error::Held(r) => write!(f, "lock {:?} is held by another holder ({r})", name(r)),
+            Error::Quorum(r) => write!(f, "no quorum for lock {:?} ({r})", name(r)),
+            Error::Expired => f.write_str("the lock had expired before the call"),
+            Error::LockLost(r) => write!(f, "lock {:?} was lost ({r})", name(r)),
+            Error::ExtendLimit(n) => write!(
+                f,
+                "the lock was already extended {n} times, the configured maximum"
+            ),
+            Error::Os(msg) => write!(f, "os error: {msg}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The lock API's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

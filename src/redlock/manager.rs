@@ -1,0 +1,472 @@
+//! [`LockManager`]: the Redlock algorithm over a [`Fanout`].
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+
+use super::config::Config;
+use super::error::{Error, Outcome, Report, Result};
+use super::lock::Lock;
+use super::quorum::{Failure, Quorum, Status, Vote, drift};
+use super::scripts::{self, Script};
+use super::token::Tokens;
+use crate::net::{Fanout, NodeAddr, Options, Reply};
+use crate::resp::Value;
+
+/// A distributed lock manager over N independent Redis masters (the Redlock algorithm).
+///
+/// Every operation sends its request to all N nodes at once and decides as soon as the outcome is certain: an
+/// acquisition costs about one round trip to the majority's slowest node, and a node that is down or hung costs
+/// nothing unless the majority needs it. `LockManager` is `Send + Sync`: share it between threads (in an `Arc`);
+/// concurrent calls pipeline on the same connections.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use muxlock::redlock::LockManager;
+///
+/// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+/// let lock = locks.lock("invoice:42", Duration::from_secs(10))?;
+/// // ... work while lock.is_valid() ...
+/// locks.unlock(lock)?;
+/// # Ok::<(), muxlock::redlock::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct LockManager {
+    fanout: Fanout,
+    config: Config,
+    tokens: Tokens,
+}
+
+/// Builds a [`LockManager`]: nodes, then an optional [`Config`].
+#[derive(Debug, Default)]
+#[must_use]
+pub struct Builder {
+    nodes: Vec<String>,
+    config: Config,
+}
+
+impl Builder {
+    /// Adds a node: `redis://[user:pass@]host:port[/db]` or `host:port` (see [`NodeAddr`]).
+    pub fn node(mut self, url: impl Into<String>) -> Builder {
+        self.nodes.push(url.into());
+        self
+    }
+
+    /// Adds several nodes.
+    pub fn nodes<S: Into<String>>(mut self, urls: impl IntoIterator<Item = S>) -> Builder {
+        self.nodes.extend(urls.into_iter().map(Into::into));
+        self
+    }
+
+    /// Replaces the configuration (default: [`Config::default`]).
+    pub fn config(mut self, config: Config) -> Builder {
+        self.config = config;
+        self
+    }
+
+    /// Checks everything and starts connecting to the nodes (without waiting for them).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for no nodes, an invalid address, the same node listed twice, or an invalid setting.
+    /// An even number of nodes is allowed: the majority is then `N/2 + 1`, so 4 nodes tolerate one failure, like 3.
+    pub fn build(self) -> Result<LockManager> {
+        self.config.validate()?;
+        if self.nodes.is_empty() {
+            return Err(Error::Config(
+                "no nodes: give at least one redis://host:port".into(),
+            ));
+        }
+        let mut addrs: Vec<NodeAddr> = Vec::with_capacity(self.nodes.len());
+        for url in &self.nodes {
+            let addr: NodeAddr = url.parse().map_err(|e| Error::Config(format!("{e}")))?;
+            if let Some(twin) = addrs.iter().find(|a| same_server(a, &addr)) {
+                return Err(Error::Config(format!(
+                    "node {addr} is listed twice (also as {twin}): a majority must span distinct servers"
+                )));
+            }
+            addrs.push(addr);
+        }
+        let opts = Options {
+            connect_timeout: self.config.connect_timeout,
+            max_in_flight: self.config.max_in_flight,
+            setup: scripts::setup_commands(),
+            ..Options::default()
+        };
+        let fanout = Fanout::new(addrs, opts)
+            .map_err(|e| Error::Os(format!("cannot create the event poll: {e}")))?;
+        Ok(LockManager {
+            fanout,
+            config: self.config,
+            tokens: Tokens::new(),
+        })
+    }
+}
+
+/// Two addresses name the same server if host and port match, or if they resolve to a common socket address
+/// (`localhost:6379` and `127.0.0.1:6379`). Names that do not resolve now are compared as written.
+fn same_server(a: &NodeAddr, b: &NodeAddr) -> bool {
+    if a.port() != b.port() {
+        return false;
+    }
+    if a.host().eq_ignore_ascii_case(b.host()) {
+        return true;
+    }
+    match (a.resolve(), b.resolve()) {
+        (Ok(x), Ok(y)) => x.iter().any(|s| y.contains(s)),
+        _ => false,
+    }
+}
+
+/// What a round's reply means for the vote.
+fn set_vote(reply: Reply) -> (Vote, Outcome) {
+    match reply {
+        Ok(v) => match v.without_attributes() {
+            Value::SimpleString(s) if &s[..] == b"OK" => (Vote::Yes, Outcome::Granted),
+            Value::NullBulk | Value::Null => (Vote::Taken, Outcome::Taken),
+            other => (Vote::Failed, unexpected(other)),
+        },
+        Err(e) => (Vote::Failed, Outcome::Failed(e)),
+    }
+}
+
+fn unexpected(v: &Value) -> Outcome {
+    match v {
+        Value::Error(msg) | Value::BulkError(msg) => {
+            Outcome::ErrorReply(String::from_utf8_lossy(msg).into_owned())
+        }
+        other => Outcome::ErrorReply(format!("unexpected reply {other:?}")),
+    }
+}
+
+/// What a compare-and-X script's reply means: 1 is done for us, 0 is "the key is not ours", anything else failed.
+fn script_vote(reply: &Reply) -> (Vote, Outcome) {
+    match reply {
+        Ok(v) => match v.without_attributes() {
+            Value::Integer(1) => (Vote::Yes, Outcome::Granted),
+            Value::Integer(0) => (Vote::Taken, Outcome::Taken),
+            other => (Vote::Failed, unexpected(other)),
+        },
+        Err(e) => (Vote::Failed, Outcome::Failed(e.clone())),
+    }
+}
+
+fn is_noscript(reply: &Reply) -> bool {
+    matches!(reply.as_ref().map(Value::without_attributes), Ok(Value::Error(m)) if m.starts_with(b"NOSCRIPT"))
+}
+
+impl LockManager {
+    /// A manager for `nodes` (URLs or `host:port`) with the default [`Config`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::build`].
+    pub fn new<S: Into<String>>(nodes: impl IntoIterator<Item = S>) -> Result<LockManager> {
+        LockManager::builder().nodes(nodes).build()
+    }
+
+    /// A builder, to set a [`Config`].
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The nodes, in configuration order.
+    pub fn nodes(&self) -> &[NodeAddr] {
+        self.fanout.addrs()
+    }
+
+    /// The majority: `N/2 + 1`.
+    pub fn quorum(&self) -> usize {
+        self.fanout.len() / 2 + 1
+    }
+
+    /// Acquires `resource` for `ttl`, retrying up to [`Config::retry_count`] times with a jittered delay.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Held`] if another holder still had it at the last attempt;
+    /// - [`Error::Quorum`] if too many nodes were down, hung or failing, with every node's outcome;
+    /// - [`Error::Config`] for an empty resource name or an invalid `ttl`.
+    pub fn lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Lock> {
+        let resource = resource.as_ref();
+        let ttl_ms = self.check(resource, ttl)?;
+        let mut attempt = 0;
+        loop {
+            let (failure, report) = match self.attempt(resource, ttl, ttl_ms)? {
+                Ok(lock) => return Ok(lock),
+                Err(failed) => failed,
+            };
+            if attempt >= self.config.retry_count {
+                let report = Box::new(report);
+                return Err(if failure == Failure::Held {
+                    Error::Held(report)
+                } else {
+                    Error::Quorum(report)
+                });
+            }
+            attempt += 1;
+            thread::sleep(self.retry_pause());
+        }
+    }
+
+    /// Acquires `resource` for [`Config::ttl`], retrying as [`lock`](LockManager::lock) does.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](LockManager::lock).
+    pub fn acquire(&self, resource: impl AsRef<[u8]>) -> Result<Lock> {
+        self.lock(resource, self.config.ttl)
+    }
+
+    /// One attempt to acquire `resource` for `ttl`: `Ok(None)` if another holder has it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Quorum`] if too many nodes failed to answer for a decision, [`Error::Config`] for invalid
+    /// arguments.
+    pub fn try_lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Option<Lock>> {
+        let resource = resource.as_ref();
+        let ttl_ms = self.check(resource, ttl)?;
+        match self.attempt(resource, ttl, ttl_ms)? {
+            Ok(lock) => Ok(Some(lock)),
+            Err((Failure::Held, _)) => Ok(None),
+            Err((_, report)) => Err(Error::Quorum(Box::new(report))),
+        }
+    }
+
+    /// Extends `lock`'s lease to `ttl` from now, on all nodes at once. On success the new validity is measured
+    /// from the start of this call; on failure `lock` keeps its current validity.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Expired`] if the lease had already run out (nothing is sent: an extension never re-creates an
+    ///   expired lock);
+    /// - [`Error::ExtendLimit`] after [`Config::max_extensions`] extensions;
+    /// - [`Error::LockLost`] if a majority no longer holds our value;
+    /// - [`Error::Quorum`] if too few nodes answered within the current lease.
+    pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
+        let ttl_ms = self.config.check_ttl(ttl)?;
+        if lock.extensions >= self.config.max_extensions {
+            return Err(Error::ExtendLimit(lock.extensions));
+        }
+        let start = Instant::now();
+        if start >= lock.valid_until {
+            return Err(Error::Expired);
+        }
+        let drift = drift(ttl, self.config.drift_factor);
+        let mut quorum =
+            Quorum::new(self.fanout.len(), start, ttl, drift).decide_by(lock.valid_until);
+        let deadline = (start + self.config.round_timeout).min(quorum.deadline());
+        let mut outcomes = vec![Outcome::NotAwaited; self.fanout.len()];
+        let mut status = Status::Pending;
+        self.script_round(
+            Script::Extend,
+            &lock.resource,
+            &lock.value,
+            ttl_ms,
+            deadline,
+            |node, reply| {
+                let (vote, outcome) = script_vote(&reply);
+                outcomes[node] = outcome;
+                status = quorum.vote(node, vote, Instant::now());
+                status != Status::Pending
+            },
+        );
+        match settle(status, &quorum) {
+            Ok(valid_until) => {
+                lock.valid_until = valid_until;
+                lock.extensions += 1;
+                Ok(())
+            }
+            Err(failure) => {
+                let report = Box::new(self.report(&lock.resource, outcomes, quorum.quorum()));
+                Err(if failure == Failure::Held {
+                    Error::LockLost(report)
+                } else {
+                    Error::Quorum(report)
+                })
+            }
+        }
+    }
+
+    /// Releases `lock` on all nodes at once (compare-and-delete: a node only deletes the key if it still holds this
+    /// lock's value, so an expired lock never deletes its next holder's key).
+    ///
+    /// Returns once a majority confirmed, or every node answered, or the round timed out: the number of nodes that
+    /// deleted the key by then. Nodes that had not answered still delete it when the request reaches them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Quorum`] if fewer than a majority of nodes answered at all: the release may not have happened, and
+    /// the lock will end with its lease.
+    pub fn unlock(&self, lock: Lock) -> Result<usize> {
+        let n = self.fanout.len();
+        let quorum = self.quorum();
+        let deadline = Instant::now() + self.config.round_timeout;
+        let mut outcomes = vec![Outcome::NotAwaited; n];
+        let (mut released, mut answered) = (0, 0);
+        self.script_round(
+            Script::Release,
+            &lock.resource,
+            &lock.value,
+            0,
+            deadline,
+            |node, reply| {
+                let (vote, outcome) = script_vote(&reply);
+                outcomes[node] = outcome;
+                released += usize::from(vote == Vote::Yes);
+                answered += usize::from(vote != Vote::Failed);
+                released >= quorum
+            },
+        );
+        if answered < quorum {
+            return Err(Error::Quorum(Box::new(self.report(
+                &lock.resource,
+                outcomes,
+                quorum,
+            ))));
+        }
+        Ok(released)
+    }
+
+    fn check(&self, resource: &[u8], ttl: Duration) -> Result<u64> {
+        if resource.is_empty() {
+            return Err(Error::Config("the resource name is empty".into()));
+        }
+        self.config.check_ttl(ttl)
+    }
+
+    /// One acquisition round. `Err` carries why it failed and every node's outcome; partial grants have been
+    /// released by then.
+    #[allow(clippy::type_complexity)]
+    fn attempt(
+        &self,
+        resource: &[u8],
+        ttl: Duration,
+        ttl_ms: u64,
+    ) -> Result<std::result::Result<Lock, (Failure, Report)>> {
+        let value = self
+            .tokens
+            .next()
+            .map_err(|e| Error::Os(format!("no randomness for the lock value: {e}")))?;
+        let n = self.fanout.len();
+        let mut request = BytesMut::with_capacity(64 + resource.len());
+        scripts::acquire(&mut request, resource, &value, ttl_ms);
+        // The clock starts before the first byte is sent, as the spec requires.
+        let start = Instant::now();
+        let mut quorum = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor));
+        let mut round = self
+            .fanout
+            .round((start + self.config.round_timeout).min(quorum.deadline()));
+        round.send_all(&request, 1);
+        let mut outcomes = vec![Outcome::NotAwaited; n];
+        let mut status = Status::Pending;
+        while let Some((node, reply)) = round.next() {
+            let (vote, outcome) = set_vote(reply);
+            outcomes[node] = outcome;
+            status = quorum.vote(node, vote, Instant::now());
+            if status != Status::Pending {
+                break; // decided: slower replies are drained later; a release covers them
+            }
+        }
+        drop(round);
+        match settle(status, &quorum) {
+            Ok(valid_until) => Ok(Ok(Lock {
+                resource: resource.to_vec(),
+                value,
+                valid_until,
+                extensions: 0,
+            })),
+            Err(failure) => {
+                // Release at once wherever the key may have been set, without waiting: the spec's "unlock all
+                // the instances", and it keeps a failed attempt from blocking others until the TTL.
+                let mut release = BytesMut::new();
+                scripts::call(&mut release, Script::Release, false, resource, &value, 0);
+                let mut round = self.fanout.round(Instant::now());
+                round.send_all(&release, 1);
+                Ok(Err((
+                    failure,
+                    self.report(resource, outcomes, quorum.quorum()),
+                )))
+            }
+        }
+    }
+
+    /// Runs `script` on all nodes until `on_reply` says stop or the round ends; a node that has lost the script
+    /// (`NOSCRIPT`) gets it once more in full with `EVAL`.
+    fn script_round(
+        &self,
+        script: Script,
+        resource: &[u8],
+        value: &[u8],
+        ttl_ms: u64,
+        deadline: Instant,
+        mut on_reply: impl FnMut(usize, Reply) -> bool,
+    ) {
+        let mut request = BytesMut::with_capacity(128 + resource.len());
+        scripts::call(&mut request, script, false, resource, value, ttl_ms);
+        let mut round = self.fanout.round(deadline);
+        round.send_all(&request, 1);
+        let mut resent = vec![false; self.fanout.len()];
+        while let Some((node, reply)) = round.next() {
+            if is_noscript(&reply) && !resent[node] {
+                resent[node] = true;
+                request.clear();
+                scripts::call(&mut request, script, true, resource, value, ttl_ms);
+                round.send(node, &request, 1);
+                continue;
+            }
+            if on_reply(node, reply) {
+                break;
+            }
+        }
+    }
+
+    fn report(&self, resource: &[u8], outcomes: Vec<Outcome>, quorum: usize) -> Report {
+        let nodes = self.fanout.addrs().iter().cloned().zip(outcomes).collect();
+        Report {
+            resource: resource.to_vec(),
+            nodes,
+            quorum,
+        }
+    }
+
+    /// `retry_delay` ± a uniformly random amount up to `retry_jitter`.
+    fn retry_pause(&self) -> Duration {
+        let jitter = self
+            .config
+            .retry_jitter
+            .as_nanos()
+            .min(u128::from(u64::MAX / 2)) as u64;
+        let r = self.tokens.random_u64().unwrap_or(0) % (2 * jitter + 1);
+        let delay = self.config.retry_delay;
+        if r >= jitter {
+            delay + Duration::from_nanos(r - jitter)
+        } else {
+            delay.saturating_sub(Duration::from_nanos(jitter - r))
+        }
+    }
+}
+
+/// The verdict once the round is over. Every node has voted or timed out by then, so the state machine has
+/// decided; a round that ended early for another reason is a failure unless it holds a majority in time.
+fn settle(status: Status, quorum: &Quorum) -> std::result::Result<Instant, Failure> {
+    let status = if status == Status::Pending {
+        quorum.status(Instant::now())
+    } else {
+        status
+    };
+    match status {
+        Status::Acquired { valid_until } => Ok(valid_until),
+        Status::Failed(failure) => Err(failure),
+        Status::Pending => Err(Failure::Unavailable),
+    }
+}

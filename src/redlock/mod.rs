@@ -1,0 +1,22 @@
+//! The Redlock algorithm and the lock API: [`LockManager`], [`Lock`], [`Config`], [`Error`].
+//!
+//! Per "Distributed locks with Redis" (the Redlock page): to acquire, take the time, send `SET resource value NX PX
+//! ttl` to all N masters at once, and hold the lock if a majority (N/2 + 1) said OK while the lease is still valid;
+//! the validity is the TTL minus the time elapsed minus a clock-drift allowance. Release and extension are
+//! compare-and-delete / compare-and-pexpire Lua scripts, also sent to all N at once.
+//!
+//! - [`quorum`]: the decision as a pure state machine (votes and `now` in, verdict out).
+//! - [`LockManager`]: acquire (`lock`, `try_lock`, `acquire`), `extend`, `unlock`.
+
+mod config;
+mod error;
+mod lock;
+mod manager;
+pub mod quorum;
+pub mod scripts;
+mod token;
+
+pub use config::Config;
+pub use error::{Error, Outcome, Report, Result};
+pub use lock::Lock;
+pub use manager::{Builder, LockManager};

@@ -1,0 +1,316 @@
+//! The quorum decision, sans I/O: votes and the time go in, a verdict comes out.
+//!
+//! This is the heart of Redlock ("Distributed locks with Redis", *The Redlock algorithm*): the client holds the
+//! lock if and only if it got the key set in the majority of instances, and the time elapsed to get it is less than
+//! the lock's validity time. It never looks at a clock: every call takes `now`, so tests drive it with a virtual
+//! clock.
+
+use std::time::{Duration, Instant};
+
+/// What one node answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Vote {
+    /// The node set (or extended) the key with our value.
+    Yes,
+    /// The node holds the key for another value, or no longer holds ours: someone else has the lock there.
+    Taken,
+    /// No usable answer: down, timed out, error reply.
+    Failed,
+}
+
+/// The verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Not decided yet: a majority is still possible and time remains.
+    Pending,
+    /// A majority said yes in time. The lock is valid until the given instant.
+    Acquired {
+        /// `start + ttl − drift`.
+        valid_until: Instant,
+    },
+    /// A majority is no longer possible, or it came too late.
+    Failed(Failure),
+}
+
+/// Why a quorum was not reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// Enough nodes hold the key for someone else that a majority is impossible: the resource is held.
+    Held,
+    /// Too many nodes failed (down, hung, error) for a majority.
+    Unavailable,
+    /// The decision time passed before a majority said yes: the lock would already be invalid.
+    TooLate,
+}
+
+/// The clock-drift allowance of the Redlock spec for a lease of `ttl`: `ttl × factor + 2 ms` (the 2 ms cover the
+/// millisecond granularity of Redis' expiry).
+pub fn drift(ttl: Duration, factor: f64) -> Duration {
+    ttl.mul_f64(factor) + Duration::from_millis(2)
+}
+
+/// One decision over N nodes.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use muxlock::redlock::quorum::{Quorum, Status, Vote};
+///
+/// let t0 = Instant::now();
+/// let ttl = Duration::from_secs(10);
+/// let mut q = Quorum::new(5, t0, ttl, Duration::from_millis(102));
+/// assert_eq!(q.vote(0, Vote::Yes, t0), Status::Pending);
+/// assert_eq!(q.vote(3, Vote::Failed, t0), Status::Pending);
+/// let valid_until = t0 + ttl - Duration::from_millis(102);
+/// assert_eq!(q.vote(1, Vote::Yes, t0), Status::Pending);
+/// assert_eq!(q.vote(4, Vote::Yes, t0), Status::Acquired { valid_until }); // 3 of 5: decided at once
+/// ```
+#[derive(Clone, Debug)]
+pub struct Quorum {
+    votes: Vec<Option<Vote>>,
+    quorum: usize,
+    yes: usize,
+    taken: usize,
+    failed: usize,
+    valid_until: Instant,
+    decide_by: Instant,
+}
+
+impl Quorum {
+    /// A decision over `n` nodes for a lease of `ttl` that started at `start` (taken *before* the requests were
+    /// sent), with the given drift allowance. The majority is `n / 2 + 1`.
+    pub fn new(n: usize, start: Instant, ttl: Duration, drift: Duration) -> Quorum {
+        let valid_until = start + ttl.saturating_sub(drift);
+        Quorum {
+            votes: vec![None; n],
+            quorum: n / 2 + 1,
+            yes: 0,
+            taken: 0,
+            failed: 0,
+            valid_until,
+            decide_by: valid_until,
+        }
+    }
+
+    /// Also requires the decision before `instant` (an extension must succeed while the current lease is valid).
+    #[must_use]
+    pub fn decide_by(mut self, instant: Instant) -> Quorum {
+        self.decide_by = self.decide_by.min(instant);
+        self
+    }
+
+    /// The majority: how many yes votes are needed.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// The yes votes so far.
+    pub fn yes(&self) -> usize {
+        self.yes
+    }
+
+    /// The last instant at which a majority still counts.
+    pub fn deadline(&self) -> Instant {
+        self.decide_by
+    }
+
+    /// Records node `node`'s vote at `now` and returns the verdict. A node's second vote, or a vote for a node out
+    /// of range, is ignored.
+    pub fn vote(&mut self, node: usize, vote: Vote, now: Instant) -> Status {
+        if let Some(slot @ None) = self.votes.get_mut(node) {
+            *slot = Some(vote);
+            match vote {
+                Vote::Yes => self.yes += 1,
+                Vote::Taken => self.taken += 1,
+                Vote::Failed => self.failed += 1,
+            }
+        }
+        self.status(now)
+    }
+
+    /// The verdict at `now`, from the votes so far. Nodes that have not voted may still say yes until the
+    /// decision time; after it, nothing can succeed.
+    pub fn status(&self, now: Instant) -> Status {
+        if now >= self.decide_by {
+            // Too late even if the votes are there: the validity would be zero or negative.
+            return Status::Failed(Failure::TooLate);
+        }
+        if self.yes >= self.quorum {
+            return Status::Acquired {
+                valid_until: self.valid_until,
+            };
+        }
+        let undecided = self.votes.len() - self.yes - self.taken - self.failed;
+        if self.yes + undecided < self.quorum {
+            // Held if the other holders alone block a majority; otherwise failures are (also) to blame.
+            let blocked_by_holders = self.votes.len() - self.taken < self.quorum;
+            return Status::Failed(if blocked_by_holders {
+                Failure::Held
+            } else {
+                Failure::Unavailable
+            });
+        }
+        Status::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand_chacha::ChaCha8Rng;
+    use rand_chacha::rand_core::{Rng, SeedableRng};
+
+    const TTL: Duration = Duration::from_millis(1000);
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn decides_as_soon_as_the_outcome_is_certain() {
+        let t0 = Instant::now();
+        let mut q = Quorum::new(5, t0, TTL, ms(12));
+        assert_eq!(q.vote(0, Vote::Taken, t0), Status::Pending);
+        assert_eq!(q.vote(1, Vote::Taken, t0), Status::Pending);
+        // Third "taken": the holder has a majority, no need to wait for the other two.
+        assert_eq!(
+            q.vote(2, Vote::Taken, t0 + ms(1)),
+            Status::Failed(Failure::Held)
+        );
+
+        let mut q = Quorum::new(5, t0, TTL, ms(12));
+        q.vote(0, Vote::Failed, t0);
+        q.vote(1, Vote::Taken, t0);
+        assert_eq!(
+            q.vote(2, Vote::Failed, t0),
+            Status::Failed(Failure::Unavailable)
+        );
+
+        let mut q = Quorum::new(3, t0, TTL, ms(12));
+        q.vote(0, Vote::Yes, t0);
+        assert_eq!(
+            q.vote(0, Vote::Yes, t0),
+            Status::Pending,
+            "a node votes once"
+        );
+        assert_eq!(
+            q.vote(7, Vote::Yes, t0),
+            Status::Pending,
+            "unknown node ignored"
+        );
+        assert_eq!(
+            q.vote(2, Vote::Yes, t0 + ms(5)),
+            Status::Acquired {
+                valid_until: t0 + TTL - ms(12)
+            }
+        );
+    }
+
+    #[test]
+    fn a_majority_that_comes_too_late_is_not_a_lock() {
+        let t0 = Instant::now();
+        let mut q = Quorum::new(3, t0, TTL, ms(12));
+        q.vote(0, Vote::Yes, t0);
+        assert_eq!(
+            q.vote(1, Vote::Yes, t0 + TTL - ms(12)),
+            Status::Failed(Failure::TooLate)
+        );
+        // An extension must also finish inside the current lease.
+        let q = Quorum::new(3, t0, TTL, ms(12)).decide_by(t0 + ms(100));
+        assert_eq!(q.deadline(), t0 + ms(100));
+        assert_eq!(q.status(t0 + ms(100)), Status::Failed(Failure::TooLate));
+    }
+
+    #[test]
+    fn even_n_needs_more_than_half() {
+        let t0 = Instant::now();
+        let mut q = Quorum::new(4, t0, TTL, ms(12));
+        assert_eq!(q.quorum(), 3);
+        q.vote(0, Vote::Yes, t0);
+        assert_eq!(q.vote(1, Vote::Yes, t0), Status::Pending);
+        assert_eq!(q.vote(2, Vote::Taken, t0), Status::Pending);
+        assert_eq!(q.vote(3, Vote::Taken, t0), Status::Failed(Failure::Held));
+    }
+
+    /// The verdict recomputed from scratch: the reference the state machine is checked against.
+    fn reference(n: usize, votes: &[(usize, Vote)], decide_by: Instant, now: Instant) -> Status {
+        let count = |v| votes.iter().filter(|(_, x)| *x == v).count();
+        let (yes, taken, failed) = (count(Vote::Yes), count(Vote::Taken), count(Vote::Failed));
+        let quorum = n / 2 + 1;
+        if now >= decide_by {
+            Status::Failed(Failure::TooLate)
+        } else if yes >= quorum {
+            Status::Acquired {
+                valid_until: decide_by,
+            }
+        } else if yes + (n - yes - taken - failed) < quorum {
+            Status::Failed(if n - taken < quorum {
+                Failure::Held
+            } else {
+                Failure::Unavailable
+            })
+        } else {
+            Status::Pending
+        }
+    }
+
+    /// Random schedules: each node answers (or not) at a random virtual time; at the deadline the net layer turns
+    /// silence into failures. The machine must agree with the reference after every event, decide exactly when
+    /// the outcome becomes certain, and never grant a lock without a majority in time.
+    #[test]
+    fn randomised_schedules_agree_with_the_reference() {
+        let mut rng = ChaCha8Rng::seed_from_u64(0x5eed);
+        let t0 = Instant::now();
+        for _ in 0..20_000 {
+            let n = 1 + (rng.next_u32() % 9) as usize;
+            let ttl = ms(50 + u64::from(rng.next_u32() % 500));
+            let drift = drift(ttl, 0.01);
+            let round_deadline = t0 + ms(u64::from(rng.next_u32() % 600));
+            let mut events: Vec<(Duration, usize, Vote)> = (0..n)
+                .map(|node| {
+                    let at = ms(u64::from(rng.next_u32() % 700));
+                    let vote = match rng.next_u32() % 4 {
+                        0 | 1 => Vote::Yes,
+                        2 => Vote::Taken,
+                        _ => Vote::Failed,
+                    };
+                    (at, node, vote)
+                })
+                .collect();
+            // Replies after the round deadline never arrive: those nodes time out at the deadline.
+            for e in &mut events {
+                if t0 + e.0 > round_deadline {
+                    *e = (round_deadline - t0, e.1, Vote::Failed);
+                }
+            }
+            events.sort_by_key(|e| e.0);
+            let mut q = Quorum::new(n, t0, ttl, drift);
+            let mut seen = Vec::new();
+            let mut decided = None;
+            for &(at, node, vote) in &events {
+                let now = t0 + at;
+                seen.push((node, vote));
+                let got = q.vote(node, vote, now);
+                assert_eq!(
+                    got,
+                    reference(n, &seen, q.deadline(), now),
+                    "n={n} seen={seen:?}"
+                );
+                if got != Status::Pending && decided.is_none() {
+                    decided = Some(got);
+                }
+                if let Status::Acquired { valid_until } = got {
+                    assert!(q.yes() >= q.quorum() && now < valid_until);
+                    assert_eq!(valid_until, t0 + ttl - drift);
+                }
+            }
+            // With every vote in, the machine has decided.
+            assert_ne!(
+                q.status(t0 + events.last().map_or(Duration::ZERO, |e| e.0)),
+                Status::Pending
+            );
+            assert!(decided.is_some());
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! The lock API against real redis-server masters: 1, 3 and 5 nodes, failures, contention.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use muxlock::redlock::scripts::{EXTEND, EXTEND_SHA1, RELEASE, RELEASE_SHA1};
+use muxlock::redlock::{Config, Error, LockManager, Outcome};
+use support::{Cluster, cmd};
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn manager(cluster: &Cluster, config: Config) -> LockManager {
+    LockManager::builder()
+        .nodes(cluster.urls())
+        .config(config)
+        .build()
+        .expect("valid config")
+}
+
+fn quick() -> Config {
+    Config {
+        retry_count: 0,
+        round_timeout: Duration::from_millis(500),
+        ..Config::default()
+    }
+}
+
+/// The value stored under `key` on node `i`, read with a raw command.
+fn get(cluster: &Cluster, i: usize, key: &str) -> Vec<u8> {
+    cluster.node(i).raw(&cmd(&["GET", key]))
+}
+
+fn bulk(s: &str) -> Vec<u8> {
+    format!("${}\r\n{s}\r\n", s.len()).into_bytes()
+}
+
+#[test]
+fn lock_extend_unlock_on_1_3_and_5_nodes() {
+    for n in [1, 3, 5] {
+        let cluster = Cluster::start(n);
+        let locks = manager(&cluster, quick());
+        assert_eq!(locks.quorum(), n / 2 + 1);
+        let mut lock = locks.lock("res", TTL).expect("free resource");
+        assert_eq!(lock.resource(), b"res");
+        assert_eq!(lock.value().len(), 40);
+        assert!(
+            lock.is_valid()
+                && lock.validity() > TTL - Duration::from_secs(1)
+                && lock.validity() <= TTL
+        );
+        // The key holds our value on (at least) a majority; normally on all.
+        let holding = (0..n)
+            .filter(|&i| get(&cluster, i, "res") == bulk(lock.value()))
+            .count();
+        assert!(holding >= locks.quorum(), "{holding} of {n}");
+        // A second client cannot take it.
+        let other = manager(&cluster, quick());
+        assert!(other.try_lock("res", TTL).expect("nodes up").is_none());
+        let err = other.lock("res", TTL).expect_err("held");
+        assert!(err.is_held(), "{err}");
+        // Extend: new validity from now, counted.
+        std::thread::sleep(Duration::from_millis(20));
+        let before = lock.valid_until();
+        locks
+            .extend(&mut lock, Duration::from_secs(20))
+            .expect("extend");
+        assert!(lock.valid_until() > before + Duration::from_secs(9));
+        assert_eq!(lock.extensions(), 1);
+        let pttl = cluster.node(0).raw(&cmd(&["PTTL", "res"]));
+        let pttl: u64 = std::str::from_utf8(&pttl[1..pttl.len() - 2])
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(pttl > 15_000, "pttl {pttl}");
+        // Release: a majority confirmed; then the other client gets it.
+        let released = locks.unlock(lock).expect("release");
+        assert!(released >= locks.quorum(), "{released}");
+        let lock2 = other
+            .try_lock("res", TTL)
+            .expect("nodes up")
+            .expect("free again");
+        let released = other.unlock(lock2).expect("release");
+        assert!((n / 2 + 1..=n).contains(&released), "{released}");
+    }
+}
+
+#[test]
+fn an_expired_lock_cannot_be_released_or_extended_and_spares_the_next_holder() {
+    let cluster = Cluster::start(3);
+    let locks = manager(&cluster, quick());
+    let mut old = locks.lock("res", Duration::from_millis(100)).expect("lock");
+    std::thread::sleep(Duration::from_millis(150));
+    assert!(!old.is_valid());
+    assert_eq!(old.validity(), Duration::ZERO);
+    assert_eq!(locks.extend(&mut old, TTL), Err(Error::Expired));
+    let next = locks.lock("res", TTL).expect("expired, so free");
+    assert_ne!(
+        next.value(),
+        old.value(),
+        "values are unique per acquisition"
+    );
+    // The old holder's release deletes nothing: every node answers "not ours".
+    assert_eq!(locks.unlock(old), Ok(0));
+    for i in 0..3 {
+        assert_eq!(get(&cluster, i, "res"), bulk(next.value()), "node {i}");
+    }
+    assert!(locks.unlock(next).expect("release") >= 2);
+}
+
+#[test]
+fn an_extension_never_recreates_a_lost_key() {
+    let cluster = Cluster::start(3);
+    let locks = manager(&cluster, quick());
+    let mut lock = locks.lock("res", TTL).expect("lock");
+    // The keys vanish behind our back (eviction, FLUSHALL, failover): the extension reports the loss.
+    cluster.flush_all();
+    let err = locks.extend(&mut lock, TTL).expect_err("lost");
+    assert!(matches!(err, Error::LockLost(_)), "{err}");
+    for i in 0..3 {
+        assert_eq!(get(&cluster, i, "res"), b"$-1\r\n".to_vec());
+    }
+}
+
+#[test]
+fn two_of_five_down_still_locks_three_down_is_a_quorum_error_in_time() {
+    let mut cluster = Cluster::start(5);
+    let config = Config {
+        retry_count: 0,
+        round_timeout: Duration::from_millis(200),
+        ..Config::default()
+    };
+    let locks = manager(&cluster, config);
+    locks
+        .unlock(locks.lock("warm", TTL).expect("all up"))
+        .expect("release");
+    cluster.kill(0);
+    cluster.kill(3);
+    let lock = locks.lock("a", TTL).expect("3 of 5 are enough");
+    locks.unlock(lock).expect("release");
+    cluster.kill(4);
+    let started = Instant::now();
+    let err = locks.lock("b", TTL).expect_err("2 of 5");
+    assert!(
+        started.elapsed() < Duration::from_millis(200) + Duration::from_millis(150),
+        "{:?}",
+        started.elapsed()
+    );
+    let Error::Quorum(report) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(report.quorum(), 3);
+    assert_eq!(report.nodes().len(), 5);
+    for i in [0, 3, 4] {
+        assert!(matches!(report.nodes()[i].1, Outcome::Failed(_)), "{err}");
+    }
+    // The message names every node and what happened to it.
+    let msg = err.to_string();
+    for node in cluster.urls() {
+        assert!(msg.contains(&node), "{msg}");
+    }
+    assert!(
+        msg.contains("granted") && (msg.contains("refused") || msg.contains("closed")),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_hung_node_does_not_slow_acquisition_and_a_restarted_node_is_used_again() {
+    let mut cluster = Cluster::start(5);
+    let config = Config {
+        retry_count: 0,
+        round_timeout: Duration::from_secs(2),
+        ..Config::default()
+    };
+    let locks = manager(&cluster, config);
+    locks
+        .unlock(locks.lock("warm", TTL).expect("all up"))
+        .expect("release");
+    cluster.pause(2);
+    for i in 0..20 {
+        let started = Instant::now();
+        let lock = locks.lock(format!("r{i}"), TTL).expect("4 of 5 answer");
+        locks.unlock(lock).expect("release");
+        // Far below the 2 s round deadline: nobody waited for the hung node.
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "round {i}: {:?}",
+            started.elapsed()
+        );
+    }
+    cluster.resume(2);
+    cluster.kill(1);
+    cluster.restart(1);
+    // Used again without the user doing anything: within a bounded time, a lock lands on node 1 too.
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let lock = locks.lock("back", TTL).expect("lock");
+        std::thread::sleep(Duration::from_millis(20)); // slower replies land after the quorum
+        let on_node_1 = get(&cluster, 1, "back") == bulk(lock.value());
+        locks.unlock(lock).expect("release");
+        if on_node_1 {
+            break;
+        }
+        assert!(Instant::now() < until, "node 1 never used again");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn contention_loses_no_update() {
+    let cluster = Cluster::start(3);
+    let config = Config {
+        retry_count: 10_000,
+        retry_delay: Duration::from_millis(1),
+        retry_jitter: Duration::from_millis(1),
+        round_timeout: Duration::from_millis(500),
+        ..Config::default()
+    };
+    let managers = [
+        Arc::new(manager(&cluster, config.clone())),
+        Arc::new(manager(&cluster, config)),
+    ];
+    let counter = Arc::new(AtomicU64::new(0));
+    const THREADS: usize = 8;
+    const ROUNDS: u64 = 250;
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let locks = Arc::clone(&managers[t % 2]);
+            let counter = Arc::clone(&counter);
+            std::thread::spawn(move || {
+                for _ in 0..ROUNDS {
+                    let lock = locks.lock("counter", TTL).expect("lock");
+                    // Non-atomic read-modify-write, with a yield in the middle to invite a lost update.
+                    let v = counter.load(Ordering::SeqCst);
+                    std::thread::yield_now();
+                    counter.store(v + 1, Ordering::SeqCst);
+                    assert!(lock.is_valid());
+                    locks.unlock(lock).expect("release");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("worker");
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), THREADS as u64 * ROUNDS);
+}
+
+#[test]
+fn script_hashes_match_the_server_and_noscript_falls_back_to_eval() {
+    let cluster = Cluster::start(3);
+    for (script, sha) in [(RELEASE, RELEASE_SHA1), (EXTEND, EXTEND_SHA1)] {
+        assert_eq!(
+            cluster.node(0).raw(&cmd(&["SCRIPT", "LOAD", script])),
+            bulk(sha)
+        );
+    }
+    let locks = manager(&cluster, quick());
+    let mut lock = locks.lock("res", TTL).expect("lock");
+    // The scripts vanish from the servers' caches: EVALSHA gets NOSCRIPT, EVAL takes over.
+    for i in 0..3 {
+        assert_eq!(
+            cluster.node(i).raw(&cmd(&["SCRIPT", "FLUSH"])),
+            b"+OK\r\n".to_vec()
+        );
+    }
+    locks
+        .extend(&mut lock, TTL)
+        .expect("extend after SCRIPT FLUSH");
+    assert!(locks.unlock(lock).expect("release after SCRIPT FLUSH") >= 2);
+}
+
+#[test]
+fn bad_configuration_is_refused_at_build_time() {
+    let cluster = Cluster::start(1);
+    let url = cluster.urls()[0].clone();
+    let cases: Vec<(Vec<String>, Config, &str)> = vec![
+        (vec![], Config::default(), "no nodes"),
+        (
+            vec!["redis://h:notaport".into()],
+            Config::default(),
+            "port is not a number",
+        ),
+        (
+            vec![url.clone(), url.clone()],
+            Config::default(),
+            "listed twice",
+        ),
+        (
+            vec![url.clone(), url.replace("127.0.0.1", "localhost")],
+            Config::default(),
+            "listed twice",
+        ),
+        (
+            vec![url.clone()],
+            Config {
+                ttl: Duration::ZERO,
+                ..Config::default()
+            },
+            "ttl",
+        ),
+        (
+            vec![url.clone()],
+            Config {
+                drift_factor: -1.0,
+                ..Config::default()
+            },
+            "drift_factor",
+        ),
+    ];
+    for (nodes, config, want) in cases {
+        let err = LockManager::builder()
+            .nodes(nodes.clone())
+            .config(config)
+            .build()
+            .expect_err("invalid");
+        assert!(err.is_config(), "{nodes:?}: {err}");
+        assert!(err.to_string().contains(want), "{nodes:?}: {err}");
+    }
+    let locks = LockManager::new([url]).expect("valid");
+    for (resource, ttl, want) in [
+        ("", TTL, "resource name is empty"),
+        ("r", Duration::ZERO, "ttl must be more than zero"),
+        (
+            "r",
+            Config::MAX_TTL + Duration::from_secs(1),
+            "longer than the maximum",
+        ),
+    ] {
+        let err = locks.try_lock(resource, ttl).expect_err("invalid");
+        assert!(err.is_config() && err.to_string().contains(want), "{err}");
+    }
+    // Resource names are bytes: not UTF-8 is fine.
+    let lock = locks
+        .try_lock([0xff, 0xfe, 0x00], TTL)
+        .expect("ok")
+        .expect("free");
+    assert_eq!(lock.resource(), &[0xff, 0xfe, 0x00]);
+    assert_eq!(locks.unlock(lock), Ok(1));
+}
+
+#[test]
+fn public_types_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<LockManager>();
+    assert_send_sync::<muxlock::Lock>();
+    assert_send_sync::<Error>();
+    assert_send_sync::<muxlock::net::Fanout>();
+}
