@@ -69,8 +69,8 @@ pub(crate) struct Conn {
     pub(crate) sessions: u64,
 }
 
-/// How much a read asks the socket for at once.
-const READ_CHUNK: usize = 16 * 1024;
+/// How much a read asks the socket for at once: the size of the scratch buffer callers pass in.
+pub(crate) const READ_CHUNK: usize = 16 * 1024;
 
 impl Conn {
     pub(crate) fn new(addr: NodeAddr, opts: &Options, now: Instant) -> Conn {
@@ -223,11 +223,12 @@ impl Conn {
     pub(crate) fn on_event(
         &mut self,
         readable: bool,
+        scratch: &mut [u8],
         opts: &Options,
         now: Instant,
         sink: &mut dyn FnMut(Waiter, Result<Value, NodeError>),
     ) {
-        if let Err(e) = self.try_event(readable, opts, sink) {
+        if let Err(e) = self.try_event(readable, scratch, opts, sink) {
             self.fail(e, opts, now, sink);
         }
     }
@@ -235,6 +236,7 @@ impl Conn {
     fn try_event(
         &mut self,
         readable: bool,
+        scratch: &mut [u8],
         opts: &Options,
         sink: &mut dyn FnMut(Waiter, Result<Value, NodeError>),
     ) -> Result<(), NodeError> {
@@ -263,13 +265,16 @@ impl Conn {
         }
         self.flush()?;
         if readable {
-            self.read(opts, sink)?;
+            self.read(scratch, opts, sink)?;
         }
         Ok(())
     }
 
+    /// Reads into `scratch` (zeroed once, reused by every connection) and appends what came to the read buffer:
+    /// cheaper than growing and zeroing the read buffer for every read when replies are a few bytes.
     fn read(
         &mut self,
+        scratch: &mut [u8],
         opts: &Options,
         sink: &mut dyn FnMut(Waiter, Result<Value, NodeError>),
     ) -> Result<(), NodeError> {
@@ -277,18 +282,14 @@ impl Conn {
             let State::Up { stream } = &mut self.state else {
                 return Ok(());
             };
-            let start = self.rbuf.len();
-            self.rbuf.resize(start + READ_CHUNK, 0);
-            let got = stream.read(&mut self.rbuf[start..]);
-            let n = *got.as_ref().unwrap_or(&0);
-            self.rbuf.truncate(start + n);
-            match got {
+            let n = match stream.read(scratch) {
                 Ok(0) => return Err(NodeError::Closed),
-                Ok(_) => {}
+                Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(NodeError::from_io(&e)),
-            }
+            };
+            self.rbuf.extend_from_slice(&scratch[..n]);
             while let Some(value) = self
                 .decoder
                 .decode(&mut self.rbuf)
@@ -298,7 +299,7 @@ impl Conn {
             }
             // A short read drained the socket: on Linux, bytes arriving later raise a new edge-triggered event, so
             // the extra read that would only return WouldBlock is skipped.
-            if n < READ_CHUNK {
+            if n < scratch.len() {
                 break;
             }
         }

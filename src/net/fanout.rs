@@ -19,7 +19,7 @@ use std::time::Instant;
 use mio::{Events, Poll, Registry, Token};
 
 use super::addr::NodeAddr;
-use super::conn::{Conn, Waiter};
+use super::conn::{Conn, READ_CHUNK, Waiter};
 use super::error::NodeError;
 use super::options::Options;
 use crate::resp::Value;
@@ -61,6 +61,8 @@ pub struct Fanout {
 struct PollState {
     poll: Poll,
     events: Events,
+    /// Every socket read lands here first; only the driver reads.
+    scratch: Box<[u8]>,
 }
 
 struct Inner {
@@ -135,6 +137,7 @@ impl Fanout {
             poll: Mutex::new(PollState {
                 poll,
                 events: Events::with_capacity(256),
+                scratch: vec![0; READ_CHUNK].into_boxed_slice(),
             }),
             registry,
             opts,
@@ -225,7 +228,11 @@ impl Fanout {
     /// Polls once, up to `deadline`, and files every reply that arrived. Called with `driving` set by the caller.
     fn drive(&self, deadline: Instant) {
         let mut ps = lock(&self.poll);
-        let PollState { poll, events } = &mut *ps;
+        let PollState {
+            poll,
+            events,
+            scratch,
+        } = &mut *ps;
         let timeout = deadline.saturating_duration_since(Instant::now());
         // An interrupted or failed poll just returns early; the caller's loop re-checks its deadline.
         let polled = poll.poll(events, Some(timeout)).is_ok();
@@ -240,7 +247,7 @@ impl Fanout {
                 continue; // an event of a connection since replaced
             };
             let readable = event.is_readable() || event.is_read_closed() || event.is_error();
-            conn.on_event(readable, &self.opts, now, &mut |w, r| {
+            conn.on_event(readable, scratch, &self.opts, now, &mut |w, r| {
                 file(slots, node, w, r, &mut wake)
             });
         }
