@@ -12,7 +12,13 @@ use support::{Cluster, cmd};
 
 const TTL: Duration = Duration::from_secs(10);
 
+/// A manager without the restart guard: these servers have just started, and the guard would not count them for
+/// a whole TTL (the guard has its own test below).
 fn manager(cluster: &Cluster, config: Config) -> LockManager {
+    let config = Config {
+        restart_guard: false,
+        ..config
+    };
     LockManager::builder()
         .nodes(cluster.urls())
         .config(config)
@@ -320,7 +326,7 @@ fn bad_configuration_is_refused_at_build_time() {
         assert!(err.is_config(), "{nodes:?}: {err}");
         assert!(err.to_string().contains(want), "{nodes:?}: {err}");
     }
-    let locks = LockManager::new([url]).expect("valid");
+    let locks = manager(&cluster, Config::default());
     for (resource, ttl, want) in [
         ("", TTL, "resource name is empty"),
         ("r", Duration::ZERO, "ttl must be more than zero"),
@@ -340,6 +346,66 @@ fn bad_configuration_is_refused_at_build_time() {
         .expect("free");
     assert_eq!(lock.resource(), &[0xff, 0xfe, 0x00]);
     assert_eq!(locks.unlock(lock), Ok(1));
+}
+
+#[test]
+fn the_restart_guard_ignores_grants_of_fresh_and_restarted_nodes_until_the_window_passed() {
+    let mut cluster = Cluster::start(3);
+    let window = Duration::from_millis(1500);
+    let config = Config {
+        retry_count: 0,
+        restart_window: window,
+        ..Config::default()
+    };
+    assert!(config.restart_guard, "on by default");
+    let locks = LockManager::builder()
+        .nodes(cluster.urls())
+        .config(config)
+        .build()
+        .expect("valid");
+    let ttl = Duration::from_millis(500);
+    // The servers are seconds old: their grants do not count.
+    let err = locks.lock("r", ttl).expect_err("quarantined");
+    let report = err.report().expect("a report");
+    // Each node that answered granted, but not one counted; two were enough to make a majority impossible.
+    let quarantined = report
+        .nodes()
+        .iter()
+        .filter(|(_, o)| *o == Outcome::Quarantined)
+        .count();
+    assert!(quarantined >= 2 && report.granted() == 0, "{err}");
+    assert!(err.to_string().contains("restarted less than"), "{err}");
+    // Once they have been up longer than the window (uptime counts whole seconds), they do.
+    let until = Instant::now() + Duration::from_secs(10);
+    let lock = loop {
+        match locks.lock("r", ttl) {
+            Ok(lock) => break lock,
+            Err(e) => assert!(Instant::now() < until, "never trusted: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    locks.unlock(lock).expect("release");
+    // Node 0 restarts without persistence: it is not trusted again. With node 1 down too, the majority would
+    // need node 0's grant, so there is no lock, and the report says why.
+    cluster.restart(0);
+    cluster.kill(1);
+    let until = Instant::now() + Duration::from_secs(5);
+    let report = loop {
+        let err = locks
+            .lock("r", ttl)
+            .expect_err("no majority without node 0");
+        let report = err.report().expect("a report").clone();
+        // The first attempt may still find the old connection broken; wait for the reconnect.
+        if report.nodes()[0].1 == Outcome::Quarantined {
+            break report;
+        }
+        assert!(Instant::now() < until, "node 0 never reconnected: {err}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        matches!(report.nodes()[1].1, Outcome::Failed(_)),
+        "{report}"
+    );
 }
 
 #[test]

@@ -6,6 +6,8 @@
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
@@ -65,8 +67,9 @@ pub(crate) struct Conn {
     last_error: NodeError,
     /// Replies to the caller-supplied set-up commands on the current connection.
     pub(crate) setup_replies: Vec<Value>,
-    /// How many connections to this node completed their set-up (0: never reached).
-    pub(crate) sessions: u64,
+    /// How many connections to this node completed their set-up (0: never reached). Shared with the fanout, so
+    /// that callers can read it without taking the fanout's lock.
+    pub(crate) sessions: Arc<AtomicU64>,
 }
 
 /// How much a read asks the socket for at once: the size of the scratch buffer callers pass in.
@@ -85,7 +88,7 @@ impl Conn {
             backoff: opts.backoff_min,
             last_error: NodeError::Refused,
             setup_replies: Vec::new(),
-            sessions: 0,
+            sessions: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -260,7 +263,7 @@ impl Conn {
                 other => other,
             };
             if !self.setting_up() {
-                self.sessions += 1;
+                self.sessions.fetch_add(1, Ordering::Release);
             }
         }
         self.flush()?;
@@ -342,7 +345,7 @@ impl Conn {
                     self.setup_replies.push(value);
                 }
                 if !self.setting_up() {
-                    self.sessions += 1;
+                    self.sessions.fetch_add(1, Ordering::Release);
                 }
             }
         }

@@ -12,7 +12,8 @@
 //! pipeline their requests on the same connections, and one poll serves them all.
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, Thread};
 use std::time::Instant;
 
@@ -55,6 +56,7 @@ pub struct Fanout {
     registry: Registry,
     opts: Options,
     addrs: Vec<NodeAddr>,
+    sessions: Vec<Arc<AtomicU64>>,
 }
 
 #[derive(Debug)]
@@ -127,6 +129,7 @@ impl Fanout {
             .iter()
             .map(|a| Conn::new(a.clone(), &opts, now))
             .collect();
+        let sessions = conns.iter().map(|c| Arc::clone(&c.sessions)).collect();
         let fanout = Fanout {
             inner: Mutex::new(Inner {
                 conns,
@@ -142,6 +145,7 @@ impl Fanout {
             registry,
             opts,
             addrs: nodes,
+            sessions,
         };
         {
             let mut inner = lock(&fanout.inner);
@@ -179,8 +183,11 @@ impl Fanout {
     }
 
     /// How many connections to `node` have completed their set-up so far; it changes when the node was reconnected.
+    /// Cheap: no lock is taken.
     pub fn sessions(&self, node: usize) -> u64 {
-        lock(&self.inner).conns.get(node).map_or(0, |c| c.sessions)
+        self.sessions
+            .get(node)
+            .map_or(0, |s| s.load(Ordering::Acquire))
     }
 
     /// Replies to [`Options::setup`]'s commands on `node`'s current connection, in order.

@@ -45,6 +45,18 @@ pub struct Config {
     /// Requests a node may have without replies before it is treated as hung and its connection dropped
     /// (default 1,024).
     pub max_in_flight: usize,
+    /// The restart-aware quorum (default on): a node that restarted less than the restart window ago keeps
+    /// answering, but its "yes" votes do not count, because it may have lost the locks it granted before (the
+    /// spec's *delayed restart*, done by the client). muxlock learns of a restart from `INFO server`, read on every
+    /// new connection: a changed `run_id`, or an `uptime_in_seconds` below the window.
+    ///
+    /// The price: a node that has just started (a fresh deployment, a test) does not count for the first window
+    /// either, so locks need a majority of nodes that have been up that long. Turn it off only when the nodes
+    /// persist every write (`appendfsync always`) or a lost lock is acceptable.
+    pub restart_guard: bool,
+    /// The least restart window (default zero). The window is the larger of this and the longest TTL this manager
+    /// has used, plus the drift allowance: set it to the longest TTL that *any* client of these nodes uses.
+    pub restart_window: Duration,
 }
 
 impl Config {
@@ -115,6 +127,8 @@ impl Default for Config {
             connect_timeout: Duration::from_secs(1),
             max_extensions: 1000,
             max_in_flight: 1024,
+            restart_guard: true,
+            restart_window: Duration::ZERO,
         }
     }
 }

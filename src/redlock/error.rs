@@ -18,6 +18,9 @@ pub enum Outcome {
     Failed(NodeError),
     /// The node's reply was not needed: the round was decided before it arrived.
     NotAwaited,
+    /// The node granted, but its vote is not counted: it restarted less than the restart window ago and may have
+    /// forgotten locks it granted before (see [`Config::restart_guard`](super::Config::restart_guard)).
+    Quarantined,
 }
 
 impl fmt::Display for Outcome {
@@ -28,6 +31,9 @@ impl fmt::Display for Outcome {
             Outcome::ErrorReply(msg) => write!(f, "error reply: {msg}"),
             Outcome::Failed(e) => e.fmt(f),
             Outcome::NotAwaited => f.write_str("not awaited (decided without it)"),
+            Outcome::Quarantined => {
+                f.write_str("granted, not counted: restarted less than the max TTL ago")
+            }
         }
     }
 }

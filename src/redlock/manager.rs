@@ -9,6 +9,7 @@ use super::config::Config;
 use super::error::{Error, Outcome, Report, Result};
 use super::lock::Lock;
 use super::quorum::{Failure, Quorum, Status, Vote, drift};
+use super::restart::{self, RestartGuard};
 use super::scripts::{self, Script};
 use super::token::Tokens;
 use crate::net::{Fanout, NodeAddr, Options, Reply};
@@ -38,6 +39,8 @@ pub struct LockManager {
     fanout: Fanout,
     config: Config,
     tokens: Tokens,
+    /// The restart-aware quorum, when on, and the position of its `INFO server` among the set-up commands.
+    restart: Option<(RestartGuard, usize)>,
 }
 
 /// Builds a [`LockManager`]: nodes, then an optional [`Config`].
@@ -90,10 +93,20 @@ impl Builder {
             }
             addrs.push(addr);
         }
+        let mut setup = scripts::setup_commands();
+        let restart = self.config.restart_guard.then(|| {
+            setup.push(restart::setup_command());
+            let guard = RestartGuard::new(
+                addrs.len(),
+                self.config.restart_window,
+                self.config.drift_factor,
+            );
+            (guard, setup.len() - 1)
+        });
         let opts = Options {
             connect_timeout: self.config.connect_timeout,
             max_in_flight: self.config.max_in_flight,
-            setup: scripts::setup_commands(),
+            setup,
             ..Options::default()
         };
         let fanout = Fanout::new(addrs, opts)
@@ -102,6 +115,7 @@ impl Builder {
             fanout,
             config: self.config,
             tokens: Tokens::new(),
+            restart,
         })
     }
 }
@@ -264,6 +278,7 @@ impl LockManager {
         let drift = drift(ttl, self.config.drift_factor);
         let mut quorum =
             Quorum::new(self.fanout.len(), start, ttl, drift).decide_by(lock.valid_until);
+        self.note_ttl(ttl_ms);
         let deadline = (start + self.config.round_timeout).min(quorum.deadline());
         let mut outcomes = vec![Outcome::NotAwaited; self.fanout.len()];
         let mut status = Status::Pending;
@@ -274,9 +289,10 @@ impl LockManager {
             ttl_ms,
             deadline,
             |node, reply| {
-                let (vote, outcome) = script_vote(&reply);
+                let now = Instant::now();
+                let (vote, outcome) = self.counted(node, script_vote(&reply), now);
                 outcomes[node] = outcome;
-                status = quorum.vote(node, vote, Instant::now());
+                status = quorum.vote(node, vote, now);
                 status != Status::Pending
             },
         );
@@ -337,6 +353,29 @@ impl LockManager {
         Ok(released)
     }
 
+    /// A node's vote as it counts: a "yes" from a node the restart guard does not trust yet is no vote.
+    fn counted(
+        &self,
+        node: usize,
+        (vote, outcome): (Vote, Outcome),
+        now: Instant,
+    ) -> (Vote, Outcome) {
+        match &self.restart {
+            Some((guard, info))
+                if vote == Vote::Yes && !guard.trusts(&self.fanout, node, *info, now) =>
+            {
+                (Vote::Failed, Outcome::Quarantined)
+            }
+            _ => (vote, outcome),
+        }
+    }
+
+    fn note_ttl(&self, ttl_ms: u64) {
+        if let Some((guard, _)) = &self.restart {
+            guard.note_ttl(ttl_ms);
+        }
+    }
+
     fn check(&self, resource: &[u8], ttl: Duration) -> Result<u64> {
         if resource.is_empty() {
             return Err(Error::Config("the resource name is empty".into()));
@@ -360,6 +399,7 @@ impl LockManager {
         let n = self.fanout.len();
         let mut request = BytesMut::with_capacity(64 + resource.len());
         scripts::acquire(&mut request, resource, &value, ttl_ms);
+        self.note_ttl(ttl_ms);
         // The clock starts before the first byte is sent, as the spec requires.
         let start = Instant::now();
         let mut quorum = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor));
@@ -370,9 +410,10 @@ impl LockManager {
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let mut status = Status::Pending;
         while let Some((node, reply)) = round.next() {
-            let (vote, outcome) = set_vote(reply);
+            let now = Instant::now();
+            let (vote, outcome) = self.counted(node, set_vote(reply), now);
             outcomes[node] = outcome;
-            status = quorum.vote(node, vote, Instant::now());
+            status = quorum.vote(node, vote, now);
             if status != Status::Pending {
                 break; // decided: slower replies are drained later; a release covers them
             }

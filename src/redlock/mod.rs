@@ -13,6 +13,7 @@ mod error;
 mod lock;
 mod manager;
 pub mod quorum;
+mod restart;
 pub mod scripts;
 mod token;
 
