@@ -7,6 +7,7 @@
 //!   they are not a Redis Cluster).
 //! - [`process`]: finding the binary, free ports, temp dirs, signals, `/proc` states.
 //! - [`wire`]: raw bytes on the wire: [`cmd`] encodes a command, [`read_reply`] reads one reply.
+//! - [`checker`]: the mutual-exclusion checker: workers, recorded holds, overlap detection, a protected resource.
 //!
 //! # Use
 //! Integration tests: `mod support;`. Benches:
@@ -22,6 +23,7 @@
 // Not every test binary uses every helper.
 #![allow(dead_code)]
 
+pub mod checker;
 pub mod cluster;
 pub mod process;
 pub mod server;

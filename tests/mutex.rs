@@ -1,0 +1,510 @@
+//! Mutual exclusion under faults: workers in several threads, managers and processes compete for a few resources
+//! while real redis-server nodes are killed, restarted, paused; the checker must find no overlapping holds and no
+//! concurrent writers, except where safety is broken on purpose.
+//!
+//! Each scenario runs for `MUXLOCK_FAULT_SECS` seconds (default 3; CI runs the default) and prints one line of
+//! counts; RELIABILITY.md collects them.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use muxlock::redlock::{Config, LockManager};
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use support::checker::{Hold, Recorder, Stats, Work, Writers, mono_ns, overlaps, report, worker};
+use support::{Cluster, RedisServer};
+
+fn seconds() -> Duration {
+    let secs = std::env::var("MUXLOCK_FAULT_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    Duration::from_secs_f64(secs)
+}
+
+fn config(restart_guard: bool) -> Config {
+    Config {
+        retry_count: 3,
+        retry_delay: Duration::from_millis(5),
+        retry_jitter: Duration::from_millis(5),
+        round_timeout: Duration::from_millis(50),
+        restart_guard,
+        ..Config::default()
+    }
+}
+
+fn managers(urls: &[String], config: &Config, n: usize) -> Vec<Arc<LockManager>> {
+    (0..n)
+        .map(|_| {
+            let m = LockManager::builder()
+                .nodes(urls.to_vec())
+                .config(config.clone())
+                .build();
+            Arc::new(m.expect("valid config"))
+        })
+        .collect()
+}
+
+/// Waits (bounded) until `locks` can take a lock: fresh nodes are not trusted by the restart guard at first.
+#[track_caller]
+fn wait_until_usable(locks: &LockManager, ttl: Duration) {
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        match locks.try_lock("warm-up", ttl) {
+            Ok(Some(lock)) => {
+                let _ = locks.unlock(lock);
+                return;
+            }
+            Ok(None) | Err(_) => assert!(Instant::now() < until, "the nodes never became usable"),
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs `threads` workers per manager for `work.until`, while `inject` runs in this thread; returns the holds.
+fn run(
+    scenario: &str,
+    locks: &[Arc<LockManager>],
+    threads: usize,
+    work: &Work,
+    protected: &RedisServer,
+    inject: impl FnOnce(),
+) -> (Arc<Stats>, Vec<Hold>, Vec<(Hold, Hold)>) {
+    let recorder = Recorder::default();
+    let stats = Arc::new(Stats::default());
+    let handles: Vec<_> = locks
+        .iter()
+        .enumerate()
+        .flat_map(|(m, locks)| (0..threads).map(move |t| (m, t, Arc::clone(locks))))
+        .map(|(m, t, locks)| {
+            let (recorder, stats, addr) = (recorder.clone(), Arc::clone(&stats), protected.addr());
+            let work = Work {
+                seed: work.seed + (m * 100 + t) as u64,
+                ..work.clone()
+            };
+            thread::spawn(move || {
+                worker(&format!("m{m}t{t}"), &locks, &work, addr, &recorder, &stats)
+            })
+        })
+        .collect();
+    inject();
+    for h in handles {
+        h.join().expect("worker");
+    }
+    let holds = recorder.holds();
+    let violations = overlaps(&holds);
+    report(scenario, &stats, &holds, &violations);
+    (stats, holds, violations)
+}
+
+fn work(resources: usize, ttl: Duration, secs: Duration) -> Work {
+    Work {
+        resources: (0..resources).map(|i| format!("res{i}")).collect(),
+        ttl,
+        until: Instant::now() + secs,
+        max_work: Duration::from_millis(2),
+        pause: None,
+        seed: 7,
+    }
+}
+
+#[track_caller]
+fn assert_safe(stats: &Stats, violations: &[(Hold, Hold)]) {
+    assert!(violations.is_empty(), "overlapping holds: {violations:?}");
+    assert_eq!(
+        Stats::get(&stats.concurrent_writers),
+        0,
+        "concurrent writers: {stats}"
+    );
+    assert_eq!(
+        Stats::get(&stats.overran),
+        0,
+        "a worker overran its lease (too slow a machine?): {stats}"
+    );
+    assert!(
+        Stats::get(&stats.acquired) > 0,
+        "no lock was ever acquired: {stats}"
+    );
+}
+
+#[test]
+fn the_checker_catches_overlaps_and_only_overlaps() {
+    let h = |r: &str, s, e| Hold {
+        resource: r.into(),
+        holder: format!("{r}{s}"),
+        start: s,
+        end: e,
+    };
+    let fine = [h("a", 0, 10), h("a", 10, 20), h("b", 5, 15), h("a", 25, 30)];
+    assert!(overlaps(&fine).is_empty());
+    // A long hold overlapping a later one that does not overlap its direct predecessor.
+    let broken = [h("a", 0, 100), h("a", 10, 20), h("a", 30, 40), h("b", 0, 1)];
+    assert_eq!(overlaps(&broken).len(), 2);
+    let line = h("x", 3, 4).to_line();
+    assert_eq!(Hold::from_line(&line), Some(h("x", 3, 4)));
+}
+
+#[test]
+fn no_faults() {
+    let cluster = Cluster::start(5);
+    let protected = RedisServer::start();
+    let locks = managers(&cluster.urls(), &config(true), 3);
+    let ttl = Duration::from_millis(500);
+    wait_until_usable(&locks[0], ttl);
+    let (stats, _, violations) = run(
+        "no faults",
+        &locks,
+        2,
+        &work(3, ttl, seconds()),
+        &protected,
+        || {},
+    );
+    assert_safe(&stats, &violations);
+}
+
+#[test]
+fn minority_nodes_killed_and_restarted_at_random() {
+    let mut cluster = Cluster::start(5);
+    let protected = RedisServer::start();
+    let locks = managers(&cluster.urls(), &config(true), 3);
+    let ttl = Duration::from_millis(500);
+    wait_until_usable(&locks[0], ttl);
+    let w = work(3, ttl, seconds());
+    let until = w.until;
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let (stats, _, violations) = run("minority kill/restart", &locks, 2, &w, &protected, || {
+        while Instant::now() < until {
+            // Up to two of five at once: a minority, restarted at once without persistence.
+            let victims = [rng.next_u32() as usize % 5, rng.next_u32() as usize % 5];
+            for &v in &victims {
+                cluster.kill(v);
+            }
+            thread::sleep(Duration::from_millis(100));
+            for &v in &victims {
+                cluster.restart(v);
+            }
+            thread::sleep(Duration::from_millis(200));
+        }
+    });
+    assert_safe(&stats, &violations);
+}
+
+#[test]
+fn nodes_paused_and_resumed_at_random() {
+    let mut cluster = Cluster::start(5);
+    let protected = RedisServer::start();
+    let locks = managers(&cluster.urls(), &config(true), 3);
+    let ttl = Duration::from_millis(500);
+    wait_until_usable(&locks[0], ttl);
+    let w = work(3, ttl, seconds());
+    let until = w.until;
+    let mut rng = ChaCha8Rng::seed_from_u64(2);
+    let (stats, _, violations) = run("pause/resume", &locks, 2, &w, &protected, || {
+        while Instant::now() < until {
+            let victims = [rng.next_u32() as usize % 5, rng.next_u32() as usize % 5];
+            for &v in &victims {
+                cluster.pause(v);
+            }
+            thread::sleep(Duration::from_millis(u64::from(100 + rng.next_u32() % 400)));
+            for &v in &victims {
+                cluster.resume(v);
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    });
+    assert_safe(&stats, &violations);
+}
+
+#[test]
+fn delayed_restart_alone_keeps_safety_without_the_guard() {
+    let mut cluster = Cluster::start(5);
+    let protected = RedisServer::start();
+    // The spec's own remedy, with muxlock's restart guard off: a node stays down longer than the max TTL.
+    let locks = managers(&cluster.urls(), &config(false), 3);
+    let ttl = Duration::from_millis(300);
+    let w = work(3, ttl, seconds());
+    let until = w.until;
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let (stats, _, violations) = run(
+        "delayed restart, guard off",
+        &locks,
+        2,
+        &w,
+        &protected,
+        || {
+            while Instant::now() < until {
+                let victim = rng.next_u32() as usize % 5;
+                cluster.kill(victim);
+                thread::sleep(ttl + Duration::from_millis(200));
+                cluster.restart(victim);
+            }
+        },
+    );
+    assert_safe(&stats, &violations);
+}
+
+/// The spec's crash-recovery hazard: a majority restarts at once without persistence while a lock is held.
+/// Returns whether a second holder got the lock while the first still held it (by the checker and by the
+/// protected resource).
+fn majority_restart(restart_guard: bool) -> (usize, u64, bool) {
+    let mut cluster = Cluster::start(5);
+    let protected = RedisServer::start();
+    let ttl = Duration::from_secs(2);
+    let holder = managers(&cluster.urls(), &config(false), 1).remove(0);
+    let recorder = Recorder::default();
+    let stats = Stats::default();
+    let lock = holder.lock("res", ttl).expect("fresh cluster, guard off");
+    let a_start = mono_ns();
+    let a_end = support::checker::instant_ns(lock.valid_until());
+    // A writes for as long as its lease allows, in its own thread, as a careful holder would.
+    let protected_addr = protected.addr();
+    let a = thread::spawn(move || {
+        let mut writers = Writers::connect(protected_addr);
+        let alone = writers.enter("res");
+        thread::sleep(lock.validity().saturating_sub(Duration::from_millis(100)));
+        writers.leave("res");
+        assert!(lock.is_valid(), "A left its protected section late");
+        alone
+    });
+    for i in 0..3 {
+        cluster.restart(i);
+    }
+    let contender = managers(
+        &cluster.urls(),
+        &Config {
+            retry_count: 0,
+            ..config(restart_guard)
+        },
+        1,
+    )
+    .remove(0);
+    let until = Instant::now() + ttl + Duration::from_secs(6);
+    let mut b_acquired = false;
+    while Instant::now() < until {
+        if let Ok(Some(b)) = contender.try_lock("res", ttl) {
+            let b_start = mono_ns();
+            let mut writers = Writers::connect(protected.addr());
+            if !writers.enter("res") {
+                stats.concurrent_writers.fetch_add(1, Ordering::Relaxed);
+            }
+            writers.leave("res");
+            let b_end = mono_ns().min(support::checker::instant_ns(b.valid_until()));
+            recorder.record(Hold {
+                resource: "res".into(),
+                holder: "B".into(),
+                start: b_start,
+                end: b_end,
+            });
+            b_acquired = true;
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        a.join().expect("holder A"),
+        "A found a writer when it entered"
+    );
+    recorder.record(Hold {
+        resource: "res".into(),
+        holder: "A".into(),
+        start: a_start,
+        end: a_end,
+    });
+    let holds = recorder.holds();
+    let violations = overlaps(&holds);
+    let name = format!(
+        "majority restart, guard {}",
+        if restart_guard { "on" } else { "off" }
+    );
+    report(&name, &stats, &holds, &violations);
+    (
+        violations.len(),
+        Stats::get(&stats.concurrent_writers),
+        b_acquired,
+    )
+}
+
+#[test]
+fn a_majority_restart_breaks_safety_without_the_guard_and_the_checker_sees_it() {
+    let (overlapping, concurrent, b_acquired) = majority_restart(false);
+    assert!(b_acquired, "the second client never got the lock");
+    assert_eq!(overlapping, 1, "the checker must report the overlap");
+    assert_eq!(concurrent, 1, "the protected resource must see two writers");
+}
+
+#[test]
+fn a_majority_restart_is_safe_with_the_restart_guard() {
+    let (overlapping, concurrent, b_acquired) = majority_restart(true);
+    assert_eq!((overlapping, concurrent), (0, 0));
+    assert!(
+        b_acquired,
+        "the second client must get the lock once the first expired and the window passed"
+    );
+}
+
+#[test]
+fn holders_paused_past_their_lease_lose_it_before_the_next_holder_comes() {
+    let cluster = Cluster::start(3);
+    let protected = RedisServer::start();
+    let locks = managers(&cluster.urls(), &config(false), 2);
+    let ttl = Duration::from_millis(200);
+    // Targeted: a holder sleeps past its TTL (a GC pause); another takes the lock meanwhile.
+    let paused = locks[0].lock("gc", ttl).expect("lock");
+    let paused_end = support::checker::instant_ns(paused.valid_until());
+    thread::sleep(ttl + Duration::from_millis(100));
+    assert!(
+        !paused.is_valid(),
+        "a holder that slept past its TTL must see its lock invalid"
+    );
+    let next = locks[1].lock("gc", ttl).expect("expired, so free");
+    assert!(
+        mono_ns() > paused_end,
+        "the next holder came after the pause's lease ended"
+    );
+    assert_eq!(
+        locks[0].unlock(paused),
+        Ok(0),
+        "the paused holder deletes nothing"
+    );
+    assert!(locks[1].unlock(next).expect("release") >= 2);
+    // And at random, under contention: every third hold pauses for 1.5 TTL before writing.
+    let w = Work {
+        pause: Some((3, ttl.mul_f64(1.5))),
+        ..work(2, ttl, seconds())
+    };
+    let (stats, _, violations) = run("GC pauses past the TTL", &locks, 2, &w, &protected, || {});
+    assert_safe(&stats, &violations);
+    assert!(
+        Stats::get(&stats.expired_unused) > 0,
+        "no pause outlived its lease: {stats}"
+    );
+}
+
+const CHILD_ENV: &str = "MUXLOCK_CHECKER_CHILD";
+
+/// Several OS processes, each with its own manager and threads. The same test function is the parent or, when
+/// started with `MUXLOCK_CHECKER_CHILD`, a child that prints its holds on stdout.
+#[test]
+fn several_processes_never_overlap() {
+    if let Ok(spec) = std::env::var(CHILD_ENV) {
+        return child(&spec);
+    }
+    let cluster = Cluster::start(5);
+    let protected = RedisServer::start();
+    let secs = seconds();
+    let spec = format!(
+        "{}|{}|{}",
+        cluster.urls().join(","),
+        protected.addr(),
+        secs.as_secs_f64()
+    );
+    let exe = std::env::current_exe().expect("test binary");
+    let mut children: Vec<_> = (0..3)
+        .map(|i| {
+            Command::new(&exe)
+                .args([
+                    "--exact",
+                    "several_processes_never_overlap",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_ENV, format!("{spec}|p{i}"))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("spawn child")
+        })
+        .collect();
+    let mut holds = Vec::new();
+    let mut acquired = 0;
+    let mut concurrent = 0;
+    for child in &mut children {
+        let out = child.stdout.take().expect("stdout");
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            // The test harness may print its own words in front of a line.
+            if let Some(h) = line.find("HOLD ").and_then(|i| Hold::from_line(&line[i..])) {
+                holds.push(h);
+            } else if let Some(rest) = line.find("STATS ").map(|i| &line[i + 6..]) {
+                let n: Vec<u64> = rest.split(' ').filter_map(|x| x.parse().ok()).collect();
+                acquired += n[0];
+                concurrent += n[1];
+            }
+        }
+    }
+    let deadline = Instant::now() + secs + Duration::from_secs(30);
+    for mut child in children {
+        loop {
+            match child.try_wait().expect("wait") {
+                Some(status) => {
+                    assert!(status.success(), "a child failed: {status}");
+                    break;
+                }
+                None if Instant::now() > deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("a child did not finish in time");
+                }
+                None => thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+    let violations = overlaps(&holds);
+    println!(
+        "3 processes: {} holds, acquired {acquired}, concurrent writers {concurrent}",
+        holds.len()
+    );
+    assert!(violations.is_empty(), "{violations:?}");
+    assert_eq!(concurrent, 0);
+    assert!(acquired > 0 && holds.len() as u64 == acquired);
+    let holders: std::collections::HashSet<_> = holds.iter().map(|h| &h.holder[..2]).collect();
+    assert_eq!(
+        holders.len(),
+        3,
+        "every process held the lock at some point"
+    );
+}
+
+fn child(spec: &str) {
+    let parts: Vec<&str> = spec.split('|').collect();
+    let urls: Vec<String> = parts[0].split(',').map(str::to_owned).collect();
+    let protected: std::net::SocketAddr = parts[1].parse().expect("addr");
+    let secs = Duration::from_secs_f64(parts[2].parse().expect("secs"));
+    let name = parts[3];
+    let locks = managers(&urls, &config(false), 1).remove(0);
+    let stats = Arc::new(Stats::default());
+    let recorder = Recorder::default();
+    let w = work(2, Duration::from_millis(300), secs);
+    thread::scope(|s| {
+        for t in 0..2 {
+            let (locks, stats, recorder, w) = (&locks, &stats, &recorder, &w);
+            s.spawn(move || {
+                let w = Work {
+                    seed: t,
+                    ..w.clone()
+                };
+                worker(
+                    &format!("{name}t{t}"),
+                    locks,
+                    &w,
+                    protected,
+                    recorder,
+                    stats,
+                )
+            });
+        }
+    });
+    for h in recorder.holds() {
+        println!("{}", h.to_line());
+    }
+    println!(
+        "STATS {} {}",
+        Stats::get(&stats.acquired),
+        Stats::get(&stats.concurrent_writers)
+    );
+}

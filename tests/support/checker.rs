@@ -1,0 +1,291 @@
+//! The mutual-exclusion checker: workers compete for a few resources, every hold is recorded as an interval on one
+//! monotonic clock, and a protected resource on a separate server counts concurrent writers.
+//!
+//! A hold is `[lock() returned, min(valid_until, unlock() called)]`. Two holds of the same resource that overlap
+//! are a violation of Redlock's safety property; so is a writer that finds another writer inside the protected
+//! section. Workers behave as a careful client should: they check [`Lock::is_valid`] before writing and leave the
+//! protected section before the lease ends, so a violation means the *lock* failed, not the worker.
+//!
+//! Reusable by benches and the CLI's bench: `#[path = "../tests/support/mod.rs"] mod support;`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Write as _;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use muxlock::redlock::{Error, LockManager};
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+
+use super::wire::{cmd, roundtrip};
+
+/// Nanoseconds on `CLOCK_MONOTONIC`: one clock for every process on the machine.
+pub fn mono_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
+}
+
+/// `instant` on the [`mono_ns`] clock (`Instant` is `CLOCK_MONOTONIC` on Linux, but opaque).
+pub fn instant_ns(instant: Instant) -> u64 {
+    let (now_ns, now) = (mono_ns(), Instant::now());
+    match instant.checked_duration_since(now) {
+        Some(ahead) => now_ns + ahead.as_nanos() as u64,
+        None => now_ns.saturating_sub(now.duration_since(instant).as_nanos() as u64),
+    }
+}
+
+/// One hold of one resource by one holder, in [`mono_ns`] nanoseconds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hold {
+    pub resource: String,
+    pub holder: String,
+    pub start: u64,
+    pub end: u64,
+}
+
+impl Hold {
+    /// `HOLD resource holder start end`: how a child process reports a hold on its stdout.
+    pub fn to_line(&self) -> String {
+        format!(
+            "HOLD {} {} {} {}",
+            self.resource, self.holder, self.start, self.end
+        )
+    }
+
+    /// Parses [`Hold::to_line`]'s output; `None` for any other line.
+    pub fn from_line(line: &str) -> Option<Hold> {
+        let mut parts = line.strip_prefix("HOLD ")?.split(' ');
+        let (resource, holder) = (parts.next()?.to_owned(), parts.next()?.to_owned());
+        let (start, end) = (parts.next()?.parse().ok()?, parts.next()?.parse().ok()?);
+        Some(Hold {
+            resource,
+            holder,
+            start,
+            end,
+        })
+    }
+}
+
+/// Holds recorded by any number of threads.
+#[derive(Clone, Debug, Default)]
+pub struct Recorder(Arc<Mutex<Vec<Hold>>>);
+
+impl Recorder {
+    pub fn record(&self, hold: Hold) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(hold);
+    }
+
+    pub fn holds(&self) -> Vec<Hold> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Every pair of holds of the same resource whose intervals overlap.
+pub fn overlaps(holds: &[Hold]) -> Vec<(Hold, Hold)> {
+    let mut by_resource: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
+    for h in holds {
+        by_resource.entry(&h.resource).or_default().push(h);
+    }
+    let mut found = Vec::new();
+    for list in by_resource.values_mut() {
+        list.sort_by_key(|h| h.start);
+        // Sorted by start: a hold overlaps an earlier one iff it starts before the latest end seen so far.
+        let mut latest: Option<&Hold> = None;
+        for &h in list.iter() {
+            if let Some(prev) = latest {
+                if h.start < prev.end {
+                    found.push((prev.clone(), h.clone()));
+                }
+            }
+            if latest.is_none_or(|p| h.end > p.end) {
+                latest = Some(h);
+            }
+        }
+    }
+    found
+}
+
+/// Counts of what happened, shared by workers.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub acquired: AtomicU64,
+    pub held: AtomicU64,
+    pub quorum: AtomicU64,
+    pub other: AtomicU64,
+    pub release_failed: AtomicU64,
+    /// Locks that had expired before the worker could use them (a paused holder): not written with.
+    pub expired_unused: AtomicU64,
+    /// A writer found another writer inside the protected section.
+    pub concurrent_writers: AtomicU64,
+    /// The protected section ended after the lease: the worker was too slow (not a lock failure).
+    pub overran: AtomicU64,
+}
+
+impl Stats {
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+
+    fn add(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let g = Stats::get;
+        write!(
+            f,
+            "acquired {}, held by others {}, no quorum {}, other errors {}, release failures {}, \
+             expired before use {}, concurrent writers {}, overran {}",
+            g(&self.acquired),
+            g(&self.held),
+            g(&self.quorum),
+            g(&self.other),
+            g(&self.release_failed),
+            g(&self.expired_unused),
+            g(&self.concurrent_writers),
+            g(&self.overran)
+        )
+    }
+}
+
+/// The protected resource: a writer counter per resource on a server that is not one of the lock nodes.
+#[derive(Debug)]
+pub struct Writers {
+    stream: TcpStream,
+}
+
+impl Writers {
+    #[track_caller]
+    pub fn connect(addr: SocketAddr) -> Writers {
+        let stream = TcpStream::connect(addr).expect("connect to the protected resource");
+        stream.set_nodelay(true).expect("nodelay");
+        Writers { stream }
+    }
+
+    fn call(&mut self, args: &[&str]) -> i64 {
+        let reply = roundtrip(
+            &mut self.stream,
+            &cmd(args),
+            1,
+            Instant::now() + Duration::from_secs(10),
+        )
+        .expect("protected resource answers");
+        let text = String::from_utf8_lossy(&reply);
+        text.trim_start_matches(':')
+            .trim_end()
+            .parse()
+            .unwrap_or_else(|_| panic!("not an integer: {text}"))
+    }
+
+    /// Enters the protected section of `resource`: `true` if nobody else was inside.
+    pub fn enter(&mut self, resource: &str) -> bool {
+        self.call(&["INCR", &format!("writers:{resource}")]) == 1
+    }
+
+    pub fn leave(&mut self, resource: &str) {
+        self.call(&["DECR", &format!("writers:{resource}")]);
+    }
+}
+
+/// What a worker does, and for how long.
+#[derive(Clone, Debug)]
+pub struct Work {
+    pub resources: Vec<String>,
+    pub ttl: Duration,
+    pub until: Instant,
+    /// Time spent inside the protected section, at most.
+    pub max_work: Duration,
+    /// Before writing, sleep this long with the lock held once every `pause_every` holds (a GC pause).
+    pub pause: Option<(u64, Duration)>,
+    pub seed: u64,
+}
+
+/// One worker: acquire a random resource, write to the protected resource while the lease is valid, release;
+/// until `work.until`. Every hold is recorded.
+pub fn worker(
+    name: &str,
+    locks: &LockManager,
+    work: &Work,
+    protected: SocketAddr,
+    recorder: &Recorder,
+    stats: &Stats,
+) {
+    let mut rng = ChaCha8Rng::seed_from_u64(work.seed);
+    let mut writers = Writers::connect(protected);
+    let mut holds = 0u64;
+    while Instant::now() < work.until {
+        let resource = &work.resources[(rng.next_u32() as usize) % work.resources.len()];
+        let lock = match locks.lock(resource, work.ttl) {
+            Ok(lock) => lock,
+            Err(Error::Held(_)) => {
+                Stats::add(&stats.held);
+                continue;
+            }
+            Err(Error::Quorum(_)) => {
+                Stats::add(&stats.quorum);
+                continue;
+            }
+            Err(_) => {
+                Stats::add(&stats.other);
+                continue;
+            }
+        };
+        let start = mono_ns();
+        Stats::add(&stats.acquired);
+        holds += 1;
+        if let Some((every, pause)) = work.pause {
+            if holds % every == 0 {
+                std::thread::sleep(pause);
+            }
+        }
+        // A careful client: write only while the lease is valid, leaving a margin for the write itself.
+        let margin = work.max_work + Duration::from_millis(20);
+        if lock.validity() > margin {
+            if !writers.enter(resource) {
+                Stats::add(&stats.concurrent_writers);
+            }
+            let work_for = work
+                .max_work
+                .mul_f64(f64::from(rng.next_u32() % 1000) / 1000.0);
+            std::thread::sleep(work_for);
+            writers.leave(resource);
+            if !lock.is_valid() {
+                Stats::add(&stats.overran);
+            }
+        } else {
+            Stats::add(&stats.expired_unused);
+        }
+        let end = mono_ns().min(instant_ns(lock.valid_until()));
+        recorder.record(Hold {
+            resource: resource.clone(),
+            holder: name.to_owned(),
+            start,
+            end,
+        });
+        if locks.unlock(lock).is_err() {
+            Stats::add(&stats.release_failed);
+        }
+    }
+}
+
+/// Prints the scenario's line: what was injected, the counts, the violations.
+pub fn report(
+    scenario: &str,
+    stats: &Stats,
+    holds: &[Hold],
+    violations: &[(Hold, Hold)],
+) -> String {
+    let line = format!(
+        "{scenario}: {} holds; {stats}; overlapping holds {}",
+        holds.len(),
+        violations.len()
+    );
+    println!("{line}");
+    let _ = std::io::stdout().flush();
+    line
+}
