@@ -10,6 +10,8 @@
     warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod net;
 pub mod redlock;
 pub mod resp;
