@@ -6,6 +6,8 @@
 //! - [`cluster`]: [`Cluster`], N independent servers started in parallel (Redlock's N masters;
 //!   they are not a Redis Cluster).
 //! - [`process`]: finding the binary, free ports, temp dirs, signals, `/proc` states.
+//! - [`proxy`]: [`FaultProxy`], a loopback TCP proxy that injects latency, black holes, slow
+//!   replies and resets between a client and one server (this kernel has no netem).
 //! - [`wire`]: raw bytes on the wire: [`cmd`] encodes a command, [`read_reply`] reads one reply.
 //! - [`checker`]: the mutual-exclusion checker: workers, recorded holds, overlap detection, a protected resource.
 //!
@@ -26,12 +28,15 @@
 pub mod checker;
 pub mod cluster;
 pub mod process;
+pub mod proxy;
 pub mod server;
 pub mod wire;
 
 // Re-exports for short paths; a test binary that uses none of them must still build cleanly.
 #[allow(unused_imports)]
 pub use cluster::{Cluster, ClusterBuilder};
+#[allow(unused_imports)]
+pub use proxy::{Fault, FaultProxy};
 #[allow(unused_imports)]
 pub use server::{RedisServer, RedisServerBuilder};
 #[allow(unused_imports)]
