@@ -18,6 +18,7 @@ use muxlock::redlock::{Config, LockManager};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use support::checker::{Hold, Recorder, Stats, Work, Writers, mono_ns, overlaps, report, worker};
+use support::proxy::{Fault, FaultProxy};
 use support::{Cluster, RedisServer};
 
 fn seconds() -> Duration {
@@ -247,6 +248,54 @@ fn delayed_restart_alone_keeps_safety_without_the_guard() {
         },
     );
     assert_safe(&stats, &violations);
+}
+
+#[test]
+fn network_faults_between_client_and_nodes() {
+    let cluster = Cluster::start(5);
+    let protected = RedisServer::start();
+    // A fault proxy in front of each node: this kernel has no netem, so faults are injected in user space.
+    let proxies: Vec<FaultProxy> = cluster.addrs().into_iter().map(FaultProxy::start).collect();
+    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    let locks = managers(&urls, &config(true), 3);
+    let ttl = Duration::from_millis(500);
+    wait_until_usable(&locks[0], ttl);
+    let w = work(3, ttl, seconds());
+    let until = w.until;
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    let mut injected = [0u32; 5];
+    let (stats, _, violations) = run("network faults", &locks, 2, &w, &protected, || {
+        while Instant::now() < until {
+            // Up to two of five nodes at once get one of: added latency, a black hole, byte-at-a-time
+            // delivery, a reset in the middle of a reply, refused connections.
+            let victims = [rng.next_u32() as usize % 5, rng.next_u32() as usize % 5];
+            for &v in &victims {
+                let kind = rng.next_u32() as usize % 5;
+                injected[kind] += 1;
+                proxies[v].set(match kind {
+                    0 => Fault::Latency(Duration::from_millis(u64::from(5 + rng.next_u32() % 40))),
+                    1 => Fault::BlackHole,
+                    2 => Fault::Trickle(Duration::from_millis(1)),
+                    3 => Fault::ResetMidReply,
+                    _ => Fault::Refuse,
+                });
+            }
+            thread::sleep(Duration::from_millis(u64::from(150 + rng.next_u32() % 250)));
+            for &v in &victims {
+                proxies[v].set(Fault::None);
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    });
+    println!(
+        "network faults injected: latency {}, black hole {}, trickle {}, reset {}, refuse {}",
+        injected[0], injected[1], injected[2], injected[3], injected[4]
+    );
+    assert_safe(&stats, &violations);
+    assert!(
+        proxies.iter().map(|p| p.stats().resets).sum::<u64>() > 0,
+        "no reset was injected"
+    );
 }
 
 /// The spec's crash-recovery hazard: a majority restarts at once without persistence while a lock is held.
