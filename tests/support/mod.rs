@@ -27,6 +27,7 @@
 
 pub mod checker;
 pub mod cluster;
+pub mod fake;
 pub mod process;
 pub mod proxy;
 pub mod server;
@@ -35,6 +36,8 @@ pub mod wire;
 // Re-exports for short paths; a test binary that uses none of them must still build cleanly.
 #[allow(unused_imports)]
 pub use cluster::{Cluster, ClusterBuilder};
+#[allow(unused_imports)]
+pub use fake::{Action, FakeServer, redis_like};
 #[allow(unused_imports)]
 pub use proxy::{Fault, FaultProxy};
 #[allow(unused_imports)]
