@@ -448,3 +448,17 @@ fn nesting_is_bounded_by_the_depth_limit() {
         .expect("complete");
     assert_eq!(v.clone(), v);
 }
+
+/// Found by the fuzzer: a fast path must not inherit the line-end search position of an earlier partial line.
+#[test]
+fn a_value_after_a_partial_line_is_scanned_from_its_own_start() {
+    let mut decoder = Decoder::new();
+    let mut buf = BytesMut::from(&b"+OK"[..]);
+    assert_eq!(decoder.decode(&mut buf), Result::Ok(None));
+    buf.extend_from_slice(b"\r\n+\nKK\r\n");
+    assert_eq!(decoder.decode(&mut buf), Result::Ok(Some(simple("OK"))));
+    let err = decoder
+        .decode(&mut buf)
+        .expect_err("LF inside a simple string");
+    assert_eq!((err.kind(), err.offset()), (ErrorKind::InvalidLineEnd, 1));
+}

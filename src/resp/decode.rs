@@ -127,6 +127,13 @@ impl Decoder {
             self.reset();
         }
         if self.pos == 0 {
+            // Only from a clean start: `resume` from an earlier partial line must not be carried past a value
+            // that `quick` consumed (found by the fuzzer: `+OK` then `\r\n+\nKK\r\n` fed in two reads).
+            if self.resume == 0 {
+                if let Some(value) = quick(buf, &self.limits) {
+                    return Ok(Some(value));
+                }
+            }
             // Nothing scanned yet: a top-level scalar needs no tape.
             match scan::token(buf, 0, self.resume, &self.limits, 0) {
                 Ok(Step::Done(token @ Token::Aggregate(..), next)) => self.push(token, next),
@@ -187,8 +194,23 @@ impl Decoder {
                     *parent -= 1;
                 }
             }
-            if self.open.is_empty() {
+            let Some(remaining) = self.open.last_mut() else {
                 return Ok(Some(self.pos));
+            };
+            // Runs of complete bulk strings (arrays of keys or values) in a tight loop.
+            let mut pos = self.pos;
+            while *remaining > 0 {
+                let Some((token, next)) = scan::quick_bulk(buf, pos, &self.limits) else {
+                    break;
+                };
+                self.tape.push(token);
+                *remaining -= 1;
+                pos = next;
+            }
+            if pos != self.pos {
+                self.pos = pos;
+                self.resume = 0;
+                continue;
             }
             match scan::token(buf, self.pos, self.resume, &self.limits, self.open.len())? {
                 Step::Partial(resume) => {
@@ -199,6 +221,36 @@ impl Decoder {
             }
         }
     }
+}
+
+/// The replies of the Redlock hot path, complete and in canonical form, decoded without the general machinery:
+/// `+OK`, `:n`, `$-1`, `_` and `$n` bulk strings. Anything else, or anything unusual about these, returns `None`
+/// and takes the general path, which gives the same value or the exact error.
+///
+/// `+OK` is the static `"OK"`: the reply of every granted `SET`, and no need to hold on to the read buffer for it.
+#[inline]
+fn quick(buf: &mut BytesMut, limits: &Limits) -> Option<Value> {
+    let (value, used) = match *buf.first()? {
+        b'+' if buf.get(1..5)? == b"OK\r\n" => (Value::SimpleString(Bytes::from_static(b"OK")), 5),
+        b':' => {
+            let (n, next) = scan::quick_number(buf, 1)?;
+            (Value::Integer(n), next)
+        }
+        b'$' if buf.get(1..5)? == b"-1\r\n" => (Value::NullBulk, 5),
+        b'$' => {
+            let (Token::Bulk { start, end }, next) = scan::quick_bulk(buf, 0, limits)? else {
+                return None;
+            };
+            let mut payload = buf.split_to(next);
+            payload.truncate(end);
+            payload.advance(start);
+            return Some(Value::BulkString(payload.freeze()));
+        }
+        b'_' if buf.get(1..3)? == b"\r\n" => (Value::Null, 3),
+        _ => return None,
+    };
+    buf.advance(used);
+    Some(value)
 }
 
 /// The value of a scalar token; `payload(start, end)` supplies the bytes of those that carry some. `None` for an
@@ -239,6 +291,26 @@ fn take_scalar(token: Token, buf: &mut BytesMut, next: usize) -> Result<Value, D
         buf.advance(next);
     }
     value.ok_or(DecodeError::new(ErrorKind::Internal, 0))
+}
+
+/// The common case of [`build`]: an array of scalars (`MGET`, `EXEC`, `KEYS` replies), straight into its vector.
+fn build_flat(tape: &[Token], frame: &Bytes) -> Option<Value> {
+    let (&Token::Aggregate(Aggregate::Array, n), items) = tape.split_first()? else {
+        return None;
+    };
+    if items.len() != n {
+        return None; // nested aggregates
+    }
+    let mut values = Vec::with_capacity(n);
+    for &token in items {
+        // Bulk strings spelled out: built in place rather than through `scalar`'s `Option`.
+        let value = match token {
+            Token::Bulk { start, end } => Value::BulkString(frame.slice(start..end)),
+            other => scalar(other, |start, end| frame.slice(start..end))?,
+        };
+        values.push(value);
+    }
+    Some(Value::Array(values))
 }
 
 /// An aggregate being rebuilt from the tape.
@@ -296,6 +368,9 @@ impl Frame {
 
 /// Rebuilds the value recorded on `tape`, whose offsets point into `frame`. Iterative: nesting costs heap, not stack.
 fn build(tape: &[Token], frame: &Bytes) -> Result<Value, DecodeError> {
+    if let Some(flat) = build_flat(tape, frame) {
+        return Ok(flat);
+    }
     let mut stack: Vec<Frame> = Vec::new();
     for &token in tape {
         let mut value = match token {

@@ -90,15 +90,23 @@ fn push_pairs<'a>(stack: &mut Vec<&'a Value>, pairs: &'a [(Value, Value)]) {
 /// assert_eq!(&buf[..], &b"*6\r\n$3\r\nSET\r\n$3\r\nkey\r\n$5\r\nvalue\r\n$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n30000\r\n"[..]);
 /// ```
 pub fn encode_command(args: &[&[u8]], buf: &mut BytesMut) {
-    let mut len = 1 + Decimal::new(args.len() as i64).len() + 2;
+    let mut len = header_len(args.len());
     for arg in args {
-        len += 1 + Decimal::new(arg.len() as i64).len() + 2 + arg.len() + 2;
+        len += header_len(arg.len()) + arg.len() + CRLF.len();
     }
     buf.reserve(len);
     header(buf, b'*', args.len());
     for arg in args {
-        bulk(buf, b'$', &[], arg);
+        header(buf, b'$', arg.len());
+        buf.put_slice(arg);
+        buf.put_slice(CRLF);
     }
+}
+
+/// The size of a `<type><decimal>\r\n` header.
+#[inline]
+fn header_len(n: usize) -> usize {
+    1 + n.checked_ilog10().map_or(1, |d| d as usize + 1) + CRLF.len()
 }
 
 fn line(buf: &mut BytesMut, ty: u8, content: &[u8]) {
@@ -107,8 +115,25 @@ fn line(buf: &mut BytesMut, ty: u8, content: &[u8]) {
     buf.put_slice(CRLF);
 }
 
-fn header(buf: &mut BytesMut, ty: u8, len: usize) {
-    line(buf, ty, Decimal::new(len as i64).as_bytes());
+/// Writes `<type><n>\r\n`, formatted on the stack and appended at once: a command has one header per argument,
+/// and small appends are what encoding costs.
+#[inline]
+fn header(buf: &mut BytesMut, ty: u8, n: usize) {
+    let mut out = [0u8; 24];
+    let mut i = out.len() - CRLF.len();
+    out[i..].copy_from_slice(CRLF);
+    let mut m = n;
+    loop {
+        i -= 1;
+        out[i] = b'0' + (m % 10) as u8;
+        m /= 10;
+        if m == 0 {
+            break;
+        }
+    }
+    i -= 1;
+    out[i] = ty;
+    buf.put_slice(&out[i..]);
 }
 
 fn bulk(buf: &mut BytesMut, ty: u8, prefix: &[u8], payload: &[u8]) {
@@ -150,6 +175,7 @@ pub struct Decimal {
 
 impl Decimal {
     /// Formats `n`.
+    #[inline]
     pub fn new(n: i64) -> Decimal {
         let mut digits = [0u8; 20];
         let mut i = digits.len();
@@ -173,6 +199,7 @@ impl Decimal {
     }
 
     /// The digits, with a leading `-` for negative numbers.
+    #[inline]
     pub fn as_bytes(&self) -> &[u8] {
         &self.digits[usize::from(self.start)..]
     }

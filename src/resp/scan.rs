@@ -182,7 +182,7 @@ fn line_token(
     let from = resume.max(start);
     let to = window_end.min(buf.len());
     let found = if from < to {
-        memchr::memchr2(CR, LF, &buf[from..to])
+        find_line_end(&buf[from..to])
     } else {
         None
     };
@@ -204,13 +204,33 @@ fn line_token(
     }
 }
 
+/// The first CR or LF in `s`. Replies are mostly short lines (`+OK`): a plain loop over their first bytes beats
+/// setting up `memchr2`, which takes over for longer lines.
+#[inline]
+fn find_line_end(s: &[u8]) -> Option<usize> {
+    const SHORT: usize = 16;
+    for (i, &c) in s.iter().take(SHORT).enumerate() {
+        if c == CR || c == LF {
+            return Some(i);
+        }
+    }
+    if s.len() <= SHORT {
+        return None;
+    }
+    memchr::memchr2(CR, LF, &s[SHORT..]).map(|i| i + SHORT)
+}
+
 /// Parses a number as Redis' `string2ll` accepts it, starting at `at` and ending with CRLF. Returns the number and
 /// the offset after the CRLF, or `None` if more bytes are needed.
 ///
 /// The bytes are read in order and each is judged as soon as it is present, so the first invalid byte is reported
 /// at the same offset however the input is split. Overflow bounds the length: no valid number has more than 20
 /// characters, as `string2ll`'s own limit.
+#[inline]
 pub(crate) fn number(buf: &[u8], at: usize, invalid: ErrorKind) -> Scan<Option<(i64, usize)>> {
+    if let Some(quick) = quick_number(buf, at) {
+        return Ok(Some(quick));
+    }
     let mut i = at;
     let negative = buf.get(i) == Some(&b'-');
     if negative {
@@ -262,6 +282,65 @@ pub(crate) fn number(buf: &[u8], at: usize, invalid: ErrorKind) -> Scan<Option<(
         Some(v) => Ok(Some((v, i + 2))),
         None => err(ErrorKind::IntegerOverflow, at),
     }
+}
+
+/// The common case of [`number`], without its checks: at most 17 digits (so no overflow is possible), all
+/// present, in canonical form, followed by CRLF. `None` sends anything else down the careful path, which also
+/// produces the exact error.
+#[inline]
+pub(crate) fn quick_number(buf: &[u8], at: usize) -> Option<(i64, usize)> {
+    let s = buf.get(at..)?;
+    // One and two digits (short lengths, `:1`) are most of what a client reads.
+    match *s {
+        [d @ b'1'..=b'9', CR, LF, ..] => return Some((i64::from(d - b'0'), at + 3)),
+        [a @ b'1'..=b'9', b @ b'0'..=b'9', CR, LF, ..] => {
+            return Some((i64::from(a - b'0') * 10 + i64::from(b - b'0'), at + 4));
+        }
+        _ => {}
+    }
+    let negative = *s.first()? == b'-';
+    let digits = &s[usize::from(negative)..];
+    let first = digits.first()?.wrapping_sub(b'1');
+    if first > 8 {
+        return None; // `0`, a sign, or garbage: rare, careful path
+    }
+    let mut n = u64::from(first) + 1;
+    let mut i = 1;
+    loop {
+        let d = digits.get(i)?.wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        n = n * 10 + u64::from(d);
+        i += 1;
+        if i > 17 {
+            return None;
+        }
+    }
+    if digits.get(i..i + 2)? != b"\r\n" {
+        return None;
+    }
+    let v = n as i64;
+    Some((
+        if negative { -v } else { v },
+        at + usize::from(negative) + i + 2,
+    ))
+}
+
+/// The common case of a bulk string (`$n` with its payload and CRLF all present, `n` in canonical form, within
+/// the limit), for the hot loops. `None` sends anything else down [`token`].
+#[inline]
+pub(crate) fn quick_bulk(buf: &[u8], at: usize, limits: &Limits) -> Option<(Token, usize)> {
+    if *buf.get(at)? != b'$' {
+        return None;
+    }
+    let (len, start) = quick_number(buf, at + 1)?;
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|&l| l <= limits.max_bulk_len())?;
+    let end = start.checked_add(len)?;
+    let next = end.checked_add(2)?;
+    (buf.get(end..next)? == b"\r\n").then_some((Token::Bulk { start, end }, next))
 }
 
 /// A length header (`$`, `*`, ...): a number, where `-1` means null and is returned as `None` in the inner option.

@@ -10,7 +10,11 @@ use bytes::Bytes;
 /// writes back the bytes that were read.
 ///
 /// Equality treats two NaN doubles as equal (the same reply decoded twice compares equal), unlike `f64`'s own `==`.
+// A word-sized tag (`repr(u64)`) keeps every payload at offset 8. With a one-byte tag, moving a `Value` (in and
+// out of `Result<Option<Value>, _>`) copied bytes 1..48 in unaligned chunks, and reading the value right after
+// decoding stalled on store forwarding: a `+OK` decoded in 35 ns instead of 20.
 #[derive(Clone, Debug)]
+#[repr(u64)]
 pub enum Value {
     /// `+OK\r\n`: a simple string, without CR or LF.
     SimpleString(Bytes),
