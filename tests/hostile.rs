@@ -178,7 +178,7 @@ fn garbage_is_a_protocol_error_naming_the_byte_at_once() {
 fn declared_sizes_are_refused_or_awaited_without_allocating_them() {
     use ErrorKind::*;
     // `wide`: the decoder's own default limits (bulk 512 MiB, 2^31 - 1 elements, depth 128) instead of the
-    // connection's (16 MiB, 65,536, 32).
+    // connection's (4 MiB, 65,536, 32).
     let refused: &[(&str, &[u8], bool, ErrorKind, usize)] = &[
         (
             "2^62 bulk",
@@ -224,7 +224,7 @@ fn declared_sizes_are_refused_or_awaited_without_allocating_them() {
     let awaited: &[(&str, &[u8], bool)] = &[
         ("2^31 - 1 elements", b"*2147483647\r\n:1\r\n", true),
         ("512 MiB bulk", b"$536870912\r\nabc", true),
-        ("16 MiB bulk", b"$16777216\r\nabc", false),
+        ("4 MiB bulk", b"$4194304\r\nabc", false),
         ("65,536 pairs", b"%65536\r\n+a\r\n", false),
     ];
     for &(case, bytes, wide) in awaited {
@@ -246,13 +246,15 @@ fn a_reply_that_never_ends_is_cut_at_the_connections_limits() {
         // A line may hold 64 KiB before its CRLF: the byte after that is the error.
         ("simple string", b"+", ErrorKind::LineTooLong, 1 + 65_536),
         ("error line", b"-ERR ", ErrorKind::LineTooLong, 1 + 65_536),
-        // A bulk is buffered up to its length, which the limits bound (16 MiB); then its CRLF is missing.
+        // A bulk is buffered up to its length, which the limits bound (4 MiB); then its CRLF is missing.
         (
-            "16 MiB bulk",
-            b"$16777216\r\n",
+            "4 MiB bulk",
+            b"$4194304\r\n",
             ErrorKind::InvalidBulkEnd,
-            11 + (16 << 20),
+            10 + (4 << 20),
         ),
+        // Above the connection's limit, the header alone is refused.
+        ("16 MiB bulk", b"$16777216\r\n", ErrorKind::BulkTooLong, 1),
     ];
     for &(case, prefix, kind, offset) in cases {
         let fake = FakeServer::start(move |_: &[Bytes]| Action::Endless {
@@ -347,7 +349,7 @@ fn an_error_reply_is_a_reply_except_to_the_connection_set_up() {
         ..Options::default()
     };
     let (reply, _) = ask(&fanout(&fake.url(), opts), &[b"PING"], DEADLINE);
-    let want = NodeError::Setup("set-up command 0: ERR fake failure".into());
+    let want = NodeError::Setup("SCRIPT LOAD: ERR fake failure".into());
     assert_eq!(reply, Err(want));
 }
 
@@ -561,7 +563,7 @@ fn manager_cases() -> Vec<(&'static str, Scope, Action, Option<String>)> {
             "-ERR to all",
             Every,
             Action::reply("-ERR fake failure\r\n"),
-            Some("connection set-up failed: set-up command 0: ERR fake failure".into()),
+            Some("connection set-up failed: SCRIPT LOAD: ERR fake failure".into()),
         ),
         (
             "-NOAUTH",
@@ -813,4 +815,77 @@ fn the_fake_server_stops_every_thread_on_drop() {
         .collect();
     assert!(left.is_empty(), "threads left: {left:?}");
     drop(clients);
+}
+
+/// A close that arrives together with the last bytes of a half reply: the connection is closed now, not at the
+/// deadline (edge-triggered polls do not report the close again).
+#[test]
+fn a_close_right_after_half_a_reply_is_closed_not_a_timeout() {
+    for _ in 0..10 {
+        let fake = FakeServer::start(|_: &[Bytes]| Action::ReplyThenClose(b"$10\r\nhel".to_vec()));
+        let (reply, took) = ask(&one(&fake), &[b"PING"], DEADLINE);
+        assert_eq!(reply, Err(NodeError::Closed), "after {took:?}");
+        assert!(took < AT_ONCE, "took {took:?}");
+    }
+}
+
+/// A valid reply that never ends: every header is within the limits, the whole is not. The round keeps its
+/// deadline, memory stays bounded, and the connection is cut at `Options::max_reply_len`.
+#[test]
+fn a_valid_reply_that_never_ends_is_bounded_in_time_and_memory() {
+    let element = bulk(&vec![b'y'; 1 << 20]);
+    let fake = FakeServer::start(move |_: &[Bytes]| Action::Endless {
+        prefix: b"*65536\r\n".to_vec(),
+        filler: element.clone(),
+    });
+    let node = one(&fake);
+    let deadline = Duration::from_millis(300);
+    for _ in 0..5 {
+        let ((reply, took), grew) = peak_rss_growth(|| ask(&node, &[b"PING"], deadline));
+        assert!(
+            matches!(reply, Err(NodeError::ReplyTooLarge(_) | NodeError::Timeout)),
+            "{reply:?}"
+        );
+        assert!(took < deadline + MARGIN, "took {took:?}");
+        assert!(grew < RSS_BOUND, "RSS grew by {} MiB", grew >> 20);
+    }
+}
+
+#[test]
+fn a_valid_reply_that_never_ends_leaves_the_lock_usable() {
+    let cluster = Cluster::start(2);
+    let element = bulk(&vec![b'y'; 1 << 20]);
+    let fake = FakeServer::start(redis_like(move |_: &[Bytes]| Action::Endless {
+        prefix: b"*65536\r\n".to_vec(),
+        filler: element.clone(),
+    }));
+    let real = cluster.urls();
+    let locks = manager(&[&real[0], &real[1], &fake.url()]);
+    let before = rss();
+    for i in 0..10 {
+        thread::sleep(Duration::from_millis(50));
+        let started = Instant::now();
+        let lock = locks.lock(format!("res{i}"), TTL).expect("two real nodes");
+        locks.unlock(lock).expect("two real nodes");
+        let grew = rss().saturating_sub(before);
+        assert!(
+            started.elapsed() < ROUND,
+            "lock + unlock took {:?}",
+            started.elapsed()
+        );
+        assert!(grew < RSS_BOUND, "RSS grew by {} MiB", grew >> 20);
+    }
+}
+
+/// Without a password, every set-up command is refused with NOAUTH: that is an authentication error.
+#[test]
+fn noauth_during_set_up_is_an_auth_error() {
+    let server = RedisServer::builder().requirepass("s3cret").start();
+    let locks = manager(&[&server.url()]); // no password in the URL
+    let err = locks.lock("res", TTL).expect_err("no password");
+    assert!(err.is_auth(), "{err}");
+    assert!(
+        err.to_string().contains("authentication failed: NOAUTH"),
+        "{err}"
+    );
 }

@@ -65,6 +65,9 @@ pub(crate) struct Conn {
     backoff: Duration,
     /// Why the node is down, reported as the vote of every request made while it stays down.
     last_error: NodeError,
+    /// The last read stopped at its byte budget with more perhaps waiting: read again without waiting for an
+    /// event (edge-triggered polls report a socket once per arrival, not while bytes remain).
+    pub(crate) backlog: bool,
     /// Replies to the caller-supplied set-up commands on the current connection.
     pub(crate) setup_replies: Vec<Value>,
     /// How many connections to this node completed their set-up (0: never reached). Shared with the fanout, so
@@ -74,6 +77,9 @@ pub(crate) struct Conn {
 
 /// How much a read asks the socket for at once: the size of the scratch buffer callers pass in.
 pub(crate) const READ_CHUNK: usize = 16 * 1024;
+/// How much one event may read from one connection before the driver moves on: a node that floods us cannot hold
+/// the poll (and every other node's replies) past the round's deadline.
+const READ_BUDGET: usize = 16 * READ_CHUNK;
 
 impl Conn {
     pub(crate) fn new(addr: NodeAddr, opts: &Options, now: Instant) -> Conn {
@@ -87,6 +93,7 @@ impl Conn {
             fifo: VecDeque::new(),
             backoff: opts.backoff_min,
             last_error: NodeError::Refused,
+            backlog: false,
             setup_replies: Vec::new(),
             sessions: Arc::new(AtomicU64::new(0)),
         }
@@ -226,12 +233,13 @@ impl Conn {
     pub(crate) fn on_event(
         &mut self,
         readable: bool,
+        closed: bool,
         scratch: &mut [u8],
         opts: &Options,
         now: Instant,
         sink: &mut dyn FnMut(Waiter, Result<Value, NodeError>),
     ) {
-        if let Err(e) = self.try_event(readable, scratch, opts, sink) {
+        if let Err(e) = self.try_event(readable, closed, scratch, opts, sink) {
             self.fail(e, opts, now, sink);
         }
     }
@@ -239,6 +247,7 @@ impl Conn {
     fn try_event(
         &mut self,
         readable: bool,
+        closed: bool,
         scratch: &mut [u8],
         opts: &Options,
         sink: &mut dyn FnMut(Waiter, Result<Value, NodeError>),
@@ -268,19 +277,25 @@ impl Conn {
         }
         self.flush()?;
         if readable {
-            self.read(scratch, opts, sink)?;
+            self.read(closed, scratch, opts, sink)?;
         }
         Ok(())
     }
 
     /// Reads into `scratch` (zeroed once, reused by every connection) and appends what came to the read buffer:
     /// cheaper than growing and zeroing the read buffer for every read when replies are a few bytes.
+    ///
+    /// `closed` says the peer has closed its side: then the socket is read to its end, so that a close arriving
+    /// with the last bytes is seen now (no further event would report it).
     fn read(
         &mut self,
+        closed: bool,
         scratch: &mut [u8],
         opts: &Options,
         sink: &mut dyn FnMut(Waiter, Result<Value, NodeError>),
     ) -> Result<(), NodeError> {
+        self.backlog = false;
+        let mut budget = READ_BUDGET;
         loop {
             let State::Up { stream } = &mut self.state else {
                 return Ok(());
@@ -300,9 +315,19 @@ impl Conn {
             {
                 self.deliver(value, opts, sink)?;
             }
+            // What is left is one unfinished reply: each header is within the decoder's limits, but the whole is
+            // bounded here, or a peer could stream a valid reply forever.
+            if self.rbuf.len() > opts.max_reply_len {
+                return Err(NodeError::ReplyTooLarge(opts.max_reply_len));
+            }
             // A short read drained the socket: on Linux, bytes arriving later raise a new edge-triggered event, so
             // the extra read that would only return WouldBlock is skipped.
-            if n < scratch.len() {
+            if n < scratch.len() && !closed {
+                break;
+            }
+            budget = budget.saturating_sub(n);
+            if budget == 0 {
+                self.backlog = true;
                 break;
             }
         }
@@ -328,17 +353,21 @@ impl Conn {
                 let reply = value.without_attributes();
                 if let Value::Error(msg) | Value::BulkError(msg) = reply {
                     let msg = String::from_utf8_lossy(msg).into_owned();
+                    // Without (or with a wrong) password, any set-up command is refused with NOAUTH.
+                    if msg.starts_with("NOAUTH") || msg.starts_with("WRONGPASS") {
+                        return Err(NodeError::Auth(msg));
+                    }
                     return Err(match step {
                         Step::Auth => NodeError::Auth(msg),
-                        // HELLO answers NOAUTH / WRONGPASS when authentication is the problem.
-                        Step::Hello
-                            if msg.starts_with("NOAUTH") || msg.starts_with("WRONGPASS") =>
-                        {
-                            NodeError::Auth(msg)
-                        }
                         Step::Select => NodeError::Setup(format!("SELECT: {msg}")),
                         Step::Hello => NodeError::Setup(format!("HELLO 3: {msg}")),
-                        Step::Extra(i) => NodeError::Setup(format!("set-up command {i}: {msg}")),
+                        Step::Extra(i) => {
+                            let name = opts
+                                .setup
+                                .get(i)
+                                .map_or_else(String::new, |c| command_name(c));
+                            NodeError::Setup(format!("{name}: {msg}"))
+                        }
                     });
                 }
                 if let Step::Extra(_) = step {
@@ -374,5 +403,26 @@ impl Conn {
         self.wbuf = BytesMut::new();
         self.decoder.reset();
         self.last_error = error;
+    }
+}
+
+/// The name of an encoded command (`SCRIPT LOAD`, `INFO`), for error messages.
+fn command_name(command: &[u8]) -> String {
+    let mut buf = bytes::BytesMut::from(command);
+    match crate::resp::decode(&mut buf) {
+        Ok(Some(Value::Array(args))) => {
+            let words: Vec<String> = args
+                .iter()
+                .take(2)
+                .filter_map(|a| match a {
+                    Value::BulkString(b) if b.len() <= 16 => {
+                        Some(String::from_utf8_lossy(b).to_uppercase())
+                    }
+                    _ => None,
+                })
+                .collect();
+            words.join(" ")
+        }
+        _ => "set-up command".to_owned(),
     }
 }

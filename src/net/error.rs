@@ -33,6 +33,9 @@ pub enum NodeError {
     Setup(String),
     /// The node had too many requests without replies: it is treated as hung, its connection dropped.
     Overloaded,
+    /// A reply grew past [`Options::max_reply_len`](super::Options::max_reply_len) bytes (the limit is given);
+    /// the connection was dropped.
+    ReplyTooLarge(usize),
 }
 
 impl NodeError {
@@ -66,6 +69,9 @@ impl fmt::Display for NodeError {
             NodeError::Auth(msg) => write!(f, "authentication failed: {msg}"),
             NodeError::Setup(msg) => write!(f, "connection set-up failed: {msg}"),
             NodeError::Overloaded => f.write_str("too many requests without reply (node hung?)"),
+            NodeError::ReplyTooLarge(limit) => {
+                write!(f, "protocol error: a reply longer than {limit} bytes")
+            }
         }
     }
 }

@@ -12,10 +12,10 @@
 //! pipeline their requests on the same connections, and one poll serves them all.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, Thread};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mio::{Events, Poll, Registry, Token};
 
@@ -57,6 +57,8 @@ pub struct Fanout {
     opts: Options,
     addrs: Vec<NodeAddr>,
     sessions: Vec<Arc<AtomicU64>>,
+    /// Some connection has bytes left over from its read budget.
+    backlog: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -146,6 +148,7 @@ impl Fanout {
             opts,
             addrs: nodes,
             sessions,
+            backlog: AtomicBool::new(false),
         };
         {
             let mut inner = lock(&fanout.inner);
@@ -240,7 +243,11 @@ impl Fanout {
             events,
             scratch,
         } = &mut *ps;
-        let timeout = deadline.saturating_duration_since(Instant::now());
+        // A connection with bytes left over from its read budget is served without waiting.
+        let timeout = match self.backlog.load(Ordering::Relaxed) {
+            true => Duration::ZERO,
+            false => deadline.saturating_duration_since(Instant::now()),
+        };
         // An interrupted or failed poll just returns early; the caller's loop re-checks its deadline.
         let polled = poll.poll(events, Some(timeout)).is_ok();
         let now = Instant::now();
@@ -253,11 +260,21 @@ impl Fanout {
             let Some(conn) = conns.get_mut(node).filter(|c| c.generation == generation) else {
                 continue; // an event of a connection since replaced
             };
-            let readable = event.is_readable() || event.is_read_closed() || event.is_error();
-            conn.on_event(readable, scratch, &self.opts, now, &mut |w, r| {
+            let closed = event.is_read_closed() || event.is_error();
+            let readable = event.is_readable() || closed;
+            conn.on_event(readable, closed, scratch, &self.opts, now, &mut |w, r| {
                 file(slots, node, w, r, &mut wake)
             });
         }
+        // Connections that stopped at their read budget get one more, then wait for the next drive.
+        let mut backlog = false;
+        for (node, conn) in conns.iter_mut().enumerate().filter(|(_, c)| c.backlog) {
+            conn.on_event(true, false, scratch, &self.opts, now, &mut |w, r| {
+                file(slots, node, w, r, &mut wake)
+            });
+            backlog |= conn.backlog;
+        }
+        self.backlog.store(backlog, Ordering::Relaxed);
         inner.driving = false;
         // Someone still waiting on a poll that is now nobody's: wake one to take over.
         if let Some(t) = inner.slots.iter_mut().find_map(|s| s.waiter.take()) {

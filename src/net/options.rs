@@ -30,9 +30,14 @@ pub struct Options {
     /// Requests a node may have without replies before it is treated as hung: its connection is dropped and its
     /// pending requests fail (default 1,024). Bounds memory however long a node hangs.
     pub max_in_flight: usize,
-    /// What the decoder accepts from a node (default: [`Limits::default`] with bulk strings up to 16 MiB,
+    /// What the decoder accepts from a node (default: [`Limits::default`] with bulk strings up to 4 MiB,
     /// aggregates up to 65,536 elements and 32 levels: a lock client gets small replies).
     pub limits: Limits,
+    /// The longest reply accepted, in bytes, counted as it arrives (default 4 MiB). Each header is checked by
+    /// `limits`; this bounds the whole, so that a node sending a valid reply that never ends is cut off (and
+    /// memory stays bounded: the read buffer, plus the decoder's record of the unfinished reply, at most 8 bytes
+    /// per byte received).
+    pub max_reply_len: usize,
     /// Encoded commands pipelined after `AUTH`/`SELECT`/`HELLO` on every new connection (such as `SCRIPT LOAD`).
     /// An error reply to any of them fails the connection.
     pub setup: Vec<Bytes>,
@@ -46,9 +51,10 @@ impl Default for Options {
             backoff_max: Duration::from_secs(1),
             max_in_flight: 1024,
             limits: Limits::default()
-                .with_max_bulk_len(16 << 20)
+                .with_max_bulk_len(4 << 20)
                 .with_max_aggregate_len(1 << 16)
                 .with_max_depth(32),
+            max_reply_len: 4 << 20,
             setup: Vec::new(),
         }
     }
