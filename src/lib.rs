@@ -1,5 +1,47 @@
 //! muxlock: a Redlock client that talks to N Redis masters at once.
 //!
+//! A lock is acquired by sending `SET resource value NX PX ttl` to every node at the same time and counting the
+//! replies as they arrive: the lock is held once a majority (N/2 + 1) said OK while the lease is still valid
+//! ("Distributed locks with Redis", the Redlock algorithm). A node that is down or hung costs nothing unless the
+//! majority needs it.
+//!
+//! # Examples
+//!
+//! Typical use, against three Redis masters:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use muxlock::LockManager;
+//!
+//! let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+//! let lock = locks.lock("invoice:42", Duration::from_secs(10))?;
+//! if lock.is_valid() {
+//!     // ... work on the invoice ...
+//! }
+//! locks.unlock(lock)?;
+//! # Ok::<(), muxlock::Error>(())
+//! ```
+//!
+//! What a caller sees when the nodes cannot be reached (this one runs: nothing listens on port 1):
+//!
+//! ```
+//! use std::time::Duration;
+//! use muxlock::{Config, Error, LockManager};
+//!
+//! let config = Config { retry_count: 0, ..Config::default() };
+//! let locks = LockManager::builder().node("127.0.0.1:1").config(config).build()?;
+//! match locks.try_lock("report", Duration::from_secs(5)) {
+//!     Err(Error::Quorum(report)) => {
+//!         assert_eq!(report.granted(), 0);
+//!         println!("{}", Error::Quorum(report)); // names each node and what happened to it
+//!     }
+//!     other => panic!("unexpected: {other:?}"),
+//! }
+//! // Invalid input is refused before anything is sent.
+//! assert!(locks.try_lock("", Duration::from_secs(5)).unwrap_err().is_config());
+//! # Ok::<(), muxlock::Error>(())
+//! ```
+//!
 //! # Layout
 //!
 //! - [`resp`]: the RESP2/RESP3 codec, pure functions over bytes.
