@@ -57,5 +57,6 @@ pub mod fuzzing;
 pub mod net;
 pub mod redlock;
 pub mod resp;
+mod time;
 
 pub use redlock::{Config, Error, Lock, LockManager};

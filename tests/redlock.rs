@@ -416,3 +416,22 @@ fn public_types_are_send_and_sync() {
     assert_send_sync::<Error>();
     assert_send_sync::<muxlock::net::Fanout>();
 }
+
+#[test]
+fn huge_timeouts_are_accepted_without_overflow() {
+    // Instant + Duration::MAX would panic; deadlines saturate instead.
+    let config = Config {
+        retry_count: 0,
+        round_timeout: Duration::MAX,
+        connect_timeout: Duration::MAX,
+        ..Config::default()
+    };
+    // Nothing listens on port 1: refused at once, whatever the timeouts.
+    let locks = LockManager::builder()
+        .node("127.0.0.1:1")
+        .config(config)
+        .build()
+        .expect("valid");
+    let err = locks.try_lock("r", TTL).expect_err("refused");
+    assert!(err.is_quorum(), "{err}");
+}

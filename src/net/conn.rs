@@ -18,6 +18,7 @@ use super::addr::NodeAddr;
 use super::error::NodeError;
 use super::options::Options;
 use crate::resp::{Decimal, Decoder, Value, encode_command};
+use crate::time::later;
 
 /// Who waits for the reply at one position of the FIFO.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,7 +165,7 @@ impl Conn {
             .map_err(|e| NodeError::from_io(&e))?;
         self.state = State::Connecting {
             stream,
-            deadline: now + opts.connect_timeout,
+            deadline: later(now, opts.connect_timeout),
         };
         self.rbuf.clear();
         self.wbuf.clear();
@@ -390,7 +391,7 @@ impl Conn {
         now: Instant,
         sink: &mut dyn FnMut(Waiter, Result<Value, NodeError>),
     ) {
-        let retry_at = now + self.backoff;
+        let retry_at = later(now, self.backoff);
         self.backoff = (self.backoff * 2).min(opts.backoff_max);
         // Dropping the stream closes the socket, which also removes it from the poll.
         self.state = State::Down { retry_at };

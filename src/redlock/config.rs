@@ -87,6 +87,13 @@ impl Config {
         if self.max_in_flight == 0 {
             return Err(Error::Config("max_in_flight must be at least 1".into()));
         }
+        if self.restart_window > Config::MAX_TTL {
+            return Err(Error::Config(format!(
+                "restart_window {:?} is longer than the maximum TTL, {:?}",
+                self.restart_window,
+                Config::MAX_TTL
+            )));
+        }
         if self.retry_delay.checked_add(self.retry_jitter).is_none() {
             return Err(Error::Config("retry_delay + retry_jitter overflows".into()));
         }
@@ -199,6 +206,13 @@ mod tests {
                 ..Config::default()
             },
             "longer than the maximum",
+        );
+        bad(
+            Config {
+                restart_window: Duration::MAX,
+                ..Config::default()
+            },
+            "restart_window",
         );
     }
 

@@ -14,6 +14,7 @@ use super::scripts::{self, Script};
 use super::token::Tokens;
 use crate::net::{Fanout, NodeAddr, Options, Reply};
 use crate::resp::Value;
+use crate::time::later;
 
 /// A distributed lock manager over N independent Redis masters (the Redlock algorithm).
 ///
@@ -279,7 +280,7 @@ impl LockManager {
         let mut quorum =
             Quorum::new(self.fanout.len(), start, ttl, drift).decide_by(lock.valid_until);
         self.note_ttl(ttl_ms);
-        let deadline = (start + self.config.round_timeout).min(quorum.deadline());
+        let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
         let mut outcomes = vec![Outcome::NotAwaited; self.fanout.len()];
         let mut status = Status::Pending;
         self.script_round(
@@ -326,7 +327,7 @@ impl LockManager {
     pub fn unlock(&self, lock: Lock) -> Result<usize> {
         let n = self.fanout.len();
         let quorum = self.quorum();
-        let deadline = Instant::now() + self.config.round_timeout;
+        let deadline = later(Instant::now(), self.config.round_timeout);
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let (mut released, mut answered) = (0, 0);
         self.script_round(
@@ -405,7 +406,7 @@ impl LockManager {
         let mut quorum = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor));
         let mut round = self
             .fanout
-            .round((start + self.config.round_timeout).min(quorum.deadline()));
+            .round(later(start, self.config.round_timeout).min(quorum.deadline()));
         round.send_all(&request, 1);
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let mut status = Status::Pending;

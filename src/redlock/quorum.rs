@@ -7,6 +7,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::time::later;
+
 /// What one node answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Vote {
@@ -46,7 +48,13 @@ pub enum Failure {
 /// The clock-drift allowance of the Redlock spec for a lease of `ttl`: `ttl × factor + 2 ms` (the 2 ms cover the
 /// millisecond granularity of Redis' expiry).
 pub fn drift(ttl: Duration, factor: f64) -> Duration {
-    ttl.mul_f64(factor) + Duration::from_millis(2)
+    // Saturating, and a factor that is not a finite non-negative number counts as zero: never a panic.
+    let scaled =
+        Duration::try_from_secs_f64(ttl.as_secs_f64() * factor).unwrap_or(match factor > 0.0 {
+            true => Duration::MAX,
+            false => Duration::ZERO,
+        });
+    scaled.saturating_add(Duration::from_millis(2))
 }
 
 /// One decision over N nodes.
@@ -81,7 +89,7 @@ impl Quorum {
     /// A decision over `n` nodes for a lease of `ttl` that started at `start` (taken *before* the requests were
     /// sent), with the given drift allowance. The majority is `n / 2 + 1`.
     pub fn new(n: usize, start: Instant, ttl: Duration, drift: Duration) -> Quorum {
-        let valid_until = start + ttl.saturating_sub(drift);
+        let valid_until = later(start, ttl.saturating_sub(drift));
         Quorum {
             votes: vec![None; n],
             quorum: n / 2 + 1,
@@ -220,6 +228,17 @@ mod tests {
         let q = Quorum::new(3, t0, TTL, ms(12)).decide_by(t0 + ms(100));
         assert_eq!(q.deadline(), t0 + ms(100));
         assert_eq!(q.status(t0 + ms(100)), Status::Failed(Failure::TooLate));
+    }
+
+    #[test]
+    fn drift_never_panics() {
+        assert_eq!(drift(Duration::from_secs(10), 0.01), ms(102));
+        assert!(drift(Duration::MAX, 0.5) > Duration::from_secs(1 << 62));
+        assert_eq!(drift(Duration::MAX, 2.0), Duration::MAX);
+        assert_eq!(drift(Duration::from_secs(1), f64::NAN), ms(2));
+        assert_eq!(drift(Duration::from_secs(1), -1.0), ms(2));
+        let q = Quorum::new(3, Instant::now(), Duration::MAX, Duration::ZERO);
+        assert_eq!(q.status(Instant::now()), Status::Pending);
     }
 
     #[test]

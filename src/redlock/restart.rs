@@ -19,6 +19,7 @@ use bytes::{Bytes, BytesMut};
 use super::quorum::drift;
 use crate::net::Fanout;
 use crate::resp::{Value, encode_command};
+use crate::time::later;
 
 /// What is known of one node's current server process.
 #[derive(Debug, Default)]
@@ -66,7 +67,7 @@ impl RestartGuard {
     pub(crate) fn window(&self) -> Duration {
         let ttl =
             Duration::from_millis(self.max_ttl_ms.load(Ordering::Relaxed)).max(self.configured);
-        ttl + drift(ttl, self.drift_factor)
+        ttl.saturating_add(drift(ttl, self.drift_factor))
     }
 
     /// Whether node `node`'s "yes" may count at `now`. `info_index` is the position of `INFO server` among the
@@ -100,7 +101,7 @@ impl RestartGuard {
         }
         known
             .restarted_at
-            .is_none_or(|at| now >= at + self.window())
+            .is_none_or(|at| now >= later(at, self.window()))
     }
 }
 
