@@ -435,3 +435,22 @@ fn huge_timeouts_are_accepted_without_overflow() {
     let err = locks.try_lock("r", TTL).expect_err("refused");
     assert!(err.is_quorum(), "{err}");
 }
+
+/// An even number of nodes is allowed: the majority is N/2 + 1, so 4 nodes tolerate one failure, like 3.
+#[test]
+fn an_even_number_of_nodes_needs_n_over_2_plus_1() {
+    let mut cluster = Cluster::start(4);
+    let locks = manager(&cluster, quick());
+    assert_eq!(locks.quorum(), 3);
+    cluster.kill(0);
+    let lock = locks.lock("even", TTL).expect("3 of 4 are a majority");
+    locks.unlock(lock).expect("release");
+    cluster.kill(1);
+    let err = locks.lock("even", TTL).expect_err("2 of 4 are not");
+    assert!(err.is_quorum(), "{err}");
+    // Decided as soon as two failures made 3 grants impossible.
+    assert!(
+        err.to_string().contains("of 4 nodes granted, 3 needed"),
+        "{err}"
+    );
+}
