@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use muxlock::redlock::{Error, LockManager};
+use muxlock::net::NodeError;
+use muxlock::redlock::{Error, LockManager, Outcome};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
@@ -122,6 +123,12 @@ pub struct Stats {
     pub concurrent_writers: AtomicU64,
     /// The protected section ended after the lease: the worker was too slow (not a lock failure).
     pub overran: AtomicU64,
+    /// In rounds that found no quorum, what the nodes that did not grant did: timed out, failed at the
+    /// connection (refused, closed, reset, protocol), restarted too recently (restart guard), anything else.
+    pub nodes_timed_out: AtomicU64,
+    pub nodes_disconnected: AtomicU64,
+    pub nodes_quarantined: AtomicU64,
+    pub nodes_other: AtomicU64,
 }
 
 impl Stats {
@@ -139,11 +146,16 @@ impl fmt::Display for Stats {
         let g = Stats::get;
         write!(
             f,
-            "acquired {}, held by others {}, no quorum {}, other errors {}, release failures {}, \
-             expired before use {}, concurrent writers {}, overran {}",
+            "acquired {}, held by others {}, no quorum {} (nodes timed out {}, disconnected {}, quarantined {}, \
+             other {}), other errors {}, release failures {}, expired before use {}, concurrent writers {}, \
+             overran {}",
             g(&self.acquired),
             g(&self.held),
             g(&self.quorum),
+            g(&self.nodes_timed_out),
+            g(&self.nodes_disconnected),
+            g(&self.nodes_quarantined),
+            g(&self.nodes_other),
             g(&self.other),
             g(&self.release_failed),
             g(&self.expired_unused),
@@ -226,8 +238,17 @@ pub fn worker(
                 Stats::add(&stats.held);
                 continue;
             }
-            Err(Error::Quorum(_)) => {
+            Err(Error::Quorum(report)) => {
                 Stats::add(&stats.quorum);
+                for (_, outcome) in report.nodes() {
+                    match outcome {
+                        Outcome::Granted | Outcome::Taken | Outcome::NotAwaited => {}
+                        Outcome::Failed(NodeError::Timeout) => Stats::add(&stats.nodes_timed_out),
+                        Outcome::Failed(e) if e.is_connection_failure() => Stats::add(&stats.nodes_disconnected),
+                        Outcome::Quarantined => Stats::add(&stats.nodes_quarantined),
+                        _ => Stats::add(&stats.nodes_other),
+                    }
+                }
                 continue;
             }
             Err(_) => {
