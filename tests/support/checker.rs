@@ -244,7 +244,9 @@ pub fn worker(
                     match outcome {
                         Outcome::Granted | Outcome::Taken | Outcome::NotAwaited => {}
                         Outcome::Failed(NodeError::Timeout) => Stats::add(&stats.nodes_timed_out),
-                        Outcome::Failed(e) if e.is_connection_failure() => Stats::add(&stats.nodes_disconnected),
+                        Outcome::Failed(e) if e.is_connection_failure() => {
+                            Stats::add(&stats.nodes_disconnected)
+                        }
                         Outcome::Quarantined => Stats::add(&stats.nodes_quarantined),
                         _ => Stats::add(&stats.nodes_other),
                     }
