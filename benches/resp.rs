@@ -369,5 +369,48 @@ fn stream_cases(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, decode_cases, encode_cases, stream_cases);
+// ---------------------------------------------------------------- the floor under every zero-copy decoder
+
+/// What the `bytes` crate alone costs a zero-copy decoder, with no parsing at all: the part of (c) and (d) that no
+/// decoder built on `Bytes` can remove, measured in the same run as the decoders.
+///
+/// - `slice_drop_x1000`: 1,000 `Bytes::slice`s of 8 bytes pushed into a `Vec`, then dropped: one atomic increment
+///   and one atomic decrement of the shared refcount per element, as every array element of (d) pays.
+/// - `fresh_split_freeze_drop`: a fresh `BytesMut` (as in (c)) split once, frozen and dropped: turning its `Vec` into
+///   shared storage allocates a header, and dropping frees it.
+fn floor_cases(c: &mut Criterion) {
+    let mut g = c.benchmark_group("floor");
+    let element = bulk_array(N);
+    g.throughput(Throughput::Elements(N as u64));
+    g.bench_function("slice_drop_x1000", |b| {
+        b.iter(|| {
+            let mut v: Vec<Bytes> = Vec::with_capacity(N);
+            for i in 0..N {
+                v.push(element.slice(i * 14..i * 14 + 8));
+            }
+            black_box(v)
+        })
+    });
+    let input = bulk(1 << 10);
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("fresh_split_freeze_drop", |b| {
+        b.iter_batched(
+            || BytesMut::from(&input[..]),
+            |mut buf| {
+                black_box(buf.split_to(input.len() - 2).freeze());
+                buf
+            },
+            BULK_BATCH,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    decode_cases,
+    encode_cases,
+    stream_cases,
+    floor_cases
+);
 criterion_main!(benches);
