@@ -241,10 +241,11 @@ fn quick(buf: &mut BytesMut, limits: &Limits) -> Option<Value> {
             let (Token::Bulk { start, end }, next) = scan::quick_bulk(buf, 0, limits)? else {
                 return None;
             };
-            let mut payload = buf.split_to(next);
-            payload.truncate(end);
-            payload.advance(start);
-            return Some(Value::BulkString(payload.freeze()));
+            // Header off, payload split, CRLF off: cheaper than splitting the whole frame and trimming it.
+            buf.advance(start);
+            let payload = buf.split_to(end - start).freeze();
+            buf.advance(next - end);
+            return Some(Value::BulkString(payload));
         }
         b'_' if buf.get(1..3)? == b"\r\n" => (Value::Null, 3),
         _ => return None,
@@ -282,10 +283,11 @@ fn take_scalar(token: Token, buf: &mut BytesMut, next: usize) -> Result<Value, D
     let mut split = false;
     let value = scalar(token, |start, end| {
         split = true;
-        let mut frame = buf.split_to(next);
-        frame.truncate(end);
-        frame.advance(start);
-        frame.freeze()
+        // The scanner guarantees start <= end <= next; saturating keeps a broken invariant from panicking.
+        buf.advance(start);
+        let payload = buf.split_to(end.saturating_sub(start)).freeze();
+        buf.advance(next.saturating_sub(end));
+        payload
     });
     if !split {
         buf.advance(next);

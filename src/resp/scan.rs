@@ -296,6 +296,33 @@ pub(crate) fn quick_number(buf: &[u8], at: usize) -> Option<(i64, usize)> {
         [a @ b'1'..=b'9', b @ b'0'..=b'9', CR, LF, ..] => {
             return Some((i64::from(a - b'0') * 10 + i64::from(b - b'0'), at + 4));
         }
+        // Three and four digits: the lengths of typical values (a 1 KiB payload is `$1024`).
+        [
+            a @ b'1'..=b'9',
+            b @ b'0'..=b'9',
+            c @ b'0'..=b'9',
+            CR,
+            LF,
+            ..,
+        ] => {
+            let n = i64::from(a - b'0') * 100 + i64::from(b - b'0') * 10 + i64::from(c - b'0');
+            return Some((n, at + 5));
+        }
+        [
+            a @ b'1'..=b'9',
+            b @ b'0'..=b'9',
+            c @ b'0'..=b'9',
+            d @ b'0'..=b'9',
+            CR,
+            LF,
+            ..,
+        ] => {
+            let n = i64::from(a - b'0') * 1000
+                + i64::from(b - b'0') * 100
+                + i64::from(c - b'0') * 10
+                + i64::from(d - b'0');
+            return Some((n, at + 6));
+        }
         _ => {}
     }
     let negative = *s.first()? == b'-';
