@@ -296,34 +296,10 @@ pub(crate) fn quick_number(buf: &[u8], at: usize) -> Option<(i64, usize)> {
         [a @ b'1'..=b'9', b @ b'0'..=b'9', CR, LF, ..] => {
             return Some((i64::from(a - b'0') * 10 + i64::from(b - b'0'), at + 4));
         }
-        // Three and four digits: the lengths of typical values (a 1 KiB payload is `$1024`).
-        [
-            a @ b'1'..=b'9',
-            b @ b'0'..=b'9',
-            c @ b'0'..=b'9',
-            CR,
-            LF,
-            ..,
-        ] => {
-            let n = i64::from(a - b'0') * 100 + i64::from(b - b'0') * 10 + i64::from(c - b'0');
-            return Some((n, at + 5));
-        }
-        [
-            a @ b'1'..=b'9',
-            b @ b'0'..=b'9',
-            c @ b'0'..=b'9',
-            d @ b'0'..=b'9',
-            CR,
-            LF,
-            ..,
-        ] => {
-            let n = i64::from(a - b'0') * 1000
-                + i64::from(b - b'0') * 100
-                + i64::from(c - b'0') * 10
-                + i64::from(d - b'0');
-            return Some((n, at + 6));
-        }
         _ => {}
+    }
+    if let Some((n, used)) = swar_number(s) {
+        return Some((n, at + used));
     }
     let negative = *s.first()? == b'-';
     let digits = &s[usize::from(negative)..];
@@ -352,6 +328,31 @@ pub(crate) fn quick_number(buf: &[u8], at: usize) -> Option<(i64, usize)> {
         if negative { -v } else { v },
         at + usize::from(negative) + i + 2,
     ))
+}
+
+/// Three to seven digits (typical lengths: a 1 KiB payload is `$1024`, 64 KiB `$65536`) and CRLF, read as one
+/// 8-byte word instead of a byte at a time. `None` when fewer than 8 bytes are there, on a sign or a leading zero,
+/// on 8 or more digits, or when CRLF does not follow: the caller's loop decides those.
+#[inline]
+fn swar_number(s: &[u8]) -> Option<(i64, usize)> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    let word = u64::from_le_bytes(s.get(..8)?.try_into().ok()?);
+    // A byte is a digit iff its high nibble is 3 and stays 3 when 6 is added (0x3A..=0x3F become 0x40..). Carries
+    // and borrows only move towards later bytes, so every byte up to the first non-digit is judged correctly.
+    let bad =
+        ((word & HIGH) ^ (ONES * 0x30)) | ((word.wrapping_add(ONES * 6) & HIGH) ^ (ONES * 0x30));
+    let n = (bad.trailing_zeros() / 8) as usize;
+    if !(3..8).contains(&n) || s[0] == b'0' || s.get(n..n + 2)? != b"\r\n" {
+        return None;
+    }
+    // Digit values, the first digit in the lowest byte; shifting left drops the bytes after the digits and puts
+    // zeros (leading zeros of an 8-digit number) in front. Then pairs, quads and the whole, as in simdjson.
+    let v = word.wrapping_sub(ONES * 0x30) << (8 * (8 - n));
+    let v = ((v & 0x0F0F_0F0F_0F0F_0F0F).wrapping_mul(2561)) >> 8;
+    let v = ((v & 0x00FF_00FF_00FF_00FF).wrapping_mul(6_553_601)) >> 16;
+    let v = ((v & 0x0000_FFFF_0000_FFFF).wrapping_mul(42_949_672_960_001)) >> 32;
+    Some((v as i64, n + 2))
 }
 
 /// The common case of a bulk string (`$n` with its payload and CRLF all present, `n` in canonical form, within
@@ -508,6 +509,60 @@ fn is_big_number(s: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `quick_number` may return for `s`: the canonical number before the first CRLF, as std parses it.
+    fn reference(s: &[u8]) -> Option<(i64, usize)> {
+        let end = s.windows(2).position(|w| w == b"\r\n")?;
+        let text = std::str::from_utf8(&s[..end]).ok()?;
+        let n: i64 = text.parse().ok()?;
+        (n.to_string() == text).then_some((n, end + 2))
+    }
+
+    #[test]
+    fn quick_numbers_agree_with_std_for_every_byte_in_every_position() {
+        for base in [
+            &b"1234567\r\nxx"[..],
+            b"123\r\nxxxxx",
+            b"65536\r\n$x",
+            b"12345678\r\n",
+            b"99\r\n123456",
+        ] {
+            for pos in 0..base.len() {
+                for byte in 0..=255u8 {
+                    let mut s = base.to_vec();
+                    s[pos] = byte;
+                    if let Some(got) = quick_number(&s, 0) {
+                        assert_eq!(
+                            Some(got),
+                            reference(&s),
+                            "{:?}",
+                            String::from_utf8_lossy(&s)
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn quick_numbers_take_the_word_path_for_three_to_seven_digits() {
+        let mut n = 100_i64;
+        while n < 10_000_000 {
+            let s = format!("{n}\r\n--------");
+            assert_eq!(swar_number(s.as_bytes()), Some((n, s.len() - 8)), "{n}");
+            assert_eq!(quick_number(s.as_bytes(), 0), Some((n, s.len() - 8)), "{n}");
+            n = n * 7 / 5 + 1;
+        }
+        // Leading zeros, signs, eight digits and short buffers are left to the careful path.
+        for s in [
+            &b"0123\r\n----"[..],
+            b"-123\r\n----",
+            b"12345678\r\n",
+            b"123\r\n",
+        ] {
+            assert_eq!(swar_number(s), None, "{:?}", String::from_utf8_lossy(s));
+        }
+    }
 
     #[test]
     fn number_follows_string2ll() {
