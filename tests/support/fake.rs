@@ -16,22 +16,20 @@
 
 use std::fmt;
 use std::io::{self, ErrorKind, Read, Write};
-use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::thread::{self, JoinHandle};
+use std::sync::{Arc, Mutex};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use muxlock::redlock::scripts::{EXTEND, EXTEND_SHA1, RELEASE, RELEASE_SHA1};
 use muxlock::resp::{Decoder, Value};
 
+use super::acceptor::{Acceptor, is_retry, lock};
+
 /// The longest any thread of the server blocks or sleeps before looking at the stop flag again.
 pub const POLL: Duration = Duration::from_millis(5);
-/// How often the non-blocking listener is polled for new connections.
-const ACCEPT_POLL: Duration = Duration::from_millis(1);
-/// Bound on joining all threads when the server drops.
-const JOIN_TIMEOUT: Duration = Duration::from_secs(3);
 /// After a graceful close, how long unread client bytes are drained (so that closing sends a FIN,
 /// not the RST that closing with unread data causes).
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
@@ -112,13 +110,12 @@ pub type Behaviour = dyn Fn(&[Bytes]) -> Action + Send + Sync;
 struct Shared {
     id: usize,
     behaviour: Box<Behaviour>,
-    stop: AtomicBool,
+    /// Set when the server drops.
+    stop: Arc<AtomicBool>,
     connections: AtomicU64,
     commands: AtomicU64,
     bytes_sent: AtomicU64,
     log: Mutex<Vec<Vec<Bytes>>>,
-    /// Connection threads, reaped as they finish and joined on drop.
-    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Shared {
@@ -135,15 +132,15 @@ impl Shared {
 /// let fanout = Fanout::new(vec![fake.url().parse()?], Options::default())?;
 /// ```
 pub struct FakeServer {
-    addr: SocketAddr,
     shared: Arc<Shared>,
-    acceptor: Option<JoinHandle<()>>,
+    /// Dropping it stops and joins every thread.
+    acceptor: Acceptor,
 }
 
 impl fmt::Debug for FakeServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FakeServer")
-            .field("addr", &self.addr)
+            .field("addr", &self.addr())
             .field("connections", &self.connections())
             .field("commands", &self.commands())
             .finish_non_exhaustive()
@@ -161,44 +158,36 @@ impl FakeServer {
         F: Fn(&[Bytes]) -> Action + Send + Sync + 'static,
     {
         static IDS: AtomicUsize = AtomicUsize::new(0);
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("fake server local_addr");
-        // Non-blocking so that the acceptor notices `stop` without a wake-up connection.
-        listener
-            .set_nonblocking(true)
-            .expect("non-blocking listener");
         let shared = Arc::new(Shared {
             id: IDS.fetch_add(1, SeqCst),
             behaviour: Box::new(behaviour),
-            stop: AtomicBool::new(false),
+            stop: Arc::default(),
             connections: AtomicU64::new(0),
             commands: AtomicU64::new(0),
             bytes_sent: AtomicU64::new(0),
             log: Mutex::new(Vec::new()),
-            threads: Mutex::new(Vec::new()),
         });
         let acceptor = {
+            let prefix = format!("fake{}-", shared.id);
+            let stop = Arc::clone(&shared.stop);
             let shared = Arc::clone(&shared);
-            thread::Builder::new()
-                .name(format!("fake{}-accept", shared.id))
-                .spawn(move || accept_loop(&listener, &shared))
-                .expect("spawn the fake server's acceptor")
+            Acceptor::start("fake server", &prefix, "conn", stop, move |client| {
+                shared.connections.fetch_add(1, SeqCst);
+                let shared = Arc::clone(&shared);
+                Some(move || serve(&client, &shared))
+            })
         };
-        FakeServer {
-            addr,
-            shared,
-            acceptor: Some(acceptor),
-        }
+        FakeServer { shared, acceptor }
     }
 
     /// `127.0.0.1:port`.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.acceptor.addr()
     }
 
     /// The port.
     pub fn port(&self) -> u16 {
-        self.addr.port()
+        self.addr().port()
     }
 
     /// `redis://127.0.0.1:port`.
@@ -246,21 +235,6 @@ impl FakeServer {
             .iter()
             .filter(|n| n.eq_ignore_ascii_case(name))
             .count()
-    }
-}
-
-impl Drop for FakeServer {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, SeqCst);
-        let deadline = Instant::now() + JOIN_TIMEOUT;
-        // The acceptor first, so that no connection thread is added after we take the list.
-        if let Some(acceptor) = self.acceptor.take() {
-            join_by(acceptor, deadline);
-        }
-        let threads = std::mem::take(&mut *lock(&self.shared.threads));
-        for handle in threads {
-            join_by(handle, deadline);
-        }
     }
 }
 
@@ -333,53 +307,6 @@ pub fn bulk(bytes: &[u8]) -> Vec<u8> {
     out.extend_from_slice(bytes);
     out.extend_from_slice(b"\r\n");
     out
-}
-
-/// Joins `handle` if it finishes before `deadline`; otherwise leaves it detached (a detached
-/// thread does not keep the test process alive) and says so.
-fn join_by(handle: JoinHandle<()>, deadline: Instant) {
-    while !handle.is_finished() {
-        if Instant::now() >= deadline {
-            eprintln!(
-                "fake server: thread {:?} still running",
-                handle.thread().name()
-            );
-            return;
-        }
-        thread::sleep(Duration::from_millis(1));
-    }
-    if handle.join().is_err() {
-        eprintln!("fake server: a connection thread panicked");
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panicking behaviour must not take the server's controls down with it.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
-    while !shared.stopping() {
-        let client = match listener.accept() {
-            Ok((client, _)) => client,
-            // `WouldBlock` is the idle case; anything else (EMFILE...) gets the same back-off.
-            Err(_) => {
-                thread::sleep(ACCEPT_POLL);
-                continue;
-            }
-        };
-        shared.connections.fetch_add(1, SeqCst);
-        let conn_shared = Arc::clone(shared);
-        let spawned = thread::Builder::new()
-            .name(format!("fake{}-conn", shared.id))
-            .spawn(move || serve(&client, &conn_shared));
-        let mut threads = lock(&shared.threads);
-        threads.retain(|h| !h.is_finished());
-        match spawned {
-            Ok(handle) => threads.push(handle),
-            Err(e) => eprintln!("fake server: cannot spawn a connection thread: {e}"),
-        }
-    }
 }
 
 /// What the connection does after an action.
@@ -570,12 +497,4 @@ fn close(stream: &TcpStream, shared: &Shared) {
             Err(_) => return,
         }
     }
-}
-
-/// A timeout (`WouldBlock` on Unix) or a signal: try again after checking the stop flag.
-fn is_retry(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-    )
 }

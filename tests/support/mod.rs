@@ -6,6 +6,9 @@
 //! - [`cluster`]: [`Cluster`], N independent servers started in parallel (Redlock's N masters;
 //!   they are not a Redis Cluster).
 //! - [`process`]: finding the binary, free ports, temp dirs, signals, `/proc` states.
+//! - [`acceptor`]: [`acceptor::Acceptor`], the loopback listener and thread bookkeeping under the fake server and the
+//!   proxy.
+//! - [`fake`]: [`FakeServer`], a scripted impostor for the bytes a real Redis never sends.
 //! - [`proxy`]: [`FaultProxy`], a loopback TCP proxy that injects latency, black holes, slow
 //!   replies and resets between a client and one server (this kernel has no netem).
 //! - [`wire`]: raw bytes on the wire: [`cmd`] encodes a command, [`read_reply`] reads one reply.
@@ -25,6 +28,7 @@
 // Not every test binary uses every helper.
 #![allow(dead_code)]
 
+pub mod acceptor;
 pub mod checker;
 pub mod cluster;
 pub mod fake;

@@ -14,22 +14,20 @@
 
 use std::collections::VecDeque;
 use std::io::{self, ErrorKind, Read, Write};
-use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use socket2::SockRef;
 
+use super::acceptor::{Acceptor, is_retry, lock};
+
 /// The longest a proxy thread sleeps or blocks before looking at the fault and the stop flag.
 pub const POLL: Duration = Duration::from_millis(5);
-/// How often the non-blocking listener is polled for new connections.
-const ACCEPT_POLL: Duration = Duration::from_millis(1);
 /// Bound on dialing the upstream server for a new connection.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(1);
-/// Bound on joining all threads when the proxy drops.
-const JOIN_TIMEOUT: Duration = Duration::from_secs(3);
 /// One read's worth.
 const CHUNK: usize = 16 * 1024;
 /// A reader stops reading while this much is queued (latency, trickle): back-pressure through
@@ -73,10 +71,9 @@ struct Shared {
     id: usize,
     upstream: SocketAddr,
     fault: Mutex<Fault>,
-    stop: AtomicBool,
+    /// Set when the proxy drops.
+    stop: Arc<AtomicBool>,
     stats: Mutex<Stats>,
-    /// Connection threads, reaped as they finish and joined on drop.
-    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 /// A snapshot of a proxy's counters, from [`FaultProxy::stats`].
@@ -137,9 +134,9 @@ impl Shared {
 /// ```
 #[derive(Debug)]
 pub struct FaultProxy {
-    addr: SocketAddr,
     shared: Arc<Shared>,
-    acceptor: Option<JoinHandle<()>>,
+    /// Dropping it stops and joins every thread.
+    acceptor: Acceptor,
 }
 
 impl FaultProxy {
@@ -152,32 +149,33 @@ impl FaultProxy {
     #[track_caller]
     pub fn start(upstream: SocketAddr) -> FaultProxy {
         static IDS: AtomicUsize = AtomicUsize::new(0);
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("proxy local_addr");
-        // Non-blocking so that the acceptor can notice `stop` without a wake-up connection.
-        listener
-            .set_nonblocking(true)
-            .expect("non-blocking listener");
         let shared = Arc::new(Shared {
             id: IDS.fetch_add(1, SeqCst),
             upstream,
             fault: Mutex::default(),
-            stop: AtomicBool::default(),
+            stop: Arc::default(),
             stats: Mutex::default(),
-            threads: Mutex::default(),
         });
         let acceptor = {
+            let prefix = format!("fp{}-", shared.id);
+            let stop = Arc::clone(&shared.stop);
             let shared = Arc::clone(&shared);
-            thread::Builder::new()
-                .name(format!("fp{}-accept", shared.id))
-                .spawn(move || accept_loop(&listener, &shared))
-                .expect("spawn the proxy's acceptor")
+            Acceptor::start("fault proxy", &prefix, "dnw", stop, move |client| {
+                let refuse = shared.fault() == Fault::Refuse;
+                shared.count(|stats| {
+                    stats.accepted += 1;
+                    stats.refused += u64::from(refuse);
+                    stats.resets += u64::from(refuse);
+                });
+                if refuse {
+                    rst_on_close(&client);
+                    return None;
+                }
+                let shared = Arc::clone(&shared);
+                Some(move || serve(client, &shared))
+            })
         };
-        FaultProxy {
-            addr,
-            shared,
-            acceptor: Some(acceptor),
-        }
+        FaultProxy { shared, acceptor }
     }
 
     /// Switches the fault for all current and future connections, at once for data already
@@ -193,12 +191,12 @@ impl FaultProxy {
 
     /// The proxy's listening address, `127.0.0.1:port`.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.acceptor.addr()
     }
 
     /// The proxy's port.
     pub fn port(&self) -> u16 {
-        self.addr.port()
+        self.addr().port()
     }
 
     /// `redis://127.0.0.1:port`, the proxy's address as a Redis URL.
@@ -222,74 +220,6 @@ impl FaultProxy {
     /// moment before they are counted.
     pub fn stats(&self) -> Stats {
         *lock(&self.shared.stats)
-    }
-}
-
-impl Drop for FaultProxy {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, SeqCst);
-        let deadline = Instant::now() + JOIN_TIMEOUT;
-        // The acceptor first, so that no connection thread is added after we take the list.
-        if let Some(acceptor) = self.acceptor.take() {
-            join_by(acceptor, deadline);
-        }
-        let threads = std::mem::take(&mut *lock(&self.shared.threads));
-        for handle in threads {
-            join_by(handle, deadline);
-        }
-    }
-}
-
-/// Joins `handle` if it finishes before `deadline`; otherwise leaves it detached (a detached
-/// thread does not keep the test process alive) and says so.
-fn join_by(handle: JoinHandle<()>, deadline: Instant) {
-    while !handle.is_finished() {
-        if Instant::now() >= deadline {
-            eprintln!("fault proxy: {:?} still running", handle.thread().name());
-            return;
-        }
-        thread::sleep(Duration::from_millis(1));
-    }
-    if handle.join().is_err() {
-        eprintln!("fault proxy: a proxy thread panicked");
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panicking proxy thread must not take the controls down with it.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
-    while !shared.stop.load(SeqCst) {
-        let client = match listener.accept() {
-            Ok((client, _)) => client,
-            // `WouldBlock` is the idle case; anything else (EMFILE...) gets the same back-off.
-            Err(_) => {
-                thread::sleep(ACCEPT_POLL);
-                continue;
-            }
-        };
-        let refuse = shared.fault() == Fault::Refuse;
-        shared.count(|stats| {
-            stats.accepted += 1;
-            stats.refused += u64::from(refuse);
-            stats.resets += u64::from(refuse);
-        });
-        if refuse {
-            rst_on_close(&client);
-            continue;
-        }
-        let conn_shared = Arc::clone(shared);
-        let spawned = thread::Builder::new()
-            .name(format!("fp{}-dnw", shared.id))
-            .spawn(move || serve(client, &conn_shared));
-        let mut threads = lock(&shared.threads);
-        threads.retain(|h| !h.is_finished()); // finished ones need no join: nothing to report
-        match spawned {
-            Ok(handle) => threads.push(handle),
-            Err(e) => eprintln!("fault proxy: cannot spawn a connection thread: {e}"),
-        }
     }
 }
 
@@ -536,12 +466,4 @@ fn send(conn: &Conn, shared: &Shared, dir: usize, mut bytes: &[u8]) -> io::Resul
         }
     }
     Ok(())
-}
-
-/// A timeout (`WouldBlock` on Unix) or a signal: try again after checking the flags.
-fn is_retry(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-    )
 }
