@@ -115,15 +115,7 @@ pub fn encode_command(args: &[&[u8]], buf: &mut BytesMut) {
 fn header_at(out: &mut [u8], at: usize, ty: u8, n: usize) -> usize {
     let end = at + header_len(n) - CRLF.len();
     out[at] = ty;
-    if n < 10 {
-        out[at + 1] = b'0' + n as u8;
-    } else {
-        let mut m = n;
-        for digit in out[at + 1..end].iter_mut().rev() {
-            *digit = b'0' + (m % 10) as u8;
-            m /= 10;
-        }
-    }
+    put_digits(&mut out[at + 1..end], n as u64);
     out[end..end + CRLF.len()].copy_from_slice(CRLF);
     end + CRLF.len()
 }
@@ -131,15 +123,29 @@ fn header_at(out: &mut [u8], at: usize, ty: u8, n: usize) -> usize {
 /// The size of a `<type><decimal>\r\n` header.
 #[inline]
 fn header_len(n: usize) -> usize {
+    1 + digit_count(n as u64) + CRLF.len()
+}
+
+/// How many decimal digits `n` has.
+#[inline]
+fn digit_count(n: u64) -> usize {
     // Most lengths in a command have one or two digits: test for them before the general `ilog10`.
-    let digits = if n < 10 {
+    if n < 10 {
         1
     } else if n < 100 {
         2
     } else {
         n.ilog10() as usize + 1
-    };
-    1 + digits + CRLF.len()
+    }
+}
+
+/// Writes the decimal digits of `n` into `out`, which is [`digit_count`]`(n)` bytes long.
+#[inline]
+fn put_digits(out: &mut [u8], mut n: u64) {
+    for digit in out.iter_mut().rev() {
+        *digit = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
 }
 
 fn line(buf: &mut BytesMut, ty: u8, content: &[u8]) {
@@ -148,25 +154,12 @@ fn line(buf: &mut BytesMut, ty: u8, content: &[u8]) {
     buf.put_slice(CRLF);
 }
 
-/// Writes `<type><n>\r\n`, formatted on the stack and appended at once: a command has one header per argument,
-/// and small appends are what encoding costs.
+/// Appends `<type><n>\r\n` to `buf`, formatted on the stack and appended at once.
 #[inline]
 fn header(buf: &mut BytesMut, ty: u8, n: usize) {
     let mut out = [0u8; 24];
-    let mut i = out.len() - CRLF.len();
-    out[i..].copy_from_slice(CRLF);
-    let mut m = n;
-    loop {
-        i -= 1;
-        out[i] = b'0' + (m % 10) as u8;
-        m /= 10;
-        if m == 0 {
-            break;
-        }
-    }
-    i -= 1;
-    out[i] = ty;
-    buf.put_slice(&out[i..]);
+    let end = header_at(&mut out, 0, ty, n);
+    buf.put_slice(&out[..end]);
 }
 
 fn bulk(buf: &mut BytesMut, ty: u8, prefix: &[u8], payload: &[u8]) {
@@ -211,23 +204,18 @@ impl Decimal {
     #[inline]
     pub fn new(n: i64) -> Decimal {
         let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        let mut m = n.unsigned_abs();
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (m % 10) as u8;
-            m /= 10;
-            if m == 0 {
-                break;
-            }
-        }
-        if n < 0 {
-            i -= 1;
-            digits[i] = b'-';
-        }
+        let m = n.unsigned_abs();
+        let start = digits.len() - digit_count(m);
+        put_digits(&mut digits[start..], m);
+        let start = if n < 0 {
+            digits[start - 1] = b'-';
+            start - 1
+        } else {
+            start
+        };
         Decimal {
             digits,
-            start: i as u8,
+            start: start as u8,
         }
     }
 
