@@ -14,11 +14,15 @@ use std::hint::black_box;
 use std::process::ExitCode;
 
 use bytes::{Bytes, BytesMut};
-use muxlock::resp::{Decimal, Decoder, encode_command};
+use muxlock::resp::Decoder;
 use redis_protocol::resp2::decode as rp2;
-use redis_protocol::resp2::encode::extend_encode_borrowed;
-use redis_protocol::resp2::types::BorrowedFrame;
 use redis_protocol::resp3::decode::complete as rp3;
+
+mod resp_cases;
+use resp_cases::{
+    SET_NX_PX, bulk, bulk_array, muxlock_set, redis_protocol_set, redis_rs_set, redlock_replies,
+    repeated,
+};
 
 const PIECE: usize = 16 * 1024;
 
@@ -34,33 +38,6 @@ struct Case {
 }
 
 fn cases() -> Vec<Case> {
-    let repeated = |r: &[u8]| Bytes::from(r.repeat(1000));
-    let bulk = |len: usize| {
-        let mut v = format!("${len}\r\n").into_bytes();
-        v.resize(v.len() + len, b'x');
-        v.extend_from_slice(b"\r\n");
-        Bytes::from(v)
-    };
-    let array = |n: usize| {
-        let mut v = format!("*{n}\r\n").into_bytes();
-        for i in 0..n {
-            v.extend_from_slice(format!("$8\r\nkey:{:04}\r\n", i % 10_000).as_bytes());
-        }
-        Bytes::from(v)
-    };
-    // The same fixed xorshift order as benches/resp.rs.
-    let mix = |null: &[u8]| {
-        let replies: [&[u8]; 4] = [b"+OK\r\n", null, b":1\r\n", b":0\r\n"];
-        let mut x: u32 = 0x9E37_79B9;
-        let mut v = Vec::new();
-        for _ in 0..1000 {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            v.extend_from_slice(replies[(x % 4) as usize]);
-        }
-        Bytes::from(v)
-    };
     let c = |name, input, values, units, pieces| Case {
         name,
         input,
@@ -69,15 +46,27 @@ fn cases() -> Vec<Case> {
         pieces,
     };
     vec![
-        c("ok", repeated(b"+OK\r\n"), 1000, 1000, false),
-        c("int", repeated(b":12345\r\n"), 1000, 1000, false),
+        c("ok", repeated(b"+OK\r\n", 1000), 1000, 1000, false),
+        c("int", repeated(b":12345\r\n", 1000), 1000, 1000, false),
         c("bulk_1KiB", bulk(1 << 10), 1, 1, false),
         c("bulk_1MiB", bulk(1 << 20), 1, 1, false),
-        c("array_1000", array(1000), 1, 1000, false),
-        c("redlock_resp2", mix(b"$-1\r\n"), 1000, 1000, false),
-        c("redlock_resp3", mix(b"_\r\n"), 1000, 1000, false),
-        c("stream_100k", array(100_000), 1, 100_000, false),
-        c("stream_100k_pieces", array(100_000), 1, 100_000, true),
+        c("array_1000", bulk_array(1000), 1, 1000, false),
+        c(
+            "redlock_resp2",
+            redlock_replies(1000, b"$-1\r\n"),
+            1000,
+            1000,
+            false,
+        ),
+        c(
+            "redlock_resp3",
+            redlock_replies(1000, b"_\r\n"),
+            1000,
+            1000,
+            false,
+        ),
+        c("stream_100k", bulk_array(100_000), 1, 100_000, false),
+        c("stream_100k_pieces", bulk_array(100_000), 1, 100_000, true),
     ]
 }
 
@@ -114,55 +103,24 @@ fn measured_pieces(decoder: &mut Decoder, input: &[u8], buf: &mut BytesMut) -> u
 
 /// The counted region of the encode case (f).
 #[inline(never)]
-fn measured_encode(lib: &str, buf: &mut BytesMut, ttl: i64) -> usize {
-    match lib {
-        "muxlock" => {
-            let ttl = Decimal::new(ttl);
-            encode_command(
-                &[b"SET", b"key", b"value", b"NX", b"PX", ttl.as_bytes()],
-                buf,
-            );
-        }
-        "rp2" => {
-            use BorrowedFrame::{BulkString, Integer};
-            let args = [
-                BulkString(b"SET"),
-                BulkString(b"key"),
-                BulkString(b"value"),
-                BulkString(b"NX"),
-                BulkString(b"PX"),
-                Integer(ttl),
-            ];
-            if extend_encode_borrowed(buf, &BorrowedFrame::Array(&args), true).is_err() {
-                return usize::MAX;
-            }
-        }
-        "redis-rs" => {
-            let cmd = redis::cmd("SET")
-                .arg("key")
-                .arg("value")
-                .arg("NX")
-                .arg("PX")
-                .arg(ttl)
-                .get_packed_command();
-            buf.extend_from_slice(&cmd);
-        }
-        _ => return usize::MAX,
-    }
-    1
+fn measured_encode(encode: fn(&mut BytesMut, i64), buf: &mut BytesMut, ttl: i64) {
+    encode(buf, ttl);
 }
 
 /// Runs one case `reps` times; `Err` names what went wrong.
 fn run(case: &str, lib: &str, reps: usize) -> Result<(), String> {
     if case == "encode" {
+        let encode: fn(&mut BytesMut, i64) = match lib {
+            "muxlock" => muxlock_set,
+            "rp2" => redis_protocol_set,
+            "redis-rs" => |buf, ttl| buf.extend_from_slice(&redis_rs_set(ttl)),
+            _ => return Err(format!("encode: unknown library {lib}")),
+        };
         let mut buf = BytesMut::with_capacity(256);
         for _ in 0..reps {
             buf.clear();
-            if measured_encode(lib, &mut buf, black_box(30_000)) != 1 {
-                return Err(format!("encode: unknown library {lib}"));
-            }
-            let want: &[u8] = b"*6\r\n$3\r\nSET\r\n$3\r\nkey\r\n$5\r\nvalue\r\n$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n30000\r\n";
-            if buf[..] != *want {
+            measured_encode(encode, &mut buf, black_box(30_000));
+            if buf[..] != *SET_NX_PX {
                 return Err(format!("encode/{lib}: wrong bytes"));
             }
         }
