@@ -97,6 +97,16 @@ struct Run {
     leftover: Vec<u8>,
 }
 
+impl Run {
+    fn stopped(values: Vec<Value>, error: Option<DecodeError>, buf: &[u8]) -> Run {
+        Run {
+            values,
+            error,
+            leftover: buf.to_vec(),
+        }
+    }
+}
+
 /// Decodes all of `data` in one buffer with [`resp::decode`], checking what each call consumed.
 fn decode_whole(data: &[u8]) -> Run {
     let mut buf = BytesMut::from(data);
@@ -106,29 +116,17 @@ fn decode_whole(data: &[u8]) -> Run {
         let first = buf.first().copied();
         let got = resp::decode(&mut buf);
         check_step(&got, before, buf.len());
-        match got {
+        let error = match got {
             Ok(Some(value)) => {
                 // A value begins with its own type byte (`|` for an attributed reply).
                 assert_eq!(first, Some(value.type_byte()), "{value:?}");
                 values.push(value);
+                continue;
             }
-            Ok(None) => {
-                let leftover = buf.to_vec();
-                return Run {
-                    values,
-                    error: None,
-                    leftover,
-                };
-            }
-            Err(e) => {
-                let leftover = buf.to_vec();
-                return Run {
-                    values,
-                    error: Some(e),
-                    leftover,
-                };
-            }
-        }
+            Ok(None) => None,
+            Err(e) => Some(e),
+        };
+        return Run::stopped(values, error, &buf);
     }
 }
 
@@ -149,23 +147,11 @@ fn decode_chunked(data: &[u8], mut next_len: impl FnMut() -> usize) -> Run {
             match got {
                 Ok(Some(value)) => values.push(value),
                 Ok(None) => break,
-                Err(e) => {
-                    let leftover = buf.to_vec();
-                    return Run {
-                        values,
-                        error: Some(e),
-                        leftover,
-                    };
-                }
+                Err(e) => return Run::stopped(values, Some(e), &buf),
             }
         }
     }
-    let leftover = buf.to_vec();
-    Run {
-        values,
-        error: None,
-        leftover,
-    }
+    Run::stopped(values, None, &buf)
 }
 
 /// The contract of one decode call that saw `before` bytes and left `after`.

@@ -457,9 +457,12 @@ impl LockManager {
         scripts::call(&mut request, script, false, resource, value, ttl_ms);
         let mut round = self.fanout.round(deadline);
         round.send_all(&request, 1);
-        let mut resent = vec![false; self.fanout.len()];
+        // Which nodes got the script in full; allocated only if some node has lost it (rare: after a restart or
+        // a SCRIPT FLUSH), so that a release or an extension allocates nothing for it.
+        let mut resent: Vec<bool> = Vec::new();
         while let Some((node, reply)) = round.next() {
-            if is_noscript(&reply) && !resent[node] {
+            if is_noscript(&reply) && !resent.get(node).copied().unwrap_or(false) {
+                resent.resize(self.fanout.len(), false);
                 resent[node] = true;
                 request.clear();
                 scripts::call(&mut request, script, true, resource, value, ttl_ms);
