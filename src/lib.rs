@@ -57,6 +57,7 @@ pub mod fuzzing;
 pub mod net;
 pub mod redlock;
 pub mod resp;
+mod sync;
 mod time;
 
 pub use redlock::{Config, Error, Lock, LockManager};

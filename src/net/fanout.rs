@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,7 @@ use super::conn::{Conn, READ_CHUNK, Waiter};
 use super::error::NodeError;
 use super::options::Options;
 use crate::resp::Value;
+use crate::sync::lock;
 
 /// One node's answer to one request: its reply (which may be an error reply), or why there is none.
 pub type Reply = Result<Value, NodeError>;
@@ -103,11 +104,6 @@ const NODE_BITS: u32 = 16;
 
 fn token(node: usize, generation: u32) -> Token {
     Token(((generation as usize) << NODE_BITS) | node)
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Nothing here panics while holding a lock; if something did, the data is still consistent enough to go on.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Fanout {

@@ -10,8 +10,8 @@
 //! ago (the largest TTL this manager has used, or a configured window if larger), or whose `run_id` changed since
 //! the last connection, keeps answering but its "yes" votes are not counted until the window has passed.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -19,6 +19,7 @@ use bytes::{Bytes, BytesMut};
 use super::quorum::drift;
 use crate::net::Fanout;
 use crate::resp::{Value, encode_command};
+use crate::sync::lock;
 use crate::time::later;
 
 /// What is known of one node's current server process.
@@ -82,7 +83,7 @@ impl RestartGuard {
         let Some(slot) = self.nodes.get(node) else {
             return false;
         };
-        let mut known = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut known = lock(slot);
         let session = fanout.sessions(node);
         if known.session != session {
             let replies = fanout.setup_replies(node);

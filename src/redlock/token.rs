@@ -4,10 +4,12 @@
 //! extends its own key. A CSPRNG seeded from the OS gives that with overwhelming probability, and the hex form keeps
 //! the value printable (logs, the CLI) at no risk: 160 bits either way.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
 use rand_chacha::ChaCha20Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
+
+use crate::sync::lock;
 
 /// The random bytes behind one value.
 const RAW_LEN: usize = 20;
@@ -36,7 +38,7 @@ impl Tokens {
     ///
     /// The OS's error if it cannot provide a seed (only on the first call, or the first after a `fork`).
     pub(crate) fn next(&self) -> Result<Value, getrandom::Error> {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = lock(&self.state);
         let pid = std::process::id();
         // A forked child inherits the stream: reseed it, or parent and child would hand out the same values.
         if !matches!(&*state, Some((_, seeded_by)) if *seeded_by == pid) {
