@@ -69,8 +69,10 @@ pub(crate) struct Conn {
     /// The last read stopped at its byte budget with more perhaps waiting: read again without waiting for an
     /// event (edge-triggered polls report a socket once per arrival, not while bytes remain).
     pub(crate) backlog: bool,
-    /// Replies to the caller-supplied set-up commands on the current connection.
-    pub(crate) setup_replies: Vec<Value>,
+    /// Replies to the caller-supplied set-up commands on the current connection, each with the instant it was
+    /// decoded: later than the moment the server produced it, which is what a reading like `INFO`'s uptime
+    /// needs to be a safe bound.
+    pub(crate) setup_replies: Vec<(Value, Instant)>,
     /// How many connections to this node completed their set-up (0: never reached). Shared with the fanout, so
     /// that callers can read it without taking the fanout's lock.
     pub(crate) sessions: Arc<AtomicU64>,
@@ -372,7 +374,7 @@ impl Conn {
                     });
                 }
                 if let Step::Extra(_) = step {
-                    self.setup_replies.push(value);
+                    self.setup_replies.push((value, Instant::now()));
                 }
                 if !self.setting_up() {
                     self.sessions.fetch_add(1, Ordering::Release);

@@ -189,8 +189,9 @@ impl Fanout {
             .map_or(0, |s| s.load(Ordering::Acquire))
     }
 
-    /// Replies to [`Options::setup`]'s commands on `node`'s current connection, in order.
-    pub fn setup_replies(&self, node: usize) -> Vec<Value> {
+    /// Replies to [`Options::setup`]'s commands on `node`'s current connection, in order, each with the instant
+    /// it was read (after the server sent it).
+    pub fn setup_replies(&self, node: usize) -> Vec<(Value, Instant)> {
         lock(&self.inner)
             .conns
             .get(node)

@@ -50,9 +50,21 @@ pub struct Config {
     /// spec's *delayed restart*, done by the client). muxlock learns of a restart from `INFO server`, read on every
     /// new connection: a changed `run_id`, or an `uptime_in_seconds` below the window.
     ///
+    /// What it assumes, and what it cannot see:
+    /// - Redis reports its uptime in whole seconds, as the difference of two truncated wall-clock times, so
+    ///   "up 1 s" may mean a few milliseconds: a reading of `u` is taken as `u − 1` seconds, dated when the reply
+    ///   was read (later than when it was true). The node is trusted once that much plus the time since reaches
+    ///   the window.
+    /// - A node whose wall clock steps *forward* soon after it started reports a larger uptime than it has, and
+    ///   the guard cannot tell. Nor can it see a restart hidden behind a proxy that keeps the client's connection
+    ///   open. Where safety matters, prefer nodes that persist every write (`appendfsync always`).
+    /// - The window must cover the longest lease *any* client of these nodes uses: see
+    ///   [`restart_window`](Config::restart_window).
+    ///
     /// The price: a node that has just started (a fresh deployment, a test) does not count for the first window
     /// either, so locks need a majority of nodes that have been up that long. Turn it off only when the nodes
-    /// persist every write (`appendfsync always`) or a lost lock is acceptable.
+    /// persist every write (`appendfsync always`) or a lost lock is acceptable. The module
+    /// `src/redlock/restart.rs` says which way each figure may err and why the guard stays safe.
     pub restart_guard: bool,
     /// The least restart window (default zero). The window is the larger of this and the longest TTL this manager
     /// has used, plus the drift allowance: set it to the longest TTL that *any* client of these nodes uses.

@@ -6,9 +6,49 @@
 //! longest TTL in use, so that every lock it forgot has expired anyway.
 //!
 //! muxlock cannot delay the server's start, so it delays *trusting* it. On every new connection it pipelines
-//! `INFO server` and reads the node's `run_id` and `uptime_in_seconds`; a node that restarted less than the window
-//! ago (the largest TTL this manager has used, or a configured window if larger), or whose `run_id` changed since
-//! the last connection, keeps answering but its "yes" votes are not counted until the window has passed.
+//! `INFO server` and reads the node's `run_id` and `uptime_in_seconds`; a node that started less than the window
+//! ago (the largest TTL this manager has used, or a configured window if larger, plus the drift allowance), or
+//! whose `run_id` changed since the last connection, keeps answering but its "yes" votes are not counted until the
+//! window has passed.
+//!
+//! # Which way each figure may err, and why the guard is still safe
+//!
+//! The guard needs a *lower* bound on how long the node's process has been up. Every figure it uses may err, and
+//! each is taken so that the error makes the node look younger, never older:
+//!
+//! - **`uptime_in_seconds` is truncated twice.** Redis computes it as `unixtime - stat_starttime`, two wall-clock
+//!   times in *whole* seconds (the start as `time(NULL)`, the present as its cached clock). A server that started
+//!   at 12.98 s and answers at 13.01 s reports 1 after 30 ms. From `floor(t) - floor(s) = u` follows only
+//!   `t - s > u - 1`: the guard takes `u - 1` seconds (0 for a reading of 0 or 1). Taking `u` itself trusted
+//!   a node up to a whole second too early (issue #15: a contender got the lock 0.16–0.9 s before the holder's
+//!   lease ended, after a majority restarted just before a second ended).
+//! - **Redis' cached clock lags.** `unixtime` is refreshed by the event loop, so it may be older than the moment
+//!   the reply is built: that makes `u` smaller, the safe way.
+//! - **The moment the reading is true.** The lower bound holds at the instant the server built the reply; the
+//!   guard dates it at the instant the reply was *decoded* on this side (recorded by the connection with the
+//!   reply), which is later. A later date makes the start look later: safe. (Dating it at the request's send
+//!   would not be: the server may build the reply after that.)
+//! - **Time since then is measured on `Instant`**, the monotonic clock, and compared as a duration: no instant is
+//!   computed by subtracting an uptime, which could not be represented on a client that booted after the node
+//!   (the old code then trusted the node at once, whatever the window).
+//! - **A changed `run_id`** means another server process answers at this address (a restart, a failover to a
+//!   replica that may lack recent writes): its uptime says nothing about when it took over, so the window counts
+//!   from the decoding of the new connection's `INFO`, by which time the takeover had happened.
+//! - **No readable uptime** (a field missing, a negative value after the node's wall clock stepped back): the
+//!   node is treated as started when the reply was read.
+//! - **The window** is the longest lease in use, in milliseconds rounded up (as sent in `PX`), plus the drift
+//!   allowance (`ttl × drift_factor + 2 ms`). The allowance covers a node whose clock runs slower than ours (its
+//!   forgotten keys would have lived longer in real time) and Redis' millisecond expiry granularity.
+//!
+//! # What the guard cannot see
+//!
+//! - **A node whose wall clock steps forward** right after it started reports a larger uptime: Redis' uptime is
+//!   wall-clock based and the client has no other view of the node's start. Where safety matters, prefer nodes
+//!   that persist every write (`appendfsync always`); then a restart forgets nothing and the guard is not needed.
+//! - **Leases longer than this manager has used**, taken by other clients of the same nodes: set
+//!   [`Config::restart_window`](super::Config::restart_window) to the longest TTL any client uses.
+//! - **A proxy that reconnects to another backend behind one client connection**: the client sees no new
+//!   connection, so no new `INFO`.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,7 +60,21 @@ use super::quorum::drift;
 use crate::net::Fanout;
 use crate::resp::{Value, encode_command};
 use crate::sync::lock;
-use crate::time::later;
+
+/// A lower bound on a server process's age: it had been up at least `least` at instant `at` (our clock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Age {
+    at: Instant,
+    least: Duration,
+}
+
+impl Age {
+    /// How long the process has been up at least, at `now`.
+    fn at(self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.at)
+            .saturating_add(self.least)
+    }
+}
 
 /// What is known of one node's current server process.
 #[derive(Debug, Default)]
@@ -28,8 +82,8 @@ struct Node {
     /// The connection (fanout session) this was read on.
     session: u64,
     run_id: Option<Bytes>,
-    /// When the server process started, as far as we can tell (latest possible instant).
-    restarted_at: Option<Instant>,
+    /// How old the process is at least; `None` before the first reading.
+    age: Option<Age>,
 }
 
 /// Tracks restarts per node and the window in force.
@@ -87,23 +141,38 @@ impl RestartGuard {
         let session = fanout.sessions(node);
         if known.session != session {
             let replies = fanout.setup_replies(node);
-            let (run_id, uptime) = replies.get(info_index).map_or((None, None), parse_info);
-            let changed = matches!((&known.run_id, &run_id), (Some(old), Some(new)) if old != new);
-            known.restarted_at = match uptime {
-                // A different server than last time: it may lack our keys whatever its uptime says.
-                _ if changed => Some(now),
-                // Whole seconds, rounded down: the latest instant the start can have been.
-                Some(up) => now.checked_sub(Duration::from_secs(up)),
-                // No uptime to go by: trust it no sooner than a whole window after this connection.
-                None => Some(now),
+            let (run_id, age) = match replies.get(info_index) {
+                Some((reply, read_at)) => reading(reply, *read_at, known.run_id.as_ref()),
+                // No reply to go by (cannot happen once a vote came on this connection): as if just started.
+                None => (
+                    None,
+                    Age {
+                        at: now,
+                        least: Duration::ZERO,
+                    },
+                ),
             };
             known.run_id = run_id;
+            known.age = Some(age);
             known.session = session;
         }
-        known
-            .restarted_at
-            .is_none_or(|at| now >= later(at, self.window()))
+        known.age.is_some_and(|age| age.at(now) >= self.window())
     }
+}
+
+/// What an `INFO server` reply decoded at `read_at` says of the process's age, given the `run_id` seen on the
+/// node's previous connection. See the module docs for why each bound errs on the young side.
+fn reading(reply: &Value, read_at: Instant, previous: Option<&Bytes>) -> (Option<Bytes>, Age) {
+    let (run_id, uptime) = parse_info(reply);
+    let changed = matches!((previous, &run_id), (Some(old), Some(new)) if old != new);
+    let least = match uptime {
+        // A different process than last time: when it took over is unknown, but it was before this reply.
+        _ if changed => Duration::ZERO,
+        // Two truncated wall-clock seconds: `floor(now) - floor(start) = u` only gives `now - start > u - 1`.
+        Some(u) => Duration::from_secs(u.saturating_sub(1)),
+        None => Duration::ZERO,
+    };
+    (run_id, Age { at: read_at, least })
 }
 
 /// `run_id` and `uptime_in_seconds` from an `INFO server` reply (a bulk string in RESP2, verbatim in RESP3).
@@ -128,6 +197,13 @@ fn parse_info(reply: &Value) -> (Option<Bytes>, Option<u64>) {
 mod tests {
     use super::*;
 
+    fn info(run_id: &str, uptime: &str) -> Value {
+        let text = format!(
+            "# Server\r\nredis_version:7.0.15\r\nrun_id:{run_id}\r\nuptime_in_seconds:{uptime}\r\n"
+        );
+        Value::BulkString(Bytes::from(text))
+    }
+
     #[test]
     fn info_fields_are_read_in_both_protocols() {
         let text = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\nuptime_in_seconds:42\r\n";
@@ -151,5 +227,54 @@ mod tests {
         guard.note_ttl(5000);
         guard.note_ttl(2000);
         assert_eq!(guard.window(), Duration::from_millis(5000 + 52));
+    }
+
+    /// Redis' uptime is `floor(now) - floor(start)`: a reading of `u` means more than `u - 1` seconds.
+    #[test]
+    fn a_whole_second_uptime_is_a_bound_one_second_short() {
+        let t0 = Instant::now();
+        let age = |uptime: &str| reading(&info("a", uptime), t0, None).1;
+        // Started at 12.98 s, asked at 13.01 s: "1" after 30 ms of real uptime.
+        assert_eq!(age("1").least, Duration::ZERO);
+        assert_eq!(age("0").least, Duration::ZERO);
+        assert_eq!(age("2").least, Duration::from_secs(1));
+        assert_eq!(age("86400").least, Duration::from_secs(86_399));
+        // Unreadable or negative (the node's wall clock stepped back): as if just started.
+        assert_eq!(age("-3").least, Duration::ZERO);
+        assert_eq!(age("soon").least, Duration::ZERO);
+        assert_eq!(age("1").at, t0, "dated when the reply was read");
+    }
+
+    #[test]
+    fn a_changed_run_id_counts_from_the_new_connection_whatever_the_uptime() {
+        let t0 = Instant::now();
+        let old = Bytes::from("a");
+        let (run_id, age) = reading(&info("b", "86400"), t0, Some(&old));
+        assert_eq!(run_id, Some(Bytes::from("b")));
+        assert_eq!(
+            age,
+            Age {
+                at: t0,
+                least: Duration::ZERO
+            }
+        );
+        let (_, same) = reading(&info("a", "86400"), t0, Some(&old));
+        assert_eq!(same.least, Duration::from_secs(86_399));
+    }
+
+    /// On a virtual clock: a node that reports "up 1 s" is trusted a full window after the reading, not a window
+    /// minus a second (what the guard did before issue #15).
+    #[test]
+    fn a_node_read_as_up_one_second_waits_the_whole_window() {
+        let t0 = Instant::now();
+        let window = Duration::from_millis(1500);
+        let (_, age) = reading(&info("a", "1"), t0, None);
+        assert!(age.at(t0 + Duration::from_millis(600)) < window);
+        assert!(age.at(t0 + Duration::from_millis(1499)) < window);
+        assert!(age.at(t0 + window) >= window);
+        // Ages are durations: an uptime longer than this machine's monotonic clock has run is not a problem.
+        let (_, old) = reading(&info("a", &u64::MAX.to_string()), t0, None);
+        assert!(old.at(t0) >= Duration::from_secs(365 * 24 * 3600));
+        assert_eq!(old.at(t0 - Duration::from_millis(1)), old.least);
     }
 }
