@@ -169,6 +169,26 @@ fn no_faults() {
     assert_safe(&stats, &violations);
 }
 
+/// Heavy contention on one shared manager: 64 threads, 4 resources. Most attempts find the resource held; the
+/// writes must still never overlap.
+#[test]
+fn sixty_four_threads_contend_for_four_resources() {
+    let cluster = Cluster::start(5);
+    let protected = RedisServer::start();
+    let locks = managers(&cluster.urls(), &config(true), 1);
+    let ttl = Duration::from_millis(500);
+    wait_until_usable(&locks[0], ttl);
+    let (stats, _, violations) = run(
+        "contention: 64 threads, 4 resources",
+        &locks,
+        64,
+        &work(4, ttl, seconds()),
+        &protected,
+        || {},
+    );
+    assert_safe(&stats, &violations);
+}
+
 #[test]
 fn minority_nodes_killed_and_restarted_at_random() {
     let mut cluster = Cluster::start(5);

@@ -169,8 +169,11 @@ fn a_hung_node_times_out_at_the_deadline_and_does_not_delay_the_others() {
     );
 }
 
+/// A slow node is never dropped for being slow: past `max_in_flight` requests without replies, further requests
+/// are not sent (each is that node's failed vote at once), the requests already on the wire are kept, and their
+/// replies come back when the node does.
 #[test]
-fn a_node_that_piles_up_requests_is_dropped_and_memory_stays_bounded() {
+fn a_node_that_piles_up_requests_gets_no_more_and_keeps_its_connection() {
     let mut cluster = Cluster::start(1);
     let opts = Options {
         max_in_flight: 8,
@@ -181,8 +184,9 @@ fn a_node_that_piles_up_requests_is_dropped_and_memory_stays_bounded() {
         round_all(&fanout, &[b"PING"], Duration::from_secs(2)),
         vec![ok("PONG")]
     );
+    let sessions = fanout.sessions(0);
     cluster.pause(0);
-    let mut overloaded = false;
+    let mut outcomes = Vec::new();
     for _ in 0..20 {
         let out = round_all(&fanout, &[b"PING"], Duration::from_millis(5));
         assert!(
@@ -190,10 +194,152 @@ fn a_node_that_piles_up_requests_is_dropped_and_memory_stays_bounded() {
             "in flight: {}",
             fanout.in_flight(0)
         );
-        overloaded |= out[0] == Err(NodeError::Overloaded);
+        outcomes.push(out[0].clone());
     }
-    assert!(overloaded, "the bound was never enforced");
+    // The first 8 timed out (they are on the wire); the other 12 were refused at once.
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|o| **o == Err(NodeError::Overloaded))
+            .count(),
+        12,
+        "{outcomes:?}"
+    );
+    assert!(outcomes[..8].iter().all(|o| *o == Err(NodeError::Timeout)));
     cluster.resume(0);
+    // The next round reads the 8 late replies (and drops them) before its own: the connection was never dropped.
+    assert_eq!(
+        round_all(&fanout, &[b"PING"], Duration::from_secs(2)),
+        vec![ok("PONG")]
+    );
+    assert_eq!(fanout.in_flight(0), 0);
+    assert_eq!(
+        fanout.sessions(0),
+        sessions,
+        "the connection was re-established"
+    );
+}
+
+/// A node with requests outstanding that sends nothing for `hung_timeout` is dropped (its requests fail as
+/// hung); one that is only paused for less than that keeps its connection.
+#[test]
+fn only_a_node_silent_for_the_hung_timeout_is_dropped() {
+    let mut cluster = Cluster::start(1);
+    let opts = Options {
+        hung_timeout: Duration::from_millis(400),
+        ..Options::default()
+    };
+    let fanout = Fanout::new(addrs(&cluster.urls()), opts).unwrap();
+    assert_eq!(
+        round_all(&fanout, &[b"PING"], Duration::from_secs(2)),
+        vec![ok("PONG")]
+    );
+    let sessions = fanout.sessions(0);
+    // Paused for 150 ms, with a request waiting: slow, not hung.
+    cluster.pause(0);
+    let resume = {
+        let started = Instant::now();
+        let out = round_all(&fanout, &[b"PING"], Duration::from_millis(20));
+        assert_eq!(out, vec![Err(NodeError::Timeout)]);
+        started + Duration::from_millis(150)
+    };
+    std::thread::sleep(resume.saturating_duration_since(Instant::now()));
+    cluster.resume(0);
+    assert_eq!(
+        round_all(&fanout, &[b"PING"], Duration::from_secs(2)),
+        vec![ok("PONG")]
+    );
+    assert_eq!(
+        fanout.sessions(0),
+        sessions,
+        "a 150 ms pause dropped the connection"
+    );
+    // Paused for longer than the hung timeout: the next request after it finds the connection dropped.
+    cluster.pause(0);
+    assert_eq!(
+        round_all(&fanout, &[b"PING"], Duration::from_millis(20)),
+        vec![Err(NodeError::Timeout)]
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let out = round_all(&fanout, &[b"PING"], Duration::from_millis(20));
+    assert_eq!(out, vec![Err(NodeError::Hung(Duration::from_millis(400)))]);
+    cluster.resume(0);
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        if round_all(&fanout, &[b"PING"], Duration::from_secs(1)) == vec![ok("PONG")] {
+            break;
+        }
+        assert!(Instant::now() < until, "never reconnected");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(fanout.sessions(0) > sessions);
+}
+
+/// A caller that runs late (descheduled under CPU load, say) still gets the replies that had arrived by its
+/// deadline: a round counts requests as timed out only after the sockets were read past the deadline.
+#[test]
+fn a_caller_that_runs_late_still_gets_replies_that_arrived_in_time() {
+    let cluster = Cluster::start(3);
+    let fanout = Fanout::new(addrs(&cluster.urls()), Options::default()).unwrap();
+    round_all(&fanout, &[b"PING"], Duration::from_secs(2));
+    for _ in 0..20 {
+        let mut round = fanout.round(Instant::now() + Duration::from_millis(5));
+        round.send_all(&request(&[b"PING"]), 1);
+        // The replies arrive within a millisecond; the caller comes back long after the deadline.
+        std::thread::sleep(Duration::from_millis(30));
+        let mut replies = Vec::new();
+        while let Some((_, reply)) = round.next() {
+            replies.push(reply);
+        }
+        assert_eq!(replies, vec![ok("PONG"); 3]);
+    }
+}
+
+/// A release round may use a reserve past `max_in_flight`, and beyond it waits for room (within its deadline)
+/// rather than being dropped; an ordinary round is refused at once.
+#[test]
+fn a_release_waits_for_room_where_an_ordinary_request_is_refused() {
+    let mut cluster = Cluster::start(1);
+    let opts = Options {
+        max_in_flight: 2,
+        ..Options::default()
+    };
+    let fanout = Fanout::new(addrs(&cluster.urls()), opts).unwrap();
+    assert_eq!(
+        round_all(&fanout, &[b"PING"], Duration::from_secs(2)),
+        vec![ok("PONG")]
+    );
+    cluster.pause(0);
+    let ping = request(&[b"PING"]);
+    let send = |round: &mut muxlock::net::Round<'_>| round.send_all(&ping, 1);
+    // Two ordinary requests fill the queue; a third is refused at once.
+    for _ in 0..2 {
+        let mut round = fanout.round(Instant::now());
+        send(&mut round);
+    }
+    let mut round = fanout.round(Instant::now() + Duration::from_secs(1));
+    send(&mut round);
+    assert_eq!(round.next(), Some((0, Err(NodeError::Overloaded))));
+    drop(round);
+    // Two releases use the reserve.
+    for _ in 0..2 {
+        let mut round = fanout.release_round(Instant::now());
+        send(&mut round);
+    }
+    assert_eq!(fanout.in_flight(0), 4);
+    // The next release waits for room; the node comes back 100 ms later and its reply arrives.
+    let resumer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        cluster.resume(0);
+        cluster
+    });
+    let started = Instant::now();
+    let mut round = fanout.release_round(Instant::now() + Duration::from_secs(2));
+    send(&mut round);
+    assert_eq!(round.next(), Some((0, ok("PONG"))));
+    assert!(started.elapsed() >= Duration::from_millis(90));
+    drop(round);
+    let _cluster = resumer.join().expect("resumer");
 }
 
 #[test]

@@ -1,13 +1,29 @@
-//! [`Conn`]: one non-blocking connection to one node, with its buffers and its FIFO of requests in flight.
+//! [`Conn`]: one node's connection as the threads of a fanout share it under the fanout's lock: its link, the FIFO
+//! of requests in flight, the bytes waiting to be written and who writes them, the set-up, the backoff and the
+//! hung detection.
+//!
+//! Nothing here blocks. Under the lock a connection only does bookkeeping, plus a non-blocking `connect` and the
+//! checks that complete one. The bytes are written by a [`WriteJob`] that the writer runs after releasing the lock,
+//! and read by the driver's [`ReadSide`](super::read::ReadSide), also outside the lock.
 //!
 //! Redis answers the requests of one connection in order, so replies are matched to requests strictly by position.
 //! A request whose caller stopped waiting keeps its place in the FIFO; its reply is read and dropped.
+//!
+//! # The writer role
+//!
+//! At most one thread writes to a connection at a time: the one that finds no writer when it queues its bytes
+//! (`writing` is false) takes the role and every byte queued so far. When its write is done it comes back under
+//! the lock and, if others queued bytes meanwhile, takes those too ([`Conn::written`]). So a lone caller writes
+//! straight from its own thread, and concurrent callers' requests go out together in one write. A write that
+//! fills the socket puts the rest back in front of the queue and leaves the role; the driver resumes it when the
+//! socket drains.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
-use std::net::SocketAddr;
+use std::io::{self, Write};
+use std::net::Shutdown;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
@@ -17,7 +33,9 @@ use mio::{Interest, Registry, Token};
 use super::addr::NodeAddr;
 use super::error::NodeError;
 use super::options::Options;
-use crate::resp::{Decimal, Decoder, Value, encode_command};
+use super::resolve::Resolved;
+use super::slots::{Reply, SlotRef, Slots};
+use crate::resp::{Decimal, Value, encode_command};
 use crate::time::later;
 
 /// Who waits for the reply at one position of the FIFO.
@@ -25,8 +43,8 @@ use crate::time::later;
 pub(crate) enum Waiter {
     /// A step of the connection set-up.
     Setup(Step),
-    /// A request of a round: the round's slot and its generation (a reused slot has another).
-    Round { slot: usize, generation: u64 },
+    /// A request of a round.
+    Round(SlotRef),
 }
 
 /// The set-up steps pipelined ahead of the first request.
@@ -39,36 +57,73 @@ pub(crate) enum Step {
     Extra(usize),
 }
 
-enum State {
+/// How a request may use a node's queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Priority {
+    /// Refused (the node's vote fails, nothing is sent) when the node already has `max_in_flight` requests
+    /// without replies.
+    Normal,
+    /// Must reach every reachable node (a release): it may use a reserve of another `max_in_flight` requests, and
+    /// beyond that it waits for room.
+    Release,
+}
+
+/// Whether a node can take a request now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Room {
+    Yes,
+    /// Refused: the node's vote fails with [`NodeError::Overloaded`].
+    No,
+    /// Wait until replies make room (or the round's deadline passes).
+    Wait,
+}
+
+/// Outcomes to file, and the threads their filing wakes: what a connection reports to the rounds.
+pub(crate) struct Filing<'a> {
+    pub(crate) slots: &'a mut Slots,
+    pub(crate) wake: &'a mut Vec<Thread>,
+}
+
+impl Filing<'_> {
+    pub(crate) fn file(&mut self, node: usize, waiter: Waiter, reply: Reply) {
+        if let Waiter::Round(r) = waiter {
+            self.wake.extend(self.slots.file(r, node, reply));
+        }
+    }
+}
+
+enum Link {
     /// Not connected; the next dial is allowed at `retry_at`.
     Down {
         retry_at: Instant,
     },
     Connecting {
-        stream: TcpStream,
         deadline: Instant,
     },
-    Up {
-        stream: TcpStream,
-    },
+    Up,
 }
 
 /// One node's connection.
 pub(crate) struct Conn {
+    node: usize,
     pub(crate) addr: NodeAddr,
-    state: State,
-    /// Distinguishes this connection's poll events from those of the node's earlier connections.
+    resolved: Resolved,
+    link: Link,
+    stream: Option<Arc<TcpStream>>,
+    /// Names the current connection: it changes when one is dialled and when one fails, so that poll events,
+    /// bytes read and writes of an earlier connection are told apart and ignored.
     pub(crate) generation: u32,
-    rbuf: BytesMut,
-    wbuf: BytesMut,
-    decoder: Decoder,
     fifo: VecDeque<Waiter>,
+    /// Bytes queued and not yet taken by a writer.
+    wbuf: BytesMut,
+    /// A thread holds the writer role (it took bytes from `wbuf` and writes them without the lock).
+    writing: bool,
     backoff: Duration,
     /// Why the node is down, reported as the vote of every request made while it stays down.
     last_error: NodeError,
-    /// The last read stopped at its byte budget with more perhaps waiting: read again without waiting for an
-    /// event (edge-triggered polls report a socket once per arrival, not while bytes remain).
-    pub(crate) backlog: bool,
+    /// The last sign of life while requests were outstanding: bytes read, or the first request on an idle
+    /// connection. A node with requests and no sign of life for `hung_timeout` is hung.
+    last_progress: Instant,
     /// Replies to the caller-supplied set-up commands on the current connection, each with the instant it was
     /// decoded: later than the moment the server produced it, which is what a reading like `INFO`'s uptime
     /// needs to be a safe bound.
@@ -78,25 +133,27 @@ pub(crate) struct Conn {
     pub(crate) sessions: Arc<AtomicU64>,
 }
 
-/// How much a read asks the socket for at once: the size of the scratch buffer callers pass in.
-pub(crate) const READ_CHUNK: usize = 16 * 1024;
-/// How much one event may read from one connection before the driver moves on: a node that floods us cannot hold
-/// the poll (and every other node's replies) past the round's deadline.
-const READ_BUDGET: usize = 16 * READ_CHUNK;
-
 impl Conn {
-    pub(crate) fn new(addr: NodeAddr, opts: &Options, now: Instant) -> Conn {
+    pub(crate) fn new(
+        node: usize,
+        addr: NodeAddr,
+        resolved: Resolved,
+        opts: &Options,
+        now: Instant,
+    ) -> Conn {
         Conn {
+            node,
             addr,
-            state: State::Down { retry_at: now },
+            resolved,
+            link: Link::Down { retry_at: now },
+            stream: None,
             generation: 0,
-            rbuf: BytesMut::new(),
-            wbuf: BytesMut::new(),
-            decoder: Decoder::with_limits(opts.limits),
             fifo: VecDeque::new(),
+            wbuf: BytesMut::new(),
+            writing: false,
             backoff: opts.backoff_min,
             last_error: NodeError::Refused,
-            backlog: false,
+            last_progress: now,
             setup_replies: Vec::new(),
             sessions: Arc::new(AtomicU64::new(0)),
         }
@@ -112,33 +169,58 @@ impl Conn {
     }
 
     pub(crate) fn is_up(&self) -> bool {
-        matches!(self.state, State::Up { .. })
+        matches!(self.link, Link::Up)
     }
 
-    /// Makes the connection usable for a request: dials if it is down and its backoff has passed. `Err` is the
-    /// vote of a node that cannot take requests now.
+    pub(crate) fn is_connecting(&self) -> bool {
+        matches!(self.link, Link::Connecting { .. })
+    }
+
+    /// The current connection's socket, for the driver's reads.
+    pub(crate) fn stream(&self) -> Option<Arc<TcpStream>> {
+        self.stream.clone()
+    }
+
+    /// Makes the connection usable for a request: dials if it is down and its backoff has passed, and drops it if
+    /// it is hung or its connect took too long. `Err` is the vote of a node that cannot take requests now.
     pub(crate) fn ensure(
         &mut self,
         registry: &Registry,
         token: impl Fn(u32) -> Token,
         opts: &Options,
         now: Instant,
+        out: &mut Filing<'_>,
     ) -> Result<(), NodeError> {
-        match self.state {
-            State::Up { .. } => Ok(()),
-            State::Connecting { deadline, .. } if now < deadline => Ok(()),
-            State::Connecting { .. } => {
-                self.fail(NodeError::ConnectTimeout, opts, now, &mut |_, _| {});
-                Err(NodeError::ConnectTimeout)
-            }
-            State::Down { retry_at } if now < retry_at => Err(self.last_error.clone()),
-            State::Down { .. } => match self.dial(registry, &token, opts, now) {
+        self.check(opts, now, out);
+        match self.link {
+            Link::Up | Link::Connecting { .. } => Ok(()),
+            Link::Down { retry_at } if now < retry_at => Err(self.last_error.clone()),
+            Link::Down { .. } => match self.dial(registry, &token, opts, now) {
                 Ok(()) => Ok(()),
                 Err(e) => {
-                    self.fail(e.clone(), opts, now, &mut |_, _| {});
+                    self.fail(e.clone(), opts, now, out);
+                    self.resolved.refresh(&self.addr);
                     Err(e)
                 }
             },
+        }
+    }
+
+    /// Drops the connection if its connect took too long, or if it has had requests and no sign of life for
+    /// `hung_timeout`: a node that is slow but answers is never dropped.
+    pub(crate) fn check(&mut self, opts: &Options, now: Instant, out: &mut Filing<'_>) {
+        match self.link {
+            Link::Connecting { deadline } if now >= deadline => {
+                self.fail(NodeError::ConnectTimeout, opts, now, out);
+                self.resolved.refresh(&self.addr);
+            }
+            Link::Up
+                if !self.fifo.is_empty()
+                    && now.saturating_duration_since(self.last_progress) >= opts.hung_timeout =>
+            {
+                self.fail(NodeError::Hung(opts.hung_timeout), opts, now, out);
+            }
+            _ => {}
         }
     }
 
@@ -149,13 +231,7 @@ impl Conn {
         opts: &Options,
         now: Instant,
     ) -> Result<(), NodeError> {
-        let addrs = self
-            .addr
-            .resolve()
-            .map_err(|e| NodeError::Resolve(e.to_string()))?;
-        let addr: SocketAddr = *addrs
-            .first()
-            .ok_or_else(|| NodeError::Resolve("no address".into()))?;
+        let addr = self.resolved.current()?;
         let mut stream = TcpStream::connect(addr).map_err(|e| NodeError::from_io(&e))?;
         self.generation = self.generation.wrapping_add(1);
         registry
@@ -165,14 +241,14 @@ impl Conn {
                 Interest::READABLE | Interest::WRITABLE,
             )
             .map_err(|e| NodeError::from_io(&e))?;
-        self.state = State::Connecting {
-            stream,
+        self.stream = Some(Arc::new(stream));
+        self.link = Link::Connecting {
             deadline: later(now, opts.connect_timeout),
         };
-        self.rbuf.clear();
         self.wbuf.clear();
-        self.decoder.reset();
+        self.writing = false;
         self.setup_replies.clear();
+        self.last_progress = now;
         self.queue_setup(opts);
         Ok(())
     }
@@ -206,152 +282,136 @@ impl Conn {
         }
     }
 
-    /// Queues one request's bytes (which may hold several commands, one waiter each).
-    pub(crate) fn queue(&mut self, bytes: &[u8], waiter: Waiter, replies: usize) {
-        self.wbuf.extend_from_slice(bytes);
-        for _ in 0..replies {
-            self.fifo.push_back(waiter);
+    /// Completes a non-blocking connect, on a poll event of the current connection (mio's recipe: the connect
+    /// finished, or failed, when the socket reports an error or has a peer). A failure drops the connection.
+    pub(crate) fn on_connect_event(&mut self, opts: &Options, now: Instant, out: &mut Filing<'_>) {
+        if !self.is_connecting() {
+            return;
         }
-    }
-
-    /// Writes what is buffered, until done or the socket is full (then a writable event resumes it).
-    pub(crate) fn flush(&mut self) -> Result<(), NodeError> {
-        let State::Up { stream } = &mut self.state else {
-            return Ok(());
+        let Some(stream) = self.stream.clone() else {
+            return;
         };
-        while !self.wbuf.is_empty() {
-            match stream.write(&self.wbuf) {
-                Ok(0) => return Err(NodeError::Closed),
-                Ok(n) => self.wbuf.advance(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(NodeError::from_io(&e)),
-            }
-        }
-        Ok(())
-    }
-
-    /// Handles a poll event for this connection: completes a connect, writes pending bytes, reads and decodes
-    /// replies, handing each `(waiter, reply)` to `sink`. A failure drops the connection (see [`Conn::fail`]).
-    pub(crate) fn on_event(
-        &mut self,
-        readable: bool,
-        closed: bool,
-        scratch: &mut [u8],
-        opts: &Options,
-        now: Instant,
-        sink: &mut dyn FnMut(Waiter, Result<Value, NodeError>),
-    ) {
-        if let Err(e) = self.try_event(readable, closed, scratch, opts, sink) {
-            self.fail(e, opts, now, sink);
-        }
-    }
-
-    fn try_event(
-        &mut self,
-        readable: bool,
-        closed: bool,
-        scratch: &mut [u8],
-        opts: &Options,
-        sink: &mut dyn FnMut(Waiter, Result<Value, NodeError>),
-    ) -> Result<(), NodeError> {
-        if let State::Connecting { stream, .. } = &mut self.state {
-            // mio's recipe: the connect finished (or failed) when the socket reports an error or has a peer.
+        let result = (|| {
             if let Some(e) = stream.take_error().map_err(|e| NodeError::from_io(&e))? {
                 return Err(NodeError::from_io(&e));
             }
             match stream.peer_addr() {
                 Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return Ok(false),
                 Err(e) => return Err(NodeError::from_io(&e)),
             }
             // Nagle would hold back the second of two pipelined writes until the first is acknowledged.
             stream
                 .set_nodelay(true)
                 .map_err(|e| NodeError::from_io(&e))?;
-            let now = Instant::now();
-            self.state = match std::mem::replace(&mut self.state, State::Down { retry_at: now }) {
-                State::Connecting { stream, .. } => State::Up { stream },
-                other => other,
-            };
-            if !self.setting_up() {
-                self.sessions.fetch_add(1, Ordering::Release);
+            Ok(true)
+        })();
+        match result {
+            Ok(false) => {}
+            Ok(true) => {
+                self.link = Link::Up;
+                self.last_progress = now;
+                if !self.setting_up() {
+                    self.sessions.fetch_add(1, Ordering::Release);
+                }
+            }
+            Err(e) => {
+                self.fail(e, opts, now, out);
+                self.resolved.refresh(&self.addr);
             }
         }
-        self.flush()?;
-        if readable {
-            self.read(closed, scratch, opts, sink)?;
-        }
-        Ok(())
     }
 
-    /// Reads into `scratch` (zeroed once, reused by every connection) and appends what came to the read buffer:
-    /// cheaper than growing and zeroing the read buffer for every read when replies are a few bytes.
-    ///
-    /// `closed` says the peer has closed its side: then the socket is read to its end, so that a close arriving
-    /// with the last bytes is seen now (no further event would report it).
-    fn read(
+    /// Whether the node can take a request expecting `replies` replies now.
+    pub(crate) fn room(&self, replies: usize, priority: Priority, opts: &Options) -> Room {
+        let limit = match priority {
+            Priority::Normal => opts.max_in_flight,
+            Priority::Release => opts.max_in_flight.saturating_mul(2),
+        };
+        match (self.fifo.len().saturating_add(replies) <= limit, priority) {
+            (true, _) => Room::Yes,
+            (false, Priority::Normal) => Room::No,
+            (false, Priority::Release) => Room::Wait,
+        }
+    }
+
+    /// Queues one request's bytes (which may hold several commands, one waiter each).
+    pub(crate) fn queue(&mut self, bytes: &[u8], waiter: Waiter, replies: usize, now: Instant) {
+        if self.fifo.is_empty() {
+            self.last_progress = now;
+        }
+        self.wbuf.extend_from_slice(bytes);
+        for _ in 0..replies {
+            self.fifo.push_back(waiter);
+        }
+    }
+
+    /// Takes the writer role and every queued byte, if the connection is up, has bytes, and has no writer.
+    pub(crate) fn take_write(&mut self) -> Option<WriteJob> {
+        if self.writing || self.wbuf.is_empty() || !self.is_up() {
+            return None;
+        }
+        let stream = Arc::clone(self.stream.as_ref()?);
+        self.writing = true;
+        Some(WriteJob {
+            node: self.node,
+            generation: self.generation,
+            stream,
+            bytes: self.wbuf.split(),
+            outcome: Ok(false),
+        })
+    }
+
+    /// Ends a write job (run without the lock) and, if other threads queued bytes meanwhile, hands back the job
+    /// that sends them: the writer sends what others queued while it wrote.
+    pub(crate) fn written(
         &mut self,
-        closed: bool,
-        scratch: &mut [u8],
+        job: WriteJob,
         opts: &Options,
-        sink: &mut dyn FnMut(Waiter, Result<Value, NodeError>),
-    ) -> Result<(), NodeError> {
-        self.backlog = false;
-        let mut budget = READ_BUDGET;
-        loop {
-            let State::Up { stream } = &mut self.state else {
-                return Ok(());
-            };
-            let n = match stream.read(scratch) {
-                Ok(0) => return Err(NodeError::Closed),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(NodeError::from_io(&e)),
-            };
-            self.rbuf.extend_from_slice(&scratch[..n]);
-            while let Some(value) = self
-                .decoder
-                .decode(&mut self.rbuf)
-                .map_err(NodeError::Protocol)?
-            {
-                self.deliver(value, opts, sink)?;
+        now: Instant,
+        out: &mut Filing<'_>,
+    ) -> Option<WriteJob> {
+        if job.generation != self.generation {
+            return None; // the connection was replaced meanwhile, and the role with it
+        }
+        self.writing = false;
+        match job.outcome {
+            Ok(true) => {
+                drop(job.bytes); // so that the queue's next append can reuse the allocation
+                self.take_write()
             }
-            // What is left is one unfinished reply: each header is within the decoder's limits, but the whole is
-            // bounded here, or a peer could stream a valid reply forever.
-            if self.rbuf.len() > opts.max_reply_len {
-                return Err(NodeError::ReplyTooLarge(opts.max_reply_len));
+            Ok(false) => {
+                // The socket is full: the rest goes back in front of what was queued since. The driver resumes
+                // the write when the socket drains.
+                let mut rest = job.bytes;
+                rest.unsplit(std::mem::take(&mut self.wbuf));
+                self.wbuf = rest;
+                None
             }
-            // A short read drained the socket: on Linux, bytes arriving later raise a new edge-triggered event, so
-            // the extra read that would only return WouldBlock is skipped.
-            if n < scratch.len() && !closed {
-                break;
-            }
-            budget = budget.saturating_sub(n);
-            if budget == 0 {
-                self.backlog = true;
-                break;
+            Err(e) => {
+                self.fail(e, opts, now, out);
+                None
             }
         }
-        Ok(())
     }
 
-    fn deliver(
+    /// Bytes were read from the current connection at `now`: a sign of life.
+    pub(crate) fn progress(&mut self, now: Instant) {
+        self.last_progress = now;
+    }
+
+    /// Files one decoded reply under the request it answers.
+    pub(crate) fn deliver(
         &mut self,
         value: Value,
         opts: &Options,
-        sink: &mut dyn FnMut(Waiter, Result<Value, NodeError>),
+        out: &mut Filing<'_>,
     ) -> Result<(), NodeError> {
-        // Out-of-band RESP3 pushes (pub/sub messages, invalidations) answer no request.
-        if matches!(value, Value::Push(_)) {
-            return Ok(());
-        }
         let waiter = self.fifo.pop_front().ok_or(NodeError::Unexpected)?;
         // A node that answers is alive: the next outage starts its backoff from the beginning.
         self.backoff = opts.backoff_min;
         match waiter {
-            Waiter::Round { .. } => sink(waiter, Ok(value)),
+            Waiter::Round(_) => out.file(self.node, waiter, Ok(value)),
             Waiter::Setup(step) => {
                 let reply = value.without_attributes();
                 if let Value::Error(msg) | Value::BulkError(msg) = reply {
@@ -391,21 +451,52 @@ impl Conn {
         error: NodeError,
         opts: &Options,
         now: Instant,
-        sink: &mut dyn FnMut(Waiter, Result<Value, NodeError>),
+        out: &mut Filing<'_>,
     ) {
         let retry_at = later(now, self.backoff);
         self.backoff = (self.backoff * 2).min(opts.backoff_max);
-        // Dropping the stream closes the socket, which also removes it from the poll.
-        self.state = State::Down { retry_at };
-        for waiter in self.fifo.drain(..) {
-            if let Waiter::Round { .. } = waiter {
-                sink(waiter, Err(error.clone()));
-            }
+        self.link = Link::Down { retry_at };
+        // Other threads may still hold the socket (a writer, the driver's read side): shut it down so that they
+        // see it closed, and the peer sees the close now rather than when the last of them lets go.
+        if let Some(stream) = self.stream.take() {
+            let _ = stream.shutdown(Shutdown::Both);
         }
-        self.rbuf = BytesMut::new();
+        self.generation = self.generation.wrapping_add(1);
+        self.writing = false;
+        let node = self.node;
+        for waiter in self.fifo.drain(..) {
+            out.file(node, waiter, Err(error.clone()));
+        }
         self.wbuf = BytesMut::new();
-        self.decoder.reset();
         self.last_error = error;
+    }
+}
+
+/// Bytes a writer sends without the fanout's lock, then hands back with [`Conn::written`].
+pub(crate) struct WriteJob {
+    pub(crate) node: usize,
+    generation: u32,
+    stream: Arc<TcpStream>,
+    bytes: BytesMut,
+    /// `Ok(true)`: all written; `Ok(false)`: the socket filled up first.
+    outcome: Result<bool, NodeError>,
+}
+
+impl WriteJob {
+    /// Writes until done or the socket is full.
+    pub(crate) fn run(&mut self) {
+        self.outcome = loop {
+            if self.bytes.is_empty() {
+                break Ok(true);
+            }
+            match (&*self.stream).write(&self.bytes) {
+                Ok(0) => break Err(NodeError::Closed),
+                Ok(n) => self.bytes.advance(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(NodeError::from_io(&e)),
+            }
+        };
     }
 }
 

@@ -31,8 +31,13 @@ pub enum NodeError {
     /// Another step of the connection set-up (`SELECT`, `HELLO 3`, a set-up command) was refused: the command and
     /// the server's message.
     Setup(String),
-    /// The node had too many requests without replies: it is treated as hung, its connection dropped.
+    /// The request was not sent: the node already had [`Options::max_in_flight`](super::Options::max_in_flight)
+    /// requests without replies (it is slow, or hung). Its connection and the requests on it are kept.
     Overloaded,
+    /// The node had requests without replies and sent no byte for this long (the
+    /// [`Options::hung_timeout`](super::Options::hung_timeout)): it is treated as hung, and its connection was
+    /// dropped.
+    Hung(std::time::Duration),
     /// A reply grew past [`Options::max_reply_len`](super::Options::max_reply_len) bytes (the limit is given);
     /// the connection was dropped.
     ReplyTooLarge(usize),
@@ -68,7 +73,10 @@ impl fmt::Display for NodeError {
             NodeError::Unexpected => f.write_str("protocol error: a reply nobody asked for"),
             NodeError::Auth(msg) => write!(f, "authentication failed: {msg}"),
             NodeError::Setup(msg) => write!(f, "connection set-up failed: {msg}"),
-            NodeError::Overloaded => f.write_str("too many requests without reply (node hung?)"),
+            NodeError::Overloaded => {
+                f.write_str("not sent: too many requests already wait for this node's replies")
+            }
+            NodeError::Hung(d) => write!(f, "hung: no reply for {d:?} with requests waiting"),
             NodeError::ReplyTooLarge(limit) => {
                 write!(f, "protocol error: a reply longer than {limit} bytes")
             }

@@ -2,32 +2,57 @@
 //!
 //! # How threads share it
 //!
-//! A caller opens a [`Round`], writes its request to the nodes it wants (one write per node, straight from the
-//! caller's thread), then asks for replies with [`Round::next`]. Whoever needs a reply while nobody is polling
-//! becomes the *driver*: it polls the sockets, reads and decodes every reply that arrived, whoever it is for, and
-//! files each under the round that asked. Callers whose replies arrive while another thread drives are woken with
-//! `unpark`. When a driver leaves, it wakes one waiting caller to take over.
+//! A caller opens a [`Round`], queues its request for the nodes it wants, then asks for replies with
+//! [`Round::next`]. Writing and reading are done by the callers themselves, in two roles:
 //!
-//! A lone caller therefore does everything on its own thread: no hand-off, no background thread. Concurrent callers
-//! pipeline their requests on the same connections, and one poll serves them all.
+//! - **Writer** (per connection): the caller that queues bytes on a connection nobody is writing to takes the
+//!   role, writes without the lock, and on its way back sends whatever other callers queued meanwhile (see
+//!   [`conn`](super::conn)). A lone caller writes straight from its own thread; concurrent callers' requests go
+//!   out together, in one write per node.
+//! - **Driver** (one per fanout): a caller that needs a reply while nobody polls takes the poll and its read
+//!   buffers (the [`Driver`], owned by whoever drives), polls, reads and decodes every reply that arrived without
+//!   the lock, then files each under the round that asked, and wakes the rounds it filed for. It drives turn
+//!   after turn until its own round has an outcome, then puts the driver back and wakes a sleeping round, if any,
+//!   to take over.
+//!
+//! # Invariants
+//!
+//! - **One lock.** `inner` guards all shared bookkeeping: the connections' FIFOs and write queues, the rounds'
+//!   slots, the driver's place. No thread blocks, sleeps or does socket I/O while it holds it, except the
+//!   non-blocking `connect` of a re-dial and the checks that complete one. Host names are resolved when the
+//!   fanout is built, and again after a failed connect in a background thread ([`resolve`](super::resolve)).
+//! - **Who polls.** Only the thread that took `Inner::driver` (it is `None` while someone drives) polls or reads.
+//!   Every thread that leaves [`Round::next`] or drops its round puts the driver back if it had it, and if the
+//!   driver is then free while rounds sleep, wakes one of them to take over: no round sleeps while nobody drives.
+//! - **Who wakes whom.** The driver wakes the rounds it filed an outcome for, and, after each turn, the sleeping
+//!   rounds whose deadline had passed when that turn read the sockets. A round about to sleep pokes the poll's
+//!   waker if the driver's current poll would outlast the round's deadline.
+//! - **Timeouts come last.** A round reports a request as timed out only once a turn has read the sockets at or
+//!   after the round's deadline, so a reply that had arrived by then is counted even if the caller (or the
+//!   driver) ran late: under CPU overload, the deadline is not the first thing to fail.
+//! - **Backpressure, not disconnects.** A node with `max_in_flight` requests without replies gets no more
+//!   requests: each further request is that node's failed vote ([`NodeError::Overloaded`]), and the requests on
+//!   the wire are untouched. Releases may use a reserve of another `max_in_flight` and beyond that wait for room
+//!   until their deadline. A connection is dropped only when its node is gone (closed, reset, refused) or hung:
+//!   requests outstanding and no byte received for [`Options::hung_timeout`].
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
-use mio::{Events, Poll, Registry, Token};
+use mio::{Events, Poll, Registry, Token, Waker};
 
 use super::addr::NodeAddr;
-use super::conn::{Conn, READ_CHUNK, Waiter};
+use super::conn::{Conn, Filing, Priority, Room, Waiter, WriteJob};
 use super::error::NodeError;
 use super::options::Options;
+use super::read::{Item, READ_CHUNK, ReadSide};
+use super::resolve::Resolved;
+use super::slots::{Reply, SlotRef, Slots};
 use crate::resp::Value;
 use crate::sync::lock;
-
-/// One node's answer to one request: its reply (which may be an error reply), or why there is none.
-pub type Reply = Result<Value, NodeError>;
+use crate::time::later;
 
 /// Connections to N Redis nodes, multiplexed on one poll, shared by threads (`Send + Sync`).
 ///
@@ -53,104 +78,142 @@ pub type Reply = Result<Value, NodeError>;
 #[derive(Debug)]
 pub struct Fanout {
     inner: Mutex<Inner>,
-    poll: Mutex<PollState>,
     registry: Registry,
+    waker: Waker,
     opts: Options,
     addrs: Vec<NodeAddr>,
     sessions: Vec<Arc<AtomicU64>>,
-    /// Some connection has bytes left over from its read budget.
-    backlog: AtomicBool,
-}
-
-#[derive(Debug)]
-struct PollState {
-    poll: Poll,
-    events: Events,
-    /// Every socket read lands here first; only the driver reads.
-    scratch: Box<[u8]>,
 }
 
 struct Inner {
     conns: Vec<Conn>,
-    slots: Vec<Slot>,
-    free: Vec<usize>,
-    /// Whether some thread is polling (then others wait to be woken).
-    driving: bool,
+    slots: Slots,
+    /// The poll and the read side, here while nobody drives.
+    driver: Option<Box<Driver>>,
+    /// While the driver waits in its poll: until when, at the latest.
+    polling_until: Option<Instant>,
+    /// When the last completed turn read the sockets.
+    last_read: Option<Instant>,
 }
 
 impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Inner")
-            .field("slots", &self.slots.len())
-            .field("driving", &self.driving)
-            .finish()
+            .field("nodes", &self.conns.len())
+            .field("driving", &self.driver.is_none())
+            .finish_non_exhaustive()
     }
 }
 
-/// The mailbox of one round.
-struct Slot {
-    /// Bumped when the round ends, so replies to its requests that arrive later are recognised and dropped.
-    generation: u64,
-    arrivals: VecDeque<(usize, Reply)>,
-    /// Per node: requests whose outcome has not been filed yet.
-    pending: Vec<u32>,
-    outstanding: usize,
-    /// The round's thread while it waits for another thread's poll to file its replies.
-    waiter: Option<Thread>,
+/// What only the driver touches: the poll and every connection's read side, with reusable scratch space.
+#[derive(Debug)]
+struct Driver {
+    poll: Poll,
+    events: Events,
+    /// Every socket read lands here first.
+    scratch: Box<[u8]>,
+    reads: Vec<ReadSide>,
+    /// Per turn: connections to read (node, peer closed), events of connections not followed yet, what was read.
+    ready: Vec<(usize, bool)>,
+    fresh: Vec<(usize, u32, bool)>,
+    items: Vec<(usize, u32, Item)>,
+    progressed: Vec<(usize, u32)>,
+    wake: Vec<Thread>,
+    jobs: Vec<WriteJob>,
 }
 
-/// Up to 2^16 nodes; the rest of the token tells a node's successive connections apart.
+impl std::fmt::Debug for WriteJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteJob")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Up to 2^16 - 1 nodes; the rest of the token tells a node's successive connections apart.
 const NODE_BITS: u32 = 16;
+const NODE_MASK: usize = (1 << NODE_BITS) - 1;
+/// The poll's waker: a node index no node has.
+const WAKER: Token = Token(NODE_MASK);
 
 fn token(node: usize, generation: u32) -> Token {
     Token(((generation as usize) << NODE_BITS) | node)
 }
 
+fn unpark_all(threads: &mut Vec<Thread>) {
+    for t in threads.drain(..) {
+        t.unpark();
+    }
+}
+
 impl Fanout {
-    /// Connections to `nodes`; each is dialled at once (without waiting), so the first round finds them ready.
+    /// Connections to `nodes`: each is resolved now (a host name may block on the system resolver) and dialled
+    /// at once without waiting, so the first round finds them ready.
     ///
     /// # Errors
     ///
-    /// Only if the OS refuses to create the poll, or there are more than 65,536 nodes. An unreachable node is not
+    /// Only if the OS refuses to create the poll, or there are 65,535 nodes or more. An unreachable node is not
     /// an error: it is a failed vote in each round until it comes back.
     pub fn new(nodes: Vec<NodeAddr>, opts: Options) -> std::io::Result<Fanout> {
-        if nodes.len() > 1 << NODE_BITS {
+        if nodes.len() >= NODE_MASK {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
-                "more than 65,536 nodes",
+                "65,535 nodes or more",
             ));
         }
         let poll = Poll::new()?;
         let registry = poll.registry().try_clone()?;
+        let waker = Waker::new(&registry, WAKER)?;
         let now = Instant::now();
         let conns: Vec<Conn> = nodes
             .iter()
-            .map(|a| Conn::new(a.clone(), &opts, now))
+            .enumerate()
+            .map(|(i, a)| Conn::new(i, a.clone(), Resolved::now(a), &opts, now))
             .collect();
         let sessions = conns.iter().map(|c| Arc::clone(&c.sessions)).collect();
+        let driver = Driver {
+            poll,
+            events: Events::with_capacity(256.max(nodes.len() + 1)),
+            scratch: vec![0; READ_CHUNK].into_boxed_slice(),
+            reads: nodes.iter().map(|_| ReadSide::new(&opts)).collect(),
+            ready: Vec::new(),
+            fresh: Vec::new(),
+            items: Vec::new(),
+            progressed: Vec::new(),
+            wake: Vec::new(),
+            jobs: Vec::new(),
+        };
         let fanout = Fanout {
             inner: Mutex::new(Inner {
                 conns,
-                slots: Vec::new(),
-                free: Vec::new(),
-                driving: false,
-            }),
-            poll: Mutex::new(PollState {
-                poll,
-                events: Events::with_capacity(256),
-                scratch: vec![0; READ_CHUNK].into_boxed_slice(),
+                slots: Slots::default(),
+                driver: Some(Box::new(driver)),
+                polling_until: None,
+                last_read: None,
             }),
             registry,
+            waker,
             opts,
             addrs: nodes,
             sessions,
-            backlog: AtomicBool::new(false),
         };
         {
             let mut inner = lock(&fanout.inner);
-            for (i, conn) in inner.conns.iter_mut().enumerate() {
+            let Inner { conns, slots, .. } = &mut *inner;
+            let mut wake = Vec::new();
+            for (i, conn) in conns.iter_mut().enumerate() {
+                let mut out = Filing {
+                    slots,
+                    wake: &mut wake,
+                };
                 // A failure is remembered by the connection and reported by the first round.
-                let _ = conn.ensure(&fanout.registry, |g| token(i, g), &fanout.opts, now);
+                let _ = conn.ensure(
+                    &fanout.registry,
+                    |g| token(i, g),
+                    &fanout.opts,
+                    now,
+                    &mut out,
+                );
             }
         }
         Ok(fanout)
@@ -205,103 +268,252 @@ impl Fanout {
     }
 
     /// Opens a round whose outcomes are all known by `deadline`: a node that has not answered by then counts as
-    /// [`NodeError::Timeout`].
+    /// [`NodeError::Timeout`]. A node that already has [`Options::max_in_flight`] requests without replies is not
+    /// sent this round's request: it counts as [`NodeError::Overloaded`] at once.
     pub fn round(&self, deadline: Instant) -> Round<'_> {
-        let mut inner = lock(&self.inner);
-        let n = self.addrs.len();
-        let slot = match inner.free.pop() {
-            Some(i) => i,
-            None => {
-                let slot = Slot {
-                    generation: 0,
-                    arrivals: VecDeque::new(),
-                    pending: vec![0; n],
-                    outstanding: 0,
-                    waiter: None,
-                };
-                inner.slots.push(slot);
-                inner.slots.len() - 1
-            }
-        };
-        let generation = inner.slots[slot].generation;
+        self.open(deadline, Priority::Normal)
+    }
+
+    /// Opens a round for requests that must reach every reachable node, such as a lock's release: where a node's
+    /// queue is full, they use a reserve of another `max_in_flight` requests, and beyond it wait (until
+    /// `deadline`) for replies to make room, rather than being dropped.
+    pub fn release_round(&self, deadline: Instant) -> Round<'_> {
+        self.open(deadline, Priority::Release)
+    }
+
+    fn open(&self, deadline: Instant, priority: Priority) -> Round<'_> {
+        let slot = lock(&self.inner).slots.open(self.addrs.len(), deadline);
         Round {
             fanout: self,
             slot,
-            generation,
             deadline,
+            priority,
+            driver: None,
+            held: None,
         }
     }
 
-    /// Polls once, up to `deadline`, and files every reply that arrived. Called with `driving` set by the caller.
-    fn drive(&self, deadline: Instant) {
-        let mut ps = lock(&self.poll);
-        let PollState {
-            poll,
-            events,
-            scratch,
-        } = &mut *ps;
-        // A connection with bytes left over from its read budget is served without waiting.
-        let timeout = match self.backlog.load(Ordering::Relaxed) {
-            true => Duration::ZERO,
-            false => deadline.saturating_duration_since(Instant::now()),
-        };
-        // An interrupted or failed poll just returns early; the caller's loop re-checks its deadline.
-        let polled = poll.poll(events, Some(timeout)).is_ok();
-        let now = Instant::now();
+    /// Runs write jobs without the lock, then hands each back to its connection, which may give back another
+    /// (bytes other callers queued meanwhile). Leaves `jobs` empty.
+    fn run_writes(&self, jobs: &mut Vec<WriteJob>) {
+        let mut next = Vec::new();
         let mut wake = Vec::new();
+        while !jobs.is_empty() {
+            for job in jobs.iter_mut() {
+                job.run();
+            }
+            let mut inner = lock(&self.inner);
+            let now = Instant::now();
+            let Inner { conns, slots, .. } = &mut *inner;
+            let mut out = Filing {
+                slots,
+                wake: &mut wake,
+            };
+            for job in jobs.drain(..) {
+                if let Some(conn) = conns.get_mut(job.node) {
+                    next.extend(conn.written(job, &self.opts, now, &mut out));
+                }
+            }
+            drop(inner);
+            unpark_all(&mut wake);
+            std::mem::swap(jobs, &mut next);
+        }
+    }
+
+    /// One turn of the driver: polls (until the earliest deadline of a round that waits), reads and decodes what
+    /// arrived without the lock, files it, and wakes the rounds concerned. Called with the lock, returns with it.
+    fn turn<'g>(
+        &'g self,
+        mut inner: MutexGuard<'g, Inner>,
+        d: &mut Driver,
+        deadline: Instant,
+    ) -> MutexGuard<'g, Inner> {
+        let now = Instant::now();
+        let until = inner
+            .slots
+            .earliest_sleeper()
+            .map_or(deadline, |t| t.min(deadline));
+        let timeout = match d.reads.iter().any(|r| r.backlog) {
+            true => Duration::ZERO,
+            false => until.saturating_duration_since(now),
+        };
+        inner.polling_until = Some(later(now, timeout));
+        drop(inner);
+
+        let polled = d.poll(timeout, self.opts.spin);
+        let read_at = Instant::now();
+        d.sort_events(polled);
+        if !d.fresh.is_empty() {
+            let mut inner = lock(&self.inner);
+            self.follow_new_connections(&mut inner, d, read_at);
+        }
+        d.read_ready(&self.opts);
+
         let mut inner = lock(&self.inner);
-        let Inner { conns, slots, .. } = &mut *inner;
-        for event in events.iter().filter(|_| polled) {
-            let node = event.token().0 & ((1 << NODE_BITS) - 1);
-            let generation = (event.token().0 >> NODE_BITS) as u32;
+        inner.polling_until = None;
+        self.file_turn(&mut inner, d, read_at);
+        if polled {
+            inner.last_read = Some(read_at);
+            inner.slots.wake_due(read_at, &mut d.wake);
+        }
+        if d.wake.is_empty() && d.jobs.is_empty() {
+            return inner;
+        }
+        drop(inner);
+        unpark_all(&mut d.wake);
+        self.run_writes(&mut d.jobs);
+        lock(&self.inner)
+    }
+
+    /// Events of connections the read side does not follow yet: completes their connect and follows them.
+    fn follow_new_connections(&self, inner: &mut Inner, d: &mut Driver, now: Instant) {
+        let Inner { conns, slots, .. } = inner;
+        let mut out = Filing {
+            slots,
+            wake: &mut d.wake,
+        };
+        for &(node, generation, closed) in &d.fresh {
             let Some(conn) = conns.get_mut(node).filter(|c| c.generation == generation) else {
                 continue; // an event of a connection since replaced
             };
-            let closed = event.is_read_closed() || event.is_error();
-            let readable = event.is_readable() || closed;
-            conn.on_event(readable, closed, scratch, &self.opts, now, &mut |w, r| {
-                file(slots, node, w, r, &mut wake)
-            });
+            conn.on_connect_event(&self.opts, now, &mut out);
+            if conn.generation == generation && conn.is_up() {
+                d.reads[node].attach(generation, conn.stream());
+                d.ready.push((node, closed));
+            } else {
+                d.reads[node].attach(generation, None);
+            }
         }
-        // Connections that stopped at their read budget get one more, then wait for the next drive.
-        let mut backlog = false;
-        for (node, conn) in conns.iter_mut().enumerate().filter(|(_, c)| c.backlog) {
-            conn.on_event(true, false, scratch, &self.opts, now, &mut |w, r| {
-                file(slots, node, w, r, &mut wake)
-            });
-            backlog |= conn.backlog;
+    }
+
+    /// Files what the turn read, drops connections that failed or hung, lets the read side forget connections that
+    /// were dropped, and takes the writer role where bytes wait with no writer (a write the socket cut short, a
+    /// connection that just came up).
+    fn file_turn(&self, inner: &mut Inner, d: &mut Driver, now: Instant) {
+        let Inner { conns, slots, .. } = inner;
+        let mut out = Filing {
+            slots,
+            wake: &mut d.wake,
+        };
+        for &(node, generation) in &d.progressed {
+            if let Some(conn) = conns.get_mut(node).filter(|c| c.generation == generation) {
+                conn.progress(now);
+            }
         }
-        self.backlog.store(backlog, Ordering::Relaxed);
-        inner.driving = false;
-        // Someone still waiting on a poll that is now nobody's: wake one to take over.
-        if let Some(t) = inner.slots.iter_mut().find_map(|s| s.waiter.take()) {
-            wake.push(t);
+        for (node, generation, item) in d.items.drain(..) {
+            let Some(conn) = conns.get_mut(node).filter(|c| c.generation == generation) else {
+                continue; // bytes of a connection since dropped
+            };
+            let failed = match item {
+                Item::Reply(value) => conn.deliver(value, &self.opts, &mut out).err(),
+                Item::Failed(e) => Some(e),
+            };
+            if let Some(e) = failed {
+                conn.fail(e, &self.opts, now, &mut out);
+            }
         }
-        drop(inner);
-        drop(ps);
-        for t in wake {
-            t.unpark();
+        for (conn, read) in conns.iter_mut().zip(&mut d.reads) {
+            conn.check(&self.opts, now, &mut out);
+            if read.generation != conn.generation {
+                read.attach(conn.generation, None);
+            }
+            d.jobs.extend(conn.take_write());
         }
     }
 }
 
-/// Files `reply` under the round that `waiter` names, if that round still waits for it.
-fn file(slots: &mut [Slot], node: usize, waiter: Waiter, reply: Reply, wake: &mut Vec<Thread>) {
-    let Waiter::Round { slot, generation } = waiter else {
-        return;
-    };
-    let Some(s) = slots.get_mut(slot).filter(|s| s.generation == generation) else {
-        return; // the round is over: a late reply, read and dropped
-    };
-    match s.pending.get_mut(node) {
-        Some(p) if *p > 0 => *p -= 1,
-        _ => return, // already counted as timed out
+impl Driver {
+    /// Polls for up to `timeout`, busy-polling (without blocking) for up to `spin` first. False if the poll failed
+    /// (interrupted): the turn then reads nothing.
+    fn poll(&mut self, timeout: Duration, spin: Duration) -> bool {
+        let spin = spin.min(timeout);
+        if !spin.is_zero() {
+            let start = Instant::now();
+            loop {
+                if self
+                    .poll
+                    .poll(&mut self.events, Some(Duration::ZERO))
+                    .is_err()
+                {
+                    return false;
+                }
+                if !self.events.is_empty() {
+                    return true;
+                }
+                if start.elapsed() >= spin {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+            let left = timeout.saturating_sub(start.elapsed());
+            return self.poll.poll(&mut self.events, Some(left)).is_ok();
+        }
+        self.poll.poll(&mut self.events, Some(timeout)).is_ok()
     }
-    s.outstanding -= 1;
-    s.arrivals.push_back((node, reply));
-    if let Some(t) = s.waiter.take() {
-        wake.push(t);
+
+    /// Sorts the poll's events into connections to read now and events of connections not followed yet; adds the
+    /// connections with bytes left from their read budget.
+    fn sort_events(&mut self, polled: bool) {
+        self.ready.clear();
+        self.fresh.clear();
+        for event in self.events.iter().filter(|_| polled) {
+            if event.token() == WAKER {
+                continue;
+            }
+            let node = event.token().0 & NODE_MASK;
+            let generation = (event.token().0 >> NODE_BITS) as u32;
+            let closed = event.is_read_closed() || event.is_error();
+            match self.reads.get(node) {
+                Some(r) if r.reads(generation) => self.ready.push((node, closed)),
+                Some(_) => self.fresh.push((node, generation, closed)),
+                None => {}
+            }
+        }
+        for (node, r) in self.reads.iter().enumerate() {
+            if r.backlog && !self.ready.iter().any(|&(n, _)| n == node) {
+                self.ready.push((node, false));
+            }
+        }
     }
+
+    /// Reads and decodes every ready connection (without the fanout's lock).
+    fn read_ready(&mut self, opts: &Options) {
+        self.items.clear();
+        self.progressed.clear();
+        let mut decoded = Vec::new();
+        for &(node, closed) in &self.ready {
+            let r = &mut self.reads[node];
+            let generation = r.generation;
+            if r.read(closed, &mut self.scratch, opts, &mut decoded) > 0 {
+                self.progressed.push((node, generation));
+            }
+            self.items
+                .extend(decoded.drain(..).map(|item| (node, generation, item)));
+        }
+    }
+}
+
+thread_local! {
+    /// A sender's write jobs, reused from round to round.
+    static JOBS: std::cell::RefCell<Vec<WriteJob>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// What became of a request offered to one node.
+enum Offer {
+    /// Queued, or held for room.
+    Sent,
+    /// Not sent: down, failed, or overloaded; the outcome is filed.
+    Refused,
+    /// The node has no room for an ordinary request right now.
+    Full,
+}
+
+/// Requests of a release round waiting for room on full nodes.
+#[derive(Debug)]
+struct Held {
+    request: Vec<u8>,
+    replies: usize,
+    nodes: Vec<usize>,
 }
 
 /// One request/reply exchange with some or all nodes, bounded by a deadline. Dropping it abandons the replies still
@@ -310,107 +522,263 @@ fn file(slots: &mut [Slot], node: usize, waiter: Waiter, reply: Reply, wake: &mu
 #[must_use = "a round does nothing until requests are sent and replies collected with next()"]
 pub struct Round<'a> {
     fanout: &'a Fanout,
-    slot: usize,
-    generation: u64,
+    slot: SlotRef,
     deadline: Instant,
+    priority: Priority,
+    /// The poll, while this round's thread drives.
+    driver: Option<Box<Driver>>,
+    held: Option<Box<Held>>,
 }
 
-impl Round<'_> {
+impl<'a> Round<'a> {
     /// The instant by which every outcome of this round is known.
     pub fn deadline(&self) -> Instant {
         self.deadline
     }
 
-    /// Sends `request` (encoded commands expecting `replies` replies in all) to every node: one write per node.
-    pub fn send_all(&mut self, request: &[u8], replies: usize) {
-        let mut inner = lock(&self.fanout.inner);
-        let now = Instant::now();
-        for node in 0..inner.conns.len() {
-            self.send_locked(&mut inner, node, request, replies, now);
-        }
+    /// Sends `request` (encoded commands expecting `replies` replies in all) to every node: one write per node,
+    /// shared with other callers' requests to the same node. Returns the nodes it was queued for.
+    pub fn send_all(&mut self, request: &[u8], replies: usize) -> NodeSet {
+        self.send_where(|_| true, request, replies)
     }
 
     /// Sends `request` (encoded commands expecting `replies` replies in all) to node `node` only.
-    pub fn send(&mut self, node: usize, request: &[u8], replies: usize) {
-        let mut inner = lock(&self.fanout.inner);
-        if node < inner.conns.len() {
-            self.send_locked(&mut inner, node, request, replies, Instant::now());
-        }
+    pub fn send(&mut self, node: usize, request: &[u8], replies: usize) -> NodeSet {
+        self.send_where(|n| n == node, request, replies)
     }
 
-    fn send_locked(
-        &self,
+    /// Sends `request` to the nodes in `nodes`. Each node's outcome comes from [`next`](Round::next): a reply, or
+    /// at once the reason it was not sent (down, [`NodeError::Overloaded`]). Returns the nodes the request was
+    /// queued for (or, in a release round, held for room).
+    pub fn send_to(&mut self, nodes: NodeSet, request: &[u8], replies: usize) -> NodeSet {
+        self.send_where(|n| nodes.contains(n), request, replies)
+    }
+
+    fn send_where(
+        &mut self,
+        include: impl Fn(usize) -> bool,
+        request: &[u8],
+        replies: usize,
+    ) -> NodeSet {
+        let f = self.fanout;
+        let mut jobs = JOBS.with(|j| std::mem::take(&mut *j.borrow_mut()));
+        let mut wake = Vec::new();
+        let mut sent = NodeSet::EMPTY;
+        let mut full = Vec::new();
+        let mut inner = lock(&f.inner);
+        let now = Instant::now();
+        for node in 0..f.addrs.len() {
+            if !include(node) {
+                continue;
+            }
+            match self.offer(
+                &mut inner, node, request, replies, now, &mut jobs, &mut wake,
+            ) {
+                Offer::Sent => sent.insert(node),
+                Offer::Full => full.push(node),
+                Offer::Refused => {}
+            }
+        }
+        if !full.is_empty() {
+            // A full node may have answered already, its replies unread because nobody polls: read them first.
+            if let Some(mut d) = inner.driver.take() {
+                inner = f.turn(inner, &mut d, now);
+                inner.driver = Some(d);
+                wake.extend(inner.slots.any_sleeper());
+            }
+            for node in full {
+                match self.offer(
+                    &mut inner, node, request, replies, now, &mut jobs, &mut wake,
+                ) {
+                    Offer::Sent => sent.insert(node),
+                    Offer::Refused => {}
+                    Offer::Full => {
+                        inner.slots.expect(self.slot, node, replies);
+                        for _ in 0..replies {
+                            let r = Err(NodeError::Overloaded);
+                            wake.extend(inner.slots.file(self.slot, node, r));
+                        }
+                    }
+                }
+            }
+        }
+        drop(inner);
+        unpark_all(&mut wake);
+        f.run_writes(&mut jobs);
+        JOBS.with(|j| *j.borrow_mut() = jobs);
+        sent
+    }
+
+    /// Offers the request to one node: queues it, holds it for room (a release), or files why it was not sent.
+    /// A node without room for an ordinary request is reported `Full` and left to the caller.
+    #[allow(clippy::too_many_arguments)]
+    fn offer(
+        &mut self,
         inner: &mut Inner,
         node: usize,
         request: &[u8],
         replies: usize,
         now: Instant,
-    ) {
-        let opts = &self.fanout.opts;
+        jobs: &mut Vec<WriteJob>,
+        wake: &mut Vec<Thread>,
+    ) -> Offer {
+        let f = self.fanout;
         let Inner { conns, slots, .. } = inner;
-        let conn = &mut conns[node];
-        let mine = &mut slots[self.slot];
-        mine.pending[node] += replies as u32;
-        mine.outstanding += replies;
-        let mut wake = Vec::new();
-        let mut sink = |w, r| file(slots, node, w, r, &mut wake);
-        let me = Waiter::Round {
-            slot: self.slot,
-            generation: self.generation,
+        let Some(conn) = conns.get_mut(node) else {
+            return Offer::Refused;
         };
-        if let Err(e) = conn.ensure(&self.fanout.registry, |g| token(node, g), opts, now) {
-            (0..replies).for_each(|_| sink(me, Err(e.clone())));
-        } else if conn.in_flight() + replies > opts.max_in_flight {
-            conn.fail(NodeError::Overloaded, opts, now, &mut sink);
-            (0..replies).for_each(|_| sink(me, Err(NodeError::Overloaded)));
-        } else {
-            conn.queue(request, me, replies);
-            if let Err(e) = conn.flush() {
-                conn.fail(e, opts, now, &mut sink);
-            }
+        slots.expect(self.slot, node, replies);
+        let mut out = Filing { slots, wake };
+        let refused = match conn.ensure(&f.registry, |g| token(node, g), &f.opts, now, &mut out) {
+            Err(e) => e,
+            Ok(()) => match conn.room(replies, self.priority, &f.opts) {
+                Room::Yes => {
+                    conn.queue(request, Waiter::Round(self.slot), replies, now);
+                    jobs.extend(conn.take_write());
+                    return Offer::Sent;
+                }
+                Room::No => {
+                    // Counted again when the caller offers once more, or files the refusal.
+                    out.slots.unexpect(self.slot, node, replies);
+                    return Offer::Full;
+                }
+                Room::Wait => {
+                    let held = self.held.get_or_insert_with(|| {
+                        Box::new(Held {
+                            request: request.to_vec(),
+                            replies,
+                            nodes: Vec::new(),
+                        })
+                    });
+                    held.nodes.push(node);
+                    return Offer::Sent;
+                }
+            },
+        };
+        for _ in 0..replies {
+            out.file(node, Waiter::Round(self.slot), Err(refused.clone()));
         }
-        // A failed connection fails the requests of other rounds too: wake those that wait.
-        for t in wake {
-            t.unpark();
-        }
+        Offer::Refused
     }
 
     /// The next outcome: `(node, reply)` as replies arrive, in arrival order (a node's replies in request order).
-    /// At the deadline, each request still unanswered comes back as [`NodeError::Timeout`]. `None` once every
-    /// request of the round has its outcome.
+    /// After the deadline, each request still unanswered comes back as [`NodeError::Timeout`], once the replies
+    /// that had arrived by the deadline have been read. `None` once every request of the round has its outcome.
     ///
-    /// Blocks at most until the deadline.
+    /// Blocks at most until shortly after the deadline.
     #[allow(clippy::should_implement_trait)] // blocking, with a deadline: not an Iterator
     pub fn next(&mut self) -> Option<(usize, Reply)> {
+        let f = self.fanout;
+        let mut inner = lock(&f.inner);
+        let outcome = loop {
+            if self.held.is_some() {
+                inner = self.retry_held(inner);
+            }
+            if let Some(arrival) = inner.slots.take(self.slot) {
+                break Some(arrival);
+            }
+            if inner.slots.settled(self.slot) {
+                break None;
+            }
+            if inner.last_read.is_some_and(|t| t >= self.deadline) {
+                if let Some(node) = inner.slots.time_out_one(self.slot) {
+                    break Some((node, Err(NodeError::Timeout)));
+                }
+            }
+            if self.driver.is_none() {
+                self.driver = inner.driver.take();
+            }
+            match self.driver.take() {
+                Some(mut d) => {
+                    inner = f.turn(inner, &mut d, self.deadline);
+                    self.driver = Some(d);
+                }
+                None => inner = self.sleep(inner),
+            }
+        };
+        let successor = self.leave(&mut inner);
+        drop(inner);
+        if let Some(t) = successor {
+            t.unpark();
+        }
+        outcome
+    }
+
+    /// Waits for another thread's poll to file an outcome, to hand this round the poll, or for the deadline.
+    fn sleep(&self, mut inner: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
+        let now = Instant::now();
+        inner.slots.sleep(self.slot, thread::current());
+        // The driver must come out of its poll by this round's deadline.
+        let poke = inner
+            .polling_until
+            .is_some_and(|until| until > self.deadline);
+        drop(inner);
+        if poke {
+            let _ = self.fanout.waker.wake();
+        }
+        // Past the deadline, the turn that reads the sockets wakes us; a round waiting for room looks again soon.
+        let wait = match now < self.deadline && self.held.is_none() {
+            true => self.deadline - now,
+            false => Duration::from_millis(1),
+        };
+        thread::park_timeout(wait);
         let mut inner = lock(&self.fanout.inner);
-        loop {
-            let driving = inner.driving;
-            let slot = &mut inner.slots[self.slot];
-            if let Some(arrival) = slot.arrivals.pop_front() {
-                return Some(arrival);
+        inner.slots.awake(self.slot);
+        inner
+    }
+
+    /// Queues held requests on nodes that now have room; past the deadline, counts the rest as overloaded.
+    fn retry_held(&mut self, mut inner: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
+        let Some(mut held) = self.held.take() else {
+            return inner;
+        };
+        let f = self.fanout;
+        let now = Instant::now();
+        let mut jobs = Vec::new();
+        let mut wake = Vec::new();
+        let Inner { conns, slots, .. } = &mut *inner;
+        held.nodes.retain(|&node| {
+            let Some(conn) = conns.get_mut(node) else {
+                return false;
+            };
+            let mut out = Filing {
+                slots,
+                wake: &mut wake,
+            };
+            let room = conn.room(held.replies, Priority::Release, &f.opts);
+            if room == Room::Yes {
+                conn.queue(&held.request, Waiter::Round(self.slot), held.replies, now);
+                jobs.extend(conn.take_write());
+                return false;
             }
-            if slot.outstanding == 0 {
-                return None;
-            }
-            let now = Instant::now();
             if now >= self.deadline {
-                let node = slot.pending.iter().position(|&p| p > 0)?;
-                slot.pending[node] -= 1;
-                slot.outstanding -= 1;
-                return Some((node, Err(NodeError::Timeout)));
+                for _ in 0..held.replies {
+                    out.file(node, Waiter::Round(self.slot), Err(NodeError::Overloaded));
+                }
+                return false;
             }
-            if driving {
-                slot.waiter = Some(thread::current());
-                drop(inner);
-                thread::park_timeout(self.deadline - now);
-                inner = lock(&self.fanout.inner);
-                inner.slots[self.slot].waiter = None;
-            } else {
-                inner.driving = true;
-                drop(inner);
-                self.fanout.drive(self.deadline);
-                inner = lock(&self.fanout.inner);
-            }
+            true
+        });
+        if !held.nodes.is_empty() {
+            self.held = Some(held);
+        }
+        if jobs.is_empty() && wake.is_empty() {
+            return inner;
+        }
+        drop(inner);
+        unpark_all(&mut wake);
+        f.run_writes(&mut jobs);
+        lock(&f.inner)
+    }
+
+    /// Puts the poll back if this round had it, and returns a sleeping round to wake if nobody drives now.
+    fn leave(&mut self, inner: &mut Inner) -> Option<Thread> {
+        if let Some(d) = self.driver.take() {
+            inner.driver = Some(d);
+        }
+        match inner.driver.is_some() {
+            true => inner.slots.any_sleeper(),
+            false => None,
         }
     }
 }
@@ -418,12 +786,35 @@ impl Round<'_> {
 impl Drop for Round<'_> {
     fn drop(&mut self) {
         let mut inner = lock(&self.fanout.inner);
-        let slot = &mut inner.slots[self.slot];
-        slot.generation += 1;
-        slot.arrivals.clear();
-        slot.pending.iter_mut().for_each(|p| *p = 0);
-        slot.outstanding = 0;
-        slot.waiter = None;
-        inner.free.push(self.slot);
+        inner.slots.close(self.slot);
+        let successor = self.leave(&mut inner);
+        drop(inner);
+        if let Some(t) = successor {
+            t.unpark();
+        }
+    }
+}
+
+/// A set of node indexes, for saying which nodes a request goes to or reached. Nodes from 64 on are always
+/// members: the set exists to skip work, never to skip a node that might need a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeSet(u64);
+
+impl NodeSet {
+    /// Every node.
+    pub const ALL: NodeSet = NodeSet(u64::MAX);
+    /// No node (below 64).
+    pub const EMPTY: NodeSet = NodeSet(0);
+
+    /// Adds `node`.
+    pub fn insert(&mut self, node: usize) {
+        if node < 64 {
+            self.0 |= 1 << node;
+        }
+    }
+
+    /// Whether `node` is a member.
+    pub fn contains(&self, node: usize) -> bool {
+        node >= 64 || self.0 & (1 << node) != 0
     }
 }

@@ -14,8 +14,12 @@ mod conn;
 mod error;
 mod fanout;
 mod options;
+mod read;
+mod resolve;
+mod slots;
 
 pub use addr::{AddrError, NodeAddr};
 pub use error::NodeError;
-pub use fanout::{Fanout, Reply, Round};
+pub use fanout::{Fanout, NodeSet, Round};
 pub use options::Options;
+pub use slots::Reply;

@@ -27,9 +27,19 @@ pub struct Options {
     pub backoff_min: Duration,
     /// The longest delay between two dials of a down node (default 1 s).
     pub backoff_max: Duration,
-    /// Requests a node may have without replies before it is treated as hung: its connection is dropped and its
-    /// pending requests fail (default 1,024). Bounds memory however long a node hangs.
+    /// Requests a node may have without replies (default 1,024). Past it, a further request is not sent: it is
+    /// that node's failed vote ([`NodeError::Overloaded`](super::NodeError::Overloaded)), while the requests on the
+    /// wire are kept. Releases may use a reserve of as many again, then wait for room. Bounds memory however slow
+    /// a node is.
     pub max_in_flight: usize,
+    /// How long a node may have requests without replies and send nothing at all before it counts as hung and its
+    /// connection is dropped, failing those requests (default 5 s). A node that is slow but answers is never
+    /// dropped; this catches hosts that vanished without closing their connections, and hung processes.
+    pub hung_timeout: Duration,
+    /// How long the thread that waits for replies polls without blocking before it sleeps (default zero: it
+    /// sleeps at once). A few tens of microseconds save the wake-up of a halted CPU when replies come that fast
+    /// (same host or rack), at the cost of a busy CPU meanwhile; see `BENCHMARKS.md`.
+    pub spin: Duration,
     /// What the decoder accepts from a node (default: [`Limits::default`] with bulk strings up to 4 MiB,
     /// aggregates up to 65,536 elements and 32 levels: a lock client gets small replies).
     pub limits: Limits,
@@ -50,6 +60,8 @@ impl Default for Options {
             backoff_min: Duration::from_millis(10),
             backoff_max: Duration::from_secs(1),
             max_in_flight: 1024,
+            hung_timeout: Duration::from_secs(5),
+            spin: Duration::ZERO,
             limits: Limits::default()
                 .with_max_bulk_len(4 << 20)
                 .with_max_aggregate_len(1 << 16)

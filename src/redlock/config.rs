@@ -42,9 +42,19 @@ pub struct Config {
     /// How many times one lock may be extended (default 1,000). The spec asks for a bound so that a holder cannot
     /// keep a resource forever by mistake.
     pub max_extensions: u32,
-    /// Requests a node may have without replies before it is treated as hung and its connection dropped
-    /// (default 1,024).
+    /// Requests a node may have without replies (default 1,024). Past it, an acquisition does not send to that
+    /// node (its vote fails as overloaded) while the requests on the wire are kept; releases use a reserve of as
+    /// many again, then wait for room. A slow node is never dropped for being slow.
     pub max_in_flight: usize,
+    /// How long a node may have requests without replies and send nothing at all before its connection is
+    /// dropped as hung, failing those requests (default 5 s). Catches hosts that vanished without closing their
+    /// connections; a node that answers, however slowly, is kept.
+    pub hung_timeout: Duration,
+    /// How long a caller waiting for replies polls without blocking before it sleeps (default zero). On machines
+    /// whose idle CPUs halt, a few tens of microseconds of spinning save a wake-up when the nodes answer that fast
+    /// (same host or rack), at the cost of a busy CPU while it spins; see `BENCHMARKS.md` ("Busy polling") for
+    /// when it pays.
+    pub spin: Duration,
     /// The restart-aware quorum (default on): a node that restarted less than the restart window ago keeps
     /// answering, but its "yes" votes do not count, because it may have lost the locks it granted before (the
     /// spec's *delayed restart*, done by the client). muxlock learns of a restart from `INFO server`, read on every
@@ -99,6 +109,9 @@ impl Config {
         if self.max_in_flight == 0 {
             return Err(Error::Config("max_in_flight must be at least 1".into()));
         }
+        if self.hung_timeout.is_zero() {
+            return Err(Error::Config("hung_timeout must be more than zero".into()));
+        }
         if self.restart_window > Config::MAX_TTL {
             return Err(Error::Config(format!(
                 "restart_window {:?} is longer than the maximum TTL, {:?}",
@@ -146,6 +159,8 @@ impl Default for Config {
             connect_timeout: Duration::from_secs(1),
             max_extensions: 1000,
             max_in_flight: 1024,
+            hung_timeout: Duration::from_secs(5),
+            spin: Duration::ZERO,
             restart_guard: true,
             restart_window: Duration::ZERO,
         }
@@ -197,6 +212,13 @@ mod tests {
                 ..Config::default()
             },
             "max_in_flight",
+        );
+        bad(
+            Config {
+                hung_timeout: Duration::ZERO,
+                ..Config::default()
+            },
+            "hung_timeout",
         );
         bad(
             Config {

@@ -18,6 +18,9 @@ pub enum Outcome {
     Failed(NodeError),
     /// The node's reply was not needed: the round was decided before it arrived.
     NotAwaited,
+    /// The node was not asked: the lock's acquisition never reached it (it was down, or had too many requests
+    /// waiting), so it holds nothing of this lock.
+    NotSent,
     /// The node granted, but its vote is not counted: it restarted less than the restart window ago and may have
     /// forgotten locks it granted before (see [`Config::restart_guard`](super::Config::restart_guard)).
     Quarantined,
@@ -31,6 +34,7 @@ impl fmt::Display for Outcome {
             Outcome::ErrorReply(msg) => write!(f, "error reply: {msg}"),
             Outcome::Failed(e) => e.fmt(f),
             Outcome::NotAwaited => f.write_str("not awaited (decided without it)"),
+            Outcome::NotSent => f.write_str("not asked (the acquisition never reached it)"),
             Outcome::Quarantined => {
                 f.write_str("granted, not counted: restarted less than the max TTL ago")
             }

@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use super::token;
+use crate::net::NodeSet;
 
 /// A lock held on a majority of the nodes, valid until [`valid_until`](Lock::valid_until).
 ///
@@ -20,6 +21,9 @@ pub struct Lock {
     pub(crate) value: token::Value,
     pub(crate) valid_until: Instant,
     pub(crate) extensions: u32,
+    /// The nodes the acquisition's `SET` was queued for: the others cannot hold the key, so releases and
+    /// extensions skip them.
+    pub(crate) nodes: NodeSet,
 }
 
 impl Lock {

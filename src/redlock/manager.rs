@@ -12,7 +12,7 @@ use super::quorum::{Failure, Quorum, Status, Vote, drift};
 use super::restart::{self, RestartGuard};
 use super::scripts::{self, Script};
 use super::token::Tokens;
-use crate::net::{Fanout, NodeAddr, Options, Reply};
+use crate::net::{Fanout, NodeAddr, NodeSet, Options, Reply};
 use crate::resp::Value;
 use crate::time::later;
 
@@ -107,6 +107,8 @@ impl Builder {
         let opts = Options {
             connect_timeout: self.config.connect_timeout,
             max_in_flight: self.config.max_in_flight,
+            hung_timeout: self.config.hung_timeout,
+            spin: self.config.spin,
             setup,
             ..Options::default()
         };
@@ -283,12 +285,19 @@ impl LockManager {
         let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
         let mut outcomes = vec![Outcome::NotAwaited; self.fanout.len()];
         let mut status = Status::Pending;
+        // Nodes the acquisition never reached hold nothing of ours: their vote is "not ours", unasked.
+        for (node, outcome) in outcomes.iter_mut().enumerate() {
+            if !lock.nodes.contains(node) {
+                *outcome = Outcome::NotSent;
+                status = quorum.vote(node, Vote::Taken, start);
+            }
+        }
         self.script_round(
             Script::Extend,
             &lock.resource,
             &lock.value,
             ttl_ms,
-            deadline,
+            (lock.nodes, deadline),
             |node, reply| {
                 let now = Instant::now();
                 let (vote, outcome) = self.counted(node, script_vote(&reply), now);
@@ -330,12 +339,19 @@ impl LockManager {
         let deadline = later(Instant::now(), self.config.round_timeout);
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let (mut released, mut answered) = (0, 0);
+        // Nodes the acquisition never reached have nothing to delete: they count as answered.
+        for (node, outcome) in outcomes.iter_mut().enumerate() {
+            if !lock.nodes.contains(node) {
+                *outcome = Outcome::NotSent;
+                answered += 1;
+            }
+        }
         self.script_round(
             Script::Release,
             &lock.resource,
             &lock.value,
             0,
-            deadline,
+            (lock.nodes, deadline),
             |node, reply| {
                 let (vote, outcome) = script_vote(&reply);
                 outcomes[node] = outcome;
@@ -407,7 +423,7 @@ impl LockManager {
         let mut round = self
             .fanout
             .round(later(start, self.config.round_timeout).min(quorum.deadline()));
-        round.send_all(&request, 1);
+        let nodes = round.send_all(&request, 1);
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let mut status = Status::Pending;
         while let Some((node, reply)) = round.next() {
@@ -426,14 +442,15 @@ impl LockManager {
                 value,
                 valid_until,
                 extensions: 0,
+                nodes,
             })),
             Err(failure) => {
                 // Release at once wherever the key may have been set, without waiting: the spec's "unlock all
                 // the instances", and it keeps a failed attempt from blocking others until the TTL.
                 let mut release = BytesMut::new();
                 scripts::call(&mut release, Script::Release, false, resource, &value, 0);
-                let mut round = self.fanout.round(Instant::now());
-                round.send_all(&release, 1);
+                let mut round = self.fanout.release_round(Instant::now());
+                round.send_to(nodes, &release, 1);
                 Ok(Err((
                     failure,
                     self.report(resource, outcomes, quorum.quorum()),
@@ -442,21 +459,25 @@ impl LockManager {
         }
     }
 
-    /// Runs `script` on all nodes until `on_reply` says stop or the round ends; a node that has lost the script
-    /// (`NOSCRIPT`) gets it once more in full with `EVAL`.
+    /// Runs `script` on `nodes` until `on_reply` says stop or the round ends by `deadline`; a node that has lost
+    /// the script (`NOSCRIPT`) gets it once more in full with `EVAL`. A release must reach every reachable node:
+    /// it goes in a release round (see [`Fanout::release_round`]).
     fn script_round(
         &self,
         script: Script,
         resource: &[u8],
         value: &[u8],
         ttl_ms: u64,
-        deadline: Instant,
+        (nodes, deadline): (NodeSet, Instant),
         mut on_reply: impl FnMut(usize, Reply) -> bool,
     ) {
         let mut request = BytesMut::with_capacity(128 + resource.len());
         scripts::call(&mut request, script, false, resource, value, ttl_ms);
-        let mut round = self.fanout.round(deadline);
-        round.send_all(&request, 1);
+        let mut round = match script {
+            Script::Release => self.fanout.release_round(deadline),
+            Script::Extend => self.fanout.round(deadline),
+        };
+        round.send_to(nodes, &request, 1);
         // Which nodes got the script in full; allocated only if some node has lost it (rare: after a restart or
         // a SCRIPT FLUSH), so that a release or an extension allocates nothing for it.
         let mut resent: Vec<bool> = Vec::new();

@@ -1,0 +1,300 @@
+//! [`Slots`]: the mailboxes of the rounds in progress, as plain bookkeeping (no sockets, no clock of its own).
+//!
+//! A round owns one slot while it runs. Requests it sends are *expected* per node; each outcome (a reply, a
+//! connection failure, a timeout) is *filed* once, and the round takes it from its arrivals. When the round ends,
+//! its slot is closed: the generation moves on, so outcomes of its requests that come later (a late reply, read
+//! and dropped) are recognised as stale and ignored, and the slot is reused by the next round.
+
+use std::collections::VecDeque;
+use std::thread::Thread;
+use std::time::Instant;
+
+use super::error::NodeError;
+use crate::resp::Value;
+
+/// One node's answer to one request: its reply (which may be an error reply), or why there is none.
+pub type Reply = Result<Value, NodeError>;
+
+/// Names one round's slot: its index and the generation it had when the round opened it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SlotRef {
+    pub(crate) index: usize,
+    pub(crate) generation: u64,
+}
+
+/// The mailbox of one round.
+#[derive(Debug)]
+struct Slot {
+    /// Bumped when the round ends.
+    generation: u64,
+    /// Outcomes filed and not yet taken, in filing order.
+    arrivals: VecDeque<(usize, Reply)>,
+    /// Per node: requests whose outcome has not been filed yet.
+    pending: Vec<u32>,
+    /// The sum of `pending`.
+    outstanding: usize,
+    /// The round's deadline; every outcome is known by then.
+    deadline: Instant,
+    /// The round's thread while it sleeps, waiting for another thread's poll to file its outcomes.
+    waiter: Option<Thread>,
+}
+
+/// Every slot, in use or free.
+#[derive(Debug, Default)]
+pub(crate) struct Slots {
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+}
+
+impl Slots {
+    /// Opens a slot for a round over `nodes` nodes that ends by `deadline`.
+    pub(crate) fn open(&mut self, nodes: usize, deadline: Instant) -> SlotRef {
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    arrivals: VecDeque::new(),
+                    pending: vec![0; nodes],
+                    outstanding: 0,
+                    deadline,
+                    waiter: None,
+                });
+                self.slots.len() - 1
+            }
+        };
+        let slot = &mut self.slots[index];
+        slot.deadline = deadline;
+        SlotRef {
+            index,
+            generation: slot.generation,
+        }
+    }
+
+    /// The slot of a round still in progress.
+    fn live(&mut self, r: SlotRef) -> Option<&mut Slot> {
+        self.slots
+            .get_mut(r.index)
+            .filter(|s| s.generation == r.generation)
+    }
+
+    /// Records that `replies` more outcomes are expected from `node`.
+    pub(crate) fn expect(&mut self, r: SlotRef, node: usize, replies: usize) {
+        if let Some(s) = self.live(r) {
+            if let Some(p) = s.pending.get_mut(node) {
+                *p = p.saturating_add(u32::try_from(replies).unwrap_or(u32::MAX));
+                s.outstanding += replies;
+            }
+        }
+    }
+
+    /// Takes back an [`expect`](Slots::expect) for a request that was not sent after all.
+    pub(crate) fn unexpect(&mut self, r: SlotRef, node: usize, replies: usize) {
+        if let Some(s) = self.live(r) {
+            if let Some(p) = s.pending.get_mut(node) {
+                let n = u32::try_from(replies).unwrap_or(u32::MAX).min(*p);
+                *p -= n;
+                s.outstanding -= n as usize;
+            }
+        }
+    }
+
+    /// Files one outcome of `node` for round `r`; returns the round's thread to wake, if it sleeps. An outcome
+    /// for a round that has ended, or one that was not expected (already timed out), is dropped.
+    pub(crate) fn file(&mut self, r: SlotRef, node: usize, reply: Reply) -> Option<Thread> {
+        let s = self.live(r)?;
+        match s.pending.get_mut(node) {
+            Some(p) if *p > 0 => *p -= 1,
+            _ => return None,
+        }
+        s.outstanding -= 1;
+        s.arrivals.push_back((node, reply));
+        s.waiter.take()
+    }
+
+    /// The next outcome filed for round `r`.
+    pub(crate) fn take(&mut self, r: SlotRef) -> Option<(usize, Reply)> {
+        self.live(r)?.arrivals.pop_front()
+    }
+
+    /// Whether every expected outcome of `r` has been filed (and so will be taken, or has been).
+    pub(crate) fn settled(&mut self, r: SlotRef) -> bool {
+        self.live(r).is_none_or(|s| s.outstanding == 0)
+    }
+
+    /// One request of `r` that has had no outcome, now counted as timed out: its node. The caller calls this
+    /// only after the round's deadline, once the replies that had arrived by then were read.
+    pub(crate) fn time_out_one(&mut self, r: SlotRef) -> Option<usize> {
+        let s = self.live(r)?;
+        let node = s.pending.iter().position(|&p| p > 0)?;
+        s.pending[node] -= 1;
+        s.outstanding -= 1;
+        Some(node)
+    }
+
+    /// Records that `r`'s thread sleeps until woken (by [`file`](Slots::file) or [`wake_due`](Slots::wake_due)).
+    pub(crate) fn sleep(&mut self, r: SlotRef, thread: Thread) {
+        if let Some(s) = self.live(r) {
+            s.waiter = Some(thread);
+        }
+    }
+
+    /// Forgets `r`'s sleeping thread (it woke by itself).
+    pub(crate) fn awake(&mut self, r: SlotRef) {
+        if let Some(s) = self.live(r) {
+            s.waiter = None;
+        }
+    }
+
+    /// The earliest deadline of the rounds whose threads sleep, for the poll's timeout.
+    pub(crate) fn earliest_sleeper(&self) -> Option<Instant> {
+        self.slots
+            .iter()
+            .filter(|s| s.waiter.is_some())
+            .map(|s| s.deadline)
+            .min()
+    }
+
+    /// Takes the threads of sleeping rounds whose deadline is at or before `read_at`: a poll turn that read the
+    /// sockets at `read_at` has filed every reply that had arrived by their deadline, so they can now count the
+    /// rest as timed out.
+    pub(crate) fn wake_due(&mut self, read_at: Instant, wake: &mut Vec<Thread>) {
+        for s in &mut self.slots {
+            if s.deadline <= read_at {
+                wake.extend(s.waiter.take());
+            }
+        }
+    }
+
+    /// Takes the thread of one sleeping round, to hand it the poll.
+    pub(crate) fn any_sleeper(&mut self) -> Option<Thread> {
+        self.slots.iter_mut().find_map(|s| s.waiter.take())
+    }
+
+    /// Ends round `r`: its slot is reusable, and outcomes of its requests that come later are dropped.
+    pub(crate) fn close(&mut self, r: SlotRef) {
+        let Some(s) = self.live(r) else {
+            return;
+        };
+        s.generation = s.generation.wrapping_add(1);
+        s.arrivals.clear();
+        s.pending.iter_mut().for_each(|p| *p = 0);
+        s.outstanding = 0;
+        s.waiter = None;
+        self.free.push(r.index);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn ok(n: i64) -> Reply {
+        Ok(Value::Integer(n))
+    }
+
+    #[test]
+    fn outcomes_are_filed_once_in_order_and_settle_the_round() {
+        let mut slots = Slots::default();
+        let t0 = Instant::now();
+        let r = slots.open(3, t0);
+        slots.expect(r, 0, 1);
+        slots.expect(r, 2, 2);
+        assert!(!slots.settled(r));
+        assert!(slots.file(r, 2, ok(1)).is_none(), "nobody sleeps");
+        assert!(slots.file(r, 1, ok(9)).is_none());
+        assert_eq!(slots.take(r), Some((2, ok(1))));
+        assert_eq!(slots.take(r), None, "node 1 was not expected");
+        slots.file(r, 0, Err(NodeError::Closed));
+        slots.file(r, 2, ok(2));
+        assert!(slots.settled(r));
+        assert_eq!(slots.take(r), Some((0, Err(NodeError::Closed))));
+        assert_eq!(slots.take(r), Some((2, ok(2))));
+        assert_eq!(slots.take(r), None);
+    }
+
+    #[test]
+    fn a_closed_round_drops_late_outcomes_and_its_slot_is_reused() {
+        let mut slots = Slots::default();
+        let t0 = Instant::now();
+        let old = slots.open(2, t0);
+        slots.expect(old, 1, 1);
+        slots.close(old);
+        let new = slots.open(2, t0);
+        assert_eq!(new.index, old.index);
+        assert_ne!(new.generation, old.generation);
+        slots.expect(new, 1, 1);
+        // The old round's reply arrives late: it must not be taken for the new round's.
+        assert!(slots.file(old, 1, ok(1)).is_none());
+        assert_eq!(slots.take(new), None);
+        assert!(!slots.settled(new));
+        slots.file(new, 1, ok(2));
+        assert_eq!(slots.take(new), Some((1, ok(2))));
+        // Closing twice, or an unknown slot, is harmless.
+        slots.close(old);
+        slots.expect(
+            SlotRef {
+                index: 9,
+                generation: 0,
+            },
+            0,
+            1,
+        );
+        assert!(slots.settled(SlotRef {
+            index: 9,
+            generation: 0
+        }));
+    }
+
+    #[test]
+    fn timeouts_take_what_is_still_pending_and_nothing_else() {
+        let mut slots = Slots::default();
+        let r = slots.open(3, Instant::now());
+        slots.expect(r, 0, 1);
+        slots.expect(r, 1, 1);
+        slots.file(r, 0, ok(1));
+        assert_eq!(slots.time_out_one(r), Some(1));
+        assert_eq!(slots.time_out_one(r), None);
+        assert!(slots.settled(r));
+        // A reply after its timeout is not filed twice.
+        slots.file(r, 1, ok(1));
+        assert_eq!(slots.take(r), Some((0, ok(1))));
+        assert_eq!(slots.take(r), None);
+    }
+
+    #[test]
+    fn sleepers_are_woken_by_their_outcome_their_deadline_or_to_take_over() {
+        let mut slots = Slots::default();
+        let t0 = Instant::now();
+        let me = std::thread::current();
+        let early = slots.open(2, t0 + Duration::from_millis(10));
+        let late = slots.open(2, t0 + Duration::from_millis(50));
+        slots.expect(early, 0, 1);
+        slots.expect(late, 0, 1);
+        assert_eq!(slots.earliest_sleeper(), None);
+        slots.sleep(early, me.clone());
+        slots.sleep(late, me.clone());
+        assert_eq!(
+            slots.earliest_sleeper(),
+            Some(t0 + Duration::from_millis(10))
+        );
+        // A turn that read at 20 ms wakes the round due at 10 ms, not the one due at 50.
+        let mut wake = Vec::new();
+        slots.wake_due(t0 + Duration::from_millis(20), &mut wake);
+        assert_eq!(wake.len(), 1);
+        assert_eq!(
+            slots.earliest_sleeper(),
+            Some(t0 + Duration::from_millis(50))
+        );
+        // An outcome wakes its round once.
+        assert!(slots.file(late, 0, ok(1)).is_some());
+        assert!(slots.any_sleeper().is_none());
+        slots.sleep(late, me.clone());
+        slots.awake(late);
+        assert!(slots.any_sleeper().is_none());
+        slots.sleep(early, me);
+        assert!(slots.any_sleeper().is_some());
+        assert!(slots.any_sleeper().is_none());
+    }
+}
