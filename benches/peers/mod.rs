@@ -10,6 +10,18 @@
 //!
 //! Both are configured for a single attempt per call (no retry), like muxlock in the bench, so that a failed call
 //! is counted rather than hidden behind a retry's sleep.
+//!
+//! For `benches/throughput.rs`, whose callers share one client between tasks (so not behind [`Locker`]):
+//!
+//! - [`quorum::RedisQuorum`]: Redlock written by hand on redis-rs (one multiplexed connection per node, every request
+//!   to all nodes at once, an answer at the majority), the best a user could do with the common library.
+//!
+//! The throughput bench also runs `rslock` itself, on a multi-thread runtime, rather than through [`Rslock`].
+
+// Each bench uses only some of the peers.
+#![allow(dead_code)]
+
+pub mod quorum;
 
 use std::time::Duration;
 

@@ -1,0 +1,167 @@
+//! One caller of `benches/throughput.rs`: a loop of acquire+release cycles on its own resource names until the
+//! case's window ends, and what it records ([`Tally`]). One function per client, so that each calls its client as
+//! that client's users would: muxlock from an OS thread, the peers from a tokio task with a timeout per call.
+
+use std::io::Write as _;
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+use muxlock::LockManager;
+use tokio::time::timeout;
+
+use super::peers::quorum::RedisQuorum;
+use super::{CALL_TIMEOUT, Client, TTL};
+
+/// The measured window of a case.
+#[derive(Clone, Copy)]
+pub struct Window {
+    pub start: Instant,
+    pub end: Instant,
+}
+
+#[derive(Clone, Copy)]
+pub enum Step {
+    Acquire,
+    Release,
+}
+
+/// What callers did: cycles in the window and their latencies, failed calls over the whole case.
+pub struct Tally {
+    pub cycles: u64,
+    pub latency: Histogram<u64>,
+    /// Indexed by [`Step`].
+    pub failures: [u64; 2],
+    pub first_error: [Option<String>; 2],
+}
+
+impl Tally {
+    pub fn new() -> Tally {
+        Tally {
+            cycles: 0,
+            latency: Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds"),
+            failures: [0; 2],
+            first_error: [None, None],
+        }
+    }
+
+    /// A cycle that started at `t0` and ended now.
+    fn done(&mut self, t0: Instant, window: Window) {
+        let t1 = Instant::now();
+        if t1 >= window.start && t1 < window.end {
+            self.cycles += 1;
+            let ns = u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
+            self.latency.saturating_record(ns.max(1));
+        }
+    }
+
+    fn failed(&mut self, step: Step, error: impl ToString) {
+        self.failures[step as usize] += 1;
+        self.first_error[step as usize].get_or_insert_with(|| error.to_string());
+    }
+
+    pub fn merge(&mut self, other: Tally) {
+        self.cycles += other.cycles;
+        self.latency
+            .add(&other.latency)
+            .expect("histograms of the same bounds");
+        for step in 0..2 {
+            self.failures[step] += other.failures[step];
+            if self.first_error[step].is_none() {
+                self.first_error[step] = other.first_error[step].clone();
+            }
+        }
+    }
+}
+
+/// One caller's resource names: a fixed prefix, then a counter.
+pub struct Names {
+    buf: Vec<u8>,
+    prefix: usize,
+    next: u64,
+}
+
+impl Names {
+    pub fn new(client: Client, case: &str, k: usize) -> Names {
+        let buf = format!("tp:{}:{case}:{k}:", client.tag()).into_bytes();
+        Names {
+            prefix: buf.len(),
+            buf,
+            next: 0,
+        }
+    }
+
+    fn next(&mut self) -> &[u8] {
+        self.buf.truncate(self.prefix);
+        write!(self.buf, "{}", self.next).expect("writing to a Vec");
+        self.next += 1;
+        &self.buf
+    }
+}
+
+pub fn muxlock_caller(manager: &LockManager, mut names: Names, window: Window) -> Tally {
+    let mut tally = Tally::new();
+    let quorum = manager.quorum();
+    loop {
+        let t0 = Instant::now();
+        if t0 >= window.end {
+            return tally;
+        }
+        match manager.lock(names.next(), TTL) {
+            Err(e) => tally.failed(Step::Acquire, e),
+            Ok(lock) => match manager.unlock(lock) {
+                Ok(n) if n >= quorum => tally.done(t0, window),
+                Ok(n) => tally.failed(Step::Release, format!("released on {n} nodes only")),
+                Err(e) => tally.failed(Step::Release, e),
+            },
+        }
+    }
+}
+
+pub async fn rslock_caller(
+    manager: rslock::LockManager,
+    mut names: Names,
+    window: Window,
+) -> Tally {
+    let mut tally = Tally::new();
+    loop {
+        let t0 = Instant::now();
+        if t0 >= window.end {
+            return tally;
+        }
+        match timeout(CALL_TIMEOUT, manager.lock(names.next(), TTL)).await {
+            Err(_) => tally.failed(Step::Acquire, "rslock: lock timed out after 2 s"),
+            Ok(Err(e)) => tally.failed(Step::Acquire, format!("rslock: {e}")),
+            // rslock's release is best effort and says nothing: only a timeout is a failure.
+            Ok(Ok(lock)) => match timeout(CALL_TIMEOUT, manager.unlock(&lock)).await {
+                Err(_) => tally.failed(Step::Release, "rslock: unlock timed out after 2 s"),
+                Ok(()) => tally.done(t0, window),
+            },
+        }
+    }
+}
+
+pub async fn quorum_caller(mut client: RedisQuorum, mut names: Names, window: Window) -> Tally {
+    let mut tally = Tally::new();
+    loop {
+        let t0 = Instant::now();
+        if t0 >= window.end {
+            return tally;
+        }
+        let name = names.next();
+        match timeout(CALL_TIMEOUT, client.acquire(name)).await {
+            Err(_) => tally.failed(
+                Step::Acquire,
+                "redis-rs/quorum: acquire timed out after 2 s",
+            ),
+            Ok(Err(e)) => tally.failed(Step::Acquire, e),
+            Ok(Ok(value)) => match timeout(CALL_TIMEOUT, client.release(name, &value)).await {
+                Err(_) => tally.failed(
+                    Step::Release,
+                    "redis-rs/quorum: release timed out after 2 s",
+                ),
+                Ok(Err(e)) => tally.failed(Step::Release, e),
+                Ok(Ok(())) => tally.done(t0, window),
+            },
+        }
+    }
+}
