@@ -34,8 +34,8 @@
 //! deadline 6 s after its window, after which a caller that has not reported is counted as blocked (an OS thread
 //! is left behind, a task is aborted).
 //!
-//! `cargo bench --bench throughput` runs it all: `MUXLOCK_TP_SECS` (default 3), `MUXLOCK_TP_REPS` (default 3) and
-//! `MUXLOCK_TP_THREADS` (default `1,4,16,64`) change it. `cargo test --benches` (no `--bench` flag) runs 0.2 s per
+//! `cargo bench --bench throughput` runs it all: `MUXLOCK_TP_SECS` (default 3), `MUXLOCK_TP_REPS` (default 3),
+//! `MUXLOCK_TP_THREADS` (default `1,4,16,64`) and `MUXLOCK_TP_CLIENTS` (names as in the table, default all) change it. `cargo test --benches` (no `--bench` flag) runs 0.2 s per
 //! case, one repetition, 1 and 4 callers, with a 2 s round timeout for muxlock, and fails if a muxlock call failed
 //! or a caller blocked.
 //!
@@ -116,6 +116,8 @@ impl Client {
 struct Settings {
     quick: bool,
     threads: Vec<usize>,
+    /// The clients to run (`MUXLOCK_TP_CLIENTS`, names as in the table; default all).
+    clients: Vec<Client>,
     warmup: Duration,
     secs: Duration,
     reps: usize,
@@ -127,6 +129,7 @@ impl Settings {
             return Settings {
                 quick,
                 threads: vec![1, 4],
+                clients: CLIENTS.to_vec(),
                 warmup: Duration::from_millis(50),
                 secs: Duration::from_millis(200),
                 reps: 1,
@@ -147,9 +150,25 @@ impl Settings {
                     .collect()
             },
         );
+        let clients = var("MUXLOCK_TP_CLIENTS").map_or_else(
+            || CLIENTS.to_vec(),
+            |v| {
+                v.split(',')
+                    .map(|name| {
+                        *CLIENTS
+                            .iter()
+                            .find(|c| c.name() == name.trim())
+                            .unwrap_or_else(|| {
+                                panic!("MUXLOCK_TP_CLIENTS: unknown client {name:?}")
+                            })
+                    })
+                    .collect()
+            },
+        );
         Settings {
             quick,
             threads,
+            clients,
             warmup: Duration::from_millis(300),
             secs: Duration::from_secs_f64(secs),
             reps: var("MUXLOCK_TP_REPS")
@@ -310,8 +329,26 @@ fn run_case(
     drop(tx);
     sleep_until(window.start);
     let before = Cpu::now(pids);
+    let net_before = (client == Client::Shared).then(|| clients.shared.stats());
     sleep_until(window.end);
     let after = Cpu::now(pids);
+    if let Some(net_before) = net_before {
+        // How the shared manager's requests travelled: how many a write carried, per node, in the window.
+        let now = clients.shared.stats();
+        let per_write: Vec<String> = now
+            .nodes
+            .iter()
+            .zip(&net_before.nodes)
+            .map(|(n, b)| {
+                let d = n.net.since(&b.net);
+                format!("{:.1}", d.requests as f64 / d.writes.max(1) as f64)
+            })
+            .collect();
+        eprintln!(
+            "  {threads} × muxlock/shared: requests per write, per node: {}",
+            per_write.join(" ")
+        );
+    }
     let deadline = window.end + GRACE;
     let mut tally = Tally::new();
     let mut reported = 0;
@@ -362,13 +399,17 @@ fn main() {
     println!("load before: {}", loadavg());
     let started = Instant::now();
     let mut rows: Vec<Row> = (s.threads.iter())
-        .flat_map(|&threads| CLIENTS.map(|client| Row::new(threads, client)))
+        .flat_map(|&threads| {
+            s.clients
+                .iter()
+                .map(move |&client| Row::new(threads, client))
+        })
         .collect();
     for rep in 0..s.reps {
         for (ti, &threads) in s.threads.iter().enumerate() {
             // The first client rotates with the repetition and the thread count: none always follows the same one.
-            for j in 0..CLIENTS.len() {
-                let client = CLIENTS[(j + rep + ti) % CLIENTS.len()];
+            for j in 0..s.clients.len() {
+                let client = s.clients[(j + rep + ti) % s.clients.len()];
                 let run = run_case(&clients, client, threads, rep, &s, &pids);
                 let row = rows
                     .iter_mut()

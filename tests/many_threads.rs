@@ -32,11 +32,15 @@ fn seconds() -> Duration {
 }
 
 /// One attempt per call, so that any failure shows; fresh nodes would not be trusted by the restart guard for a
-/// whole TTL. Everything else as a user gets it, the 50 ms round timeout included.
+/// whole TTL. The round timeout is 1 s rather than the default 50 ms: these tests look for what the client does
+/// wrong (refusing requests, dropping slow nodes, losing releases), and on this project's VMs the hypervisor
+/// freezes a thread for 30–400 ms now and then (BENCHMARKS.md, "Steal"), which fails a 50 ms round whatever the
+/// client. The throughput bench measures the default timeout and reports steal beside its failures.
 fn manager(cluster: &Cluster) -> LockManager {
     let config = Config {
         retry_count: 0,
         restart_guard: false,
+        round_timeout: Duration::from_secs(1),
         ..Config::default()
     };
     LockManager::builder()

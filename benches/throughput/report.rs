@@ -23,18 +23,39 @@ fn cpu_time(pid: &str) -> Duration {
     Duration::from_secs_f64(ticks as f64 / rustix::param::clock_ticks_per_second() as f64)
 }
 
-/// CPU used so far by this process and by the servers.
+/// The machine's CPU time so far (all fields of `/proc/stat`'s `cpu` line) and the part of it stolen by the
+/// hypervisor (field 8): on a VM whose host is busy, vCPUs are taken away for milliseconds at a time, and any
+/// thread may freeze that long.
+fn machine_ticks() -> (u64, u64) {
+    let stat = fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    (fields.iter().sum(), fields.get(7).copied().unwrap_or(0))
+}
+
+/// CPU used so far by this process and by the servers, and the machine's ticks (all, stolen).
 #[derive(Clone, Copy, Default)]
 pub struct Cpu {
     pub bench: Duration,
     pub servers: Duration,
+    pub ticks: u64,
+    pub stolen: u64,
 }
 
 impl Cpu {
     pub fn now(servers: &[u32]) -> Cpu {
+        let (ticks, stolen) = machine_ticks();
         Cpu {
             bench: cpu_time("self"),
             servers: servers.iter().map(|pid| cpu_time(&pid.to_string())).sum(),
+            ticks,
+            stolen,
         }
     }
 
@@ -43,7 +64,14 @@ impl Cpu {
         Cpu {
             bench: self.bench.saturating_sub(before.bench),
             servers: self.servers.saturating_sub(before.servers),
+            ticks: self.ticks.saturating_sub(before.ticks),
+            stolen: self.stolen.saturating_sub(before.stolen),
         }
+    }
+
+    /// The share of the machine's CPU time the hypervisor stole, in percent.
+    pub fn steal_percent(&self) -> f64 {
+        100.0 * self.stolen as f64 / self.ticks.max(1) as f64
     }
 }
 
@@ -78,6 +106,8 @@ impl Row {
         self.blocked += blocked;
         self.cpu.bench += cpu.bench;
         self.cpu.servers += cpu.servers;
+        self.cpu.ticks += cpu.ticks;
+        self.cpu.stolen += cpu.stolen;
         rate
     }
 
@@ -119,9 +149,9 @@ pub fn print_table(rows: &[Row], s: &Settings) {
     let measured = s.secs.as_secs_f64() * s.reps as f64;
     println!(concat!(
         "| threads | client | cycles/s (median) | min–max | failed | blocked | p50 µs | p99 µs ",
-        "| bench CPU | servers CPU | CPU µs/cycle (bench + servers) |"
+        "| bench CPU | servers CPU | CPU µs/cycle (bench + servers) | steal |"
     ));
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in rows {
         let (min, max) = min_max(&row.rates);
         let h = &row.tally.latency;
@@ -129,7 +159,7 @@ pub fn print_table(rows: &[Row], s: &Settings) {
         let cycles = row.tally.cycles.max(1) as f64;
         let per_cycle = |d: Duration| d.as_secs_f64() * 1e6 / cycles;
         println!(
-            "| {} | {} | {:.0} | {min:.0}–{max:.0} | {} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.0} + {:.0} |",
+            "| {} | {} | {:.0} | {min:.0}–{max:.0} | {} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.0} + {:.0} | {:.0} % |",
             row.threads,
             row.client.name(),
             row.median(),
@@ -141,10 +171,12 @@ pub fn print_table(rows: &[Row], s: &Settings) {
             row.cpu.servers.as_secs_f64() / measured,
             per_cycle(row.cpu.bench),
             per_cycle(row.cpu.servers),
+            row.cpu.steal_percent(),
         );
     }
     println!(
-        "\nbench CPU, servers CPU: cores busy on average during the measured windows (2 vCPUs in all)."
+        "\nbench CPU, servers CPU: cores busy on average during the measured windows (2 vCPUs in all). steal: the \
+         share of the machine's CPU time the hypervisor took away meanwhile (/proc/stat)."
     );
     for row in rows {
         for (step, what) in [(Step::Acquire, "acquire"), (Step::Release, "release")] {

@@ -9,14 +9,19 @@
 //! Redis answers the requests of one connection in order, so replies are matched to requests strictly by position.
 //! A request whose caller stopped waiting keeps its place in the FIFO; its reply is read and dropped.
 //!
-//! # The writer role
+//! # Who writes, and when: batches clocked by replies
 //!
-//! At most one thread writes to a connection at a time: the one that finds no writer when it queues its bytes
-//! (`writing` is false) takes the role and every byte queued so far. When its write is done it comes back under
-//! the lock and, if others queued bytes meanwhile, takes those too ([`Conn::written`]). So a lone caller writes
-//! straight from its own thread, and concurrent callers' requests go out together in one write. A write that
-//! fills the socket puts the rest back in front of the queue and leaves the role; the driver resumes it when the
-//! socket drains.
+//! At most one thread writes to a connection at a time, the one that took the writer role (`writing`) and with
+//! it every byte queued so far. A caller that queues a request on an idle connection (nothing on the wire) takes
+//! the role and writes at once, from its own thread: a lone caller pays no hand-off and no delay. A caller that
+//! queues on a *busy* connection (requests on the wire, their replies still to come) leaves its bytes queued: the
+//! driver is awake when those replies arrive, and at the end of that turn it writes everything queued for the
+//! node in one write. Under load each node so gets one batch at a time, and a batch holds every request that
+//! came while the previous one was out: one write here and one read on the server for many requests, where
+//! writing each at once would cost a system call on both sides per request (on loopback, a write also runs the
+//! server's receive path). A request waits at most for the replies of the batch ahead of it, which the server
+//! had to answer first anyway. A write that fills the socket puts the rest back in front of the queue and leaves
+//! the role; the driver resumes it when the socket drains.
 
 use std::collections::VecDeque;
 use std::io::{self, Write};
@@ -35,6 +40,7 @@ use super::error::NodeError;
 use super::options::Options;
 use super::resolve::Resolved;
 use super::slots::{Reply, SlotRef, Slots};
+use super::stats::NodeStats;
 use crate::resp::{Decimal, Value, encode_command};
 use crate::time::later;
 
@@ -113,9 +119,13 @@ pub(crate) struct Conn {
     /// Names the current connection: it changes when one is dialled and when one fails, so that poll events,
     /// bytes read and writes of an earlier connection are told apart and ignored.
     pub(crate) generation: u32,
-    fifo: VecDeque<Waiter>,
+    /// Who waits for each reply, and when the request was queued (for the round-trip statistics).
+    fifo: VecDeque<(Waiter, Instant)>,
     /// Bytes queued and not yet taken by a writer.
     wbuf: BytesMut,
+    /// How many of the FIFO's requests are still in `wbuf`, not handed to a writer: the others are on the wire
+    /// (or being written).
+    unwritten: usize,
     /// A thread holds the writer role (it took bytes from `wbuf` and writes them without the lock).
     writing: bool,
     backoff: Duration,
@@ -131,6 +141,7 @@ pub(crate) struct Conn {
     /// How many connections to this node completed their set-up (0: never reached). Shared with the fanout, so
     /// that callers can read it without taking the fanout's lock.
     pub(crate) sessions: Arc<AtomicU64>,
+    pub(crate) stats: Arc<NodeStats>,
 }
 
 impl Conn {
@@ -150,18 +161,20 @@ impl Conn {
             generation: 0,
             fifo: VecDeque::new(),
             wbuf: BytesMut::new(),
+            unwritten: 0,
             writing: false,
             backoff: opts.backoff_min,
             last_error: NodeError::Refused,
             last_progress: now,
             setup_replies: Vec::new(),
             sessions: Arc::new(AtomicU64::new(0)),
+            stats: Arc::default(),
         }
     }
 
     /// Whether set-up replies are still awaited (set-up steps are always at the front of the FIFO).
     fn setting_up(&self) -> bool {
-        matches!(self.fifo.front(), Some(Waiter::Setup(_)))
+        matches!(self.fifo.front(), Some((Waiter::Setup(_), _)))
     }
 
     pub(crate) fn in_flight(&self) -> usize {
@@ -170,6 +183,12 @@ impl Conn {
 
     pub(crate) fn is_up(&self) -> bool {
         matches!(self.link, Link::Up)
+    }
+
+    /// Whether requests are on the wire without replies yet: then a reply is coming, and the driver will flush
+    /// what is queued when it reads it.
+    pub(crate) fn busy(&self) -> bool {
+        self.fifo.len() > self.unwritten
     }
 
     pub(crate) fn is_connecting(&self) -> bool {
@@ -181,8 +200,9 @@ impl Conn {
         self.stream.clone()
     }
 
-    /// Makes the connection usable for a request: dials if it is down and its backoff has passed, and drops it if
-    /// it is hung or its connect took too long. `Err` is the vote of a node that cannot take requests now.
+    /// Makes the connection usable for a request: dials if it is down and its backoff has passed. `Err` is the
+    /// vote of a node that cannot take requests now. (Whether a connection is hung or its connect too slow is
+    /// decided by the driver only, right after it read the sockets: see [`Conn::check`].)
     pub(crate) fn ensure(
         &mut self,
         registry: &Registry,
@@ -191,7 +211,6 @@ impl Conn {
         now: Instant,
         out: &mut Filing<'_>,
     ) -> Result<(), NodeError> {
-        self.check(opts, now, out);
         match self.link {
             Link::Up | Link::Connecting { .. } => Ok(()),
             Link::Down { retry_at } if now < retry_at => Err(self.last_error.clone()),
@@ -207,7 +226,9 @@ impl Conn {
     }
 
     /// Drops the connection if its connect took too long, or if it has had requests and no sign of life for
-    /// `hung_timeout`: a node that is slow but answers is never dropped.
+    /// `hung_timeout`: a node that is slow but answers is never dropped. Called by the driver right after a turn
+    /// read the sockets at `now`: a client that was not running (a descheduled process, a stolen vCPU) must not
+    /// blame a node for bytes that wait unread in its own socket.
     pub(crate) fn check(&mut self, opts: &Options, now: Instant, out: &mut Filing<'_>) {
         match self.link {
             Link::Connecting { deadline } if now >= deadline => {
@@ -242,19 +263,23 @@ impl Conn {
             )
             .map_err(|e| NodeError::from_io(&e))?;
         self.stream = Some(Arc::new(stream));
+        self.stats.connect();
         self.link = Link::Connecting {
             deadline: later(now, opts.connect_timeout),
         };
         self.wbuf.clear();
+        self.unwritten = 0;
         self.writing = false;
         self.setup_replies.clear();
         self.last_progress = now;
-        self.queue_setup(opts);
+        self.queue_setup(opts, now);
+        // The set-up goes out when the connect completes, ahead of anything queued meanwhile.
+        self.unwritten = self.fifo.len();
         Ok(())
     }
 
     /// Pipelines the set-up ahead of any request: `AUTH`, `SELECT`, `HELLO 3`, then the caller's commands.
-    fn queue_setup(&mut self, opts: &Options) {
+    fn queue_setup(&mut self, opts: &Options, now: Instant) {
         if let Some(password) = self.addr.password() {
             match self.addr.username() {
                 Some(user) => encode_command(
@@ -263,23 +288,24 @@ impl Conn {
                 ),
                 None => encode_command(&[b"AUTH", password.as_bytes()], &mut self.wbuf),
             }
-            self.fifo.push_back(Waiter::Setup(Step::Auth));
+            self.fifo.push_back((Waiter::Setup(Step::Auth), now));
         }
         if let Some(db) = self.addr.db() {
             encode_command(
                 &[b"SELECT", Decimal::new(i64::from(db)).as_bytes()],
                 &mut self.wbuf,
             );
-            self.fifo.push_back(Waiter::Setup(Step::Select));
+            self.fifo.push_back((Waiter::Setup(Step::Select), now));
         }
         if self.addr.resp3() {
             encode_command(&[b"HELLO", b"3"], &mut self.wbuf);
-            self.fifo.push_back(Waiter::Setup(Step::Hello));
+            self.fifo.push_back((Waiter::Setup(Step::Hello), now));
         }
         for (i, command) in opts.setup.iter().enumerate() {
             self.wbuf.extend_from_slice(command);
-            self.fifo.push_back(Waiter::Setup(Step::Extra(i)));
+            self.fifo.push_back((Waiter::Setup(Step::Extra(i)), now));
         }
+        self.stats.requests(self.fifo.len());
     }
 
     /// Completes a non-blocking connect, on a poll event of the current connection (mio's recipe: the connect
@@ -341,8 +367,10 @@ impl Conn {
             self.last_progress = now;
         }
         self.wbuf.extend_from_slice(bytes);
+        self.unwritten += replies;
+        self.stats.requests(replies);
         for _ in 0..replies {
-            self.fifo.push_back(waiter);
+            self.fifo.push_back((waiter, now));
         }
     }
 
@@ -353,17 +381,21 @@ impl Conn {
         }
         let stream = Arc::clone(self.stream.as_ref()?);
         self.writing = true;
+        self.unwritten = 0;
         Some(WriteJob {
             node: self.node,
             generation: self.generation,
             stream,
             bytes: self.wbuf.split(),
             outcome: Ok(false),
+            writes: 0,
         })
     }
 
-    /// Ends a write job (run without the lock) and, if other threads queued bytes meanwhile, hands back the job
-    /// that sends them: the writer sends what others queued while it wrote.
+    /// Ends a write job (run without the lock). Bytes other threads queued meanwhile wait for the replies to what
+    /// was just written, and the driver flushes them when it reads those (see the module docs); but if those
+    /// replies have all been read already (the driver could not flush then: this job held the writer role),
+    /// nothing is coming to clock them out, and the writer sends them now.
     pub(crate) fn written(
         &mut self,
         job: WriteJob,
@@ -371,6 +403,7 @@ impl Conn {
         now: Instant,
         out: &mut Filing<'_>,
     ) -> Option<WriteJob> {
+        (0..job.writes).for_each(|_| self.stats.write());
         if job.generation != self.generation {
             return None; // the connection was replaced meanwhile, and the role with it
         }
@@ -378,7 +411,10 @@ impl Conn {
         match job.outcome {
             Ok(true) => {
                 drop(job.bytes); // so that the queue's next append can reuse the allocation
-                self.take_write()
+                match self.busy() {
+                    true => None,
+                    false => self.take_write(),
+                }
             }
             Ok(false) => {
                 // The socket is full: the rest goes back in front of what was queued since. The driver resumes
@@ -400,14 +436,16 @@ impl Conn {
         self.last_progress = now;
     }
 
-    /// Files one decoded reply under the request it answers.
+    /// Files one decoded reply, read at `now`, under the request it answers.
     pub(crate) fn deliver(
         &mut self,
         value: Value,
         opts: &Options,
+        now: Instant,
         out: &mut Filing<'_>,
     ) -> Result<(), NodeError> {
-        let waiter = self.fifo.pop_front().ok_or(NodeError::Unexpected)?;
+        let (waiter, queued) = self.fifo.pop_front().ok_or(NodeError::Unexpected)?;
+        self.stats.reply(now.saturating_duration_since(queued));
         // A node that answers is alive: the next outage starts its backoff from the beginning.
         self.backoff = opts.backoff_min;
         match waiter {
@@ -460,14 +498,16 @@ impl Conn {
         // see it closed, and the peer sees the close now rather than when the last of them lets go.
         if let Some(stream) = self.stream.take() {
             let _ = stream.shutdown(Shutdown::Both);
+            self.stats.dropped();
         }
         self.generation = self.generation.wrapping_add(1);
         self.writing = false;
         let node = self.node;
-        for waiter in self.fifo.drain(..) {
+        for (waiter, _) in self.fifo.drain(..) {
             out.file(node, waiter, Err(error.clone()));
         }
         self.wbuf = BytesMut::new();
+        self.unwritten = 0;
         self.last_error = error;
     }
 }
@@ -480,6 +520,8 @@ pub(crate) struct WriteJob {
     bytes: BytesMut,
     /// `Ok(true)`: all written; `Ok(false)`: the socket filled up first.
     outcome: Result<bool, NodeError>,
+    /// Write system calls that took bytes.
+    writes: u32,
 }
 
 impl WriteJob {
@@ -491,7 +533,10 @@ impl WriteJob {
             }
             match (&*self.stream).write(&self.bytes) {
                 Ok(0) => break Err(NodeError::Closed),
-                Ok(n) => self.bytes.advance(n),
+                Ok(n) => {
+                    self.bytes.advance(n);
+                    self.writes += 1;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(false),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => break Err(NodeError::from_io(&e)),

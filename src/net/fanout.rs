@@ -50,6 +50,7 @@ use super::options::Options;
 use super::read::{Item, READ_CHUNK, ReadSide};
 use super::resolve::Resolved;
 use super::slots::{Reply, SlotRef, Slots};
+use super::stats::{NodeCounts, NodeStats};
 use crate::resp::Value;
 use crate::sync::lock;
 use crate::time::later;
@@ -83,6 +84,7 @@ pub struct Fanout {
     opts: Options,
     addrs: Vec<NodeAddr>,
     sessions: Vec<Arc<AtomicU64>>,
+    stats: Vec<Arc<NodeStats>>,
 }
 
 struct Inner {
@@ -171,11 +173,15 @@ impl Fanout {
             .map(|(i, a)| Conn::new(i, a.clone(), Resolved::now(a), &opts, now))
             .collect();
         let sessions = conns.iter().map(|c| Arc::clone(&c.sessions)).collect();
+        let stats: Vec<Arc<NodeStats>> = conns.iter().map(|c| Arc::clone(&c.stats)).collect();
         let driver = Driver {
             poll,
             events: Events::with_capacity(256.max(nodes.len() + 1)),
             scratch: vec![0; READ_CHUNK].into_boxed_slice(),
-            reads: nodes.iter().map(|_| ReadSide::new(&opts)).collect(),
+            reads: stats
+                .iter()
+                .map(|s| ReadSide::new(&opts, Arc::clone(s)))
+                .collect(),
             ready: Vec::new(),
             fresh: Vec::new(),
             items: Vec::new(),
@@ -196,6 +202,7 @@ impl Fanout {
             opts,
             addrs: nodes,
             sessions,
+            stats,
         };
         {
             let mut inner = lock(&fanout.inner);
@@ -262,6 +269,14 @@ impl Fanout {
             .unwrap_or_default()
     }
 
+    /// What `node`'s connections have done so far: requests, writes, replies, reconnects, round trips. Cheap: no
+    /// lock is taken.
+    pub fn stats(&self, node: usize) -> NodeCounts {
+        self.stats
+            .get(node)
+            .map_or_else(NodeCounts::default, |s| s.snapshot())
+    }
+
     /// Requests sent to `node` whose replies have not arrived yet (including those nobody waits for any more).
     pub fn in_flight(&self, node: usize) -> usize {
         lock(&self.inner).conns.get(node).map_or(0, Conn::in_flight)
@@ -290,6 +305,7 @@ impl Fanout {
             priority,
             driver: None,
             held: None,
+            need: 1,
         }
     }
 
@@ -351,7 +367,7 @@ impl Fanout {
 
         let mut inner = lock(&self.inner);
         inner.polling_until = None;
-        self.file_turn(&mut inner, d, read_at);
+        self.file_turn(&mut inner, d, read_at, polled);
         if polled {
             inner.last_read = Some(read_at);
             inner.slots.wake_due(read_at, &mut d.wake);
@@ -389,7 +405,7 @@ impl Fanout {
     /// Files what the turn read, drops connections that failed or hung, lets the read side forget connections that
     /// were dropped, and takes the writer role where bytes wait with no writer (a write the socket cut short, a
     /// connection that just came up).
-    fn file_turn(&self, inner: &mut Inner, d: &mut Driver, now: Instant) {
+    fn file_turn(&self, inner: &mut Inner, d: &mut Driver, now: Instant, polled: bool) {
         let Inner { conns, slots, .. } = inner;
         let mut out = Filing {
             slots,
@@ -405,7 +421,7 @@ impl Fanout {
                 continue; // bytes of a connection since dropped
             };
             let failed = match item {
-                Item::Reply(value) => conn.deliver(value, &self.opts, &mut out).err(),
+                Item::Reply(value) => conn.deliver(value, &self.opts, now, &mut out).err(),
                 Item::Failed(e) => Some(e),
             };
             if let Some(e) = failed {
@@ -413,7 +429,9 @@ impl Fanout {
             }
         }
         for (conn, read) in conns.iter_mut().zip(&mut d.reads) {
-            conn.check(&self.opts, now, &mut out);
+            if polled {
+                conn.check(&self.opts, now, &mut out);
+            }
             if read.generation != conn.generation {
                 read.attach(conn.generation, None);
             }
@@ -528,6 +546,8 @@ pub struct Round<'a> {
     /// The poll, while this round's thread drives.
     driver: Option<Box<Driver>>,
     held: Option<Box<Held>>,
+    /// Outcomes worth being woken for (see [`Round::need`]).
+    need: usize,
 }
 
 impl<'a> Round<'a> {
@@ -593,6 +613,7 @@ impl<'a> Round<'a> {
                     Offer::Sent => sent.insert(node),
                     Offer::Refused => {}
                     Offer::Full => {
+                        f.stats[node].refused(replies);
                         inner.slots.expect(self.slot, node, replies);
                         for _ in 0..replies {
                             let r = Err(NodeError::Overloaded);
@@ -633,8 +654,13 @@ impl<'a> Round<'a> {
             Err(e) => e,
             Ok(()) => match conn.room(replies, self.priority, &f.opts) {
                 Room::Yes => {
+                    // Written now on an idle node, or by a caller that will not wait for replies (nobody might
+                    // poll); else flushed with the next batch when the node's replies come (see `conn`).
+                    let idle = !conn.busy();
                     conn.queue(request, Waiter::Round(self.slot), replies, now);
-                    jobs.extend(conn.take_write());
+                    if idle || self.deadline <= now {
+                        jobs.extend(conn.take_write());
+                    }
                     return Offer::Sent;
                 }
                 Room::No => {
@@ -661,11 +687,20 @@ impl<'a> Round<'a> {
         Offer::Refused
     }
 
+    /// Sets how many outcomes are worth waiting for before this round's thread is woken, while another thread
+    /// polls (default 1): a caller that cannot decide on fewer (a majority of votes, say) then sleeps through
+    /// the first replies instead of waking for each. [`next`](Round::next) still returns outcomes one at a time,
+    /// and whatever is there when it is called.
+    pub fn need(&mut self, outcomes: usize) {
+        self.need = outcomes.max(1);
+    }
+
     /// The next outcome: `(node, reply)` as replies arrive, in arrival order (a node's replies in request order).
     /// After the deadline, each request still unanswered comes back as [`NodeError::Timeout`], once the replies
     /// that had arrived by the deadline have been read. `None` once every request of the round has its outcome.
     ///
-    /// Blocks at most until shortly after the deadline.
+    /// Blocks at most until shortly after the deadline. A round that polls for everyone keeps doing so between
+    /// calls, until it ends: do little between them.
     #[allow(clippy::should_implement_trait)] // blocking, with a deadline: not an Iterator
     pub fn next(&mut self) -> Option<(usize, Reply)> {
         let f = self.fanout;
@@ -682,6 +717,7 @@ impl<'a> Round<'a> {
             }
             if inner.last_read.is_some_and(|t| t >= self.deadline) {
                 if let Some(node) = inner.slots.time_out_one(self.slot) {
+                    f.stats[node].timeout();
                     break Some((node, Err(NodeError::Timeout)));
                 }
             }
@@ -696,10 +732,15 @@ impl<'a> Round<'a> {
                 None => inner = self.sleep(inner),
             }
         };
-        let successor = self.leave(&mut inner);
-        drop(inner);
-        if let Some(t) = successor {
-            t.unpark();
+        // A round that drives keeps the poll while it goes on: giving it up between two outcomes would cost a
+        // hand-off each time. It gives it up when it ends (here, or when dropped). A round that does not drive
+        // hands a free poll on to a sleeper, if any (it may have been woken to take it).
+        if outcome.is_none() || self.driver.is_none() {
+            let successor = self.leave(&mut inner);
+            drop(inner);
+            if let Some(t) = successor {
+                t.unpark();
+            }
         }
         outcome
     }
@@ -707,6 +748,7 @@ impl<'a> Round<'a> {
     /// Waits for another thread's poll to file an outcome, to hand this round the poll, or for the deadline.
     fn sleep(&self, mut inner: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
         let now = Instant::now();
+        inner.slots.need(self.slot, self.need);
         inner.slots.sleep(self.slot, thread::current());
         // The driver must come out of its poll by this round's deadline.
         let poke = inner
@@ -752,6 +794,7 @@ impl<'a> Round<'a> {
                 return false;
             }
             if now >= self.deadline {
+                f.stats[node].refused(held.replies);
                 for _ in 0..held.replies {
                     out.file(node, Waiter::Round(self.slot), Err(NodeError::Overloaded));
                 }

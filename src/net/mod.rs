@@ -17,9 +17,11 @@ mod options;
 mod read;
 mod resolve;
 mod slots;
+mod stats;
 
 pub use addr::{AddrError, NodeAddr};
 pub use error::NodeError;
 pub use fanout::{Fanout, NodeSet, Round};
 pub use options::Options;
 pub use slots::Reply;
+pub use stats::NodeCounts;

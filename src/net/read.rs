@@ -10,6 +10,7 @@ use mio::net::TcpStream;
 
 use super::error::NodeError;
 use super::options::Options;
+use super::stats::NodeStats;
 use crate::resp::{Decoder, Value};
 
 /// How much a read asks the socket for at once: the size of the scratch buffer callers pass in.
@@ -39,16 +40,18 @@ pub(crate) struct ReadSide {
     /// The last read stopped at its byte budget with more perhaps waiting: read again without waiting for an
     /// event (edge-triggered polls report a socket once per arrival, not while bytes remain).
     pub(crate) backlog: bool,
+    stats: Arc<NodeStats>,
 }
 
 impl ReadSide {
-    pub(crate) fn new(opts: &Options) -> ReadSide {
+    pub(crate) fn new(opts: &Options, stats: Arc<NodeStats>) -> ReadSide {
         ReadSide {
             generation: 0,
             stream: None,
             rbuf: BytesMut::new(),
             decoder: Decoder::with_limits(opts.limits),
             backlog: false,
+            stats,
         }
     }
 
@@ -110,6 +113,7 @@ impl ReadSide {
                 Err(e) => return Err(NodeError::from_io(&e)),
             };
             *total += n;
+            self.stats.read();
             self.rbuf.extend_from_slice(&scratch[..n]);
             while let Some(value) = self
                 .decoder

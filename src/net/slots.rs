@@ -37,6 +37,9 @@ struct Slot {
     deadline: Instant,
     /// The round's thread while it sleeps, waiting for another thread's poll to file its outcomes.
     waiter: Option<Thread>,
+    /// How many outcomes must be waiting before the sleeping thread is worth waking (at least 1): a round that
+    /// cannot decide on fewer than 3 votes is woken once, not once per reply.
+    need: usize,
 }
 
 /// Every slot, in use or free.
@@ -59,12 +62,14 @@ impl Slots {
                     outstanding: 0,
                     deadline,
                     waiter: None,
+                    need: 1,
                 });
                 self.slots.len() - 1
             }
         };
         let slot = &mut self.slots[index];
         slot.deadline = deadline;
+        slot.need = 1;
         SlotRef {
             index,
             generation: slot.generation,
@@ -109,7 +114,19 @@ impl Slots {
         }
         s.outstanding -= 1;
         s.arrivals.push_back((node, reply));
-        s.waiter.take()
+        if s.arrivals.len() >= s.need || s.outstanding == 0 {
+            s.waiter.take()
+        } else {
+            None
+        }
+    }
+
+    /// Sets how many outcomes must be waiting before `r`'s sleeping thread is woken (at least 1; all of them, if
+    /// fewer are still to come).
+    pub(crate) fn need(&mut self, r: SlotRef, outcomes: usize) {
+        if let Some(s) = self.live(r) {
+            s.need = outcomes.max(1);
+        }
     }
 
     /// The next outcome filed for round `r`.
@@ -245,6 +262,26 @@ mod tests {
             index: 9,
             generation: 0
         }));
+    }
+
+    #[test]
+    fn a_sleeper_that_needs_several_outcomes_is_woken_once() {
+        let mut slots = Slots::default();
+        let r = slots.open(5, Instant::now());
+        (0..5).for_each(|node| slots.expect(r, node, 1));
+        slots.need(r, 3);
+        slots.sleep(r, std::thread::current());
+        assert!(slots.file(r, 0, ok(1)).is_none());
+        assert!(slots.file(r, 1, ok(1)).is_none());
+        assert!(
+            slots.file(r, 2, ok(1)).is_some(),
+            "the third outcome wakes it"
+        );
+        // Asking for more than can come: the last outcome wakes it.
+        slots.need(r, 9);
+        slots.sleep(r, std::thread::current());
+        assert!(slots.file(r, 3, ok(1)).is_none());
+        assert!(slots.file(r, 4, ok(1)).is_some());
     }
 
     #[test]

@@ -11,6 +11,7 @@ use super::lock::Lock;
 use super::quorum::{Failure, Quorum, Status, Vote, drift};
 use super::restart::{self, RestartGuard};
 use super::scripts::{self, Script};
+use super::stats::{NodeStats, Stats, Votes};
 use super::token::Tokens;
 use crate::net::{Fanout, NodeAddr, NodeSet, Options, Reply};
 use crate::resp::Value;
@@ -42,6 +43,8 @@ pub struct LockManager {
     tokens: Tokens,
     /// The restart-aware quorum, when on, and the position of its `INFO server` among the set-up commands.
     restart: Option<(RestartGuard, usize)>,
+    /// Per node: the outcomes of every round, for [`LockManager::stats`].
+    votes: Vec<Votes>,
 }
 
 /// Builds a [`LockManager`]: nodes, then an optional [`Config`].
@@ -115,6 +118,7 @@ impl Builder {
         let fanout = Fanout::new(addrs, opts)
             .map_err(|e| Error::Os(format!("cannot create the event poll: {e}")))?;
         Ok(LockManager {
+            votes: (0..fanout.len()).map(|_| Votes::default()).collect(),
             fanout,
             config: self.config,
             tokens: Tokens::new(),
@@ -198,6 +202,24 @@ impl LockManager {
     /// The nodes, in configuration order.
     pub fn nodes(&self) -> &[NodeAddr] {
         self.fanout.addrs()
+    }
+
+    /// What this manager saw of each node so far: votes granted, taken and failed, grants not counted after a
+    /// restart, restarts seen, timeouts, reconnects, requests per write and round-trip percentiles. Cheap enough to
+    /// call at any time (no lock is taken); `Display` prints it as a table.
+    pub fn stats(&self) -> Stats {
+        let nodes = (0..self.fanout.len())
+            .map(|i| {
+                let restarts = self.restart.as_ref().map_or(0, |(g, _)| g.restarts(i));
+                NodeStats::new(
+                    self.fanout.addrs()[i].clone(),
+                    &self.votes[i],
+                    restarts,
+                    self.fanout.stats(i),
+                )
+            })
+            .collect();
+        Stats::new(nodes)
     }
 
     /// The majority: `N/2 + 1`.
@@ -297,13 +319,17 @@ impl LockManager {
             &lock.resource,
             &lock.value,
             ttl_ms,
-            (lock.nodes, deadline),
+            (lock.nodes, deadline, quorum.votes_to_decide()),
             |node, reply| {
                 let now = Instant::now();
                 let (vote, outcome) = self.counted(node, script_vote(&reply), now);
+                self.votes[node].count(&outcome);
                 outcomes[node] = outcome;
                 status = quorum.vote(node, vote, now);
-                status != Status::Pending
+                match status {
+                    Status::Pending => quorum.votes_to_decide(),
+                    _ => 0,
+                }
             },
         );
         match settle(status, &quorum) {
@@ -351,13 +377,14 @@ impl LockManager {
             &lock.resource,
             &lock.value,
             0,
-            (lock.nodes, deadline),
+            (lock.nodes, deadline, quorum),
             |node, reply| {
                 let (vote, outcome) = script_vote(&reply);
+                self.votes[node].count(&outcome);
                 outcomes[node] = outcome;
                 released += usize::from(vote == Vote::Yes);
                 answered += usize::from(vote != Vote::Failed);
-                released >= quorum
+                quorum.saturating_sub(released)
             },
         );
         if answered < quorum {
@@ -426,14 +453,17 @@ impl LockManager {
         let nodes = round.send_all(&request, 1);
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let mut status = Status::Pending;
+        round.need(quorum.votes_to_decide());
         while let Some((node, reply)) = round.next() {
             let now = Instant::now();
             let (vote, outcome) = self.counted(node, set_vote(reply), now);
+            self.votes[node].count(&outcome);
             outcomes[node] = outcome;
             status = quorum.vote(node, vote, now);
             if status != Status::Pending {
                 break; // decided: slower replies are drained later; a release covers them
             }
+            round.need(quorum.votes_to_decide());
         }
         drop(round);
         match settle(status, &quorum) {
@@ -459,17 +489,18 @@ impl LockManager {
         }
     }
 
-    /// Runs `script` on `nodes` until `on_reply` says stop or the round ends by `deadline`; a node that has lost
-    /// the script (`NOSCRIPT`) gets it once more in full with `EVAL`. A release must reach every reachable node:
-    /// it goes in a release round (see [`Fanout::release_round`]).
+    /// Runs `script` on `nodes` until the round ends by `deadline` or `on_reply` says to stop: it returns how many
+    /// more replies are worth waiting for before it is called again (`need` at first), 0 to stop. A node that has
+    /// lost the script (`NOSCRIPT`) gets it once more in full with `EVAL`. A release must reach every reachable
+    /// node: it goes in a release round (see [`Fanout::release_round`]).
     fn script_round(
         &self,
         script: Script,
         resource: &[u8],
         value: &[u8],
         ttl_ms: u64,
-        (nodes, deadline): (NodeSet, Instant),
-        mut on_reply: impl FnMut(usize, Reply) -> bool,
+        (nodes, deadline, need): (NodeSet, Instant, usize),
+        mut on_reply: impl FnMut(usize, Reply) -> usize,
     ) {
         let mut request = BytesMut::with_capacity(128 + resource.len());
         scripts::call(&mut request, script, false, resource, value, ttl_ms);
@@ -478,6 +509,7 @@ impl LockManager {
             Script::Extend => self.fanout.round(deadline),
         };
         round.send_to(nodes, &request, 1);
+        round.need(need);
         // Which nodes got the script in full; allocated only if some node has lost it (rare: after a restart or
         // a SCRIPT FLUSH), so that a release or an extension allocates nothing for it.
         let mut resent: Vec<bool> = Vec::new();
@@ -490,8 +522,9 @@ impl LockManager {
                 round.send(node, &request, 1);
                 continue;
             }
-            if on_reply(node, reply) {
-                break;
+            match on_reply(node, reply) {
+                0 => break,
+                more => round.need(more),
             }
         }
     }

@@ -15,9 +15,11 @@ mod manager;
 pub mod quorum;
 mod restart;
 pub mod scripts;
+mod stats;
 mod token;
 
 pub use config::Config;
 pub use error::{Error, Outcome, Report, Result};
 pub use lock::Lock;
 pub use manager::{Builder, LockManager};
+pub use stats::{NodeStats, Stats};

@@ -123,6 +123,17 @@ impl Quorum {
         self.decide_by
     }
 
+    /// How many more votes it takes, at the least, before the verdict can change from pending: the caller need
+    /// not look before that many have come. (5 nodes, none voted: 3, since neither a majority of yes nor one of
+    /// no can come sooner.)
+    pub fn votes_to_decide(&self) -> usize {
+        let undecided = self.votes.len() - self.yes - self.taken - self.failed;
+        let to_grant = self.quorum.saturating_sub(self.yes);
+        // Non-yes votes that make a majority of yes impossible: yes + undecided falls below the quorum.
+        let to_fail = (self.yes + undecided + 1).saturating_sub(self.quorum);
+        to_grant.min(to_fail).max(1)
+    }
+
     /// Records node `node`'s vote at `now` and returns the verdict. A node's second vote, or a vote for a node out
     /// of range, is ignored.
     pub fn vote(&mut self, node: usize, vote: Vote, now: Instant) -> Status {
@@ -239,6 +250,42 @@ mod tests {
         assert_eq!(drift(Duration::from_secs(1), -1.0), ms(2));
         let q = Quorum::new(3, Instant::now(), Duration::MAX, Duration::ZERO);
         assert_eq!(q.status(Instant::now()), Status::Pending);
+    }
+
+    #[test]
+    fn votes_to_decide_is_the_soonest_a_verdict_can_come() {
+        let t0 = Instant::now();
+        let mut q = Quorum::new(5, t0, TTL, ms(12));
+        assert_eq!(q.votes_to_decide(), 3);
+        q.vote(0, Vote::Yes, t0);
+        assert_eq!(q.votes_to_decide(), 2);
+        q.vote(1, Vote::Failed, t0);
+        assert_eq!(q.votes_to_decide(), 2);
+        q.vote(2, Vote::Failed, t0);
+        // 1 yes, 2 failed, 2 to come: one more failure ends it, one more yes does not.
+        assert_eq!(q.votes_to_decide(), 1);
+        // 4 nodes: two failures are enough to rule out 3 yes.
+        let q = Quorum::new(4, t0, TTL, ms(12));
+        assert_eq!(q.votes_to_decide(), 2);
+        // Checked against the machine itself: no verdict ever comes with fewer votes than announced.
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        for _ in 0..2000 {
+            let n = 1 + (rng.next_u32() % 9) as usize;
+            let mut q = Quorum::new(n, t0, TTL, ms(12));
+            let mut node = 0;
+            while q.status(t0) == Status::Pending {
+                let k = q.votes_to_decide();
+                for i in 0..k {
+                    let vote =
+                        [Vote::Yes, Vote::Taken, Vote::Failed][(rng.next_u32() % 3) as usize];
+                    let status = q.vote(node, vote, t0);
+                    node += 1;
+                    if i + 1 < k {
+                        assert_eq!(status, Status::Pending, "decided before {k} votes");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

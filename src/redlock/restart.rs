@@ -90,6 +90,8 @@ struct Node {
 #[derive(Debug)]
 pub(crate) struct RestartGuard {
     nodes: Vec<Mutex<Node>>,
+    /// Per node: connections that found another server process than the one before.
+    restarts: Vec<AtomicU64>,
     /// The largest lease used so far, in milliseconds.
     max_ttl_ms: AtomicU64,
     configured: Duration,
@@ -107,6 +109,7 @@ impl RestartGuard {
     pub(crate) fn new(n: usize, configured: Duration, drift_factor: f64) -> RestartGuard {
         RestartGuard {
             nodes: (0..n).map(|_| Mutex::new(Node::default())).collect(),
+            restarts: (0..n).map(|_| AtomicU64::new(0)).collect(),
             max_ttl_ms: AtomicU64::new(0),
             configured,
             drift_factor,
@@ -123,6 +126,13 @@ impl RestartGuard {
         let ttl =
             Duration::from_millis(self.max_ttl_ms.load(Ordering::Relaxed)).max(self.configured);
         ttl.saturating_add(drift(ttl, self.drift_factor))
+    }
+
+    /// Restarts seen on `node`: connections that found another `run_id` than the one before.
+    pub(crate) fn restarts(&self, node: usize) -> u64 {
+        self.restarts
+            .get(node)
+            .map_or(0, |r| r.load(Ordering::Relaxed))
     }
 
     /// Whether node `node`'s "yes" may count at `now`. `info_index` is the position of `INFO server` among the
@@ -152,6 +162,9 @@ impl RestartGuard {
                     },
                 ),
             };
+            if matches!((&known.run_id, &run_id), (Some(old), Some(new)) if old != new) {
+                self.restarts[node].fetch_add(1, Ordering::Relaxed);
+            }
             known.run_id = run_id;
             known.age = Some(age);
             known.session = session;

@@ -129,6 +129,9 @@ pub struct Stats {
     pub nodes_disconnected: AtomicU64,
     pub nodes_quarantined: AtomicU64,
     pub nodes_other: AtomicU64,
+    /// The longest a thread of this process was kept from running while the scenario ran, in microseconds (see
+    /// [`FreezeMonitor`]).
+    pub worst_freeze_us: AtomicU64,
 }
 
 impl Stats {
@@ -148,7 +151,7 @@ impl fmt::Display for Stats {
             f,
             "acquired {}, held by others {}, no quorum {} (nodes timed out {}, disconnected {}, quarantined {}, \
              other {}), other errors {}, release failures {}, expired before use {}, concurrent writers {}, \
-             overran {}",
+             overran {}, worst freeze {} ms",
             g(&self.acquired),
             g(&self.held),
             g(&self.quorum),
@@ -160,7 +163,8 @@ impl fmt::Display for Stats {
             g(&self.release_failed),
             g(&self.expired_unused),
             g(&self.concurrent_writers),
-            g(&self.overran)
+            g(&self.overran),
+            g(&self.worst_freeze_us) / 1000
         )
     }
 }
@@ -204,6 +208,46 @@ impl Writers {
     }
 }
 
+/// Measures how long this process's threads are kept from running: a thread sleeps 1 ms at a time and records the
+/// longest overshoot in [`Stats::worst_freeze_us`], until dropped. On a VM whose host is busy, the hypervisor takes
+/// vCPUs away (steal time) and a thread may freeze for tens or hundreds of milliseconds; a worker frozen between
+/// its validity check and its write outlives its lease through no fault of the lock, and this tells the two apart.
+#[derive(Debug)]
+pub struct FreezeMonitor {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FreezeMonitor {
+    pub fn start(stats: Arc<Stats>) -> FreezeMonitor {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                std::thread::sleep(Duration::from_millis(1));
+                let over = t.elapsed().saturating_sub(Duration::from_millis(1));
+                stats
+                    .worst_freeze_us
+                    .fetch_max(over.as_micros() as u64, Ordering::Relaxed);
+            }
+        });
+        FreezeMonitor {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for FreezeMonitor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// What a worker does, and for how long.
 #[derive(Clone, Debug)]
 pub struct Work {
@@ -215,6 +259,13 @@ pub struct Work {
     /// Before writing, sleep this long with the lock held once every `pause_every` holds (a GC pause).
     pub pause: Option<(u64, Duration)>,
     pub seed: u64,
+}
+
+impl Work {
+    /// How much lease a worker wants left before it writes: its longest write, plus 20 ms.
+    pub fn margin(&self) -> Duration {
+        self.max_work + Duration::from_millis(20)
+    }
 }
 
 /// One worker: acquire a random resource, write to the protected resource while the lease is valid, release;
@@ -267,7 +318,7 @@ pub fn worker(
             }
         }
         // A careful client: write only while the lease is valid, leaving a margin for the write itself.
-        let margin = work.max_work + Duration::from_millis(20);
+        let margin = work.margin();
         if lock.validity() > margin {
             if !writers.enter(resource) {
                 Stats::add(&stats.concurrent_writers);
