@@ -234,10 +234,17 @@ impl Clients {
     /// Connects every client (they connect on first use) and checks that a cycle works.
     fn warm_up(&mut self) {
         // A name per manager: one manager's release need not have reached every node before the next one locks.
+        // A few tries: on a VM whose vCPUs are stolen, one 50 ms round can fail for a frozen thread.
         let once = |m: &LockManager, i: usize| {
-            let name = format!("tp:warm-up:{i}");
-            let lock = m.lock(&name, TTL).expect("muxlock warm-up: lock");
-            m.unlock(lock).expect("muxlock warm-up: unlock");
+            let mut last = None;
+            for k in 0..5 {
+                let name = format!("tp:warm-up:{i}:{k}");
+                match m.lock(&name, TTL).and_then(|lock| m.unlock(lock)) {
+                    Ok(_) => return,
+                    Err(e) => last = Some(e),
+                }
+            }
+            panic!("muxlock warm-up failed 5 times, last: {last:?}");
         };
         once(&self.shared, 0);
         for (i, m) in self.per_thread.iter().enumerate() {
@@ -332,23 +339,15 @@ fn run_case(
     let net_before = (client == Client::Shared).then(|| clients.shared.stats());
     sleep_until(window.end);
     let after = Cpu::now(pids);
-    if let Some(net_before) = net_before {
-        // How the shared manager's requests travelled: how many a write carried, per node, in the window.
+    // How the shared manager's requests travelled in the window: per node, how many requests a write carried.
+    let net = net_before.map(|before| {
         let now = clients.shared.stats();
-        let per_write: Vec<String> = now
-            .nodes
+        now.nodes
             .iter()
-            .zip(&net_before.nodes)
-            .map(|(n, b)| {
-                let d = n.net.since(&b.net);
-                format!("{:.1}", d.requests as f64 / d.writes.max(1) as f64)
-            })
-            .collect();
-        eprintln!(
-            "  {threads} × muxlock/shared: requests per write, per node: {}",
-            per_write.join(" ")
-        );
-    }
+            .zip(&before.nodes)
+            .map(|(n, b)| n.net.since(&b.net))
+            .collect::<Vec<_>>()
+    });
     let deadline = window.end + GRACE;
     let mut tally = Tally::new();
     let mut reported = 0;
@@ -362,6 +361,22 @@ fn run_case(
     }
     for task in tasks {
         task.abort(); // a no-op for tasks that returned
+    }
+    if let Some(net) = net {
+        let per_write: Vec<String> = net
+            .iter()
+            .map(|d| format!("{:.1}", d.requests as f64 / d.writes.max(1) as f64))
+            .collect();
+        let cycles = tally.cycles.max(1) as f64;
+        let writes: u64 = net.iter().map(|d| d.writes).sum();
+        let reads: u64 = net.iter().map(|d| d.reads).sum();
+        eprintln!(
+            "  {threads} × muxlock/shared: requests per write, per node: {}; system calls per cycle, all nodes: \
+             {:.2} writes, {:.2} reads",
+            per_write.join(" "),
+            writes as f64 / cycles,
+            reads as f64 / cycles
+        );
     }
     Run {
         tally,
@@ -415,9 +430,11 @@ fn main() {
                     .iter_mut()
                     .find(|r| r.threads == threads && r.client == client)
                     .expect("a row per case");
+                let failed: u64 = run.tally.failures.iter().sum();
+                let steal = run.cpu.steal_percent();
                 let rate = row.add(run.tally, run.blocked, run.cpu, s.secs.as_secs_f64());
                 eprintln!(
-                    "rep {rep}, {threads} × {}: {rate:.0} cycles/s",
+                    "rep {rep}, {threads} × {}: {rate:.0} cycles/s, {failed} failed, steal {steal:.0} %",
                     client.name()
                 );
             }

@@ -5,15 +5,15 @@
 //! A caller opens a [`Round`], queues its request for the nodes it wants, then asks for replies with
 //! [`Round::next`]. Writing and reading are done by the callers themselves, in two roles:
 //!
-//! - **Writer** (per connection): the caller that queues bytes on a connection nobody is writing to takes the
-//!   role, writes without the lock, and on its way back sends whatever other callers queued meanwhile (see
-//!   [`conn`](super::conn)). A lone caller writes straight from its own thread; concurrent callers' requests go
-//!   out together, in one write per node.
+//! - **Writer** (per connection): the caller that queues bytes on an *idle* connection (nothing on the wire) takes
+//!   the role and writes without the lock, from its own thread: a lone caller pays no hand-off. Bytes queued on a
+//!   *busy* connection wait for the replies ahead of them: the driver writes them all in one batch at the end of
+//!   the turn that reads those replies (see [`conn`](super::conn), "batches clocked by replies").
 //! - **Driver** (one per fanout): a caller that needs a reply while nobody polls takes the poll and its read
 //!   buffers (the [`Driver`], owned by whoever drives), polls, reads and decodes every reply that arrived without
-//!   the lock, then files each under the round that asked, and wakes the rounds it filed for. It drives turn
-//!   after turn until its own round has an outcome, then puts the driver back and wakes a sleeping round, if any,
-//!   to take over.
+//!   the lock, then files each under the round that asked, wakes the rounds it filed enough for, and writes the
+//!   batches queued meanwhile. Its round keeps the driver from one `next()` to the next, and gives it back when
+//!   the round ends, waking a sleeping round, if any, to take over.
 //!
 //! # Invariants
 //!
@@ -21,15 +21,21 @@
 //!   slots, the driver's place. No thread blocks, sleeps or does socket I/O while it holds it, except the
 //!   non-blocking `connect` of a re-dial and the checks that complete one. Host names are resolved when the
 //!   fanout is built, and again after a failed connect in a background thread ([`resolve`](super::resolve)).
-//! - **Who polls.** Only the thread that took `Inner::driver` (it is `None` while someone drives) polls or reads.
-//!   Every thread that leaves [`Round::next`] or drops its round puts the driver back if it had it, and if the
-//!   driver is then free while rounds sleep, wakes one of them to take over: no round sleeps while nobody drives.
-//! - **Who wakes whom.** The driver wakes the rounds it filed an outcome for, and, after each turn, the sleeping
-//!   rounds whose deadline had passed when that turn read the sockets. A round about to sleep pokes the poll's
-//!   waker if the driver's current poll would outlast the round's deadline.
+//!   The driver is not a second lock: it is a value moved in and out of `inner`, so there is no lock order.
+//! - **Who polls.** Only the thread whose round took `Inner::driver` (it is `None` while someone drives) polls or
+//!   reads; a sender that finds a node full and the driver free may take it for one zero-timeout turn. Whoever
+//!   puts the driver back (a round that ends, is dropped, or a non-driving round that leaves `next()` while it is
+//!   free) wakes a sleeping round if any: a round only sleeps while the driver is taken, so no round sleeps while
+//!   nobody will poll. (A driver whose thread is descheduled still stalls everyone's replies until it runs: see
+//!   BENCHMARKS.md, "Steal".)
+//! - **Who wakes whom.** The driver wakes a round when it has filed as many outcomes as the round needs
+//!   ([`Round::need`]: a 5-node acquisition cannot decide on fewer than 3) or all of them, and, after each turn,
+//!   the sleeping rounds whose deadline had passed when that turn read the sockets. A round about to sleep pokes
+//!   the poll's waker if the driver's current poll would outlast the round's deadline.
 //! - **Timeouts come last.** A round reports a request as timed out only once a turn has read the sockets at or
 //!   after the round's deadline, so a reply that had arrived by then is counted even if the caller (or the
-//!   driver) ran late: under CPU overload, the deadline is not the first thing to fail.
+//!   driver) ran late: under CPU overload, the deadline is not the first thing to fail. Likewise a node is judged
+//!   hung, or its connect too slow, only right after a turn has read the sockets.
 //! - **Backpressure, not disconnects.** A node with `max_in_flight` requests without replies gets no more
 //!   requests: each further request is that node's failed vote ([`NodeError::Overloaded`]), and the requests on
 //!   the wire are untouched. Releases may use a reserve of another `max_in_flight` and beyond that wait for room
