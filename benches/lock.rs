@@ -73,19 +73,17 @@ struct Muxlock {
 
 impl Muxlock {
     fn new(urls: &[String], quick: bool) -> Muxlock {
-        let config = Config {
-            // These servers have just started: the restart guard would not count them for a whole TTL.
-            restart_guard: false,
-            // One attempt per call, as for the peers: a failure is counted, not retried.
-            retry_count: 0,
-            // Test mode must not fail on a slow machine; bench mode keeps the default (50 ms).
-            round_timeout: if quick {
+        // These servers have just started: the restart guard would not count them for a whole TTL. One attempt per
+        // call, as for the peers: a failure is counted, not retried. Test mode must not fail on a slow machine;
+        // bench mode keeps the default round timeout (50 ms).
+        let config = Config::default()
+            .with_restart_guard(false)
+            .with_retry_count(0)
+            .with_round_timeout(if quick {
                 Duration::from_secs(2)
             } else {
-                Config::default().round_timeout
-            },
-            ..Config::default()
-        };
+                Config::default().round_timeout()
+            });
         let manager = LockManager::builder()
             .nodes(urls.iter().cloned())
             .config(config)

@@ -60,13 +60,11 @@ fn main() {
     println!("spin {spin:?} against none, {rounds} rounds of {burst:?} bursts per manager");
     for n in [1usize, 5] {
         let manager = |spin| {
-            let config = Config {
-                restart_guard: false,
-                retry_count: 0,
-                round_timeout: Duration::from_secs(1),
-                spin,
-                ..Config::default()
-            };
+            let config = Config::default()
+                .with_restart_guard(false)
+                .with_retry_count(0)
+                .with_round_timeout(Duration::from_secs(1))
+                .with_spin(spin);
             LockManager::builder()
                 .nodes(urls[..n].to_vec())
                 .config(config)

@@ -11,7 +11,7 @@
 //! - `redis-rs/quorum`: [`RedisQuorum`] (`benches/peers/quorum.rs`), Redlock by hand on one redis-rs multiplexed
 //!   connection per node, shared by N tasks on its own multi-thread tokio runtime.
 //!
-//! All make one attempt per call: muxlock with `Config { restart_guard: false, retry_count: 0, .. }` (these servers
+//! All make one attempt per call: muxlock with `.with_restart_guard(false).with_retry_count(0)` (these servers
 //! have just started, and the restart guard would not count them for a whole TTL), rslock with
 //! `set_retry(1, 1 ms)`. The TTL is 30 s.
 //!
@@ -189,17 +189,15 @@ struct Clients {
 
 impl Clients {
     fn build(urls: &[String], settings: &Settings) -> Clients {
-        let config = Config {
-            restart_guard: false,
-            retry_count: 0,
-            // Test mode must not fail on a slow machine (as in benches/lock.rs); bench mode keeps the default.
-            round_timeout: if settings.quick {
+        // Test mode must not fail on a slow machine (as in benches/lock.rs); bench mode keeps the default.
+        let config = Config::default()
+            .with_restart_guard(false)
+            .with_retry_count(0)
+            .with_round_timeout(if settings.quick {
                 Duration::from_secs(2)
             } else {
-                Config::default().round_timeout
-            },
-            ..Config::default()
-        };
+                Config::default().round_timeout()
+            });
         let mux = || {
             let manager = LockManager::builder()
                 .nodes(urls.iter().cloned())
@@ -409,7 +407,7 @@ fn main() {
         s.reps,
         s.secs.as_secs_f64(),
         s.warmup.as_secs_f64(),
-        clients.shared.config().round_timeout,
+        clients.shared.config().round_timeout(),
     );
     println!("load before: {}", loadavg());
     let started = Instant::now();

@@ -28,7 +28,7 @@
 //! use std::time::Duration;
 //! use muxlock::{Config, Error, LockManager};
 //!
-//! let config = Config { retry_count: 0, ..Config::default() };
+//! let config = Config::default().with_retry_count(0);
 //! let locks = LockManager::builder().node("127.0.0.1:1").config(config).build()?;
 //! match locks.try_lock("report", Duration::from_secs(5)) {
 //!     Err(Error::Quorum(report)) => {
@@ -42,11 +42,25 @@
 //! # Ok::<(), muxlock::Error>(())
 //! ```
 //!
+//! # What is public
+//!
+//! - The lock API, at the crate root: [`LockManager`] (and its [`Builder`]), [`Lock`], [`Config`], [`Error`] with
+//!   its per-node [`Report`] of [`Outcome`]s, [`NodeAddr`], [`NodeError`], and the counters of
+//!   [`LockManager::stats`]. This is the API users rely on.
+//! - [`resp`]: the RESP2/RESP3 codec, a product of its own (fuzzed, benchmarked, stricter than the common
+//!   parsers): public and documented for use without the rest of muxlock.
+//! - The layers below the lock API are **not** an API: the network layer (`muxlock::net`: the fanout, rounds,
+//!   connection options) and the Redlock internals (`muxlock::redlock::quorum`, `muxlock::redlock::scripts`) are
+//!   reachable for the project's own tests and benches but hidden from the docs, and may change in any release.
+//!   (A round, for one, trusts its caller's count of replies per request; the lock API never gets it wrong.)
+//!
 //! # Layout
 //!
 //! - [`resp`]: the RESP2/RESP3 codec, pure functions over bytes.
-//! - [`net`]: non-blocking connections to N nodes on one poll; a request goes to all at once.
-//! - [`redlock`]: the Redlock algorithm and the lock API ([`LockManager`], [`Lock`], [`Config`], [`Error`]).
+//! - `net` (hidden): non-blocking connections to N nodes on one poll; a request goes to all at once, concurrent
+//!   callers' requests share writes, replies are read as they arrive.
+//! - [`redlock`]: the Redlock algorithm and the lock API ([`LockManager`], [`Lock`], [`Config`], [`Error`],
+//!   [`Stats`]).
 #![cfg_attr(
     not(test),
     warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)
@@ -54,10 +68,15 @@
 
 #[doc(hidden)]
 pub mod fuzzing;
+#[doc(hidden)]
 pub mod net;
 pub mod redlock;
 pub mod resp;
 mod sync;
 mod time;
 
-pub use redlock::{Config, Error, Lock, LockManager};
+pub use net::{AddrError, IoError, NodeAddr, NodeCounts, NodeError};
+pub use redlock::{
+    Builder, Config, ConfigError, Error, Lock, LockManager, NodeStats, Outcome, Report, Result,
+    Stats,
+};

@@ -24,6 +24,7 @@ use muxlock::redlock::scripts::{self, EXTEND, RELEASE};
 use muxlock::redlock::{Config, LockManager, Outcome};
 use muxlock::resp::{ErrorKind, Limits, Value, encode_command};
 use support::fake::{self, Action, FakeServer, bulk, redis_like, well_behaved};
+use support::locks::{self, wait_until};
 use support::{Cluster, RedisServer, cmd};
 
 /// The deadline of rounds that should end long before it, with an error or a reply.
@@ -71,10 +72,7 @@ fn assert_protocol(reply: &Reply, kind: ErrorKind, offset: usize, case: &str) {
 /// connection's: declared sizes inside them must still cost only what arrives.
 fn options(wide: bool) -> Options {
     match wide {
-        true => Options {
-            limits: Limits::default(),
-            ..Options::default()
-        },
+        true => Options::default().with_limits(Limits::default()),
         false => Options::default(),
     }
 }
@@ -344,10 +342,7 @@ fn an_error_reply_is_a_reply_except_to_the_connection_set_up() {
         "an error reply does not drop the connection"
     );
     // The same answer to a set-up command fails the connection, naming the command.
-    let opts = Options {
-        setup: vec![Bytes::from(cmd(&["SCRIPT", "LOAD", RELEASE]))],
-        ..Options::default()
-    };
+    let opts = Options::default().with_setup(vec![Bytes::from(cmd(&["SCRIPT", "LOAD", RELEASE]))]);
     let (reply, _) = ask(&fanout(&fake.url(), opts), &[b"PING"], DEADLINE);
     let want = NodeError::Setup("SCRIPT LOAD: ERR fake failure".into());
     assert_eq!(reply, Err(want));
@@ -406,10 +401,7 @@ fn resp3_pushes_between_replies_are_skipped() {
         out.extend_from_slice(PUSH);
         Action::Reply(out)
     });
-    let opts = Options {
-        setup: vec![Bytes::from(cmd(&["SCRIPT", "LOAD", RELEASE]))],
-        ..Options::default()
-    };
+    let opts = Options::default().with_setup(vec![Bytes::from(cmd(&["SCRIPT", "LOAD", RELEASE]))]);
     let node = fanout(&fake.url(), opts);
     // Three requests in one write, each reply between pushes: each is matched to its request.
     let mut batch = BytesMut::new();
@@ -462,14 +454,7 @@ fn after_a_protocol_error_the_node_is_redialled_and_used_again() {
 
 /// A manager without the restart guard (fresh real servers are not trusted for a TTL), one attempt per call.
 fn manager(urls: &[&str]) -> LockManager {
-    let config = Config {
-        restart_guard: false,
-        retry_count: 0,
-        round_timeout: ROUND,
-        ..Config::default()
-    };
-    let builder = LockManager::builder().nodes(urls.iter().copied());
-    builder.config(config).build().expect("valid config")
+    locks::manager(urls.iter().copied(), locks::one_attempt(ROUND))
 }
 
 /// Which commands the hostile fake answers with the case's action; the others as a healthy Redis would.
@@ -661,16 +646,6 @@ fn the_redis_like_fake_answers_the_set_up_as_a_real_server() {
     }
 }
 
-/// Waits, a bounded time, for something another thread does (a fake server reading what was sent to it).
-#[track_caller]
-fn eventually(what: &str, done: impl Fn() -> bool) {
-    let until = Instant::now() + DEADLINE;
-    while !done() {
-        assert!(Instant::now() < until, "{what}: not within {DEADLINE:?}");
-        thread::sleep(Duration::from_millis(1));
-    }
-}
-
 /// A command's parts, for calling a behaviour directly.
 fn split(encoded: &[u8]) -> Vec<Bytes> {
     let mut buf = BytesMut::from(encoded);
@@ -713,7 +688,9 @@ fn a_hung_node_costs_the_round_timeout_only_when_the_majority_needs_it() {
     assert!(took >= ROUND && took < ROUND + MARGIN, "took {took:?}");
     assert!(err.is_quorum() && err.is_timeout(), "{err}");
     // It was asked each time, by both managers, and never answered.
-    eventually("the fake got every SET", || fake.count("SET") == 4);
+    wait_until(DEADLINE, "the fake got every SET", || {
+        fake.count("SET") == 4
+    });
     assert_eq!(
         err.report().expect("report").nodes()[1].1.to_string(),
         "timed out"
@@ -762,12 +739,10 @@ fn the_redis_like_fake_passes_the_restart_guard() {
         .map(|_| FakeServer::start(redis_like(well_behaved)))
         .collect();
     let urls: Vec<String> = fakes.iter().map(FakeServer::url).collect();
-    let config = Config {
-        retry_count: 0,
-        round_timeout: ROUND,
-        ..Config::default()
-    };
-    assert!(config.restart_guard);
+    let config = Config::default()
+        .with_retry_count(0)
+        .with_round_timeout(ROUND);
+    assert!(config.restart_guard());
     let locks = LockManager::builder()
         .nodes(urls)
         .config(config)
@@ -777,7 +752,7 @@ fn the_redis_like_fake_passes_the_restart_guard() {
     assert!(locks.unlock(lock).expect("release") >= 2);
     // Each connection began with the set-up; the slowest node may still be reading it.
     for fake in &fakes {
-        eventually("the set-up", || fake.commands() >= 3);
+        wait_until(DEADLINE, "the set-up", || fake.commands() >= 3);
         assert_eq!(fake.names()[..3], ["SCRIPT", "SCRIPT", "INFO"]);
     }
 }
@@ -798,7 +773,7 @@ fn the_fake_server_stops_every_thread_on_drop() {
         client.write_all(&cmd(&[name])).expect("send");
         client
     });
-    eventually("both commands", || fake.commands() == 2);
+    wait_until(DEADLINE, "both commands", || fake.commands() == 2);
     let started = Instant::now();
     drop(fake);
     assert!(

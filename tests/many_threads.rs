@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use muxlock::redlock::{Config, LockManager};
-use support::{Cluster, RedisServer, cmd};
+use muxlock::LockManager;
+use support::{Cluster, RedisServer, cmd, locks};
 
 const THREADS: usize = 64;
 
@@ -37,17 +37,7 @@ fn seconds() -> Duration {
 /// freezes a thread for 30–400 ms now and then (BENCHMARKS.md, "Steal"), which fails a 50 ms round whatever the
 /// client. The throughput bench measures the default timeout and reports steal beside its failures.
 fn manager(cluster: &Cluster) -> LockManager {
-    let config = Config {
-        retry_count: 0,
-        restart_guard: false,
-        round_timeout: Duration::from_secs(1),
-        ..Config::default()
-    };
-    LockManager::builder()
-        .nodes(cluster.urls())
-        .config(config)
-        .build()
-        .expect("valid config")
+    locks::manager(cluster.urls(), locks::one_attempt(Duration::from_secs(1)))
 }
 
 /// A field of `INFO <section>`, as a number.

@@ -18,7 +18,7 @@ use muxlock::redlock::{Config, LockManager};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use support::checker::{
-    FreezeMonitor, Hold, Recorder, Stats, Work, Writers, mono_ns, overlaps, report, worker,
+    Entry, FreezeMonitor, Hold, Recorder, Stats, Work, Writers, mono_ns, overlaps, report, worker,
 };
 use support::proxy::{Fault, FaultProxy};
 use support::{Cluster, RedisServer};
@@ -32,25 +32,17 @@ fn seconds() -> Duration {
 }
 
 fn config(restart_guard: bool) -> Config {
-    Config {
-        retry_count: 3,
-        retry_delay: Duration::from_millis(5),
-        retry_jitter: Duration::from_millis(5),
-        round_timeout: Duration::from_millis(50),
-        restart_guard,
-        ..Config::default()
-    }
+    Config::default()
+        .with_retry_count(3)
+        .with_retry_delay(Duration::from_millis(5))
+        .with_retry_jitter(Duration::from_millis(5))
+        .with_round_timeout(Duration::from_millis(50))
+        .with_restart_guard(restart_guard)
 }
 
 fn managers(urls: &[String], config: &Config, n: usize) -> Vec<Arc<LockManager>> {
     (0..n)
-        .map(|_| {
-            let m = LockManager::builder()
-                .nodes(urls.to_vec())
-                .config(config.clone())
-                .build();
-            Arc::new(m.expect("valid config"))
-        })
+        .map(|_| Arc::new(support::locks::manager(urls.to_vec(), config.clone())))
         .collect()
 }
 
@@ -397,7 +389,7 @@ fn majority_restart(restart_guard: bool, timing: Timing) -> RestartRound {
     let monitor = FreezeMonitor::start(Arc::clone(&stats));
     let a = thread::spawn(move || {
         let mut writers = Writers::connect(protected_addr);
-        let alone = writers.enter("res");
+        let alone = writers.enter("res", a_end) == Entry::Alone;
         thread::sleep(lock.validity().saturating_sub(Duration::from_millis(100)));
         writers.leave("res");
         (alone, lock.is_valid())
@@ -416,10 +408,7 @@ fn majority_restart(restart_guard: bool, timing: Timing) -> RestartRound {
     let b_connected = wall_second();
     let contender = managers(
         &cluster.urls(),
-        &Config {
-            retry_count: 0,
-            ..config(restart_guard)
-        },
+        &config(restart_guard).with_retry_count(0),
         1,
     )
     .remove(0);
@@ -431,8 +420,16 @@ fn majority_restart(restart_guard: bool, timing: Timing) -> RestartRound {
             let b_start = mono_ns();
             b_after_a = Some((b_start as i64 - a_end as i64) / 1_000_000);
             let mut writers = Writers::connect(protected.addr());
-            if !writers.enter("res") {
-                stats.concurrent_writers.fetch_add(1, Ordering::Relaxed);
+            match writers.enter("res", support::checker::instant_ns(b.valid_until())) {
+                Entry::Alone => {}
+                Entry::WithOverrunner => {
+                    stats
+                        .entered_with_overrunner
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                Entry::WithHolder => {
+                    stats.concurrent_writers.fetch_add(1, Ordering::Relaxed);
+                }
             }
             writers.leave("res");
             let b_end = mono_ns().min(support::checker::instant_ns(b.valid_until()));

@@ -175,10 +175,7 @@ fn a_hung_node_times_out_at_the_deadline_and_does_not_delay_the_others() {
 #[test]
 fn a_node_that_piles_up_requests_gets_no_more_and_keeps_its_connection() {
     let mut cluster = Cluster::start(1);
-    let opts = Options {
-        max_in_flight: 8,
-        ..Options::default()
-    };
+    let opts = Options::default().with_max_in_flight(8);
     let fanout = Fanout::new(addrs(&cluster.urls()), opts).unwrap();
     assert_eq!(
         round_all(&fanout, &[b"PING"], Duration::from_secs(2)),
@@ -235,10 +232,7 @@ fn a_node_that_piles_up_requests_gets_no_more_and_keeps_its_connection() {
 #[test]
 fn only_a_node_silent_for_the_hung_timeout_is_dropped() {
     let mut cluster = Cluster::start(1);
-    let opts = Options {
-        hung_timeout: Duration::from_millis(400),
-        ..Options::default()
-    };
+    let opts = Options::default().with_hung_timeout(Duration::from_millis(400));
     let fanout = Fanout::new(addrs(&cluster.urls()), opts).unwrap();
     assert_eq!(
         round_all(&fanout, &[b"PING"], Duration::from_secs(2)),
@@ -340,10 +334,7 @@ fn a_caller_that_runs_late_still_gets_replies_that_arrived_in_time() {
 #[test]
 fn a_release_waits_for_room_where_an_ordinary_request_is_refused() {
     let mut cluster = Cluster::start(1);
-    let opts = Options {
-        max_in_flight: 2,
-        ..Options::default()
-    };
+    let opts = Options::default().with_max_in_flight(2);
     let fanout = Fanout::new(addrs(&cluster.urls()), opts).unwrap();
     assert_eq!(
         round_all(&fanout, &[b"PING"], Duration::from_secs(2)),

@@ -9,6 +9,7 @@ use std::net::TcpStream;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use support::locks::wait_until;
 use support::proxy::Stats;
 use support::wire::{self, PING, show};
 use support::{Fault, FaultProxy, RedisServer, cmd};
@@ -89,16 +90,6 @@ fn read_to_failure(stream: &mut TcpStream) -> (Vec<u8>, Option<ErrorKind>) {
     }
 }
 
-/// Polls `cond` every 2 ms for at most 5 s.
-#[track_caller]
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + LONG;
-    while !cond() {
-        assert!(Instant::now() < deadline, "{what}: not within {LONG:?}");
-        thread::sleep(Duration::from_millis(2));
-    }
-}
-
 /// This process' threads whose name starts with `prefix`.
 fn threads_named(prefix: &str) -> usize {
     let tasks = fs::read_dir("/proc/self/task").expect("/proc/self/task");
@@ -135,11 +126,11 @@ fn transparent_ping_set_get_and_counters() {
         refused: 0,
         resets: 0,
     };
-    wait_until("counters", || proxy.stats() == expected);
+    wait_until(LONG, "counters", || proxy.stats() == expected);
 
     // Closing the client closes the upstream connection too (the server counts clients).
     drop(stream);
-    wait_until("upstream connection closed", || {
+    wait_until(LONG, "upstream connection closed", || {
         let info = server.raw(&cmd(&["INFO", "clients"]));
         String::from_utf8_lossy(&info).contains("connected_clients:1\r\n")
     });
@@ -192,7 +183,7 @@ fn black_hole_holds_bytes_until_lifted() {
     assert_roundtrip(&mut stream, PING, PONG);
     let bytes = |stats: Stats| (stats.to_server, stats.to_client);
     let before = (PING.len() as u64, PONG.len() as u64);
-    wait_until("byte counters", || bytes(proxy.stats()) == before);
+    wait_until(LONG, "byte counters", || bytes(proxy.stats()) == before);
     proxy.set(Fault::BlackHole);
 
     // An open connection and a new one (still accepted) both get nothing.
@@ -382,7 +373,9 @@ fn drop_stops_every_thread_promptly() {
     assert!(took < Duration::from_millis(500), "drop took {took:?}");
     eprintln!("drop with 3 connections: {took:?}");
     // Joined threads may linger in /proc for a moment while the kernel reaps them.
-    wait_until("no threads left behind", || threads_named(&prefix) == 0);
+    wait_until(LONG, "no threads left behind", || {
+        threads_named(&prefix) == 0
+    });
     // Every client sees its connection closed.
     for stream in &mut streams {
         let (_, end) = read_to_failure(stream);

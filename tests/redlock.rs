@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use muxlock::redlock::scripts::{EXTEND, EXTEND_SHA1, RELEASE, RELEASE_SHA1};
 use muxlock::redlock::{Config, Error, LockManager, Outcome};
+use support::locks;
 use support::{Cluster, cmd};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -15,23 +16,11 @@ const TTL: Duration = Duration::from_secs(10);
 /// A manager without the restart guard: these servers have just started, and the guard would not count them for
 /// a whole TTL (the guard has its own test below).
 fn manager(cluster: &Cluster, config: Config) -> LockManager {
-    let config = Config {
-        restart_guard: false,
-        ..config
-    };
-    LockManager::builder()
-        .nodes(cluster.urls())
-        .config(config)
-        .build()
-        .expect("valid config")
+    locks::manager(cluster.urls(), config.with_restart_guard(false))
 }
 
 fn quick() -> Config {
-    Config {
-        retry_count: 0,
-        round_timeout: Duration::from_millis(500),
-        ..Config::default()
-    }
+    locks::one_attempt(Duration::from_millis(500))
 }
 
 /// The value stored under `key` on node `i`, read with a raw command.
@@ -133,11 +122,9 @@ fn an_extension_never_recreates_a_lost_key() {
 #[test]
 fn two_of_five_down_still_locks_three_down_is_a_quorum_error_in_time() {
     let mut cluster = Cluster::start(5);
-    let config = Config {
-        retry_count: 0,
-        round_timeout: Duration::from_millis(200),
-        ..Config::default()
-    };
+    let config = Config::default()
+        .with_retry_count(0)
+        .with_round_timeout(Duration::from_millis(200));
     let locks = manager(&cluster, config);
     locks
         .unlock(locks.lock("warm", TTL).expect("all up"))
@@ -176,11 +163,9 @@ fn two_of_five_down_still_locks_three_down_is_a_quorum_error_in_time() {
 #[test]
 fn a_hung_node_does_not_slow_acquisition_and_a_restarted_node_is_used_again() {
     let mut cluster = Cluster::start(5);
-    let config = Config {
-        retry_count: 0,
-        round_timeout: Duration::from_secs(2),
-        ..Config::default()
-    };
+    let config = Config::default()
+        .with_retry_count(0)
+        .with_round_timeout(Duration::from_secs(2));
     let locks = manager(&cluster, config);
     locks
         .unlock(locks.lock("warm", TTL).expect("all up"))
@@ -218,13 +203,11 @@ fn a_hung_node_does_not_slow_acquisition_and_a_restarted_node_is_used_again() {
 #[test]
 fn contention_loses_no_update() {
     let cluster = Cluster::start(3);
-    let config = Config {
-        retry_count: 10_000,
-        retry_delay: Duration::from_millis(1),
-        retry_jitter: Duration::from_millis(1),
-        round_timeout: Duration::from_millis(500),
-        ..Config::default()
-    };
+    let config = Config::default()
+        .with_retry_count(10_000)
+        .with_retry_delay(Duration::from_millis(1))
+        .with_retry_jitter(Duration::from_millis(1))
+        .with_round_timeout(Duration::from_millis(500));
     let managers = [
         Arc::new(manager(&cluster, config.clone())),
         Arc::new(manager(&cluster, config)),
@@ -302,18 +285,12 @@ fn bad_configuration_is_refused_at_build_time() {
         ),
         (
             vec![url.clone()],
-            Config {
-                ttl: Duration::ZERO,
-                ..Config::default()
-            },
+            Config::default().with_ttl(Duration::ZERO),
             "ttl",
         ),
         (
             vec![url.clone()],
-            Config {
-                drift_factor: -1.0,
-                ..Config::default()
-            },
+            Config::default().with_drift_factor(-1.0),
             "drift_factor",
         ),
     ];
@@ -352,12 +329,10 @@ fn bad_configuration_is_refused_at_build_time() {
 fn the_restart_guard_ignores_grants_of_fresh_and_restarted_nodes_until_the_window_passed() {
     let mut cluster = Cluster::start(3);
     let window = Duration::from_millis(1500);
-    let config = Config {
-        retry_count: 0,
-        restart_window: window,
-        ..Config::default()
-    };
-    assert!(config.restart_guard, "on by default");
+    let config = Config::default()
+        .with_retry_count(0)
+        .with_restart_window(window);
+    assert!(config.restart_guard(), "on by default");
     let locks = LockManager::builder()
         .nodes(cluster.urls())
         .config(config)
@@ -417,15 +392,48 @@ fn public_types_are_send_and_sync() {
     assert_send_sync::<muxlock::net::Fanout>();
 }
 
+/// What a caller matches on is at the crate root, and errors keep what caused them: a logging crate walking
+/// `source()` reaches the address error or the OS error.
+#[test]
+fn errors_keep_their_sources_and_their_types_are_at_the_root() {
+    use muxlock::{AddrError, NodeAddr, NodeError, Outcome, Report};
+    use std::error::Error as _;
+
+    let err = LockManager::new(["redis://host:99999"]).expect_err("a bad port");
+    assert!(err.is_config(), "{err}");
+    let addr = err
+        .source()
+        .and_then(|s| s.source())
+        .and_then(|s| s.downcast_ref::<AddrError>())
+        .expect("the address error is the source of the config error");
+    assert_eq!(addr.reason(), "port is not a number from 1 to 65535");
+
+    // Nothing listens on port 1: the report names the node, and its outcome is a `NodeError` at the root.
+    let locks = support::locks::manager(["127.0.0.1:1"], quick());
+    let err = locks.try_lock("r", TTL).expect_err("no node");
+    let report: &Report = err.report().expect("a report");
+    let (node, outcome): &(NodeAddr, Outcome) = &report.nodes()[0];
+    assert_eq!(node.port(), 1);
+    assert_eq!(*outcome, Outcome::Failed(NodeError::Refused));
+
+    // An OS error inside a node error is kept whole, comparable and cloneable like the error around it.
+    let reset = std::io::Error::from_raw_os_error(104); // ECONNRESET
+    let node_err = NodeError::Io(reset.into());
+    let os = node_err
+        .source()
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .expect("the io::Error is the source");
+    assert_eq!(os.raw_os_error(), Some(104));
+    assert_eq!(node_err.clone(), node_err);
+}
+
 #[test]
 fn huge_timeouts_are_accepted_without_overflow() {
     // Instant + Duration::MAX would panic; deadlines saturate instead.
-    let config = Config {
-        retry_count: 0,
-        round_timeout: Duration::MAX,
-        connect_timeout: Duration::MAX,
-        ..Config::default()
-    };
+    let config = Config::default()
+        .with_retry_count(0)
+        .with_round_timeout(Duration::MAX)
+        .with_connect_timeout(Duration::MAX);
     // Nothing listens on port 1: refused at once, whatever the timeouts.
     let locks = LockManager::builder()
         .node("127.0.0.1:1")

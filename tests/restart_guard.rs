@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use muxlock::redlock::{Config, Error, LockManager, Outcome};
 use support::fake::{self, Action, FakeServer, bulk, well_behaved};
+use support::locks;
 
 /// A node that answers the lock commands as a healthy Redis would, and whose `INFO` reports the given uptime and
 /// the run id `run-<k>` on its k-th connection when `new_process_per_connection`, else always `run-0`.
@@ -32,18 +33,12 @@ fn node(uptime: u64, new_process_per_connection: bool, close_next: Arc<AtomicBoo
 }
 
 fn manager(urls: Vec<String>, window: Duration) -> LockManager {
-    let config = Config {
-        retry_count: 0,
-        round_timeout: Duration::from_millis(500),
-        restart_window: window,
-        ..Config::default()
-    };
-    assert!(config.restart_guard, "on by default");
-    LockManager::builder()
-        .nodes(urls)
-        .config(config)
-        .build()
-        .expect("valid config")
+    let config = Config::default()
+        .with_retry_count(0)
+        .with_round_timeout(Duration::from_millis(500))
+        .with_restart_window(window);
+    assert!(config.restart_guard(), "on by default");
+    locks::manager(urls, config)
 }
 
 fn quarantined(err: &Error) -> usize {

@@ -9,18 +9,9 @@ use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use support::locks::wait_until;
 use support::wire::{self, PING, reply_len, show};
 use support::{Cluster, RedisServer, cmd};
-
-/// Polls `cond` every 10 ms for at most `limit`; panics with `what` if it never holds.
-#[track_caller]
-fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
-        thread::sleep(Duration::from_millis(10));
-    }
-}
 
 #[track_caller]
 fn assert_reply(server: &RedisServer, command: &[&str], expected: &[u8]) {

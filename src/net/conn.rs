@@ -253,7 +253,7 @@ impl Conn {
         now: Instant,
     ) -> Result<(), NodeError> {
         let addr = self.resolved.current()?;
-        let mut stream = TcpStream::connect(addr).map_err(|e| NodeError::from_io(&e))?;
+        let mut stream = TcpStream::connect(addr).map_err(NodeError::from_io)?;
         self.generation = self.generation.wrapping_add(1);
         registry
             .register(
@@ -261,7 +261,7 @@ impl Conn {
                 token(self.generation),
                 Interest::READABLE | Interest::WRITABLE,
             )
-            .map_err(|e| NodeError::from_io(&e))?;
+            .map_err(NodeError::from_io)?;
         self.stream = Some(Arc::new(stream));
         self.stats.connect();
         self.link = Link::Connecting {
@@ -318,18 +318,16 @@ impl Conn {
             return;
         };
         let result = (|| {
-            if let Some(e) = stream.take_error().map_err(|e| NodeError::from_io(&e))? {
-                return Err(NodeError::from_io(&e));
+            if let Some(e) = stream.take_error().map_err(NodeError::from_io)? {
+                return Err(NodeError::from_io(e));
             }
             match stream.peer_addr() {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotConnected => return Ok(false),
-                Err(e) => return Err(NodeError::from_io(&e)),
+                Err(e) => return Err(NodeError::from_io(e)),
             }
             // Nagle would hold back the second of two pipelined writes until the first is acknowledged.
-            stream
-                .set_nodelay(true)
-                .map_err(|e| NodeError::from_io(&e))?;
+            stream.set_nodelay(true).map_err(NodeError::from_io)?;
             Ok(true)
         })();
         match result {
@@ -539,7 +537,7 @@ impl WriteJob {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(false),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => break Err(NodeError::from_io(&e)),
+                Err(e) => break Err(NodeError::from_io(e)),
             }
         };
     }

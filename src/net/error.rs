@@ -1,9 +1,48 @@
-//! [`NodeError`]: why one node did not answer a request.
+//! [`NodeError`]: why one node did not answer a request; [`IoError`]: an OS error kept whole.
 
 use std::fmt;
 use std::io;
+use std::sync::Arc;
 
 use crate::resp::DecodeError;
+
+/// An OS error kept whole, so that callers and logging crates can walk to it with
+/// [`source`](std::error::Error::source). `io::Error` is neither `Clone` nor comparable, and muxlock's errors are
+/// both: this shares it in an `Arc`, and two are equal when their kind and message are.
+#[derive(Clone, Debug)]
+pub struct IoError(Arc<io::Error>);
+
+impl IoError {
+    /// The error's kind.
+    pub fn kind(&self) -> io::ErrorKind {
+        self.0.kind()
+    }
+
+    /// The `io::Error` itself.
+    pub fn get(&self) -> &io::Error {
+        &self.0
+    }
+}
+
+impl From<io::Error> for IoError {
+    fn from(e: io::Error) -> IoError {
+        IoError(Arc::new(e))
+    }
+}
+
+impl PartialEq for IoError {
+    fn eq(&self, other: &IoError) -> bool {
+        self.kind() == other.kind() && self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for IoError {}
+
+impl fmt::Display for IoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// Why one node gave no reply to a request. A failed node is a failed vote, never the failure of a whole round.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,10 +56,10 @@ pub enum NodeError {
     ConnectTimeout,
     /// The node closed the connection.
     Closed,
-    /// Another I/O error on the socket (reset, unreachable, ...): its kind and the OS message.
-    Io(io::ErrorKind, String),
-    /// The node's host name did not resolve to an address.
-    Resolve(String),
+    /// Another I/O error on the socket (reset, unreachable, ...), kept as the source.
+    Io(IoError),
+    /// The node's host name did not resolve to an address: the resolver's error, kept as the source.
+    Resolve(IoError),
     /// The node sent bytes that are not valid RESP (or exceed the connection's limits); the connection was dropped.
     Protocol(DecodeError),
     /// A reply came with no request waiting for it; the connection was dropped.
@@ -50,12 +89,12 @@ impl NodeError {
         !matches!(self, NodeError::Timeout)
     }
 
-    pub(crate) fn from_io(e: &io::Error) -> NodeError {
+    pub(crate) fn from_io(e: io::Error) -> NodeError {
         match e.kind() {
             io::ErrorKind::ConnectionRefused => NodeError::Refused,
             io::ErrorKind::TimedOut => NodeError::ConnectTimeout,
             io::ErrorKind::UnexpectedEof => NodeError::Closed,
-            kind => NodeError::Io(kind, e.to_string()),
+            _ => NodeError::Io(IoError::from(e)),
         }
     }
 }
@@ -67,8 +106,8 @@ impl fmt::Display for NodeError {
             NodeError::Refused => f.write_str("connection refused"),
             NodeError::ConnectTimeout => f.write_str("connect timed out"),
             NodeError::Closed => f.write_str("connection closed by the server"),
-            NodeError::Io(_, msg) => write!(f, "i/o error: {msg}"),
-            NodeError::Resolve(msg) => write!(f, "cannot resolve host: {msg}"),
+            NodeError::Io(e) => write!(f, "i/o error: {e}"),
+            NodeError::Resolve(e) => write!(f, "cannot resolve host: {e}"),
             NodeError::Protocol(e) => write!(f, "protocol error: {e}"),
             NodeError::Unexpected => f.write_str("protocol error: a reply nobody asked for"),
             NodeError::Auth(msg) => write!(f, "authentication failed: {msg}"),
@@ -84,4 +123,12 @@ impl fmt::Display for NodeError {
     }
 }
 
-impl std::error::Error for NodeError {}
+impl std::error::Error for NodeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            NodeError::Io(e) | NodeError::Resolve(e) => Some(e.get()),
+            NodeError::Protocol(e) => Some(e),
+            _ => None,
+        }
+    }
+}

@@ -20,7 +20,7 @@ mod slots;
 mod stats;
 
 pub use addr::{AddrError, NodeAddr};
-pub use error::NodeError;
+pub use error::{IoError, NodeError};
 pub use fanout::{Fanout, NodeSet, Round};
 pub use options::Options;
 pub use slots::Reply;

@@ -6,7 +6,8 @@ use bytes::Bytes;
 
 use crate::resp::Limits;
 
-/// How a [`Fanout`](super::Fanout) connects to and guards against its nodes.
+/// How a [`Fanout`](super::Fanout) connects to and guards against its nodes. Start from [`Options::default`] and
+/// change what you need with the `with_*` setters (each says its default).
 ///
 /// # Examples
 ///
@@ -14,43 +15,88 @@ use crate::resp::Limits;
 /// use std::time::Duration;
 /// use muxlock::net::Options;
 ///
-/// let opts = Options { connect_timeout: Duration::from_millis(200), ..Options::default() };
-/// assert_eq!(opts.max_in_flight, 1024);
+/// let opts = Options::default().with_connect_timeout(Duration::from_millis(200));
+/// assert_eq!(opts.max_in_flight(), 1024);
 /// ```
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// How long a non-blocking connect may take before the node counts as down (default 1 s). Connecting never
+    pub(crate) connect_timeout: Duration,
+    pub(crate) backoff_min: Duration,
+    pub(crate) backoff_max: Duration,
+    pub(crate) max_in_flight: usize,
+    pub(crate) hung_timeout: Duration,
+    pub(crate) spin: Duration,
+    pub(crate) limits: Limits,
+    pub(crate) max_reply_len: usize,
+    pub(crate) setup: Vec<Bytes>,
+}
+
+/// A getter and a `with_*` setter per (`Copy`) setting; the setter carries the documentation.
+macro_rules! settings {
+    ($($(#[$doc:meta])* $name:ident, $with:ident: $ty:ty;)*) => {
+        impl Options {
+            $(
+                #[doc = concat!("The value of [`", stringify!($with), "`](Options::", stringify!($with), ").")]
+                pub fn $name(&self) -> $ty {
+                    self.$name
+                }
+
+                $(#[$doc])*
+                #[must_use]
+                pub fn $with(mut self, $name: $ty) -> Options {
+                    self.$name = $name;
+                    self
+                }
+            )*
+        }
+    };
+}
+
+settings! {
+    /// Sets how long a non-blocking connect may take before the node counts as down (default 1 s). Connecting never
     /// blocks a round longer than the round's own deadline; a slow connect just costs that round the node's vote.
-    pub connect_timeout: Duration,
-    /// The first delay before re-dialling a node whose connection failed (default 10 ms). It doubles on each
+    connect_timeout, with_connect_timeout: Duration;
+    /// Sets the first delay before re-dialling a node whose connection failed (default 10 ms). It doubles on each
     /// further failure, up to `backoff_max`, and starts over once the node answers again.
-    pub backoff_min: Duration,
-    /// The longest delay between two dials of a down node (default 1 s).
-    pub backoff_max: Duration,
-    /// Requests a node may have without replies (default 1,024). Past it, a further request is not sent: it is
+    backoff_min, with_backoff_min: Duration;
+    /// Sets the longest delay between two dials of a down node (default 1 s).
+    backoff_max, with_backoff_max: Duration;
+    /// Sets how many requests a node may have without replies (default 1,024). Past it, a further request is not sent: it is
     /// that node's failed vote ([`NodeError::Overloaded`](super::NodeError::Overloaded)), while the requests on the
     /// wire are kept. Releases may use a reserve of as many again, then wait for room. Bounds memory however slow
     /// a node is.
-    pub max_in_flight: usize,
-    /// How long a node may have requests without replies and send nothing at all before it counts as hung and its
+    max_in_flight, with_max_in_flight: usize;
+    /// Sets how long a node may have requests without replies and send nothing at all before it counts as hung and its
     /// connection is dropped, failing those requests (default 5 s). A node that is slow but answers is never
     /// dropped; this catches hosts that vanished without closing their connections, and hung processes.
-    pub hung_timeout: Duration,
-    /// How long the thread that waits for replies polls without blocking before it sleeps (default zero: it
+    hung_timeout, with_hung_timeout: Duration;
+    /// Sets how long the thread that waits for replies polls without blocking before it sleeps (default zero: it
     /// sleeps at once). A few tens of microseconds save the wake-up of a halted CPU when replies come that fast
     /// (same host or rack), at the cost of a busy CPU meanwhile; see `BENCHMARKS.md`.
-    pub spin: Duration,
-    /// What the decoder accepts from a node (default: [`Limits::default`] with bulk strings up to 4 MiB,
+    spin, with_spin: Duration;
+    /// Sets what the decoder accepts from a node (default: [`Limits::default`] with bulk strings up to 4 MiB,
     /// aggregates up to 65,536 elements and 32 levels: a lock client gets small replies).
-    pub limits: Limits,
-    /// The longest reply accepted, in bytes, counted as it arrives (default 4 MiB). Each header is checked by
+    limits, with_limits: Limits;
+    /// Sets the longest reply accepted, in bytes, counted as it arrives (default 4 MiB). Each header is checked by
     /// `limits`; this bounds the whole, so that a node sending a valid reply that never ends is cut off (and
     /// memory stays bounded: the read buffer, plus the decoder's record of the unfinished reply, at most 8 bytes
     /// per byte received).
-    pub max_reply_len: usize,
-    /// Encoded commands pipelined after `AUTH`/`SELECT`/`HELLO` on every new connection (such as `SCRIPT LOAD`).
-    /// An error reply to any of them fails the connection.
-    pub setup: Vec<Bytes>,
+    max_reply_len, with_max_reply_len: usize;
+}
+
+impl Options {
+    /// The value of [`with_setup`](Options::with_setup).
+    pub fn setup(&self) -> &[Bytes] {
+        &self.setup
+    }
+
+    /// Sets the encoded commands pipelined after `AUTH`/`SELECT`/`HELLO` on every new connection (such as
+    /// `SCRIPT LOAD`; default none). An error reply to any of them fails the connection.
+    #[must_use]
+    pub fn with_setup(mut self, setup: Vec<Bytes>) -> Options {
+        self.setup = setup;
+        self
+    }
 }
 
 impl Default for Options {

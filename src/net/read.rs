@@ -110,7 +110,7 @@ impl ReadSide {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(NodeError::from_io(&e)),
+                Err(e) => return Err(NodeError::from_io(e)),
             };
             *total += n;
             self.stats.read();

@@ -7,16 +7,16 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 
 use super::addr::NodeAddr;
-use super::error::NodeError;
+use super::error::{IoError, NodeError};
 use crate::sync::lock;
 
 /// The outcome of a background lookup, filled in by its thread.
-type Lookup = Arc<Mutex<Option<Result<Vec<SocketAddr>, String>>>>;
+type Lookup = Arc<Mutex<Option<Result<Vec<SocketAddr>, IoError>>>>;
 
 /// Where a node's connections go.
 #[derive(Debug)]
 pub(crate) struct Resolved {
-    addrs: Result<Vec<SocketAddr>, String>,
+    addrs: Result<Vec<SocketAddr>, IoError>,
     /// A lookup in progress, if any (at most one per node).
     lookup: Option<Lookup>,
 }
@@ -40,10 +40,10 @@ impl Resolved {
             }
         }
         match &self.addrs {
-            Ok(addrs) => addrs
-                .first()
-                .copied()
-                .ok_or_else(|| NodeError::Resolve("no address".into())),
+            Ok(addrs) => addrs.first().copied().ok_or_else(|| {
+                let none = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
+                NodeError::Resolve(none.into())
+            }),
             Err(e) => Err(NodeError::Resolve(e.clone())),
         }
     }
@@ -66,8 +66,8 @@ impl Resolved {
     }
 }
 
-fn resolve(addr: &NodeAddr) -> Result<Vec<SocketAddr>, String> {
-    addr.resolve().map_err(|e| e.to_string())
+fn resolve(addr: &NodeAddr) -> Result<Vec<SocketAddr>, IoError> {
+    addr.resolve().map_err(IoError::from)
 }
 
 #[cfg(test)]
@@ -87,7 +87,7 @@ mod tests {
     fn a_failed_lookup_is_a_resolve_error_and_a_later_one_replaces_it() {
         let addr = NodeAddr::new("name.invalid", 7000);
         let mut r = Resolved {
-            addrs: Err("no such host".into()),
+            addrs: Err(std::io::Error::other("no such host").into()),
             lookup: None,
         };
         assert!(matches!(r.current(), Err(NodeError::Resolve(_))));
@@ -97,7 +97,10 @@ mod tests {
         r.lookup = Some(done);
         assert_eq!(r.current(), Ok("10.0.0.1:7000".parse().expect("addr")));
         // A later failure keeps the good address.
-        r.lookup = Some(Arc::new(Mutex::new(Some(Err("timeout".into())))));
+        r.lookup = Some(Arc::new(Mutex::new(Some(Err(std::io::Error::other(
+            "timeout",
+        )
+        .into())))));
         assert_eq!(r.current(), Ok("10.0.0.1:7000".parse().expect("addr")));
         // A lookup still running changes nothing yet.
         r.lookup = Some(Arc::default());

@@ -5,60 +5,101 @@ use std::time::Duration;
 use super::error::{Error, Result};
 use super::quorum::drift;
 
-/// Settings of a [`LockManager`](super::LockManager). Every duration is a `Duration`; [`Config::default`] gives the
-/// values documented on each field.
+/// Settings of a [`LockManager`](super::LockManager). Every duration is a `Duration`. Start from
+/// [`Config::default`] (or [`Config::new`]) and change what you need with the `with_*` setters; each setter says
+/// its default. Settings added later get a default of their own, so code that builds a `Config` this way keeps
+/// compiling.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// use muxlock::redlock::Config;
+/// use muxlock::Config;
 ///
-/// let config = Config { retry_count: 3, round_timeout: Duration::from_millis(20), ..Config::default() };
-/// assert_eq!(config.drift_factor, 0.01);
+/// let config = Config::default().with_retry_count(3).with_round_timeout(Duration::from_millis(20));
+/// assert_eq!(config.retry_count(), 3);
+/// assert_eq!(config.drift_factor(), 0.01);
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
-    /// The lease of [`LockManager::acquire`](super::LockManager::acquire), which takes no TTL of its own
+    pub(crate) ttl: Duration,
+    pub(crate) retry_count: u32,
+    pub(crate) retry_delay: Duration,
+    pub(crate) retry_jitter: Duration,
+    pub(crate) drift_factor: f64,
+    pub(crate) round_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) max_extensions: u32,
+    pub(crate) max_in_flight: usize,
+    pub(crate) hung_timeout: Duration,
+    pub(crate) spin: Duration,
+    pub(crate) restart_guard: bool,
+    pub(crate) restart_window: Duration,
+}
+
+/// A getter and a `with_*` setter per setting; the setter carries the documentation.
+macro_rules! settings {
+    ($($(#[$doc:meta])* $name:ident, $with:ident: $ty:ty;)*) => {
+        impl Config {
+            $(
+                #[doc = concat!("The value of [`", stringify!($with), "`](Config::", stringify!($with), ").")]
+                pub fn $name(&self) -> $ty {
+                    self.$name
+                }
+
+                $(#[$doc])*
+                #[must_use]
+                pub fn $with(mut self, $name: $ty) -> Config {
+                    self.$name = $name;
+                    self
+                }
+            )*
+        }
+    };
+}
+
+settings! {
+    /// Sets the lease of [`LockManager::acquire`](super::LockManager::acquire), which takes no TTL of its own
     /// (default 10 s).
-    pub ttl: Duration,
-    /// Further attempts of [`lock`](super::LockManager::lock) after the first fails (default 10).
+    ttl, with_ttl: Duration;
+    /// Sets the further attempts of [`lock`](super::LockManager::lock) after the first fails (default 10).
     /// [`try_lock`](super::LockManager::try_lock) makes one attempt whatever this says.
-    pub retry_count: u32,
-    /// The pause between two attempts (default 200 ms), to which a random jitter is added.
-    pub retry_delay: Duration,
-    /// Each pause is `retry_delay` plus or minus a uniformly random amount up to `retry_jitter` (default 100 ms), so
-    /// that clients that failed together do not retry together (the spec's "random delay to desynchronize").
-    pub retry_jitter: Duration,
-    /// The clock-drift allowance as a fraction of the TTL (default 0.01): the lease is considered valid for
+    retry_count, with_retry_count: u32;
+    /// Sets the pause between two attempts (default 200 ms), to which a random jitter is added.
+    retry_delay, with_retry_delay: Duration;
+    /// Sets the jitter: each pause is `retry_delay` plus or minus a uniformly random amount up to this (default
+    /// 100 ms), so that clients that failed together do not retry together (the spec's "random delay to
+    /// desynchronize").
+    retry_jitter, with_retry_jitter: Duration;
+    /// Sets the clock-drift allowance as a fraction of the TTL (default 0.01): the lease is considered valid for
     /// `ttl − elapsed − (ttl × drift_factor + 2 ms)`, as in the spec. Must be in `[0, 0.5)`.
-    pub drift_factor: f64,
-    /// How long one round waits for replies (default 50 ms, the upper end of the spec's "5–50 ms" for a 10 s
+    drift_factor, with_drift_factor: f64;
+    /// Sets how long one round waits for replies (default 50 ms, the upper end of the spec's "5–50 ms" for a 10 s
     /// lease). An acquisition also never waits past its lease's validity. A hung node costs at most this, and only
     /// when the majority needs its vote.
-    pub round_timeout: Duration,
-    /// How long a connection attempt may take before the node counts as down (default 1 s).
-    pub connect_timeout: Duration,
-    /// How many times one lock may be extended (default 1,000). The spec asks for a bound so that a holder cannot
-    /// keep a resource forever by mistake.
-    pub max_extensions: u32,
-    /// Requests a node may have without replies (default 1,024). Past it, an acquisition does not send to that
-    /// node (its vote fails as overloaded) while the requests on the wire are kept; releases use a reserve of as
-    /// many again, then wait for room. A slow node is never dropped for being slow.
-    pub max_in_flight: usize,
-    /// How long a node may have requests without replies and send nothing at all before its connection is
+    round_timeout, with_round_timeout: Duration;
+    /// Sets how long a connection attempt may take before the node counts as down (default 1 s).
+    connect_timeout, with_connect_timeout: Duration;
+    /// Sets how many times one lock may be extended with [`extend`](super::LockManager::extend) (default 1,000).
+    /// The spec asks for a bound so that a holder cannot keep a resource forever by mistake.
+    max_extensions, with_max_extensions: u32;
+    /// Sets how many requests a node may have without replies (default 1,024). Past it, an acquisition does not
+    /// send to that node (its vote fails as overloaded) while the requests on the wire are kept; releases use a
+    /// reserve of as many again, then wait for room. A slow node is never dropped for being slow.
+    max_in_flight, with_max_in_flight: usize;
+    /// Sets how long a node may have requests without replies and send nothing at all before its connection is
     /// dropped as hung, failing those requests (default 5 s). Catches hosts that vanished without closing their
     /// connections; a node that answers, however slowly, is kept.
-    pub hung_timeout: Duration,
-    /// How long a caller waiting for replies polls without blocking before it sleeps (default zero). On machines
-    /// whose idle CPUs halt, a few tens of microseconds of spinning save a wake-up when the nodes answer that fast
-    /// (same host or rack), at the cost of a busy CPU while it spins; see `BENCHMARKS.md` ("Busy polling") for
-    /// when it pays.
-    pub spin: Duration,
-    /// The restart-aware quorum (default on): a node that restarted less than the restart window ago keeps
-    /// answering, but its "yes" votes do not count, because it may have lost the locks it granted before (the
-    /// spec's *delayed restart*, done by the client). muxlock learns of a restart from `INFO server`, read on every
-    /// new connection: a changed `run_id`, or an `uptime_in_seconds` below the window.
+    hung_timeout, with_hung_timeout: Duration;
+    /// Sets how long a caller waiting for replies polls without blocking before it sleeps (default zero). On
+    /// machines whose idle CPUs halt, a few tens of microseconds of spinning save a wake-up when the nodes answer
+    /// that fast (same host or rack), at the cost of a busy CPU while it spins; see `BENCHMARKS.md` ("Busy
+    /// polling") for when it pays.
+    spin, with_spin: Duration;
+    /// Turns the restart-aware quorum on or off (default on): a node that restarted less than the restart window
+    /// ago keeps answering, but its "yes" votes do not count, because it may have lost the locks it granted before
+    /// (the spec's *delayed restart*, done by the client). muxlock learns of a restart from `INFO server`, read on
+    /// every new connection: a changed `run_id`, or an `uptime_in_seconds` below the window.
     ///
     /// What it assumes, and what it cannot see:
     /// - Redis reports its uptime in whole seconds, as the difference of two truncated wall-clock times, so
@@ -69,22 +110,27 @@ pub struct Config {
     ///   the guard cannot tell. Nor can it see a restart hidden behind a proxy that keeps the client's connection
     ///   open. Where safety matters, prefer nodes that persist every write (`appendfsync always`).
     /// - The window must cover the longest lease *any* client of these nodes uses: see
-    ///   [`restart_window`](Config::restart_window).
+    ///   [`with_restart_window`](Config::with_restart_window).
     ///
     /// The price: a node that has just started (a fresh deployment, a test) does not count for the first window
     /// either, so locks need a majority of nodes that have been up that long. Turn it off only when the nodes
     /// persist every write (`appendfsync always`) or a lost lock is acceptable. The module
     /// `src/redlock/restart.rs` says which way each figure may err and why the guard stays safe.
-    pub restart_guard: bool,
-    /// The least restart window (default zero). The window is the larger of this and the longest TTL this manager
-    /// has used, plus the drift allowance: set it to the longest TTL that *any* client of these nodes uses.
-    pub restart_window: Duration,
+    restart_guard, with_restart_guard: bool;
+    /// Sets the least restart window (default zero). The window is the larger of this and the longest TTL this
+    /// manager has used, plus the drift allowance: set it to the longest TTL that *any* client of these nodes uses.
+    restart_window, with_restart_window: Duration;
 }
 
 impl Config {
     /// The longest lease accepted: one year. Longer ones are almost surely a unit mistake (seconds given as
     /// milliseconds), and a lock client should not pin a resource that long.
     pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+    /// The defaults, as [`Config::default`].
+    pub fn new() -> Config {
+        Config::default()
+    }
 
     /// Checks every setting.
     ///
@@ -93,34 +139,32 @@ impl Config {
     /// [`Error::Config`] naming the first invalid setting.
     pub fn validate(&self) -> Result<()> {
         if !(self.drift_factor.is_finite() && (0.0..0.5).contains(&self.drift_factor)) {
-            return Err(Error::Config(format!(
+            return Err(Error::config(format!(
                 "drift_factor must be in [0, 0.5), not {}",
                 self.drift_factor
             )));
         }
         if self.round_timeout.is_zero() {
-            return Err(Error::Config("round_timeout must be more than zero".into()));
+            return Err(Error::config("round_timeout must be more than zero"));
         }
         if self.connect_timeout.is_zero() {
-            return Err(Error::Config(
-                "connect_timeout must be more than zero".into(),
-            ));
+            return Err(Error::config("connect_timeout must be more than zero"));
         }
         if self.max_in_flight == 0 {
-            return Err(Error::Config("max_in_flight must be at least 1".into()));
+            return Err(Error::config("max_in_flight must be at least 1"));
         }
         if self.hung_timeout.is_zero() {
-            return Err(Error::Config("hung_timeout must be more than zero".into()));
+            return Err(Error::config("hung_timeout must be more than zero"));
         }
         if self.restart_window > Config::MAX_TTL {
-            return Err(Error::Config(format!(
+            return Err(Error::config(format!(
                 "restart_window {:?} is longer than the maximum TTL, {:?}",
                 self.restart_window,
                 Config::MAX_TTL
             )));
         }
         if self.retry_delay.checked_add(self.retry_jitter).is_none() {
-            return Err(Error::Config("retry_delay + retry_jitter overflows".into()));
+            return Err(Error::config("retry_delay + retry_jitter overflows"));
         }
         self.check_ttl(self.ttl).map(|_| ())
     }
@@ -128,17 +172,17 @@ impl Config {
     /// Checks a lease and returns it in whole milliseconds (rounded up: Redis' `PX` counts milliseconds).
     pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<u64> {
         if ttl.is_zero() {
-            return Err(Error::Config("ttl must be more than zero".into()));
+            return Err(Error::config("ttl must be more than zero"));
         }
         if ttl > Config::MAX_TTL {
-            return Err(Error::Config(format!(
+            return Err(Error::config(format!(
                 "ttl {ttl:?} is longer than the maximum, {:?}",
                 Config::MAX_TTL
             )));
         }
         let allowance = drift(ttl, self.drift_factor);
         if ttl <= allowance {
-            return Err(Error::Config(format!(
+            return Err(Error::config(format!(
                 "ttl {ttl:?} leaves no validity after the clock-drift allowance of {allowance:?}"
             )));
         }
@@ -179,73 +223,37 @@ mod tests {
             assert!(msg.contains(want), "{msg}");
         };
         bad(
-            Config {
-                drift_factor: f64::NAN,
-                ..Config::default()
-            },
+            Config::default().with_drift_factor(f64::NAN),
             "drift_factor",
         );
+        bad(Config::default().with_drift_factor(0.5), "drift_factor");
         bad(
-            Config {
-                drift_factor: 0.5,
-                ..Config::default()
-            },
-            "drift_factor",
-        );
-        bad(
-            Config {
-                round_timeout: Duration::ZERO,
-                ..Config::default()
-            },
+            Config::default().with_round_timeout(Duration::ZERO),
             "round_timeout",
         );
         bad(
-            Config {
-                connect_timeout: Duration::ZERO,
-                ..Config::default()
-            },
+            Config::default().with_connect_timeout(Duration::ZERO),
             "connect_timeout",
         );
+        bad(Config::default().with_max_in_flight(0), "max_in_flight");
         bad(
-            Config {
-                max_in_flight: 0,
-                ..Config::default()
-            },
-            "max_in_flight",
-        );
-        bad(
-            Config {
-                hung_timeout: Duration::ZERO,
-                ..Config::default()
-            },
+            Config::default().with_hung_timeout(Duration::ZERO),
             "hung_timeout",
         );
         bad(
-            Config {
-                ttl: Duration::ZERO,
-                ..Config::default()
-            },
+            Config::default().with_ttl(Duration::ZERO),
             "ttl must be more than zero",
         );
         bad(
-            Config {
-                ttl: Duration::from_millis(2),
-                ..Config::default()
-            },
+            Config::default().with_ttl(Duration::from_millis(2)),
             "no validity",
         );
         bad(
-            Config {
-                ttl: Config::MAX_TTL * 2,
-                ..Config::default()
-            },
+            Config::default().with_ttl(Config::MAX_TTL * 2),
             "longer than the maximum",
         );
         bad(
-            Config {
-                restart_window: Duration::MAX,
-                ..Config::default()
-            },
+            Config::default().with_restart_window(Duration::MAX),
             "restart_window",
         );
     }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::net::{NodeAddr, NodeError};
+use crate::net::{AddrError, IoError, NodeAddr, NodeError};
 
 /// What one node did in a round.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,13 +97,42 @@ impl fmt::Display for Report {
     }
 }
 
+/// Why a configuration or an argument was refused: a message naming the setting or argument, and for a node
+/// address that does not parse, the [`AddrError`] as the source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    message: String,
+    addr: Option<AddrError>,
+}
+
+impl ConfigError {
+    /// What is wrong, e.g. `"ttl must be more than zero"`.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.addr
+            .as_ref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
 /// The one error type of the lock API. Each variant is something a caller can act on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Error {
     /// The configuration or an argument is invalid (no nodes, a bad URL, a zero TTL, an empty resource name...).
     /// Nothing was sent.
-    Config(String),
+    Config(ConfigError),
     /// Another holder has the resource: enough nodes hold its key for someone else that a majority is impossible.
     /// ([`LockManager::try_lock`](super::LockManager::try_lock) returns `Ok(None)` instead.)
     Held(Box<Report>),
@@ -119,10 +148,32 @@ pub enum Error {
     /// ([`Config::max_extensions`](super::Config::max_extensions)).
     ExtendLimit(u32),
     /// The OS refused something muxlock needs outside any node: randomness for lock values, or an event poll.
-    Os(String),
+    /// The OS error is the [`source`](std::error::Error::source).
+    Os {
+        /// What muxlock was doing, e.g. `"creating the event poll"`.
+        doing: &'static str,
+        /// The OS error.
+        error: IoError,
+    },
 }
 
 impl Error {
+    /// An [`Error::Config`] with this message.
+    pub(crate) fn config(message: impl Into<String>) -> Error {
+        Error::Config(ConfigError {
+            message: message.into(),
+            addr: None,
+        })
+    }
+
+    /// An [`Error::Config`] for a node address that does not parse.
+    pub(crate) fn addr(e: AddrError) -> Error {
+        Error::Config(ConfigError {
+            message: e.to_string(),
+            addr: Some(e),
+        })
+    }
+
     /// Whether the resource is held by someone else.
     pub fn is_held(&self) -> bool {
         matches!(self, Error::Held(_))
@@ -174,7 +225,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = |r: &Report| String::from_utf8_lossy(&r.resource).into_owned();
         match self {
-            Error::Config(msg) => write!(f, "invalid configuration: {msg}"),
+            Error::Config(e) => write!(f, "invalid configuration: {e}"),
             Error::Held(r) => write!(f, "lock {:?} is held by another holder ({r})", name(r)),
             Error::Quorum(r) => write!(f, "no quorum for lock {:?} ({r})", name(r)),
             Error::Expired => f.write_str("the lock had expired before the call"),
@@ -183,12 +234,20 @@ impl fmt::Display for Error {
                 f,
                 "the lock was already extended {n} times, the configured maximum"
             ),
-            Error::Os(msg) => write!(f, "os error: {msg}"),
+            Error::Os { doing, error } => write!(f, "os error while {doing}: {error}"),
         }
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Config(e) => Some(e),
+            Error::Os { error, .. } => Some(error.get()),
+            _ => None,
+        }
+    }
+}
 
 /// The lock API's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -83,15 +83,15 @@ impl Builder {
     pub fn build(self) -> Result<LockManager> {
         self.config.validate()?;
         if self.nodes.is_empty() {
-            return Err(Error::Config(
-                "no nodes: give at least one redis://host:port".into(),
+            return Err(Error::config(
+                "no nodes: give at least one redis://host:port",
             ));
         }
         let mut addrs: Vec<NodeAddr> = Vec::with_capacity(self.nodes.len());
         for url in &self.nodes {
-            let addr: NodeAddr = url.parse().map_err(|e| Error::Config(format!("{e}")))?;
+            let addr: NodeAddr = url.parse().map_err(Error::addr)?;
             if let Some(twin) = addrs.iter().find(|a| same_server(a, &addr)) {
-                return Err(Error::Config(format!(
+                return Err(Error::config(format!(
                     "node {addr} is listed twice (also as {twin}): a majority must span distinct servers"
                 )));
             }
@@ -115,8 +115,10 @@ impl Builder {
             setup,
             ..Options::default()
         };
-        let fanout = Fanout::new(addrs, opts)
-            .map_err(|e| Error::Os(format!("cannot create the event poll: {e}")))?;
+        let fanout = Fanout::new(addrs, opts).map_err(|e| Error::Os {
+            doing: "creating the event poll",
+            error: e.into(),
+        })?;
         Ok(LockManager {
             votes: (0..fanout.len()).map(|_| Votes::default()).collect(),
             fanout,
@@ -422,7 +424,7 @@ impl LockManager {
 
     fn check(&self, resource: &[u8], ttl: Duration) -> Result<u64> {
         if resource.is_empty() {
-            return Err(Error::Config("the resource name is empty".into()));
+            return Err(Error::config("the resource name is empty"));
         }
         self.config.check_ttl(ttl)
     }
@@ -436,10 +438,10 @@ impl LockManager {
         ttl: Duration,
         ttl_ms: u64,
     ) -> Result<std::result::Result<Lock, (Failure, Report)>> {
-        let value = self
-            .tokens
-            .next()
-            .map_err(|e| Error::Os(format!("no randomness for the lock value: {e}")))?;
+        let value = self.tokens.next().map_err(|e| Error::Os {
+            doing: "drawing the lock value from the OS's randomness",
+            error: std::io::Error::from(e).into(),
+        })?;
         let n = self.fanout.len();
         let mut request = BytesMut::with_capacity(64 + resource.len());
         scripts::acquire(&mut request, resource, &value, ttl_ms);

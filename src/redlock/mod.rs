@@ -5,21 +5,24 @@
 //! the validity is the TTL minus the time elapsed minus a clock-drift allowance. Release and extension are
 //! compare-and-delete / compare-and-pexpire Lua scripts, also sent to all N at once.
 //!
-//! - [`quorum`]: the decision as a pure state machine (votes and `now` in, verdict out).
-//! - [`LockManager`]: acquire (`lock`, `try_lock`, `acquire`), `extend`, `unlock`.
+//! - `quorum` (hidden, not an API): the decision as a pure state machine (votes and `now` in, verdict out).
+//! - `scripts` (hidden, not an API): the release and extend scripts and their SHA1s.
+//! - [`LockManager`]: acquire (`lock`, `try_lock`, `acquire`), `extend`, `unlock`, `stats`.
 
 mod config;
 mod error;
 mod lock;
 mod manager;
+#[doc(hidden)]
 pub mod quorum;
 mod restart;
+#[doc(hidden)]
 pub mod scripts;
 mod stats;
 mod token;
 
 pub use config::Config;
-pub use error::{Error, Outcome, Report, Result};
+pub use error::{ConfigError, Error, Outcome, Report, Result};
 pub use lock::Lock;
 pub use manager::{Builder, LockManager};
 pub use stats::{NodeStats, Stats};

@@ -119,8 +119,10 @@ pub struct Stats {
     pub release_failed: AtomicU64,
     /// Locks that had expired before the worker could use them (a paused holder): not written with.
     pub expired_unused: AtomicU64,
-    /// A writer found another writer inside the protected section.
+    /// A writer found another writer inside the protected section whose lease had not ended: a violation.
     pub concurrent_writers: AtomicU64,
+    /// A writer found inside only writers whose lease had ended (they overran it): not a violation of the lock.
+    pub entered_with_overrunner: AtomicU64,
     /// The protected section ended after the lease: the worker was too slow (not a lock failure).
     pub overran: AtomicU64,
     /// In rounds that found no quorum, what the nodes that did not grant did: timed out, failed at the
@@ -151,7 +153,7 @@ impl fmt::Display for Stats {
             f,
             "acquired {}, held by others {}, no quorum {} (nodes timed out {}, disconnected {}, quarantined {}, \
              other {}), other errors {}, release failures {}, expired before use {}, concurrent writers {}, \
-             overran {}, worst freeze {} ms",
+             overran {} (entered with an overrunner inside {}), worst freeze {} ms",
             g(&self.acquired),
             g(&self.held),
             g(&self.quorum),
@@ -164,23 +166,57 @@ impl fmt::Display for Stats {
             g(&self.expired_unused),
             g(&self.concurrent_writers),
             g(&self.overran),
+            g(&self.entered_with_overrunner),
             g(&self.worst_freeze_us) / 1000
         )
     }
 }
 
-/// The protected resource: a writer counter per resource on a server that is not one of the lock nodes.
+/// What a writer found when it entered the protected section.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// Nobody else was inside.
+    Alone,
+    /// Another writer was inside whose lease had already ended: it overran its lease (a pause, a frozen thread),
+    /// which the lock cannot prevent; not a violation of the lock.
+    WithOverrunner,
+    /// Another writer was inside whose lease had not ended: two holders at once, a violation.
+    WithHolder,
+}
+
+/// The protected resource, on a server that is not one of the lock nodes: per resource, the writers inside and
+/// the end of each one's lease (on the [`mono_ns`] clock, which every process shares). A writer entering checks
+/// atomically (one script) who is inside: another writer whose lease is still running is a violation of mutual
+/// exclusion; one whose lease has ended is a writer that overran it, counted apart ([`Entry`]).
 #[derive(Debug)]
 pub struct Writers {
     stream: TcpStream,
+    /// This writer's name in the protected section: unique across threads and processes.
+    id: String,
 }
+
+/// `KEYS[1]`: the resource's writers (a hash: writer → lease end). `ARGV`: this writer, its lease end, now.
+/// Returns 0 (alone), 1 (only writers whose lease had ended) or 2 (a writer with a running lease).
+const ENTER: &str = "local found = 0 \
+    local inside = redis.call('HGETALL', KEYS[1]) \
+    for i = 2, #inside, 2 do \
+        if tonumber(inside[i]) > tonumber(ARGV[3]) then found = 2 elseif found == 0 then found = 1 end \
+    end \
+    redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) \
+    return found";
 
 impl Writers {
     #[track_caller]
     pub fn connect(addr: SocketAddr) -> Writers {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
         let stream = TcpStream::connect(addr).expect("connect to the protected resource");
         stream.set_nodelay(true).expect("nodelay");
-        Writers { stream }
+        let id = format!(
+            "{}.{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        Writers { stream, id }
     }
 
     fn call(&mut self, args: &[&str]) -> i64 {
@@ -198,13 +234,22 @@ impl Writers {
             .unwrap_or_else(|_| panic!("not an integer: {text}"))
     }
 
-    /// Enters the protected section of `resource`: `true` if nobody else was inside.
-    pub fn enter(&mut self, resource: &str) -> bool {
-        self.call(&["INCR", &format!("writers:{resource}")]) == 1
+    /// Enters the protected section of `resource` as the holder of a lease that ends at `lease_end` (a
+    /// [`mono_ns`] time): who was inside.
+    pub fn enter(&mut self, resource: &str, lease_end: u64) -> Entry {
+        let key = format!("writers:{resource}");
+        let (end, now) = (lease_end.to_string(), mono_ns().to_string());
+        let id = self.id.clone();
+        match self.call(&["EVAL", ENTER, "1", &key, &id, &end, &now]) {
+            0 => Entry::Alone,
+            1 => Entry::WithOverrunner,
+            _ => Entry::WithHolder,
+        }
     }
 
     pub fn leave(&mut self, resource: &str) {
-        self.call(&["DECR", &format!("writers:{resource}")]);
+        let id = self.id.clone();
+        self.call(&["HDEL", &format!("writers:{resource}"), &id]);
     }
 }
 
@@ -320,8 +365,10 @@ pub fn worker(
         // A careful client: write only while the lease is valid, leaving a margin for the write itself.
         let margin = work.margin();
         if lock.validity() > margin {
-            if !writers.enter(resource) {
-                Stats::add(&stats.concurrent_writers);
+            match writers.enter(resource, instant_ns(lock.valid_until())) {
+                Entry::Alone => {}
+                Entry::WithOverrunner => Stats::add(&stats.entered_with_overrunner),
+                Entry::WithHolder => Stats::add(&stats.concurrent_writers),
             }
             let work_for = work
                 .max_work

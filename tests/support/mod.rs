@@ -13,6 +13,7 @@
 //!   replies and resets between a client and one server (this kernel has no netem).
 //! - [`wire`]: raw bytes on the wire: [`cmd`] encodes a command, [`read_reply`] reads one reply.
 //! - [`checker`]: the mutual-exclusion checker: workers, recorded holds, overlap detection, a protected resource.
+//! - [`locks`]: lock managers with the settings tests use, and bounded waits ([`locks::wait_until`]).
 //!
 //! # Use
 //! Integration tests: `mod support;`. Benches:
@@ -32,6 +33,7 @@ pub mod acceptor;
 pub mod checker;
 pub mod cluster;
 pub mod fake;
+pub mod locks;
 pub mod process;
 pub mod proxy;
 pub mod server;

@@ -8,6 +8,8 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use super::acceptor::is_retry;
+
 /// `PING` as a RESP array.
 pub const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
 
@@ -145,14 +147,6 @@ fn complete(buf: &[u8], n: usize) -> bool {
         }
     }
     true
-}
-
-fn is_retry(e: &io::Error) -> bool {
-    // A read timeout shows up as `WouldBlock` on Unix; the loop checks the deadline itself.
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-    )
 }
 
 fn partial(kind: io::ErrorKind, buf: &[u8]) -> io::Error {

@@ -1,0 +1,42 @@
+//! Lock managers for tests, and bounded waits: the helpers every test file used to write for itself.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use muxlock::{Config, LockManager};
+
+/// A manager of `urls` with `config`.
+///
+/// # Panics
+/// If the configuration or an address is refused.
+#[track_caller]
+pub fn manager<S: Into<String>>(urls: impl IntoIterator<Item = S>, config: Config) -> LockManager {
+    LockManager::builder()
+        .nodes(urls)
+        .config(config)
+        .build()
+        .expect("a valid configuration")
+}
+
+/// What most tests want on freshly started servers: one attempt per call (a failure shows instead of hiding
+/// behind a retry's sleep), no restart guard (it does not trust servers for their first window; it has tests of
+/// its own), and a round timeout of `round`.
+pub fn one_attempt(round: Duration) -> Config {
+    Config::default()
+        .with_retry_count(0)
+        .with_restart_guard(false)
+        .with_round_timeout(round)
+}
+
+/// Polls `cond` every 2 ms until it holds, for at most `limit`.
+///
+/// # Panics
+/// Naming `what`, if `cond` does not hold within `limit`.
+#[track_caller]
+pub fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        thread::sleep(Duration::from_millis(2));
+    }
+}
