@@ -436,3 +436,58 @@ fn many_threads_share_one_fanout_and_each_gets_its_own_replies() {
         t.join().expect("thread");
     }
 }
+
+/// Client-side tracking on a RESP3 connection: a key read with `GET` is tracked, and when another client changes
+/// it the invalidation push comes out of `recv_pushes`. `interrupt` wakes a listener that has nothing to read.
+#[test]
+fn tracking_invalidations_come_out_of_recv_pushes_and_interrupt_wakes_the_listener() {
+    let server = RedisServer::start();
+    let addr: NodeAddr = format!("redis://127.0.0.1:{}?protocol=resp3", server.port())
+        .parse()
+        .unwrap();
+    let opts = Options::default()
+        .with_pushes(true)
+        .with_setup(vec![request(&[b"CLIENT", b"TRACKING", b"ON"]).freeze()]);
+    let fanout = Fanout::new(vec![addr], opts).unwrap();
+    server.raw(&support::cmd(&["SET", "watched", "one"]));
+    assert_eq!(
+        round_all(&fanout, &[b"GET", b"watched"], Duration::from_secs(2)),
+        vec![Ok(Value::BulkString("one".into()))]
+    );
+    // Nothing yet: the call returns at its deadline, empty.
+    let quiet = fanout.recv_pushes(Instant::now() + Duration::from_millis(50));
+    assert!(quiet.pushes.is_empty() && !quiet.dropped);
+    server.raw(&support::cmd(&["SET", "watched", "two"]));
+    let until = Instant::now() + Duration::from_secs(5);
+    let got = fanout.recv_pushes(until);
+    assert!(
+        Instant::now() < until,
+        "no invalidation before the deadline"
+    );
+    let [(0, Value::Push(items))] = &got.pushes[..] else {
+        panic!("{got:?}")
+    };
+    assert_eq!(items[0], Value::BulkString("invalidate".into()));
+    assert_eq!(
+        items[1],
+        Value::Array(vec![Value::BulkString("watched".into())])
+    );
+    // A listener with nothing to read is woken by interrupt, long before its deadline.
+    let fanout = Arc::new(fanout);
+    let listener = {
+        let fanout = Arc::clone(&fanout);
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let got = fanout.recv_pushes(started + Duration::from_secs(30));
+            (started.elapsed(), got.pushes.len())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    fanout.interrupt();
+    let (waited, pushes) = listener.join().expect("listener");
+    assert_eq!(pushes, 0);
+    assert!(
+        waited < Duration::from_secs(10),
+        "interrupt did not wake it: {waited:?}"
+    );
+}
