@@ -45,14 +45,20 @@
 //! # What is public
 //!
 //! - The lock API, at the crate root: [`LockManager`] (and its [`Builder`]), [`Lock`], [`Config`], [`Error`] with
-//!   its per-node [`Report`] of [`Outcome`]s, [`NodeAddr`], [`NodeError`], and the counters of
-//!   [`LockManager::stats`]. This is the API users rely on.
+//!   its per-node [`Report`] of [`Outcome`]s, [`NodeAddr`], [`NodeError`] (with [`TlsError`]), [`TlsConfig`] for
+//!   `rediss://` nodes, and the counters of [`LockManager::stats`]. This is the API users rely on.
 //! - [`resp`]: the RESP2/RESP3 codec, a product of its own (fuzzed, benchmarked, stricter than the common
 //!   parsers): public and documented for use without the rest of muxlock.
 //! - The layers below the lock API are **not** an API: the network layer (`muxlock::net`: the fanout, rounds,
 //!   connection options) and the Redlock internals (`muxlock::redlock::quorum`, `muxlock::redlock::scripts`) are
 //!   reachable for the project's own tests and benches but hidden from the docs, and may change in any release.
 //!   (A round, for one, trusts its caller's count of replies per request; the lock API never gets it wrong.)
+//!
+//! # Features
+//!
+//! - `tls` (on by default): `rediss://` nodes, over rustls (with the `ring` provider) on the same non-blocking
+//!   sockets as plain ones; see [`TlsConfig`] and [`Config::with_tls`]. Without it, muxlock has no TLS
+//!   dependency and a `rediss://` node is an [`Error::Config`].
 //!
 //! # Layout
 //!
@@ -75,7 +81,7 @@ pub mod resp;
 mod sync;
 mod time;
 
-pub use net::{AddrError, IoError, NodeAddr, NodeCounts, NodeError};
+pub use net::{AddrError, IoError, NodeAddr, NodeCounts, NodeError, TlsConfig, TlsError};
 pub use redlock::{
     Builder, Config, ConfigError, Error, Lock, LockManager, NodeStats, Outcome, Report, Result,
     Stats,

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::tls_config::TlsConfig;
 use crate::resp::Limits;
 
 /// How a [`Fanout`](super::Fanout) connects to and guards against its nodes. Start from [`Options::default`] and
@@ -30,6 +31,7 @@ pub struct Options {
     pub(crate) max_reply_len: usize,
     pub(crate) setup: Vec<Bytes>,
     pub(crate) pushes: bool,
+    pub(crate) tls: TlsConfig,
 }
 
 /// A getter and a `with_*` setter per (`Copy`) setting; the setter carries the documentation.
@@ -94,6 +96,19 @@ impl Options {
         &self.setup
     }
 
+    /// The value of [`with_tls`](Options::with_tls).
+    pub fn tls(&self) -> &TlsConfig {
+        &self.tls
+    }
+
+    /// Sets what `rediss://` nodes are verified against and which client certificate they get (default: the
+    /// platform's roots, no client certificate). Read when the fanout is built.
+    #[must_use]
+    pub fn with_tls(mut self, tls: TlsConfig) -> Options {
+        self.tls = tls;
+        self
+    }
+
     /// Sets the encoded commands pipelined after `AUTH`/`SELECT`/`HELLO` on every new connection (such as
     /// `SCRIPT LOAD`; default none). An error reply to any of them fails the connection.
     #[must_use]
@@ -119,6 +134,7 @@ impl Default for Options {
             max_reply_len: 4 << 20,
             setup: Vec::new(),
             pushes: false,
+            tls: TlsConfig::default(),
         }
     }
 }
