@@ -73,6 +73,10 @@ fn a_guard_keeps_its_lock_past_five_ttls_and_releases_it() {
     assert!(guard.deadline() > first_deadline + ttl * 3);
     assert!(guard.deadline() > Instant::now());
     assert!(guard.deadline() < Instant::now() + ttl);
+    let stats = locks.stats().guards;
+    assert_eq!(stats.held, 1);
+    assert_eq!(stats.renewals, guard.renewals());
+    assert!(stats.renewal_rounds >= stats.renewals, "{stats:?}"); // one guard: one per round
     let watch = guard.watch();
     // The release returns once a majority confirmed: 2 or 3 nodes by then.
     let released = guard.release().expect("release");
@@ -80,6 +84,12 @@ fn a_guard_keeps_its_lock_past_five_ttls_and_releases_it() {
     assert_eq!(watch.lost(), Some(Lost::Released));
     let lock = rival.try_lock("kept", ttl).expect("try_lock");
     assert!(lock.is_some(), "released on every node");
+    let stats = locks.stats();
+    assert_eq!((stats.guards.held, stats.guards.lost), (0, 0));
+    assert!(
+        stats.to_string().contains("guards held 0, renewals"),
+        "{stats}"
+    );
 }
 
 #[test]
@@ -327,6 +337,8 @@ fn a_waiter_is_woken_by_the_release_not_by_a_poll() {
         // A poll would take the retry delay (200 ms by default); a wake-up takes a round trip or two.
         assert!(took < ms(40), "{case}: hand-off took {took:?}");
     }
+    let g = waiter.stats().guards;
+    assert_eq!((g.waits, g.wakeups, g.waits_given_up), (1, 1, 0), "{g:?}");
 }
 
 #[test]

@@ -15,7 +15,7 @@ use super::quorum::{Failure, Quorum, Status, Vote, drift};
 use super::restart::RestartGuard;
 use super::schedule::{renewal_due, retry_due};
 use super::scripts::{self, Script};
-use super::stats::{NodeStats, Stats, Votes};
+use super::stats::{Activity, NodeStats, Stats, Votes};
 use super::token::Tokens;
 use super::wait::WaitRoom;
 use super::watchdog::Watchdog;
@@ -38,6 +38,8 @@ pub(crate) struct Core {
     pub(crate) watchdog: Arc<Watchdog>,
     /// This process' waiters, per resource.
     pub(crate) waits: WaitRoom,
+    /// What guards and waiters did, for [`LockManager::stats`](super::LockManager::stats).
+    pub(crate) activity: Activity,
 }
 
 impl Drop for Core {
@@ -96,7 +98,7 @@ impl Core {
                 )
             })
             .collect();
-        Stats::new(nodes)
+        Stats::new(nodes, &self.activity)
     }
 
     pub(crate) fn quorum(&self) -> usize {
@@ -249,7 +251,7 @@ impl Core {
             let s = lock(&g.state);
             if let Some(lost) = g.lost_at(&s, start) {
                 drop(s);
-                g.set_lost(lost);
+                self.lost(g, lost);
                 continue;
             }
             let deadline = g.deadline_of(&s);
@@ -323,11 +325,19 @@ impl Core {
             }
         }
         drop(round);
+        Activity::add(&self.activity.renewal_rounds, 1);
         for (((i, q), status), outcomes) in live.iter().zip(status).zip(outcomes) {
             let g = &guards[*i];
             next[*i] = self.settle_renewal(g, start, settle(status, q), outcomes);
         }
         next
+    }
+
+    /// Marks a guard lost, and counts it.
+    pub(crate) fn lost(&self, g: &Held, why: Lost) {
+        if g.set_lost(why) {
+            Activity::add(&self.activity.lost, 1);
+        }
     }
 
     /// Applies one renewal's verdict to a guard; returns when to renew it next, `None` if it is lost.
@@ -348,6 +358,7 @@ impl Core {
             Ok(valid_until) if s.lost.is_none() && now < deadline => {
                 s.valid_until = valid_until;
                 s.renewals += 1;
+                Activity::add(&self.activity.renewals, 1);
                 s.last_error = None;
                 drop(s);
                 g.changed.notify_all();
@@ -355,7 +366,7 @@ impl Core {
             }
             Ok(_) => {
                 drop(s);
-                g.set_lost(Lost::Expired(None));
+                self.lost(g, Lost::Expired(None));
                 return None;
             }
             Err(_) => {}
@@ -365,19 +376,19 @@ impl Core {
         let gone = report.nodes.iter().filter(|(_, o)| is_gone(o)).count();
         if taken > n - quorum {
             drop(s);
-            g.set_lost(Lost::Taken(report));
+            self.lost(g, Lost::Taken(report));
             return None;
         }
         if taken + gone > n - quorum {
             drop(s);
-            g.set_lost(Lost::Down(report));
+            self.lost(g, Lost::Down(report));
             return None;
         }
         s.last_error = Some(Error::Quorum(report));
         if now >= deadline {
             let last = s.last_error.take().map(Box::new);
             drop(s);
-            g.set_lost(Lost::Expired(last));
+            self.lost(g, Lost::Expired(last));
             return None;
         }
         Some(retry_due(now, g.ttl, self.config.round_timeout, deadline))

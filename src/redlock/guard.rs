@@ -132,14 +132,17 @@ impl Held {
         (now >= self.deadline_of(s)).then(|| Lost::Expired(s.last_error.clone().map(Box::new)))
     }
 
-    /// Marks the guard lost (the first reason wins) and wakes whoever waits on it.
-    pub(crate) fn set_lost(&self, lost: Lost) {
+    /// Marks the guard lost (the first reason wins) and wakes whoever waits on it; `true` if it was not lost
+    /// before.
+    pub(crate) fn set_lost(&self, lost: Lost) -> bool {
         let mut s = lock(&self.state);
-        if s.lost.is_none() {
+        let first = s.lost.is_none();
+        if first {
             s.lost = Some(lost);
         }
         drop(s);
         self.changed.notify_all();
+        first
     }
 
     fn wait_lost(&self, timeout: Duration) -> bool {

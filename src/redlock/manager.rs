@@ -12,7 +12,7 @@ use super::quorum::drift;
 use super::restart::{self, RestartGuard};
 use super::schedule::lost_margin;
 use super::scripts;
-use super::stats::{Stats, Votes};
+use super::stats::{Activity, Stats, Votes};
 use super::token::Tokens;
 use super::wait::WaitRoom;
 use crate::net::{Fanout, NodeAddr, Options};
@@ -125,6 +125,7 @@ impl Builder {
                 restart,
                 watchdog: Arc::default(),
                 waits: WaitRoom::default(),
+                activity: Activity::default(),
             }),
         })
     }
@@ -398,6 +399,7 @@ impl LockManager {
             margin,
         ));
         core.watchdog.add(&held, Instant::now());
+        Activity::add(&core.activity.guards, 1);
         core.watchdog.ensure_started(Arc::downgrade(core));
         Guard::new(self.clone(), held)
     }
@@ -406,6 +408,7 @@ impl LockManager {
     pub(crate) fn release_held(&self, held: &Held) -> Result<usize> {
         self.core.watchdog.forget(held);
         held.set_lost(Lost::Released);
+        Activity::add(&self.core.activity.guards_ended, 1);
         let s = crate::sync::lock(&held.state);
         let lock = Lock {
             resource: held.resource.clone(),

@@ -31,4 +31,4 @@ pub use error::{ConfigError, Error, Outcome, Report, Result};
 pub use guard::{Guard, Lost, LostWatch};
 pub use lock::Lock;
 pub use manager::{Builder, LockManager};
-pub use stats::{NodeStats, Stats};
+pub use stats::{GuardStats, NodeStats, Stats};

@@ -32,6 +32,7 @@ use super::core::Core;
 use super::error::{Error, Outcome, Result};
 use super::lock::Lock;
 use super::quorum::Failure;
+use super::stats::Activity;
 use crate::net::{Fanout, NodeError};
 use crate::resp::{Value, encode_command};
 use crate::sync::lock;
@@ -207,10 +208,16 @@ impl Core {
         };
         let mut last: Option<Error> = None;
         let mut free_streak = 0;
+        let mut waited = false;
+        let activity = &self.activity;
         loop {
             let (head, generation) = self.waits.head(resource, ticket);
             if Instant::now() >= until {
-                if let Some(e) = last.take().or_else(|| self.waits.last_error(resource)) {
+                let error = last.take().or_else(|| self.waits.last_error(resource));
+                if error.is_some() || !head {
+                    Activity::add(&activity.waits_given_up, 1);
+                }
+                if let Some(e) = error {
                     return Err(e);
                 }
                 if !head {
@@ -223,6 +230,10 @@ impl Core {
                 // The head makes one attempt, even with no time to wait at all.
             }
             if !head {
+                if !waited {
+                    waited = true;
+                    Activity::add(&activity.waits, 1);
+                }
                 self.waits.park(resource, ticket, None, until);
                 continue;
             }
@@ -264,8 +275,15 @@ impl Core {
             self.waits.set_error(resource, &error);
             last = Some(error);
             let wake = wake.min(until);
+            if !waited {
+                waited = true;
+                Activity::add(&activity.waits, 1);
+            }
             while Instant::now() < wake && self.waits.head(resource, ticket).1 == generation {
                 self.waits.park(resource, ticket, Some(generation), wake);
+            }
+            if Instant::now() < until {
+                Activity::add(&activity.wakeups, 1);
             }
         }
     }

@@ -340,11 +340,10 @@ impl Watchdog {
         for (g, outcomes) in guards.iter().zip(outcomes) {
             let taken = outcomes.iter().filter(|o| **o == Outcome::Taken).count();
             if taken > n - quorum {
-                g.set_lost(Lost::Taken(Box::new(core.report(
-                    &g.resource,
-                    outcomes,
-                    quorum,
-                ))));
+                core.lost(
+                    g,
+                    Lost::Taken(Box::new(core.report(&g.resource, outcomes, quorum))),
+                );
                 self.forget(g);
             }
         }
