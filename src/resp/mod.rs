@@ -38,6 +38,7 @@
 //! # Ok::<(), muxlock::resp::DecodeError>(())
 //! ```
 
+mod build;
 mod decode;
 mod encode;
 mod error;
