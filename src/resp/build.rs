@@ -1,14 +1,14 @@
 //! The decoder's second pass: a complete value's tape of tokens into a [`Value`] whose payloads are slices of the
-//! value's frozen bytes.
+//! value's frozen bytes (or, for a streamed string of several chunks, one copy of them).
 
 use bytes::{Buf, Bytes, BytesMut};
 
 use super::error::{DecodeError, ErrorKind};
-use super::scan::{Aggregate, Token};
+use super::scan::{self, Aggregate, Token};
 use super::value::Value;
 
 /// The value of a scalar token; `payload(start, end)` supplies the bytes of those that carry some. `None` for an
-/// aggregate header.
+/// aggregate header, and for the tokens of streamed values (a chunked string needs [`concat`]).
 #[inline]
 fn scalar(token: Token, payload: impl FnOnce(usize, usize) -> Bytes) -> Option<Value> {
     Some(match token {
@@ -27,7 +27,12 @@ fn scalar(token: Token, payload: impl FnOnce(usize, usize) -> Bytes) -> Option<V
         Token::Null => Value::Null,
         Token::Boolean(b) => Value::Boolean(b),
         Token::Double(d) => Value::Double(d),
-        Token::Aggregate(..) => return None,
+        Token::Aggregate(..)
+        | Token::Chunked { .. }
+        | Token::StreamedString
+        | Token::StreamedAggregate(_)
+        | Token::Chunk { .. }
+        | Token::End => return None,
     })
 }
 
@@ -145,6 +150,10 @@ pub(super) fn build(tape: &[Token], frame: &Bytes) -> Result<Value, DecodeError>
                 }
                 None => break,
             },
+            Token::Chunked { from, total } => match concat(frame, from, total) {
+                Some(bytes) => Value::BulkString(bytes),
+                None => break,
+            },
             other => match scalar(other, |start, end| frame.slice(start..end)) {
                 Some(v) => v,
                 None => break,
@@ -167,4 +176,27 @@ pub(super) fn build(tape: &[Token], frame: &Bytes) -> Result<Value, DecodeError>
     }
     // The scanner only reports a value complete when its tape closes every aggregate it opens.
     Err(DecodeError::new(ErrorKind::Internal, 0))
+}
+
+/// The payload of a streamed string of two chunks or more: its chunks, from the one at `from`, copied into one
+/// allocation of `total` bytes. `None` if the chunks are not what the scanner validated (a bug).
+fn concat(frame: &Bytes, from: usize, total: usize) -> Option<Bytes> {
+    // The scanner saw every byte of the chunks in this frame: a larger total is a broken invariant, not a reason to
+    // allocate.
+    if total > frame.len() {
+        return None;
+    }
+    let mut out = BytesMut::with_capacity(total);
+    let mut at = from;
+    while out.len() < total {
+        if frame.get(at) != Some(&b';') {
+            return None;
+        }
+        let (len, start) = scan::number(frame, at + 1, ErrorKind::InvalidLength).ok()??;
+        let len = usize::try_from(len).ok().filter(|&l| l > 0)?;
+        let end = start.checked_add(len)?;
+        out.extend_from_slice(frame.get(start..end)?);
+        at = end + 2;
+    }
+    (out.len() == total).then(|| out.freeze())
 }
