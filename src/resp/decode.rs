@@ -453,18 +453,21 @@ impl Decoder {
 }
 
 /// The replies of the Redlock hot path, complete and in canonical form, decoded without the general machinery:
-/// `+OK`, `:n`, `$-1`, `_` and `$n` bulk strings. Anything else, or anything unusual about these, returns `None`
-/// and takes the general path, which gives the same value or the exact error.
+/// `+OK`, `:n` (`:0` included), `$-1`, `_` and `$n` bulk strings. Anything else, or anything unusual about these,
+/// returns `None` and takes the general path, which gives the same value or the exact error.
 ///
 /// `+OK` is the static `"OK"`: the reply of every granted `SET`, and no need to hold on to the read buffer for it.
 #[inline]
 fn quick(buf: &mut BytesMut, limits: &Limits) -> Option<Value> {
     let (value, used) = match *buf.first()? {
         b'+' if buf.get(1..5)? == b"OK\r\n" => (Value::SimpleString(Bytes::from_static(b"OK")), 5),
-        b':' => {
-            let (n, next) = scan::quick_number(buf, 1)?;
-            (Value::Integer(n), next)
-        }
+        b':' => match scan::quick_number(buf, 1) {
+            Some((n, next)) => (Value::Integer(n), next),
+            // `:0`, the reply to a release or an extension of a lock no longer held. Here rather than in
+            // `quick_number`, which every length goes through.
+            None if buf.get(1..4)? == b"0\r\n" => (Value::Integer(0), 4),
+            None => return None,
+        },
         b'$' if buf.get(1..5)? == b"-1\r\n" => (Value::NullBulk, 5),
         b'$' => {
             let (Token::Bulk { start, end }, next) = scan::quick_bulk(buf, 0, limits)? else {
