@@ -359,7 +359,7 @@ fn streamed_in_counted(bytes: &[u8]) -> bool {
     false
 }
 
-/// D17: whether redis-protocol's error comes from one of its checks of D10–D13 or D21, which it makes as soon as
+/// D17: whether redis-protocol's error comes from one of its checks of D10–D14 or D21, which it makes as soon as
 /// the construct is complete. Its errors carry no kind, only the failing parser's name in the message.
 pub fn they_reject_early(e: &RedisProtocolError) -> Option<&'static str> {
     let details = e.details();
@@ -370,6 +370,9 @@ pub fn they_reject_early(e: &RedisProtocolError) -> Option<&'static str> {
             "D10/D11/D21: nested RESP2 null, streamed value or aggregate map key",
         ),
         (THEIR_NULL_STREAM, "D10: RESP2 null in a streamed aggregate"),
+        // A simple error is made a `str` when its frame is built: for a value of a streamed aggregate, when that
+        // value is read, before the aggregate ends.
+        ("invalid utf-8", "D14: simple error not UTF-8 in a streamed aggregate"),
         (
             THEIR_UNHASHABLE,
             "D11: aggregate in a streamed set or map key",

@@ -55,7 +55,8 @@
 //! - **D16** we reject the first invalid byte as soon as it arrives, and limits at the header; they wait for the
 //!   CRLF or the declared bytes. "We reject, they need more" is always allowed.
 //! - **D17** they reject the constructs of D10–D13 and D21 as soon as those are complete, before the value around
-//!   them is. "We need more, they reject" is allowed when their error comes from one of those checks.
+//!   them is, and D14 as soon as its value is read, which inside a streamed aggregate is before the aggregate ends.
+//!   "We need more, they reject" is allowed when their error comes from one of those checks.
 //!
 //! Inputs with more than `MAX_THEIR_DEPTH` (512) aggregate type bytes are not given to redis-protocol: its decoder
 //! recurses once per nesting level and could overflow the stack.
