@@ -371,8 +371,12 @@ pub fn they_reject_early(e: &RedisProtocolError) -> Option<&'static str> {
         ),
         (THEIR_NULL_STREAM, "D10: RESP2 null in a streamed aggregate"),
         // A simple error is made a `str` when its frame is built: for a value of a streamed aggregate, when that
-        // value is read, before the aggregate ends.
-        ("invalid utf-8", "D14: simple error not UTF-8 in a streamed aggregate"),
+        // value is read, before the aggregate ends. (`Utf8Error` says "invalid utf-8 sequence ..." or "incomplete
+        // utf-8 byte sequence ...".)
+        (
+            "utf-8",
+            "D14: simple error not UTF-8 in a streamed aggregate",
+        ),
         (
             THEIR_UNHASHABLE,
             "D11: aggregate in a streamed set or map key",
