@@ -491,3 +491,42 @@ fn tracking_invalidations_come_out_of_recv_pushes_and_interrupt_wakes_the_listen
         "interrupt did not wake it: {waited:?}"
     );
 }
+
+/// A listener that found another thread's round polling parks without the poll. When that round ends it must
+/// hand the poll to the listener, or pushes that come later stay unread until the listener's deadline.
+#[test]
+fn a_listener_takes_the_poll_when_a_round_that_had_it_ends() {
+    let server = RedisServer::start();
+    let addr: NodeAddr = format!("redis://127.0.0.1:{}?protocol=resp3", server.port())
+        .parse()
+        .unwrap();
+    let opts = Options::default()
+        .with_pushes(true)
+        .with_setup(vec![request(&[b"CLIENT", b"TRACKING", b"ON"]).freeze()]);
+    let fanout = Arc::new(Fanout::new(vec![addr], opts).unwrap());
+    // The round tracks the key, then blocks 300 ms on the server: it polls all that time.
+    let mut pipeline = request(&[b"GET", b"handed"]);
+    pipeline.extend_from_slice(&request(&[b"BLPOP", b"nothing", b"0.3"]));
+    let mut round = fanout.round(Instant::now() + Duration::from_secs(5));
+    round.send_all(&pipeline, 2);
+    let listener = {
+        let fanout = Arc::clone(&fanout);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100)); // the round is polling by then
+            let got = fanout.recv_pushes(Instant::now() + Duration::from_secs(30));
+            (Instant::now(), got.pushes.len())
+        })
+    };
+    let replies: Vec<_> = std::iter::from_fn(|| round.next()).collect();
+    assert_eq!(replies.len(), 2, "{replies:?}");
+    drop(round);
+    std::thread::sleep(Duration::from_millis(100));
+    server.raw(&support::cmd(&["SET", "handed", "now"]));
+    let changed = Instant::now();
+    let (woke, pushes) = listener.join().expect("listener");
+    assert_eq!(pushes, 1);
+    assert!(
+        woke.saturating_duration_since(changed) < Duration::from_secs(5),
+        "the push waited for the listener's deadline"
+    );
+}

@@ -135,6 +135,14 @@ pub struct Pushes {
     pub dropped: bool,
 }
 
+impl Inner {
+    /// Who should take the poll that was just put back: a sleeping round, else a thread waiting for pushes
+    /// (pushes arrive only if someone polls).
+    fn successor(&mut self) -> Option<Thread> {
+        self.slots.any_sleeper().or_else(|| self.push_waiter.take())
+    }
+}
+
 impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Inner")
@@ -765,7 +773,7 @@ impl<'a> Round<'a> {
             if let Some(mut d) = inner.driver.take() {
                 inner = f.turn(inner, &mut d, now);
                 inner.driver = Some(d);
-                wake.extend(inner.slots.any_sleeper());
+                wake.extend(inner.successor());
             }
             for node in full {
                 match self.offer(
@@ -983,7 +991,7 @@ impl<'a> Round<'a> {
             inner.driver = Some(d);
         }
         match inner.driver.is_some() {
-            true => inner.slots.any_sleeper(),
+            true => inner.successor(),
             false => None,
         }
     }
