@@ -20,7 +20,7 @@ use muxlock::{Config, Error, LockManager, Outcome, TlsConfig};
 use support::acceptor::{Acceptor, is_retry};
 use support::certs::Certs;
 use support::locks::{self, wait_until};
-use support::{Cluster, RedisServer};
+use support::{Cluster, RedisServer, cmd};
 
 const ROUND: Duration = Duration::from_millis(500);
 const TTL: Duration = Duration::from_secs(10);
@@ -105,6 +105,25 @@ fn lock_extend_and_unlock_over_tls_on_three_nodes() {
         assert!(locks.unlock(lock).expect("unlock") >= 2);
     }
     // One connection per node, set up once: the session was not renegotiated per call.
+    for node in locks.stats().nodes {
+        assert_eq!(node.net.connects, 1, "{node:?}");
+    }
+}
+
+/// A manager dials its nodes when it is built, and nobody polls until the first call: the TLS handshakes can
+/// only start then. A manager left idle for longer than the connect timeout must not blame its nodes for it.
+#[test]
+fn a_manager_left_idle_past_the_connect_timeout_locks_on_its_first_call() {
+    let certs = Certs::generate();
+    let cluster = tls_cluster(&certs, 3, true);
+    let connect = Duration::from_millis(200);
+    let config = locks::one_attempt(ROUND)
+        .with_connect_timeout(connect)
+        .with_tls(trusting(&certs));
+    let locks = locks::manager(cluster.tls_urls(), config);
+    thread::sleep(connect * 3);
+    let lock = locks.lock("idle", TTL).expect("the first call");
+    assert!(locks.unlock(lock).expect("unlock") >= 2);
     for node in locks.stats().nodes {
         assert_eq!(node.net.connects, 1, "{node:?}");
     }
@@ -236,6 +255,89 @@ fn a_node_restarted_over_tls_is_reconnected() {
         locks.stats().nodes[1].granted > granted
     });
     assert!(locks.stats().nodes[1].net.connects >= 2);
+}
+
+/// Waits until every node of `cluster` has a client with tracking on: the watchdog's tracker connections, which
+/// reach `rediss://` nodes over TLS like the manager's own, are up and armed.
+#[track_caller]
+fn wait_for_tracking(cluster: &Cluster) {
+    wait_until(
+        Duration::from_secs(5),
+        "tracker connections over TLS",
+        || {
+            cluster.nodes().iter().all(|node| {
+                let list = node.raw(&cmd(&["CLIENT", "LIST"]));
+                String::from_utf8_lossy(&list).lines().any(|l| {
+                    l.split(' ')
+                        .any(|f| f.starts_with("flags=") && f.contains('t'))
+                })
+            })
+        },
+    );
+}
+
+/// Guards and waiting on `rediss://` nodes, the watchdog's tracker connections included (they take the manager's
+/// TLS settings): a guard is renewed past its TTL, is lost at once when its key is deleted on a majority (only
+/// tracking can tell that before its next renewal), and a waiter of another manager is woken by the release,
+/// not by its retry timer.
+#[test]
+fn guards_and_waiters_work_over_tls_tracker_included() {
+    let certs = Certs::generate();
+    let cluster = tls_cluster(&certs, 3, true);
+    let urls = cluster.tls_urls();
+    // A short round, so that a short lease can be renewed (a guard's TTL must leave room for a renewal round).
+    let holder = locks::manager(
+        urls.iter().cloned(),
+        locks::one_attempt(Duration::from_millis(150)).with_tls(trusting(&certs)),
+    );
+    // A waiter that polled would wake after its retry delay: make that long, so a wake-up by tracking shows.
+    let slow_poll = locks::one_attempt(ROUND)
+        .with_retry_delay(Duration::from_secs(3))
+        .with_retry_jitter(Duration::ZERO)
+        .with_tls(trusting(&certs));
+    let waiter = locks::manager(urls.iter().cloned(), slow_poll);
+
+    // Renewed by the watchdog, over TLS, past its TTL (a renewal is due at a third of it).
+    let ttl = Duration::from_millis(1200);
+    let renewed = holder.hold("tls:renewed", ttl).expect("hold");
+    wait_until(Duration::from_secs(10), "four renewals", || {
+        renewed.renewals() >= 4
+    });
+    assert!(!renewed.is_lost(), "{:?}", renewed.lost());
+    renewed.release().expect("release");
+
+    // Lost at once when its key is deleted on a majority: the tracker's invalidations, over TLS.
+    let guard = holder.hold("tls:deleted", TTL).expect("hold");
+    wait_for_tracking(&cluster);
+    thread::sleep(Duration::from_millis(100)); // the watchdog's first check of the key has run
+    for node in &cluster.nodes()[..2] {
+        node.raw(&cmd(&["DEL", "tls:deleted"]));
+    }
+    let deleted = Instant::now();
+    assert!(guard.wait_lost(Duration::from_secs(2)), "not lost");
+    let took = deleted.elapsed();
+    assert!(took < Duration::from_millis(500), "told after {took:?}");
+    assert_eq!(guard.renewals(), 0);
+
+    // A waiter of another manager is woken by the release (its tracker saw the key go), not by a poll.
+    let guard = holder.hold("tls:waited", TTL).expect("hold");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = thread::spawn(move || {
+        let got = waiter.lock_wait("tls:waited", TTL, Duration::from_secs(10));
+        tx.send(Instant::now()).expect("send");
+        got.map(|lock| waiter.unlock(lock))
+    });
+    thread::sleep(Duration::from_millis(500)); // it has tried, found the lock held, and sleeps
+    assert!(rx.try_recv().is_err(), "returned while held");
+    guard.release().expect("release");
+    let released = Instant::now();
+    let woke = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the waiter returns");
+    let took = woke.saturating_duration_since(released);
+    assert!(t.join().expect("join").expect("locked").is_ok(), "unlocked");
+    // A poll would take the 3 s retry delay; a tracking wake-up takes a few round trips.
+    assert!(took < Duration::from_millis(500), "hand-off took {took:?}");
 }
 
 /// A loopback TCP server that runs `serve` on each connection's socket (blocking, short timeouts).
@@ -402,5 +504,4 @@ fn passwords_never_show_in_debug_display_or_errors() {
     assert!(!shown.contains("topsecret"), "{shown}");
     let addr: muxlock::NodeAddr = url.parse().expect("url");
     assert!(!format!("{addr} {addr:?}").contains("topsecret"));
-    thread::sleep(Duration::from_millis(1));
 }

@@ -148,7 +148,7 @@ impl Conn {
         })();
         match result {
             Ok(false) => {}
-            Ok(true) => self.state.connected(transport.is_tls(), now),
+            Ok(true) => self.state.connected(transport.is_tls(), opts, now),
             Err(e) => {
                 self.fail(e, opts, now, out);
                 self.resolved.refresh(&self.addr);

@@ -58,6 +58,8 @@ macro_rules! settings {
 settings! {
     /// Sets how long a non-blocking connect may take before the node counts as down (default 1 s). Connecting never
     /// blocks a round longer than the round's own deadline; a slow connect just costs that round the node's vote.
+    /// A TLS handshake counts too: it must end within this of the dial, or of the moment the client saw the TCP
+    /// connect complete (and sent its first flight), whichever is later.
     connect_timeout, with_connect_timeout: Duration;
     /// Sets the first delay before re-dialling a node whose connection failed (default 10 ms). It doubles on each
     /// further failure, up to `backoff_max`, and starts over once the node answers again.

@@ -282,15 +282,26 @@ impl NodeState {
         self.stats.requests(self.fifo.len());
     }
 
-    /// The TCP connect completed at `now`. A plain connection is up; a TLS one starts its handshake, still
-    /// within the connect timeout.
-    pub(crate) fn connected(&mut self, tls: bool, now: Instant) {
+    /// The TCP connect completed, as the driver saw at `now`. A plain connection is up; a TLS one starts its
+    /// handshake (its first flight goes out now), which counts against the connect timeout: it must end by the
+    /// dial's deadline, or within `connect_timeout` of `now` if that is later.
+    ///
+    /// Why the second bound: a handshake needs the client, where a TCP connect completes in the kernel alone. A
+    /// fanout built and left idle, or a round that ended before a re-dial completed, has nobody polling: the
+    /// client sees the connect complete only with the next round, perhaps long past the dial's deadline, and the
+    /// node has not even had the first flight yet. It must not be blamed for that time. The cost: a node whose
+    /// TCP connect and handshake are both slow has up to twice `connect_timeout` in all.
+    pub(crate) fn connected(&mut self, tls: bool, opts: &Options, now: Instant) {
         let Link::Connecting { deadline } = self.link else {
             return;
         };
         self.last_progress = now;
         match tls {
-            true => self.link = Link::Handshake { deadline },
+            true => {
+                self.link = Link::Handshake {
+                    deadline: deadline.max(later(now, opts.connect_timeout)),
+                }
+            }
             false => self.up(),
         }
     }

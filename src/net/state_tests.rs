@@ -69,7 +69,7 @@ impl Node {
     /// Dials and connects (plain TCP) at `ms`, writes the set-up and returns its bytes.
     fn up(&mut self, ms: u64) -> Vec<u8> {
         self.dial(ms);
-        self.state.connected(false, self.at(ms));
+        self.state.connected(false, &self.opts, self.at(ms));
         assert!(self.state.is_up());
         self.write(ms)
     }
@@ -296,9 +296,10 @@ fn garbage_is_a_protocol_error_naming_the_byte() {
         ("bulk too long", b"$3\r\nabcdef\r\n", InvalidBulkEnd, 7),
         ("bare LF", b"+OK\n", InvalidLineEnd, 3),
         ("negative length", b"$-2\r\n", InvalidLength, 1),
+        // Streamed strings and aggregates decode (RESP3); a streamed error is not defined.
         (
-            "streamed",
-            b"$?\r\n;4\r\nHell\r\n;0\r\n",
+            "streamed error",
+            b"!?\r\n;4\r\nHell\r\n;0\r\n",
             StreamedUnsupported,
             1,
         ),
@@ -538,22 +539,50 @@ fn the_tls_handshake_counts_against_the_connect_timeout() {
         node.state.take_write().is_none(),
         "nothing is written before TCP connects"
     );
-    node.state.connected(true, node.at(400));
+    let opts = node.opts.clone();
+    node.state.connected(true, &opts, node.at(400));
     assert!(!node.state.is_up() && node.state.is_open());
     // Bytes may go to the transport meanwhile (TLS holds them until its handshake completes).
     assert_eq!(node.write(400), cmd(&["PING"]));
-    assert!(!node.check(999));
-    assert!(node.check(1000), "the connect timeout counts from the dial");
+    // Connected at 400 ms: the dial's deadline (1 s) is before 400 ms + the connect timeout.
+    assert!(!node.check(1399));
+    assert!(node.check(1400), "the handshake had the connect timeout");
     assert_eq!(node.outcome(), Some(Err(NodeError::ConnectTimeout)));
     // A handshake that completes in time brings the node up.
-    node.up(1010); // the backoff (10 ms) has passed
+    node.up(1410); // the backoff (10 ms) has passed
     let mut node = Node::new("rediss://h:1", Options::default());
     node.dial(0);
-    node.state.connected(true, node.at(10));
+    node.state.connected(true, &opts, node.at(10));
     node.file(vec![Item::Secured], 20);
     assert!(node.state.is_up());
     assert_eq!(node.state.sessions.load(Ordering::Acquire), 1);
     assert!(!node.check(5000), "an idle connection is never hung");
+}
+
+/// Nobody polled between the dial and the next round (a manager built and left idle): the client sees the TCP
+/// connect complete long past the dial's deadline, and its first flight goes out only then. The node gets the
+/// connect timeout from that moment, not a timeout for time it never had.
+#[test]
+fn a_handshake_started_late_by_the_client_still_gets_the_connect_timeout() {
+    let mut node = Node::new("rediss://h:1", Options::default());
+    node.dial(0);
+    let opts = node.opts.clone();
+    node.state.connected(true, &opts, node.at(5000));
+    assert!(
+        !node.check(5000),
+        "judged in the turn that started the handshake"
+    );
+    assert!(!node.check(5999));
+    node.file(vec![Item::Secured], 5020);
+    assert!(node.state.is_up());
+    // And a node that does not answer the late handshake is dropped a connect timeout later.
+    let mut node = Node::new("rediss://h:1", Options::default());
+    node.dial(0);
+    node.ask(&["PING"], 0);
+    node.state.connected(true, &opts, node.at(5000));
+    assert!(!node.check(5999));
+    assert!(node.check(6000));
+    assert_eq!(node.outcome(), Some(Err(NodeError::ConnectTimeout)));
 }
 
 #[test]

@@ -80,7 +80,10 @@ settings! {
     /// lease). An acquisition also never waits past its lease's validity. A hung node costs at most this, and only
     /// when the majority needs its vote.
     round_timeout, with_round_timeout: Duration;
-    /// Sets how long a connection attempt may take before the node counts as down (default 1 s).
+    /// Sets how long a connection attempt may take before the node counts as down (default 1 s). For a
+    /// `rediss://` node the TLS handshake counts too: it must end within this of the dial, or of the moment
+    /// this client saw the TCP connect complete and started the handshake, whichever is later (a manager left
+    /// idle after `build` starts its handshakes with its first call).
     connect_timeout, with_connect_timeout: Duration;
     /// Sets how many times one lock may be extended with [`extend`](super::LockManager::extend) (default 1,000).
     /// The spec asks for a bound so that a holder cannot keep a resource forever by mistake.
