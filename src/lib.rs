@@ -73,8 +73,6 @@
 )]
 
 #[doc(hidden)]
-pub mod fuzzing;
-#[doc(hidden)]
 pub mod net;
 pub mod redlock;
 pub mod resp;
