@@ -54,6 +54,29 @@
 //!   reachable for the project's own tests and benches but hidden from the docs, and may change in any release.
 //!   (A round, for one, trusts its caller's count of replies per request; the lock API never gets it wrong.)
 //!
+//! # TLS and ACL users
+//!
+//! `rediss://` nodes connect with TLS (see [`TlsConfig`] and [`Config::with_tls`]); `redis://user:password@host`
+//! logs in as an ACL user (`AUTH user password`, or `HELLO 3 AUTH user password` with `?protocol=resp3`). A wrong
+//! password is an [`Error`] naming the node; passwords never appear in `Debug`, `Display` or errors. The least
+//! permissions a muxlock user needs (each one shown necessary in `tests/acl.rs`), with `~lock:*` standing for the
+//! lock names used:
+//!
+//! ```text
+//! ACL SETUSER locker on >s3cret ~lock:* +set +get +del +pexpire +eval +evalsha +script|load +info +pttl +client|tracking
+//! ```
+//!
+//! - `+set` takes a lock; `+evalsha` runs the release and extend scripts (a guard's renewals are the extend
+//!   script), which call `+get`, `+del` and `+pexpire`; `+eval` runs them in full when a node has lost them (a
+//!   `SCRIPT FLUSH`, a restart); `+script|load` loads them on each new connection; `+info` feeds the restart
+//!   guard (`INFO server`; not needed with [`Config::with_restart_guard`]`(false)`).
+//! - Guards and waiting ([`LockManager::hold`], [`LockManager::lock_wait`]) add `+client|tracking` (the
+//!   watchdog's tracker connections turn client-side tracking on, and read guards' keys with `GET`) and `+pttl`
+//!   (a waiter reads the holder's remaining lease, which also arms the tracking of the key). Without them guards
+//!   and waiters still work, late: a guard whose key was deleted or overwritten is found lost at its next renewal
+//!   instead of at once, and a waiter polls at the retry delay instead of waking on the release.
+//! - `AUTH` and `HELLO` need no permission; add `+select` if a URL names a database.
+//!
 //! # Features
 //!
 //! - `tls` (on by default): `rediss://` nodes, over rustls (with the `ring` provider) on the same non-blocking

@@ -327,7 +327,9 @@ fn guards_and_waiters_work_over_tls_tracker_included() {
         tx.send(Instant::now()).expect("send");
         got.map(|lock| waiter.unlock(lock))
     });
-    thread::sleep(Duration::from_millis(500)); // it has tried, found the lock held, and sleeps
+    // It has tried, found the lock held, and sleeps. (Its watchdog also wakes it once, up to a second after its
+    // tracker connected, to look again: by now that has passed, and only the release or its timer can wake it.)
+    thread::sleep(Duration::from_millis(1500));
     assert!(rx.try_recv().is_err(), "returned while held");
     guard.release().expect("release");
     let released = Instant::now();
