@@ -129,6 +129,44 @@ fn a_manager_left_idle_past_the_connect_timeout_locks_on_its_first_call() {
     }
 }
 
+/// Replies that span many TLS records and many socket reads arrive whole: a 2 MiB value, and 1,000 pipelined
+/// commands whose replies come in pieces (a read that drains the socket stops there; the rest raises a new event).
+#[test]
+fn a_large_reply_and_a_deep_pipeline_arrive_whole_over_tls() {
+    let certs = Certs::generate();
+    let server = RedisServer::builder().tls(&certs, false).start();
+    let value: String = (0..2 << 20)
+        .map(|i| (b'a' + (i % 26) as u8) as char)
+        .collect();
+    assert_eq!(server.raw(&cmd(&["SET", "big", &value])), b"+OK\r\n");
+    let opts = Options::default().with_tls(TlsConfig::new().with_ca_file(certs.path("ca.crt")));
+    let node = fanout(&server.tls_url(), opts);
+    for _ in 0..3 {
+        let (reply, _) = ask(&node, &[b"GET", b"big"], Duration::from_secs(10));
+        match reply {
+            Ok(Value::BulkString(b)) => assert!(b[..] == *value.as_bytes(), "{} bytes", b.len()),
+            other => panic!("GET big: {other:?}"),
+        }
+    }
+    let mut request = BytesMut::new();
+    for i in 0..1000 {
+        encode_command(&[b"ECHO", format!("reply {i}").as_bytes()], &mut request);
+    }
+    let mut round = node.round(Instant::now() + Duration::from_secs(10));
+    round.send_all(&request, 1000);
+    let replies: Vec<Value> = std::iter::from_fn(|| round.next())
+        .map(|(_, r)| r.expect("a reply"))
+        .collect();
+    assert_eq!(replies.len(), 1000);
+    for (i, r) in replies.iter().enumerate() {
+        assert_eq!(
+            *r,
+            Value::BulkString(format!("reply {i}").into()),
+            "reply {i}"
+        );
+    }
+}
+
 #[test]
 fn resp3_with_a_password_logs_in_with_hello_over_tls() {
     let certs = Certs::generate();

@@ -16,9 +16,10 @@
 //!
 //! # The rules followed
 //!
-//! - **Read until `WouldBlock`**: rustls may hold plaintext after a short read, and an edge-triggered poll reports
-//!   the socket once per arrival; every `read_tls` is followed by `process_new_packets` and by draining `reader`
-//!   into the connection's buffer (within the driver's per-turn budget).
+//! - **Read until the socket is drained**: an edge-triggered poll reports the socket once per arrival, and rustls
+//!   may hold plaintext after a read; every `read_tls` is followed by `process_new_packets` and by draining
+//!   `reader` into the connection's buffer, until `WouldBlock` or a short read (which, as over plain TCP, drained
+//!   the socket: see [`TlsLink::read`]), within the driver's per-turn budget.
 //! - **Flush after reads**: processing may queue records (the handshake's next flight, with the set-up commands
 //!   rustls held back; a key update), so every read ends with `write_tls` while rustls wants to write. A write that
 //!   meets a full socket leaves the rest in rustls; the socket's next writable event makes the driver read (nothing)
@@ -357,20 +358,30 @@ impl TlsLink {
         }
     }
 
-    /// See [`Transport::read`](super::transport::Transport::read): reads until `WouldBlock` (or the budget),
-    /// processing each read and draining the plaintext into `into`, then flushes what processing queued.
+    /// See [`Transport::read`](super::transport::Transport::read): reads until the socket is drained (or the
+    /// budget), processing each read and draining the plaintext into `into`, then flushes what processing queued.
+    ///
+    /// Drained means `WouldBlock`, or a short read: as over plain TCP, a read that got less than rustls asked for
+    /// emptied the socket, and bytes arriving later raise a new edge-triggered event, so the extra system call
+    /// that would only return `WouldBlock` is skipped (unless the peer closed: then the socket is read to its end).
+    /// Nothing is left behind in rustls: every read's plaintext is drained before the next.
     pub(crate) fn read(
         &self,
         into: &mut BytesMut,
         scratch: &mut [u8],
+        closed: bool,
         stats: &NodeStats,
     ) -> ReadOutcome {
         let mut out = ReadOutcome::default();
         let mut session = lock(&self.session);
         let handshaking = session.is_handshaking();
         let mut budget = READ_BUDGET;
+        let mut socket = Source {
+            socket: &self.socket,
+            short: false,
+        };
         out.end = loop {
-            let n = match session.read_tls(&mut &self.socket) {
+            let n = match session.read_tls(&mut socket) {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break None,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -391,6 +402,9 @@ impl TlsLink {
             if n == 0 {
                 break Some(NodeError::Closed);
             }
+            if socket.short && !closed {
+                break None;
+            }
             budget = budget.saturating_sub(n);
             if budget == 0 {
                 out.backlog = true;
@@ -406,6 +420,20 @@ impl TlsLink {
             (0..writes).for_each(|_| stats.write());
         }
         out
+    }
+}
+
+/// The socket as rustls reads it, noting whether the last read was short (got less than was asked for).
+struct Source<'a> {
+    socket: &'a TcpStream,
+    short: bool,
+}
+
+impl Read for Source<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = (&mut &*self.socket).read(buf)?;
+        self.short = n < buf.len();
+        Ok(n)
     }
 }
 

@@ -106,7 +106,7 @@ impl Transport {
         match self {
             Transport::Tcp(stream) => read_tcp(stream, into, scratch, closed, stats),
             #[cfg(feature = "tls")]
-            Transport::Tls(t) => t.read(into, scratch, stats),
+            Transport::Tls(t) => t.read(into, scratch, closed, stats),
         }
     }
 }
