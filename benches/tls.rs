@@ -6,7 +6,8 @@
 //! default 1,000; the first side alternates), so that the machine's noise hits both alike. It prints each side's
 //! p50/p90/p99 over all calls and the median of the per-round p50 ratios (TLS ÷ TCP): the figure to read. Then
 //! `MUXLOCK_TLS_CONNECTS` (default 200) one-node fanouts per side, alternating, each timed from its creation to
-//! its first reply.
+//! its first reply. It also gives the CPU time per acquire+release of this process and of the servers while
+//! each side ran (`/proc`, 10 ms ticks, summed over all rounds): where TLS's extra time goes.
 //!
 //! `cargo bench --bench tls` runs it; `cargo test --benches` runs two short rounds. Results: `BENCHMARKS.md`,
 //! "TLS".
@@ -40,6 +41,22 @@ fn median(v: &[f64]) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// User + system CPU time of a process, from `/proc/<pid>/stat` (fields 14 and 15, in clock ticks of 10 ms).
+fn cpu_time(pid: &str) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name (field 2) may hold spaces: count fields after its closing parenthesis, from field 3.
+    let after = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let field = |n: usize| {
+        fields
+            .get(n - 3)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let ticks = field(14) + field(15);
+    Duration::from_secs_f64(ticks as f64 / rustix::param::clock_ticks_per_second() as f64)
+}
+
 fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds")
 }
@@ -52,6 +69,10 @@ struct Side {
     release: Histogram<u64>,
     cycle: Histogram<u64>,
     failed: u64,
+    /// CPU time spent while this side ran: this process's, and the servers' (all of them).
+    client_cpu: Duration,
+    server_cpu: Duration,
+    cycles: u64,
 }
 
 impl Side {
@@ -135,7 +156,16 @@ fn main() {
         release: histogram(),
         cycle: histogram(),
         failed: 0,
+        client_cpu: Duration::ZERO,
+        server_cpu: Duration::ZERO,
+        cycles: 0,
     });
+    let pids: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|n| n.pid().to_string())
+        .collect();
+    let servers_cpu = || pids.iter().map(|p| cpu_time(p)).sum::<Duration>();
     // Warm up: connections made, set-up done, caches warm.
     for side in &mut sides {
         let until = Instant::now() + Duration::from_secs(15);
@@ -160,7 +190,11 @@ fn main() {
         let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
         let mut p50 = [(0, 0); 2];
         for i in order {
+            let (client0, servers0) = (cpu_time("self"), servers_cpu());
             p50[i] = sides[i].run(round, calls);
+            sides[i].client_cpu += cpu_time("self").saturating_sub(client0);
+            sides[i].server_cpu += servers_cpu().saturating_sub(servers0);
+            sides[i].cycles += calls as u64;
         }
         acquire_ratio.push(p50[1].0 as f64 / p50[0].0.max(1) as f64);
         cycle_ratio.push(p50[1].1 as f64 / p50[0].1.max(1) as f64);
@@ -190,6 +224,17 @@ fn main() {
         median(&acquire_ratio),
         median(&cycle_ratio)
     );
+    // Where the time goes: CPU per acquire+release in this process (muxlock, rustls) and in the 5 servers
+    // together (Redis, OpenSSL for TLS), while each side ran.
+    for side in &sides {
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / side.cycles.max(1) as f64;
+        println!(
+            "  {}: CPU per acquire+release: client {:.1} µs, servers {:.1} µs",
+            side.name,
+            per(side.client_cpu),
+            per(side.server_cpu)
+        );
+    }
     if !quick {
         assert!(
             sides
