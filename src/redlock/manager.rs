@@ -7,14 +7,15 @@ use bytes::BytesMut;
 
 use super::config::Config;
 use super::error::{Error, Outcome, Report, Result};
+use super::inspect::{Inspection, KeyState, key_state};
 use super::lock::Lock;
 use super::quorum::{Failure, Quorum, Status, Vote, drift};
 use super::restart::{self, RestartGuard};
 use super::scripts::{self, Script};
 use super::stats::{NodeStats, Stats, Votes};
 use super::token::Tokens;
-use crate::net::{Fanout, NodeAddr, NodeSet, Options, Reply};
-use crate::resp::Value;
+use crate::net::{Fanout, NodeAddr, NodeError, NodeSet, Options, Reply};
+use crate::resp::{Value, encode_command};
 use crate::time::later;
 
 /// A distributed lock manager over N independent Redis masters (the Redlock algorithm).
@@ -177,6 +178,15 @@ fn script_vote(reply: &Reply) -> (Vote, Outcome) {
     }
 }
 
+/// A lock value given by a caller (`extend_value`, `unlock_value`): anything but empty. An empty value would match
+/// a key someone set to the empty string, which no Redlock client does.
+fn check_value(value: &[u8]) -> Result<()> {
+    if value.is_empty() {
+        return Err(Error::config("the lock value is empty"));
+    }
+    Ok(())
+}
+
 fn is_noscript(reply: &Reply) -> bool {
     matches!(reply.as_ref().map(Value::without_attributes), Ok(Value::Error(m)) if m.starts_with(b"NOSCRIPT"))
 }
@@ -294,61 +304,65 @@ impl LockManager {
     /// - [`Error::LockLost`] if a majority no longer holds our value;
     /// - [`Error::Quorum`] if too few nodes answered within the current lease.
     pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
-        let ttl_ms = self.config.check_ttl(ttl)?;
+        self.config.check_ttl(ttl)?;
         if lock.extensions >= self.config.max_extensions {
             return Err(Error::ExtendLimit(lock.extensions));
         }
-        let start = Instant::now();
-        if start >= lock.valid_until {
+        if Instant::now() >= lock.valid_until {
             return Err(Error::Expired);
         }
-        let drift = drift(ttl, self.config.drift_factor);
-        let mut quorum =
-            Quorum::new(self.fanout.len(), start, ttl, drift).decide_by(lock.valid_until);
-        self.note_ttl(ttl_ms);
-        let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
-        let mut outcomes = vec![Outcome::NotAwaited; self.fanout.len()];
-        let mut status = Status::Pending;
-        // Nodes the acquisition never reached hold nothing of ours: their vote is "not ours", unasked.
-        for (node, outcome) in outcomes.iter_mut().enumerate() {
-            if !lock.nodes.contains(node) {
-                *outcome = Outcome::NotSent;
-                status = quorum.vote(node, Vote::Taken, start);
-            }
-        }
-        self.script_round(
-            Script::Extend,
+        lock.valid_until = self.extend_on(
             &lock.resource,
             &lock.value,
-            ttl_ms,
-            (lock.nodes, deadline, quorum.votes_to_decide()),
-            |node, reply| {
-                let now = Instant::now();
-                let (vote, outcome) = self.counted(node, script_vote(&reply), now);
-                self.votes[node].count(&outcome);
-                outcomes[node] = outcome;
-                status = quorum.vote(node, vote, now);
-                match status {
-                    Status::Pending => quorum.votes_to_decide(),
-                    _ => 0,
-                }
-            },
-        );
-        match settle(status, &quorum) {
-            Ok(valid_until) => {
-                lock.valid_until = valid_until;
-                lock.extensions += 1;
-                Ok(())
-            }
-            Err(failure) => {
-                let report = Box::new(self.report(&lock.resource, outcomes, quorum.quorum()));
-                Err(if failure == Failure::Held {
-                    Error::LockLost(report)
-                } else {
-                    Error::Quorum(report)
-                })
-            }
-        }
+            lock.nodes,
+            ttl,
+            Some(lock.valid_until),
+        )?;
+        lock.extensions += 1;
+        Ok(())
+    }
+
+    /// Extends the lock on `resource` whose value is `value` to `ttl` from now, on all nodes at once, and returns
+    /// the instant the new lease ends on this process' monotonic clock (measured from the start of this call, less
+    /// the drift allowance, as for an acquisition).
+    ///
+    /// This is [`extend`](LockManager::extend) for a caller that holds the lock by its value alone, such as a
+    /// script that acquired it in another process (`muxlock acquire` prints the value). It sends the same
+    /// compare-and-pexpire script, which only extends a key that still holds `value`: **an extension by value
+    /// cannot revive an expired key**, and never touches another holder's. Unlike `extend`, it does not know when
+    /// the lease ends, so it cannot refuse an expired lock before sending; the nodes refuse it instead
+    /// ([`Error::LockLost`]). It is not counted against [`Config::max_extensions`].
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::LockLost`] if a majority does not hold `value` under `resource` (it expired, was released, or
+    ///   was never taken);
+    /// - [`Error::Quorum`] if too few nodes answered in time;
+    /// - [`Error::Config`] for an empty resource name or value, or an invalid `ttl`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+    /// // The value printed by `muxlock acquire nightly-report --ttl 30s` in another process:
+    /// let value = "6f1c0e3a9b2d4c5e8f7a6b5c4d3e2f1a0b9c8d7e";
+    /// let valid_until = locks.extend_value("nightly-report", value, Duration::from_secs(30))?;
+    /// println!("valid for {:?} more", valid_until.saturating_duration_since(std::time::Instant::now()));
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn extend_value(
+        &self,
+        resource: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        ttl: Duration,
+    ) -> Result<Instant> {
+        let (resource, value) = (resource.as_ref(), value.as_ref());
+        self.check(resource, ttl)?;
+        check_value(value)?;
+        self.extend_on(resource, value, NodeSet::ALL, ttl, None)
     }
 
     /// Releases `lock` on all nodes at once (compare-and-delete: a node only deletes the key if it still holds this
@@ -362,6 +376,189 @@ impl LockManager {
     /// [`Error::Quorum`] if fewer than a majority of nodes answered at all: the release may not have happened, and
     /// the lock will end with its lease.
     pub fn unlock(&self, lock: Lock) -> Result<usize> {
+        self.release_on(&lock.resource, &lock.value, lock.nodes)
+    }
+
+    /// Releases the lock on `resource` whose value is `value`, on all nodes at once: [`unlock`](LockManager::unlock)
+    /// for a caller that holds the lock by its value alone (a script, another process). The same compare-and-delete
+    /// script: a node deletes the key only if it still holds `value`, so another holder's lock is never touched.
+    ///
+    /// Returns the number of nodes that deleted the key before the round ended (as `unlock`): fewer than
+    /// [`quorum`](LockManager::quorum) means the value was not held by a majority any more (the lock had expired,
+    /// or was never taken), not an error.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Quorum`] if fewer than a majority of nodes answered at all; [`Error::Config`] for an empty resource
+    /// name or value.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+    /// let released = locks.unlock_value("nightly-report", "6f1c0e3a9b2d4c5e8f7a6b5c4d3e2f1a0b9c8d7e")?;
+    /// if released < locks.quorum() {
+    ///     eprintln!("the lock had already expired: the work it protected may have overlapped another holder's");
+    /// }
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn unlock_value(
+        &self,
+        resource: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+    ) -> Result<usize> {
+        let (resource, value) = (resource.as_ref(), value.as_ref());
+        if resource.is_empty() {
+            return Err(Error::config("the resource name is empty"));
+        }
+        check_value(value)?;
+        self.release_on(resource, value, NodeSet::ALL)
+    }
+
+    /// Reads what every node holds under `resource`'s key, in one round to all nodes (`GET` and `PTTL`, pipelined),
+    /// without taking or changing anything: for a status display, or to find who holds a lock.
+    ///
+    /// Nodes that are down or do not answer within [`Config::round_timeout`] appear as [`KeyState::Failed`]; the
+    /// call itself fails only for an invalid argument.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty resource name.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use muxlock::{KeyState, LockManager};
+    ///
+    /// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+    /// let seen = locks.inspect("invoice:42")?;
+    /// match seen.holder() {
+    ///     Some(value) => println!("held by {} on {} nodes", String::from_utf8_lossy(value), seen.holding(value)),
+    ///     None => println!("not held by a majority"),
+    /// }
+    /// for (node, state) in seen.nodes() {
+    ///     if let KeyState::Held { ttl: Some(ttl), .. } = state {
+    ///         println!("{node}: expires in {ttl:?}");
+    ///     }
+    /// }
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn inspect(&self, resource: impl AsRef<[u8]>) -> Result<Inspection> {
+        let resource = resource.as_ref();
+        if resource.is_empty() {
+            return Err(Error::config("the resource name is empty"));
+        }
+        let n = self.fanout.len();
+        let mut request = BytesMut::with_capacity(64 + 2 * resource.len());
+        encode_command(&[b"GET", resource], &mut request);
+        encode_command(&[b"PTTL", resource], &mut request);
+        let mut round = self
+            .fanout
+            .round(later(Instant::now(), self.config.round_timeout));
+        round.send_all(&request, 2);
+        // A node's replies come in request order: its GET's outcome first, then its PTTL's.
+        let mut gets: Vec<Option<Reply>> = vec![None; n];
+        let mut states: Vec<Option<KeyState>> = vec![None; n];
+        let mut pending = 2 * n;
+        round.need(pending);
+        while let Some((node, reply)) = round.next() {
+            let Some(get) = gets.get_mut(node) else {
+                continue;
+            };
+            match get.take() {
+                None if states[node].is_none() => *get = Some(reply),
+                None => continue, // a third outcome for a node: never happens; ignore it
+                Some(first) => states[node] = Some(key_state(first, Some(reply))),
+            }
+            pending = pending.saturating_sub(1);
+            round.need(pending);
+        }
+        drop(round);
+        let nodes = self
+            .fanout
+            .addrs()
+            .iter()
+            .cloned()
+            .zip(states.into_iter().zip(gets))
+            .map(|(addr, (state, get))| {
+                let state = state.unwrap_or_else(|| match get {
+                    Some(first) => key_state(first, None),
+                    None => KeyState::Failed(Outcome::Failed(NodeError::Timeout)),
+                });
+                (addr, state)
+            })
+            .collect();
+        Ok(Inspection {
+            resource: resource.to_vec(),
+            nodes,
+            quorum: self.quorum(),
+        })
+    }
+
+    /// The extension round shared by [`extend`](LockManager::extend) and
+    /// [`extend_value`](LockManager::extend_value): compare-and-pexpire on `nodes`, decided by a majority before
+    /// the new lease's validity and before `decide_by` (the current lease's end, when known). Returns the new
+    /// lease's end.
+    fn extend_on(
+        &self,
+        resource: &[u8],
+        value: &[u8],
+        nodes: NodeSet,
+        ttl: Duration,
+        decide_by: Option<Instant>,
+    ) -> Result<Instant> {
+        let ttl_ms = self.config.check_ttl(ttl)?;
+        let start = Instant::now();
+        let drift = drift(ttl, self.config.drift_factor);
+        let mut quorum = Quorum::new(self.fanout.len(), start, ttl, drift);
+        if let Some(instant) = decide_by {
+            quorum = quorum.decide_by(instant);
+        }
+        self.note_ttl(ttl_ms);
+        let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
+        let mut outcomes = vec![Outcome::NotAwaited; self.fanout.len()];
+        let mut status = Status::Pending;
+        // Nodes the acquisition never reached hold nothing of ours: their vote is "not ours", unasked.
+        for (node, outcome) in outcomes.iter_mut().enumerate() {
+            if !nodes.contains(node) {
+                *outcome = Outcome::NotSent;
+                status = quorum.vote(node, Vote::Taken, start);
+            }
+        }
+        self.script_round(
+            Script::Extend,
+            resource,
+            value,
+            ttl_ms,
+            (nodes, deadline, quorum.votes_to_decide()),
+            |node, reply| {
+                let now = Instant::now();
+                let (vote, outcome) = self.counted(node, script_vote(&reply), now);
+                self.votes[node].count(&outcome);
+                outcomes[node] = outcome;
+                status = quorum.vote(node, vote, now);
+                match status {
+                    Status::Pending => quorum.votes_to_decide(),
+                    _ => 0,
+                }
+            },
+        );
+        settle(status, &quorum).map_err(|failure| {
+            let report = Box::new(self.report(resource, outcomes, quorum.quorum()));
+            if failure == Failure::Held {
+                Error::LockLost(report)
+            } else {
+                Error::Quorum(report)
+            }
+        })
+    }
+
+    /// The release round shared by [`unlock`](LockManager::unlock) and
+    /// [`unlock_value`](LockManager::unlock_value): compare-and-delete on `nodes`; the number of nodes that
+    /// deleted the key by the time a majority confirmed, every node answered, or the round timed out.
+    fn release_on(&self, resource: &[u8], value: &[u8], nodes: NodeSet) -> Result<usize> {
         let n = self.fanout.len();
         let quorum = self.quorum();
         let deadline = later(Instant::now(), self.config.round_timeout);
@@ -369,17 +566,17 @@ impl LockManager {
         let (mut released, mut answered) = (0, 0);
         // Nodes the acquisition never reached have nothing to delete: they count as answered.
         for (node, outcome) in outcomes.iter_mut().enumerate() {
-            if !lock.nodes.contains(node) {
+            if !nodes.contains(node) {
                 *outcome = Outcome::NotSent;
                 answered += 1;
             }
         }
         self.script_round(
             Script::Release,
-            &lock.resource,
-            &lock.value,
+            resource,
+            value,
             0,
-            (lock.nodes, deadline, quorum),
+            (nodes, deadline, quorum),
             |node, reply| {
                 let (vote, outcome) = script_vote(&reply);
                 self.votes[node].count(&outcome);
@@ -390,11 +587,9 @@ impl LockManager {
             },
         );
         if answered < quorum {
-            return Err(Error::Quorum(Box::new(self.report(
-                &lock.resource,
-                outcomes,
-                quorum,
-            ))));
+            return Err(Error::Quorum(Box::new(
+                self.report(resource, outcomes, quorum),
+            )));
         }
         Ok(released)
     }

@@ -7,10 +7,13 @@
 //!
 //! - `quorum` (hidden, not an API): the decision as a pure state machine (votes and `now` in, verdict out).
 //! - `scripts` (hidden, not an API): the release and extend scripts and their SHA1s.
-//! - [`LockManager`]: acquire (`lock`, `try_lock`, `acquire`), `extend`, `unlock`, `stats`.
+//! - [`LockManager`]: acquire (`lock`, `try_lock`, `acquire`), `extend`, `unlock`, `stats`; for a lock held by its
+//!   value alone (a script, another process), `extend_value` and `unlock_value`; and [`inspect`](LockManager::inspect),
+//!   which reads every node's key without changing it ([`Inspection`]).
 
 mod config;
 mod error;
+mod inspect;
 mod lock;
 mod manager;
 #[doc(hidden)]
@@ -23,6 +26,7 @@ mod token;
 
 pub use config::Config;
 pub use error::{ConfigError, Error, Outcome, Report, Result};
+pub use inspect::{Inspection, KeyState};
 pub use lock::Lock;
 pub use manager::{Builder, LockManager};
 pub use stats::{NodeStats, Stats};
