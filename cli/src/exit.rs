@@ -53,6 +53,9 @@ pub struct CliError {
     pub message: String,
     /// Per node, its outcome, when the error came from a round (for `--json`).
     pub nodes: Vec<(String, String)>,
+    /// The command printed its whole result before failing (`status` with too few nodes answering): with
+    /// `--json`, no error object follows it, so that stdout stays one document.
+    pub after_output: bool,
 }
 
 impl CliError {
@@ -63,7 +66,15 @@ impl CliError {
             kind,
             message: message.into(),
             nodes: Vec::new(),
+            after_output: false,
         }
+    }
+
+    /// Marks the error as coming after the command's whole result was printed.
+    #[must_use]
+    pub fn after_output(mut self) -> CliError {
+        self.after_output = true;
+        self
     }
 
     /// EX_USAGE.
@@ -101,6 +112,7 @@ impl CliError {
             kind,
             message: e.to_string(),
             nodes,
+            after_output: false,
         }
     }
 }

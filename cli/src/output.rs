@@ -26,6 +26,11 @@ pub fn scrub(text: &str) -> String {
         let url = &tail[..end];
         match url.rfind('@') {
             Some(at) => {
+                // A user name is no secret: `redis://user:***@host`, as muxlock shows node addresses.
+                if let Some((user, _)) = url[..at].split_once(':') {
+                    out.push_str(user);
+                    out.push(':');
+                }
                 out.push_str("***");
                 out.push_str(&url[at..]);
             }
@@ -91,12 +96,13 @@ pub fn note(text: &str) {
     let _ = writeln!(io::stderr().lock(), "muxlock: {}", scrub(text));
 }
 
-/// Reports `error`: one line on stderr, and with `json` an object on stdout as well:
+/// Reports `error`: one line on stderr, and with `json` an object on stdout as well (unless the command printed its
+/// result already):
 /// `{"error":{"code":69,"kind":"quorum","message":"...","nodes":[{"node":"...","outcome":"..."}]}}`.
 pub fn report(error: &CliError, json: bool) {
     let message = scrub(&one_line(&error.message));
     let _ = writeln!(io::stderr().lock(), "muxlock: {message}");
-    if json {
+    if json && !error.after_output {
         let nodes: Vec<NodeOutcome> = error
             .nodes
             .iter()
@@ -158,23 +164,24 @@ mod tests {
     #[test]
     fn credentials_in_urls_are_hidden() {
         for (input, want) in [
-            ("redis://:hunter22@h:1", "redis://***@h:1"),
+            ("redis://:hunter22@h:1", "redis://:***@h:1"),
             (
                 "redis://u:hunter22@h:1/2 and more",
-                "redis://***@h:1/2 and more",
+                "redis://u:***@h:1/2 and more",
             ),
             (
                 "invalid value 'redis://u:p@ss@h:1' for '--ttl'",
-                "invalid value 'redis://***@h:1' for '--ttl'",
+                "invalid value 'redis://u:***@h:1' for '--ttl'",
             ),
             (
                 "a,redis://:x@a:1,redis://:y@b:2",
-                "a,redis://***@a:1,redis://***@b:2",
+                "a,redis://:***@a:1,redis://:***@b:2",
             ),
             ("no url here", "no url here"),
             ("redis://h:1 redis://***@h:2", "redis://h:1 redis://***@h:2"),
             ("ends with ://", "ends with ://"),
-            ("redis://:pa/ss?x@h:1/0", "redis://***@h:1/0"),
+            ("redis://:pa/ss?x@h:1/0", "redis://:***@h:1/0"),
+            ("redis://secret@h:1", "redis://***@h:1"),
         ] {
             assert_eq!(scrub(input), want, "{input}");
         }

@@ -350,7 +350,8 @@ fn progress(args: &Args, tallies: &[Arc<Mutex<Tally>>], started: Instant) {
             }
             None if !args.json => output::note(&format!(
                 "bench: {} of {}: {line}",
-                duration::human(elapsed),
+                // In tenths of a second: the ticks come late by a few milliseconds.
+                duration::human(Duration::from_millis((millis(elapsed) + 50) / 100 * 100)),
                 duration::human(args.duration)
             )),
             None => {}

@@ -69,7 +69,7 @@ pub fn run(_args: &Args) -> Result<(), CliError> {
     Err(CliError::new(
         exit::UNAVAILABLE,
         "not_built",
-        "muxlock demo is not built yet: it arrives with the guard (issue #9). Meanwhile `muxlock cluster up` \
+        "muxlock demo: not built yet: arrives with the guard (issue #9). Meanwhile `muxlock cluster up` \
          and `muxlock bench` show the lock at work",
     ))
 }

@@ -66,7 +66,7 @@ pub fn run(_args: &Args) -> Result<(), CliError> {
     Err(CliError::new(
         exit::UNAVAILABLE,
         "not_built",
-        "muxlock exec is not built yet: it arrives with the guard (issue #9). Meanwhile: \
+        "muxlock exec: not built yet: arrives with the guard (issue #9). Meanwhile: \
          v=$(muxlock acquire RESOURCE --ttl DUR) && COMMAND; muxlock release RESOURCE \"$v\"",
     ))
 }

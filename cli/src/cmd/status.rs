@@ -125,7 +125,8 @@ pub fn run(args: &Args) -> Result<(), CliError> {
                 doc.quorum,
                 args.resource
             ),
-        ));
+        )
+        .after_output());
     }
     Ok(())
 }

@@ -77,7 +77,8 @@ pub fn run(args: &Args) -> Result<(), CliError> {
                 "{down} of {} nodes of the local cluster are not up",
                 doc.nodes.len()
             ),
-        ));
+        )
+        .after_output());
     }
     Ok(())
 }

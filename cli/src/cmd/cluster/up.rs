@@ -50,13 +50,8 @@ pub struct Args {
     #[arg(long)]
     pub tls: bool,
 
-    /// The redis-server binary. Default: redis-server on PATH, /usr/bin or /usr/local/bin.
-    #[arg(
-        long,
-        env = "REDIS_SERVER",
-        hide_env_values = true,
-        value_name = "PATH"
-    )]
+    /// The redis-server binary. Default: $REDIS_SERVER, else redis-server on PATH, /usr/bin or /usr/local/bin.
+    #[arg(long, value_name = "PATH")]
     pub redis_server: Option<PathBuf>,
 
     /// Print a JSON object instead of the URLs.
@@ -106,7 +101,11 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         }
         None => vec![None; usize::from(args.count)],
     };
-    let bin = find_redis(args.redis_server.as_deref())?;
+    // REDIS_SERVER is read here rather than by clap, so that an empty one means "not set".
+    let from_env = std::env::var_os("REDIS_SERVER")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    let bin = find_redis(args.redis_server.as_deref().or(from_env.as_deref()))?;
     let dir = state::dir()?;
     let started = Instant::now();
     let record = Recorder::claim(&dir, &bin)?;
