@@ -24,7 +24,7 @@ pub enum Toggle {
 /// The connection options of every command that talks to the nodes.
 #[derive(Args, Clone)]
 pub struct Conn {
-    /// The Redis masters, comma-separated: redis://[user:password@]host:port[/db] or host:port. Default: the
+    /// The Redis masters, comma-separated: redis://host:port, redis://:password@host:port/db, host:port. Default: the
     /// local cluster of `muxlock cluster up`, if one is running. The password may instead come from
     /// MUXLOCK_PASSWORD.
     #[arg(
