@@ -78,6 +78,6 @@ mod time;
 
 pub use net::{AddrError, IoError, NodeAddr, NodeCounts, NodeError};
 pub use redlock::{
-    Builder, Config, ConfigError, Error, Inspection, KeyState, Lock, LockManager, NodeStats,
-    Outcome, Report, Result, Stats,
+    Builder, Config, ConfigError, Error, Guard, GuardStats, Inspection, KeyState, Lock,
+    LockManager, Lost, LostWatch, NodeStats, Outcome, Report, Result, Stats,
 };
