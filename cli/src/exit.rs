@@ -27,18 +27,16 @@ pub const CANTCREAT: u8 = 73;
 /// EX_IOERR: the output could not be written (`acquire` then releases the lock it could not hand over).
 pub const IOERR: u8 = 74;
 /// EX_TEMPFAIL: the lock is lost: `extend`/`release` found that a majority no longer holds the value (it expired or
-/// was released); `exec` (reserved): the lock was lost while the command ran, and the command was terminated.
+/// was released); `exec`: the lock was lost while the command ran, and the command was terminated.
 pub const LOST: u8 = 75;
 /// EX_NOPERM: a node refused the login (wrong or missing password) and the quorum failed for it.
 pub const NOPERM: u8 = 77;
 /// EX_CONFIG: no nodes to use (no `--nodes`, no `MUXLOCK_NODES`, no running local cluster), an invalid node URL,
 /// or an invalid setting.
 pub const CONFIG: u8 = 78;
-/// `exec` (reserved): the command was found but could not be run (not executable), as env(1) and timeout(1).
-#[allow(dead_code)] // used once `exec` is built (issue #9)
+/// `exec`: the command was found but could not be run (not executable), as env(1) and timeout(1).
 pub const CANNOT_RUN: u8 = 126;
-/// `exec` (reserved): the command was not found, as env(1) and timeout(1).
-#[allow(dead_code)] // used once `exec` is built (issue #9)
+/// `exec`: the command was not found, as env(1) and timeout(1).
 pub const NOT_FOUND: u8 = 127;
 
 /// An error on its way to the user: one line on stderr (and, with `--json`, an object on stdout), and an exit code.

@@ -98,9 +98,10 @@ impl Command {
         }
     }
 
-    fn run(&self) -> Result<(), CliError> {
-        match self {
-            Command::Exec(a) => cmd::exec::run(a),
+    /// Runs the command; the exit code on success (`exec`: the command's).
+    fn run(&self) -> Result<u8, CliError> {
+        let done = match self {
+            Command::Exec(a) => return cmd::exec::run(a),
             Command::Acquire(a) => cmd::acquire::run(a),
             Command::Release(a) => cmd::release::run(a),
             Command::Extend(a) => cmd::extend::run(a),
@@ -110,7 +111,8 @@ impl Command {
             Command::Cluster(cmd::cluster::Command::Status(a)) => cmd::cluster::status::run(a),
             Command::Bench(a) => cmd::bench::run(a),
             Command::Demo(a) => cmd::demo::run(a),
-        }
+        };
+        done.map(|()| exit::OK)
     }
 }
 
@@ -137,7 +139,7 @@ fn main() -> ExitCode {
     };
     let json = cli.command.json();
     match panic::catch_unwind(AssertUnwindSafe(|| cli.command.run())) {
-        Ok(Ok(())) => ExitCode::from(exit::OK),
+        Ok(Ok(code)) => ExitCode::from(code),
         Ok(Err(e)) => {
             output::report(&e, json);
             ExitCode::from(e.code)

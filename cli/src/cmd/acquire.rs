@@ -59,11 +59,11 @@ struct Acquired<'a> {
 /// The conflict code when the lock stays held by another holder; the codes of [`CliError::lock`] otherwise;
 /// [`exit::IOERR`] if the value cannot be printed (the lock is released then, since nobody could use it).
 pub fn run(args: &Args) -> Result<(), CliError> {
-    // The wait is a retry budget for now: `lock` retries every 200 ms ± 100 ms, so the budget is the wait divided
-    // by that pause. `lock_wait` (issue #9: waiting on the release notification, without polling) replaces this.
-    let locks = args.conn.manager(args.waiting.retry_budget())?;
+    // Waiting is `lock_wait`'s: woken by releases (client-side tracking) and at the holder's lease end, no polling.
+    let locks = args.conn.manager(0)?;
+    let wait = args.waiting.max_wait();
     let lock = locks
-        .lock(&args.resource, args.ttl)
+        .lock_wait(&args.resource, args.ttl, wait)
         .map_err(|e| CliError::lock(&e, args.waiting.conflict_exit_code))?;
     let validity = lock.validity();
     let deadline = SystemTime::now() + validity;

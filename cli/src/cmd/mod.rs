@@ -38,14 +38,13 @@ pub struct Waiting {
 }
 
 impl Waiting {
-    /// How many further attempts `LockManager::lock` makes to wait about `--wait`: one per retry pause (200 ms
-    /// ± 100 ms by default). Zero with `--nonblock` or `--wait 0`.
-    pub fn retry_budget(&self) -> u32 {
-        if self.nonblock || self.wait.is_zero() {
-            return 0;
+    /// How long to wait for the lock: `--wait`, or zero with `--nonblock` (one attempt).
+    pub fn max_wait(&self) -> Duration {
+        if self.nonblock {
+            Duration::ZERO
+        } else {
+            self.wait
         }
-        let pause = Config::default().retry_delay().as_millis().max(1);
-        u32::try_from(self.wait.as_millis().div_ceil(pause)).unwrap_or(u32::MAX)
     }
 }
 
@@ -68,16 +67,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_wait_becomes_a_retry_budget() {
+    fn nonblock_means_no_wait() {
         let waiting = |wait: u64, nonblock| Waiting {
             wait: Duration::from_millis(wait),
             nonblock,
             conflict_exit_code: 1,
         };
-        assert_eq!(waiting(30_000, false).retry_budget(), 150);
-        assert_eq!(waiting(30_000, true).retry_budget(), 0);
-        assert_eq!(waiting(0, false).retry_budget(), 0);
-        assert_eq!(waiting(1, false).retry_budget(), 1);
+        assert_eq!(waiting(30_000, false).max_wait(), Duration::from_secs(30));
+        assert_eq!(waiting(30_000, true).max_wait(), Duration::ZERO);
     }
 
     #[test]

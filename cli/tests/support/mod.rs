@@ -144,11 +144,53 @@ impl Muxlock {
         self
     }
 
+    /// Starts it without waiting; [`Running::finish`] waits for it.
+    #[track_caller]
+    pub fn spawn(mut self) -> Running {
+        let start = Instant::now();
+        let child = self.command.spawn().expect("spawn muxlock");
+        Running {
+            child,
+            start,
+            command: self.command,
+        }
+    }
+
     /// Runs to the end (at most a minute), capturing stdout and stderr.
     #[track_caller]
-    pub fn run(mut self) -> Run {
-        let start = Instant::now();
-        let mut child = self.command.spawn().expect("spawn muxlock");
+    pub fn run(self) -> Run {
+        self.spawn().finish()
+    }
+}
+
+/// A run of the binary under way.
+pub struct Running {
+    pub child: std::process::Child,
+    start: Instant,
+    command: Command,
+}
+
+impl Running {
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (e.g. "TERM", "INT") to the process.
+    #[track_caller]
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {}", self.pid());
+    }
+
+    /// Waits for the end (at most a minute from the start), capturing stdout and stderr.
+    #[track_caller]
+    pub fn finish(mut self) -> Run {
+        let start = self.start;
+        let child = &mut self.child;
         let read = |pipe: Option<Box<dyn Read + Send>>| {
             thread::spawn(move || {
                 let mut text = String::new();
@@ -189,6 +231,16 @@ impl Muxlock {
             stdout: out.join().unwrap_or_default(),
             stderr: err.join().unwrap_or_default(),
             took: start.elapsed(),
+        }
+    }
+}
+
+impl Drop for Running {
+    /// A test that fails midway leaves no muxlock behind.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
     }
 }
