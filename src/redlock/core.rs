@@ -100,10 +100,16 @@ impl Core {
         let nodes = (0..self.fanout.len())
             .map(|i| {
                 let restarts = self.restart.as_ref().map_or(0, |(g, _)| g.restarts(i));
+                let standing = self
+                    .restart
+                    .as_ref()
+                    .map(|(g, info)| g.standing(&self.fanout, i, *info, Instant::now()))
+                    .unwrap_or_default();
                 NodeStats::new(
                     self.fanout.addrs()[i].clone(),
                     &self.votes[i],
                     restarts,
+                    standing,
                     self.fanout.stats(i),
                 )
             })
@@ -633,12 +639,31 @@ impl Core {
     }
 
     pub(crate) fn report(&self, resource: &[u8], outcomes: Vec<Outcome>, quorum: usize) -> Report {
+        // Nodes whose grant was not counted: how long they have been up and until they count, for the message.
+        let now = Instant::now();
+        let not_counted = match &self.restart {
+            Some((guard, info)) => outcomes
+                .iter()
+                .enumerate()
+                .filter(|(_, o)| **o == Outcome::Quarantined)
+                .map(|(i, _)| {
+                    let s = guard.standing(&self.fanout, i, *info, now);
+                    (
+                        i,
+                        s.up.unwrap_or_default(),
+                        s.counted_in.unwrap_or_default(),
+                    )
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         let nodes = self.fanout.addrs().iter().cloned().zip(outcomes).collect();
         Report {
             resource: resource.to_vec(),
             nodes,
             quorum,
             holder_ttl: None,
+            not_counted,
         }
     }
 

@@ -97,20 +97,26 @@ impl Builder {
         }
         let mut setup = scripts::setup_commands();
         let restart = self.config.restart_guard.then(|| {
-            setup.push(restart::setup_command());
+            setup.extend(restart::setup_commands());
             let guard = RestartGuard::new(
                 addrs.len(),
                 self.config.restart_window,
                 self.config.drift_factor,
             );
-            (guard, setup.len() - 1)
+            (guard, setup.len() - 2)
         });
+        // `CONFIG GET append*` may be refused: the node then gets the window rule.
+        let optional_setup = restart
+            .as_ref()
+            .map(|(_, info)| vec![info + 1])
+            .unwrap_or_default();
         let opts = Options {
             connect_timeout: self.config.connect_timeout,
             max_in_flight: self.config.max_in_flight,
             hung_timeout: self.config.hung_timeout,
             spin: self.config.spin,
             setup,
+            optional_setup,
             ..Options::default()
         };
         let fanout = Fanout::new(addrs, opts).map_err(|e| Error::Os {

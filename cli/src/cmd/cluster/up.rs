@@ -101,45 +101,9 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         }
         None => vec![None; usize::from(args.count)],
     };
-    // REDIS_SERVER is read here rather than by clap, so that an empty one means "not set".
-    let from_env = std::env::var_os("REDIS_SERVER")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from);
-    let bin = find_redis(args.redis_server.as_deref().or(from_env.as_deref()))?;
     let dir = state::dir()?;
     let started = Instant::now();
-    let record = Recorder::claim(&dir, &bin)?;
-    let results: Vec<Result<NodeRecord, String>> = thread::scope(|scope| {
-        let handles: Vec<_> = ports
-            .iter()
-            .enumerate()
-            .map(|(i, port)| {
-                let (bin, dir, record) = (&bin, &dir, &record);
-                scope.spawn(move || {
-                    let node = start_node(
-                        bin,
-                        &state::data_dir(dir).join(format!("node-{}", i + 1)),
-                        *port,
-                    )?;
-                    record.add(i, node.clone());
-                    Ok(node)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("the thread starting it failed".into()))
-            })
-            .collect()
-    });
-    if let Some(failure) = results.iter().find_map(|r| r.as_ref().err()) {
-        let failure = failure.clone();
-        record.abandon();
-        return Err(CliError::new(exit::CANTCREAT, "cluster", failure));
-    }
-    let cluster = record.finish()?;
+    let cluster = start(&dir, &ports, args.redis_server.as_deref())?;
     let doc = Started {
         state_file: state::describe(&dir),
         appendfsync: APPENDFSYNC,
@@ -171,6 +135,57 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         ));
     }
     Ok(())
+}
+
+/// Starts a cluster of `ports.len()` nodes (each on its port, or a free one) recorded in `dir`, as `cluster up`
+/// does (and `demo` when no cluster runs).
+///
+/// # Errors
+///
+/// As [`run`].
+pub fn start(
+    dir: &Path,
+    ports: &[Option<u16>],
+    redis_server: Option<&Path>,
+) -> Result<ClusterState, CliError> {
+    // REDIS_SERVER is read here rather than by clap, so that an empty one means "not set".
+    let from_env = std::env::var_os("REDIS_SERVER")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    let bin = find_redis(redis_server.or(from_env.as_deref()))?;
+    let record = Recorder::claim(dir, &bin)?;
+    let results: Vec<Result<NodeRecord, String>> = thread::scope(|scope| {
+        let handles: Vec<_> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, port)| {
+                let (bin, record) = (&bin, &record);
+                scope.spawn(move || {
+                    let node = start_node(
+                        bin,
+                        &state::data_dir(dir).join(format!("node-{}", i + 1)),
+                        *port,
+                    )?;
+                    record.add(i, node.clone());
+                    Ok(node)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("the thread starting it failed".into()))
+            })
+            .collect()
+    });
+    if let Some(failure) = results.iter().find_map(|r| r.as_ref().err()) {
+        let failure = failure.clone();
+        record.abandon();
+        return Err(CliError::new(exit::CANTCREAT, "cluster", failure));
+    }
+    let cluster = record.finish()?;
+    Ok(cluster)
 }
 
 /// The redis-server binary: the given one, else on PATH, else the usual places.
@@ -332,7 +347,7 @@ pub fn stop(procs: &[(u32, u64)]) -> Vec<(u32, u64)> {
 }
 
 /// Starts one node in `dir`, on the `fixed` port or on a free one, and waits until it answers.
-fn start_node(bin: &Path, dir: &Path, fixed: Option<u16>) -> Result<NodeRecord, String> {
+pub fn start_node(bin: &Path, dir: &Path, fixed: Option<u16>) -> Result<NodeRecord, String> {
     let tries = if fixed.is_some() { 1 } else { PORT_TRIES };
     for _ in 0..tries {
         let port = match fixed {
