@@ -68,8 +68,6 @@
 )]
 
 #[doc(hidden)]
-pub mod fuzzing;
-#[doc(hidden)]
 pub mod net;
 pub mod redlock;
 pub mod resp;
