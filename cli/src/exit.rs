@@ -15,7 +15,8 @@ pub const CONFLICT: u8 = 1;
 /// EX_USAGE: bad arguments (unknown option, missing argument, a duration without a unit...).
 pub const USAGE: u8 = 64;
 /// EX_UNAVAILABLE: no quorum (too many nodes down, hung, refusing, or not counted yet after a restart); a node of
-/// the local cluster not running; `redis-server` missing; a feature not built yet (`exec`, `demo`, `--tls`).
+/// the local cluster not running; `redis-server` missing; `demo` granted no lock at all; a feature not
+/// built yet (`--tls`).
 pub const UNAVAILABLE: u8 = 69;
 /// EX_SOFTWARE: an internal error, a bug in muxlock (reported as one line, never a backtrace).
 pub const SOFTWARE: u8 = 70;

@@ -2,8 +2,8 @@
 //!
 //! # Layout
 //!
-//! - `cmd`: one module per subcommand (`acquire`, `release`, `extend`, `status`, `cluster up|down|status`, `bench`;
-//!   `exec` and `demo` defined but not built yet: they need the guard of issue #9).
+//! - `cmd`: one module per subcommand (`exec`, `acquire`, `release`, `extend`, `status`, `cluster up|down|status`,
+//!   `bench`, `demo`).
 //! - `nodes`: which nodes a command uses (`--nodes`, `MUXLOCK_NODES`, the local cluster) and the lock manager.
 //! - `state`: where the local cluster is recorded. `procs`: processes by PID. `redis`: a small blocking client for
 //!   the cluster's housekeeping.
@@ -51,8 +51,8 @@ Exit codes:
   0        success
   1        the lock is held by another holder (-E N changes it)
   64       usage error (bad arguments)
-  69       no quorum (nodes down, refusing, not counted yet), or not built yet
-  70       internal error (a bug)
+  69       no quorum (nodes down, refusing, not counted yet); demo: no lock at all
+  70       internal error (a bug); demo: mutual exclusion violated
   71       OS error
   73       cannot create the local cluster (one is running, a node did not start)
   74       cannot write the output

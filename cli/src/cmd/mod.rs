@@ -1,8 +1,6 @@
 //! The subcommands, one module each, and the options several of them share.
 //!
-//! Each module has an `Args` (clap derive) and a `run`. `exec` and `demo` have their whole argument definitions
-//! (so that `--help` documents them) and a `run` that says they are not built yet: they need the lock guard of
-//! issue #9 (`LockManager::hold`, `Guard::wait_lost`, `lock_wait`), and plug in here when it lands.
+//! Each module has an `Args` (clap derive) and a `run`.
 
 pub mod acquire;
 pub mod bench;

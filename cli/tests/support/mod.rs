@@ -246,8 +246,8 @@ impl Drop for Running {
 }
 
 /// `muxlock ARGS` with the nodes of `cluster` (through `MUXLOCK_NODES`) and without the restart guard: these
-/// servers have just started, and the guard would not count them for a whole lease. (Once nodes with
-/// `appendfsync always` are trusted at once, the cluster tests can start theirs that way and drop this.)
+/// servers have just started without persistence (fast, and nothing to clean up), and the guard would not count
+/// them for a whole lease. (Nodes with `appendfsync always`, such as `cluster up`'s, are trusted at once.)
 pub fn on(cluster: &Cluster, state_dir: &Path, args: &[&str]) -> Muxlock {
     Muxlock::new(state_dir, args)
         .env("MUXLOCK_NODES", cluster.urls().join(","))
