@@ -6,7 +6,7 @@
 //! 2. Spawn `COMMAND ARGS` directly (no shell) in its own process group, with `MUXLOCK_RESOURCE`, `MUXLOCK_VALUE`
 //!    and `MUXLOCK_DEADLINE_MS` in its environment. It cannot be run: 126, or 127 if not found (as env(1)); the
 //!    lock is released.
-//! 3. While it runs, the [`Guard`](muxlock::Guard) renews the lease, and three threads feed one channel: the
+//! 3. While it runs, the [`Guard`] renews the lease, and three threads feed one channel: the
 //!    child's exit, the guard's lost signal ([`LostWatch::wait_lost`](muxlock::LostWatch::wait_lost): at once
 //!    when the key is taken or its nodes are down, at the latest at the guard's deadline, which is before the
 //!    lease ends), and SIGINT/SIGTERM/SIGHUP/SIGQUIT sent to muxlock.
