@@ -1158,10 +1158,17 @@ fn live_line(shared: &Shared, total: u64, last_second: u64, cluster: &Cluster) -
         let words: Vec<&str> = cluster.nodes.iter().map(|n| n.state.word()).collect();
         format!("  nodes [{}]", words.join(" "))
     };
+    let shown = |p: f64| {
+        if sorted.is_empty() {
+            "-".to_owned()
+        } else {
+            duration::human(Duration::from_micros(pct(p)))
+        }
+    };
     format!(
         "locks {total} ({last_second}/s)  time to lock p50 {} p99 {}{nodes}  errors {errors}  violations {violations}",
-        duration::human(Duration::from_micros(pct(0.5))),
-        duration::human(Duration::from_micros(pct(0.99))),
+        shown(0.5),
+        shown(0.99),
     )
 }
 
