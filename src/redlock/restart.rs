@@ -18,7 +18,8 @@
 //! write to its append-only file and `fsync`s it before the reply goes out (in `beforeSleep`, the AOF is flushed and
 //! synced before pending replies are written), and a write or `fsync` error under `always` makes the server exit
 //! rather than answer. On restart it reloads the file before it serves anyone (clients get `-LOADING` meanwhile),
-//! and a key's expiry is stored as an absolute Unix time, so a lock it granted comes back with the same end. Such a
+//! and a key's expiry is logged as an absolute Unix time (`PEXPIREAT`/`PXAT`; from Redis 5 on a script's
+//! effects are logged, so an extension's `PEXPIRE` is too), so a lock it granted comes back with the same end. Such a
 //! restart takes nothing from the majority, and keeping the node out for a window would cost availability for no
 //! safety: the cold start of a new deployment (every node "just started") would refuse every lock for a whole
 //! lease.
