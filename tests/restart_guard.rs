@@ -160,9 +160,11 @@ fn nodes_that_persist_every_write_are_trusted_at_once_and_keep_their_locks_acros
         .try_lock("r", ttl)
         .expect("trusted at once")
         .expect("free");
-    // Every node is read as persistent once its connection is set up (the lock may have been decided before).
+    // Every node is read as persistent once its connection's set-up replies are read (the lock may have been
+    // decided before: replies are read during rounds, and `inspect` waits for every node's).
     let until = Instant::now() + Duration::from_secs(5);
     loop {
+        locks.inspect("r").expect("inspect");
         let stats = locks.stats();
         if stats
             .nodes
