@@ -209,7 +209,7 @@ fn work(locks: &LockManager, shared: &Shared, me: &str, seed: u64) {
             }
         }
         // Flush now and then, so that the live line and a stopped run see the figures.
-        if mine.latencies_us.len() >= 16 || shared.stop.load(Ordering::Relaxed) {
+        if mine.latencies_us.len() >= 4 || shared.stop.load(Ordering::Relaxed) {
             let mut tally = shared
                 .tally
                 .lock()
