@@ -203,7 +203,8 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
                     }
                 ));
                 kill_group(Signal::TERM);
-                kill_at = Some(Instant::now() + args.kill_after);
+                // A --kill-after too long for the clock means never.
+                kill_at = Instant::now().checked_add(args.kill_after);
                 lost = Some(why);
             }
             Event::Lost => {}
