@@ -9,11 +9,15 @@
 //! - `scripts` (hidden, not an API): the release and extend scripts and their SHA1s.
 //! - [`LockManager`]: acquire (`lock`, `try_lock`, `acquire`), `extend`, `unlock`, `stats`.
 
+mod batch;
 mod config;
 mod core;
 mod error;
 mod guard;
 mod lock;
+#[doc(hidden)]
+pub mod lua;
+mod pipeline;
 mod manager;
 #[doc(hidden)]
 pub mod quorum;
