@@ -67,7 +67,11 @@ fn main() {
             .collect();
         let _ = locks.unlock_batch(got);
     }
-    let pids: Vec<String> = cluster.nodes().iter().map(|s| s.pid().to_string()).collect();
+    let pids: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|s| s.pid().to_string())
+        .collect();
     let server0: Vec<f64> = pids.iter().map(|p| cpu_seconds(p)).collect();
     let (self0, t0) = (cpu_seconds("self"), Instant::now());
     let (mut locked, mut batches, mut missed) = (0usize, 0usize, 0usize);

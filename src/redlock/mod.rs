@@ -17,8 +17,9 @@ mod guard;
 mod lock;
 #[doc(hidden)]
 pub mod lua;
-mod pipeline;
 mod manager;
+mod many;
+mod pipeline;
 #[doc(hidden)]
 pub mod quorum;
 mod restart;
@@ -35,4 +36,5 @@ pub use error::{ConfigError, Error, Outcome, Report, Result};
 pub use guard::{Guard, Lost, LostWatch};
 pub use lock::Lock;
 pub use manager::{Builder, LockManager};
+pub use many::LockSet;
 pub use stats::{GuardStats, NodeStats, Stats};
