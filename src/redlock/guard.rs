@@ -74,6 +74,9 @@ pub(crate) struct Held {
     pub(crate) ttl_ms: u64,
     /// How long before the end of the lease the guard counts as lost without a confirmed renewal.
     pub(crate) margin: Duration,
+    /// The fencing token, for a guard of [`hold_fenced`](super::LockManager::hold_fenced): released by the fenced
+    /// release.
+    pub(crate) fence: Option<u64>,
     pub(crate) state: Mutex<HeldState>,
     /// Notified whenever `state` changes (renewed, lost).
     pub(crate) changed: Condvar,
@@ -98,6 +101,7 @@ impl Held {
         ttl: Duration,
         ttl_ms: u64,
         margin: Duration,
+        fence: Option<u64>,
     ) -> Held {
         Held {
             id,
@@ -106,6 +110,7 @@ impl Held {
             ttl,
             ttl_ms,
             margin,
+            fence,
             state: Mutex::new(HeldState {
                 valid_until: lock.valid_until,
                 nodes: lock.nodes,
@@ -250,6 +255,11 @@ impl Guard {
         LostWatch {
             held: Arc::clone(&self.held),
         }
+    }
+
+    /// The fencing token of a guard from [`hold_fenced`](LockManager::hold_fenced), `None` for other guards.
+    pub fn token(&self) -> Option<u64> {
+        self.held.fence
     }
 
     /// How many times the watchdog has renewed the lease.

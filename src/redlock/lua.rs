@@ -71,7 +71,19 @@ pub const RELEASE_FENCED: Lua = Lua {
     sha1: "2d6dd65ef86dc2094b1791e0dcff734fc5f6d491",
 };
 
-/// Every script of this module, for `SCRIPT LOAD` on new connections and for the tests.
+/// The resource side of fencing, for a protected resource that is itself a Redis key (on any server, not the lock
+/// nodes): writes `ARGV[2]` to `KEYS[1]` only if the token `ARGV[1]` is at least the largest token seen so far,
+/// kept in `KEYS[2]`, and records it. Returns 1 if written, 0 if refused (a stale holder). Not loaded on the
+/// lock nodes' connections: run it with `EVAL` where the data lives.
+///
+/// The rule for any other resource is the same: keep the largest token seen, and accept a write only if its
+/// token is greater than or equal to it (equal: the same holder writing again).
+pub const FENCED_WRITE: Lua = Lua {
+    body: r#"local t = tonumber(ARGV[1]) local seen = tonumber(redis.call("get", KEYS[2]) or "0") or 0 if t < seen then return 0 end redis.call("set", KEYS[2], ARGV[1]) redis.call("set", KEYS[1], ARGV[2]) return 1"#,
+    sha1: "73268b957259cb6e0a0fc23d76f5974dfd14f218",
+};
+
+/// Every script the lock rounds use, for `SCRIPT LOAD` on new connections and for the tests.
 pub const ALL: [Lua; 7] = [
     RELEASE_BATCH,
     ACQUIRE_MANY,

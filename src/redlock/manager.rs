@@ -368,7 +368,7 @@ impl LockManager {
     }
 
     /// A guard's TTL must leave a renewal at a third of it time to be confirmed before the guard's deadline.
-    fn check_guard_ttl(&self, ttl: Duration) -> Result<()> {
+    pub(crate) fn check_guard_ttl(&self, ttl: Duration) -> Result<()> {
         let config = &self.core.config;
         config.check_ttl(ttl)?;
         let margin = lost_margin(ttl, config.round_timeout);
@@ -388,6 +388,11 @@ impl LockManager {
 
     /// Puts a freshly acquired lock under the watchdog.
     fn guard(&self, lock: Lock, ttl: Duration) -> Guard {
+        self.guard_with(lock, ttl, None)
+    }
+
+    /// Puts a freshly acquired lock, fenced or not, under the watchdog.
+    pub(crate) fn guard_with(&self, lock: Lock, ttl: Duration, fence: Option<u64>) -> Guard {
         let core = &self.core;
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         let margin = lost_margin(ttl, core.config.round_timeout);
@@ -397,6 +402,7 @@ impl LockManager {
             ttl,
             ttl_ms,
             margin,
+            fence,
         ));
         core.watchdog.add(&held, Instant::now());
         Activity::add(&core.activity.guards, 1);
@@ -418,6 +424,9 @@ impl LockManager {
             nodes: s.nodes,
         };
         drop(s);
-        self.core.unlock(lock)
+        match held.fence {
+            Some(token) => self.core.unlock_fenced(&lock, token),
+            None => self.core.unlock(lock),
+        }
     }
 }

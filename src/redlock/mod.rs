@@ -13,6 +13,7 @@ mod batch;
 mod config;
 mod core;
 mod error;
+mod fenced;
 mod guard;
 mod lock;
 #[doc(hidden)]
@@ -33,6 +34,7 @@ mod watchdog;
 
 pub use config::Config;
 pub use error::{ConfigError, Error, Outcome, Report, Result};
+pub use fenced::{FencedLock, counter_key};
 pub use guard::{Guard, Lost, LostWatch};
 pub use lock::Lock;
 pub use manager::{Builder, LockManager};
