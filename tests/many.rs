@@ -255,3 +255,41 @@ fn an_error_never_leaves_part_of_a_set_locked() {
         }
     }
 }
+
+/// A set under a guard: renewed together past its TTL, lost when one member is taken away on a majority, and
+/// released together.
+#[test]
+fn a_guarded_set_is_renewed_lost_and_released_together() {
+    let cluster = Cluster::start(3);
+    let locks = manager(&cluster, locks::one_attempt(Duration::from_millis(50)));
+    let ttl = Duration::from_millis(900);
+    let guard = locks.hold_many(&["g2", "g1", "g3"], ttl).expect("free set");
+    assert_eq!(guard.resources().unwrap().len(), 3);
+    assert_eq!(guard.resource(), b"g1");
+    thread::sleep(Duration::from_millis(1500));
+    assert!(
+        !guard.is_lost() && guard.renewals() >= 2,
+        "{:?}",
+        guard.lost()
+    );
+    for node in 0..3 {
+        assert_eq!(get(&cluster, node, "g3"), bulk(guard.value()));
+    }
+    guard.release().expect("released");
+    for node in 0..3 {
+        for key in ["g1", "g2", "g3"] {
+            assert_eq!(get(&cluster, node, key), b"$-1\r\n");
+        }
+    }
+    // One member deleted on two nodes of three: the next renewal finds the set not held on a majority.
+    let guard = locks.hold_many(&["g1", "g2", "g3"], ttl).expect("free set");
+    for node in 0..2 {
+        cluster.node(node).raw(&cmd(&["DEL", "g3"]));
+    }
+    assert!(guard.wait_lost(Duration::from_secs(3)), "not lost");
+    assert!(
+        matches!(guard.lost(), Some(muxlock::Lost::Taken(_))),
+        "{:?}",
+        guard.lost()
+    );
+}

@@ -416,6 +416,6 @@ impl super::LockManager {
     pub fn hold_fenced(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Guard> {
         self.check_guard_ttl(ttl)?;
         let fenced = self.lock_fenced(resource, ttl)?;
-        Ok(self.guard_with(fenced.lock, ttl, Some(fenced.token)))
+        Ok(self.guard_with(fenced.lock, ttl, Some(fenced.token), None))
     }
 }

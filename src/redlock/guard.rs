@@ -77,6 +77,9 @@ pub(crate) struct Held {
     /// The fencing token, for a guard of [`hold_fenced`](super::LockManager::hold_fenced): released by the fenced
     /// release.
     pub(crate) fence: Option<u64>,
+    /// Every key of a set held by [`hold_many`](super::LockManager::hold_many) (sorted; `resource` is the first):
+    /// renewed and released together.
+    pub(crate) set: Option<Vec<Vec<u8>>>,
     pub(crate) state: Mutex<HeldState>,
     /// Notified whenever `state` changes (renewed, lost).
     pub(crate) changed: Condvar,
@@ -102,6 +105,7 @@ impl Held {
         ttl_ms: u64,
         margin: Duration,
         fence: Option<u64>,
+        set: Option<Vec<Vec<u8>>>,
     ) -> Held {
         Held {
             id,
@@ -111,6 +115,7 @@ impl Held {
             ttl_ms,
             margin,
             fence,
+            set,
             state: Mutex::new(HeldState {
                 valid_until: lock.valid_until,
                 nodes: lock.nodes,
@@ -216,9 +221,14 @@ impl Guard {
         }
     }
 
-    /// The locked resource's name (the Redis key).
+    /// The locked resource's name (the Redis key); for a guard of a set, the first of its names (sorted).
     pub fn resource(&self) -> &[u8] {
         &self.held.resource
+    }
+
+    /// Every resource of a guard from [`hold_many`](LockManager::hold_many) (sorted), `None` for other guards.
+    pub fn resources(&self) -> Option<&[Vec<u8>]> {
+        self.held.set.as_deref()
     }
 
     /// This acquisition's unique value (40 hex digits), stored in the key on each node.

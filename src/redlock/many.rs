@@ -425,4 +425,33 @@ impl super::LockManager {
     pub fn unlock_many(&self, set: LockSet) -> Result<usize> {
         self.core.unlock_many(set)
     }
+
+    /// Acquires a set as [`lock_many`](super::LockManager::lock_many) does and holds it under one
+    /// [`Guard`](super::Guard): the watchdog renews every key of the set together (a node confirms only if it
+    /// still holds all of them), and the guard's release releases them together. [`Guard::resources`] lists
+    /// the set; [`Guard::resource`] is its first name, the one the watchdog's client-side tracking watches (a
+    /// loss of another key is found by the next renewal).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_many`](super::LockManager::lock_many), and [`Error::Config`] for a `ttl` too short to renew.
+    ///
+    /// [`Guard::resources`]: super::Guard::resources
+    /// [`Guard::resource`]: super::Guard::resource
+    pub fn hold_many<R: AsRef<[u8]>>(
+        &self,
+        resources: &[R],
+        ttl: Duration,
+    ) -> Result<super::Guard> {
+        self.check_guard_ttl(ttl)?;
+        let set = self.lock_many(resources, ttl)?;
+        let lock = super::lock::Lock {
+            resource: set.resources.first().cloned().unwrap_or_default(),
+            value: set.value,
+            valid_until: set.valid_until,
+            extensions: 0,
+            nodes: set.nodes,
+        };
+        Ok(self.guard_with(lock, ttl, None, Some(set.resources)))
+    }
 }
