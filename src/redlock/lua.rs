@@ -71,6 +71,22 @@ pub const RELEASE_FENCED: Lua = Lua {
     sha1: "2d6dd65ef86dc2094b1791e0dcff734fc5f6d491",
 };
 
+/// Reentrant acquisition by an owner: if `KEYS[1]` is free, sets it to the owner `ARGV[1]` and the hold count
+/// `KEYS[2]` to 1, both for `ARGV[2]` ms; if it holds the owner already, increments the count and lengthens both
+/// keys' expiry to `ARGV[2]` ms if that is later (a nested hold never shortens the outer one's lease). Returns
+/// the count (at least 1), or 0 if another owner holds the key.
+pub const ACQUIRE_REENTRANT: Lua = Lua {
+    body: r#"local v = redis.call("get", KEYS[1]) if not v then redis.call("set", KEYS[1], ARGV[1], "px", ARGV[2]) redis.call("set", KEYS[2], 1, "px", ARGV[2]) return 1 end if v ~= ARGV[1] then return 0 end local c = redis.call("incr", KEYS[2]) if redis.call("pttl", KEYS[1]) < tonumber(ARGV[2]) then redis.call("pexpire", KEYS[1], ARGV[2]) redis.call("pexpire", KEYS[2], ARGV[2]) end return c"#,
+    sha1: "707fcbf0b4d367ebdb592b9482c727f9cd0ab5c4",
+};
+
+/// Reentrant release: if `KEYS[1]` holds the owner `ARGV[1]`, decrements the count `KEYS[2]` and deletes both keys
+/// when it reaches zero. Returns the count left (0: released), or -1 if the key is not the owner's.
+pub const RELEASE_REENTRANT: Lua = Lua {
+    body: r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then return -1 end local c = redis.call("decr", KEYS[2]) if c <= 0 then redis.call("del", KEYS[1], KEYS[2]) return 0 end return c"#,
+    sha1: "76142f7a470322f6c9fb207bc1f76d04db583bee",
+};
+
 /// The resource side of fencing, for a protected resource that is itself a Redis key (on any server, not the lock
 /// nodes): writes `ARGV[2]` to `KEYS[1]` only if the token `ARGV[1]` is at least the largest token seen so far,
 /// kept in `KEYS[2]`, and records it. Returns 1 if written, 0 if refused (a stale holder). Not loaded on the
@@ -84,7 +100,7 @@ pub const FENCED_WRITE: Lua = Lua {
 };
 
 /// Every script the lock rounds use, for `SCRIPT LOAD` on new connections and for the tests.
-pub const ALL: [Lua; 7] = [
+pub const ALL: [Lua; 9] = [
     RELEASE_BATCH,
     ACQUIRE_MANY,
     EXTEND_MANY,
@@ -92,6 +108,8 @@ pub const ALL: [Lua; 7] = [
     ACQUIRE_FENCED,
     FENCE,
     RELEASE_FENCED,
+    ACQUIRE_REENTRANT,
+    RELEASE_REENTRANT,
 ];
 
 /// `EVALSHA sha numkeys keys... args...`, or `EVAL script ...` when `full`.

@@ -23,6 +23,7 @@ mod many;
 mod pipeline;
 #[doc(hidden)]
 pub mod quorum;
+mod reentrant;
 mod restart;
 mod schedule;
 #[doc(hidden)]
@@ -39,4 +40,5 @@ pub use guard::{Guard, Lost, LostWatch};
 pub use lock::Lock;
 pub use manager::{Builder, LockManager};
 pub use many::LockSet;
+pub use reentrant::{Owner, ReentrantLock};
 pub use stats::{GuardStats, NodeStats, Stats};
