@@ -156,3 +156,44 @@ fn unlock_batch_after_script_flush_and_oversized_batches() {
         assert!(r.is_err_and(|e| e.is_config()));
     }
 }
+
+/// The restart guard in every new round type: on freshly started nodes (indistinguishable from restarted ones)
+/// no grant counts, so batches, sets, fenced and reentrant locks all fail for want of a quorum, and the outcome
+/// says why; nothing they set stays behind for long (failed attempts release).
+#[test]
+fn every_new_round_counts_only_nodes_the_restart_guard_trusts() {
+    let cluster = Cluster::start(3);
+    let locks = locks::manager(
+        cluster.urls(),
+        Config::default()
+            .with_retry_count(0)
+            .with_round_timeout(Duration::from_millis(500)),
+    );
+    let quarantined = |e: &muxlock::Error| {
+        let text = e.to_string();
+        e.is_quorum() && text.contains("not counted")
+    };
+    for r in locks.try_lock_batch(&["q1", "q2"], TTL) {
+        let e = r.expect_err("no trusted node");
+        assert!(quarantined(&e), "{e}");
+    }
+    let e = locks.lock_many(&["q1", "q2"], TTL).unwrap_err();
+    assert!(quarantined(&e), "{e}");
+    let e = locks.lock_fenced("q3", TTL).unwrap_err();
+    assert!(quarantined(&e), "{e}");
+    let owner = locks.owner().unwrap();
+    let e = locks.lock_reentrant(&owner, "q4", TTL).unwrap_err();
+    assert!(quarantined(&e), "{e}");
+    locks::wait_until(Duration::from_secs(2), "failed attempts released", || {
+        (0..3).all(|i| {
+            cluster.node(i).raw(&cmd(&[
+                "EXISTS",
+                "q1",
+                "q2",
+                "q3",
+                "q4",
+                "muxlock:holds:q4",
+            ])) == b":0\r\n"
+        })
+    });
+}
