@@ -52,6 +52,8 @@
 //!   against a resource that has seen the newer one. That is what the fence is for: the resource rejects it.
 //! - **Every fenced client must bound its rounds by `D`**: this manager's
 //!   [`Config::round_timeout`](super::Config::round_timeout) is assumed to be the largest in use on the resource.
+//!   (Strictly, `D` as measured on the slowest client clock; with the drift factors in use, a round timeout of
+//!   tens of milliseconds differs by microseconds between clocks, far inside the lease's own drift allowance.)
 //! - **Counters must survive a restart** (`appendonly yes`, `appendfsync always`). A node that restarts without
 //!   its data comes back with counter 0, and once the restart guard trusts it again it counts like any other; if
 //!   it also held the largest value, a later token can repeat an older one. The alternative — not counting a
