@@ -47,15 +47,23 @@ fn var(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn manager(urls: &[String]) -> LockManager {
+/// A manager whose rounds wait up to `round_timeout` (the default is 50 ms).
+fn manager_with(urls: &[String], round_timeout: Duration) -> LockManager {
     let config = Config::default()
         .with_restart_guard(false)
-        .with_retry_count(0);
+        .with_retry_count(0)
+        .with_round_timeout(round_timeout);
     LockManager::builder()
         .nodes(urls.iter().cloned())
         .config(config)
         .build()
         .expect("a valid configuration")
+}
+
+/// A round timeout of 1 s, not 50 ms: on this 2-vCPU machine a descheduled thread can miss 50 ms, and a bench that
+/// dies of that measures nothing. A stuck round (a bug) still shows: it would take 1 s.
+fn manager(urls: &[String]) -> LockManager {
+    manager_with(urls, Duration::from_secs(1))
 }
 
 fn us(h: &Histogram<u64>, q: f64) -> f64 {
@@ -132,6 +140,11 @@ fn handoff(urls: &[String], quick: bool) {
     let mut hists: Vec<Histogram<u64>> = (0..4)
         .map(|_| Histogram::new_with_bounds(1, 10_000_000_000, 3).expect("histogram"))
         .collect();
+    // The same hand-offs timed from the holder's call to `unlock`: when the holder thread is descheduled after
+    // the release's replies arrive, the waiter can return before `unlock` does, and the measure reads 0.
+    let mut from_call: Vec<Histogram<u64>> = (0..3)
+        .map(|_| Histogram::new_with_bounds(1, 10_000_000_000, 3).expect("histogram"))
+        .collect();
     let rounds = if quick {
         2
     } else {
@@ -170,7 +183,10 @@ fn handoff(urls: &[String], quick: bool) {
                 w.go.send(resource).expect("waiter");
                 // Long enough for the waiter to try, fail and go to sleep.
                 thread::sleep(Duration::from_millis(3));
-                holder.unlock(lock).expect("unlock");
+                let t_unlock = Instant::now();
+                if let Err(e) = holder.unlock(lock) {
+                    panic!("unlock failed after {:?}: {e}", t_unlock.elapsed());
+                }
                 let released = Instant::now();
                 let got = w
                     .got
@@ -181,23 +197,28 @@ fn handoff(urls: &[String], quick: bool) {
                 }
                 let took = got.saturating_duration_since(released).as_nanos() as u64;
                 hists[i].record(took.max(1)).expect("record");
+                let since_call = got.saturating_duration_since(t_unlock).as_nanos() as u64;
+                from_call[i].record(since_call.max(1)).expect("record");
             }
         }
     }
     println!(
         "\n## hand-off: unlock returned in the holder -> the waiter's call returned (5 nodes)\n"
     );
-    println!("| case | n | p50 µs | p90 µs | p99 µs |");
-    println!("|---|---:|---:|---:|---:|");
+    println!("| case | n | p50 µs | p90 µs | p99 µs | p50 from unlock's call µs |");
+    println!("|---|---:|---:|---:|---:|---:|");
     let names = [
         "muxlock lock_wait, same manager",
         "muxlock lock_wait, other manager (tracking)",
         "rslock acquire_no_guard (polls)",
         "muxlock lock, uncontended (yardstick)",
     ];
-    for (name, h) in names.iter().zip(&hists) {
+    for (i, (name, h)) in names.iter().zip(&hists).enumerate() {
+        let call = from_call
+            .get(i)
+            .map_or("-".to_string(), |c| format!("{:.0}", us(c, 0.5)));
         println!(
-            "| {name} | {} | {:.0} | {:.0} | {:.0} |",
+            "| {name} | {} | {:.0} | {:.0} | {:.0} | {call} |",
             h.len(),
             us(h, 0.5),
             us(h, 0.9),
@@ -299,7 +320,8 @@ fn watchdog_cost(urls: &[String], quick: bool) {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for ttl in [Duration::from_secs(3), Duration::from_secs(30)] {
-        let locks = manager(urls);
+        // A guard needs its renewal confirmed well inside its TTL: 200 ms rounds allow a 3 s TTL.
+        let locks = manager_with(urls, Duration::from_millis(200));
         let held: Vec<Guard> = (0..guards)
             .map(|i| locks.hold(format!("guarded:{i}"), ttl).expect("hold"))
             .collect();

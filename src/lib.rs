@@ -67,8 +67,6 @@
 )]
 
 #[doc(hidden)]
-pub mod fuzzing;
-#[doc(hidden)]
 pub mod net;
 pub mod redlock;
 pub mod resp;

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 #[path = "../fuzz/differential.rs"]
 mod differential;
+#[path = "../fuzz/harness.rs"]
+mod harness;
 
 /// The replay inputs of `target`, sorted; each seed directory must exist and hold a real corpus.
 fn inputs(target: &str) -> Vec<PathBuf> {
@@ -61,12 +63,12 @@ fn replay(target: &'static str, harness: fn(&[u8])) {
 
 #[test]
 fn decode_seeds_and_regressions() {
-    replay("decode", muxlock::fuzzing::decode);
+    replay("decode", harness::decode);
 }
 
 #[test]
 fn roundtrip_seeds_and_regressions() {
-    replay("roundtrip", muxlock::fuzzing::roundtrip);
+    replay("roundtrip", harness::roundtrip);
 }
 
 #[test]

@@ -156,9 +156,10 @@ fn garbage_is_a_protocol_error_naming_the_byte_at_once() {
         ("bulk too long", b"$3\r\nabcdef\r\n", InvalidBulkEnd, 7),
         ("bare LF", b"+OK\n", InvalidLineEnd, 3),
         ("negative length", b"$-2\r\n", InvalidLength, 1),
+        // RESP3 streams strings and aggregates (decoded), never a blob error.
         (
-            "streamed",
-            b"$?\r\n;4\r\nHell\r\n;0\r\n",
+            "streamed blob error",
+            b"!?\r\n;4\r\nHell\r\n;0\r\n",
             StreamedUnsupported,
             1,
         ),

@@ -2,7 +2,9 @@
 //! RESP3's streamed forms (`$?`, `*?`, `~?`, `%?`) at random, they decode to the same values.
 
 use bytes::{Bytes, BytesMut};
-use muxlock::fuzzing::encode_streamed;
+#[path = "../fuzz/harness.rs"]
+mod harness;
+use harness::encode_streamed;
 use muxlock::resp::{Decoder, Value, decode, encode};
 use proptest::prelude::*;
 

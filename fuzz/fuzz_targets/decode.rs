@@ -1,3 +1,6 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| muxlock::fuzzing::decode(data));
+#[path = "../harness.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::decode(data));

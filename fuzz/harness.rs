@@ -1,6 +1,6 @@
-//! The fuzz harness for the RESP codec. **Not API**: hidden from the docs, outside semver, and only here so that
-//! the `fuzz/` targets (one-liners) and `tests/fuzz_replay.rs` (stable, on every `cargo test`) check the same
-//! invariants.
+//! The fuzz harness for the RESP codec: the invariants the `fuzz/` targets (one-liners) check, and that
+//! `tests/fuzz_replay.rs` and `tests/resp_roundtrip.rs` (stable, on every `cargo test`) check on the same inputs.
+//! Not part of the library: each of them includes this file with `#[path]`, so it sees only muxlock's public API.
 //!
 //! Every function takes arbitrary bytes, never fails on valid behaviour, and panics (`assert!`) when the codec
 //! breaks one of its documented guarantees: that is how a fuzzer notices.
@@ -12,14 +12,14 @@
 //!   encode again to identical bytes; its encoding then goes through [`decode`]'s checks. The same value written
 //!   with RESP3's streamed forms ([`encode_streamed`]) must decode to it too.
 
-// A harness reports a broken invariant by panicking; the crate-wide `clippy::panic` warning is for library code.
-#![allow(clippy::panic)]
+// Each includer (a fuzz target, a test) uses a part of the harness.
+#![allow(dead_code)]
 
 use std::fmt::Write as _;
 
 use bytes::{BufMut, BytesMut};
 
-use crate::resp::{self, DecodeError, Decoder, ErrorKind, Value};
+use muxlock::resp::{self, DecodeError, Decoder, ErrorKind, Value};
 
 /// Decodes `data` as a stream of replies and checks that however the bytes arrive, the decoder says the same thing.
 ///
