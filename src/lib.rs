@@ -77,5 +77,5 @@ mod time;
 pub use net::{AddrError, IoError, NodeAddr, NodeCounts, NodeError};
 pub use redlock::{
     Builder, Config, ConfigError, Error, Guard, GuardStats, Inspection, KeyState, Lock,
-    LockManager, Lost, LostWatch, NodeStats, Outcome, Report, Result, Stats,
+    LockManager, LockSet, Lost, LostWatch, NodeStats, Outcome, Report, Result, Stats,
 };

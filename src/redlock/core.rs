@@ -379,14 +379,7 @@ impl Core {
         for (i, _) in &live {
             let g = &guards[*i];
             self.note_ttl(g.ttl_ms);
-            scripts::call(
-                &mut request,
-                Script::Extend,
-                false,
-                &g.resource,
-                &g.value,
-                g.ttl_ms,
-            );
+            renewal(&mut request, g, false);
         }
         let mut round = self.fanout.round(later(start, self.config.round_timeout));
         round.send_all(&request, k);
@@ -407,14 +400,7 @@ impl Core {
                     let mut full = BytesMut::with_capacity(k * 256);
                     for (i, _) in &live {
                         let g = &guards[*i];
-                        scripts::call(
-                            &mut full,
-                            Script::Extend,
-                            true,
-                            &g.resource,
-                            &g.value,
-                            g.ttl_ms,
-                        );
+                        renewal(&mut full, g, true);
                     }
                     round.send(node, &full, k);
                 }
@@ -680,6 +666,24 @@ impl Core {
             delay + Duration::from_nanos(r - jitter)
         } else {
             delay.saturating_sub(Duration::from_nanos(jitter - r))
+        }
+    }
+}
+
+/// One guard's renewal command: compare-and-pexpire of its key, or of every key of its set together.
+fn renewal(buf: &mut BytesMut, g: &Held, full: bool) {
+    match &g.set {
+        None => scripts::call(buf, Script::Extend, full, &g.resource, &g.value, g.ttl_ms),
+        Some(set) => {
+            let keys: Vec<&[u8]> = set.iter().map(|k| &k[..]).collect();
+            let ttl = crate::resp::Decimal::new(i64::try_from(g.ttl_ms).unwrap_or(i64::MAX));
+            super::lua::eval(
+                buf,
+                super::lua::EXTEND_MANY,
+                full,
+                &keys,
+                &[&g.value, ttl.as_bytes()],
+            );
         }
     }
 }

@@ -481,7 +481,7 @@ impl LockManager {
     }
 
     /// A guard's TTL must leave a renewal at a third of it time to be confirmed before the guard's deadline.
-    fn check_guard_ttl(&self, ttl: Duration) -> Result<()> {
+    pub(crate) fn check_guard_ttl(&self, ttl: Duration) -> Result<()> {
         let config = &self.core.config;
         config.check_ttl(ttl)?;
         let margin = lost_margin(ttl, config.round_timeout);
@@ -501,6 +501,17 @@ impl LockManager {
 
     /// Puts a freshly acquired lock under the watchdog.
     fn guard(&self, lock: Lock, ttl: Duration) -> Guard {
+        self.guard_with(lock, ttl, None, None)
+    }
+
+    /// Puts a freshly acquired lock, fenced or not, under the watchdog.
+    pub(crate) fn guard_with(
+        &self,
+        lock: Lock,
+        ttl: Duration,
+        fence: Option<u64>,
+        set: Option<Vec<Vec<u8>>>,
+    ) -> Guard {
         let core = &self.core;
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         let margin = lost_margin(ttl, core.config.round_timeout);
@@ -510,6 +521,8 @@ impl LockManager {
             ttl,
             ttl_ms,
             margin,
+            fence,
+            set,
         ));
         core.watchdog.add(&held, Instant::now());
         Activity::add(&core.activity.guards, 1);
@@ -531,6 +544,16 @@ impl LockManager {
             nodes: s.nodes,
         };
         drop(s);
-        self.core.unlock(lock)
+        match (&held.set, held.fence) {
+            (Some(set), _) => self.core.unlock_many(super::many::LockSet {
+                resources: set.clone(),
+                value: lock.value,
+                valid_until: lock.valid_until,
+                extensions: 0,
+                nodes: lock.nodes,
+            }),
+            (None, Some(token)) => self.core.unlock_fenced(&lock, token),
+            (None, None) => self.core.unlock(lock),
+        }
     }
 }
