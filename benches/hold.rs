@@ -47,18 +47,23 @@ fn var(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn manager(urls: &[String]) -> LockManager {
-    // A round timeout of 1 s, not 50 ms: on this 2-vCPU machine a descheduled thread can miss 50 ms, and a
-    // bench that dies of that measures nothing. A stuck round (a bug) still shows: it would take 1 s.
+/// A manager whose rounds wait up to `round_timeout` (the default is 50 ms).
+fn manager_with(urls: &[String], round_timeout: Duration) -> LockManager {
     let config = Config::default()
         .with_restart_guard(false)
         .with_retry_count(0)
-        .with_round_timeout(Duration::from_secs(1));
+        .with_round_timeout(round_timeout);
     LockManager::builder()
         .nodes(urls.iter().cloned())
         .config(config)
         .build()
         .expect("a valid configuration")
+}
+
+/// A round timeout of 1 s, not 50 ms: on this 2-vCPU machine a descheduled thread can miss 50 ms, and a bench that
+/// dies of that measures nothing. A stuck round (a bug) still shows: it would take 1 s.
+fn manager(urls: &[String]) -> LockManager {
+    manager_with(urls, Duration::from_secs(1))
 }
 
 fn us(h: &Histogram<u64>, q: f64) -> f64 {
@@ -315,7 +320,8 @@ fn watchdog_cost(urls: &[String], quick: bool) {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for ttl in [Duration::from_secs(3), Duration::from_secs(30)] {
-        let locks = manager(urls);
+        // A guard needs its renewal confirmed well inside its TTL: 200 ms rounds allow a 3 s TTL.
+        let locks = manager_with(urls, Duration::from_millis(200));
         let held: Vec<Guard> = (0..guards)
             .map(|i| locks.hold(format!("guarded:{i}"), ttl).expect("hold"))
             .collect();

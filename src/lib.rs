@@ -46,7 +46,8 @@
 //!
 //! - The lock API, at the crate root: [`LockManager`] (and its [`Builder`]), [`Lock`], [`Config`], [`Error`] with
 //!   its per-node [`Report`] of [`Outcome`]s, [`NodeAddr`], [`NodeError`] (with [`TlsError`]), [`TlsConfig`] for
-//!   `rediss://` nodes, and the counters of [`LockManager::stats`]. This is the API users rely on.
+//!   `rediss://` nodes, the counters of [`LockManager::stats`], and what [`LockManager::inspect`] reads of a key
+//!   ([`Inspection`], [`KeyState`]). This is the API users rely on.
 //! - [`resp`]: the RESP2/RESP3 codec, a product of its own (fuzzed, benchmarked, stricter than the common
 //!   parsers): public and documented for use without the rest of muxlock.
 //! - The layers below the lock API are **not** an API: the network layer (`muxlock::net`: the fanout, rounds,
@@ -76,6 +77,9 @@
 //!   and waiters still work, late: a guard whose key was deleted or overwritten is found lost at its next renewal
 //!   instead of at once, and a waiter polls at the retry delay instead of waking on the release.
 //! - `AUTH` and `HELLO` need no permission; add `+select` if a URL names a database.
+//! - Not in that set (and not yet tested): `+config|get` lets the restart guard trust nodes that persist every
+//!   write at once (without it they get the window rule); fencing adds `+incr` and `~muxlock:fence:*`, reentrant
+//!   locks `+incr +decr +pttl` and `~muxlock:holds:*`.
 //!
 //! # Features
 //!
@@ -104,6 +108,6 @@ mod time;
 
 pub use net::{AddrError, IoError, NodeAddr, NodeCounts, NodeError, TlsConfig, TlsError};
 pub use redlock::{
-    Builder, Config, ConfigError, Error, Guard, GuardStats, Lock, LockManager, Lost, LostWatch,
-    NodeStats, Outcome, Report, Result, Stats,
+    Builder, Config, ConfigError, Error, Guard, GuardStats, Inspection, KeyState, Lock,
+    LockManager, LockSet, Lost, LostWatch, NodeStats, Outcome, Report, Result, Stats,
 };
