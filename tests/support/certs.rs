@@ -115,6 +115,13 @@ impl Certs {
     }
 }
 
+/// The directory of the files, as `RedisServerBuilder::tls` takes it.
+impl AsRef<Path> for Certs {
+    fn as_ref(&self) -> &Path {
+        &self.dir
+    }
+}
+
 impl Drop for Certs {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.dir);

@@ -71,17 +71,20 @@ impl RedisServerBuilder {
     }
 
     /// Also listens for TLS on a second free port ([`RedisServer::tls_port`]), with the server certificate and CA
-    /// of `certs`, requiring client certificates or not (`--tls-auth-clients`). The plain port stays open for
-    /// the readiness probe and [`RedisServer::raw`].
-    pub fn tls(mut self, certs: &super::certs::Certs, require_client_certs: bool) -> Self {
+    /// in the directory `certs` (`server.crt`, `server.key`, `ca.crt`: what `certs::Certs` writes; a `&Certs`
+    /// will do), requiring client certificates or not (`--tls-auth-clients`). The plain port stays open for the
+    /// readiness probe and [`RedisServer::raw`]. (A directory rather than `Certs` itself, so that this file
+    /// needs nothing but std: the CLI's tests include it by path, without rcgen.)
+    pub fn tls(mut self, certs: impl AsRef<Path>, require_client_certs: bool) -> Self {
+        let dir = certs.as_ref();
         let auth = if require_client_certs { "yes" } else { "no" };
         let args = [
             OsString::from("--tls-cert-file"),
-            certs.path("server.crt").into(),
+            dir.join("server.crt").into(),
             "--tls-key-file".into(),
-            certs.path("server.key").into(),
+            dir.join("server.key").into(),
             "--tls-ca-cert-file".into(),
-            certs.path("ca.crt").into(),
+            dir.join("ca.crt").into(),
             "--tls-auth-clients".into(),
             auth.into(),
         ];
