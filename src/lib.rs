@@ -45,15 +45,47 @@
 //! # What is public
 //!
 //! - The lock API, at the crate root: [`LockManager`] (and its [`Builder`]), [`Lock`], [`Config`], [`Error`] with
-//!   its per-node [`Report`] of [`Outcome`]s, [`NodeAddr`], [`NodeError`], the counters of
-//!   [`LockManager::stats`], and what [`LockManager::inspect`] reads of a key ([`Inspection`], [`KeyState`]). This
-//!   is the API users rely on.
+//!   its per-node [`Report`] of [`Outcome`]s, [`NodeAddr`], [`NodeError`] (with [`TlsError`]), [`TlsConfig`] for
+//!   `rediss://` nodes, the counters of [`LockManager::stats`], and what [`LockManager::inspect`] reads of a key
+//!   ([`Inspection`], [`KeyState`]). This is the API users rely on.
 //! - [`resp`]: the RESP2/RESP3 codec, a product of its own (fuzzed, benchmarked, stricter than the common
 //!   parsers): public and documented for use without the rest of muxlock.
 //! - The layers below the lock API are **not** an API: the network layer (`muxlock::net`: the fanout, rounds,
 //!   connection options) and the Redlock internals (`muxlock::redlock::quorum`, `muxlock::redlock::scripts`) are
 //!   reachable for the project's own tests and benches but hidden from the docs, and may change in any release.
 //!   (A round, for one, trusts its caller's count of replies per request; the lock API never gets it wrong.)
+//!
+//! # TLS and ACL users
+//!
+//! `rediss://` nodes connect with TLS (see [`TlsConfig`] and [`Config::with_tls`]); `redis://user:password@host`
+//! logs in as an ACL user (`AUTH user password`, or `HELLO 3 AUTH user password` with `?protocol=resp3`). A wrong
+//! password is an [`Error`] naming the node; passwords never appear in `Debug`, `Display` or errors. The least
+//! permissions a muxlock user needs (each one shown necessary in `tests/acl.rs`), with `~lock:*` standing for the
+//! lock names used:
+//!
+//! ```text
+//! ACL SETUSER locker on >s3cret ~lock:* +set +get +del +pexpire +eval +evalsha +script|load +info +pttl +client|tracking
+//! ```
+//!
+//! - `+set` takes a lock; `+evalsha` runs the release and extend scripts (a guard's renewals are the extend
+//!   script), which call `+get`, `+del` and `+pexpire`; `+eval` runs them in full when a node has lost them (a
+//!   `SCRIPT FLUSH`, a restart); `+script|load` loads them on each new connection; `+info` feeds the restart
+//!   guard (`INFO server`; not needed with [`Config::with_restart_guard`]`(false)`).
+//! - Guards and waiting ([`LockManager::hold`], [`LockManager::lock_wait`]) add `+client|tracking` (the
+//!   watchdog's tracker connections turn client-side tracking on, and read guards' keys with `GET`) and `+pttl`
+//!   (a waiter reads the holder's remaining lease, which also arms the tracking of the key). Without them guards
+//!   and waiters still work, late: a guard whose key was deleted or overwritten is found lost at its next renewal
+//!   instead of at once, and a waiter polls at the retry delay instead of waking on the release.
+//! - `AUTH` and `HELLO` need no permission; add `+select` if a URL names a database.
+//! - Not in that set (and not yet tested): `+config|get` lets the restart guard trust nodes that persist every
+//!   write at once (without it they get the window rule); fencing adds `+incr` and `~muxlock:fence:*`, reentrant
+//!   locks `+incr +decr +pttl` and `~muxlock:holds:*`.
+//!
+//! # Features
+//!
+//! - `tls` (on by default): `rediss://` nodes, over rustls (with the `ring` provider) on the same non-blocking
+//!   sockets as plain ones; see [`TlsConfig`] and [`Config::with_tls`]. Without it, muxlock has no TLS
+//!   dependency and a `rediss://` node is an [`Error::Config`].
 //!
 //! # Layout
 //!
@@ -74,7 +106,7 @@ pub mod resp;
 mod sync;
 mod time;
 
-pub use net::{AddrError, IoError, NodeAddr, NodeCounts, NodeError};
+pub use net::{AddrError, IoError, NodeAddr, NodeCounts, NodeError, TlsConfig, TlsError};
 pub use redlock::{
     Builder, Config, ConfigError, Error, Guard, GuardStats, Inspection, KeyState, Lock,
     LockManager, LockSet, Lost, LostWatch, NodeStats, Outcome, Report, Result, Stats,

@@ -2,9 +2,12 @@
 //! byte at a time, a reply that never ends, a connection closed mid-reply, error replies, refused logins and RESP3
 //! pushes.
 //!
-//! For each, at two levels: the network layer (a one-node [`Fanout`]) returns the exact outcome within the round's
-//! deadline; and a [`LockManager`] over two real `redis-server`s and the fake still locks and unlocks, and, where
-//! the majority needs the fake's vote, names it in the error report with a message saying what it did. Memory is
+//! What the connection does with the bytes alone (the exact error for each kind of garbage, limits, refused
+//! logins, pushes) is unit-tested on the connection's state without sockets (`src/net/state_tests.rs`). Here, with
+//! sockets and time: the network layer (a one-node [`Fanout`]) returns the outcome within the round's deadline
+//! (a hung node, a trickle, a close mid-reply, a redial); and a [`LockManager`] over two real `redis-server`s and
+//! the fake still locks and unlocks, and, where the majority needs the fake's vote, names it in the error report
+//! with a message saying what it did. Memory is
 //! measured where a declared size could tempt an allocation: the resident set may not grow by more than
 //! [`RSS_BOUND`].
 
@@ -144,80 +147,10 @@ fn peak_rss_growth<T>(f: impl FnOnce() -> T) -> (T, u64) {
     (out, peak.saturating_sub(before))
 }
 
+/// The bytes alone are checked by the unit tests of the connection state (`src/net/state_tests.rs`); here, over
+/// a socket, a declaration inside the limits is awaited until the deadline and costs only what arrived.
 #[test]
-fn garbage_is_a_protocol_error_naming_the_byte_at_once() {
-    use ErrorKind::*;
-    let cases: &[(&str, &[u8], ErrorKind, usize)] = &[
-        ("HTTP", b"HTTP/1.1 400 Bad Request\r\n\r\n", UnknownType, 0),
-        ("TLS alert", b"\x15\x03\x03\x00\x02\x02\x46", UnknownType, 0),
-        ("unknown type", b"@5\r\nhello\r\n", UnknownType, 0),
-        ("unknown type, nested", b"*2\r\n:1\r\n@\r\n", UnknownType, 8),
-        ("letter in integer", b":12a\r\n", InvalidInteger, 3),
-        ("bulk too long", b"$3\r\nabcdef\r\n", InvalidBulkEnd, 7),
-        ("bare LF", b"+OK\n", InvalidLineEnd, 3),
-        ("negative length", b"$-2\r\n", InvalidLength, 1),
-        // RESP3 streams strings and aggregates (decoded), never a blob error.
-        (
-            "streamed blob error",
-            b"!?\r\n;4\r\nHell\r\n;0\r\n",
-            StreamedUnsupported,
-            1,
-        ),
-        ("bad boolean", b"#x\r\n", InvalidBoolean, 1),
-    ];
-    for &(case, bytes, kind, offset) in cases {
-        let fake = FakeServer::start(move |_: &[Bytes]| Action::reply(bytes));
-        let (reply, took) = ask(&one(&fake), &[b"PING"], DEADLINE);
-        assert_protocol(&reply, kind, offset, case);
-        assert!(took < AT_ONCE, "{case}: took {took:?}");
-    }
-}
-
-#[test]
-fn declared_sizes_are_refused_or_awaited_without_allocating_them() {
-    use ErrorKind::*;
-    // `wide`: the decoder's own default limits (bulk 512 MiB, 2^31 - 1 elements, depth 128) instead of the
-    // connection's (4 MiB, 65,536, 32).
-    let refused: &[(&str, &[u8], bool, ErrorKind, usize)] = &[
-        (
-            "2^62 bulk",
-            b"$4611686018427387904\r\n",
-            false,
-            BulkTooLong,
-            1,
-        ),
-        ("2^31 array", b"*2147483648\r\n", false, AggregateTooLong, 1),
-        ("2^31 map", b"%2147483648\r\n", false, AggregateTooLong, 1),
-        (
-            "2^62 bulk, wide",
-            b"$4611686018427387904\r\n",
-            true,
-            BulkTooLong,
-            1,
-        ),
-        (
-            "2^31 array, wide",
-            b"*2147483648\r\n",
-            true,
-            AggregateTooLong,
-            1,
-        ),
-    ];
-    // The first header past the depth limit is refused: at byte 32 x 4, or 128 x 4.
-    let deep = [(false, TooDeep, 128), (true, TooDeep, 512)]
-        .map(|(wide, kind, offset)| ("10,000 deep", nested(10_000), wide, kind, offset));
-    let cases = refused
-        .iter()
-        .map(|&(case, bytes, wide, kind, offset)| (case, bytes.to_vec(), wide, kind, offset));
-    for (case, bytes, wide, kind, offset) in cases.chain(deep) {
-        let fake = FakeServer::start(move |_: &[Bytes]| Action::reply(&bytes));
-        let node = fanout(&fake.url(), options(wide));
-        let ((reply, took), grew) = peak_rss_growth(|| ask(&node, &[b"PING"], DEADLINE));
-        eprintln!("{case}: {reply:?} after {took:?}, RSS +{} KiB", grew >> 10);
-        assert_protocol(&reply, kind, offset, case);
-        assert!(took < AT_ONCE, "{case}: took {took:?}");
-        assert!(grew < RSS_BOUND, "{case}: RSS grew by {grew} bytes");
-    }
+fn declared_sizes_inside_the_limits_are_awaited_without_allocating_them() {
     // Inside the limits a declaration is only a promise: the reply is awaited, and costs what arrived.
     let deadline = Duration::from_millis(300);
     let awaited: &[(&str, &[u8], bool)] = &[
@@ -235,36 +168,6 @@ fn declared_sizes_are_refused_or_awaited_without_allocating_them() {
         eprintln!("{case}: {reply:?} after {took:?}, RSS +{} KiB", grew >> 10);
         assert_eq!(reply, Err(NodeError::Timeout), "{case}");
         assert_at(took, deadline, case);
-        assert!(grew < RSS_BOUND, "{case}: RSS grew by {grew} bytes");
-    }
-}
-
-#[test]
-fn a_reply_that_never_ends_is_cut_at_the_connections_limits() {
-    let cases: &[(&str, &[u8], ErrorKind, usize)] = &[
-        // A line may hold 64 KiB before its CRLF: the byte after that is the error.
-        ("simple string", b"+", ErrorKind::LineTooLong, 1 + 65_536),
-        ("error line", b"-ERR ", ErrorKind::LineTooLong, 1 + 65_536),
-        // A bulk is buffered up to its length, which the limits bound (4 MiB); then its CRLF is missing.
-        (
-            "4 MiB bulk",
-            b"$4194304\r\n",
-            ErrorKind::InvalidBulkEnd,
-            10 + (4 << 20),
-        ),
-        // Above the connection's limit, the header alone is refused.
-        ("16 MiB bulk", b"$16777216\r\n", ErrorKind::BulkTooLong, 1),
-    ];
-    for &(case, prefix, kind, offset) in cases {
-        let fake = FakeServer::start(move |_: &[Bytes]| Action::Endless {
-            prefix: prefix.to_vec(),
-            filler: b"x".to_vec(),
-        });
-        let node = one(&fake);
-        let ((reply, took), grew) = peak_rss_growth(|| ask(&node, &[b"PING"], DEADLINE));
-        eprintln!("{case}: {reply:?} after {took:?}, RSS +{} KiB", grew >> 10);
-        assert_protocol(&reply, kind, offset, case);
-        assert!(took < DEADLINE, "{case}: took {took:?}");
         assert!(grew < RSS_BOUND, "{case}: RSS grew by {grew} bytes");
     }
 }
@@ -326,107 +229,6 @@ fn a_connection_closed_mid_reply_is_closed_at_once() {
     let (reply, took) = ask(&one(&fake), &[b"PING"], DEADLINE);
     assert_eq!(reply, Err(NodeError::Closed));
     assert!(took < AT_ONCE, "took {took:?}");
-}
-
-#[test]
-fn an_error_reply_is_a_reply_except_to_the_connection_set_up() {
-    let fake = FakeServer::start(|_: &[Bytes]| Action::reply("-ERR fake failure\r\n"));
-    let node = fanout(&fake.url(), Options::default());
-    for _ in 0..2 {
-        let (reply, took) = ask(&node, &[b"PING"], DEADLINE);
-        assert_eq!(reply, Ok(Value::Error("ERR fake failure".into())));
-        assert!(took < AT_ONCE, "took {took:?}");
-    }
-    assert_eq!(
-        fake.connections(),
-        1,
-        "an error reply does not drop the connection"
-    );
-    // The same answer to a set-up command fails the connection, naming the command.
-    let opts = Options::default().with_setup(vec![Bytes::from(cmd(&["SCRIPT", "LOAD", RELEASE]))]);
-    let (reply, _) = ask(&fanout(&fake.url(), opts), &[b"PING"], DEADLINE);
-    let want = NodeError::Setup("SCRIPT LOAD: ERR fake failure".into());
-    assert_eq!(reply, Err(want));
-}
-
-#[test]
-fn refused_logins_are_auth_errors_with_the_servers_message() {
-    const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
-    const NOAUTH_HELLO: &str = "NOAUTH HELLO must be called with the client already authenticated";
-    let fake = FakeServer::start(|cmd: &[Bytes]| match fake::name(cmd).as_deref() {
-        Some("AUTH") => Action::reply(format!("-{WRONGPASS}\r\n")),
-        Some("HELLO") => Action::reply(format!("-{NOAUTH_HELLO}\r\n")),
-        _ => Action::reply("-NOAUTH Authentication required.\r\n"),
-    });
-    let port = fake.port();
-    let cases = [
-        (
-            format!("redis://:wrong@127.0.0.1:{port}"),
-            Err(NodeError::Auth(WRONGPASS.into())),
-        ),
-        (
-            format!("redis://locker:wrong@127.0.0.1:{port}"),
-            Err(NodeError::Auth(WRONGPASS.into())),
-        ),
-        (
-            format!("redis://127.0.0.1:{port}?protocol=resp3"),
-            Err(NodeError::Auth(NOAUTH_HELLO.into())),
-        ),
-        // No password and no set-up: the refusal is the reply to the command itself, as from a real server.
-        (
-            format!("redis://127.0.0.1:{port}"),
-            Ok(Value::Error("NOAUTH Authentication required.".into())),
-        ),
-    ];
-    for (url, want) in cases {
-        let (reply, took) = ask(&fanout(&url, Options::default()), &[b"PING"], DEADLINE);
-        assert_eq!(reply, want, "{url}");
-        assert!(took < AT_ONCE, "{url}: took {took:?}");
-    }
-    let auths: Vec<Vec<Bytes>> = fake
-        .received()
-        .into_iter()
-        .filter(|c| c[0] == "AUTH")
-        .collect();
-    assert_eq!(auths[0], ["AUTH", "wrong"]);
-    assert_eq!(auths[1], ["AUTH", "locker", "wrong"]);
-}
-
-#[test]
-fn resp3_pushes_between_replies_are_skipped() {
-    const PUSH: &[u8] = b">2\r\n$7\r\nmessage\r\n$5\r\nhello\r\n";
-    let fake = FakeServer::start(|cmd: &[Bytes]| {
-        // A push before and after each reply; the one after arrives when nothing waits.
-        let mut out = PUSH.to_vec();
-        out.extend_from_slice(&setup_or_echo(cmd));
-        out.extend_from_slice(PUSH);
-        Action::Reply(out)
-    });
-    let opts = Options::default().with_setup(vec![Bytes::from(cmd(&["SCRIPT", "LOAD", RELEASE]))]);
-    let node = fanout(&fake.url(), opts);
-    // Three requests in one write, each reply between pushes: each is matched to its request.
-    let mut batch = BytesMut::new();
-    for word in [&b"one"[..], b"two", b"three"] {
-        encode_command(&[b"ECHO", word], &mut batch);
-    }
-    let mut round = node.round(Instant::now() + DEADLINE);
-    round.send_all(&batch, 3);
-    let replies: Vec<Reply> = std::iter::from_fn(|| round.next().map(|(_, r)| r)).collect();
-    drop(round);
-    let want = ["one", "two", "three"].map(|w| Ok(Value::BulkString(w.into())));
-    assert_eq!(replies, want);
-    let setup: Vec<Value> = node.setup_replies(0).into_iter().map(|(v, _)| v).collect();
-    assert_eq!(setup, [Value::BulkString(scripts::RELEASE_SHA1.into())]);
-    let (reply, _) = ask(&node, &[b"ECHO", b"again"], DEADLINE);
-    assert_eq!(reply, Ok(Value::BulkString("again".into())));
-    assert_eq!(fake.connections(), 1, "pushes do not drop the connection");
-}
-
-fn setup_or_echo(cmd: &[Bytes]) -> Vec<u8> {
-    match fake::setup_reply(cmd) {
-        Some(Action::Reply(bytes)) => bytes,
-        _ => bulk(cmd.get(1).map_or(&b""[..], |a| &a[..])),
-    }
 }
 
 #[test]

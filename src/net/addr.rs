@@ -1,4 +1,5 @@
-//! Node addresses: `redis://[user:pass@]host[:port][/db]` URLs (as redis-rs writes them) and plain `host:port`.
+//! Node addresses: `redis://[user:pass@]host[:port][/db]` and `rediss://...` (TLS) URLs, as redis-rs writes them,
+//! and plain `host:port`.
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -11,9 +12,13 @@ use std::str::FromStr;
 /// - `host:port`, `[ipv6]:port`;
 /// - `redis://host[:port][/db]` (port 6379 when omitted);
 /// - `redis://[user][:password]@host[:port][/db]`, with `%XX` escapes in the user name and password;
-/// - a `?protocol=resp3` (or `resp2`) query, as redis-rs accepts, to speak RESP3 (`HELLO 3`) to that node.
+/// - `rediss://...` in any of these forms: the same over TLS (the `tls` cargo feature, on by default), the
+///   certificate checked against the host as written (see [`TlsConfig`](super::TlsConfig));
+/// - a `?protocol=resp3` (or `resp2`) query, as redis-rs accepts, to speak RESP3 (`HELLO 3`) to that node;
+/// - an `#insecure` fragment after a `rediss://` URL, as redis-rs spells it: **for tests only**, that node's
+///   certificate is not verified.
 ///
-/// `rediss://` (TLS) and `unix://` are refused with a message saying so: muxlock does not speak them yet.
+/// `unix://` is refused with a message saying so: muxlock does not speak it yet.
 ///
 /// The password never appears in `Display` or `Debug` output.
 ///
@@ -30,6 +35,9 @@ use std::str::FromStr;
 ///
 /// let plain: NodeAddr = "127.0.0.1:7000".parse()?;
 /// assert_eq!(plain.to_string(), "redis://127.0.0.1:7000");
+///
+/// let tls: NodeAddr = "rediss://redis.example.com:6380".parse()?;
+/// assert!(tls.tls() && !tls.insecure());
 /// # Ok::<(), muxlock::net::AddrError>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -40,6 +48,8 @@ pub struct NodeAddr {
     password: Option<String>,
     db: Option<u32>,
     resp3: bool,
+    tls: bool,
+    insecure: bool,
 }
 
 /// Why a node address was refused: the input and what is wrong with it.
@@ -90,6 +100,8 @@ impl NodeAddr {
             password: None,
             db: None,
             resp3: false,
+            tls: false,
+            insecure: false,
         }
     }
 
@@ -123,6 +135,30 @@ impl NodeAddr {
         self.resp3
     }
 
+    /// Whether the connection is TLS (`rediss://`).
+    pub fn tls(&self) -> bool {
+        self.tls
+    }
+
+    /// Whether this node's certificate goes unverified (`rediss://...#insecure`: for tests only).
+    pub fn insecure(&self) -> bool {
+        self.insecure
+    }
+
+    /// Sets whether the connection is TLS (`rediss://`).
+    #[must_use]
+    pub fn with_tls(mut self, tls: bool) -> NodeAddr {
+        self.tls = tls;
+        self
+    }
+
+    /// **For tests only**: sets whether this node's certificate goes unverified (the `#insecure` fragment).
+    #[must_use]
+    pub fn with_insecure(mut self, insecure: bool) -> NodeAddr {
+        self.insecure = insecure;
+        self
+    }
+
     /// Sets the `AUTH` credentials: a password, with an ACL user name or not.
     #[must_use]
     pub fn with_auth(mut self, username: Option<&str>, password: &str) -> NodeAddr {
@@ -151,8 +187,16 @@ impl NodeAddr {
         Ok((self.host.as_str(), self.port).to_socket_addrs()?.collect())
     }
 
-    fn parse_url(input: &str, rest: &str) -> Result<NodeAddr, AddrError> {
+    fn parse_url(input: &str, rest: &str, tls: bool) -> Result<NodeAddr, AddrError> {
         let bad = |reason| AddrError::new(input, reason);
+        // A fragment follows the last '#', unless that '#' is part of the credentials (an unescaped password).
+        let fragment = rest.rsplit_once('#').filter(|(_, f)| !f.contains('@'));
+        let (rest, insecure) = match fragment {
+            Some((r, "insecure")) if tls => (r, true),
+            Some(_) if tls => return Err(bad("the only URL fragment understood is #insecure")),
+            Some(_) => return Err(bad("#insecure applies to rediss:// (TLS) URLs only")),
+            None => (rest, false),
+        };
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q)),
             None => (rest, None),
@@ -166,6 +210,8 @@ impl NodeAddr {
             None => (None, authority),
         };
         let mut addr = parse_host_port(hostport, true).map_err(bad)?;
+        addr.tls = tls;
+        addr.insecure = insecure;
         if let Some(userinfo) = userinfo {
             let (user, pass) = match userinfo.split_once(':') {
                 Some((u, p)) => (u, Some(p)),
@@ -277,11 +323,8 @@ impl FromStr for NodeAddr {
         let s = input.trim();
         match s.split_once("://") {
             Some((scheme, rest)) => match scheme.to_ascii_lowercase().as_str() {
-                "redis" => NodeAddr::parse_url(input, rest),
-                "rediss" => Err(AddrError::new(
-                    input,
-                    "TLS (rediss://) is not supported yet",
-                )),
+                "redis" => NodeAddr::parse_url(input, rest, false),
+                "rediss" => NodeAddr::parse_url(input, rest, true),
                 "unix" | "redis+unix" => {
                     Err(AddrError::new(input, "unix sockets are not supported yet"))
                 }
@@ -297,7 +340,7 @@ impl FromStr for NodeAddr {
 
 impl fmt::Display for NodeAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("redis://")?;
+        f.write_str(if self.tls { "rediss://" } else { "redis://" })?;
         match (&self.username, &self.password) {
             (Some(user), _) => write!(f, "{user}:***@")?,
             (None, Some(_)) => f.write_str(":***@")?,
@@ -313,6 +356,9 @@ impl fmt::Display for NodeAddr {
         }
         if self.resp3 {
             f.write_str("?protocol=resp3")?;
+        }
+        if self.insecure {
+            f.write_str("#insecure")?;
         }
         Ok(())
     }
@@ -354,6 +400,17 @@ mod tests {
         let a = parse("[::1]:6379").unwrap();
         assert_eq!(a.host(), "::1");
         assert_eq!(parse("REDIS://h:1").unwrap().port(), 1);
+        let a = parse("rediss://u:p@h:7/1?protocol=resp3#insecure").unwrap();
+        assert!(a.tls() && a.insecure() && a.resp3());
+        assert_eq!(
+            a.to_string(),
+            "rediss://u:***@h:7/1?protocol=resp3#insecure"
+        );
+        let a = parse("rediss://h").unwrap();
+        assert_eq!((a.tls(), a.insecure(), a.port()), (true, false, 6379));
+        assert!(!parse("redis://h:1").unwrap().tls());
+        let a = parse("redis://u:p#w@h:1").unwrap();
+        assert_eq!((a.password(), a.insecure()), (Some("p#w"), false));
     }
 
     #[test]
@@ -372,7 +429,8 @@ mod tests {
             ("redis://h:1?db=2", "only query parameter"),
             ("redis://u@h:1", "needs a password"),
             ("redis://u:%zz@h:1", "invalid %-escape"),
-            ("rediss://h:1", "TLS"),
+            ("rediss://h:1#secure", "only URL fragment"),
+            ("redis://h:1#insecure", "rediss:// (TLS) URLs only"),
             ("unix:///tmp/redis.sock", "unix sockets"),
             ("http://h:1", "unknown scheme"),
             ("h h:1", "contains a space"),
@@ -387,7 +445,7 @@ mod tests {
     fn passwords_never_show() {
         let a = parse("redis://u:topsecret@h:1").unwrap();
         assert!(!format!("{a} {a:?}").contains("topsecret"));
-        let e = parse("rediss://u:topsecret@h:1").unwrap_err();
+        let e = parse("rediss://u:topsecret@h:x").unwrap_err();
         assert!(!e.contains("topsecret"), "{e}");
     }
 }

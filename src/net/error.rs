@@ -1,4 +1,5 @@
-//! [`NodeError`]: why one node did not answer a request; [`IoError`]: an OS error kept whole.
+//! [`NodeError`]: why one node did not answer a request; [`IoError`]: an OS error kept whole; [`TlsError`]: a
+//! failed TLS session.
 
 use std::fmt;
 use std::io;
@@ -44,6 +45,69 @@ impl fmt::Display for IoError {
     }
 }
 
+/// A TLS session that failed: its certificate was refused (ours or the node's), the handshake failed, or the
+/// peer does not speak TLS. It names the server (the host of the node's URL) and keeps rustls' error as its
+/// [`source`](std::error::Error::source); two are equal when they name the same server and say the same.
+#[derive(Clone, Debug)]
+pub struct TlsError {
+    server: Arc<str>,
+    error: Arc<dyn std::error::Error + Send + Sync>,
+    certificate: bool,
+    hint: Option<&'static str>,
+}
+
+impl TlsError {
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    pub(crate) fn new(
+        server: Arc<str>,
+        error: Arc<dyn std::error::Error + Send + Sync>,
+        certificate: bool,
+        hint: Option<&'static str>,
+    ) -> TlsError {
+        TlsError {
+            server,
+            error,
+            certificate,
+            hint,
+        }
+    }
+
+    /// The server name the session was for: the host of the node's URL.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Whether a certificate was refused: the node's (not trusted, or not for this name), or ours (missing or
+    /// not trusted by the node).
+    pub fn is_certificate(&self) -> bool {
+        self.certificate
+    }
+}
+
+impl PartialEq for TlsError {
+    fn eq(&self, other: &TlsError) -> bool {
+        self.server == other.server && self.error.to_string() == other.error.to_string()
+    }
+}
+
+impl Eq for TlsError {}
+
+impl fmt::Display for TlsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TLS with {}: {}", self.server, self.error)?;
+        if let Some(hint) = self.hint {
+            write!(f, " ({hint})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for TlsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.error)
+    }
+}
+
 /// Why one node gave no reply to a request. A failed node is a failed vote, never the failure of a whole round.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -52,7 +116,8 @@ pub enum NodeError {
     Timeout,
     /// The TCP connection was refused: nothing listens at the address (the node is down).
     Refused,
-    /// The TCP connection was not established within the connect timeout.
+    /// The connection (the TCP connect, and for `rediss://` the TLS handshake) was not established within the
+    /// connect timeout.
     ConnectTimeout,
     /// The node closed the connection.
     Closed,
@@ -77,6 +142,9 @@ pub enum NodeError {
     /// [`Options::hung_timeout`](super::Options::hung_timeout)): it is treated as hung, and its connection was
     /// dropped.
     Hung(std::time::Duration),
+    /// The TLS session failed (a certificate refused, a failed handshake, a peer that does not speak TLS); the
+    /// connection was dropped. It names the server and keeps rustls' error as the source.
+    Tls(TlsError),
     /// A reply grew past [`Options::max_reply_len`](super::Options::max_reply_len) bytes (the limit is given);
     /// the connection was dropped.
     ReplyTooLarge(usize),
@@ -116,6 +184,7 @@ impl fmt::Display for NodeError {
                 f.write_str("not sent: too many requests already wait for this node's replies")
             }
             NodeError::Hung(d) => write!(f, "hung: no reply for {d:?} with requests waiting"),
+            NodeError::Tls(e) => e.fmt(f),
             NodeError::ReplyTooLarge(limit) => {
                 write!(f, "protocol error: a reply longer than {limit} bytes")
             }
@@ -128,6 +197,7 @@ impl std::error::Error for NodeError {
         match self {
             NodeError::Io(e) | NodeError::Resolve(e) => Some(e.get()),
             NodeError::Protocol(e) => Some(e),
+            NodeError::Tls(e) => Some(e),
             _ => None,
         }
     }

@@ -8,20 +8,25 @@
 //! - **Writer** (per connection): the caller that queues bytes on an *idle* connection (nothing on the wire) takes
 //!   the role and writes without the lock, from its own thread: a lone caller pays no hand-off. Bytes queued on a
 //!   *busy* connection wait for the replies ahead of them: the driver writes them all in one batch at the end of
-//!   the turn that reads those replies (see [`conn`](super::conn), "batches clocked by replies").
+//!   the turn that reads those replies (see [`state`](super::state), "batches clocked by replies").
 //! - **Driver** (one per fanout): a caller that needs a reply while nobody polls takes the poll and its read
 //!   buffers (the [`Driver`], owned by whoever drives), polls, reads and decodes every reply that arrived without
 //!   the lock, then files each under the round that asked, wakes the rounds it filed enough for, and writes the
 //!   batches queued meanwhile. Its round keeps the driver from one `next()` to the next, and gives it back when
-//!   the round ends, waking a sleeping round, if any, to take over.
+//!   the round ends, waking a sleeping round, if any, to take over. Over TLS the driver's reads also write: the
+//!   handshake's flights, and whatever else rustls queues while it processes what was read (see
+//!   [`tls`](super::tls)); a connection is up only once its handshake is done.
 //!
 //! # Invariants
 //!
-//! - **One lock.** `inner` guards all shared bookkeeping: the connections' FIFOs and write queues, the rounds'
-//!   slots, the driver's place. No thread blocks, sleeps or does socket I/O while it holds it, except the
-//!   non-blocking `connect` of a re-dial and the checks that complete one. Host names are resolved when the
-//!   fanout is built, and again after a failed connect in a background thread ([`resolve`](super::resolve)).
-//!   The driver is not a second lock: it is a value moved in and out of `inner`, so there is no lock order.
+//! - **One lock, and a leaf per TLS connection.** `inner` guards all shared bookkeeping: the connections' FIFOs
+//!   and write queues, the rounds' slots, the driver's place. No thread blocks, sleeps or does socket I/O while it
+//!   holds it, except the non-blocking `connect` of a re-dial and the checks that complete one (and creating a
+//!   TLS session for it, memory only). Host names are resolved when the fanout is built, and again after a failed
+//!   connect in a background thread ([`resolve`](super::resolve)). The driver is not a second lock: it is a
+//!   value moved in and out of `inner`. A TLS connection's session has a mutex of its own, taken only outside
+//!   `inner` and holding nothing else (see [`tls`](super::tls)): the two are never held together, so there is
+//!   no lock order.
 //! - **Who polls.** Only the thread whose round took `Inner::driver` (it is `None` while someone drives) polls or
 //!   reads; a sender that finds a node full and the driver free may take it for one zero-timeout turn. Whoever
 //!   puts the driver back (a round that ends, is dropped, or a non-driving round that leaves `next()` while it is
@@ -50,13 +55,17 @@ use std::time::{Duration, Instant};
 use mio::{Events, Poll, Registry, Token, Waker};
 
 use super::addr::NodeAddr;
-use super::conn::{Conn, Filing, Priority, Room, Waiter, WriteJob};
+use super::conn::{Conn, WriteJob};
 use super::error::NodeError;
+use super::inbound::Item;
 use super::options::Options;
-use super::read::{Item, READ_CHUNK, ReadSide};
+use super::read::ReadSide;
 use super::resolve::Resolved;
 use super::slots::{Reply, SlotRef, Slots};
+use super::state::{Filing, Priority, Room, Waiter};
 use super::stats::{NodeCounts, NodeStats};
+use super::tls::Connector;
+use super::transport::READ_CHUNK;
 use crate::resp::Value;
 use crate::sync::lock;
 use crate::time::later;
@@ -190,8 +199,10 @@ impl Fanout {
     ///
     /// # Errors
     ///
-    /// Only if the OS refuses to create the poll, or there are 65,535 nodes or more. An unreachable node is not
-    /// an error: it is a failed vote in each round until it comes back.
+    /// Only if the OS refuses to create the poll, or the input is unusable (`InvalidInput`): 65,535 nodes or more,
+    /// TLS files ([`Options::with_tls`]) that cannot be read or hold nothing usable, a `rediss://` host that is not
+    /// a valid server name, or TLS nodes in a build without the `tls` feature. An unreachable node is not an
+    /// error: it is a failed vote in each round until it comes back.
     pub fn new(nodes: Vec<NodeAddr>, opts: Options) -> std::io::Result<Fanout> {
         if nodes.len() >= NODE_MASK {
             return Err(std::io::Error::new(
@@ -199,6 +210,7 @@ impl Fanout {
                 "65,535 nodes or more",
             ));
         }
+        let tls = Connector::new(&opts.tls, &nodes)?;
         let poll = Poll::new()?;
         let registry = poll.registry().try_clone()?;
         let waker = Waker::new(&registry, WAKER)?;
@@ -206,10 +218,13 @@ impl Fanout {
         let conns: Vec<Conn> = nodes
             .iter()
             .enumerate()
-            .map(|(i, a)| Conn::new(i, a.clone(), Resolved::now(a), &opts, now))
+            .map(|(i, a)| Conn::new(i, a.clone(), Resolved::now(a), tls.as_ref(), &opts, now))
             .collect();
-        let sessions = conns.iter().map(|c| Arc::clone(&c.sessions)).collect();
-        let stats: Vec<Arc<NodeStats>> = conns.iter().map(|c| Arc::clone(&c.stats)).collect();
+        let sessions = conns
+            .iter()
+            .map(|c| Arc::clone(&c.state.sessions))
+            .collect();
+        let stats: Vec<Arc<NodeStats>> = conns.iter().map(|c| Arc::clone(&c.state.stats)).collect();
         let driver = Driver {
             poll,
             events: Events::with_capacity(256.max(nodes.len() + 1)),
@@ -288,7 +303,10 @@ impl Fanout {
 
     /// Whether node `node` has an established connection now.
     pub fn is_up(&self, node: usize) -> bool {
-        lock(&self.inner).conns.get(node).is_some_and(Conn::is_up)
+        lock(&self.inner)
+            .conns
+            .get(node)
+            .is_some_and(|c| c.state.is_up())
     }
 
     /// How many connections to `node` have completed their set-up so far; it changes when the node was reconnected.
@@ -305,7 +323,7 @@ impl Fanout {
         lock(&self.inner)
             .conns
             .get(node)
-            .map(|c| c.setup_replies.clone())
+            .map(|c| c.state.setup_replies.clone())
             .unwrap_or_default()
     }
 
@@ -319,7 +337,10 @@ impl Fanout {
 
     /// Requests sent to `node` whose replies have not arrived yet (including those nobody waits for any more).
     pub fn in_flight(&self, node: usize) -> usize {
-        lock(&self.inner).conns.get(node).map_or(0, Conn::in_flight)
+        lock(&self.inner)
+            .conns
+            .get(node)
+            .map_or(0, |c| c.state.in_flight())
     }
 
     /// Waits until a RESP3 push arrives (only connections made with [`Options::with_pushes`] keep them), until
@@ -496,12 +517,16 @@ impl Fanout {
             wake: &mut d.wake,
         };
         for &(node, generation, closed) in &d.fresh {
-            let Some(conn) = conns.get_mut(node).filter(|c| c.generation == generation) else {
+            let Some(conn) = conns
+                .get_mut(node)
+                .filter(|c| c.state.generation == generation)
+            else {
                 continue; // an event of a connection since replaced
             };
             conn.on_connect_event(&self.opts, now, &mut out);
-            if conn.generation == generation && conn.is_up() {
-                d.reads[node].attach(generation, conn.stream());
+            // Connected: read it from now on (a TLS connection's first read sends its ClientHello).
+            if conn.state.generation == generation && conn.state.is_open() {
+                d.reads[node].attach(generation, conn.transport());
                 d.ready.push((node, closed));
             } else {
                 d.reads[node].attach(generation, None);
@@ -522,21 +547,37 @@ impl Fanout {
             ..
         } = inner;
         let pushes_before = (inner_pushes.len(), *inner_dropped);
+        // Replies are dated when decoded, after the server sent them (a set-up reply such as INFO's uptime needs
+        // its date to be late, never early).
+        let decoded_at = Instant::now();
         let mut out = Filing {
             slots,
             wake: &mut d.wake,
         };
         for &(node, generation) in &d.progressed {
-            if let Some(conn) = conns.get_mut(node).filter(|c| c.generation == generation) {
-                conn.progress(now);
+            if let Some(conn) = conns
+                .get_mut(node)
+                .filter(|c| c.state.generation == generation)
+            {
+                conn.state.progress(now);
             }
         }
         for (node, generation, item) in d.items.drain(..) {
-            let Some(conn) = conns.get_mut(node).filter(|c| c.generation == generation) else {
+            let Some(conn) = conns
+                .get_mut(node)
+                .filter(|c| c.state.generation == generation)
+            else {
                 continue; // bytes of a connection since dropped
             };
             let failed = match item {
-                Item::Reply(value) => conn.deliver(value, &self.opts, now, &mut out).err(),
+                Item::Secured => {
+                    conn.state.secured(now);
+                    None
+                }
+                Item::Reply(value) => {
+                    conn.deliver(value, &self.opts, decoded_at, &mut out);
+                    None
+                }
                 Item::Push(value) => {
                     if self.opts.pushes {
                         if inner_pushes.len() < MAX_PUSHES {
@@ -560,8 +601,8 @@ impl Fanout {
             if polled {
                 conn.check(&self.opts, now, &mut out);
             }
-            if read.generation != conn.generation {
-                read.attach(conn.generation, None);
+            if read.generation != conn.state.generation {
+                read.attach(conn.state.generation, None);
             }
             d.jobs.extend(conn.take_write());
         }
@@ -780,12 +821,13 @@ impl<'a> Round<'a> {
         let mut out = Filing { slots, wake };
         let refused = match conn.ensure(&f.registry, |g| token(node, g), &f.opts, now, &mut out) {
             Err(e) => e,
-            Ok(()) => match conn.room(replies, self.priority, &f.opts) {
+            Ok(()) => match conn.state.room(replies, self.priority, &f.opts) {
                 Room::Yes => {
                     // Written now on an idle node, or by a caller that will not wait for replies (nobody might
-                    // poll); else flushed with the next batch when the node's replies come (see `conn`).
-                    let idle = !conn.busy();
-                    conn.queue(request, Waiter::Round(self.slot), replies, now);
+                    // poll); else flushed with the next batch when the node's replies come (see `state`).
+                    let idle = !conn.state.busy();
+                    conn.state
+                        .queue(request, Waiter::Round(self.slot), replies, now);
                     if idle || self.deadline <= now {
                         jobs.extend(conn.take_write());
                     }
@@ -915,9 +957,10 @@ impl<'a> Round<'a> {
                 slots,
                 wake: &mut wake,
             };
-            let room = conn.room(held.replies, Priority::Release, &f.opts);
+            let room = conn.state.room(held.replies, Priority::Release, &f.opts);
             if room == Room::Yes {
-                conn.queue(&held.request, Waiter::Round(self.slot), held.replies, now);
+                conn.state
+                    .queue(&held.request, Waiter::Round(self.slot), held.replies, now);
                 jobs.extend(conn.take_write());
                 return false;
             }

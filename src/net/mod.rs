@@ -6,22 +6,42 @@
 //! and neither holds up the replies of the others.
 //!
 //! - [`NodeAddr`]: where a node is and how to log in (`redis://user:pass@host:port/db`).
-//! - [`Options`]: timeouts, backoff, bounds, set-up commands.
+//! - [`Options`]: timeouts, backoff, bounds, set-up commands, [`TlsConfig`].
 //! - [`Fanout`] and [`Round`]: the multiplexer and one request/reply exchange.
+
+//!
+//! # Layout
+//!
+//! - `state` (one node's protocol state, pure) and `inbound` (its bytes decoded, pure): no socket, unit-tested
+//!   with byte buffers and a virtual clock;
+//! - `transport` (plain TCP or TLS on the same `mio` socket) and `tls` (rustls driven sans-IO), `conn` (a node's
+//!   socket side: dialling, completing a connect), `read` (the driver's read side);
+//! - `fanout` (N nodes on one poll, shared by threads), `slots` (rounds' mailboxes), `addr`, `resolve`,
+//!   `options`, `tls_config`, `stats`, `error`.
 
 mod addr;
 mod conn;
 mod error;
 mod fanout;
+mod inbound;
 mod options;
 mod read;
 mod resolve;
 mod slots;
+mod state;
 mod stats;
+#[cfg(feature = "tls")]
+mod tls;
+#[cfg(not(feature = "tls"))]
+#[path = "no_tls.rs"]
+mod tls;
+mod tls_config;
+mod transport;
 
 pub use addr::{AddrError, NodeAddr};
-pub use error::{IoError, NodeError};
+pub use error::{IoError, NodeError, TlsError};
 pub use fanout::{Fanout, NodeSet, Pushes, Round};
 pub use options::Options;
 pub use slots::Reply;
 pub use stats::NodeCounts;
+pub use tls_config::TlsConfig;

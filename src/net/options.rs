@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::tls_config::TlsConfig;
 use crate::resp::Limits;
 
 /// How a [`Fanout`](super::Fanout) connects to and guards against its nodes. Start from [`Options::default`] and
@@ -33,6 +34,7 @@ pub struct Options {
     /// connection (a command the server may refuse, such as `CONFIG GET` where `CONFIG` is renamed).
     pub(crate) optional_setup: Vec<usize>,
     pub(crate) pushes: bool,
+    pub(crate) tls: TlsConfig,
 }
 
 /// A getter and a `with_*` setter per (`Copy`) setting; the setter carries the documentation.
@@ -59,6 +61,8 @@ macro_rules! settings {
 settings! {
     /// Sets how long a non-blocking connect may take before the node counts as down (default 1 s). Connecting never
     /// blocks a round longer than the round's own deadline; a slow connect just costs that round the node's vote.
+    /// A TLS handshake counts too: it must end within this of the dial, or of the moment the client saw the TCP
+    /// connect complete (and sent its first flight), whichever is later.
     connect_timeout, with_connect_timeout: Duration;
     /// Sets the first delay before re-dialling a node whose connection failed (default 10 ms). It doubles on each
     /// further failure, up to `backoff_max`, and starts over once the node answers again.
@@ -97,6 +101,19 @@ impl Options {
         &self.setup
     }
 
+    /// The value of [`with_tls`](Options::with_tls).
+    pub fn tls(&self) -> &TlsConfig {
+        &self.tls
+    }
+
+    /// Sets what `rediss://` nodes are verified against and which client certificate they get (default: the
+    /// platform's roots, no client certificate). Read when the fanout is built.
+    #[must_use]
+    pub fn with_tls(mut self, tls: TlsConfig) -> Options {
+        self.tls = tls;
+        self
+    }
+
     /// Sets the encoded commands pipelined after `AUTH`/`SELECT`/`HELLO` on every new connection (such as
     /// `SCRIPT LOAD`; default none). An error reply to any of them fails the connection, except for those the
     /// lock layer marks optional (their error reply is kept as their reply).
@@ -124,6 +141,7 @@ impl Default for Options {
             setup: Vec::new(),
             optional_setup: Vec::new(),
             pushes: false,
+            tls: TlsConfig::default(),
         }
     }
 }

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::error::{Error, Result};
 use super::quorum::drift;
+use crate::net::TlsConfig;
 
 /// Settings of a [`LockManager`](super::LockManager). Every duration is a `Duration`. Start from
 /// [`Config::default`] (or [`Config::new`]) and change what you need with the `with_*` setters; each setter says
@@ -35,6 +36,7 @@ pub struct Config {
     pub(crate) spin: Duration,
     pub(crate) restart_guard: bool,
     pub(crate) restart_window: Duration,
+    pub(crate) tls: TlsConfig,
 }
 
 /// A getter and a `with_*` setter per setting; the setter carries the documentation.
@@ -78,7 +80,10 @@ settings! {
     /// lease). An acquisition also never waits past its lease's validity. A hung node costs at most this, and only
     /// when the majority needs its vote.
     round_timeout, with_round_timeout: Duration;
-    /// Sets how long a connection attempt may take before the node counts as down (default 1 s).
+    /// Sets how long a connection attempt may take before the node counts as down (default 1 s). For a
+    /// `rediss://` node the TLS handshake counts too: it must end within this of the dial, or of the moment
+    /// this client saw the TCP connect complete and started the handshake, whichever is later (a manager left
+    /// idle after `build` starts its handshakes with its first call).
     connect_timeout, with_connect_timeout: Duration;
     /// Sets how many times one lock may be extended with [`extend`](super::LockManager::extend) (default 1,000).
     /// The spec asks for a bound so that a holder cannot keep a resource forever by mistake.
@@ -129,6 +134,36 @@ settings! {
 }
 
 impl Config {
+    /// The value of [`with_tls`](Config::with_tls).
+    pub fn tls(&self) -> &TlsConfig {
+        &self.tls
+    }
+
+    /// Sets how `rediss://` nodes are verified and which client certificate they get (default
+    /// [`TlsConfig::default`]: the platform's root certificates, no client certificate). `redis://` nodes ignore
+    /// it. The files are read when the manager is built: one that cannot be read, or holds nothing usable, is an
+    /// [`Error::Config`] then.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use muxlock::{Config, LockManager, TlsConfig};
+    ///
+    /// let tls = TlsConfig::new()
+    ///     .with_ca_file("/etc/redis/tls/ca.crt")
+    ///     .with_client_cert("/etc/muxlock/client.crt", "/etc/muxlock/client.key");
+    /// let locks = LockManager::builder()
+    ///     .nodes(["rediss://10.0.0.1:6379", "rediss://10.0.0.2:6379", "rediss://10.0.0.3:6379"])
+    ///     .config(Config::default().with_tls(tls))
+    ///     .build()?;
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    #[must_use]
+    pub fn with_tls(mut self, tls: TlsConfig) -> Config {
+        self.tls = tls;
+        self
+    }
+
     /// The longest lease accepted: one year. Longer ones are almost surely a unit mistake (seconds given as
     /// milliseconds), and a lock client should not pin a resource that long.
     pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -213,6 +248,7 @@ impl Default for Config {
             spin: Duration::ZERO,
             restart_guard: true,
             restart_window: Duration::ZERO,
+            tls: TlsConfig::default(),
         }
     }
 }

@@ -54,7 +54,8 @@ pub struct Builder {
 }
 
 impl Builder {
-    /// Adds a node: `redis://[user:pass@]host:port[/db]` or `host:port` (see [`NodeAddr`]).
+    /// Adds a node: `redis://[user:pass@]host:port[/db]`, `rediss://...` (TLS: see [`Config::with_tls`]) or
+    /// `host:port` (see [`NodeAddr`]).
     pub fn node(mut self, url: impl Into<String>) -> Builder {
         self.nodes.push(url.into());
         self
@@ -76,7 +77,8 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for no nodes, an invalid address, the same node listed twice, or an invalid setting.
+    /// [`Error::Config`] for no nodes, an invalid address, the same node listed twice, an invalid setting, or TLS
+    /// files ([`Config::with_tls`]) that cannot be read or hold nothing usable.
     /// An even number of nodes is allowed: the majority is then `N/2 + 1`, so 4 nodes tolerate one failure, like 3.
     pub fn build(self) -> Result<LockManager> {
         self.config.validate()?;
@@ -116,12 +118,17 @@ impl Builder {
             hung_timeout: self.config.hung_timeout,
             spin: self.config.spin,
             setup,
+            tls: self.config.tls.clone(),
             optional_setup,
             ..Options::default()
         };
-        let fanout = Fanout::new(addrs, opts).map_err(|e| Error::Os {
-            doing: "creating the event poll",
-            error: e.into(),
+        let fanout = Fanout::new(addrs, opts).map_err(|e| match e.kind() {
+            // The input is unusable (TLS files, too many nodes): the message names what.
+            std::io::ErrorKind::InvalidInput => Error::config(e.to_string()),
+            _ => Error::Os {
+                doing: "creating the event poll",
+                error: e.into(),
+            },
         })?;
         Ok(LockManager {
             core: Arc::new(Core {

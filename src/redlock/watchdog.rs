@@ -162,9 +162,12 @@ impl Watchdog {
         let tracker = self.tracker.get_or_init(|| {
             let mut tracking = BytesMut::new();
             encode_command(&[b"CLIENT", b"TRACKING", b"ON"], &mut tracking);
+            // The nodes' own URLs (so `rediss://` nodes are reached over TLS, with the same logins) and the
+            // manager's TLS settings: a tracker must be able to reach whatever the lock connections reach.
             let opts = Options::default()
                 .with_connect_timeout(core.config.connect_timeout)
                 .with_hung_timeout(core.config.hung_timeout)
+                .with_tls(core.fanout.options().tls().clone())
                 .with_pushes(true)
                 .with_setup(vec![tracking.freeze()]);
             let addrs = core

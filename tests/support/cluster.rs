@@ -103,6 +103,12 @@ impl Cluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
+    /// `rediss://127.0.0.1:tls_port` of every node (started with [`RedisServerBuilder::tls`]), in node order.
+    #[track_caller]
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::tls_url).collect()
+    }
+
     /// Every node's address, in node order.
     pub fn addrs(&self) -> Vec<std::net::SocketAddr> {
         self.nodes.iter().map(RedisServer::addr).collect()

@@ -5,6 +5,8 @@
 //!   with a throwaway `--dir`, no persistence, and kill / pause / resume / restart controls.
 //! - [`cluster`]: [`Cluster`], N independent servers started in parallel (Redlock's N masters;
 //!   they are not a Redis Cluster).
+//! - [`certs`]: [`certs::Certs`], a throwaway CA with server and client certificates (rcgen, with subject
+//!   alternative names), for servers started with [`RedisServerBuilder::tls`].
 //! - [`process`]: finding the binary, free ports, temp dirs, signals, `/proc` states.
 //! - [`acceptor`]: [`acceptor::Acceptor`], the loopback listener and thread bookkeeping under the fake server and the
 //!   proxy.
@@ -30,6 +32,7 @@
 #![allow(dead_code)]
 
 pub mod acceptor;
+pub mod certs;
 pub mod checker;
 pub mod cluster;
 pub mod fake;

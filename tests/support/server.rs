@@ -42,6 +42,7 @@ const NOT_FOUND: &str = "redis-server not found: run scripts/test (it installs i
 pub struct RedisServerBuilder {
     args: Vec<OsString>,
     binary: Option<PathBuf>,
+    tls: Option<Vec<OsString>>,
 }
 
 impl RedisServerBuilder {
@@ -67,6 +68,28 @@ impl RedisServerBuilder {
     /// `--enable-debug-command yes`, for `DEBUG SLEEP` and `DEBUG PROTOCOL`.
     pub fn enable_debug(self) -> Self {
         self.arg("--enable-debug-command").arg("yes")
+    }
+
+    /// Also listens for TLS on a second free port ([`RedisServer::tls_port`]), with the server certificate and CA
+    /// in the directory `certs` (`server.crt`, `server.key`, `ca.crt`: what `certs::Certs` writes; a `&Certs`
+    /// will do), requiring client certificates or not (`--tls-auth-clients`). The plain port stays open for the
+    /// readiness probe and [`RedisServer::raw`]. (A directory rather than `Certs` itself, so that this file
+    /// needs nothing but std: the CLI's tests include it by path, without rcgen.)
+    pub fn tls(mut self, certs: impl AsRef<Path>, require_client_certs: bool) -> Self {
+        let dir = certs.as_ref();
+        let auth = if require_client_certs { "yes" } else { "no" };
+        let args = [
+            OsString::from("--tls-cert-file"),
+            dir.join("server.crt").into(),
+            "--tls-key-file".into(),
+            dir.join("server.key").into(),
+            "--tls-ca-cert-file".into(),
+            dir.join("ca.crt").into(),
+            "--tls-auth-clients".into(),
+            auth.into(),
+        ];
+        self.tls = Some(args.to_vec());
+        self
     }
 
     /// Uses this binary instead of looking one up.
@@ -96,6 +119,8 @@ impl RedisServerBuilder {
             child: None,
             pid: 0,
             port: 0,
+            tls_port: None,
+            tls_args: self.tls.clone().unwrap_or_default(),
             args: self.args,
             password,
             dir: make_temp_dir(),
@@ -104,6 +129,7 @@ impl RedisServerBuilder {
         };
         for _ in 0..START_TRIES {
             server.port = free_port();
+            server.tls_port = self.tls.as_ref().map(|_| free_port());
             match server.spawn_and_wait() {
                 Ok(()) => return server,
                 // Someone took the port between our probe and redis' bind: pick another.
@@ -125,6 +151,9 @@ pub struct RedisServer {
     /// Of the current or, once killed, the last process.
     pid: u32,
     port: u16,
+    /// The TLS port, for a server started with [`RedisServerBuilder::tls`], and its TLS arguments.
+    tls_port: Option<u16>,
+    tls_args: Vec<OsString>,
     args: Vec<OsString>,
     password: Option<String>,
     dir: PathBuf,
@@ -164,6 +193,22 @@ impl RedisServer {
     /// `redis://127.0.0.1:port`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The TLS port of a server started with [`RedisServerBuilder::tls`]; it stays the same across restarts.
+    ///
+    /// # Panics
+    /// If the server has no TLS port.
+    #[track_caller]
+    pub fn tls_port(&self) -> u16 {
+        self.tls_port
+            .expect("a server started with RedisServerBuilder::tls")
+    }
+
+    /// `rediss://127.0.0.1:tls_port`.
+    #[track_caller]
+    pub fn tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}", self.tls_port())
     }
 
     /// The PID of the running process, or of the last one once killed.
@@ -350,6 +395,12 @@ impl RedisServer {
             .arg(&self.dir)
             .arg("--logfile")
             .arg(self.log_path())
+            .args(
+                self.tls_port
+                    .iter()
+                    .flat_map(|p| [OsString::from("--tls-port"), p.to_string().into()]),
+            )
+            .args(&self.tls_args)
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -413,6 +464,11 @@ impl RedisServer {
         self.kill();
         let what = match failure {
             Failure::PortTaken => "could not get a free port (address in use every time)".into(),
+            Failure::Exited(status) if self.tls_port.is_some() && self.lacks_tls() => format!(
+                "exited during start-up ({status}): this redis-server was built without TLS support, which the \
+                 TLS tests need: install one built with BUILD_TLS=yes (Debian's redis-server 7.0 has it) or \
+                 point REDIS_SERVER at one"
+            ),
             Failure::Exited(status) => format!("exited during start-up ({status})"),
             Failure::Timeout => format!("did not answer PING within {READY_TIMEOUT:?}"),
             Failure::Io(e) => format!("could not be started: {e}"),
@@ -425,6 +481,16 @@ impl RedisServer {
             self.log_path().display(),
             self.log()
         );
+    }
+}
+
+impl RedisServer {
+    /// Whether the log says the binary does not know the TLS directives.
+    fn lacks_tls(&self) -> bool {
+        let log = self.log();
+        log.contains("Bad directive") && log.contains("tls")
+            || log.contains("TLS is not supported")
+            || log.contains("not compiled with TLS")
     }
 }
 

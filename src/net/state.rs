@@ -1,0 +1,534 @@
+//! [`NodeState`]: the protocol state of one node's connection, with no socket (sans-IO, in the style of
+//! quinn-proto): the phase of the link and its deadlines, the set-up pipeline, the FIFO of waiters, the bytes
+//! waiting to be written and who writes them (the writer role), the backoff and the hung detection. Every method
+//! takes `now` as an argument and touches nothing but memory, so the unit tests below drive it with byte buffers
+//! and a virtual clock.
+//!
+//! The socket side lives in [`conn`](super::conn) (dialling, completing a connect) and
+//! [`transport`](super::transport) (moving bytes over plain TCP or TLS); the bytes read are turned into replies by
+//! [`Inbound`](super::inbound::Inbound), also pure.
+//!
+//! Redis answers the requests of one connection in order, so replies are matched to requests strictly by position.
+//! A request whose caller stopped waiting keeps its place in the FIFO; its reply is read and dropped.
+//!
+//! # Who writes, and when: batches clocked by replies
+//!
+//! At most one thread writes to a connection at a time, the one that took the writer role (`writing`) and with
+//! it every byte queued so far. A caller that queues a request on an idle connection (nothing on the wire) takes
+//! the role and writes at once, from its own thread: a lone caller pays no hand-off and no delay. A caller that
+//! queues on a *busy* connection (requests on the wire, their replies still to come) leaves its bytes queued: the
+//! driver is awake when those replies arrive, and at the end of that turn it writes everything queued for the
+//! node in one write. Under load each node so gets one batch at a time, and a batch holds every request that
+//! came while the previous one was out: one write here and one read on the server for many requests, where
+//! writing each at once would cost a system call on both sides per request (on loopback, a write also runs the
+//! server's receive path). A request waits at most for the replies of the batch ahead of it, which the server
+//! had to answer first anyway. A write that fills the socket puts the rest back in front of the queue and leaves
+//! the role; the driver resumes it when the socket drains. Over TLS a batch is handed to rustls in one piece, so
+//! its requests share TLS records (one record carries up to 16 KiB of them).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+
+use super::addr::NodeAddr;
+use super::error::NodeError;
+use super::options::Options;
+use super::slots::{Reply, SlotRef, Slots};
+use super::stats::NodeStats;
+use crate::resp::{Decimal, Value, encode_command};
+use crate::time::later;
+
+/// Who waits for the reply at one position of the FIFO.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Waiter {
+    /// A step of the connection set-up.
+    Setup(Step),
+    /// A request of a round.
+    Round(SlotRef),
+}
+
+/// The set-up steps pipelined ahead of the first request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    Auth,
+    Select,
+    Hello,
+    /// The n-th of the caller-supplied set-up commands.
+    Extra(usize),
+}
+
+/// How a request may use a node's queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Priority {
+    /// Refused (the node's vote fails, nothing is sent) when the node already has `max_in_flight` requests
+    /// without replies.
+    Normal,
+    /// Must reach every reachable node (a release): it may use a reserve of another `max_in_flight` requests, and
+    /// beyond that it waits for room.
+    Release,
+}
+
+/// Whether a node can take a request now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Room {
+    Yes,
+    /// Refused: the node's vote fails with [`NodeError::Overloaded`].
+    No,
+    /// Wait until replies make room (or the round's deadline passes).
+    Wait,
+}
+
+/// Outcomes to file, and the threads their filing wakes: what a connection reports to the rounds.
+pub(crate) struct Filing<'a> {
+    pub(crate) slots: &'a mut Slots,
+    pub(crate) wake: &'a mut Vec<Thread>,
+}
+
+impl Filing<'_> {
+    pub(crate) fn file(&mut self, node: usize, waiter: Waiter, reply: Reply) {
+        if let Waiter::Round(r) = waiter {
+            self.wake.extend(self.slots.file(r, node, reply));
+        }
+    }
+}
+
+/// Where the link of a node stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    /// Not connected; the next dial is allowed at `retry_at`.
+    Down {
+        retry_at: Instant,
+    },
+    /// The TCP connect is under way.
+    Connecting {
+        deadline: Instant,
+    },
+    /// TCP is up and the TLS handshake under way, still within the connect timeout. Bytes may be written: TLS
+    /// holds them until the handshake completes and sends them with its last flight.
+    Handshake {
+        deadline: Instant,
+    },
+    Up,
+}
+
+/// One node's protocol state.
+pub(crate) struct NodeState {
+    node: usize,
+    link: Link,
+    /// Names the current connection: it changes when one is dialled and when one fails, so that poll events,
+    /// bytes read and writes of an earlier connection are told apart and ignored.
+    pub(crate) generation: u32,
+    /// Who waits for each reply, and when the request was queued (for the round-trip statistics).
+    fifo: VecDeque<(Waiter, Instant)>,
+    /// Bytes queued and not yet taken by a writer.
+    wbuf: BytesMut,
+    /// How many of the FIFO's requests are still in `wbuf`, not handed to a writer: the others are on the wire
+    /// (or being written).
+    unwritten: usize,
+    /// A thread holds the writer role (it took bytes from `wbuf` and writes them without the lock).
+    writing: bool,
+    backoff: Duration,
+    /// Why the node is down, reported as the vote of every request made while it stays down.
+    last_error: NodeError,
+    /// The last sign of life while requests were outstanding: bytes read, or the first request on an idle
+    /// connection. A node with requests and no sign of life for `hung_timeout` is hung.
+    last_progress: Instant,
+    /// Replies to the caller-supplied set-up commands on the current connection, each with the instant it was
+    /// decoded: later than the moment the server produced it, which is what a reading like `INFO`'s uptime
+    /// needs to be a safe bound.
+    pub(crate) setup_replies: Vec<(Value, Instant)>,
+    /// How many connections to this node completed their set-up (0: never reached). Shared with the fanout, so
+    /// that callers can read it without taking the fanout's lock.
+    pub(crate) sessions: Arc<AtomicU64>,
+    pub(crate) stats: Arc<NodeStats>,
+}
+
+impl NodeState {
+    pub(crate) fn new(node: usize, opts: &Options, now: Instant) -> NodeState {
+        NodeState {
+            node,
+            link: Link::Down { retry_at: now },
+            generation: 0,
+            fifo: VecDeque::new(),
+            wbuf: BytesMut::new(),
+            unwritten: 0,
+            writing: false,
+            backoff: opts.backoff_min,
+            last_error: NodeError::Refused,
+            last_progress: now,
+            setup_replies: Vec::new(),
+            sessions: Arc::new(AtomicU64::new(0)),
+            stats: Arc::default(),
+        }
+    }
+
+    /// Whether set-up replies are still awaited (set-up steps are always at the front of the FIFO).
+    fn setting_up(&self) -> bool {
+        matches!(self.fifo.front(), Some((Waiter::Setup(_), _)))
+    }
+
+    pub(crate) fn in_flight(&self) -> usize {
+        self.fifo.len()
+    }
+
+    pub(crate) fn is_up(&self) -> bool {
+        matches!(self.link, Link::Up)
+    }
+
+    /// Whether requests are on the wire without replies yet: then a reply is coming, and the driver will flush
+    /// what is queued when it reads it.
+    pub(crate) fn busy(&self) -> bool {
+        self.fifo.len() > self.unwritten
+    }
+
+    /// Whether the TCP connect is under way (its completion is checked on the socket's events).
+    pub(crate) fn is_connecting(&self) -> bool {
+        matches!(self.link, Link::Connecting { .. })
+    }
+
+    /// Whether the connect completed and the connection is not dropped: its bytes are read (a TLS handshake's
+    /// included).
+    pub(crate) fn is_open(&self) -> bool {
+        matches!(self.link, Link::Up | Link::Handshake { .. })
+    }
+
+    /// Whether bytes may be handed to the transport: the connection is up, or its TLS handshake is under way.
+    fn writable(&self) -> bool {
+        matches!(self.link, Link::Up | Link::Handshake { .. })
+    }
+
+    /// Whether the node can take requests now (`Ok(false)`), must be dialled first (`Ok(true)`), or is down and
+    /// in its backoff (`Err`: its last error, the vote of every request meanwhile).
+    pub(crate) fn needs_dial(&self, now: Instant) -> Result<bool, NodeError> {
+        match self.link {
+            Link::Down { retry_at } if now < retry_at => Err(self.last_error.clone()),
+            Link::Down { .. } => Ok(true),
+            _ => Ok(false),
+        }
+    }
+
+    /// The generation the next connection gets (its poll token names it before it exists).
+    pub(crate) fn next_generation(&self) -> u32 {
+        self.generation.wrapping_add(1)
+    }
+
+    /// A connection was dialled at `now` (its socket is created and registered): the connect timeout starts, and
+    /// the set-up is queued ahead of anything queued meanwhile.
+    pub(crate) fn dialled(&mut self, addr: &NodeAddr, opts: &Options, now: Instant) {
+        self.generation = self.next_generation();
+        self.link = Link::Connecting {
+            deadline: later(now, opts.connect_timeout),
+        };
+        self.wbuf.clear();
+        self.unwritten = 0;
+        self.writing = false;
+        self.setup_replies.clear();
+        self.last_progress = now;
+        self.queue_setup(addr, opts, now);
+        self.unwritten = self.fifo.len();
+    }
+
+    /// Pipelines the set-up ahead of any request: the login, `SELECT`, the protocol switch, then the caller's
+    /// commands. With RESP3 and a password the login rides in `HELLO 3 AUTH user password` (Redis 6+); with RESP2
+    /// it is `AUTH`, which every Redis knows.
+    fn queue_setup(&mut self, addr: &NodeAddr, opts: &Options, now: Instant) {
+        match (addr.password(), addr.resp3()) {
+            (Some(password), true) => {
+                // HELLO's AUTH always names a user: the one of `AUTH password` alone is `default`.
+                let user = addr.username().unwrap_or("default");
+                encode_command(
+                    &[
+                        b"HELLO",
+                        b"3",
+                        b"AUTH",
+                        user.as_bytes(),
+                        password.as_bytes(),
+                    ],
+                    &mut self.wbuf,
+                );
+                self.fifo.push_back((Waiter::Setup(Step::Hello), now));
+            }
+            (Some(password), false) => {
+                match addr.username() {
+                    Some(user) => encode_command(
+                        &[b"AUTH", user.as_bytes(), password.as_bytes()],
+                        &mut self.wbuf,
+                    ),
+                    None => encode_command(&[b"AUTH", password.as_bytes()], &mut self.wbuf),
+                }
+                self.fifo.push_back((Waiter::Setup(Step::Auth), now));
+            }
+            (None, true) => {
+                encode_command(&[b"HELLO", b"3"], &mut self.wbuf);
+                self.fifo.push_back((Waiter::Setup(Step::Hello), now));
+            }
+            (None, false) => {}
+        }
+        if let Some(db) = addr.db() {
+            encode_command(
+                &[b"SELECT", Decimal::new(i64::from(db)).as_bytes()],
+                &mut self.wbuf,
+            );
+            self.fifo.push_back((Waiter::Setup(Step::Select), now));
+        }
+        for (i, command) in opts.setup.iter().enumerate() {
+            self.wbuf.extend_from_slice(command);
+            self.fifo.push_back((Waiter::Setup(Step::Extra(i)), now));
+        }
+        self.stats.requests(self.fifo.len());
+    }
+
+    /// The TCP connect completed, as the driver saw at `now`. A plain connection is up; a TLS one starts its
+    /// handshake (its first flight goes out now), which counts against the connect timeout: it must end by the
+    /// dial's deadline, or within `connect_timeout` of `now` if that is later.
+    ///
+    /// Why the second bound: a handshake needs the client, where a TCP connect completes in the kernel alone. A
+    /// fanout built and left idle, or a round that ended before a re-dial completed, has nobody polling: the
+    /// client sees the connect complete only with the next round, perhaps long past the dial's deadline, and the
+    /// node has not even had the first flight yet. It must not be blamed for that time. The cost: a node whose
+    /// TCP connect and handshake are both slow has up to twice `connect_timeout` in all.
+    pub(crate) fn connected(&mut self, tls: bool, opts: &Options, now: Instant) {
+        let Link::Connecting { deadline } = self.link else {
+            return;
+        };
+        self.last_progress = now;
+        match tls {
+            true => {
+                self.link = Link::Handshake {
+                    deadline: deadline.max(later(now, opts.connect_timeout)),
+                }
+            }
+            false => self.up(),
+        }
+    }
+
+    /// The TLS handshake completed at `now`.
+    pub(crate) fn secured(&mut self, now: Instant) {
+        if let Link::Handshake { .. } = self.link {
+            self.last_progress = now;
+            self.up();
+        }
+    }
+
+    fn up(&mut self) {
+        self.link = Link::Up;
+        if !self.setting_up() {
+            self.sessions.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// Drops the connection if its connect (with its TLS handshake) took too long, or if it has had requests and
+    /// no sign of life for `hung_timeout`: a node that is slow but answers is never dropped. Called by the driver
+    /// right after a turn read the sockets at `now`: a client that was not running (a descheduled process, a
+    /// stolen vCPU) must not blame a node for bytes that wait unread in its own socket. Returns whether it
+    /// dropped the connection.
+    pub(crate) fn check(&mut self, opts: &Options, now: Instant, out: &mut Filing<'_>) -> bool {
+        match self.link {
+            Link::Connecting { deadline } | Link::Handshake { deadline } if now >= deadline => {
+                self.fail(NodeError::ConnectTimeout, opts, now, out);
+                true
+            }
+            Link::Up
+                if !self.fifo.is_empty()
+                    && now.saturating_duration_since(self.last_progress) >= opts.hung_timeout =>
+            {
+                self.fail(NodeError::Hung(opts.hung_timeout), opts, now, out);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the node can take a request expecting `replies` replies now.
+    pub(crate) fn room(&self, replies: usize, priority: Priority, opts: &Options) -> Room {
+        let limit = match priority {
+            Priority::Normal => opts.max_in_flight,
+            Priority::Release => opts.max_in_flight.saturating_mul(2),
+        };
+        match (self.fifo.len().saturating_add(replies) <= limit, priority) {
+            (true, _) => Room::Yes,
+            (false, Priority::Normal) => Room::No,
+            (false, Priority::Release) => Room::Wait,
+        }
+    }
+
+    /// Queues one request's bytes (which may hold several commands, one waiter each).
+    pub(crate) fn queue(&mut self, bytes: &[u8], waiter: Waiter, replies: usize, now: Instant) {
+        if self.fifo.is_empty() {
+            self.last_progress = now;
+        }
+        self.wbuf.extend_from_slice(bytes);
+        self.unwritten += replies;
+        self.stats.requests(replies);
+        for _ in 0..replies {
+            self.fifo.push_back((waiter, now));
+        }
+    }
+
+    /// Takes the writer role and every queued byte, if bytes may be written, there are some, and nobody holds
+    /// the role. Returns them with the generation of the connection they are for.
+    pub(crate) fn take_write(&mut self) -> Option<(u32, BytesMut)> {
+        if self.writing || self.wbuf.is_empty() || !self.writable() {
+            return None;
+        }
+        self.writing = true;
+        self.unwritten = 0;
+        Some((self.generation, self.wbuf.split()))
+    }
+
+    /// Ends a write of connection `generation` that took the role with `take_write`: `outcome` is `Ok(true)` if
+    /// `rest` is empty (all was handed over), `Ok(false)` if the socket filled up first and `rest` is what was
+    /// left. Bytes other threads queued meanwhile wait for the replies to what was just written, and the driver
+    /// flushes them when it reads those (see the module docs); but if those replies have all been read already
+    /// (the driver could not flush then: the role was taken), nothing is coming to clock them out, and the writer
+    /// sends them now: hence the next write, if any.
+    pub(crate) fn written(
+        &mut self,
+        generation: u32,
+        rest: BytesMut,
+        outcome: Result<bool, NodeError>,
+        opts: &Options,
+        now: Instant,
+        out: &mut Filing<'_>,
+    ) -> Option<(u32, BytesMut)> {
+        if generation != self.generation {
+            return None; // the connection was replaced meanwhile, and the role with it
+        }
+        self.writing = false;
+        match outcome {
+            Ok(true) => {
+                drop(rest); // so that the queue's next append can reuse the allocation
+                match self.busy() {
+                    true => None,
+                    false => self.take_write(),
+                }
+            }
+            Ok(false) => {
+                // The socket is full: the rest goes back in front of what was queued since. The driver resumes
+                // the write when the socket drains.
+                let mut rest = rest;
+                rest.unsplit(std::mem::take(&mut self.wbuf));
+                self.wbuf = rest;
+                None
+            }
+            Err(e) => {
+                self.fail(e, opts, now, out);
+                None
+            }
+        }
+    }
+
+    /// Bytes were read from the current connection at `now`: a sign of life.
+    pub(crate) fn progress(&mut self, now: Instant) {
+        self.last_progress = now;
+    }
+
+    /// Files one decoded reply, read at `now`, under the request it answers. `Err`: the connection must be
+    /// dropped (a reply nobody asked for, a refused set-up step).
+    pub(crate) fn deliver(
+        &mut self,
+        value: Value,
+        opts: &Options,
+        now: Instant,
+        out: &mut Filing<'_>,
+    ) -> Result<(), NodeError> {
+        let (waiter, queued) = self.fifo.pop_front().ok_or(NodeError::Unexpected)?;
+        self.stats.reply(now.saturating_duration_since(queued));
+        // A node that answers is alive: the next outage starts its backoff from the beginning.
+        self.backoff = opts.backoff_min;
+        match waiter {
+            Waiter::Round(_) => out.file(self.node, waiter, Ok(value)),
+            Waiter::Setup(step) => {
+                let reply = value.without_attributes();
+                if let Value::Error(msg) | Value::BulkError(msg) = reply {
+                    let msg = String::from_utf8_lossy(msg).into_owned();
+                    // Without (or with a wrong) password, any set-up command is refused with NOAUTH.
+                    if msg.starts_with("NOAUTH") || msg.starts_with("WRONGPASS") {
+                        return Err(NodeError::Auth(msg));
+                    }
+                    // An optional command's refusal (`CONFIG` renamed or not allowed) is its reply.
+                    let optional =
+                        matches!(step, Step::Extra(i) if opts.optional_setup.contains(&i));
+                    if optional {
+                        self.setup_replies.push((value, now));
+                        if !self.setting_up() && self.is_up() {
+                            self.sessions.fetch_add(1, Ordering::Release);
+                        }
+                        return Ok(());
+                    }
+                    return Err(match step {
+                        Step::Auth => NodeError::Auth(msg),
+                        Step::Select => NodeError::Setup(format!("SELECT: {msg}")),
+                        Step::Hello => NodeError::Setup(format!("HELLO 3: {msg}")),
+                        Step::Extra(i) => {
+                            let name = opts
+                                .setup
+                                .get(i)
+                                .map_or_else(String::new, |c| command_name(c));
+                            NodeError::Setup(format!("{name}: {msg}"))
+                        }
+                    });
+                }
+                if let Step::Extra(_) = step {
+                    self.setup_replies.push((value, now));
+                }
+                if !self.setting_up() && self.is_up() {
+                    self.sessions.fetch_add(1, Ordering::Release);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the connection: every request in flight fails with `error`, and the node stays down until its backoff
+    /// (doubling up to the cap) has passed. The caller closes the socket.
+    pub(crate) fn fail(
+        &mut self,
+        error: NodeError,
+        opts: &Options,
+        now: Instant,
+        out: &mut Filing<'_>,
+    ) {
+        let retry_at = later(now, self.backoff);
+        self.backoff = (self.backoff * 2).min(opts.backoff_max);
+        self.link = Link::Down { retry_at };
+        self.generation = self.generation.wrapping_add(1);
+        self.writing = false;
+        let node = self.node;
+        for (waiter, _) in self.fifo.drain(..) {
+            out.file(node, waiter, Err(error.clone()));
+        }
+        self.wbuf = BytesMut::new();
+        self.unwritten = 0;
+        self.last_error = error;
+    }
+}
+
+/// The name of an encoded command (`SCRIPT LOAD`, `INFO`), for error messages.
+fn command_name(command: &[u8]) -> String {
+    let mut buf = bytes::BytesMut::from(command);
+    match crate::resp::decode(&mut buf) {
+        Ok(Some(Value::Array(args))) => {
+            let words: Vec<String> = args
+                .iter()
+                .take(2)
+                .filter_map(|a| match a {
+                    Value::BulkString(b) if b.len() <= 16 => {
+                        Some(String::from_utf8_lossy(b).to_uppercase())
+                    }
+                    _ => None,
+                })
+                .collect();
+            words.join(" ")
+        }
+        _ => "set-up command".to_owned(),
+    }
+}
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;

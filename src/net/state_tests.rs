@@ -1,0 +1,699 @@
+//! Unit tests of one node's protocol state and decoding: byte buffers in, outcomes out, on a virtual clock (no
+//! socket, no sleep). What the connection does with bytes a real Redis never sends (garbage, absurd sizes,
+//! replies that never end, refused logins) is checked here; `tests/hostile.rs` keeps what needs a socket and
+//! time (a hung peer, a close, a trickle, the lock manager above).
+
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+
+use super::*;
+use crate::net::inbound::{Inbound, Item};
+use crate::net::slots::{Reply, SlotRef, Slots};
+use crate::resp::{ErrorKind, Limits, Value, encode_command};
+
+/// One node's state and decoder, a round's slot, and the clock's origin: `at(ms)` is the virtual time.
+struct Node {
+    state: NodeState,
+    inbound: Inbound,
+    slots: Slots,
+    slot: SlotRef,
+    wake: Vec<Thread>,
+    opts: Options,
+    addr: NodeAddr,
+    t0: Instant,
+    pushes: Vec<Value>,
+}
+
+fn cmd(args: &[&str]) -> Vec<u8> {
+    let mut b = BytesMut::new();
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    encode_command(&args, &mut b);
+    b.to_vec()
+}
+
+impl Node {
+    fn new(url: &str, opts: Options) -> Node {
+        let t0 = Instant::now();
+        let mut slots = Slots::default();
+        let slot = slots.open(1, t0 + Duration::from_secs(3600));
+        Node {
+            state: NodeState::new(0, &opts, t0),
+            inbound: Inbound::new(&opts),
+            slots,
+            slot,
+            wake: Vec::new(),
+            opts,
+            addr: url.parse().expect("url"),
+            t0,
+            pushes: Vec::new(),
+        }
+    }
+
+    /// A plain node with the default options.
+    fn plain() -> Node {
+        Node::new("redis://127.0.0.1:6379", Options::default())
+    }
+
+    fn at(&self, ms: u64) -> Instant {
+        self.t0 + Duration::from_millis(ms)
+    }
+
+    /// Dials at `ms` (the set-up is queued).
+    fn dial(&mut self, ms: u64) {
+        assert_eq!(self.state.needs_dial(self.at(ms)), Ok(true));
+        self.state.dialled(&self.addr, &self.opts, self.at(ms));
+    }
+
+    /// Dials and connects (plain TCP) at `ms`, writes the set-up and returns its bytes.
+    fn up(&mut self, ms: u64) -> Vec<u8> {
+        self.dial(ms);
+        self.state.connected(false, &self.opts, self.at(ms));
+        assert!(self.state.is_up());
+        self.write(ms)
+    }
+
+    /// Takes the writer role and writes everything (the socket takes all); returns the bytes written.
+    fn write(&mut self, ms: u64) -> Vec<u8> {
+        let mut wire = Vec::new();
+        let mut job = self.state.take_write();
+        while let Some((generation, bytes)) = job {
+            wire.extend_from_slice(&bytes);
+            let mut out = Filing {
+                slots: &mut self.slots,
+                wake: &mut self.wake,
+            };
+            job = self.state.written(
+                generation,
+                BytesMut::new(),
+                Ok(true),
+                &self.opts,
+                self.t0 + Duration::from_millis(ms),
+                &mut out,
+            );
+        }
+        wire
+    }
+
+    /// Queues a request of the round at `ms`.
+    fn ask(&mut self, args: &[&str], ms: u64) {
+        self.slots.expect(self.slot, 0, 1);
+        let now = self.at(ms);
+        self.state
+            .queue(&cmd(args), Waiter::Round(self.slot), 1, now);
+    }
+
+    /// The node sends `bytes`, read and filed at `ms`.
+    fn feed(&mut self, bytes: &[u8], ms: u64) {
+        self.inbound.buffer().extend_from_slice(bytes);
+        let mut items = Vec::new();
+        if let Err(e) = self.inbound.decode(&self.opts, &mut items) {
+            items.push(Item::Failed(e));
+        }
+        self.file(items, ms);
+    }
+
+    /// Files what a read produced, as the driver does.
+    fn file(&mut self, items: Vec<Item>, ms: u64) {
+        let now = self.at(ms);
+        let mut out = Filing {
+            slots: &mut self.slots,
+            wake: &mut self.wake,
+        };
+        for item in items {
+            let failed = match item {
+                Item::Secured => {
+                    self.state.secured(now);
+                    None
+                }
+                Item::Reply(v) => self.state.deliver(v, &self.opts, now, &mut out).err(),
+                Item::Push(v) => {
+                    self.pushes.push(v);
+                    None
+                }
+                Item::Failed(e) => Some(e),
+            };
+            if let Some(e) = failed {
+                self.state.fail(e, &self.opts, now, &mut out);
+                self.inbound.reset();
+                return;
+            }
+        }
+    }
+
+    /// The peer closed the connection at `ms`.
+    fn close(&mut self, ms: u64) {
+        self.file(vec![Item::Failed(NodeError::Closed)], ms);
+    }
+
+    fn check(&mut self, ms: u64) -> bool {
+        let now = self.at(ms);
+        let mut out = Filing {
+            slots: &mut self.slots,
+            wake: &mut self.wake,
+        };
+        self.state.check(&self.opts, now, &mut out)
+    }
+
+    /// The next outcome of the round, if any was filed.
+    fn outcome(&mut self) -> Option<Reply> {
+        self.slots.take(self.slot).map(|(node, r)| {
+            assert_eq!(node, 0);
+            r
+        })
+    }
+}
+
+#[track_caller]
+fn assert_protocol(reply: Option<Reply>, kind: ErrorKind, offset: usize, case: &str) {
+    match reply {
+        Some(Err(NodeError::Protocol(e))) => {
+            assert_eq!((e.kind(), e.offset()), (kind, offset), "{case}: {e}");
+        }
+        other => panic!("{case}: want {kind} at byte {offset}, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_set_up_is_pipelined_and_the_login_rides_in_hello_with_resp3() {
+    let script = Bytes::from(cmd(&["SCRIPT", "LOAD", "return 1"]));
+    let opts = Options::default().with_setup(vec![script.clone()]);
+    let cases: &[(&str, Vec<Vec<u8>>)] = &[
+        ("redis://h:1", vec![]),
+        ("redis://:pw@h:1", vec![cmd(&["AUTH", "pw"])]),
+        (
+            "redis://u:pw@h:1/2",
+            vec![cmd(&["AUTH", "u", "pw"]), cmd(&["SELECT", "2"])],
+        ),
+        ("redis://h:1?protocol=resp3", vec![cmd(&["HELLO", "3"])]),
+        (
+            "rediss://:pw@h:1?protocol=resp3",
+            vec![cmd(&["HELLO", "3", "AUTH", "default", "pw"])],
+        ),
+        (
+            "redis://u:pw@h:1/0?protocol=resp3",
+            vec![
+                cmd(&["HELLO", "3", "AUTH", "u", "pw"]),
+                cmd(&["SELECT", "0"]),
+            ],
+        ),
+    ];
+    for (url, want) in cases {
+        for extra in [false, true] {
+            let opts = match extra {
+                true => opts.clone(),
+                false => Options::default(),
+            };
+            let mut node = Node::new(url, opts);
+            let mut want = want.concat();
+            if extra {
+                want.extend_from_slice(&script);
+            }
+            assert_eq!(node.up(0), want, "{url}");
+        }
+    }
+}
+
+#[test]
+fn refused_logins_are_auth_errors_with_the_servers_message() {
+    const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+    const NOAUTH: &str = "NOAUTH HELLO must be called with the client already authenticated";
+    let cases = [
+        ("redis://:wrong@h:1", WRONGPASS),
+        ("redis://u:wrong@h:1", WRONGPASS),
+        ("redis://u:wrong@h:1?protocol=resp3", WRONGPASS),
+        ("redis://h:1?protocol=resp3", NOAUTH),
+    ];
+    for (url, message) in cases {
+        let mut node = Node::new(url, Options::default());
+        node.up(0);
+        node.ask(&["PING"], 0);
+        node.write(0);
+        node.feed(format!("-{message}\r\n").as_bytes(), 1);
+        assert_eq!(
+            node.outcome(),
+            Some(Err(NodeError::Auth(message.into()))),
+            "{url}"
+        );
+        assert!(!node.state.is_up(), "{url}: the connection is dropped");
+    }
+    // No password: NOAUTH to a set-up command is a login problem too, naming no command.
+    let opts = Options::default().with_setup(vec![Bytes::from(cmd(&["INFO", "server"]))]);
+    let mut node = Node::new("redis://h:1", opts);
+    node.up(0);
+    node.ask(&["PING"], 0);
+    node.feed(b"-NOAUTH Authentication required.\r\n", 1);
+    assert_eq!(
+        node.outcome(),
+        Some(Err(NodeError::Auth(
+            "NOAUTH Authentication required.".into()
+        )))
+    );
+}
+
+#[test]
+fn an_error_reply_is_a_reply_except_to_the_connection_set_up() {
+    let mut node = Node::plain();
+    node.up(0);
+    for _ in 0..2 {
+        node.ask(&["PING"], 0);
+        node.write(0);
+        node.feed(b"-ERR fake failure\r\n", 1);
+        assert_eq!(
+            node.outcome(),
+            Some(Ok(Value::Error("ERR fake failure".into())))
+        );
+        assert!(
+            node.state.is_up(),
+            "an error reply does not drop the connection"
+        );
+    }
+    let load = Bytes::from(cmd(&["SCRIPT", "LOAD", "return 1"]));
+    let mut node = Node::new("redis://h:1", Options::default().with_setup(vec![load]));
+    node.up(0);
+    node.ask(&["PING"], 0);
+    node.feed(b"-ERR fake failure\r\n", 1);
+    let want = NodeError::Setup("SCRIPT LOAD: ERR fake failure".into());
+    assert_eq!(node.outcome(), Some(Err(want)));
+    let mut node = Node::new("redis://h:1/3", Options::default());
+    node.up(0);
+    node.ask(&["PING"], 0);
+    node.feed(b"-ERR DB index is out of range\r\n", 1);
+    let want = NodeError::Setup("SELECT: ERR DB index is out of range".into());
+    assert_eq!(node.outcome(), Some(Err(want)));
+}
+
+#[test]
+fn garbage_is_a_protocol_error_naming_the_byte() {
+    use ErrorKind::*;
+    let cases: &[(&str, &[u8], ErrorKind, usize)] = &[
+        ("HTTP", b"HTTP/1.1 400 Bad Request\r\n\r\n", UnknownType, 0),
+        ("TLS alert", b"\x15\x03\x03\x00\x02\x02\x46", UnknownType, 0),
+        ("unknown type", b"@5\r\nhello\r\n", UnknownType, 0),
+        ("unknown type, nested", b"*2\r\n:1\r\n@\r\n", UnknownType, 8),
+        ("letter in integer", b":12a\r\n", InvalidInteger, 3),
+        ("bulk too long", b"$3\r\nabcdef\r\n", InvalidBulkEnd, 7),
+        ("bare LF", b"+OK\n", InvalidLineEnd, 3),
+        ("negative length", b"$-2\r\n", InvalidLength, 1),
+        // Streamed strings and aggregates decode (RESP3); a streamed error is not defined.
+        (
+            "streamed error",
+            b"!?\r\n;4\r\nHell\r\n;0\r\n",
+            StreamedUnsupported,
+            1,
+        ),
+        ("bad boolean", b"#x\r\n", InvalidBoolean, 1),
+    ];
+    for &(case, bytes, kind, offset) in cases {
+        let mut node = Node::plain();
+        node.up(0);
+        node.ask(&["PING"], 0);
+        node.feed(bytes, 1);
+        assert_protocol(node.outcome(), kind, offset, case);
+        assert!(!node.state.is_up(), "{case}: dropped");
+        // Redialled after the backoff, not before.
+        assert!(node.state.needs_dial(node.at(1)).is_err(), "{case}");
+        assert_eq!(node.state.needs_dial(node.at(11)), Ok(true), "{case}");
+    }
+}
+
+/// `depth` arrays, each holding the next, around `:1`.
+fn nested(depth: usize) -> Vec<u8> {
+    let mut out = b"*1\r\n".repeat(depth);
+    out.extend_from_slice(b":1\r\n");
+    out
+}
+
+#[test]
+fn declared_sizes_are_refused_or_awaited_without_allocating_them() {
+    use ErrorKind::*;
+    let wide = || Options::default().with_limits(Limits::default());
+    let refused: Vec<(&str, Vec<u8>, bool, ErrorKind, usize)> = vec![
+        (
+            "2^62 bulk",
+            b"$4611686018427387904\r\n".to_vec(),
+            false,
+            BulkTooLong,
+            1,
+        ),
+        (
+            "2^31 array",
+            b"*2147483648\r\n".to_vec(),
+            false,
+            AggregateTooLong,
+            1,
+        ),
+        (
+            "2^31 map",
+            b"%2147483648\r\n".to_vec(),
+            false,
+            AggregateTooLong,
+            1,
+        ),
+        (
+            "2^62 bulk, wide",
+            b"$4611686018427387904\r\n".to_vec(),
+            true,
+            BulkTooLong,
+            1,
+        ),
+        (
+            "2^31 array, wide",
+            b"*2147483648\r\n".to_vec(),
+            true,
+            AggregateTooLong,
+            1,
+        ),
+        ("10,000 deep", nested(10_000), false, TooDeep, 128),
+        ("10,000 deep, wide", nested(10_000), true, TooDeep, 512),
+    ];
+    for (case, bytes, is_wide, kind, offset) in refused {
+        let opts = if is_wide { wide() } else { Options::default() };
+        let mut node = Node::new("redis://h:1", opts);
+        node.up(0);
+        node.ask(&["PING"], 0);
+        node.feed(&bytes, 1);
+        assert_protocol(node.outcome(), kind, offset, case);
+    }
+    // Inside the limits a declaration is only a promise: the reply is awaited, and costs what arrived.
+    let awaited: &[(&str, &[u8], bool)] = &[
+        ("2^31 - 1 elements", b"*2147483647\r\n:1\r\n", true),
+        ("512 MiB bulk", b"$536870912\r\nabc", true),
+        ("4 MiB bulk", b"$4194304\r\nabc", false),
+        ("65,536 pairs", b"%65536\r\n+a\r\n", false),
+    ];
+    for &(case, bytes, is_wide) in awaited {
+        let opts = if is_wide { wide() } else { Options::default() };
+        let mut node = Node::new("redis://h:1", opts);
+        node.up(0);
+        node.ask(&["PING"], 0);
+        node.feed(bytes, 1);
+        assert_eq!(node.outcome(), None, "{case}");
+        assert!(node.state.is_up(), "{case}");
+        assert!(
+            node.inbound.capacity() < 64 << 10,
+            "{case}: {}",
+            node.inbound.capacity()
+        );
+    }
+}
+
+#[test]
+fn a_reply_that_never_ends_is_cut_at_the_connections_limits() {
+    type Case = (&'static str, &'static [u8], &'static [u8], ErrorKind, usize);
+    let cases: &[Case] = &[
+        // A line may hold 64 KiB before its CRLF: the byte after that is the error.
+        (
+            "simple string",
+            b"+",
+            b"x",
+            ErrorKind::LineTooLong,
+            1 + 65_536,
+        ),
+        (
+            "error line",
+            b"-ERR ",
+            b"x",
+            ErrorKind::LineTooLong,
+            1 + 65_536,
+        ),
+        // A bulk is buffered up to its length, which the limits bound (4 MiB); then its CRLF is missing.
+        (
+            "4 MiB bulk",
+            b"$4194304\r\n",
+            b"x",
+            ErrorKind::InvalidBulkEnd,
+            10 + (4 << 20),
+        ),
+        // Above the connection's limit, the header alone is refused.
+        (
+            "16 MiB bulk",
+            b"$16777216\r\n",
+            b"x",
+            ErrorKind::BulkTooLong,
+            1,
+        ),
+    ];
+    for &(case, prefix, filler, kind, offset) in cases {
+        let mut node = Node::plain();
+        node.up(0);
+        node.ask(&["PING"], 0);
+        node.feed(prefix, 1);
+        // Reads of any size: 16 KiB and a byte, so that no read ends exactly where a limit does.
+        let chunk = filler.repeat((16 << 10) + 1);
+        let mut fed = 0;
+        while node.state.is_up() {
+            assert!(fed < 8 << 20, "{case}: never cut");
+            node.feed(&chunk, 2);
+            fed += chunk.len();
+        }
+        assert_protocol(node.outcome(), kind, offset, case);
+    }
+    // Valid all along: every header within the limits, the whole past `max_reply_len`.
+    let mut node = Node::new(
+        "redis://h:1",
+        Options::default().with_max_reply_len(1 << 20),
+    );
+    node.up(0);
+    node.ask(&["PING"], 0);
+    node.feed(b"*65536\r\n", 1);
+    let element = crate::resp::Value::BulkString(vec![b'y'; 64 << 10].into());
+    let mut bytes = BytesMut::new();
+    crate::resp::encode(&element, &mut bytes);
+    for _ in 0..17 {
+        node.feed(&bytes, 2);
+    }
+    assert_eq!(node.outcome(), Some(Err(NodeError::ReplyTooLarge(1 << 20))));
+}
+
+#[test]
+fn a_reply_in_pieces_arrives_whole_and_replies_match_requests_in_order() {
+    let mut node = Node::plain();
+    node.up(0);
+    node.ask(&["ECHO", "hello"], 0);
+    node.ask(&["PING"], 0);
+    node.write(0);
+    let replies = b"$5\r\nhello\r\n+PONG\r\n";
+    for (i, byte) in replies.iter().enumerate() {
+        node.feed(std::slice::from_ref(byte), 1 + i as u64);
+        if i < 10 {
+            assert_eq!(node.outcome(), None, "after byte {i}");
+        }
+    }
+    assert_eq!(node.outcome(), Some(Ok(Value::BulkString("hello".into()))));
+    assert_eq!(node.outcome(), Some(Ok(Value::SimpleString("PONG".into()))));
+    // A reply nobody asked for drops the connection.
+    node.feed(b"+OK\r\n", 30);
+    assert!(!node.state.is_up());
+}
+
+#[test]
+fn pushes_between_replies_are_kept_apart() {
+    const PUSH: &[u8] = b">2\r\n$7\r\nmessage\r\n$5\r\nhello\r\n";
+    let mut node = Node::new("redis://h:1?protocol=resp3", Options::default());
+    node.up(0);
+    node.feed(b"%1\r\n$5\r\nproto\r\n:3\r\n", 1); // HELLO 3
+    for word in ["one", "two"] {
+        node.ask(&["ECHO", word], 1);
+    }
+    node.write(1);
+    let mut bytes = PUSH.to_vec();
+    bytes.extend_from_slice(b"$3\r\none\r\n");
+    bytes.extend_from_slice(PUSH);
+    bytes.extend_from_slice(b"$3\r\ntwo\r\n");
+    bytes.extend_from_slice(PUSH);
+    node.feed(&bytes, 2);
+    assert_eq!(node.outcome(), Some(Ok(Value::BulkString("one".into()))));
+    assert_eq!(node.outcome(), Some(Ok(Value::BulkString("two".into()))));
+    assert_eq!(node.pushes.len(), 3);
+    assert!(node.state.is_up(), "pushes do not drop the connection");
+}
+
+#[test]
+fn a_close_fails_every_request_in_flight_and_half_a_reply_is_dropped() {
+    let mut node = Node::plain();
+    node.up(0);
+    node.ask(&["PING"], 0);
+    node.ask(&["PING"], 0);
+    node.write(0);
+    node.feed(b"+PONG\r\n$10\r\nhel", 1);
+    node.close(2);
+    assert_eq!(node.outcome(), Some(Ok(Value::SimpleString("PONG".into()))));
+    assert_eq!(node.outcome(), Some(Err(NodeError::Closed)));
+    assert_eq!(node.outcome(), None);
+    // The next connection starts clean.
+    node.up(20);
+    node.ask(&["PING"], 20);
+    node.write(20);
+    node.feed(b"+PONG\r\n", 21);
+    assert_eq!(node.outcome(), Some(Ok(Value::SimpleString("PONG".into()))));
+}
+
+#[test]
+fn the_tls_handshake_counts_against_the_connect_timeout() {
+    let mut node = Node::new("rediss://h:1", Options::default());
+    node.dial(0);
+    node.ask(&["PING"], 0);
+    assert!(
+        node.state.take_write().is_none(),
+        "nothing is written before TCP connects"
+    );
+    let opts = node.opts.clone();
+    node.state.connected(true, &opts, node.at(400));
+    assert!(!node.state.is_up() && node.state.is_open());
+    // Bytes may go to the transport meanwhile (TLS holds them until its handshake completes).
+    assert_eq!(node.write(400), cmd(&["PING"]));
+    // Connected at 400 ms: the dial's deadline (1 s) is before 400 ms + the connect timeout.
+    assert!(!node.check(1399));
+    assert!(node.check(1400), "the handshake had the connect timeout");
+    assert_eq!(node.outcome(), Some(Err(NodeError::ConnectTimeout)));
+    // A handshake that completes in time brings the node up.
+    node.up(1410); // the backoff (10 ms) has passed
+    let mut node = Node::new("rediss://h:1", Options::default());
+    node.dial(0);
+    node.state.connected(true, &opts, node.at(10));
+    node.file(vec![Item::Secured], 20);
+    assert!(node.state.is_up());
+    assert_eq!(node.state.sessions.load(Ordering::Acquire), 1);
+    assert!(!node.check(5000), "an idle connection is never hung");
+}
+
+/// Nobody polled between the dial and the next round (a manager built and left idle): the client sees the TCP
+/// connect complete long past the dial's deadline, and its first flight goes out only then. The node gets the
+/// connect timeout from that moment, not a timeout for time it never had.
+#[test]
+fn a_handshake_started_late_by_the_client_still_gets_the_connect_timeout() {
+    let mut node = Node::new("rediss://h:1", Options::default());
+    node.dial(0);
+    let opts = node.opts.clone();
+    node.state.connected(true, &opts, node.at(5000));
+    assert!(
+        !node.check(5000),
+        "judged in the turn that started the handshake"
+    );
+    assert!(!node.check(5999));
+    node.file(vec![Item::Secured], 5020);
+    assert!(node.state.is_up());
+    // And a node that does not answer the late handshake is dropped a connect timeout later.
+    let mut node = Node::new("rediss://h:1", Options::default());
+    node.dial(0);
+    node.ask(&["PING"], 0);
+    node.state.connected(true, &opts, node.at(5000));
+    assert!(!node.check(5999));
+    assert!(node.check(6000));
+    assert_eq!(node.outcome(), Some(Err(NodeError::ConnectTimeout)));
+}
+
+#[test]
+fn a_silent_node_with_requests_is_hung_after_the_hung_timeout_and_a_slow_one_is_not() {
+    let mut node = Node::plain();
+    node.up(0);
+    node.ask(&["PING"], 1000);
+    node.ask(&["PING"], 1000);
+    node.write(1000);
+    assert!(!node.check(5999));
+    // Half a reply is a sign of life.
+    node.state.progress(node.at(5000));
+    node.feed(b"+PO", 5000);
+    assert!(!node.check(9999));
+    assert!(node.check(10_000));
+    assert_eq!(
+        node.outcome(),
+        Some(Err(NodeError::Hung(Duration::from_secs(5))))
+    );
+    assert_eq!(
+        node.outcome(),
+        Some(Err(NodeError::Hung(Duration::from_secs(5))))
+    );
+}
+
+#[test]
+fn the_backoff_doubles_up_to_its_cap_and_starts_over_once_the_node_answers() {
+    let opts = Options::default()
+        .with_backoff_min(Duration::from_millis(10))
+        .with_backoff_max(Duration::from_millis(35));
+    let mut node = Node::new("redis://h:1", opts);
+    let mut t = 0;
+    for want in [10, 20, 35, 35] {
+        node.dial(t);
+        node.close(t);
+        assert_eq!(
+            node.state.needs_dial(node.at(t + want - 1)),
+            Err(NodeError::Closed)
+        );
+        t += want;
+    }
+    node.up(t);
+    node.ask(&["PING"], t);
+    node.write(t);
+    node.feed(b"+PONG\r\n", t);
+    node.close(t);
+    assert_eq!(node.state.needs_dial(node.at(t + 10)), Ok(true));
+}
+
+#[test]
+fn a_busy_node_batches_what_comes_while_its_replies_are_awaited() {
+    let mut node = Node::plain();
+    node.up(0);
+    node.ask(&["GET", "a"], 0);
+    let first = node
+        .state
+        .take_write()
+        .expect("an idle node is written at once");
+    node.ask(&["GET", "b"], 0);
+    node.ask(&["GET", "c"], 0);
+    assert!(node.state.busy());
+    // The first write ends while its reply is awaited: the others wait for it.
+    let mut out = Filing {
+        slots: &mut node.slots,
+        wake: &mut node.wake,
+    };
+    let next = node.state.written(
+        first.0,
+        BytesMut::new(),
+        Ok(true),
+        &node.opts,
+        node.t0,
+        &mut out,
+    );
+    assert!(next.is_none());
+    node.feed(b"$-1\r\n", 1);
+    // The driver flushes both in one write at the end of the turn that read the reply.
+    assert_eq!(
+        node.write(1),
+        [cmd(&["GET", "b"]), cmd(&["GET", "c"])].concat()
+    );
+    // A write cut short puts the rest back in front of what was queued since.
+    node.feed(b"$-1\r\n$-1\r\n", 2);
+    node.ask(&["GET", "d"], 2);
+    let (generation, _) = node.state.take_write().expect("idle");
+    node.ask(&["GET", "e"], 2);
+    let mut out = Filing {
+        slots: &mut node.slots,
+        wake: &mut node.wake,
+    };
+    let rest = BytesMut::from(&b"tail"[..]);
+    assert!(
+        node.state
+            .written(generation, rest, Ok(false), &node.opts, node.t0, &mut out)
+            .is_none()
+    );
+    let mut want = b"tail".to_vec();
+    want.extend_from_slice(&cmd(&["GET", "e"]));
+    assert_eq!(node.write(3), want);
+}
+
+#[test]
+fn a_full_node_refuses_ordinary_requests_and_lets_releases_use_a_reserve() {
+    let mut node = Node::new("redis://h:1", Options::default().with_max_in_flight(2));
+    node.up(0);
+    node.ask(&["PING"], 0);
+    node.ask(&["PING"], 0);
+    assert_eq!(node.state.room(1, Priority::Normal, &node.opts), Room::No);
+    assert_eq!(node.state.room(2, Priority::Release, &node.opts), Room::Yes);
+    assert_eq!(
+        node.state.room(3, Priority::Release, &node.opts),
+        Room::Wait
+    );
+}
