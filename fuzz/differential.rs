@@ -1,5 +1,6 @@
 //! Differential check: muxlock's RESP decoder against redis-protocol 6's RESP3 decoder
-//! (`redis_protocol::resp3::decode::complete::decode_bytes`).
+//! (`redis_protocol::resp3::decode::streaming::decode_bytes`, driven by [`their_decode`] as a client drives it, so
+//! that RESP3's streamed strings and aggregates are compared too).
 //!
 //! Shared by the `differential` fuzz target and `tests/fuzz_replay.rs` (both include this file with `#[path]`).
 //! The same bytes go to both decoders, value after value. When both return a value, the values must be equal
@@ -15,9 +16,12 @@
 
 use bytes::{Bytes, BytesMut};
 use muxlock::resp::{self, DecodeError, ErrorKind, Value};
-use redis_protocol::error::RedisProtocolError;
-use redis_protocol::resp3::decode::complete::decode_bytes;
-use redis_protocol::resp3::types::{BytesFrame, FrameMap, VerbatimStringFormat};
+use redis_protocol::error::{RedisProtocolError, RedisProtocolErrorKind};
+use redis_protocol::resp3::decode::streaming::decode_bytes;
+use redis_protocol::resp3::types::{
+    BytesAttributes, BytesFrame, DecodedFrame, FrameKind, FrameMap, Resp3Frame,
+    VerbatimStringFormat,
+};
 
 /// The most aggregate type bytes an input may hold for redis-protocol to see it: each could open a level of its
 /// recursion. Well above our own depth limit (128), so D9's `TooDeep` stays reachable.
@@ -37,7 +41,7 @@ pub fn check(data: &[u8]) {
         let mut buf = BytesMut::from(&rest[..]);
         let ours = resp::decode(&mut buf);
         let ours_len = rest.len() - buf.len();
-        let theirs = decode_bytes(&rest);
+        let theirs = their_decode(&rest);
         match (ours, theirs) {
             (Ok(Some(value)), Ok(Some((frame, their_len)))) => {
                 let Some(converted) = convert(&frame) else {
@@ -55,7 +59,7 @@ pub fn check(data: &[u8]) {
             }
             (Ok(Some(value)), Err(e)) => {
                 assert!(
-                    we_accept(&value).is_some(),
+                    we_accept(&value).is_some() || we_accept_bytes(&rest[..ours_len]).is_some(),
                     "at {at}: we read {value:?}, they reject: {e:?}"
                 );
                 return;
@@ -91,7 +95,93 @@ pub fn check(data: &[u8]) {
     }
 }
 
-/// D1–D9: why redis-protocol may accept bytes we reject with `e`; `input` starts at the value `e` is about.
+/// Messages of the errors [`their_decode`] makes itself, where it stands in for redis-protocol's own refusal.
+const THEIR_NULL_STREAM: &str =
+    "driver: a -1 length, which their RESP3 decoder reads as a streamed header";
+const THEIR_UNHASHABLE: &str = "driver: an unhashable member or key in a streamed set or map";
+
+/// redis-protocol's RESP3 decoder in streaming mode, driven as its docs show a client driving it (and as a client
+/// must, to read nested streams): a streamed header opens a buffer, the frames that follow fill it until an end
+/// frame, and `Resp3Frame::from_buffer` turns the buffer into one frame. The answer has the shape of
+/// `complete::decode_bytes`: a frame and the bytes it spans, `None` while incomplete, or an error.
+///
+/// Two things their `StreamedFrame` would do are refused here instead, as their complete decoder refuses them:
+/// a `-1` length opening a stream (their decoder reads `-1` as `?`: D10), and hashing a set member or map key that
+/// their `Hash` panics on (D11).
+pub fn their_decode(data: &Bytes) -> Result<Option<(BytesFrame, usize)>, RedisProtocolError> {
+    /// A stream being read: its kind, the attributes before its header, and its frames so far.
+    struct Open {
+        kind: FrameKind,
+        attributes: Option<BytesAttributes>,
+        frames: Vec<BytesFrame>,
+    }
+    let refuse = |why: &'static str| {
+        Err(RedisProtocolError::new(
+            RedisProtocolErrorKind::DecodeError,
+            why,
+        ))
+    };
+    let mut open: Vec<Open> = Vec::new();
+    let mut at = 0;
+    loop {
+        let rest = data.slice(at..);
+        let Some((decoded, used)) = decode_bytes(&rest)? else {
+            return Ok(None);
+        };
+        at += used;
+        let mut frame = match decoded {
+            DecodedFrame::Streaming(mut stream) => {
+                // The header is the last thing read: `X?\r\n` or `X-1\r\n`.
+                if used < 3 || rest[used - 3] != b'?' {
+                    return refuse(THEIR_NULL_STREAM);
+                }
+                // Attributes before the header are only reachable through `take`.
+                let attributes = stream.take()?.take_attributes();
+                open.push(Open {
+                    kind: stream.kind,
+                    attributes,
+                    frames: Vec::new(),
+                });
+                continue;
+            }
+            DecodedFrame::Complete(frame) => frame,
+        };
+        // Hand the frame up, closing every stream it ends.
+        loop {
+            if open.is_empty() {
+                return Ok(Some((frame, at)));
+            }
+            if !frame.is_end_stream_frame() {
+                if let Some(top) = open.last_mut() {
+                    top.frames.push(frame);
+                }
+                break;
+            }
+            let Some(done) = open.pop() else {
+                break;
+            };
+            // Sets hash every member, maps every key.
+            let step = match done.kind {
+                FrameKind::Set => 1,
+                FrameKind::Map => 2,
+                _ => 0,
+            };
+            if step > 0
+                && done
+                    .frames
+                    .iter()
+                    .step_by(step)
+                    .any(|f| !f.kind().can_hash())
+            {
+                return refuse(THEIR_UNHASHABLE);
+            }
+            frame = BytesFrame::from_buffer(done.kind, done.frames, done.attributes)?;
+        }
+    }
+}
+
+/// D1–D9, D18–D20: why redis-protocol may accept bytes we reject with `e`; `input` starts at the value `e` is
+/// about.
 pub fn we_reject(e: &DecodeError, input: &[u8]) -> Option<&'static str> {
     let byte = input.get(e.offset()).copied();
     Some(match e.kind() {
@@ -106,11 +196,21 @@ pub fn we_reject(e: &DecodeError, input: &[u8]) -> Option<&'static str> {
         ErrorKind::InvalidBigNumber => "D5: big number grammar",
         ErrorKind::InvalidNull => "D6: null with content",
         ErrorKind::InvalidVerbatim => "D7: verbatim separator",
-        ErrorKind::UnknownType if matches!(byte, Some(b'H' | b';' | b'.')) => "D8: not a reply",
+        ErrorKind::UnknownType if byte == Some(b'H') => "D8: not a reply",
+        ErrorKind::StrayStreamMarker => "D8: stream marker out of place",
         ErrorKind::TooDeep
         | ErrorKind::LineTooLong
         | ErrorKind::BulkTooLong
         | ErrorKind::AggregateTooLong => "D9: limits",
+        ErrorKind::ExpectedChunk if matches!(byte, Some(b'$' | b'.')) => {
+            "D18: blob string or end in a streamed string"
+        }
+        ErrorKind::OddStreamedMap => "D19: odd streamed map",
+        ErrorKind::InvalidLineEnd
+            if input[..e.offset()].ends_with(b".") || input[..e.offset()].ends_with(b".\r") =>
+        {
+            "D20: end marker with content"
+        }
         _ => return None,
     })
 }
@@ -162,13 +262,125 @@ pub fn we_accept(value: &Value) -> Option<&'static str> {
     None
 }
 
-/// D17: whether redis-protocol's error comes from one of its checks of D10–D13, which it makes as soon as the
-/// construct is complete. Its errors carry no kind, only the failing parser's name in the message.
+/// D21: why redis-protocol may reject the bytes of a value we accept, when the value itself does not say (a
+/// streamed value decodes to the same `Value` as a counted one).
+pub fn we_accept_bytes(bytes: &[u8]) -> Option<&'static str> {
+    streamed_in_counted(bytes).then_some("D21: streamed value inside a counted aggregate")
+}
+
+/// Whether `bytes`, a value we decoded (so valid RESP), holds a streamed header where their decoder wants a
+/// complete frame: among the values of a counted aggregate or an attribute's pairs. An attribute's annotated value
+/// is read where the attribute stands, as theirs reads it; the values of a streamed aggregate are read at top level
+/// by [`their_decode`].
+fn streamed_in_counted(bytes: &[u8]) -> bool {
+    fn number(s: &[u8]) -> Option<i64> {
+        std::str::from_utf8(s).ok()?.parse().ok()
+    }
+    /// The end of the line starting at `at`: the offset of its CR.
+    fn line_end(bytes: &[u8], at: usize) -> Option<usize> {
+        Some(at + bytes.get(at..)?.windows(2).position(|w| w == b"\r\n")?)
+    }
+    // Each open aggregate: its type byte and the values it still expects (`None`: streamed, until its end).
+    let mut open: Vec<(u8, Option<i64>)> = Vec::new();
+    let mut at = 0;
+    while let Some(&ty) = bytes.get(at) {
+        let Some(end) = line_end(bytes, at) else {
+            return false;
+        };
+        let head = &bytes[at + 1..end];
+        let mut next = end + 2;
+        let mut complete = true;
+        if head == b"?" {
+            let context = open
+                .iter()
+                .rev()
+                .find(|&&(t, left)| !(t == b'|' && left == Some(1)));
+            if matches!(context, Some((_, Some(_)))) {
+                return true;
+            }
+            if ty == b'$' {
+                // Its chunks, up to the empty one.
+                loop {
+                    let Some(end) = line_end(bytes, next) else {
+                        return false;
+                    };
+                    let Some(n) = bytes.get(next + 1..end).and_then(number) else {
+                        return false;
+                    };
+                    next = end + 2;
+                    if n == 0 {
+                        break;
+                    }
+                    next += n as usize + 2;
+                }
+            } else {
+                open.push((ty, None));
+                complete = false;
+            }
+        } else {
+            match ty {
+                b'$' | b'!' | b'=' => match number(head) {
+                    Some(n) if n >= 0 => next += n as usize + 2,
+                    _ => {}
+                },
+                b'*' | b'%' | b'~' | b'>' | b'|' => {
+                    let n = number(head).unwrap_or(0).max(0);
+                    let values = match ty {
+                        b'%' => 2 * n,
+                        b'|' => 2 * n + 1,
+                        _ => n,
+                    };
+                    if values > 0 {
+                        open.push((ty, Some(values)));
+                        complete = false;
+                    }
+                }
+                b'.' => {
+                    open.pop();
+                }
+                _ => {}
+            }
+        }
+        at = next;
+        // A complete value counts against its counted parent, which may complete in turn.
+        while complete {
+            match open.last_mut() {
+                Some((_, Some(left))) => {
+                    *left -= 1;
+                    complete = *left == 0;
+                    if complete {
+                        open.pop();
+                    }
+                }
+                _ => complete = false,
+            }
+        }
+    }
+    false
+}
+
+/// D17: whether redis-protocol's error comes from one of its checks of D10–D14 or D21, which it makes as soon as
+/// the construct is complete. Its errors carry no kind, only the failing parser's name in the message.
 pub fn they_reject_early(e: &RedisProtocolError) -> Option<&'static str> {
     let details = e.details();
     [
-        // nom's `map_res` around a nested frame: a streamed frame (D10) or an unhashable map key (D11).
-        ("MapRes", "D10/D11: nested RESP2 null or aggregate map key"),
+        // nom's `map_res` around a nested frame: a streamed frame (D10, D21) or an unhashable map key (D11).
+        (
+            "MapRes",
+            "D10/D11/D21: nested RESP2 null, streamed value or aggregate map key",
+        ),
+        (THEIR_NULL_STREAM, "D10: RESP2 null in a streamed aggregate"),
+        // A simple error is made a `str` when its frame is built: for a value of a streamed aggregate, when that
+        // value is read, before the aggregate ends. (`Utf8Error` says "invalid utf-8 sequence ..." or "incomplete
+        // utf-8 byte sequence ...".)
+        (
+            "utf-8",
+            "D14: simple error not UTF-8 in a streamed aggregate",
+        ),
+        (
+            THEIR_UNHASHABLE,
+            "D11: aggregate in a streamed set or map key",
+        ),
         ("to_set", "D11: aggregate set member"),
         (
             "parse_non_attribute_frame",
@@ -183,7 +395,7 @@ pub fn they_reject_early(e: &RedisProtocolError) -> Option<&'static str> {
     .map(|(_, why)| why)
 }
 
-/// Their frame as our value; `None` for frames that are not replies (HELLO, streamed chunks).
+/// Their frame as our value; `None` for frames that are not replies (HELLO, streamed chunks and ends).
 fn convert(frame: &BytesFrame) -> Option<Value> {
     let list = |frames: &[BytesFrame]| frames.iter().map(convert).collect::<Option<Vec<_>>>();
     let (value, attributes) = match frame {

@@ -9,12 +9,15 @@
 //!   the same values and stops with the same error (or leftover); `Ok(None)` and errors consume nothing; every value
 //!   encodes to bytes that decode back to it.
 //! - [`roundtrip`]: the bytes as the recipe of a valid [`Value`], which must encode, decode (whole and split) and
-//!   encode again to identical bytes; its encoding then goes through [`decode`]'s checks.
+//!   encode again to identical bytes; its encoding then goes through [`decode`]'s checks. The same value written
+//!   with RESP3's streamed forms ([`encode_streamed`]) must decode to it too.
 
 // A harness reports a broken invariant by panicking; the crate-wide `clippy::panic` warning is for library code.
 #![allow(clippy::panic)]
 
-use bytes::BytesMut;
+use std::fmt::Write as _;
+
+use bytes::{BufMut, BytesMut};
 
 use crate::resp::{self, DecodeError, Decoder, ErrorKind, Value};
 
@@ -85,6 +88,99 @@ pub fn roundtrip(data: &[u8]) {
 
     // Deep, valid values are rare in random bytes: give these to the streaming checks too.
     decode(&bytes);
+
+    // The same value with streamed strings and aggregates where RESP3 has them, as the data chooses: the same value
+    // again, whole and however it is split (the streaming checks).
+    let mut streamed = BytesMut::new();
+    encode_streamed(&value, Rng::new(data).next(), &mut streamed);
+    let streamed_bytes = streamed.to_vec();
+    match resp::decode(&mut streamed) {
+        Ok(Some(v)) => assert_eq!(v, value, "streamed as {streamed_bytes:?}"),
+        other => panic!("{value:?} streamed as {streamed_bytes:?} decodes as {other:?}"),
+    }
+    assert!(
+        streamed.is_empty(),
+        "streamed as {streamed_bytes:?}: left {streamed:?}"
+    );
+    decode(&streamed_bytes);
+}
+
+/// Appends `value` to `buf` using RESP3's streamed forms, choices drawn from a PRNG seeded with `seed`: each bulk
+/// string, array, set and map is streamed about half the time (`$?`, `*?`, `~?`, `%?`), a streamed string is cut
+/// into chunks of random sizes, and everything else is written as [`resp::encode`] writes it, around streamed
+/// values where it holds them. The bytes decode to a value equal to `value`.
+///
+/// For the round-trip property tests and the fuzz harness: the library's encoder writes only the counted forms.
+/// Iterative, as the encoder: any depth can be written.
+pub fn encode_streamed(value: &Value, seed: u64, buf: &mut BytesMut) {
+    /// What is left to write: values, and the ends of the streamed aggregates they are in.
+    enum Todo<'a> {
+        Value(&'a Value),
+        End,
+    }
+    fn header(buf: &mut BytesMut, ty: u8, n: usize) {
+        buf.put_u8(ty);
+        // Writing into a BytesMut cannot fail.
+        let _ = write!(buf, "{n}\r\n");
+    }
+    fn pairs<'a>(todo: &mut Vec<Todo<'a>>, pairs: &'a [(Value, Value)]) {
+        for (k, v) in pairs.iter().rev() {
+            todo.push(Todo::Value(v));
+            todo.push(Todo::Value(k));
+        }
+    }
+    let mut rng = Rng(seed | 1);
+    let mut todo = vec![Todo::Value(value)];
+    while let Some(next) = todo.pop() {
+        let v = match next {
+            Todo::Value(v) => v,
+            Todo::End => {
+                buf.put_slice(b".\r\n");
+                continue;
+            }
+        };
+        let streamed = rng.below(2) == 0;
+        match v {
+            Value::BulkString(s) if streamed => {
+                buf.put_slice(b"$?\r\n");
+                let mut rest = &s[..];
+                while !rest.is_empty() {
+                    let n = 1 + rng.below(rest.len());
+                    header(buf, b';', n);
+                    buf.put_slice(&rest[..n]);
+                    buf.put_slice(b"\r\n");
+                    rest = &rest[n..];
+                }
+                buf.put_slice(b";0\r\n");
+            }
+            Value::Array(items) | Value::Set(items) if streamed => {
+                buf.put_slice(&[v.type_byte(), b'?', b'\r', b'\n']);
+                todo.push(Todo::End);
+                todo.extend(items.iter().rev().map(Todo::Value));
+            }
+            // RESP3 streams no pushes.
+            Value::Array(items) | Value::Set(items) | Value::Push(items) => {
+                header(buf, v.type_byte(), items.len());
+                todo.extend(items.iter().rev().map(Todo::Value));
+            }
+            Value::Map(items) if streamed => {
+                buf.put_slice(b"%?\r\n");
+                todo.push(Todo::End);
+                pairs(&mut todo, items);
+            }
+            Value::Map(items) => {
+                header(buf, b'%', items.len());
+                pairs(&mut todo, items);
+            }
+            // RESP3 streams no attributes; the values inside may be.
+            Value::Attribute { attributes, value } => {
+                header(buf, b'|', attributes.len());
+                todo.push(Todo::Value(value));
+                pairs(&mut todo, attributes);
+            }
+            scalar => resp::encode(scalar, buf),
+        }
+    }
 }
 
 /// How a byte string decodes to its end: every value, then what stopped the decoder.
@@ -335,6 +431,7 @@ fn pairs(items: Vec<Value>) -> Vec<(Value, Value)> {
 struct Rng(u64);
 
 impl Rng {
+    /// A PRNG seeded from `data`.
     fn new(data: &[u8]) -> Rng {
         // FNV-1a over the bytes, then the length; never zero, which xorshift cannot leave.
         let hash = data.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
@@ -343,11 +440,16 @@ impl Rng {
         Rng(hash | 1)
     }
 
-    /// A number in `0..n` (`n > 0`).
-    fn below(&mut self, n: usize) -> usize {
+    /// The next 64-bit output.
+    fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as usize % n
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number in `0..n` (`n > 0`).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() >> 32) as usize % n
     }
 }

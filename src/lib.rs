@@ -77,6 +77,6 @@ mod time;
 
 pub use net::{AddrError, IoError, NodeAddr, NodeCounts, NodeError};
 pub use redlock::{
-    Builder, Config, ConfigError, Error, Lock, LockManager, NodeStats, Outcome, Report, Result,
-    Stats,
+    Builder, Config, ConfigError, Error, Guard, GuardStats, Lock, LockManager, Lost, LostWatch,
+    NodeStats, Outcome, Report, Result, Stats,
 };

@@ -89,6 +89,13 @@ fn differences_are_recognised() {
         (b"_x\r\n", "D6"),
         (b"=5\r\ntxt;x\r\n", "D7"),
         (b"HELLO 3\r\n", "D8"),
+        (b";1\r\na\r\n", "D8"),
+        (b"*1\r\n.\r\n", "D8"),
+        (b"*?\r\n:1\r\n;0\r\n", "D8"),
+        (b"$?\r\n$1\r\na\r\n;0\r\n", "D18"),
+        (b"$?\r\n;1\r\na\r\n.\r\n", "D18"),
+        (b"%?\r\n+a\r\n.\r\n", "D19"),
+        (b"*?\r\n.x\r\n", "D20"),
     ] {
         let e = decode(&mut BytesMut::from(input)).expect_err("invalid for us");
         let got = differential::we_reject(&e, input).unwrap_or("none");
@@ -109,6 +116,19 @@ fn differences_are_recognised() {
         assert!(got.starts_with(why), "{input:?}: {got}");
         differential::check(input);
     }
+    for (input, why) in [
+        (&b"*1\r\n*?\r\n.\r\n"[..], "D21"),
+        (b"%1\r\n$?\r\n;0\r\n:1\r\n", "D21"),
+        (b"|1\r\n+a\r\n~?\r\n.\r\n:1\r\n", "D21"),
+        (b"*?\r\n*1\r\n|0\r\n$?\r\n;0\r\n.\r\n", "D21"),
+    ] {
+        decode(&mut BytesMut::from(input))
+            .expect("valid for us")
+            .expect("complete");
+        let got = differential::we_accept_bytes(input).unwrap_or("none");
+        assert!(got.starts_with(why), "{input:?}: {got}");
+        differential::check(input);
+    }
     // Undocumented disagreements are not excused.
     let e = decode(&mut BytesMut::from(&b":x\r\n"[..])).expect_err("invalid");
     assert_eq!(differential::we_reject(&e, b":x\r\n"), None);
@@ -116,4 +136,40 @@ fn differences_are_recognised() {
         differential::we_accept(&muxlock::resp::Value::Integer(1)),
         None
     );
+    // A streamed value at top level, inside another, or annotated, is not D21: theirs is read there too.
+    for input in [
+        &b"*?\r\n*?\r\n:1\r\n.\r\n.\r\n"[..],
+        b"|1\r\n+a\r\n+b\r\n%?\r\n.\r\n",
+        b"~?\r\n|0\r\n$?\r\n;0\r\n.\r\n",
+    ] {
+        assert_eq!(differential::we_accept_bytes(input), None, "{input:?}");
+    }
+}
+
+/// The differential target compares streamed values: redis-protocol, driven as a client drives its streaming
+/// decoder, reads the same ones (and not as a refusal both sides happen to share).
+#[test]
+fn streamed_values_are_compared_not_excused() {
+    use bytes::{Bytes, BytesMut};
+    use muxlock::resp::decode;
+
+    for input in [
+        &b"$?\r\n;4\r\nHell\r\n;5\r\no wor\r\n;1\r\nd\r\n;0\r\n"[..],
+        b"$?\r\n;0\r\n",
+        b"*?\r\n:1\r\n$?\r\n;1\r\na\r\n;0\r\n*2\r\n+x\r\n_\r\n.\r\n",
+        b"%?\r\n+a\r\n:1\r\n+b\r\n~?\r\n.\r\n.\r\n",
+        b"~?\r\n+orange\r\n#t\r\n.\r\n",
+        b"*?\r\n*?\r\n.\r\n%?\r\n.\r\n.\r\n",
+        b"|1\r\n+ttl\r\n:1\r\n*?\r\n:1\r\n.\r\n",
+    ] {
+        let ours = decode(&mut BytesMut::from(input))
+            .expect("valid for us")
+            .expect("complete");
+        let theirs = differential::their_decode(&Bytes::copy_from_slice(input));
+        assert!(
+            matches!(theirs, Ok(Some((_, n))) if n == input.len()),
+            "{input:?}: we read {ours:?}, they {theirs:?}"
+        );
+        differential::check(input);
+    }
 }

@@ -18,7 +18,8 @@ use muxlock::redlock::{Config, LockManager};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use support::checker::{
-    Entry, FreezeMonitor, Hold, Recorder, Stats, Work, Writers, mono_ns, overlaps, report, worker,
+    Entry, FreezeMonitor, Hold, Recorder, Stats, Work, Writers, guard_worker, mono_ns, overlaps,
+    report, worker,
 };
 use support::proxy::{Fault, FaultProxy};
 use support::{Cluster, RedisServer};
@@ -679,5 +680,165 @@ fn child(spec: &str) {
         "STATS {} {}",
         Stats::get(&stats.acquired),
         Stats::get(&stats.concurrent_writers)
+    );
+}
+
+const GUARD_CHILD_ENV: &str = "MUXLOCK_GUARD_CHECKER_CHILD";
+
+/// Holders under guards in 3 processes, while the parent stops one of them (SIGSTOP) now and then for longer than
+/// the TTL: a stopped process's guards expire and others take the locks; when it runs again, its workers must see
+/// their guards lost before their next step. The checker must find no overlapping holds and no writer beside a
+/// holder whose lease runs (a writer stopped in the middle of a step overruns its lease; that is counted apart).
+#[test]
+fn guards_of_stopped_processes_are_lost_before_the_next_holder_comes() {
+    if let Ok(spec) = std::env::var(GUARD_CHILD_ENV) {
+        return guard_child(&spec);
+    }
+    let cluster = Cluster::start(3);
+    let protected = RedisServer::start();
+    let secs = seconds();
+    let spec = format!(
+        "{}|{}|{}",
+        cluster.urls().join(","),
+        protected.addr(),
+        secs.as_secs_f64()
+    );
+    let exe = std::env::current_exe().expect("test binary");
+    let mut children: Vec<_> = (0..3)
+        .map(|i| {
+            Command::new(&exe)
+                .args([
+                    "--exact",
+                    "guards_of_stopped_processes_are_lost_before_the_next_holder_comes",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(GUARD_CHILD_ENV, format!("{spec}|g{i}"))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("spawn child")
+        })
+        .collect();
+    let pids: Vec<u32> = children.iter().map(std::process::Child::id).collect();
+    // Read the children's output meanwhile (a full pipe would block them).
+    let readers: Vec<_> = children
+        .iter_mut()
+        .map(|c| {
+            let out = c.stdout.take().expect("stdout");
+            thread::spawn(move || {
+                BufReader::new(out)
+                    .lines()
+                    .map_while(Result::ok)
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let until = Instant::now() + secs;
+    let mut stops = 0;
+    thread::sleep(Duration::from_millis(300));
+    // First all three at once for longer than the TTL (400 ms): whatever guards they hold surely expire. Then one
+    // at a time, longer than the TTL or not, while the others take its locks.
+    for pid in &pids {
+        support::process::signal(*pid, "STOP");
+    }
+    thread::sleep(Duration::from_millis(1000));
+    for pid in &pids {
+        support::process::signal(*pid, "CONT");
+    }
+    stops += 1;
+    while Instant::now() + Duration::from_millis(1200) < until {
+        thread::sleep(Duration::from_millis(100 + u64::from(rng.next_u32() % 200)));
+        let pid = pids[(rng.next_u32() % 3) as usize];
+        support::process::signal(pid, "STOP");
+        stops += 1;
+        thread::sleep(Duration::from_millis(100 + u64::from(rng.next_u32() % 800)));
+        support::process::signal(pid, "CONT");
+    }
+    let mut holds = Vec::new();
+    let (mut acquired, mut concurrent, mut lost_seen) = (0, 0, 0);
+    for reader in readers {
+        for line in reader.join().expect("reader") {
+            if let Some(h) = line.find("HOLD ").and_then(|i| Hold::from_line(&line[i..])) {
+                holds.push(h);
+            } else if let Some(rest) = line.find("STATS ").map(|i| &line[i + 6..]) {
+                let n: Vec<u64> = rest.split(' ').filter_map(|x| x.parse().ok()).collect();
+                acquired += n[0];
+                concurrent += n[1];
+                lost_seen += n[2];
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for mut child in children {
+        loop {
+            match child.try_wait().expect("wait") {
+                Some(status) => {
+                    assert!(status.success(), "a child failed: {status}");
+                    break;
+                }
+                None if Instant::now() > deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("a child did not finish in time");
+                }
+                None => thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+    let violations = overlaps(&holds);
+    println!(
+        "guards, 3 processes stopped {stops} times: {} holds, acquired {acquired}, guards seen lost before a step \
+         {lost_seen}, concurrent writers {concurrent}, overlapping holds {}",
+        holds.len(),
+        violations.len()
+    );
+    assert!(violations.is_empty(), "{violations:?}");
+    assert_eq!(concurrent, 0);
+    assert!(acquired > 0 && holds.len() as u64 == acquired);
+    assert!(stops > 0 && lost_seen > 0, "no stop outlasted a guard");
+}
+
+fn guard_child(spec: &str) {
+    let parts: Vec<&str> = spec.split('|').collect();
+    let urls: Vec<String> = parts[0].split(',').map(str::to_owned).collect();
+    let protected: std::net::SocketAddr = parts[1].parse().expect("addr");
+    let secs = Duration::from_secs_f64(parts[2].parse().expect("secs"));
+    let name = parts[3];
+    let locks = managers(&urls, &config(false), 1).remove(0);
+    let stats = Arc::new(Stats::default());
+    let recorder = Recorder::default();
+    let w = Work {
+        max_work: Duration::from_millis(5),
+        ..work(2, Duration::from_millis(400), secs)
+    };
+    thread::scope(|s| {
+        for t in 0..2 {
+            let (locks, stats, recorder, w) = (&locks, &stats, &recorder, &w);
+            s.spawn(move || {
+                let w = Work {
+                    seed: t + 100 * u64::from(name.as_bytes()[1]),
+                    ..w.clone()
+                };
+                guard_worker(
+                    &format!("{name}t{t}"),
+                    locks,
+                    (&w, 200),
+                    protected,
+                    recorder,
+                    stats,
+                )
+            });
+        }
+    });
+    for h in recorder.holds() {
+        println!("{}", h.to_line());
+    }
+    println!(
+        "STATS {} {} {}",
+        Stats::get(&stats.acquired),
+        Stats::get(&stats.concurrent_writers),
+        Stats::get(&stats.expired_unused)
     );
 }

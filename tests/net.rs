@@ -436,3 +436,97 @@ fn many_threads_share_one_fanout_and_each_gets_its_own_replies() {
         t.join().expect("thread");
     }
 }
+
+/// Client-side tracking on a RESP3 connection: a key read with `GET` is tracked, and when another client changes
+/// it the invalidation push comes out of `recv_pushes`. `interrupt` wakes a listener that has nothing to read.
+#[test]
+fn tracking_invalidations_come_out_of_recv_pushes_and_interrupt_wakes_the_listener() {
+    let server = RedisServer::start();
+    let addr: NodeAddr = format!("redis://127.0.0.1:{}?protocol=resp3", server.port())
+        .parse()
+        .unwrap();
+    let opts = Options::default()
+        .with_pushes(true)
+        .with_setup(vec![request(&[b"CLIENT", b"TRACKING", b"ON"]).freeze()]);
+    let fanout = Fanout::new(vec![addr], opts).unwrap();
+    server.raw(&support::cmd(&["SET", "watched", "one"]));
+    assert_eq!(
+        round_all(&fanout, &[b"GET", b"watched"], Duration::from_secs(2)),
+        vec![Ok(Value::BulkString("one".into()))]
+    );
+    // Nothing yet: the call returns at its deadline, empty.
+    let quiet = fanout.recv_pushes(Instant::now() + Duration::from_millis(50));
+    assert!(quiet.pushes.is_empty() && !quiet.dropped);
+    server.raw(&support::cmd(&["SET", "watched", "two"]));
+    let until = Instant::now() + Duration::from_secs(5);
+    let got = fanout.recv_pushes(until);
+    assert!(
+        Instant::now() < until,
+        "no invalidation before the deadline"
+    );
+    let [(0, Value::Push(items))] = &got.pushes[..] else {
+        panic!("{got:?}")
+    };
+    assert_eq!(items[0], Value::BulkString("invalidate".into()));
+    assert_eq!(
+        items[1],
+        Value::Array(vec![Value::BulkString("watched".into())])
+    );
+    // A listener with nothing to read is woken by interrupt, long before its deadline.
+    let fanout = Arc::new(fanout);
+    let listener = {
+        let fanout = Arc::clone(&fanout);
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let got = fanout.recv_pushes(started + Duration::from_secs(30));
+            (started.elapsed(), got.pushes.len())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    fanout.interrupt();
+    let (waited, pushes) = listener.join().expect("listener");
+    assert_eq!(pushes, 0);
+    assert!(
+        waited < Duration::from_secs(10),
+        "interrupt did not wake it: {waited:?}"
+    );
+}
+
+/// A listener that found another thread's round polling parks without the poll. When that round ends it must
+/// hand the poll to the listener, or pushes that come later stay unread until the listener's deadline.
+#[test]
+fn a_listener_takes_the_poll_when_a_round_that_had_it_ends() {
+    let server = RedisServer::start();
+    let addr: NodeAddr = format!("redis://127.0.0.1:{}?protocol=resp3", server.port())
+        .parse()
+        .unwrap();
+    let opts = Options::default()
+        .with_pushes(true)
+        .with_setup(vec![request(&[b"CLIENT", b"TRACKING", b"ON"]).freeze()]);
+    let fanout = Arc::new(Fanout::new(vec![addr], opts).unwrap());
+    // The round tracks the key, then blocks 300 ms on the server: it polls all that time.
+    let mut pipeline = request(&[b"GET", b"handed"]);
+    pipeline.extend_from_slice(&request(&[b"BLPOP", b"nothing", b"0.3"]));
+    let mut round = fanout.round(Instant::now() + Duration::from_secs(5));
+    round.send_all(&pipeline, 2);
+    let listener = {
+        let fanout = Arc::clone(&fanout);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100)); // the round is polling by then
+            let got = fanout.recv_pushes(Instant::now() + Duration::from_secs(30));
+            (Instant::now(), got.pushes.len())
+        })
+    };
+    let replies: Vec<_> = std::iter::from_fn(|| round.next()).collect();
+    assert_eq!(replies.len(), 2, "{replies:?}");
+    drop(round);
+    std::thread::sleep(Duration::from_millis(100));
+    server.raw(&support::cmd(&["SET", "handed", "now"]));
+    let changed = Instant::now();
+    let (woke, pushes) = listener.join().expect("listener");
+    assert_eq!(pushes, 1);
+    assert!(
+        woke.saturating_duration_since(changed) < Duration::from_secs(5),
+        "the push waited for the listener's deadline"
+    );
+}

@@ -1,6 +1,8 @@
-//! Property tests: random values encode and decode back to themselves, however the bytes are split.
+//! Property tests: random values encode and decode back to themselves, however the bytes are split; written with
+//! RESP3's streamed forms (`$?`, `*?`, `~?`, `%?`) at random, they decode to the same values.
 
 use bytes::{Bytes, BytesMut};
+use muxlock::fuzzing::encode_streamed;
 use muxlock::resp::{Decoder, Value, decode, encode};
 use proptest::prelude::*;
 
@@ -108,6 +110,38 @@ proptest! {
         prop_assert_eq!(decode_in_pieces(&buf, &cuts), values);
     }
 
+    /// `encode_streamed` streams each string and aggregate it can with probability 1/2, at every depth, and cuts
+    /// streamed strings into random chunks; the seed varies those choices for the same value.
+    #[test]
+    fn streamed_forms_decode_to_the_same_values(values in proptest::collection::vec(value(), 1..5),
+                                                seed in any::<u64>(),
+                                                cuts in proptest::collection::vec(any::<usize>(), 0..12)) {
+        let mut buf = BytesMut::new();
+        for (i, v) in values.iter().enumerate() {
+            encode_streamed(v, seed.wrapping_add(i as u64), &mut buf);
+        }
+        let bytes = buf.clone().freeze();
+        // Whole, one value per call.
+        for v in &values {
+            prop_assert_eq!(decode(&mut buf), Ok(Some(v.clone())));
+        }
+        prop_assert!(buf.is_empty());
+        // Split anywhere, through one resumable decoder.
+        prop_assert_eq!(decode_in_pieces(&bytes, &cuts), values.clone());
+        // Byte by byte: nothing until the last byte of each value.
+        let mut decoder = Decoder::new();
+        let mut fed = BytesMut::new();
+        let mut out = Vec::new();
+        for &byte in &bytes[..] {
+            fed.extend_from_slice(&[byte]);
+            if let Some(v) = decoder.decode(&mut fed).expect("valid bytes") {
+                prop_assert!(fed.is_empty());
+                out.push(v);
+            }
+        }
+        prop_assert_eq!(out, values);
+    }
+
     #[test]
     fn arbitrary_bytes_never_panic_and_prefixes_agree(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
         let mut whole = BytesMut::from(&bytes[..]);
@@ -134,4 +168,29 @@ proptest! {
             prop_assert_eq!(&whole[..], &bytes[..]);
         }
     }
+}
+
+/// The streamed encoder is not vacuous: over a few seeds it writes every streamed form, strings of several chunks
+/// and the counted forms too.
+#[test]
+fn encode_streamed_writes_every_streamed_form() {
+    let v = Value::Array(vec![
+        Value::BulkString(Bytes::from_static(b"hello world")),
+        Value::Set(vec![Value::Integer(1)]),
+        Value::Map(vec![(Value::Null, Value::BulkString(Bytes::new()))]),
+    ]);
+    let mut seen = [false; 6];
+    for seed in 0..64 {
+        let mut buf = BytesMut::new();
+        encode_streamed(&v, seed, &mut buf);
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        for (i, needle) in ["*?", "~?", "%?", "$?\r\n;0", ";1\r\n", "*3\r\n"]
+            .iter()
+            .enumerate()
+        {
+            seen[i] |= text.contains(needle);
+        }
+        assert_eq!(decode(&mut buf), Ok(Some(v.clone())), "{text:?}");
+    }
+    assert_eq!(seen, [true; 6]);
 }

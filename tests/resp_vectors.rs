@@ -1,4 +1,5 @@
-//! The codec's vector table: every RESP2 and RESP3 type, the null forms, nesting, and every error class.
+//! The codec's vector table: every RESP2 and RESP3 type, the null forms, RESP3's streamed forms, nesting, and every
+//! error class.
 //!
 //! Each vector is checked whole, at every strict prefix, with trailing bytes, fed byte by byte to a [`Decoder`],
 //! and (when the input is canonical) encoded back.
@@ -20,6 +21,9 @@ fn int(n: i64) -> Value {
 }
 fn arr(items: Vec<Value>) -> Value {
     Value::Array(items)
+}
+fn map(pairs: Vec<(Value, Value)>) -> Value {
+    Value::Map(pairs)
 }
 
 /// A valid vector: input, expected value, and whether `encode` gives the input back.
@@ -205,6 +209,124 @@ fn valid() -> Vec<Ok> {
             true,
         ),
         Ok(b"*1\r\n*0\r\n", arr(vec![arr(vec![])]), true),
+        // RESP3 streamed strings: the same values as their counted forms, never encoded back to these bytes. (The
+        // spec's own example, `Hell`, `o wor`, `d`, spells "Hello word".)
+        Ok(
+            b"$?\r\n;4\r\nHell\r\n;5\r\no wor\r\n;2\r\nld\r\n;0\r\n",
+            bulk("Hello world"),
+            false,
+        ),
+        Ok(b"$?\r\n;5\r\nhello\r\n;0\r\n", bulk("hello"), false),
+        Ok(b"$?\r\n;0\r\n", bulk(""), false),
+        Ok(
+            b"$?\r\n;4\r\na\r\nb\r\n;2\r\n\r\n\r\n;0\r\n",
+            bulk("a\r\nb\r\n"),
+            false,
+        ),
+        Ok(
+            b"$?\r\n;10\r\n0123456789\r\n;1\r\n\xff\r\n;0\r\n",
+            BulkString(Bytes::from_static(b"0123456789\xff")),
+            false,
+        ),
+        // Streamed aggregates.
+        Ok(
+            b"*?\r\n:1\r\n:2\r\n:3\r\n.\r\n",
+            arr(vec![int(1), int(2), int(3)]),
+            false,
+        ),
+        Ok(b"*?\r\n.\r\n", arr(vec![]), false),
+        Ok(
+            b"*?\r\n$1\r\na\r\n$2\r\nbc\r\n.\r\n",
+            arr(vec![bulk("a"), bulk("bc")]),
+            false,
+        ),
+        Ok(
+            b"*?\r\n$-1\r\n*-1\r\n_\r\n.\r\n",
+            arr(vec![NullBulk, NullArray, Null]),
+            false,
+        ),
+        Ok(
+            b"~?\r\n+orange\r\n+apple\r\n#t\r\n:100\r\n:999\r\n.\r\n",
+            Set(vec![
+                simple("orange"),
+                simple("apple"),
+                Boolean(true),
+                int(100),
+                int(999),
+            ]),
+            false,
+        ),
+        Ok(b"~?\r\n.\r\n", Set(vec![]), false),
+        Ok(
+            b"%?\r\n+a\r\n:1\r\n+b\r\n:2\r\n.\r\n",
+            map(vec![(simple("a"), int(1)), (simple("b"), int(2))]),
+            false,
+        ),
+        Ok(b"%?\r\n.\r\n", map(vec![]), false),
+        // Streamed inside streamed, counted inside streamed, streamed inside counted.
+        Ok(
+            b"*?\r\n*?\r\n:1\r\n.\r\n~?\r\n.\r\n.\r\n",
+            arr(vec![arr(vec![int(1)]), Set(vec![])]),
+            false,
+        ),
+        Ok(
+            b"*?\r\n*2\r\n:1\r\n:2\r\n$?\r\n;2\r\nab\r\n;1\r\nc\r\n;0\r\n.\r\n",
+            arr(vec![arr(vec![int(1), int(2)]), bulk("abc")]),
+            false,
+        ),
+        Ok(
+            b"*2\r\n*?\r\n:1\r\n.\r\n:2\r\n",
+            arr(vec![arr(vec![int(1)]), int(2)]),
+            false,
+        ),
+        Ok(
+            b"*2\r\n$?\r\n;1\r\na\r\n;0\r\n$1\r\nb\r\n",
+            arr(vec![bulk("a"), bulk("b")]),
+            false,
+        ),
+        Ok(
+            b"%?\r\n$?\r\n;1\r\nk\r\n;0\r\n*?\r\n.\r\n%?\r\n.\r\n~1\r\n:1\r\n.\r\n",
+            map(vec![
+                (bulk("k"), arr(vec![])),
+                (map(vec![]), Set(vec![int(1)])),
+            ]),
+            false,
+        ),
+        Ok(
+            b"%1\r\n+k\r\n%?\r\n+a\r\n$?\r\n;0\r\n.\r\n",
+            map(vec![(simple("k"), map(vec![(simple("a"), bulk(""))]))]),
+            false,
+        ),
+        // Attributes annotating streamed values, and inside them.
+        Ok(
+            b"*?\r\n|1\r\n+ttl\r\n:3600\r\n:3\r\n.\r\n",
+            arr(vec![Attribute {
+                attributes: vec![(simple("ttl"), int(3600))],
+                value: Box::new(int(3)),
+            }]),
+            false,
+        ),
+        Ok(
+            b"|1\r\n+a\r\n+b\r\n*?\r\n:1\r\n.\r\n",
+            Attribute {
+                attributes: vec![(simple("a"), simple("b"))],
+                value: Box::new(arr(vec![int(1)])),
+            },
+            false,
+        ),
+        Ok(
+            b"|1\r\n$?\r\n;1\r\nk\r\n;0\r\n~?\r\n.\r\n$?\r\n;0\r\n",
+            Attribute {
+                attributes: vec![(bulk("k"), Set(vec![]))],
+                value: Box::new(bulk("")),
+            },
+            false,
+        ),
+        Ok(
+            b">2\r\n$7\r\nmessage\r\n$?\r\n;2\r\nhi\r\n;0\r\n",
+            Push(vec![bulk("message"), bulk("hi")]),
+            false,
+        ),
     ]
 }
 
@@ -234,8 +356,6 @@ fn invalid() -> Vec<Bad> {
         Bad(b"$+3\r\nabc\r\n", InvalidLength, 1),
         Bad(b"$03\r\nabc\r\n", InvalidLength, 2),
         Bad(b"$\r\n", InvalidLength, 1),
-        Bad(b"$?\r\n;3\r\nabc\r\n;0\r\n", StreamedUnsupported, 1),
-        Bad(b"*?\r\n", StreamedUnsupported, 1),
         Bad(b"*-2\r\n", InvalidLength, 1),
         Bad(b"%-1\r\n", InvalidLength, 1),
         Bad(b"~-1\r\n", InvalidLength, 1),
@@ -260,6 +380,54 @@ fn invalid() -> Vec<Bad> {
         Bad(b"=5\r\ntxt;x\r\n", InvalidVerbatim, 7),
         Bad(b"*1\r\n:x\r\n", InvalidInteger, 5),
         Bad(b"%1\r\n+k\r\n$1\r\nab\r\n", InvalidBulkEnd, 13),
+        // Streamed forms the spec does not define.
+        Bad(b"!?\r\n", StreamedUnsupported, 1),
+        Bad(b"=?\r\n;1\r\na\r\n;0\r\n", StreamedUnsupported, 1),
+        Bad(b"|?\r\n", StreamedUnsupported, 1),
+        Bad(b">?\r\n.\r\n", StreamedUnsupported, 1),
+        Bad(b"*1\r\n>?\r\n", StreamedUnsupported, 5),
+        // Streamed headers: `?` then CRLF.
+        Bad(b"$?5\r\n", InvalidLength, 2),
+        Bad(b"*??\r\n", InvalidLength, 2),
+        Bad(b"~?\rx", InvalidLineEnd, 3),
+        Bad(b"%?\n", InvalidLength, 2),
+        // Chunks: `;`, a length as strict as a bulk length, the payload, CRLF.
+        Bad(b"$?\r\n+OK\r\n", ExpectedChunk, 4),
+        Bad(b"$?\r\n$1\r\na\r\n", ExpectedChunk, 4),
+        Bad(b"$?\r\n;1\r\na\r\n.\r\n", ExpectedChunk, 11),
+        Bad(b"$?\r\n;1\r\na\r\n\r\n", ExpectedChunk, 11),
+        Bad(b"$?\r\n;03\r\nabc\r\n;0\r\n", InvalidLength, 6),
+        Bad(b"$?\r\n;+3\r\nabc\r\n;0\r\n", InvalidLength, 5),
+        Bad(b"$?\r\n;-1\r\n", InvalidLength, 5),
+        Bad(b"$?\r\n;-0\r\n", InvalidLength, 6),
+        Bad(b"$?\r\n;\r\n", InvalidLength, 5),
+        Bad(b"$?\r\n;?\r\n", InvalidLength, 5),
+        Bad(b"$?\r\n;1 \r\na\r\n", InvalidLength, 6),
+        Bad(b"$?\r\n;0\r\r\n", InvalidLineEnd, 7),
+        Bad(b"$?\r\n;3\r\nabcd\r\n;0\r\n", InvalidBulkEnd, 11),
+        Bad(b"*1\r\n$?\r\n;1\r\nab\r\n", InvalidBulkEnd, 13),
+        Bad(b"$?\r\n;9223372036854775808\r\n", IntegerOverflow, 5),
+        Bad(b"$?\r\n;536870913\r\n", BulkTooLong, 5),
+        // The markers out of place: `;` outside a streamed string, `.` outside a streamed aggregate.
+        Bad(b".\r\n", StrayStreamMarker, 0),
+        Bad(b";3\r\nabc\r\n", StrayStreamMarker, 0),
+        Bad(b"*1\r\n.\r\n", StrayStreamMarker, 4),
+        Bad(b"*2\r\n:1\r\n.\r\n", StrayStreamMarker, 8),
+        Bad(b"*?\r\n*1\r\n.\r\n", StrayStreamMarker, 8),
+        Bad(b"*?\r\n|1\r\n+a\r\n.\r\n", StrayStreamMarker, 12),
+        Bad(b"*?\r\n;1\r\na\r\n.\r\n", StrayStreamMarker, 4),
+        Bad(b"*?\r\n:1\r\n;0\r\n", StrayStreamMarker, 8),
+        Bad(b"%1\r\n.\r\n", StrayStreamMarker, 4),
+        // The end marker is `.` and CRLF.
+        Bad(b"*?\r\n.x\r\n", InvalidLineEnd, 5),
+        Bad(b"~?\r\n.\rx", InvalidLineEnd, 6),
+        // A streamed map holds pairs.
+        Bad(b"%?\r\n+a\r\n.\r\n", OddStreamedMap, 8),
+        Bad(b"%?\r\n+a\r\n:1\r\n+b\r\n.\r\n", OddStreamedMap, 16),
+        Bad(b"*?\r\n%?\r\n*?\r\n.\r\n.\r\n", OddStreamedMap, 15),
+        // Errors inside streamed values are reported where they are.
+        Bad(b"~?\r\n*?\r\n:x\r\n", InvalidInteger, 9),
+        Bad(b"*?\r\n@\r\n", UnknownType, 4),
     ]
 }
 
@@ -357,7 +525,7 @@ fn check_invalid(input: &[u8], kind: ErrorKind, offset: usize) {
 fn valid_vectors() {
     let vectors = valid();
     assert!(
-        vectors.len() >= 55,
+        vectors.len() >= 83,
         "keep the table large: {}",
         vectors.len()
     );
@@ -370,7 +538,7 @@ fn valid_vectors() {
 fn invalid_vectors() {
     let vectors = invalid();
     assert!(
-        vectors.len() >= 45,
+        vectors.len() >= 88,
         "keep the table large: {}",
         vectors.len()
     );
@@ -420,33 +588,178 @@ fn limits_are_enforced_before_the_payload_arrives() {
 }
 
 #[test]
-fn nesting_is_bounded_by_the_depth_limit() {
-    let deep = |levels: usize| {
-        let mut v = b"*1\r\n".repeat(levels);
-        v.extend_from_slice(b":1\r\n");
-        v
+fn streamed_values_are_bounded_by_the_same_limits_as_each_part_arrives() {
+    let limits = Limits::default()
+        .with_max_bulk_len(4)
+        .with_max_aggregate_len(2)
+        .with_max_depth(3);
+    let cases: &[(&[u8], ErrorKind, usize)] = &[
+        // A chunk above the limit, or one that takes the sum above it: refused at its header.
+        (b"$?\r\n;5\r\n", ErrorKind::BulkTooLong, 5),
+        (b"$?\r\n;3\r\nabc\r\n;2\r\n", ErrorKind::BulkTooLong, 14),
+        (
+            b"$?\r\n;1\r\na\r\n;1\r\nb\r\n;1\r\nc\r\n;1\r\nd\r\n;1\r\n",
+            ErrorKind::BulkTooLong,
+            33,
+        ),
+        // One value too many: refused at its first byte, whatever it is.
+        (b"*?\r\n:1\r\n:2\r\n:", ErrorKind::AggregateTooLong, 12),
+        (
+            b"~?\r\n$1\r\na\r\n$1\r\nb\r\n$",
+            ErrorKind::AggregateTooLong,
+            18,
+        ),
+        (b"*?\r\n*0\r\n*?\r\n.\r\n*", ErrorKind::AggregateTooLong, 15),
+        (b"*?\r\n:1\r\n:2\r\n;", ErrorKind::AggregateTooLong, 12),
+        // Maps count pairs: two pairs fit, the fifth value does not.
+        (
+            b"%?\r\n:1\r\n:1\r\n:2\r\n:2\r\n+",
+            ErrorKind::AggregateTooLong,
+            20,
+        ),
+        // Streamed aggregates are levels of nesting like the counted ones.
+        (b"*?\r\n*1\r\n~?\r\n%?\r\n", ErrorKind::TooDeep, 12),
+    ];
+    for &(input, kind, offset) in cases {
+        let name = String::from_utf8_lossy(input);
+        let mut buf = BytesMut::from(input);
+        let got = Decoder::with_limits(limits)
+            .decode(&mut buf)
+            .map_err(|e| (e.kind(), e.offset()));
+        assert_eq!(got, Err((kind, offset)), "{name:?}");
+        // Fed byte by byte: the same error, as soon as its last byte arrives (each input ends there).
+        let mut decoder = Decoder::with_limits(limits);
+        let mut buf = BytesMut::new();
+        for (i, &byte) in input.iter().enumerate() {
+            buf.extend_from_slice(&[byte]);
+            let got = decoder.decode(&mut buf).map_err(|e| (e.kind(), e.offset()));
+            if i + 1 < input.len() {
+                assert_eq!(got, Result::Ok(None), "{name:?} at byte {i}");
+            } else {
+                assert_eq!(got, Err((kind, offset)), "{name:?} byte by byte");
+            }
+        }
+    }
+    // At the limits is fine.
+    for (input, want) in [
+        (&b"$?\r\n;2\r\nab\r\n;2\r\ncd\r\n;0\r\n"[..], bulk("abcd")),
+        (b"*?\r\n:1\r\n:2\r\n.\r\n", arr(vec![int(1), int(2)])),
+        (
+            b"%?\r\n:1\r\n:1\r\n:2\r\n:2\r\n.\r\n",
+            map(vec![(int(1), int(1)), (int(2), int(2))]),
+        ),
+        (
+            b"*?\r\n*1\r\n~?\r\n.\r\n.\r\n",
+            arr(vec![arr(vec![Value::Set(vec![])])]),
+        ),
+    ] {
+        let mut buf = BytesMut::from(input);
+        let got = Decoder::with_limits(limits).decode(&mut buf);
+        assert_eq!(
+            got,
+            Result::Ok(Some(want)),
+            "{:?}",
+            String::from_utf8_lossy(input)
+        );
+    }
+    // A limit of zero elements leaves a streamed aggregate room for its end only.
+    let none = Limits::default().with_max_aggregate_len(0);
+    let mut buf = BytesMut::from(&b"%?\r\n.\r\n*?\r\n+"[..]);
+    let mut decoder = Decoder::with_limits(none);
+    assert_eq!(decoder.decode(&mut buf), Result::Ok(Some(map(vec![]))));
+    let e = decoder.decode(&mut buf).expect_err("one element too many");
+    assert_eq!((e.kind(), e.offset()), (ErrorKind::AggregateTooLong, 4));
+}
+
+#[test]
+fn an_endless_stream_ends_at_the_limit() {
+    // 1-byte chunks up to the default 512 MiB would take a while; a 64 KiB limit shows the same bound.
+    let limits = Limits::default()
+        .with_max_bulk_len(64 * 1024)
+        .with_max_aggregate_len(64 * 1024);
+    for (header, part, kind) in [
+        (&b"$?\r\n"[..], &b";1\r\nx\r\n"[..], ErrorKind::BulkTooLong),
+        (b"*?\r\n", b":1\r\n", ErrorKind::AggregateTooLong),
+        (b"~?\r\n", b"$1\r\nx\r\n", ErrorKind::AggregateTooLong),
+        (b"%?\r\n", b"_\r\n", ErrorKind::AggregateTooLong),
+    ] {
+        let mut decoder = Decoder::with_limits(limits);
+        let mut buf = BytesMut::from(header);
+        let mut sent = 0;
+        let e = loop {
+            // Many parts per read, as a socket delivers them.
+            for _ in 0..100 {
+                buf.extend_from_slice(part);
+            }
+            sent += 100;
+            match decoder.decode(&mut buf) {
+                Result::Ok(None) => assert!(sent <= 2 * 64 * 1024 + 100, "never refused"),
+                Result::Ok(Some(v)) => panic!("an endless stream ended: {v:?}"),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(e.kind(), kind, "{:?}", String::from_utf8_lossy(part));
+    }
+}
+
+#[test]
+fn a_stream_of_many_chunks_in_many_reads_is_scanned_once() {
+    // 200,000 chunks, one read each: rescanning from the start on every read would take 2 * 10^10 steps and never
+    // finish in time; scanning once takes milliseconds.
+    const CHUNKS: usize = 200_000;
+    let limits = Limits::default();
+    let mut decoder = Decoder::with_limits(limits);
+    let mut buf = BytesMut::from(&b"*?\r\n$?\r\n"[..]);
+    assert_eq!(decoder.decode(&mut buf), Result::Ok(None));
+    for i in 0..CHUNKS {
+        buf.extend_from_slice(if i % 2 == 0 {
+            b";1\r\na\r\n"
+        } else {
+            b";1\r\nb\r\n"
+        });
+        assert_eq!(decoder.decode(&mut buf), Result::Ok(None));
+    }
+    buf.extend_from_slice(b";0\r\n");
+    for _ in 0..CHUNKS {
+        buf.extend_from_slice(b":1\r\n");
+        assert_eq!(decoder.decode(&mut buf), Result::Ok(None));
+    }
+    buf.extend_from_slice(b".\r\n");
+    let Result::Ok(Some(Value::Array(items))) = decoder.decode(&mut buf) else {
+        panic!("a complete array");
     };
-    // The default allows 128 levels and refuses the 129th.
-    let mut ok = BytesMut::from(&deep(128)[..]);
-    assert!(matches!(decode(&mut ok), Result::Ok(Some(Value::Array(_)))));
-    let mut too_deep = BytesMut::from(&deep(129)[..]);
-    let e = decode(&mut too_deep).expect_err("129 levels");
-    assert_eq!((e.kind(), e.offset()), (ErrorKind::TooDeep, 128 * 4));
-    // 10,000 levels from a hostile server: an error, not a stack overflow.
-    let mut hostile = BytesMut::from(&deep(10_000)[..]);
-    assert_eq!(
-        decode(&mut hostile).map_err(|e| e.kind()),
-        Err(ErrorKind::TooDeep)
-    );
-    // The configured maximum, 1,024 levels, decodes, compares and drops without recursion trouble.
-    let limits = Limits::default().with_max_depth(usize::MAX);
-    assert_eq!(limits.max_depth(), Limits::MAX_DEPTH);
-    let mut max = BytesMut::from(&deep(Limits::MAX_DEPTH)[..]);
-    let v = Decoder::with_limits(limits)
-        .decode(&mut max)
-        .expect("decodes")
-        .expect("complete");
-    assert_eq!(v.clone(), v);
+    assert_eq!(items.len(), 1 + CHUNKS);
+    assert_eq!(items[0], bulk(&"ab".repeat(CHUNKS / 2)));
+    assert!(buf.is_empty());
+}
+
+#[test]
+fn a_streamed_string_of_one_chunk_is_a_slice_of_the_read_buffer() {
+    for (input, zero_copy) in [
+        (&b"$?\r\n;5\r\nhello\r\n;0\r\n"[..], true),
+        (b"|0\r\n$?\r\n;5\r\nhello\r\n;0\r\n", true),
+        (b"*1\r\n$?\r\n;5\r\nhello\r\n;0\r\n", true),
+        (b"$?\r\n;2\r\nhe\r\n;3\r\nllo\r\n;0\r\n", false),
+    ] {
+        let mut buf = BytesMut::from(input);
+        let read = buf.as_ptr() as usize..buf.as_ptr() as usize + buf.len();
+        let v = decode(&mut buf).expect("valid").expect("complete");
+        let s = match v.without_attributes() {
+            Value::BulkString(s) => s,
+            Value::Array(items) => match &items[..] {
+                [Value::BulkString(s)] => s,
+                _ => panic!("{v:?}"),
+            },
+            _ => panic!("{v:?}"),
+        };
+        assert_eq!(&s[..], b"hello");
+        assert_eq!(
+            read.contains(&(s.as_ptr() as usize)),
+            zero_copy,
+            "{:?}",
+            String::from_utf8_lossy(input)
+        );
+    }
 }
 
 /// Found by the fuzzer: a fast path must not inherit the line-end search position of an earlier partial line.

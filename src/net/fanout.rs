@@ -102,6 +102,36 @@ struct Inner {
     polling_until: Option<Instant>,
     /// When the last completed turn read the sockets.
     last_read: Option<Instant>,
+    /// RESP3 pushes read and not yet taken (only with [`Options::with_pushes`]), oldest first, at most
+    /// [`MAX_PUSHES`]; whether some were dropped for lack of room since the last take.
+    pushes: std::collections::VecDeque<(usize, Value)>,
+    pushes_dropped: bool,
+    /// The thread waiting in [`Fanout::recv_pushes`] while another drives, if any.
+    push_waiter: Option<Thread>,
+    /// Set by [`Fanout::interrupt`]: the next `recv_pushes` returns at once.
+    interrupted: bool,
+}
+
+/// Pushes kept for [`Fanout::recv_pushes`]; more are dropped, and the taker is told.
+const MAX_PUSHES: usize = 1 << 16;
+
+/// What [`Fanout::recv_pushes`] returns: the pushes read since the last call, in arrival order, with the node
+/// each came from.
+#[derive(Debug, Default)]
+pub struct Pushes {
+    /// `(node, push)` pairs.
+    pub pushes: Vec<(usize, Value)>,
+    /// Some pushes were dropped because nobody took them in time: the taker must assume anything may have
+    /// changed (as after a tracking `flush`).
+    pub dropped: bool,
+}
+
+impl Inner {
+    /// Who should take the poll that was just put back: a sleeping round, else a thread waiting for pushes
+    /// (pushes arrive only if someone polls).
+    fn successor(&mut self) -> Option<Thread> {
+        self.slots.any_sleeper().or_else(|| self.push_waiter.take())
+    }
 }
 
 impl std::fmt::Debug for Inner {
@@ -202,6 +232,10 @@ impl Fanout {
                 driver: Some(Box::new(driver)),
                 polling_until: None,
                 last_read: None,
+                pushes: Default::default(),
+                pushes_dropped: false,
+                push_waiter: None,
+                interrupted: false,
             }),
             registry,
             waker,
@@ -286,6 +320,73 @@ impl Fanout {
     /// Requests sent to `node` whose replies have not arrived yet (including those nobody waits for any more).
     pub fn in_flight(&self, node: usize) -> usize {
         lock(&self.inner).conns.get(node).map_or(0, Conn::in_flight)
+    }
+
+    /// Waits until a RESP3 push arrives (only connections made with [`Options::with_pushes`] keep them), until
+    /// `deadline`, or until [`interrupt`](Fanout::interrupt) is called, polling the connections meanwhile if
+    /// nobody else does; returns what arrived (possibly nothing). Meant for one thread that listens, such as a
+    /// watchdog; rounds of other threads go on as usual.
+    pub fn recv_pushes(&self, deadline: Instant) -> Pushes {
+        let mut inner = lock(&self.inner);
+        let mut driver = None;
+        loop {
+            if !inner.pushes.is_empty() || inner.pushes_dropped || inner.interrupted {
+                break;
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            if driver.is_none() {
+                driver = inner.driver.take();
+            }
+            match driver.take() {
+                Some(mut d) => {
+                    inner = self.turn(inner, &mut d, deadline);
+                    driver = Some(d);
+                }
+                None => {
+                    inner.push_waiter = Some(thread::current());
+                    let poke = inner.polling_until.is_some_and(|until| until > deadline);
+                    drop(inner);
+                    if poke {
+                        let _ = self.waker.wake();
+                    }
+                    thread::park_timeout(deadline.saturating_duration_since(Instant::now()));
+                    inner = lock(&self.inner);
+                    inner.push_waiter = None;
+                }
+            }
+        }
+        let pushes = Pushes {
+            pushes: inner.pushes.drain(..).collect(),
+            dropped: std::mem::take(&mut inner.pushes_dropped),
+        };
+        inner.interrupted = false;
+        let successor = match driver.take() {
+            Some(d) => {
+                inner.driver = Some(d);
+                inner.slots.any_sleeper()
+            }
+            None => None,
+        };
+        drop(inner);
+        if let Some(t) = successor {
+            t.unpark();
+        }
+        pushes
+    }
+
+    /// Makes a thread waiting in [`recv_pushes`](Fanout::recv_pushes) (or its next call) return at once, and the
+    /// current poll, if any, return early. For a listener that has other work to look at.
+    pub fn interrupt(&self) {
+        let mut inner = lock(&self.inner);
+        inner.interrupted = true;
+        let waiter = inner.push_waiter.take();
+        drop(inner);
+        let _ = self.waker.wake();
+        if let Some(t) = waiter {
+            t.unpark();
+        }
     }
 
     /// Opens a round whose outcomes are all known by `deadline`: a node that has not answered by then counts as
@@ -412,7 +513,15 @@ impl Fanout {
     /// were dropped, and takes the writer role where bytes wait with no writer (a write the socket cut short, a
     /// connection that just came up).
     fn file_turn(&self, inner: &mut Inner, d: &mut Driver, now: Instant, polled: bool) {
-        let Inner { conns, slots, .. } = inner;
+        let Inner {
+            conns,
+            slots,
+            pushes: inner_pushes,
+            pushes_dropped: inner_dropped,
+            push_waiter,
+            ..
+        } = inner;
+        let pushes_before = (inner_pushes.len(), *inner_dropped);
         let mut out = Filing {
             slots,
             wake: &mut d.wake,
@@ -428,11 +537,24 @@ impl Fanout {
             };
             let failed = match item {
                 Item::Reply(value) => conn.deliver(value, &self.opts, now, &mut out).err(),
+                Item::Push(value) => {
+                    if self.opts.pushes {
+                        if inner_pushes.len() < MAX_PUSHES {
+                            inner_pushes.push_back((node, value));
+                        } else {
+                            *inner_dropped = true;
+                        }
+                    }
+                    None
+                }
                 Item::Failed(e) => Some(e),
             };
             if let Some(e) = failed {
                 conn.fail(e, &self.opts, now, &mut out);
             }
+        }
+        if (inner_pushes.len(), *inner_dropped) != pushes_before {
+            out.wake.extend(push_waiter.take());
         }
         for (conn, read) in conns.iter_mut().zip(&mut d.reads) {
             if polled {
@@ -610,7 +732,7 @@ impl<'a> Round<'a> {
             if let Some(mut d) = inner.driver.take() {
                 inner = f.turn(inner, &mut d, now);
                 inner.driver = Some(d);
-                wake.extend(inner.slots.any_sleeper());
+                wake.extend(inner.successor());
             }
             for node in full {
                 match self.offer(
@@ -826,7 +948,7 @@ impl<'a> Round<'a> {
             inner.driver = Some(d);
         }
         match inner.driver.is_some() {
-            true => inner.slots.any_sleeper(),
+            true => inner.successor(),
             false => None,
         }
     }

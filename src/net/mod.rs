@@ -21,7 +21,7 @@ mod stats;
 
 pub use addr::{AddrError, NodeAddr};
 pub use error::{IoError, NodeError};
-pub use fanout::{Fanout, NodeSet, Round};
+pub use fanout::{Fanout, NodeSet, Pushes, Round};
 pub use options::Options;
 pub use slots::Reply;
 pub use stats::NodeCounts;

@@ -29,6 +29,7 @@ pub struct Options {
     pub(crate) limits: Limits,
     pub(crate) max_reply_len: usize,
     pub(crate) setup: Vec<Bytes>,
+    pub(crate) pushes: bool,
 }
 
 /// A getter and a `with_*` setter per (`Copy`) setting; the setter carries the documentation.
@@ -74,6 +75,9 @@ settings! {
     /// sleeps at once). A few tens of microseconds save the wake-up of a halted CPU when replies come that fast
     /// (same host or rack), at the cost of a busy CPU meanwhile; see `BENCHMARKS.md`.
     spin, with_spin: Duration;
+    /// Sets whether RESP3 pushes (invalidations of client-side tracking, pub/sub messages) are kept for
+    /// [`Fanout::recv_pushes`](super::Fanout::recv_pushes) (default off: they are read and dropped).
+    pushes, with_pushes: bool;
     /// Sets what the decoder accepts from a node (default: [`Limits::default`] with bulk strings up to 4 MiB,
     /// aggregates up to 65,536 elements and 32 levels: a lock client gets small replies).
     limits, with_limits: Limits;
@@ -114,6 +118,7 @@ impl Default for Options {
                 .with_max_depth(32),
             max_reply_len: 4 << 20,
             setup: Vec::new(),
+            pushes: false,
         }
     }
 }

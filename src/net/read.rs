@@ -22,8 +22,10 @@ const READ_BUDGET: usize = 16 * READ_CHUNK;
 /// What a read produced for the connection of a given generation.
 #[derive(Debug)]
 pub(crate) enum Item {
-    /// A decoded reply (RESP3 pushes are skipped: they answer no request).
+    /// A decoded reply.
     Reply(Value),
+    /// An out-of-band RESP3 push (an invalidation, a pub/sub message): it answers no request.
+    Push(Value),
     /// The connection must be dropped: closed by the peer, an I/O error, a protocol error. Always the last item
     /// of a read.
     Failed(NodeError),
@@ -121,9 +123,10 @@ impl ReadSide {
                 .map_err(NodeError::Protocol)?
             {
                 // Out-of-band RESP3 pushes (pub/sub messages, invalidations) answer no request.
-                if !matches!(value, Value::Push(_)) {
-                    out.push(Item::Reply(value));
-                }
+                out.push(match value {
+                    Value::Push(_) => Item::Push(value),
+                    _ => Item::Reply(value),
+                });
             }
             // What is left is one unfinished reply: each header is within the decoder's limits, but the whole is
             // bounded here, or a peer could stream a valid reply forever.

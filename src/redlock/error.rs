@@ -48,6 +48,8 @@ pub struct Report {
     pub(crate) resource: Vec<u8>,
     pub(crate) nodes: Vec<(NodeAddr, Outcome)>,
     pub(crate) quorum: usize,
+    /// How long the holder's lease still ran, as the nodes said when asked (for a wait that ran out).
+    pub(crate) holder_ttl: Option<std::time::Duration>,
 }
 
 impl Report {
@@ -64,6 +66,13 @@ impl Report {
     /// The majority that was needed.
     pub fn quorum(&self) -> usize {
         self.quorum
+    }
+
+    /// How long the other holder's lease still ran when this report was made, if it is known: set when a
+    /// [`LockManager::lock_wait`](super::LockManager::lock_wait) gives up, from the key's remaining TTL on the
+    /// nodes (the time until a majority of them will have let it expire, unless it is extended).
+    pub fn holder_ttl(&self) -> Option<std::time::Duration> {
+        self.holder_ttl
     }
 
     /// How many nodes granted.
@@ -90,6 +99,9 @@ impl fmt::Display for Report {
             self.nodes.len(),
             self.quorum
         )?;
+        if let Some(ttl) = self.holder_ttl {
+            write!(f, "; the holder's lease runs {} ms more", ttl.as_millis())?;
+        }
         for (addr, outcome) in &self.nodes {
             write!(f, "; {addr}: {outcome}")?;
         }

@@ -1,28 +1,31 @@
-//! [`LockManager`]: the Redlock algorithm over a [`Fanout`].
+//! [`LockManager`]: the lock API, a cheap handle on the state its clones, guards and watchdog share ([`Core`]).
 
-use std::thread;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
-
 use super::config::Config;
-use super::error::{Error, Outcome, Report, Result};
+use super::core::Core;
+use super::error::{Error, Result};
+use super::guard::{Guard, Held, Lost};
 use super::lock::Lock;
-use super::quorum::{Failure, Quorum, Status, Vote, drift};
+use super::quorum::drift;
 use super::restart::{self, RestartGuard};
-use super::scripts::{self, Script};
-use super::stats::{NodeStats, Stats, Votes};
+use super::schedule::lost_margin;
+use super::scripts;
+use super::stats::{Activity, Stats, Votes};
 use super::token::Tokens;
-use crate::net::{Fanout, NodeAddr, NodeSet, Options, Reply};
-use crate::resp::Value;
-use crate::time::later;
+use super::wait::WaitRoom;
+use crate::net::{Fanout, NodeAddr, Options};
 
 /// A distributed lock manager over N independent Redis masters (the Redlock algorithm).
 ///
 /// Every operation sends its request to all N nodes at once and decides as soon as the outcome is certain: an
 /// acquisition costs about one round trip to the majority's slowest node, and a node that is down or hung costs
-/// nothing unless the majority needs it. `LockManager` is `Send + Sync`: share it between threads (in an `Arc`);
-/// concurrent calls pipeline on the same connections.
+/// nothing unless the majority needs it.
+///
+/// A `LockManager` is a cheap handle: clone it to share it between threads, guards and tasks (the clones share
+/// one set of connections, and concurrent calls share writes on them). The connections close when the last clone
+/// and the last [`Guard`](super::Guard) are gone.
 ///
 /// # Examples
 ///
@@ -36,15 +39,9 @@ use crate::time::later;
 /// locks.unlock(lock)?;
 /// # Ok::<(), muxlock::redlock::Error>(())
 /// ```
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct LockManager {
-    fanout: Fanout,
-    config: Config,
-    tokens: Tokens,
-    /// The restart-aware quorum, when on, and the position of its `INFO server` among the set-up commands.
-    restart: Option<(RestartGuard, usize)>,
-    /// Per node: the outcomes of every round, for [`LockManager::stats`].
-    votes: Vec<Votes>,
+    pub(crate) core: Arc<Core>,
 }
 
 /// Builds a [`LockManager`]: nodes, then an optional [`Config`].
@@ -120,11 +117,16 @@ impl Builder {
             error: e.into(),
         })?;
         Ok(LockManager {
-            votes: (0..fanout.len()).map(|_| Votes::default()).collect(),
-            fanout,
-            config: self.config,
-            tokens: Tokens::new(),
-            restart,
+            core: Arc::new(Core {
+                votes: (0..fanout.len()).map(|_| Votes::default()).collect(),
+                fanout,
+                config: self.config,
+                tokens: Tokens::new(),
+                restart,
+                watchdog: Arc::default(),
+                waits: WaitRoom::default(),
+                activity: Activity::default(),
+            }),
         })
     }
 }
@@ -144,43 +146,6 @@ fn same_server(a: &NodeAddr, b: &NodeAddr) -> bool {
     }
 }
 
-/// What a round's reply means for the vote.
-fn set_vote(reply: Reply) -> (Vote, Outcome) {
-    match reply {
-        Ok(v) => match v.without_attributes() {
-            Value::SimpleString(s) if &s[..] == b"OK" => (Vote::Yes, Outcome::Granted),
-            Value::NullBulk | Value::Null => (Vote::Taken, Outcome::Taken),
-            other => (Vote::Failed, unexpected(other)),
-        },
-        Err(e) => (Vote::Failed, Outcome::Failed(e)),
-    }
-}
-
-fn unexpected(v: &Value) -> Outcome {
-    match v {
-        Value::Error(msg) | Value::BulkError(msg) => {
-            Outcome::ErrorReply(String::from_utf8_lossy(msg).into_owned())
-        }
-        other => Outcome::ErrorReply(format!("unexpected reply {other:?}")),
-    }
-}
-
-/// What a compare-and-X script's reply means: 1 is done for us, 0 is "the key is not ours", anything else failed.
-fn script_vote(reply: &Reply) -> (Vote, Outcome) {
-    match reply {
-        Ok(v) => match v.without_attributes() {
-            Value::Integer(1) => (Vote::Yes, Outcome::Granted),
-            Value::Integer(0) => (Vote::Taken, Outcome::Taken),
-            other => (Vote::Failed, unexpected(other)),
-        },
-        Err(e) => (Vote::Failed, Outcome::Failed(e.clone())),
-    }
-}
-
-fn is_noscript(reply: &Reply) -> bool {
-    matches!(reply.as_ref().map(Value::without_attributes), Ok(Value::Error(m)) if m.starts_with(b"NOSCRIPT"))
-}
-
 impl LockManager {
     /// A manager for `nodes` (URLs or `host:port`) with the default [`Config`].
     ///
@@ -198,35 +163,24 @@ impl LockManager {
 
     /// The configuration in force.
     pub fn config(&self) -> &Config {
-        &self.config
+        &self.core.config
     }
 
     /// The nodes, in configuration order.
     pub fn nodes(&self) -> &[NodeAddr] {
-        self.fanout.addrs()
+        self.core.fanout.addrs()
     }
 
     /// What this manager saw of each node so far: votes granted, taken and failed, grants not counted after a
     /// restart, restarts seen, timeouts, reconnects, requests per write and round-trip percentiles. Cheap enough to
     /// call at any time (no lock is taken); `Display` prints it as a table.
     pub fn stats(&self) -> Stats {
-        let nodes = (0..self.fanout.len())
-            .map(|i| {
-                let restarts = self.restart.as_ref().map_or(0, |(g, _)| g.restarts(i));
-                NodeStats::new(
-                    self.fanout.addrs()[i].clone(),
-                    &self.votes[i],
-                    restarts,
-                    self.fanout.stats(i),
-                )
-            })
-            .collect();
-        Stats::new(nodes)
+        self.core.stats()
     }
 
     /// The majority: `N/2 + 1`.
     pub fn quorum(&self) -> usize {
-        self.fanout.len() / 2 + 1
+        self.core.quorum()
     }
 
     /// Acquires `resource` for `ttl`, retrying up to [`Config::retry_count`] times with a jittered delay.
@@ -237,25 +191,7 @@ impl LockManager {
     /// - [`Error::Quorum`] if too many nodes were down, hung or failing, with every node's outcome;
     /// - [`Error::Config`] for an empty resource name or an invalid `ttl`.
     pub fn lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Lock> {
-        let resource = resource.as_ref();
-        let ttl_ms = self.check(resource, ttl)?;
-        let mut attempt = 0;
-        loop {
-            let (failure, report) = match self.attempt(resource, ttl, ttl_ms)? {
-                Ok(lock) => return Ok(lock),
-                Err(failed) => failed,
-            };
-            if attempt >= self.config.retry_count {
-                let report = Box::new(report);
-                return Err(if failure == Failure::Held {
-                    Error::Held(report)
-                } else {
-                    Error::Quorum(report)
-                });
-            }
-            attempt += 1;
-            thread::sleep(self.retry_pause());
-        }
+        self.core.lock(resource.as_ref(), ttl)
     }
 
     /// Acquires `resource` for [`Config::ttl`], retrying as [`lock`](LockManager::lock) does.
@@ -264,7 +200,7 @@ impl LockManager {
     ///
     /// As [`lock`](LockManager::lock).
     pub fn acquire(&self, resource: impl AsRef<[u8]>) -> Result<Lock> {
-        self.lock(resource, self.config.ttl)
+        self.core.lock(resource.as_ref(), self.core.config.ttl)
     }
 
     /// One attempt to acquire `resource` for `ttl`: `Ok(None)` if another holder has it.
@@ -274,13 +210,7 @@ impl LockManager {
     /// [`Error::Quorum`] if too many nodes failed to answer for a decision, [`Error::Config`] for invalid
     /// arguments.
     pub fn try_lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Option<Lock>> {
-        let resource = resource.as_ref();
-        let ttl_ms = self.check(resource, ttl)?;
-        match self.attempt(resource, ttl, ttl_ms)? {
-            Ok(lock) => Ok(Some(lock)),
-            Err((Failure::Held, _)) => Ok(None),
-            Err((_, report)) => Err(Error::Quorum(Box::new(report))),
-        }
+        self.core.try_lock(resource.as_ref(), ttl)
     }
 
     /// Extends `lock`'s lease to `ttl` from now, on all nodes at once. On success the new validity is measured
@@ -294,61 +224,7 @@ impl LockManager {
     /// - [`Error::LockLost`] if a majority no longer holds our value;
     /// - [`Error::Quorum`] if too few nodes answered within the current lease.
     pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
-        let ttl_ms = self.config.check_ttl(ttl)?;
-        if lock.extensions >= self.config.max_extensions {
-            return Err(Error::ExtendLimit(lock.extensions));
-        }
-        let start = Instant::now();
-        if start >= lock.valid_until {
-            return Err(Error::Expired);
-        }
-        let drift = drift(ttl, self.config.drift_factor);
-        let mut quorum =
-            Quorum::new(self.fanout.len(), start, ttl, drift).decide_by(lock.valid_until);
-        self.note_ttl(ttl_ms);
-        let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
-        let mut outcomes = vec![Outcome::NotAwaited; self.fanout.len()];
-        let mut status = Status::Pending;
-        // Nodes the acquisition never reached hold nothing of ours: their vote is "not ours", unasked.
-        for (node, outcome) in outcomes.iter_mut().enumerate() {
-            if !lock.nodes.contains(node) {
-                *outcome = Outcome::NotSent;
-                status = quorum.vote(node, Vote::Taken, start);
-            }
-        }
-        self.script_round(
-            Script::Extend,
-            &lock.resource,
-            &lock.value,
-            ttl_ms,
-            (lock.nodes, deadline, quorum.votes_to_decide()),
-            |node, reply| {
-                let now = Instant::now();
-                let (vote, outcome) = self.counted(node, script_vote(&reply), now);
-                self.votes[node].count(&outcome);
-                outcomes[node] = outcome;
-                status = quorum.vote(node, vote, now);
-                match status {
-                    Status::Pending => quorum.votes_to_decide(),
-                    _ => 0,
-                }
-            },
-        );
-        match settle(status, &quorum) {
-            Ok(valid_until) => {
-                lock.valid_until = valid_until;
-                lock.extensions += 1;
-                Ok(())
-            }
-            Err(failure) => {
-                let report = Box::new(self.report(&lock.resource, outcomes, quorum.quorum()));
-                Err(if failure == Failure::Held {
-                    Error::LockLost(report)
-                } else {
-                    Error::Quorum(report)
-                })
-            }
-        }
+        self.core.extend(lock, ttl)
     }
 
     /// Releases `lock` on all nodes at once (compare-and-delete: a node only deletes the key if it still holds this
@@ -362,212 +238,186 @@ impl LockManager {
     /// [`Error::Quorum`] if fewer than a majority of nodes answered at all: the release may not have happened, and
     /// the lock will end with its lease.
     pub fn unlock(&self, lock: Lock) -> Result<usize> {
-        let n = self.fanout.len();
-        let quorum = self.quorum();
-        let deadline = later(Instant::now(), self.config.round_timeout);
-        let mut outcomes = vec![Outcome::NotAwaited; n];
-        let (mut released, mut answered) = (0, 0);
-        // Nodes the acquisition never reached have nothing to delete: they count as answered.
-        for (node, outcome) in outcomes.iter_mut().enumerate() {
-            if !lock.nodes.contains(node) {
-                *outcome = Outcome::NotSent;
-                answered += 1;
-            }
-        }
-        self.script_round(
-            Script::Release,
-            &lock.resource,
-            &lock.value,
-            0,
-            (lock.nodes, deadline, quorum),
-            |node, reply| {
-                let (vote, outcome) = script_vote(&reply);
-                self.votes[node].count(&outcome);
-                outcomes[node] = outcome;
-                released += usize::from(vote == Vote::Yes);
-                answered += usize::from(vote != Vote::Failed);
-                quorum.saturating_sub(released)
-            },
-        );
-        if answered < quorum {
-            return Err(Error::Quorum(Box::new(self.report(
-                &lock.resource,
-                outcomes,
-                quorum,
-            ))));
-        }
-        Ok(released)
+        self.core.unlock(lock)
     }
 
-    /// A node's vote as it counts: a "yes" from a node the restart guard does not trust yet is no vote.
-    fn counted(
+    /// Acquires `resource` as [`lock`](LockManager::lock) does, waiting for it if another holder has it, up to
+    /// `max_wait` in all (not a number of tries).
+    ///
+    /// The waiter does not poll. It sleeps until the key may have come free, and is woken by:
+    /// - a release of `resource` in this process (by [`unlock`](LockManager::unlock) or a guard), at once;
+    /// - on nodes that speak RESP3 (Redis 6 and later), Redis' client-side tracking: after a failed attempt the
+    ///   waiter reads the key's TTL on the watchdog's *tracker* connections, which tracks the key there, and its
+    ///   release, overwrite or expiry anywhere (by any client) sends an invalidation that wakes the waiter;
+    /// - a timer at the end of the holder's lease as the nodes report it (the time until a majority lets the key
+    ///   expire), plus a little jitter: expiry invalidations can lag the TTL, and RESP2-only servers (Redis 5,
+    ///   or with `HELLO` disabled) send none. With them waiting still works, on this timer and on this process'
+    ///   releases only.
+    ///
+    /// Waiters of this process for one resource line up first come, first served: only the first contends on the
+    /// nodes, the others wait for their turn. Between processes there is no queue (Redis keeps none): the first to
+    /// try after a release wins.
+    ///
+    /// Tracking is chosen over pub/sub because it needs nothing from the holder: a release by any Redlock client
+    /// (redsync, node-redlock, a crashed holder's expiry) wakes the waiter, where a channel would only hear
+    /// releases that publish to it. The tracker connections are separate from the lock connections so that
+    /// nobody has to poll the lock connections for pushes between rounds (see the watchdog in the
+    /// [`Guard`] docs).
+    ///
+    /// `max_wait` bounds the wait: the call returns by then, plus at most one round timeout if an attempt is
+    /// under way at that moment. A `max_wait` of zero makes one attempt, like [`try_lock`](LockManager::try_lock)
+    /// but with an error when the resource is held.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Held`] if the resource was still held when `max_wait` ran out; [`Report::holder_ttl`] says how
+    ///   long the holder's lease still ran, if the nodes said. A waiter still behind another waiter of this
+    ///   process then gets the error of that waiter's last attempt.
+    /// - [`Error::Quorum`] if, at the last attempt, too many nodes were down, hung or failing for a decision.
+    /// - [`Error::Config`] for an empty resource name or an invalid `ttl`.
+    ///
+    /// [`Report::holder_ttl`]: super::Report::holder_ttl
+    pub fn lock_wait(
         &self,
-        node: usize,
-        (vote, outcome): (Vote, Outcome),
-        now: Instant,
-    ) -> (Vote, Outcome) {
-        match &self.restart {
-            Some((guard, info))
-                if vote == Vote::Yes && !guard.trusts(&self.fanout, node, *info, now) =>
-            {
-                (Vote::Failed, Outcome::Quarantined)
-            }
-            _ => (vote, outcome),
-        }
-    }
-
-    fn note_ttl(&self, ttl_ms: u64) {
-        if let Some((guard, _)) = &self.restart {
-            guard.note_ttl(ttl_ms);
-        }
-    }
-
-    fn check(&self, resource: &[u8], ttl: Duration) -> Result<u64> {
-        if resource.is_empty() {
-            return Err(Error::config("the resource name is empty"));
-        }
-        self.config.check_ttl(ttl)
-    }
-
-    /// One acquisition round. `Err` carries why it failed and every node's outcome; partial grants have been
-    /// released by then.
-    #[allow(clippy::type_complexity)]
-    fn attempt(
-        &self,
-        resource: &[u8],
+        resource: impl AsRef<[u8]>,
         ttl: Duration,
-        ttl_ms: u64,
-    ) -> Result<std::result::Result<Lock, (Failure, Report)>> {
-        let value = self.tokens.next().map_err(|e| Error::Os {
-            doing: "drawing the lock value from the OS's randomness",
-            error: std::io::Error::from(e).into(),
-        })?;
-        let n = self.fanout.len();
-        let mut request = BytesMut::with_capacity(64 + resource.len());
-        scripts::acquire(&mut request, resource, &value, ttl_ms);
-        self.note_ttl(ttl_ms);
-        // The clock starts before the first byte is sent, as the spec requires.
-        let start = Instant::now();
-        let mut quorum = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor));
-        let mut round = self
-            .fanout
-            .round(later(start, self.config.round_timeout).min(quorum.deadline()));
-        let nodes = round.send_all(&request, 1);
-        let mut outcomes = vec![Outcome::NotAwaited; n];
-        let mut status = Status::Pending;
-        round.need(quorum.votes_to_decide());
-        while let Some((node, reply)) = round.next() {
-            let now = Instant::now();
-            let (vote, outcome) = self.counted(node, set_vote(reply), now);
-            self.votes[node].count(&outcome);
-            outcomes[node] = outcome;
-            status = quorum.vote(node, vote, now);
-            if status != Status::Pending {
-                break; // decided: slower replies are drained later; a release covers them
-            }
-            round.need(quorum.votes_to_decide());
-        }
-        drop(round);
-        match settle(status, &quorum) {
-            Ok(valid_until) => Ok(Ok(Lock {
-                resource: resource.to_vec(),
-                value,
-                valid_until,
-                extensions: 0,
-                nodes,
-            })),
-            Err(failure) => {
-                // Release at once wherever the key may have been set, without waiting: the spec's "unlock all
-                // the instances", and it keeps a failed attempt from blocking others until the TTL.
-                let mut release = BytesMut::new();
-                scripts::call(&mut release, Script::Release, false, resource, &value, 0);
-                let mut round = self.fanout.release_round(Instant::now());
-                round.send_to(nodes, &release, 1);
-                Ok(Err((
-                    failure,
-                    self.report(resource, outcomes, quorum.quorum()),
-                )))
-            }
-        }
+        max_wait: Duration,
+    ) -> Result<Lock> {
+        self.core.lock_wait(resource.as_ref(), ttl, max_wait)
     }
 
-    /// Runs `script` on `nodes` until the round ends by `deadline` or `on_reply` says to stop: it returns how many
-    /// more replies are worth waiting for before it is called again (`need` at first), 0 to stop. A node that has
-    /// lost the script (`NOSCRIPT`) gets it once more in full with `EVAL`. A release must reach every reachable
-    /// node: it goes in a release round (see [`Fanout::release_round`]).
-    fn script_round(
+    /// Acquires `resource` as [`lock`](LockManager::lock) does and returns a [`Guard`] that keeps the lease
+    /// alive in the background (renewed at a third of `ttl`) until it is dropped or
+    /// [released](Guard::release). [`Config::max_extensions`] does not limit guards.
+    ///
+    /// `ttl` is the lease each renewal grants: how long the lock outlives this process if it dies. It must leave
+    /// room for a renewal before the guard's deadline (at least about six round timeouts: 300 ms by default).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](LockManager::lock), and [`Error::Config`] for a `ttl` too short to renew.
+    pub fn hold(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Guard> {
+        self.check_guard_ttl(ttl)?;
+        let lock = self.core.lock(resource.as_ref(), ttl)?;
+        Ok(self.guard(lock, ttl))
+    }
+
+    /// One attempt to acquire `resource` under a [`Guard`]: `Ok(None)` if another holder has it.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock`](LockManager::try_lock), and [`Error::Config`] for a `ttl` too short to renew.
+    pub fn try_hold(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Option<Guard>> {
+        self.check_guard_ttl(ttl)?;
+        let lock = self.core.try_lock(resource.as_ref(), ttl)?;
+        Ok(lock.map(|lock| self.guard(lock, ttl)))
+    }
+
+    /// Waits for `resource` as [`lock_wait`](LockManager::lock_wait) does, and holds it under a [`Guard`].
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_wait`](LockManager::lock_wait), and [`Error::Config`] for a `ttl` too short to renew.
+    pub fn hold_wait(
         &self,
-        script: Script,
-        resource: &[u8],
-        value: &[u8],
-        ttl_ms: u64,
-        (nodes, deadline, need): (NodeSet, Instant, usize),
-        mut on_reply: impl FnMut(usize, Reply) -> usize,
-    ) {
-        let mut request = BytesMut::with_capacity(128 + resource.len());
-        scripts::call(&mut request, script, false, resource, value, ttl_ms);
-        let mut round = match script {
-            Script::Release => self.fanout.release_round(deadline),
-            Script::Extend => self.fanout.round(deadline),
+        resource: impl AsRef<[u8]>,
+        ttl: Duration,
+        max_wait: Duration,
+    ) -> Result<Guard> {
+        self.check_guard_ttl(ttl)?;
+        let lock = self.core.lock_wait(resource.as_ref(), ttl, max_wait)?;
+        Ok(self.guard(lock, ttl))
+    }
+
+    /// Runs `work` under a [`Guard`] on `resource` (acquired as [`hold`](LockManager::hold) does), then releases
+    /// it. `work` should check [`Guard::is_lost`] before each step that needs the lock.
+    ///
+    /// The release is best effort, as when a guard is dropped: if it fails, the lock ends with its lease. Use
+    /// [`hold`](LockManager::hold) and [`Guard::release`] to see the release's outcome.
+    ///
+    /// # Errors
+    ///
+    /// As [`hold`](LockManager::hold): `work` does not run.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"])?;
+    /// let rows = locks.with_lock("compaction", Duration::from_secs(10), |guard| {
+    ///     let mut rows = 0;
+    ///     while !guard.is_lost() && rows < 1_000 {
+    ///         rows += 1; // ... one step of work ...
+    ///     }
+    ///     rows
+    /// })?;
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn with_lock<R>(
+        &self,
+        resource: impl AsRef<[u8]>,
+        ttl: Duration,
+        work: impl FnOnce(&Guard) -> R,
+    ) -> Result<R> {
+        let guard = self.hold(resource, ttl)?;
+        let out = work(&guard);
+        drop(guard);
+        Ok(out)
+    }
+
+    /// A guard's TTL must leave a renewal at a third of it time to be confirmed before the guard's deadline.
+    fn check_guard_ttl(&self, ttl: Duration) -> Result<()> {
+        let config = &self.core.config;
+        config.check_ttl(ttl)?;
+        let margin = lost_margin(ttl, config.round_timeout);
+        let room = ttl
+            .saturating_sub(drift(ttl, config.drift_factor))
+            .saturating_sub(margin);
+        if room <= ttl / 3 + config.round_timeout {
+            return Err(Error::config(format!(
+                "ttl {ttl:?} is too short for a guard with round_timeout {:?}: a renewal at a third of it could \
+                 not be confirmed before the guard's deadline (give at least {:?})",
+                config.round_timeout,
+                config.round_timeout * 7
+            )));
+        }
+        Ok(())
+    }
+
+    /// Puts a freshly acquired lock under the watchdog.
+    fn guard(&self, lock: Lock, ttl: Duration) -> Guard {
+        let core = &self.core;
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let margin = lost_margin(ttl, core.config.round_timeout);
+        let held = Arc::new(Held::new(
+            core.watchdog.next_id(),
+            lock,
+            ttl,
+            ttl_ms,
+            margin,
+        ));
+        core.watchdog.add(&held, Instant::now());
+        Activity::add(&core.activity.guards, 1);
+        core.watchdog.ensure_started(Arc::downgrade(core));
+        Guard::new(self.clone(), held)
+    }
+
+    /// Ends a guard: no more renewals, marked released, and the lock released on the nodes.
+    pub(crate) fn release_held(&self, held: &Held) -> Result<usize> {
+        self.core.watchdog.forget(held);
+        held.set_lost(Lost::Released);
+        Activity::add(&self.core.activity.guards_ended, 1);
+        let s = crate::sync::lock(&held.state);
+        let lock = Lock {
+            resource: held.resource.clone(),
+            value: held.value,
+            valid_until: s.valid_until,
+            extensions: 0,
+            nodes: s.nodes,
         };
-        round.send_to(nodes, &request, 1);
-        round.need(need);
-        // Which nodes got the script in full; allocated only if some node has lost it (rare: after a restart or
-        // a SCRIPT FLUSH), so that a release or an extension allocates nothing for it.
-        let mut resent: Vec<bool> = Vec::new();
-        while let Some((node, reply)) = round.next() {
-            if is_noscript(&reply) && !resent.get(node).copied().unwrap_or(false) {
-                resent.resize(self.fanout.len(), false);
-                resent[node] = true;
-                request.clear();
-                scripts::call(&mut request, script, true, resource, value, ttl_ms);
-                round.send(node, &request, 1);
-                continue;
-            }
-            match on_reply(node, reply) {
-                0 => break,
-                more => round.need(more),
-            }
-        }
-    }
-
-    fn report(&self, resource: &[u8], outcomes: Vec<Outcome>, quorum: usize) -> Report {
-        let nodes = self.fanout.addrs().iter().cloned().zip(outcomes).collect();
-        Report {
-            resource: resource.to_vec(),
-            nodes,
-            quorum,
-        }
-    }
-
-    /// `retry_delay` ± a uniformly random amount up to `retry_jitter`.
-    fn retry_pause(&self) -> Duration {
-        let jitter = self
-            .config
-            .retry_jitter
-            .as_nanos()
-            .min(u128::from(u64::MAX / 2)) as u64;
-        let r = self.tokens.random_u64().unwrap_or(0) % (2 * jitter + 1);
-        let delay = self.config.retry_delay;
-        if r >= jitter {
-            delay + Duration::from_nanos(r - jitter)
-        } else {
-            delay.saturating_sub(Duration::from_nanos(jitter - r))
-        }
-    }
-}
-
-/// The verdict once the round is over. Every node has voted or timed out by then, so the state machine has
-/// decided; a round that ended early for another reason is a failure unless it holds a majority in time.
-fn settle(status: Status, quorum: &Quorum) -> std::result::Result<Instant, Failure> {
-    let status = if status == Status::Pending {
-        quorum.status(Instant::now())
-    } else {
-        status
-    };
-    match status {
-        Status::Acquired { valid_until } => Ok(valid_until),
-        Status::Failed(failure) => Err(failure),
-        Status::Pending => Err(Failure::Unavailable),
+        drop(s);
+        self.core.unlock(lock)
     }
 }

@@ -10,19 +10,25 @@
 //! - [`LockManager`]: acquire (`lock`, `try_lock`, `acquire`), `extend`, `unlock`, `stats`.
 
 mod config;
+mod core;
 mod error;
+mod guard;
 mod lock;
 mod manager;
 #[doc(hidden)]
 pub mod quorum;
 mod restart;
+mod schedule;
 #[doc(hidden)]
 pub mod scripts;
 mod stats;
 mod token;
+mod wait;
+mod watchdog;
 
 pub use config::Config;
 pub use error::{ConfigError, Error, Outcome, Report, Result};
+pub use guard::{Guard, Lost, LostWatch};
 pub use lock::Lock;
 pub use manager::{Builder, LockManager};
-pub use stats::{NodeStats, Stats};
+pub use stats::{GuardStats, NodeStats, Stats};

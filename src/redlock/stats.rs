@@ -1,4 +1,5 @@
-//! [`Stats`]: what a [`LockManager`](super::LockManager) saw of each node, from always-on counters.
+//! [`Stats`]: what a [`LockManager`](super::LockManager) saw of each node, and what its guards and waiters did,
+//! from always-on counters.
 //!
 //! Votes are counted by the manager as it counts them for the quorum (relaxed atomics, no lock); the connection
 //! figures (requests, writes, reconnects, round trips) come from the network layer's own counters
@@ -33,6 +34,60 @@ impl Votes {
     }
 }
 
+/// Live counters of the manager's guards and waiters.
+#[derive(Debug, Default)]
+pub(crate) struct Activity {
+    pub(crate) guards: AtomicU64,
+    pub(crate) guards_ended: AtomicU64,
+    pub(crate) renewals: AtomicU64,
+    pub(crate) renewal_rounds: AtomicU64,
+    pub(crate) lost: AtomicU64,
+    pub(crate) waits: AtomicU64,
+    pub(crate) wakeups: AtomicU64,
+    pub(crate) waits_given_up: AtomicU64,
+}
+
+impl Activity {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Relaxed);
+    }
+
+    fn snapshot(&self) -> GuardStats {
+        let guards = self.guards.load(Relaxed);
+        GuardStats {
+            held: guards.saturating_sub(self.guards_ended.load(Relaxed)),
+            renewals: self.renewals.load(Relaxed),
+            renewal_rounds: self.renewal_rounds.load(Relaxed),
+            lost: self.lost.load(Relaxed),
+            waits: self.waits.load(Relaxed),
+            wakeups: self.wakeups.load(Relaxed),
+            waits_given_up: self.waits_given_up.load(Relaxed),
+        }
+    }
+}
+
+/// What the guards and waiters of a manager did, in a [`Stats`] snapshot.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GuardStats {
+    /// Guards held now.
+    pub held: u64,
+    /// Leases renewed by the watchdog (confirmed by a majority).
+    pub renewals: u64,
+    /// The watchdog's renewal rounds: `renewals / renewal_rounds` guards were renewed together on average, each
+    /// round one write per node.
+    pub renewal_rounds: u64,
+    /// Guards lost (taken, nodes down, or expired before a renewal was confirmed); releases are not counted.
+    pub lost: u64,
+    /// Calls that had to wait ([`lock_wait`](super::LockManager::lock_wait) and
+    /// [`hold_wait`](super::LockManager::hold_wait) calls whose first attempt failed).
+    pub waits: u64,
+    /// Times a waiter woke to try again (a release, an invalidation, or its timer).
+    pub wakeups: u64,
+    /// Waits that ended without the lock.
+    pub waits_given_up: u64,
+}
+
 /// One node's figures in a [`Stats`] snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -61,11 +116,16 @@ pub struct NodeStats {
 pub struct Stats {
     /// Per node, in configuration order.
     pub nodes: Vec<NodeStats>,
+    /// The guards' and waiters' figures.
+    pub guards: GuardStats,
 }
 
 impl Stats {
-    pub(crate) fn new(nodes: Vec<NodeStats>) -> Stats {
-        Stats { nodes }
+    pub(crate) fn new(nodes: Vec<NodeStats>, activity: &Activity) -> Stats {
+        Stats {
+            nodes,
+            guards: activity.snapshot(),
+        }
     }
 }
 
@@ -126,6 +186,11 @@ impl fmt::Display for Stats {
                 q(0.99)
             )?;
         }
-        Ok(())
+        let g = &self.guards;
+        write!(
+            f,
+            "guards held {}, renewals {} in {} rounds, lost {}; waits {}, wake-ups {}, given up {}",
+            g.held, g.renewals, g.renewal_rounds, g.lost, g.waits, g.wakeups, g.waits_given_up
+        )
     }
 }

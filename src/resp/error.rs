@@ -15,20 +15,27 @@ pub enum ErrorKind {
     ///
     /// Simple strings and errors may contain neither byte, so this is also the error for a CR or LF inside one.
     InvalidLineEnd,
-    /// A bulk payload (`$`, `!`, `=`) is not followed by CRLF: the declared length is wrong.
+    /// A bulk payload (`$`, `!`, `=`, or a chunk of a streamed string) is not followed by CRLF: the declared length
+    /// is wrong.
     InvalidBulkEnd,
     /// An integer (`:`) is not in the form Redis' `string2ll` accepts: optional `-`, no leading zeros, no `+`,
     /// no spaces, no `-0`, no empty number.
     InvalidInteger,
     /// An integer (`:`) or a length is outside the range of a signed 64-bit integer.
     IntegerOverflow,
-    /// A length is malformed, negative other than `-1`, or `-1` on a type that has no null form.
+    /// A length is malformed, negative other than `-1`, or `-1` on a type that has no null form (which includes the
+    /// chunks of a streamed string). Also a streamed header whose `?` is not followed by CRLF (`$?5`).
     InvalidLength,
-    /// A RESP3 streamed string or aggregate (`$?`, `*?`, ...): Redis never sends these and they are not supported.
+    /// A streamed form the RESP3 specification does not define: `!?`, `=?`, `|?` or `>?`. RESP3 streams blob
+    /// strings (`$?`), arrays (`*?`), sets (`~?`) and maps (`%?`) only, and those are decoded.
+    ///
+    /// (muxlock 0.1 returned this for every streamed form, before they were decoded.)
     StreamedUnsupported,
-    /// A bulk length is above [`Limits::max_bulk_len`](super::Limits::max_bulk_len).
+    /// A bulk length is above [`Limits::max_bulk_len`](super::Limits::max_bulk_len), or a chunk would take a
+    /// streamed string's total length above it.
     BulkTooLong,
-    /// An aggregate length is above [`Limits::max_aggregate_len`](super::Limits::max_aggregate_len).
+    /// An aggregate length is above [`Limits::max_aggregate_len`](super::Limits::max_aggregate_len), or a streamed
+    /// aggregate goes on past that many elements (pairs for maps): the offset is the first value too many.
     AggregateTooLong,
     /// Aggregates are nested deeper than [`Limits::max_depth`](super::Limits::max_depth).
     TooDeep,
@@ -45,6 +52,13 @@ pub enum ErrorKind {
     InvalidBigNumber,
     /// A verbatim string shorter than four bytes or without `:` after its three-byte format.
     InvalidVerbatim,
+    /// Inside a streamed string (`$?`), a byte other than `;` where the next chunk must start.
+    ExpectedChunk,
+    /// A marker of a streamed value where it cannot stand: a chunk (`;`) outside a streamed string, or an end (`.`)
+    /// outside a streamed aggregate (at top level, or among the values of a counted aggregate).
+    StrayStreamMarker,
+    /// A streamed map ended (`.`) after a key, without its value: a map holds pairs.
+    OddStreamedMap,
     /// The decoder's two passes disagreed: a bug in muxlock, never the peer's fault. Please report it with the
     /// bytes that caused it.
     Internal,
@@ -61,7 +75,7 @@ impl ErrorKind {
             ErrorKind::InvalidInteger => "malformed integer",
             ErrorKind::IntegerOverflow => "integer out of the signed 64-bit range",
             ErrorKind::InvalidLength => "malformed or negative length",
-            ErrorKind::StreamedUnsupported => "streamed RESP3 types are not supported",
+            ErrorKind::StreamedUnsupported => "streamed form not defined by RESP3",
             ErrorKind::BulkTooLong => "bulk length above the limit",
             ErrorKind::AggregateTooLong => "aggregate length above the limit",
             ErrorKind::TooDeep => "aggregates nested deeper than the limit",
@@ -71,6 +85,9 @@ impl ErrorKind {
             ErrorKind::InvalidDouble => "malformed double",
             ErrorKind::InvalidBigNumber => "malformed big number",
             ErrorKind::InvalidVerbatim => "malformed verbatim string",
+            ErrorKind::ExpectedChunk => "streamed string without its next chunk",
+            ErrorKind::StrayStreamMarker => "streamed chunk or end outside a streamed value",
+            ErrorKind::OddStreamedMap => "streamed map ended between a key and its value",
             ErrorKind::Internal => "internal decoder error (a muxlock bug)",
         }
     }

@@ -7,6 +7,10 @@
 /// at once, not after 4 EiB have (never) arrived. The decoder itself allocates only in proportion to the bytes it has
 /// actually received.
 ///
+/// RESP3's streamed values declare no size, so their bounds are checked as their parts arrive: each chunk header of a
+/// streamed string against what is left of `max_bulk_len`, each value of a streamed aggregate against
+/// `max_aggregate_len`.
+///
 /// # Examples
 ///
 /// ```
@@ -43,7 +47,8 @@ impl Limits {
         }
     }
 
-    /// The largest bulk payload (`$`, `!`, `=`) accepted, in bytes.
+    /// The largest bulk payload (`$`, `!`, `=`) accepted, in bytes; for a streamed string (`$?`), the sum of its
+    /// chunks.
     pub const fn max_bulk_len(&self) -> usize {
         self.max_bulk_len
     }
@@ -60,7 +65,8 @@ impl Limits {
         self
     }
 
-    /// The largest element count of an aggregate accepted (pairs for maps and attributes).
+    /// The largest element count of an aggregate accepted (pairs for maps and attributes), declared or, for a
+    /// streamed aggregate (`*?`, `~?`, `%?`), counted as its values arrive.
     pub const fn max_aggregate_len(&self) -> usize {
         self.max_aggregate_len
     }

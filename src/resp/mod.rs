@@ -2,7 +2,8 @@
 //!
 //! - [`decode`] / [`Decoder`]: bytes to [`Value`]s. Incomplete input is `Ok(None)` and consumes nothing; payloads
 //!   are slices of the read buffer (zero copy); every length is checked against [`Limits`] before anything is
-//!   allocated or awaited; nesting costs heap, never stack.
+//!   allocated or awaited; nesting costs heap, never stack. RESP3's streamed strings and aggregates are decoded
+//!   too (see [Streamed values](#streamed-values)).
 //! - [`encode`]: any [`Value`] to its canonical bytes. [`encode_command`]: a request (array of bulk strings) with
 //!   no allocation beyond the buffer's growth.
 //!
@@ -20,7 +21,27 @@
 //! - doubles follow the RESP3 grammar (`inf`, `-inf`, `nan`, `[+|-]digits[.digits][(e|E)[+|-]digits]`), plus
 //!   `-nan`, which Redis 7.0 writes for a negative NaN;
 //! - booleans are `#t` or `#f`; the null is `_`; a verbatim string has a three-byte format and a `:`;
-//! - unknown type bytes are errors, and so are RESP3 streamed types (`$?`, `*?`), which Redis never sends.
+//! - unknown type bytes are errors, and so are streamed forms the spec does not define (`!?`, `=?`, `|?`, `>?`),
+//!   chunks (`;`) outside a streamed string and ends (`.`) outside a streamed aggregate.
+//!
+//! # Streamed values
+//!
+//! RESP3 lets a server send a string or an aggregate before it knows its size: a streamed string is `$?` followed by
+//! chunks `;<len>\r\n<bytes>\r\n` and the empty chunk `;0\r\n`; a streamed array, set or map is `*?`, `~?` or
+//! `%?` followed by its values and `.\r\n`. Redis itself does not send them today, but the spec defines them and
+//! other servers and proxies may. The decoder reads them:
+//!
+//! - into the same [`Value`]s as the counted forms ([`Value::BulkString`], [`Value::Array`], [`Value::Set`],
+//!   [`Value::Map`]); nothing tells a caller how a value was sent, and [`encode`] writes the counted form;
+//! - under the same [`Limits`], checked as each part arrives: a string's total length against `max_bulk_len`, an
+//!   aggregate's elements against `max_aggregate_len` (pairs for a map, which must end on a whole pair), nesting
+//!   against `max_depth`; an endless stream is an error once it passes a limit, never unbounded memory;
+//! - resumably: every part is scanned once however many reads deliver it, and an unfinished streamed string is
+//!   held as a few words, however many chunks it has had;
+//! - with zero copy where the chunks allow: a string of one chunk is a slice of the read buffer; a string of
+//!   several chunks is copied once, into one allocation of its total length, when its last chunk has arrived.
+//!
+//! Chunk lengths follow the rules of bulk lengths above (no `+`, no leading zeros, no `-1`).
 //!
 //! # Examples
 //!
@@ -38,6 +59,7 @@
 //! # Ok::<(), muxlock::resp::DecodeError>(())
 //! ```
 
+mod build;
 mod decode;
 mod encode;
 mod error;

@@ -43,6 +43,24 @@ pub(crate) enum Token {
     },
     /// An aggregate header and its declared element count (pairs for maps and attributes).
     Aggregate(Aggregate, usize),
+    /// A streamed string of two or more chunks, as the decoder records it once the string is complete: `from` is
+    /// the offset of its first chunk header, `total` the sum of the chunk lengths. (A streamed string of one chunk,
+    /// or none, is recorded as the [`Token::Bulk`] of that chunk.)
+    Chunked {
+        from: usize,
+        total: usize,
+    },
+    /// The header of a streamed string, `$?`: chunks follow.
+    StreamedString,
+    /// The header of a streamed aggregate (`*?`, `%?`, `~?`): values follow, then [`Token::End`].
+    StreamedAggregate(Aggregate),
+    /// A non-empty chunk of a streamed string, `;<len>\r\n<payload>\r\n`; `start..end` is the payload.
+    Chunk {
+        start: usize,
+        end: usize,
+    },
+    /// The end of a streamed value: the empty chunk `;0` of a string, or `.` after an aggregate's values.
+    End,
 }
 
 /// The five aggregate kinds.
@@ -87,13 +105,15 @@ fn err<T>(kind: ErrorKind, at: usize) -> Scan<T> {
 }
 
 /// Reads the token starting at `at`. `resume` is the hint of a previous [`Step::Partial`] for this same token (or 0).
-/// `depth` is the number of aggregates open around this token.
+/// `depth` is the number of aggregates open around this token; `in_stream` says whether the innermost of them is
+/// streamed, the one place where `.` (its end) may stand.
 pub(crate) fn token(
     buf: &[u8],
     at: usize,
     resume: usize,
     limits: &Limits,
     depth: usize,
+    in_stream: bool,
 ) -> Scan<Step> {
     let Some(&ty) = buf.get(at) else {
         return Ok(Step::Partial(0));
@@ -145,6 +165,10 @@ pub(crate) fn token(
                 false => err(ErrorKind::InvalidBigNumber, start),
             }
         }),
+        b'.' if in_stream => fixed(buf, at, b".\r\n", ErrorKind::InvalidLineEnd, Token::End),
+        // Markers of streamed values, out of place: a chunk is only valid inside `$?`, an end only inside `*?`,
+        // `%?` or `~?` (the decoder reads chunks with `chunk`, never here).
+        b'.' | b';' => err(ErrorKind::StrayStreamMarker, at),
         _ => err(ErrorKind::UnknownType, at),
     }
 }
@@ -373,9 +397,6 @@ pub(crate) fn quick_bulk(buf: &[u8], at: usize, limits: &Limits) -> Option<(Toke
 
 /// A length header (`$`, `*`, ...): a number, where `-1` means null and is returned as `None` in the inner option.
 fn length(buf: &[u8], at: usize) -> Scan<Option<(Option<usize>, usize)>> {
-    if buf.get(at + 1) == Some(&b'?') {
-        return err(ErrorKind::StreamedUnsupported, at + 1);
-    }
     let Some((n, next)) = number(buf, at + 1, ErrorKind::InvalidLength)? else {
         return Ok(None);
     };
@@ -388,8 +409,16 @@ fn length(buf: &[u8], at: usize) -> Scan<Option<(Option<usize>, usize)>> {
     }
 }
 
-/// A bulk-typed token: `$` (bulk string or RESP2 null), `!` (bulk error) or `=` (verbatim string).
+/// A bulk-typed token: `$` (bulk string, RESP2 null, or the header of a streamed string), `!` (bulk error) or `=`
+/// (verbatim string).
 fn bulk(buf: &[u8], at: usize, ty: u8, limits: &Limits) -> Scan<Step> {
+    if buf.get(at + 1) == Some(&b'?') {
+        // RESP3 streams only blob strings among the bulk types ("Streamed strings").
+        return match ty {
+            b'$' => streamed_header(buf, at, Token::StreamedString),
+            _ => err(ErrorKind::StreamedUnsupported, at + 1),
+        };
+    }
     let Some((len, start)) = length(buf, at)? else {
         return Ok(Step::Partial(0));
     };
@@ -437,6 +466,17 @@ fn bulk(buf: &[u8], at: usize, ty: u8, limits: &Limits) -> Scan<Step> {
 
 /// An aggregate header. Only the declared count is checked here; the elements are separate tokens.
 fn aggregate(buf: &[u8], at: usize, kind: Aggregate, limits: &Limits, depth: usize) -> Scan<Step> {
+    if buf.get(at + 1) == Some(&b'?') {
+        // RESP3 streams arrays, sets and maps ("Streamed aggregated data types"); not attributes or pushes.
+        if matches!(kind, Aggregate::Attribute | Aggregate::Push) {
+            return err(ErrorKind::StreamedUnsupported, at + 1);
+        }
+        let step = streamed_header(buf, at, Token::StreamedAggregate(kind))?;
+        if matches!(step, Step::Done(..)) && depth >= limits.max_depth() {
+            return err(ErrorKind::TooDeep, at);
+        }
+        return Ok(step);
+    }
     let Some((len, next)) = length(buf, at)? else {
         return Ok(Step::Partial(0));
     };
@@ -453,6 +493,60 @@ fn aggregate(buf: &[u8], at: usize, kind: Aggregate, limits: &Limits, depth: usi
         return err(ErrorKind::TooDeep, at);
     }
     Ok(Step::Done(Token::Aggregate(kind, len), next))
+}
+
+/// The header of a streamed value, `$?`, `*?`, `%?` or `~?`: the `?` stands where the length would, and is followed
+/// by CRLF. A wrong byte after the `?` is judged as after a length: `InvalidLength` in its place, `InvalidLineEnd`
+/// after a CR.
+fn streamed_header(buf: &[u8], at: usize, token: Token) -> Scan<Step> {
+    match buf.get(at + 2) {
+        None => return Ok(Step::Partial(0)),
+        Some(&CR) => {}
+        Some(_) => return err(ErrorKind::InvalidLength, at + 2),
+    }
+    match buf.get(at + 3) {
+        None => Ok(Step::Partial(0)),
+        Some(&LF) => Ok(Step::Done(token, at + 4)),
+        Some(_) => err(ErrorKind::InvalidLineEnd, at + 3),
+    }
+}
+
+/// The chunk of a streamed string at `at`: `;<len>\r\n<payload>\r\n`, or its end, `;0\r\n` ([`Token::End`]).
+/// `so_far` is the length of the string's chunks before this one: their sum may not exceed `max_bulk_len`.
+///
+/// The length follows the grammar of a bulk length (Redis' `string2ll`), without `-1`: RESP3 gives a streamed
+/// string no null form.
+pub(crate) fn chunk(buf: &[u8], at: usize, so_far: usize, limits: &Limits) -> Scan<Step> {
+    match buf.get(at) {
+        None => return Ok(Step::Partial(0)),
+        Some(&b';') => {}
+        Some(_) => return err(ErrorKind::ExpectedChunk, at),
+    }
+    let Some((len, start)) = number(buf, at + 1, ErrorKind::InvalidLength)? else {
+        return Ok(Step::Partial(0));
+    };
+    let Ok(len) = usize::try_from(len) else {
+        return err(ErrorKind::InvalidLength, at + 1);
+    };
+    if len == 0 {
+        return Ok(Step::Done(Token::End, start));
+    }
+    if len > limits.max_bulk_len().saturating_sub(so_far) {
+        return err(ErrorKind::BulkTooLong, at + 1);
+    }
+    let Some(end) = start.checked_add(len) else {
+        return err(ErrorKind::BulkTooLong, at + 1);
+    };
+    let Some(after) = end.checked_add(2) else {
+        return err(ErrorKind::BulkTooLong, at + 1);
+    };
+    if buf.len() < after {
+        return Ok(Step::Partial(0));
+    }
+    if buf[end] != CR || buf[end + 1] != LF {
+        return err(ErrorKind::InvalidBulkEnd, end);
+    }
+    Ok(Step::Done(Token::Chunk { start, end }, after))
 }
 
 /// Parses a RESP3 double: `inf`, `-inf`, `nan` (and `-nan`, which glibc's printf writes for a negative NaN, as

@@ -394,6 +394,73 @@ pub fn worker(
     }
 }
 
+/// A worker that holds its locks under guards: wait for a random resource (`hold_wait`), work on it in steps of up
+/// to `max_work` for up to `steps` steps, looking at the guard before each, release; until `work.until`. A step is
+/// written with the lease end the guard promises at that moment ([`Guard::deadline`]); a hold is recorded as
+/// `[acquired, min(last step's end, its deadline)]`. The guard's TTL is `work.ttl`; the holds last longer than
+/// it, so they live on renewals.
+///
+/// [`Guard::deadline`]: muxlock::Guard::deadline
+pub fn guard_worker(
+    name: &str,
+    locks: &LockManager,
+    (work, steps): (&Work, u32),
+    protected: SocketAddr,
+    recorder: &Recorder,
+    stats: &Stats,
+) {
+    let mut rng = ChaCha8Rng::seed_from_u64(work.seed);
+    let mut writers = Writers::connect(protected);
+    while Instant::now() < work.until {
+        let resource = &work.resources[(rng.next_u32() as usize) % work.resources.len()];
+        let guard = match locks.hold_wait(resource, work.ttl, work.ttl * 4) {
+            Ok(guard) => guard,
+            Err(Error::Held(_)) => {
+                Stats::add(&stats.held);
+                continue;
+            }
+            Err(Error::Quorum(_)) => {
+                Stats::add(&stats.quorum);
+                continue;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let start = mono_ns();
+        Stats::add(&stats.acquired);
+        let mut end = start;
+        for _ in 0..=(rng.next_u32() % steps) {
+            let deadline = instant_ns(guard.deadline());
+            if guard.is_lost() {
+                Stats::add(&stats.expired_unused);
+                break;
+            }
+            match writers.enter(resource, deadline) {
+                Entry::Alone => {}
+                Entry::WithOverrunner => Stats::add(&stats.entered_with_overrunner),
+                Entry::WithHolder => Stats::add(&stats.concurrent_writers),
+            }
+            let work_for = work
+                .max_work
+                .mul_f64(f64::from(rng.next_u32() % 1000) / 1000.0);
+            std::thread::sleep(work_for);
+            writers.leave(resource);
+            end = mono_ns().min(deadline);
+            if end == deadline {
+                Stats::add(&stats.overran);
+            }
+        }
+        recorder.record(Hold {
+            resource: resource.clone(),
+            holder: name.to_owned(),
+            start,
+            end,
+        });
+        if guard.release().is_err() {
+            Stats::add(&stats.release_failed);
+        }
+    }
+}
+
 /// Prints the scenario's line: what was injected, the counts, the violations.
 pub fn report(
     scenario: &str,

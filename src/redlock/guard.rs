@@ -1,0 +1,310 @@
+//! [`Guard`]: a lock held for as long as the holder needs it. The manager's watchdog renews it in the background,
+//! and the guard says — before the lease ends — when the holder can no longer rely on it.
+//!
+//! # When a guard is lost
+//!
+//! - **At once**, when the watchdog learns that too few nodes still hold the guard's value for a majority: a
+//!   renewal found the key gone or overwritten, or (on nodes that speak RESP3) an invalidation from client-side
+//!   tracking led to a check that found it so ([`Lost::Taken`]); or a renewal found the nodes that still hold it
+//!   too few once those that are down are counted out ([`Lost::Down`]).
+//! - **By time**, at [`Guard::deadline`]: the end of the lease as last confirmed, minus a margin, if no renewal has
+//!   confirmed a majority by then (nodes down or unreachable, or the holder's process paused past it).
+//!   [`Lost::Expired`]. This needs no thread to fire: a holder that wakes from a pause sees
+//!   [`is_lost`](Guard::is_lost) true at once.
+//!
+//! A lost guard is never renewed again: an extension cannot revive an expired lock.
+
+use std::fmt;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use super::error::{Error, Report, Result};
+use super::lock::Lock;
+use super::manager::LockManager;
+use super::schedule::GuardId;
+use super::token;
+use crate::net::NodeSet;
+use crate::sync::lock;
+
+/// Why a guard's lock is lost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Lost {
+    /// A majority of nodes no longer holds this lock's value: the key was deleted, overwritten, or expired and
+    /// taken by someone else. The report lists every node's outcome in the round that found it.
+    Taken(Box<Report>),
+    /// A renewal found too few nodes still holding the lock for a majority once the nodes that are down are
+    /// counted out: they refuse connections or closed them, and a node that restarts without persistence comes
+    /// back without the key. The report lists every node's outcome in that renewal.
+    Down(Box<Report>),
+    /// The lease ran down to its margin with no renewal confirmed by a majority: nodes hung, slow or partitioned
+    /// away, or this process paused past it. The last renewal's error, if one failed.
+    Expired(Option<Box<Error>>),
+    /// The guard was released.
+    Released,
+}
+
+impl fmt::Display for Lost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Lost::Taken(r) => write!(f, "too few nodes still hold the lock for a majority ({r})"),
+            Lost::Down(r) => write!(
+                f,
+                "too many nodes holding the lock are down for a majority ({r})"
+            ),
+            Lost::Expired(None) => f.write_str("the lease ran out before a renewal was confirmed"),
+            Lost::Expired(Some(e)) => {
+                write!(
+                    f,
+                    "the lease ran out before a renewal was confirmed (last renewal: {e})"
+                )
+            }
+            Lost::Released => f.write_str("released"),
+        }
+    }
+}
+
+/// What a guard, its watches and the watchdog share.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) id: GuardId,
+    pub(crate) resource: Vec<u8>,
+    pub(crate) value: token::Value,
+    pub(crate) ttl: Duration,
+    pub(crate) ttl_ms: u64,
+    /// How long before the end of the lease the guard counts as lost without a confirmed renewal.
+    pub(crate) margin: Duration,
+    pub(crate) state: Mutex<HeldState>,
+    /// Notified whenever `state` changes (renewed, lost).
+    pub(crate) changed: Condvar,
+}
+
+#[derive(Debug)]
+pub(crate) struct HeldState {
+    /// The lease's end as last confirmed by a majority (local monotonic clock, drift allowed for).
+    pub(crate) valid_until: Instant,
+    /// The nodes the acquisition's `SET` was queued for.
+    pub(crate) nodes: NodeSet,
+    pub(crate) lost: Option<Lost>,
+    pub(crate) renewals: u64,
+    /// Why the last renewal did not confirm, if it did not.
+    pub(crate) last_error: Option<Error>,
+}
+
+impl Held {
+    pub(crate) fn new(
+        id: GuardId,
+        lock: Lock,
+        ttl: Duration,
+        ttl_ms: u64,
+        margin: Duration,
+    ) -> Held {
+        Held {
+            id,
+            resource: lock.resource,
+            value: lock.value,
+            ttl,
+            ttl_ms,
+            margin,
+            state: Mutex::new(HeldState {
+                valid_until: lock.valid_until,
+                nodes: lock.nodes,
+                lost: None,
+                renewals: 0,
+                last_error: None,
+            }),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Until when the holder may rely on the lock: the confirmed lease minus the margin.
+    pub(crate) fn deadline_of(&self, s: &HeldState) -> Instant {
+        s.valid_until
+            .checked_sub(self.margin)
+            .unwrap_or(s.valid_until)
+    }
+
+    /// Why the guard is lost at `now`, if it is.
+    pub(crate) fn lost_at(&self, s: &HeldState, now: Instant) -> Option<Lost> {
+        if let Some(lost) = &s.lost {
+            return Some(lost.clone());
+        }
+        (now >= self.deadline_of(s)).then(|| Lost::Expired(s.last_error.clone().map(Box::new)))
+    }
+
+    /// Marks the guard lost (the first reason wins) and wakes whoever waits on it; `true` if it was not lost
+    /// before.
+    pub(crate) fn set_lost(&self, lost: Lost) -> bool {
+        let mut s = lock(&self.state);
+        let first = s.lost.is_none();
+        if first {
+            s.lost = Some(lost);
+        }
+        drop(s);
+        self.changed.notify_all();
+        first
+    }
+
+    fn wait_lost(&self, timeout: Duration) -> bool {
+        let until = crate::time::later(Instant::now(), timeout);
+        let mut s = lock(&self.state);
+        loop {
+            let now = Instant::now();
+            if self.lost_at(&s, now).is_some() {
+                return true;
+            }
+            if now >= until {
+                return false;
+            }
+            // Wake at the earlier of the timeout and the deadline; a renewal moves the deadline and notifies.
+            let wait = until
+                .min(self.deadline_of(&s))
+                .saturating_duration_since(now);
+            s = match self.changed.wait_timeout(s, wait) {
+                Ok((s, _)) => s,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+    }
+}
+
+/// A lock held until dropped or [released](Guard::release), renewed in the background by the manager's watchdog
+/// (at a third of the TTL, all guards that fall due together in one batch), which can tell the holder — before
+/// the lease ends — that it can no longer rely on the lock.
+///
+/// Check [`is_lost`](Guard::is_lost) before each step that needs the lock, or block on
+/// [`wait_lost`](Guard::wait_lost) (or a [`LostWatch`] in another thread) to stop work as soon as it is lost.
+/// Dropping a guard releases the lock (best effort, bounded by the round timeout).
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use muxlock::LockManager;
+///
+/// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+/// let guard = locks.hold("nightly-report", Duration::from_secs(30))?;
+/// for chunk in 0..1_000 {
+///     if guard.is_lost() {
+///         eprintln!("lock lost: {}", guard.lost().map(|l| l.to_string()).unwrap_or_default());
+///         break;
+///     }
+///     // ... process chunk, for as long as it takes: the watchdog keeps the lock alive ...
+/// }
+/// guard.release()?;
+/// # Ok::<(), muxlock::Error>(())
+/// ```
+#[must_use = "a guard releases its lock when dropped"]
+#[derive(Debug)]
+pub struct Guard {
+    manager: LockManager,
+    held: Arc<Held>,
+    released: bool,
+}
+
+impl Guard {
+    pub(crate) fn new(manager: LockManager, held: Arc<Held>) -> Guard {
+        Guard {
+            manager,
+            held,
+            released: false,
+        }
+    }
+
+    /// The locked resource's name (the Redis key).
+    pub fn resource(&self) -> &[u8] {
+        &self.held.resource
+    }
+
+    /// This acquisition's unique value (40 hex digits), stored in the key on each node.
+    pub fn value(&self) -> &str {
+        std::str::from_utf8(&self.held.value).unwrap_or_default()
+    }
+
+    /// The instant until which the holder may rely on the lock, as things stand: the end of the lease last
+    /// confirmed by a majority, minus a margin (a tenth of the TTL, at least two round timeouts, at most half the
+    /// TTL). Each confirmed renewal moves it later. Past it, the guard is lost.
+    pub fn deadline(&self) -> Instant {
+        self.watch().deadline()
+    }
+
+    /// Whether the holder can no longer rely on the lock: lost on the nodes, past its [deadline](Guard::deadline)
+    /// with no renewal confirmed, or released. Cheap (no I/O); call it before every step that needs the lock.
+    pub fn is_lost(&self) -> bool {
+        self.lost().is_some()
+    }
+
+    /// Why the lock is lost, if it is.
+    pub fn lost(&self) -> Option<Lost> {
+        self.watch().lost()
+    }
+
+    /// Blocks until the lock is lost or `timeout` passes; `true` if lost. Returns at the deadline at the latest
+    /// if no renewal comes.
+    pub fn wait_lost(&self, timeout: Duration) -> bool {
+        self.held.wait_lost(timeout)
+    }
+
+    /// A handle on this guard's state for another thread: it can wait for the loss while this one works.
+    pub fn watch(&self) -> LostWatch {
+        LostWatch {
+            held: Arc::clone(&self.held),
+        }
+    }
+
+    /// How many times the watchdog has renewed the lease.
+    pub fn renewals(&self) -> u64 {
+        lock(&self.held.state).renewals
+    }
+
+    /// Stops the renewals and releases the lock on all nodes at once; returns what
+    /// [`LockManager::unlock`] returns.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::unlock`].
+    pub fn release(mut self) -> Result<usize> {
+        self.released = true;
+        self.manager.release_held(&self.held)
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if !self.released {
+            // Best effort, bounded by the round timeout; an error leaves the key to expire with its lease.
+            let _ = self.manager.release_held(&self.held);
+        }
+    }
+}
+
+/// Another thread's view of a [`Guard`]: whether the lock is lost, until when the holder may rely on it, and a
+/// way to wait for the loss. Cheap to clone; it does not keep the lock (the guard does).
+#[derive(Clone, Debug)]
+pub struct LostWatch {
+    held: Arc<Held>,
+}
+
+impl LostWatch {
+    /// As [`Guard::deadline`].
+    pub fn deadline(&self) -> Instant {
+        let s = lock(&self.held.state);
+        self.held.deadline_of(&s)
+    }
+
+    /// As [`Guard::is_lost`].
+    pub fn is_lost(&self) -> bool {
+        self.lost().is_some()
+    }
+
+    /// As [`Guard::lost`].
+    pub fn lost(&self) -> Option<Lost> {
+        let s = lock(&self.held.state);
+        self.held.lost_at(&s, Instant::now())
+    }
+
+    /// As [`Guard::wait_lost`].
+    pub fn wait_lost(&self, timeout: Duration) -> bool {
+        self.held.wait_lost(timeout)
+    }
+}

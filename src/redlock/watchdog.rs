@@ -1,0 +1,351 @@
+//! The watchdog: one thread per manager that renews every guard's lease, and listens for changes to the keys of
+//! guards and waiters.
+//!
+//! # What it does, each turn
+//!
+//! 1. **Renews the guards that are due** ([`Schedule`]: at a third of the TTL; soon again after an undecided
+//!    attempt), all of them in one round on the manager's connections: every due guard's compare-and-pexpire
+//!    script pipelined, so a tick costs one write per node whatever the number of guards (in chunks that stay well
+//!    under a node's request bound).
+//! 2. **Checks the guards' keys it was told about**: a `GET` of each, on the *tracker* connections, which both
+//!    reads the key on every node and arms Redis' client-side tracking for it. A guard whose value enough nodes
+//!    no longer hold for a majority is lost at once.
+//! 3. **Waits** for the next renewal, in [`Fanout::recv_pushes`] on the tracker connections: an invalidation push
+//!    (the key was deleted, overwritten, or expired and removed) puts a guard's key on the list for step 2, and
+//!    wakes the key's waiters at once (waiters arm the tracking themselves: see `LockManager::lock_wait`);
+//!    [`Watchdog::poke`] wakes it for new work. A tracker connection that was made anew has forgotten what it
+//!    tracked: every guard's key is checked again and every waiter woken.
+//!
+//! # Why a second set of connections
+//!
+//! Tracking needs RESP3 (`HELLO 3`) and `CLIENT TRACKING ON`, and its pushes need a thread that polls while the
+//! holders work. On the manager's own connections that thread would take the poll from callers, and every lone
+//! caller would have to hand its replies over. The tracker's connections are polled by the watchdog alone; the
+//! callers' rounds never wait for it. A node that refuses RESP3 or tracking (Redis before 6) sends no pushes:
+//! guards are then checked at each renewal only, and waiters wake on their timer (the holder's remaining TTL) or
+//! on a release in this process.
+//!
+//! # Invariants
+//!
+//! - The thread holds only a `Weak` on the manager's [`Core`]: when the last handle and guard are gone, its next
+//!   turn finds nothing to upgrade and it ends. [`Watchdog::stop`] (from the core's `Drop`) wakes it for that.
+//! - `state` is taken briefly, never across a round, and never together with a guard's own state ([`Held`]) or
+//!   the wait room.
+//! - A guard leaves the schedule while it is being renewed, and comes back with its next due time, or not at all
+//!   if it was lost. Its [`Held`] is shared with the user's [`Guard`](super::Guard) (a `Weak` here): a guard
+//!   dropped meanwhile is released by the drop and forgotten here.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+
+use super::core::Core;
+use super::error::Outcome;
+use super::guard::{Held, Lost};
+use super::schedule::{GuardId, Schedule, renewal_due};
+use crate::net::{Fanout, NodeError, Options};
+use crate::resp::{Value, encode_command};
+use crate::sync::lock;
+use crate::time::later;
+
+/// Guards due within this much of a tick are renewed in it, together with the ones already due.
+const SLACK: Duration = Duration::from_millis(20);
+/// How long the thread waits when nothing is scheduled (it is also woken by [`Watchdog::poke`]).
+const IDLE: Duration = Duration::from_secs(1);
+/// Most requests of one kind in one round: well under a node's default bound of 1,024 requests in flight.
+pub(crate) const CHUNK: usize = 256;
+
+#[derive(Debug, Default)]
+struct WatchState {
+    schedule: Schedule,
+    guards: HashMap<GuardId, Weak<Held>>,
+    /// Per resource, the guard of this manager that holds it.
+    by_resource: HashMap<Vec<u8>, GuardId>,
+    next_id: GuardId,
+    /// Guards' keys to read on the tracker: new guards, invalidated keys.
+    check: HashSet<Vec<u8>>,
+    stop: bool,
+}
+
+/// The watchdog of one manager (its thread starts with the first guard or waiter).
+#[derive(Debug, Default)]
+pub(crate) struct Watchdog {
+    state: Mutex<WatchState>,
+    /// Wakes the thread while it waits without a tracker.
+    wake: Condvar,
+    started: AtomicBool,
+    /// The tracker connections, once made (`None`: the OS refused an event poll for them).
+    tracker: OnceLock<Option<Arc<Fanout>>>,
+    /// Set once every node refused tracking (RESP2-only servers): waiters then read TTLs on the manager's own
+    /// connections, and nobody tries the tracker again.
+    untracked: AtomicBool,
+}
+
+impl Watchdog {
+    /// A fresh guard id.
+    pub(crate) fn next_id(&self) -> GuardId {
+        let mut s = lock(&self.state);
+        s.next_id += 1;
+        s.next_id
+    }
+
+    /// Starts the thread if it is not running yet.
+    pub(crate) fn ensure_started(self: &Arc<Watchdog>, core: Weak<Core>) {
+        if self.started.load(Ordering::Acquire) || self.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let dog = Arc::clone(self);
+        let spawned = thread::Builder::new()
+            .name("muxlock-watchdog".into())
+            .spawn(move || dog.run(&core));
+        if spawned.is_err() {
+            // No thread: guards are lost by time (their deadline), never silently kept; waiters wake on their
+            // timers. The next guard or waiter tries again.
+            self.started.store(false, Ordering::Release);
+        }
+    }
+
+    /// Takes a new guard: renewed from a third of its TTL on, and its key checked (and tracked) at once.
+    pub(crate) fn add(&self, held: &Arc<Held>, confirmed: Instant) {
+        let mut s = lock(&self.state);
+        s.schedule.set(held.id, renewal_due(confirmed, held.ttl));
+        s.guards.insert(held.id, Arc::downgrade(held));
+        s.by_resource.insert(held.resource.clone(), held.id);
+        s.check.insert(held.resource.clone());
+        drop(s);
+        self.poke();
+    }
+
+    /// Forgets a guard (released or lost).
+    pub(crate) fn forget(&self, held: &Held) {
+        let mut s = lock(&self.state);
+        s.schedule.remove(held.id);
+        s.guards.remove(&held.id);
+        if s.by_resource.get(&held.resource) == Some(&held.id) {
+            s.by_resource.remove(&held.resource);
+        }
+    }
+
+    /// Wakes the thread to look at new work.
+    pub(crate) fn poke(&self) {
+        self.wake.notify_all();
+        if let Some(Some(tracker)) = self.tracker.get() {
+            tracker.interrupt();
+        }
+    }
+
+    /// Asks the thread to end (the manager is going away).
+    pub(crate) fn stop(&self) {
+        lock(&self.state).stop = true;
+        self.poke();
+    }
+
+    /// The tracker connections, made on first use: RESP3, client-side tracking on, pushes kept. `None` if they
+    /// cannot be had (no event poll, or every node refused tracking before).
+    pub(crate) fn tracker(&self, core: &Core) -> Option<&Fanout> {
+        if self.untracked.load(Ordering::Acquire) {
+            return None;
+        }
+        let tracker = self.tracker.get_or_init(|| {
+            let mut tracking = BytesMut::new();
+            encode_command(&[b"CLIENT", b"TRACKING", b"ON"], &mut tracking);
+            let opts = Options::default()
+                .with_connect_timeout(core.config.connect_timeout)
+                .with_hung_timeout(core.config.hung_timeout)
+                .with_pushes(true)
+                .with_setup(vec![tracking.freeze()]);
+            let addrs = core
+                .fanout
+                .addrs()
+                .iter()
+                .map(|a| a.clone().with_resp3(true))
+                .collect();
+            Fanout::new(addrs, opts).ok().map(Arc::new)
+        });
+        tracker.as_deref()
+    }
+
+    /// Notes that a tracker round saw these outcomes: if every node refused RESP3 or tracking (a set-up error,
+    /// as from a server older than Redis 6), the tracker is given up for good.
+    pub(crate) fn note_tracker_errors<'a>(
+        &self,
+        errors: impl Iterator<Item = Option<&'a NodeError>>,
+    ) {
+        let (mut all, mut any) = (true, false);
+        for e in errors {
+            all &= matches!(e, Some(NodeError::Setup(_)));
+            any = true;
+        }
+        if all && any {
+            self.untracked.store(true, Ordering::Release);
+        }
+    }
+
+    fn run(&self, weak: &Weak<Core>) {
+        let mut sessions: Vec<u64> = Vec::new();
+        loop {
+            let Some(core) = weak.upgrade() else {
+                return;
+            };
+            if lock(&self.state).stop {
+                return;
+            }
+            let due: Vec<Arc<Held>> = {
+                let mut s = lock(&self.state);
+                let ids = s.schedule.take_due(Instant::now(), SLACK);
+                ids.iter()
+                    .filter_map(|id| s.guards.get(id).and_then(Weak::upgrade))
+                    .collect()
+            };
+            for chunk in due.chunks(CHUNK) {
+                for (held, next) in chunk.iter().zip(core.renew(chunk)) {
+                    match next {
+                        Some(at) => lock(&self.state).schedule.set(held.id, at),
+                        None => self.forget(held),
+                    }
+                }
+            }
+            let tracker = self.tracker(&core);
+            if let Some(tracker) = tracker {
+                // A connection made anew tracks nothing: look at everything again.
+                let now: Vec<u64> = (0..tracker.len()).map(|i| tracker.sessions(i)).collect();
+                if !sessions.is_empty() && now != sessions {
+                    let mut s = lock(&self.state);
+                    let keys: Vec<Vec<u8>> = s.by_resource.keys().cloned().collect();
+                    s.check.extend(keys);
+                    drop(s);
+                    core.waits.notify_all();
+                }
+                sessions = now;
+                let keys: Vec<Vec<u8>> = lock(&self.state).check.drain().collect();
+                for chunk in keys.chunks(CHUNK) {
+                    self.check(&core, tracker, chunk);
+                }
+            } else {
+                lock(&self.state).check.clear();
+            }
+            let next = lock(&self.state)
+                .schedule
+                .next_due()
+                .unwrap_or_else(|| later(Instant::now(), IDLE));
+            drop(core);
+            match tracker {
+                Some(tracker) => {
+                    let got = tracker.recv_pushes(next);
+                    let Some(core) = weak.upgrade() else {
+                        return;
+                    };
+                    self.on_pushes(&core, &got.pushes, got.dropped);
+                }
+                None => {
+                    let s = lock(&self.state);
+                    let wait = next.saturating_duration_since(Instant::now());
+                    if !s.stop && s.check.is_empty() {
+                        let _ = self.wake.wait_timeout(s, wait);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Invalidation pushes: a guard's key goes on the check list, and the key's waiters are woken at once.
+    fn on_pushes(&self, core: &Core, pushes: &[(usize, Value)], dropped: bool) {
+        let mut all = dropped;
+        let mut keys = Vec::new();
+        for (_, push) in pushes {
+            let Value::Push(items) = push else {
+                continue;
+            };
+            match items.first() {
+                Some(Value::BulkString(kind)) if &kind[..] == b"invalidate" => {}
+                _ => continue,
+            }
+            match items.get(1) {
+                Some(Value::Array(names)) => keys.extend(names.iter().filter_map(|n| match n {
+                    Value::BulkString(b) => Some(b.to_vec()),
+                    _ => None,
+                })),
+                // A null: the node flushed its keys (FLUSHALL) or its tracking table was full.
+                _ => all = true,
+            }
+        }
+        if all {
+            let mut s = lock(&self.state);
+            let every: Vec<Vec<u8>> = s.by_resource.keys().cloned().collect();
+            s.check.extend(every);
+            drop(s);
+            core.waits.notify_all();
+            return;
+        }
+        let mut s = lock(&self.state);
+        for key in &keys {
+            if s.by_resource.contains_key(key) {
+                s.check.insert(key.clone());
+            }
+        }
+        drop(s);
+        for key in &keys {
+            core.waits.notify(key);
+        }
+    }
+
+    /// Reads the keys of the guards among `keys` on the tracker (which tracks them from then on): a guard whose
+    /// value enough nodes answer they do not hold that a majority is impossible is lost at once.
+    fn check(&self, core: &Core, tracker: &Fanout, keys: &[Vec<u8>]) {
+        let guards: Vec<Arc<Held>> = {
+            let s = lock(&self.state);
+            keys.iter()
+                .filter_map(|k| s.by_resource.get(k))
+                .filter_map(|id| s.guards.get(id).and_then(Weak::upgrade))
+                .collect()
+        };
+        if guards.is_empty() {
+            return;
+        }
+        let mut request = BytesMut::with_capacity(guards.len() * 48);
+        for g in &guards {
+            encode_command(&[b"GET", &g.resource], &mut request);
+        }
+        let n = tracker.len();
+        let mut round = tracker.round(later(Instant::now(), core.config.round_timeout));
+        round.send_all(&request, guards.len());
+        round.need(guards.len());
+        let mut index = vec![0; n];
+        let mut outcomes = vec![vec![Outcome::NotAwaited; n]; guards.len()];
+        while let Some((node, reply)) = round.next() {
+            let i = index[node];
+            index[node] += 1;
+            let (Some(g), Some(slot)) = (guards.get(i), outcomes.get_mut(i)) else {
+                continue;
+            };
+            slot[node] = match reply {
+                Ok(v) => match v.without_attributes() {
+                    Value::BulkString(b) if b[..] == g.value[..] => Outcome::Granted,
+                    Value::BulkString(_) | Value::Null | Value::NullBulk => Outcome::Taken,
+                    other => Outcome::ErrorReply(format!("unexpected reply {other:?}")),
+                },
+                Err(e) => Outcome::Failed(e),
+            };
+        }
+        drop(round);
+        self.note_tracker_errors(outcomes.iter().flatten().map(|o| match o {
+            Outcome::Failed(e) => Some(e),
+            _ => None,
+        }));
+        let quorum = core.quorum();
+        for (g, outcomes) in guards.iter().zip(outcomes) {
+            let taken = outcomes.iter().filter(|o| **o == Outcome::Taken).count();
+            if taken > n - quorum {
+                core.lost(
+                    g,
+                    Lost::Taken(Box::new(core.report(&g.resource, outcomes, quorum))),
+                );
+                self.forget(g);
+            }
+        }
+    }
+}
