@@ -7,7 +7,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 
 use crate::lockers::Pids;
-use crate::servers::stat_fields;
+use crate::servers::descendants;
 
 /// A histogram of nanoseconds, 1 ns to 60 s, 3 significant digits.
 pub fn histogram() -> Histogram<u64> {
@@ -64,15 +64,11 @@ impl Cpu {
     pub fn now(servers: &Pids) -> Cpu {
         let (ticks, stolen) = machine_ticks();
         let mut server_ticks: u64 = servers.pids.iter().map(|p| cpu_ticks(&p.to_string(), false)).sum();
-        if !servers.groups.is_empty() {
-            for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
-                let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                    continue;
-                };
-                let pgrp = stat_fields(pid).and_then(|f| f.get(2).and_then(|g| g.parse::<u32>().ok()));
-                if let Some(g) = pgrp.filter(|g| servers.groups.contains(g)) {
-                    server_ticks += cpu_ticks(&pid.to_string(), pid == g);
-                }
+        for &root in &servers.trees {
+            // The root's own time and its reaped children's (a postmaster's closed backends), and each live
+            // descendant's own.
+            for pid in descendants(root) {
+                server_ticks += cpu_ticks(&pid.to_string(), pid == root);
             }
         }
         Cpu {

@@ -80,7 +80,7 @@ impl Factory for MariaFactory {
     fn servers(&self) -> Pids {
         Pids {
             pids: Vec::new(),
-            groups: vec![self.pgid],
+            trees: vec![self.pgid],
         }
     }
 }

@@ -92,15 +92,15 @@ pub trait Factory: Send + Sync {
     /// belongs to a connection).
     fn locker(&self, shared: bool, ttl: Duration) -> Box<dyn Locker>;
 
-    /// The server processes (PIDs and process groups) whose CPU time counts for this alternative.
+    /// The server processes (PIDs, and process trees) whose CPU time counts for this alternative.
     fn servers(&self) -> Pids;
 }
 
-/// Processes to read CPU time from: single PIDs, and whole process groups.
+/// Processes to read CPU time from: single PIDs, and whole process trees (a root and its descendants).
 #[derive(Debug, Clone, Default)]
 pub struct Pids {
     pub pids: Vec<u32>,
-    pub groups: Vec<u32>,
+    pub trees: Vec<u32>,
 }
 
 /// The pause between two polls of a held lock: 5 ms ± 5 ms (uniform), as muxlock's `retry_delay` and

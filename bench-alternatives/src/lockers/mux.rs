@@ -23,16 +23,35 @@ pub fn config() -> Config {
         .with_retry_count(300)
 }
 
+/// How a muxlock client waits for a held lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// `lock_wait`: no polling.
+    LockWait,
+    /// `lock`: the retry loop.
+    Retry,
+}
+
 pub struct MuxFactory {
     pub urls: Vec<String>,
     pub pids: Vec<u32>,
+    pub wait: Wait,
+    /// Every client uses the one manager, even where a scenario gives each client its own (as separate processes
+    /// would have): the in-process case, where `lock_wait`'s waiters queue first come, first served.
+    pub one_manager: bool,
     shared: Arc<LockManager>,
 }
 
 impl MuxFactory {
-    pub fn new(urls: Vec<String>, pids: Vec<u32>) -> MuxFactory {
+    pub fn new(urls: Vec<String>, pids: Vec<u32>, wait: Wait, one_manager: bool) -> MuxFactory {
         let shared = Arc::new(manager(&urls));
-        MuxFactory { urls, pids, shared }
+        MuxFactory {
+            urls,
+            pids,
+            wait,
+            one_manager,
+            shared,
+        }
     }
 }
 
@@ -46,11 +65,16 @@ fn manager(urls: &[String]) -> LockManager {
 
 impl Factory for MuxFactory {
     fn name(&self) -> String {
-        format!("muxlock ({} nodes)", self.urls.len())
+        let n = self.urls.len();
+        match (self.wait, self.one_manager) {
+            (Wait::LockWait, false) => format!("muxlock ({n} nodes)"),
+            (Wait::LockWait, true) => format!("muxlock ({n} nodes, one manager)"),
+            (Wait::Retry, _) => format!("muxlock ({n} nodes, `lock` retry loop)"),
+        }
     }
 
     fn locker(&self, shared: bool, ttl: Duration) -> Box<dyn Locker> {
-        let manager = if shared {
+        let manager = if shared || self.one_manager {
             Arc::clone(&self.shared)
         } else {
             Arc::new(manager(&self.urls))
@@ -58,6 +82,7 @@ impl Factory for MuxFactory {
         Box::new(MuxLocker {
             manager,
             ttl,
+            wait: self.wait,
             held: None,
         })
     }
@@ -65,7 +90,7 @@ impl Factory for MuxFactory {
     fn servers(&self) -> Pids {
         Pids {
             pids: self.pids.clone(),
-            groups: Vec::new(),
+            trees: Vec::new(),
         }
     }
 }
@@ -73,6 +98,7 @@ impl Factory for MuxFactory {
 pub struct MuxLocker {
     manager: Arc<LockManager>,
     ttl: Duration,
+    wait: Wait,
     held: Option<Lock>,
 }
 
@@ -106,7 +132,14 @@ impl Locker for MuxLocker {
 
     fn acquire(&mut self, name: &str) -> Call<bool> {
         let t0 = Instant::now();
-        let result = self.manager.lock(name, self.ttl).map(Some);
+        let result = match self.wait {
+            // Ends by BOUND: max_wait, plus at most one round timeout (50 ms) if an attempt is under way.
+            Wait::LockWait => self
+                .manager
+                .lock_wait(name, self.ttl, BOUND - Duration::from_millis(100))
+                .map(Some),
+            Wait::Retry => self.manager.lock(name, self.ttl).map(Some),
+        };
         self.judge(t0, result)
     }
 

@@ -6,6 +6,8 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+// `with_clock_offset` is for tests/old_scheme.rs (clients whose clocks disagree), unused here.
+#[allow(dead_code)]
 #[path = "../../../tests/old_scheme/scheme.rs"]
 mod scheme;
 
@@ -35,7 +37,7 @@ impl Factory for OldFactory {
     fn servers(&self) -> Pids {
         Pids {
             pids: vec![self.pid],
-            groups: Vec::new(),
+            trees: Vec::new(),
         }
     }
 }

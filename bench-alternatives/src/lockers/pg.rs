@@ -37,7 +37,7 @@ impl Factory for PgFactory {
     fn servers(&self) -> Pids {
         Pids {
             pids: Vec::new(),
-            groups: vec![self.pgid],
+            trees: vec![self.pgid],
         }
     }
 }

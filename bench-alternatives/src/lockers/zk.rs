@@ -69,7 +69,7 @@ impl Factory for ZkFactory {
     fn servers(&self) -> Pids {
         Pids {
             pids: Vec::new(),
-            groups: self.pgids.clone(),
+            trees: self.pgids.clone(),
         }
     }
 }

@@ -57,6 +57,8 @@ enum Outcome {
 
 struct CallLog {
     kind: Kind,
+    worker: usize,
+    start: u64,
     end: u64,
     outcome: Outcome,
     resource: usize,
@@ -130,6 +132,7 @@ pub fn run(
                 while !stop.load(Ordering::Relaxed) {
                     let r = k % RESOURCES;
                     k += 1;
+                    let called = mono_ns();
                     let acquired = locker.acquire(&names[r]);
                     let now = mono_ns();
                     let outcome = match &acquired {
@@ -143,6 +146,8 @@ pub fn run(
                     };
                     log.calls.push(CallLog {
                         kind: Kind::Acquire,
+                        worker: w,
+                        start: called,
                         end: now,
                         outcome,
                         resource: r,
@@ -193,6 +198,8 @@ pub fn run(
                     };
                     log.calls.push(CallLog {
                         kind: Kind::Release,
+                        worker: w,
+                        start: release_called,
                         end: mono_ns(),
                         outcome,
                         resource: r,
@@ -245,13 +252,37 @@ fn summarize(
     grants.sort_unstable();
     // The longest stretch without a grant that overlaps the time from the fault to the end.
     let before = grants.iter().rev().find(|&&g| g <= fault_at).copied().unwrap_or(t0);
-    let mut longest = 0u64;
+    let (mut longest, mut gap) = (0u64, (before, before));
     let mut last = before;
-    for &g in grants.iter().filter(|&&g| g > fault_at) {
-        longest = longest.max(g - last);
+    for &g in grants.iter().filter(|&&g| g > fault_at).chain([&end_at]) {
+        if g - last > longest {
+            longest = g - last;
+            gap = (last, g);
+        }
         last = g;
     }
-    longest = longest.max(end_at - last);
+    // MUXLOCK_ALT_TRACE=1: the calls under way during the longest gap, to see who waited for what.
+    if std::env::var_os("MUXLOCK_ALT_TRACE").is_some() {
+        let rel = |t: u64| (t as f64 - fault_at as f64) / 1e6;
+        eprintln!("  {name} {}: longest gap {:.0}..{:.0} ms after the fault", fault.name(), rel(gap.0), rel(gap.1));
+        for c in calls.iter().filter(|c| c.start < gap.1 && c.end > gap.0) {
+            let kind = if c.kind == Kind::Acquire { "acquire" } else { "release" };
+            let outcome = match c.outcome {
+                Outcome::Granted => "granted",
+                Outcome::Held => "held",
+                Outcome::Released => "released",
+                Outcome::Failed => "failed",
+                Outcome::Hung => "hung",
+            };
+            eprintln!(
+                "    w{} {kind} r{} {:.1}..{:.1} ms: {outcome}",
+                c.worker,
+                c.resource,
+                rel(c.start),
+                rel(c.end)
+            );
+        }
+    }
     let first_after_back = grants.iter().find(|&&g| g >= back_at).map(|&g| (g - back_at) as f64 / 1e6);
     let stuck = (0..RESOURCES)
         .filter(|&r| {

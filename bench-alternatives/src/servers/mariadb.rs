@@ -57,8 +57,11 @@ impl MariaDb {
         Err(last)
     }
 
-    pub fn port(&self) -> u16 {
-        self.port
+    /// What `mariadbd --version` says, without the path.
+    pub fn version(&self) -> String {
+        let out = Command::new(&self.mariadbd).arg("--version").output();
+        let text = out.map_or(String::new(), |o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+        text.split_once(" Ver ").map_or(text.clone(), |(_, v)| format!("mariadbd {v}"))
     }
 
     /// A `mysql_async` URL.

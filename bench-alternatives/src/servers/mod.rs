@@ -2,8 +2,9 @@
 //! `tests/support` (`RedisServer`, `Cluster`).
 //!
 //! Each server runs from its own data directory under one temp dir ([`Scratch`]), on free loopback ports, in a
-//! process group of its own ([`Proc`]): PostgreSQL forks a backend per connection, so pausing or killing "the
-//! server" means signalling the whole group. Every process is stopped by its group id when its guard drops, and
+//! process group of its own ([`Proc`]). PostgreSQL forks a backend per connection, and each backend makes itself
+//! a session (and group) leader (`setsid` in `InitPostmasterChild`), so pausing or killing "the server" means
+//! signalling the server's whole process tree (its descendants by parent PID), not only its group. Every process is stopped by its group id when its guard drops, and
 //! recorded (with [`record_pid`]) in the file `$MUXLOCK_ALT_PIDFILE` names, so that `scripts/bench-alternatives`
 //! can stop what a crashed bench left behind. Nothing here touches a system instance the Debian packages may
 //! have started: the ports, directories and configuration files are all our own.
@@ -21,7 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rustix::process::{Pid, Signal, kill_process_group};
+use rustix::process::{Pid, Signal, kill_process, kill_process_group};
 
 /// How long a server may take to become ready (a JVM on a busy 2-vCPU machine is slow).
 pub const READY_TIMEOUT: Duration = Duration::from_secs(90);
@@ -153,38 +154,64 @@ impl Proc {
             .unwrap_or_default()
     }
 
-    fn signal(&self, sig: Signal) {
+    /// `sig` to the group and to every process of the tree (the backends PostgreSQL forks live in sessions
+    /// of their own), the leader first.
+    fn signal(&self, sig: Signal) -> Vec<u32> {
         if let Some(pid) = Pid::from_raw(self.pid as i32) {
+            let _ = kill_process(pid, sig);
             let _ = kill_process_group(pid, sig);
         }
+        let mut all = descendants(self.pid);
+        all.extend(group_members(self.pid));
+        all.sort_unstable();
+        all.dedup();
+        for &p in &all {
+            if let Some(pid) = Pid::from_raw(p as i32) {
+                let _ = kill_process(pid, sig);
+            }
+        }
+        all
     }
 
-    /// SIGKILL to the whole group; waits until the leader is reaped and no member is left (bounded).
+    /// SIGKILL to the whole tree and group; waits until the leader is reaped and no member is left (bounded).
     pub fn kill(&mut self) {
         let Some(mut child) = self.child.take() else {
             return;
         };
-        self.signal(Signal::KILL);
+        // The tree is listed before the leader dies: its orphans are reparented, and no longer found by PPID.
+        let members = self.signal(Signal::KILL);
         let _ = child.wait();
-        // Members of the group (PostgreSQL's backends) are reparented and reaped by init: wait until they are
-        // gone, so that a restart finds its port and shared memory free.
+        // Orphaned members are reaped by init: wait until they are gone, so that a restart finds its port and
+        // shared memory free.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !group_members(self.pid).is_empty() && Instant::now() < deadline {
-            self.signal(Signal::KILL);
+        while Instant::now() < deadline {
+            let left: Vec<u32> = members.iter().copied().filter(|&p| alive(p)).collect();
+            if left.is_empty() {
+                break;
+            }
+            for p in left {
+                if let Some(pid) = Pid::from_raw(p as i32) {
+                    let _ = kill_process(pid, Signal::KILL);
+                }
+            }
             thread::sleep(Duration::from_millis(5));
         }
     }
 
-    /// SIGSTOP to the whole group; returns once the leader is stopped.
+    /// SIGSTOP to the whole tree; returns once every member is stopped (bounded).
     pub fn pause(&mut self) {
         self.signal(Signal::STOP);
-        wait_state(self.pid, |s| s == 'T');
+        // A fork under way when the leader stopped: stop the tree as it is now.
+        for p in self.signal(Signal::STOP) {
+            wait_state(p, |s| s == 'T');
+        }
     }
 
-    /// SIGCONT to the whole group.
+    /// SIGCONT to the whole tree.
     pub fn resume(&mut self) {
-        self.signal(Signal::CONT);
-        wait_state(self.pid, |s| s != 'T');
+        for p in self.signal(Signal::CONT) {
+            wait_state(p, |s| s != 'T');
+        }
     }
 
     /// Waits until `ready` holds, the process exits, or [`READY_TIMEOUT`] passes.
@@ -230,6 +257,30 @@ pub fn group_members(pgid: u32) -> Vec<u32> {
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| stat_fields(*pid).is_some_and(|f| f.get(2).and_then(|g| g.parse().ok()) == Some(pgid)))
         .collect()
+}
+
+/// `root` and every process descended from it (by parent PID, from `/proc/<pid>/stat`, field 4).
+pub fn descendants(root: u32) -> Vec<u32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return vec![root];
+    };
+    let parents: Vec<(u32, u32)> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| Some((pid, stat_fields(pid)?.get(1)?.parse().ok()?)))
+        .collect();
+    let mut tree = vec![root];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(parents.iter().filter(|(_, pp)| *pp == parent).map(|(p, _)| *p));
+        i += 1;
+    }
+    tree
+}
+
+/// Whether `pid` exists and is not a zombie.
+fn alive(pid: u32) -> bool {
+    stat_fields(pid).is_some_and(|f| f.first().is_some_and(|s| s != "Z"))
 }
 
 /// The fields of `/proc/<pid>/stat` after the command name: state, ppid, pgrp, ...

@@ -86,8 +86,10 @@ impl Postgres {
         Err(last)
     }
 
-    pub fn port(&self) -> u16 {
-        self.port
+    /// What `postgres --version` says.
+    pub fn version(&self) -> String {
+        let out = Command::new(self.bin.join("postgres")).arg("--version").output();
+        out.map_or("PostgreSQL ?".into(), |o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
     }
 
     /// A `tokio-postgres` connection string.

@@ -98,6 +98,15 @@ impl ZooKeeper {
             .join(",")
     }
 
+    /// What `srvr` says the version is.
+    pub fn version(&self) -> String {
+        self.nodes
+            .iter()
+            .find_map(|n| srvr(n.client_port))
+            .and_then(|out| out.lines().find_map(|l| l.strip_prefix("Zookeeper version: ").map(str::to_owned)))
+            .map_or("ZooKeeper ?".into(), |v| format!("ZooKeeper {}", v.split(',').next().unwrap_or(&v)))
+    }
+
     pub fn len(&self) -> usize {
         self.nodes.len()
     }
@@ -143,15 +152,21 @@ impl ZooKeeper {
     }
 }
 
-/// What `srvr` says the server's mode is, if it serves.
-fn mode(port: u16) -> Option<String> {
+/// What the four-letter command `srvr` answers, if the server serves.
+fn srvr(port: u16) -> Option<String> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
     s.write_all(b"srvr").ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
-    out.lines()
+    Some(out)
+}
+
+/// What `srvr` says the server's mode is, if it serves.
+fn mode(port: u16) -> Option<String> {
+    srvr(port)?
+        .lines()
         .find_map(|l| l.strip_prefix("Mode: "))
         .map(str::to_owned)
 }
