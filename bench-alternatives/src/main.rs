@@ -19,6 +19,7 @@
 //!   exits 1 if an alternative measured nothing or muxlock's holds overlapped.
 //! - `--skip-missing`: an alternative whose server is not installed (or does not start) is left out with a
 //!   message, instead of ending the run.
+//! - `--faults pause|kill`: only that fault (default both).
 //! - `--alt`: only the alternatives whose names contain one of these words (case-insensitive).
 //! - `MUXLOCK_ALT_TRACE=1`: the fault scenario prints the calls under way during each longest gap.
 
@@ -249,7 +250,16 @@ fn header(mode: RunMode, args: &[String], sv: &Servers) {
             RunMode::Quick => "Quick",
             RunMode::Smoke => "Smoke",
         },
-        args.iter().skip(1).filter(|a| !a.starts_with("--png")).fold(String::new(), |s, a| s + " " + a)
+        // The command as the script takes it: without the picture's path, which the script chooses.
+        args.iter()
+            .skip(1)
+            .scan(false, |after_png, a| {
+                let skip = *after_png || a == "--png";
+                *after_png = a == "--png";
+                Some((skip, a))
+            })
+            .filter(|(skip, _)| !skip)
+            .fold(String::new(), |s, (_, a)| s + " " + a)
     );
     println!(
         "Machine: {vcpus} vCPUs ({cpu}), shared with other jobs (load average at start: {}). All servers and the \
@@ -263,7 +273,10 @@ fn header(mode: RunMode, args: &[String], sv: &Servers) {
             .join(" ")
     );
     let mut versions = vec![
-        format!("muxlock {}", env!("CARGO_PKG_VERSION")),
+        format!(
+            "muxlock at {}",
+            std::env::var("MUXLOCK_ALT_REV").unwrap_or_else(|_| "(revision not given)".into())
+        ),
         support::process::find_binary()
             .and_then(|b| version_of(&b.display().to_string(), &["--version"]))
             .map_or("redis-server ?".into(), |v| v.split(" sha=").next().unwrap_or(&v).to_owned()),
@@ -298,6 +311,11 @@ fn main() {
         |v| v.split(',').map(String::from).collect(),
     );
     let png = value("--png").map(PathBuf::from);
+    let fault_kinds: Vec<Fault> = match value("--faults").as_deref() {
+        Some("pause") => vec![Fault::Pause],
+        Some("kill") => vec![Fault::Kill],
+        _ => vec![Fault::Pause, Fault::Kill],
+    };
     let s = Settings::new(mode);
     let started = Instant::now();
 
@@ -383,7 +401,7 @@ fn main() {
     if only.iter().any(|o| o == "faults") {
         let protected = sv.protected.addr();
         let mut rows = Vec::new();
-        for fault in [Fault::Pause, Fault::Kill] {
+        for &fault in &fault_kinds {
             let mut run = |f: Option<&dyn Factory>, t: Option<&mut dyn Target>| {
                 let (Some(f), Some(t)) = (f, t) else {
                     return;

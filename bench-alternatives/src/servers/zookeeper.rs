@@ -104,7 +104,7 @@ impl ZooKeeper {
             .iter()
             .find_map(|n| srvr(n.client_port))
             .and_then(|out| out.lines().find_map(|l| l.strip_prefix("Zookeeper version: ").map(str::to_owned)))
-            .map_or("ZooKeeper ?".into(), |v| format!("ZooKeeper {}", v.split(',').next().unwrap_or(&v)))
+            .map_or("ZooKeeper ?".into(), |v| format!("ZooKeeper {}", v.split([',', '-']).next().unwrap_or(&v)))
     }
 
     pub fn len(&self) -> usize {
