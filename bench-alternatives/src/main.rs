@@ -146,14 +146,25 @@ fn started<T>(what: &str, r: thread::Result<Result<T, String>>, skip_missing: bo
 
 fn start_servers(scratch: &Scratch, skip_missing: bool) -> Servers {
     let t = Instant::now();
-    let (pg_dir, maria_dir, zk3_dir, zk1_dir) =
-        (scratch.sub("postgres"), scratch.sub("mariadb"), scratch.sub("zk3"), scratch.sub("zk1"));
+    let (pg_dir, maria_dir, zk3_dir, zk1_dir) = (
+        scratch.sub("postgres"),
+        scratch.sub("mariadb"),
+        scratch.sub("zk3"),
+        scratch.sub("zk1"),
+    );
     let (pg, maria, zk3, zk1, redis) = thread::scope(|s| {
         let pg = s.spawn(move || Postgres::start(&pg_dir));
         let maria = s.spawn(move || MariaDb::start(&maria_dir));
         let zk3 = s.spawn(move || ZooKeeper::start(&zk3_dir, 3));
         let zk1 = s.spawn(move || ZooKeeper::start(&zk1_dir, 1));
-        let redis = s.spawn(|| (Cluster::start(5), Cluster::start(3), RedisServer::start(), RedisServer::start()));
+        let redis = s.spawn(|| {
+            (
+                Cluster::start(5),
+                Cluster::start(3),
+                RedisServer::start(),
+                RedisServer::start(),
+            )
+        });
         (
             started("PostgreSQL", pg.join(), skip_missing),
             started("MariaDB", maria.join(), skip_missing),
@@ -163,7 +174,13 @@ fn start_servers(scratch: &Scratch, skip_missing: bool) -> Servers {
         )
     });
     let (mux5, mux3, old, protected) = redis;
-    for pid in mux5.nodes().iter().chain(mux3.nodes()).chain([&old, &protected]).map(RedisServer::pid) {
+    for pid in mux5
+        .nodes()
+        .iter()
+        .chain(mux3.nodes())
+        .chain([&old, &protected])
+        .map(RedisServer::pid)
+    {
         record_pid("pid", pid);
     }
     eprintln!("servers started in {:.1} s", t.elapsed().as_secs_f64());
@@ -229,9 +246,16 @@ impl Target for NodeTarget<'_> {
 
 /// The first line `binary --version` prints, if it runs.
 fn version_of(binary: &str, args: &[&str]) -> Option<String> {
-    let out = std::process::Command::new(binary).args(args).output().ok()?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    text.lines().next().map(|l| l.trim().to_owned()).filter(|l| !l.is_empty())
+    let out = std::process::Command::new(binary)
+        .args(args)
+        .output()
+        .ok()?;
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    text.lines()
+        .next()
+        .map(|l| l.trim().to_owned())
+        .filter(|l| !l.is_empty())
 }
 
 /// The header of the report: date, command, machine, versions.
@@ -239,7 +263,12 @@ fn header(mode: RunMode, args: &[String], sv: &Servers) {
     let date = version_of("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|c| c.lines().find_map(|l| l.strip_prefix("model name").map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())))
+        .and_then(|c| {
+            c.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
+            })
+        })
         .unwrap_or_default();
     let vcpus = thread::available_parallelism().map_or(0, usize::from);
     println!(
@@ -279,7 +308,9 @@ fn header(mode: RunMode, args: &[String], sv: &Servers) {
         ),
         support::process::find_binary()
             .and_then(|b| version_of(&b.display().to_string(), &["--version"]))
-            .map_or("redis-server ?".into(), |v| v.split(" sha=").next().unwrap_or(&v).to_owned()),
+            .map_or("redis-server ?".into(), |v| {
+                v.split(" sha=").next().unwrap_or(&v).to_owned()
+            }),
     ];
     if let Some(pg) = &sv.pg {
         versions.push(pg.version());
@@ -305,9 +336,18 @@ fn main() {
         RunMode::Full
     };
     let skip_missing = mode == RunMode::Smoke || has("--skip-missing");
-    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
     let only: Vec<String> = value("--only").map_or_else(
-        || ["latency", "throughput", "handoff", "faults"].map(String::from).to_vec(),
+        || {
+            ["latency", "throughput", "handoff", "faults"]
+                .map(String::from)
+                .to_vec()
+        },
         |v| v.split(',').map(String::from).collect(),
     );
     let png = value("--png").map(PathBuf::from);
@@ -360,8 +400,12 @@ fn main() {
         pid: sv.old.pid(),
     };
     // --alt a,b: only the alternatives whose names contain one of these (case-insensitive).
-    let pick: Option<Vec<String>> = value("--alt").map(|v| v.split(',').map(str::to_lowercase).collect());
-    let picked = |f: &dyn Factory| pick.as_ref().is_none_or(|p| p.iter().any(|p| f.name().to_lowercase().contains(p)));
+    let pick: Option<Vec<String>> =
+        value("--alt").map(|v| v.split(',').map(str::to_lowercase).collect());
+    let picked = |f: &dyn Factory| {
+        pick.as_ref()
+            .is_none_or(|p| p.iter().any(|p| f.name().to_lowercase().contains(p)))
+    };
     let all: Vec<&dyn Factory> = [
         Some(&mux5 as &dyn Factory),
         Some(&mux3),
@@ -392,7 +436,10 @@ fn main() {
     if only.iter().any(|o| o == "handoff") {
         let mut contenders = all.clone();
         let extra = [&mux5_retry as &dyn Factory, &mux5_one];
-        let at = contenders.iter().position(|f| !f.name().starts_with("muxlock")).unwrap_or(contenders.len());
+        let at = contenders
+            .iter()
+            .position(|f| !f.name().starts_with("muxlock"))
+            .unwrap_or(contenders.len());
         contenders.splice(at..at, extra.into_iter().filter(|f| picked(*f)));
         let rows = handoff::run(&contenders, &s);
         handoff::print(&rows);
@@ -424,8 +471,14 @@ fn main() {
             run(Some(&mux5), Some(&mut NodeTarget(&mut sv.mux5, 0)));
             run(Some(&mux3), Some(&mut NodeTarget(&mut sv.mux3, 0)));
             run(as_dyn(&pg), sv.pg.as_mut().map(|t| t as &mut dyn Target));
-            run(as_dyn(&row), sv.maria.as_mut().map(|t| t as &mut dyn Target));
-            run(as_dyn(&for_update), sv.maria.as_mut().map(|t| t as &mut dyn Target));
+            run(
+                as_dyn(&row),
+                sv.maria.as_mut().map(|t| t as &mut dyn Target),
+            );
+            run(
+                as_dyn(&for_update),
+                sv.maria.as_mut().map(|t| t as &mut dyn Target),
+            );
             run(as_dyn(&zk3), sv.zk3.as_mut().map(|t| t as &mut dyn Target));
             run(as_dyn(&zk1), sv.zk1.as_mut().map(|t| t as &mut dyn Target));
             run(Some(&old), Some(&mut RedisTarget(&mut sv.old)));
@@ -453,28 +506,48 @@ fn smoke_verdict(report: &plot::Report) {
     let mut wrong = Vec::new();
     for r in &report.latency {
         if r.cycle.len() == 0 {
-            wrong.push(format!("latency: {} completed no cycle ({:?})", r.name, r.first_error));
+            wrong.push(format!(
+                "latency: {} completed no cycle ({:?})",
+                r.name, r.first_error
+            ));
         }
     }
     for r in &report.throughput {
         if r.latency.len() == 0 {
-            wrong.push(format!("throughput: {} completed no cycle ({:?})", r.name, r.first_error));
+            wrong.push(format!(
+                "throughput: {} completed no cycle ({:?})",
+                r.name, r.first_error
+            ));
         }
     }
     for r in &report.handoff {
         if r.per_contender.iter().sum::<u64>() == 0 {
-            wrong.push(format!("hand-off: {} handed nothing off ({:?})", r.name, r.first_error));
+            wrong.push(format!(
+                "hand-off: {} handed nothing off ({:?})",
+                r.name, r.first_error
+            ));
         }
         if r.name.starts_with("muxlock") && r.overlaps > 0 {
-            wrong.push(format!("hand-off: {}: {} overlapping holds", r.name, r.overlaps));
+            wrong.push(format!(
+                "hand-off: {}: {} overlapping holds",
+                r.name, r.overlaps
+            ));
         }
     }
     for r in &report.faults {
         if r.granted == 0 {
-            wrong.push(format!("faults: {} / {}: no lock granted", r.name, r.fault.name()));
+            wrong.push(format!(
+                "faults: {} / {}: no lock granted",
+                r.name,
+                r.fault.name()
+            ));
         }
         if r.name.starts_with("muxlock") && (r.overlaps > 0 || r.concurrent_writers > 0) {
-            wrong.push(format!("faults: {} / {}: holds overlapped", r.name, r.fault.name()));
+            wrong.push(format!(
+                "faults: {} / {}: holds overlapped",
+                r.name,
+                r.fault.name()
+            ));
         }
     }
     if wrong.is_empty() {

@@ -33,7 +33,12 @@ fn cpu_ticks(pid: &str, children: bool) -> u64 {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
     let fields: Vec<&str> = after.split_whitespace().collect();
-    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let field = |n: usize| {
+        fields
+            .get(n - 3)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     field(14) + field(15) + if children { field(16) + field(17) } else { 0 }
 }
 
@@ -63,7 +68,11 @@ pub struct Cpu {
 impl Cpu {
     pub fn now(servers: &Pids) -> Cpu {
         let (ticks, stolen) = machine_ticks();
-        let mut server_ticks: u64 = servers.pids.iter().map(|p| cpu_ticks(&p.to_string(), false)).sum();
+        let mut server_ticks: u64 = servers
+            .pids
+            .iter()
+            .map(|p| cpu_ticks(&p.to_string(), false))
+            .sum();
         for &root in &servers.trees {
             // The root's own time and its reaped children's (a postmaster's closed backends), and each live
             // descendant's own.

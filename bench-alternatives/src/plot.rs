@@ -50,8 +50,15 @@ pub fn draw(report: &Report, path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn cdf(report: &Report, area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>) -> Result<(), String> {
-    let rows: Vec<&latency::Row> = report.latency.iter().filter(|r| r.cycle.len() > 0).collect();
+fn cdf(
+    report: &Report,
+    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+) -> Result<(), String> {
+    let rows: Vec<&latency::Row> = report
+        .latency
+        .iter()
+        .filter(|r| r.cycle.len() > 0)
+        .collect();
     if rows.is_empty() {
         return area
             .titled("uncontended latency: not run", ("sans-serif", 20))
@@ -59,9 +66,17 @@ fn cdf(report: &Report, area: &DrawingArea<BitMapBackend<'_>, plotters::coord::S
             .map_err(err);
     }
     let lo = rows.iter().map(|r| r.cycle.min()).min().unwrap_or(1).max(1) as f64 / 1000.0;
-    let hi = rows.iter().map(|r| r.cycle.value_at_quantile(0.999)).max().unwrap_or(1) as f64 / 1000.0;
+    let hi = rows
+        .iter()
+        .map(|r| r.cycle.value_at_quantile(0.999))
+        .max()
+        .unwrap_or(1) as f64
+        / 1000.0;
     let mut chart = ChartBuilder::on(area)
-        .caption("Uncontended acquire + release (one client)", ("sans-serif", 20))
+        .caption(
+            "Uncontended acquire + release (one client)",
+            ("sans-serif", 20),
+        )
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(50)
@@ -90,7 +105,9 @@ fn cdf(report: &Report, area: &DrawingArea<BitMapBackend<'_>, plotters::coord::S
             .draw_series(LineSeries::new(points, color.stroke_width(2)))
             .map_err(err)?
             .label(r.name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
+            });
     }
     chart
         .configure_series_labels()
@@ -103,8 +120,15 @@ fn cdf(report: &Report, area: &DrawingArea<BitMapBackend<'_>, plotters::coord::S
     Ok(())
 }
 
-fn timeline(report: &Report, area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>) -> Result<(), String> {
-    let rows: Vec<&faults::Row> = report.faults.iter().filter(|r| r.fault == Fault::Kill).collect();
+fn timeline(
+    report: &Report,
+    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+) -> Result<(), String> {
+    let rows: Vec<&faults::Row> = report
+        .faults
+        .iter()
+        .filter(|r| r.fault == Fault::Kill)
+        .collect();
     if rows.is_empty() {
         return area
             .titled("kill scenario: not run", ("sans-serif", 20))

@@ -38,7 +38,8 @@ pub fn create_tables(rt: &Handle, url: &str) -> Result<(), String> {
     let opts = Opts::from_url(url).map_err(|e| e.to_string())?;
     let made = bounded(rt, Duration::from_secs(30), async move {
         let mut conn = Conn::new(opts).await?;
-        conn.query_drop("CREATE DATABASE IF NOT EXISTS locks").await?;
+        conn.query_drop("CREATE DATABASE IF NOT EXISTS locks")
+            .await?;
         conn.query_drop(
             "CREATE TABLE IF NOT EXISTS locks.held (name VARCHAR(191) PRIMARY KEY, owner VARCHAR(64) NOT NULL, \
              since TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)) ENGINE=InnoDB",
@@ -71,7 +72,11 @@ impl Factory for MariaFactory {
             rt: self.rt.clone(),
             url: self.url.clone(),
             mode: self.mode,
-            owner: format!("{}.{}", std::process::id(), OWNER.fetch_add(1, Ordering::Relaxed)),
+            owner: format!(
+                "{}.{}",
+                std::process::id(),
+                OWNER.fetch_add(1, Ordering::Relaxed)
+            ),
             conn: None,
             held: None,
         })
@@ -105,7 +110,8 @@ impl MariaLocker {
             return Ok(());
         }
         let opts = Opts::from_url(&self.url).map_err(|e| Call::Failed(e.to_string()))?;
-        let opts = OptsBuilder::from_opts(opts).init(vec!["SET SESSION innodb_lock_wait_timeout = 2"]);
+        let opts =
+            OptsBuilder::from_opts(opts).init(vec!["SET SESSION innodb_lock_wait_timeout = 2"]);
         match bounded(&self.rt, BOUND, Conn::new(opts)) {
             Call::Ok(conn) => {
                 self.conn = Some(conn);
@@ -132,8 +138,11 @@ impl MariaLocker {
         let result = bounded(&self.rt, BOUND, async move {
             let outcome = match mode {
                 Mode::Row => {
-                    conn.exec_drop("INSERT INTO locks.held (name, owner) VALUES (?, ?)", (name_owned, owner))
-                        .await
+                    conn.exec_drop(
+                        "INSERT INTO locks.held (name, owner) VALUES (?, ?)",
+                        (name_owned, owner),
+                    )
+                    .await
                 }
                 Mode::ForUpdate => {
                     conn.query_drop("BEGIN").await?;
@@ -216,8 +225,11 @@ impl Locker for MariaLocker {
         let result = bounded(&self.rt, BOUND, async move {
             match mode {
                 Mode::Row => {
-                    conn.exec_drop("DELETE FROM locks.held WHERE name = ? AND owner = ?", (name, owner))
-                        .await?;
+                    conn.exec_drop(
+                        "DELETE FROM locks.held WHERE name = ? AND owner = ?",
+                        (name, owner),
+                    )
+                    .await?;
                     Ok(conn.affected_rows() == 1)
                 }
                 Mode::ForUpdate => conn.query_drop("COMMIT").await.map(|()| true),

@@ -52,7 +52,14 @@ pub struct OldLocker {
 fn judge<T>(result: std::io::Result<T>) -> Call<T> {
     match result {
         Ok(v) => Call::Ok(v),
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => Call::Hung,
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            Call::Hung
+        }
         Err(e) => Call::Failed(e.to_string()),
     }
 }

@@ -76,7 +76,9 @@ impl Factory for ZkFactory {
 
 fn connect(rt: &Handle, connect: &str) -> Option<Client> {
     let connect = connect.to_owned();
-    match bounded(rt, BOUND, async move { Client::connector().connect(&connect).await }) {
+    match bounded(rt, BOUND, async move {
+        Client::connector().connect(&connect).await
+    }) {
         Call::Ok(c) => Some(c),
         _ => None,
     }
@@ -144,7 +146,11 @@ impl ZkLocker {
             return Call::Failed("no ZooKeeper session".into());
         };
         let dir = format!("/locks/{name}");
-        let result = bounded(&self.rt, BOUND, async move { lock(&client, &dir, wait).await });
+        let result = bounded(
+            &self.rt,
+            BOUND,
+            async move { lock(&client, &dir, wait).await },
+        );
         match result {
             Call::Ok(Some(path)) => {
                 self.held = Some(path);
@@ -179,7 +185,9 @@ impl Locker for ZkLocker {
         let names = names.to_vec();
         let made = bounded(&self.rt, Duration::from_secs(120), async move {
             let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
-            for path in std::iter::once("/locks".to_owned()).chain(names.iter().map(|n| format!("/locks/{n}"))) {
+            for path in std::iter::once("/locks".to_owned())
+                .chain(names.iter().map(|n| format!("/locks/{n}")))
+            {
                 match client.create(&path, b"", &options).await {
                     Ok(_) | Err(Error::NodeExists) => {}
                     Err(e) => return Err(e),
@@ -208,7 +216,11 @@ impl Locker for ZkLocker {
         let Some(client) = self.client.clone() else {
             return Call::Failed("session gone while held".into());
         };
-        let result = bounded(&self.rt, BOUND, async move { client.delete(&path, None).await });
+        let result = bounded(
+            &self.rt,
+            BOUND,
+            async move { client.delete(&path, None).await },
+        );
         if !result.is_ok() {
             self.reset();
         }

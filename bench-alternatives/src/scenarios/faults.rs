@@ -13,11 +13,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::Settings;
 use crate::lockers::{Call, Factory};
 use crate::measure::Cpu;
 use crate::servers::Target;
-use crate::support::checker::{Entry, FreezeMonitor, Hold, Stats, Writers, instant_ns, mono_ns, overlaps};
-use crate::Settings;
+use crate::support::checker::{
+    Entry, FreezeMonitor, Hold, Stats, Writers, instant_ns, mono_ns, overlaps,
+};
 
 const WORKERS: usize = 4;
 const RESOURCES: usize = 2;
@@ -110,7 +112,9 @@ pub fn run(
     protected: std::net::SocketAddr,
     s: &Settings,
 ) -> Row {
-    let names: Vec<String> = (0..RESOURCES).map(|r| format!("fault-{}-{r}", fault.name())).collect();
+    let names: Vec<String> = (0..RESOURCES)
+        .map(|r| format!("fault-{}-{r}", fault.name()))
+        .collect();
     factory
         .locker(false, TTL)
         .prepare(&names)
@@ -165,7 +169,8 @@ pub fn run(
                     let lease = locker.lease_end();
                     let margin = WORK + Duration::from_millis(20);
                     let mut end_belief = u64::MAX;
-                    let valid = locker.still_valid() && lease.is_none_or(|e| Instant::now() + margin < e);
+                    let valid =
+                        locker.still_valid() && lease.is_none_or(|e| Instant::now() + margin < e);
                     if valid {
                         let lease_ns = lease.map_or(u64::MAX / 2, instant_ns);
                         match writers.enter(&names[r], lease_ns) {
@@ -226,11 +231,22 @@ pub fn run(
     let back_at = mono_ns();
     thread::sleep(s.fault_after);
     stop.store(true, Ordering::Relaxed);
-    let logs: Vec<WorkerLog> = handles.into_iter().map(|h| h.join().expect("a fault worker")).collect();
+    let logs: Vec<WorkerLog> = handles
+        .into_iter()
+        .map(|h| h.join().expect("a fault worker"))
+        .collect();
     let end_at = mono_ns();
     let cpu = Cpu::now(&servers).since(cpu_before);
     drop(monitor);
-    summarize(factory.name(), fault, what, (t0, fault_at, back_at, end_at), logs, &stats, cpu)
+    summarize(
+        factory.name(),
+        fault,
+        what,
+        (t0, fault_at, back_at, end_at),
+        logs,
+        &stats,
+        cpu,
+    )
 }
 
 fn summarize(
@@ -251,7 +267,12 @@ fn summarize(
         .collect();
     grants.sort_unstable();
     // The longest stretch without a grant that overlaps the time from the fault to the end.
-    let before = grants.iter().rev().find(|&&g| g <= fault_at).copied().unwrap_or(t0);
+    let before = grants
+        .iter()
+        .rev()
+        .find(|&&g| g <= fault_at)
+        .copied()
+        .unwrap_or(t0);
     let (mut longest, mut gap) = (0u64, (before, before));
     let mut last = before;
     for &g in grants.iter().filter(|&&g| g > fault_at).chain([&end_at]) {
@@ -264,9 +285,18 @@ fn summarize(
     // MUXLOCK_ALT_TRACE=1: the calls under way during the longest gap, to see who waited for what.
     if std::env::var_os("MUXLOCK_ALT_TRACE").is_some() {
         let rel = |t: u64| (t as f64 - fault_at as f64) / 1e6;
-        eprintln!("  {name} {}: longest gap {:.0}..{:.0} ms after the fault", fault.name(), rel(gap.0), rel(gap.1));
+        eprintln!(
+            "  {name} {}: longest gap {:.0}..{:.0} ms after the fault",
+            fault.name(),
+            rel(gap.0),
+            rel(gap.1)
+        );
         for c in calls.iter().filter(|c| c.start < gap.1 && c.end > gap.0) {
-            let kind = if c.kind == Kind::Acquire { "acquire" } else { "release" };
+            let kind = if c.kind == Kind::Acquire {
+                "acquire"
+            } else {
+                "release"
+            };
             let outcome = match c.outcome {
                 Outcome::Granted => "granted",
                 Outcome::Held => "held",
@@ -283,12 +313,18 @@ fn summarize(
             );
         }
     }
-    let first_after_back = grants.iter().find(|&&g| g >= back_at).map(|&g| (g - back_at) as f64 / 1e6);
+    let first_after_back = grants
+        .iter()
+        .find(|&&g| g >= back_at)
+        .map(|&g| (g - back_at) as f64 / 1e6);
     let stuck = (0..RESOURCES)
         .filter(|&r| {
-            !calls
-                .iter()
-                .any(|c| c.resource == r && c.kind == Kind::Acquire && c.outcome == Outcome::Granted && c.end > back_at)
+            !calls.iter().any(|c| {
+                c.resource == r
+                    && c.kind == Kind::Acquire
+                    && c.outcome == Outcome::Granted
+                    && c.end > back_at
+            })
         })
         .count();
     let holds: Vec<Hold> = logs.iter().flat_map(|l| l.holds.iter().cloned()).collect();
@@ -305,11 +341,16 @@ fn summarize(
         back_at: back_at - t0,
         end_at: end_at - t0,
         granted: grants.len(),
-        failed: calls.iter().filter(|c| c.outcome == Outcome::Failed).count(),
+        failed: calls
+            .iter()
+            .filter(|c| c.outcome == Outcome::Failed)
+            .count(),
         hung: count(Outcome::Hung),
         release_failed: calls
             .iter()
-            .filter(|c| c.kind == Kind::Release && matches!(c.outcome, Outcome::Failed | Outcome::Hung))
+            .filter(|c| {
+                c.kind == Kind::Release && matches!(c.outcome, Outcome::Failed | Outcome::Hung)
+            })
             .count(),
         longest_gap_ms: longest as f64 / 1e6,
         first_grant_after_back_ms: first_after_back,

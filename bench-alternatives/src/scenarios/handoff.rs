@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use crate::Settings;
 use crate::lockers::{BOUND, Call, Factory};
 use crate::measure::{Cpu, histogram, median, us};
 use crate::support::checker::{Hold, mono_ns, overlaps};
-use crate::Settings;
 
 pub const CONTENDERS: usize = 8;
 const HOLD: Duration = Duration::from_millis(1);
@@ -135,7 +135,10 @@ fn case(factory: &dyn Factory, s: &Settings) -> (Tally, Cpu, (u64, u64)) {
     let warm = Duration::from_millis(300);
     let start = Instant::now() + warm;
     let end = start + s.handoff_secs;
-    let window = (mono_ns() + warm.as_nanos() as u64, mono_ns() + (warm + s.handoff_secs).as_nanos() as u64);
+    let window = (
+        mono_ns() + warm.as_nanos() as u64,
+        mono_ns() + (warm + s.handoff_secs).as_nanos() as u64,
+    );
     for who in 0..CONTENDERS {
         let mut locker = factory.locker(false, Duration::from_secs(30));
         let tx = tx.clone();
@@ -186,7 +189,9 @@ fn case(factory: &dyn Factory, s: &Settings) -> (Tally, Cpu, (u64, u64)) {
     let deadline = end + 3 * BOUND;
     for _ in 0..CONTENDERS {
         let Ok(t) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
-            total.first_error.get_or_insert("a contender did not return".into());
+            total
+                .first_error
+                .get_or_insert("a contender did not return".into());
             break;
         };
         total.turns.extend(t.turns);

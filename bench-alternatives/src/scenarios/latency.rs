@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use crate::Settings;
 use crate::lockers::{Call, Factory, Locker};
 use crate::measure::{Cpu, histogram, record, us};
-use crate::Settings;
 
 pub struct Row {
     pub name: String,
@@ -102,11 +102,13 @@ fn tally_failure(row: &mut Row, call: Call<bool>, what: &str) {
         Call::Hung => row.hung += 1,
         Call::Failed(e) => {
             row.failed += 1;
-            row.first_error.get_or_insert_with(|| format!("{what}: {e}"));
+            row.first_error
+                .get_or_insert_with(|| format!("{what}: {e}"));
         }
         Call::Ok(_) => {
             row.failed += 1;
-            row.first_error.get_or_insert_with(|| format!("{what}: held by someone else (uncontended!)"));
+            row.first_error
+                .get_or_insert_with(|| format!("{what}: held by someone else (uncontended!)"));
         }
     }
 }

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use crate::Settings;
 use crate::lockers::{BOUND, Call, Factory};
 use crate::measure::{Cpu, histogram, median, record, us};
-use crate::Settings;
 
 pub const THREADS: usize = 16;
 const NAMES_PER_THREAD: usize = 64;
@@ -123,12 +123,18 @@ fn case(factory: &dyn Factory, s: &Settings) -> (Tally, usize, Cpu) {
                 k += 1;
                 let fail = |tally: &mut Tally, what: &str, e: String| {
                     tally.failed += 1;
-                    tally.first_error.get_or_insert_with(|| format!("{what}: {e}"));
+                    tally
+                        .first_error
+                        .get_or_insert_with(|| format!("{what}: {e}"));
                 };
                 match locker.try_acquire(&n) {
                     Call::Ok(true) => {}
                     Call::Ok(false) => {
-                        fail(&mut tally, "acquire", "held by someone else (no contention here!)".into());
+                        fail(
+                            &mut tally,
+                            "acquire",
+                            "held by someone else (no contention here!)".into(),
+                        );
                         continue;
                     }
                     Call::Failed(e) => {
@@ -226,7 +232,10 @@ pub fn print(rows: &[Row]) {
             println!("- {}: {} failed calls, first: {e}", r.name, r.failed);
         }
         if r.blocked > 0 {
-            println!("- {}: {} threads had not returned 6 s after the window", r.name, r.blocked);
+            println!(
+                "- {}: {} threads had not returned 6 s after the window",
+                r.name, r.blocked
+            );
         }
     }
 }

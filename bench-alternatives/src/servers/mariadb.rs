@@ -18,11 +18,18 @@ pub struct MariaDb {
 impl MariaDb {
     /// `mariadb-install-db` (root without a password on 127.0.0.1) and start.
     pub fn start(dir: &Path) -> Result<MariaDb, String> {
-        const MISSING: &str = "MariaDB not found: run scripts/bench-alternatives (it installs mariadb-server)";
-        let sbin = [PathBuf::from("/usr/sbin/mariadbd"), PathBuf::from("/usr/bin/mariadbd")];
+        const MISSING: &str =
+            "MariaDB not found: run scripts/bench-alternatives (it installs mariadb-server)";
+        let sbin = [
+            PathBuf::from("/usr/sbin/mariadbd"),
+            PathBuf::from("/usr/bin/mariadbd"),
+        ];
         let mariadbd = find_binary("mariadbd", &sbin).ok_or(MISSING)?;
-        let install = find_binary("mariadb-install-db", &[PathBuf::from("/usr/bin/mariadb-install-db")])
-            .ok_or(MISSING)?;
+        let install = find_binary(
+            "mariadb-install-db",
+            &[PathBuf::from("/usr/bin/mariadb-install-db")],
+        )
+        .ok_or(MISSING)?;
         let data = dir.join("data");
         let mut cmd = Command::new(install);
         cmd.arg("--no-defaults")
@@ -31,7 +38,9 @@ impl MariaDb {
         if is_root() {
             cmd.arg("--user=root");
         }
-        let out = cmd.output().map_err(|e| format!("mariadb-install-db: {e}"))?;
+        let out = cmd
+            .output()
+            .map_err(|e| format!("mariadb-install-db: {e}"))?;
         if !out.status.success() {
             return Err(format!(
                 "mariadb-install-db failed: {}{}",
@@ -60,8 +69,11 @@ impl MariaDb {
     /// What `mariadbd --version` says, without the path.
     pub fn version(&self) -> String {
         let out = Command::new(&self.mariadbd).arg("--version").output();
-        let text = out.map_or(String::new(), |o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
-        text.split_once(" Ver ").map_or(text.clone(), |(_, v)| format!("mariadbd {v}"))
+        let text = out.map_or(String::new(), |o| {
+            String::from_utf8_lossy(&o.stdout).trim().to_owned()
+        });
+        text.split_once(" Ver ")
+            .map_or(text.clone(), |(_, v)| format!("mariadbd {v}"))
     }
 
     /// A `mysql_async` URL.
@@ -84,12 +96,17 @@ impl MariaDb {
             .arg(format!("--socket={}", path("mysqld.sock")))
             .arg(format!("--pid-file={}", path("mysqld.pid")))
             .arg(format!("--log-error={}", self.log.display()))
-            .args(["--skip-log-bin", "--skip-name-resolve", "--max-connections=300"])
+            .args([
+                "--skip-log-bin",
+                "--skip-name-resolve",
+                "--max-connections=300",
+            ])
             .args(["--innodb-buffer-pool-size=64M"]);
         if is_root() {
             cmd.arg("--user=root");
         }
-        let mut proc = Proc::spawn("mariadbd", cmd, &self.log).map_err(|e| format!("mariadbd: {e}"))?;
+        let mut proc =
+            Proc::spawn("mariadbd", cmd, &self.log).map_err(|e| format!("mariadbd: {e}"))?;
         let log = self.log.clone();
         proc.wait_ready(|_| log_has(&log, from, "ready for connections"))?;
         self.proc = Some(proc);

@@ -222,7 +222,11 @@ impl Proc {
                 return Ok(());
             }
             if self.exited() {
-                return Err(format!("{} exited during start-up; log:\n{}", self.name, self.tail()));
+                return Err(format!(
+                    "{} exited during start-up; log:\n{}",
+                    self.name,
+                    self.tail()
+                ));
             }
             if Instant::now() > deadline {
                 return Err(format!(
@@ -255,7 +259,9 @@ pub fn group_members(pgid: u32) -> Vec<u32> {
         return Vec::new();
     };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| stat_fields(*pid).is_some_and(|f| f.get(2).and_then(|g| g.parse().ok()) == Some(pgid)))
+        .filter(|pid| {
+            stat_fields(*pid).is_some_and(|f| f.get(2).and_then(|g| g.parse().ok()) == Some(pgid))
+        })
         .collect()
 }
 
@@ -272,7 +278,12 @@ pub fn descendants(root: u32) -> Vec<u32> {
     let mut i = 0;
     while i < tree.len() {
         let parent = tree[i];
-        tree.extend(parents.iter().filter(|(_, pp)| *pp == parent).map(|(p, _)| *p));
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
         i += 1;
     }
     tree
@@ -327,9 +338,15 @@ pub fn write_file(path: &Path, text: &str) {
 /// The first existing executable among `candidates`, then `name` on `PATH`.
 pub fn find_binary(name: &str, candidates: &[PathBuf]) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
-    let exec = |p: &Path| fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    let exec = |p: &Path| {
+        fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
     let on_path = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join(name)).collect::<Vec<_>>())
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(name))
+                .collect::<Vec<_>>()
+        })
         .unwrap_or_default();
     candidates.iter().chain(&on_path).find(|p| exec(p)).cloned()
 }

@@ -39,22 +39,37 @@ fn bindir() -> Option<PathBuf> {
 impl Postgres {
     /// `initdb` (trust authentication on loopback, user `postgres`) and start.
     pub fn start(dir: &Path) -> Result<Postgres, String> {
-        let bin = bindir().ok_or("PostgreSQL not found: run scripts/bench-alternatives (it installs postgresql)")?;
-        let user = if is_root() {
-            Some(user_ids("postgres").ok_or("running as root, and there is no `postgres` user to run PostgreSQL as")?)
-        } else {
-            None
-        };
+        let bin = bindir().ok_or(
+            "PostgreSQL not found: run scripts/bench-alternatives (it installs postgresql)",
+        )?;
+        let user =
+            if is_root() {
+                Some(user_ids("postgres").ok_or(
+                    "running as root, and there is no `postgres` user to run PostgreSQL as",
+                )?)
+            } else {
+                None
+            };
         let data = dir.join("data");
         std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
         if let Some((uid, gid)) = user {
             for d in [dir, &data] {
-                std::os::unix::fs::chown(d, Some(uid), Some(gid)).map_err(|e| format!("chown {}: {e}", d.display()))?;
+                std::os::unix::fs::chown(d, Some(uid), Some(gid))
+                    .map_err(|e| format!("chown {}: {e}", d.display()))?;
             }
         }
         let mut initdb = Command::new(bin.join("initdb"));
         initdb
-            .args(["-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C", "-D"])
+            .args([
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "-D",
+            ])
             .arg(&data);
         if let Some((uid, gid)) = user {
             initdb.uid(uid).gid(gid);
@@ -88,8 +103,12 @@ impl Postgres {
 
     /// What `postgres --version` says.
     pub fn version(&self) -> String {
-        let out = Command::new(self.bin.join("postgres")).arg("--version").output();
-        out.map_or("PostgreSQL ?".into(), |o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        let out = Command::new(self.bin.join("postgres"))
+            .arg("--version")
+            .output();
+        out.map_or("PostgreSQL ?".into(), |o| {
+            String::from_utf8_lossy(&o.stdout).trim().to_owned()
+        })
     }
 
     /// A `tokio-postgres` connection string.
@@ -114,13 +133,19 @@ impl Postgres {
             .arg("-c")
             .arg(format!("unix_socket_directories={}", self.data.display()))
             .args(["-c", "max_connections=200", "-c", "shared_buffers=64MB"])
-            .args(["-c", "logging_collector=off", "-c", "log_min_messages=warning"])
+            .args([
+                "-c",
+                "logging_collector=off",
+                "-c",
+                "log_min_messages=warning",
+            ])
             // A backend waiting in pg_advisory_lock for a client that went away notices within 0.5 s.
             .args(["-c", "client_connection_check_interval=500ms"]);
         if let Some((uid, gid)) = self.user {
             cmd.uid(uid).gid(gid);
         }
-        let mut proc = Proc::spawn("postgres", cmd, &self.log).map_err(|e| format!("postgres: {e}"))?;
+        let mut proc =
+            Proc::spawn("postgres", cmd, &self.log).map_err(|e| format!("postgres: {e}"))?;
         let log = self.log.clone();
         proc.wait_ready(|_| log_has(&log, from, "ready to accept connections"))?;
         self.proc = Some(proc);

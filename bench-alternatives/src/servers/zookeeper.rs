@@ -36,18 +36,23 @@ pub struct ZooKeeper {
 impl ZooKeeper {
     /// Starts `n` servers (1: standalone; 3: an ensemble) and waits until every one serves.
     pub fn start(dir: &Path, n: usize) -> Result<ZooKeeper, String> {
-        const MISSING: &str = "ZooKeeper not found: run scripts/bench-alternatives (it installs zookeeperd and java)";
+        const MISSING: &str =
+            "ZooKeeper not found: run scripts/bench-alternatives (it installs zookeeperd and java)";
         let java = find_binary("java", &[]).ok_or(MISSING)?;
         let classpath = std::env::var("ZOOKEEPER_CLASSPATH").unwrap_or_else(|_| JAR.into());
         if std::env::var_os("ZOOKEEPER_CLASSPATH").is_none() && !Path::new(JAR).exists() {
             return Err(MISSING.into());
         }
-        let ports: Vec<(u16, u16, u16)> = (0..n).map(|_| (free_port(), free_port(), free_port())).collect();
+        let ports: Vec<(u16, u16, u16)> = (0..n)
+            .map(|_| (free_port(), free_port(), free_port()))
+            .collect();
         let servers: String = if n > 1 {
             ports
                 .iter()
                 .enumerate()
-                .map(|(i, (_, peer, election))| format!("server.{}=127.0.0.1:{peer}:{election}\n", i + 1))
+                .map(|(i, (_, peer, election))| {
+                    format!("server.{}=127.0.0.1:{peer}:{election}\n", i + 1)
+                })
                 .collect()
         } else {
             String::new()
@@ -103,8 +108,13 @@ impl ZooKeeper {
         self.nodes
             .iter()
             .find_map(|n| srvr(n.client_port))
-            .and_then(|out| out.lines().find_map(|l| l.strip_prefix("Zookeeper version: ").map(str::to_owned)))
-            .map_or("ZooKeeper ?".into(), |v| format!("ZooKeeper {}", v.split([',', '-']).next().unwrap_or(&v)))
+            .and_then(|out| {
+                out.lines()
+                    .find_map(|l| l.strip_prefix("Zookeeper version: ").map(str::to_owned))
+            })
+            .map_or("ZooKeeper ?".into(), |v| {
+                format!("ZooKeeper {}", v.split([',', '-']).next().unwrap_or(&v))
+            })
     }
 
     pub fn len(&self) -> usize {
@@ -112,19 +122,30 @@ impl ZooKeeper {
     }
 
     pub fn pgids(&self) -> Vec<u32> {
-        self.nodes.iter().filter_map(|n| n.proc.as_ref().map(Proc::pgid)).collect()
+        self.nodes
+            .iter()
+            .filter_map(|n| n.proc.as_ref().map(Proc::pgid))
+            .collect()
     }
 
     fn spawn(&mut self, i: usize) -> Result<(), String> {
         let node = &mut self.nodes[i];
         let mut cmd = Command::new(&self.java);
-        cmd.args(["-Xms64m", "-Xmx256m", "-Dzookeeper.admin.enableServer=false"])
-            .arg("-cp")
-            .arg(format!("{}:{}", node.dir.display(), self.classpath))
-            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-            .arg(node.dir.join("zoo.cfg"));
-        let proc = Proc::spawn(&format!("zookeeper {}", node.id), cmd, &node.dir.join("zookeeper.log"))
-            .map_err(|e| format!("java: {e}"))?;
+        cmd.args([
+            "-Xms64m",
+            "-Xmx256m",
+            "-Dzookeeper.admin.enableServer=false",
+        ])
+        .arg("-cp")
+        .arg(format!("{}:{}", node.dir.display(), self.classpath))
+        .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+        .arg(node.dir.join("zoo.cfg"));
+        let proc = Proc::spawn(
+            &format!("zookeeper {}", node.id),
+            cmd,
+            &node.dir.join("zookeeper.log"),
+        )
+        .map_err(|e| format!("java: {e}"))?;
         node.proc = Some(proc);
         Ok(())
     }
