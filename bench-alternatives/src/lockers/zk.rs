@@ -7,6 +7,14 @@
 //! One attempt ([`Locker::try_acquire`]) creates the node, lists the queue, and deletes its node again if it is
 //! not first: three round trips when held, two when free.
 //!
+//! After a call that failed or hung, the client keeps its session, as Curator does: a ZooKeeper session outlives
+//! a lost connection and a server restart (until its timeout, here the server's minimum, 2 × `tickTime` = 4 s),
+//! and the client reconnects it by itself. Only a terminal session (expired, closed) is replaced. Such a call
+//! may have left our node in a queue (a create whose reply never came, a wait cut at the bound, a delete that
+//! did not return): the next attempt first deletes our session's nodes from that queue, then queues afresh. Dropping
+//! sessions on every failure instead was tried first: their nodes stayed in the queue for a session timeout
+//! each after the server came back, and new ones kept coming, so the locks never came back in the window.
+//!
 //! The crate's own `Client::lock` does the same round trips, but releases by deleting in the background when its
 //! guard drops, so a release could not be timed; this is the recipe written out, with a release that waits for
 //! the deletion. The holder believes in its lock while its session is connected (`SessionState::SyncConnected`),
@@ -62,6 +70,7 @@ impl Factory for ZkFactory {
             rt: self.rt.clone(),
             connect: self.connect.clone(),
             client,
+            stale: Vec::new(),
             held: None,
         })
     }
@@ -88,6 +97,8 @@ pub struct ZkLocker {
     rt: Handle,
     connect: String,
     client: Option<Client>,
+    /// The queues (lock dirs) calls that were cut off or failed may have left our nodes in.
+    stale: Vec<String>,
     /// The path of our node while we hold the lock.
     held: Option<String>,
 }
@@ -97,22 +108,46 @@ fn sequence(child: &str) -> &str {
     &child[child.len().saturating_sub(10)..]
 }
 
-/// Creates our node in `dir`'s queue and waits (or, with `wait` false, does not) until it is first. `Ok(None)`:
-/// not first, and we left the queue again.
-async fn lock(client: &Client, dir: &str, wait: bool) -> Result<Option<String>, Error> {
+/// Creates our node in `dir`'s queue, after deleting our session's nodes from the `stale` queues (left by calls
+/// that were cut off), and waits (or, with `wait` false, does not) until it is first. `Ok(None)`: not first, and
+/// we left the queue again.
+async fn lock(
+    client: &Client,
+    dir: &str,
+    wait: bool,
+    stale: &[String],
+) -> Result<Option<String>, Error> {
     let mine = format!("x-{:x}-", client.session_id().0);
     let prefix = format!("{dir}/{mine}");
+    let find_ours = |dir: String| {
+        let mine = mine.clone();
+        async move {
+            let children = client.list_children(&dir).await?;
+            Ok::<_, Error>(
+                children
+                    .into_iter()
+                    .filter(|c| c.starts_with(&mine))
+                    .map(|c| format!("{dir}/{c}"))
+                    .collect::<Vec<_>>(),
+            )
+        }
+    };
+    for stale in stale {
+        for path in find_ours(stale.clone()).await? {
+            match client.delete(&path, None).await {
+                Ok(()) | Err(Error::NoNode) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
     let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
     let path = match client.create(&prefix, b"", &options).await {
         Ok((_, seq)) => format!("{prefix}{seq}"),
-        Err(Error::ConnectionLoss) => {
-            // The create may have happened: find our node by the session id in its name.
-            let children = client.list_children(dir).await?;
-            match children.into_iter().find(|c| c.starts_with(&mine)) {
-                Some(c) => format!("{dir}/{c}"),
-                None => return Err(Error::ConnectionLoss),
-            }
-        }
+        // The create may have happened: find our node by the session id in its name.
+        Err(Error::ConnectionLoss) => find_ours(dir.to_owned())
+            .await?
+            .pop()
+            .ok_or(Error::ConnectionLoss)?,
         Err(e) => return Err(e),
     };
     let me = &path[dir.len() + 1..];
@@ -139,6 +174,7 @@ async fn lock(client: &Client, dir: &str, wait: bool) -> Result<Option<String>, 
 
 impl ZkLocker {
     fn attempt(&mut self, name: &str, wait: bool) -> Call<bool> {
+        self.renew_if_ended();
         if self.client.is_none() {
             self.client = connect(&self.rt, &self.connect);
         }
@@ -146,33 +182,48 @@ impl ZkLocker {
             return Call::Failed("no ZooKeeper session".into());
         };
         let dir = format!("/locks/{name}");
-        let result = bounded(
-            &self.rt,
-            BOUND,
-            async move { lock(&client, &dir, wait).await },
-        );
+        let stale = self.stale.clone();
+        let queue = dir.clone();
+        let result = bounded(&self.rt, BOUND, async move {
+            lock(&client, &queue, wait, &stale).await
+        });
+        if result.is_ok() {
+            self.stale.clear();
+        } else if !self.stale.contains(&dir) {
+            self.stale.push(dir);
+        }
         match result {
             Call::Ok(Some(path)) => {
                 self.held = Some(path);
                 Call::Ok(true)
             }
             Call::Ok(None) => Call::Ok(false),
-            Call::Failed(e) => {
-                self.reset();
-                Call::Failed(e)
-            }
-            Call::Hung => {
-                // Our node may be in the queue: closing the session removes it (ephemeral).
-                self.reset();
-                Call::Hung
-            }
+            Call::Failed(e) => Call::Failed(e),
+            Call::Hung => Call::Hung,
         }
     }
 
-    /// Drops the session, taking its ephemeral nodes with it; the next call opens a new one.
+    /// Replaces a session that ended for good (expired, closed, failed authentication); keeps one that is only
+    /// disconnected, since the client reconnects it by itself.
+    fn renew_if_ended(&mut self) {
+        let ended = self.client.as_ref().is_some_and(|c| {
+            !matches!(
+                c.state(),
+                SessionState::SyncConnected
+                    | SessionState::Disconnected
+                    | SessionState::ConnectedReadOnly
+            )
+        });
+        if ended {
+            self.reset();
+        }
+    }
+
+    /// Drops the session (closing it if it can: its ephemeral nodes go with it); the next call opens a new one.
     fn reset(&mut self) {
         let _guard = self.rt.enter();
         self.client = None;
+        self.stale.clear();
     }
 }
 
@@ -216,13 +267,15 @@ impl Locker for ZkLocker {
         let Some(client) = self.client.clone() else {
             return Call::Failed("session gone while held".into());
         };
+        let path_dir = path.rsplit_once('/').map(|(dir, _)| dir.to_owned());
         let result = bounded(
             &self.rt,
             BOUND,
             async move { client.delete(&path, None).await },
         );
-        if !result.is_ok() {
-            self.reset();
+        // A delete cut off or failed may have left our node: the next attempt deletes it first.
+        if let Some(dir) = path_dir.filter(|d| !result.is_ok() && !self.stale.contains(d)) {
+            self.stale.push(dir);
         }
         result
     }
