@@ -78,6 +78,17 @@ pub fn free_port() -> u16 {
     listener.local_addr().expect("local_addr").port()
 }
 
+/// `n` distinct ports the kernel just had free on 127.0.0.1 (all bound at once, so no two are the same).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("local_addr").port())
+        .collect()
+}
+
 /// Appends `pgid` to `$MUXLOCK_ALT_PIDFILE`, if set, for the script's clean-up after a crash.
 pub fn record_pid(kind: &str, pid: u32) {
     let Some(path) = std::env::var_os("MUXLOCK_ALT_PIDFILE") else {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use super::{Proc, Target, find_binary, free_port, write_file};
+use super::{Proc, Target, find_binary, free_ports, write_file};
 
 /// The jar (its manifest names the other jars it needs).
 const JAR: &str = "/usr/share/java/zookeeper.jar";
@@ -34,8 +34,21 @@ pub struct ZooKeeper {
 }
 
 impl ZooKeeper {
-    /// Starts `n` servers (1: standalone; 3: an ensemble) and waits until every one serves.
+    /// Starts `n` servers (1: standalone; 3: an ensemble) and waits until every one serves. A start that fails
+    /// (a port taken meanwhile by another server starting beside it) is retried on new ports, twice.
     pub fn start(dir: &Path, n: usize) -> Result<ZooKeeper, String> {
+        let mut last = String::new();
+        for attempt in 0..3 {
+            match ZooKeeper::start_once(&dir.join(format!("try{attempt}")), n) {
+                Ok(zk) => return Ok(zk),
+                Err(e) if e.starts_with("ZooKeeper not found") => return Err(e),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    fn start_once(dir: &Path, n: usize) -> Result<ZooKeeper, String> {
         const MISSING: &str =
             "ZooKeeper not found: run scripts/bench-alternatives (it installs zookeeperd and java)";
         let java = find_binary("java", &[]).ok_or(MISSING)?;
@@ -43,9 +56,9 @@ impl ZooKeeper {
         if std::env::var_os("ZOOKEEPER_CLASSPATH").is_none() && !Path::new(JAR).exists() {
             return Err(MISSING.into());
         }
-        let ports: Vec<(u16, u16, u16)> = (0..n)
-            .map(|_| (free_port(), free_port(), free_port()))
-            .collect();
+        // All 3n ports distinct: a port given twice (client and election, say) makes "Invalid config".
+        let all = free_ports(3 * n);
+        let ports: Vec<(u16, u16, u16)> = all.chunks(3).map(|c| (c[0], c[1], c[2])).collect();
         let servers: String = if n > 1 {
             ports
                 .iter()
