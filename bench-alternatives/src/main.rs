@@ -505,7 +505,7 @@ fn main() {
 fn smoke_verdict(report: &plot::Report) {
     let mut wrong = Vec::new();
     for r in &report.latency {
-        if r.cycle.len() == 0 {
+        if r.cycle.is_empty() {
             wrong.push(format!(
                 "latency: {} completed no cycle ({:?})",
                 r.name, r.first_error
@@ -513,7 +513,7 @@ fn smoke_verdict(report: &plot::Report) {
         }
     }
     for r in &report.throughput {
-        if r.latency.len() == 0 {
+        if r.latency.is_empty() {
             wrong.push(format!(
                 "throughput: {} completed no cycle ({:?})",
                 r.name, r.first_error

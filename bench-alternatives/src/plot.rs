@@ -57,7 +57,7 @@ fn cdf(
     let rows: Vec<&latency::Row> = report
         .latency
         .iter()
-        .filter(|r| r.cycle.len() > 0)
+        .filter(|r| !r.cycle.is_empty())
         .collect();
     if rows.is_empty() {
         return area
