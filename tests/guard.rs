@@ -66,9 +66,11 @@ fn wait_for_tracking(cluster: &Cluster) {
 #[test]
 fn a_guard_keeps_its_lock_past_five_ttls_and_releases_it() {
     let cluster = Cluster::start(3);
-    let locks = manager(cluster.urls(), config());
-    let rival = manager(cluster.urls(), config());
-    let ttl = ms(400);
+    // Rounds of 100 ms and a TTL of 1 s: a renewal has 600 ms to land before the guard's deadline, so a stalled
+    // machine does not lose the guard; the rival's 1 s rounds only make its probes sure to be answered.
+    let locks = manager(cluster.urls(), one_attempt(ms(100)));
+    let rival = manager(cluster.urls(), one_attempt(Duration::from_secs(1)));
+    let ttl = Duration::from_secs(1);
     let guard = locks.hold("kept", ttl).expect("hold");
     let first_deadline = guard.deadline();
     let start = Instant::now();
@@ -110,7 +112,8 @@ fn a_guard_keeps_its_lock_past_five_ttls_and_releases_it() {
 fn dropping_a_guard_releases_and_with_lock_releases_after_the_work() {
     let cluster = Cluster::start(3);
     let locks = manager(cluster.urls(), config());
-    let rival = manager(cluster.urls(), config());
+    // The rival's probes must be answered, not timed out by a stalled machine: 1 s rounds.
+    let rival = manager(cluster.urls(), one_attempt(Duration::from_secs(1)));
     let guard = locks
         .hold("dropped", Duration::from_secs(30))
         .expect("hold");
