@@ -124,7 +124,7 @@ impl Plan {
                 latency_calls: 1_000,
                 batch: 50,
                 fault_calls: 200,
-                fault_limit: Duration::from_secs(5),
+                fault_limit: Duration::from_secs(8),
                 grace: Duration::from_secs(2),
                 injected_calls: 60,
                 throughput: settings(threads, 100, 0.4, 1),
@@ -548,7 +548,11 @@ fn throughput(out: &mut Out, plan: &Plan, cluster: &Cluster) -> Vec<throughput::
     }
     out.line("");
     out.line(format!("**With the batch API**: {}\n", batch_throughput()));
-    let groups: Vec<String> = s.threads.iter().map(|t| format!("{t} threads")).collect();
+    let groups: Vec<String> = s
+        .threads
+        .iter()
+        .map(|&t| format!("{t} thread{}", if t == 1 { "" } else { "s" }))
+        .collect();
     let series: Vec<(String, Vec<Option<f64>>)> = clients
         .iter()
         .map(|c| {
@@ -935,7 +939,9 @@ fn contention(out: &mut Out, plan: &Plan, urls: &[String]) -> (Vec<(String, Call
     drop(waiters);
     // Fairness.
     let secs = plan.fair_secs / plan.fair_passes as f64;
-    let mut groups: Vec<(String, Vec<Worker>, Vec<u64>, u64, Option<String>)> = kinds
+    // Per kind: its 8 workers, acquisitions per worker, waits given up, the first error.
+    type Group = (String, Vec<Worker>, Vec<u64>, u64, Option<String>);
+    let mut groups: Vec<Group> = kinds
         .iter()
         .map(|(name, build)| {
             let workers = (0..8)
@@ -1038,21 +1044,36 @@ fn command_line(cmd: &str, args: &[&str]) -> String {
 fn versions() -> String {
     let lock =
         fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock")).unwrap_or_default();
+    // Every version of `name` in the lock file (the peers bring older redis-rs versions of their own).
     let version = |name: &str| {
         let needle = format!("name = \"{name}\"\nversion = \"");
-        lock.find(&needle)
-            .and_then(|i| lock[i + needle.len()..].split('"').next())
-            .unwrap_or("?")
-            .to_string()
+        let all: Vec<&str> = lock
+            .match_indices(&needle)
+            .filter_map(|(i, _)| lock[i + needle.len()..].split('"').next())
+            .collect();
+        if all.is_empty() {
+            "?".to_string()
+        } else {
+            all.join(" and ")
+        }
     };
     format!(
-        "muxlock {} (this tree), redlock {}, rslock {}, redis (redis-rs) {}, tokio {}",
+        "muxlock {} (this tree), redlock {}, rslock {}, redis-rs {} (the hand-written clients use 1.x; rslock and redlock bring their own), tokio {}",
         env!("CARGO_PKG_VERSION"),
         version("redlock"),
         version("rslock"),
         version("redis"),
         version("tokio")
     )
+}
+
+/// The three load averages.
+fn load3() -> String {
+    loadavg()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn cpu_model() -> String {
@@ -1109,7 +1130,7 @@ fn header(out: &mut Out, plan: &Plan) {
         thread::available_parallelism().map_or(0, |n| n.get()),
         cpu_model(),
         command_line("uname", &["-r"]),
-        loadavg()
+        load3()
     ));
     out.line(format!(
         "- **Versions**: {}; {}; {}.",
@@ -1202,7 +1223,7 @@ fn main() {
         "*The run took {:.0} s; load average at the end {}; the hypervisor stole {:.0} % of the machine's CPU time \
          meanwhile (`/proc/stat`).*\n",
         t0.elapsed().as_secs_f64(),
-        loadavg(),
+        load3(),
         cpu.steal_percent()
     ));
     out.line(END);

@@ -147,7 +147,7 @@ pub fn cdf(
             short(t)
         );
     }
-    for p in [0.0, 25.0, 50.0, 75.0, 90.0, 99.0, 100.0] {
+    for p in [0.0, 25.0, 50.0, 75.0, 90.0, 100.0] {
         let _ = writeln!(
             s,
             r##"<line x1="{ML}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#e4e4e4"/><text x="{2}" y="{3:.1}" text-anchor="end">{p}</text>"##,
