@@ -816,7 +816,14 @@ fn contenders<'a>(urls: &'a [String], holder: &LockManager) -> Vec<(String, Make
     v
 }
 
-fn contention(out: &mut Out, plan: &Plan, urls: &[String]) -> (Vec<(String, CallStats)>, f64) {
+/// What the contention scenario gave, per client kind: the hand-off p50 ÷ the uncontended acquire, and the
+/// fairness run's totals with its least ÷ most served.
+struct Contention {
+    handoff: Vec<(String, f64)>,
+    fairness: Vec<(String, CallStats, f64)>,
+}
+
+fn contention(out: &mut Out, plan: &Plan, urls: &[String]) -> Contention {
     let holder = waiting_manager(urls);
     let kinds = contenders(urls, &holder);
     // Hand-off.
@@ -920,12 +927,13 @@ fn contention(out: &mut Out, plan: &Plan, urls: &[String]) -> (Vec<(String, Call
     ));
     out.line("| waiter | hand-offs | p50 | p90 | p99 | p50 ÷ uncontended acquire |");
     out.line("|---|---:|---:|---:|---:|---:|");
-    let mut handoff_ratio = f64::NAN;
+    let mut handoff = Vec::new();
     for (name, w, h) in &waiters {
         let r = ratio(p50(h), base);
-        if name == "muxlock lock_wait, own manager" {
-            handoff_ratio = p50(h).zip(base).map_or(f64::NAN, |(a, b)| a / b);
-        }
+        handoff.push((
+            name.clone(),
+            p50(h).zip(base).map_or(f64::NAN, |(a, b)| a / b),
+        ));
         out.line(format!(
             "| {name}{} | {} | {} | {} | {} | {r} |",
             if w.blocked { " (BLOCKED)" } else { "" },
@@ -1021,11 +1029,126 @@ fn contention(out: &mut Out, plan: &Plan, urls: &[String]) -> (Vec<(String, Call
         s.failed = *failed;
         s.first_error = first.clone();
         s.blocked = blocked > 0;
-        fair.push((name.clone(), s));
+        fair.push((name.clone(), s, min as f64 / max.max(1) as f64));
     }
     out.line("");
     drop(groups);
-    (fair, handoff_ratio)
+    Contention {
+        handoff,
+        fairness: fair,
+    }
+}
+
+/// The goals earlier issues set that this run measures, with verdicts: a miss is written as a miss.
+fn goals(
+    out: &mut Out,
+    plan: &Plan,
+    rows: &[throughput::report::Row],
+    fault: &[Case],
+    contention: &Contention,
+    elapsed: Duration,
+) {
+    use throughput::Client as C;
+    let mut lines: Vec<(String, String, String, Option<bool>)> = Vec::new();
+    let limit = if plan.mode == Mode::Full {
+        1200.0
+    } else {
+        120.0
+    };
+    lines.push((
+        format!("the run's time, {:?} mode, build excluded (#13)", plan.mode),
+        format!("{:.0} s", elapsed.as_secs_f64()),
+        format!("< {limit:.0} s"),
+        Some(elapsed.as_secs_f64() < limit),
+    ));
+    let median = |t: usize, c: C| {
+        rows.iter()
+            .find(|r| r.threads == t && r.client == c)
+            .map(throughput::report::Row::median)
+    };
+    for (t, peer, goal) in [
+        (16, C::Rslock, 3.0),
+        (16, C::Quorum, 2.0),
+        (64, C::Quorum, 2.0),
+    ] {
+        let v = median(t, C::Shared)
+            .zip(median(t, peer))
+            .map(|(a, b)| a / b);
+        lines.push((
+            format!("{t} threads: muxlock/shared ÷ {} (#7)", peer.name()),
+            v.map_or("—".into(), |v| format!("{v:.2}")),
+            format!("≥ {goal}"),
+            v.map(|v| v >= goal),
+        ));
+    }
+    let failed: u64 = rows
+        .iter()
+        .filter(|r| r.client.is_muxlock())
+        .map(throughput::report::Row::failures)
+        .sum();
+    lines.push((
+        "muxlock failed calls, throughput on healthy nodes (#7)".into(),
+        failed.to_string(),
+        "0".into(),
+        Some(failed == 0),
+    ));
+    for c in fault.iter().filter(|c| c.kind == Kind::Muxlock) {
+        let s = &c.stats;
+        lines.push((
+            format!("{}: muxlock calls that succeeded", c.label),
+            format!("{} of {}", s.ok, s.calls()),
+            "all, none blocked".into(),
+            Some(s.failed == 0 && !s.blocked && s.ok > 0),
+        ));
+    }
+    for (name, r) in contention
+        .handoff
+        .iter()
+        .filter(|(n, _)| n.starts_with("muxlock"))
+    {
+        lines.push((
+            format!("hand-off p50 ÷ uncontended acquire, {name} (#9)"),
+            format!("{r:.2}"),
+            "< 3".into(),
+            r.is_finite().then_some(*r < 3.0),
+        ));
+    }
+    for (name, s, r) in contention
+        .fairness
+        .iter()
+        .filter(|(n, ..)| n.starts_with("muxlock"))
+    {
+        lines.push((
+            format!("fairness, least ÷ most served, {name} (#9)"),
+            format!("{r:.2}"),
+            "≥ 0.5".into(),
+            Some(*r >= 0.5 && s.failed == 0 && !s.blocked),
+        ));
+    }
+    out.line(
+        "### Goals
+",
+    );
+    out.line(format!(
+        "Targets set by earlier issues, measured in this run{}.
+",
+        if plan.mode == Mode::Quick {
+            " (a quick run: too few samples to settle a verdict)"
+        } else {
+            ""
+        }
+    ));
+    out.line("| what | this run | goal | verdict |");
+    out.line("|---|---:|---|---|");
+    for (what, value, goal, ok) in lines {
+        let verdict = match ok {
+            Some(true) => "met",
+            Some(false) => "**missed**",
+            None => "not measured",
+        };
+        out.line(format!("| {what} | {value} | {goal} | {verdict} |"));
+    }
+    out.line("");
 }
 
 // ---------------------------------------------------------------- the run's facts
@@ -1216,8 +1339,9 @@ fn main() {
         "[{:.0} s] injected latency done",
         t0.elapsed().as_secs_f64()
     );
-    let (fair, handoff) = contention(&mut out, &plan, &cluster.urls());
+    let cont = contention(&mut out, &plan, &cluster.urls());
     out.line("### 6. TLS against plain TCP\n\nNot built yet: muxlock has no TLS on this branch.\n");
+    goals(&mut out, &plan, &rows, &fault, &cont, t0.elapsed());
     let cpu = Cpu::now(&pids).since(cpu0);
     out.line(format!(
         "*The run took {:.0} s; load average at the end {}; the hypervisor stole {:.0} % of the machine's CPU time \
@@ -1240,13 +1364,21 @@ fn main() {
     {
         bad.push(format!("throughput {} × {}", r.threads, r.client.name()));
     }
-    for (name, s) in fair.iter().filter(|(n, _)| n.starts_with("muxlock")) {
+    for (name, s, _) in cont
+        .fairness
+        .iter()
+        .filter(|(n, ..)| n.starts_with("muxlock"))
+    {
         if s.failed > 0 || s.blocked {
             bad.push(format!("fairness {name}: {:?}", s.first_error));
         }
     }
-    if !handoff.is_finite() {
-        bad.push("hand-off: no muxlock hand-off measured".into());
+    if cont
+        .handoff
+        .iter()
+        .any(|(n, r)| n.starts_with("muxlock") && !r.is_finite())
+    {
+        bad.push("hand-off: a muxlock hand-off was not measured".into());
     }
     for b in &bad {
         eprintln!("muxlock went wrong: {b}");
