@@ -1,6 +1,7 @@
 //! Lock throughput: acquire+release cycles per second on 5 local `redis-server`s with 1, 4, 16 and 64 concurrent
-//! callers, for muxlock and two peers (`scripts/bench-report` runs the same engine with every client), on the same nodes in the same run. Ratios between clients of one run are the
-//! result; absolute rates on this shared 2-core machine are not.
+//! callers, for muxlock and two peers, on the same nodes in the same run. Ratios between clients of one run are the
+//! result; absolute rates on this shared 2-core machine are not. The engine is `benches/throughput/mod.rs`, which
+//! `scripts/bench-report` runs with every client.
 //!
 //! The clients, each built once and kept for the whole run:
 //!
@@ -35,9 +36,10 @@
 //! is left behind, a task is aborted).
 //!
 //! `cargo bench --bench throughput` runs it all: `MUXLOCK_TP_SECS` (default 3), `MUXLOCK_TP_REPS` (default 3),
-//! `MUXLOCK_TP_THREADS` (default `1,4,16,64`) and `MUXLOCK_TP_CLIENTS` (names as in the table, default all) change it. `cargo test --benches` (no `--bench` flag) runs 0.2 s per
-//! case, one repetition, 1 and 4 callers, with a 2 s round timeout for muxlock, and fails if a muxlock call failed
-//! or a caller blocked.
+//! `MUXLOCK_TP_THREADS` (default `1,4,16,64`) and `MUXLOCK_TP_CLIENTS` (names as in the table; default the four
+//! above, and `redlock` and `redis-rs/single` may be named too) change it. `cargo test --benches` (no `--bench`
+//! flag) runs 0.2 s per case, one repetition, 1 and 4 callers, with a 2 s round timeout for muxlock, and fails if a
+//! muxlock call failed or a caller blocked.
 //!
 //! Method and results: `BENCHMARKS.md`, "Throughput (shared manager)".
 
