@@ -45,8 +45,9 @@
 //! # What is public
 //!
 //! - The lock API, at the crate root: [`LockManager`] (and its [`Builder`]), [`Lock`], [`Config`], [`Error`] with
-//!   its per-node [`Report`] of [`Outcome`]s, [`NodeAddr`], [`NodeError`], and the counters of
-//!   [`LockManager::stats`]. This is the API users rely on.
+//!   its per-node [`Report`] of [`Outcome`]s, [`NodeAddr`], [`NodeError`], the counters of
+//!   [`LockManager::stats`], and what [`LockManager::inspect`] reads of a key ([`Inspection`], [`KeyState`]). This
+//!   is the API users rely on.
 //! - [`resp`]: the RESP2/RESP3 codec, a product of its own (fuzzed, benchmarked, stricter than the common
 //!   parsers): public and documented for use without the rest of muxlock.
 //! - The layers below the lock API are **not** an API: the network layer (`muxlock::net`: the fanout, rounds,
@@ -75,6 +76,6 @@ mod time;
 
 pub use net::{AddrError, IoError, NodeAddr, NodeCounts, NodeError};
 pub use redlock::{
-    Builder, Config, ConfigError, Error, Guard, GuardStats, Lock, LockManager, Lost, LostWatch,
-    NodeStats, Outcome, Report, Result, Stats,
+    Builder, Config, ConfigError, Error, Guard, GuardStats, Inspection, KeyState, Lock,
+    LockManager, LockSet, Lost, LostWatch, NodeStats, Outcome, Report, Result, Stats,
 };

@@ -456,6 +456,16 @@ impl Conn {
                     if msg.starts_with("NOAUTH") || msg.starts_with("WRONGPASS") {
                         return Err(NodeError::Auth(msg));
                     }
+                    // An optional command's refusal (`CONFIG` renamed or not allowed) is its reply.
+                    let optional =
+                        matches!(step, Step::Extra(i) if opts.optional_setup.contains(&i));
+                    if optional {
+                        self.setup_replies.push((value, Instant::now()));
+                        if !self.setting_up() {
+                            self.sessions.fetch_add(1, Ordering::Release);
+                        }
+                        return Ok(());
+                    }
                     return Err(match step {
                         Step::Auth => NodeError::Auth(msg),
                         Step::Select => NodeError::Setup(format!("SELECT: {msg}")),

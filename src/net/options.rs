@@ -29,6 +29,9 @@ pub struct Options {
     pub(crate) limits: Limits,
     pub(crate) max_reply_len: usize,
     pub(crate) setup: Vec<Bytes>,
+    /// Positions in `setup` of the commands whose error reply is kept as their reply instead of failing the
+    /// connection (a command the server may refuse, such as `CONFIG GET` where `CONFIG` is renamed).
+    pub(crate) optional_setup: Vec<usize>,
     pub(crate) pushes: bool,
 }
 
@@ -95,7 +98,8 @@ impl Options {
     }
 
     /// Sets the encoded commands pipelined after `AUTH`/`SELECT`/`HELLO` on every new connection (such as
-    /// `SCRIPT LOAD`; default none). An error reply to any of them fails the connection.
+    /// `SCRIPT LOAD`; default none). An error reply to any of them fails the connection, except for those the
+    /// lock layer marks optional (their error reply is kept as their reply).
     #[must_use]
     pub fn with_setup(mut self, setup: Vec<Bytes>) -> Options {
         self.setup = setup;
@@ -118,6 +122,7 @@ impl Default for Options {
                 .with_max_depth(32),
             max_reply_len: 4 << 20,
             setup: Vec::new(),
+            optional_setup: Vec::new(),
             pushes: false,
         }
     }

@@ -112,10 +112,16 @@ settings! {
     /// - The window must cover the longest lease *any* client of these nodes uses: see
     ///   [`with_restart_window`](Config::with_restart_window).
     ///
-    /// The price: a node that has just started (a fresh deployment, a test) does not count for the first window
-    /// either, so locks need a majority of nodes that have been up that long. Turn it off only when the nodes
-    /// persist every write (`appendfsync always`) or a lost lock is acceptable. The module
-    /// `src/redlock/restart.rs` says which way each figure may err and why the guard stays safe.
+    /// Nodes that persist every write are trusted at once: a node that reports `appendonly yes` and
+    /// `appendfsync always` (`CONFIG GET append*`, also read on every new connection) forgets no lock when it
+    /// restarts. If this manager saw the node's previous process, that one must have reported the same; a node
+    /// that refuses `CONFIG` gets the window.
+    ///
+    /// The price, for other nodes: a node that has just started (a fresh deployment, a test) does not count for the
+    /// first window either, so locks need a majority of nodes that have been up that long (the error says which
+    /// nodes and for how much longer). Turn the guard off only when a lost lock is acceptable. The module
+    /// `src/redlock/restart.rs` says which way each figure may err, why trusting persistent nodes is safe, and
+    /// what that assumes (persistence configured at start, not turned on at run time).
     restart_guard, with_restart_guard: bool;
     /// Sets the least restart window (default zero). The window is the larger of this and the longest TTL this
     /// manager has used, plus the drift allowance: set it to the longest TTL that *any* client of these nodes uses.

@@ -10,6 +10,7 @@ use bytes::BytesMut;
 use super::config::Config;
 use super::error::{Error, Outcome, Report, Result};
 use super::guard::{Held, Lost};
+use super::inspect::{Inspection, KeyState, key_state};
 use super::lock::Lock;
 use super::quorum::{Failure, Quorum, Status, Vote, drift};
 use super::restart::RestartGuard;
@@ -20,7 +21,7 @@ use super::token::Tokens;
 use super::wait::WaitRoom;
 use super::watchdog::Watchdog;
 use crate::net::{Fanout, NodeError, NodeSet, Reply};
-use crate::resp::Value;
+use crate::resp::{Value, encode_command};
 use crate::sync::lock;
 use crate::time::later;
 
@@ -81,6 +82,15 @@ pub(crate) fn script_vote(reply: &Reply) -> (Vote, Outcome) {
     }
 }
 
+/// A lock value given by a caller (`extend_value`, `unlock_value`): anything but empty. An empty value would match
+/// a key someone set to the empty string, which no Redlock client does.
+fn check_value(value: &[u8]) -> Result<()> {
+    if value.is_empty() {
+        return Err(Error::config("the lock value is empty"));
+    }
+    Ok(())
+}
+
 pub(crate) fn is_noscript(reply: &Reply) -> bool {
     matches!(reply.as_ref().map(Value::without_attributes), Ok(Value::Error(m)) if m.starts_with(b"NOSCRIPT"))
 }
@@ -90,10 +100,16 @@ impl Core {
         let nodes = (0..self.fanout.len())
             .map(|i| {
                 let restarts = self.restart.as_ref().map_or(0, |(g, _)| g.restarts(i));
+                let standing = self
+                    .restart
+                    .as_ref()
+                    .map(|(g, info)| g.standing(&self.fanout, i, *info, Instant::now()))
+                    .unwrap_or_default();
                 NodeStats::new(
                     self.fanout.addrs()[i].clone(),
                     &self.votes[i],
                     restarts,
+                    standing,
                     self.fanout.stats(i),
                 )
             })
@@ -136,34 +152,137 @@ impl Core {
     }
 
     pub(crate) fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
-        let ttl_ms = self.config.check_ttl(ttl)?;
+        self.config.check_ttl(ttl)?;
         if lock.extensions >= self.config.max_extensions {
             return Err(Error::ExtendLimit(lock.extensions));
         }
-        let start = Instant::now();
-        if start >= lock.valid_until {
+        if Instant::now() >= lock.valid_until {
             return Err(Error::Expired);
         }
+        lock.valid_until = self.extend_on(
+            &lock.resource,
+            &lock.value,
+            lock.nodes,
+            ttl,
+            Some(lock.valid_until),
+        )?;
+        lock.extensions += 1;
+        Ok(())
+    }
+
+    /// [`LockManager::extend_value`](super::LockManager::extend_value): an extension on every node, by value.
+    pub(crate) fn extend_value(
+        &self,
+        resource: &[u8],
+        value: &[u8],
+        ttl: Duration,
+    ) -> Result<Instant> {
+        self.check(resource, ttl)?;
+        check_value(value)?;
+        self.extend_on(resource, value, NodeSet::ALL, ttl, None)
+    }
+
+    pub(crate) fn unlock(&self, lock: Lock) -> Result<usize> {
+        self.release_on(&lock.resource, &lock.value, lock.nodes)
+    }
+
+    /// [`LockManager::unlock_value`](super::LockManager::unlock_value): a release on every node, by value.
+    pub(crate) fn unlock_value(&self, resource: &[u8], value: &[u8]) -> Result<usize> {
+        if resource.is_empty() {
+            return Err(Error::config("the resource name is empty"));
+        }
+        check_value(value)?;
+        self.release_on(resource, value, NodeSet::ALL)
+    }
+
+    /// [`LockManager::inspect`](super::LockManager::inspect): `GET` and `PTTL` pipelined to every node in one
+    /// round; each node's replies become a [`KeyState`].
+    pub(crate) fn inspect(&self, resource: &[u8]) -> Result<Inspection> {
+        if resource.is_empty() {
+            return Err(Error::config("the resource name is empty"));
+        }
+        let n = self.fanout.len();
+        let mut request = BytesMut::with_capacity(64 + 2 * resource.len());
+        encode_command(&[b"GET", resource], &mut request);
+        encode_command(&[b"PTTL", resource], &mut request);
+        let mut round = self
+            .fanout
+            .round(later(Instant::now(), self.config.round_timeout));
+        round.send_all(&request, 2);
+        // A node's replies come in request order: its GET's outcome first, then its PTTL's.
+        let mut gets: Vec<Option<Reply>> = vec![None; n];
+        let mut states: Vec<Option<KeyState>> = vec![None; n];
+        let mut pending = 2 * n;
+        round.need(pending);
+        while let Some((node, reply)) = round.next() {
+            let Some(get) = gets.get_mut(node) else {
+                continue;
+            };
+            match get.take() {
+                None if states[node].is_none() => *get = Some(reply),
+                None => continue, // a third outcome for a node: never happens; ignore it
+                Some(first) => states[node] = Some(key_state(first, Some(reply))),
+            }
+            pending = pending.saturating_sub(1);
+            round.need(pending);
+        }
+        drop(round);
+        let nodes = self
+            .fanout
+            .addrs()
+            .iter()
+            .cloned()
+            .zip(states.into_iter().zip(gets))
+            .map(|(addr, (state, get))| {
+                let state = state.unwrap_or_else(|| match get {
+                    Some(first) => key_state(first, None),
+                    None => KeyState::Failed(Outcome::Failed(NodeError::Timeout)),
+                });
+                (addr, state)
+            })
+            .collect();
+        Ok(Inspection {
+            resource: resource.to_vec(),
+            nodes,
+            quorum: self.quorum(),
+        })
+    }
+
+    /// The extension round shared by `extend` and `extend_value`: compare-and-pexpire on `nodes`, decided by a
+    /// majority before the new lease's validity and before `decide_by` (the current lease's end, when known).
+    /// Returns the new lease's end.
+    fn extend_on(
+        &self,
+        resource: &[u8],
+        value: &[u8],
+        nodes: NodeSet,
+        ttl: Duration,
+        decide_by: Option<Instant>,
+    ) -> Result<Instant> {
+        let ttl_ms = self.config.check_ttl(ttl)?;
+        let start = Instant::now();
         let drift = drift(ttl, self.config.drift_factor);
-        let mut quorum =
-            Quorum::new(self.fanout.len(), start, ttl, drift).decide_by(lock.valid_until);
+        let mut quorum = Quorum::new(self.fanout.len(), start, ttl, drift);
+        if let Some(instant) = decide_by {
+            quorum = quorum.decide_by(instant);
+        }
         self.note_ttl(ttl_ms);
         let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
         let mut outcomes = vec![Outcome::NotAwaited; self.fanout.len()];
         let mut status = Status::Pending;
         // Nodes the acquisition never reached hold nothing of ours: their vote is "not ours", unasked.
         for (node, outcome) in outcomes.iter_mut().enumerate() {
-            if !lock.nodes.contains(node) {
+            if !nodes.contains(node) {
                 *outcome = Outcome::NotSent;
                 status = quorum.vote(node, Vote::Taken, start);
             }
         }
         self.script_round(
             Script::Extend,
-            &lock.resource,
-            &lock.value,
+            resource,
+            value,
             ttl_ms,
-            (lock.nodes, deadline, quorum.votes_to_decide()),
+            (nodes, deadline, quorum.votes_to_decide()),
             |node, reply| {
                 let now = Instant::now();
                 let (vote, outcome) = self.counted(node, script_vote(&reply), now);
@@ -176,24 +295,19 @@ impl Core {
                 }
             },
         );
-        match settle(status, &quorum) {
-            Ok(valid_until) => {
-                lock.valid_until = valid_until;
-                lock.extensions += 1;
-                Ok(())
+        settle(status, &quorum).map_err(|failure| {
+            let report = Box::new(self.report(resource, outcomes, quorum.quorum()));
+            if failure == Failure::Held {
+                Error::LockLost(report)
+            } else {
+                Error::Quorum(report)
             }
-            Err(failure) => {
-                let report = Box::new(self.report(&lock.resource, outcomes, quorum.quorum()));
-                Err(if failure == Failure::Held {
-                    Error::LockLost(report)
-                } else {
-                    Error::Quorum(report)
-                })
-            }
-        }
+        })
     }
 
-    pub(crate) fn unlock(&self, lock: Lock) -> Result<usize> {
+    /// The release round shared by `unlock` and `unlock_value`: compare-and-delete on `nodes`; the number of nodes
+    /// that deleted the key by the time a majority confirmed, every node answered, or the round timed out.
+    fn release_on(&self, resource: &[u8], value: &[u8], nodes: NodeSet) -> Result<usize> {
         let n = self.fanout.len();
         let quorum = self.quorum();
         let deadline = later(Instant::now(), self.config.round_timeout);
@@ -201,17 +315,17 @@ impl Core {
         let (mut released, mut answered) = (0, 0);
         // Nodes the acquisition never reached have nothing to delete: they count as answered.
         for (node, outcome) in outcomes.iter_mut().enumerate() {
-            if !lock.nodes.contains(node) {
+            if !nodes.contains(node) {
                 *outcome = Outcome::NotSent;
                 answered += 1;
             }
         }
         self.script_round(
             Script::Release,
-            &lock.resource,
-            &lock.value,
+            resource,
+            value,
             0,
-            (lock.nodes, deadline, quorum),
+            (nodes, deadline, quorum),
             |node, reply| {
                 let (vote, outcome) = script_vote(&reply);
                 self.votes[node].count(&outcome);
@@ -222,13 +336,11 @@ impl Core {
             },
         );
         // Whatever the outcome, the key may be free now: this process' waiters look.
-        self.waits.notify(&lock.resource);
+        self.waits.notify(resource);
         if answered < quorum {
-            return Err(Error::Quorum(Box::new(self.report(
-                &lock.resource,
-                outcomes,
-                quorum,
-            ))));
+            return Err(Error::Quorum(Box::new(
+                self.report(resource, outcomes, quorum),
+            )));
         }
         Ok(released)
     }
@@ -267,14 +379,7 @@ impl Core {
         for (i, _) in &live {
             let g = &guards[*i];
             self.note_ttl(g.ttl_ms);
-            scripts::call(
-                &mut request,
-                Script::Extend,
-                false,
-                &g.resource,
-                &g.value,
-                g.ttl_ms,
-            );
+            renewal(&mut request, g, false);
         }
         let mut round = self.fanout.round(later(start, self.config.round_timeout));
         round.send_all(&request, k);
@@ -295,14 +400,7 @@ impl Core {
                     let mut full = BytesMut::with_capacity(k * 256);
                     for (i, _) in &live {
                         let g = &guards[*i];
-                        scripts::call(
-                            &mut full,
-                            Script::Extend,
-                            true,
-                            &g.resource,
-                            &g.value,
-                            g.ttl_ms,
-                        );
+                        renewal(&mut full, g, true);
                     }
                     round.send(node, &full, k);
                 }
@@ -527,12 +625,31 @@ impl Core {
     }
 
     pub(crate) fn report(&self, resource: &[u8], outcomes: Vec<Outcome>, quorum: usize) -> Report {
+        // Nodes whose grant was not counted: how long they have been up and until they count, for the message.
+        let now = Instant::now();
+        let not_counted = match &self.restart {
+            Some((guard, info)) => outcomes
+                .iter()
+                .enumerate()
+                .filter(|(_, o)| **o == Outcome::Quarantined)
+                .map(|(i, _)| {
+                    let s = guard.standing(&self.fanout, i, *info, now);
+                    (
+                        i,
+                        s.up.unwrap_or_default(),
+                        s.counted_in.unwrap_or_default(),
+                    )
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         let nodes = self.fanout.addrs().iter().cloned().zip(outcomes).collect();
         Report {
             resource: resource.to_vec(),
             nodes,
             quorum,
             holder_ttl: None,
+            not_counted,
         }
     }
 
@@ -549,6 +666,24 @@ impl Core {
             delay + Duration::from_nanos(r - jitter)
         } else {
             delay.saturating_sub(Duration::from_nanos(jitter - r))
+        }
+    }
+}
+
+/// One guard's renewal command: compare-and-pexpire of its key, or of every key of its set together.
+fn renewal(buf: &mut BytesMut, g: &Held, full: bool) {
+    match &g.set {
+        None => scripts::call(buf, Script::Extend, full, &g.resource, &g.value, g.ttl_ms),
+        Some(set) => {
+            let keys: Vec<&[u8]> = set.iter().map(|k| &k[..]).collect();
+            let ttl = crate::resp::Decimal::new(i64::try_from(g.ttl_ms).unwrap_or(i64::MAX));
+            super::lua::eval(
+                buf,
+                super::lua::EXTEND_MANY,
+                full,
+                &keys,
+                &[&g.value, ttl.as_bytes()],
+            );
         }
     }
 }

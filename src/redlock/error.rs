@@ -1,6 +1,7 @@
 //! [`Error`]: what went wrong, in terms a caller can act on, with every node's outcome when nodes are to blame.
 
 use std::fmt;
+use std::time::Duration;
 
 use crate::net::{AddrError, IoError, NodeAddr, NodeError};
 
@@ -35,9 +36,9 @@ impl fmt::Display for Outcome {
             Outcome::Failed(e) => e.fmt(f),
             Outcome::NotAwaited => f.write_str("not awaited (decided without it)"),
             Outcome::NotSent => f.write_str("not asked (the acquisition never reached it)"),
-            Outcome::Quarantined => {
-                f.write_str("granted, not counted: restarted less than the max TTL ago")
-            }
+            Outcome::Quarantined => f.write_str(
+                "granted, not counted: started less than the longest lease ago, without appendfsync always",
+            ),
         }
     }
 }
@@ -50,6 +51,9 @@ pub struct Report {
     pub(crate) quorum: usize,
     /// How long the holder's lease still ran, as the nodes said when asked (for a wait that ran out).
     pub(crate) holder_ttl: Option<std::time::Duration>,
+    /// Per node whose grant was not counted ([`Outcome::Quarantined`]): its index, how long it had been up at
+    /// least, and how long until its grants count.
+    pub(crate) not_counted: Vec<(usize, Duration, Duration)>,
 }
 
 impl Report {
@@ -73,6 +77,20 @@ impl Report {
     /// nodes (the time until a majority of them will have let it expire, unless it is extended).
     pub fn holder_ttl(&self) -> Option<std::time::Duration> {
         self.holder_ttl
+    }
+
+    /// The nodes whose grant was not counted by the restart guard ([`Outcome::Quarantined`]): each with how long
+    /// it had been up at least and how long until its grants count, when the report was made.
+    pub fn not_counted(&self) -> impl Iterator<Item = (&NodeAddr, Duration, Duration)> + '_ {
+        self.not_counted
+            .iter()
+            .filter_map(|&(i, up, left)| self.nodes.get(i).map(|(addr, _)| (addr, up, left)))
+    }
+
+    /// How long until every node whose grant was not counted by the restart guard counts: after that, the same
+    /// attempt would have had their votes. `None` if no grant went uncounted.
+    pub fn restart_wait(&self) -> Option<Duration> {
+        self.not_counted.iter().map(|&(_, _, left)| left).max()
     }
 
     /// How many nodes granted.
@@ -104,6 +122,33 @@ impl fmt::Display for Report {
         }
         for (addr, outcome) in &self.nodes {
             write!(f, "; {addr}: {outcome}")?;
+        }
+        if !self.not_counted.is_empty() {
+            let n = self.not_counted.len();
+            write!(
+                f,
+                ". {n} {} granted but {} not counted yet: {} started less than the longest lease ago and \
+                 {} not persist every write, so {} may have forgotten locks granted before a restart (the restart \
+                 guard) —",
+                if n == 1 { "node" } else { "nodes" },
+                if n == 1 { "is" } else { "are" },
+                if n == 1 { "it" } else { "they" },
+                if n == 1 { "does" } else { "do" },
+                if n == 1 { "it" } else { "they" },
+            )?;
+            for (i, (addr, up, left)) in self.not_counted().enumerate() {
+                let sep = if i == 0 { "" } else { ";" };
+                write!(
+                    f,
+                    "{sep} {addr} up {:.1}s, counted in {:.1}s",
+                    up.as_secs_f64(),
+                    left.as_secs_f64()
+                )?;
+            }
+            f.write_str(
+                ". To avoid the wait, run the nodes with `appendonly yes` and `appendfsync always` (trusted at \
+                 once, as `muxlock cluster up` does), or retry after that time",
+            )?;
         }
         Ok(())
     }

@@ -74,6 +74,12 @@ pub(crate) struct Held {
     pub(crate) ttl_ms: u64,
     /// How long before the end of the lease the guard counts as lost without a confirmed renewal.
     pub(crate) margin: Duration,
+    /// The fencing token, for a guard of [`hold_fenced`](super::LockManager::hold_fenced): released by the fenced
+    /// release.
+    pub(crate) fence: Option<u64>,
+    /// Every key of a set held by [`hold_many`](super::LockManager::hold_many) (sorted; `resource` is the first):
+    /// renewed and released together.
+    pub(crate) set: Option<Vec<Vec<u8>>>,
     pub(crate) state: Mutex<HeldState>,
     /// Notified whenever `state` changes (renewed, lost).
     pub(crate) changed: Condvar,
@@ -98,6 +104,8 @@ impl Held {
         ttl: Duration,
         ttl_ms: u64,
         margin: Duration,
+        fence: Option<u64>,
+        set: Option<Vec<Vec<u8>>>,
     ) -> Held {
         Held {
             id,
@@ -106,6 +114,8 @@ impl Held {
             ttl,
             ttl_ms,
             margin,
+            fence,
+            set,
             state: Mutex::new(HeldState {
                 valid_until: lock.valid_until,
                 nodes: lock.nodes,
@@ -211,9 +221,14 @@ impl Guard {
         }
     }
 
-    /// The locked resource's name (the Redis key).
+    /// The locked resource's name (the Redis key); for a guard of a set, the first of its names (sorted).
     pub fn resource(&self) -> &[u8] {
         &self.held.resource
+    }
+
+    /// Every resource of a guard from [`hold_many`](LockManager::hold_many) (sorted), `None` for other guards.
+    pub fn resources(&self) -> Option<&[Vec<u8>]> {
+        self.held.set.as_deref()
     }
 
     /// This acquisition's unique value (40 hex digits), stored in the key on each node.
@@ -250,6 +265,11 @@ impl Guard {
         LostWatch {
             held: Arc::clone(&self.held),
         }
+    }
+
+    /// The fencing token of a guard from [`hold_fenced`](LockManager::hold_fenced), `None` for other guards.
+    pub fn token(&self) -> Option<u64> {
+        self.held.fence
     }
 
     /// How many times the watchdog has renewed the lease.

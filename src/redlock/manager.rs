@@ -7,6 +7,7 @@ use super::config::Config;
 use super::core::Core;
 use super::error::{Error, Result};
 use super::guard::{Guard, Held, Lost};
+use super::inspect::Inspection;
 use super::lock::Lock;
 use super::quorum::drift;
 use super::restart::{self, RestartGuard};
@@ -96,20 +97,26 @@ impl Builder {
         }
         let mut setup = scripts::setup_commands();
         let restart = self.config.restart_guard.then(|| {
-            setup.push(restart::setup_command());
+            setup.extend(restart::setup_commands());
             let guard = RestartGuard::new(
                 addrs.len(),
                 self.config.restart_window,
                 self.config.drift_factor,
             );
-            (guard, setup.len() - 1)
+            (guard, setup.len() - 2)
         });
+        // `CONFIG GET append*` may be refused: the node then gets the window rule.
+        let optional_setup = restart
+            .as_ref()
+            .map(|(_, info)| vec![info + 1])
+            .unwrap_or_default();
         let opts = Options {
             connect_timeout: self.config.connect_timeout,
             max_in_flight: self.config.max_in_flight,
             hung_timeout: self.config.hung_timeout,
             spin: self.config.spin,
             setup,
+            optional_setup,
             ..Options::default()
         };
         let fanout = Fanout::new(addrs, opts).map_err(|e| Error::Os {
@@ -227,6 +234,47 @@ impl LockManager {
         self.core.extend(lock, ttl)
     }
 
+    /// Extends the lock on `resource` whose value is `value` to `ttl` from now, on all nodes at once, and returns
+    /// the instant the new lease ends on this process' monotonic clock (measured from the start of this call, less
+    /// the drift allowance, as for an acquisition).
+    ///
+    /// This is [`extend`](LockManager::extend) for a caller that holds the lock by its value alone, such as a
+    /// script that acquired it in another process (`muxlock acquire` prints the value). It sends the same
+    /// compare-and-pexpire script, which only extends a key that still holds `value`: **an extension by value
+    /// cannot revive an expired key**, and never touches another holder's. Unlike `extend`, it does not know when
+    /// the lease ends, so it cannot refuse an expired lock before sending; the nodes refuse it instead
+    /// ([`Error::LockLost`]). It is not counted against [`Config::max_extensions`].
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::LockLost`] if a majority does not hold `value` under `resource` (it expired, was released, or
+    ///   was never taken);
+    /// - [`Error::Quorum`] if too few nodes answered in time;
+    /// - [`Error::Config`] for an empty resource name or value, or an invalid `ttl`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+    /// // The value printed by `muxlock acquire nightly-report --ttl 30s` in another process:
+    /// let value = "6f1c0e3a9b2d4c5e8f7a6b5c4d3e2f1a0b9c8d7e";
+    /// let valid_until = locks.extend_value("nightly-report", value, Duration::from_secs(30))?;
+    /// println!("valid for {:?} more", valid_until.saturating_duration_since(std::time::Instant::now()));
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn extend_value(
+        &self,
+        resource: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        ttl: Duration,
+    ) -> Result<Instant> {
+        self.core
+            .extend_value(resource.as_ref(), value.as_ref(), ttl)
+    }
+
     /// Releases `lock` on all nodes at once (compare-and-delete: a node only deletes the key if it still holds this
     /// lock's value, so an expired lock never deletes its next holder's key).
     ///
@@ -239,6 +287,71 @@ impl LockManager {
     /// the lock will end with its lease.
     pub fn unlock(&self, lock: Lock) -> Result<usize> {
         self.core.unlock(lock)
+    }
+
+    /// Releases the lock on `resource` whose value is `value`, on all nodes at once: [`unlock`](LockManager::unlock)
+    /// for a caller that holds the lock by its value alone (a script, another process). The same compare-and-delete
+    /// script: a node deletes the key only if it still holds `value`, so another holder's lock is never touched.
+    ///
+    /// Returns the number of nodes that deleted the key before the round ended (as `unlock`): fewer than
+    /// [`quorum`](LockManager::quorum) means the value was not held by a majority any more (the lock had expired,
+    /// or was never taken), not an error.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Quorum`] if fewer than a majority of nodes answered at all; [`Error::Config`] for an empty resource
+    /// name or value.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+    /// let released = locks.unlock_value("nightly-report", "6f1c0e3a9b2d4c5e8f7a6b5c4d3e2f1a0b9c8d7e")?;
+    /// if released < locks.quorum() {
+    ///     eprintln!("the lock had already expired: the work it protected may have overlapped another holder's");
+    /// }
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn unlock_value(
+        &self,
+        resource: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+    ) -> Result<usize> {
+        self.core.unlock_value(resource.as_ref(), value.as_ref())
+    }
+
+    /// Reads what every node holds under `resource`'s key, in one round to all nodes (`GET` and `PTTL`, pipelined),
+    /// without taking or changing anything: for a status display, or to find who holds a lock.
+    ///
+    /// Nodes that are down or do not answer within [`Config::round_timeout`] appear as [`KeyState::Failed`](super::KeyState::Failed); the
+    /// call itself fails only for an invalid argument.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty resource name.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use muxlock::{KeyState, LockManager};
+    ///
+    /// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+    /// let seen = locks.inspect("invoice:42")?;
+    /// match seen.holder() {
+    ///     Some(value) => println!("held by {} on {} nodes", String::from_utf8_lossy(value), seen.holding(value)),
+    ///     None => println!("not held by a majority"),
+    /// }
+    /// for (node, state) in seen.nodes() {
+    ///     if let KeyState::Held { ttl: Some(ttl), .. } = state {
+    ///         println!("{node}: expires in {ttl:?}");
+    ///     }
+    /// }
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn inspect(&self, resource: impl AsRef<[u8]>) -> Result<Inspection> {
+        self.core.inspect(resource.as_ref())
     }
 
     /// Acquires `resource` as [`lock`](LockManager::lock) does, waiting for it if another holder has it, up to
@@ -368,7 +481,7 @@ impl LockManager {
     }
 
     /// A guard's TTL must leave a renewal at a third of it time to be confirmed before the guard's deadline.
-    fn check_guard_ttl(&self, ttl: Duration) -> Result<()> {
+    pub(crate) fn check_guard_ttl(&self, ttl: Duration) -> Result<()> {
         let config = &self.core.config;
         config.check_ttl(ttl)?;
         let margin = lost_margin(ttl, config.round_timeout);
@@ -388,6 +501,17 @@ impl LockManager {
 
     /// Puts a freshly acquired lock under the watchdog.
     fn guard(&self, lock: Lock, ttl: Duration) -> Guard {
+        self.guard_with(lock, ttl, None, None)
+    }
+
+    /// Puts a freshly acquired lock, fenced or not, under the watchdog.
+    pub(crate) fn guard_with(
+        &self,
+        lock: Lock,
+        ttl: Duration,
+        fence: Option<u64>,
+        set: Option<Vec<Vec<u8>>>,
+    ) -> Guard {
         let core = &self.core;
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         let margin = lost_margin(ttl, core.config.round_timeout);
@@ -397,6 +521,8 @@ impl LockManager {
             ttl,
             ttl_ms,
             margin,
+            fence,
+            set,
         ));
         core.watchdog.add(&held, Instant::now());
         Activity::add(&core.activity.guards, 1);
@@ -418,6 +544,16 @@ impl LockManager {
             nodes: s.nodes,
         };
         drop(s);
-        self.core.unlock(lock)
+        match (&held.set, held.fence) {
+            (Some(set), _) => self.core.unlock_many(super::many::LockSet {
+                resources: set.clone(),
+                value: lock.value,
+                valid_until: lock.valid_until,
+                extensions: 0,
+                nodes: lock.nodes,
+            }),
+            (None, Some(token)) => self.core.unlock_fenced(&lock, token),
+            (None, None) => self.core.unlock(lock),
+        }
     }
 }

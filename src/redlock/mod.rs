@@ -7,16 +7,33 @@
 //!
 //! - `quorum` (hidden, not an API): the decision as a pure state machine (votes and `now` in, verdict out).
 //! - `scripts` (hidden, not an API): the release and extend scripts and their SHA1s.
-//! - [`LockManager`]: acquire (`lock`, `try_lock`, `acquire`), `extend`, `unlock`, `stats`.
+//! - [`LockManager`]: acquire (`lock`, `try_lock`, `acquire`), `extend`, `unlock`, `stats`; for a lock held by its
+//!   value alone (a script, another process), `extend_value` and `unlock_value`; and [`inspect`](LockManager::inspect),
+//!   which reads every node's key without changing it ([`Inspection`]).
+//! - `lua` (hidden, not an API, but public for tests and for [`lua::FENCED_WRITE`], the resource side of fencing):
+//!   the scripts of batches, sets, fencing and reentrancy.
+//! - `pipeline`: a round carrying `k` commands per node, replies matched by position, `NOSCRIPT` resent once.
+//! - `batch`: [`LockManager::try_lock_batch`], [`LockManager::unlock_batch`].
+//! - `many`: [`LockSet`], [`LockManager::lock_many`] and kin, [`LockManager::hold_many`].
+//! - `fenced`: [`FencedLock`], [`LockManager::lock_fenced`] and kin; the safety argument is its module doc.
+//! - `reentrant`: [`Owner`], [`ReentrantLock`], [`LockManager::lock_reentrant`].
 
+mod batch;
 mod config;
 mod core;
 mod error;
+mod fenced;
 mod guard;
+mod inspect;
 mod lock;
+#[doc(hidden)]
+pub mod lua;
 mod manager;
+mod many;
+mod pipeline;
 #[doc(hidden)]
 pub mod quorum;
+mod reentrant;
 mod restart;
 mod schedule;
 #[doc(hidden)]
@@ -28,7 +45,11 @@ mod watchdog;
 
 pub use config::Config;
 pub use error::{ConfigError, Error, Outcome, Report, Result};
+pub use fenced::{FencedLock, counter_key};
 pub use guard::{Guard, Lost, LostWatch};
+pub use inspect::{Inspection, KeyState};
 pub use lock::Lock;
 pub use manager::{Builder, LockManager};
+pub use many::LockSet;
+pub use reentrant::{Owner, ReentrantLock};
 pub use stats::{GuardStats, NodeStats, Stats};

@@ -11,6 +11,37 @@
 //! whose `run_id` changed since the last connection, keeps answering but its "yes" votes are not counted until the
 //! window has passed.
 //!
+//! # Nodes that persist every write are trusted at once
+//!
+//! The guard exists because a restarted node may have forgotten the keys it granted. A node that persists every
+//! write before it answers forgets nothing: with `appendonly yes` and `appendfsync always`, Redis appends each
+//! write to its append-only file and `fsync`s it before the reply goes out (in `beforeSleep`, the AOF is flushed and
+//! synced before pending replies are written), and a write or `fsync` error under `always` makes the server exit
+//! rather than answer. On restart it reloads the file before it serves anyone (clients get `-LOADING` meanwhile),
+//! and a key's expiry is logged as an absolute Unix time (`PEXPIREAT`/`PXAT`; from Redis 5 on a script's
+//! effects are logged, so an extension's `PEXPIRE` is too), so a lock it granted comes back with the same end. Such a
+//! restart takes nothing from the majority, and keeping the node out for a window would cost availability for no
+//! safety: the cold start of a new deployment (every node "just started") would refuse every lock for a whole
+//! lease.
+//!
+//! So each new connection also sends `CONFIG GET append*` (one command, any Redis version), and a node that reports
+//! `appendonly yes` and `appendfsync always` is trusted at once. What this relies on, and its limits:
+//!
+//! - **The reading is of the process that answers now; the forgotten keys would be its predecessor's.** The guard
+//!   takes the new process's configuration as its predecessor's: both normally come from the same configuration
+//!   file. Where this manager saw the predecessor itself (a changed `run_id` on a later connection), it requires
+//!   that the predecessor reported `always` too, else the window applies to the new process as before. And a process
+//!   once found not to qualify is not trusted at once later in its life (a reading of `always` after
+//!   `CONFIG SET appendfsync always` at run time does not cover the writes before it).
+//! - **Persistence turned on at run time** (`CONFIG SET appendonly yes`) reads as `yes` at once, while the first
+//!   rewrite is still writing the file: a process that was started without the AOF, turned it on, and is then
+//!   restarted within a lease may come back without locks it granted before. Turn persistence on in the
+//!   configuration file (or the command line), as `muxlock cluster up` does, not at run time.
+//! - **A node that refuses `CONFIG`** (renamed by `rename-command`, not allowed to the ACL user, a managed service)
+//!   gets the window rule below: its refusal is kept as the reply, not counted as a failure of the connection.
+//! - **What it costs the nodes.** `appendfsync always` puts an `fsync` in every write's path: see BENCHMARKS.md
+//!   ("the cost of appendfsync always") for the figures on this machine.
+//!
 //! # Which way each figure may err, and why the guard is still safe
 //!
 //! The guard needs a *lower* bound on how long the node's process has been up. Every figure it uses may err, and
@@ -84,6 +115,22 @@ struct Node {
     run_id: Option<Bytes>,
     /// How old the process is at least; `None` before the first reading.
     age: Option<Age>,
+    /// The last reading of this process's persistence said `appendonly yes` and `appendfsync always`.
+    persists: bool,
+    /// Trusted at once: it persists every write, and so did the process before it as far as this manager saw, and
+    /// so it has since this manager first read it (see the module docs).
+    trusted: bool,
+}
+
+/// What the guard knows of one node, for [`Stats`](super::Stats) and for errors.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Standing {
+    /// Trusted at once (it persists every write); `false` before the first reading.
+    pub(crate) trusted_at_once: bool,
+    /// How long the process has been up at least, if read.
+    pub(crate) up: Option<Duration>,
+    /// How long until its grants count, if they do not yet.
+    pub(crate) counted_in: Option<Duration>,
 }
 
 /// Tracks restarts per node and the window in force.
@@ -98,11 +145,14 @@ pub(crate) struct RestartGuard {
     drift_factor: f64,
 }
 
-/// `INFO server`, pipelined on every new connection.
-pub(crate) fn setup_command() -> Bytes {
-    let mut buf = BytesMut::new();
-    encode_command(&[b"INFO", b"server"], &mut buf);
-    buf.freeze()
+/// `INFO server` and `CONFIG GET append*`, pipelined in this order on every new connection. The second may be
+/// refused (`CONFIG` renamed or not allowed): its error reply is then its reply, and the node gets the window rule.
+pub(crate) fn setup_commands() -> [Bytes; 2] {
+    let mut info = BytesMut::new();
+    encode_command(&[b"INFO", b"server"], &mut info);
+    let mut config = BytesMut::new();
+    encode_command(&[b"CONFIG", b"GET", b"append*"], &mut config);
+    [info.freeze(), config.freeze()]
 }
 
 impl RestartGuard {
@@ -136,7 +186,7 @@ impl RestartGuard {
     }
 
     /// Whether node `node`'s "yes" may count at `now`. `info_index` is the position of `INFO server` among the
-    /// fanout's set-up commands.
+    /// fanout's set-up commands; `CONFIG GET append*` follows it.
     pub(crate) fn trusts(
         &self,
         fanout: &Fanout,
@@ -148,29 +198,120 @@ impl RestartGuard {
             return false;
         };
         let mut known = lock(slot);
-        let session = fanout.sessions(node);
-        if known.session != session {
-            let replies = fanout.setup_replies(node);
-            let (run_id, age) = match replies.get(info_index) {
-                Some((reply, read_at)) => reading(reply, *read_at, known.run_id.as_ref()),
-                // No reply to go by (cannot happen once a vote came on this connection): as if just started.
-                None => (
-                    None,
-                    Age {
-                        at: now,
-                        least: Duration::ZERO,
-                    },
-                ),
-            };
-            if matches!((&known.run_id, &run_id), (Some(old), Some(new)) if old != new) {
-                self.restarts[node].fetch_add(1, Ordering::Relaxed);
-            }
-            known.run_id = run_id;
-            known.age = Some(age);
-            known.session = session;
-        }
-        known.age.is_some_and(|age| age.at(now) >= self.window())
+        self.refresh(&mut known, fanout, node, info_index, now);
+        known.trusted || known.age.is_some_and(|age| age.at(now) >= self.window())
     }
+
+    /// Reads the node's set-up replies again if it has a new connection since the last reading.
+    fn refresh(
+        &self,
+        known: &mut Node,
+        fanout: &Fanout,
+        node: usize,
+        info_index: usize,
+        now: Instant,
+    ) {
+        let session = fanout.sessions(node);
+        if known.session == session {
+            return;
+        }
+        let replies = fanout.setup_replies(node);
+        let (run_id, age) = match replies.get(info_index) {
+            Some((reply, read_at)) => reading(reply, *read_at, known.run_id.as_ref()),
+            // No reply to go by (cannot happen once a vote came on this connection): as if just started.
+            None => (
+                None,
+                Age {
+                    at: now,
+                    least: Duration::ZERO,
+                },
+            ),
+        };
+        let persists = replies
+            .get(info_index + 1)
+            .is_some_and(|(reply, _)| persists(reply));
+        let changed = matches!((&known.run_id, &run_id), (Some(old), Some(new)) if old != new);
+        if changed {
+            self.restarts[node].fetch_add(1, Ordering::Relaxed);
+        }
+        known.trusted = trusted_at_once(
+            known.age.is_some(),
+            changed,
+            (known.persists, known.trusted),
+            persists,
+        );
+        known.persists = persists;
+        known.run_id = run_id;
+        known.age = Some(age);
+        known.session = session;
+    }
+
+    /// What the guard knows of `node` at `now`, from its current connection's set-up replies (nothing is sent).
+    pub(crate) fn standing(
+        &self,
+        fanout: &Fanout,
+        node: usize,
+        info_index: usize,
+        now: Instant,
+    ) -> Standing {
+        let Some(slot) = self.nodes.get(node) else {
+            return Standing::default();
+        };
+        let mut known = lock(slot);
+        self.refresh(&mut known, fanout, node, info_index, now);
+        let up = known.age.map(|age| age.at(now));
+        let counted_in = match up {
+            _ if known.trusted => None,
+            Some(up) => Some(self.window().saturating_sub(up)).filter(|d| !d.is_zero()),
+            None => None,
+        };
+        Standing {
+            trusted_at_once: known.trusted,
+            up,
+            counted_in,
+        }
+    }
+}
+
+/// Whether a node is trusted at once on a new connection: `seen` whether this manager read the node before,
+/// `changed` whether another process answers now, `before` what was known of the process read before (it
+/// persisted, it was trusted at once), `persists` this reading.
+fn trusted_at_once(seen: bool, changed: bool, before: (bool, bool), persists: bool) -> bool {
+    let (persisted, was_trusted) = before;
+    match (seen, changed) {
+        // The first reading: the process's configuration stands for its predecessor's.
+        (false, _) => persists,
+        // A restart seen: the predecessor must have persisted too.
+        (true, true) => persists && persisted,
+        // The same process again: once not trusted, never trusted at once (writes before a runtime change).
+        (true, false) => persists && was_trusted,
+    }
+}
+
+/// Whether a `CONFIG GET append*` reply says `appendonly yes` and `appendfsync always` (an array of name, value
+/// pairs in RESP2, a map in RESP3; anything else, an error reply included, says no).
+fn persists(reply: &Value) -> bool {
+    let pairs: Vec<(&Value, &Value)> = match reply.without_attributes() {
+        Value::Array(items) => items
+            .chunks_exact(2)
+            .map(|pair| (&pair[0], &pair[1]))
+            .collect(),
+        Value::Map(entries) => entries.iter().map(|(k, v)| (k, v)).collect(),
+        _ => return false,
+    };
+    let get = |name: &[u8]| {
+        pairs.iter().find_map(
+            |(k, v)| match (k.without_attributes(), v.without_attributes()) {
+                (Value::BulkString(k), Value::BulkString(v)) if k.eq_ignore_ascii_case(name) => {
+                    Some(v.clone())
+                }
+                _ => None,
+            },
+        )
+    };
+    let is =
+        |value: Option<Bytes>, want: &[u8]| value.is_some_and(|v| v.eq_ignore_ascii_case(want));
+    is(get(b"appendonly"), b"yes") && is(get(b"appendfsync"), b"always")
 }
 
 /// What an `INFO server` reply decoded at `read_at` says of the process's age, given the `run_id` seen on the
@@ -215,6 +356,66 @@ mod tests {
             "# Server\r\nredis_version:7.0.15\r\nrun_id:{run_id}\r\nuptime_in_seconds:{uptime}\r\n"
         );
         Value::BulkString(Bytes::from(text))
+    }
+
+    fn config(pairs: &[(&str, &str)], resp3: bool) -> Value {
+        let b = |s: &str| Value::BulkString(Bytes::from(s.to_owned()));
+        if resp3 {
+            Value::Map(pairs.iter().map(|(k, v)| (b(k), b(v))).collect())
+        } else {
+            Value::Array(pairs.iter().flat_map(|(k, v)| [b(k), b(v)]).collect())
+        }
+    }
+
+    #[test]
+    fn only_appendonly_with_fsync_always_persists() {
+        for resp3 in [false, true] {
+            let always = [
+                ("appendonly", "yes"),
+                ("appendfsync", "always"),
+                ("appendfilename", "a.aof"),
+            ];
+            assert!(persists(&config(&always, resp3)));
+            assert!(!persists(&config(
+                &[("appendonly", "yes"), ("appendfsync", "everysec")],
+                resp3
+            )));
+            assert!(!persists(&config(
+                &[("appendonly", "no"), ("appendfsync", "always")],
+                resp3
+            )));
+            assert!(!persists(&config(&[("appendfsync", "always")], resp3)));
+        }
+        // `CONFIG` refused: the error reply is kept as the reply, and says no.
+        assert!(!persists(&Value::Error(Bytes::from(
+            "ERR unknown command 'CONFIG'"
+        ))));
+        assert!(!persists(&Value::Integer(1)));
+        // An odd-length array (not a pairs list) reads its pairs and ignores the rest.
+        let b = |s: &str| Value::BulkString(Bytes::from(s.to_owned()));
+        let odd = Value::Array(vec![
+            b("appendonly"),
+            b("yes"),
+            b("appendfsync"),
+            b("always"),
+            b("x"),
+        ]);
+        assert!(persists(&odd));
+    }
+
+    #[test]
+    fn trust_at_once_needs_every_process_seen_to_persist() {
+        // First reading: the configuration stands for the predecessor's.
+        assert!(trusted_at_once(false, false, (false, false), true));
+        assert!(!trusted_at_once(false, false, (false, false), false));
+        // A restart: the predecessor this manager saw must have persisted too.
+        assert!(trusted_at_once(true, true, (true, true), true));
+        assert!(!trusted_at_once(true, true, (false, false), true));
+        assert!(!trusted_at_once(true, true, (true, true), false));
+        // The same process on a new connection: trusted only if it was already.
+        assert!(trusted_at_once(true, false, (true, true), true));
+        assert!(!trusted_at_once(true, false, (false, false), true));
+        assert!(!trusted_at_once(true, false, (true, true), false));
     }
 
     #[test]

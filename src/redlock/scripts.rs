@@ -23,7 +23,8 @@ pub const EXTEND_SHA1: &str = "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10";
 /// The `SCRIPT LOAD` commands pipelined on every new connection.
 pub(crate) fn setup_commands() -> Vec<Bytes> {
     [RELEASE, EXTEND]
-        .iter()
+        .into_iter()
+        .chain(super::lua::ALL.iter().map(|l| l.body))
         .map(|script| {
             let mut buf = BytesMut::new();
             encode_command(&[b"SCRIPT", b"LOAD", script.as_bytes()], &mut buf);

@@ -9,6 +9,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::error::Outcome;
+use super::restart::Standing;
 use crate::net::{NodeAddr, NodeCounts};
 
 /// Live vote counters of one node.
@@ -104,6 +105,12 @@ pub struct NodeStats {
     pub quarantined: u64,
     /// Restarts seen: a new connection found another server process (a different `run_id`) than the last one.
     pub restarts: u64,
+    /// The restart guard trusts the node at once: it reported `appendonly yes` and `appendfsync always`, so a
+    /// restart forgets no lock (false with the guard off, or before the first connection).
+    pub persists: bool,
+    /// How long until the node's grants count, if they do not yet (it started less than the restart window ago and
+    /// does not persist every write); `None` when they count, or before the first connection.
+    pub counted_in: Option<std::time::Duration>,
     /// The connections' own figures: requests, writes, reconnects, timeouts, round-trip percentiles.
     pub net: NodeCounts,
 }
@@ -130,7 +137,13 @@ impl Stats {
 }
 
 impl NodeStats {
-    pub(crate) fn new(addr: NodeAddr, votes: &Votes, restarts: u64, net: NodeCounts) -> NodeStats {
+    pub(crate) fn new(
+        addr: NodeAddr,
+        votes: &Votes,
+        restarts: u64,
+        standing: Standing,
+        net: NodeCounts,
+    ) -> NodeStats {
         NodeStats {
             addr,
             granted: votes.granted.load(Relaxed),
@@ -138,6 +151,8 @@ impl NodeStats {
             failed: votes.failed.load(Relaxed),
             quarantined: votes.quarantined.load(Relaxed),
             restarts,
+            persists: standing.trusted_at_once,
+            counted_in: standing.counted_in,
             net,
         }
     }

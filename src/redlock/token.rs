@@ -53,6 +53,30 @@ impl Tokens {
         Ok(hex(&raw))
     }
 
+    /// `count` fresh values, drawn under one lock (a batch).
+    ///
+    /// # Errors
+    ///
+    /// As [`next`](Tokens::next).
+    pub(crate) fn next_many(&self, count: usize) -> Result<Vec<Value>, getrandom::Error> {
+        let mut state = lock(&self.state);
+        let pid = std::process::id();
+        if !matches!(&*state, Some((_, seeded_by)) if *seeded_by == pid) {
+            let mut seed = [0u8; 32];
+            getrandom::fill(&mut seed)?;
+            *state = Some((ChaCha20Rng::from_seed(seed), pid));
+        }
+        let mut out = Vec::with_capacity(count);
+        let mut raw = [0u8; RAW_LEN];
+        if let Some((rng, _)) = state.as_mut() {
+            for _ in 0..count {
+                rng.fill_bytes(&mut raw);
+                out.push(hex(&raw));
+            }
+        }
+        Ok(out)
+    }
+
     /// A random number from the same stream (for retry jitter).
     pub(crate) fn random_u64(&self) -> Result<u64, getrandom::Error> {
         let value = self.next()?;

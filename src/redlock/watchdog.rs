@@ -16,6 +16,15 @@
 //!    [`Watchdog::poke`] wakes it for new work. A tracker connection that was made anew has forgotten what it
 //!    tracked: every guard's key is checked again and every waiter woken.
 //!
+//! # Why client-side tracking, not pub/sub
+//!
+//! The other way to hear of a release is a channel per resource that the release script publishes to. It hears
+//! only releases made by that script: not a lease that expires (the common end of a crashed holder's lock), not a
+//! key deleted or overwritten by an operator or another client, and it costs every release a `PUBLISH` whether
+//! anyone waits or not. Tracking is told of every change to a key the connection read, whoever made it, expiry
+//! included, and costs nothing when nobody tracks the key. The price is a `GET` to arm it (per waiter's probe, per
+//! guard after each change) and the need for RESP3.
+//!
 //! # Why a second set of connections
 //!
 //! Tracking needs RESP3 (`HELLO 3`) and `CLIENT TRACKING ON`, and its pushes need a thread that polls while the

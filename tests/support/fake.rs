@@ -256,8 +256,8 @@ where
 /// What a real, long-running Redis answers to a connection set-up command, or `None` for other
 /// commands:
 ///
-/// - `SCRIPT LOAD <script>`: the SHA1 of muxlock's release or extend script (`-ERR` for any
-///   other script: this server cannot hash);
+/// - `SCRIPT LOAD <script>`: the SHA1 of muxlock's release or extend script, or of one of
+///   `redlock::lua::ALL` (`-ERR` for any other script: this server cannot hash);
 /// - `INFO [section]`: a bulk string with `run_id:`[`RUN_ID`] and `uptime_in_seconds:1000000`;
 /// - `PING`: `+PONG`; `AUTH`, `SELECT`: `+OK`;
 /// - `HELLO 3`: a small RESP3 map (`server`, `version`, `proto`); `HELLO` otherwise: the same as
@@ -268,7 +268,13 @@ pub fn setup_reply(cmd: &[Bytes]) -> Option<Action> {
         "SCRIPT" if arg(1).eq_ignore_ascii_case(b"LOAD") => match arg(2) {
             s if s == RELEASE.as_bytes() => Action::reply(bulk(RELEASE_SHA1.as_bytes())),
             s if s == EXTEND.as_bytes() => Action::reply(bulk(EXTEND_SHA1.as_bytes())),
-            _ => Action::reply("-ERR fake server: cannot hash an unknown script\r\n"),
+            s => match muxlock::redlock::lua::ALL
+                .iter()
+                .find(|l| l.body.as_bytes() == s)
+            {
+                Some(l) => Action::reply(bulk(l.sha1.as_bytes())),
+                None => Action::reply("-ERR fake server: cannot hash an unknown script\r\n"),
+            },
         },
         "INFO" => {
             let text = format!(

@@ -1,0 +1,107 @@
+//! `muxlock acquire RESOURCE --ttl 30s`: takes the lock and prints its value for a script, which later hands it
+//! to `muxlock extend` and `muxlock release`. The lock outlives the command: it ends when released or when the
+//! lease runs out.
+
+use std::time::{Duration, SystemTime};
+
+use clap::Args as ClapArgs;
+use serde::Serialize;
+
+use crate::cmd::{Waiting, ttl};
+use crate::duration::{self, millis};
+use crate::exit::{self, CliError};
+use crate::nodes::Conn;
+use crate::output;
+use crate::state::unix_ms;
+
+/// Acquire a lock and print its value on stdout (for scripts: pass it to `extend` and `release`).
+///
+/// Waits up to --wait while another holder has the lock (-n: not at all), then exits 1 (or -E N). The lock is held
+/// until `muxlock release RESOURCE VALUE` or the end of its lease.
+#[derive(ClapArgs)]
+#[command(
+    after_help = "Example:\n  v=$(muxlock acquire nightly-report --ttl 5m) || exit\n  ... work ...\n  \
+                        muxlock release nightly-report \"$v\""
+)]
+pub struct Args {
+    /// The resource to lock (the Redis key).
+    #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub resource: String,
+
+    /// The lease: the lock ends by itself this long after it was taken, unless extended.
+    #[arg(long, value_name = "DUR", value_parser = ttl)]
+    pub ttl: Duration,
+
+    #[command(flatten)]
+    pub waiting: Waiting,
+
+    /// Print a JSON object instead of the bare value.
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+#[derive(Serialize)]
+struct Acquired<'a> {
+    resource: &'a str,
+    value: &'a str,
+    ttl_ms: u64,
+    validity_ms: u64,
+    deadline_unix_ms: u64,
+}
+
+/// Runs the command.
+///
+/// # Errors
+///
+/// The conflict code when the lock stays held by another holder; the codes of [`CliError::lock`] otherwise;
+/// [`exit::IOERR`] if the value cannot be printed (the lock is released then, since nobody could use it).
+pub fn run(args: &Args) -> Result<(), CliError> {
+    // Waiting is `lock_wait`'s: woken by releases (client-side tracking) and at the holder's lease end, no polling.
+    let locks = args.conn.manager(0)?;
+    let wait = args.waiting.max_wait();
+    let lock = locks
+        .lock_wait(&args.resource, args.ttl, wait)
+        .map_err(|e| CliError::lock(&e, args.waiting.conflict_exit_code))?;
+    let validity = lock.validity();
+    let deadline = SystemTime::now() + validity;
+    let doc = Acquired {
+        resource: &args.resource,
+        value: lock.value(),
+        ttl_ms: millis(args.ttl),
+        validity_ms: millis(validity),
+        deadline_unix_ms: unix_ms(deadline),
+    };
+    let written = if args.json {
+        output::print_json(&doc)
+    } else {
+        output::print(&format!("{}\n", lock.value()))
+    };
+    if let Err(e) = written {
+        // Nobody got the value, so nobody can release the lock: release it now rather than block the resource
+        // for a whole lease.
+        let released = locks.unlock(lock).is_ok();
+        return Err(CliError::new(
+            exit::IOERR,
+            "io",
+            format!(
+                "cannot print the lock value ({e}); {}",
+                if released {
+                    "released the lock"
+                } else {
+                    "could not release the lock: it ends with its lease"
+                }
+            ),
+        ));
+    }
+    if !args.json && output::stderr_is_terminal() {
+        output::note(&format!(
+            "acquired {:?} for {}",
+            args.resource,
+            duration::human(validity)
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,35 @@
+//! `muxlock cluster up|down|status`: N local `redis-server` masters for trying muxlock out, recorded where the
+//! other commands find them (see [`crate::state`]).
+//!
+//! The nodes listen on 127.0.0.1 only, run as daemons in their own session (a closed terminal does not stop them),
+//! and persist every write before answering (`--appendonly yes --appendfsync always`), so that a node that
+//! restarts remembers the locks it granted. `cluster down` stops exactly the recorded processes, by PID and start
+//! time, never by name.
+
+pub mod down;
+pub mod status;
+pub mod up;
+
+use clap::Subcommand;
+
+/// The `cluster` subcommands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// Start N local redis-server nodes (appendfsync always) and record them for the other commands.
+    Up(up::Args),
+    /// Stop the recorded nodes (by PID) and remove their data and the record.
+    Down(down::Args),
+    /// List the recorded nodes with their state, uptime, role and persistence.
+    Status(status::Args),
+}
+
+impl Command {
+    /// Whether `--json` was given.
+    pub fn json(&self) -> bool {
+        match self {
+            Command::Up(a) => a.json,
+            Command::Down(a) => a.json,
+            Command::Status(a) => a.json,
+        }
+    }
+}

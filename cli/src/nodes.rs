@@ -1,0 +1,214 @@
+//! Which nodes a command talks to, and the lock manager over them.
+//!
+//! In order: `--nodes URL,...`, else `$MUXLOCK_NODES`, else the local cluster of `muxlock cluster up` if it is
+//! running, else an error that says what to do. `$MUXLOCK_PASSWORD` is the password of every given URL that has
+//! none (it is not applied to the local cluster, whose nodes have no password); it is read from the environment
+//! only, never from the command line, and never shown.
+
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use muxlock::{Config, LockManager, NodeAddr};
+
+use crate::duration;
+use crate::exit::{self, CliError};
+use crate::state;
+
+/// On or off. (No doc comments on the variants: clap would list them as a table of "On"/"Off".)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Toggle {
+    On,
+    Off,
+}
+
+/// The connection options of every command that talks to the nodes.
+#[derive(Args, Clone)]
+pub struct Conn {
+    /// The Redis masters, comma-separated: redis://host:port, redis://:password@host:port/db, host:port. Default: the
+    /// local cluster of `muxlock cluster up`, if one is running. The password may instead come from
+    /// MUXLOCK_PASSWORD.
+    #[arg(
+        long,
+        env = "MUXLOCK_NODES",
+        hide_env_values = true,
+        value_delimiter = ',',
+        value_name = "URL,..."
+    )]
+    pub nodes: Vec<String>,
+
+    /// How long one round waits for the nodes' replies (the first round also connects).
+    #[arg(
+        long,
+        env = "MUXLOCK_ROUND_TIMEOUT",
+        hide_env_values = true,
+        value_name = "DUR",
+        default_value = "200ms",
+        value_parser = round_timeout
+    )]
+    pub round_timeout: Duration,
+
+    /// The restart-aware quorum: a node that restarted less than the lease ago does not vote. Turn it off only
+    /// for nodes that persist every write (appendfsync always), or when a lost lock is acceptable.
+    #[arg(
+        long,
+        env = "MUXLOCK_RESTART_GUARD",
+        hide_env_values = true,
+        value_enum,
+        value_name = "on|off",
+        default_value = "on"
+    )]
+    pub restart_guard: Toggle,
+}
+
+fn round_timeout(s: &str) -> Result<Duration, String> {
+    match duration::parse(s)? {
+        d if d.is_zero() => Err("the round timeout must be more than zero".into()),
+        d => Ok(d),
+    }
+}
+
+impl Conn {
+    /// The URLs to use, with `$MUXLOCK_PASSWORD` applied to given URLs without a password.
+    ///
+    /// # Errors
+    ///
+    /// [`exit::CONFIG`] for an invalid URL (its password hidden), or no nodes at all;
+    /// [`exit::UNAVAILABLE`] when the local cluster is recorded but none of its nodes runs.
+    pub fn urls(&self) -> Result<Vec<String>, CliError> {
+        let given: Vec<&str> = self
+            .nodes
+            .iter()
+            .map(|s| s.trim())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if !given.is_empty() {
+            let password = std::env::var("MUXLOCK_PASSWORD")
+                .ok()
+                .filter(|p| !p.is_empty());
+            return given
+                .iter()
+                .enumerate()
+                .map(|(i, url)| with_password(i, url, password.as_deref()))
+                .collect();
+        }
+        let dir = state::dir()?;
+        match state::load(&dir)? {
+            Some(cluster) => {
+                let urls = cluster.live_urls();
+                if urls.is_empty() {
+                    return Err(CliError::new(
+                        exit::UNAVAILABLE,
+                        "unavailable",
+                        format!(
+                            "the local cluster recorded in {} is not running (none of its {} nodes is): run \
+                             `muxlock cluster down` to clear the record, then `muxlock cluster up`",
+                            state::describe(&dir),
+                            cluster.nodes.len()
+                        ),
+                    ));
+                }
+                Ok(urls)
+            }
+            None => Err(CliError::config(
+                "no nodes: give --nodes redis://host:port,... (or set MUXLOCK_NODES), or start a local cluster \
+                 with `muxlock cluster up`",
+            )),
+        }
+    }
+
+    /// A lock manager over [`urls`](Conn::urls) making `retry_count` further attempts after a failed one.
+    ///
+    /// # Errors
+    ///
+    /// As [`urls`](Conn::urls), and [`exit::CONFIG`] for a configuration the library refuses (the same node twice).
+    pub fn manager(&self, retry_count: u32) -> Result<LockManager, CliError> {
+        let urls = self.urls()?;
+        let config = Config::default()
+            .with_retry_count(retry_count)
+            .with_round_timeout(self.round_timeout)
+            .with_restart_guard(self.restart_guard == Toggle::On);
+        Ok(LockManager::builder().nodes(urls).config(config).build()?)
+    }
+}
+
+/// `url` (the `i`th given), checked, with `password` put in if it has none.
+fn with_password(i: usize, url: &str, password: Option<&str>) -> Result<String, CliError> {
+    let addr: NodeAddr = url.parse().map_err(|e: muxlock::AddrError| {
+        // The address itself is not repeated: a mistyped URL may carry its password where the parser does not
+        // expect one.
+        CliError::config(format!(
+            "node {} of --nodes/MUXLOCK_NODES is not a valid address: {}",
+            i + 1,
+            e.reason()
+        ))
+    })?;
+    Ok(match (addr.password(), password) {
+        (None, Some(password)) => url_with_password(&addr, password),
+        _ => url.to_owned(),
+    })
+}
+
+/// The URL of `addr` with `password` in it, %-escaped.
+fn url_with_password(addr: &NodeAddr, password: &str) -> String {
+    let host = if addr.host().contains(':') {
+        format!("[{}]", addr.host())
+    } else {
+        addr.host().to_owned()
+    };
+    let mut url = format!("redis://:{}@{host}:{}", escape(password), addr.port());
+    if let Some(db) = addr.db() {
+        url.push_str(&format!("/{db}"));
+    }
+    if addr.resp3() {
+        url.push_str("?protocol=resp3");
+    }
+    url
+}
+
+/// %-escapes everything but RFC 3986's unreserved characters.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_password_goes_into_urls_without_one() {
+        let url = with_password(0, "127.0.0.1:7000", Some("p@ss:w/rd%")).unwrap();
+        let addr: NodeAddr = url.parse().unwrap();
+        assert_eq!((addr.host(), addr.port()), ("127.0.0.1", 7000));
+        assert_eq!(addr.password(), Some("p@ss:w/rd%"));
+        let url = with_password(0, "redis://[::1]:7000/3?protocol=resp3", Some("x")).unwrap();
+        let addr: NodeAddr = url.parse().unwrap();
+        assert_eq!(
+            (addr.host(), addr.db(), addr.resp3(), addr.password()),
+            ("::1", Some(3), true, Some("x"))
+        );
+        // A URL's own password wins.
+        let url = with_password(0, "redis://:mine@h:1", Some("env")).unwrap();
+        assert_eq!(url.parse::<NodeAddr>().unwrap().password(), Some("mine"));
+        assert_eq!(with_password(0, "h:1", None).unwrap(), "h:1");
+    }
+
+    #[test]
+    fn a_bad_url_is_named_by_position_not_echoed() {
+        let e = with_password(1, "redis://:topsecret@h:99999", None).unwrap_err();
+        assert_eq!(e.code, exit::CONFIG);
+        assert!(
+            e.message.contains("node 2") && e.message.contains("port"),
+            "{}",
+            e.message
+        );
+        assert!(!e.message.contains("topsecret"), "{}", e.message);
+    }
+}

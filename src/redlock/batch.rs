@@ -1,0 +1,321 @@
+//! Batches of independent locks: [`LockManager::try_lock_batch`](super::LockManager::try_lock_batch) and
+//! [`LockManager::unlock_batch`](super::LockManager::unlock_batch).
+//!
+//! # Invariants
+//!
+//! - **Independent locks, one round.** Each resource of a batch is a lock of its own: its own value, its own
+//!   [`Quorum`] (own votes, own validity, all measured from the one instant before the round's first byte), its own
+//!   result. They share only the round: the batch's `SET resource value NX PX ttl` commands go to each node
+//!   pipelined in one request (one write), and the replies are matched by position (see `Core::pipelined`).
+//! - **The restart guard counts every vote.** A grant from a node the restart guard does not trust yet is no vote
+//!   for any lock of the batch (`Core::counted`).
+//! - **A failed acquisition is released at once**, without waiting, on every node the batch reached: one
+//!   compare-and-delete script per node for all the batch's failures ([`lua::RELEASE_BATCH`] sent in full, so a
+//!   node that lost its scripts still runs it). A lock of the batch is never left to block others until its TTL.
+//! - **One script per node releases a batch.** `unlock_batch` sends [`lua::RELEASE_BATCH`] with every lock's key
+//!   and value: one command per node whatever the batch's size, the cheapest way for the node (a hundred
+//!   `EVALSHA`s cost it about five times as much). Each lock's release is counted as [`Core::unlock`] counts one.
+//! - **A batch fits a node's queue.** A batch of more than [`Config::max_in_flight`](super::Config::max_in_flight)
+//!   resources would be refused by every node; it is refused before anything is sent.
+//! - **The same resource twice in a batch** is two acquisitions of one key: the first wins, the second finds it
+//!   held (`Ok(None)`).
+
+use std::time::{Duration, Instant};
+
+use super::core::{Core, set_vote, settle};
+use super::error::{Error, Outcome, Result};
+use super::lock::Lock;
+use super::lua;
+use super::pipeline::Kind;
+use super::quorum::{Failure, Quorum, Status, Vote, drift};
+use crate::net::{NodeSet, Reply};
+use crate::resp::{Decimal, Value, encode_command};
+use crate::time::later;
+
+impl Core {
+    pub(crate) fn try_lock_batch(
+        &self,
+        resources: &[&[u8]],
+        ttl: Duration,
+    ) -> Vec<Result<Option<Lock>>> {
+        let m = resources.len();
+        let all = |e: Error| (0..m).map(|_| Err(e.clone())).collect();
+        let ttl_ms = match self.config.check_ttl(ttl) {
+            Ok(ms) => ms,
+            Err(e) => return all(e),
+        };
+        if m > self.config.max_in_flight {
+            return all(Error::config(format!(
+                "a batch of {m} resources is more than max_in_flight ({}) requests per node: split it",
+                self.config.max_in_flight
+            )));
+        }
+        let values = match self.tokens.next_many(m) {
+            Ok(v) => v,
+            Err(e) => {
+                return all(Error::Os {
+                    doing: "drawing the lock value from the OS's randomness",
+                    error: std::io::Error::from(e).into(),
+                });
+            }
+        };
+        let mut results: Vec<Option<Result<Option<Lock>>>> = (0..m).map(|_| None).collect();
+        // The resources that go out; an empty name gets its error and is not sent.
+        let mut live = Vec::with_capacity(m);
+        for (i, r) in resources.iter().enumerate() {
+            match r.is_empty() {
+                true => results[i] = Some(Err(Error::config("the resource name is empty"))),
+                false => live.push(i),
+            }
+        }
+        let k = live.len();
+        if k > 0 {
+            self.acquire_batch(resources, &values, &live, ttl, ttl_ms, &mut results);
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or(Err(Error::config("not attempted"))))
+            .collect()
+    }
+
+    /// The round of [`try_lock_batch`](Core::try_lock_batch) for `resources[live[..]]`; fills `results`.
+    fn acquire_batch(
+        &self,
+        resources: &[&[u8]],
+        values: &[super::token::Value],
+        live: &[usize],
+        ttl: Duration,
+        ttl_ms: u64,
+        results: &mut [Option<Result<Option<Lock>>>],
+    ) {
+        let (n, k) = (self.fanout.len(), live.len());
+        let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+        self.note_ttl(ttl_ms);
+        // The clock starts before the first byte is sent, as the spec requires; every lock shares it.
+        let start = Instant::now();
+        let first = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor));
+        let deadline = later(start, self.config.round_timeout).min(first.deadline());
+        let need = k * first.votes_to_decide();
+        let mut quorums = vec![first; k];
+        let mut status = vec![Status::Pending; k];
+        let mut outcomes = vec![Outcome::NotAwaited; k * n];
+        let mut undecided = k;
+        let nodes = self.pipelined(
+            Kind::Normal,
+            NodeSet::ALL,
+            k,
+            deadline,
+            need,
+            |buf, _| {
+                for &i in live {
+                    let args: [&[u8]; 6] = [
+                        b"SET",
+                        resources[i],
+                        &values[i],
+                        b"NX",
+                        b"PX",
+                        ttl_arg.as_bytes(),
+                    ];
+                    encode_command(&args, buf);
+                }
+            },
+            |j, node, reply| {
+                if status[j] == Status::Pending {
+                    let now = Instant::now();
+                    let (vote, outcome) = self.counted(node, set_vote(reply), now);
+                    self.votes[node].count(&outcome);
+                    outcomes[j * n + node] = outcome;
+                    status[j] = quorums[j].vote(node, vote, now);
+                    if status[j] != Status::Pending {
+                        undecided -= 1;
+                    }
+                }
+                // Each lock still pending needs one more outcome at the least.
+                undecided
+            },
+        );
+        let mut failed: Vec<usize> = Vec::new();
+        for (j, &i) in live.iter().enumerate() {
+            results[i] = Some(match settle(status[j], &quorums[j]) {
+                Ok(valid_until) => Ok(Some(Lock {
+                    resource: resources[i].to_vec(),
+                    value: values[i],
+                    valid_until,
+                    extensions: 0,
+                    nodes,
+                })),
+                Err(failure) => {
+                    failed.push(i);
+                    let mine = outcomes[j * n..(j + 1) * n].to_vec();
+                    match failure {
+                        Failure::Held => Ok(None),
+                        _ => Err(Error::Quorum(Box::new(self.report(
+                            resources[i],
+                            mine,
+                            quorums[j].quorum(),
+                        )))),
+                    }
+                }
+            });
+        }
+        if !failed.is_empty() {
+            // Released without waiting, wherever the key may have been set.
+            let keys: Vec<&[u8]> = failed.iter().map(|&i| resources[i]).collect();
+            let vals: Vec<&[u8]> = failed.iter().map(|&i| &values[i][..]).collect();
+            let mut release = bytes::BytesMut::new();
+            lua::eval(&mut release, lua::RELEASE_BATCH, true, &keys, &vals);
+            let mut round = self.fanout.release_round(Instant::now());
+            round.send_to(nodes, &release, 1);
+        }
+    }
+
+    pub(crate) fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
+        let (n, m) = (self.fanout.len(), locks.len());
+        if m == 0 {
+            return Vec::new();
+        }
+        let quorum = self.quorum();
+        let mut union = NodeSet::EMPTY;
+        for node in 0..n {
+            if locks.iter().any(|l| l.nodes.contains(node)) {
+                union.insert(node);
+            }
+        }
+        let mut outcomes = vec![Outcome::NotAwaited; m * n];
+        let (mut released, mut answered) = (vec![0usize; m], vec![0usize; m]);
+        // Nodes a lock's acquisition never reached have nothing of it to delete: they count as answered.
+        for (j, l) in locks.iter().enumerate() {
+            for node in 0..n {
+                if !l.nodes.contains(node) {
+                    outcomes[j * n + node] = Outcome::NotSent;
+                    answered[j] += 1;
+                }
+            }
+        }
+        let mut pending = released.iter().filter(|&&r| r < quorum).count();
+        let keys: Vec<&[u8]> = locks.iter().map(|l| &l.resource[..]).collect();
+        let vals: Vec<&[u8]> = locks.iter().map(|l| &l.value[..]).collect();
+        let deadline = later(Instant::now(), self.config.round_timeout);
+        self.pipelined(
+            Kind::Release,
+            union,
+            1,
+            deadline,
+            quorum,
+            |buf, full| lua::eval(buf, lua::RELEASE_BATCH, full, &keys, &vals),
+            |_, node, reply| {
+                let votes = array_votes(&reply, m);
+                for (j, (vote, outcome)) in votes.into_iter().enumerate() {
+                    if !locks[j].nodes.contains(node) {
+                        continue;
+                    }
+                    self.votes[node].count(&outcome);
+                    outcomes[j * n + node] = outcome;
+                    answered[j] += usize::from(vote != Vote::Failed);
+                    if vote == Vote::Yes {
+                        released[j] += 1;
+                        if released[j] == quorum {
+                            pending -= 1;
+                        }
+                    }
+                }
+                // Like a lone release: done once every lock is released on a majority, or every node answered.
+                usize::from(pending > 0)
+            },
+        );
+        let mut results = Vec::with_capacity(m);
+        for (j, lock) in locks.into_iter().enumerate() {
+            self.waits.notify(&lock.resource);
+            results.push(match answered[j] >= quorum {
+                true => Ok(released[j]),
+                false => Err(Error::Quorum(Box::new(self.report(
+                    &lock.resource,
+                    outcomes[j * n..(j + 1) * n].to_vec(),
+                    quorum,
+                )))),
+            });
+        }
+        results
+    }
+}
+
+/// What a [`lua::RELEASE_BATCH`] reply means for each of the `m` locks: 1 deleted, 0 not ours, anything else (an
+/// error, a short array) a failed vote for every lock.
+fn array_votes(reply: &Reply, m: usize) -> Vec<(Vote, Outcome)> {
+    let items = match reply.as_ref().map(Value::without_attributes) {
+        Ok(Value::Array(items)) if items.len() == m => items,
+        Ok(Value::Error(msg) | Value::BulkError(msg)) => {
+            let o = Outcome::ErrorReply(String::from_utf8_lossy(msg).into_owned());
+            return vec![(Vote::Failed, o); m];
+        }
+        Ok(other) => {
+            let o = Outcome::ErrorReply(format!("unexpected reply {other:?}"));
+            return vec![(Vote::Failed, o); m];
+        }
+        Err(e) => return vec![(Vote::Failed, Outcome::Failed(e.clone())); m],
+    };
+    items
+        .iter()
+        .map(|v| match v.without_attributes() {
+            Value::Integer(1) => (Vote::Yes, Outcome::Granted),
+            Value::Integer(0) => (Vote::Taken, Outcome::Taken),
+            other => (
+                Vote::Failed,
+                Outcome::ErrorReply(format!("unexpected reply {other:?}")),
+            ),
+        })
+        .collect()
+}
+
+impl super::LockManager {
+    /// One attempt to acquire each of `resources` for `ttl`, all in one round: the `SET NX` commands of the
+    /// whole batch go to each node pipelined in one write, and each resource gets its own quorum, validity and
+    /// result, in the order given: `Ok(Some(lock))` acquired, `Ok(None)` held by another holder (or by an
+    /// earlier entry of this batch for the same resource), `Err` for that resource only.
+    ///
+    /// The locks are ordinary [`Lock`]s: extend or release them one by one, or together with
+    /// [`unlock_batch`](super::LockManager::unlock_batch). Resources not acquired have been released already on
+    /// the nodes that had set them. Nothing is retried.
+    ///
+    /// # Errors
+    ///
+    /// Per resource: [`Error::Quorum`] if too many nodes failed to answer for its decision, [`Error::Config`] for
+    /// an empty name. Every entry is [`Error::Config`] for an invalid `ttl` or a batch larger than
+    /// [`Config::max_in_flight`](super::Config::max_in_flight) (nothing is sent).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"])?;
+    /// let jobs: Vec<String> = (0..100).map(|i| format!("job:{i}")).collect();
+    /// let results = locks.try_lock_batch(&jobs, Duration::from_secs(30));
+    /// let mine: Vec<_> = results.into_iter().filter_map(|r| r.ok().flatten()).collect();
+    /// // ... work on the jobs whose lock we got ...
+    /// for released in locks.unlock_batch(mine) {
+    ///     released?;
+    /// }
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn try_lock_batch<R: AsRef<[u8]>>(
+        &self,
+        resources: &[R],
+        ttl: Duration,
+    ) -> Vec<Result<Option<Lock>>> {
+        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
+        self.core.try_lock_batch(&names, ttl)
+    }
+
+    /// Releases `locks` in one round: one compare-and-delete script per node for all of them. Returns, per lock
+    /// in the order given, what [`unlock`](super::LockManager::unlock) would: the number of nodes that deleted
+    /// its key, once every lock is confirmed by a majority or every node answered or the round timed out.
+    ///
+    /// # Errors
+    ///
+    /// Per lock: [`Error::Quorum`] if fewer than a majority of nodes answered; the lock ends with its lease.
+    pub fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
+        self.core.unlock_batch(locks)
+    }
+}

@@ -1,0 +1,127 @@
+//! The Lua scripts beyond the spec's two: batches, sets of resources, fencing tokens. Each runs atomically on one
+//! node (Redis runs a script to its end before any other command), which is what makes a node's part of a set or of
+//! a fenced acquisition all-or-nothing.
+//!
+//! Like the spec's scripts they are loaded with `SCRIPT LOAD` on every new connection and called by `EVALSHA`; a
+//! `NOSCRIPT` reply makes the round send them once more in full with `EVAL` (see `Core::pipelined`).
+//!
+//! Counters are compared as Lua numbers (doubles): fencing tokens are exact up to 2^53.
+
+use bytes::BytesMut;
+
+use crate::resp::encode_command;
+
+/// A script and its SHA1 (as `SCRIPT LOAD` returns it; checked against a real server by the tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lua {
+    /// The script's text.
+    pub body: &'static str,
+    /// Its SHA1, 40 hex digits.
+    pub sha1: &'static str,
+}
+
+/// Compare-and-delete for many keys at once (`unlock_batch`): `KEYS[i]` is deleted if it holds `ARGV[i]`.
+/// Returns an array: 1 where deleted, 0 where the key was not ours.
+pub const RELEASE_BATCH: Lua = Lua {
+    body: r#"local r = {} for i, k in ipairs(KEYS) do if redis.call("get", k) == ARGV[i] then r[i] = redis.call("del", k) else r[i] = 0 end end return r"#,
+    sha1: "7810eed924c3a5ee71c2487f39524df4fa5b7a1e",
+};
+
+/// All-or-nothing acquisition of a set (`lock_many`): sets every key to `ARGV[1]` for `ARGV[2]` ms if none of them
+/// holds another value, else touches nothing. A key that already holds `ARGV[1]` (left by this call's own earlier
+/// attempt) does not block: node-redlock's script refuses its own value, so a retry after a partial attempt waited
+/// for its own keys to expire. Returns 1 if set, 0 if some key is held by someone else.
+pub const ACQUIRE_MANY: Lua = Lua {
+    body: r#"for _, k in ipairs(KEYS) do local v = redis.call("get", k) if v and v ~= ARGV[1] then return 0 end end for _, k in ipairs(KEYS) do redis.call("set", k, ARGV[1], "px", ARGV[2]) end return 1"#,
+    sha1: "2d35f3ef6ae3ebafffd806d8c0fd7aeec09d748a",
+};
+
+/// Extends a set together: every key's expiry to `ARGV[2]` ms if every key still holds `ARGV[1]`, else nothing
+/// (a set missing one key is not held on that node). Never creates a key. Returns 1 or 0.
+pub const EXTEND_MANY: Lua = Lua {
+    body: r#"for _, k in ipairs(KEYS) do if redis.call("get", k) ~= ARGV[1] then return 0 end end for _, k in ipairs(KEYS) do redis.call("pexpire", k, ARGV[2]) end return 1"#,
+    sha1: "f541961e290ec7d9986f04f95450cea10fe2c30c",
+};
+
+/// Releases a set: deletes every key that holds `ARGV[1]`. Returns how many it deleted.
+pub const RELEASE_MANY: Lua = Lua {
+    body: r#"local n = 0 for _, k in ipairs(KEYS) do if redis.call("get", k) == ARGV[1] then n = n + redis.call("del", k) end end return n"#,
+    sha1: "1a96fd6175bca05da7421eb8e484d5511c0a7a3a",
+};
+
+/// Fenced acquisition: `SET KEYS[1] ARGV[1] NX PX ARGV[2]` and, only if it set the key, `INCR KEYS[2]` (the
+/// resource's counter) in the same atomic step. Returns the incremented counter (at least 1), or 0 if the key is
+/// held.
+pub const ACQUIRE_FENCED: Lua = Lua {
+    body: r#"if redis.call("set", KEYS[1], ARGV[1], "nx", "px", ARGV[2]) then return redis.call("incr", KEYS[2]) end return 0"#,
+    sha1: "39ad1502febc4f1e39c87b9341180d2c38263e57",
+};
+
+/// The write-back: `KEYS[1] = max(KEYS[1], ARGV[1])`. Returns 1.
+pub const FENCE: Lua = Lua {
+    body: r#"local c = tonumber(redis.call("get", KEYS[1]) or "0") or 0 if c < tonumber(ARGV[1]) then redis.call("set", KEYS[1], ARGV[1]) end return 1"#,
+    sha1: "163d9a3592afd1426c91bcd005bd245c8ef978ed",
+};
+
+/// Fenced release: if `KEYS[1]` holds `ARGV[1]`, first raises the counter `KEYS[2]` to the token `ARGV[2]`, then
+/// deletes the key. A node therefore never frees a fenced lock without having seen its token (see `fenced`).
+/// Returns 1 if deleted, 0 if the key was not ours.
+pub const RELEASE_FENCED: Lua = Lua {
+    body: r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 end local c = tonumber(redis.call("get", KEYS[2]) or "0") or 0 if c < tonumber(ARGV[2]) then redis.call("set", KEYS[2], ARGV[2]) end return redis.call("del", KEYS[1])"#,
+    sha1: "2d6dd65ef86dc2094b1791e0dcff734fc5f6d491",
+};
+
+/// Reentrant acquisition by an owner: if `KEYS[1]` is free, sets it to the owner `ARGV[1]` and the hold count
+/// `KEYS[2]` to 1, both for `ARGV[2]` ms; if it holds the owner already, increments the count and lengthens both
+/// keys' expiry to `ARGV[2]` ms if that is later (a nested hold never shortens the outer one's lease). Returns
+/// the count (at least 1), or 0 if another owner holds the key.
+pub const ACQUIRE_REENTRANT: Lua = Lua {
+    body: r#"local v = redis.call("get", KEYS[1]) if not v then redis.call("set", KEYS[1], ARGV[1], "px", ARGV[2]) redis.call("set", KEYS[2], 1, "px", ARGV[2]) return 1 end if v ~= ARGV[1] then return 0 end local c = redis.call("incr", KEYS[2]) if redis.call("pttl", KEYS[1]) < tonumber(ARGV[2]) then redis.call("pexpire", KEYS[1], ARGV[2]) redis.call("pexpire", KEYS[2], ARGV[2]) end return c"#,
+    sha1: "707fcbf0b4d367ebdb592b9482c727f9cd0ab5c4",
+};
+
+/// Reentrant release: if `KEYS[1]` holds the owner `ARGV[1]`, decrements the count `KEYS[2]` and deletes both keys
+/// when it reaches zero. Returns the count left (0: released), or -1 if the key is not the owner's.
+pub const RELEASE_REENTRANT: Lua = Lua {
+    body: r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then return -1 end local c = redis.call("decr", KEYS[2]) if c <= 0 then redis.call("del", KEYS[1], KEYS[2]) return 0 end return c"#,
+    sha1: "76142f7a470322f6c9fb207bc1f76d04db583bee",
+};
+
+/// The resource side of fencing, for a protected resource that is itself a Redis key (on any server, not the lock
+/// nodes): writes `ARGV[2]` to `KEYS[1]` only if the token `ARGV[1]` is at least the largest token seen so far,
+/// kept in `KEYS[2]`, and records it. Returns 1 if written, 0 if refused (a stale holder). Not loaded on the
+/// lock nodes' connections: run it with `EVAL` where the data lives.
+///
+/// The rule for any other resource is the same: keep the largest token seen, and accept a write only if its
+/// token is greater than or equal to it (equal: the same holder writing again).
+pub const FENCED_WRITE: Lua = Lua {
+    body: r#"local t = tonumber(ARGV[1]) local seen = tonumber(redis.call("get", KEYS[2]) or "0") or 0 if t < seen then return 0 end redis.call("set", KEYS[2], ARGV[1]) redis.call("set", KEYS[1], ARGV[2]) return 1"#,
+    sha1: "73268b957259cb6e0a0fc23d76f5974dfd14f218",
+};
+
+/// Every script the lock rounds use, for `SCRIPT LOAD` on new connections and for the tests.
+pub const ALL: [Lua; 9] = [
+    RELEASE_BATCH,
+    ACQUIRE_MANY,
+    EXTEND_MANY,
+    RELEASE_MANY,
+    ACQUIRE_FENCED,
+    FENCE,
+    RELEASE_FENCED,
+    ACQUIRE_REENTRANT,
+    RELEASE_REENTRANT,
+];
+
+/// `EVALSHA sha numkeys keys... args...`, or `EVAL script ...` when `full`.
+pub(crate) fn eval(buf: &mut BytesMut, lua: Lua, full: bool, keys: &[&[u8]], args: &[&[u8]]) {
+    let (verb, body): (&[u8], &str) = match full {
+        false => (b"EVALSHA", lua.sha1),
+        true => (b"EVAL", lua.body),
+    };
+    let numkeys = crate::resp::Decimal::new(i64::try_from(keys.len()).unwrap_or(i64::MAX));
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(3 + keys.len() + args.len());
+    parts.extend_from_slice(&[verb, body.as_bytes(), numkeys.as_bytes()]);
+    parts.extend_from_slice(keys);
+    parts.extend_from_slice(args);
+    encode_command(&parts, buf);
+}

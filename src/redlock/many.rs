@@ -1,0 +1,457 @@
+//! All-or-nothing sets of resources: [`LockManager::lock_many`](super::LockManager::lock_many) and its kin,
+//! and [`LockSet`].
+//!
+//! # Invariants
+//!
+//! - **One round, one script per node.** An acquisition sends each node one [`lua::ACQUIRE_MANY`] carrying every
+//!   key of the set: a node's part is atomic (Redis runs a script to its end before any other command), so a node
+//!   holds all of the set for this value or none of it. The quorum is counted per set, as for one key.
+//! - **Sorted, no duplicates.** The names are sorted and deduplicated before they are sent, so the same set asked
+//!   in any order is the same request, and two callers with overlapping sets in different orders meet in the same
+//!   key order. (Within one node there is nothing to deadlock on anyway: a script never waits; the sorting keeps
+//!   requests identical and reports stable.)
+//! - **A retry is not blocked by its own leftovers.** One call draws one value and keeps it across its retries, and
+//!   the script accepts keys that already hold it: a key its own failed attempt left behind (a release that has not
+//!   landed yet) does not block the next attempt, as node-redlock's script (which refuses its own value) does.
+//! - **After an error nothing of the set stays locked on a node that answered.** A failed attempt releases the set
+//!   on every node the attempt was sent to and waits (one round timeout at most) for those releases: a node that
+//!   answered the acquisition has, by the time the error is returned, also answered the release (they travel in
+//!   order on one connection). A node that never answered gets the release after the acquisition, in order, when it
+//!   comes back to life on the same connection; a node whose connection broke has nothing of ours unless it
+//!   persisted the keys, and then they expire with the TTL.
+//! - **Released and extended together**, by [`lua::RELEASE_MANY`] and [`lua::EXTEND_MANY`]: an extension extends
+//!   every key only where every key still holds our value.
+//! - **The restart guard counts every vote** (`Core::counted`), as for one key.
+
+use std::fmt;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+
+use super::core::{Core, script_vote, settle};
+use super::error::{Error, Outcome, Report, Result};
+use super::lua;
+use super::pipeline::Kind;
+use super::quorum::{Failure, Quorum, Status, Vote, drift};
+use super::token;
+use crate::net::NodeSet;
+use crate::resp::Decimal;
+use crate::time::later;
+
+/// A set of resources held together on a majority of the nodes, all with one value, valid until
+/// [`valid_until`](LockSet::valid_until). Dropping it does not release it.
+#[must_use = "a lock that is not used is held until its lease runs out"]
+pub struct LockSet {
+    pub(crate) resources: Vec<Vec<u8>>,
+    pub(crate) value: token::Value,
+    pub(crate) valid_until: Instant,
+    pub(crate) extensions: u32,
+    pub(crate) nodes: NodeSet,
+}
+
+impl LockSet {
+    /// The resources, sorted, without duplicates.
+    pub fn resources(&self) -> &[Vec<u8>] {
+        &self.resources
+    }
+
+    /// The value every key of the set holds (40 hex digits).
+    pub fn value(&self) -> &str {
+        std::str::from_utf8(&self.value).unwrap_or_default()
+    }
+
+    /// The instant the lease ends, on the monotonic clock.
+    pub fn valid_until(&self) -> Instant {
+        self.valid_until
+    }
+
+    /// The time left on the lease (zero once it has run out).
+    pub fn validity(&self) -> Duration {
+        self.valid_until.saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the lease has not run out yet.
+    pub fn is_valid(&self) -> bool {
+        Instant::now() < self.valid_until
+    }
+
+    /// How many times the set was extended.
+    pub fn extensions(&self) -> u32 {
+        self.extensions
+    }
+}
+
+impl fmt::Debug for LockSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockSet")
+            .field(
+                "resources",
+                &self
+                    .resources
+                    .iter()
+                    .map(|r| String::from_utf8_lossy(r))
+                    .collect::<Vec<_>>(),
+            )
+            .field("value", &self.value())
+            .field("validity", &self.validity())
+            .field("extensions", &self.extensions)
+            .finish()
+    }
+}
+
+/// The names of a set as reports show them: joined by `", "`.
+fn set_name(resources: &[Vec<u8>]) -> Vec<u8> {
+    resources.join(&b", "[..])
+}
+
+/// The keys and the two arguments (value, ttl) of a set's scripts.
+fn keys(resources: &[Vec<u8>]) -> Vec<&[u8]> {
+    resources.iter().map(|r| &r[..]).collect()
+}
+
+impl Core {
+    /// Checks, sorts and deduplicates a set's names.
+    pub(crate) fn check_set(
+        &self,
+        resources: &[&[u8]],
+        ttl: Duration,
+    ) -> Result<(Vec<Vec<u8>>, u64)> {
+        let ttl_ms = self.config.check_ttl(ttl)?;
+        if resources.is_empty() {
+            return Err(Error::config("the set of resources is empty"));
+        }
+        if resources.iter().any(|r| r.is_empty()) {
+            return Err(Error::config("a resource name in the set is empty"));
+        }
+        let mut sorted: Vec<Vec<u8>> = resources.iter().map(|r| r.to_vec()).collect();
+        sorted.sort_unstable();
+        sorted.dedup();
+        Ok((sorted, ttl_ms))
+    }
+
+    /// `lock_many` (`retry`: up to `retry_count` more attempts) or `try_lock_many`.
+    pub(crate) fn lock_many(
+        &self,
+        resources: &[&[u8]],
+        ttl: Duration,
+        retry: bool,
+    ) -> Result<Option<LockSet>> {
+        let (sorted, ttl_ms) = self.check_set(resources, ttl)?;
+        // One value for every attempt of this call: its own leftovers never block it (see the module docs).
+        let value = self.tokens.next().map_err(|e| Error::Os {
+            doing: "drawing the lock value from the OS's randomness",
+            error: std::io::Error::from(e).into(),
+        })?;
+        let mut attempt = 0;
+        loop {
+            let (failure, report) = match self.attempt_many(&sorted, value, ttl, ttl_ms) {
+                Ok(set) => return Ok(Some(set)),
+                Err(failed) => failed,
+            };
+            if !retry && failure == Failure::Held {
+                return Ok(None);
+            }
+            if !retry || attempt >= self.config.retry_count {
+                let report = Box::new(report);
+                return Err(match failure {
+                    Failure::Held => Error::Held(report),
+                    _ => Error::Quorum(report),
+                });
+            }
+            attempt += 1;
+            thread::sleep(self.retry_pause());
+        }
+    }
+
+    fn attempt_many(
+        &self,
+        sorted: &[Vec<u8>],
+        value: token::Value,
+        ttl: Duration,
+        ttl_ms: u64,
+    ) -> std::result::Result<LockSet, (Failure, Report)> {
+        let n = self.fanout.len();
+        let names = keys(sorted);
+        let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+        self.note_ttl(ttl_ms);
+        let start = Instant::now();
+        let mut quorum = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor));
+        let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
+        let mut outcomes = vec![Outcome::NotAwaited; n];
+        let mut status = Status::Pending;
+        let need = quorum.votes_to_decide();
+        let nodes = self.pipelined(
+            Kind::Normal,
+            NodeSet::ALL,
+            1,
+            deadline,
+            need,
+            |buf, full| {
+                lua::eval(
+                    buf,
+                    lua::ACQUIRE_MANY,
+                    full,
+                    &names,
+                    &[&value, ttl_arg.as_bytes()],
+                );
+            },
+            |_, node, reply| {
+                let now = Instant::now();
+                let (vote, outcome) = self.counted(node, script_vote(&reply), now);
+                self.votes[node].count(&outcome);
+                outcomes[node] = outcome;
+                status = quorum.vote(node, vote, now);
+                match status {
+                    Status::Pending => quorum.votes_to_decide(),
+                    _ => 0,
+                }
+            },
+        );
+        match settle(status, &quorum) {
+            Ok(valid_until) => Ok(LockSet {
+                resources: sorted.to_vec(),
+                value,
+                valid_until,
+                extensions: 0,
+                nodes,
+            }),
+            Err(failure) => {
+                // Nothing of the set may stay: release everywhere it was sent, and wait for those replies.
+                let mut release = BytesMut::new();
+                lua::eval(&mut release, lua::RELEASE_MANY, true, &names, &[&value]);
+                let mut round = self
+                    .fanout
+                    .release_round(later(Instant::now(), self.config.round_timeout));
+                round.send_to(nodes, &release, 1);
+                while round.next().is_some() {}
+                drop(round);
+                Err((
+                    failure,
+                    self.report(&set_name(sorted), outcomes, quorum.quorum()),
+                ))
+            }
+        }
+    }
+
+    pub(crate) fn extend_many(&self, set: &mut LockSet, ttl: Duration) -> Result<()> {
+        let ttl_ms = self.config.check_ttl(ttl)?;
+        if set.extensions >= self.config.max_extensions {
+            return Err(Error::ExtendLimit(set.extensions));
+        }
+        let start = Instant::now();
+        if start >= set.valid_until {
+            return Err(Error::Expired);
+        }
+        let n = self.fanout.len();
+        let mut quorum = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor))
+            .decide_by(set.valid_until);
+        self.note_ttl(ttl_ms);
+        let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
+        let mut outcomes = vec![Outcome::NotAwaited; n];
+        let mut status = Status::Pending;
+        for (node, outcome) in outcomes.iter_mut().enumerate() {
+            if !set.nodes.contains(node) {
+                *outcome = Outcome::NotSent;
+                status = quorum.vote(node, Vote::Taken, start);
+            }
+        }
+        let names = keys(&set.resources);
+        let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+        let need = quorum.votes_to_decide();
+        self.pipelined(
+            Kind::Normal,
+            set.nodes,
+            1,
+            deadline,
+            need,
+            |buf, full| {
+                lua::eval(
+                    buf,
+                    lua::EXTEND_MANY,
+                    full,
+                    &names,
+                    &[&set.value, ttl_arg.as_bytes()],
+                );
+            },
+            |_, node, reply| {
+                let now = Instant::now();
+                let (vote, outcome) = self.counted(node, script_vote(&reply), now);
+                self.votes[node].count(&outcome);
+                outcomes[node] = outcome;
+                status = quorum.vote(node, vote, now);
+                match status {
+                    Status::Pending => quorum.votes_to_decide(),
+                    _ => 0,
+                }
+            },
+        );
+        match settle(status, &quorum) {
+            Ok(valid_until) => {
+                set.valid_until = valid_until;
+                set.extensions += 1;
+                Ok(())
+            }
+            Err(failure) => {
+                let report =
+                    Box::new(self.report(&set_name(&set.resources), outcomes, quorum.quorum()));
+                Err(match failure {
+                    Failure::Held => Error::LockLost(report),
+                    _ => Error::Quorum(report),
+                })
+            }
+        }
+    }
+
+    pub(crate) fn unlock_many(&self, set: LockSet) -> Result<usize> {
+        let n = self.fanout.len();
+        let quorum = self.quorum();
+        let deadline = later(Instant::now(), self.config.round_timeout);
+        let mut outcomes = vec![Outcome::NotAwaited; n];
+        let (mut released, mut answered) = (0, 0);
+        for (node, outcome) in outcomes.iter_mut().enumerate() {
+            if !set.nodes.contains(node) {
+                *outcome = Outcome::NotSent;
+                answered += 1;
+            }
+        }
+        let names = keys(&set.resources);
+        self.pipelined(
+            Kind::Release,
+            set.nodes,
+            1,
+            deadline,
+            quorum,
+            |buf, full| lua::eval(buf, lua::RELEASE_MANY, full, &names, &[&set.value]),
+            |_, node, reply| {
+                // The number of keys deleted: any is "released here".
+                let (vote, outcome) = match reply
+                    .as_ref()
+                    .map(crate::resp::Value::without_attributes)
+                {
+                    Ok(crate::resp::Value::Integer(k)) if *k > 0 => (Vote::Yes, Outcome::Granted),
+                    _ => script_vote(&reply),
+                };
+                self.votes[node].count(&outcome);
+                outcomes[node] = outcome;
+                released += usize::from(vote == Vote::Yes);
+                answered += usize::from(vote != Vote::Failed);
+                quorum.saturating_sub(released)
+            },
+        );
+        for r in &set.resources {
+            self.waits.notify(r);
+        }
+        if answered < quorum {
+            return Err(Error::Quorum(Box::new(self.report(
+                &set_name(&set.resources),
+                outcomes,
+                quorum,
+            ))));
+        }
+        Ok(released)
+    }
+}
+
+impl super::LockManager {
+    /// Acquires every resource of `resources` or none, for `ttl`, in one round: each node gets one script that
+    /// sets every key of the set or none (its part is atomic), and the set is held if a majority set it in time.
+    /// Retries as [`lock`](super::LockManager::lock) does, with one value for all attempts, so that keys left by
+    /// its own failed attempt never block it.
+    ///
+    /// The names are sorted and deduplicated first: two callers asking for overlapping sets in different orders
+    /// send the same requests, and neither can hold part of its set waiting for the rest (a node's part is all or
+    /// nothing, and a failed attempt releases what it set before returning or retrying).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Held`] if some resource of the set was held by another holder at the last attempt;
+    /// - [`Error::Quorum`] if too many nodes failed for a majority (the report names the set as `"a, b, c"`);
+    /// - [`Error::Config`] for an empty set, an empty name or an invalid `ttl`.
+    ///
+    /// In every error case nothing of the set stays locked on the nodes that answered (see the module docs of
+    /// `many` in the source for the exact guarantee).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"])?;
+    /// let set = locks.lock_many(&["account:7", "account:3"], Duration::from_secs(5))?;
+    /// // ... move money between the two accounts ...
+    /// locks.unlock_many(set)?;
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn lock_many<R: AsRef<[u8]>>(&self, resources: &[R], ttl: Duration) -> Result<LockSet> {
+        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
+        self.core
+            .lock_many(&names, ttl, true)?
+            .ok_or_else(|| Error::config("no set acquired"))
+    }
+
+    /// One attempt at [`lock_many`](super::LockManager::lock_many): `Ok(None)` if some resource of the set is
+    /// held by another holder.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_many`](super::LockManager::lock_many), without [`Error::Held`].
+    pub fn try_lock_many<R: AsRef<[u8]>>(
+        &self,
+        resources: &[R],
+        ttl: Duration,
+    ) -> Result<Option<LockSet>> {
+        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
+        self.core.lock_many(&names, ttl, false)
+    }
+
+    /// Extends every key of `set` to `ttl` from now, together: a node extends the set only if it still holds every
+    /// key of it. As [`extend`](super::LockManager::extend) otherwise.
+    ///
+    /// # Errors
+    ///
+    /// As [`extend`](super::LockManager::extend).
+    pub fn extend_many(&self, set: &mut LockSet, ttl: Duration) -> Result<()> {
+        self.core.extend_many(set, ttl)
+    }
+
+    /// Releases every key of `set` on all nodes at once (each node deletes the keys that still hold the set's
+    /// value). Returns the number of nodes that deleted some, as [`unlock`](super::LockManager::unlock) does.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Quorum`] if fewer than a majority of nodes answered.
+    pub fn unlock_many(&self, set: LockSet) -> Result<usize> {
+        self.core.unlock_many(set)
+    }
+
+    /// Acquires a set as [`lock_many`](super::LockManager::lock_many) does and holds it under one
+    /// [`Guard`](super::Guard): the watchdog renews every key of the set together (a node confirms only if it
+    /// still holds all of them), and the guard's release releases them together. [`Guard::resources`] lists
+    /// the set; [`Guard::resource`] is its first name, the one the watchdog's client-side tracking watches (a
+    /// loss of another key is found by the next renewal).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_many`](super::LockManager::lock_many), and [`Error::Config`] for a `ttl` too short to renew.
+    ///
+    /// [`Guard::resources`]: super::Guard::resources
+    /// [`Guard::resource`]: super::Guard::resource
+    pub fn hold_many<R: AsRef<[u8]>>(
+        &self,
+        resources: &[R],
+        ttl: Duration,
+    ) -> Result<super::Guard> {
+        self.check_guard_ttl(ttl)?;
+        let set = self.lock_many(resources, ttl)?;
+        let lock = super::lock::Lock {
+            resource: set.resources.first().cloned().unwrap_or_default(),
+            value: set.value,
+            valid_until: set.valid_until,
+            extensions: 0,
+            nodes: set.nodes,
+        };
+        Ok(self.guard_with(lock, ttl, None, Some(set.resources)))
+    }
+}

@@ -1,0 +1,95 @@
+//! `Core::pipelined`: one round that carries `k` commands per node in one request, and hands each reply back
+//! tagged with the command it answers. The rounds of batches, sets and fencing are built on it.
+//!
+//! # Invariants
+//!
+//! - **Replies are matched by position.** A node answers its commands in order, and the round files a node's
+//!   outcomes in request order (replies, or at the deadline a timeout per command still unanswered, or at once a
+//!   refusal per command): the `i`-th outcome from a node is for command `i % k`.
+//! - **`NOSCRIPT` costs one resend, per node.** The first `NOSCRIPT` from a node (it restarted, or someone ran
+//!   `SCRIPT FLUSH`) sends that node the whole request once more with the scripts in full (`EVAL`): its outcomes
+//!   from `k` on answer the resend. A command answered in the first pass (before the flush) is not handed back a
+//!   second time, so a caller sees at most one outcome per (command, node).
+//! - **The caller decides when to stop.** `on_reply` returns how many more outcomes are worth waiting for, 0 to
+//!   end the round; outcomes not awaited are read and dropped by the fanout when they come.
+
+use std::time::Instant;
+
+use bytes::BytesMut;
+
+use super::core::{Core, is_noscript};
+use crate::net::{NodeSet, Reply};
+
+/// How a pipelined round's requests are queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// An acquisition or extension: a node with too many requests waiting fails its vote.
+    Normal,
+    /// A release: must reach every reachable node (see `Fanout::release_round`).
+    Release,
+}
+
+impl Core {
+    /// Sends `k` commands (written by `encode(buf, full)`: `full` asks for scripts by `EVAL` instead of
+    /// `EVALSHA`) to `nodes` in one request each, then calls `on_reply(command, node, reply)` for each outcome
+    /// until it returns 0 or the round ends by `deadline`. `need` is how many outcomes are worth waiting for
+    /// first. Returns the nodes the request was queued for.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn pipelined(
+        &self,
+        kind: Kind,
+        nodes: NodeSet,
+        k: usize,
+        deadline: Instant,
+        need: usize,
+        encode: impl Fn(&mut BytesMut, bool),
+        mut on_reply: impl FnMut(usize, usize, Reply) -> usize,
+    ) -> NodeSet {
+        let n = self.fanout.len();
+        if k == 0 {
+            return NodeSet::EMPTY;
+        }
+        let mut request = BytesMut::with_capacity(64 * k);
+        encode(&mut request, false);
+        let mut round = match kind {
+            Kind::Normal => self.fanout.round(deadline),
+            Kind::Release => self.fanout.release_round(deadline),
+        };
+        let sent = round.send_to(nodes, &request, k);
+        round.need(need);
+        // Per node: outcomes seen so far. Only for nodes that were sent the scripts in full: which commands were
+        // answered in the first pass (allocated only then: rare).
+        let mut index = vec![0usize; n];
+        let mut resent: Vec<Option<Vec<bool>>> = Vec::new();
+        while let Some((node, reply)) = round.next() {
+            let Some(at) = index.get_mut(node) else {
+                continue;
+            };
+            let (j, first) = (*at % k, *at < k);
+            *at += 1;
+            let done = resent.get_mut(node).and_then(Option::as_mut);
+            match done {
+                None if first && is_noscript(&reply) => {
+                    // Everything before this command was answered in the first pass.
+                    let mut answered = vec![false; k];
+                    answered[..j].iter_mut().for_each(|a| *a = true);
+                    resent.resize_with(n, || None);
+                    resent[node] = Some(answered);
+                    request.clear();
+                    encode(&mut request, true);
+                    round.send(node, &request, k);
+                    continue;
+                }
+                Some(_) if first && is_noscript(&reply) => continue,
+                Some(answered) if first => answered[j] = true,
+                Some(answered) if answered[j] => continue,
+                _ => {}
+            }
+            match on_reply(j, node, reply) {
+                0 => break,
+                more => round.need(more),
+            }
+        }
+        sent
+    }
+}

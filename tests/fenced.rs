@@ -1,0 +1,181 @@
+//! Fencing tokens (`lock_fenced`, `hold_fenced`) against real redis-servers: the 10/1/1 counterexample, and
+//! strictly increasing tokens across many acquisitions with node kills and restarts.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use muxlock::redlock::{counter_key, lua};
+use muxlock::{Config, LockManager};
+use support::locks;
+use support::{Cluster, cmd};
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn manager(cluster: &Cluster, config: Config) -> LockManager {
+    locks::manager(cluster.urls(), config)
+}
+
+fn counter(cluster: &Cluster, node: usize, resource: &str) -> Vec<u8> {
+    let key = String::from_utf8(counter_key(resource.as_bytes())).unwrap();
+    cluster.node(node).raw(&cmd(&["GET", &key]))
+}
+
+fn set_counters(cluster: &Cluster, resource: &str, values: &[u64]) {
+    let key = String::from_utf8(counter_key(resource.as_bytes())).unwrap();
+    for (node, v) in values.iter().enumerate() {
+        cluster.node(node).raw(&cmd(&["SET", &key, &v.to_string()]));
+    }
+}
+
+/// `INCR` on the given nodes and the maximum: the naive scheme, with nothing written back.
+fn naive(cluster: &Cluster, resource: &str, nodes: &[usize]) -> u64 {
+    let key = String::from_utf8(counter_key(resource.as_bytes())).unwrap();
+    nodes
+        .iter()
+        .map(|&n| {
+            let reply = cluster.node(n).raw(&cmd(&["INCR", &key]));
+            std::str::from_utf8(&reply[1..reply.len() - 2])
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .max()
+        .unwrap()
+}
+
+#[test]
+fn the_10_1_1_counterexample() {
+    let mut cluster = Cluster::start(3);
+    // The naive max over the acquiring majority: A from nodes 0–1 gets 11, then B from nodes 1–2 gets 3.
+    set_counters(&cluster, "r", &[10, 1, 1]);
+    let a = naive(&cluster, "r", &[0, 1]);
+    let b = naive(&cluster, "r", &[1, 2]);
+    assert_eq!((a, b), (11, 3), "the naive scheme goes backwards");
+
+    // The same situation with lock_fenced: node 2 away while A acquires, node 0 away while B does.
+    set_counters(&cluster, "r", &[10, 1, 1]);
+    let locks = manager(&cluster, locks::one_attempt(Duration::from_millis(200)));
+    cluster.pause(2);
+    let a = locks.lock_fenced("r", TTL).expect("nodes 0 and 1");
+    assert_eq!(a.token(), 11);
+    // The write-back reached node 1 before the token was handed out.
+    assert_eq!(counter(&cluster, 1, "r"), b"$2\r\n11\r\n");
+    locks.unlock_fenced(a).expect("released");
+    cluster.resume(2);
+    cluster.pause(0);
+    let b = locks.lock_fenced("r", TTL).expect("nodes 1 and 2");
+    assert!(b.token() > 11, "B's token {} after A's 11", b.token());
+    locks.unlock_fenced(b).expect("released");
+    cluster.resume(0);
+    // A guard carries its token, and its release leaves it behind.
+    let guard = locks
+        .hold_fenced("r", Duration::from_secs(2))
+        .expect("free");
+    let t = guard.token().expect("a fenced guard");
+    assert!(t > 12);
+    guard.release().expect("released");
+    let next = locks.lock_fenced("r", TTL).expect("free");
+    assert!(next.token() > t);
+    assert!(
+        locks
+            .hold("r2", Duration::from_secs(2))
+            .unwrap()
+            .token()
+            .is_none()
+    );
+}
+
+#[test]
+fn the_resource_side_script_refuses_stale_tokens() {
+    let cluster = Cluster::start(1);
+    let node = cluster.node(0);
+    let write = |token: &str, data: &str| {
+        node.raw(&cmd(&[
+            "EVAL",
+            lua::FENCED_WRITE.body,
+            "2",
+            "data",
+            "data:token",
+            token,
+            data,
+        ]))
+    };
+    assert_eq!(write("5", "a"), b":1\r\n");
+    assert_eq!(write("5", "b"), b":1\r\n", "the same holder writes again");
+    assert_eq!(write("7", "c"), b":1\r\n");
+    assert_eq!(write("6", "stale"), b":0\r\n");
+    assert_eq!(node.raw(&cmd(&["GET", "data"])), b"$1\r\nc\r\n");
+}
+
+/// Several managers take the lock 1,000 times in all while a minority node at a time is killed and restarted
+/// (with `appendfsync always`, so counters survive): every holder's token is larger than every earlier one.
+#[test]
+fn tokens_strictly_increase_across_kills_and_restarts() {
+    let mut cluster = Cluster::builder(5)
+        .arg("--appendonly")
+        .arg("yes")
+        .arg("--appendfsync")
+        .arg("always")
+        .start();
+    let config = Config::default()
+        .with_restart_guard(false)
+        .with_retry_count(200)
+        .with_retry_delay(Duration::from_millis(2))
+        .with_retry_jitter(Duration::from_millis(2))
+        .with_round_timeout(Duration::from_millis(200));
+    let largest = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    const TOTAL: usize = 1_000;
+    let end = Instant::now() + Duration::from_secs(120);
+    let restarts = thread::scope(|s| {
+        let workers: Vec<_> = (0..3)
+            .map(|_| {
+                let locks = manager(&cluster, config.clone());
+                let (largest, done, stop) =
+                    (Arc::clone(&largest), Arc::clone(&done), Arc::clone(&stop));
+                s.spawn(move || {
+                    while done.load(Ordering::SeqCst) < TOTAL && Instant::now() < end {
+                        let Ok(lock) = locks.lock_fenced("ledger", Duration::from_secs(2)) else {
+                            continue;
+                        };
+                        // Inside the lock: the holder's token must exceed every earlier holder's.
+                        let before = largest.fetch_max(lock.token(), Ordering::SeqCst);
+                        assert!(
+                            lock.token() > before,
+                            "token {} after {before}",
+                            lock.token()
+                        );
+                        done.fetch_add(1, Ordering::SeqCst);
+                        let _ = locks.unlock_fenced(lock);
+                    }
+                    stop.store(true, Ordering::SeqCst);
+                })
+            })
+            .collect();
+        let mut restarts = 0;
+        let mut node = 0;
+        while !stop.load(Ordering::SeqCst) && Instant::now() < end {
+            thread::sleep(Duration::from_millis(150));
+            cluster.kill(node);
+            thread::sleep(Duration::from_millis(50));
+            cluster.restart(node);
+            restarts += 1;
+            node = (node + 1) % 5;
+        }
+        for w in workers {
+            w.join().unwrap();
+        }
+        restarts
+    });
+    assert!(
+        done.load(Ordering::SeqCst) >= TOTAL,
+        "only {} acquisitions",
+        done.load(Ordering::SeqCst)
+    );
+    assert!(restarts >= 3, "only {restarts} restarts during the run");
+}
