@@ -12,8 +12,8 @@
 //! 1. **Latency**: uncontended acquire+release on 1, 3 and 5 nodes, p50/p90/p99/p99.9, every (client, node
 //!    count) case taking turns in batches (so the machine's noise hits them alike); a CDF picture at 5 nodes.
 //! 2. **Throughput**: the engine of `benches/throughput.rs` (1, 4, 16, 64 callers on distinct resources, shared
-//!    and per-thread muxlock managers), with every client; repetitions in alternation. The batch API's case is a
-//!    marked slot (`rates::batch_throughput`) until `try_lock_batch` exists.
+//!    and per-thread muxlock managers), with every client; repetitions in alternation. Then muxlock's batch API
+//!    (`try_lock_batch` + `unlock_batch`, 100 names a call) against the same names one call at a time.
 //! 3. **Faults**: 5 nodes with node 2 hung (SIGSTOP) and, on another cluster, killed: each client's success rate
 //!    and latency. Each client runs in a thread of its own ([`worker::Worker`]): one whose call does not return
 //!    within a bound is reported as blocked, and the run goes on. redis-rs/single is pointed at the faulty node.

@@ -308,13 +308,9 @@ pub fn goals(
             Some(*r >= 0.5 && s.failed == 0 && !s.blocked),
         ));
     }
-    out.line(
-        "### Goals
-",
-    );
+    out.line("### Goals\n");
     out.line(format!(
-        "Targets set by earlier issues, measured in this run{}.
-",
+        "Targets set by earlier issues, measured in this run{}.\n",
         if plan.mode == Mode::Quick {
             " (a quick run: too few samples to settle a verdict)"
         } else {

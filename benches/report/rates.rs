@@ -89,7 +89,7 @@ pub fn throughput(out: &mut Out, plan: &Plan, cluster: &Cluster) -> Vec<throughp
         }
     }
     out.line("");
-    out.line(format!("**With the batch API**: {}\n", batch_throughput()));
+    batch_throughput(out, plan, &cluster.urls());
     let groups: Vec<String> = s
         .threads
         .iter()
@@ -126,12 +126,128 @@ pub fn throughput(out: &mut Out, plan: &Plan, cluster: &Cluster) -> Vec<throughp
     rows
 }
 
-/// SLOT for the batch API (issue #11, `LockManager::try_lock_batch` / `unlock_batch`, being built on branch
-/// `many`): not on this branch, so the report says so. Once it lands, this runs the throughput of one caller
-/// locking M names per `try_lock_batch` call (and releasing them with `unlock_batch`) against M single `lock`
-/// calls, in the same run, and returns the line for the report.
-pub fn batch_throughput() -> String {
-    "not built yet: `try_lock_batch` (issue #11) is not on this branch; the slot is `batch_throughput` in \
-     `benches/report/rates.rs`."
-        .into()
+/// Names per `try_lock_batch` call.
+const BATCH: usize = 100;
+
+/// The batch API (issue #11): callers on one shared muxlock manager locking [`BATCH`] fresh names per
+/// `try_lock_batch` call and releasing them with one `unlock_batch`, against the same callers locking the same
+/// number of names one `lock`/`unlock` at a time; the two take turns, repetitions as the throughput table's. Only
+/// muxlock has a batch call: the peers' way to lock many names is one call per name (the table above).
+pub fn batch_throughput(out: &mut Out, plan: &Plan, urls: &[String]) {
+    let s = &plan.throughput;
+    let manager = Muxlock::new(urls, TTL, plan.round_timeout)
+        .manager()
+        .clone();
+    let threads = [1, 4];
+    // Per (threads, batched): locks per second of each repetition, and failures.
+    let mut rates: Vec<((usize, bool), Vec<f64>, u64)> = Vec::new();
+    for &t in &threads {
+        for batched in [true, false] {
+            rates.push(((t, batched), Vec::new(), 0));
+        }
+    }
+    let started = Instant::now();
+    for rep in 0..s.reps {
+        for &t in &threads {
+            for k in 0..2 {
+                let batched = (k + rep) % 2 == 0;
+                let (locks, failed, secs) = batch_case(&manager, t, batched, s.secs, rep);
+                let row = rates
+                    .iter_mut()
+                    .find(|r| r.0 == (t, batched))
+                    .expect("a row");
+                row.1.push(locks as f64 / secs);
+                row.2 += failed;
+            }
+        }
+    }
+    out.line(format!(
+        "**With the batch API** (muxlock's `try_lock_batch` + `unlock_batch`, {BATCH} fresh names a call, callers \
+         sharing one manager), against the same callers taking the same names one `lock`/`unlock` at a time, in \
+         turns, {} repetition(s) of {:.1} s; {:.0} s. A lock is one acquisition and its release.\n",
+        s.reps,
+        s.secs.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    ));
+    out.line("| threads | API | locks/s (median) | failed | batched ÷ one at a time |");
+    out.line("|---:|---|---:|---:|---:|");
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    for &t in &threads {
+        let get = |b: bool| rates.iter().find(|r| r.0 == (t, b)).expect("a row");
+        let (one, many) = (get(false), get(true));
+        out.line(format!(
+            "| {t} | one at a time | {} | {} | |",
+            thousands(median(&one.1)),
+            one.2
+        ));
+        out.line(format!(
+            "| {t} | batches of {BATCH} | {} | {} | {:.2} |",
+            thousands(median(&many.1)),
+            many.2,
+            median(&many.1) / median(&one.1)
+        ));
+    }
+    out.line("");
+}
+
+/// `threads` callers for `secs`: locks that were acquired and released, failed ones, and the seconds taken.
+fn batch_case(
+    manager: &LockManager,
+    threads: usize,
+    batched: bool,
+    secs: Duration,
+    rep: usize,
+) -> (u64, u64, f64) {
+    let start = Instant::now();
+    let end = start + secs;
+    let quorum = manager.quorum();
+    let results: Vec<(u64, u64)> = thread::scope(|scope| {
+        let callers: Vec<_> = (0..threads)
+            .map(|k| {
+                scope.spawn(move || {
+                    let (mut done, mut failed, mut n) = (0u64, 0u64, 0u64);
+                    while Instant::now() < end {
+                        let names: Vec<String> = (0..BATCH)
+                            .map(|i| format!("report:batch:{batched}:{threads}.{rep}:{k}:{n}:{i}"))
+                            .collect();
+                        n += 1;
+                        if batched {
+                            let locks: Vec<_> = manager
+                                .try_lock_batch(&names, TTL)
+                                .into_iter()
+                                .filter_map(|r| r.ok().flatten())
+                                .collect();
+                            failed += (BATCH - locks.len()) as u64;
+                            for released in manager.unlock_batch(locks) {
+                                match released {
+                                    Ok(n) if n >= quorum => done += 1,
+                                    _ => failed += 1,
+                                }
+                            }
+                        } else {
+                            for name in &names {
+                                match manager.lock(name, TTL).map(|l| manager.unlock(l)) {
+                                    Ok(Ok(n)) if n >= quorum => done += 1,
+                                    _ => failed += 1,
+                                }
+                            }
+                        }
+                    }
+                    (done, failed)
+                })
+            })
+            .collect();
+        callers
+            .into_iter()
+            .map(|c| c.join().expect("a batch caller"))
+            .collect()
+    });
+    let secs = start.elapsed().as_secs_f64();
+    let done = results.iter().map(|r| r.0).sum();
+    let failed = results.iter().map(|r| r.1).sum();
+    (done, failed, secs)
 }
