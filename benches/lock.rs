@@ -49,9 +49,9 @@ use bytes::BytesMut;
 use criterion::Criterion;
 use hdrhistogram::Histogram;
 use muxlock::net::{Fanout, NodeAddr, Options};
-use muxlock::redlock::{Config, Lock, LockManager};
+use muxlock::redlock::Config;
 use muxlock::resp::{Value, encode_command};
-use peers::{Locker, RedlockRs, Rslock};
+use peers::{Locker, Muxlock, RedlockRs, Rslock};
 use support::Cluster;
 
 /// The lease of every lock, and the `PX` of the raw `SET`.
@@ -65,54 +65,13 @@ const RAW_VALUE: &[u8] = b"0123456789abcdef0123456789abcdef01234567";
 
 // ---------------------------------------------------------------- the clients
 
-/// muxlock's lock manager.
-struct Muxlock {
-    manager: LockManager,
-    held: Option<Lock>,
-}
-
-impl Muxlock {
-    fn new(urls: &[String], quick: bool) -> Muxlock {
-        // These servers have just started: the restart guard would not count them for a whole TTL. One attempt per
-        // call, as for the peers: a failure is counted, not retried. Test mode must not fail on a slow machine;
-        // bench mode keeps the default round timeout (50 ms).
-        let config = Config::default()
-            .with_restart_guard(false)
-            .with_retry_count(0)
-            .with_round_timeout(if quick {
-                Duration::from_secs(2)
-            } else {
-                Config::default().round_timeout()
-            });
-        let manager = LockManager::builder()
-            .nodes(urls.iter().cloned())
-            .config(config)
-            .build()
-            .expect("a valid configuration");
-        Muxlock {
-            manager,
-            held: None,
-        }
-    }
-}
-
-impl Locker for Muxlock {
-    fn acquire(&mut self, resource: &[u8]) -> Result<(), String> {
-        let lock = self
-            .manager
-            .lock(resource, TTL)
-            .map_err(|e| e.to_string())?;
-        self.held = Some(lock);
-        Ok(())
-    }
-
-    fn release(&mut self) -> Result<(), String> {
-        let lock = self.held.take().ok_or("nothing held")?;
-        let released = self.manager.unlock(lock).map_err(|e| e.to_string())?;
-        if released < self.manager.quorum() {
-            return Err(format!("released on {released} nodes only"));
-        }
-        Ok(())
+/// The round timeout of muxlock's rounds: test mode must not fail on a slow machine; bench mode keeps the
+/// default (50 ms).
+fn round_timeout(quick: bool) -> Duration {
+    if quick {
+        Duration::from_secs(2)
+    } else {
+        Config::default().round_timeout()
     }
 }
 
@@ -182,6 +141,10 @@ impl Locker for Raw {
         self.request.clear();
         encode_command(&[b"DEL", &resource], &mut self.request);
         self.round_trip(|v| *v == Value::Integer(1))
+    }
+
+    fn acquire_wait(&mut self, _: &[u8], _: Duration) -> Result<(), String> {
+        Err("raw: does not wait".into())
     }
 }
 
@@ -282,7 +245,7 @@ impl Bench {
         let mut hung = Cluster::start(5);
         let mut down = Cluster::start(5);
         let (h, p, d) = (healthy.urls(), hung.urls(), down.urls());
-        let mux = |urls: &[String]| Box::new(Muxlock::new(urls, quick));
+        let mux = |urls: &[String]| Box::new(Muxlock::new(urls, TTL, round_timeout(quick)));
         let rslock = |urls: &[String]| Box::new(Rslock::new(urls, TTL));
         let redlock = |urls: &[String]| Box::new(RedlockRs::new(urls, TTL));
         let mut cases = vec![

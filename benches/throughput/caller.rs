@@ -9,8 +9,9 @@ use hdrhistogram::Histogram;
 use muxlock::LockManager;
 use tokio::time::timeout;
 
-use super::peers::quorum::RedisQuorum;
 use super::{CALL_TIMEOUT, Client, TTL};
+use crate::peers::Locker;
+use crate::peers::quorum::RedisQuorum;
 
 /// The measured window of a case.
 #[derive(Clone, Copy)]
@@ -161,6 +162,24 @@ pub async fn quorum_caller(mut client: RedisQuorum, mut names: Names, window: Wi
                 ),
                 Ok(Err(e)) => tally.failed(Step::Release, e),
                 Ok(Ok(())) => tally.done(t0, window),
+            },
+        }
+    }
+}
+
+/// A caller with a [`Locker`] of its own, from an OS thread (the `redlock` crate, redis-rs/single).
+pub fn locker_caller(locker: &mut dyn Locker, mut names: Names, window: Window) -> Tally {
+    let mut tally = Tally::new();
+    loop {
+        let t0 = Instant::now();
+        if t0 >= window.end {
+            return tally;
+        }
+        match locker.acquire(names.next()) {
+            Err(e) => tally.failed(Step::Acquire, e),
+            Ok(()) => match locker.release() {
+                Ok(()) => tally.done(t0, window),
+                Err(e) => tally.failed(Step::Release, e),
             },
         }
     }

@@ -80,9 +80,9 @@ pub struct Row {
     pub threads: usize,
     pub client: Client,
     /// Cycles per second of each repetition, in repetition order.
-    rates: Vec<f64>,
-    tally: Tally,
-    blocked: usize,
+    pub rates: Vec<f64>,
+    pub tally: Tally,
+    pub blocked: usize,
     cpu: Cpu,
 }
 
@@ -116,11 +116,11 @@ impl Row {
         self.failures() > 0 || self.blocked > 0
     }
 
-    fn median(&self) -> f64 {
+    pub fn median(&self) -> f64 {
         median(&self.rates)
     }
 
-    fn failures(&self) -> u64 {
+    pub fn failures(&self) -> u64 {
         self.tally.failures.iter().sum()
     }
 }
@@ -139,6 +139,27 @@ fn min_max(values: &[f64]) -> (f64, f64) {
     let min = values.iter().copied().fold(f64::INFINITY, f64::min);
     let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     (min, max)
+}
+
+impl Row {
+    /// `(min, max)` cycles per second over the repetitions.
+    pub fn range(&self) -> (f64, f64) {
+        min_max(&self.rates)
+    }
+
+    /// Client and server CPU µs per cycle.
+    pub fn cpu_per_cycle(&self) -> (f64, f64) {
+        let cycles = self.tally.cycles.max(1) as f64;
+        (
+            self.cpu.bench.as_secs_f64() * 1e6 / cycles,
+            self.cpu.servers.as_secs_f64() * 1e6 / cycles,
+        )
+    }
+
+    /// The share of the machine's CPU time stolen during the measured windows, in percent.
+    pub fn steal(&self) -> f64 {
+        self.cpu.steal_percent()
+    }
 }
 
 pub fn loadavg() -> String {

@@ -1,0 +1,432 @@
+//! The throughput engine, shared by `benches/throughput.rs` (its method is documented there) and
+//! `scripts/bench-report` (`benches/report.rs`): the clients ([`Client`], [`Clients`]), the [`Settings`], one case
+//! ([`run_case`]: N callers for a window) and the repetitions in alternation ([`run_all`]). Two clients only the
+//! report runs by default: `redlock` (the crate, one client per caller thread) and `redis-rs/single` (no Redlock:
+//! one redis-rs connection per caller thread to node 0).
+//!
+//! - [`caller`]: one caller's loop per client, and what it records.
+//! - [`report`]: CPU from `/proc`, the rows and the tables.
+
+// Each bench root uses only part of the engine.
+#![allow(dead_code)]
+
+pub mod caller;
+pub mod report;
+
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+use std::{env, thread};
+
+use caller::{Names, Tally, Window, locker_caller, muxlock_caller, quorum_caller, rslock_caller};
+use muxlock::{Config, LockManager};
+use report::{Cpu, Row};
+use tokio::runtime::Runtime;
+
+use crate::peers::quorum::RedisQuorum;
+use crate::peers::{Locker, RedisSingle, RedlockRs};
+
+/// The lease of every lock.
+pub const TTL: Duration = Duration::from_secs(30);
+/// The bound on one tokio call (acquire or release).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long after its window a case waits for its callers: two timed-out calls and some.
+pub const GRACE: Duration = Duration::from_secs(6);
+
+// ---------------------------------------------------------------- clients and settings
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Client {
+    Shared,
+    PerThread,
+    Rslock,
+    Quorum,
+    /// The `redlock` crate, one client per caller thread (it opens a connection per node per command).
+    Redlock,
+    /// No Redlock: one redis-rs sync connection per caller thread to node 0.
+    Single,
+}
+
+/// The clients `benches/throughput.rs` runs by default.
+pub const CLIENTS: [Client; 4] = [
+    Client::Shared,
+    Client::PerThread,
+    Client::Rslock,
+    Client::Quorum,
+];
+
+/// Every client, as `scripts/bench-report` runs them.
+pub const ALL_CLIENTS: [Client; 6] = [
+    Client::Shared,
+    Client::PerThread,
+    Client::Rslock,
+    Client::Quorum,
+    Client::Redlock,
+    Client::Single,
+];
+
+impl Client {
+    pub fn name(self) -> &'static str {
+        match self {
+            Client::Shared => "muxlock/shared",
+            Client::PerThread => "muxlock/per-thread",
+            Client::Rslock => "rslock",
+            Client::Quorum => "redis-rs/quorum",
+            Client::Redlock => "redlock",
+            Client::Single => "redis-rs/single",
+        }
+    }
+
+    /// The client's part of a resource name.
+    fn tag(self) -> &'static str {
+        match self {
+            Client::Shared => "mux-shared",
+            Client::PerThread => "mux-thread",
+            Client::Rslock => "rslock",
+            Client::Quorum => "quorum",
+            Client::Redlock => "redlock",
+            Client::Single => "single",
+        }
+    }
+
+    pub fn is_muxlock(self) -> bool {
+        matches!(self, Client::Shared | Client::PerThread)
+    }
+}
+
+pub struct Settings {
+    pub quick: bool,
+    pub threads: Vec<usize>,
+    /// The clients to run (`MUXLOCK_TP_CLIENTS`, names as in the table; default all).
+    pub clients: Vec<Client>,
+    pub warmup: Duration,
+    pub secs: Duration,
+    pub reps: usize,
+}
+
+impl Settings {
+    pub fn from_env(quick: bool) -> Settings {
+        if quick {
+            return Settings {
+                quick,
+                threads: vec![1, 4],
+                clients: CLIENTS.to_vec(),
+                warmup: Duration::from_millis(50),
+                secs: Duration::from_millis(200),
+                reps: 1,
+            };
+        }
+        let var = |name: &str| env::var(name).ok().filter(|v| !v.is_empty());
+        let secs: f64 =
+            var("MUXLOCK_TP_SECS").map_or(3.0, |v| v.parse().expect("MUXLOCK_TP_SECS: seconds"));
+        let threads = var("MUXLOCK_TP_THREADS").map_or_else(
+            || vec![1, 4, 16, 64],
+            |v| {
+                v.split(',')
+                    .map(|n| {
+                        n.trim()
+                            .parse()
+                            .expect("MUXLOCK_TP_THREADS: counts, e.g. 1,4,16")
+                    })
+                    .collect()
+            },
+        );
+        let clients = var("MUXLOCK_TP_CLIENTS").map_or_else(
+            || CLIENTS.to_vec(),
+            |v| {
+                v.split(',')
+                    .map(|name| {
+                        *ALL_CLIENTS
+                            .iter()
+                            .find(|c| c.name() == name.trim())
+                            .unwrap_or_else(|| {
+                                panic!("MUXLOCK_TP_CLIENTS: unknown client {name:?}")
+                            })
+                    })
+                    .collect()
+            },
+        );
+        Settings {
+            quick,
+            threads,
+            clients,
+            warmup: Duration::from_millis(300),
+            secs: Duration::from_secs_f64(secs),
+            reps: var("MUXLOCK_TP_REPS")
+                .map_or(3, |v| v.parse().expect("MUXLOCK_TP_REPS: a count")),
+        }
+    }
+}
+
+/// Every client, built once (the `redlock` crate's and redis-rs/single's per case, one per caller).
+pub struct Clients {
+    pub shared: Arc<LockManager>,
+    per_thread: Vec<Arc<LockManager>>,
+    rslock: rslock::LockManager,
+    rslock_rt: Runtime,
+    quorum: RedisQuorum,
+    pub quorum_rt: Runtime,
+    urls: Vec<String>,
+}
+
+impl Clients {
+    pub fn build(urls: &[String], settings: &Settings) -> Clients {
+        // Test mode must not fail on a slow machine (as in benches/lock.rs); bench mode keeps the default.
+        let config = Config::default()
+            .with_restart_guard(false)
+            .with_retry_count(0)
+            .with_round_timeout(if settings.quick {
+                Duration::from_secs(2)
+            } else {
+                Config::default().round_timeout()
+            });
+        let mux = || {
+            let manager = LockManager::builder()
+                .nodes(urls.iter().cloned())
+                .config(config.clone())
+                .build()
+                .expect("a valid configuration");
+            Arc::new(manager)
+        };
+        let most = settings.threads.iter().copied().max().unwrap_or(1);
+        let runtime = || {
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("a multi-thread tokio runtime")
+        };
+        let mut rslock = rslock::LockManager::new(urls.to_vec());
+        rslock.set_retry(1, Duration::from_millis(1));
+        let quorum_rt = runtime();
+        let quorum = quorum_rt
+            .block_on(RedisQuorum::connect(urls, TTL))
+            .expect("redis-rs connections");
+        Clients {
+            shared: mux(),
+            per_thread: (0..most).map(|_| mux()).collect(),
+            rslock,
+            rslock_rt: runtime(),
+            quorum,
+            quorum_rt,
+            urls: urls.to_vec(),
+        }
+    }
+
+    /// Connects every client (they connect on first use) and checks that a cycle works.
+    pub fn warm_up(&mut self) {
+        // A name per manager: one manager's release need not have reached every node before the next one locks.
+        // A few tries: on a VM whose vCPUs are stolen, one 50 ms round can fail for a frozen thread.
+        let once = |m: &LockManager, i: usize| {
+            let mut last = None;
+            for k in 0..5 {
+                let name = format!("tp:warm-up:{i}:{k}");
+                match m.lock(&name, TTL).and_then(|lock| m.unlock(lock)) {
+                    Ok(_) => return,
+                    Err(e) => last = Some(e),
+                }
+            }
+            panic!("muxlock warm-up failed 5 times, last: {last:?}");
+        };
+        once(&self.shared, 0);
+        for (i, m) in self.per_thread.iter().enumerate() {
+            once(m, i + 1);
+        }
+        let rslock = &self.rslock;
+        self.rslock_rt.block_on(async {
+            let lock = rslock
+                .lock(&b"tp:warm-up"[..], TTL)
+                .await
+                .expect("rslock warm-up");
+            rslock.unlock(&lock).await;
+        });
+        let quorum = &mut self.quorum;
+        self.quorum_rt.block_on(async {
+            let value = quorum
+                .acquire(b"tp:warm-up")
+                .await
+                .expect("redis-rs warm-up");
+            quorum
+                .release(b"tp:warm-up", &value)
+                .await
+                .expect("redis-rs warm-up");
+        });
+    }
+}
+
+// ---------------------------------------------------------------- one case
+
+/// What one run of a case gave.
+pub struct Run {
+    tally: Tally,
+    blocked: usize,
+    cpu: Cpu,
+}
+
+fn sleep_until(t: Instant) {
+    thread::sleep(t.saturating_duration_since(Instant::now()));
+}
+
+pub fn run_case(
+    clients: &Clients,
+    client: Client,
+    threads: usize,
+    rep: usize,
+    s: &Settings,
+    pids: &[u32],
+) -> Run {
+    let (tx, rx) = mpsc::channel::<Tally>();
+    let start = Instant::now() + s.warmup;
+    let window = Window {
+        start,
+        end: start + s.secs,
+    };
+    let case = format!("{threads}.{rep}");
+    let mut tasks = Vec::new();
+    for k in 0..threads {
+        let names = Names::new(client, &case, k);
+        let tx = tx.clone();
+        match client {
+            Client::Shared | Client::PerThread => {
+                let manager = if client == Client::Shared {
+                    Arc::clone(&clients.shared)
+                } else {
+                    Arc::clone(&clients.per_thread[k])
+                };
+                // Never joined: a thread that blocks past the deadline is left behind, and counted.
+                let _ = thread::Builder::new()
+                    .name(format!("tp-{k}"))
+                    .spawn(move || {
+                        let _ = tx.send(muxlock_caller(&manager, names, window));
+                    })
+                    .expect("a caller thread");
+            }
+            Client::Rslock => {
+                let manager = clients.rslock.clone();
+                tasks.push(clients.rslock_rt.spawn(async move {
+                    let _ = tx.send(rslock_caller(manager, names, window).await);
+                }));
+            }
+            Client::Quorum => {
+                let handle = clients.quorum.handle();
+                tasks.push(clients.quorum_rt.spawn(async move {
+                    let _ = tx.send(quorum_caller(handle, names, window).await);
+                }));
+            }
+            Client::Redlock | Client::Single => {
+                let mut locker: Box<dyn Locker> = if client == Client::Redlock {
+                    Box::new(RedlockRs::new(&clients.urls, TTL))
+                } else {
+                    Box::new(RedisSingle::new(&clients.urls[0], TTL))
+                };
+                let _ = thread::Builder::new()
+                    .name(format!("tp-{k}"))
+                    .spawn(move || {
+                        let _ = tx.send(locker_caller(locker.as_mut(), names, window));
+                    })
+                    .expect("a caller thread");
+            }
+        }
+    }
+    drop(tx);
+    sleep_until(window.start);
+    let before = Cpu::now(pids);
+    let net_before = (client == Client::Shared).then(|| clients.shared.stats());
+    sleep_until(window.end);
+    let after = Cpu::now(pids);
+    // How the shared manager's requests travelled in the window: per node, how many requests a write carried.
+    let net = net_before.map(|before| {
+        let now = clients.shared.stats();
+        now.nodes
+            .iter()
+            .zip(&before.nodes)
+            .map(|(n, b)| n.net.since(&b.net))
+            .collect::<Vec<_>>()
+    });
+    let deadline = window.end + GRACE;
+    let mut tally = Tally::new();
+    let mut reported = 0;
+    while reported < threads {
+        // Disconnected (a caller panicked) or past the deadline: the others are counted as blocked.
+        let Ok(t) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
+            break;
+        };
+        tally.merge(t);
+        reported += 1;
+    }
+    for task in tasks {
+        task.abort(); // a no-op for tasks that returned
+    }
+    if let Some(net) = net {
+        let per_write: Vec<String> = net
+            .iter()
+            .map(|d| format!("{:.1}", d.requests as f64 / d.writes.max(1) as f64))
+            .collect();
+        let cycles = tally.cycles.max(1) as f64;
+        let writes: u64 = net.iter().map(|d| d.writes).sum();
+        let reads: u64 = net.iter().map(|d| d.reads).sum();
+        eprintln!(
+            "  {threads} × muxlock/shared: requests per write, per node: {}; system calls per cycle, all nodes: \
+             {:.2} writes, {:.2} reads",
+            per_write.join(" "),
+            writes as f64 / cycles,
+            reads as f64 / cycles
+        );
+    }
+    Run {
+        tally,
+        blocked: threads - reported,
+        cpu: after.since(before),
+    }
+}
+
+// ---------------------------------------------------------------- main
+
+/// Runs every (thread count, client) pair of `s` `s.reps` times, in alternation: the first client rotates with the
+/// repetition and the thread count, so that none always follows the same one. `pids`: the servers' processes.
+pub fn run_all(clients: &Clients, s: &Settings, pids: &[u32]) -> Vec<Row> {
+    let mut rows: Vec<Row> = (s.threads.iter())
+        .flat_map(|&threads| {
+            s.clients
+                .iter()
+                .map(move |&client| Row::new(threads, client))
+        })
+        .collect();
+    for rep in 0..s.reps {
+        for (ti, &threads) in s.threads.iter().enumerate() {
+            for j in 0..s.clients.len() {
+                let client = s.clients[(j + rep + ti) % s.clients.len()];
+                let run = run_case(clients, client, threads, rep, s, pids);
+                let row = rows
+                    .iter_mut()
+                    .find(|r| r.threads == threads && r.client == client)
+                    .expect("a row per case");
+                let failed: u64 = run.tally.failures.iter().sum();
+                let steal = run.cpu.steal_percent();
+                let rate = row.add(run.tally, run.blocked, run.cpu, s.secs.as_secs_f64());
+                eprintln!(
+                    "rep {rep}, {threads} × {}: {rate:.0} cycles/s, {failed} failed, steal {steal:.0} %",
+                    client.name()
+                );
+            }
+        }
+    }
+    rows
+}
+
+impl Clients {
+    /// Stops the clients: the tokio runtimes get 1 s (a blocked task was aborted; one that does not stop in time
+    /// is left to the process exit, as are blocked threads).
+    pub fn shut_down(self) {
+        let Clients {
+            shared,
+            per_thread,
+            rslock,
+            rslock_rt,
+            quorum,
+            quorum_rt,
+            urls: _,
+        } = self;
+        drop((shared, per_thread, rslock, quorum));
+        rslock_rt.shutdown_timeout(Duration::from_secs(1));
+        quorum_rt.shutdown_timeout(Duration::from_secs(1));
+    }
+}
