@@ -31,9 +31,16 @@ const POLL: Duration = Duration::from_secs(2);
 /// A bound that a wake-up meets and a poll (or a renewal) does not, with room for a busy 2-vCPU machine's stalls.
 const AT_ONCE: Duration = Duration::from_millis(500);
 
-/// The waiters' config: one attempt per round, and a poll that would come only after [`POLL`].
+/// For managers whose speed is not what a test checks (holders that only lock and unlock, rivals): rounds of
+/// 1 s, so that a first call that also connects, on a machine busy with the other tests, is answered rather than
+/// timed out.
+fn steady() -> Config {
+    one_attempt(Duration::from_secs(1))
+}
+
+/// The waiters' config: [`steady`] rounds, and a poll that would come only after [`POLL`].
 fn waiter_config() -> Config {
-    config()
+    steady()
         .with_retry_delay(POLL)
         .with_retry_jitter(Duration::ZERO)
 }
@@ -69,7 +76,7 @@ fn a_guard_keeps_its_lock_past_five_ttls_and_releases_it() {
     // Rounds of 100 ms and a TTL of 1 s: a renewal has 600 ms to land before the guard's deadline, so a stalled
     // machine does not lose the guard; the rival's 1 s rounds only make its probes sure to be answered.
     let locks = manager(cluster.urls(), one_attempt(ms(100)));
-    let rival = manager(cluster.urls(), one_attempt(Duration::from_secs(1)));
+    let rival = manager(cluster.urls(), steady());
     let ttl = Duration::from_secs(1);
     let guard = locks.hold("kept", ttl).expect("hold");
     let first_deadline = guard.deadline();
@@ -113,7 +120,7 @@ fn dropping_a_guard_releases_and_with_lock_releases_after_the_work() {
     let cluster = Cluster::start(3);
     let locks = manager(cluster.urls(), config());
     // The rival's probes must be answered, not timed out by a stalled machine: 1 s rounds.
-    let rival = manager(cluster.urls(), one_attempt(Duration::from_secs(1)));
+    let rival = manager(cluster.urls(), steady());
     let guard = locks
         .hold("dropped", Duration::from_secs(30))
         .expect("hold");
@@ -362,7 +369,7 @@ fn a_waiter_is_woken_by_the_release_not_by_a_poll() {
 #[test]
 fn a_waiter_wakes_when_the_holder_s_lease_expires() {
     let cluster = Cluster::start(3);
-    let holder = manager(cluster.urls(), config());
+    let holder = manager(cluster.urls(), steady());
     let waiter = manager(cluster.urls(), waiter_config());
     let ttl = ms(500);
     let lock = holder.lock("expiring", ttl).expect("lock");
@@ -380,7 +387,7 @@ fn a_waiter_wakes_when_the_holder_s_lease_expires() {
 #[test]
 fn a_waiter_gives_up_at_max_wait_with_the_right_error() {
     let mut cluster = Cluster::start(3);
-    let holder = manager(cluster.urls(), config());
+    let holder = manager(cluster.urls(), steady());
     let waiter = manager(cluster.urls(), config());
     let _lock = holder.lock("busy", Duration::from_secs(20)).expect("lock");
     let t0 = Instant::now();
@@ -451,7 +458,7 @@ fn waiters_of_one_process_take_turns_in_arrival_order() {
 #[test]
 fn a_waiter_survives_a_node_restart_while_it_waits() {
     let mut cluster = Cluster::start(3);
-    let holder = manager(cluster.urls(), config());
+    let holder = manager(cluster.urls(), steady());
     let waiter = manager(cluster.urls(), waiter_config());
     let lock = holder
         .lock("restarted", Duration::from_secs(30))
@@ -486,7 +493,7 @@ fn waiting_works_without_resp3_on_timers() {
     let cluster = Cluster::builder(3)
         .server(RedisServer::builder().args(["--rename-command", "HELLO", ""]))
         .start();
-    let holder = manager(cluster.urls(), config());
+    let holder = manager(cluster.urls(), steady());
     let waiter = manager(cluster.urls(), waiter_config());
     let ttl = ms(400);
     let lock = holder.lock("resp2", ttl).expect("lock");
@@ -500,7 +507,8 @@ fn waiting_works_without_resp3_on_timers() {
     assert!(took < ttl + AT_ONCE, "took {took:?}");
     // A guard renews on RESP2 as well.
     waiter.unlock(got).expect("unlock");
-    let guard = waiter.hold("resp2", ttl).expect("hold");
+    let guards = manager(cluster.urls(), config()); // a 400 ms guard needs short rounds
+    let guard = guards.hold("resp2", ttl).expect("hold");
     thread::sleep(ttl * 2);
     assert!(
         !guard.is_lost() && guard.renewals() >= 3,
