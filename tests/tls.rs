@@ -323,10 +323,13 @@ fn guards_and_waiters_work_over_tls_tracker_included() {
     let certs = Certs::generate();
     let cluster = tls_cluster(&certs, 3, true);
     let urls = cluster.tls_urls();
-    // A short round, so that a short lease can be renewed (a guard's TTL must leave room for a renewal round).
+    // A short round, so that a short lease can be renewed (a guard's TTL must leave room for a renewal round);
+    // retries, because the first call also makes the TLS handshakes, which a busy machine can stretch past it.
     let holder = locks::manager(
         urls.iter().cloned(),
-        locks::one_attempt(Duration::from_millis(150)).with_tls(trusting(&certs)),
+        locks::one_attempt(Duration::from_millis(150))
+            .with_retry_count(5)
+            .with_tls(trusting(&certs)),
     );
     // A waiter that polled would wake after its retry delay: make that long, so a wake-up by tracking shows.
     let slow_poll = locks::one_attempt(ROUND)
