@@ -77,7 +77,7 @@ use super::guard::Guard;
 use super::lock::Lock;
 use super::lua;
 use super::pipeline::Kind;
-use super::quorum::{Failure, Quorum, Status, Vote, drift};
+use super::quorum::{Failure, Vote};
 use super::scripts::{self, Script};
 use crate::net::{NodeSet, Reply};
 use crate::resp::{Decimal, Value};
@@ -179,46 +179,20 @@ impl Core {
         let n = self.fanout.len();
         let counter = counter_key(resource);
         let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
-        self.note_ttl(ttl_ms);
-        let start = Instant::now();
-        let mut quorum = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor));
-        let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
-        let mut outcomes = vec![Outcome::NotAwaited; n];
-        let mut status = Status::Pending;
-        let mut token = 0u64;
-        let need = quorum.votes_to_decide();
         let keys: [&[u8]; 2] = [resource, &counter];
-        let nodes = self.pipelined(
-            Kind::Normal,
-            NodeSet::ALL,
-            1,
-            deadline,
-            need,
-            |buf, full| {
-                lua::eval(
-                    buf,
-                    lua::ACQUIRE_FENCED,
-                    full,
-                    &keys,
-                    &[&value, ttl_arg.as_bytes()],
-                )
-            },
-            |_, node, reply| {
-                let now = Instant::now();
-                let (vote, outcome, count) = fenced_vote(&reply);
-                let (vote, outcome) = self.counted(node, (vote, outcome), now);
-                self.votes[node].count(&outcome);
-                outcomes[node] = outcome;
-                if vote == Vote::Yes {
-                    // Only counted grants: a node the restart guard does not trust may have lost its counter.
-                    token = token.max(count);
-                }
-                status = quorum.vote(node, vote, now);
-                match status {
-                    Status::Pending => quorum.votes_to_decide(),
-                    _ => 0,
-                }
-            },
+        let round = self.acquire_scripted(
+            lua::ACQUIRE_FENCED,
+            (&keys, &[&value, ttl_arg.as_bytes()]),
+            (ttl, ttl_ms),
+            fenced_vote,
+        );
+        let (start, quorum, status, outcomes, nodes, token) = (
+            round.start,
+            round.quorum,
+            round.status,
+            round.outcomes,
+            round.nodes,
+            round.count,
         );
         let release = |token: u64| {
             let mut buf = BytesMut::new();

@@ -171,44 +171,19 @@ impl Core {
         ttl: Duration,
         ttl_ms: u64,
     ) -> std::result::Result<LockSet, (Failure, Report)> {
-        let n = self.fanout.len();
         let names = keys(sorted);
         let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
-        self.note_ttl(ttl_ms);
-        let start = Instant::now();
-        let mut quorum = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor));
-        let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
-        let mut outcomes = vec![Outcome::NotAwaited; n];
-        let mut status = Status::Pending;
-        let need = quorum.votes_to_decide();
-        let nodes = self.pipelined(
-            Kind::Normal,
-            NodeSet::ALL,
-            1,
-            deadline,
-            need,
-            |buf, full| {
-                lua::eval(
-                    buf,
-                    lua::ACQUIRE_MANY,
-                    full,
-                    &names,
-                    &[&value, ttl_arg.as_bytes()],
-                );
-            },
-            |_, node, reply| {
-                let now = Instant::now();
-                let (vote, outcome) = self.counted(node, script_vote(&reply), now);
-                self.votes[node].count(&outcome);
-                outcomes[node] = outcome;
-                status = quorum.vote(node, vote, now);
-                match status {
-                    Status::Pending => quorum.votes_to_decide(),
-                    _ => 0,
-                }
+        let round = self.acquire_scripted(
+            lua::ACQUIRE_MANY,
+            (&names, &[&value, ttl_arg.as_bytes()]),
+            (ttl, ttl_ms),
+            |reply| {
+                let (vote, outcome) = script_vote(reply);
+                (vote, outcome, 0)
             },
         );
-        match settle(status, &quorum) {
+        let (quorum, outcomes, nodes) = (round.quorum, round.outcomes, round.nodes);
+        match settle(round.status, &quorum) {
             Ok(valid_until) => Ok(LockSet {
                 resources: sorted.to_vec(),
                 value,

@@ -13,12 +13,16 @@
 //! - **The caller decides when to stop.** `on_reply` returns how many more outcomes are worth waiting for, 0 to
 //!   end the round; outcomes not awaited are read and dropped by the fanout when they come.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
 use super::core::{Core, is_noscript};
+use super::error::Outcome;
+use super::lua;
+use super::quorum::{Quorum, Status, Vote, drift};
 use crate::net::{NodeSet, Reply};
+use crate::time::later;
 
 /// How a pipelined round's requests are queued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,5 +95,74 @@ impl Core {
             }
         }
         sent
+    }
+}
+
+/// What one scripted acquisition round ([`Core::acquire_scripted`]) found.
+pub(crate) struct Acquired {
+    /// When the round started: the lease is counted from here.
+    pub(crate) start: Instant,
+    pub(crate) quorum: Quorum,
+    pub(crate) status: Status,
+    /// Every node's outcome (those the round did not wait for: `NotAwaited`).
+    pub(crate) outcomes: Vec<Outcome>,
+    /// The nodes the script was sent to.
+    pub(crate) nodes: NodeSet,
+    /// The largest number that a counted grant carried (a fencing token, a hold count; 0 if none).
+    pub(crate) count: u64,
+}
+
+impl Core {
+    /// One acquisition round of `script` on every node, in Redlock's way: sent at once, each reply classified by
+    /// `classify` into a vote, an outcome and a number, votes counted through the restart guard, the round ended
+    /// as soon as the quorum's verdict is certain. Shared by sets, fencing and reentrant locks.
+    pub(crate) fn acquire_scripted(
+        &self,
+        script: lua::Lua,
+        (keys, args): (&[&[u8]], &[&[u8]]),
+        (ttl, ttl_ms): (Duration, u64),
+        classify: impl Fn(&Reply) -> (Vote, Outcome, u64),
+    ) -> Acquired {
+        let n = self.fanout.len();
+        self.note_ttl(ttl_ms);
+        let start = Instant::now();
+        let mut quorum = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor));
+        let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
+        let mut outcomes = vec![Outcome::NotAwaited; n];
+        let mut status = Status::Pending;
+        let mut count = 0;
+        let need = quorum.votes_to_decide();
+        let nodes = self.pipelined(
+            Kind::Normal,
+            NodeSet::ALL,
+            1,
+            deadline,
+            need,
+            |buf, full| lua::eval(buf, script, full, keys, args),
+            |_, node, reply| {
+                let now = Instant::now();
+                let (vote, outcome, number) = classify(&reply);
+                let (vote, outcome) = self.counted(node, (vote, outcome), now);
+                self.votes[node].count(&outcome);
+                outcomes[node] = outcome;
+                if vote == Vote::Yes {
+                    // Only counted grants: a node the restart guard does not trust may have lost its counters.
+                    count = count.max(number);
+                }
+                status = quorum.vote(node, vote, now);
+                match status {
+                    Status::Pending => quorum.votes_to_decide(),
+                    _ => 0,
+                }
+            },
+        );
+        Acquired {
+            start,
+            quorum,
+            status,
+            outcomes,
+            nodes,
+            count,
+        }
     }
 }

@@ -35,7 +35,7 @@ use super::core::{Core, settle};
 use super::error::{Error, Outcome, Result};
 use super::lua;
 use super::pipeline::Kind;
-use super::quorum::{Failure, Quorum, Status, Vote, drift};
+use super::quorum::{Failure, Vote};
 use super::token;
 use crate::net::{NodeError, NodeSet, Reply};
 use crate::resp::{Decimal, Value};
@@ -142,50 +142,23 @@ impl Core {
         ttl: Duration,
     ) -> Result<ReentrantLock> {
         let ttl_ms = self.check(resource, ttl)?;
-        let n = self.fanout.len();
         let counter = count_key(resource);
         let keys: [&[u8]; 2] = [resource, &counter];
         let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
         let mut attempt = 0;
         loop {
-            self.note_ttl(ttl_ms);
-            let start = Instant::now();
-            let mut quorum = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor));
-            let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
-            let mut outcomes = vec![Outcome::NotAwaited; n];
-            let mut status = Status::Pending;
-            let mut holds = 0;
-            let need = quorum.votes_to_decide();
-            let nodes = self.pipelined(
-                Kind::Normal,
-                NodeSet::ALL,
-                1,
-                deadline,
-                need,
-                |buf, full| {
-                    lua::eval(
-                        buf,
-                        lua::ACQUIRE_REENTRANT,
-                        full,
-                        &keys,
-                        &[&owner.value, ttl_arg.as_bytes()],
-                    );
-                },
-                |_, node, reply| {
-                    let now = Instant::now();
-                    let (v, outcome, count) = vote(&reply);
-                    let (v, outcome) = self.counted(node, (v, outcome), now);
-                    self.votes[node].count(&outcome);
-                    outcomes[node] = outcome;
-                    if v == Vote::Yes {
-                        holds = holds.max(count);
-                    }
-                    status = quorum.vote(node, v, now);
-                    match status {
-                        Status::Pending => quorum.votes_to_decide(),
-                        _ => 0,
-                    }
-                },
+            let round = self.acquire_scripted(
+                lua::ACQUIRE_REENTRANT,
+                (&keys, &[&owner.value, ttl_arg.as_bytes()]),
+                (ttl, ttl_ms),
+                vote,
+            );
+            let (quorum, status, outcomes, nodes, holds) = (
+                round.quorum,
+                round.status,
+                round.outcomes,
+                round.nodes,
+                round.count,
             );
             let failure = match settle(status, &quorum) {
                 Ok(valid_until) => {
