@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use muxlock::net::{Fanout, NodeAddr, NodeError, Options};
 use muxlock::resp::{Value, encode_command};
+use support::proxy::{Fault, FaultProxy};
 use support::{Cluster, RedisServer};
 
 fn request(args: &[&[u8]]) -> BytesMut {
@@ -528,5 +529,68 @@ fn a_listener_takes_the_poll_when_a_round_that_had_it_ends() {
     assert!(
         woke.saturating_duration_since(changed) < Duration::from_secs(5),
         "the push waited for the listener's deadline"
+    );
+}
+
+/// Issue #20, finding 1: two commands to one node in one round, the node silent past the deadline, and another
+/// thread driving the poll when the node's late replies come in. Both commands are reported timed out and the
+/// late replies are dropped: the first command's reply must never come out in the second command's position
+/// (a batch would count a node's `OK` for `r0` as its vote for `r1`).
+#[test]
+fn a_late_reply_is_never_counted_for_the_next_command_of_the_round() {
+    let cluster = Cluster::start(2);
+    let slow = FaultProxy::start(cluster.addrs()[0]);
+    let urls = vec![slow.url(), cluster.urls()[1].clone()];
+    let fanout = Arc::new(Fanout::new(addrs(&urls), Options::default()).unwrap());
+    // Connect both nodes before the fault.
+    assert!(
+        round_all(&fanout, &[b"PING"], Duration::from_secs(2))
+            .iter()
+            .all(Result::is_ok)
+    );
+    slow.set(Fault::BlackHole);
+    // Another thread takes the poll and keeps it: a round blocked in BLPOP on node 1 for 3 s.
+    let driving = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let driver = {
+        let (fanout, driving) = (Arc::clone(&fanout), Arc::clone(&driving));
+        std::thread::spawn(move || {
+            let mut round = fanout.round(Instant::now() + Duration::from_secs(5));
+            round.send(1, &request(&[b"BLPOP", b"muxlock-test-nothing", b"3"]), 1);
+            driving.store(true, std::sync::atomic::Ordering::SeqCst);
+            round.next()
+        })
+    };
+    let until = Instant::now() + Duration::from_secs(5);
+    while !driving.load(std::sync::atomic::Ordering::SeqCst) {
+        assert!(Instant::now() < until, "the driving thread never started");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(50)); // it is in its poll now
+    let replies_before = fanout.stats(0).replies;
+    let mut round = fanout.round(Instant::now() + Duration::from_millis(150));
+    let mut both = request(&[b"ECHO", b"reply-to-first"]);
+    both.extend_from_slice(&request(&[b"ECHO", b"reply-to-second"]));
+    round.send(0, &both, 2);
+    assert_eq!(round.next(), Some((0, Err(NodeError::Timeout))));
+    // The node answers now; the other thread's poll reads both replies (bounded wait).
+    slow.set(Fault::None);
+    while fanout.stats(0).replies < replies_before + 2 {
+        assert!(Instant::now() < until, "the late replies were never read");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(
+        round.next(),
+        Some((0, Err(NodeError::Timeout))),
+        "the second command's outcome"
+    );
+    assert_eq!(round.next(), None);
+    drop(round);
+    let blpop = driver.join().expect("the driving thread");
+    assert_eq!(blpop.map(|(node, _)| node), Some(1));
+    // The connection stays in step: the next round gets its own reply.
+    let out = round_all(&fanout, &[b"ECHO", b"again"], Duration::from_secs(2));
+    assert!(
+        out.iter().all(|r| *r == Ok(Value::BulkString("again".into()))),
+        "{out:?}"
     );
 }

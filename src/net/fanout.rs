@@ -784,10 +784,8 @@ impl<'a> Round<'a> {
                     Offer::Full => {
                         f.stats[node].refused(replies);
                         inner.slots.expect(self.slot, node, replies);
-                        for _ in 0..replies {
-                            let r = Err(NodeError::Overloaded);
-                            wake.extend(inner.slots.file(self.slot, node, r));
-                        }
+                        let r = Err(NodeError::Overloaded);
+                        wake.extend(inner.slots.refuse(self.slot, node, replies, r));
                     }
                 }
             }
@@ -851,9 +849,9 @@ impl<'a> Round<'a> {
                 }
             },
         };
-        for _ in 0..replies {
-            out.file(node, Waiter::Round(self.slot), Err(refused.clone()));
-        }
+        // Behind any request of this round still on the node's wire (see `slots`: a node's outcomes keep their order).
+        out.wake
+            .extend(out.slots.refuse(self.slot, node, replies, Err(refused)));
         Offer::Refused
     }
 
@@ -886,9 +884,10 @@ impl<'a> Round<'a> {
                 break None;
             }
             if inner.last_read.is_some_and(|t| t >= self.deadline) {
-                if let Some(node) = inner.slots.time_out_one(self.slot) {
-                    f.stats[node].timeout();
-                    break Some((node, Err(NodeError::Timeout)));
+                // All of a node's requests at once: a late reply must never be counted for a later command.
+                if let Some((node, n)) = inner.slots.time_out_node(self.slot) {
+                    (0..n).for_each(|_| f.stats[node].timeout());
+                    continue;
                 }
             }
             if self.driver.is_none() {
@@ -953,10 +952,6 @@ impl<'a> Round<'a> {
             let Some(conn) = conns.get_mut(node) else {
                 return false;
             };
-            let mut out = Filing {
-                slots,
-                wake: &mut wake,
-            };
             let room = conn.state.room(held.replies, Priority::Release, &f.opts);
             if room == Room::Yes {
                 conn.state
@@ -966,9 +961,8 @@ impl<'a> Round<'a> {
             }
             if now >= self.deadline {
                 f.stats[node].refused(held.replies);
-                for _ in 0..held.replies {
-                    out.file(node, Waiter::Round(self.slot), Err(NodeError::Overloaded));
-                }
+                let r = Err(NodeError::Overloaded);
+                wake.extend(slots.refuse(self.slot, node, held.replies, r));
                 return false;
             }
             true

@@ -4,6 +4,26 @@
 //! connection failure, a timeout) is *filed* once, and the round takes it from its arrivals. When the round ends,
 //! its slot is closed: the generation moves on, so outcomes of its requests that come later (a late reply, read
 //! and dropped) are recognised as stale and ignored, and the slot is reused by the next round.
+//!
+//! # Invariant: a node's outcomes come out in the order its requests were sent
+//!
+//! Callers match outcomes to commands by position (the i-th outcome of a node is for the i-th command sent to
+//! it: a batch's names, a watchdog round's guards, `GET` then `PTTL`), so the slot keeps that order exact.
+//! A slot knows no request by name, only how many of each node's are still awaited; the order holds because:
+//!
+//! - **The wire is a FIFO.** A connection files exactly one outcome per queued request, in queue order (a reply,
+//!   or the error that broke the connection), so the n-th outcome filed for a node is for its n-th request.
+//! - **A timeout takes all of a node's awaited requests at once** ([`Slots::time_out_node`]): replies on a
+//!   connection come in order, so once one request of the round has timed out on a node, every later one has too.
+//!   Their replies may still come (a node that was only slow): they are counted as *stale* and dropped as they
+//!   are filed, so a late reply is never handed out in the position of the next command. (The bug this rule
+//!   fixed: one timeout per call, so the first command's late reply was filed under the count left for the
+//!   second, and a batch counted a node's `OK` for `r0` as its vote for `r1`.)
+//! - **An outcome decided before the wire's** (a request refused for lack of room, [`Slots::refuse`]) waits
+//!   behind the node's requests still on the wire, and is handed out after them.
+//!
+//! A round never sends more requests to a node whose earlier requests it still holds back for room (release
+//! rounds: see `fanout`), so the order in which requests are expected is the order in which they are queued.
 
 use std::collections::VecDeque;
 use std::thread::Thread;
@@ -29,9 +49,15 @@ struct Slot {
     generation: u64,
     /// Outcomes filed and not yet taken, in filing order.
     arrivals: VecDeque<(usize, Reply)>,
-    /// Per node: requests whose outcome has not been filed yet.
+    /// Per node: requests whose outcome has not been filed yet (from the wire, or held back for room).
     pending: Vec<u32>,
-    /// The sum of `pending`.
+    /// Per node: requests reported timed out whose outcome has not come from the wire yet; the next `stale`
+    /// outcomes filed for the node are theirs, and are dropped.
+    stale: Vec<u32>,
+    /// Outcomes decided before the node's earlier requests were answered, handed out after them: `(node, reply,
+    /// count)`. Rare (a node out of room in the middle of a round), so empty and unallocated almost always.
+    deferred: Vec<(usize, Reply, u32)>,
+    /// Outcomes not taken yet: the sum of `pending` and of the `deferred` counts.
     outstanding: usize,
     /// The round's deadline; every outcome is known by then.
     deadline: Instant,
@@ -40,6 +66,36 @@ struct Slot {
     /// How many outcomes must be waiting before the sleeping thread is worth waking (at least 1): a round that
     /// cannot decide on fewer than 3 votes is woken once, not once per reply.
     need: usize,
+}
+
+impl Slot {
+    /// Hands out `node`'s deferred outcomes once none of its requests is awaited from the wire any more.
+    fn release_deferred(&mut self, node: usize) {
+        if self.deferred.is_empty() || self.pending.get(node).is_some_and(|&p| p > 0) {
+            return;
+        }
+        let mut i = 0;
+        while i < self.deferred.len() {
+            if self.deferred[i].0 != node {
+                i += 1;
+                continue;
+            }
+            let (node, reply, count) = self.deferred.remove(i);
+            self.outstanding -= count as usize;
+            for _ in 0..count {
+                self.arrivals.push_back((node, reply.clone()));
+            }
+        }
+    }
+
+    /// The sleeping thread, if the outcomes waiting are worth waking it for.
+    fn wake(&mut self) -> Option<Thread> {
+        if self.arrivals.len() >= self.need || self.outstanding == 0 {
+            self.waiter.take()
+        } else {
+            None
+        }
+    }
 }
 
 /// Every slot, in use or free.
@@ -59,6 +115,8 @@ impl Slots {
                     generation: 0,
                     arrivals: VecDeque::new(),
                     pending: vec![0; nodes],
+                    stale: vec![0; nodes],
+                    deferred: Vec::new(),
                     outstanding: 0,
                     deadline,
                     waiter: None,
@@ -104,21 +162,48 @@ impl Slots {
         }
     }
 
-    /// Files one outcome of `node` for round `r`; returns the round's thread to wake, if it sleeps. An outcome
-    /// for a round that has ended, or one that was not expected (already timed out), is dropped.
+    /// Files the next outcome from the wire of `node` for round `r`; returns the round's thread to wake, if it
+    /// sleeps. An outcome for a round that has ended, one for a request already reported timed out, or one that
+    /// was not expected, is dropped.
     pub(crate) fn file(&mut self, r: SlotRef, node: usize, reply: Reply) -> Option<Thread> {
         let s = self.live(r)?;
+        match s.stale.get_mut(node) {
+            Some(stale) if *stale > 0 => {
+                *stale -= 1;
+                return None;
+            }
+            _ => {}
+        }
         match s.pending.get_mut(node) {
             Some(p) if *p > 0 => *p -= 1,
             _ => return None,
         }
         s.outstanding -= 1;
         s.arrivals.push_back((node, reply));
-        if s.arrivals.len() >= s.need || s.outstanding == 0 {
-            s.waiter.take()
-        } else {
-            None
+        s.release_deferred(node);
+        s.wake()
+    }
+
+    /// Files `count` outcomes of `node` for round `r` that are known before the wire's (the node had no room for
+    /// the request): `count` of the node's expected requests, the last ones it was sent. They are handed out after
+    /// the node's earlier requests still awaited from the wire. Returns the round's thread to wake, if it sleeps.
+    pub(crate) fn refuse(
+        &mut self,
+        r: SlotRef,
+        node: usize,
+        count: usize,
+        reply: Reply,
+    ) -> Option<Thread> {
+        let s = self.live(r)?;
+        let p = s.pending.get_mut(node)?;
+        let count = u32::try_from(count).unwrap_or(u32::MAX).min(*p);
+        if count == 0 {
+            return None;
         }
+        *p -= count;
+        s.deferred.push((node, reply, count));
+        s.release_deferred(node);
+        s.wake()
     }
 
     /// Sets how many outcomes must be waiting before `r`'s sleeping thread is woken (at least 1; all of them, if
@@ -139,14 +224,21 @@ impl Slots {
         self.live(r).is_none_or(|s| s.outstanding == 0)
     }
 
-    /// One request of `r` that has had no outcome, now counted as timed out: its node. The caller calls this
-    /// only after the round's deadline, once the replies that had arrived by then were read.
-    pub(crate) fn time_out_one(&mut self, r: SlotRef) -> Option<usize> {
+    /// Reports every request of one node of `r` that has had no outcome as timed out: files a
+    /// [`NodeError::Timeout`] for each (then the node's deferred outcomes), and returns the node and how many
+    /// timed out. Their replies, if they still come, are dropped (see the module doc). The caller calls this only
+    /// after the round's deadline, once the replies that had arrived by then were read.
+    pub(crate) fn time_out_node(&mut self, r: SlotRef) -> Option<(usize, u32)> {
         let s = self.live(r)?;
         let node = s.pending.iter().position(|&p| p > 0)?;
-        s.pending[node] -= 1;
-        s.outstanding -= 1;
-        Some(node)
+        let n = std::mem::take(&mut s.pending[node]);
+        s.stale[node] += n;
+        s.outstanding -= n as usize;
+        for _ in 0..n {
+            s.arrivals.push_back((node, Err(NodeError::Timeout)));
+        }
+        s.release_deferred(node);
+        Some((node, n))
     }
 
     /// Records that `r`'s thread sleeps until woken (by [`file`](Slots::file) or [`wake_due`](Slots::wake_due)).
@@ -196,6 +288,8 @@ impl Slots {
         s.generation = s.generation.wrapping_add(1);
         s.arrivals.clear();
         s.pending.iter_mut().for_each(|p| *p = 0);
+        s.stale.iter_mut().for_each(|p| *p = 0);
+        s.deferred.clear();
         s.outstanding = 0;
         s.waiter = None;
         self.free.push(r.index);
@@ -291,13 +385,73 @@ mod tests {
         slots.expect(r, 0, 1);
         slots.expect(r, 1, 1);
         slots.file(r, 0, ok(1));
-        assert_eq!(slots.time_out_one(r), Some(1));
-        assert_eq!(slots.time_out_one(r), None);
+        assert_eq!(slots.time_out_node(r), Some((1, 1)));
+        assert_eq!(slots.time_out_node(r), None);
         assert!(slots.settled(r));
         // A reply after its timeout is not filed twice.
         slots.file(r, 1, ok(1));
         assert_eq!(slots.take(r), Some((0, ok(1))));
+        assert_eq!(slots.take(r), Some((1, Err(NodeError::Timeout))));
         assert_eq!(slots.take(r), None);
+    }
+
+    /// The review's finding: two commands to one node, the first timed out, then its late reply read by another
+    /// thread's poll. The late reply must not come out in the second command's position.
+    #[test]
+    fn a_late_reply_is_never_handed_out_for_a_later_command() {
+        let mut slots = Slots::default();
+        let r = slots.open(1, Instant::now());
+        slots.expect(r, 0, 2);
+        assert_eq!(slots.time_out_node(r), Some((0, 2)), "both time out at once");
+        assert!(slots.settled(r));
+        assert!(slots.file(r, 0, ok(1)).is_none(), "the first's late reply");
+        assert!(slots.file(r, 0, ok(2)).is_none(), "the second's late reply");
+        assert_eq!(slots.take(r), Some((0, Err(NodeError::Timeout))));
+        assert_eq!(slots.take(r), Some((0, Err(NodeError::Timeout))));
+        assert_eq!(slots.take(r), None);
+        // A command sent after the timeout gets its own reply, not a stale one: the stale replies come first
+        // on the wire and are dropped.
+        let r = slots.open(1, Instant::now());
+        slots.expect(r, 0, 1);
+        assert_eq!(slots.time_out_node(r), Some((0, 1)));
+        slots.expect(r, 0, 1);
+        slots.file(r, 0, ok(1)); // the timed-out command's reply
+        slots.file(r, 0, ok(2)); // the new command's
+        assert_eq!(slots.take(r), Some((0, Err(NodeError::Timeout))));
+        assert_eq!(slots.take(r), Some((0, ok(2))));
+        assert!(slots.settled(r));
+    }
+
+    #[test]
+    fn a_refusal_waits_behind_the_requests_on_the_wire() {
+        let mut slots = Slots::default();
+        let r = slots.open(2, Instant::now());
+        slots.expect(r, 0, 1);
+        slots.expect(r, 1, 1);
+        // Node 0 has no room for the round's second request: its refusal is known now, its first reply later.
+        slots.expect(r, 0, 2);
+        assert!(slots.refuse(r, 0, 2, Err(NodeError::Overloaded)).is_none());
+        slots.expect(r, 1, 1);
+        slots.refuse(r, 1, 1, Err(NodeError::Overloaded));
+        assert!(!slots.settled(r));
+        slots.file(r, 1, ok(10));
+        assert_eq!(slots.take(r), Some((1, ok(10))));
+        assert_eq!(slots.take(r), Some((1, Err(NodeError::Overloaded))));
+        assert_eq!(slots.take(r), None, "node 0's refusals wait for its first reply");
+        slots.file(r, 0, ok(1));
+        assert_eq!(slots.take(r), Some((0, ok(1))));
+        assert_eq!(slots.take(r), Some((0, Err(NodeError::Overloaded))));
+        assert_eq!(slots.take(r), Some((0, Err(NodeError::Overloaded))));
+        assert!(slots.settled(r));
+        // A refusal on a node with nothing on the wire comes out at once; behind a timeout, after it.
+        let r = slots.open(1, Instant::now());
+        slots.expect(r, 0, 2);
+        slots.refuse(r, 0, 1, Err(NodeError::Overloaded));
+        assert_eq!(slots.take(r), None);
+        assert_eq!(slots.time_out_node(r), Some((0, 1)));
+        assert_eq!(slots.take(r), Some((0, Err(NodeError::Timeout))));
+        assert_eq!(slots.take(r), Some((0, Err(NodeError::Overloaded))));
+        assert!(slots.settled(r));
     }
 
     #[test]
