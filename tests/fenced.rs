@@ -179,3 +179,81 @@ fn tokens_strictly_increase_across_kills_and_restarts() {
     );
     assert!(restarts >= 3, "only {restarts} restarts during the run");
 }
+
+/// Issue #20, finding 4: the token's order must not depend on every client bounding its rounds by this one's
+/// round timeout. A (round timeout 600 ms) and B (6 s, or any client that reads a reply late) share three nodes,
+/// each through proxies of its own. B's acquisition runs on node 2 before A's write-back reaches it, and on node
+/// 1 after A's key expired there, and A's write-back never reached node 1: the old design (the counter taken in
+/// the acquisition, write-back by the lease's end minus one round timeout) gave B token 3 after A's 11.
+#[test]
+fn a_slow_client_never_gets_a_smaller_token_than_an_earlier_holder() {
+    use support::proxy::{Fault, FaultProxy};
+    let cluster = Cluster::start(3);
+    let resource = "slow-fence";
+    set_counters(&cluster, resource, &[10, 1, 1]);
+    let proxies = |latency: [u64; 3]| -> Vec<FaultProxy> {
+        (0..3)
+            .map(|i| {
+                let p = FaultProxy::start(cluster.addrs()[i]);
+                if latency[i] > 0 {
+                    p.set(Fault::Latency(Duration::from_millis(latency[i])));
+                }
+                p
+            })
+            .collect()
+    };
+    let manager_via = |proxies: &[FaultProxy], round: u64| {
+        let config = Config::default()
+            .with_round_timeout(Duration::from_millis(round))
+            .with_retry_count(0)
+            .with_restart_guard(false); // fresh nodes: their restarts are not what this test is about
+        let locks = locks::manager(proxies.iter().map(FaultProxy::url), config);
+        // Connect first (through the latency), so that the timed part below measures lock rounds only.
+        let _ = locks.inspect("warm-up");
+        locks
+    };
+    // A: node 1 200 ms away (each way), node 2 50 ms. B: node 1 2.5 s away. Connected before the latency.
+    let a_proxies = proxies([0, 0, 0]);
+    let b_proxies = proxies([0, 0, 0]);
+    let a = manager_via(&a_proxies, 600);
+    let b = manager_via(&b_proxies, 6_000);
+    a_proxies[1].set(Fault::Latency(Duration::from_millis(200)));
+    a_proxies[2].set(Fault::Latency(Duration::from_millis(50)));
+    b_proxies[1].set(Fault::Latency(Duration::from_millis(2_500)));
+
+    // Node 2 is taken for 150 ms by someone else: A's SET arrives there at 50 ms and fails.
+    cluster
+        .node(2)
+        .raw(&cmd(&["SET", resource, "someone-else", "PX", "150"]));
+    let t0 = Instant::now();
+    let a_thread = thread::spawn(move || {
+        a.lock_fenced(resource, Duration::from_secs(2))
+            .map(|l| l.token())
+    });
+    // B starts at 250 ms: node 2 is free then (A's write-back reaches it at about 450 ms).
+    thread::sleep(Duration::from_millis(250).saturating_sub(t0.elapsed()));
+    let b_thread = thread::spawn(move || {
+        b.lock_fenced(resource, Duration::from_secs(20))
+            .map(|l| l.token())
+    });
+    // A's acquisition is answered at about 400 ms, and its write-back to node 1 is due there at about 600 ms:
+    // hold it from 500 ms on (a black hole delivers nothing while it lasts).
+    thread::sleep(Duration::from_millis(500).saturating_sub(t0.elapsed()));
+    a_proxies[1].set(Fault::BlackHole);
+    let a_token = a_thread
+        .join()
+        .expect("A's thread")
+        .expect("A acquires with its token");
+    assert_eq!(a_token, 11);
+    let b_token = b_thread
+        .join()
+        .expect("B's thread")
+        .expect("B acquires after A's lease");
+    let counters: Vec<String> = (0..3)
+        .map(|n| String::from_utf8_lossy(&counter(&cluster, n, resource)).into_owned())
+        .collect();
+    assert!(
+        b_token > a_token,
+        "B got token {b_token} after A's {a_token} (counters: {counters:?})"
+    );
+}

@@ -11,35 +11,42 @@
 //! Each node keeps a counter per resource, in the key `muxlock:fence:<resource>` (it has no expiry).
 //!
 //! 1. **Acquire** (round 1): each node runs [`lua::ACQUIRE_FENCED`]: `SET resource value NX PX ttl` and, only if
-//!    that set the key, `INCR` the counter, atomically. The lock is decided as any Redlock acquisition. The
-//!    candidate token `t` is the largest counter among the grants counted for the majority.
-//! 2. **Write back** (round 2): every node (all N, not only the majority) runs [`lua::FENCE`]:
-//!    `counter = max(counter, t)`. The token is handed out only if a majority of all N acknowledged it, counting
-//!    only nodes the restart guard trusts, by the **lock's validity end minus one round timeout** (`T − D`);
-//!    otherwise the lock is released and the attempt fails ([`Error::Quorum`]).
+//!    that set the key, reads the counter, atomically. The lock is decided as any Redlock acquisition. The
+//!    *candidate* token `t` is one more than the largest counter among the grants counted for the majority. Round
+//!    1 writes no counter.
+//! 2. **Confirm** (round 2, *after* the lock is held): every node (all N) runs [`lua::FENCE`]: if its counter is
+//!    below `t` it sets it to `t` and confirms; otherwise it changes nothing and answers with its counter. The
+//!    token is handed out only once a majority of all N confirmed it, counting only nodes the restart guard
+//!    trusts and only confirmations read **before the lock's validity end** `T`. If a majority found `t` stale,
+//!    the next candidate is one more than the largest counter they answered, and round 2 runs again (at most
+//!    three times in all); otherwise the lock is released and the attempt fails ([`Error::Quorum`]).
 //! 3. **Release** runs [`lua::RELEASE_FENCED`]: a node raises its counter to `t` before it deletes the key.
 //!
 //! Taking the maximum over the acquiring majority alone is not enough: with counters 10, 1, 1 on three nodes, A
-//! acquires on nodes 1–2 and gets 11, then B acquires on nodes 2–3 and gets 3. The write-back makes node 2 hold
-//! 11 before A uses its token, so B gets 12.
+//! acquires on nodes 1–2 and gets 11, then B acquires on nodes 2–3 and gets 3. The confirmation makes a majority
+//! hold 11 before A uses its token, and B's confirmation meets one of them.
 //!
 //! # Why tokens strictly increase
 //!
-//! Let A hold the lock with token `t` (its write-back was acknowledged by a majority `W` before `T − D`, where `T`
-//! is the end of A's lease as last confirmed), and let B be a later successful fenced acquisition, granted by a
-//! majority `M_B`. A's keys were set on A's acquiring majority `M_A`, and `M_B` meets `M_A` in some node `y`:
-//! B's `SET NX` succeeded on `y`, so it ran after A's key left `y`. Either
+//! Let A hold the lock with token `t_A`: a majority `W_A` confirmed it, each confirmation read before `T_A`, the
+//! end of A's lease (as last confirmed: renewals only move it later), so each ran on its node before `T_A`, and
+//! left that node's counter at least `t_A`. Let B be a later successful fenced acquisition, with token `t_B`
+//! confirmed by a majority `W_B`.
 //!
-//! - **A released it there**: the release script raised `y`'s counter to `t` first, so B's `INCR` on `y` gives at
-//!   least `t + 1`; or
-//! - **it expired there**, at `T` or later (the Redlock timing assumption, which the lease's drift allowance
-//!   covers). B's round lasted at most `D` (every muxlock round is bounded by its round timeout), so all of B's
-//!   `INCR`s ran after `T − D`, hence after the write-back had reached every node of `W`. `M_B` meets `W` in some
-//!   node `z`, whose counter was at least `t` before B's `INCR`: B's token is at least `t + 1`.
+//! - B's confirmations run after B **holds** the lock: round 2 is sent only once round 1 has a majority. B's
+//!   round 1 succeeded on a node `y` of A's acquiring majority only after A's key left `y`: released by A (after
+//!   A's confirmations, which came before A handed out its token), or expired, at `T_A` or later (the Redlock
+//!   timing assumption, covered by the lease's drift allowance). So every confirmation of B runs after every
+//!   counted confirmation of A.
+//! - `W_B` meets `W_A` in some node `z`. When B's confirmation ran on `z`, `z`'s counter was at least `t_A`, and
+//!   a node confirms only a candidate above its counter: `t_B > t_A`.
 //!
 //! By induction over the holders, in the order the lock's mutual exclusion puts them, every token is larger than
-//! every earlier one. Without the `− D` margin the second case breaks: B's `INCR` on `z` could run before the
-//! write-back reached `z` and its `SET` on `y` after A's key expired, within one round of B.
+//! every earlier one. **Nothing in the argument depends on how long any client's rounds take**: a client with a
+//! long round timeout, or one that reads its replies late (descheduled, overloaded), counts only confirmations
+//! that ran after its own lock was held. (The design before issue #20 took the counter in round 1 and relied on
+//! every client bounding its rounds by this manager's round timeout, which nothing enforced:
+//! `tests/fenced.rs` has the history that broke it.)
 //!
 //! **A guard** ([`hold_fenced`](super::LockManager::hold_fenced)) keeps its token for its whole life: renewals
 //! extend the key with the usual compare-and-pexpire and never touch the counter. The argument holds with `T` the
@@ -50,20 +57,19 @@
 //! - **The token is exactly as safe as the lock's own timing assumption** (bounded clock drift, bounded pauses of
 //!   the nodes' expiry): if a key expires early, two holders may overlap and the older token can still be used
 //!   against a resource that has seen the newer one. That is what the fence is for: the resource rejects it.
-//! - **Every fenced client must bound its rounds by `D`**: this manager's
-//!   [`Config::round_timeout`](super::Config::round_timeout) is assumed to be the largest in use on the resource.
-//!   (Strictly, `D` as measured on the slowest client clock; with the drift factors in use, a round timeout of
-//!   tens of milliseconds differs by microseconds between clocks, far inside the lease's own drift allowance.)
 //! - **Counters must survive a restart** (`appendonly yes`, `appendfsync always`). A node that restarts without
 //!   its data comes back with counter 0, and once the restart guard trusts it again it counts like any other; if
 //!   it also held the largest value, a later token can repeat an older one. The alternative — not counting a
 //!   restarted node for tokens until it has been re-seeded with the majority's maximum — is **not implemented**.
+//!   (Every confirmation goes to all N nodes, so the next fenced holder re-seeds a node that missed earlier
+//!   ones.)
 //! - **Counters are exact up to 2^53** (Lua numbers are doubles).
 //!
 //! # Cost
 //!
-//! Two round trips to acquire (the acquisition, then the write-back to a majority of all N), one to release: one
-//! more than a plain lock. The write-back needs a majority of all N up, as the acquisition does.
+//! Two round trips to acquire (the acquisition, then the confirmation by a majority of all N), one to release:
+//! one more than a plain lock; a third only when a majority finds the candidate stale (a history like the one
+//! above). The confirmation needs a majority of all N up, as the acquisition does.
 
 use std::fmt;
 use std::thread;
@@ -136,6 +142,23 @@ fn fenced_vote(reply: &Reply) -> (Vote, Outcome, u64) {
     }
 }
 
+/// How many confirmation rounds one attempt makes at most: the first, and one more per candidate a majority found
+/// stale (a counter raised meanwhile by a holder whose confirmation this attempt's reads missed). Two suffice unless
+/// the counters keep moving, which only holders of the lock can do.
+const MAX_CONFIRMS: usize = 3;
+
+/// A confirmation's reply: 1 confirmed; 0 or less stale, minus the node's counter (returned as the third field).
+fn fence_vote(reply: &Reply) -> (Vote, Outcome, u64) {
+    match reply.as_ref().map(Value::without_attributes) {
+        Ok(Value::Integer(1)) => (Vote::Yes, Outcome::Granted, 0),
+        Ok(Value::Integer(c)) if *c <= 0 => (Vote::Taken, Outcome::Taken, c.unsigned_abs()),
+        _ => {
+            let (vote, outcome) = script_vote(reply);
+            (vote, outcome, 0)
+        }
+    }
+}
+
 impl Core {
     pub(crate) fn lock_fenced(
         &self,
@@ -186,7 +209,7 @@ impl Core {
             (ttl, ttl_ms),
             fenced_vote,
         );
-        let (start, quorum, status, outcomes, nodes, token) = (
+        let (_, quorum, status, outcomes, nodes, token) = (
             round.start,
             round.quorum,
             round.status,
@@ -220,50 +243,59 @@ impl Core {
                 )));
             }
         };
-        // Round 2: the write-back, acknowledged by a majority of all N by the validity end minus one round
-        // timeout (see the module docs for why the margin).
-        let by = valid_until
-            .checked_sub(self.config.round_timeout)
-            .unwrap_or(start);
+        // Round 2 (again while a majority finds the candidate stale): the confirmation, by a majority of
+        // all N before the lease's end. See the module docs for why that is all the argument needs.
         let majority = self.quorum();
-        let mut acks = vec![Outcome::NotAwaited; n];
-        let (mut yes, mut failed) = (0usize, 0usize);
-        let t = Decimal::new(i64::try_from(token).unwrap_or(i64::MAX));
         let counter_only: [&[u8]; 1] = [&counter];
-        if Instant::now() < by {
+        let mut token = token.max(1);
+        let mut acks = vec![Outcome::NotAwaited; n];
+        for _ in 0..MAX_CONFIRMS {
+            if Instant::now() >= valid_until {
+                break;
+            }
+            let t = Decimal::new(i64::try_from(token).unwrap_or(i64::MAX));
+            let (mut yes, mut no, mut seen) = (0usize, 0usize, 0u64);
+            acks.iter_mut().for_each(|a| *a = Outcome::NotAwaited);
             self.pipelined(
                 Kind::Normal,
                 NodeSet::ALL,
                 1,
-                later(Instant::now(), self.config.round_timeout).min(by),
+                later(Instant::now(), self.config.round_timeout).min(valid_until),
                 majority,
                 |buf, full| lua::eval(buf, lua::FENCE, full, &counter_only, &[t.as_bytes()]),
                 |_, node, reply| {
                     let now = Instant::now();
-                    let (vote, outcome) = self.counted(node, script_vote(&reply), now);
+                    let (vote, outcome, counter) = fence_vote(&reply);
+                    let (vote, outcome) = self.counted(node, (vote, outcome), now);
                     self.votes[node].count(&outcome);
                     acks[node] = outcome;
-                    yes += usize::from(vote == Vote::Yes && now < by);
-                    failed += usize::from(vote != Vote::Yes);
-                    if yes >= majority || n - failed < majority {
+                    seen = seen.max(counter);
+                    // Only a confirmation read before the lease's end counts: it ran on the node before then.
+                    yes += usize::from(vote == Vote::Yes && now < valid_until);
+                    no += usize::from(vote != Vote::Yes || now >= valid_until);
+                    if yes >= majority || n - no < majority {
                         0
                     } else {
                         majority - yes
                     }
                 },
             );
-        }
-        if yes >= majority && Instant::now() < by {
-            return Ok(Ok(FencedLock {
-                lock: Lock {
-                    resource: resource.to_vec(),
-                    value,
-                    valid_until,
-                    extensions: 0,
-                    nodes,
-                },
-                token,
-            }));
+            if yes >= majority && Instant::now() < valid_until {
+                return Ok(Ok(FencedLock {
+                    lock: Lock {
+                        resource: resource.to_vec(),
+                        value,
+                        valid_until,
+                        extensions: 0,
+                        nodes,
+                    },
+                    token,
+                }));
+            }
+            if seen < token {
+                break; // not a stale candidate: nodes failed or were too slow; a new candidate would not help
+            }
+            token = seen.saturating_add(1);
         }
         release(token);
         let failure = Failure::Unavailable;
@@ -325,13 +357,14 @@ impl Core {
 impl super::LockManager {
     /// Acquires `resource` for `ttl` as [`lock`](super::LockManager::lock) does, with a fencing token that is
     /// larger than the token of every earlier successful fenced acquisition of `resource`, by any client, even
-    /// when the majorities differ. Costs two round trips (see the module docs of `fenced` in the source for the
-    /// design, the argument and its limits: counters must survive restarts, `appendfsync always`).
+    /// when the majorities differ, and whatever round timeouts the other clients use. Costs two round trips (see the
+    /// module docs of `fenced` in the source for the design, the argument and its limits: counters must survive
+    /// restarts, `appendfsync always`).
     ///
     /// # Errors
     ///
-    /// As [`lock`](super::LockManager::lock); also [`Error::Quorum`] when the token's write-back was not
-    /// acknowledged by a majority of all nodes in time (the lock is released then).
+    /// As [`lock`](super::LockManager::lock); also [`Error::Quorum`] when the token was not confirmed by a
+    /// majority of all nodes within the lease (the lock is released then).
     ///
     /// # Examples
     ///

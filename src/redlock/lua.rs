@@ -49,18 +49,20 @@ pub const RELEASE_MANY: Lua = Lua {
     sha1: "1a96fd6175bca05da7421eb8e484d5511c0a7a3a",
 };
 
-/// Fenced acquisition: `SET KEYS[1] ARGV[1] NX PX ARGV[2]` and, only if it set the key, `INCR KEYS[2]` (the
-/// resource's counter) in the same atomic step. Returns the incremented counter (at least 1), or 0 if the key is
-/// held.
+/// Fenced acquisition: `SET KEYS[1] ARGV[1] NX PX ARGV[2]` and, only if it set the key, reads the resource's
+/// counter `KEYS[2]` in the same atomic step. Returns the counter plus one (at least 1: a candidate token, which
+/// [`FENCE`] must still confirm), or 0 if the key is held. It writes no counter: see `fenced` for why.
 pub const ACQUIRE_FENCED: Lua = Lua {
-    body: r#"if redis.call("set", KEYS[1], ARGV[1], "nx", "px", ARGV[2]) then return redis.call("incr", KEYS[2]) end return 0"#,
-    sha1: "39ad1502febc4f1e39c87b9341180d2c38263e57",
+    body: r#"if redis.call("set", KEYS[1], ARGV[1], "nx", "px", ARGV[2]) then return (tonumber(redis.call("get", KEYS[2]) or "0") or 0) + 1 end return 0"#,
+    sha1: "8a5e5107fe8b0e876e5365475f1098693eafde11",
 };
 
-/// The write-back: `KEYS[1] = max(KEYS[1], ARGV[1])`. Returns 1.
+/// The confirmation of a candidate token: if the counter `KEYS[1]` is below `ARGV[1]`, sets it to `ARGV[1]` and
+/// returns 1 (confirmed on this node); otherwise changes nothing and returns minus the counter (0 or less: the
+/// token is stale here, and the counter says what a new candidate must exceed).
 pub const FENCE: Lua = Lua {
-    body: r#"local c = tonumber(redis.call("get", KEYS[1]) or "0") or 0 if c < tonumber(ARGV[1]) then redis.call("set", KEYS[1], ARGV[1]) end return 1"#,
-    sha1: "163d9a3592afd1426c91bcd005bd245c8ef978ed",
+    body: r#"local c = tonumber(redis.call("get", KEYS[1]) or "0") or 0 if c < tonumber(ARGV[1]) then redis.call("set", KEYS[1], ARGV[1]) return 1 end return -c"#,
+    sha1: "41690654d9e957dea2e20879ff633137003ccc82",
 };
 
 /// Fenced release: if `KEYS[1]` holds `ARGV[1]`, first raises the counter `KEYS[2]` to the token `ARGV[2]`, then
