@@ -462,3 +462,30 @@ fn an_even_number_of_nodes_needs_n_over_2_plus_1() {
         "{err}"
     );
 }
+
+/// Issue #20: the longest timeouts `Config::validate` accepts never make a call panic on `Duration` arithmetic
+/// (`hold` used to, with `round_timeout` = `Duration::MAX`); longer ones are refused when the manager is built.
+#[test]
+fn the_longest_accepted_timeouts_never_panic_and_longer_ones_are_refused() {
+    let cluster = Cluster::start(1);
+    let max = Config::MAX_TTL;
+    let config = Config::default()
+        .with_round_timeout(max)
+        .with_connect_timeout(max)
+        .with_hung_timeout(max)
+        .with_retry_delay(Duration::from_millis(1))
+        .with_retry_count(0)
+        .with_restart_guard(false);
+    let locks = locks::manager(cluster.urls(), config);
+    let err = locks.hold("r", Duration::from_secs(10)).unwrap_err();
+    assert!(err.is_config(), "{err}");
+    let lock = locks
+        .lock_wait("r", Duration::from_secs(10), Duration::from_millis(100))
+        .expect("a free lock");
+    locks.unlock(lock).expect("released");
+    let built = LockManager::builder()
+        .nodes(cluster.urls())
+        .config(Config::default().with_round_timeout(Duration::MAX))
+        .build();
+    assert!(built.unwrap_err().is_config());
+}

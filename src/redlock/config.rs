@@ -191,6 +191,21 @@ impl Config {
         if self.connect_timeout.is_zero() {
             return Err(Error::config("connect_timeout must be more than zero"));
         }
+        // Longer is a unit mistake, and bounding them keeps every sum of durations far from overflowing.
+        for (name, d) in [
+            ("round_timeout", self.round_timeout),
+            ("connect_timeout", self.connect_timeout),
+            ("hung_timeout", self.hung_timeout),
+            ("retry_delay", self.retry_delay),
+            ("retry_jitter", self.retry_jitter),
+        ] {
+            if d > Config::MAX_TTL {
+                return Err(Error::config(format!(
+                    "{name} {d:?} is longer than the maximum, {:?}",
+                    Config::MAX_TTL
+                )));
+            }
+        }
         if self.max_in_flight == 0 {
             return Err(Error::config("max_in_flight must be at least 1"));
         }
@@ -203,9 +218,6 @@ impl Config {
                 self.restart_window,
                 Config::MAX_TTL
             )));
-        }
-        if self.retry_delay.checked_add(self.retry_jitter).is_none() {
-            return Err(Error::config("retry_delay + retry_jitter overflows"));
         }
         self.check_ttl(self.ttl).map(|_| ())
     }
@@ -297,6 +309,38 @@ mod tests {
         bad(
             Config::default().with_restart_window(Duration::MAX),
             "restart_window",
+        );
+        // Issue #20: these were accepted, and `hold` then panicked on Duration overflow.
+        for (c, name) in [
+            (
+                Config::default().with_round_timeout(Duration::MAX),
+                "round_timeout",
+            ),
+            (
+                Config::default().with_connect_timeout(Duration::MAX),
+                "connect_timeout",
+            ),
+            (
+                Config::default().with_hung_timeout(Duration::MAX),
+                "hung_timeout",
+            ),
+            (
+                Config::default().with_retry_delay(Duration::MAX),
+                "retry_delay",
+            ),
+            (
+                Config::default().with_retry_jitter(Duration::MAX),
+                "retry_jitter",
+            ),
+        ] {
+            bad(c, name);
+        }
+        assert_eq!(
+            Config::default()
+                .with_round_timeout(Config::MAX_TTL)
+                .with_connect_timeout(Config::MAX_TTL)
+                .validate(),
+            Ok(())
         );
     }
 

@@ -495,12 +495,12 @@ impl LockManager {
         let room = ttl
             .saturating_sub(drift(ttl, config.drift_factor))
             .saturating_sub(margin);
-        if room <= ttl / 3 + config.round_timeout {
+        if room <= (ttl / 3).saturating_add(config.round_timeout) {
             return Err(Error::config(format!(
                 "ttl {ttl:?} is too short for a guard with round_timeout {:?}: a renewal at a third of it could \
                  not be confirmed before the guard's deadline (give at least {:?})",
                 config.round_timeout,
-                config.round_timeout * 7
+                config.round_timeout.saturating_mul(7)
             )));
         }
         Ok(())

@@ -97,7 +97,7 @@ pub(crate) fn retry_due(
 /// TTL, at least two round timeouts, at most half the TTL. The margin leaves the holder time to stop its work
 /// (a child process to terminate, a write to abandon) before another holder can get the lock.
 pub(crate) fn lost_margin(ttl: Duration, round_timeout: Duration) -> Duration {
-    (ttl / 10).max(round_timeout * 2).min(ttl / 2)
+    (ttl / 10).max(round_timeout.saturating_mul(2)).min(ttl / 2)
 }
 
 #[cfg(test)]

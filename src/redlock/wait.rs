@@ -303,7 +303,10 @@ impl Core {
             // A tracker that never connected to some node has its set-up to do: give it the connect timeout.
             let fresh = (0..tracker.len()).any(|i| tracker.sessions(i) == 0);
             let wait = match fresh {
-                true => self.config.round_timeout + self.config.connect_timeout,
+                true => self
+                    .config
+                    .round_timeout
+                    .saturating_add(self.config.connect_timeout),
                 false => self.config.round_timeout,
             };
             let errors = self.pttl_round(tracker, &request, &mut left, wait);
