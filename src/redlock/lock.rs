@@ -48,7 +48,9 @@ impl Lock {
         self.valid_until.saturating_duration_since(Instant::now())
     }
 
-    /// Whether the lease has not run out yet.
+    /// Whether the lease has not run out yet, on the monotonic clock. That clock stops while the machine is
+    /// suspended: after a system suspend and resume a lock can report valid although its keys expired (see the
+    /// README's "A lock is a lease").
     pub fn is_valid(&self) -> bool {
         Instant::now() < self.valid_until
     }
