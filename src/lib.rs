@@ -77,8 +77,9 @@
 //!   and waiters still work, late: a guard whose key was deleted or overwritten is found lost at its next renewal
 //!   instead of at once, and a waiter polls at the retry delay instead of waking on the release.
 //! - `AUTH` and `HELLO` need no permission; add `+select` if a URL names a database.
-//! - Not in that set (and not yet tested): `+config|get` lets the restart guard trust nodes that persist every
-//!   write at once (without it they get the window rule); fencing adds `+incr` and `~muxlock:fence:*`, reentrant
+//! - Not in that set (and not yet tested): `+config|get`, `+time`, and `+set`/`+get` on
+//!   `~muxlock:persist-marker` (the persistence marker, run by `+eval`) let the restart guard trust nodes that
+//!   prove they persist every write at once (without them they get the window rule, never trust); fencing adds `+incr` and `~muxlock:fence:*`, reentrant
 //!   locks `+incr +decr +pttl` and `~muxlock:holds:*`.
 //!
 //! # Features

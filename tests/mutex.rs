@@ -522,6 +522,146 @@ fn a_majority_restart_is_safe_with_the_restart_guard() {
     );
 }
 
+/// What one "persistent majority loses its files" round saw.
+#[derive(Debug)]
+struct LostFiles {
+    overlapping: usize,
+    concurrent: u64,
+    /// B's attempts refused because a node's grant was not counted (the guard at work).
+    quarantined: usize,
+    b_acquired: bool,
+}
+
+/// Issue #20: nodes that persist every write (`appendfsync always`), provisioned and so trusted at once, lose their
+/// files (an ephemeral disk) while A holds a lock: a majority restarts empty. A writes to the protected resource for
+/// its whole lease; B, a fresh client, tries until it gets the lock. With the guard, B must wait for the new
+/// markers (or processes) to be a window old, by which time A's lease is over; without it (the control), B gets
+/// the lock at once and the checker must see the overlap.
+fn persistent_majority_loses_its_files(restart_guard: bool) -> LostFiles {
+    let mut cluster = Cluster::builder(3)
+        .server(RedisServer::builder().persist_every_write())
+        .start();
+    support::locks::provision_marker(&cluster);
+    let protected = RedisServer::start();
+    let ttl = Duration::from_millis(2000);
+    let holder = managers(&cluster.urls(), &config(true), 1).remove(0);
+    let lock = holder
+        .lock("res", ttl)
+        .expect("provisioned persistent nodes: trusted at once");
+    let (a_start, a_end) = (mono_ns(), support::checker::instant_ns(lock.valid_until()));
+    let stats = Arc::new(Stats::default());
+    let monitor = FreezeMonitor::start(Arc::clone(&stats));
+    let protected_addr = protected.addr();
+    let a = thread::spawn(move || {
+        let mut writers = Writers::connect(protected_addr);
+        let alone = writers.enter("res", a_end) == Entry::Alone;
+        thread::sleep(lock.validity().saturating_sub(Duration::from_millis(100)));
+        writers.leave("res");
+        alone
+    });
+    for i in 0..2 {
+        cluster.restart_without_files(i);
+    }
+    let contender = managers(
+        &cluster.urls(),
+        &config(restart_guard)
+            .with_retry_count(0)
+            .with_restart_window(ttl),
+        1,
+    )
+    .remove(0);
+    let recorder = Recorder::default();
+    let (mut b_acquired, mut quarantined) = (false, 0);
+    let until = Instant::now() + ttl * 2 + Duration::from_secs(6);
+    while Instant::now() < until {
+        match contender.try_lock("res", ttl) {
+            Ok(Some(b)) => {
+                let b_start = mono_ns();
+                let mut writers = Writers::connect(protected.addr());
+                match writers.enter("res", support::checker::instant_ns(b.valid_until())) {
+                    Entry::Alone => {}
+                    Entry::WithOverrunner => {
+                        stats
+                            .entered_with_overrunner
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    Entry::WithHolder => {
+                        stats.concurrent_writers.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                writers.leave("res");
+                let b_end = mono_ns().min(support::checker::instant_ns(b.valid_until()));
+                recorder.record(Hold {
+                    resource: "res".into(),
+                    holder: "B".into(),
+                    start: b_start,
+                    end: b_end,
+                });
+                b_acquired = true;
+                break;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                quarantined += usize::from(e.report().is_some_and(|r| {
+                    r.nodes()
+                        .iter()
+                        .any(|(_, o)| *o == muxlock::redlock::Outcome::Quarantined)
+                }));
+            }
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        a.join().expect("holder A"),
+        "A found a writer when it entered"
+    );
+    drop(monitor);
+    recorder.record(Hold {
+        resource: "res".into(),
+        holder: "A".into(),
+        start: a_start,
+        end: a_end,
+    });
+    let holds = recorder.holds();
+    let violations = overlaps(&holds);
+    let name = format!(
+        "persistent majority loses its files, guard {}",
+        if restart_guard { "on" } else { "off" }
+    );
+    report(&name, &stats, &holds, &violations);
+    LostFiles {
+        overlapping: violations.len(),
+        concurrent: Stats::get(&stats.concurrent_writers),
+        quarantined,
+        b_acquired,
+    }
+}
+
+#[test]
+fn persistent_nodes_that_lose_their_files_keep_safety_with_the_guard() {
+    let round = persistent_majority_loses_its_files(true);
+    assert_eq!((round.overlapping, round.concurrent), (0, 0), "{round:?}");
+    assert!(
+        round.quarantined > 0,
+        "the restarts must have struck B's attempts: {round:?}"
+    );
+    assert!(
+        round.b_acquired,
+        "B must get the lock once the window passed"
+    );
+}
+
+#[test]
+fn persistent_nodes_that_lose_their_files_break_safety_without_the_guard() {
+    let round = persistent_majority_loses_its_files(false);
+    assert!(round.b_acquired, "{round:?}");
+    assert_eq!(round.overlapping, 1, "the checker must report the overlap");
+    assert_eq!(
+        round.concurrent, 1,
+        "the protected resource must see two writers"
+    );
+}
+
 #[test]
 fn holders_paused_past_their_lease_lose_it_before_the_next_holder_comes() {
     let cluster = Cluster::start(3);

@@ -1,6 +1,8 @@
-//! The restart guard against nodes whose `INFO server` says exactly what a test needs: scripted fake nodes, because
-//! a real Redis reports "up 1 s" a few milliseconds after a restart only when the restart falls just before a
-//! wall-clock second ends (tests/mutex.rs times real restarts that way too; these tests need no luck).
+//! The restart guard. Against nodes whose `INFO server` says exactly what a test needs: scripted fake nodes,
+//! because a real Redis reports "up 1 s" a few milliseconds after a restart only when the restart falls just
+//! before a wall-clock second ends (tests/mutex.rs times real restarts that way too; these tests need no luck).
+//! Against real nodes: which nodes are trusted at once (they persist every write and their persistence marker is
+//! older than the window), and extensions on young nodes.
 
 mod support;
 
@@ -39,6 +41,32 @@ fn manager(urls: Vec<String>, window: Duration) -> LockManager {
         .with_restart_window(window);
     assert!(config.restart_guard(), "on by default");
     locks::manager(urls, config)
+}
+
+/// Real nodes started with `appendonly yes`, `appendfsync always`, `no-appendfsync-on-rewrite no`.
+fn persistent(n: usize) -> support::Cluster {
+    support::Cluster::builder(n)
+        .server(support::RedisServer::builder().persist_every_write())
+        .start()
+}
+
+/// Waits (bounded) until `inspect` has read every node's set-up replies, and returns the stats then.
+#[track_caller]
+fn stats_once_read(locks: &LockManager) -> muxlock::redlock::Stats {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        locks.inspect("r").expect("inspect");
+        let stats = locks.stats();
+        if stats
+            .nodes
+            .iter()
+            .all(|n| n.persists || n.counted_in.is_some())
+        {
+            return stats;
+        }
+        assert!(Instant::now() < until, "{stats:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn quarantined(err: &Error) -> usize {
@@ -143,17 +171,14 @@ fn a_changed_run_id_waits_the_window_whatever_the_uptime() {
     );
 }
 
-/// Real nodes that persist every write (`appendonly yes`, `appendfsync always`) are trusted at once: a fresh
-/// deployment grants locks from its first second. A restart of one comes back with the lock it granted (read from
-/// its append-only file), which is why the guard may trust it, and it stays trusted: its predecessor persisted too.
+/// Real nodes that persist every write (`appendonly yes`, `appendfsync always`) and whose persistence marker was
+/// provisioned (written long ago) are trusted at once: a fresh deployment grants locks from its first second. A
+/// restart of one comes back with the lock it granted (read from its append-only file) and with the marker, which
+/// is why the guard may trust it, and it stays trusted: its predecessor persisted too.
 #[test]
 fn nodes_that_persist_every_write_are_trusted_at_once_and_keep_their_locks_across_a_restart() {
-    let mut cluster = support::Cluster::builder(3)
-        .arg("--appendonly")
-        .arg("yes")
-        .arg("--appendfsync")
-        .arg("always")
-        .start();
+    let mut cluster = persistent(3);
+    locks::provision_marker(&cluster);
     let ttl = Duration::from_secs(10);
     let locks = manager(cluster.urls(), Duration::ZERO);
     let lock = locks
@@ -256,4 +281,167 @@ fn other_nodes_wait_the_window_and_the_error_says_why_in_words() {
         }
         thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Issue #20: settings are no proof that the *files* survive. Persistent nodes lose their files (an ephemeral
+/// disk, a pod rescheduled without its volume) while a lock is held: they come back empty, with the same
+/// settings. Neither the holder's manager nor a fresh one (which never saw the old processes) may count them at
+/// once: their new marker is younger than the window. Before the fix both were trusted at once and the fresh
+/// client got the lock with 29.9 s of the first lease left.
+#[test]
+fn persistent_nodes_that_lost_their_files_are_not_trusted_at_once_by_anyone() {
+    let mut cluster = persistent(3);
+    locks::provision_marker(&cluster);
+    let ttl = Duration::from_secs(30);
+    let holder = manager(cluster.urls(), Duration::ZERO);
+    let lock = holder
+        .try_lock("r", ttl)
+        .expect("provisioned persistent nodes: trusted at once")
+        .expect("free");
+    assert!(stats_once_read(&holder).nodes.iter().all(|n| n.persists));
+    for i in 0..2 {
+        cluster.restart_without_files(i);
+    }
+    assert_eq!(
+        cluster.node(0).raw(&support::cmd(&["GET", "r"])),
+        b"$-1\r\n",
+        "the files are gone, and the lock with them"
+    );
+    // A fresh client: one attempt, on new connections to every node.
+    let fresh = manager(cluster.urls(), ttl);
+    let attempt = fresh.try_lock("r", ttl);
+    assert!(
+        lock.is_valid(),
+        "the first lease must still run for the check to mean anything"
+    );
+    match attempt {
+        Ok(Some(_)) => panic!(
+            "a fresh client got the lock from nodes that lost their files, with {:?} of the first lease left",
+            lock.validity()
+        ),
+        Ok(None) => panic!("only one node holds the key: no majority says held"),
+        // A quarantined grant and node 2's "held" decide the round: the third may not have been awaited.
+        Err(e) => assert!(quarantined(&e) >= 1, "{e}"),
+    }
+    let stats = stats_once_read(&fresh);
+    for (i, n) in stats.nodes.iter().enumerate() {
+        // The restarted nodes wrote a new marker: counted only once it (or the process) is a window old.
+        let young = i < 2;
+        assert_eq!(n.persists, !young, "node {i}: {stats:?}");
+        if young {
+            let wait = n.counted_in.expect("not counted yet");
+            assert!(wait > ttl - Duration::from_secs(5), "node {i}: {wait:?}");
+        }
+    }
+    // The holder's own manager, which saw the old processes (persisting every write), once it has reconnected.
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        match holder.try_lock("r", ttl) {
+            Ok(Some(_)) => panic!("the holder's manager granted the lock a second time"),
+            Ok(None) => panic!("only one node holds the key"),
+            // Its old connections to the killed nodes fail first; it reconnects after its backoff.
+            Err(_) => {}
+        }
+        let stats = holder.stats();
+        if stats.nodes.iter().map(|n| n.restarts).sum::<u64>() == 2 {
+            assert!(stats.nodes[..2].iter().all(|n| !n.persists), "{stats:?}");
+            break;
+        }
+        assert!(Instant::now() < until, "never reconnected: {stats:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
+    // A brand-new node is the same as one that lost its files: unprovisioned nodes wait the window too.
+    let new = persistent(3);
+    let e = manager(new.urls(), Duration::ZERO)
+        .try_lock("r", Duration::from_secs(2))
+        .expect_err("brand-new nodes without a provisioned marker wait the window");
+    assert!(quarantined(&e) >= 2, "{e}");
+}
+
+/// `no-appendfsync-on-rewrite yes` skips the `fsync` while a `BGSAVE` or AOF rewrite runs: a write acknowledged
+/// then may be lost by a crash. Such nodes are not trusted at once (before the fix, only `appendonly` and
+/// `appendfsync` were read, and they were).
+#[test]
+fn nodes_that_skip_the_fsync_during_rewrites_are_not_trusted_at_once() {
+    let cluster = support::Cluster::builder(3)
+        .server(
+            support::RedisServer::builder()
+                .persist_every_write()
+                .arg("--no-appendfsync-on-rewrite")
+                .arg("yes"),
+        )
+        .start();
+    locks::provision_marker(&cluster);
+    let locks = manager(cluster.urls(), Duration::ZERO);
+    match locks.try_lock("r", Duration::from_secs(5)) {
+        Ok(Some(_)) => panic!("trusted at once, though the fsync may be skipped"),
+        Ok(None) => panic!("nobody holds it"),
+        Err(e) => assert!(quarantined(&e) >= 2, "{e}"),
+    }
+    let stats = stats_once_read(&locks);
+    assert!(stats.nodes.iter().all(|n| !n.persists), "{stats:?}");
+}
+
+/// A user whose ACL forbids the marker key gets the window rule, never trust: the marker script is refused, and
+/// the refusal is its reply.
+#[test]
+fn nodes_whose_marker_is_refused_wait_the_window() {
+    let cluster = persistent(3);
+    locks::provision_marker(&cluster);
+    for node in cluster.nodes() {
+        let reply = node.raw(&support::cmd(&[
+            "ACL", "SETUSER", "locker", "on", ">pw", "~r", "+@all",
+        ]));
+        assert_eq!(reply, b"+OK\r\n", "{}", support::wire::show(&reply));
+    }
+    let urls: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|n| format!("redis://locker:pw@127.0.0.1:{}", n.port()))
+        .collect();
+    let locks = manager(urls, Duration::ZERO);
+    match locks.try_lock("r", Duration::from_secs(5)) {
+        Ok(Some(_)) => panic!("trusted at once without reading the marker"),
+        Ok(None) => panic!("nobody holds it"),
+        Err(e) => assert!(quarantined(&e) >= 2, "{e}"),
+    }
+    assert!(stats_once_read(&locks).nodes.iter().all(|n| !n.persists));
+}
+
+/// An extension's "yes" says our value is on the node now, which a node that lost its data can say only if our
+/// own `SET` reached it after its restart: it needs no restart guard. Before, `extend --ttl 60s` on nodes up a few
+/// seconds was refused as "no quorum" (their grants were "not counted"). The window for later acquisitions still
+/// grows with the extended lease.
+#[test]
+fn an_extension_counts_on_nodes_younger_than_its_new_lease_and_grows_the_window() {
+    let cluster = support::Cluster::start(3);
+    let short = Duration::from_millis(500);
+    let locks = manager(cluster.urls(), Duration::ZERO);
+    // The nodes must be older than the first, short lease (about a second after they started).
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut lock = loop {
+        match locks.try_lock("r", short) {
+            Ok(Some(lock)) => break lock,
+            Ok(None) => panic!("nobody holds it"),
+            Err(e) => assert!(Instant::now() < until, "never trusted: {e}"),
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let long = Duration::from_secs(60);
+    locks
+        .extend(&mut lock, long)
+        .expect("our own key answers yes, however young the node");
+    assert!(lock.validity() > Duration::from_secs(55));
+    let value = lock.value().to_owned();
+    locks
+        .extend_value("r", &value, long)
+        .expect("by value too (the CLI's `extend`)");
+    // The nodes are younger than the longest lease now in use: a new acquisition's grants are not counted.
+    let e = locks
+        .try_lock("other", short)
+        .expect_err("the window grew to the extended lease");
+    assert!(quarantined(&e) >= 2, "{e}");
+    let wait = e.report().and_then(|r| r.restart_wait()).expect("a wait");
+    assert!(wait > Duration::from_secs(50), "{wait:?}");
+    locks.unlock(lock).expect("release");
 }

@@ -117,10 +117,13 @@ settings! {
     /// - The window must cover the longest lease *any* client of these nodes uses: see
     ///   [`with_restart_window`](Config::with_restart_window).
     ///
-    /// Nodes that persist every write are trusted at once: a node that reports `appendonly yes` and
-    /// `appendfsync always` (`CONFIG GET append*`, also read on every new connection) forgets no lock when it
-    /// restarts. If this manager saw the node's previous process, that one must have reported the same; a node
-    /// that refuses `CONFIG` gets the window.
+    /// Nodes that prove they forget nothing are trusted at once: a node that reports `appendonly yes`,
+    /// `appendfsync always` and `no-appendfsync-on-rewrite no` (`CONFIG GET *append*`, read on every new
+    /// connection) and whose persistence marker ([`PERSIST_MARKER_KEY`](super::PERSIST_MARKER_KEY), written once
+    /// with `SET NX`) is older than the window has lost neither a write nor its files since any live lock was
+    /// granted. If this manager saw the node's previous process, that one must have reported the same; a node
+    /// that refuses `CONFIG` or the marker gets the window. Extensions and renewals are counted without the
+    /// guard (their "yes" means our own value is there), and widen the window like acquisitions.
     ///
     /// The price, for other nodes: a node that has just started (a fresh deployment, a test) does not count for the
     /// first window either, so locks need a majority of nodes that have been up that long (the error says which
@@ -129,7 +132,8 @@ settings! {
     /// what that assumes (persistence configured at start, not turned on at run time).
     restart_guard, with_restart_guard: bool;
     /// Sets the least restart window (default zero). The window is the larger of this and the longest TTL this
-    /// manager has used, plus the drift allowance: set it to the longest TTL that *any* client of these nodes uses.
+    /// manager has used (acquired or extended to), plus the drift allowance: set it to the longest TTL that *any*
+    /// client of these nodes acquires or extends to.
     restart_window, with_restart_window: Duration;
 }
 

@@ -82,6 +82,14 @@ pub(crate) fn script_vote(reply: &Reply) -> (Vote, Outcome) {
     }
 }
 
+/// An extension's (or a renewal's) vote: counted as it comes, without the restart guard. A "yes" means our value
+/// is on the node now, which a node that lost its data can show only if it was set after its restart: see
+/// `restart.rs` ("Extensions are counted without the guard"). The lease's TTL is noted first all the same, so
+/// that later acquisitions' window covers it.
+pub(crate) fn extension_vote(reply: &Reply) -> (Vote, Outcome) {
+    script_vote(reply)
+}
+
 /// A lock value given by a caller (`extend_value`, `unlock_value`): anything but empty. An empty value would match
 /// a key someone set to the empty string, which no Redlock client does.
 fn check_value(value: &[u8]) -> Result<()> {
@@ -285,7 +293,7 @@ impl Core {
             (nodes, deadline, quorum.votes_to_decide()),
             |node, reply| {
                 let now = Instant::now();
-                let (vote, outcome) = self.counted(node, script_vote(&reply), now);
+                let (vote, outcome) = extension_vote(&reply);
                 self.votes[node].count(&outcome);
                 outcomes[node] = outcome;
                 status = quorum.vote(node, vote, now);
@@ -411,7 +419,7 @@ impl Core {
                 continue;
             }
             let now = Instant::now();
-            let (vote, outcome) = self.counted(node, script_vote(&reply), now);
+            let (vote, outcome) = extension_vote(&reply);
             self.votes[node].count(&outcome);
             outcomes[j][node] = outcome;
             status[j] = live[j].1.vote(node, vote, now);

@@ -37,7 +37,7 @@ impl fmt::Display for Outcome {
             Outcome::NotAwaited => f.write_str("not awaited (decided without it)"),
             Outcome::NotSent => f.write_str("not asked (the acquisition never reached it)"),
             Outcome::Quarantined => f.write_str(
-                "granted, not counted: started less than the longest lease ago, without appendfsync always",
+                "granted, not counted: started less than the longest lease ago, and not proven to persist every write",
             ),
         }
     }
@@ -128,12 +128,12 @@ impl fmt::Display for Report {
             write!(
                 f,
                 ". {n} {} granted but {} not counted yet: {} started less than the longest lease ago and \
-                 {} not persist every write, so {} may have forgotten locks granted before a restart (the restart \
+                 {} not proven to persist every write, so {} may have forgotten locks granted before a restart (the restart \
                  guard) —",
                 if n == 1 { "node" } else { "nodes" },
                 if n == 1 { "is" } else { "are" },
                 if n == 1 { "it" } else { "they" },
-                if n == 1 { "does" } else { "do" },
+                if n == 1 { "is" } else { "are" },
                 if n == 1 { "it" } else { "they" },
             )?;
             for (i, (addr, up, left)) in self.not_counted().enumerate() {
@@ -147,7 +147,8 @@ impl fmt::Display for Report {
             }
             f.write_str(
                 ". To avoid the wait, run the nodes with `appendonly yes` and `appendfsync always` (trusted at \
-                 once, as `muxlock cluster up` does), or retry after that time",
+                 once once their persistence marker is older than the lease, or at once if provisioned, as \
+                 `muxlock cluster up` does), or retry after that time",
             )?;
         }
         Ok(())

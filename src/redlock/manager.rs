@@ -105,12 +105,12 @@ impl Builder {
                 self.config.restart_window,
                 self.config.drift_factor,
             );
-            (guard, setup.len() - 2)
+            (guard, setup.len() - 3)
         });
-        // `CONFIG GET append*` may be refused: the node then gets the window rule.
+        // `CONFIG GET *append*` and the persistence marker may be refused: the node then gets the window rule.
         let optional_setup = restart
             .as_ref()
-            .map(|(_, info)| vec![info + 1])
+            .map(|(_, info)| vec![info + 1, info + 2])
             .unwrap_or_default();
         let opts = Options {
             connect_timeout: self.config.connect_timeout,

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use super::core::{Core, script_vote, settle};
+use super::core::{Core, extension_vote, script_vote, settle};
 use super::error::{Error, Outcome, Report, Result};
 use super::lua;
 use super::pipeline::Kind;
@@ -251,7 +251,7 @@ impl Core {
             },
             |_, node, reply| {
                 let now = Instant::now();
-                let (vote, outcome) = self.counted(node, script_vote(&reply), now);
+                let (vote, outcome) = extension_vote(&reply);
                 self.votes[node].count(&outcome);
                 outcomes[node] = outcome;
                 status = quorum.vote(node, vote, now);

@@ -16,6 +16,8 @@
 //! - `batch`: [`LockManager::try_lock_batch`], [`LockManager::unlock_batch`].
 //! - `many`: [`LockSet`], [`LockManager::lock_many`] and kin, [`LockManager::hold_many`].
 //! - `fenced`: [`FencedLock`], [`LockManager::lock_fenced`] and kin; the safety argument is its module doc.
+//! - `restart` and `persist`: the restart guard (the spec's delayed restart, done by the client) and what a node
+//!   can prove about its persistence (its settings, [`PERSIST_MARKER_KEY`]) to be trusted at once.
 //! - `reentrant`: [`Owner`], [`ReentrantLock`], [`LockManager::lock_reentrant`].
 
 mod batch;
@@ -30,6 +32,7 @@ mod lock;
 pub mod lua;
 mod manager;
 mod many;
+mod persist;
 mod pipeline;
 #[doc(hidden)]
 pub mod quorum;
@@ -51,5 +54,6 @@ pub use inspect::{Inspection, KeyState};
 pub use lock::Lock;
 pub use manager::{Builder, LockManager};
 pub use many::LockSet;
+pub use persist::PERSIST_MARKER_KEY;
 pub use reentrant::{Owner, ReentrantLock};
 pub use stats::{GuardStats, NodeStats, Stats};

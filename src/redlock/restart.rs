@@ -6,41 +6,91 @@
 //! longest TTL in use, so that every lock it forgot has expired anyway.
 //!
 //! muxlock cannot delay the server's start, so it delays *trusting* it. On every new connection it pipelines
-//! `INFO server` and reads the node's `run_id` and `uptime_in_seconds`; a node that started less than the window
+//! `INFO server` (then `persist.rs`'s two readings) and reads the node's `run_id` and `uptime_in_seconds`; a node that started less than the window
 //! ago (the largest TTL this manager has used, or a configured window if larger, plus the drift allowance), or
 //! whose `run_id` changed since the last connection, keeps answering but its "yes" votes are not counted until the
 //! window has passed.
 //!
-//! # Nodes that persist every write are trusted at once
+//! # Nodes that can prove they forget nothing are trusted at once
 //!
-//! The guard exists because a restarted node may have forgotten the keys it granted. A node that persists every
-//! write before it answers forgets nothing: with `appendonly yes` and `appendfsync always`, Redis appends each
-//! write to its append-only file and `fsync`s it before the reply goes out (in `beforeSleep`, the AOF is flushed and
-//! synced before pending replies are written), and a write or `fsync` error under `always` makes the server exit
-//! rather than answer. On restart it reloads the file before it serves anyone (clients get `-LOADING` meanwhile),
-//! and a key's expiry is logged as an absolute Unix time (`PEXPIREAT`/`PXAT`; from Redis 5 on a script's
-//! effects are logged, so an extension's `PEXPIRE` is too), so a lock it granted comes back with the same end. Such a
-//! restart takes nothing from the majority, and keeping the node out for a window would cost availability for no
-//! safety: the cold start of a new deployment (every node "just started") would refuse every lock for a whole
-//! lease.
+//! The guard exists because a restarted node may have forgotten the keys it granted. A node trusted at once must
+//! show, on the connection its vote comes on, two things (both read by `persist.rs`'s set-up commands):
 //!
-//! So each new connection also sends `CONFIG GET append*` (one command, any Redis version), and a node that reports
-//! `appendonly yes` and `appendfsync always` is trusted at once. What this relies on, and its limits:
+//! 1. **It loses no acknowledged write on a crash**: `appendonly yes`, `appendfsync always` and
+//!    `no-appendfsync-on-rewrite no`. Redis then appends each write to its append-only file and `fsync`s it
+//!    before the reply goes out (in `beforeSleep`, the AOF is flushed and synced before pending replies are
+//!    written), and a write or `fsync` error under `always` makes the server exit rather than answer.
+//!    `no-appendfsync-on-rewrite yes` would skip that `fsync` while a `BGSAVE` or rewrite runs. On restart the
+//!    node reloads the file before it serves anyone (`-LOADING` meanwhile), and an expiry is logged as an absolute
+//!    Unix time (`PEXPIREAT`/`PXAT`; a script's effects are logged, so an extension's `PEXPIRE` is too).
+//! 2. **It has not lost its data set since any lock that may still be live was granted**: its persistence marker
+//!    ([`PERSIST_MARKER_KEY`](super::PERSIST_MARKER_KEY), written once with `SET NX` and no expiry) is older
+//!    than the window. Settings alone prove nothing about the *files*: an ephemeral disk, a pod rescheduled
+//!    without its volume, a deleted `appendonlydir` bring a node back empty with the same settings. Every lock
+//!    still live now was granted less than the window ago, so after the marker was written; a node that still
+//!    has the marker has lost no file since then, and with (1) no acknowledged write either. A node that lost its
+//!    files lost the marker too: the first connection after writes a new one, young, and the window rule applies
+//!    — to every client, including one that never saw the node before (it reads the marker's age, not a
+//!    remembered `run_id`).
 //!
-//! - **The reading is of the process that answers now; the forgotten keys would be its predecessor's.** The guard
-//!   takes the new process's configuration as its predecessor's: both normally come from the same configuration
-//!   file. Where this manager saw the predecessor itself (a changed `run_id` on a later connection), it requires
-//!   that the predecessor reported `always` too, else the window applies to the new process as before. And a process
-//!   once found not to qualify is not trusted at once later in its life (a reading of `always` after
-//!   `CONFIG SET appendfsync always` at run time does not cover the writes before it).
-//! - **Persistence turned on at run time** (`CONFIG SET appendonly yes`) reads as `yes` at once, while the first
-//!   rewrite is still writing the file: a process that was started without the AOF, turned it on, and is then
-//!   restarted within a lease may come back without locks it granted before. Turn persistence on in the
-//!   configuration file (or the command line), as `muxlock cluster up` does, not at run time.
-//! - **A node that refuses `CONFIG`** (renamed by `rename-command`, not allowed to the ACL user, a managed service)
-//!   gets the window rule below: its refusal is kept as the reply, not counted as a failure of the connection.
+//!    Why its *age*, and not merely "written before this process started": a node that loses its files
+//!    (process P2, which writes a new marker) and restarts again soon with its files (P3) holds a marker older
+//!    than P3 but younger than the locks P2's predecessor forgot. Measured against the window, the marker covers
+//!    exactly the leases that can still be live.
+//!
+//! A node that passes neither gets the window rule below, as does one whose `CONFIG` or marker script is
+//! refused (the refusal is kept as the reply, not counted as a failure of the connection). Where this manager saw
+//! the node's previous process (a changed `run_id` on a later connection), that one must have qualified on its
+//! settings too; and a process once found not to qualify on its settings is not trusted at once later in its life
+//! (a reading of `always` after `CONFIG SET appendfsync always` does not cover the writes before it).
+//!
+//! What it relies on, and its limits:
+//!
+//! - **A brand-new node looks like one that lost its files**: it is not trusted at once until its marker is a
+//!   window old (or its process is: the window rule). An operator who provisions a new, empty node may write
+//!   the marker with an old time first (`SET muxlock:persist-marker "0 provisioned" NX`), as `muxlock cluster up`
+//!   does; writing it on a node that may have lost data defeats the guard.
+//! - **The marker's age is read on the node's wall clock**, as the uptime is (see below): the time written and
+//!   the time read are both `TIME`. A clock that steps forward between them, or a data directory moved to a
+//!   machine whose clock runs ahead by more than the drift allowance, makes the marker look older than it is.
+//! - **A data set restored from an older backup** (or an old RDB file loaded instead of a lost AOF) holds the
+//!   marker but not the locks granted since the backup: restoring one is a restart without data, and needs the
+//!   window (delete the marker with it).
+//! - **Settings changed at run time.** Both readings are taken once per connection: a process switched to
+//!   `appendfsync everysec` (or `no-appendfsync-on-rewrite yes`) by `CONFIG SET` at run time and restarted from
+//!   its configuration file reads `always` again, and its crash may have lost the last second of writes. No
+//!   client can see that: a client that connects after the restart never met the old process, and re-reading on
+//!   a live connection would only narrow the gap (the change and the crash may fall between two readings). So
+//!   the rule is: change persistence settings in the configuration file and restart (or `CONFIG REWRITE`, so
+//!   the next process reads the same), never at run time alone. Likewise **persistence turned on at run time**
+//!   (`CONFIG SET appendonly yes`) reads `yes` while the first rewrite is still writing the file.
+//! - **The marker is reserved**: a client that writes `muxlock:persist-marker` itself, or a `FLUSHALL` on a live
+//!   node (which deletes the marker and every lock without a restart, invisible to `run_id` and uptime alike),
+//!   are outside what the guard can see.
+//! - **Permissions**: the marker script needs `+eval`, `+time`, `+info`, and `+set`/`+get` on
+//!   `~muxlock:persist-marker`; the settings need `+config|get`. Without them the node gets the window rule.
 //! - **What it costs the nodes.** `appendfsync always` puts an `fsync` in every write's path: see BENCHMARKS.md
-//!   ("the cost of appendfsync always") for the figures on this machine.
+//!   ("the cost of appendfsync always") for the figures on this machine. The marker is one small script per
+//!   connection.
+//!
+//! # Extensions are counted without the guard
+//!
+//! The guard keeps a young node's "yes" out of *acquisitions*, because a node that lost its data says "free" for
+//! a key another client still holds: a false "yes". An extension (or a guard's renewal) is a compare-and-pexpire:
+//! its "yes" says that the key holds *our* value on that node now, and its expiry was moved. That is never false
+//! after a restart: a node that lost its data lost our value too, and holds it again only if our own `SET`
+//! reached it after the restart; a node that kept its data kept our key honestly. So an extension's votes need
+//! no guard, and are counted as they come (`core::extension_vote`). Mutual exclusion is the spec's majority
+//! argument: a rival's acquisition needs a majority that said "free", ours a majority that holds our value, and
+//! on a node both at once is impossible — unless the node forgot our key, which is what the rival's guard is for.
+//!
+//! What the guard must still do for extensions is protect *later acquisitions*: a node that forgets our extended
+//! key after a restart must stay out for longer than the extended lease. So an extension notes its TTL before
+//! its requests are sent, as an acquisition does, and this manager's window grows with the longest lease it has
+//! granted or extended. Other clients of the same nodes do not see it: their
+//! [`Config::restart_window`](super::Config::restart_window) must cover the longest lease *or extension* any
+//! client uses. (Before, an extension's votes went through the guard: `muxlock extend --ttl 60s` on nodes up 57
+//! s was refused as "no quorum", although only our own key could say yes.)
 //!
 //! # Which way each figure may err, and why the guard is still safe
 //!
@@ -74,8 +124,8 @@
 //! # What the guard cannot see
 //!
 //! - **A node whose wall clock steps forward** right after it started reports a larger uptime: Redis' uptime is
-//!   wall-clock based and the client has no other view of the node's start. Where safety matters, prefer nodes
-//!   that persist every write (`appendfsync always`); then a restart forgets nothing and the guard is not needed.
+//!   wall-clock based and the client has no other view of the node's start. (The marker's age has the same
+//!   dependence; see above.)
 //! - **Leases longer than this manager has used**, taken by other clients of the same nodes: set
 //!   [`Config::restart_window`](super::Config::restart_window) to the longest TTL any client uses.
 //! - **A proxy that reconnects to another backend behind one client connection**: the client sees no new
@@ -87,6 +137,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
+use super::persist;
 use super::quorum::drift;
 use crate::net::Fanout;
 use crate::resp::{Value, encode_command};
@@ -115,17 +166,96 @@ struct Node {
     run_id: Option<Bytes>,
     /// How old the process is at least; `None` before the first reading.
     age: Option<Age>,
-    /// The last reading of this process's persistence said `appendonly yes` and `appendfsync always`.
+    /// The last reading of this process's settings said it loses no acknowledged write (see `persist.rs`).
     persists: bool,
-    /// Trusted at once: it persists every write, and so did the process before it as far as this manager saw, and
-    /// so it has since this manager first read it (see the module docs).
-    trusted: bool,
+    /// The settings qualify: this process's, and its predecessor's as far as this manager saw, and since this
+    /// manager first read this process (see the module docs).
+    settings_qualify: bool,
+    /// How old the node's persistence marker is at least, from the last connection's reading; `None` if refused.
+    marker: Option<Age>,
+}
+
+/// What a [`Node::read`] made of a connection's set-up replies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Read {
+    /// Nothing new: the same connection as last time.
+    Same,
+    /// A new connection was read; `restarted` if another process answers on it than on the one before.
+    New { restarted: bool },
+    /// A new connection whose set-up replies are not all there (being read, or the connection dropped and the
+    /// next one is being set up): nothing was changed, and the node is not trusted until they are.
+    Incomplete,
+}
+
+impl Node {
+    /// Reads connection `session`'s set-up replies (`INFO server` at `info_index`, then the settings and the
+    /// marker), if that is a connection this node was not read on yet. Only a whole reading changes what is
+    /// known: a connection that dropped right after its set-up (its replies already cleared for the next one)
+    /// must not wipe the `run_id`, or the next process would not be seen as another one (issue #20).
+    fn read(&mut self, session: u64, replies: &[(Value, Instant)], info_index: usize) -> Read {
+        if self.session == session {
+            return Read::Same;
+        }
+        let (Some((info, read_at)), Some((settings, _)), Some((marker, marker_at))) = (
+            replies.get(info_index),
+            replies.get(info_index + 1),
+            replies.get(info_index + 2),
+        ) else {
+            return Read::Incomplete;
+        };
+        let (run_id, age) = reading(info, *read_at, self.run_id.as_ref());
+        let persists = persist::settings_persist(settings);
+        let restarted = matches!((&self.run_id, &run_id), (Some(old), Some(new)) if old != new);
+        self.settings_qualify = settings_qualify(
+            self.age.is_some(),
+            restarted,
+            (self.persists, self.settings_qualify),
+            persists,
+        );
+        self.persists = persists;
+        // An `INFO` without a `run_id` (not a Redis we know) tells nothing of which process answers: keep the last.
+        if run_id.is_some() {
+            self.run_id = run_id;
+        }
+        self.age = Some(age);
+        // Dated when the reply was decoded, later than when the script read the node's clock: the safe way.
+        self.marker = persist::marker_age(marker).map(|least| Age {
+            at: *marker_at,
+            least,
+        });
+        self.session = session;
+        Read::New { restarted }
+    }
+
+    /// Trusted at once at `now`: the settings qualify and the marker is older than `window`.
+    fn trusted_at_once(&self, now: Instant, window: Duration) -> bool {
+        self.settings_qualify && self.marker.is_some_and(|m| m.at(now) >= window)
+    }
+
+    /// Whether the node's votes count at `now`: trusted at once, or up longer than `window`.
+    fn counts(&self, now: Instant, window: Duration) -> bool {
+        self.trusted_at_once(now, window) || self.age.is_some_and(|age| age.at(now) >= window)
+    }
+
+    /// How long until the node counts, if it does not yet (`None` before the first reading).
+    fn counted_in(&self, now: Instant, window: Duration) -> Option<Duration> {
+        if self.counts(now, window) {
+            return None;
+        }
+        let by_age = window.saturating_sub(self.age?.at(now));
+        let by_marker = self
+            .marker
+            .filter(|_| self.settings_qualify)
+            .map_or(by_age, |m| window.saturating_sub(m.at(now)));
+        Some(by_age.min(by_marker)).filter(|d| !d.is_zero())
+    }
 }
 
 /// What the guard knows of one node, for [`Stats`](super::Stats) and for errors.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Standing {
-    /// Trusted at once (it persists every write); `false` before the first reading.
+    /// Trusted at once (it persists every write and its marker is older than the window); `false` before the
+    /// first reading.
     pub(crate) trusted_at_once: bool,
     /// How long the process has been up at least, if read.
     pub(crate) up: Option<Duration>,
@@ -145,14 +275,13 @@ pub(crate) struct RestartGuard {
     drift_factor: f64,
 }
 
-/// `INFO server` and `CONFIG GET append*`, pipelined in this order on every new connection. The second may be
-/// refused (`CONFIG` renamed or not allowed): its error reply is then its reply, and the node gets the window rule.
-pub(crate) fn setup_commands() -> [Bytes; 2] {
+/// `INFO server`, `CONFIG GET *append*` and the marker script, pipelined in this order on every new connection.
+/// The last two may be refused: an error reply is then their reply, and the node gets the window rule.
+pub(crate) fn setup_commands() -> [Bytes; 3] {
     let mut info = BytesMut::new();
     encode_command(&[b"INFO", b"server"], &mut info);
-    let mut config = BytesMut::new();
-    encode_command(&[b"CONFIG", b"GET", b"append*"], &mut config);
-    [info.freeze(), config.freeze()]
+    let [config, marker] = persist::setup_commands();
+    [info.freeze(), config, marker]
 }
 
 impl RestartGuard {
@@ -186,7 +315,7 @@ impl RestartGuard {
     }
 
     /// Whether node `node`'s "yes" may count at `now`. `info_index` is the position of `INFO server` among the
-    /// fanout's set-up commands; `CONFIG GET append*` follows it.
+    /// fanout's set-up commands; the settings and the marker follow it.
     pub(crate) fn trusts(
         &self,
         fanout: &Fanout,
@@ -198,52 +327,26 @@ impl RestartGuard {
             return false;
         };
         let mut known = lock(slot);
-        self.refresh(&mut known, fanout, node, info_index, now);
-        known.trusted || known.age.is_some_and(|age| age.at(now) >= self.window())
+        self.refresh(&mut known, fanout, node, info_index) && known.counts(now, self.window())
     }
 
-    /// Reads the node's set-up replies again if it has a new connection since the last reading.
-    fn refresh(
-        &self,
-        known: &mut Node,
-        fanout: &Fanout,
-        node: usize,
-        info_index: usize,
-        now: Instant,
-    ) {
+    /// Reads the node's set-up replies again if it has a new connection since the last reading. `false` if that
+    /// connection's reading is incomplete: what is known may be of another process than the one answering.
+    fn refresh(&self, known: &mut Node, fanout: &Fanout, node: usize, info_index: usize) -> bool {
         let session = fanout.sessions(node);
         if known.session == session {
-            return;
+            return true;
         }
-        let replies = fanout.setup_replies(node);
-        let (run_id, age) = match replies.get(info_index) {
-            Some((reply, read_at)) => reading(reply, *read_at, known.run_id.as_ref()),
-            // No reply to go by (cannot happen once a vote came on this connection): as if just started.
-            None => (
-                None,
-                Age {
-                    at: now,
-                    least: Duration::ZERO,
-                },
-            ),
-        };
-        let persists = replies
-            .get(info_index + 1)
-            .is_some_and(|(reply, _)| persists(reply));
-        let changed = matches!((&known.run_id, &run_id), (Some(old), Some(new)) if old != new);
-        if changed {
-            self.restarts[node].fetch_add(1, Ordering::Relaxed);
+        match known.read(session, &fanout.setup_replies(node), info_index) {
+            Read::Incomplete => false,
+            Read::Same | Read::New { restarted: false } => true,
+            Read::New { restarted: true } => {
+                if let Some(r) = self.restarts.get(node) {
+                    r.fetch_add(1, Ordering::Relaxed);
+                }
+                true
+            }
         }
-        known.trusted = trusted_at_once(
-            known.age.is_some(),
-            changed,
-            (known.persists, known.trusted),
-            persists,
-        );
-        known.persists = persists;
-        known.run_id = run_id;
-        known.age = Some(age);
-        known.session = session;
     }
 
     /// What the guard knows of `node` at `now`, from its current connection's set-up replies (nothing is sent).
@@ -258,60 +361,31 @@ impl RestartGuard {
             return Standing::default();
         };
         let mut known = lock(slot);
-        self.refresh(&mut known, fanout, node, info_index, now);
-        let up = known.age.map(|age| age.at(now));
-        let counted_in = match up {
-            _ if known.trusted => None,
-            Some(up) => Some(self.window().saturating_sub(up)).filter(|d| !d.is_zero()),
-            None => None,
-        };
+        if !self.refresh(&mut known, fanout, node, info_index) {
+            return Standing::default();
+        }
+        let window = self.window();
         Standing {
-            trusted_at_once: known.trusted,
-            up,
-            counted_in,
+            trusted_at_once: known.trusted_at_once(now, window),
+            up: known.age.map(|age| age.at(now)),
+            counted_in: known.counted_in(now, window),
         }
     }
 }
 
-/// Whether a node is trusted at once on a new connection: `seen` whether this manager read the node before,
-/// `changed` whether another process answers now, `before` what was known of the process read before (it
-/// persisted, it was trusted at once), `persists` this reading.
-fn trusted_at_once(seen: bool, changed: bool, before: (bool, bool), persists: bool) -> bool {
-    let (persisted, was_trusted) = before;
-    match (seen, changed) {
+/// Whether a process's settings qualify on a new connection: `seen` whether this manager read the node before,
+/// `restarted` whether another process answers now, `before` what was known of the process read before (its
+/// settings persisted, they qualified), `persists` this reading.
+fn settings_qualify(seen: bool, restarted: bool, before: (bool, bool), persists: bool) -> bool {
+    let (persisted, qualified) = before;
+    match (seen, restarted) {
         // The first reading: the process's configuration stands for its predecessor's.
         (false, _) => persists,
         // A restart seen: the predecessor must have persisted too.
         (true, true) => persists && persisted,
-        // The same process again: once not trusted, never trusted at once (writes before a runtime change).
-        (true, false) => persists && was_trusted,
+        // The same process again: once not qualified, never (writes before a runtime change).
+        (true, false) => persists && qualified,
     }
-}
-
-/// Whether a `CONFIG GET append*` reply says `appendonly yes` and `appendfsync always` (an array of name, value
-/// pairs in RESP2, a map in RESP3; anything else, an error reply included, says no).
-fn persists(reply: &Value) -> bool {
-    let pairs: Vec<(&Value, &Value)> = match reply.without_attributes() {
-        Value::Array(items) => items
-            .chunks_exact(2)
-            .map(|pair| (&pair[0], &pair[1]))
-            .collect(),
-        Value::Map(entries) => entries.iter().map(|(k, v)| (k, v)).collect(),
-        _ => return false,
-    };
-    let get = |name: &[u8]| {
-        pairs.iter().find_map(
-            |(k, v)| match (k.without_attributes(), v.without_attributes()) {
-                (Value::BulkString(k), Value::BulkString(v)) if k.eq_ignore_ascii_case(name) => {
-                    Some(v.clone())
-                }
-                _ => None,
-            },
-        )
-    };
-    let is =
-        |value: Option<Bytes>, want: &[u8]| value.is_some_and(|v| v.eq_ignore_ascii_case(want));
-    is(get(b"appendonly"), b"yes") && is(get(b"appendfsync"), b"always")
 }
 
 /// What an `INFO server` reply decoded at `read_at` says of the process's age, given the `run_id` seen on the
@@ -358,64 +432,126 @@ mod tests {
         Value::BulkString(Bytes::from(text))
     }
 
-    fn config(pairs: &[(&str, &str)], resp3: bool) -> Value {
+    /// A connection's set-up replies: `INFO` (run id, uptime), the settings (persisting every write or not),
+    /// the marker (its age in ms, or refused), all decoded at `at`.
+    fn setup(
+        run_id: &str,
+        uptime: u64,
+        persists: bool,
+        marker_ms: Option<i64>,
+        at: Instant,
+    ) -> Vec<(Value, Instant)> {
         let b = |s: &str| Value::BulkString(Bytes::from(s.to_owned()));
-        if resp3 {
-            Value::Map(pairs.iter().map(|(k, v)| (b(k), b(v))).collect())
-        } else {
-            Value::Array(pairs.iter().flat_map(|(k, v)| [b(k), b(v)]).collect())
-        }
-    }
-
-    #[test]
-    fn only_appendonly_with_fsync_always_persists() {
-        for resp3 in [false, true] {
-            let always = [
+        let fsync = if persists { "always" } else { "everysec" };
+        let settings = Value::Array(
+            [
                 ("appendonly", "yes"),
-                ("appendfsync", "always"),
-                ("appendfilename", "a.aof"),
-            ];
-            assert!(persists(&config(&always, resp3)));
-            assert!(!persists(&config(
-                &[("appendonly", "yes"), ("appendfsync", "everysec")],
-                resp3
-            )));
-            assert!(!persists(&config(
-                &[("appendonly", "no"), ("appendfsync", "always")],
-                resp3
-            )));
-            assert!(!persists(&config(&[("appendfsync", "always")], resp3)));
-        }
-        // `CONFIG` refused: the error reply is kept as the reply, and says no.
-        assert!(!persists(&Value::Error(Bytes::from(
-            "ERR unknown command 'CONFIG'"
-        ))));
-        assert!(!persists(&Value::Integer(1)));
-        // An odd-length array (not a pairs list) reads its pairs and ignores the rest.
-        let b = |s: &str| Value::BulkString(Bytes::from(s.to_owned()));
-        let odd = Value::Array(vec![
-            b("appendonly"),
-            b("yes"),
-            b("appendfsync"),
-            b("always"),
-            b("x"),
-        ]);
-        assert!(persists(&odd));
+                ("appendfsync", fsync),
+                ("no-appendfsync-on-rewrite", "no"),
+            ]
+            .iter()
+            .flat_map(|(k, v)| [b(k), b(v)])
+            .collect(),
+        );
+        let marker = match marker_ms {
+            Some(ms) => Value::Array(vec![Value::Integer(ms), b("1 x")]),
+            None => Value::Error(Bytes::from("NOPERM")),
+        };
+        vec![
+            (info(run_id, &uptime.to_string()), at),
+            (settings, at),
+            (marker, at),
+        ]
+    }
+
+    const DAY: u64 = 86_400;
+
+    /// Issue #20: a connection that dropped right after its set-up leaves no replies to read (the next connection's
+    /// set-up has cleared them). That reading must change nothing: before, it wiped the `run_id`, so the next
+    /// process was not seen as another one, and a persistent node lost "trusted at once" for good.
+    #[test]
+    fn a_connection_gone_before_its_replies_were_read_changes_nothing() {
+        let t0 = Instant::now();
+        let window = Duration::from_secs(10);
+        let old_marker = Some(3_600_000);
+        let mut node = Node::default();
+        assert_eq!(
+            node.read(1, &setup("a", DAY, true, old_marker, t0), 0),
+            Read::New { restarted: false }
+        );
+        assert!(node.trusted_at_once(t0, window));
+        // Session 2 completed its set-up and dropped; session 3's set-up is under way: no replies, or only some.
+        assert_eq!(node.read(2, &[], 0), Read::Incomplete);
+        assert_eq!(
+            node.read(2, &setup("b", 0, true, old_marker, t0)[..2], 0),
+            Read::Incomplete
+        );
+        assert_eq!(node.run_id, Some(Bytes::from("a")));
+        // Session 3: another process. It is seen as one, and it stays trusted at once (its marker is old).
+        let t1 = t0 + Duration::from_millis(5);
+        assert_eq!(
+            node.read(3, &setup("b", 0, true, old_marker, t1), 0),
+            Read::New { restarted: true }
+        );
+        assert!(node.trusted_at_once(t1, window), "{node:?}");
+        assert_eq!(node.age.map(|a| a.least), Some(Duration::ZERO));
+        // The same session again reads nothing.
+        assert_eq!(node.read(3, &[], 0), Read::Same);
+    }
+
+    /// Trusted at once needs settings that persist *and* a marker older than the window: a node whose files were
+    /// lost comes back with a new, young marker, and waits like any other; so does one back from a second restart
+    /// soon after (its marker predates the process, not the locks that were lost).
+    #[test]
+    fn only_a_marker_older_than_the_window_proves_nothing_was_lost() {
+        let t0 = Instant::now();
+        let window = Duration::from_secs(30);
+        let mut node = Node::default();
+        node.read(1, &setup("a", DAY, true, Some(3_600_000), t0), 0);
+        assert!(node.counts(t0, window) && node.trusted_at_once(t0, window));
+        // Files lost: the new process writes the marker now.
+        node.read(2, &setup("b", 0, true, Some(0), t0), 0);
+        assert!(!node.counts(t0, window), "{node:?}");
+        assert_eq!(node.counted_in(t0, window), Some(window));
+        // Restarted again 2 s later with its files: the marker predates this process, but is 2 s old.
+        let t2 = t0 + Duration::from_secs(2);
+        node.read(3, &setup("c", 0, true, Some(2_000), t2), 0);
+        assert!(!node.counts(t2, window));
+        assert_eq!(
+            node.counted_in(t2, window),
+            Some(window - Duration::from_millis(1_999))
+        );
+        // Once the marker is a window old, trusted at once although the process is young.
+        let t3 = t2 + window - Duration::from_millis(1_999);
+        assert!(node.trusted_at_once(t3, window) && node.counts(t3, window));
+        assert!(node.age.is_some_and(|a| a.at(t3) < window));
+        // A marker refused (ACL, OOM): the window rule, whatever the settings.
+        let mut refused = Node::default();
+        refused.read(1, &setup("a", 0, true, None, t0), 0);
+        assert!(!refused.trusted_at_once(t0 + window * 100, window));
+        assert!(
+            refused.counts(t0 + window, window),
+            "the window rule still applies"
+        );
+        // An old marker on a node that does not persist every write: the window rule.
+        let mut everysec = Node::default();
+        everysec.read(1, &setup("a", 0, false, Some(3_600_000), t0), 0);
+        assert!(!everysec.counts(t0, window));
     }
 
     #[test]
-    fn trust_at_once_needs_every_process_seen_to_persist() {
+    fn settings_qualify_only_if_every_process_seen_persisted() {
         // First reading: the configuration stands for the predecessor's.
-        assert!(trusted_at_once(false, false, (false, false), true));
-        assert!(!trusted_at_once(false, false, (false, false), false));
+        assert!(settings_qualify(false, false, (false, false), true));
+        assert!(!settings_qualify(false, false, (false, false), false));
         // A restart: the predecessor this manager saw must have persisted too.
-        assert!(trusted_at_once(true, true, (true, true), true));
-        assert!(!trusted_at_once(true, true, (false, false), true));
-        assert!(!trusted_at_once(true, true, (true, true), false));
+        assert!(settings_qualify(true, true, (true, true), true));
+        assert!(!settings_qualify(true, true, (false, false), true));
+        assert!(!settings_qualify(true, true, (true, true), false));
         // The same process on a new connection: trusted only if it was already.
-        assert!(trusted_at_once(true, false, (true, true), true));
-        assert!(!trusted_at_once(true, false, (false, false), true));
-        assert!(!trusted_at_once(true, false, (true, true), false));
+        assert!(settings_qualify(true, false, (true, true), true));
+        assert!(!settings_qualify(true, false, (false, false), true));
+        assert!(!settings_qualify(true, false, (true, true), false));
     }
 
     #[test]

@@ -105,8 +105,9 @@ pub struct NodeStats {
     pub quarantined: u64,
     /// Restarts seen: a new connection found another server process (a different `run_id`) than the last one.
     pub restarts: u64,
-    /// The restart guard trusts the node at once: it reported `appendonly yes` and `appendfsync always`, so a
-    /// restart forgets no lock (false with the guard off, or before the first connection).
+    /// The restart guard trusts the node at once: it reported `appendonly yes`, `appendfsync always` and
+    /// `no-appendfsync-on-rewrite no`, and its persistence marker is older than the window, so a restart forgets
+    /// no lock (false with the guard off, or before the first connection).
     pub persists: bool,
     /// How long until the node's grants count, if they do not yet (it started less than the restart window ago and
     /// does not persist every write); `None` when they count, or before the first connection.

@@ -161,6 +161,12 @@ impl Cluster {
         self.node_mut(i).restart();
     }
 
+    /// Restarts node `i` on its port after deleting its data files. See [`RedisServer::restart_without_files`].
+    #[track_caller]
+    pub fn restart_without_files(&mut self, i: usize) {
+        self.node_mut(i).restart_without_files();
+    }
+
     /// Sends `FLUSHALL` to every node, e.g. between benchmark iterations.
     ///
     /// # Panics

@@ -40,3 +40,22 @@ pub fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
         thread::sleep(Duration::from_millis(2));
     }
 }
+
+/// Writes the restart guard's persistence marker on every node of `cluster` with an old time, as an operator
+/// provisioning brand-new nodes would (`SET muxlock:persist-marker "0 provisioned" NX`): the nodes say they have
+/// lost no data since long before any lease, so nodes that persist every write are trusted at once.
+///
+/// # Panics
+/// If a node does not answer `+OK` (the marker was already there).
+#[track_caller]
+pub fn provision_marker(cluster: &super::Cluster) {
+    for node in cluster.nodes() {
+        let reply = node.raw(&super::cmd(&[
+            "SET",
+            muxlock::redlock::PERSIST_MARKER_KEY,
+            "0 provisioned-by-test",
+            "NX",
+        ]));
+        assert_eq!(reply, b"+OK\r\n", "{}", super::wire::show(&reply));
+    }
+}

@@ -92,6 +92,19 @@ impl RedisServerBuilder {
         self
     }
 
+    /// `--appendonly yes --appendfsync always --no-appendfsync-on-rewrite no`: every write is on disk before the
+    /// reply, so that [`RedisServer::restart`] keeps the data (and [`RedisServer::restart_without_files`] does not).
+    pub fn persist_every_write(self) -> Self {
+        self.args([
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--no-appendfsync-on-rewrite",
+            "no",
+        ])
+    }
+
     /// Uses this binary instead of looking one up.
     pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
         self.binary = Some(path.into());
@@ -309,6 +322,31 @@ impl RedisServer {
             }
         }
         self.fail(&Failure::PortTaken)
+    }
+
+    /// Kills the process, deletes its data files (the append-only directory or file, the RDB file) as a lost
+    /// ephemeral disk would, and starts a new process as [`restart`](Self::restart) does: a restart that forgets
+    /// every write whatever the persistence settings. The log stays.
+    ///
+    /// # Panics
+    /// If a file cannot be deleted, or as [`restart`](Self::restart).
+    #[track_caller]
+    pub fn restart_without_files(&mut self) {
+        self.kill();
+        for name in ["appendonlydir", "appendonly.aof", "dump.rdb"] {
+            let path = self.dir.join(name);
+            let removed = if path.is_dir() {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            };
+            match removed {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => panic!("deleting {}: {e}", path.display()),
+            }
+        }
+        self.restart();
     }
 
     /// A new, unauthenticated connection with 5 s read and write timeouts and `TCP_NODELAY`.

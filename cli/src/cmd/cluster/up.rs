@@ -166,6 +166,7 @@ pub fn start(
                         &state::data_dir(dir).join(format!("node-{}", i + 1)),
                         *port,
                     )?;
+                    provision_marker(node.port);
                     record.add(i, node.clone());
                     Ok(node)
                 })
@@ -186,6 +187,16 @@ pub fn start(
     }
     let cluster = record.finish()?;
     Ok(cluster)
+}
+
+/// Writes the restart guard's persistence marker with an old time (`SET NX`: a marker the node reloaded from its
+/// files stays), so that the new nodes, which hold no lock from before, are trusted at once from their first
+/// second (see `muxlock::redlock::PERSIST_MARKER_KEY`). Best effort: without it they wait one lease first.
+fn provision_marker(port: u16) {
+    if let Ok(mut client) = Client::connect(port, Duration::from_secs(2)) {
+        let key = muxlock::redlock::PERSIST_MARKER_KEY.as_bytes();
+        let _ = client.pipeline(&[&[b"SET", key, b"0 provisioned-by-muxlock-cluster-up", b"NX"]]);
+    }
 }
 
 /// The redis-server binary: the given one, else on PATH, else the usual places.
