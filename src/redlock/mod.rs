@@ -17,6 +17,7 @@
 //! - `many`: [`LockSet`], [`LockManager::lock_many`] and kin, [`LockManager::hold_many`].
 //! - `fenced`: [`FencedLock`], [`LockManager::lock_fenced`] and kin; the safety argument is its module doc.
 //! - `reentrant`: [`Owner`], [`ReentrantLock`], [`LockManager::lock_reentrant`].
+//! - `unreleased`: [`Unreleased`], a release not confirmed by a majority, with the lock handed back for a retry.
 
 mod batch;
 mod config;
@@ -40,6 +41,7 @@ mod schedule;
 pub mod scripts;
 mod stats;
 mod token;
+mod unreleased;
 mod wait;
 mod watchdog;
 
@@ -53,3 +55,4 @@ pub use manager::{Builder, LockManager};
 pub use many::LockSet;
 pub use reentrant::{Owner, ReentrantLock};
 pub use stats::{GuardStats, NodeStats, Stats};
+pub use unreleased::Unreleased;
