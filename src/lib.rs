@@ -79,7 +79,7 @@
 //! - `AUTH` and `HELLO` need no permission; add `+select` if a URL names a database.
 //! - Not in that set (and not yet tested): `+config|get` lets the restart guard trust nodes that persist every
 //!   write at once (without it they get the window rule); fencing adds `+incr` and `~muxlock:fence:*`, reentrant
-//!   locks `+incr +decr +pttl` and `~muxlock:holds:*`.
+//!   locks `+hset +hdel +hlen +exists +pttl +pexpire` and `~muxlock:holds:*`.
 //!
 //! # Features
 //!
