@@ -79,8 +79,8 @@
 //! - `AUTH` and `HELLO` need no permission; add `+select` if a URL names a database.
 //! - Not in that set (and not yet tested): `+config|get`, `+time`, and `+set`/`+get` on
 //!   `~muxlock:persist-marker` (the persistence marker, run by `+eval`) let the restart guard trust nodes that
-//!   prove they persist every write at once (without them they get the window rule, never trust); fencing adds `+incr` and `~muxlock:fence:*`, reentrant
-//!   locks `+incr +decr +pttl` and `~muxlock:holds:*`.
+//!   prove they persist every write at once (without them they get the window rule, never trust); fencing adds
+//!   `~muxlock:fence:*`, reentrant locks `+hset +hdel +hlen +exists +pttl +pexpire` and `~muxlock:holds:*`.
 //!
 //! # Features
 //!

@@ -1,4 +1,4 @@
-//! The Lua scripts beyond the spec's two: batches, sets of resources, fencing tokens. Each runs atomically on one
+//! The Lua scripts beyond the spec's two: batches, sets of resources, fencing tokens, reentrant holds. Each runs atomically on one
 //! node (Redis runs a script to its end before any other command), which is what makes a node's part of a set or of
 //! a fenced acquisition all-or-nothing.
 //!
@@ -73,20 +73,43 @@ pub const RELEASE_FENCED: Lua = Lua {
     sha1: "2d6dd65ef86dc2094b1791e0dcff734fc5f6d491",
 };
 
-/// Reentrant acquisition by an owner: if `KEYS[1]` is free, sets it to the owner `ARGV[1]` and the hold count
-/// `KEYS[2]` to 1, both for `ARGV[2]` ms; if it holds the owner already, increments the count and lengthens both
-/// keys' expiry to `ARGV[2]` ms if that is later (a nested hold never shortens the outer one's lease). Returns
-/// the count (at least 1), or 0 if another owner holds the key.
+/// Reentrant acquisition by an owner, one hold at a time: `KEYS[1]` is the lock key, `KEYS[2]` the hash of its
+/// holds (one field per acquisition), `ARGV[1]` the owner, `ARGV[2]` the acquisition's id, `ARGV[3]` the TTL in ms.
+///
+/// - `KEYS[1]` free: clears any stale `KEYS[2]` first (so that no later write can fail half-way on a key of
+///   another type), sets `KEYS[1]` to the owner and `KEYS[2]` to `{id}`, both for `ARGV[3]` ms. Returns 1.
+/// - `KEYS[1]` held by the owner: adds the field `id` (setting it again is harmless: an acquisition counts once
+///   per node), and sets `KEYS[2]`'s expiry to `KEYS[1]`'s, lengthening both to `ARGV[3]` ms if that is later (a
+///   nested hold never shortens the outer one's lease; a key without an expiry gets one). If `KEYS[2]` is
+///   missing (evicted, deleted by hand) the holds it listed are unknown: a field `?` that no release removes
+///   keeps the key until it expires. Returns the number of holds (at least 1).
+/// - `KEYS[1]` held by another owner: returns 0, writes nothing.
+///
+/// Every key it writes has an expiry when it returns.
 pub const ACQUIRE_REENTRANT: Lua = Lua {
-    body: r#"local v = redis.call("get", KEYS[1]) if not v then redis.call("set", KEYS[1], ARGV[1], "px", ARGV[2]) redis.call("set", KEYS[2], 1, "px", ARGV[2]) return 1 end if v ~= ARGV[1] then return 0 end local c = redis.call("incr", KEYS[2]) if redis.call("pttl", KEYS[1]) < tonumber(ARGV[2]) then redis.call("pexpire", KEYS[1], ARGV[2]) redis.call("pexpire", KEYS[2], ARGV[2]) end return c"#,
-    sha1: "707fcbf0b4d367ebdb592b9482c727f9cd0ab5c4",
+    body: r#"local v = redis.call("get", KEYS[1]) if not v then redis.call("del", KEYS[2]) redis.call("set", KEYS[1], ARGV[1], "px", ARGV[3]) redis.call("hset", KEYS[2], ARGV[2], 1) redis.call("pexpire", KEYS[2], ARGV[3]) return 1 end if v ~= ARGV[1] then return 0 end if redis.call("exists", KEYS[2]) == 0 then redis.call("hset", KEYS[2], "?", 1) end redis.call("hset", KEYS[2], ARGV[2], 1) local t = redis.call("pttl", KEYS[1]) if t < tonumber(ARGV[3]) then t = tonumber(ARGV[3]) redis.call("pexpire", KEYS[1], t) end redis.call("pexpire", KEYS[2], t) return redis.call("hlen", KEYS[2])"#,
+    sha1: "63fcdcb7ec2d64c5cbcada514ac62f0e51a306a9",
 };
 
-/// Reentrant release: if `KEYS[1]` holds the owner `ARGV[1]`, decrements the count `KEYS[2]` and deletes both keys
-/// when it reaches zero. Returns the count left (0: released), or -1 if the key is not the owner's.
+/// Reentrant release of one hold (same keys; `ARGV[1]` the owner, `ARGV[2]` the hold's id): if `KEYS[1]` holds
+/// the owner, removes the field `id` from `KEYS[2]`, and deletes both keys when no hold is left. Idempotent and
+/// attributable: a node that never saw this hold (its acquisition did not run there), or already released it,
+/// removes nothing, so a release may go to every node and be repeated. Returns the holds left (0: the key is
+/// gone), or -1 if the key is not the owner's. With `KEYS[2]` missing, the holds are unknown: it keeps the key
+/// (it expires) and returns 1.
 pub const RELEASE_REENTRANT: Lua = Lua {
-    body: r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then return -1 end local c = redis.call("decr", KEYS[2]) if c <= 0 then redis.call("del", KEYS[1], KEYS[2]) return 0 end return c"#,
-    sha1: "76142f7a470322f6c9fb207bc1f76d04db583bee",
+    body: r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then return -1 end if redis.call("exists", KEYS[2]) == 0 then return 1 end redis.call("hdel", KEYS[2], ARGV[2]) local c = redis.call("hlen", KEYS[2]) if c == 0 then redis.call("del", KEYS[1], KEYS[2]) end return c"#,
+    sha1: "3ba1f53982cdf89755fd166aee05f2bf4b392501",
+};
+
+/// **For tests only: the bug this crate had.** A release that counts down *some* hold when the node never saw the
+/// one released (as the hold counter before issue #20 did), so a nested release on a node its acquisition never
+/// reached strips the outer hold. The control of the tests that check [`RELEASE_REENTRANT`]'s attribution; never
+/// loaded on connections (sent in full after `NOSCRIPT`).
+#[doc(hidden)]
+pub const RELEASE_REENTRANT_UNATTRIBUTED: Lua = Lua {
+    body: r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then return -1 end if redis.call("hdel", KEYS[2], ARGV[2]) == 0 then local f = redis.call("hkeys", KEYS[2])[1] if f then redis.call("hdel", KEYS[2], f) end end local c = redis.call("hlen", KEYS[2]) if c == 0 then redis.call("del", KEYS[1], KEYS[2]) end return c"#,
+    sha1: "8b1912f62e1c00756668f3285ed48730c711b28d",
 };
 
 /// The resource side of fencing, for a protected resource that is itself a Redis key (on any server, not the lock

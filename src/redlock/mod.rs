@@ -19,6 +19,7 @@
 //! - `restart` and `persist`: the restart guard (the spec's delayed restart, done by the client) and what a node
 //!   can prove about its persistence (its settings, [`PERSIST_MARKER_KEY`]) to be trusted at once.
 //! - `reentrant`: [`Owner`], [`ReentrantLock`], [`LockManager::lock_reentrant`].
+//! - `unreleased`: [`Unreleased`], a release not confirmed by a majority, with the lock handed back for a retry.
 
 mod batch;
 mod config;
@@ -43,6 +44,7 @@ mod schedule;
 pub mod scripts;
 mod stats;
 mod token;
+mod unreleased;
 mod wait;
 mod watchdog;
 
@@ -57,3 +59,4 @@ pub use many::LockSet;
 pub use persist::PERSIST_MARKER_KEY;
 pub use reentrant::{Owner, ReentrantLock};
 pub use stats::{GuardStats, NodeStats, Stats};
+pub use unreleased::Unreleased;

@@ -3,25 +3,38 @@
 //!
 //! An [`Owner`] is a random token the caller holds and passes to each acquisition: it is the key's value, so
 //! reentrancy works across threads and async tasks (whoever holds the owner), not per thread. A second
-//! acquisition by the same owner while the key holds it increments a hold count instead of failing; each release
-//! decrements it; the key goes when the count reaches zero.
+//! acquisition by the same owner while the key holds it adds a hold instead of failing; each release removes
+//! its own hold; the key goes with the last.
 //!
 //! # Invariants
 //!
-//! - **The count lives on the nodes**, per node, in `muxlock:holds:<resource>` next to the key, with the key's
-//!   expiry, changed only by [`lua::ACQUIRE_REENTRANT`] and [`lua::RELEASE_REENTRANT`] (atomic per node). Each
-//!   acquisition and each release is a Redlock round: an acquisition holds if a majority of nodes (those the
-//!   restart guard trusts) granted it in time; a release counts as a lone release does.
-//! - **A nested hold never shortens the lease**: it lengthens the keys' expiry only if its TTL ends later.
-//! - **A failed acquisition is undone** where it may have counted: a decrement goes, without waiting, to the nodes
-//!   that granted or had not answered by the decision (and in order behind the acquisition on each connection).
+//! - **Holds are attributable.** Each acquisition draws a random id (40 hex digits, one per attempt); a node
+//!   records the holds it granted as fields of the hash `muxlock:holds:<resource>` next to the key, one field per
+//!   id, changed only by [`lua::ACQUIRE_REENTRANT`] and [`lua::RELEASE_REENTRANT`] (each atomic on its node). A
+//!   release removes its own field and nothing else, and deletes the key only when no field is left.
+//! - **Releases are idempotent**, so they go to every node the acquisition was sent to, whatever its outcome
+//!   there: a node that never ran the acquisition (its connection was reset before the write, it was down) or
+//!   already ran the release removes nothing. The undo of a failed attempt goes to every node the attempt was
+//!   sent to, including those whose reply was lost (closed, reset, hung): the attempt may have run there.
+//! - **The outer hold stays on a majority while it reports valid.** An owner's first acquisition holds the key on
+//!   a majority `M` with at least its TTL to live from before the round started (the Redlock rule). On a node of
+//!   `M` the key goes before that only when its own field is removed (by its own release) or its expiry passes:
+//!   nested holds add fields and never shorten the expiry, their releases remove only their own fields, and
+//!   other owners cannot write the key. So while [`ReentrantLock::is_valid`] (the lease minus drift) holds, `M`
+//!   holds the key for the owner, and no other owner can get a majority. (Node restarts without persistence are
+//!   the restart guard's, as for every lock.)
+//! - **Every key the scripts write has an expiry**: the key and the hash share one, set in the same script.
 //!
 //! # Limits
 //!
-//! - **Counts can differ between nodes** after failures (a node down during one nested acquisition, a connection
-//!   broken between an acquisition and its undo): such a node may free the key before the others. The owner keeps
-//!   the lock as long as a majority still counts it; a release that finds too few nodes still holding the key for
-//!   the owner reports the number of nodes it found, like [`unlock`](super::LockManager::unlock).
+//! - **A release not confirmed by a majority hands the hold back** ([`Unreleased`]): release it again; the nodes
+//!   that already released it remove nothing the second time.
+//! - **An acquisition that runs after its own release or undo** (possible only if it waited in a queue the
+//!   release overtook, which one connection per node does not allow) leaves its field: the key then stays until
+//!   it expires, as a lock whose release was lost does. That costs waiting, never safety.
+//! - **A node that lost the hash but kept the key** (evicted, deleted by hand) no longer knows its holds: it
+//!   keeps the key until it expires rather than guess (a field `?` that no release removes). Evicting lock keys
+//!   breaks every Redlock lock: run the nodes with `maxmemory-policy noeviction`.
 //! - **No extension and no guard form** for reentrant locks yet: a nested acquisition renews the lease (up to its
 //!   own TTL), and the outer holder can acquire again to extend.
 
@@ -37,7 +50,8 @@ use super::lua;
 use super::pipeline::Kind;
 use super::quorum::{Failure, Vote};
 use super::token;
-use crate::net::{NodeError, NodeSet, Reply};
+use super::unreleased::Unreleased;
+use crate::net::{NodeSet, Reply};
 use crate::resp::{Decimal, Value};
 use crate::time::later;
 
@@ -67,6 +81,8 @@ impl fmt::Debug for Owner {
 pub struct ReentrantLock {
     resource: Vec<u8>,
     owner: Owner,
+    /// This acquisition's id: its field in the holds hash.
+    hold: token::Value,
     valid_until: Instant,
     holds: u64,
     nodes: NodeSet,
@@ -83,7 +99,9 @@ impl ReentrantLock {
         &self.owner
     }
 
-    /// The hold count after this acquisition, the largest among the nodes counted for the majority.
+    /// The number of holds the key had after this acquisition, the largest among the nodes counted for the
+    /// majority (1 for an outer hold, 2 for the first nested one, ...). Informative: nodes may differ after
+    /// failures, which is harmless because each release removes only its own hold.
     pub fn holds(&self) -> u64 {
         self.holds
     }
@@ -134,6 +152,14 @@ fn vote(reply: &Reply) -> (Vote, Outcome, u64) {
     }
 }
 
+/// Draws a fresh id, for an owner or a hold.
+fn draw(core: &Core, doing: &'static str) -> Result<token::Value> {
+    core.tokens.next().map_err(|e| Error::Os {
+        doing,
+        error: std::io::Error::from(e).into(),
+    })
+}
+
 impl Core {
     fn lock_reentrant(
         &self,
@@ -147,9 +173,12 @@ impl Core {
         let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
         let mut attempt = 0;
         loop {
+            // A fresh id per attempt: an undo that is late (behind a later attempt on some node) then removes only
+            // the hold of the attempt it undoes.
+            let hold = draw(self, "drawing a hold id from the OS's randomness")?;
             let round = self.acquire_scripted(
                 lua::ACQUIRE_REENTRANT,
-                (&keys, &[&owner.value, ttl_arg.as_bytes()]),
+                (&keys, &[&owner.value, &hold, ttl_arg.as_bytes()]),
                 (ttl, ttl_ms),
                 vote,
             );
@@ -165,6 +194,7 @@ impl Core {
                     return Ok(ReentrantLock {
                         resource: resource.to_vec(),
                         owner: owner.clone(),
+                        hold,
                         valid_until,
                         holds,
                         nodes,
@@ -172,31 +202,20 @@ impl Core {
                 }
                 Err(failure) => failure,
             };
-            // Undo where this attempt may have counted.
-            let mut undo = NodeSet::EMPTY;
-            for (node, o) in outcomes.iter().enumerate() {
-                let maybe = matches!(
-                    o,
-                    Outcome::Granted
-                        | Outcome::Quarantined
-                        | Outcome::NotAwaited
-                        | Outcome::Failed(NodeError::Timeout)
-                );
-                if maybe && nodes.contains(node) {
-                    undo.insert(node);
-                }
-            }
-            if undo != NodeSet::EMPTY {
+            // Undo on every node the attempt was sent to, without waiting: whatever a node answered (or did not:
+            // a reply lost to a reset or a hang may follow a write that happened), the release removes this
+            // attempt's hold if it is there and nothing otherwise.
+            if nodes != NodeSet::EMPTY {
                 let mut buf = BytesMut::new();
                 lua::eval(
                     &mut buf,
                     lua::RELEASE_REENTRANT,
-                    true,
+                    false,
                     &keys,
-                    &[&owner.value],
+                    &[&owner.value, &hold],
                 );
                 let mut round = self.fanout.release_round(Instant::now());
-                round.send_to(undo, &buf, 1);
+                round.send_to(nodes, &buf, 1);
             }
             if attempt >= self.config.retry_count {
                 let report = Box::new(self.report(resource, outcomes, quorum.quorum()));
@@ -210,13 +229,15 @@ impl Core {
         }
     }
 
-    fn unlock_reentrant(&self, lock: ReentrantLock) -> Result<usize> {
+    /// One release round of `lock`'s hold by `script` on every node its acquisition was sent to.
+    fn unlock_reentrant(&self, lock: &ReentrantLock, script: lua::Lua) -> Result<usize> {
         let n = self.fanout.len();
         let quorum = self.quorum();
         let counter = count_key(&lock.resource);
         let keys: [&[u8]; 2] = [&lock.resource, &counter];
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let (mut released, mut answered) = (0, 0);
+        // Nodes the acquisition was never sent to have nothing of it: they count as answered.
         for (node, outcome) in outcomes.iter_mut().enumerate() {
             if !lock.nodes.contains(node) {
                 *outcome = Outcome::NotSent;
@@ -230,16 +251,10 @@ impl Core {
             1,
             later(Instant::now(), self.config.round_timeout),
             quorum,
-            |buf, full| {
-                lua::eval(
-                    buf,
-                    lua::RELEASE_REENTRANT,
-                    full,
-                    &keys,
-                    &[&lock.owner.value],
-                )
-            },
+            |buf, full| lua::eval(buf, script, full, &keys, &[&lock.owner.value, &lock.hold]),
             |_, node, reply| {
+                // The holds left (0: the key went), or -1: the key is not the owner's (it expired), so nothing
+                // of this hold is there either.
                 let (v, outcome) = match reply.as_ref().map(Value::without_attributes) {
                     Ok(Value::Integer(c)) if *c >= 0 => {
                         last |= *c == 0;
@@ -276,10 +291,10 @@ impl super::LockManager {
     ///
     /// [`Error::Os`] if the OS cannot provide randomness.
     pub fn owner(&self) -> Result<Owner> {
-        let value = self.core.tokens.next().map_err(|e| Error::Os {
-            doing: "drawing the owner value from the OS's randomness",
-            error: std::io::Error::from(e).into(),
-        })?;
+        let value = draw(
+            &self.core,
+            "drawing the owner value from the OS's randomness",
+        )?;
         Ok(Owner { value })
     }
 
@@ -316,14 +331,47 @@ impl super::LockManager {
         self.core.lock_reentrant(owner, resource.as_ref(), ttl)
     }
 
-    /// Releases one hold of a reentrant lock: each node decrements the owner's count and deletes the key when it
-    /// reaches zero. Returns the number of nodes that counted the release, as
-    /// [`unlock`](super::LockManager::unlock) does.
+    /// Releases one hold of a reentrant lock: each node the acquisition was sent to removes this hold (and only
+    /// this one: a node that never saw it removes nothing) and deletes the key when no hold is left. Returns the
+    /// number of nodes that confirmed the release, as [`unlock`](super::LockManager::unlock) does.
     ///
     /// # Errors
     ///
-    /// [`Error::Quorum`] if fewer than a majority of nodes answered.
-    pub fn unlock_reentrant(&self, lock: ReentrantLock) -> Result<usize> {
-        self.core.unlock_reentrant(lock)
+    /// [`Unreleased`] if fewer than a majority of nodes answered: it carries [`Error::Quorum`] and the hold
+    /// itself, to release again ([`Unreleased::into_lock`]); releasing a hold twice is harmless. `?` turns it
+    /// into the [`Error`], dropping the hold (it then stays where the release did not reach until its lease
+    /// runs out).
+    pub fn unlock_reentrant(
+        &self,
+        lock: ReentrantLock,
+    ) -> std::result::Result<usize, Unreleased<ReentrantLock>> {
+        match self.core.unlock_reentrant(&lock, lua::RELEASE_REENTRANT) {
+            Ok(released) => Ok(released),
+            Err(error) => Err(Unreleased {
+                error,
+                lock: Box::new(lock),
+            }),
+        }
+    }
+
+    /// **For tests only: the bug of issue #20 on purpose.** As
+    /// [`unlock_reentrant`](super::LockManager::unlock_reentrant), but each node counts down *some* hold of the
+    /// owner even if it never saw this one ([`lua::RELEASE_REENTRANT_UNATTRIBUTED`]): the control that the
+    /// fault tests must catch. Never use it.
+    #[doc(hidden)]
+    pub fn unlock_reentrant_unattributed(
+        &self,
+        lock: ReentrantLock,
+    ) -> std::result::Result<usize, Unreleased<ReentrantLock>> {
+        match self
+            .core
+            .unlock_reentrant(&lock, lua::RELEASE_REENTRANT_UNATTRIBUTED)
+        {
+            Ok(released) => Ok(released),
+            Err(error) => Err(Unreleased {
+                error,
+                lock: Box::new(lock),
+            }),
+        }
     }
 }
