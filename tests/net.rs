@@ -590,7 +590,8 @@ fn a_late_reply_is_never_counted_for_the_next_command_of_the_round() {
     // The connection stays in step: the next round gets its own reply.
     let out = round_all(&fanout, &[b"ECHO", b"again"], Duration::from_secs(2));
     assert!(
-        out.iter().all(|r| *r == Ok(Value::BulkString("again".into()))),
+        out.iter()
+            .all(|r| *r == Ok(Value::BulkString("again".into()))),
         "{out:?}"
     );
 }
