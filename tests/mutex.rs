@@ -5,6 +5,8 @@
 //! Each scenario runs for `MUXLOCK_FAULT_SECS` seconds (default 3; CI runs the default) and prints one line of
 //! counts; RELIABILITY.md collects them.
 
+#[path = "mutex/kinds.rs"]
+mod kinds;
 mod support;
 
 use std::io::{BufRead, BufReader};
