@@ -7,6 +7,8 @@
 
 #[path = "mutex/kinds.rs"]
 mod kinds;
+#[path = "mutex/sets.rs"]
+mod sets;
 mod support;
 
 use std::io::{BufRead, BufReader};
