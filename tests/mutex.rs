@@ -649,10 +649,13 @@ fn a_majority_restart_is_safe_with_the_restart_guard() {
 
 #[test]
 fn holders_paused_past_their_lease_lose_it_before_the_next_holder_comes() {
-    let cluster = Cluster::start(3);
+    let cluster = Cluster::start(5);
     let protected = RedisServer::start();
-    let locks = managers(&cluster.urls(), &config(false), 2);
+    let locks = managers(&cluster.urls(), &config(true), 2);
     let ttl = Duration::from_millis(200);
+    for l in &locks {
+        wait_until_usable(l, ttl);
+    }
     // Targeted: a holder sleeps past its TTL (a GC pause); another takes the lock meanwhile.
     let paused = locks[0].lock("gc", ttl).expect("lock");
     let paused_end = support::checker::instant_ns(paused.valid_until());
@@ -775,9 +778,11 @@ fn child(spec: &str) {
     let protected: std::net::SocketAddr = parts[1].parse().expect("addr");
     let secs = Duration::from_secs_f64(parts[2].parse().expect("secs"));
     let name = parts[3];
-    let locks = managers(&urls, &config(false), 1).remove(0);
+    let locks = managers(&urls, &config(true), 1).remove(0);
     let stats = Arc::new(Stats::default());
     let recorder = Recorder::default();
+    // The restart guard does not trust freshly started nodes for their first window: wait it out first.
+    wait_until_usable(&locks, Duration::from_millis(300));
     let w = work(2, Duration::from_millis(300), secs);
     thread::scope(|s| {
         for t in 0..2 {
