@@ -4,6 +4,12 @@
 //!
 //! Each scenario runs for `MUXLOCK_FAULT_SECS` seconds (default 3; CI runs the default) and prints one line of
 //! counts; RELIABILITY.md collects them.
+//!
+//! Every fault scenario (1) holds long enough for its faults to meet the holds, (2) asserts that the faults struck
+//! lock rounds (the managers' own counters, [`Struck`], not only the proxy's or the cluster's), and (3) has a
+//! control: the same faults with the scenario's protection removed (restart guard off, restarts not delayed,
+//! nodes that forget, no watchdog), which must see the hazard. Kinds other than `lock()` are in `mutex/kinds.rs`
+//! (batches, guards) and `mutex/sets.rs` (sets, fenced locks).
 
 #[path = "mutex/kinds.rs"]
 mod kinds;
