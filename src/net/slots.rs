@@ -402,7 +402,11 @@ mod tests {
         let mut slots = Slots::default();
         let r = slots.open(1, Instant::now());
         slots.expect(r, 0, 2);
-        assert_eq!(slots.time_out_node(r), Some((0, 2)), "both time out at once");
+        assert_eq!(
+            slots.time_out_node(r),
+            Some((0, 2)),
+            "both time out at once"
+        );
         assert!(slots.settled(r));
         assert!(slots.file(r, 0, ok(1)).is_none(), "the first's late reply");
         assert!(slots.file(r, 0, ok(2)).is_none(), "the second's late reply");
@@ -437,7 +441,11 @@ mod tests {
         slots.file(r, 1, ok(10));
         assert_eq!(slots.take(r), Some((1, ok(10))));
         assert_eq!(slots.take(r), Some((1, Err(NodeError::Overloaded))));
-        assert_eq!(slots.take(r), None, "node 0's refusals wait for its first reply");
+        assert_eq!(
+            slots.take(r),
+            None,
+            "node 0's refusals wait for its first reply"
+        );
         slots.file(r, 0, ok(1));
         assert_eq!(slots.take(r), Some((0, ok(1))));
         assert_eq!(slots.take(r), Some((0, Err(NodeError::Overloaded))));
