@@ -134,6 +134,25 @@ pub struct Stats {
     /// The longest a thread of this process was kept from running while the scenario ran, in microseconds (see
     /// [`FreezeMonitor`]).
     pub worst_freeze_us: AtomicU64,
+    /// Every freeze of at least [`FREEZE_RECORDED`] that the [`FreezeMonitor`] measured, as `[start, end]` on the
+    /// [`mono_ns`] clock (at most [`MAX_RECORDED`] of them).
+    pub freezes: Mutex<Vec<(u64, u64)>>,
+    /// Each overrun counted in `overran`, as the interval `[validity checked, section left]` on the [`mono_ns`]
+    /// clock in which the worker lost more time than its margin allowed (at most [`MAX_RECORDED`]).
+    pub overruns: Mutex<Vec<(u64, u64)>>,
+}
+
+/// The shortest freeze [`FreezeMonitor`] records as an interval: shorter ones are scheduling noise, and no worker's
+/// margin is that small.
+pub const FREEZE_RECORDED: Duration = Duration::from_millis(5);
+/// Bound on the intervals kept in [`Stats::freezes`] and [`Stats::overruns`].
+pub const MAX_RECORDED: usize = 100_000;
+
+fn push_bounded(list: &Mutex<Vec<(u64, u64)>>, interval: (u64, u64)) {
+    let mut list = list.lock().unwrap_or_else(|e| e.into_inner());
+    if list.len() < MAX_RECORDED {
+        list.push(interval);
+    }
 }
 
 impl Stats {
@@ -141,8 +160,40 @@ impl Stats {
         counter.load(Ordering::Relaxed)
     }
 
-    fn add(counter: &AtomicU64) {
+    pub fn add(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an overrun that happened in `[checked, left]` (see [`Stats::overruns`]).
+    pub fn overran_in(&self, checked: u64, left: u64) {
+        Stats::add(&self.overran);
+        push_bounded(&self.overruns, (checked, left));
+    }
+
+    /// How much of `[start, end]` the [`FreezeMonitor`] saw this process frozen (freezes of at least
+    /// [`FREEZE_RECORDED`]).
+    pub fn frozen_during(&self, start: u64, end: u64) -> Duration {
+        let freezes = self.freezes.lock().unwrap_or_else(|e| e.into_inner());
+        let ns: u64 = freezes
+            .iter()
+            .map(|&(s, e)| e.min(end).saturating_sub(s.max(start)))
+            .sum();
+        Duration::from_nanos(ns)
+    }
+
+    /// The overruns that no measured freeze explains: in each, the worker lost more than `slack` beyond its work
+    /// (its margin's spare time), and unless the freeze monitor saw this process frozen for at least `slack`
+    /// within that very interval, the time was lost somewhere a freeze does not account for: by the lock.
+    pub fn unexplained_overruns(&self, slack: Duration) -> Vec<(u64, u64)> {
+        let overruns = self
+            .overruns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        overruns
+            .into_iter()
+            .filter(|&(s, e)| self.frozen_during(s, e) < slack)
+            .collect()
     }
 }
 
@@ -269,12 +320,17 @@ impl FreezeMonitor {
         let done = Arc::clone(&stop);
         let thread = std::thread::spawn(move || {
             while !done.load(Ordering::Relaxed) {
-                let t = Instant::now();
+                let (t, t_ns) = (Instant::now(), mono_ns());
                 std::thread::sleep(Duration::from_millis(1));
                 let over = t.elapsed().saturating_sub(Duration::from_millis(1));
                 stats
                     .worst_freeze_us
                     .fetch_max(over.as_micros() as u64, Ordering::Relaxed);
+                if over >= FREEZE_RECORDED {
+                    // The freeze lay somewhere in the sleep: record the whole sleep, which errs towards
+                    // excusing a little more than the freeze itself (by 1 ms).
+                    push_bounded(&stats.freezes, (t_ns, mono_ns()));
+                }
             }
         });
         FreezeMonitor {
@@ -364,6 +420,7 @@ pub fn worker(
         }
         // A careful client: write only while the lease is valid, leaving a margin for the write itself.
         let margin = work.margin();
+        let checked = mono_ns();
         if lock.validity() > margin {
             match writers.enter(resource, instant_ns(lock.valid_until())) {
                 Entry::Alone => {}
@@ -376,7 +433,7 @@ pub fn worker(
             std::thread::sleep(work_for);
             writers.leave(resource);
             if !lock.is_valid() {
-                Stats::add(&stats.overran);
+                stats.overran_in(checked, mono_ns());
             }
         } else {
             Stats::add(&stats.expired_unused);
@@ -429,6 +486,7 @@ pub fn guard_worker(
         Stats::add(&stats.acquired);
         let mut end = start;
         for _ in 0..=(rng.next_u32() % steps) {
+            let checked = mono_ns();
             let deadline = instant_ns(guard.deadline());
             if guard.is_lost() {
                 Stats::add(&stats.expired_unused);
@@ -444,9 +502,10 @@ pub fn guard_worker(
                 .mul_f64(f64::from(rng.next_u32() % 1000) / 1000.0);
             std::thread::sleep(work_for);
             writers.leave(resource);
-            end = mono_ns().min(deadline);
+            let left = mono_ns();
+            end = left.min(deadline);
             if end == deadline {
-                Stats::add(&stats.overran);
+                stats.overran_in(checked, left);
             }
         }
         recorder.record(Hold {

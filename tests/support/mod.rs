@@ -15,6 +15,7 @@
 //!   replies and resets between a client and one server (this kernel has no netem).
 //! - [`wire`]: raw bytes on the wire: [`cmd`] encodes a command, [`read_reply`] reads one reply.
 //! - [`checker`]: the mutual-exclusion checker: workers, recorded holds, overlap detection, a protected resource.
+//! - [`faults`]: bursts of minority restarts, and what faults did to the lock managers' rounds ([`faults::Struck`]).
 //! - [`locks`]: lock managers with the settings tests use, and bounded waits ([`locks::wait_until`]).
 //!
 //! # Use
@@ -36,6 +37,7 @@ pub mod certs;
 pub mod checker;
 pub mod cluster;
 pub mod fake;
+pub mod faults;
 pub mod locks;
 pub mod process;
 pub mod proxy;
