@@ -18,6 +18,7 @@
 )]
 
 mod cmd;
+mod deadman;
 mod duration;
 mod exit;
 mod nodes;
@@ -82,12 +83,18 @@ enum Command {
     Cluster(cmd::cluster::Command),
     Bench(cmd::bench::Args),
     Demo(cmd::demo::Args),
+    /// (internal) The dead-man's switch of `exec`: kills the command's group when muxlock dies or the lease ends.
+    #[command(name = "__reaper", hide = true)]
+    Reaper(deadman::ReaperArgs),
+    /// (internal) The first process of `exec`'s command: dies with muxlock, then runs the command.
+    #[command(name = "__run", hide = true)]
+    Trampoline(deadman::RunArgs),
 }
 
 impl Command {
     fn json(&self) -> bool {
         match self {
-            Command::Exec(_) => false,
+            Command::Exec(_) | Command::Reaper(_) | Command::Trampoline(_) => false,
             Command::Acquire(a) => a.json,
             Command::Release(a) => a.json,
             Command::Extend(a) => a.json,
@@ -102,6 +109,8 @@ impl Command {
     fn run(&self) -> Result<u8, CliError> {
         let done = match self {
             Command::Exec(a) => return cmd::exec::run(a),
+            Command::Reaper(a) => return Ok(deadman::reaper(a)),
+            Command::Trampoline(a) => return Ok(deadman::run_command(a)),
             Command::Acquire(a) => cmd::acquire::run(a),
             Command::Release(a) => cmd::release::run(a),
             Command::Extend(a) => cmd::extend::run(a),
