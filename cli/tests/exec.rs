@@ -730,3 +730,89 @@ fn an_interrupt_while_waiting_gives_up_and_leaves_no_key() {
         }
     }
 }
+
+#[test]
+fn an_outage_is_said_at_once_and_ends_in_69_within_seconds() {
+    // Before #21, with every node refusing connections, `exec` waited all of --wait (30 s) in silence.
+    let mut cluster = Cluster::start(3);
+    let state = TempDir::new();
+    let urls = cluster.urls();
+    for i in 0..3 {
+        cluster.kill(i);
+    }
+    for args in [
+        &["exec", "job", "--", "true"][..],
+        &["acquire", "job", "--ttl", "5s"][..],
+    ] {
+        let run = on(&cluster, state.path(), args).run();
+        run.expect(69);
+        assert!(run.took < Duration::from_secs(10), "{run:#?}");
+        // The first line names every node and why; then the final error.
+        let lines: Vec<&str> = run.stderr.lines().collect();
+        assert!(lines.len() >= 2, "{run:#?}");
+        assert!(lines[0].contains("outage-wait"), "{run:#?}");
+        for url in &urls {
+            assert!(lines[0].contains(url.as_str()), "{url} not named: {run:#?}");
+        }
+        assert!(lines[0].contains("refused"), "{run:#?}");
+    }
+    // -n: one attempt, one line.
+    on(&cluster, state.path(), &["exec", "-n", "job", "--", "true"])
+        .run()
+        .expect(69)
+        .one_line_error();
+}
+
+#[test]
+fn a_fenced_exec_hands_the_command_a_growing_token() {
+    let cluster = Cluster::start(3);
+    let state = TempDir::new();
+    let out = state.path().join("tokens");
+    let script = format!("echo \"$MUXLOCK_FENCE_TOKEN\" >> {}", out.display());
+    for _ in 0..3 {
+        on(
+            &cluster,
+            state.path(),
+            &["exec", "--fenced", "job", "--", "sh", "-c", &script],
+        )
+        .run()
+        .expect(0);
+    }
+    let tokens: Vec<u64> = fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(tokens.len(), 3);
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    assert_released(&cluster, "job");
+    // Without --fenced, no token.
+    let run = on(
+        &cluster,
+        state.path(),
+        &[
+            "exec",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            "echo \"[$MUXLOCK_FENCE_TOKEN]\"",
+        ],
+    )
+    .run();
+    run.expect(0);
+    assert_eq!(run.stdout, "[]\n");
+    // A fenced exec waits for a holder as a plain one does.
+    let holder = on(&cluster, state.path(), &["acquire", "job", "--ttl", "1s"]).run();
+    holder.expect(0);
+    let run = on(
+        &cluster,
+        state.path(),
+        &[
+            "exec", "--fenced", "-w", "10s", "job", "--", "sh", "-c", &script,
+        ],
+    )
+    .run();
+    run.expect(0);
+    assert!(run.took >= Duration::from_millis(500), "{run:#?}");
+}
