@@ -43,6 +43,7 @@ Environment:
   MUXLOCK_PASSWORD       the password of node URLs that have none (never shown)
   MUXLOCK_ROUND_TIMEOUT  --round-timeout
   MUXLOCK_RESTART_GUARD  --restart-guard
+  MUXLOCK_TLS_CA, MUXLOCK_TLS_CERT, MUXLOCK_TLS_KEY   --tls-ca, --tls-cert, --tls-key (rediss:// nodes)
   MUXLOCK_STATE_DIR      where `cluster up` records its nodes (~/.local/state/muxlock)
   REDIS_SERVER           the redis-server binary of `cluster up`
 
@@ -61,7 +62,10 @@ Exit codes:
   77       authentication refused
   78       no nodes, or a bad node URL or setting
   exec:    the command's own code; 128+N if signal N killed it; 126 cannot run it,
-           127 not found; 75 lock lost while it ran";
+           127 not found; 75 lock lost while it ran
+  128+N    acquire, exec: signal N (SIGINT: 130) interrupted the wait; nothing is held
+
+-n is --nonblock wherever it appears (as in flock); `cluster up` counts nodes with -c/--count.";
 
 /// Redlock locks over N independent Redis masters, from the shell.
 #[derive(Parser)]

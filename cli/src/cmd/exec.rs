@@ -1,20 +1,27 @@
 //! `muxlock exec RESOURCE -- COMMAND [ARGS...]`: runs a command under the lock, kept alive while it runs.
 //!
-//! 1. Acquire: [`LockManager::hold_wait`] waits up to `--wait` without polling (woken by releases and by the
-//!    holder's lease end; see its docs), or one attempt with `-n` ([`LockManager::try_hold`]). A conflict exits
-//!    with `-E`'s code (default 1, as flock(1)).
-//! 2. Spawn `COMMAND ARGS` directly (no shell) in its own process group, with `MUXLOCK_RESOURCE`, `MUXLOCK_VALUE`
-//!    and `MUXLOCK_DEADLINE_MS` in its environment. It cannot be run: 126, or 127 if not found (as env(1)); the
-//!    lock is released.
-//! 3. While it runs, the [`Guard`] renews the lease, and three threads feed one channel: the
-//!    child's exit, the guard's lost signal ([`LostWatch::wait_lost`](muxlock::LostWatch::wait_lost): at once
-//!    when the key is taken or its nodes are down, at the latest at the guard's deadline, which is before the
-//!    lease ends), and SIGINT/SIGTERM/SIGHUP/SIGQUIT sent to muxlock.
-//!    - A signal is forwarded to the command's process group (the terminal's Ctrl-C reaches muxlock only, since
-//!      the command is in a group of its own).
-//!    - The lock lost: SIGTERM to the process group and a line on stderr saying why; SIGKILL if it has not exited
-//!      `--kill-after` later. muxlock then exits [`exit::LOST`] (75).
-//! 4. When the command exits: release the lock, and exit with its code, or 128 + N if signal N killed it.
+//! **The guarantee: no process of the command's process group runs past the end of the lease it holds** — the
+//! group is SIGKILLed before the lease ends (at the end minus half the guard's margin) unless a renewal was
+//! confirmed, whether muxlock is alive, stopped or killed. Its limits are in [`crate::deadman`].
+//!
+//! 1. Signals are caught from the start (SIGINT, SIGTERM, SIGHUP, SIGQUIT; SIGTSTP is refused with a line: a
+//!    stopped muxlock cannot renew). Acquire ([`acquiring`]): [`LockManager::hold_wait`] (or
+//!    [`LockManager::hold_fenced_wait`] with `--fenced`) waits up to `--wait` without polling, woken by releases
+//!    and the holder's lease end; an interrupt gives up (128 + N, nothing held); an outage is said at once and
+//!    ends in 69 after `--outage-wait`. A conflict exits with `-E`'s code (default 1, as flock(1)).
+//! 2. Start the reaper (`muxlock __reaper`, the dead-man's switch, leader of a new process group), then the command
+//!    in that group through `muxlock __run` (parent-death signal, then execvp: no shell), with
+//!    `MUXLOCK_RESOURCE`, `MUXLOCK_VALUE`, `MUXLOCK_DEADLINE_MS` and, with `--fenced`, `MUXLOCK_FENCE_TOKEN`. It
+//!    cannot be run: 126, or 127 if not found (as env(1)).
+//! 3. While it runs, the [`Guard`](muxlock::Guard) renews the lease; each renewal's new kill deadline goes to the
+//!    reaper. Threads feed one channel: the leader's exit, the guard's lost signal, the reaper's end, and signals
+//!    (forwarded to the group; the reaper ignores them).
+//!    - The lock lost: SIGTERM to the group and a line on stderr saying why; SIGKILL `--kill-after` later, or at
+//!      the kill deadline if that comes first. muxlock then exits [`exit::LOST`] (75).
+//!    - The kill deadline passed with no loss heard (muxlock starved): SIGKILL all the same.
+//! 4. When the leader exits, whatever it left in its group is SIGKILLed (with a line naming the processes)
+//!    *before* the lock is released or given up; then muxlock exits with the command's code, or 128 + N if signal N
+//!    killed it.
 //!
 //! The command is not the foreground process group of a terminal: a command that reads the terminal is stopped
 //! (SIGTTIN), as under `setsid`. Run interactive programs under flock(1) or give them their input otherwise.
@@ -44,19 +51,33 @@ use crate::state::unix_ms;
 
 /// Run a command while holding a lock, kept alive while it runs.
 ///
-/// Acquires RESOURCE (waiting up to --wait, without polling), runs COMMAND with its ARGS directly (no shell) in its
-/// own process group, extends the lease while it runs, and releases when it exits. Exits with the command's code,
-/// or 128+N if signal N killed it. If the lock is lost while the command runs, the command's process group gets
-/// SIGTERM before the lease ends, SIGKILL after --kill-after, and muxlock exits 75. SIGINT, SIGTERM, SIGHUP and
-/// SIGQUIT sent to muxlock are forwarded to the command. The command sees MUXLOCK_RESOURCE, MUXLOCK_VALUE (the
-/// lock's value) and MUXLOCK_DEADLINE_MS (Unix time in ms until which the lock was certain when the command
-/// started; renewals move it later).
+/// Acquires RESOURCE (waiting up to --wait, without polling), runs COMMAND with its ARGS directly (no shell) in a
+/// process group of its own, renews the lease while it runs, and releases when it exits. Exits with the command's
+/// code, or 128+N if signal N killed it.
+///
+/// The guarantee: no process of the command's group runs past the lease's end. If the lock is lost, the group gets
+/// SIGTERM before the lease ends and SIGKILL --kill-after later, and in any case before the lease ends; muxlock
+/// exits 75. If muxlock itself is killed (SIGKILL, the OOM killer), a reaper process kills the group at once; if it
+/// is stopped (SIGSTOP), at the lease's end. Ctrl-Z (SIGTSTP) is refused. When the command's first process exits,
+/// anything it left running in its group is killed before the lock is released. Not guarded: processes that leave
+/// the group (setsid, daemons), and every process of the tree stopped at once (a VM or container paused past the
+/// lease): a fencing token (--fenced) covers those.
+///
+/// SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to muxlock are forwarded to the command; while waiting for the lock
+/// they give up (exit 128+N, nothing held). The command sees MUXLOCK_RESOURCE, MUXLOCK_VALUE (the lock's value),
+/// MUXLOCK_DEADLINE_MS (Unix time in ms until which the lock was certain when the command started; renewals move
+/// it later) and, with --fenced, MUXLOCK_FENCE_TOKEN. No --json: stdout is the command's.
 #[derive(ClapArgs)]
 #[command(
     after_help = "Examples:\n  muxlock exec --ttl 30s nightly-report -- ./make-report --since yesterday\n  \
-                  muxlock exec -n backup -- sh -c 'pg_dump db | gzip > db.gz'   # a shell only if you ask\n\n\
-                  Exit codes: the command's; 128+N if signal N killed it; 1 (or -E N) the lock is held; 75 the \
-                  lock was lost while it ran; 126 cannot run it; 127 not found; 69 no quorum; 64 usage; 78 config."
+                  muxlock exec -n backup -- sh -c 'pg_dump db | gzip > db.gz'   # a shell only if you ask\n  \
+                  muxlock exec --fenced ledger -- ./append-entries              # MUXLOCK_FENCE_TOKEN=N\n\n\
+                  The resource's side of --fenced (a Redis key here; any store with a compare works):\n  \
+                  if tonumber(redis.call('GET', KEYS[2]) or 0) > tonumber(ARGV[1]) then return redis.error_reply('stale') end\n  \
+                  redis.call('SET', KEYS[2], ARGV[1]); redis.call('SET', KEYS[1], ARGV[2])   -- ARGV[1]=the token\n\n\
+                  Exit codes: the command's; 128+N if signal N killed it (or interrupted the wait); 1 (or -E N) \
+                  the lock is held; 75 the lock was lost while it ran; 126 cannot run it; 127 not found; 69 no \
+                  quorum; 64 usage; 78 config."
 )]
 pub struct Args {
     /// The resource to lock (the Redis key).
@@ -497,6 +518,18 @@ fn short(lost: &Lost) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kill_deadline_is_before_the_lease_end_and_after_the_guards_deadline() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        // --ttl 10s, 200ms rounds: margin 1s; SIGTERM at the lease end - 1s, SIGKILL by the end - 0.5s.
+        assert_eq!(kill_deadline(t0, ms(10_000), ms(200)), t0 + ms(500));
+        // --ttl 3s: margin 400ms (two round timeouts).
+        assert_eq!(kill_deadline(t0, ms(3_000), ms(200)), t0 + ms(200));
+        // Never more than a quarter of the TTL after the guard's deadline (margin at most half of it).
+        assert_eq!(kill_deadline(t0, ms(1_000), ms(400)), t0 + ms(250));
+    }
 
     #[test]
     fn exit_codes_follow_the_shell() {
