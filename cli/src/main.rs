@@ -18,6 +18,7 @@
 )]
 
 mod cmd;
+mod deadman;
 mod duration;
 mod exit;
 mod nodes;
@@ -42,6 +43,7 @@ Environment:
   MUXLOCK_PASSWORD       the password of node URLs that have none (never shown)
   MUXLOCK_ROUND_TIMEOUT  --round-timeout
   MUXLOCK_RESTART_GUARD  --restart-guard
+  MUXLOCK_TLS_CA, MUXLOCK_TLS_CERT, MUXLOCK_TLS_KEY   --tls-ca, --tls-cert, --tls-key (rediss:// nodes)
   MUXLOCK_STATE_DIR      where `cluster up` records its nodes (~/.local/state/muxlock)
   REDIS_SERVER           the redis-server binary of `cluster up`
 
@@ -60,7 +62,10 @@ Exit codes:
   77       authentication refused
   78       no nodes, or a bad node URL or setting
   exec:    the command's own code; 128+N if signal N killed it; 126 cannot run it,
-           127 not found; 75 lock lost while it ran";
+           127 not found; 75 lock lost while it ran
+  128+N    acquire, exec: signal N (SIGINT: 130) interrupted the wait; nothing is held
+
+-n is --nonblock wherever it appears (as in flock); `cluster up` counts nodes with -c/--count.";
 
 /// Redlock locks over N independent Redis masters, from the shell.
 #[derive(Parser)]
@@ -82,12 +87,18 @@ enum Command {
     Cluster(cmd::cluster::Command),
     Bench(cmd::bench::Args),
     Demo(cmd::demo::Args),
+    /// (internal) The dead-man's switch of `exec`: kills the command's group when muxlock dies or the lease ends.
+    #[command(name = "__reaper", hide = true)]
+    Reaper(deadman::ReaperArgs),
+    /// (internal) The first process of `exec`'s command: dies with muxlock, then runs the command.
+    #[command(name = "__run", hide = true)]
+    Trampoline(deadman::RunArgs),
 }
 
 impl Command {
     fn json(&self) -> bool {
         match self {
-            Command::Exec(_) => false,
+            Command::Exec(_) | Command::Reaper(_) | Command::Trampoline(_) => false,
             Command::Acquire(a) => a.json,
             Command::Release(a) => a.json,
             Command::Extend(a) => a.json,
@@ -102,6 +113,8 @@ impl Command {
     fn run(&self) -> Result<u8, CliError> {
         let done = match self {
             Command::Exec(a) => return cmd::exec::run(a),
+            Command::Reaper(a) => return Ok(deadman::reaper(a)),
+            Command::Trampoline(a) => return Ok(deadman::run_command(a)),
             Command::Acquire(a) => cmd::acquire::run(a),
             Command::Release(a) => cmd::release::run(a),
             Command::Extend(a) => cmd::extend::run(a),

@@ -35,6 +35,31 @@ fn parse_stat(text: &str) -> Option<Stat> {
     Some(Stat { state, start_ticks })
 }
 
+/// The live (not zombie) processes whose process group is `group`, from `/proc`.
+pub fn group_members(group: u32) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|text| parse_group(&text))
+                .is_some_and(|(state, pgrp)| pgrp == group && !matches!(state, 'Z' | 'X'))
+        })
+        .collect()
+}
+
+/// The state and process group (field 5) of a `/proc/PID/stat` line.
+fn parse_group(text: &str) -> Option<(char, u32)> {
+    let mut fields = text.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let pgrp = fields.nth(1)?.parse().ok()?;
+    Some((state, pgrp))
+}
+
 /// Whether `pid` is still the process that started at `start_ticks`, and not a zombie waiting to be reaped (a
 /// zombie has exited: it holds no port and serves nothing).
 pub fn is_alive(pid: u32, start_ticks: u64) -> bool {
@@ -92,6 +117,8 @@ mod tests {
             Some(('T', 55))
         );
         assert_eq!(parse_stat("garbage"), None);
+        assert_eq!(parse_group(line), Some(('S', 4242)));
+        assert_eq!(parse_group(odd), Some(('T', 7)));
     }
 
     #[test]

@@ -358,3 +358,461 @@ fn signals_to_muxlock_reach_the_command_and_the_lock_is_released() {
     assert!(run.took < Duration::from_secs(10));
     assert_released(&cluster, "job");
 }
+
+// ---- The command never outlives the lease (issue #21) ----
+
+/// Nanoseconds since the Unix epoch: heartbeats are written by `date +%s%N`, on the same clock.
+fn wall_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// The heartbeats written to `path` (one `date +%s%N` per line), in order.
+fn heartbeats(path: &Path) -> Vec<u128> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// A loop that writes a heartbeat to `hb` every 50 ms, for at most about 25 s (so that a test of broken code
+/// ends), with its output away from muxlock's pipes.
+fn beat(hb: &Path) -> String {
+    format!(
+        "exec >/dev/null 2>&1; i=0; while [ $i -lt 500 ]; do date +%s%N >> {hb}; sleep 0.05; i=$((i+1)); done",
+        hb = hb.display()
+    )
+}
+
+/// Milliseconds `after` the instant `t` (ns since the epoch), for messages.
+fn ms_after(t: u128, after: u128) -> i128 {
+    (t as i128 - after as i128) / 1_000_000
+}
+
+/// The processes a test's commands started, by the PID files they wrote: each one still alive, and its process
+/// group, is killed by PID when the test ends, pass or fail.
+struct Strays(Vec<std::path::PathBuf>);
+
+impl Drop for Strays {
+    fn drop(&mut self) {
+        use rustix::process::{Pid, Signal, getpgrp, kill_process, kill_process_group};
+        for file in &self.0 {
+            let Some(pid) = fs::read_to_string(file)
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok())
+                .and_then(Pid::from_raw)
+            else {
+                continue;
+            };
+            let group = fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero()))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')
+                        .and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse::<i32>().ok())
+                })
+                .and_then(Pid::from_raw);
+            if let Some(group) = group.filter(|g| *g != getpgrp()) {
+                let _ = kill_process_group(group, Signal::KILL);
+            }
+            let _ = kill_process(pid, Signal::KILL);
+        }
+    }
+}
+
+/// `PTTL key` on `node`, in ms (the key must exist).
+#[track_caller]
+fn pttl(node: &support::RedisServer, key: &str) -> u64 {
+    let reply = String::from_utf8_lossy(&node.raw(&cmd(&["PTTL", key]))).into_owned();
+    reply
+        .trim()
+        .trim_start_matches(':')
+        .parse()
+        .unwrap_or_else(|_| panic!("PTTL {key}: {reply:?}"))
+}
+
+/// Waits (bounded) until the command wrote at least one heartbeat.
+#[track_caller]
+fn wait_beating(hb: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while heartbeats(hb).is_empty() {
+        assert!(Instant::now() < deadline, "no heartbeat within 10 s");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_command_that_ignores_sigterm_is_killed_before_another_client_gets_the_lock() {
+    // Before #21: SIGKILL came --kill-after (5 s by default) after SIGTERM, whatever the lease had left; the last
+    // heartbeat was seconds after the other client's grant.
+    let mut cluster = Cluster::start(3);
+    let state = TempDir::new();
+    let (hb, pid) = (state.path().join("hb"), state.path().join("pid"));
+    let _strays = Strays(vec![pid.clone()]);
+    let script = format!("trap '' TERM; echo $$ > {}; {}", pid.display(), beat(&hb));
+    let run = on(
+        &cluster,
+        state.path(),
+        &["exec", "--ttl", "3s", "job", "--", "sh", "-c", &script],
+    )
+    .spawn();
+    wait_beating(&hb);
+    // A majority hangs until just after its keys expire: no renewal reaches it.
+    let mut expiries = Vec::new();
+    for i in [0, 1] {
+        let before = wall_ns();
+        let ms = pttl(cluster.node(i), "job");
+        cluster.pause(i);
+        expiries.push(before + u128::from(ms) * 1_000_000);
+    }
+    let last_expiry = expiries.iter().copied().max().unwrap();
+    while wall_ns() < last_expiry + 100_000_000 {
+        thread::sleep(Duration::from_millis(10));
+    }
+    cluster.resume(0);
+    cluster.resume(1);
+    let asked = wall_ns();
+    on(
+        &cluster,
+        state.path(),
+        &["acquire", "job", "--ttl", "10s", "-w", "15s"],
+    )
+    .run()
+    .expect(0);
+    let run = run.finish();
+    run.expect(75);
+    thread::sleep(Duration::from_millis(300));
+    let last = *heartbeats(&hb).last().unwrap();
+    assert!(
+        last < asked,
+        "the command beat {} ms after the other client asked for the lock: {run:#?}",
+        ms_after(last, asked)
+    );
+}
+
+#[test]
+fn the_rest_of_the_group_dies_when_the_leader_exits_after_a_loss() {
+    // Before #21: the leader's exit ended muxlock's loop at once, and no SIGKILL was sent: a TERM-ignoring
+    // member of the group ran on with no lock.
+    let cluster = Cluster::start(3);
+    let state = TempDir::new();
+    let dir = state.path();
+    let (hb, member) = (dir.join("hb"), dir.join("member.pid"));
+    let _strays = Strays(vec![member.clone(), dir.join("leader.pid")]);
+    let member_script = format!(
+        "trap '' TERM; echo $$ > {}; {}",
+        member.display(),
+        beat(&hb)
+    );
+    let script = format!(
+        "trap 'exit 9' TERM; echo $$ > {dir}/leader.pid; sh -c \"$1\" & while [ ! -s {hb} ]; do sleep 0.01; done; \
+         touch {dir}/ready; wait",
+        dir = dir.display(),
+        hb = hb.display()
+    );
+    let run = on(
+        &cluster,
+        dir,
+        &[
+            "exec",
+            "--ttl",
+            "3s",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            &script,
+            "sh",
+            &member_script,
+        ],
+    )
+    .spawn();
+    wait_for_file(&dir.join("ready"), Duration::from_secs(10));
+    for node in &cluster.nodes()[..2] {
+        assert_eq!(node.raw(&cmd(&["DEL", "job"])), b":1\r\n");
+    }
+    let run = run.finish();
+    let exited = wall_ns();
+    run.expect(75);
+    thread::sleep(Duration::from_millis(600));
+    let last = *heartbeats(&hb).last().unwrap();
+    assert!(
+        last < exited,
+        "a member of the command's group beat {} ms after muxlock exited: {run:#?}",
+        ms_after(last, exited)
+    );
+}
+
+/// The earliest moment (ns since the epoch) at which a node lets `key` expire.
+#[track_caller]
+fn earliest_expiry(cluster: &Cluster, key: &str) -> u128 {
+    cluster
+        .nodes()
+        .iter()
+        .map(|n| {
+            let before = wall_ns();
+            before + u128::from(pttl(n, key)) * 1_000_000
+        })
+        .min()
+        .unwrap()
+}
+
+#[test]
+fn the_command_dies_with_a_killed_muxlock() {
+    // Before #21: nothing tied the command's life to muxlock's; it ran on after the lease ended.
+    let cluster = Cluster::start(3);
+    let state = TempDir::new();
+    let (hb, pid) = (state.path().join("hb"), state.path().join("pid"));
+    let _strays = Strays(vec![pid.clone()]);
+    let script = format!("echo $$ > {}; {}", pid.display(), beat(&hb));
+    let run = on(
+        &cluster,
+        state.path(),
+        &["exec", "--ttl", "3s", "job", "--", "sh", "-c", &script],
+    )
+    .spawn();
+    wait_beating(&hb);
+    run.signal("KILL");
+    let killed = wall_ns();
+    let lease_end = earliest_expiry(&cluster, "job");
+    let _ = run.finish();
+    while wall_ns() < lease_end + 300_000_000 {
+        thread::sleep(Duration::from_millis(20));
+    }
+    let last = *heartbeats(&hb).last().unwrap();
+    assert!(
+        last < lease_end,
+        "the command beat {} ms after the lease ended (muxlock was killed {} ms before the lease end)",
+        ms_after(last, lease_end),
+        ms_after(lease_end, killed)
+    );
+    // In fact at once: the reaper saw muxlock go.
+    assert!(
+        last < killed + 1_000_000_000,
+        "the command beat {} ms after muxlock was killed",
+        ms_after(last, killed)
+    );
+}
+
+#[test]
+fn the_command_dies_at_the_lease_end_when_muxlock_is_stopped() {
+    // SIGSTOP cannot be caught: a stopped muxlock cannot renew, and its reaper kills the command at the lease end.
+    // Before #21 the command ran on.
+    let cluster = Cluster::start(3);
+    let state = TempDir::new();
+    let (hb, pid) = (state.path().join("hb"), state.path().join("pid"));
+    let _strays = Strays(vec![pid.clone()]);
+    let script = format!("echo $$ > {}; {}", pid.display(), beat(&hb));
+    let run = on(
+        &cluster,
+        state.path(),
+        &["exec", "--ttl", "3s", "job", "--", "sh", "-c", &script],
+    )
+    .spawn();
+    wait_beating(&hb);
+    run.signal("STOP");
+    // A renewal already on the wire may still land: read the expiries a moment later.
+    thread::sleep(Duration::from_millis(100));
+    let lease_end = earliest_expiry(&cluster, "job");
+    while wall_ns() < lease_end + 300_000_000 {
+        thread::sleep(Duration::from_millis(20));
+    }
+    let last = *heartbeats(&hb).last().unwrap();
+    run.signal("CONT");
+    let run = run.finish();
+    assert!(
+        last < lease_end,
+        "the command beat {} ms after the lease ended while muxlock was stopped: {run:#?}",
+        ms_after(last, lease_end)
+    );
+    // Woken, muxlock finds the lock lost.
+    run.expect(75);
+}
+
+#[test]
+fn ctrl_z_does_not_stop_a_holder() {
+    // Before #21 SIGTSTP stopped muxlock (not caught): no renewals, the lock expired and another client got it
+    // while the command ran.
+    let cluster = Cluster::start(3);
+    let state = TempDir::new();
+    let (hb, pid) = (state.path().join("hb"), state.path().join("pid"));
+    let _strays = Strays(vec![pid.clone()]);
+    let script = format!("echo $$ > {}; {}", pid.display(), beat(&hb));
+    let run = on(
+        &cluster,
+        state.path(),
+        &["exec", "--ttl", "3s", "job", "--", "sh", "-c", &script],
+    )
+    .own_process_group()
+    .spawn();
+    wait_beating(&hb);
+    run.signal("TSTP");
+    thread::sleep(Duration::from_millis(300));
+    let muxlock_state = support::process::process_state(run.pid());
+    // Well past the lease: the lock must still be held, by renewals.
+    thread::sleep(Duration::from_secs(4));
+    let other = on(
+        &cluster,
+        state.path(),
+        &["acquire", "-n", "job", "--ttl", "5s"],
+    )
+    .run();
+    let beating = heartbeats(&hb).last().copied().unwrap() > wall_ns() - 500_000_000;
+    run.signal("CONT");
+    run.signal("TERM");
+    let run = run.finish();
+    assert_ne!(muxlock_state, Some('T'), "muxlock stopped: {run:#?}");
+    assert!(
+        !(other.code() == 0 && beating),
+        "another client got the lock while the command ran: {other:#?} {run:#?}"
+    );
+    other.expect(1);
+    run.expect(143);
+    assert!(run.stderr.contains("SIGTSTP"), "{run:#?}");
+    assert_released(&cluster, "job");
+}
+
+#[test]
+fn an_interrupt_while_waiting_gives_up_and_leaves_no_key() {
+    // Before #21 the signal handlers came after the acquisition: SIGINT while waiting killed muxlock.
+    let mut cluster = Cluster::start(3);
+    let state = TempDir::new();
+    let ran = state.path().join("ran");
+    let touch = format!("touch {}", ran.display());
+    let holder = on(&cluster, state.path(), &["acquire", "job", "--ttl", "30s"]).run();
+    holder.expect(0);
+    let value = holder.stdout.trim().to_owned();
+    for (delay, signal) in [(300, "INT"), (700, "TERM"), (1200, "INT")] {
+        let run = on(
+            &cluster,
+            state.path(),
+            &["exec", "-w", "20s", "job", "--", "sh", "-c", &touch],
+        )
+        .spawn();
+        thread::sleep(Duration::from_millis(delay));
+        run.signal(signal);
+        let run = run.finish();
+        let code = if signal == "INT" { 130 } else { 143 };
+        run.expect(code);
+        assert!(run.took < Duration::from_millis(delay + 3000), "{run:#?}");
+        assert!(run.stderr.contains("interrupted"), "{run:#?}");
+    }
+    assert!(!ran.exists(), "the command ran without the lock");
+    on(&cluster, state.path(), &["release", "job", &value])
+        .run()
+        .expect(0);
+    assert_released(&cluster, "job");
+
+    // Interrupted with a round under way (a paused node makes each round last the round timeout): whatever the
+    // round took is released. The paused node is left out of the check (its queued commands run on resume).
+    cluster.pause(2);
+    let run = on(
+        &cluster,
+        state.path(),
+        &["exec", "-w", "20s", "job", "--", "sh", "-c", &touch],
+    )
+    .spawn();
+    thread::sleep(Duration::from_millis(250));
+    run.signal("INT");
+    let run = run.finish();
+    cluster.resume(2);
+    assert!([130, 0].contains(&run.code()), "{run:#?}");
+    for node in &cluster.nodes()[..2] {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while get(node, "job") != "$-1\r\n" {
+            assert!(
+                Instant::now() < deadline,
+                "a key was left after the interrupt: {run:#?}"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn an_outage_is_said_at_once_and_ends_in_69_within_seconds() {
+    // Before #21, with every node refusing connections, `exec` waited all of --wait (30 s) in silence.
+    let mut cluster = Cluster::start(3);
+    let state = TempDir::new();
+    let urls = cluster.urls();
+    for i in 0..3 {
+        cluster.kill(i);
+    }
+    for args in [
+        &["exec", "job", "--", "true"][..],
+        &["acquire", "job", "--ttl", "5s"][..],
+    ] {
+        let run = on(&cluster, state.path(), args).run();
+        run.expect(69);
+        assert!(run.took < Duration::from_secs(10), "{run:#?}");
+        // The first line names every node and why; then the final error.
+        let lines: Vec<&str> = run.stderr.lines().collect();
+        assert!(lines.len() >= 2, "{run:#?}");
+        assert!(lines[0].contains("outage-wait"), "{run:#?}");
+        for url in &urls {
+            assert!(lines[0].contains(url.as_str()), "{url} not named: {run:#?}");
+        }
+        assert!(lines[0].contains("refused"), "{run:#?}");
+    }
+    // -n: one attempt, one line.
+    on(&cluster, state.path(), &["exec", "-n", "job", "--", "true"])
+        .run()
+        .expect(69)
+        .one_line_error();
+}
+
+#[test]
+fn a_fenced_exec_hands_the_command_a_growing_token() {
+    let cluster = Cluster::start(3);
+    let state = TempDir::new();
+    let out = state.path().join("tokens");
+    let script = format!("echo \"$MUXLOCK_FENCE_TOKEN\" >> {}", out.display());
+    for _ in 0..3 {
+        on(
+            &cluster,
+            state.path(),
+            &["exec", "--fenced", "job", "--", "sh", "-c", &script],
+        )
+        .run()
+        .expect(0);
+    }
+    let tokens: Vec<u64> = fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(tokens.len(), 3);
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    assert_released(&cluster, "job");
+    // Without --fenced, no token.
+    let run = on(
+        &cluster,
+        state.path(),
+        &[
+            "exec",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            "echo \"[$MUXLOCK_FENCE_TOKEN]\"",
+        ],
+    )
+    .run();
+    run.expect(0);
+    assert_eq!(run.stdout, "[]\n");
+    // A fenced exec waits for a holder as a plain one does.
+    let holder = on(&cluster, state.path(), &["acquire", "job", "--ttl", "1s"]).run();
+    holder.expect(0);
+    let run = on(
+        &cluster,
+        state.path(),
+        &[
+            "exec", "--fenced", "-w", "10s", "job", "--", "sh", "-c", &script,
+        ],
+    )
+    .run();
+    run.expect(0);
+    assert!(run.took >= Duration::from_millis(500), "{run:#?}");
+}

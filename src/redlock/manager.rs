@@ -449,6 +449,56 @@ impl LockManager {
         Ok(self.guard(lock, ttl))
     }
 
+    /// Waits for `resource` as [`lock_wait`](LockManager::lock_wait) does, with a fencing token as
+    /// [`lock_fenced`](LockManager::lock_fenced) hands out, and holds it under a [`Guard`] ([`Guard::token`] is
+    /// the token; renewals do not change it, and the guard's release is the fenced release).
+    ///
+    /// Each attempt is one fenced acquisition (two rounds: the grant, then the token's write-back); between
+    /// attempts the waiter sleeps as [`lock_wait`](LockManager::lock_wait)'s does, woken by releases and at the
+    /// holder's lease end.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_wait`](LockManager::lock_wait) and [`lock_fenced`](LockManager::lock_fenced), and
+    /// [`Error::Config`] for a `ttl` too short to renew. An [`Error::Held`] names no node's outcome (the probe's
+    /// [`Report::holder_ttl`](super::Report::holder_ttl) says how long the holder had left).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"])?;
+    /// let guard = locks.hold_fenced_wait("ledger", Duration::from_secs(10), Duration::from_secs(30))?;
+    /// let token = guard.token(); // Some(n): send it with every write to the ledger
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn hold_fenced_wait(
+        &self,
+        resource: impl AsRef<[u8]>,
+        ttl: Duration,
+        max_wait: Duration,
+    ) -> Result<Guard> {
+        self.check_guard_ttl(ttl)?;
+        let fenced = self
+            .core
+            .lock_fenced_wait(resource.as_ref(), ttl, max_wait)?;
+        Ok(self.guard_with(fenced.lock, ttl, Some(fenced.token), None))
+    }
+
+    /// Makes every call of this manager (and of its clones) that is waiting for a lock at this moment
+    /// ([`lock_wait`](LockManager::lock_wait), [`hold_wait`](LockManager::hold_wait),
+    /// [`hold_fenced_wait`](LockManager::hold_fenced_wait)) give up, as if its `max_wait` had run out: it returns
+    /// after at most the attempt under way (bounded by the round timeout), with that attempt's lock if it got
+    /// one, else with its last error, or [`Error::Held`] if it had not made an attempt yet. Calls that start
+    /// later wait as usual.
+    ///
+    /// For an interrupt (Ctrl-C) while another thread waits: cancel, then release whatever the waiter returns.
+    pub fn cancel_waits(&self) {
+        self.core.waits.cancel_all();
+    }
+
     /// Runs `work` under a [`Guard`] on `resource` (acquired as [`hold`](LockManager::hold) does), then releases
     /// it. `work` should check [`Guard::is_lost`] before each step that needs the lock.
     ///

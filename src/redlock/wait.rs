@@ -19,9 +19,12 @@
 //!   others wait for their turn, not for the key); a head that leaves unparks the next one.
 //! - `waiting` counts the waiters of all resources, so that the release path of a process nobody waits in takes no
 //!   lock at all.
+//! - `cancels` only grows. A waiter reads it when it starts and gives up once it has changed
+//!   ([`WaitRoom::cancel_all`] bumps it *before* it unparks everyone, so a waiter about to park finds the unpark
+//!   token and looks again).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
@@ -29,7 +32,8 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 
 use super::core::Core;
-use super::error::{Error, Outcome, Result};
+use super::error::{Error, Outcome, Report, Result};
+use super::fenced::FencedLock;
 use super::lock::Lock;
 use super::quorum::Failure;
 use super::stats::Activity;
@@ -54,6 +58,8 @@ struct Line {
 #[derive(Debug, Default)]
 pub(crate) struct WaitRoom {
     waiting: AtomicUsize,
+    /// Bumped by [`WaitRoom::cancel_all`]: waiters that started before give up.
+    cancels: AtomicU64,
     rooms: Mutex<HashMap<Vec<u8>, Line>>,
 }
 
@@ -148,6 +154,24 @@ impl WaitRoom {
         }
     }
 
+    /// How many times [`cancel_all`](WaitRoom::cancel_all) was called: a waiter notes it when it starts.
+    pub(crate) fn cancels(&self) -> u64 {
+        self.cancels.load(Ordering::Acquire)
+    }
+
+    /// Makes every waiter that started before this call give up, and wakes them all (heads and the rest).
+    pub(crate) fn cancel_all(&self) {
+        self.cancels.fetch_add(1, Ordering::AcqRel);
+        let mut all = Vec::new();
+        for line in lock(&self.rooms).values_mut() {
+            line.generation += 1;
+            all.extend(line.queue.iter().map(|(_, t)| t.clone()));
+        }
+        for t in all {
+            t.unpark();
+        }
+    }
+
     /// Records why the head's last attempt failed.
     pub(crate) fn set_error(&self, resource: &[u8], error: &Error) {
         if let Some(line) = lock(&self.rooms).get_mut(resource) {
@@ -199,7 +223,51 @@ impl Core {
         max_wait: Duration,
     ) -> Result<Lock> {
         let ttl_ms = self.check(resource, ttl)?;
+        self.wait_for(resource, max_wait, |core| {
+            core.attempt(resource, ttl, ttl_ms)
+        })
+    }
+
+    /// Acquires `resource` with a fencing token, waiting for it up to `max_wait`: see
+    /// [`LockManager::hold_fenced_wait`]. Each attempt is one [`Core::lock_fenced`] without retries.
+    ///
+    /// [`LockManager::hold_fenced_wait`]: super::LockManager::hold_fenced_wait
+    pub(crate) fn lock_fenced_wait(
+        self: &Arc<Core>,
+        resource: &[u8],
+        ttl: Duration,
+        max_wait: Duration,
+    ) -> Result<FencedLock> {
+        self.check(resource, ttl)?;
+        self.wait_for(resource, max_wait, |core| {
+            match core.lock_fenced(resource, ttl, false) {
+                Ok(Some(lock)) => Ok(Ok(lock)),
+                // Held: the per-node outcomes stay inside the fenced round; the probe that follows says how long
+                // the holder has left.
+                Ok(None) => Ok(Err((
+                    Failure::Held,
+                    core.report(
+                        resource,
+                        vec![Outcome::NotAwaited; core.fanout.len()],
+                        core.quorum(),
+                    ),
+                ))),
+                Err(Error::Quorum(report)) => Ok(Err((Failure::Unavailable, *report))),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    /// The waiting loop of [`lock_wait`](Core::lock_wait) around any kind of attempt: `attempt` makes one,
+    /// returning the lock or why it failed.
+    fn wait_for<T>(
+        self: &Arc<Core>,
+        resource: &[u8],
+        max_wait: Duration,
+        mut attempt: impl FnMut(&Core) -> Result<std::result::Result<T, (Failure, Report)>>,
+    ) -> Result<T> {
         let until = later(Instant::now(), max_wait);
+        let cancels = self.waits.cancels();
         let ticket = self.waits.join(resource);
         let _place = Place {
             room: &self.waits,
@@ -212,15 +280,16 @@ impl Core {
         let activity = &self.activity;
         loop {
             let (head, generation) = self.waits.head(resource, ticket);
-            if Instant::now() >= until {
+            let cancelled = self.waits.cancels() != cancels;
+            if Instant::now() >= until || cancelled {
                 let error = last.take().or_else(|| self.waits.last_error(resource));
-                if error.is_some() || !head {
+                if error.is_some() || !head || cancelled {
                     Activity::add(&activity.waits_given_up, 1);
                 }
                 if let Some(e) = error {
                     return Err(e);
                 }
-                if !head {
+                if !head || cancelled {
                     return Err(Error::Held(Box::new(self.report(
                         resource,
                         vec![Outcome::NotAwaited; self.fanout.len()],
@@ -237,7 +306,7 @@ impl Core {
                 self.waits.park(resource, ticket, None, until);
                 continue;
             }
-            let (failure, mut report) = match self.attempt(resource, ttl, ttl_ms)? {
+            let (failure, mut report) = match attempt(self)? {
                 Ok(lock) => return Ok(lock),
                 Err(failed) => failed,
             };

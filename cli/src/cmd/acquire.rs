@@ -7,6 +7,9 @@ use std::time::{Duration, SystemTime};
 use clap::Args as ClapArgs;
 use serde::Serialize;
 
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+
+use crate::cmd::acquiring::{self, Interrupts};
 use crate::cmd::{Waiting, ttl};
 use crate::duration::{self, millis};
 use crate::exit::{self, CliError};
@@ -16,8 +19,9 @@ use crate::state::unix_ms;
 
 /// Acquire a lock and print its value on stdout (for scripts: pass it to `extend` and `release`).
 ///
-/// Waits up to --wait while another holder has the lock (-n: not at all), then exits 1 (or -E N). The lock is held
-/// until `muxlock release RESOURCE VALUE` or the end of its lease.
+/// Waits up to --wait while another holder has the lock (-n: not at all), then exits 1 (or -E N). While too few
+/// nodes answer, it says so at once and exits 69 after --outage-wait. The lock is held until `muxlock release
+/// RESOURCE VALUE` or the end of its lease.
 #[derive(ClapArgs)]
 #[command(
     after_help = "Example:\n  v=$(muxlock acquire nightly-report --ttl 5m) || exit\n  ... work ...\n  \
@@ -61,10 +65,17 @@ struct Acquired<'a> {
 pub fn run(args: &Args) -> Result<(), CliError> {
     // Waiting is `lock_wait`'s: woken by releases (client-side tracking) and at the holder's lease end, no polling.
     let locks = args.conn.manager(0)?;
-    let wait = args.waiting.max_wait();
-    let lock = locks
-        .lock_wait(&args.resource, args.ttl, wait)
-        .map_err(|e| CliError::lock(&e, args.waiting.conflict_exit_code))?;
+    // An interrupt while waiting gives up and releases whatever the attempt under way got.
+    let interrupts = Interrupts::install(&[SIGINT, SIGTERM, SIGHUP, SIGQUIT], &locks)?;
+    let lock = acquiring::acquire(
+        &args.resource,
+        &args.waiting,
+        &interrupts,
+        |wait| locks.lock_wait(&args.resource, args.ttl, wait),
+        |lock| {
+            let _ = locks.unlock(lock);
+        },
+    )?;
     let validity = lock.validity();
     let deadline = SystemTime::now() + validity;
     let doc = Acquired {

@@ -538,16 +538,31 @@ impl Demo<'_> {
             },
             events: Vec::new(),
         };
-        // Ctrl-C or SIGTERM: stop early, and clean up all the same.
+        // Ctrl-C or SIGTERM: stop early, and clean up all the same. A second one: stop now (the workers are
+        // killed rather than waited for, no summary), still stopping the nodes this demo started.
         let interrupted = Arc::new(AtomicBool::new(false));
-        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            signal_hook::flag::register(signal, Arc::clone(&interrupted)).map_err(|e| {
-                CliError::new(exit::OSERR, "os", format!("cannot catch signals: {e}"))
-            })?;
+        let forced = Arc::new(AtomicBool::new(false));
+        let mut signals = signal_hook::iterator::Signals::new([
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+        ])
+        .map_err(|e| CliError::new(exit::OSERR, "os", format!("cannot catch signals: {e}")))?;
+        {
+            let (interrupted, forced) = (Arc::clone(&interrupted), Arc::clone(&forced));
+            thread::spawn(move || {
+                for _ in signals.forever() {
+                    if interrupted.swap(true, Ordering::AcqRel) {
+                        forced.store(true, Ordering::Release);
+                        output::note(
+                            "interrupted again: killing the workers and stopping what this demo started",
+                        );
+                    }
+                }
+            });
         }
         let mut cluster = demo.cluster()?;
         let work_dir = scratch_dir()?;
-        let result = demo.contend(&mut cluster, &work_dir, &interrupted);
+        let result = demo.contend(&mut cluster, &work_dir, &interrupted, &forced);
         demo.screen.end_live();
         // Clean up whatever happened: nodes resumed and restarted, the cluster stopped if it is ours.
         demo.clean_up(&mut cluster);
@@ -627,6 +642,7 @@ impl Demo<'_> {
         cluster: &mut Cluster,
         dir: &Path,
         interrupted: &AtomicBool,
+        forced: &AtomicBool,
     ) -> Result<(), CliError> {
         let conn = Conn {
             nodes: cluster.urls.clone(),
@@ -724,6 +740,8 @@ impl Demo<'_> {
         }
         // Stop: the threads here, then the worker processes (they see the stop file).
         shared.stop.store(true, Ordering::Relaxed);
+        // Threads waiting for a lock give up now rather than at the end of their wait.
+        locks.cancel_waits();
         for h in handles {
             let _ = h.join();
         }
@@ -736,7 +754,10 @@ impl Demo<'_> {
         let mut missing = 0;
         for (mut child, _, reader) in workers {
             let until = Instant::now() + Duration::from_secs(15);
-            while matches!(child.try_wait(), Ok(None)) && Instant::now() < until {
+            while matches!(child.try_wait(), Ok(None))
+                && Instant::now() < until
+                && !forced.load(Ordering::Acquire)
+            {
                 thread::sleep(Duration::from_millis(20));
             }
             if matches!(child.try_wait(), Ok(None)) {
@@ -749,6 +770,13 @@ impl Demo<'_> {
             }
         }
         self.screen.end_live();
+        if forced.load(Ordering::Acquire) {
+            return Err(CliError::new(
+                130,
+                "interrupted",
+                "interrupted twice: stopped without a summary",
+            ));
+        }
         let counters = counted(dir, args.resources);
         // Every completed critical section added one to a counter: fewer means an update was lost to an overlap.
         let lost_updates = tally.acquisitions.saturating_sub(counters)
@@ -1226,6 +1254,15 @@ fn spawn_worker(
         })
         // The nodes (passwords included) go through the environment, not the command line that `ps` shows.
         .env("MUXLOCK_NODES", urls.join(","))
+        .envs(
+            [
+                ("MUXLOCK_TLS_CA", &args.conn.tls_ca),
+                ("MUXLOCK_TLS_CERT", &args.conn.tls_cert),
+                ("MUXLOCK_TLS_KEY", &args.conn.tls_key),
+            ]
+            .into_iter()
+            .filter_map(|(name, path)| path.as_ref().map(|p| (name, p))),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

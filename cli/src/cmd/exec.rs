@@ -1,20 +1,27 @@
 //! `muxlock exec RESOURCE -- COMMAND [ARGS...]`: runs a command under the lock, kept alive while it runs.
 //!
-//! 1. Acquire: [`LockManager::hold_wait`] waits up to `--wait` without polling (woken by releases and by the
-//!    holder's lease end; see its docs), or one attempt with `-n` ([`LockManager::try_hold`]). A conflict exits
-//!    with `-E`'s code (default 1, as flock(1)).
-//! 2. Spawn `COMMAND ARGS` directly (no shell) in its own process group, with `MUXLOCK_RESOURCE`, `MUXLOCK_VALUE`
-//!    and `MUXLOCK_DEADLINE_MS` in its environment. It cannot be run: 126, or 127 if not found (as env(1)); the
-//!    lock is released.
-//! 3. While it runs, the [`Guard`] renews the lease, and three threads feed one channel: the
-//!    child's exit, the guard's lost signal ([`LostWatch::wait_lost`](muxlock::LostWatch::wait_lost): at once
-//!    when the key is taken or its nodes are down, at the latest at the guard's deadline, which is before the
-//!    lease ends), and SIGINT/SIGTERM/SIGHUP/SIGQUIT sent to muxlock.
-//!    - A signal is forwarded to the command's process group (the terminal's Ctrl-C reaches muxlock only, since
-//!      the command is in a group of its own).
-//!    - The lock lost: SIGTERM to the process group and a line on stderr saying why; SIGKILL if it has not exited
-//!      `--kill-after` later. muxlock then exits [`exit::LOST`] (75).
-//! 4. When the command exits: release the lock, and exit with its code, or 128 + N if signal N killed it.
+//! **The guarantee: no process of the command's process group runs past the end of the lease it holds** — the
+//! group is SIGKILLed before the lease ends (at the end minus half the guard's margin) unless a renewal was
+//! confirmed, whether muxlock is alive, stopped or killed. Its limits are in [`crate::deadman`].
+//!
+//! 1. Signals are caught from the start (SIGINT, SIGTERM, SIGHUP, SIGQUIT; SIGTSTP is refused with a line: a
+//!    stopped muxlock cannot renew). Acquire ([`acquiring`]): [`LockManager::hold_wait`] (or
+//!    [`LockManager::hold_fenced_wait`] with `--fenced`) waits up to `--wait` without polling, woken by releases
+//!    and the holder's lease end; an interrupt gives up (128 + N, nothing held); an outage is said at once and
+//!    ends in 69 after `--outage-wait`. A conflict exits with `-E`'s code (default 1, as flock(1)).
+//! 2. Start the reaper (`muxlock __reaper`, the dead-man's switch, leader of a new process group), then the command
+//!    in that group through `muxlock __run` (parent-death signal, then execvp: no shell), with
+//!    `MUXLOCK_RESOURCE`, `MUXLOCK_VALUE`, `MUXLOCK_DEADLINE_MS` and, with `--fenced`, `MUXLOCK_FENCE_TOKEN`. It
+//!    cannot be run: 126, or 127 if not found (as env(1)).
+//! 3. While it runs, the [`Guard`](muxlock::Guard) renews the lease; each renewal's new kill deadline goes to the
+//!    reaper. Threads feed one channel: the leader's exit, the guard's lost signal, the reaper's end, and signals
+//!    (forwarded to the group; the reaper ignores them).
+//!    - The lock lost: SIGTERM to the group and a line on stderr saying why; SIGKILL `--kill-after` later, or at
+//!      the kill deadline if that comes first. muxlock then exits [`exit::LOST`] (75).
+//!    - The kill deadline passed with no loss heard (muxlock starved): SIGKILL all the same.
+//! 4. When the leader exits, whatever it left in its group is SIGKILLed (with a line naming the processes)
+//!    *before* the lock is released or given up; then muxlock exits with the command's code, or 128 + N if signal N
+//!    killed it.
 //!
 //! The command is not the foreground process group of a terminal: a command that reads the terminal is stopped
 //! (SIGTTIN), as under `setsid`. Run interactive programs under flock(1) or give them their input otherwise.
@@ -28,33 +35,49 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Args as ClapArgs;
-use muxlock::{Guard, LockManager, Lost};
+use muxlock::Lost;
 use rustix::process::{Pid, Signal, kill_process_group};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
-use signal_hook::iterator::Signals;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGTSTP};
 
+use crate::cmd::acquiring::{self, Interrupts};
 use crate::cmd::{Waiting, ttl};
+use crate::deadman::Reaper;
 use crate::duration;
 use crate::exit::{self, CliError};
 use crate::nodes::Conn;
 use crate::output;
+use crate::procs;
 use crate::state::unix_ms;
 
 /// Run a command while holding a lock, kept alive while it runs.
 ///
-/// Acquires RESOURCE (waiting up to --wait, without polling), runs COMMAND with its ARGS directly (no shell) in its
-/// own process group, extends the lease while it runs, and releases when it exits. Exits with the command's code,
-/// or 128+N if signal N killed it. If the lock is lost while the command runs, the command's process group gets
-/// SIGTERM before the lease ends, SIGKILL after --kill-after, and muxlock exits 75. SIGINT, SIGTERM, SIGHUP and
-/// SIGQUIT sent to muxlock are forwarded to the command. The command sees MUXLOCK_RESOURCE, MUXLOCK_VALUE (the
-/// lock's value) and MUXLOCK_DEADLINE_MS (Unix time in ms until which the lock was certain when the command
-/// started; renewals move it later).
+/// Acquires RESOURCE (waiting up to --wait, without polling), runs COMMAND with its ARGS directly (no shell) in a
+/// process group of its own, renews the lease while it runs, and releases when it exits. Exits with the command's
+/// code, or 128+N if signal N killed it.
+///
+/// The guarantee: no process of the command's group runs past the lease's end. If the lock is lost, the group gets
+/// SIGTERM before the lease ends and SIGKILL --kill-after later, and in any case before the lease ends; muxlock
+/// exits 75. If muxlock itself is killed (SIGKILL, the OOM killer), a reaper process kills the group at once; if it
+/// is stopped (SIGSTOP), at the lease's end. Ctrl-Z (SIGTSTP) is refused. When the command's first process exits,
+/// anything it left running in its group is killed before the lock is released. Not guarded: processes that leave
+/// the group (setsid, daemons), and every process of the tree stopped at once (a VM or container paused past the
+/// lease): a fencing token (--fenced) covers those.
+///
+/// SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to muxlock are forwarded to the command; while waiting for the lock
+/// they give up (exit 128+N, nothing held). The command sees MUXLOCK_RESOURCE, MUXLOCK_VALUE (the lock's value),
+/// MUXLOCK_DEADLINE_MS (Unix time in ms until which the lock was certain when the command started; renewals move
+/// it later) and, with --fenced, MUXLOCK_FENCE_TOKEN. No --json: stdout is the command's.
 #[derive(ClapArgs)]
 #[command(
     after_help = "Examples:\n  muxlock exec --ttl 30s nightly-report -- ./make-report --since yesterday\n  \
-                  muxlock exec -n backup -- sh -c 'pg_dump db | gzip > db.gz'   # a shell only if you ask\n\n\
-                  Exit codes: the command's; 128+N if signal N killed it; 1 (or -E N) the lock is held; 75 the \
-                  lock was lost while it ran; 126 cannot run it; 127 not found; 69 no quorum; 64 usage; 78 config."
+                  muxlock exec -n backup -- sh -c 'pg_dump db | gzip > db.gz'   # a shell only if you ask\n  \
+                  muxlock exec --fenced ledger -- ./append-entries              # MUXLOCK_FENCE_TOKEN=N\n\n\
+                  The resource's side of --fenced (a Redis key here; any store with a compare works):\n  \
+                  if tonumber(redis.call('GET', KEYS[2]) or 0) > tonumber(ARGV[1]) then return redis.error_reply('stale') end\n  \
+                  redis.call('SET', KEYS[2], ARGV[1]); redis.call('SET', KEYS[1], ARGV[2])   -- ARGV[1]=the token\n\n\
+                  Exit codes: the command's; 128+N if signal N killed it (or interrupted the wait); 1 (or -E N) \
+                  the lock is held; 75 the lock was lost while it ran; 126 cannot run it; 127 not found; 69 no \
+                  quorum; 64 usage; 78 config."
 )]
 pub struct Args {
     /// The resource to lock (the Redis key).
@@ -73,9 +96,18 @@ pub struct Args {
     #[command(flatten)]
     pub waiting: Waiting,
 
-    /// After SIGTERM to a command whose lock was lost, how long to wait before SIGKILL.
+    /// After SIGTERM to a command whose lock was lost, how long to wait before SIGKILL. It can only make the
+    /// SIGKILL come sooner: the process group is SIGKILLed before the lease ends (at the end minus half the
+    /// guard's margin), whatever this says.
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
     pub kill_after: Duration,
+
+    /// Acquire with a fencing token and pass it to the command as MUXLOCK_FENCE_TOKEN: a number larger than the
+    /// token of every earlier fenced acquisition of RESOURCE, so that the resource can refuse a stale writer
+    /// (see the examples below). One more round trip to acquire; the nodes should persist every write
+    /// (appendfsync always) for the tokens to survive a restart.
+    #[arg(long)]
+    pub fenced: bool,
 
     #[command(flatten)]
     pub conn: Conn,
@@ -89,6 +121,31 @@ enum Event {
     Lost,
     /// muxlock received this signal.
     Signal(i32),
+    /// The reaper ended, and muxlock did not kill it.
+    ReaperEnded,
+}
+
+/// Why the command is being stopped.
+enum Stop {
+    /// The lock is lost.
+    Lost(Lost),
+    /// The reaper ended unexpectedly: the command would no longer die with muxlock.
+    ReaperGone,
+}
+
+/// After SIGKILL, how long muxlock waits for the command's leader to be reaped before it exits anyway.
+const AFTER_KILL: Duration = Duration::from_secs(5);
+
+/// The signals `exec` catches from its start.
+const CAUGHT: [i32; 5] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP];
+
+/// The last moment the command's process group may live under a guard whose [deadline](muxlock::Guard::deadline)
+/// is `deadline`: the end of the lease minus half the guard's margin. (The guard's deadline is that end minus the
+/// margin, documented as a tenth of the TTL, at least two round timeouts, at most half the TTL; SIGTERM comes at
+/// the guard's deadline, so the command has at least half the margin between TERM and KILL.)
+fn kill_deadline(deadline: Instant, ttl: Duration, round_timeout: Duration) -> Instant {
+    let margin = (ttl / 10).max(round_timeout * 2).min(ttl / 2);
+    deadline + margin / 2
 }
 
 /// Runs the command under the lock; returns the exit code.
@@ -96,45 +153,86 @@ enum Event {
 /// # Errors
 ///
 /// The conflict code when the lock is held; [`exit::LOST`] when it was lost while the command ran (after the
-/// command ended); [`exit::CANNOT_RUN`] / [`exit::NOT_FOUND`] when the command cannot be started; the codes of
-/// [`CliError::lock`] for the acquisition.
+/// command ended); [`exit::CANNOT_RUN`] / [`exit::NOT_FOUND`] when the command cannot be started; 128 + N when
+/// signal N interrupted the acquisition; the codes of [`CliError::lock`] for the acquisition.
 pub fn run(args: &Args) -> Result<u8, CliError> {
-    let locks = args.conn.manager(0)?;
-    let guard = acquire(&locks, args)?;
     let Some((program, rest)) = args.command.split_first() else {
         return Err(CliError::usage("no command given after --"));
     };
+    let locks = args.conn.manager(0)?;
+    // Caught from before the first round: an interrupt while waiting gives up and leaves nothing held.
+    let mut interrupts = Interrupts::install(&CAUGHT, &locks)?;
+    let guard = acquiring::acquire(
+        &args.resource,
+        &args.waiting,
+        &interrupts,
+        |wait| match args.fenced {
+            true => locks.hold_fenced_wait(&args.resource, args.ttl, wait),
+            false => locks.hold_wait(&args.resource, args.ttl, wait),
+        },
+        drop,
+    )?;
+    let watch = guard.watch();
+    let (ttl, round_timeout) = (args.ttl, args.conn.round_timeout);
+    let kill_by = move |deadline: Instant| kill_deadline(deadline, ttl, round_timeout);
+    if let Some(why) = guard.lost() {
+        // Granted, then paused past its deadline before the command could start: not to be used.
+        return Err(CliError::new(
+            exit::LOST,
+            "lost",
+            format!(
+                "lock {:?} was lost before the command started ({why}); the command did not run",
+                args.resource
+            ),
+        ));
+    }
+    let (reaper, mut deadlines) = Reaper::start(kill_by(watch.deadline()))?;
+    let reaper_pid = reaper.child.id();
+    let group = reaper.group();
+    let end_group = |group: Option<Pid>| {
+        if let Some(group) = group {
+            let _ = kill_process_group(group, Signal::KILL);
+        }
+    };
+    if let Some(signal) = interrupts.interrupted() {
+        end_group(group);
+        finish_reaper(reaper);
+        return Err(Interrupts::error(signal, &args.resource));
+    }
     let deadline_ms =
-        unix_ms(SystemTime::now() + guard.deadline().saturating_duration_since(Instant::now()));
-    // Signals are caught from here on: before, no lock is held and the default (muxlock ends) is right.
-    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP, SIGQUIT])
-        .map_err(|e| CliError::new(exit::OSERR, "os", format!("cannot catch signals: {e}")))?;
-    let mut child = match Command::new(program)
+        unix_ms(SystemTime::now() + watch.deadline().saturating_duration_since(Instant::now()));
+    let mut command = Command::new("/proc/self/exe");
+    command
+        .arg("__run")
+        .arg("--parent")
+        .arg(std::process::id().to_string())
+        .arg("--")
+        .arg(program)
         .args(rest)
-        .process_group(0)
+        .process_group(group.map_or(0, |g| g.as_raw_nonzero().get()))
         .env("MUXLOCK_RESOURCE", &args.resource)
         .env("MUXLOCK_VALUE", guard.value())
-        .env("MUXLOCK_DEADLINE_MS", deadline_ms.to_string())
-        .spawn()
-    {
+        .env("MUXLOCK_DEADLINE_MS", deadline_ms.to_string());
+    if let Some(token) = guard.token() {
+        command.env("MUXLOCK_FENCE_TOKEN", token.to_string());
+    }
+    // Spawned from the main thread: the command's parent-death signal follows this thread, which lives as long
+    // as muxlock does.
+    let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
-            let code = if e.kind() == io::ErrorKind::NotFound {
-                exit::NOT_FOUND
-            } else {
-                exit::CANNOT_RUN
-            };
+            end_group(group);
+            finish_reaper(reaper);
             drop(guard); // releases the lock
             return Err(CliError::new(
-                code,
-                "command",
-                format!("cannot run {}: {e}", program.to_string_lossy()),
+                exit::OSERR,
+                "os",
+                format!("cannot start the command's process: {e}"),
             ));
         }
     };
     let pid = child.id();
-    let group = i32::try_from(pid).ok().and_then(Pid::from_raw);
-    let kill_group = |signal: Signal| {
+    let signal_group = |signal: Signal| {
         if let Some(group) = group {
             let _ = kill_process_group(group, signal);
         }
@@ -155,77 +253,183 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
             let _ = tx.send(Event::Lost);
         });
     }
-    let handle = signals.handle();
+    {
+        // Each confirmed renewal moves the guard's deadline: the reaper hears the new kill deadline. The reaper
+        // is not waited for (its zombie keeps the group's id from being reused): its end is seen in /proc.
+        let tx = tx.clone();
+        let watch = guard.watch();
+        let every = (ttl / 20).clamp(Duration::from_millis(10), Duration::from_millis(100));
+        thread::spawn(move || {
+            let mut last = watch.deadline();
+            loop {
+                thread::sleep(every);
+                let alive = procs::stat(reaper_pid).is_some_and(|s| !matches!(s.state, 'Z' | 'X'));
+                let deadline = watch.deadline();
+                let sent = match deadline != last && !watch.is_lost() {
+                    true => deadlines.send(kill_by(deadline)).is_ok(),
+                    false => true,
+                };
+                last = deadline;
+                if !alive || !sent {
+                    let _ = tx.send(Event::ReaperEnded);
+                    return;
+                }
+            }
+        });
+    }
+    let signals = std::mem::replace(&mut interrupts.rx, mpsc::channel().1);
     thread::spawn(move || {
-        for signal in signals.forever() {
+        for signal in signals {
             if tx.send(Event::Signal(signal)).is_err() {
                 break;
             }
         }
     });
 
-    let mut lost: Option<Lost> = None;
+    let mut stop: Option<Stop> = None;
     let mut kill_at: Option<Instant> = None;
+    let mut killed_at: Option<Instant> = None;
     let status = loop {
-        let event = match kill_at {
-            Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
-                Ok(event) => event,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    output::note(&format!(
-                        "the command did not exit within --kill-after {} of SIGTERM: SIGKILL to its process \
-                         group",
-                        duration::human(args.kill_after)
-                    ));
-                    kill_group(Signal::KILL);
-                    kill_at = None;
-                    continue;
-                }
+        // The group never lives past the kill deadline, whatever --kill-after says and whether or not the guard's
+        // loss was heard.
+        let now = Instant::now();
+        let timer = match killed_at {
+            Some(at) => at + AFTER_KILL,
+            None => kill_at.unwrap_or_else(|| kill_by(watch.deadline())),
+        };
+        let event = match timer.checked_duration_since(now) {
+            None => None,
+            Some(left) => match rx.recv_timeout(left) {
+                Ok(event) => Some(event),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
                 Err(mpsc::RecvTimeoutError::Disconnected) => break None,
             },
-            None => match rx.recv() {
-                Ok(event) => event,
-                Err(_) => break None,
-            },
+        };
+        let Some(event) = event else {
+            if killed_at.is_some() {
+                output::note(&format!(
+                    "the command (pid {pid}) did not end within {} of SIGKILL; muxlock exits without it",
+                    duration::human(AFTER_KILL)
+                ));
+                break None;
+            }
+            if kill_at.is_none() && kill_by(watch.deadline()) > Instant::now() {
+                continue; // renewed since the timer was set
+            }
+            output::note(&match &stop {
+                Some(_) if kill_at.is_some_and(|at| at < kill_by(watch.deadline())) => format!(
+                    "the command did not exit within --kill-after {} of SIGTERM: SIGKILL to its process group",
+                    duration::human(args.kill_after)
+                ),
+                _ => "the command's lease is about to end: SIGKILL to its process group".to_owned(),
+            });
+            if stop.is_none() {
+                stop = Some(Stop::Lost(guard.lost().unwrap_or(Lost::Expired(None))));
+            }
+            end_group(group);
+            killed_at = Some(Instant::now());
+            continue;
+        };
+        // The reaper ends by itself at the kill deadline, which comes after the guard's: that is the loss.
+        let event = match event {
+            Event::ReaperEnded if guard.is_lost() => Event::Lost,
+            event => event,
         };
         match event {
             Event::Exited(status) => break Some(status),
-            Event::Lost if lost.is_none() => {
-                let why = guard.lost().unwrap_or(Lost::Expired(
-                    None, /* cannot happen: the watch said lost */
-                ));
-                output::note(&format!(
-                    "lock {:?} lost while the command ran: {why}; SIGTERM to its process group{}",
-                    args.resource,
-                    if args.kill_after.is_zero() {
-                        String::new()
-                    } else {
-                        format!(", SIGKILL in {}", duration::human(args.kill_after))
+            Event::Lost | Event::ReaperEnded if stop.is_some() || killed_at.is_some() => {}
+            Event::Lost | Event::ReaperEnded => {
+                let (why, reason) = match event {
+                    Event::Lost => {
+                        let lost = guard.lost().unwrap_or(Lost::Expired(None));
+                        (
+                            format!(
+                                "lock {:?} lost while the command ran: {lost}",
+                                args.resource
+                            ),
+                            Stop::Lost(lost),
+                        )
                     }
+                    _ => (
+                        format!(
+                            "muxlock's reaper (pid {reaper_pid}) ended: the command would no longer die with \
+                             muxlock"
+                        ),
+                        Stop::ReaperGone,
+                    ),
+                };
+                // --kill-after only shortens the time between SIGTERM and SIGKILL: never past the kill deadline.
+                let hard = kill_by(watch.deadline());
+                let at = Instant::now()
+                    .checked_add(args.kill_after)
+                    .map_or(hard, |at| at.min(hard));
+                output::note(&format!(
+                    "{why}; SIGTERM to its process group, SIGKILL in {}",
+                    duration::human(at.saturating_duration_since(Instant::now()))
                 ));
-                kill_group(Signal::TERM);
-                // A --kill-after too long for the clock means never.
-                kill_at = Instant::now().checked_add(args.kill_after);
-                lost = Some(why);
+                signal_group(Signal::TERM);
+                kill_at = Some(at);
+                stop = Some(reason);
             }
-            Event::Lost => {}
             Event::Signal(signal) => {
-                if let Some(signal) = Signal::from_named_raw(signal) {
-                    kill_group(signal);
+                if let Some(signal) = Signal::from_named_raw(signal).filter(|_| killed_at.is_none())
+                {
+                    signal_group(signal);
                 }
             }
         }
     };
-    handle.close();
 
-    let lock_was_lost = lost.is_some();
-    let released = if lock_was_lost {
-        drop(guard); // a compare-and-delete: never deletes another holder's key
-        None
-    } else {
-        Some(guard.release())
+    // A command that ended after the guard's deadline (muxlock stopped or starved, its reaper's kill) did not run
+    // under the lock to its end.
+    if stop.is_none() {
+        if let Some(lost) = guard.lost() {
+            output::note(&format!(
+                "lock {:?} lost while the command ran: {lost}",
+                args.resource
+            ));
+            stop = Some(Stop::Lost(lost));
+        }
+    }
+
+    // Nothing of the group runs after the lock is released or lost: whatever the leader left behind is killed
+    // first (the reaper with it).
+    let leftovers: Vec<u32> = group
+        .map(|g| procs::group_members(g.as_raw_nonzero().get().unsigned_abs()))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|&p| p != reaper_pid)
+        .collect();
+    end_group(group);
+    finish_reaper(reaper);
+    if !leftovers.is_empty() {
+        output::note(&format!(
+            "the command's leader exited and left {} process{} of its group running ({}): SIGKILL before the \
+             lock {}",
+            leftovers.len(),
+            if leftovers.len() == 1 { "" } else { "es" },
+            leftovers
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            if stop.is_some() {
+                "is given up"
+            } else {
+                "is released"
+            }
+        ));
+    }
+
+    let released = match stop {
+        Some(_) => {
+            drop(guard); // a compare-and-delete: never deletes another holder's key
+            None
+        }
+        None => Some(guard.release()),
     };
     let status = match status {
-        Some(Ok(status)) => status,
+        Some(Ok(status)) => Some(status),
         Some(Err(e)) => {
             return Err(CliError::new(
                 exit::OSERR,
@@ -233,6 +437,7 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
                 format!("cannot wait for the command (pid {pid}): {e}"),
             ));
         }
+        None if stop.is_some() => None,
         None => {
             return Err(CliError::new(
                 exit::SOFTWARE,
@@ -241,45 +446,45 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
             ));
         }
     };
-    if let Some(why) = lost {
-        return Err(CliError::new(
+    let it = status.map_or_else(|| "did not end".to_owned(), describe);
+    match stop {
+        Some(Stop::Lost(why)) => Err(CliError::new(
             exit::LOST,
             "lost",
             format!(
-                "the command was stopped because lock {:?} was lost ({}): it {}",
+                "the command was stopped because lock {:?} was lost ({}): it {it}",
                 args.resource,
                 short(&why),
-                describe(status)
             ),
-        ));
+        )),
+        Some(Stop::ReaperGone) => Err(CliError::new(
+            exit::OSERR,
+            "os",
+            format!(
+                "the command was stopped because muxlock's reaper ended (pid {reaper_pid}, killed?): it {it}"
+            ),
+        )),
+        None => {
+            if let Some(Err(e)) = released {
+                output::note(&format!(
+                    "could not confirm the release of {:?} ({e}): the lock ends with its lease",
+                    args.resource
+                ));
+            }
+            Ok(status.map_or(exit::SOFTWARE, code_of))
+        }
     }
-    if let Some(Err(e)) = released {
-        output::note(&format!(
-            "could not confirm the release of {:?} ({e}): the lock ends with its lease",
-            args.resource
-        ));
-    }
-    Ok(code_of(status))
 }
 
-/// The lock, under a guard: waiting up to `--wait`, or one attempt.
-fn acquire(locks: &LockManager, args: &Args) -> Result<Guard, CliError> {
-    let conflict = args.waiting.conflict_exit_code;
-    let wait = args.waiting.max_wait();
-    if wait.is_zero() {
-        return match locks.try_hold(&args.resource, args.ttl) {
-            Ok(Some(guard)) => Ok(guard),
-            Ok(None) => Err(CliError::new(
-                conflict,
-                "conflict",
-                format!("lock {:?} is held by another holder", args.resource),
-            )),
-            Err(e) => Err(CliError::lock(&e, conflict)),
-        };
+/// Reaps the reaper once its group was killed (bounded: SIGKILL may wait for a process in the kernel).
+fn finish_reaper(mut reaper: Reaper) {
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        match reaper.child.try_wait() {
+            Ok(None) => thread::sleep(Duration::from_millis(5)),
+            _ => return,
+        }
     }
-    locks
-        .hold_wait(&args.resource, args.ttl, wait)
-        .map_err(|e| CliError::lock(&e, conflict))
 }
 
 /// The exit code for the command's status: its code, or 128 + the signal that killed it.
@@ -313,6 +518,18 @@ fn short(lost: &Lost) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kill_deadline_is_before_the_lease_end_and_after_the_guards_deadline() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        // --ttl 10s, 200ms rounds: margin 1s; SIGTERM at the lease end - 1s, SIGKILL by the end - 0.5s.
+        assert_eq!(kill_deadline(t0, ms(10_000), ms(200)), t0 + ms(500));
+        // --ttl 3s: margin 400ms (two round timeouts).
+        assert_eq!(kill_deadline(t0, ms(3_000), ms(200)), t0 + ms(200));
+        // Never more than a quarter of the TTL after the guard's deadline (margin at most half of it).
+        assert_eq!(kill_deadline(t0, ms(1_000), ms(400)), t0 + ms(250));
+    }
 
     #[test]
     fn exit_codes_follow_the_shell() {

@@ -3,6 +3,7 @@
 //! Each module has an `Args` (clap derive) and a `run`.
 
 pub mod acquire;
+pub mod acquiring;
 pub mod bench;
 pub mod cluster;
 pub mod demo;
@@ -23,8 +24,15 @@ use crate::exit;
 #[derive(Args, Clone, Debug)]
 pub struct Waiting {
     /// How long to keep trying while another holder has the lock, before giving up with the conflict code.
+    /// Waiting is woken by the holder's release or lease end, not polling.
     #[arg(short = 'w', long, value_name = "DUR", default_value = "30s", value_parser = duration::parse)]
     pub wait: Duration,
+
+    /// How long to keep trying while too few nodes answer for a decision (refused, down, timing out), within
+    /// --wait: the first failure is reported at once with each node's outcome, a line follows every 2s, then exit
+    /// 69. An outage is not a held lock: it is not waited out for all of --wait unless you ask (--outage-wait 30s).
+    #[arg(long, value_name = "DUR", default_value = "3s", value_parser = duration::parse)]
+    pub outage_wait: Duration,
 
     /// Do not wait: one attempt, and the conflict code at once if the lock is held (same as --wait 0).
     #[arg(short = 'n', long)]
@@ -70,6 +78,7 @@ mod tests {
             wait: Duration::from_millis(wait),
             nonblock,
             conflict_exit_code: 1,
+            outage_wait: Duration::from_secs(3),
         };
         assert_eq!(waiting(30_000, false).max_wait(), Duration::from_secs(30));
         assert_eq!(waiting(30_000, true).max_wait(), Duration::ZERO);

@@ -144,6 +144,20 @@ impl Muxlock {
         self
     }
 
+    /// Sends stderr to `stdio` instead of capturing it.
+    pub fn stderr(mut self, stdio: Stdio) -> Muxlock {
+        self.command.stderr(stdio);
+        self
+    }
+
+    /// Starts it in a process group of its own (as a shell with job control does), so that job-control signals
+    /// (SIGTSTP) take their default effect on it rather than being discarded as in an orphaned group.
+    pub fn own_process_group(mut self) -> Muxlock {
+        use std::os::unix::process::CommandExt;
+        self.command.process_group(0);
+        self
+    }
+
     /// Starts it without waiting; [`Running::finish`] waits for it.
     #[track_caller]
     pub fn spawn(mut self) -> Running {

@@ -38,7 +38,8 @@ pub const APPENDFSYNC: &str = "always";
 )]
 pub struct Args {
     /// How many nodes (a majority of them must agree on each lock).
-    #[arg(short = 'n', long = "count", value_name = "N", default_value_t = 5,
+    /// (-n, as in earlier versions, still works; everywhere else -n is --nonblock.)
+    #[arg(short = 'c', short_alias = 'n', long = "count", value_name = "N", default_value_t = 5,
           value_parser = clap::value_parser!(u16).range(1..=63))]
     pub count: u16,
 
@@ -46,7 +47,8 @@ pub struct Args {
     #[arg(long, value_name = "P", value_parser = clap::value_parser!(u16).range(1..))]
     pub base_port: Option<u16>,
 
-    /// TLS nodes (rediss://) [not supported yet: muxlock does not speak TLS yet].
+    /// TLS nodes (rediss://) with a throwaway CA: not built yet (exit 69). muxlock itself speaks TLS (--nodes
+    /// rediss://... --tls-ca ca.crt): start redis-server with --tls-port to try it.
     #[arg(long)]
     pub tls: bool,
 
@@ -85,7 +87,11 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         return Err(CliError::new(
             exit::UNAVAILABLE,
             "not_built",
-            "--tls is not supported yet: muxlock does not speak TLS (rediss://) yet",
+            "cluster up --tls is not built yet: the local cluster's record, its housekeeping client (`cluster \
+             status`, `cluster down`) and its certificates are plain-TCP only. The lock commands do speak TLS: \
+             start redis-server with --tls-port, --tls-cert-file, --tls-key-file and --tls-ca-cert-file, then use \
+             --nodes rediss://127.0.0.1:PORT,... --tls-ca ca.crt (and --tls-cert/--tls-key if it asks for a client \
+             certificate)",
         ));
     }
     let ports = match args.base_port {
