@@ -595,3 +595,76 @@ fn a_late_reply_is_never_counted_for_the_next_command_of_the_round() {
         "{out:?}"
     );
 }
+
+/// The hostile review of #20: a release round that holds requests for room on two nodes sends each node its own
+/// request (it used to keep one set of bytes for the round: the second node got the first one's).
+#[test]
+fn a_held_release_request_is_not_replaced_by_an_earlier_held_one() {
+    let mut cluster = Cluster::start(2);
+    // max_in_flight 1: a release round may use 2 places per node, then waits for room.
+    let opts = Options::default().with_max_in_flight(1);
+    let fanout = Fanout::new(addrs(&cluster.urls()), opts).unwrap();
+    {
+        let mut round = fanout.round(Instant::now() + Duration::from_secs(2));
+        round.send_all(&request(&[b"PING"]), 1);
+        let mut n = 0;
+        while let Some((_, r)) = round.next() {
+            assert!(r.is_ok(), "{r:?}");
+            n += 1;
+        }
+        assert_eq!(n, 2);
+    }
+    cluster.pause(0);
+    cluster.pause(1);
+    // Fill both nodes' release reserve: two PINGs each, no replies while paused.
+    for _ in 0..2 {
+        let mut round = fanout.release_round(Instant::now());
+        round.send_all(&request(&[b"PING"]), 1);
+    }
+    assert_eq!(fanout.in_flight(0), 2);
+    assert_eq!(fanout.in_flight(1), 2);
+    let mut round = fanout.release_round(Instant::now() + Duration::from_secs(3));
+    round.send(0, &request(&[b"ECHO", b"for-node-0"]), 1);
+    round.send(1, &request(&[b"ECHO", b"for-node-1"]), 1);
+    let resumer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        cluster.resume(0);
+        cluster.resume(1);
+        cluster
+    });
+    let mut out: Vec<Option<Result<Value, NodeError>>> = vec![None, None];
+    while let Some((node, reply)) = round.next() {
+        out[node] = Some(reply);
+    }
+    drop(round);
+    let _cluster = resumer.join().expect("resumer");
+    assert_eq!(out[0], Some(bulk("for-node-0")));
+    assert_eq!(
+        out[1],
+        Some(bulk("for-node-1")),
+        "node 1 must get its own request, not the first held one's bytes"
+    );
+}
+
+/// The hostile review of #20: a huge backoff (`Options` is not validated) saturates instead of panicking, in the
+/// fanout's lock, when a node's connect fails.
+#[test]
+fn a_huge_backoff_does_not_panic_when_a_node_fails() {
+    // A port nobody listens on: the connect is refused.
+    let port = support::process::free_port();
+    let node: NodeAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let opts = Options::default().with_backoff_min(Duration::MAX);
+    let result = std::panic::catch_unwind(move || {
+        let fanout = Fanout::new(vec![node], opts).expect("fanout");
+        for _ in 0..3 {
+            let mut round = fanout.round(Instant::now() + Duration::from_millis(200));
+            round.send_all(&request(&[b"PING"]), 1);
+            while round.next().is_some() {}
+        }
+    });
+    assert!(result.is_ok(), "the fanout panicked on a refused connect");
+}
+
+fn bulk(s: &str) -> Result<Value, NodeError> {
+    Ok(Value::BulkString(s.to_owned().into()))
+}

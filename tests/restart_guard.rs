@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use muxlock::redlock::{Config, Error, LockManager, Outcome};
 use support::fake::{self, Action, FakeServer, bulk, well_behaved};
-use support::locks;
+use support::{Cluster, locks};
 
 /// A node that answers the lock commands as a healthy Redis would, and whose `INFO` reports the given uptime and
 /// the run id `run-<k>` on its k-th connection when `new_process_per_connection`, else always `run-0`.
@@ -413,7 +413,7 @@ fn nodes_whose_marker_is_refused_wait_the_window() {
 /// seconds was refused as "no quorum" (their grants were "not counted"). The window for later acquisitions still
 /// grows with the extended lease.
 #[test]
-fn an_extension_counts_on_nodes_younger_than_its_new_lease_and_grows_the_window() {
+fn an_extension_counts_on_nodes_up_since_the_acquisition_and_grows_the_window() {
     let cluster = support::Cluster::start(3);
     let short = Duration::from_millis(500);
     let locks = manager(cluster.urls(), Duration::ZERO);
@@ -432,10 +432,13 @@ fn an_extension_counts_on_nodes_younger_than_its_new_lease_and_grows_the_window(
         .extend(&mut lock, long)
         .expect("our own key answers yes, however young the node");
     assert!(lock.validity() > Duration::from_secs(55));
+    // By value, the acquisition's time is unknown: a node younger than the window might have been restored from
+    // a snapshot that holds this value after a rival's key was lost, so only the window rule applies.
     let value = lock.value().to_owned();
-    locks
+    let e = locks
         .extend_value("r", &value, long)
-        .expect("by value too (the CLI's `extend`)");
+        .expect_err("by value, young nodes do not count");
+    assert!(quarantined(&e) >= 2, "{e}");
     // The nodes are younger than the longest lease now in use: a new acquisition's grants are not counted.
     let e = locks
         .try_lock("other", short)
@@ -444,4 +447,109 @@ fn an_extension_counts_on_nodes_younger_than_its_new_lease_and_grows_the_window(
     let wait = e.report().and_then(|r| r.restart_wait()).expect("a wait");
     assert!(wait > Duration::from_secs(50), "{wait:?}");
     locks.unlock(lock).expect("release");
+}
+
+/// The hostile review of #20: nodes restored from an older snapshot hold the previous holder's key and lost the
+/// current holder's. An extension by the previous holder's value must not count them (by value, the window rule
+/// applies: they just restarted).
+#[test]
+fn an_extension_is_not_confirmed_by_nodes_restored_from_an_older_snapshot() {
+    let mut cluster = Cluster::start(3);
+    let ttl = Duration::from_secs(30);
+    let plain = locks::one_attempt(Duration::from_millis(500));
+    let a = locks::manager(cluster.urls(), plain.clone());
+    let b = locks::manager(cluster.urls(), plain);
+    // A holds r; nodes 0 and 1 take a snapshot (an RDB `save` point) with A's key in it.
+    let lock_a = a.lock("r", ttl).expect("A acquires");
+    let value_a = lock_a.value().to_owned();
+    for i in 0..2 {
+        assert_eq!(cluster.node(i).raw(&support::cmd(&["SAVE"])), b"+OK\r\n");
+    }
+    // A is done and releases; B acquires r on every node.
+    assert!(a.unlock(lock_a).expect("A releases") >= 2);
+    let lock_b = b.lock("r", ttl).expect("B acquires");
+    // Nodes 0 and 1 crash and come back from their last snapshot: A's key (still 29 s to live), not B's.
+    cluster.restart(0);
+    cluster.restart(1);
+    // A client with the restart guard on (it sees both nodes as just restarted, not trusted at once).
+    let guarded = Config::default()
+        .with_retry_count(0)
+        .with_round_timeout(Duration::from_millis(500))
+        .with_restart_window(ttl);
+    assert!(guarded.restart_guard());
+    let c = locks::manager(cluster.urls(), guarded);
+    // The guard is on and distrusts the restarted nodes for acquisitions (control).
+    let e = c
+        .try_lock("other", ttl)
+        .expect_err("nodes 0 and 1 are quarantined");
+    let quarantined = e.report().map_or(0, |r| {
+        r.nodes()
+            .iter()
+            .filter(|(_, o)| *o == muxlock::redlock::Outcome::Quarantined)
+            .count()
+    });
+    assert_eq!(quarantined, 2, "{e}");
+    let extended = c.extend_value("r", &value_a, ttl);
+    let both = extended.is_ok() && lock_b.is_valid();
+    if both {
+        eprintln!(
+            "VIOLATION: B holds r (valid {:?} more) and extend_value by A's value succeeded ({:?})",
+            lock_b.validity(),
+            extended
+        );
+    }
+    assert!(
+        !both,
+        "two holders: B's lock is valid and A's stale value was extended on two restarted nodes"
+    );
+}
+
+/// The same history with the previous holder's own `Lock` (as a guard's renewal would): nodes that restarted
+/// after the acquisition do not count, even though the extension's lease is shorter than their uptime is not.
+#[test]
+fn an_extension_of_a_lock_is_not_confirmed_by_nodes_restarted_since_its_acquisition() {
+    let mut cluster = Cluster::start(3);
+    let ttl = Duration::from_secs(4);
+    // The guard is on, with a window of the lease: wait until the fresh nodes are older than it.
+    let config = Config::default()
+        .with_retry_count(0)
+        .with_round_timeout(Duration::from_millis(500))
+        .with_restart_window(ttl);
+    let a = locks::manager(cluster.urls(), config.clone());
+    let b = locks::manager(
+        cluster.urls(),
+        locks::one_attempt(Duration::from_millis(500)),
+    );
+    let until = Instant::now() + Duration::from_secs(15);
+    let mut lock_a = loop {
+        match a.try_lock("r", ttl) {
+            Ok(Some(lock)) => break lock,
+            Ok(None) => panic!("nobody holds it"),
+            Err(e) => assert!(Instant::now() < until, "never trusted: {e}"),
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    let value_a = lock_a.value().to_owned();
+    for i in 0..2 {
+        assert_eq!(cluster.node(i).raw(&support::cmd(&["SAVE"])), b"+OK\r\n");
+    }
+    // A's keys go (released by value: A keeps its `Lock`), B takes r everywhere, nodes 0 and 1 come back from
+    // the snapshot that has A's key.
+    assert!(a.unlock_value("r", &value_a).expect("released") >= 2);
+    let lock_b = b.lock("r", ttl).expect("B acquires");
+    cluster.restart(0);
+    cluster.restart(1);
+    // A's connections to the restarted nodes were closed: the first rounds find that out and re-dial (bounded).
+    let until = Instant::now() + Duration::from_secs(2);
+    let e = loop {
+        let e = a
+            .extend(&mut lock_a, ttl)
+            .expect_err("nodes restarted since A's acquisition do not count");
+        if quarantined(&e) >= 2 || Instant::now() >= until {
+            break e;
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    assert!(lock_b.is_valid(), "the history took too long");
+    assert!(quarantined(&e) >= 2, "{e}");
 }

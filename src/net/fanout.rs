@@ -695,12 +695,24 @@ enum Offer {
     Full,
 }
 
-/// Requests of a release round waiting for room on full nodes.
-#[derive(Debug)]
+/// Requests of a release round waiting for room on full nodes, in the order they were sent: each with its own
+/// bytes and reply count (a round may hold its first request on one node and a resend on another).
+#[derive(Debug, Default)]
 struct Held {
+    requests: Vec<HeldRequest>,
+}
+
+#[derive(Debug)]
+struct HeldRequest {
+    node: usize,
     request: Vec<u8>,
     replies: usize,
-    nodes: Vec<usize>,
+}
+
+impl Held {
+    fn holds(&self, node: usize) -> bool {
+        self.requests.iter().any(|h| h.node == node)
+    }
 }
 
 /// One request/reply exchange with some or all nodes, bounded by a deadline. Dropping it abandons the replies still
@@ -819,6 +831,12 @@ impl<'a> Round<'a> {
         let mut out = Filing { slots, wake };
         let refused = match conn.ensure(&f.registry, |g| token(node, g), &f.opts, now, &mut out) {
             Err(e) => e,
+            // Behind a request of this round still held for room on the node: held too, so that the node's
+            // requests go on the wire in the order they were sent (see `slots`).
+            Ok(()) if self.held.as_ref().is_some_and(|h| h.holds(node)) => {
+                self.hold(node, request, replies);
+                return Offer::Sent;
+            }
             Ok(()) => match conn.state.room(replies, self.priority, &f.opts) {
                 Room::Yes => {
                     // Written now on an idle node, or by a caller that will not wait for replies (nobody might
@@ -837,14 +855,7 @@ impl<'a> Round<'a> {
                     return Offer::Full;
                 }
                 Room::Wait => {
-                    let held = self.held.get_or_insert_with(|| {
-                        Box::new(Held {
-                            request: request.to_vec(),
-                            replies,
-                            nodes: Vec::new(),
-                        })
-                    });
-                    held.nodes.push(node);
+                    self.hold(node, request, replies);
                     return Offer::Sent;
                 }
             },
@@ -853,6 +864,18 @@ impl<'a> Round<'a> {
         out.wake
             .extend(out.slots.refuse(self.slot, node, replies, Err(refused)));
         Offer::Refused
+    }
+
+    /// Holds `request` for room on `node` (a release round), behind the round's other held requests.
+    fn hold(&mut self, node: usize, request: &[u8], replies: usize) {
+        self.held
+            .get_or_insert_with(Box::default)
+            .requests
+            .push(HeldRequest {
+                node,
+                request: request.to_vec(),
+                replies,
+            });
     }
 
     /// Sets how many outcomes are worth waiting for before this round's thread is woken, while another thread
@@ -948,26 +971,32 @@ impl<'a> Round<'a> {
         let mut jobs = Vec::new();
         let mut wake = Vec::new();
         let Inner { conns, slots, .. } = &mut *inner;
-        held.nodes.retain(|&node| {
-            let Some(conn) = conns.get_mut(node) else {
+        // Nodes with a request still held in this pass: their later requests wait behind it.
+        let mut blocked: Vec<usize> = Vec::new();
+        held.requests.retain(|h| {
+            let Some(conn) = conns.get_mut(h.node) else {
                 return false;
             };
-            let room = conn.state.room(held.replies, Priority::Release, &f.opts);
+            if blocked.contains(&h.node) {
+                return true;
+            }
+            let room = conn.state.room(h.replies, Priority::Release, &f.opts);
             if room == Room::Yes {
                 conn.state
-                    .queue(&held.request, Waiter::Round(self.slot), held.replies, now);
+                    .queue(&h.request, Waiter::Round(self.slot), h.replies, now);
                 jobs.extend(conn.take_write());
                 return false;
             }
             if now >= self.deadline {
-                f.stats[node].refused(held.replies);
+                f.stats[h.node].refused(h.replies);
                 let r = Err(NodeError::Overloaded);
-                wake.extend(slots.refuse(self.slot, node, held.replies, r));
+                wake.extend(slots.refuse(self.slot, h.node, h.replies, r));
                 return false;
             }
+            blocked.push(h.node);
             true
         });
-        if !held.nodes.is_empty() {
+        if !held.requests.is_empty() {
             self.held = Some(held);
         }
         if jobs.is_empty() && wake.is_empty() {

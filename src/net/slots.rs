@@ -22,8 +22,9 @@
 //! - **An outcome decided before the wire's** (a request refused for lack of room, [`Slots::refuse`]) waits
 //!   behind the node's requests still on the wire, and is handed out after them.
 //!
-//! A round never sends more requests to a node whose earlier requests it still holds back for room (release
-//! rounds: see `fanout`), so the order in which requests are expected is the order in which they are queued.
+//! A release round that holds a request for room on a node holds the round's later requests to that node behind
+//! it, each with its own bytes (`fanout`'s `offer` and `retry_held`), so the order in which requests are
+//! expected is the order in which they are queued.
 
 use std::collections::VecDeque;
 use std::thread::Thread;

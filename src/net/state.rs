@@ -494,7 +494,7 @@ impl NodeState {
         out: &mut Filing<'_>,
     ) {
         let retry_at = later(now, self.backoff);
-        self.backoff = (self.backoff * 2).min(opts.backoff_max);
+        self.backoff = self.backoff.saturating_mul(2).min(opts.backoff_max);
         self.link = Link::Down { retry_at };
         self.generation = self.generation.wrapping_add(1);
         self.writing = false;

@@ -141,6 +141,7 @@ impl Core {
                     resource: resources[i].to_vec(),
                     value: values[i],
                     valid_until,
+                    acquired: start,
                     extensions: 0,
                     nodes,
                 })),

@@ -122,8 +122,9 @@ settings! {
     /// connection) and whose persistence marker ([`PERSIST_MARKER_KEY`](super::PERSIST_MARKER_KEY), written once
     /// with `SET NX`) is older than the window has lost neither a write nor its files since any live lock was
     /// granted. If this manager saw the node's previous process, that one must have reported the same; a node
-    /// that refuses `CONFIG` or the marker gets the window. Extensions and renewals are counted without the
-    /// guard (their "yes" means our own value is there), and widen the window like acquisitions.
+    /// that refuses `CONFIG` or the marker gets the window. An extension or renewal counts a node the window
+    /// trusts or one up since before the lock was acquired (by value: the window alone), and widens the window
+    /// like acquisitions.
     ///
     /// The price, for other nodes: a node that has just started (a fresh deployment, a test) does not count for the
     /// first window either, so locks need a majority of nodes that have been up that long (the error says which

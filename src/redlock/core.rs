@@ -82,14 +82,6 @@ pub(crate) fn script_vote(reply: &Reply) -> (Vote, Outcome) {
     }
 }
 
-/// An extension's (or a renewal's) vote: counted as it comes, without the restart guard. A "yes" means our value
-/// is on the node now, which a node that lost its data can show only if it was set after its restart: see
-/// `restart.rs` ("Extensions are counted without the guard"). The lease's TTL is noted first all the same, so
-/// that later acquisitions' window covers it.
-pub(crate) fn extension_vote(reply: &Reply) -> (Vote, Outcome) {
-    script_vote(reply)
-}
-
 /// A lock value given by a caller (`extend_value`, `unlock_value`): anything but empty. An empty value would match
 /// a key someone set to the empty string, which no Redlock client does.
 fn check_value(value: &[u8]) -> Result<()> {
@@ -170,7 +162,7 @@ impl Core {
         lock.valid_until = self.extend_on(
             &lock.resource,
             &lock.value,
-            lock.nodes,
+            (lock.nodes, Some(lock.acquired)),
             ttl,
             Some(lock.valid_until),
         )?;
@@ -187,7 +179,7 @@ impl Core {
     ) -> Result<Instant> {
         self.check(resource, ttl)?;
         check_value(value)?;
-        self.extend_on(resource, value, NodeSet::ALL, ttl, None)
+        self.extend_on(resource, value, (NodeSet::ALL, None), ttl, None)
     }
 
     pub(crate) fn unlock(&self, lock: Lock) -> Result<usize> {
@@ -263,7 +255,7 @@ impl Core {
         &self,
         resource: &[u8],
         value: &[u8],
-        nodes: NodeSet,
+        (nodes, acquired): (NodeSet, Option<Instant>),
         ttl: Duration,
         decide_by: Option<Instant>,
     ) -> Result<Instant> {
@@ -293,7 +285,8 @@ impl Core {
             (nodes, deadline, quorum.votes_to_decide()),
             |node, reply| {
                 let now = Instant::now();
-                let (vote, outcome) = extension_vote(&reply);
+                let (vote, outcome) =
+                    self.counted_extension(node, script_vote(&reply), now, acquired);
                 self.votes[node].count(&outcome);
                 outcomes[node] = outcome;
                 status = quorum.vote(node, vote, now);
@@ -419,7 +412,12 @@ impl Core {
                 continue;
             }
             let now = Instant::now();
-            let (vote, outcome) = extension_vote(&reply);
+            let (vote, outcome) = self.counted_extension(
+                node,
+                script_vote(&reply),
+                now,
+                Some(guards[live[j].0].acquired),
+            );
             self.votes[node].count(&outcome);
             outcomes[j][node] = outcome;
             status[j] = live[j].1.vote(node, vote, now);
@@ -517,6 +515,27 @@ impl Core {
         }
     }
 
+    /// An extension's (or a renewal's) vote, through the restart guard: a node that restarted since the lock was
+    /// acquired (`since`; `None`: unknown) counts only once the window rule trusts it. See `restart.rs`,
+    /// "Extensions".
+    pub(crate) fn counted_extension(
+        &self,
+        node: usize,
+        (vote, outcome): (Vote, Outcome),
+        now: Instant,
+        since: Option<Instant>,
+    ) -> (Vote, Outcome) {
+        match &self.restart {
+            Some((guard, info))
+                if vote == Vote::Yes
+                    && !guard.trusts_extension(&self.fanout, node, *info, now, since) =>
+            {
+                (Vote::Failed, Outcome::Quarantined)
+            }
+            _ => (vote, outcome),
+        }
+    }
+
     pub(crate) fn note_ttl(&self, ttl_ms: u64) {
         if let Some((guard, _)) = &self.restart {
             guard.note_ttl(ttl_ms);
@@ -574,6 +593,7 @@ impl Core {
                 resource: resource.to_vec(),
                 value,
                 valid_until,
+                acquired: start,
                 extensions: 0,
                 nodes,
             })),

@@ -209,7 +209,7 @@ impl Core {
             (ttl, ttl_ms),
             fenced_vote,
         );
-        let (_, quorum, status, outcomes, nodes, token) = (
+        let (start, quorum, status, outcomes, nodes, token) = (
             round.start,
             round.quorum,
             round.status,
@@ -286,6 +286,7 @@ impl Core {
                         resource: resource.to_vec(),
                         value,
                         valid_until,
+                        acquired: start,
                         extensions: 0,
                         nodes,
                     },

@@ -72,6 +72,8 @@ pub(crate) struct Held {
     pub(crate) value: token::Value,
     pub(crate) ttl: Duration,
     pub(crate) ttl_ms: u64,
+    /// When the acquisition round started (see [`Lock`]'s field of that name).
+    pub(crate) acquired: Instant,
     /// How long before the end of the lease the guard counts as lost without a confirmed renewal.
     pub(crate) margin: Duration,
     /// The fencing token, for a guard of [`hold_fenced`](super::LockManager::hold_fenced): released by the fenced
@@ -113,6 +115,7 @@ impl Held {
             value: lock.value,
             ttl,
             ttl_ms,
+            acquired: lock.acquired,
             margin,
             fence,
             set,

@@ -20,6 +20,9 @@ pub struct Lock {
     pub(crate) resource: Vec<u8>,
     pub(crate) value: token::Value,
     pub(crate) valid_until: Instant,
+    /// When the acquisition round started: an extension counts a node that restarted since only if the restart
+    /// guard trusts it (see `restart.rs`, "Extensions").
+    pub(crate) acquired: Instant,
     pub(crate) extensions: u32,
     /// The nodes the acquisition's `SET` was queued for: the others cannot hold the key, so releases and
     /// extensions skip them.

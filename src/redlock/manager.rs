@@ -597,6 +597,7 @@ impl LockManager {
             resource: held.resource.clone(),
             value: held.value,
             valid_until: s.valid_until,
+            acquired: held.acquired,
             extensions: 0,
             nodes: s.nodes,
         };
@@ -606,6 +607,7 @@ impl LockManager {
                 resources: set.clone(),
                 value: lock.value,
                 valid_until: lock.valid_until,
+                acquired: lock.acquired,
                 extensions: 0,
                 nodes: lock.nodes,
             }),

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use super::core::{Core, extension_vote, script_vote, settle};
+use super::core::{Core, script_vote, settle};
 use super::error::{Error, Outcome, Report, Result};
 use super::lua;
 use super::pipeline::Kind;
@@ -46,6 +46,8 @@ pub struct LockSet {
     pub(crate) resources: Vec<Vec<u8>>,
     pub(crate) value: token::Value,
     pub(crate) valid_until: Instant,
+    /// When the acquisition round started (see [`Lock`](super::Lock)'s field of that name).
+    pub(crate) acquired: Instant,
     pub(crate) extensions: u32,
     pub(crate) nodes: NodeSet,
 }
@@ -182,12 +184,14 @@ impl Core {
                 (vote, outcome, 0)
             },
         );
-        let (quorum, outcomes, nodes) = (round.quorum, round.outcomes, round.nodes);
+        let (quorum, outcomes, nodes, start) =
+            (round.quorum, round.outcomes, round.nodes, round.start);
         match settle(round.status, &quorum) {
             Ok(valid_until) => Ok(LockSet {
                 resources: sorted.to_vec(),
                 value,
                 valid_until,
+                acquired: start,
                 extensions: 0,
                 nodes,
             }),
@@ -251,7 +255,8 @@ impl Core {
             },
             |_, node, reply| {
                 let now = Instant::now();
-                let (vote, outcome) = extension_vote(&reply);
+                let (vote, outcome) =
+                    self.counted_extension(node, script_vote(&reply), now, Some(set.acquired));
                 self.votes[node].count(&outcome);
                 outcomes[node] = outcome;
                 status = quorum.vote(node, vote, now);
@@ -424,6 +429,7 @@ impl super::LockManager {
             resource: set.resources.first().cloned().unwrap_or_default(),
             value: set.value,
             valid_until: set.valid_until,
+            acquired: set.acquired,
             extensions: 0,
             nodes: set.nodes,
         };

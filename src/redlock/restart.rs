@@ -73,25 +73,29 @@
 //!   ("the cost of appendfsync always") for the figures on this machine. The marker is one small script per
 //!   connection.
 //!
-//! # Extensions are counted without the guard
+//! # Extensions
 //!
-//! The guard keeps a young node's "yes" out of *acquisitions*, because a node that lost its data says "free" for
-//! a key another client still holds: a false "yes". An extension (or a guard's renewal) is a compare-and-pexpire:
-//! its "yes" says that the key holds *our* value on that node now, and its expiry was moved. That is never false
-//! after a restart: a node that lost its data lost our value too, and holds it again only if our own `SET`
-//! reached it after the restart; a node that kept its data kept our key honestly. So an extension's votes need
-//! no guard, and are counted as they come (`core::extension_vote`). Mutual exclusion is the spec's majority
-//! argument: a rival's acquisition needs a majority that said "free", ours a majority that holds our value, and
-//! on a node both at once is impossible — unless the node forgot our key, which is what the rival's guard is for.
+//! An extension (or a guard's renewal) is a compare-and-pexpire: its "yes" says that the key holds our value on
+//! that node now. That is *not* proof that we still hold the lock there: a node restored from an older snapshot
+//! (Redis' default RDB persistence, or a backup) may hold our value from before the restart while it lost the
+//! key of the holder who came after us (the hostile review of #20: A releases, B acquires, two nodes restart
+//! from a snapshot that has A's key; A's extension then "succeeded" while B held the lock). So an extension's
+//! "yes" counts from a node only if
 //!
-//! What the guard must still do for extensions is protect *later acquisitions*: a node that forgets our extended
-//! key after a restart must stay out for longer than the extended lease. So an extension notes its TTL before
-//! its requests are sent, as an acquisition does, and this manager's window grows with the longest lease it has
-//! granted or extended. Other clients of the same nodes do not see it: their
+//! - the window rule trusts the node (as for acquisitions: trusted at once, or up longer than the window), or
+//! - the node's process has been up since **before the lock was acquired** (`uptime` ≥ the time since the
+//!   acquisition round started, with uptime's lower bound): it has not restarted since our `SET`, so the value
+//!   it holds is the one we set, and every key a rival set after ours is still there with it. This is what lets
+//!   `extend` with a lease longer than the nodes' uptime succeed on nodes that were up when the lock was taken
+//!   (issue #20: `muxlock extend --ttl 60s` on nodes up 57 s was refused).
+//!
+//! An extension *by value* ([`LockManager::extend_value`](super::LockManager::extend_value), `muxlock extend`)
+//! does not know when the lock was acquired, so only the window rule applies to it. An extension notes its TTL
+//! before its requests are sent, as an acquisition does, so that this manager's window grows with the longest
+//! lease it granted or extended; other clients of the same nodes do not see it, and their
 //! [`Config::restart_window`](super::Config::restart_window) must cover the longest lease *or extension* any
-//! client uses. (Before, an extension's votes went through the guard: `muxlock extend --ttl 60s` on nodes up 57
-//! s was refused as "no quorum", although only our own key could say yes.)
-//!
+//! client uses.
+
 //! # Which way each figure may err, and why the guard is still safe
 //!
 //! The guard needs a *lower* bound on how long the node's process has been up. Every figure it uses may err, and
@@ -347,6 +351,32 @@ impl RestartGuard {
                 true
             }
         }
+    }
+
+    /// Whether node `node`'s "yes" to an extension of a lock acquired at `since` may count at `now`: by the window
+    /// rule, as [`trusts`](RestartGuard::trusts), or because the node's process has been up since before `since`
+    /// (it has not restarted since our `SET`, so the value it holds is the one we set). `since = None` (an
+    /// extension by value, of a lock acquired who knows when): the window rule alone.
+    pub(crate) fn trusts_extension(
+        &self,
+        fanout: &Fanout,
+        node: usize,
+        info_index: usize,
+        now: Instant,
+        since: Option<Instant>,
+    ) -> bool {
+        let Some(slot) = self.nodes.get(node) else {
+            return false;
+        };
+        let mut known = lock(slot);
+        if !self.refresh(&mut known, fanout, node, info_index) {
+            return false;
+        }
+        known.counts(now, self.window())
+            || since.is_some_and(|since| {
+                let needed = now.saturating_duration_since(since);
+                known.age.is_some_and(|age| age.at(now) >= needed)
+            })
     }
 
     /// What the guard knows of `node` at `now`, from its current connection's set-up replies (nothing is sent).
