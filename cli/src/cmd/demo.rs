@@ -618,7 +618,7 @@ impl Demo<'_> {
             }
         }
         let asked = Instant::now();
-        let started = up::start(&dir, &[None; 5], None)?;
+        let started = up::start(&dir, &[None; 5], None, false)?;
         self.screen.line(&format!(
             "started a local cluster of {} redis-server nodes in {} (appendonly yes, appendfsync always: every \
              write on disk before the reply); recorded in {}",
@@ -644,10 +644,13 @@ impl Demo<'_> {
         interrupted: &AtomicBool,
         forced: &AtomicBool,
     ) -> Result<(), CliError> {
+        // The local cluster's nodes are given by URL here (and to the worker processes): its TLS files, if any,
+        // go with them.
         let conn = Conn {
             nodes: cluster.urls.clone(),
             ..self.args.conn.clone()
-        };
+        }
+        .with_cluster_tls(cluster.record.as_ref().and_then(|(_, r)| r.tls.as_ref()));
         let locks = conn.manager(0)?;
         let args = self.args;
         let shared = Arc::new(Shared {
@@ -698,7 +701,7 @@ impl Demo<'_> {
         let mut workers: Vec<(Child, Arc<AtomicU64>, thread::JoinHandle<Option<Tally>>)> =
             Vec::new();
         for _ in 0..args.processes {
-            workers.push(spawn_worker(args, &cluster.urls, dir, self.duration)?);
+            workers.push(spawn_worker(args, &conn, dir, self.duration)?);
         }
         let handles: Vec<_> = (0..u64::from(args.threads))
             .map(|i| {
@@ -1128,7 +1131,8 @@ fn nodes_of(cluster: &ClusterState) -> Vec<Node> {
 fn restart(cluster: &mut Cluster, i: usize) -> Result<Duration, String> {
     let started = Instant::now();
     let node = &cluster.nodes[i];
-    let record = up::start_node(&cluster.redis_server, &node.dir, Some(node.port))?;
+    let tls = cluster.record.as_ref().and_then(|(_, r)| r.tls.as_ref());
+    let record = up::start_node(&cluster.redis_server, &node.dir, Some(node.port), tls)?;
     let node = &mut cluster.nodes[i];
     node.pid = record.pid;
     node.start_ticks = record.start_ticks;
@@ -1223,7 +1227,7 @@ type Worker = (Child, Arc<AtomicU64>, thread::JoinHandle<Option<Tally>>);
 /// Starts a worker process; a thread reads its progress lines and its result.
 fn spawn_worker(
     args: &Args,
-    urls: &[String],
+    conn: &Conn,
     dir: &Path,
     duration: Duration,
 ) -> Result<Worker, CliError> {
@@ -1245,20 +1249,20 @@ fn spawn_worker(
         .arg("--duration")
         .arg(format!("{}ms", millis(duration).max(1)))
         .arg("--round-timeout")
-        .arg(format!("{}ms", millis(args.conn.round_timeout).max(1)))
+        .arg(format!("{}ms", millis(conn.round_timeout).max(1)))
         .arg("--restart-guard")
-        .arg(if args.conn.restart_guard == Toggle::On {
+        .arg(if conn.restart_guard == Toggle::On {
             "on"
         } else {
             "off"
         })
         // The nodes (passwords included) go through the environment, not the command line that `ps` shows.
-        .env("MUXLOCK_NODES", urls.join(","))
+        .env("MUXLOCK_NODES", conn.nodes.join(","))
         .envs(
             [
-                ("MUXLOCK_TLS_CA", &args.conn.tls_ca),
-                ("MUXLOCK_TLS_CERT", &args.conn.tls_cert),
-                ("MUXLOCK_TLS_KEY", &args.conn.tls_key),
+                ("MUXLOCK_TLS_CA", &conn.tls_ca),
+                ("MUXLOCK_TLS_CERT", &conn.tls_cert),
+                ("MUXLOCK_TLS_KEY", &conn.tls_key),
             ]
             .into_iter()
             .filter_map(|(name, path)| path.as_ref().map(|p| (name, p))),
