@@ -304,9 +304,18 @@ fn counted(dir: &Path, resources: u32) -> u64 {
         .sum()
 }
 
-/// `--worker DIR`: two worker threads until DIR/stop appears, a `progress N` line per second on stdout, then one
-/// `result {json}` line.
+/// `--worker DIR`: two worker threads until DIR/stop appears (or SIGINT/SIGTERM comes), a `progress N` line per
+/// second on stdout, then one `result {json}` line.
+///
+/// Ctrl-C on a terminal goes to the whole foreground process group, this worker included: it stops as for the stop
+/// file and still reports, rather than dying with its figures (the demo would then count it as missing and exit
+/// 70 for an interrupt).
 fn worker_process(args: &Args, dir: &Path) -> Result<(), CliError> {
+    let signalled = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&signalled))
+            .map_err(|e| CliError::new(exit::OSERR, "os", format!("cannot catch signals: {e}")))?;
+    }
     let locks = args.conn.manager(0)?;
     let shared = Arc::new(Shared {
         dir: dir.to_path_buf(),
@@ -326,7 +335,7 @@ fn worker_process(args: &Args, dir: &Path) -> Result<(), CliError> {
     let until = Instant::now() + args.duration + WORKER_GRACE;
     let stop_file = dir.join("stop");
     let mut last_line = Instant::now();
-    while !stop_file.exists() && Instant::now() < until {
+    while !stop_file.exists() && !signalled.load(Ordering::Relaxed) && Instant::now() < until {
         thread::sleep(Duration::from_millis(50));
         if last_line.elapsed() >= Duration::from_secs(1) {
             last_line = Instant::now();
