@@ -21,8 +21,18 @@
 //!    event, and a summary: acquisitions, hand-offs, latency percentiles, per-node figures, violations, and what the
 //!    restart guard did. `--json` prints the summary as one JSON object on stdout (the live lines go to stderr).
 //!
+//! 6. **Interrupts.** Ctrl-C (SIGINT) or SIGTERM stops the run early: the threads here stop (a waiting one gives
+//!    up at once, one inside a critical section finishes it), the worker processes see the stop file (they also
+//!    stop by themselves on the terminal's Ctrl-C, and report), their results are read (each waited for up to 15
+//!    s), the summary is printed, and what the demo started is stopped. A second one skips the waiting: worker
+//!    processes still running are killed (SIGKILL), unfinished threads are left to end with the process, no
+//!    summary; the nodes this demo started are still stopped, then exit 130. That wait is short unless a worker
+//!    is stuck (stopped with SIGSTOP, or hung) or a section is long (`--ttl` large): `cli/tests/demo.rs` stops a
+//!    worker process to show it.
+//!
 //! Exit codes: 0 when every check passed; 70 if a violation was seen (a bug: please report it); 69 if no lock was
-//! granted at all; the usual codes for a cluster that cannot start or nodes that cannot be used.
+//! granted at all; 130 after a second interrupt; the usual codes for a cluster that cannot start or nodes that
+//! cannot be used.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, BufRead, BufReader, IsTerminal, Write};
@@ -56,8 +66,10 @@ use crate::state::{self, ClusterState};
 #[derive(ClapArgs)]
 #[command(
     after_help = "Example:\n  muxlock demo\n  muxlock demo --short   # about 8 s: the CI run\n\n\
+                  Ctrl-C stops early, with a summary, once the workers have stopped; a second Ctrl-C kills them \
+                  and exits 130 without one. Either way the nodes this demo started are stopped.\n\n\
                   Exit codes: 0 all checks passed; 70 mutual exclusion was violated (a bug); 69 no lock could be \
-                  granted; 73 the cluster could not start."
+                  granted; 73 the cluster could not start; 130 interrupted twice."
 )]
 pub struct Args {
     /// How long the workers run.
@@ -754,8 +766,15 @@ impl Demo<'_> {
         shared.stop.store(true, Ordering::Relaxed);
         // Threads waiting for a lock give up now rather than at the end of their wait.
         locks.cancel_waits();
+        // A thread inside a long critical section (half the lease) is waited for, unless a second Ctrl-C says
+        // not to: then it is left to die with the process.
         for h in handles {
-            let _ = h.join();
+            while !h.is_finished() && !forced.load(Ordering::Acquire) {
+                thread::sleep(Duration::from_millis(20));
+            }
+            if h.is_finished() {
+                let _ = h.join();
+            }
         }
         let _ = fs::write(dir.join("stop"), b"");
         let mut tally = shared
