@@ -46,7 +46,7 @@ pub struct CliError {
     /// The exit code.
     pub code: u8,
     /// A stable word for machines (`--json`): `conflict`, `quorum`, `lost`, `auth`, `config`, `usage`,
-    /// `not_built`, `unavailable`, `os`, `io`, `cluster`, `internal`.
+    /// `unavailable`, `os`, `io`, `cluster`, `internal`.
     pub kind: &'static str,
     /// The message, one line, naming the node and the cause where nodes are to blame.
     pub message: String,

@@ -1,7 +1,8 @@
 //! Which nodes a command talks to, and the lock manager over them.
 //!
 //! In order: `--nodes URL,...`, else `$MUXLOCK_NODES`, else the local cluster of `muxlock cluster up` if it is
-//! running, else an error that says what to do. `$MUXLOCK_PASSWORD` is the password of every given URL that has
+//! running, else an error that says what to do. The local cluster of `cluster up --tls` brings its CA and client
+//! certificate: they are used where `--tls-ca`, `--tls-cert`/`--tls-key` are not given. `$MUXLOCK_PASSWORD` is the password of every given URL that has
 //! none (it is not applied to the local cluster, whose nodes have no password); it is read from the environment
 //! only, never from the command line, and never shown.
 
@@ -13,7 +14,7 @@ use muxlock::{Config, LockManager, NodeAddr, TlsConfig};
 
 use crate::duration;
 use crate::exit::{self, CliError};
-use crate::state;
+use crate::state::{self, TlsFiles};
 
 /// On or off. (No doc comments on the variants: clap would list them as a table of "On"/"Off".)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -65,12 +66,13 @@ pub struct Conn {
     pub restart_guard: Toggle,
 
     /// For rediss:// nodes: the CA certificate(s), PEM, that the nodes' certificates must chain to. Default: the
-    /// platform's roots (honouring SSL_CERT_FILE).
+    /// local cluster's CA when its nodes are used (cluster up --tls), else the platform's roots (honouring
+    /// SSL_CERT_FILE).
     #[arg(long, env = "MUXLOCK_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
 
     /// For rediss:// nodes: a client certificate (PEM) to present, as Redis asks by default (tls-auth-clients);
-    /// with --tls-key.
+    /// with --tls-key. Default: the local cluster's, when its nodes are used.
     #[arg(
         long,
         env = "MUXLOCK_TLS_CERT",
@@ -104,6 +106,11 @@ impl Conn {
     /// [`exit::CONFIG`] for an invalid URL (its password hidden), or no nodes at all;
     /// [`exit::UNAVAILABLE`] when the local cluster is recorded but none of its nodes runs.
     pub fn urls(&self) -> Result<Vec<String>, CliError> {
+        Ok(self.target()?.0)
+    }
+
+    /// [`urls`](Conn::urls), and the TLS files of the local cluster when the URLs are its nodes'.
+    fn target(&self) -> Result<(Vec<String>, Option<TlsFiles>), CliError> {
         let given: Vec<&str> = self
             .nodes
             .iter()
@@ -114,11 +121,12 @@ impl Conn {
             let password = std::env::var("MUXLOCK_PASSWORD")
                 .ok()
                 .filter(|p| !p.is_empty());
-            return given
+            let urls = given
                 .iter()
                 .enumerate()
                 .map(|(i, url)| with_password(i, url, password.as_deref()))
-                .collect();
+                .collect::<Result<_, _>>()?;
+            return Ok((urls, None));
         }
         let dir = state::dir()?;
         match state::load(&dir)? {
@@ -136,7 +144,7 @@ impl Conn {
                         ),
                     ));
                 }
-                Ok(urls)
+                Ok((urls, cluster.tls))
             }
             None => Err(CliError::config(
                 "no nodes: give --nodes redis://host:port,... (or set MUXLOCK_NODES), or start a local cluster \
@@ -151,17 +159,33 @@ impl Conn {
     ///
     /// As [`urls`](Conn::urls), and [`exit::CONFIG`] for a configuration the library refuses (the same node twice).
     pub fn manager(&self, retry_count: u32) -> Result<LockManager, CliError> {
-        let urls = self.urls()?;
+        let (urls, recorded) = self.target()?;
+        let conn = self.clone().with_cluster_tls(recorded.as_ref());
         let config = Config::default()
             .with_retry_count(retry_count)
             .with_round_timeout(self.round_timeout)
             .with_restart_guard(self.restart_guard == Toggle::On)
-            .with_tls(self.tls());
+            .with_tls(conn.tls());
         Ok(LockManager::builder().nodes(urls).config(config).build()?)
     }
 }
 
 impl Conn {
+    /// These options with the local TLS cluster's CA, client certificate and key where none is given (a given
+    /// `--tls-ca`, or `--tls-cert` with `--tls-key`, wins).
+    pub fn with_cluster_tls(mut self, files: Option<&TlsFiles>) -> Conn {
+        if let Some(files) = files {
+            if self.tls_ca.is_none() {
+                self.tls_ca = Some(files.ca.clone());
+            }
+            if self.tls_cert.is_none() {
+                self.tls_cert = Some(files.client_cert.clone());
+                self.tls_key = Some(files.client_key.clone());
+            }
+        }
+        self
+    }
+
     /// The TLS settings of `--tls-ca`, `--tls-cert` and `--tls-key` (plain `redis://` nodes ignore them).
     fn tls(&self) -> TlsConfig {
         let mut tls = TlsConfig::new();

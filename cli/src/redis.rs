@@ -1,34 +1,92 @@
 //! A small blocking Redis client for the local cluster's housekeeping (is this node ours and ready, its uptime,
-//! role and persistence): one loopback connection, commands pipelined, replies decoded by `muxlock::resp`.
+//! role and persistence): one loopback connection, commands pipelined, replies decoded by `muxlock::resp`. For the
+//! nodes of `cluster up --tls`, the connection is TLS (rustls, blocking) with the cluster's CA and client
+//! certificate: those nodes have no plain port.
 //!
 //! Locks never go through here: they use the library's `LockManager`.
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use muxlock::resp::{Decoder, Value, encode_command};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+
+use crate::state::TlsFiles;
 
 /// One connection to a node on 127.0.0.1.
 pub struct Client {
-    stream: TcpStream,
+    stream: Stream,
     buf: BytesMut,
     decoder: Decoder,
     timeout: Duration,
 }
 
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
+}
+
+impl Stream {
+    fn socket(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => &s.sock,
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
 impl Client {
-    /// Connects to `127.0.0.1:port`; every later call waits at most `timeout` for its replies.
+    /// Connects to `127.0.0.1:port`, over TLS with `tls`'s CA and client certificate if given; every later call
+    /// waits at most `timeout` for its replies (the TLS handshake happens with the first one).
     ///
     /// # Errors
     ///
-    /// The connection's error (refused when nothing listens).
-    pub fn connect(port: u16, timeout: Duration) -> io::Result<Client> {
+    /// The connection's error (refused when nothing listens); `InvalidData` for certificate files that cannot be
+    /// read or used (naming the file).
+    pub fn connect(port: u16, tls: Option<&TlsFiles>, timeout: Duration) -> io::Result<Client> {
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-        let stream = TcpStream::connect_timeout(&addr, timeout)?;
-        stream.set_nodelay(true)?;
-        stream.set_write_timeout(Some(timeout))?;
+        let socket = TcpStream::connect_timeout(&addr, timeout)?;
+        socket.set_nodelay(true)?;
+        socket.set_write_timeout(Some(timeout))?;
+        let stream = match tls {
+            None => Stream::Plain(socket),
+            Some(files) => {
+                let name = ServerName::IpAddress(Ipv4Addr::LOCALHOST.into());
+                let conn = ClientConnection::new(Arc::new(tls_config(files)?), name)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                Stream::Tls(Box::new(StreamOwned::new(conn, socket)))
+            }
+        };
         Ok(Client {
             stream,
             buf: BytesMut::with_capacity(4096),
@@ -65,7 +123,7 @@ impl Client {
             if left.is_zero() {
                 return Err(io::Error::new(io::ErrorKind::TimedOut, "no reply in time"));
             }
-            self.stream.set_read_timeout(Some(left))?;
+            self.stream.socket().set_read_timeout(Some(left))?;
             match self.stream.read(&mut chunk) {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
@@ -78,6 +136,34 @@ impl Client {
         }
         Ok(replies)
     }
+}
+
+/// A rustls client configuration that trusts the cluster's CA only and presents its client certificate.
+fn tls_config(files: &TlsFiles) -> io::Result<ClientConfig> {
+    let bad = |path: &std::path::Path, e: &dyn std::fmt::Display| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("TLS file {}: {e}", path.display()),
+        )
+    };
+    let certs = |path: &std::path::Path| {
+        CertificateDer::pem_file_iter(path)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| bad(path, &e))
+    };
+    let mut roots = RootCertStore::empty();
+    for ca in certs(&files.ca)? {
+        roots.add(ca).map_err(|e| bad(&files.ca, &e))?;
+    }
+    let key =
+        PrivateKeyDer::from_pem_file(&files.client_key).map_err(|e| bad(&files.client_key, &e))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs(&files.client_cert)?, key)
+        .map_err(|e| bad(&files.client_cert, &e))
 }
 
 /// The text of a string-like reply (simple, bulk or verbatim string); `None` for anything else.

@@ -2,7 +2,7 @@
 //!
 //! The state directory is `$MUXLOCK_STATE_DIR` if set, else `$XDG_STATE_HOME/muxlock`, else
 //! `~/.local/state/muxlock`. It holds `cluster.json` (the record) and `cluster/node-N/` (each node's data: its
-//! append-only file, log and PID file). The record is written whole to a temporary file and renamed over the old
+//! append-only file, log and PID file), and for a TLS cluster `cluster/tls/` (its throwaway CA and certificates). The record is written whole to a temporary file and renamed over the old
 //! one, so a reader never sees half of it; it is rewritten as each node comes up, so that a `cluster up` that is
 //! interrupted still leaves a record `cluster down` can stop its nodes from.
 
@@ -16,8 +16,12 @@ use serde::{Deserialize, Serialize};
 use crate::exit::{self, CliError};
 use crate::procs;
 
-/// The record's format; a record of another version is reported, never misread.
-pub const VERSION: u32 = 1;
+/// The record's format; a record of another version is reported, never misread. Version 2 added `tls`: a version 1
+/// record (no `tls`) is read as a plain-TCP cluster, and a muxlock that reads version 1 only refuses a version 2
+/// record rather than mistake TLS nodes for plain ones.
+pub const VERSION: u32 = 2;
+/// The oldest version this muxlock still reads.
+const OLDEST_VERSION: u32 = 1;
 
 /// A local cluster as `cluster up` recorded it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -34,16 +38,59 @@ pub struct ClusterState {
     pub redis_server: String,
     /// The nodes' `appendfsync` setting.
     pub appendfsync: String,
+    /// For TLS nodes (`cluster up --tls`, `rediss://` URLs): their certificates. `None`: plain TCP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsFiles>,
     /// The nodes, in order.
     pub nodes: Vec<NodeRecord>,
+}
+
+/// The PEM files of a TLS cluster: the CA that signed everything, the nodes' certificate and key, and the client
+/// certificate and key the other commands present (the nodes ask for one: `tls-auth-clients yes`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TlsFiles {
+    /// The throwaway CA's certificate: `--tls-ca`.
+    pub ca: PathBuf,
+    /// The client certificate: `--tls-cert`.
+    pub client_cert: PathBuf,
+    /// Its private key: `--tls-key`.
+    pub client_key: PathBuf,
+    /// The nodes' certificate (for 127.0.0.1 and localhost).
+    pub server_cert: PathBuf,
+    /// Its private key.
+    pub server_key: PathBuf,
+}
+
+impl TlsFiles {
+    /// The files' names in `dir`.
+    pub fn in_dir(dir: &Path) -> TlsFiles {
+        TlsFiles {
+            ca: dir.join("ca.crt"),
+            client_cert: dir.join("client.crt"),
+            client_key: dir.join("client.key"),
+            server_cert: dir.join("server.crt"),
+            server_key: dir.join("server.key"),
+        }
+    }
+
+    /// The flags that make a command trust these nodes and present the client certificate, as a user types them
+    /// (for the commands that are given `--nodes` rather than using the recorded cluster).
+    pub fn flags(&self) -> String {
+        format!(
+            "--tls-ca {} --tls-cert {} --tls-key {}",
+            self.ca.display(),
+            self.client_cert.display(),
+            self.client_key.display()
+        )
+    }
 }
 
 /// One node of the local cluster.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct NodeRecord {
-    /// `redis://127.0.0.1:PORT`.
+    /// `redis://127.0.0.1:PORT`, or `rediss://127.0.0.1:PORT` for a TLS node.
     pub url: String,
-    /// The TCP port on 127.0.0.1.
+    /// The TCP port on 127.0.0.1 (the TLS port of a TLS node: it has no plain one).
     pub port: u16,
     /// The `redis-server` process.
     pub pid: u32,
@@ -63,7 +110,7 @@ impl NodeRecord {
 
 impl ClusterState {
     /// A record of a cluster being started by this process.
-    pub fn starting(redis_server: &Path, appendfsync: &str) -> ClusterState {
+    pub fn starting(redis_server: &Path, appendfsync: &str, tls: Option<TlsFiles>) -> ClusterState {
         ClusterState {
             version: VERSION,
             status: "starting".into(),
@@ -71,6 +118,7 @@ impl ClusterState {
             created_unix_ms: unix_ms(SystemTime::now()),
             redis_server: redis_server.display().to_string(),
             appendfsync: appendfsync.into(),
+            tls,
             nodes: Vec::new(),
         }
     }
@@ -150,9 +198,10 @@ pub fn load(dir: &Path) -> Result<Option<ClusterState>, CliError> {
             path.display()
         ))
     })?;
-    if state.version != VERSION {
+    if !(OLDEST_VERSION..=VERSION).contains(&state.version) {
         return Err(CliError::config(format!(
-            "the local cluster's record {} has version {}, this muxlock reads version {VERSION}",
+            "the local cluster's record {} has version {}, this muxlock reads versions {OLDEST_VERSION} to \
+             {VERSION}",
             path.display(),
             state.version
         )));

@@ -4,6 +4,7 @@
 mod support;
 
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -229,8 +230,148 @@ fn without_redis_server_cluster_up_says_how_to_get_it() {
             "{run:#?}"
         );
     }
-    let tls = state.muxlock(&["cluster", "up", "--tls"]).run();
+    state.muxlock(&["cluster", "down"]).run().expect(0);
+    // A redis-server built without TLS (as `redis-server --tls-port` answers then): said as such, nothing left.
+    let fake = state.path().join("redis-server-without-tls");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho '*** FATAL CONFIG FILE ERROR (Redis 7.0.15) ***' >&2\n\
+         echo \">>> 'tls-port \\\"1\\\"'\" >&2\necho 'Bad directive or wrong number of arguments' >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, PermissionsExt::from_mode(0o755)).unwrap();
+    let fake = fake.to_str().unwrap();
+    let tls = state
+        .muxlock(&["cluster", "up", "--tls", "-c", "2", "--redis-server", fake])
+        .run();
     tls.expect(69).one_line_error();
-    assert!(tls.stderr.contains("not built yet"), "{tls:#?}");
-    assert!(tls.stderr.contains("--tls-ca"), "{tls:#?}");
+    assert!(
+        tls.stderr.contains("built without TLS support") && tls.stderr.contains("BUILD_TLS=yes"),
+        "{tls:#?}"
+    );
+    assert!(!state.path().join("cluster.json").exists());
+    assert!(!state.path().join("cluster").exists());
+}
+
+/// Sends `line` to a TCP port and returns what comes back within a second (nothing, for a TLS-only port that sees
+/// no handshake).
+fn plain_reply(port: u16, line: &[u8]) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, port)) else {
+        return Vec::new();
+    };
+    stream
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    let _ = stream.write_all(line);
+    let mut reply = vec![0; 64];
+    let n = stream.read(&mut reply).unwrap_or(0);
+    reply.truncate(n);
+    reply
+}
+
+#[test]
+fn a_tls_cluster_serves_the_lock_commands_without_flags_and_stops_cleanly() {
+    let state = State::new();
+    let up = state
+        .muxlock(&["cluster", "up", "--tls", "-c", "3", "--json"])
+        .run();
+    let doc = up.expect(0).json();
+    let nodes = doc["nodes"].as_array().expect("nodes").clone();
+    assert_eq!(nodes.len(), 3, "{doc}");
+    let pids: Vec<u32> = nodes
+        .iter()
+        .map(|n| n["pid"].as_u64().unwrap() as u32)
+        .collect();
+    let ports: Vec<u16> = nodes
+        .iter()
+        .map(|n| n["port"].as_u64().unwrap() as u16)
+        .collect();
+    for (node, port) in nodes.iter().zip(&ports) {
+        assert_eq!(node["url"], format!("rediss://127.0.0.1:{port}"), "{doc}");
+        // TLS only: a plain client gets no PONG.
+        assert!(
+            !plain_reply(*port, b"PING\r\n").starts_with(b"+PONG"),
+            "port {port} answers plain TCP"
+        );
+    }
+    let tls_file = |name: &str| doc["tls"][name].as_str().expect(name).to_owned();
+    let (ca, cert, key) = (
+        tls_file("ca"),
+        tls_file("client_cert"),
+        tls_file("client_key"),
+    );
+    for file in [&ca, &cert, &key] {
+        assert!(file.starts_with(&*state.path().to_string_lossy()), "{file}");
+        assert!(Path::new(file).is_file(), "{file}");
+    }
+    let mut running = processes_under(state.path());
+    running.sort_unstable();
+    let mut recorded = pids.clone();
+    recorded.sort_unstable();
+    assert_eq!(running, recorded);
+
+    // The lock commands use the recorded cluster with its CA and client certificate, no flag needed.
+    let acquired = state
+        .muxlock(&["acquire", "job", "--ttl", "10s", "-n"])
+        .env("MUXLOCK_ROUND_TIMEOUT", "500ms")
+        .run();
+    let value = acquired.expect(0).stdout.trim().to_owned();
+    let seen = state.muxlock(&["status", "job", "--json"]).run();
+    let seen = seen.expect(0).json();
+    assert_eq!(seen["holder"], value.as_str());
+    assert_eq!(seen["nodes"][2]["node"], nodes[2]["url"]);
+    state.muxlock(&["release", "job", &value]).run().expect(0);
+    let exec = state
+        .muxlock(&[
+            "exec",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$MUXLOCK_RESOURCE\"",
+        ])
+        .run();
+    assert_eq!(exec.expect(0).stdout, "job\n");
+
+    // cluster status talks TLS to each node, and says which flags a command given --nodes needs.
+    let status = state.muxlock(&["cluster", "status", "--json"]).run();
+    let status = status.expect(0).json();
+    assert_eq!(status["tls"]["ca"], ca.as_str());
+    for (i, node) in status["nodes"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(node["state"], "up", "{status}");
+        assert_eq!(node["role"], "master");
+        assert_eq!(node["appendfsync"], "always");
+        assert_eq!(node["pid"].as_u64(), Some(u64::from(pids[i])));
+    }
+    let table = state.muxlock(&["cluster", "status"]).run();
+    table.expect(0);
+    let flags = format!("--tls-ca {ca} --tls-cert {cert} --tls-key {key}");
+    assert!(table.stderr.contains(&flags), "{table:#?}");
+    // With --nodes, the recorded files are not assumed: without them the handshake fails; with the printed
+    // flags it works.
+    let urls: Vec<&str> = nodes.iter().map(|n| n["url"].as_str().unwrap()).collect();
+    let given = |extra: &[&str]| {
+        let mut args = vec!["acquire", "other", "--ttl", "10s", "-n", "--nodes"];
+        let urls = urls.join(",");
+        args.push(&urls);
+        args.extend_from_slice(extra);
+        state.muxlock(&args).run()
+    };
+    let no_ca = given(&[]);
+    assert_ne!(no_ca.code(), 0, "{no_ca:#?}");
+    no_ca.one_line_error();
+    let flag_args: Vec<&str> = flags.split(' ').collect();
+    given(&flag_args).expect(0);
+
+    let down = state.muxlock(&["cluster", "down"]).run();
+    down.expect(0);
+    assert!(down.stdout.starts_with("stopped 3 of 3 nodes"), "{down:#?}");
+    wait_gone(&pids, Duration::from_secs(10));
+    assert!(processes_under(state.path()).is_empty());
+    for port in ports {
+        assert!(refused(port), "port {port} still answers");
+    }
+    assert!(!Path::new(&ca).exists(), "the throwaway CA is removed");
+    assert!(!state.path().join("cluster.json").exists());
 }

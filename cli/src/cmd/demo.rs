@@ -21,8 +21,18 @@
 //!    event, and a summary: acquisitions, hand-offs, latency percentiles, per-node figures, violations, and what the
 //!    restart guard did. `--json` prints the summary as one JSON object on stdout (the live lines go to stderr).
 //!
+//! 6. **Interrupts.** Ctrl-C (SIGINT) or SIGTERM stops the run early: the threads here stop (a waiting one gives
+//!    up at once, one inside a critical section finishes it), the worker processes see the stop file (they also
+//!    stop by themselves on the terminal's Ctrl-C, and report), their results are read (each waited for up to 15
+//!    s), the summary is printed, and what the demo started is stopped. A second one skips the waiting: worker
+//!    processes still running are killed (SIGKILL), unfinished threads are left to end with the process, no
+//!    summary; the nodes this demo started are still stopped, then exit 130. That wait is short unless a worker
+//!    is stuck (stopped with SIGSTOP, or hung) or a section is long (`--ttl` large): `cli/tests/demo.rs` stops a
+//!    worker process to show it.
+//!
 //! Exit codes: 0 when every check passed; 70 if a violation was seen (a bug: please report it); 69 if no lock was
-//! granted at all; the usual codes for a cluster that cannot start or nodes that cannot be used.
+//! granted at all; 130 after a second interrupt; the usual codes for a cluster that cannot start or nodes that
+//! cannot be used.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, BufRead, BufReader, IsTerminal, Write};
@@ -56,8 +66,10 @@ use crate::state::{self, ClusterState};
 #[derive(ClapArgs)]
 #[command(
     after_help = "Example:\n  muxlock demo\n  muxlock demo --short   # about 8 s: the CI run\n\n\
+                  Ctrl-C stops early, with a summary, once the workers have stopped; a second Ctrl-C kills them \
+                  and exits 130 without one. Either way the nodes this demo started are stopped.\n\n\
                   Exit codes: 0 all checks passed; 70 mutual exclusion was violated (a bug); 69 no lock could be \
-                  granted; 73 the cluster could not start."
+                  granted; 73 the cluster could not start; 130 interrupted twice."
 )]
 pub struct Args {
     /// How long the workers run.
@@ -304,9 +316,18 @@ fn counted(dir: &Path, resources: u32) -> u64 {
         .sum()
 }
 
-/// `--worker DIR`: two worker threads until DIR/stop appears, a `progress N` line per second on stdout, then one
-/// `result {json}` line.
+/// `--worker DIR`: two worker threads until DIR/stop appears (or SIGINT/SIGTERM comes), a `progress N` line per
+/// second on stdout, then one `result {json}` line.
+///
+/// Ctrl-C on a terminal goes to the whole foreground process group, this worker included: it stops as for the stop
+/// file and still reports, rather than dying with its figures (the demo would then count it as missing and exit
+/// 70 for an interrupt).
 fn worker_process(args: &Args, dir: &Path) -> Result<(), CliError> {
+    let signalled = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&signalled))
+            .map_err(|e| CliError::new(exit::OSERR, "os", format!("cannot catch signals: {e}")))?;
+    }
     let locks = args.conn.manager(0)?;
     let shared = Arc::new(Shared {
         dir: dir.to_path_buf(),
@@ -326,7 +347,7 @@ fn worker_process(args: &Args, dir: &Path) -> Result<(), CliError> {
     let until = Instant::now() + args.duration + WORKER_GRACE;
     let stop_file = dir.join("stop");
     let mut last_line = Instant::now();
-    while !stop_file.exists() && Instant::now() < until {
+    while !stop_file.exists() && !signalled.load(Ordering::Relaxed) && Instant::now() < until {
         thread::sleep(Duration::from_millis(50));
         if last_line.elapsed() >= Duration::from_secs(1) {
             last_line = Instant::now();
@@ -618,7 +639,7 @@ impl Demo<'_> {
             }
         }
         let asked = Instant::now();
-        let started = up::start(&dir, &[None; 5], None)?;
+        let started = up::start(&dir, &[None; 5], None, false)?;
         self.screen.line(&format!(
             "started a local cluster of {} redis-server nodes in {} (appendonly yes, appendfsync always: every \
              write on disk before the reply); recorded in {}",
@@ -644,10 +665,13 @@ impl Demo<'_> {
         interrupted: &AtomicBool,
         forced: &AtomicBool,
     ) -> Result<(), CliError> {
+        // The local cluster's nodes are given by URL here (and to the worker processes): its TLS files, if any,
+        // go with them.
         let conn = Conn {
             nodes: cluster.urls.clone(),
             ..self.args.conn.clone()
-        };
+        }
+        .with_cluster_tls(cluster.record.as_ref().and_then(|(_, r)| r.tls.as_ref()));
         let locks = conn.manager(0)?;
         let args = self.args;
         let shared = Arc::new(Shared {
@@ -698,7 +722,7 @@ impl Demo<'_> {
         let mut workers: Vec<(Child, Arc<AtomicU64>, thread::JoinHandle<Option<Tally>>)> =
             Vec::new();
         for _ in 0..args.processes {
-            workers.push(spawn_worker(args, &cluster.urls, dir, self.duration)?);
+            workers.push(spawn_worker(args, &conn, dir, self.duration)?);
         }
         let handles: Vec<_> = (0..u64::from(args.threads))
             .map(|i| {
@@ -742,8 +766,15 @@ impl Demo<'_> {
         shared.stop.store(true, Ordering::Relaxed);
         // Threads waiting for a lock give up now rather than at the end of their wait.
         locks.cancel_waits();
+        // A thread inside a long critical section (half the lease) is waited for, unless a second Ctrl-C says
+        // not to: then it is left to die with the process.
         for h in handles {
-            let _ = h.join();
+            while !h.is_finished() && !forced.load(Ordering::Acquire) {
+                thread::sleep(Duration::from_millis(20));
+            }
+            if h.is_finished() {
+                let _ = h.join();
+            }
         }
         let _ = fs::write(dir.join("stop"), b"");
         let mut tally = shared
@@ -1128,7 +1159,8 @@ fn nodes_of(cluster: &ClusterState) -> Vec<Node> {
 fn restart(cluster: &mut Cluster, i: usize) -> Result<Duration, String> {
     let started = Instant::now();
     let node = &cluster.nodes[i];
-    let record = up::start_node(&cluster.redis_server, &node.dir, Some(node.port))?;
+    let tls = cluster.record.as_ref().and_then(|(_, r)| r.tls.as_ref());
+    let record = up::start_node(&cluster.redis_server, &node.dir, Some(node.port), tls)?;
     let node = &mut cluster.nodes[i];
     node.pid = record.pid;
     node.start_ticks = record.start_ticks;
@@ -1223,7 +1255,7 @@ type Worker = (Child, Arc<AtomicU64>, thread::JoinHandle<Option<Tally>>);
 /// Starts a worker process; a thread reads its progress lines and its result.
 fn spawn_worker(
     args: &Args,
-    urls: &[String],
+    conn: &Conn,
     dir: &Path,
     duration: Duration,
 ) -> Result<Worker, CliError> {
@@ -1245,20 +1277,20 @@ fn spawn_worker(
         .arg("--duration")
         .arg(format!("{}ms", millis(duration).max(1)))
         .arg("--round-timeout")
-        .arg(format!("{}ms", millis(args.conn.round_timeout).max(1)))
+        .arg(format!("{}ms", millis(conn.round_timeout).max(1)))
         .arg("--restart-guard")
-        .arg(if args.conn.restart_guard == Toggle::On {
+        .arg(if conn.restart_guard == Toggle::On {
             "on"
         } else {
             "off"
         })
         // The nodes (passwords included) go through the environment, not the command line that `ps` shows.
-        .env("MUXLOCK_NODES", urls.join(","))
+        .env("MUXLOCK_NODES", conn.nodes.join(","))
         .envs(
             [
-                ("MUXLOCK_TLS_CA", &args.conn.tls_ca),
-                ("MUXLOCK_TLS_CERT", &args.conn.tls_cert),
-                ("MUXLOCK_TLS_KEY", &args.conn.tls_key),
+                ("MUXLOCK_TLS_CA", &conn.tls_ca),
+                ("MUXLOCK_TLS_CERT", &conn.tls_cert),
+                ("MUXLOCK_TLS_KEY", &conn.tls_key),
             ]
             .into_iter()
             .filter_map(|(name, path)| path.as_ref().map(|p| (name, p))),

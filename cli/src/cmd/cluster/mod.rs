@@ -3,7 +3,9 @@
 //!
 //! The nodes listen on 127.0.0.1 only, run as daemons in their own session (a closed terminal does not stop them),
 //! and persist every write before answering (`--appendonly yes --appendfsync always`), so that a node that
-//! restarts remembers the locks it granted. `cluster down` stops exactly the recorded processes, by PID and start
+//! restarts remembers the locks it granted. With `cluster up --tls` they listen for TLS only, with a CA made for the
+//! cluster (see [`crate::certs`]); the record names its files, so that every command using the cluster (and this
+//! module's housekeeping client) trusts it with no flag. `cluster down` stops exactly the recorded processes, by PID and start
 //! time, never by name.
 
 pub mod down;

@@ -10,7 +10,7 @@ use crate::exit::{self, CliError};
 use crate::output;
 use crate::procs;
 use crate::redis::{self, Client};
-use crate::state::{self, NodeRecord};
+use crate::state::{self, NodeRecord, TlsFiles};
 
 /// List the local cluster's nodes: state (up, down, paused, not answering), uptime, role and appendfsync.
 ///
@@ -27,6 +27,9 @@ struct Status {
     state_file: String,
     status: String,
     created_unix_ms: u64,
+    /// The CA and client files of a TLS cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsFiles>,
     nodes: Vec<Node>,
 }
 
@@ -65,9 +68,20 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         state_file: state::describe(&dir),
         status: cluster.status.clone(),
         created_unix_ms: cluster.created_unix_ms,
-        nodes: cluster.nodes.iter().map(probe).collect(),
+        tls: cluster.tls.clone(),
+        nodes: cluster
+            .nodes
+            .iter()
+            .map(|n| probe(n, cluster.tls.as_ref()))
+            .collect(),
     };
     output::emit(args.json, &doc, || table(&doc))?;
+    if let (Some(tls), false) = (&doc.tls, args.json) {
+        output::note(&format!(
+            "TLS nodes: commands without --nodes use their CA and client certificate; with --nodes, add {}",
+            tls.flags()
+        ));
+    }
     let down = doc.nodes.iter().filter(|n| n.state != "up").count();
     if down > 0 || doc.nodes.is_empty() {
         return Err(CliError::new(
@@ -83,7 +97,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     Ok(())
 }
 
-fn probe(node: &NodeRecord) -> Node {
+fn probe(node: &NodeRecord, tls: Option<&TlsFiles>) -> Node {
     let mut out = Node {
         url: node.url.clone(),
         port: node.port,
@@ -101,7 +115,7 @@ fn probe(node: &NodeRecord) -> Node {
         out.state = "paused";
         return out;
     }
-    let queried = Client::connect(node.port, Duration::from_millis(500)).and_then(|mut c| {
+    let queried = Client::connect(node.port, tls, Duration::from_millis(500)).and_then(|mut c| {
         c.pipeline(&[
             &[b"INFO", b"server"],
             &[b"INFO", b"replication"],

@@ -12,12 +12,13 @@ use clap::Args as ClapArgs;
 use rustix::process::Signal;
 use serde::Serialize;
 
+use crate::certs;
 use crate::duration;
 use crate::exit::{self, CliError};
 use crate::output;
 use crate::procs;
 use crate::redis::{self, Client};
-use crate::state::{self, ClusterState, NodeRecord};
+use crate::state::{self, ClusterState, NodeRecord, TlsFiles};
 
 /// How long a node may take to answer its first PING.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -32,9 +33,13 @@ pub const APPENDFSYNC: &str = "always";
 /// $XDG_STATE_HOME/muxlock, else ~/.local/state/muxlock) and persists every write before answering (appendonly
 /// yes, appendfsync always): a restarted node remembers its locks. Prints the nodes' URLs. Refuses to start a second
 /// cluster while one is running.
+///
+/// With --tls the nodes speak TLS only (rediss://), with certificates from a CA made for this cluster alone;
+/// the commands that use the local cluster trust that CA and present its client certificate by themselves.
 #[derive(ClapArgs)]
 #[command(
-    after_help = "Example:\n  muxlock cluster up\n  muxlock acquire job --ttl 10s   # uses the local cluster"
+    after_help = "Example:\n  muxlock cluster up\n  muxlock acquire job --ttl 10s   # uses the local cluster\n  \
+                  muxlock cluster up --tls -c 3   # rediss:// nodes, a throwaway CA in the state directory"
 )]
 pub struct Args {
     /// How many nodes (a majority of them must agree on each lock).
@@ -47,8 +52,10 @@ pub struct Args {
     #[arg(long, value_name = "P", value_parser = clap::value_parser!(u16).range(1..))]
     pub base_port: Option<u16>,
 
-    /// TLS nodes (rediss://) with a throwaway CA: not built yet (exit 69). muxlock itself speaks TLS (--nodes
-    /// rediss://... --tls-ca ca.crt): start redis-server with --tls-port to try it.
+    /// TLS nodes (rediss://, no plain port) with a throwaway CA: a CA, a server certificate for 127.0.0.1 and
+    /// localhost and a client certificate are made in the state directory (cluster/tls/, removed by `cluster
+    /// down`). Commands without --nodes pick them up; with --nodes, pass the --tls-ca/--tls-cert/--tls-key that
+    /// `cluster up` prints. Needs a redis-server built with TLS (BUILD_TLS=yes; Debian's is).
     #[arg(long)]
     pub tls: bool,
 
@@ -65,6 +72,9 @@ pub struct Args {
 struct Started<'a> {
     state_file: String,
     appendfsync: &'a str,
+    /// The CA and client files of a TLS cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<&'a TlsFiles>,
     nodes: Vec<StartedNode<'a>>,
 }
 
@@ -80,20 +90,10 @@ struct StartedNode<'a> {
 ///
 /// # Errors
 ///
-/// [`exit::CANTCREAT`] if a cluster is running already, the state cannot be written, or a node does not start (the
-/// nodes that did are stopped again); [`exit::UNAVAILABLE`] without redis-server, or with `--tls`.
+/// [`exit::CANTCREAT`] if a cluster is running already, the state cannot be written, the certificates cannot be
+/// made, or a node does not start (the nodes that did are stopped again); [`exit::UNAVAILABLE`] without
+/// redis-server, or with `--tls` and a redis-server built without TLS.
 pub fn run(args: &Args) -> Result<(), CliError> {
-    if args.tls {
-        return Err(CliError::new(
-            exit::UNAVAILABLE,
-            "not_built",
-            "cluster up --tls is not built yet: the local cluster's record, its housekeeping client (`cluster \
-             status`, `cluster down`) and its certificates are plain-TCP only. The lock commands do speak TLS: \
-             start redis-server with --tls-port, --tls-cert-file, --tls-key-file and --tls-ca-cert-file, then use \
-             --nodes rediss://127.0.0.1:PORT,... --tls-ca ca.crt (and --tls-cert/--tls-key if it asks for a client \
-             certificate)",
-        ));
-    }
     let ports = match args.base_port {
         Some(base) => {
             let last = u32::from(base) + u32::from(args.count) - 1;
@@ -109,10 +109,11 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     };
     let dir = state::dir()?;
     let started = Instant::now();
-    let cluster = start(&dir, &ports, args.redis_server.as_deref())?;
+    let cluster = start(&dir, &ports, args.redis_server.as_deref(), args.tls)?;
     let doc = Started {
         state_file: state::describe(&dir),
         appendfsync: APPENDFSYNC,
+        tls: cluster.tls.as_ref(),
         nodes: cluster
             .nodes
             .iter()
@@ -139,12 +140,19 @@ pub fn run(args: &Args) -> Result<(), CliError> {
             duration::human(started.elapsed()),
             state::describe(&dir)
         ));
+        if let Some(tls) = &cluster.tls {
+            output::note(&format!(
+                "TLS only (no plain port), with a CA made for this cluster: commands without --nodes trust it and \
+                 present its client certificate by themselves; with --nodes, add {}",
+                tls.flags()
+            ));
+        }
     }
     Ok(())
 }
 
 /// Starts a cluster of `ports.len()` nodes (each on its port, or a free one) recorded in `dir`, as `cluster up`
-/// does (and `demo` when no cluster runs).
+/// does (and `demo` when no cluster runs); TLS nodes with new certificates if `tls`.
 ///
 /// # Errors
 ///
@@ -153,26 +161,35 @@ pub fn start(
     dir: &Path,
     ports: &[Option<u16>],
     redis_server: Option<&Path>,
+    tls: bool,
 ) -> Result<ClusterState, CliError> {
     // REDIS_SERVER is read here rather than by clap, so that an empty one means "not set".
     let from_env = std::env::var_os("REDIS_SERVER")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from);
     let bin = find_redis(redis_server.or(from_env.as_deref()))?;
-    let record = Recorder::claim(dir, &bin)?;
+    let tls_dir = state::data_dir(dir).join("tls");
+    let files = tls.then(|| TlsFiles::in_dir(&tls_dir));
+    let record = Recorder::claim(dir, &bin, files.clone())?;
+    // After the claim: it clears the data directory of an earlier cluster, where the files go.
+    if let Some(Err(e)) = tls.then(|| certs::generate(&tls_dir)) {
+        record.abandon();
+        return Err(CliError::new(exit::CANTCREAT, "cluster", e));
+    }
     let results: Vec<Result<NodeRecord, String>> = thread::scope(|scope| {
         let handles: Vec<_> = ports
             .iter()
             .enumerate()
             .map(|(i, port)| {
-                let (bin, record) = (&bin, &record);
+                let (bin, record, files) = (&bin, &record, files.as_ref());
                 scope.spawn(move || {
                     let node = start_node(
                         bin,
                         &state::data_dir(dir).join(format!("node-{}", i + 1)),
                         *port,
+                        files,
                     )?;
-                    provision_marker(node.port);
+                    provision_marker(node.port, files);
                     record.add(i, node.clone());
                     Ok(node)
                 })
@@ -189,6 +206,9 @@ pub fn start(
     if let Some(failure) = results.iter().find_map(|r| r.as_ref().err()) {
         let failure = failure.clone();
         record.abandon();
+        if failure.starts_with(NO_TLS) {
+            return Err(CliError::new(exit::UNAVAILABLE, "unavailable", failure));
+        }
         return Err(CliError::new(exit::CANTCREAT, "cluster", failure));
     }
     let cluster = record.finish()?;
@@ -198,8 +218,8 @@ pub fn start(
 /// Writes the restart guard's persistence marker with an old time (`SET NX`: a marker the node reloaded from its
 /// files stays), so that the new nodes, which hold no lock from before, are trusted at once from their first
 /// second (see `muxlock::redlock::PERSIST_MARKER_KEY`). Best effort: without it they wait one lease first.
-fn provision_marker(port: u16) {
-    if let Ok(mut client) = Client::connect(port, Duration::from_secs(2)) {
+fn provision_marker(port: u16, tls: Option<&TlsFiles>) {
+    if let Ok(mut client) = Client::connect(port, tls, Duration::from_secs(2)) {
         let key = muxlock::redlock::PERSIST_MARKER_KEY.as_bytes();
         let _ = client.pipeline(&[&[b"SET", key, b"0 provisioned-by-muxlock-cluster-up", b"NX"]]);
     }
@@ -251,8 +271,8 @@ struct Recorder<'a> {
 impl<'a> Recorder<'a> {
     /// Creates the record, or explains why there is one already. A record whose nodes are all gone (and whose
     /// `cluster up` is not running) is stale: it is removed, with a note.
-    fn claim(dir: &'a Path, bin: &Path) -> Result<Recorder<'a>, CliError> {
-        let fresh = ClusterState::starting(bin, APPENDFSYNC);
+    fn claim(dir: &'a Path, bin: &Path, tls: Option<TlsFiles>) -> Result<Recorder<'a>, CliError> {
+        let fresh = ClusterState::starting(bin, APPENDFSYNC, tls);
         for _ in 0..2 {
             match state::create(dir, &fresh) {
                 Ok(()) => {
@@ -363,15 +383,25 @@ pub fn stop(procs: &[(u32, u64)]) -> Vec<(u32, u64)> {
     procs::wait_gone(&left, Duration::from_secs(5))
 }
 
-/// Starts one node in `dir`, on the `fixed` port or on a free one, and waits until it answers.
-pub fn start_node(bin: &Path, dir: &Path, fixed: Option<u16>) -> Result<NodeRecord, String> {
+/// Starts one node in `dir`, on the `fixed` port or on a free one, and waits until it answers; a TLS node (its
+/// only port is TLS) with `tls`'s server certificate.
+///
+/// # Errors
+///
+/// A message naming the port and the cause; it starts with [`NO_TLS`] when redis-server has no TLS support.
+pub fn start_node(
+    bin: &Path,
+    dir: &Path,
+    fixed: Option<u16>,
+    tls: Option<&TlsFiles>,
+) -> Result<NodeRecord, String> {
     let tries = if fixed.is_some() { 1 } else { PORT_TRIES };
     for _ in 0..tries {
         let port = match fixed {
             Some(p) => p,
             None => free_port().map_err(|e| format!("cannot find a free port: {e}"))?,
         };
-        match spawn(bin, dir, port) {
+        match spawn(bin, dir, port, tls) {
             Ok(node) => return Ok(node),
             Err(Failure::PortTaken) if fixed.is_some() => {
                 return Err(format!(
@@ -393,8 +423,41 @@ enum Failure {
     Other(String),
 }
 
+/// The start of the error for a redis-server built without TLS.
+pub const NO_TLS: &str = "this redis-server was built without TLS support";
+
+/// The arguments that make `port` the node's only port: plain, or TLS with `tls`'s files.
+fn port_args(port: u16, tls: Option<&TlsFiles>) -> Vec<std::ffi::OsString> {
+    let port = port.to_string().into();
+    match tls {
+        None => vec!["--port".into(), port],
+        Some(files) => vec![
+            "--port".into(),
+            "0".into(),
+            "--tls-port".into(),
+            port,
+            "--tls-cert-file".into(),
+            files.server_cert.clone().into(),
+            "--tls-key-file".into(),
+            files.server_key.clone().into(),
+            "--tls-ca-cert-file".into(),
+            files.ca.clone().into(),
+            // Redis' default, said out loud: a client without a certificate from this CA is refused.
+            "--tls-auth-clients".into(),
+            "yes".into(),
+        ],
+    }
+}
+
+/// Whether redis-server's words (its start-up errors or log) say it does not know the TLS directives.
+fn lacks_tls(text: &str) -> bool {
+    (text.contains("Bad directive") && text.contains("tls"))
+        || text.contains("TLS is not supported")
+        || text.contains("not compiled with TLS")
+}
+
 /// One try: start `redis-server` as a daemon on `port`, and wait until this very process answers.
-fn spawn(bin: &Path, dir: &Path, port: u16) -> Result<NodeRecord, Failure> {
+fn spawn(bin: &Path, dir: &Path, port: u16, tls: Option<&TlsFiles>) -> Result<NodeRecord, Failure> {
     let other = |m: String| Failure::Other(m);
     fs::create_dir_all(dir).map_err(|e| other(format!("cannot create {}: {e}", dir.display())))?;
     let (pidfile, logfile, errfile) = (
@@ -408,8 +471,7 @@ fn spawn(bin: &Path, dir: &Path, port: u16) -> Result<NodeRecord, Failure> {
     let stderr = fs::File::create(&errfile)
         .map_err(|e| other(format!("cannot create {}: {e}", errfile.display())))?;
     let status = Command::new(bin)
-        .arg("--port")
-        .arg(port.to_string())
+        .args(port_args(port, tls))
         .args([
             "--bind",
             "127.0.0.1",
@@ -438,7 +500,16 @@ fn spawn(bin: &Path, dir: &Path, port: u16) -> Result<NodeRecord, Failure> {
         .status()
         .map_err(|e| other(format!("cannot run {}: {e}", bin.display())))?;
     if !status.success() {
-        let why = last_lines(&read(&errfile), 1);
+        let said = read(&errfile);
+        if tls.is_some() && lacks_tls(&said) {
+            return Err(other(format!(
+                "{NO_TLS} ({}: {}): cluster up --tls needs one built with BUILD_TLS=yes (Debian's redis-server 7 \
+                 is), given with --redis-server or REDIS_SERVER; or leave out --tls",
+                bin.display(),
+                last_lines(&said, 1)
+            )));
+        }
+        let why = last_lines(&said, 1);
         return Err(other(format!(
             "redis-server on port {port} refused to start ({status}): {why}"
         )));
@@ -449,6 +520,14 @@ fn spawn(bin: &Path, dir: &Path, port: u16) -> Result<NodeRecord, Failure> {
         let log = read(&logfile);
         if log.contains("Address already in use") {
             return Err(Failure::PortTaken);
+        }
+        if tls.is_some() && lacks_tls(&log) {
+            return Err(other(format!(
+                "{NO_TLS} ({}; log: {}): cluster up --tls needs one built with BUILD_TLS=yes, given with \
+                 --redis-server or REDIS_SERVER; or leave out --tls",
+                bin.display(),
+                logfile.display()
+            )));
         }
         if log.contains("aborting") || log.contains("FATAL") {
             return Err(other(format!(
@@ -470,10 +549,11 @@ fn spawn(bin: &Path, dir: &Path, port: u16) -> Result<NodeRecord, Failure> {
                     logfile.display()
                 )));
             };
-            match answers_as(port, pid) {
+            match answers_as(port, pid, tls) {
                 Some(true) => {
+                    let scheme = if tls.is_some() { "rediss" } else { "redis" };
                     return Ok(NodeRecord {
-                        url: format!("redis://127.0.0.1:{port}"),
+                        url: format!("{scheme}://127.0.0.1:{port}"),
                         port,
                         pid,
                         start_ticks: stat.start_ticks,
@@ -504,8 +584,8 @@ fn spawn(bin: &Path, dir: &Path, port: u16) -> Result<NodeRecord, Failure> {
 
 /// `Some(true)` once the node on `port` answers PING and is process `pid`; `Some(false)` if another process
 /// answers there; `None` while nothing answers yet.
-fn answers_as(port: u16, pid: u32) -> Option<bool> {
-    let mut client = Client::connect(port, Duration::from_millis(500)).ok()?;
+fn answers_as(port: u16, pid: u32, tls: Option<&TlsFiles>) -> Option<bool> {
+    let mut client = Client::connect(port, tls, Duration::from_millis(500)).ok()?;
     let replies = client.pipeline(&[&[b"PING"], &[b"INFO", b"server"]]).ok()?;
     let info = redis::text(replies.get(1)?)?;
     let served_by = redis::info_field(&info, "process_id")?
