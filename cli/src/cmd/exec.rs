@@ -199,6 +199,38 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
         finish_reaper(reaper);
         return Err(Interrupts::error(signal, &args.resource));
     }
+    // The reaper may have been slow to start (a loaded machine): the lock may have been lost meanwhile, or its
+    // kill deadline passed, and a renewal may have moved it. Checked again now, right before the command starts:
+    // a command must never start after its lease (the hostile review of #21 started one 2.5 s into the next
+    // holder's).
+    let sent_deadline = watch.deadline();
+    if guard.is_lost() || kill_by(sent_deadline) <= Instant::now() {
+        end_group(group);
+        finish_reaper(reaper);
+        let why = guard.lost().unwrap_or(Lost::Expired(None));
+        return Err(CliError::new(
+            exit::LOST,
+            "lost",
+            format!(
+                "lock {:?} was lost before the command started ({why}); the command did not run",
+                args.resource
+            ),
+        ));
+    }
+    if deadlines.send(kill_by(sent_deadline)).is_err() {
+        end_group(group);
+        finish_reaper(reaper);
+        return Err(CliError::new(
+            exit::OSERR,
+            "os",
+            format!(
+                "muxlock's reaper (pid {reaper_pid}) ended before the command started; it did not run"
+            ),
+        ));
+    }
+    // Notes while the command runs are written by a thread of their own: a stderr that blocks (a terminal after
+    // Ctrl-S, a stuck pipe) must never hold up a signal or a kill.
+    let notes = Notes::start();
     let deadline_ms =
         unix_ms(SystemTime::now() + watch.deadline().saturating_duration_since(Instant::now()));
     let mut command = Command::new("/proc/self/exe");
@@ -260,7 +292,7 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
         let watch = guard.watch();
         let every = (ttl / 20).clamp(Duration::from_millis(10), Duration::from_millis(100));
         thread::spawn(move || {
-            let mut last = watch.deadline();
+            let mut last = sent_deadline;
             loop {
                 thread::sleep(every);
                 let alive = procs::stat(reaper_pid).is_some_and(|s| !matches!(s.state, 'Z' | 'X'));
@@ -307,7 +339,7 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
         };
         let Some(event) = event else {
             if killed_at.is_some() {
-                output::note(&format!(
+                notes.say(format!(
                     "the command (pid {pid}) did not end within {} of SIGKILL; muxlock exits without it",
                     duration::human(AFTER_KILL)
                 ));
@@ -316,7 +348,10 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
             if kill_at.is_none() && kill_by(watch.deadline()) > Instant::now() {
                 continue; // renewed since the timer was set
             }
-            output::note(&match &stop {
+            // The kill first, the words after.
+            end_group(group);
+            killed_at = Some(Instant::now());
+            notes.say(match &stop {
                 Some(_) if kill_at.is_some_and(|at| at < kill_by(watch.deadline())) => format!(
                     "the command did not exit within --kill-after {} of SIGTERM: SIGKILL to its process group",
                     duration::human(args.kill_after)
@@ -326,8 +361,6 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
             if stop.is_none() {
                 stop = Some(Stop::Lost(guard.lost().unwrap_or(Lost::Expired(None))));
             }
-            end_group(group);
-            killed_at = Some(Instant::now());
             continue;
         };
         // The reaper ends by itself at the kill deadline, which comes after the guard's: that is the loss.
@@ -363,11 +396,11 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
                 let at = Instant::now()
                     .checked_add(args.kill_after)
                     .map_or(hard, |at| at.min(hard));
-                output::note(&format!(
+                signal_group(Signal::TERM);
+                notes.say(format!(
                     "{why}; SIGTERM to its process group, SIGKILL in {}",
                     duration::human(at.saturating_duration_since(Instant::now()))
                 ));
-                signal_group(Signal::TERM);
                 kill_at = Some(at);
                 stop = Some(reason);
             }
@@ -384,7 +417,7 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
     // under the lock to its end.
     if stop.is_none() {
         if let Some(lost) = guard.lost() {
-            output::note(&format!(
+            notes.say(format!(
                 "lock {:?} lost while the command ran: {lost}",
                 args.resource
             ));
@@ -403,7 +436,7 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
     end_group(group);
     finish_reaper(reaper);
     if !leftovers.is_empty() {
-        output::note(&format!(
+        notes.say(format!(
             "the command's leader exited and left {} process{} of its group running ({}): SIGKILL before the \
              lock {}",
             leftovers.len(),
@@ -421,6 +454,8 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
         ));
     }
 
+    // Nothing of the group runs any more: the notes may take their time (bounded) before the release.
+    notes.finish();
     let released = match stop {
         Some(_) => {
             drop(guard); // a compare-and-delete: never deletes another holder's key
@@ -473,6 +508,36 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
             }
             Ok(status.map_or(exit::SOFTWARE, code_of))
         }
+    }
+}
+
+/// Notes written to stderr by a thread of their own, in order, so that a blocked stderr never delays a signal.
+struct Notes {
+    tx: mpsc::Sender<String>,
+    done: mpsc::Receiver<()>,
+}
+
+impl Notes {
+    fn start() -> Notes {
+        let (tx, rx) = mpsc::channel::<String>();
+        let (done_tx, done) = mpsc::channel();
+        thread::spawn(move || {
+            for note in rx {
+                output::note(&note);
+            }
+            let _ = done_tx.send(());
+        });
+        Notes { tx, done }
+    }
+
+    fn say(&self, note: String) {
+        let _ = self.tx.send(note);
+    }
+
+    /// Waits (at most 2 s: stderr may be blocked for good) until the notes said so far are written.
+    fn finish(self) {
+        drop(self.tx);
+        let _ = self.done.recv_timeout(Duration::from_secs(2));
     }
 }
 

@@ -1,0 +1,272 @@
+//! A hostile review of `muxlock exec` (issue #21's guarantee: no process of the command's group runs past the
+//! lease; the command dies with muxlock; the lock is released when muxlock exits cleanly). Each test here is a
+//! finding of that review, failing on the code it reviewed and fixed since.
+// `std::io::pipe` (1.87) in a test of the CLI: the tests run on the project's own toolchain, not the library's MSRV.
+#![allow(clippy::incompatible_msrv)]
+
+mod support;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::{Cluster, TempDir, cmd, on};
+
+/// Nanoseconds since the Unix epoch (as `date +%s%N`).
+fn wall_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// The heartbeats written to `path` (one `date +%s%N` per line).
+fn heartbeats(path: &Path) -> Vec<u128> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// A loop writing a heartbeat to `hb` every 20 ms for at most ~20 s, its output away from muxlock's pipes.
+fn beat(hb: &Path) -> String {
+    format!(
+        "exec >/dev/null 2>&1; i=0; while [ $i -lt 1000 ]; do date +%s%N >> {hb}; sleep 0.02; i=$((i+1)); done",
+        hb = hb.display()
+    )
+}
+
+fn ms_after(t: u128, after: u128) -> i128 {
+    (t as i128 - after as i128) / 1_000_000
+}
+
+/// Processes the commands started (by PID files), killed with their groups when the test ends.
+struct Strays(Vec<PathBuf>);
+
+impl Drop for Strays {
+    fn drop(&mut self) {
+        use rustix::process::{Pid, Signal, getpgrp, kill_process, kill_process_group};
+        for file in &self.0 {
+            let Some(pid) = fs::read_to_string(file)
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok())
+                .and_then(Pid::from_raw)
+            else {
+                continue;
+            };
+            let group = fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero()))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')
+                        .and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse::<i32>().ok())
+                })
+                .and_then(Pid::from_raw);
+            if let Some(group) = group.filter(|g| *g != getpgrp()) {
+                let _ = kill_process_group(group, Signal::KILL);
+            }
+            let _ = kill_process(pid, Signal::KILL);
+        }
+    }
+}
+
+/// `PTTL key` on `node`, in ms.
+#[track_caller]
+fn pttl(node: &support::RedisServer, key: &str) -> u64 {
+    let reply = String::from_utf8_lossy(&node.raw(&cmd(&["PTTL", key]))).into_owned();
+    reply
+        .trim()
+        .trim_start_matches(':')
+        .parse()
+        .unwrap_or_else(|_| panic!("PTTL {key}: {reply:?}"))
+}
+
+/// `/proc/PID/stat`: (state, ppid).
+fn stat(pid: u32) -> Option<(char, u32)> {
+    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = s.rsplit_once(')')?;
+    let mut it = rest.split_whitespace();
+    let state = it.next()?.chars().next()?;
+    let ppid = it.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+/// The children of `parent` whose command line contains `word`.
+fn children_with(parent: u32, word: &str) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| stat(pid).is_some_and(|(_, pp)| pp == parent))
+        .filter(|&pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(word))
+        })
+        .collect()
+}
+
+/// Builds an `LD_PRELOAD` shim into `dir`: a `muxlock __reaper` started with `SHIM_STOP_REAPER` set stops itself
+/// (SIGSTOP) before its first instruction, as a reaper slow to start would (a loaded machine, swap): the test
+/// decides when it goes on.
+fn shim(dir: &Path) -> PathBuf {
+    let src = dir.join("shim.c");
+    let so = dir.join("shim.so");
+    fs::write(
+        &src,
+        r#"#include <signal.h>
+#include <string.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void shim(int argc, char **argv, char **envp) {
+    (void)envp;
+    if (argc > 1 && strcmp(argv[1], "__reaper") == 0 && getenv("SHIM_STOP_REAPER")) raise(SIGSTOP);
+}
+"#,
+    )
+    .unwrap();
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&so)
+        .arg(&src)
+        .status()
+        .expect("cc");
+    assert!(status.success(), "cc failed");
+    so
+}
+
+/// Waits (bounded) until a child of `parent` running `word` is stopped; its PID.
+#[track_caller]
+fn wait_stopped_child(parent: u32, word: &str) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(&pid) = children_with(parent, word)
+            .iter()
+            .find(|&&p| stat(p).is_some_and(|(s, _)| s == 'T'))
+        {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no stopped {word} child of {parent}"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A pipe for muxlock's stderr, already full (64 KiB nobody reads yet), as a terminal after Ctrl-S (XOFF) or a
+/// stuck log reader: every note muxlock writes blocks. [`Blocked::drain`] unblocks it and returns what it wrote.
+struct Blocked {
+    reader: std::io::PipeReader,
+}
+
+impl Blocked {
+    /// `room` bytes left in the last page of the 64 KiB pipe (a write that does not fit blocks).
+    fn new(room: usize) -> (Blocked, std::process::Stdio) {
+        use std::io::Write;
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        writer.write_all(&vec![b'.'; 65536 - room]).unwrap();
+        (Blocked { reader }, writer.into())
+    }
+
+    /// Reads everything until muxlock and its children closed the pipe (bounded by their exit).
+    fn drain(self) -> thread::JoinHandle<String> {
+        use std::io::Read;
+        let mut reader = self.reader;
+        thread::spawn(move || {
+            let mut all = Vec::new();
+            let _ = reader.read_to_end(&mut all);
+            String::from_utf8_lossy(&all)
+                .trim_start_matches('.')
+                .to_owned()
+        })
+    }
+}
+
+// Found by the review (fixed): the command was started after the lease ended and another client was granted the lock. `exec` checked
+// `guard.lost()` only *before* it starts the reaper (and waits up to 10 s for it to be ready), never again before
+// it spawns the command; the reaper's first kill deadline, computed before that wait, has passed, so nothing stops
+// the spawn. The reaper kills its group (100 ms after its note, if stderr blocks) and muxlock's loop kills it after
+// writing a note to stderr: with stderr blocked (a terminal after Ctrl-S, a stuck log reader), the command runs.
+// The fix: after `Reaper::start`, `guard.lost()` and the kill deadline are checked again and the current deadline
+// is sent to the reaper before the spawn; muxlock's loop kills before any note, and writes notes from a thread.
+#[test]
+fn the_command_never_starts_after_the_lock_was_lost_while_the_reaper_started() {
+    // stderr: room for the reaper's note (168 bytes) but not for muxlock's next one; full.
+    for blocked_stderr in [Some(200), Some(0)] {
+        let mut cluster = Cluster::start(3);
+        let state = TempDir::new();
+        let dir = state.path();
+        let so = shim(dir);
+        let (hb, pid) = (dir.join("hb"), dir.join("pid"));
+        let _strays = Strays(vec![pid.clone()]);
+        let script = format!("echo $$ > {}; {}", pid.display(), beat(&hb));
+        let mut mux = on(
+            &cluster,
+            dir,
+            &["exec", "--ttl", "3s", "job", "--", "sh", "-c", &script],
+        )
+        .env("LD_PRELOAD", &so)
+        .env("SHIM_STOP_REAPER", "1");
+        let mut blocked = None;
+        if let Some(room) = blocked_stderr {
+            let (b, stdio) = Blocked::new(room);
+            mux = mux.stderr(stdio);
+            blocked = Some(b);
+        }
+        let run = mux.spawn();
+        let reaper = wait_stopped_child(run.pid(), "__reaper");
+        // Held: muxlock waits for its reaper. A majority hangs until just after its keys expired.
+        let mut expiries = Vec::new();
+        for i in [0, 1] {
+            let before = wall_ns();
+            let ms = pttl(cluster.node(i), "job");
+            cluster.pause(i);
+            expiries.push(before + u128::from(ms) * 1_000_000);
+        }
+        let last_expiry = expiries.iter().copied().max().unwrap();
+        while wall_ns() < last_expiry + 100_000_000 {
+            thread::sleep(Duration::from_millis(10));
+        }
+        cluster.resume(0);
+        cluster.resume(1);
+        let asked = wall_ns();
+        on(
+            &cluster,
+            dir,
+            &["acquire", "job", "--ttl", "10s", "-w", "5s"],
+        )
+        .run()
+        .expect(0);
+        support::process::signal(reaper, "CONT");
+        thread::sleep(Duration::from_millis(2500));
+        let beats = heartbeats(&hb);
+        let alive = fs::read_to_string(&pid)
+            .ok()
+            .and_then(|p| stat(p.trim().parse().ok()?))
+            .is_some_and(|(s, _)| s != 'Z');
+        let err = blocked.map(|b| b.drain());
+        let run = run.finish();
+        let stderr = err
+            .map(|h| h.join().unwrap())
+            .unwrap_or_else(|| run.stderr.clone());
+        eprintln!(
+            "variant {blocked_stderr:?}: {} beats, alive {alive}, {:?}: {stderr}",
+            beats.len(),
+            run.status
+        );
+        assert!(
+            beats.is_empty(),
+            "blocked stderr: {blocked_stderr:?}: the command started and beat {} times, from {} ms to {} ms after \
+             another client asked for (and got) the lock; still running 2.5 s after: {alive}; muxlock {:?}: \
+             {stderr}",
+            beats.len(),
+            ms_after(beats[0], asked),
+            ms_after(*beats.last().unwrap(), asked),
+            run.status,
+        );
+        assert_eq!(run.code(), 75, "{stderr}");
+    }
+}
