@@ -5,8 +5,8 @@
 //! confirmed, whether muxlock is alive, stopped or killed. Its limits are in [`crate::deadman`].
 //!
 //! 1. Signals are caught from the start (SIGINT, SIGTERM, SIGHUP, SIGQUIT; SIGTSTP is refused with a line: a
-//!    stopped muxlock cannot renew). Acquire ([`acquiring`]): [`LockManager::hold_wait`] (or
-//!    [`LockManager::hold_fenced_wait`] with `--fenced`) waits up to `--wait` without polling, woken by releases
+//!    stopped muxlock cannot renew). Acquire ([`acquiring`]): [`LockManager::hold_wait`](muxlock::LockManager::hold_wait) (or
+//!    [`LockManager::hold_fenced_wait`](muxlock::LockManager::hold_fenced_wait) with `--fenced`) waits up to `--wait` without polling, woken by releases
 //!    and the holder's lease end; an interrupt gives up (128 + N, nothing held); an outage is said at once and
 //!    ends in 69 after `--outage-wait`. A conflict exits with `-E`'s code (default 1, as flock(1)).
 //! 2. Start the reaper (`muxlock __reaper`, the dead-man's switch, leader of a new process group), then the command
