@@ -37,9 +37,10 @@ pub enum Status {
 /// Why a quorum was not reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Failure {
-    /// Enough nodes hold the key for someone else that a majority is impossible: the resource is held.
+    /// Another holder has the key on some nodes, and with them a majority is impossible (the nodes that failed, if
+    /// any, would not have blocked it by themselves): the resource is held.
     Held,
-    /// Too many nodes failed (down, hung, error) for a majority.
+    /// So many nodes failed (down, hung, error) that they alone make a majority impossible.
     Unavailable,
     /// The decision time passed before a majority said yes: the lock would already be invalid.
     TooLate,
@@ -162,12 +163,14 @@ impl Quorum {
         }
         let undecided = self.votes.len() - self.yes - self.taken - self.failed;
         if self.yes + undecided < self.quorum {
-            // Held if the other holders alone block a majority; otherwise failures are (also) to blame.
-            let blocked_by_holders = self.votes.len() - self.taken < self.quorum;
-            return Status::Failed(if blocked_by_holders {
-                Failure::Held
-            } else {
+            // An outage only if the failures block a majority by themselves; otherwise a holder is (also) in the
+            // way, and a waiter should wait for its release, not for nodes to come back (issue #24: 2 "taken", 1
+            // refused and 2 not awaited of 5 was reported as "too many nodes were down").
+            let blocked_by_failures = self.votes.len() - self.failed < self.quorum;
+            return Status::Failed(if blocked_by_failures {
                 Failure::Unavailable
+            } else {
+                Failure::Held
             });
         }
         Status::Pending
@@ -198,11 +201,23 @@ mod tests {
             Status::Failed(Failure::Held)
         );
 
+        // Two failures do not block a majority of 5 by themselves: the holder is in the way.
         let mut q = Quorum::new(5, t0, TTL, ms(12));
         q.vote(0, Vote::Failed, t0);
         q.vote(1, Vote::Taken, t0);
+        assert_eq!(q.vote(2, Vote::Failed, t0), Status::Failed(Failure::Held));
+        // Issue #24's split vote: 2 taken, 1 refused, 2 not awaited.
+        let mut q = Quorum::new(5, t0, TTL, ms(12));
+        q.vote(0, Vote::Taken, t0);
+        q.vote(1, Vote::Taken, t0);
+        assert_eq!(q.vote(2, Vote::Failed, t0), Status::Failed(Failure::Held));
+        // Three failures of 5 block it by themselves.
+        let mut q = Quorum::new(5, t0, TTL, ms(12));
+        q.vote(0, Vote::Taken, t0);
+        q.vote(1, Vote::Failed, t0);
+        q.vote(2, Vote::Failed, t0);
         assert_eq!(
-            q.vote(2, Vote::Failed, t0),
+            q.vote(3, Vote::Failed, t0),
             Status::Failed(Failure::Unavailable)
         );
 
@@ -311,10 +326,10 @@ mod tests {
                 valid_until: decide_by,
             }
         } else if yes + (n - yes - taken - failed) < quorum {
-            Status::Failed(if n - taken < quorum {
-                Failure::Held
-            } else {
+            Status::Failed(if n - failed < quorum {
                 Failure::Unavailable
+            } else {
+                Failure::Held
             })
         } else {
             Status::Pending
