@@ -816,3 +816,40 @@ fn a_fenced_exec_hands_the_command_a_growing_token() {
     run.expect(0);
     assert!(run.took >= Duration::from_millis(500), "{run:#?}");
 }
+
+/// A key gone or overwritten on a majority is certain loss (another client may hold the lock already: keys evicted
+/// under `maxmemory`, deleted by hand): a command that ignores SIGTERM is killed 100 ms later at the most, not
+/// `--kill-after` (5 s by default) or the lease's end. Before, it ran on for up to the lease's end.
+#[test]
+fn a_command_whose_key_was_taken_is_killed_at_once_whatever_kill_after_says() {
+    let cluster = Cluster::start(3);
+    let state = TempDir::new();
+    let (hb, pid) = (state.path().join("hb"), state.path().join("pid"));
+    let _strays = Strays(vec![pid.clone()]);
+    let script = format!("trap '' TERM; echo $$ > {}; {}", pid.display(), beat(&hb));
+    let run = on(
+        &cluster,
+        state.path(),
+        &["exec", "--ttl", "6s", "job", "--", "sh", "-c", &script],
+    )
+    .spawn();
+    wait_beating(&hb);
+    // Another value on a majority, as another holder would have after the keys were evicted.
+    let taken = wall_ns();
+    for node in &cluster.nodes()[..2] {
+        assert_eq!(
+            node.raw(&cmd(&["SET", "job", "someone-else", "PX", "60000"])),
+            b"+OK\r\n"
+        );
+    }
+    let run = run.finish();
+    run.expect(75).no_panic();
+    thread::sleep(Duration::from_millis(200));
+    let last = *heartbeats(&hb).last().unwrap();
+    // Seen at once by tracking, or at the next renewal (a third of the TTL, 2 s): then 100 ms of grace.
+    assert!(
+        ms_after(last, taken) < 2_600,
+        "the command beat {} ms after its key was taken: {run:#?}",
+        ms_after(last, taken)
+    );
+}

@@ -17,7 +17,8 @@
 //!    reaper. Threads feed one channel: the leader's exit, the guard's lost signal, the reaper's end, and signals
 //!    (forwarded to the group; the reaper ignores them).
 //!    - The lock lost: SIGTERM to the group and a line on stderr saying why; SIGKILL `--kill-after` later, or at
-//!      the kill deadline if that comes first. muxlock then exits [`exit::LOST`] (75).
+//!      the kill deadline if that comes first; 100 ms later at the most when the key is gone or taken on enough
+//!      nodes (another client may hold it already). muxlock then exits [`exit::LOST`] (75).
 //!    - The kill deadline passed with no loss heard (muxlock starved): SIGKILL all the same.
 //! 4. When the leader exits, whatever it left in its group is SIGKILLed (with a line naming the processes)
 //!    *before* the lock is released or given up; then muxlock exits with the command's code, or 128 + N if signal N
@@ -98,7 +99,8 @@ pub struct Args {
 
     /// After SIGTERM to a command whose lock was lost, how long to wait before SIGKILL. It can only make the
     /// SIGKILL come sooner: the process group is SIGKILLed before the lease ends (at the end minus half the
-    /// guard's margin), whatever this says.
+    /// guard's margin), whatever this says, and 100 ms after SIGTERM at the most when the lock's key is gone or
+    /// holds another value on enough nodes (another client may hold the lock already).
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
     pub kill_after: Duration,
 
@@ -135,6 +137,10 @@ enum Stop {
 
 /// After SIGKILL, how long muxlock waits for the command's leader to be reaped before it exits anyway.
 const AFTER_KILL: Duration = Duration::from_secs(5);
+
+/// Between SIGTERM and SIGKILL when the lock's key is gone or holds another value on enough nodes that a majority
+/// is impossible: another client may hold the lock already, so `--kill-after` is cut to this.
+const TAKEN_GRACE: Duration = Duration::from_millis(100);
 
 /// The signals `exec` catches from its start.
 const CAUGHT: [i32; 5] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP];
@@ -392,9 +398,17 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
                     ),
                 };
                 // --kill-after only shortens the time between SIGTERM and SIGKILL: never past the kill deadline.
+                // A key gone or taken by another value on enough nodes is certain loss, now: another client may
+                // already hold the lock (keys evicted under maxmemory, deleted by hand), so SIGKILL follows
+                // TAKEN_GRACE after SIGTERM at the most.
                 let hard = kill_by(watch.deadline());
+                let taken = matches!(stop_reason_lost(&reason), Some(Lost::Taken(_)));
+                let term_for = match taken {
+                    true => args.kill_after.min(TAKEN_GRACE),
+                    false => args.kill_after,
+                };
                 let at = Instant::now()
-                    .checked_add(args.kill_after)
+                    .checked_add(term_for)
                     .map_or(hard, |at| at.min(hard));
                 signal_group(Signal::TERM);
                 notes.say(format!(
@@ -508,6 +522,14 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
             }
             Ok(status.map_or(exit::SOFTWARE, code_of))
         }
+    }
+}
+
+/// The loss a stop is for, if it is one.
+fn stop_reason_lost(stop: &Stop) -> Option<&Lost> {
+    match stop {
+        Stop::Lost(lost) => Some(lost),
+        _ => None,
     }
 }
 
