@@ -42,6 +42,7 @@ mod restart;
 mod schedule;
 #[doc(hidden)]
 pub mod scripts;
+mod seam;
 mod stats;
 mod token;
 mod unreleased;
