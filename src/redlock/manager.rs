@@ -10,9 +10,8 @@ use super::guard::{Guard, Held, Lost};
 use super::inspect::Inspection;
 use super::lock::Lock;
 use super::quorum::drift;
-use super::restart::{self, RestartGuard};
+use super::restart;
 use super::schedule::lost_margin;
-use super::scripts;
 use super::seam::SystemClock;
 use super::stats::{Activity, Stats, Votes};
 use super::token::Tokens;
@@ -98,16 +97,7 @@ impl Builder {
             }
             addrs.push(addr);
         }
-        let mut setup = scripts::setup_commands();
-        let restart = self.config.restart_guard.then(|| {
-            let ids = restart::add_setup_commands(&mut setup);
-            let guard = RestartGuard::new(
-                addrs.len(),
-                self.config.restart_window,
-                self.config.drift_factor,
-            );
-            (guard, ids)
-        });
+        let (setup, restart) = restart::connection_setup(&self.config, addrs.len());
         // `CONFIG GET *append*` and the persistence marker may be refused: the node then gets the window rule.
         let optional_setup = restart
             .as_ref()

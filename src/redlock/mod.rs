@@ -43,6 +43,9 @@ mod schedule;
 #[doc(hidden)]
 pub mod scripts;
 mod seam;
+#[cfg(feature = "sim")]
+#[doc(hidden)]
+pub mod sim;
 mod stats;
 mod token;
 mod unreleased;

@@ -161,7 +161,7 @@ fn draw<N, C>(core: &Core<N, C>, doing: &'static str) -> Result<token::Value> {
 }
 
 impl<N: Nodes, C: Clock> Core<N, C> {
-    fn lock_reentrant(
+    pub(crate) fn lock_reentrant(
         &self,
         owner: &Owner,
         resource: &[u8],
@@ -230,7 +230,7 @@ impl<N: Nodes, C: Clock> Core<N, C> {
     }
 
     /// One release round of `lock`'s hold by `script` on every node its acquisition was sent to.
-    fn unlock_reentrant(&self, lock: &ReentrantLock, script: lua::Lua) -> Result<usize> {
+    pub(crate) fn unlock_reentrant(&self, lock: &ReentrantLock, script: lua::Lua) -> Result<usize> {
         let n = self.fanout.len();
         let quorum = self.quorum();
         let counter = count_key(&lock.resource);

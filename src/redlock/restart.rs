@@ -141,6 +141,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
+use super::config::Config;
 use super::persist;
 use super::quorum::drift;
 use super::seam::Nodes;
@@ -297,6 +298,21 @@ impl SetupIds {
     pub(crate) fn optional(self) -> Vec<usize> {
         vec![self.settings, self.marker]
     }
+}
+
+/// The commands pipelined on every new connection (the scripts' `SCRIPT LOAD`s, then the restart guard's
+/// readings if `config` turns it on), and the guard with where its readings are.
+pub(crate) fn connection_setup(
+    config: &Config,
+    n: usize,
+) -> (Vec<Bytes>, Option<(RestartGuard, SetupIds)>) {
+    let mut setup = super::scripts::setup_commands();
+    let restart = config.restart_guard.then(|| {
+        let ids = add_setup_commands(&mut setup);
+        let guard = RestartGuard::new(n, config.restart_window, config.drift_factor);
+        (guard, ids)
+    });
+    (setup, restart)
 }
 
 /// Appends `INFO server`, `CONFIG GET *append*` and the marker script to the set-up commands pipelined on every

@@ -54,6 +54,7 @@ impl Clock for SystemClock {
 }
 
 /// N nodes the engine sends rounds to. See the module doc for the contract.
+#[allow(clippy::len_without_is_empty)] // never empty: a manager refuses an empty node list
 pub trait Nodes {
     /// One round; dropping it abandons the replies still to come.
     type Round<'a>: NodeRound

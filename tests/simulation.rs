@@ -1,0 +1,1 @@
+//! Deterministic simulation of the lock engine (placeholder while it is written).
