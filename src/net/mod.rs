@@ -27,6 +27,11 @@ mod inbound;
 mod options;
 mod read;
 mod resolve;
+// The simulator in tests/sim/ files its rounds' outcomes through the real bookkeeping (feature `sim`).
+#[cfg(feature = "sim")]
+#[doc(hidden)]
+pub mod slots;
+#[cfg(not(feature = "sim"))]
 mod slots;
 mod state;
 mod stats;

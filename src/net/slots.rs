@@ -38,7 +38,7 @@ pub type Reply = Result<Value, NodeError>;
 
 /// Names one round's slot: its index and the generation it had when the round opened it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct SlotRef {
+pub struct SlotRef {
     pub(crate) index: usize,
     pub(crate) generation: u64,
 }
@@ -101,14 +101,14 @@ impl Slot {
 
 /// Every slot, in use or free.
 #[derive(Debug, Default)]
-pub(crate) struct Slots {
+pub struct Slots {
     slots: Vec<Slot>,
     free: Vec<usize>,
 }
 
 impl Slots {
     /// Opens a slot for a round over `nodes` nodes that ends by `deadline`.
-    pub(crate) fn open(&mut self, nodes: usize, deadline: Instant) -> SlotRef {
+    pub fn open(&mut self, nodes: usize, deadline: Instant) -> SlotRef {
         let index = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -143,7 +143,7 @@ impl Slots {
     }
 
     /// Records that `replies` more outcomes are expected from `node`.
-    pub(crate) fn expect(&mut self, r: SlotRef, node: usize, replies: usize) {
+    pub fn expect(&mut self, r: SlotRef, node: usize, replies: usize) {
         if let Some(s) = self.live(r) {
             if let Some(p) = s.pending.get_mut(node) {
                 *p = p.saturating_add(u32::try_from(replies).unwrap_or(u32::MAX));
@@ -153,7 +153,7 @@ impl Slots {
     }
 
     /// Takes back an [`expect`](Slots::expect) for a request that was not sent after all.
-    pub(crate) fn unexpect(&mut self, r: SlotRef, node: usize, replies: usize) {
+    pub fn unexpect(&mut self, r: SlotRef, node: usize, replies: usize) {
         if let Some(s) = self.live(r) {
             if let Some(p) = s.pending.get_mut(node) {
                 let n = u32::try_from(replies).unwrap_or(u32::MAX).min(*p);
@@ -166,7 +166,7 @@ impl Slots {
     /// Files the next outcome from the wire of `node` for round `r`; returns the round's thread to wake, if it
     /// sleeps. An outcome for a round that has ended, one for a request already reported timed out, or one that
     /// was not expected, is dropped.
-    pub(crate) fn file(&mut self, r: SlotRef, node: usize, reply: Reply) -> Option<Thread> {
+    pub fn file(&mut self, r: SlotRef, node: usize, reply: Reply) -> Option<Thread> {
         let s = self.live(r)?;
         match s.stale.get_mut(node) {
             Some(stale) if *stale > 0 => {
@@ -188,7 +188,7 @@ impl Slots {
     /// Files `count` outcomes of `node` for round `r` that are known before the wire's (the node had no room for
     /// the request): `count` of the node's expected requests, the last ones it was sent. They are handed out after
     /// the node's earlier requests still awaited from the wire. Returns the round's thread to wake, if it sleeps.
-    pub(crate) fn refuse(
+    pub fn refuse(
         &mut self,
         r: SlotRef,
         node: usize,
@@ -209,19 +209,19 @@ impl Slots {
 
     /// Sets how many outcomes must be waiting before `r`'s sleeping thread is woken (at least 1; all of them, if
     /// fewer are still to come).
-    pub(crate) fn need(&mut self, r: SlotRef, outcomes: usize) {
+    pub fn need(&mut self, r: SlotRef, outcomes: usize) {
         if let Some(s) = self.live(r) {
             s.need = outcomes.max(1);
         }
     }
 
     /// The next outcome filed for round `r`.
-    pub(crate) fn take(&mut self, r: SlotRef) -> Option<(usize, Reply)> {
+    pub fn take(&mut self, r: SlotRef) -> Option<(usize, Reply)> {
         self.live(r)?.arrivals.pop_front()
     }
 
     /// Whether every expected outcome of `r` has been filed (and so will be taken, or has been).
-    pub(crate) fn settled(&mut self, r: SlotRef) -> bool {
+    pub fn settled(&mut self, r: SlotRef) -> bool {
         self.live(r).is_none_or(|s| s.outstanding == 0)
     }
 
@@ -229,7 +229,7 @@ impl Slots {
     /// [`NodeError::Timeout`] for each (then the node's deferred outcomes), and returns the node and how many
     /// timed out. Their replies, if they still come, are dropped (see the module doc). The caller calls this only
     /// after the round's deadline, once the replies that had arrived by then were read.
-    pub(crate) fn time_out_node(&mut self, r: SlotRef) -> Option<(usize, u32)> {
+    pub fn time_out_node(&mut self, r: SlotRef) -> Option<(usize, u32)> {
         let s = self.live(r)?;
         let node = s.pending.iter().position(|&p| p > 0)?;
         let n = std::mem::take(&mut s.pending[node]);
@@ -243,21 +243,21 @@ impl Slots {
     }
 
     /// Records that `r`'s thread sleeps until woken (by [`file`](Slots::file) or [`wake_due`](Slots::wake_due)).
-    pub(crate) fn sleep(&mut self, r: SlotRef, thread: Thread) {
+    pub fn sleep(&mut self, r: SlotRef, thread: Thread) {
         if let Some(s) = self.live(r) {
             s.waiter = Some(thread);
         }
     }
 
     /// Forgets `r`'s sleeping thread (it woke by itself).
-    pub(crate) fn awake(&mut self, r: SlotRef) {
+    pub fn awake(&mut self, r: SlotRef) {
         if let Some(s) = self.live(r) {
             s.waiter = None;
         }
     }
 
     /// The earliest deadline of the rounds whose threads sleep, for the poll's timeout.
-    pub(crate) fn earliest_sleeper(&self) -> Option<Instant> {
+    pub fn earliest_sleeper(&self) -> Option<Instant> {
         self.slots
             .iter()
             .filter(|s| s.waiter.is_some())
@@ -268,7 +268,7 @@ impl Slots {
     /// Takes the threads of sleeping rounds whose deadline is at or before `read_at`: a poll turn that read the
     /// sockets at `read_at` has filed every reply that had arrived by their deadline, so they can now count the
     /// rest as timed out.
-    pub(crate) fn wake_due(&mut self, read_at: Instant, wake: &mut Vec<Thread>) {
+    pub fn wake_due(&mut self, read_at: Instant, wake: &mut Vec<Thread>) {
         for s in &mut self.slots {
             if s.deadline <= read_at {
                 wake.extend(s.waiter.take());
@@ -277,12 +277,12 @@ impl Slots {
     }
 
     /// Takes the thread of one sleeping round, to hand it the poll.
-    pub(crate) fn any_sleeper(&mut self) -> Option<Thread> {
+    pub fn any_sleeper(&mut self) -> Option<Thread> {
         self.slots.iter_mut().find_map(|s| s.waiter.take())
     }
 
     /// Ends round `r`: its slot is reusable, and outcomes of its requests that come later are dropped.
-    pub(crate) fn close(&mut self, r: SlotRef) {
+    pub fn close(&mut self, r: SlotRef) {
         let Some(s) = self.live(r) else {
             return;
         };

@@ -20,7 +20,7 @@
 //! - **The same resource twice in a batch** is two acquisitions of one key: the first wins, the second finds it
 //!   held (`Ok(None)`).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::core::{Core, set_vote, settle};
 use super::error::{Error, Outcome, Result};
@@ -28,11 +28,12 @@ use super::lock::Lock;
 use super::lua;
 use super::pipeline::Kind;
 use super::quorum::{Failure, Quorum, Status, Vote, drift};
+use super::seam::{Clock, NodeRound, Nodes};
 use crate::net::{NodeSet, Reply};
 use crate::resp::{Decimal, Value, encode_command};
 use crate::time::later;
 
-impl Core {
+impl<N: Nodes, C: Clock> Core<N, C> {
     pub(crate) fn try_lock_batch(
         &self,
         resources: &[&[u8]],
@@ -92,7 +93,7 @@ impl Core {
         let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
         self.note_ttl(ttl_ms);
         // The clock starts before the first byte is sent, as the spec requires; every lock shares it.
-        let start = Instant::now();
+        let start = self.clock.now();
         let first = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor));
         let deadline = later(start, self.config.round_timeout).min(first.deadline());
         let need = k * first.votes_to_decide();
@@ -121,7 +122,7 @@ impl Core {
             },
             |j, node, reply| {
                 if status[j] == Status::Pending {
-                    let now = Instant::now();
+                    let now = self.clock.now();
                     let (vote, outcome) = self.counted(node, set_vote(reply), now);
                     self.votes[node].count(&outcome);
                     outcomes[j * n + node] = outcome;
@@ -136,7 +137,7 @@ impl Core {
         );
         let mut failed: Vec<usize> = Vec::new();
         for (j, &i) in live.iter().enumerate() {
-            results[i] = Some(match settle(status[j], &quorums[j]) {
+            results[i] = Some(match settle(status[j], &quorums[j], self.clock.now()) {
                 Ok(valid_until) => Ok(Some(Lock {
                     resource: resources[i].to_vec(),
                     value: values[i],
@@ -165,7 +166,7 @@ impl Core {
             let vals: Vec<&[u8]> = failed.iter().map(|&i| &values[i][..]).collect();
             let mut release = bytes::BytesMut::new();
             lua::eval(&mut release, lua::RELEASE_BATCH, true, &keys, &vals);
-            let mut round = self.fanout.release_round(Instant::now());
+            let mut round = self.fanout.release_round(self.clock.now());
             round.send_to(nodes, &release, 1);
         }
     }
@@ -196,7 +197,7 @@ impl Core {
         let mut pending = released.iter().filter(|&&r| r < quorum).count();
         let keys: Vec<&[u8]> = locks.iter().map(|l| &l.resource[..]).collect();
         let vals: Vec<&[u8]> = locks.iter().map(|l| &l.value[..]).collect();
-        let deadline = later(Instant::now(), self.config.round_timeout);
+        let deadline = later(self.clock.now(), self.config.round_timeout);
         self.pipelined(
             Kind::Release,
             union,

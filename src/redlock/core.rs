@@ -2,7 +2,6 @@
 //! the Redlock rounds themselves (acquire, extend, release) over the [`Fanout`].
 
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -13,9 +12,10 @@ use super::guard::{Held, Lost};
 use super::inspect::{Inspection, KeyState, key_state};
 use super::lock::Lock;
 use super::quorum::{Failure, Quorum, Status, Vote, drift};
-use super::restart::RestartGuard;
+use super::restart::{RestartGuard, SetupIds};
 use super::schedule::{renewal_due, retry_due};
 use super::scripts::{self, Script};
+use super::seam::{Clock, NodeRound, Nodes, SystemClock};
 use super::stats::{Activity, NodeStats, Stats, Votes};
 use super::token::Tokens;
 use super::wait::WaitRoom;
@@ -27,12 +27,15 @@ use crate::time::later;
 
 /// Everything a manager's handles, guards and watchdog share.
 #[derive(Debug)]
-pub(crate) struct Core {
-    pub(crate) fanout: Fanout,
+pub(crate) struct Core<N = Fanout, C = SystemClock> {
+    /// The nodes, through the seam (`seam.rs`).
+    pub(crate) fanout: N,
+    /// Where the rounds' time comes from.
+    pub(crate) clock: C,
     pub(crate) config: Config,
     pub(crate) tokens: Tokens,
-    /// The restart-aware quorum, when on, and the position of its `INFO server` among the set-up commands.
-    pub(crate) restart: Option<(RestartGuard, usize)>,
+    /// The restart-aware quorum, when on, and where its readings are among the set-up replies.
+    pub(crate) restart: Option<(RestartGuard, SetupIds)>,
     /// Per node: the outcomes of every round, for [`LockManager::stats`](super::LockManager::stats).
     pub(crate) votes: Vec<Votes>,
     /// Renews the guards; its thread holds only a `Weak` on this core.
@@ -43,7 +46,7 @@ pub(crate) struct Core {
     pub(crate) activity: Activity,
 }
 
-impl Drop for Core {
+impl<N, C> Drop for Core<N, C> {
     fn drop(&mut self) {
         self.watchdog.stop();
     }
@@ -103,7 +106,7 @@ impl Core {
                 let standing = self
                     .restart
                     .as_ref()
-                    .map(|(g, info)| g.standing(&self.fanout, i, *info, Instant::now()))
+                    .map(|(g, info)| g.standing(&self.fanout, i, *info, self.clock.now()))
                     .unwrap_or_default();
                 NodeStats::new(
                     self.fanout.addrs()[i].clone(),
@@ -116,7 +119,9 @@ impl Core {
             .collect();
         Stats::new(nodes, &self.activity)
     }
+}
 
+impl<N: Nodes, C: Clock> Core<N, C> {
     pub(crate) fn quorum(&self) -> usize {
         self.fanout.len() / 2 + 1
     }
@@ -138,7 +143,7 @@ impl Core {
                 });
             }
             attempt += 1;
-            thread::sleep(self.retry_pause());
+            self.clock.sleep(self.retry_pause());
         }
     }
 
@@ -156,7 +161,7 @@ impl Core {
         if lock.extensions >= self.config.max_extensions {
             return Err(Error::ExtendLimit(lock.extensions));
         }
-        if Instant::now() >= lock.valid_until {
+        if self.clock.now() >= lock.valid_until {
             return Err(Error::Expired);
         }
         lock.valid_until = self.extend_on(
@@ -207,7 +212,7 @@ impl Core {
         encode_command(&[b"PTTL", resource], &mut request);
         let mut round = self
             .fanout
-            .round(later(Instant::now(), self.config.round_timeout));
+            .round(later(self.clock.now(), self.config.round_timeout));
         round.send_all(&request, 2);
         // A node's replies come in request order: its GET's outcome first, then its PTTL's.
         let mut gets: Vec<Option<Reply>> = vec![None; n];
@@ -260,7 +265,7 @@ impl Core {
         decide_by: Option<Instant>,
     ) -> Result<Instant> {
         let ttl_ms = self.config.check_ttl(ttl)?;
-        let start = Instant::now();
+        let start = self.clock.now();
         let drift = drift(ttl, self.config.drift_factor);
         let mut quorum = Quorum::new(self.fanout.len(), start, ttl, drift);
         if let Some(instant) = decide_by {
@@ -284,7 +289,7 @@ impl Core {
             ttl_ms,
             (nodes, deadline, quorum.votes_to_decide()),
             |node, reply| {
-                let now = Instant::now();
+                let now = self.clock.now();
                 let (vote, outcome) =
                     self.counted_extension(node, script_vote(&reply), now, acquired);
                 self.votes[node].count(&outcome);
@@ -296,7 +301,7 @@ impl Core {
                 }
             },
         );
-        settle(status, &quorum).map_err(|failure| {
+        settle(status, &quorum, self.clock.now()).map_err(|failure| {
             let report = Box::new(self.report(resource, outcomes, quorum.quorum()));
             if failure == Failure::Held {
                 Error::LockLost(report)
@@ -311,7 +316,7 @@ impl Core {
     fn release_on(&self, resource: &[u8], value: &[u8], nodes: NodeSet) -> Result<usize> {
         let n = self.fanout.len();
         let quorum = self.quorum();
-        let deadline = later(Instant::now(), self.config.round_timeout);
+        let deadline = later(self.clock.now(), self.config.round_timeout);
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let (mut released, mut answered) = (0, 0);
         // Nodes the acquisition never reached have nothing to delete: they count as answered.
@@ -356,7 +361,7 @@ impl Core {
     /// connections: a node that restarts without persistence comes back without the key), ends the guard at once.
     pub(crate) fn renew(&self, guards: &[Arc<Held>]) -> Vec<Option<Instant>> {
         let n = self.fanout.len();
-        let start = Instant::now();
+        let start = self.clock.now();
         let mut next = vec![None; guards.len()];
         // The guards still worth renewing, and each one's decision.
         let mut live: Vec<(usize, Quorum)> = Vec::with_capacity(guards.len());
@@ -411,7 +416,7 @@ impl Core {
             if outcomes[j][node] != Outcome::NotAwaited || status[j] != Status::Pending {
                 continue;
             }
-            let now = Instant::now();
+            let now = self.clock.now();
             let (vote, outcome) = self.counted_extension(
                 node,
                 script_vote(&reply),
@@ -432,7 +437,7 @@ impl Core {
         Activity::add(&self.activity.renewal_rounds, 1);
         for (((i, q), status), outcomes) in live.iter().zip(status).zip(outcomes) {
             let g = &guards[*i];
-            next[*i] = self.settle_renewal(g, start, settle(status, q), outcomes);
+            next[*i] = self.settle_renewal(g, start, settle(status, q, self.clock.now()), outcomes);
         }
         next
     }
@@ -454,7 +459,7 @@ impl Core {
     ) -> Option<Instant> {
         let n = self.fanout.len();
         let quorum = self.quorum();
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut s = lock(&g.state);
         let deadline = g.deadline_of(&s);
         match verdict {
@@ -567,7 +572,7 @@ impl Core {
         scripts::acquire(&mut request, resource, &value, ttl_ms);
         self.note_ttl(ttl_ms);
         // The clock starts before the first byte is sent, as the spec requires.
-        let start = Instant::now();
+        let start = self.clock.now();
         let mut quorum = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor));
         let mut round = self
             .fanout
@@ -577,7 +582,7 @@ impl Core {
         let mut status = Status::Pending;
         round.need(quorum.votes_to_decide());
         while let Some((node, reply)) = round.next() {
-            let now = Instant::now();
+            let now = self.clock.now();
             let (vote, outcome) = self.counted(node, set_vote(reply), now);
             self.votes[node].count(&outcome);
             outcomes[node] = outcome;
@@ -588,7 +593,7 @@ impl Core {
             round.need(quorum.votes_to_decide());
         }
         drop(round);
-        match settle(status, &quorum) {
+        match settle(status, &quorum, self.clock.now()) {
             Ok(valid_until) => Ok(Ok(Lock {
                 resource: resource.to_vec(),
                 value,
@@ -602,7 +607,7 @@ impl Core {
                 // the instances", and it keeps a failed attempt from blocking others until the TTL.
                 let mut release = BytesMut::new();
                 scripts::call(&mut release, Script::Release, false, resource, &value, 0);
-                let mut round = self.fanout.release_round(Instant::now());
+                let mut round = self.fanout.release_round(self.clock.now());
                 round.send_to(nodes, &release, 1);
                 Ok(Err((
                     failure,
@@ -654,7 +659,7 @@ impl Core {
 
     pub(crate) fn report(&self, resource: &[u8], outcomes: Vec<Outcome>, quorum: usize) -> Report {
         // Nodes whose grant was not counted: how long they have been up and until they count, for the message.
-        let now = Instant::now();
+        let now = self.clock.now();
         let not_counted = match &self.restart {
             Some((guard, info)) => outcomes
                 .iter()
@@ -727,9 +732,13 @@ fn is_gone(outcome: &Outcome) -> bool {
 
 /// The verdict once the round is over. Every node has voted or timed out by then, so the state machine has
 /// decided; a round that ended early for another reason is a failure unless it holds a majority in time.
-pub(crate) fn settle(status: Status, quorum: &Quorum) -> std::result::Result<Instant, Failure> {
+pub(crate) fn settle(
+    status: Status,
+    quorum: &Quorum,
+    now: Instant,
+) -> std::result::Result<Instant, Failure> {
     let status = if status == Status::Pending {
-        quorum.status(Instant::now())
+        quorum.status(now)
     } else {
         status
     };

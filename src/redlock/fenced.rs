@@ -72,8 +72,7 @@
 //! above). The confirmation needs a majority of all N up, as the acquisition does.
 
 use std::fmt;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::BytesMut;
 
@@ -85,6 +84,7 @@ use super::lua;
 use super::pipeline::Kind;
 use super::quorum::{Failure, Vote};
 use super::scripts::{self, Script};
+use super::seam::{Clock, NodeRound, Nodes};
 use crate::net::{NodeSet, Reply};
 use crate::resp::{Decimal, Value};
 use crate::time::later;
@@ -159,7 +159,7 @@ fn fence_vote(reply: &Reply) -> (Vote, Outcome, u64) {
     }
 }
 
-impl Core {
+impl<N: Nodes, C: Clock> Core<N, C> {
     pub(crate) fn lock_fenced(
         &self,
         resource: &[u8],
@@ -184,7 +184,7 @@ impl Core {
                 });
             }
             attempt += 1;
-            thread::sleep(self.retry_pause());
+            self.clock.sleep(self.retry_pause());
         }
     }
 
@@ -227,15 +227,15 @@ impl Core {
                 &keys,
                 &[&value, t.as_bytes()],
             );
-            let mut round = self.fanout.release_round(Instant::now());
+            let mut round = self.fanout.release_round(self.clock.now());
             round.send_to(nodes, &buf, 1);
         };
-        let valid_until = match settle(status, &quorum) {
+        let valid_until = match settle(status, &quorum, self.clock.now()) {
             Ok(valid_until) => valid_until,
             Err(failure) => {
                 let mut buf = BytesMut::new();
                 scripts::call(&mut buf, Script::Release, true, resource, &value, 0);
-                let mut round = self.fanout.release_round(Instant::now());
+                let mut round = self.fanout.release_round(self.clock.now());
                 round.send_to(nodes, &buf, 1);
                 return Ok(Err((
                     failure,
@@ -250,7 +250,7 @@ impl Core {
         let mut token = token.max(1);
         let mut acks = vec![Outcome::NotAwaited; n];
         for _ in 0..MAX_CONFIRMS {
-            if Instant::now() >= valid_until {
+            if self.clock.now() >= valid_until {
                 break;
             }
             let t = Decimal::new(i64::try_from(token).unwrap_or(i64::MAX));
@@ -260,11 +260,11 @@ impl Core {
                 Kind::Normal,
                 NodeSet::ALL,
                 1,
-                later(Instant::now(), self.config.round_timeout).min(valid_until),
+                later(self.clock.now(), self.config.round_timeout).min(valid_until),
                 majority,
                 |buf, full| lua::eval(buf, lua::FENCE, full, &counter_only, &[t.as_bytes()]),
                 |_, node, reply| {
-                    let now = Instant::now();
+                    let now = self.clock.now();
                     let (vote, outcome, counter) = fence_vote(&reply);
                     let (vote, outcome) = self.counted(node, (vote, outcome), now);
                     self.votes[node].count(&outcome);
@@ -280,7 +280,7 @@ impl Core {
                     }
                 },
             );
-            if yes >= majority && Instant::now() < valid_until {
+            if yes >= majority && self.clock.now() < valid_until {
                 return Ok(Ok(FencedLock {
                     lock: Lock {
                         resource: resource.to_vec(),
@@ -307,7 +307,7 @@ impl Core {
     pub(crate) fn unlock_fenced(&self, lock: &Lock, token: u64) -> Result<usize> {
         let n = self.fanout.len();
         let quorum = self.quorum();
-        let deadline = later(Instant::now(), self.config.round_timeout);
+        let deadline = later(self.clock.now(), self.config.round_timeout);
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let (mut released, mut answered) = (0, 0);
         for (node, outcome) in outcomes.iter_mut().enumerate() {

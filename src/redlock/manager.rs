@@ -10,9 +10,9 @@ use super::guard::{Guard, Held, Lost};
 use super::inspect::Inspection;
 use super::lock::Lock;
 use super::quorum::drift;
-use super::restart::{self, RestartGuard};
+use super::restart;
 use super::schedule::lost_margin;
-use super::scripts;
+use super::seam::SystemClock;
 use super::stats::{Activity, Stats, Votes};
 use super::token::Tokens;
 use super::wait::WaitRoom;
@@ -97,20 +97,11 @@ impl Builder {
             }
             addrs.push(addr);
         }
-        let mut setup = scripts::setup_commands();
-        let restart = self.config.restart_guard.then(|| {
-            setup.extend(restart::setup_commands());
-            let guard = RestartGuard::new(
-                addrs.len(),
-                self.config.restart_window,
-                self.config.drift_factor,
-            );
-            (guard, setup.len() - 3)
-        });
+        let (setup, restart) = restart::connection_setup(&self.config, addrs.len());
         // `CONFIG GET *append*` and the persistence marker may be refused: the node then gets the window rule.
         let optional_setup = restart
             .as_ref()
-            .map(|(_, info)| vec![info + 1, info + 2])
+            .map(|(_, ids)| ids.optional())
             .unwrap_or_default();
         let opts = Options {
             connect_timeout: self.config.connect_timeout,
@@ -134,6 +125,7 @@ impl Builder {
             core: Arc::new(Core {
                 votes: (0..fanout.len()).map(|_| Votes::default()).collect(),
                 fanout,
+                clock: SystemClock,
                 config: self.config,
                 tokens: Tokens::new(),
                 restart,

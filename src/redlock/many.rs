@@ -24,7 +24,6 @@
 //! - **The restart guard counts every vote** (`Core::counted`), as for one key.
 
 use std::fmt;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -34,6 +33,7 @@ use super::error::{Error, Outcome, Report, Result};
 use super::lua;
 use super::pipeline::Kind;
 use super::quorum::{Failure, Quorum, Status, Vote, drift};
+use super::seam::{Clock, NodeRound, Nodes};
 use super::token;
 use crate::net::NodeSet;
 use crate::resp::Decimal;
@@ -112,7 +112,7 @@ fn keys(resources: &[Vec<u8>]) -> Vec<&[u8]> {
     resources.iter().map(|r| &r[..]).collect()
 }
 
-impl Core {
+impl<N: Nodes, C: Clock> Core<N, C> {
     /// Checks, sorts and deduplicates a set's names.
     pub(crate) fn check_set(
         &self,
@@ -162,7 +162,7 @@ impl Core {
                 });
             }
             attempt += 1;
-            thread::sleep(self.retry_pause());
+            self.clock.sleep(self.retry_pause());
         }
     }
 
@@ -186,7 +186,7 @@ impl Core {
         );
         let (quorum, outcomes, nodes, start) =
             (round.quorum, round.outcomes, round.nodes, round.start);
-        match settle(round.status, &quorum) {
+        match settle(round.status, &quorum, self.clock.now()) {
             Ok(valid_until) => Ok(LockSet {
                 resources: sorted.to_vec(),
                 value,
@@ -201,7 +201,7 @@ impl Core {
                 lua::eval(&mut release, lua::RELEASE_MANY, true, &names, &[&value]);
                 let mut round = self
                     .fanout
-                    .release_round(later(Instant::now(), self.config.round_timeout));
+                    .release_round(later(self.clock.now(), self.config.round_timeout));
                 round.send_to(nodes, &release, 1);
                 while round.next().is_some() {}
                 drop(round);
@@ -218,7 +218,7 @@ impl Core {
         if set.extensions >= self.config.max_extensions {
             return Err(Error::ExtendLimit(set.extensions));
         }
-        let start = Instant::now();
+        let start = self.clock.now();
         if start >= set.valid_until {
             return Err(Error::Expired);
         }
@@ -254,7 +254,7 @@ impl Core {
                 );
             },
             |_, node, reply| {
-                let now = Instant::now();
+                let now = self.clock.now();
                 let (vote, outcome) =
                     self.counted_extension(node, script_vote(&reply), now, Some(set.acquired));
                 self.votes[node].count(&outcome);
@@ -266,7 +266,7 @@ impl Core {
                 }
             },
         );
-        match settle(status, &quorum) {
+        match settle(status, &quorum, self.clock.now()) {
             Ok(valid_until) => {
                 set.valid_until = valid_until;
                 set.extensions += 1;
@@ -286,7 +286,7 @@ impl Core {
     pub(crate) fn unlock_many(&self, set: LockSet) -> Result<usize> {
         let n = self.fanout.len();
         let quorum = self.quorum();
-        let deadline = later(Instant::now(), self.config.round_timeout);
+        let deadline = later(self.clock.now(), self.config.round_timeout);
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let (mut released, mut answered) = (0, 0);
         for (node, outcome) in outcomes.iter_mut().enumerate() {

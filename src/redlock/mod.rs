@@ -20,6 +20,22 @@
 //!   can prove about its persistence (its settings, [`PERSIST_MARKER_KEY`]) to be trusted at once.
 //! - `reentrant`: [`Owner`], [`ReentrantLock`], [`LockManager::lock_reentrant`].
 //! - `unreleased`: [`Unreleased`], a release not confirmed by a majority, with the lock handed back for a retry.
+//!
+//! # Layout
+//!
+//! - **The seam** (`seam`): `Nodes` / `NodeRound` (open a round or a release round with a deadline, send to a node
+//!   set with a reply count, `need`, `next()`; a node's session and set-up replies) and `Clock` (`now`, the retry
+//!   pause). `net::Fanout` and `SystemClock` implement them; so does the simulator in `tests/sim/`.
+//! - **The engine's rounds**, generic over the seam as `Core<N = Fanout, C = SystemClock>` (monomorphised: a lone
+//!   caller pays nothing for it): `core` (acquire, extend, release, inspect, the guards' batched renewal),
+//!   `pipeline` (k commands per node), `batch`, `many`, `fenced`, `reentrant`; the restart guard (`restart`,
+//!   `persist`) reads the seam's set-up replies through typed ids (`SetupIds`). No `Instant::now()` or sleep in
+//!   them outside the clock.
+//! - **Pure leaves**: `quorum`, `schedule`, `scripts`, `lua`, `token`, `config`, `error`, `stats`.
+//! - **Guards, watchdog, waiting, the manager** (`guard`, `watchdog`, `wait`, `manager`, `inspect`): still on the
+//!   real fanout and clock (`Core` with its defaults); untangling them from the engine is the rest of issue #22.
+//! - `sim` (feature `sim` only, hidden): `Engine`, the engine's verbs over any `Nodes` and `Clock` with seeded lock
+//!   values, for the deterministic simulator.
 
 mod batch;
 mod config;
@@ -42,6 +58,10 @@ mod restart;
 mod schedule;
 #[doc(hidden)]
 pub mod scripts;
+mod seam;
+#[cfg(feature = "sim")]
+#[doc(hidden)]
+pub mod sim;
 mod stats;
 mod token;
 mod unreleased;

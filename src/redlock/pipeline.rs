@@ -21,6 +21,7 @@ use super::core::{Core, is_noscript};
 use super::error::Outcome;
 use super::lua;
 use super::quorum::{Quorum, Status, Vote, drift};
+use super::seam::{Clock, NodeRound, Nodes};
 use crate::net::{NodeSet, Reply};
 use crate::time::later;
 
@@ -33,7 +34,7 @@ pub(crate) enum Kind {
     Release,
 }
 
-impl Core {
+impl<N: Nodes, C: Clock> Core<N, C> {
     /// Sends `k` commands (written by `encode(buf, full)`: `full` asks for scripts by `EVAL` instead of
     /// `EVALSHA`) to `nodes` in one request each, then calls `on_reply(command, node, reply)` for each outcome
     /// until it returns 0 or the round ends by `deadline`. `need` is how many outcomes are worth waiting for
@@ -112,7 +113,7 @@ pub(crate) struct Acquired {
     pub(crate) count: u64,
 }
 
-impl Core {
+impl<N: Nodes, C: Clock> Core<N, C> {
     /// One acquisition round of `script` on every node, in Redlock's way: sent at once, each reply classified by
     /// `classify` into a vote, an outcome and a number, votes counted through the restart guard, the round ended
     /// as soon as the quorum's verdict is certain. Shared by sets, fencing and reentrant locks.
@@ -125,7 +126,7 @@ impl Core {
     ) -> Acquired {
         let n = self.fanout.len();
         self.note_ttl(ttl_ms);
-        let start = Instant::now();
+        let start = self.clock.now();
         let mut quorum = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor));
         let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
         let mut outcomes = vec![Outcome::NotAwaited; n];
@@ -140,7 +141,7 @@ impl Core {
             need,
             |buf, full| lua::eval(buf, script, full, keys, args),
             |_, node, reply| {
-                let now = Instant::now();
+                let now = self.clock.now();
                 let (vote, outcome, number) = classify(&reply);
                 let (vote, outcome) = self.counted(node, (vote, outcome), now);
                 self.votes[node].count(&outcome);

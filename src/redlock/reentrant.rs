@@ -39,7 +39,6 @@
 //!   own TTL), and the outer holder can acquire again to extend.
 
 use std::fmt;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -49,6 +48,7 @@ use super::error::{Error, Outcome, Result};
 use super::lua;
 use super::pipeline::Kind;
 use super::quorum::{Failure, Vote};
+use super::seam::{Clock, NodeRound, Nodes};
 use super::token;
 use super::unreleased::Unreleased;
 use crate::net::{NodeSet, Reply};
@@ -153,15 +153,15 @@ fn vote(reply: &Reply) -> (Vote, Outcome, u64) {
 }
 
 /// Draws a fresh id, for an owner or a hold.
-fn draw(core: &Core, doing: &'static str) -> Result<token::Value> {
+fn draw<N, C>(core: &Core<N, C>, doing: &'static str) -> Result<token::Value> {
     core.tokens.next().map_err(|e| Error::Os {
         doing,
         error: std::io::Error::from(e).into(),
     })
 }
 
-impl Core {
-    fn lock_reentrant(
+impl<N: Nodes, C: Clock> Core<N, C> {
+    pub(crate) fn lock_reentrant(
         &self,
         owner: &Owner,
         resource: &[u8],
@@ -189,7 +189,7 @@ impl Core {
                 round.nodes,
                 round.count,
             );
-            let failure = match settle(status, &quorum) {
+            let failure = match settle(status, &quorum, self.clock.now()) {
                 Ok(valid_until) => {
                     return Ok(ReentrantLock {
                         resource: resource.to_vec(),
@@ -214,7 +214,7 @@ impl Core {
                     &keys,
                     &[&owner.value, &hold],
                 );
-                let mut round = self.fanout.release_round(Instant::now());
+                let mut round = self.fanout.release_round(self.clock.now());
                 round.send_to(nodes, &buf, 1);
             }
             if attempt >= self.config.retry_count {
@@ -225,12 +225,12 @@ impl Core {
                 });
             }
             attempt += 1;
-            thread::sleep(self.retry_pause());
+            self.clock.sleep(self.retry_pause());
         }
     }
 
     /// One release round of `lock`'s hold by `script` on every node its acquisition was sent to.
-    fn unlock_reentrant(&self, lock: &ReentrantLock, script: lua::Lua) -> Result<usize> {
+    pub(crate) fn unlock_reentrant(&self, lock: &ReentrantLock, script: lua::Lua) -> Result<usize> {
         let n = self.fanout.len();
         let quorum = self.quorum();
         let counter = count_key(&lock.resource);
@@ -249,7 +249,7 @@ impl Core {
             Kind::Release,
             lock.nodes,
             1,
-            later(Instant::now(), self.config.round_timeout),
+            later(self.clock.now(), self.config.round_timeout),
             quorum,
             |buf, full| lua::eval(buf, script, full, &keys, &[&lock.owner.value, &lock.hold]),
             |_, node, reply| {

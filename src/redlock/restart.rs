@@ -141,9 +141,10 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
+use super::config::Config;
 use super::persist;
 use super::quorum::drift;
-use crate::net::Fanout;
+use super::seam::Nodes;
 use crate::resp::{Value, encode_command};
 use crate::sync::lock;
 
@@ -192,18 +193,18 @@ enum Read {
 }
 
 impl Node {
-    /// Reads connection `session`'s set-up replies (`INFO server` at `info_index`, then the settings and the
-    /// marker), if that is a connection this node was not read on yet. Only a whole reading changes what is
+    /// Reads connection `session`'s set-up replies (`INFO server`, the settings and the marker, where `ids`
+    /// says), if that is a connection this node was not read on yet. Only a whole reading changes what is
     /// known: a connection that dropped right after its set-up (its replies already cleared for the next one)
     /// must not wipe the `run_id`, or the next process would not be seen as another one (issue #20).
-    fn read(&mut self, session: u64, replies: &[(Value, Instant)], info_index: usize) -> Read {
+    fn read(&mut self, session: u64, replies: &[(Value, Instant)], ids: SetupIds) -> Read {
         if self.session == session {
             return Read::Same;
         }
         let (Some((info, read_at)), Some((settings, _)), Some((marker, marker_at))) = (
-            replies.get(info_index),
-            replies.get(info_index + 1),
-            replies.get(info_index + 2),
+            replies.get(ids.info),
+            replies.get(ids.settings),
+            replies.get(ids.marker),
         ) else {
             return Read::Incomplete;
         };
@@ -279,13 +280,56 @@ pub(crate) struct RestartGuard {
     drift_factor: f64,
 }
 
-/// `INFO server`, `CONFIG GET *append*` and the marker script, pipelined in this order on every new connection.
-/// The last two may be refused: an error reply is then their reply, and the node gets the window rule.
-pub(crate) fn setup_commands() -> [Bytes; 3] {
+/// Where the guard's three readings are among a connection's set-up replies: typed, so that no reader counts
+/// positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SetupIds {
+    /// `INFO server`: `run_id` and uptime.
+    info: usize,
+    /// `CONFIG GET *append*`: the persistence settings (may be refused).
+    settings: usize,
+    /// The persistence marker script (may be refused).
+    marker: usize,
+}
+
+impl SetupIds {
+    /// The readings that may be refused (an error reply is then their reply, and the node gets the window
+    /// rule): the settings and the marker, for `Options::optional_setup`.
+    pub(crate) fn optional(self) -> Vec<usize> {
+        vec![self.settings, self.marker]
+    }
+}
+
+/// The commands pipelined on every new connection (the scripts' `SCRIPT LOAD`s, then the restart guard's
+/// readings if `config` turns it on), and the guard with where its readings are.
+pub(crate) fn connection_setup(
+    config: &Config,
+    n: usize,
+) -> (Vec<Bytes>, Option<(RestartGuard, SetupIds)>) {
+    let mut setup = super::scripts::setup_commands();
+    let restart = config.restart_guard.then(|| {
+        let ids = add_setup_commands(&mut setup);
+        let guard = RestartGuard::new(n, config.restart_window, config.drift_factor);
+        (guard, ids)
+    });
+    (setup, restart)
+}
+
+/// Appends `INFO server`, `CONFIG GET *append*` and the marker script to the set-up commands pipelined on every
+/// new connection, and says where each one's reply will be.
+pub(crate) fn add_setup_commands(setup: &mut Vec<Bytes>) -> SetupIds {
+    let mut push = |command: Bytes| {
+        setup.push(command);
+        setup.len() - 1
+    };
     let mut info = BytesMut::new();
     encode_command(&[b"INFO", b"server"], &mut info);
     let [config, marker] = persist::setup_commands();
-    [info.freeze(), config, marker]
+    SetupIds {
+        info: push(info.freeze()),
+        settings: push(config),
+        marker: push(marker),
+    }
 }
 
 impl RestartGuard {
@@ -318,30 +362,29 @@ impl RestartGuard {
             .map_or(0, |r| r.load(Ordering::Relaxed))
     }
 
-    /// Whether node `node`'s "yes" may count at `now`. `info_index` is the position of `INFO server` among the
-    /// fanout's set-up commands; the settings and the marker follow it.
+    /// Whether node `node`'s "yes" may count at `now`. `ids` says where the readings are among the set-up replies.
     pub(crate) fn trusts(
         &self,
-        fanout: &Fanout,
+        fanout: &impl Nodes,
         node: usize,
-        info_index: usize,
+        ids: SetupIds,
         now: Instant,
     ) -> bool {
         let Some(slot) = self.nodes.get(node) else {
             return false;
         };
         let mut known = lock(slot);
-        self.refresh(&mut known, fanout, node, info_index) && known.counts(now, self.window())
+        self.refresh(&mut known, fanout, node, ids) && known.counts(now, self.window())
     }
 
     /// Reads the node's set-up replies again if it has a new connection since the last reading. `false` if that
     /// connection's reading is incomplete: what is known may be of another process than the one answering.
-    fn refresh(&self, known: &mut Node, fanout: &Fanout, node: usize, info_index: usize) -> bool {
+    fn refresh(&self, known: &mut Node, fanout: &impl Nodes, node: usize, ids: SetupIds) -> bool {
         let session = fanout.sessions(node);
         if known.session == session {
             return true;
         }
-        match known.read(session, &fanout.setup_replies(node), info_index) {
+        match known.read(session, &fanout.setup_replies(node), ids) {
             Read::Incomplete => false,
             Read::Same | Read::New { restarted: false } => true,
             Read::New { restarted: true } => {
@@ -359,9 +402,9 @@ impl RestartGuard {
     /// extension by value, of a lock acquired who knows when): the window rule alone.
     pub(crate) fn trusts_extension(
         &self,
-        fanout: &Fanout,
+        fanout: &impl Nodes,
         node: usize,
-        info_index: usize,
+        ids: SetupIds,
         now: Instant,
         since: Option<Instant>,
     ) -> bool {
@@ -369,7 +412,7 @@ impl RestartGuard {
             return false;
         };
         let mut known = lock(slot);
-        if !self.refresh(&mut known, fanout, node, info_index) {
+        if !self.refresh(&mut known, fanout, node, ids) {
             return false;
         }
         known.counts(now, self.window())
@@ -382,16 +425,16 @@ impl RestartGuard {
     /// What the guard knows of `node` at `now`, from its current connection's set-up replies (nothing is sent).
     pub(crate) fn standing(
         &self,
-        fanout: &Fanout,
+        fanout: &impl Nodes,
         node: usize,
-        info_index: usize,
+        ids: SetupIds,
         now: Instant,
     ) -> Standing {
         let Some(slot) = self.nodes.get(node) else {
             return Standing::default();
         };
         let mut known = lock(slot);
-        if !self.refresh(&mut known, fanout, node, info_index) {
+        if !self.refresh(&mut known, fanout, node, ids) {
             return Standing::default();
         }
         let window = self.window();
@@ -455,6 +498,13 @@ fn parse_info(reply: &Value) -> (Option<Bytes>, Option<u64>) {
 mod tests {
     use super::*;
 
+    /// The readings at the start of the set-up replies, as the tests' `setup` writes them.
+    const IDS: SetupIds = SetupIds {
+        info: 0,
+        settings: 1,
+        marker: 2,
+    };
+
     fn info(run_id: &str, uptime: &str) -> Value {
         let text = format!(
             "# Server\r\nredis_version:7.0.15\r\nrun_id:{run_id}\r\nuptime_in_seconds:{uptime}\r\n"
@@ -506,27 +556,27 @@ mod tests {
         let old_marker = Some(3_600_000);
         let mut node = Node::default();
         assert_eq!(
-            node.read(1, &setup("a", DAY, true, old_marker, t0), 0),
+            node.read(1, &setup("a", DAY, true, old_marker, t0), IDS),
             Read::New { restarted: false }
         );
         assert!(node.trusted_at_once(t0, window));
         // Session 2 completed its set-up and dropped; session 3's set-up is under way: no replies, or only some.
-        assert_eq!(node.read(2, &[], 0), Read::Incomplete);
+        assert_eq!(node.read(2, &[], IDS), Read::Incomplete);
         assert_eq!(
-            node.read(2, &setup("b", 0, true, old_marker, t0)[..2], 0),
+            node.read(2, &setup("b", 0, true, old_marker, t0)[..2], IDS),
             Read::Incomplete
         );
         assert_eq!(node.run_id, Some(Bytes::from("a")));
         // Session 3: another process. It is seen as one, and it stays trusted at once (its marker is old).
         let t1 = t0 + Duration::from_millis(5);
         assert_eq!(
-            node.read(3, &setup("b", 0, true, old_marker, t1), 0),
+            node.read(3, &setup("b", 0, true, old_marker, t1), IDS),
             Read::New { restarted: true }
         );
         assert!(node.trusted_at_once(t1, window), "{node:?}");
         assert_eq!(node.age.map(|a| a.least), Some(Duration::ZERO));
         // The same session again reads nothing.
-        assert_eq!(node.read(3, &[], 0), Read::Same);
+        assert_eq!(node.read(3, &[], IDS), Read::Same);
     }
 
     /// Trusted at once needs settings that persist *and* a marker older than the window: a node whose files were
@@ -537,15 +587,15 @@ mod tests {
         let t0 = Instant::now();
         let window = Duration::from_secs(30);
         let mut node = Node::default();
-        node.read(1, &setup("a", DAY, true, Some(3_600_000), t0), 0);
+        node.read(1, &setup("a", DAY, true, Some(3_600_000), t0), IDS);
         assert!(node.counts(t0, window) && node.trusted_at_once(t0, window));
         // Files lost: the new process writes the marker now.
-        node.read(2, &setup("b", 0, true, Some(0), t0), 0);
+        node.read(2, &setup("b", 0, true, Some(0), t0), IDS);
         assert!(!node.counts(t0, window), "{node:?}");
         assert_eq!(node.counted_in(t0, window), Some(window));
         // Restarted again 2 s later with its files: the marker predates this process, but is 2 s old.
         let t2 = t0 + Duration::from_secs(2);
-        node.read(3, &setup("c", 0, true, Some(2_000), t2), 0);
+        node.read(3, &setup("c", 0, true, Some(2_000), t2), IDS);
         assert!(!node.counts(t2, window));
         assert_eq!(
             node.counted_in(t2, window),
@@ -557,7 +607,7 @@ mod tests {
         assert!(node.age.is_some_and(|a| a.at(t3) < window));
         // A marker refused (ACL, OOM): the window rule, whatever the settings.
         let mut refused = Node::default();
-        refused.read(1, &setup("a", 0, true, None, t0), 0);
+        refused.read(1, &setup("a", 0, true, None, t0), IDS);
         assert!(!refused.trusted_at_once(t0 + window * 100, window));
         assert!(
             refused.counts(t0 + window, window),
@@ -565,7 +615,7 @@ mod tests {
         );
         // An old marker on a node that does not persist every write: the window rule.
         let mut everysec = Node::default();
-        everysec.read(1, &setup("a", 0, false, Some(3_600_000), t0), 0);
+        everysec.read(1, &setup("a", 0, false, Some(3_600_000), t0), IDS);
         assert!(!everysec.counts(t0, window));
     }
 

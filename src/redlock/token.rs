@@ -32,6 +32,15 @@ impl Tokens {
         }
     }
 
+    /// A stream seeded with `seed` instead of the OS's randomness: the same seed, the same values (the
+    /// simulator's determinism). Never for locks on real nodes.
+    #[cfg(feature = "sim")]
+    pub(crate) fn seeded(seed: [u8; 32]) -> Tokens {
+        Tokens {
+            state: Mutex::new(Some((ChaCha20Rng::from_seed(seed), std::process::id()))),
+        }
+    }
+
     /// A fresh value.
     ///
     /// # Errors

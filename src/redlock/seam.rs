@@ -1,0 +1,153 @@
+//! The seam between the rounds and the nodes: [`Nodes`] (rounds to a set of nodes), [`NodeRound`] (one such
+//! round) and [`Clock`] (now, and the pause between retries).
+//!
+//! The engine's rounds (acquire, extend, release, pipelined; `core`, `pipeline`, `batch`, `many`, `fenced`,
+//! `reentrant`) and the restart guard reach the nodes and the time only through these traits. The real
+//! [`Fanout`] and [`SystemClock`] implement them, and so does the deterministic simulator in the test tree
+//! (`tests/sim/`), which runs the same rounds against in-memory nodes on a virtual clock.
+//!
+//! The engine is generic over them with the real ones as defaults (`Core<N = Fanout, C = SystemClock>`): the
+//! calls are monomorphised and inlined, so a lone caller pays nothing for the seam (no `dyn`, no allocation).
+//!
+//! # Contract (what the engine relies on, and a simulator must keep)
+//!
+//! - **A node's outcomes come out in the order its requests were sent** (see `net/slots.rs`): exactly one per
+//!   expected reply, a reply or the reason there is none; once one of a node's requests of a round has timed
+//!   out, so have all its later ones of that round.
+//! - **Every outcome is known by the round's deadline**: after it, [`NodeRound::next`] hands out a timeout for
+//!   each request still unanswered, and `None` once all have their outcome.
+//! - **Dropping a round abandons its replies**, not its requests: what was sent still runs on the node.
+//! - **[`Nodes::setup_replies`]** are the replies to the set-up commands the engine gave, in that order, on the
+//!   node's current connection ([`Nodes::sessions`] changes with every new connection), each dated when it was
+//!   read. The restart guard reads them through typed ids (`restart::SetupIds`), not positions.
+//! - **Votes are dated by the clock** right after [`NodeRound::next`] returns them: the real fanout does not keep
+//!   the instant each outcome was decoded per round, so the engine takes `clock.now()` then (a later date, which
+//!   is the safe way for every deadline the quorum checks). The simulator's `next` advances its virtual clock to
+//!   the reply's arrival, so there the two are the same.
+
+use std::time::{Duration, Instant};
+
+use crate::net::{Fanout, NodeAddr, NodeSet, Reply, Round};
+use crate::resp::Value;
+
+/// Where the engine's time comes from: `now` dates rounds and votes, `sleep` is the pause between retries.
+pub trait Clock {
+    /// The current instant.
+    fn now(&self) -> Instant;
+    /// Waits for `pause` (the jittered retry delay).
+    fn sleep(&self, pause: Duration);
+}
+
+/// The real clock: [`Instant::now`] (`CLOCK_MONOTONIC`) and [`std::thread::sleep`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    #[inline]
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn sleep(&self, pause: Duration) {
+        std::thread::sleep(pause);
+    }
+}
+
+/// N nodes the engine sends rounds to. See the module doc for the contract.
+#[allow(clippy::len_without_is_empty)] // never empty: a manager refuses an empty node list
+pub trait Nodes {
+    /// One round; dropping it abandons the replies still to come.
+    type Round<'a>: NodeRound
+    where
+        Self: 'a;
+
+    /// How many nodes.
+    fn len(&self) -> usize;
+    /// The nodes' addresses, in index order (for reports).
+    fn addrs(&self) -> &[NodeAddr];
+    /// Opens a round whose outcomes are all known by `deadline`.
+    fn round(&self, deadline: Instant) -> Self::Round<'_>;
+    /// Opens a round for requests that must reach every reachable node (a release).
+    fn release_round(&self, deadline: Instant) -> Self::Round<'_>;
+    /// How many connections to `node` have completed their set-up; changes with every new connection.
+    fn sessions(&self, node: usize) -> u64;
+    /// The replies to the set-up commands on `node`'s current connection, in order, each dated when read.
+    fn setup_replies(&self, node: usize) -> Vec<(Value, Instant)>;
+}
+
+/// One request/reply exchange with some nodes, bounded by a deadline.
+pub trait NodeRound {
+    /// Sends `request` (encoded commands expecting `replies` replies in all) to the nodes in `nodes`; returns
+    /// the nodes it was queued for. Nodes it was not queued for get their outcome from [`next`](Self::next).
+    fn send_to(&mut self, nodes: NodeSet, request: &[u8], replies: usize) -> NodeSet;
+    /// Sends `request` to every node.
+    fn send_all(&mut self, request: &[u8], replies: usize) -> NodeSet {
+        self.send_to(NodeSet::ALL, request, replies)
+    }
+    /// Sends `request` to node `node` only.
+    fn send(&mut self, node: usize, request: &[u8], replies: usize) -> NodeSet;
+    /// How many outcomes are worth waiting for before the caller is woken.
+    fn need(&mut self, outcomes: usize);
+    /// The next outcome, `(node, reply)`; `None` once every request of the round has its outcome.
+    fn next(&mut self) -> Option<(usize, Reply)>;
+}
+
+impl Nodes for Fanout {
+    type Round<'a> = Round<'a>;
+
+    #[inline]
+    fn len(&self) -> usize {
+        Fanout::len(self)
+    }
+
+    #[inline]
+    fn addrs(&self) -> &[NodeAddr] {
+        Fanout::addrs(self)
+    }
+
+    #[inline]
+    fn round(&self, deadline: Instant) -> Round<'_> {
+        Fanout::round(self, deadline)
+    }
+
+    #[inline]
+    fn release_round(&self, deadline: Instant) -> Round<'_> {
+        Fanout::release_round(self, deadline)
+    }
+
+    #[inline]
+    fn sessions(&self, node: usize) -> u64 {
+        Fanout::sessions(self, node)
+    }
+
+    fn setup_replies(&self, node: usize) -> Vec<(Value, Instant)> {
+        Fanout::setup_replies(self, node)
+    }
+}
+
+impl NodeRound for Round<'_> {
+    #[inline]
+    fn send_to(&mut self, nodes: NodeSet, request: &[u8], replies: usize) -> NodeSet {
+        Round::send_to(self, nodes, request, replies)
+    }
+
+    #[inline]
+    fn send_all(&mut self, request: &[u8], replies: usize) -> NodeSet {
+        Round::send_all(self, request, replies)
+    }
+
+    #[inline]
+    fn send(&mut self, node: usize, request: &[u8], replies: usize) -> NodeSet {
+        Round::send(self, node, request, replies)
+    }
+
+    #[inline]
+    fn need(&mut self, outcomes: usize) {
+        Round::need(self, outcomes)
+    }
+
+    #[inline]
+    fn next(&mut self) -> Option<(usize, Reply)> {
+        Round::next(self)
+    }
+}

@@ -1,0 +1,152 @@
+//! The checker: a history of holds over virtual time, and the properties every history must keep.
+//!
+//! - **Mutual exclusion**: no two holders' `[granted, valid_until)` intervals overlap for one resource, whatever
+//!   the kinds (a plain lock, a batch's, a set's, a fenced lock, a reentrant owner's holds: one holder each).
+//!   A hold begins when the verb returned it, ends at its validity (as extended) or when its release began.
+//! - **Fencing tokens** strictly increase in grant order, per resource.
+//! - **No key without expiry** is left on a node, except the fence counters and the persistence marker.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::node::{MS, Time};
+
+/// One hold: a holder's claim on a resource.
+#[derive(Clone, Debug)]
+pub struct Hold {
+    pub client: usize,
+    pub kind: &'static str,
+    pub resource: Vec<u8>,
+    /// The value (or a reentrant owner's value) that holds it.
+    pub holder: Vec<u8>,
+    pub from: Time,
+    pub until: Time,
+    pub token: Option<u64>,
+}
+
+/// Everything that happened, for the checks and for a readable report.
+#[derive(Debug, Default)]
+pub struct History {
+    pub holds: Vec<Hold>,
+    pub lines: Vec<String>,
+    pub ops: u64,
+}
+
+fn ms(t: Time) -> String {
+    format!("{}.{:03}ms", t / MS, (t % MS) / 1000)
+}
+
+fn show(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+impl History {
+    pub fn note(&mut self, line: String) {
+        self.lines.push(line);
+    }
+
+    /// Records a hold; returns its index, to extend or end it.
+    pub fn hold(&mut self, hold: Hold) -> usize {
+        self.lines.push(format!(
+            "{} c{} {} {} granted until {} (holder {}{})",
+            ms(hold.from),
+            hold.client,
+            hold.kind,
+            show(&hold.resource),
+            ms(hold.until),
+            show(&hold.holder[..8.min(hold.holder.len())]),
+            hold.token
+                .map(|t| format!(", token {t}"))
+                .unwrap_or_default(),
+        ));
+        self.holds.push(hold);
+        self.holds.len() - 1
+    }
+
+    pub fn extend(&mut self, i: usize, now: Time, until: Time) {
+        let h = &mut self.holds[i];
+        h.until = h.until.max(until);
+        let line = format!(
+            "{} c{} extended {} until {}",
+            ms(now),
+            h.client,
+            show(&h.resource),
+            ms(until)
+        );
+        self.lines.push(line);
+    }
+
+    pub fn end(&mut self, i: usize, now: Time) {
+        let h = &mut self.holds[i];
+        h.until = h.until.min(now);
+        let line = format!("{} c{} releases {}", ms(now), h.client, show(&h.resource));
+        self.lines.push(line);
+    }
+
+    /// The first violation found, described; `None` if the history is safe. `tokens`: check fencing tokens
+    /// (only where no node lost its counters: fencing assumes they survive restarts, `fenced.rs`).
+    pub fn violation(&self, tokens: bool) -> Option<String> {
+        let mut by_resource: BTreeMap<&[u8], Vec<&Hold>> = BTreeMap::new();
+        for h in &self.holds {
+            if h.from < h.until {
+                by_resource.entry(&h.resource).or_default().push(h);
+            }
+        }
+        for (resource, holds) in &mut by_resource {
+            holds.sort_by_key(|h| (h.from, h.until));
+            for (i, a) in holds.iter().enumerate() {
+                for b in &holds[i + 1..] {
+                    if b.from >= a.until {
+                        break;
+                    }
+                    if a.holder != b.holder {
+                        return Some(format!(
+                            "two holders of {}: c{} ({}) [{}, {}) and c{} ({}) [{}, {})",
+                            show(resource),
+                            a.client,
+                            a.kind,
+                            ms(a.from),
+                            ms(a.until),
+                            b.client,
+                            b.kind,
+                            ms(b.from),
+                            ms(b.until)
+                        ));
+                    }
+                }
+            }
+        }
+        for (resource, mut holds) in by_resource.into_iter().filter(|_| tokens) {
+            holds.sort_by_key(|h| (h.from, h.until));
+            let mut last: Option<&Hold> = None;
+            for h in holds.iter().filter(|h| h.token.is_some()) {
+                if let Some(prev) = last {
+                    if h.token <= prev.token {
+                        return Some(format!(
+                            "fencing token of {} went from {:?} (c{} at {}) to {:?} (c{} at {})",
+                            show(resource),
+                            prev.token,
+                            prev.client,
+                            ms(prev.from),
+                            h.token,
+                            h.client,
+                            ms(h.from)
+                        ));
+                    }
+                }
+                last = Some(h);
+            }
+        }
+        None
+    }
+
+    /// The history as text, the last `lines` lines.
+    pub fn tail(&self, lines: usize) -> String {
+        let mut out = String::new();
+        let skip = self.lines.len().saturating_sub(lines);
+        for l in &self.lines[skip..] {
+            let _ = writeln!(out, "  {l}");
+        }
+        out
+    }
+}

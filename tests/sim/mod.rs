@@ -1,0 +1,807 @@
+//! A deterministic simulator for the lock engine: N in-memory nodes ([`node`]) on a virtual clock, clients that
+//! run the real engine (`muxlock::redlock::sim::Engine`) through the seam, faults chosen by a seed, and a
+//! checker ([`check`]) that judges the history over virtual time.
+//!
+//! # Why OS threads and a baton, not an event loop
+//!
+//! The engine's rounds are plain blocking code (`round.next()` in a loop); turning every verb into a state
+//! machine is the next stage of issue #22. Until then each simulated client is an OS thread, and a baton makes
+//! the run deterministic: **exactly one client runs at a time**, and it gives the baton back only at a seam call
+//! that would block (a round's `next()` with nothing filed, a clock `sleep`). Whoever gives it up runs the
+//! scheduler, which advances virtual time to the next event (a delivery, a reply, a fault, a client's wake-up),
+//! applies every event due, and picks the next runnable client with the seeded RNG. Nothing else is shared, lock
+//! values come from a seeded stream, and every random choice (latency, fault, client, workload) comes from a
+//! seeded RNG: one seed, one history. The price is a thread hand-off per switch, which bounds the speed (see
+//! `bench_ops_per_second` in `tests/simulation.rs`).
+//!
+//! # What a round sees
+//!
+//! A client's rounds file their outcomes through the real `net::slots::Slots` (the fanout's own bookkeeping), so
+//! a node's outcomes keep their order and a late reply after a timeout is dropped as the real fanout drops it. Each
+//! client has one connection per node: requests are delivered after a latency, run by the node in order, and
+//! answered after another latency, FIFO per connection. A connection that resets files `Closed` for every request
+//! it still carried, before or after the node ran the command; the next request reconnects and runs the set-up
+//! commands again (new session, new `INFO`).
+//!
+//! Simplifications: the set-up of a new connection runs at once (even on a paused node); a node's own clock is
+//! exact (drift is per client, within the spec's factor); requests are never refused for room.
+
+pub mod check;
+pub mod node;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use muxlock::net::slots::{SlotRef, Slots};
+use muxlock::net::{NodeAddr, NodeError, NodeSet, Reply};
+use muxlock::redlock::sim::{Clock, NodeRound, Nodes};
+use muxlock::resp::{Value, decode};
+
+use node::{MS, Node, Restart, Time};
+
+/// SplitMix64: small, fast, and the same everywhere.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+    pub fn chance(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+}
+
+/// One node's faults, chosen by the seed.
+#[derive(Clone, Debug)]
+pub struct Faults {
+    pub latency: (Time, Time),
+    /// Probability and upper bound of a latency spike (a reply late after the round's deadline).
+    pub spike: (f64, Time),
+    /// Probability that a command's connection resets (half before the command runs, half after).
+    pub reset: f64,
+}
+
+#[derive(Debug)]
+enum Event {
+    Deliver {
+        client: usize,
+        node: usize,
+        epoch: u64,
+        cmd: Vec<Bytes>,
+    },
+    Reply {
+        client: usize,
+        node: usize,
+        epoch: u64,
+        reply: Value,
+    },
+    Pause {
+        node: usize,
+        span: Time,
+    },
+    Down {
+        node: usize,
+        span: Time,
+        kind: Restart,
+    },
+    Up {
+        node: usize,
+        kind: Restart,
+    },
+    Flush {
+        node: usize,
+    },
+    Snapshot {
+        node: usize,
+    },
+}
+
+#[derive(Debug, Default)]
+struct Conn {
+    up: bool,
+    epoch: u64,
+    session: u64,
+    setup: Vec<(Value, Instant)>,
+    /// The round of each reply still to come, in order.
+    pending: VecDeque<SlotRef>,
+    last_deliver: Time,
+    last_reply: Time,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    NotStarted,
+    Running,
+    Blocked,
+    Done,
+}
+
+#[derive(Debug)]
+struct Client {
+    slots: Slots,
+    conns: Vec<Conn>,
+    state: State,
+    ready: bool,
+    until: Option<Time>,
+    /// This client's clock rate (drift).
+    rate: f64,
+}
+
+#[derive(Debug)]
+pub struct NodeSim {
+    pub node: Node,
+    down: bool,
+    paused_until: Time,
+    faults: Faults,
+}
+
+/// What struck the rounds, to show the faults mattered.
+#[derive(Clone, Debug, Default)]
+pub struct Struck {
+    pub timeouts: u64,
+    pub resets_before: u64,
+    pub resets_after: u64,
+    pub refused: u64,
+    pub restarts: u64,
+    pub pauses: u64,
+    pub noscript: u64,
+    pub late: u64,
+    /// A node came back without its data (fence counters too): the documented limit of fencing (counters must
+    /// survive a restart), so the token check does not apply to this history.
+    pub counters_lost: bool,
+}
+
+/// Everything the simulation shares: nodes, clients' connections and rounds, events, time, the history.
+#[derive(Debug)]
+pub struct World {
+    pub now: Time,
+    pub rng: Rng,
+    pub nodes: Vec<NodeSim>,
+    events: BinaryHeap<Reverse<(Time, u64, usize)>>,
+    slab: Vec<Option<Event>>,
+    seq: u64,
+    clients: Vec<Client>,
+    turn: Option<usize>,
+    setup: Vec<Vec<Bytes>>,
+    base: Instant,
+    runs: u64,
+    pub struck: Struck,
+    pub history: check::History,
+}
+
+/// Decodes a request into its commands (arrays of bulk strings).
+fn commands(request: &[u8]) -> Vec<Vec<Bytes>> {
+    let mut buf = BytesMut::from(request);
+    let mut out = Vec::new();
+    while let Ok(Some(Value::Array(items))) = decode(&mut buf) {
+        out.push(
+            items
+                .into_iter()
+                .map(|v| match v {
+                    Value::BulkString(b) => b,
+                    _ => Bytes::new(),
+                })
+                .collect(),
+        );
+    }
+    out
+}
+
+impl World {
+    fn push(&mut self, at: Time, event: Event) {
+        self.slab.push(Some(event));
+        self.seq += 1;
+        self.events
+            .push(Reverse((at, self.seq, self.slab.len() - 1)));
+    }
+
+    /// A client's instant for virtual time `t`.
+    pub fn instant(&self, client: usize, t: Time) -> Instant {
+        let rate = self.clients[client].rate;
+        self.base + Duration::from_nanos((t as f64 * rate) as u64)
+    }
+
+    /// The virtual time of a client's instant.
+    pub fn time(&self, client: usize, at: Instant) -> Time {
+        let rate = self.clients[client].rate;
+        (at.saturating_duration_since(self.base).as_nanos() as f64 / rate) as Time
+    }
+
+    fn latency(&mut self, node: usize) -> Time {
+        let f = self.nodes[node].faults.clone();
+        if self.rng.chance(f.spike.0) {
+            return self.rng.range(f.latency.1, f.spike.1);
+        }
+        self.rng.range(f.latency.0, f.latency.1)
+    }
+
+    fn reset(&mut self, client: usize, node: usize) {
+        let c = &mut self.clients[client];
+        let conn = &mut c.conns[node];
+        conn.up = false;
+        conn.epoch += 1;
+        conn.setup.clear();
+        for r in std::mem::take(&mut conn.pending) {
+            c.slots.file(r, node, Err(NodeError::Closed));
+        }
+        c.ready = true;
+    }
+
+    /// Queues `cmds` from `client` to `node` for round `r`; false if the node refused the connection.
+    fn send(&mut self, client: usize, node: usize, r: SlotRef, cmds: &[Vec<Bytes>]) -> bool {
+        let k = cmds.len();
+        if self.nodes[node].down {
+            self.struck.refused += 1;
+            let c = &mut self.clients[client];
+            c.slots.expect(r, node, k);
+            c.slots.refuse(r, node, k, Err(NodeError::Refused));
+            c.ready = true;
+            return false;
+        }
+        if !self.clients[client].conns[node].up {
+            let now = self.now;
+            let at = self.instant(client, now);
+            let setup = self.setup.clone();
+            let replies: Vec<(Value, Instant)> = setup
+                .iter()
+                .map(|cmd| (self.nodes[node].node.exec(cmd, now), at))
+                .collect();
+            let conn = &mut self.clients[client].conns[node];
+            conn.up = true;
+            conn.session += 1;
+            conn.setup = replies;
+        }
+        self.clients[client].slots.expect(r, node, k);
+        for cmd in cmds {
+            let lat = self.latency(node);
+            let conn = &mut self.clients[client].conns[node];
+            conn.pending.push_back(r);
+            let at = (self.now + lat).max(conn.last_deliver);
+            conn.last_deliver = at;
+            let epoch = conn.epoch;
+            self.push(
+                at,
+                Event::Deliver {
+                    client,
+                    node,
+                    epoch,
+                    cmd: cmd.clone(),
+                },
+            );
+        }
+        true
+    }
+
+    fn apply(&mut self, event: Event) {
+        let now = self.now;
+        match event {
+            Event::Deliver {
+                client,
+                node,
+                epoch,
+                cmd,
+            } => {
+                if self.clients[client].conns[node].epoch != epoch || self.nodes[node].down {
+                    return;
+                }
+                if self.nodes[node].paused_until > now {
+                    let at = self.nodes[node].paused_until;
+                    self.push(
+                        at,
+                        Event::Deliver {
+                            client,
+                            node,
+                            epoch,
+                            cmd,
+                        },
+                    );
+                    return;
+                }
+                let reset = self.nodes[node].faults.reset;
+                if self.rng.chance(reset / 2.0) {
+                    self.struck.resets_before += 1;
+                    self.reset(client, node);
+                    return;
+                }
+                let reply = self.nodes[node].node.exec(&cmd, now);
+                if matches!(&reply, Value::Error(m) if m.starts_with(b"NOSCRIPT")) {
+                    self.struck.noscript += 1;
+                }
+                if self.rng.chance(reset / 2.0) {
+                    self.struck.resets_after += 1;
+                    self.reset(client, node);
+                    return;
+                }
+                let lat = self.latency(node);
+                let conn = &mut self.clients[client].conns[node];
+                let at = (now + lat).max(conn.last_reply);
+                conn.last_reply = at;
+                self.push(
+                    at,
+                    Event::Reply {
+                        client,
+                        node,
+                        epoch,
+                        reply,
+                    },
+                );
+            }
+            Event::Reply {
+                client,
+                node,
+                epoch,
+                reply,
+            } => {
+                let c = &mut self.clients[client];
+                if c.conns[node].epoch != epoch {
+                    return;
+                }
+                if let Some(r) = c.conns[node].pending.pop_front() {
+                    if c.slots.settled(r) {
+                        self.struck.late += 1;
+                    }
+                    c.slots.file(r, node, Ok(reply));
+                    c.ready = true;
+                }
+            }
+            Event::Pause { node, span } => {
+                self.struck.pauses += 1;
+                let n = &mut self.nodes[node];
+                n.paused_until = n.paused_until.max(now + span);
+            }
+            Event::Down { node, span, kind } => {
+                if self.nodes[node].down {
+                    return;
+                }
+                self.struck.restarts += 1;
+                self.nodes[node].down = true;
+                for c in 0..self.clients.len() {
+                    if self.clients[c].conns[node].up {
+                        self.reset(c, node);
+                    }
+                }
+                self.push(now + span, Event::Up { node, kind });
+            }
+            Event::Up { node, kind } => {
+                self.runs += 1;
+                let run = self.rng.next() ^ self.runs;
+                self.struck.counters_lost |= kind != Restart::KeepAll;
+                let n = &mut self.nodes[node];
+                n.node.restart(now, kind, run);
+                n.down = false;
+                n.paused_until = 0;
+            }
+            Event::Flush { node } => self.nodes[node].node.flush_scripts(),
+            Event::Snapshot { node } => self.nodes[node].node.take_snapshot(),
+        }
+    }
+
+    /// The next client to run: advances time and applies events until one is runnable. `None`: all are done
+    /// (or nothing can ever wake the rest).
+    fn pick(&mut self) -> Option<usize> {
+        loop {
+            let now = self.now;
+            let runnable: Vec<usize> = (0..self.clients.len())
+                .filter(|&i| {
+                    let c = &self.clients[i];
+                    c.state == State::NotStarted
+                        || c.state == State::Blocked
+                            && (c.ready || c.until.is_some_and(|u| u <= now))
+                })
+                .collect();
+            if !runnable.is_empty() {
+                let i = runnable[(self.rng.next() % runnable.len() as u64) as usize];
+                let c = &mut self.clients[i];
+                c.state = State::Running;
+                c.ready = false;
+                c.until = None;
+                return Some(i);
+            }
+            let wake = self
+                .clients
+                .iter()
+                .filter(|c| c.state == State::Blocked)
+                .filter_map(|c| c.until)
+                .min();
+            let event = self.events.peek().map(|Reverse((t, _, _))| *t);
+            let next = match (wake, event) {
+                (Some(a), Some(b)) => a.min(b),
+                (Some(a), None) => a,
+                (None, Some(b)) => b,
+                (None, None) => return None,
+            };
+            self.now = self.now.max(next);
+            while let Some(Reverse((t, _, id))) = self.events.peek().copied() {
+                if t > self.now {
+                    break;
+                }
+                self.events.pop();
+                if let Some(e) = self.slab[id].take() {
+                    self.apply(e);
+                }
+            }
+            // Once no client waits on anything, events left (replies nobody reads) may be dropped.
+            if self.clients.iter().all(|c| c.state == State::Done) {
+                return None;
+            }
+        }
+    }
+}
+
+/// The shared simulation: the world under one lock, and one condition variable per client for the baton.
+#[derive(Debug)]
+pub struct Sim {
+    world: Mutex<World>,
+    baton: Vec<Condvar>,
+    finished: Condvar,
+}
+
+impl Sim {
+    pub fn world(&self) -> MutexGuard<'_, World> {
+        self.world.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Gives up the baton (this client is blocked until `until` or until something is filed for it) and
+    /// waits until it is handed back.
+    fn block<'a>(
+        &'a self,
+        mut w: MutexGuard<'a, World>,
+        me: usize,
+        until: Option<Time>,
+    ) -> MutexGuard<'a, World> {
+        w.clients[me].state = State::Blocked;
+        w.clients[me].until = until;
+        w.clients[me].ready = false;
+        self.hand_on(&mut w);
+        while w.turn != Some(me) {
+            w = self.baton[me].wait(w).unwrap_or_else(|e| e.into_inner());
+        }
+        w
+    }
+
+    fn hand_on(&self, w: &mut World) {
+        w.turn = w.pick();
+        match w.turn {
+            Some(next) => self.baton[next].notify_one(),
+            None => self.finished.notify_all(),
+        }
+    }
+
+    fn wait_turn(&self, me: usize) {
+        let mut w = self.world();
+        while w.turn != Some(me) {
+            w = self.baton[me].wait(w).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn done(&self, me: usize) {
+        let mut w = self.world();
+        w.clients[me].state = State::Done;
+        self.hand_on(&mut w);
+    }
+}
+
+/// A world's configuration, drawn from the seed.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    pub nodes: usize,
+    pub clients: usize,
+    pub horizon: Time,
+}
+
+/// Builds a world for `seed`: nodes with their faults and a plan of pauses, restarts, flushes and snapshots.
+pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
+    let mut rng = Rng::new(seed);
+    let mut nodes = Vec::new();
+    for i in 0..setup.nodes {
+        let lo = rng.range(50_000, 500_000);
+        let faults = Faults {
+            latency: (lo, lo + rng.range(0, 2 * MS)),
+            spike: (
+                [0.0, 0.01, 0.05][rng.range(0, 2) as usize],
+                rng.range(20, 300) * MS,
+            ),
+            reset: [0.0, 0.01, 0.05][rng.range(0, 2) as usize],
+        };
+        nodes.push(NodeSim {
+            node: Node::new(rng.chance(0.5), rng.next() ^ i as u64),
+            down: false,
+            paused_until: 0,
+            faults,
+        });
+    }
+    let clients = (0..setup.clients)
+        .map(|_| Client {
+            slots: Slots::default(),
+            conns: (0..setup.nodes).map(|_| Conn::default()).collect(),
+            state: State::NotStarted,
+            ready: false,
+            until: None,
+            // Within ±0.4 %: two clients differ by less than the 1 % drift factor.
+            rate: 1.0 + (rng.range(0, 800) as f64 - 400.0) / 100_000.0,
+        })
+        .collect();
+    let mut w = World {
+        now: 0,
+        rng: Rng::new(seed.wrapping_mul(31).wrapping_add(7)),
+        nodes,
+        events: BinaryHeap::new(),
+        slab: Vec::new(),
+        seq: 0,
+        clients,
+        turn: None,
+        setup: connection_setup
+            .iter()
+            .map(|c| commands(c).into_iter().next().unwrap_or_default())
+            .collect(),
+        base: Instant::now(),
+        runs: 0,
+        struck: Struck::default(),
+        history: check::History::default(),
+    };
+    // The fault plan.
+    for node in 0..setup.nodes {
+        let mut t = 0;
+        loop {
+            t += rng.range(100, 3000) * MS;
+            if t >= setup.horizon {
+                break;
+            }
+            match rng.range(0, 9) {
+                0..=2 => w.push(
+                    t,
+                    Event::Pause {
+                        node,
+                        span: rng.range(5, 400) * MS,
+                    },
+                ),
+                3..=5 => {
+                    let kind = match (w.nodes[node].node.aof_always, rng.range(0, 3)) {
+                        (true, 0) => Restart::LoseAll,
+                        (true, _) => Restart::KeepAll,
+                        (false, 0 | 1) => Restart::Snapshot,
+                        (false, _) => Restart::LoseAll,
+                    };
+                    w.push(
+                        t,
+                        Event::Down {
+                            node,
+                            span: rng.range(0, 300) * MS,
+                            kind,
+                        },
+                    )
+                }
+                6 => w.push(t, Event::Flush { node }),
+                _ => w.push(t, Event::Snapshot { node }),
+            }
+        }
+    }
+    Arc::new(Sim {
+        baton: (0..setup.clients).map(|_| Condvar::new()).collect(),
+        finished: Condvar::new(),
+        world: Mutex::new(w),
+    })
+}
+
+/// Runs `clients` closures (one per client, each given its nodes and clock) to the end, one at a time.
+pub fn run<F>(sim: &Arc<Sim>, body: F)
+where
+    F: Fn(SimNodes, SimClock) + Send + Sync + 'static,
+{
+    let n_clients = sim.baton.len();
+    let n_nodes = sim.world().nodes.len();
+    let body = Arc::new(body);
+    let addrs: Vec<NodeAddr> = (0..n_nodes)
+        .map(|i| format!("sim-node-{i}:6379").parse().expect("address"))
+        .collect();
+    let threads: Vec<_> = (0..n_clients)
+        .map(|me| {
+            let (sim, body, addrs) = (Arc::clone(sim), Arc::clone(&body), addrs.clone());
+            std::thread::Builder::new()
+                .name(format!("sim-client-{me}"))
+                .stack_size(256 * 1024)
+                .spawn(move || {
+                    sim.wait_turn(me);
+                    let nodes = SimNodes {
+                        sim: Arc::clone(&sim),
+                        me,
+                        addrs,
+                    };
+                    let clock = SimClock {
+                        sim: Arc::clone(&sim),
+                        me,
+                    };
+                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        body(nodes, clock)
+                    }));
+                    if outcome.is_err() {
+                        sim.world().history.note("a client panicked".into());
+                    }
+                    sim.done(me);
+                })
+                .expect("thread")
+        })
+        .collect();
+    {
+        let mut w = sim.world();
+        sim.hand_on(&mut w);
+        while w.turn.is_some() {
+            w = sim.finished.wait(w).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+}
+
+/// One client's view of the nodes (the seam's `Nodes`).
+#[derive(Debug)]
+pub struct SimNodes {
+    sim: Arc<Sim>,
+    me: usize,
+    addrs: Vec<NodeAddr>,
+}
+
+/// One client's clock (the seam's `Clock`): virtual time at the client's rate.
+#[derive(Debug)]
+pub struct SimClock {
+    sim: Arc<Sim>,
+    me: usize,
+}
+
+impl SimClock {
+    pub fn sim(&self) -> &Arc<Sim> {
+        &self.sim
+    }
+    pub fn me(&self) -> usize {
+        self.me
+    }
+}
+
+impl Clock for SimClock {
+    fn now(&self) -> Instant {
+        let w = self.sim.world();
+        w.instant(self.me, w.now)
+    }
+
+    fn sleep(&self, pause: Duration) {
+        let w = self.sim.world();
+        let rate = w.clients[self.me].rate;
+        let until = w.now + (pause.as_nanos() as f64 / rate) as Time;
+        let _w = self.sim.block(w, self.me, Some(until));
+    }
+}
+
+/// A round of one client.
+#[derive(Debug)]
+pub struct SimRound<'a> {
+    nodes: &'a SimNodes,
+    slot: SlotRef,
+    deadline: Instant,
+    /// Nodes timed out so far, and until when the caller last gave way after one.
+    timeouts: u32,
+    gave_way: Option<Time>,
+}
+
+/// How long a caller takes between two outcomes after the deadline: the real fanout's other threads may read
+/// replies meanwhile (issue #20.1's late reply needs that gap to be filed between two timeouts).
+const STEP: Time = 20_000;
+
+impl Nodes for SimNodes {
+    type Round<'a> = SimRound<'a>;
+
+    fn len(&self) -> usize {
+        self.addrs.len()
+    }
+
+    fn addrs(&self) -> &[NodeAddr] {
+        &self.addrs
+    }
+
+    fn round(&self, deadline: Instant) -> SimRound<'_> {
+        let mut w = self.sim.world();
+        let n = self.addrs.len();
+        let slot = w.clients[self.me].slots.open(n, deadline);
+        SimRound {
+            nodes: self,
+            slot,
+            deadline,
+            timeouts: 0,
+            gave_way: None,
+        }
+    }
+
+    fn release_round(&self, deadline: Instant) -> SimRound<'_> {
+        self.round(deadline)
+    }
+
+    fn sessions(&self, node: usize) -> u64 {
+        self.sim.world().clients[self.me].conns[node].session
+    }
+
+    fn setup_replies(&self, node: usize) -> Vec<(Value, Instant)> {
+        self.sim.world().clients[self.me].conns[node].setup.clone()
+    }
+}
+
+impl NodeRound for SimRound<'_> {
+    fn send_to(&mut self, nodes: NodeSet, request: &[u8], _replies: usize) -> NodeSet {
+        let cmds = commands(request);
+        let mut w = self.nodes.sim.world();
+        let mut sent = NodeSet::EMPTY;
+        for node in 0..self.nodes.addrs.len() {
+            if nodes.contains(node) && w.send(self.nodes.me, node, self.slot, &cmds) {
+                sent.insert(node);
+            }
+        }
+        sent
+    }
+
+    fn send(&mut self, node: usize, request: &[u8], replies: usize) -> NodeSet {
+        let mut only = NodeSet::EMPTY;
+        only.insert(node);
+        self.send_to(only, request, replies)
+    }
+
+    fn need(&mut self, _outcomes: usize) {}
+
+    fn next(&mut self) -> Option<(usize, Reply)> {
+        let me = self.nodes.me;
+        let sim = &self.nodes.sim;
+        let mut w = sim.world();
+        loop {
+            if let Some(outcome) = w.clients[me].slots.take(self.slot) {
+                return Some(outcome);
+            }
+            if w.clients[me].slots.settled(self.slot) {
+                return None;
+            }
+            let deadline = w.time(me, self.deadline);
+            if w.now >= deadline {
+                if self.timeouts > 0 && self.gave_way.is_none_or(|t| w.now < t) {
+                    // Usually quick; now and then the caller is descheduled for a while.
+                    let step = match w.rng.chance(0.2) {
+                        true => w.rng.range(STEP, 5 * MS),
+                        false => STEP,
+                    };
+                    let until = w.now + step;
+                    self.gave_way = Some(until);
+                    w = sim.block(w, me, Some(until));
+                    continue;
+                }
+                self.gave_way = None;
+                match w.clients[me].slots.time_out_node(self.slot) {
+                    Some((_, n)) => {
+                        self.timeouts += 1;
+                        w.struck.timeouts += u64::from(n);
+                        continue;
+                    }
+                    None => return None,
+                }
+            }
+            w = sim.block(w, me, Some(deadline));
+        }
+    }
+}
+
+impl Drop for SimRound<'_> {
+    fn drop(&mut self) {
+        let mut w = self.nodes.sim.world();
+        w.clients[self.nodes.me].slots.close(self.slot);
+    }
+}

@@ -1,0 +1,491 @@
+//! One simulated Redis node: a keyspace with expiries on the virtual clock, muxlock's own scripts implemented in
+//! Rust (recognised by their SHA1s, or by their bodies under `EVAL`), the set-up commands a connection runs
+//! (`SCRIPT LOAD`, `INFO server`, `CONFIG GET *append*`, the persistence-marker script), and process restarts
+//! with or without data.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use muxlock::redlock::{PERSIST_MARKER_KEY, lua, scripts};
+use muxlock::resp::Value;
+
+/// Virtual time, in nanoseconds from the start of the run.
+pub type Time = u64;
+pub const MS: Time = 1_000_000;
+
+/// A node's wall clock at virtual time 0 (Unix ms), for `TIME` and `INFO`'s uptime.
+const WALL_START_MS: u64 = 1_700_000_000_000;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Data {
+    Str(Bytes),
+    /// A hash, fields in insertion order (as a small hash's listpack keeps them: `HKEYS` order matters to the
+    /// unattributed release).
+    Hash(Vec<(Bytes, Bytes)>),
+}
+
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub data: Data,
+    /// Absolute virtual time of expiry.
+    pub expires: Option<Time>,
+}
+
+/// What a restart keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Restart {
+    /// Every acknowledged write (AOF with `appendfsync always`).
+    KeepAll,
+    /// Nothing: the files are gone (marker too).
+    LoseAll,
+    /// The last snapshot (RDB): keys as they were then, expiries absolute.
+    Snapshot,
+}
+
+#[derive(Debug)]
+pub struct Node {
+    pub keys: BTreeMap<Bytes, Entry>,
+    scripts: BTreeSet<&'static str>,
+    pub run: u64,
+    pub started: Time,
+    /// `appendonly yes`, `appendfsync always`, `no-appendfsync-on-rewrite no`.
+    pub aof_always: bool,
+    snapshot: Option<BTreeMap<Bytes, Entry>>,
+}
+
+/// The scripts a node knows, by SHA1 and body.
+fn all_scripts() -> Vec<(&'static str, &'static str)> {
+    let mut v = vec![
+        (scripts::RELEASE_SHA1, scripts::RELEASE),
+        (scripts::EXTEND_SHA1, scripts::EXTEND),
+    ];
+    v.extend(lua::ALL.iter().map(|l| (l.sha1, l.body)));
+    v.push((
+        lua::RELEASE_REENTRANT_UNATTRIBUTED.sha1,
+        lua::RELEASE_REENTRANT_UNATTRIBUTED.body,
+    ));
+    v
+}
+
+fn int(n: i64) -> Value {
+    Value::Integer(n)
+}
+
+fn err(msg: &str) -> Value {
+    Value::Error(Bytes::from(msg.to_owned()))
+}
+
+fn num(b: &[u8]) -> i64 {
+    std::str::from_utf8(b)
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .map_or(0, |f| f as i64)
+}
+
+impl Node {
+    pub fn new(aof_always: bool, run: u64) -> Node {
+        let mut keys = BTreeMap::new();
+        // Provisioned with an old time, as `muxlock cluster up` does: trusted at once if the settings qualify.
+        keys.insert(
+            Bytes::from_static(PERSIST_MARKER_KEY.as_bytes()),
+            Entry {
+                data: Data::Str(Bytes::from_static(b"0 provisioned")),
+                expires: None,
+            },
+        );
+        Node {
+            keys,
+            scripts: BTreeSet::new(),
+            run,
+            started: 0,
+            aof_always,
+            snapshot: None,
+        }
+    }
+
+    pub fn take_snapshot(&mut self) {
+        self.snapshot = Some(self.keys.clone());
+    }
+
+    /// A new process at `now`, with a new run id.
+    pub fn restart(&mut self, now: Time, kind: Restart, run: u64) {
+        match kind {
+            Restart::KeepAll => {}
+            Restart::LoseAll => self.keys.clear(),
+            Restart::Snapshot => self.keys = self.snapshot.clone().unwrap_or_default(),
+        }
+        self.scripts.clear();
+        self.run = run;
+        self.started = now;
+    }
+
+    pub fn flush_scripts(&mut self) {
+        self.scripts.clear();
+    }
+
+    fn live(&mut self, key: &[u8], now: Time) -> Option<&mut Entry> {
+        if self
+            .keys
+            .get(key)
+            .is_some_and(|e| e.expires.is_some_and(|t| t <= now))
+        {
+            self.keys.remove(key);
+        }
+        self.keys.get_mut(key)
+    }
+
+    fn get(&mut self, key: &[u8], now: Time) -> Option<Bytes> {
+        match self.live(key, now) {
+            Some(Entry {
+                data: Data::Str(v), ..
+            }) => Some(v.clone()),
+            _ => None,
+        }
+    }
+
+    fn set(&mut self, key: &[u8], value: &[u8], px: Option<i64>, now: Time) {
+        let expires = px.map(|ms| now + (ms.max(0) as u64) * MS);
+        self.keys.insert(
+            Bytes::copy_from_slice(key),
+            Entry {
+                data: Data::Str(Bytes::copy_from_slice(value)),
+                expires,
+            },
+        );
+    }
+
+    fn del(&mut self, key: &[u8], now: Time) -> i64 {
+        let had = self.live(key, now).is_some();
+        self.keys.remove(key);
+        i64::from(had)
+    }
+
+    fn pexpire(&mut self, key: &[u8], ms: i64, now: Time) -> i64 {
+        match self.live(key, now) {
+            Some(e) => {
+                e.expires = Some(now + (ms.max(0) as u64) * MS);
+                1
+            }
+            None => 0,
+        }
+    }
+
+    fn pttl(&mut self, key: &[u8], now: Time) -> i64 {
+        match self.live(key, now) {
+            None => -2,
+            Some(Entry { expires: None, .. }) => -1,
+            Some(Entry {
+                expires: Some(t), ..
+            }) => ((*t - now) / MS) as i64,
+        }
+    }
+
+    fn hash(&mut self, key: &[u8], now: Time) -> Option<&mut Vec<(Bytes, Bytes)>> {
+        match self.live(key, now) {
+            Some(Entry {
+                data: Data::Hash(h),
+                ..
+            }) => Some(h),
+            _ => None,
+        }
+    }
+
+    fn hset(&mut self, key: &[u8], field: &[u8], now: Time) {
+        if self.hash(key, now).is_none() {
+            self.keys.insert(
+                Bytes::copy_from_slice(key),
+                Entry {
+                    data: Data::Hash(Vec::new()),
+                    expires: None,
+                },
+            );
+        }
+        if let Some(h) = self.hash(key, now) {
+            if !h.iter().any(|(f, _)| f == field) {
+                h.push((Bytes::copy_from_slice(field), Bytes::from_static(b"1")));
+            }
+        }
+    }
+
+    /// `HDEL`; an emptied hash goes, as in Redis.
+    fn hdel(&mut self, key: &[u8], field: &[u8], now: Time) -> i64 {
+        let Some(h) = self.hash(key, now) else {
+            return 0;
+        };
+        let before = h.len();
+        h.retain(|(f, _)| f != field);
+        let removed = before - h.len();
+        if h.is_empty() {
+            self.keys.remove(key);
+        }
+        removed as i64
+    }
+
+    fn hlen(&mut self, key: &[u8], now: Time) -> i64 {
+        self.hash(key, now).map_or(0, |h| h.len() as i64)
+    }
+
+    fn uptime_s(&self, now: Time) -> u64 {
+        let wall = |t: Time| (WALL_START_MS + t / MS) / 1000;
+        wall(now) - wall(self.started)
+    }
+
+    /// Runs one command at `now`.
+    pub fn exec(&mut self, cmd: &[Bytes], now: Time) -> Value {
+        let Some(verb) = cmd.first() else {
+            return err("ERR empty command");
+        };
+        let verb = verb.to_ascii_uppercase();
+        let a = |i: usize| cmd.get(i).map_or(&b""[..], |b| &b[..]);
+        match &verb[..] {
+            b"SET" => {
+                let nx = cmd.iter().any(|c| c.eq_ignore_ascii_case(b"NX"));
+                let px = cmd
+                    .iter()
+                    .position(|c| c.eq_ignore_ascii_case(b"PX"))
+                    .map(|i| num(a(i + 1)));
+                if nx && self.live(a(1), now).is_some() {
+                    return Value::NullBulk;
+                }
+                self.set(a(1), a(2), px, now);
+                Value::SimpleString(Bytes::from_static(b"OK"))
+            }
+            b"GET" => self
+                .get(a(1), now)
+                .map_or(Value::NullBulk, Value::BulkString),
+            b"PTTL" => int(self.pttl(a(1), now)),
+            b"DEL" => int(cmd[1..].iter().map(|k| self.del(k, now)).sum()),
+            b"SCRIPT" if a(1).eq_ignore_ascii_case(b"LOAD") => {
+                match all_scripts()
+                    .into_iter()
+                    .find(|(_, body)| body.as_bytes() == a(2))
+                {
+                    Some((sha, _)) => {
+                        self.scripts.insert(sha);
+                        Value::BulkString(Bytes::from_static(sha.as_bytes()))
+                    }
+                    None => err("ERR unknown script"),
+                }
+            }
+            b"INFO" => Value::BulkString(Bytes::from(format!(
+                "# Server\r\nredis_version:7.0.0\r\nrun_id:{:040x}\r\nuptime_in_seconds:{}\r\n",
+                self.run,
+                self.uptime_s(now)
+            ))),
+            b"CONFIG" => {
+                let (aof, fsync) = match self.aof_always {
+                    true => ("yes", "always"),
+                    false => ("no", "everysec"),
+                };
+                let b = |s: &str| Value::BulkString(Bytes::from(s.to_owned()));
+                Value::Array(vec![
+                    b("appendonly"),
+                    b(aof),
+                    b("appendfsync"),
+                    b(fsync),
+                    b("no-appendfsync-on-rewrite"),
+                    b("no"),
+                ])
+            }
+            b"EVAL" if a(3) == PERSIST_MARKER_KEY.as_bytes() => {
+                let wall = WALL_START_MS + now / MS;
+                if self.get(a(3), now).is_none() {
+                    let v = format!("{wall} {:x}", self.run);
+                    self.set(a(3), v.as_bytes(), None, now);
+                }
+                let v = self.get(a(3), now).unwrap_or_default();
+                let w = num(v.split(|&c| c == b' ').next().unwrap_or(b"0"));
+                Value::Array(vec![int(wall as i64 - w), Value::BulkString(v)])
+            }
+            b"EVAL" => match all_scripts()
+                .into_iter()
+                .find(|(_, body)| body.as_bytes() == a(1))
+            {
+                Some((sha, _)) => {
+                    self.scripts.insert(sha);
+                    self.script(sha, cmd, now)
+                }
+                None => err("ERR unknown script body"),
+            },
+            b"EVALSHA" => {
+                let sha = all_scripts()
+                    .into_iter()
+                    .map(|(sha, _)| sha)
+                    .find(|sha| sha.as_bytes() == a(1));
+                match sha {
+                    Some(sha) if self.scripts.contains(sha) => self.script(sha, cmd, now),
+                    _ => err("NOSCRIPT No matching script. Please use EVAL."),
+                }
+            }
+            _ => err("ERR unknown command"),
+        }
+    }
+
+    /// Runs the script `sha` with `cmd`'s keys and arguments (`EVAL/EVALSHA script numkeys keys... args...`).
+    fn script(&mut self, sha: &str, cmd: &[Bytes], now: Time) -> Value {
+        let numkeys = cmd.get(2).map_or(0, |n| num(n)).max(0) as usize;
+        let keys: Vec<Bytes> = cmd.iter().skip(3).take(numkeys).cloned().collect();
+        let argv: Vec<Bytes> = cmd.iter().skip(3 + numkeys).cloned().collect();
+        let k = |i: usize| keys.get(i).cloned().unwrap_or_default();
+        let arg = |i: usize| argv.get(i).cloned().unwrap_or_default();
+        let is = |l: lua::Lua| l.sha1 == sha;
+        if sha == scripts::RELEASE_SHA1 {
+            if self.get(&k(0), now).as_deref() == Some(&arg(0)[..]) {
+                return int(self.del(&k(0), now));
+            }
+            return int(0);
+        }
+        if sha == scripts::EXTEND_SHA1 {
+            if self.get(&k(0), now).as_deref() == Some(&arg(0)[..]) {
+                return int(self.pexpire(&k(0), num(&arg(1)), now));
+            }
+            return int(0);
+        }
+        if is(lua::RELEASE_BATCH) {
+            let r = keys
+                .iter()
+                .enumerate()
+                .map(|(i, key)| {
+                    if self.get(key, now).as_deref() == Some(&arg(i)[..]) {
+                        int(self.del(key, now))
+                    } else {
+                        int(0)
+                    }
+                })
+                .collect();
+            return Value::Array(r);
+        }
+        if is(lua::ACQUIRE_MANY) {
+            for key in &keys {
+                if self.get(key, now).is_some_and(|v| v != arg(0)) {
+                    return int(0);
+                }
+            }
+            for key in &keys {
+                self.set(key, &arg(0), Some(num(&arg(1))), now);
+            }
+            return int(1);
+        }
+        if is(lua::EXTEND_MANY) {
+            if keys
+                .iter()
+                .any(|key| self.get(key, now).as_deref() != Some(&arg(0)[..]))
+            {
+                return int(0);
+            }
+            for key in &keys {
+                self.pexpire(key, num(&arg(1)), now);
+            }
+            return int(1);
+        }
+        if is(lua::RELEASE_MANY) {
+            let mut n = 0;
+            for key in &keys {
+                if self.get(key, now).as_deref() == Some(&arg(0)[..]) {
+                    n += self.del(key, now);
+                }
+            }
+            return int(n);
+        }
+        if is(lua::ACQUIRE_FENCED) {
+            if self.live(&k(0), now).is_none() {
+                self.set(&k(0), &arg(0), Some(num(&arg(1))), now);
+                let c = self.get(&k(1), now).map_or(0, |c| num(&c));
+                return int(c + 1);
+            }
+            return int(0);
+        }
+        if is(lua::FENCE) {
+            let c = self.get(&k(0), now).map_or(0, |c| num(&c));
+            if c < num(&arg(0)) {
+                self.set(&k(0), &arg(0), None, now);
+                return int(1);
+            }
+            return int(-c);
+        }
+        if is(lua::RELEASE_FENCED) {
+            if self.get(&k(0), now).as_deref() != Some(&arg(0)[..]) {
+                return int(0);
+            }
+            let c = self.get(&k(1), now).map_or(0, |c| num(&c));
+            if c < num(&arg(1)) {
+                self.set(&k(1), &arg(1), None, now);
+            }
+            return int(self.del(&k(0), now));
+        }
+        if is(lua::ACQUIRE_REENTRANT) {
+            let ttl = num(&arg(2));
+            match self.get(&k(0), now) {
+                None => {
+                    self.del(&k(1), now);
+                    self.set(&k(0), &arg(0), Some(ttl), now);
+                    self.hset(&k(1), &arg(1), now);
+                    self.pexpire(&k(1), ttl, now);
+                    return int(1);
+                }
+                Some(v) if v != arg(0) => return int(0),
+                Some(_) => {}
+            }
+            if self.live(&k(1), now).is_none() {
+                self.hset(&k(1), b"?", now);
+            }
+            self.hset(&k(1), &arg(1), now);
+            let mut t = self.pttl(&k(0), now);
+            if t < ttl {
+                t = ttl;
+                self.pexpire(&k(0), t, now);
+            }
+            self.pexpire(&k(1), t, now);
+            return int(self.hlen(&k(1), now));
+        }
+        if is(lua::RELEASE_REENTRANT) {
+            if self.get(&k(0), now).as_deref() != Some(&arg(0)[..]) {
+                return int(-1);
+            }
+            if self.live(&k(1), now).is_none() {
+                return int(1);
+            }
+            self.hdel(&k(1), &arg(1), now);
+            let c = self.hlen(&k(1), now);
+            if c == 0 {
+                self.del(&k(0), now);
+                self.del(&k(1), now);
+            }
+            return int(c);
+        }
+        if is(lua::RELEASE_REENTRANT_UNATTRIBUTED) {
+            if self.get(&k(0), now).as_deref() != Some(&arg(0)[..]) {
+                return int(-1);
+            }
+            if self.hdel(&k(1), &arg(1), now) == 0 {
+                let first = self
+                    .hash(&k(1), now)
+                    .and_then(|h| h.first().map(|(f, _)| f.clone()));
+                if let Some(f) = first {
+                    self.hdel(&k(1), &f, now);
+                }
+            }
+            let c = self.hlen(&k(1), now);
+            if c == 0 {
+                self.del(&k(0), now);
+                self.del(&k(1), now);
+            }
+            return int(c);
+        }
+        err("ERR script not simulated")
+    }
+
+    /// Keys alive at `now` that have no expiry, except the documented ones (the marker, fence counters).
+    pub fn keys_without_expiry(&mut self, now: Time) -> Vec<Bytes> {
+        let names: Vec<Bytes> = self.keys.keys().cloned().collect();
+        names
+            .into_iter()
+            .filter(|k| {
+                // Fencing counters (`counter_key`) and the marker live on by design.
+                let documented = &k[..] == PERSIST_MARKER_KEY.as_bytes()
+                    || k.starts_with(&muxlock::redlock::counter_key(b""));
+                !documented && self.live(k, now).is_some_and(|e| e.expires.is_none())
+            })
+            .collect()
+    }
+}
