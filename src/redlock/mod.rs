@@ -34,8 +34,8 @@
 //! - **Pure leaves**: `quorum`, `schedule`, `scripts`, `lua`, `token`, `config`, `error`, `stats`.
 //! - **Guards, watchdog, waiting, the manager** (`guard`, `watchdog`, `wait`, `manager`, `inspect`): still on the
 //!   real fanout and clock (`Core` with its defaults); untangling them from the engine is the rest of issue #22.
-//! - `sim` (feature `sim` only, hidden): `Engine`, the engine's verbs over any `Nodes` and `Clock` with seeded lock
-//!   values, for the deterministic simulator.
+//! - `sim`: only with the non-default `sim` cargo feature, for the project's own simulator tests; not an API, never
+//!   in a user's build.
 
 mod batch;
 mod config;
