@@ -319,11 +319,16 @@ fn persistent_nodes_that_lost_their_files_are_not_trusted_at_once_by_anyone() {
             "a fresh client got the lock from nodes that lost their files, with {:?} of the first lease left",
             lock.validity()
         ),
-        Ok(None) => panic!("only one node holds the key: no majority says held"),
-        // A quarantined grant and node 2's "held" decide the round: the third may not have been awaited.
+        // A quarantined grant and node 2's "held" decide the round (the third may not have been awaited): the
+        // first holder is in the way, so it may be reported as held (issue #24's verdict) or as no quorum.
+        Ok(None) => {}
         Err(e) => assert!(quarantined(&e) >= 1, "{e}"),
     }
     let stats = stats_once_read(&fresh);
+    assert!(
+        stats.nodes[..2].iter().map(|n| n.quarantined).sum::<u64>() >= 1,
+        "a restarted node's grant must have been refused: {stats:?}"
+    );
     for (i, n) in stats.nodes.iter().enumerate() {
         // The restarted nodes wrote a new marker: counted only once it (or the process) is a window old.
         let young = i < 2;
@@ -338,9 +343,9 @@ fn persistent_nodes_that_lost_their_files_are_not_trusted_at_once_by_anyone() {
     loop {
         match holder.try_lock("r", ttl) {
             Ok(Some(_)) => panic!("the holder's manager granted the lock a second time"),
-            Ok(None) => panic!("only one node holds the key"),
-            // Its old connections to the killed nodes fail first; it reconnects after its backoff.
-            Err(_) => {}
+            // Held (node 2 and a quarantined grant decide), or no quorum; its old connections to the killed
+            // nodes fail first, and it reconnects after its backoff.
+            Ok(None) | Err(_) => {}
         }
         let stats = holder.stats();
         if stats.nodes.iter().map(|n| n.restarts).sum::<u64>() == 2 {
