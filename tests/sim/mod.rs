@@ -28,9 +28,11 @@
 
 pub mod check;
 pub mod node;
+pub mod workload;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -42,20 +44,65 @@ use muxlock::resp::{Value, decode};
 
 use node::{MS, Node, Restart, Time};
 
-/// SplitMix64: small, fast, and the same everywhere.
+/// SplitMix64: small, fast, and the same everywhere; optionally steered by a tape of bytes (a fuzzer's input).
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng {
+    state: u64,
+    tape: Option<Arc<Tape>>,
+}
+
+/// The bytes a fuzzer gives: each draw of every [`Rng`] sharing the tape takes the next byte, so that a byte of
+/// the input decides one choice (which client runs, which verb, which fault strikes when) and a mutation moves
+/// that choice alone. Draws happen one at a time (the baton), so the order in which they take bytes is itself
+/// deterministic. Once the tape is spent, the draws are the seeded stream's.
+#[derive(Debug, Default)]
+pub struct Tape {
+    bytes: Vec<u8>,
+    at: AtomicUsize,
+}
+
+impl Tape {
+    pub fn new(bytes: &[u8]) -> Arc<Tape> {
+        Arc::new(Tape {
+            bytes: bytes.to_vec(),
+            at: AtomicUsize::new(0),
+        })
+    }
+
+    fn take(&self) -> Option<u8> {
+        let i = self.at.fetch_add(1, Ordering::Relaxed);
+        self.bytes.get(i).copied()
+    }
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+        Rng {
+            state: seed ^ 0x9E37_79B9_7F4A_7C15,
+            tape: None,
+        }
+    }
+    /// A stream seeded by `seed` whose draws are steered by `tape` while it lasts.
+    pub fn steered(seed: u64, tape: Option<&Arc<Tape>>) -> Rng {
+        Rng {
+            tape: tape.cloned(),
+            ..Rng::new(seed)
+        }
     }
     pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        match self.tape.as_ref().and_then(|t| t.take()) {
+            // The byte picks one of 256 values, fixed for this draw: full-width, so `range` and `chance` work
+            // as with the seed alone.
+            Some(b) => mix(u64::from(b).wrapping_mul(0xD6E8_FEB8_6659_FD93) ^ 0x1234_5678),
+            None => mix(self.state),
+        }
     }
     /// Uniform in `lo..=hi`.
     pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
@@ -502,11 +549,16 @@ pub struct Setup {
     pub nodes: usize,
     pub clients: usize,
     pub horizon: Time,
+    /// Restore bursts: every node keeps snapshots (no AOF), and now and then all take a snapshot and, soon
+    /// after, a majority restarts from it (keys written since are lost, keys deleted since come back).
+    pub bursts: bool,
+    /// The fuzzer's bytes, if it drives the run.
+    pub tape: Option<Arc<Tape>>,
 }
 
 /// Builds a world for `seed`: nodes with their faults and a plan of pauses, restarts, flushes and snapshots.
 pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
-    let mut rng = Rng::new(seed);
+    let mut rng = Rng::steered(seed, setup.tape.as_ref());
     let mut nodes = Vec::new();
     for i in 0..setup.nodes {
         let lo = rng.range(50_000, 500_000);
@@ -519,7 +571,7 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
             reset: [0.0, 0.01, 0.05][rng.range(0, 2) as usize],
         };
         nodes.push(NodeSim {
-            node: Node::new(rng.chance(0.5), rng.next() ^ i as u64),
+            node: Node::new(!setup.bursts && rng.chance(0.5), rng.next() ^ i as u64),
             down: false,
             paused_until: 0,
             faults,
@@ -538,7 +590,7 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
         .collect();
     let mut w = World {
         now: 0,
-        rng: Rng::new(seed.wrapping_mul(31).wrapping_add(7)),
+        rng: Rng::steered(seed.wrapping_mul(31).wrapping_add(7), setup.tape.as_ref()),
         nodes,
         events: BinaryHeap::new(),
         slab: Vec::new(),
@@ -591,6 +643,27 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
             }
         }
     }
+    if setup.bursts {
+        let majority = setup.nodes / 2 + 1;
+        let mut t = 0;
+        loop {
+            t += rng.range(300, 1500) * MS;
+            if t >= setup.horizon {
+                break;
+            }
+            for node in 0..setup.nodes {
+                w.push(t, Event::Snapshot { node });
+            }
+            let back = t + rng.range(50, 1200) * MS;
+            let first = rng.range(0, setup.nodes as u64 - 1) as usize;
+            for k in 0..majority {
+                let node = (first + k) % setup.nodes;
+                let span = rng.range(0, 30) * MS;
+                let kind = Restart::Snapshot;
+                w.push(back, Event::Down { node, span, kind });
+            }
+        }
+    }
     Arc::new(Sim {
         baton: (0..setup.clients).map(|_| Condvar::new()).collect(),
         finished: Condvar::new(),
@@ -614,7 +687,7 @@ where
             let (sim, body, addrs) = (Arc::clone(sim), Arc::clone(&body), addrs.clone());
             std::thread::Builder::new()
                 .name(format!("sim-client-{me}"))
-                .stack_size(256 * 1024)
+                .stack_size(1024 * 1024)
                 .spawn(move || {
                     sim.wait_turn(me);
                     let nodes = SimNodes {
