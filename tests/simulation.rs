@@ -99,10 +99,11 @@ fn one_seed_gives_one_history() {
     assert_eq!(a.history, b.history);
 }
 
-/// Runs seeds from 0 until one breaks a property; returns the seed, the time taken and the violation.
+/// Runs seeds from `MUXLOCK_SIM_FROM` (0) until one breaks a property; returns the seed, the time taken and the violation.
 fn search(opts: &Options, seeds: u64) -> Option<(u64, std::time::Duration, String)> {
     let started = Instant::now();
-    (0..seeds).find_map(|seed| {
+    let from = env_u64("MUXLOCK_SIM_FROM").unwrap_or(0);
+    (from..from + seeds).find_map(|seed| {
         let v = workload::run(seed, opts).violation?;
         Some((seed, started.elapsed(), v))
     })
@@ -150,8 +151,8 @@ fn fuzz_inputs_replay() {
     }
 }
 
-/// Searches for a seed that breaks a property (for a bug put back by hand): `MUXLOCK_SIM_SEEDS` seeds from 0
-/// (default 2000), the first violation printed with the time it took.
+/// Searches for a seed that breaks a property (for a bug put back by hand): `MUXLOCK_SIM_SEEDS` seeds (default
+/// 2000) from `MUXLOCK_SIM_FROM` (default 0), the first violation printed with the time it took.
 #[test]
 #[ignore = "a search: run with --ignored --nocapture after putting a bug back"]
 fn search_for_a_violation() {

@@ -187,6 +187,9 @@ struct Client {
     until: Option<Time>,
     /// This client's clock rate (drift).
     rate: f64,
+    /// A slow link of this client's own: to node `.0`, `.1` more each way (a client far away, or one that
+    /// reads its replies late), in durable worlds.
+    slow: Option<(usize, Time)>,
 }
 
 #[derive(Debug)]
@@ -269,7 +272,17 @@ impl World {
         (at.saturating_duration_since(self.base).as_nanos() as f64 / rate) as Time
     }
 
-    fn latency(&mut self, node: usize) -> Time {
+    fn latency(&mut self, client: usize, node: usize) -> Time {
+        let extra = match self.clients[client].slow {
+            // Anywhere up to the link's bound, message by message: a request may be quick and its successor
+            // late (a reply read late by a descheduled client looks the same).
+            Some((slow, extra)) if slow == node => self.rng.range(0, extra),
+            _ => 0,
+        };
+        extra + self.node_latency(node)
+    }
+
+    fn node_latency(&mut self, node: usize) -> Time {
         let f = self.nodes[node].faults.clone();
         if self.rng.chance(f.spike.0) {
             return self.rng.range(f.latency.1, f.spike.1);
@@ -315,7 +328,7 @@ impl World {
         }
         self.clients[client].slots.expect(r, node, k);
         for cmd in cmds {
-            let lat = self.latency(node);
+            let lat = self.latency(client, node);
             let conn = &mut self.clients[client].conns[node];
             conn.pending.push_back(r);
             let at = (self.now + lat).max(conn.last_deliver);
@@ -374,7 +387,7 @@ impl World {
                     self.reset(client, node);
                     return;
                 }
-                let lat = self.latency(node);
+                let lat = self.latency(client, node);
                 let conn = &mut self.clients[client].conns[node];
                 let at = (now + lat).max(conn.last_reply);
                 conn.last_reply = at;
@@ -552,6 +565,9 @@ pub struct Setup {
     /// Restore bursts: every node keeps snapshots (no AOF), and now and then all take a snapshot and, soon
     /// after, a majority restarts from it (keys written since are lost, keys deleted since come back).
     pub bursts: bool,
+    /// Fencing histories: every node keeps an AOF with `appendfsync always` and restarts keep all its data
+    /// (fencing's documented assumption: counters survive restarts), so the token order is checked.
+    pub durable: bool,
     /// The fuzzer's bytes, if it drives the run.
     pub tape: Option<Arc<Tape>>,
 }
@@ -571,7 +587,10 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
             reset: [0.0, 0.01, 0.05][rng.range(0, 2) as usize],
         };
         nodes.push(NodeSim {
-            node: Node::new(!setup.bursts && rng.chance(0.5), rng.next() ^ i as u64),
+            node: Node::new(
+                setup.durable || !setup.bursts && rng.chance(0.5),
+                rng.next() ^ i as u64,
+            ),
             down: false,
             paused_until: 0,
             faults,
@@ -586,6 +605,7 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
             until: None,
             // Within ±0.4 %: two clients differ by less than the 1 % drift factor.
             rate: 1.0 + (rng.range(0, 800) as f64 - 400.0) / 100_000.0,
+            slow: None,
         })
         .collect();
     let mut w = World {
@@ -624,7 +644,7 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
                 ),
                 3..=5 => {
                     let kind = match (w.nodes[node].node.aof_always, rng.range(0, 3)) {
-                        (true, 0) => Restart::LoseAll,
+                        (true, 0) if !setup.durable => Restart::LoseAll,
                         (true, _) => Restart::KeepAll,
                         (false, 0 | 1) => Restart::Snapshot,
                         (false, _) => Restart::LoseAll,
@@ -641,6 +661,20 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
                 6 => w.push(t, Event::Flush { node }),
                 _ => w.push(t, Event::Snapshot { node }),
             }
+        }
+    }
+    if setup.durable {
+        // Counters that differ between nodes (as lost confirmations leave them), and a slow link for each client:
+        // the history of issue #20.4 needs both.
+        for n in &mut w.nodes {
+            for r in ["r0", "r1", "r2"] {
+                let c = rng.range(0, 12);
+                n.node.set_counter(r.as_bytes(), c);
+            }
+        }
+        for c in 0..w.clients.len() {
+            let node = rng.range(0, setup.nodes as u64 - 1) as usize;
+            w.clients[c].slow = Some((node, rng.range(100, 1_500) * MS));
         }
     }
     if setup.bursts {

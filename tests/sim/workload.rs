@@ -26,21 +26,31 @@ pub struct Options {
 }
 
 /// What one client does: a random mix of every engine-level verb on a few contended resources.
-fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, bursts: bool) {
+fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (bool, bool)) {
+    let (bursts, fencing) = world;
     let unattributed = opts.unattributed;
     let horizon = opts.horizon;
     let sim = Arc::clone(clock.sim());
     let me = clock.me();
-    let config = Config::default()
+    let mut rng = Rng::steered(seed ^ ((me as u64 + 1) << 40), opts.tape.as_ref());
+    let mut config = Config::default()
         .with_retry_count(2)
         .with_restart_window(Duration::from_millis(2_500));
+    if fencing {
+        // Round timeouts that differ between clients, one far longer than the others: fencing's order must
+        // not depend on other clients' round timeouts (issue #20.4).
+        let longest = match me {
+            0 => 3_000,
+            _ => 600,
+        };
+        config = config.with_round_timeout(Duration::from_millis(rng.range(50, longest)));
+    }
     let mut key = [0u8; 32];
     key[..8].copy_from_slice(&seed.to_le_bytes());
     key[8] = me as u8;
     let Ok(engine) = Engine::new(nodes, clock, config, key) else {
         return;
     };
-    let mut rng = Rng::steered(seed ^ ((me as u64 + 1) << 40), opts.tape.as_ref());
     let now = |sim: &Sim| sim.world().now;
     let at = |sim: &Sim, i: Instant| sim.world().time(me, i);
     let hold = |sim: &Sim, kind, resource: &[u8], holder: &[u8], until: Instant, token| {
@@ -75,12 +85,17 @@ fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, bursts: b
     let owner = engine.owner().ok();
     while now(&sim) < horizon {
         let r = format!("r{}", rng.range(0, 2));
-        let ttl = Duration::from_millis(rng.range(100, 1_500));
+        let longest = match fencing && me == 0 {
+            true => 4_000, // the slow client's leases outlast its slow round
+            false => 1_500,
+        };
+        let ttl = Duration::from_millis(rng.range(100, longest));
         op(&sim);
         // Under restore bursts, half the time the verb that needs them.
-        let verb = match bursts && rng.chance(0.5) {
-            true => 6,
-            false => rng.range(0, 5),
+        let verb = match (bursts || fencing) && rng.chance(0.5) {
+            true if bursts => 6,
+            true => 4,
+            _ => rng.range(0, 5),
         };
         match verb {
             6 => {
@@ -277,14 +292,23 @@ pub fn run(seed: u64, opts: &Options) -> Run {
         opts.horizon = HORIZON;
     }
     let mut rng = Rng::steered(seed ^ 0x5EED, opts.tape.as_ref());
-    let setup = Setup {
+    let mut setup = Setup {
         nodes: [3, 5][rng.range(0, 1) as usize],
         clients: rng.range(2, 5) as usize,
         horizon: opts.horizon,
-        bursts: rng.chance(0.3),
+        bursts: false,
+        durable: false,
         tape: opts.tape.clone(),
     };
+    // Three kinds of world: plain (4 in 10), restore bursts (3 in 10), durable with fencing clients of
+    // different round timeouts (3 in 10).
+    match rng.range(0, 9) {
+        0..=2 => setup.bursts = true,
+        3..=5 => setup.durable = true,
+        _ => {}
+    }
     let bursts = setup.bursts;
+    let fencing = setup.durable;
     let config = Config::default();
     let sim = super::world(
         seed,
@@ -292,7 +316,7 @@ pub fn run(seed: u64, opts: &Options) -> Run {
         &muxlock::redlock::sim::setup_commands(&config),
     );
     super::run(&sim, move |nodes, clock| {
-        client(nodes, clock, seed, &opts, bursts)
+        client(nodes, clock, seed, &opts, (bursts, fencing))
     });
     let mut w = sim.world();
     let now = w.now;
