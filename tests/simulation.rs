@@ -115,6 +115,7 @@ fn search(opts: &Options, seeds: u64) -> Option<(u64, std::time::Duration, Strin
 fn control_unattributed_release_is_caught() {
     let opts = Options {
         unattributed: true,
+        plain: true,
         ..Options::default()
     };
     match search(&opts, 2_000) {

@@ -130,6 +130,8 @@ enum Event {
         node: usize,
         epoch: u64,
         cmd: Vec<Bytes>,
+        /// The request's place on its connection (a connection runs its requests in order).
+        n: u64,
     },
     Reply {
         client: usize,
@@ -168,6 +170,10 @@ struct Conn {
     pending: VecDeque<SlotRef>,
     last_deliver: Time,
     last_reply: Time,
+    /// Requests sent on this connection, and requests run (or dropped by a reset) on the node: a request runs
+    /// only when every earlier one has, as on a TCP connection, however pauses held them back.
+    sent: u64,
+    ran: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -296,6 +302,7 @@ impl World {
         conn.up = false;
         conn.epoch += 1;
         conn.setup.clear();
+        (conn.sent, conn.ran) = (0, 0);
         for r in std::mem::take(&mut conn.pending) {
             c.slots.file(r, node, Err(NodeError::Closed));
         }
@@ -334,6 +341,8 @@ impl World {
             let at = (self.now + lat).max(conn.last_deliver);
             conn.last_deliver = at;
             let epoch = conn.epoch;
+            let n = conn.sent;
+            conn.sent += 1;
             self.push(
                 at,
                 Event::Deliver {
@@ -341,6 +350,7 @@ impl World {
                     node,
                     epoch,
                     cmd: cmd.clone(),
+                    n,
                 },
             );
         }
@@ -355,23 +365,30 @@ impl World {
                 node,
                 epoch,
                 cmd,
+                n,
             } => {
-                if self.clients[client].conns[node].epoch != epoch || self.nodes[node].down {
+                let conn = &self.clients[client].conns[node];
+                if conn.epoch != epoch || self.nodes[node].down {
                     return;
                 }
-                if self.nodes[node].paused_until > now {
-                    let at = self.nodes[node].paused_until;
+                // A paused node runs nothing, and a request never overtakes an earlier one of its connection
+                // (one a pause held back): it waits until the pause ends, or behind the earlier one (requeued
+                // at the same instant, it comes after it).
+                let paused_until = self.nodes[node].paused_until;
+                if paused_until > now || n != conn.ran {
                     self.push(
-                        at,
+                        paused_until.max(now),
                         Event::Deliver {
                             client,
                             node,
                             epoch,
                             cmd,
+                            n,
                         },
                     );
                     return;
                 }
+                self.clients[client].conns[node].ran += 1;
                 let reset = self.nodes[node].faults.reset;
                 if self.rng.chance(reset / 2.0) {
                     self.struck.resets_before += 1;

@@ -21,6 +21,8 @@ pub struct Options {
     pub unattributed: bool,
     /// Virtual time each client works for; `HORIZON` if zero.
     pub horizon: Time,
+    /// Plain worlds only (no restore bursts, no durable fencing worlds): the control's search.
+    pub plain: bool,
     /// The fuzzer's bytes, which then steer every choice.
     pub tape: Option<Arc<Tape>>,
 }
@@ -303,6 +305,7 @@ pub fn run(seed: u64, opts: &Options) -> Run {
     // Three kinds of world: plain (4 in 10), restore bursts (3 in 10), durable with fencing clients of
     // different round timeouts (3 in 10).
     match rng.range(0, 9) {
+        _ if opts.plain => {}
         0..=2 => setup.bursts = true,
         3..=5 => setup.durable = true,
         _ => {}
