@@ -28,9 +28,11 @@
 
 pub mod check;
 pub mod node;
+pub mod workload;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -42,20 +44,65 @@ use muxlock::resp::{Value, decode};
 
 use node::{MS, Node, Restart, Time};
 
-/// SplitMix64: small, fast, and the same everywhere.
+/// SplitMix64: small, fast, and the same everywhere; optionally steered by a tape of bytes (a fuzzer's input).
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng {
+    state: u64,
+    tape: Option<Arc<Tape>>,
+}
+
+/// The bytes a fuzzer gives: each draw of every [`Rng`] sharing the tape takes the next byte, so that a byte of
+/// the input decides one choice (which client runs, which verb, which fault strikes when) and a mutation moves
+/// that choice alone. Draws happen one at a time (the baton), so the order in which they take bytes is itself
+/// deterministic. Once the tape is spent, the draws are the seeded stream's.
+#[derive(Debug, Default)]
+pub struct Tape {
+    bytes: Vec<u8>,
+    at: AtomicUsize,
+}
+
+impl Tape {
+    pub fn new(bytes: &[u8]) -> Arc<Tape> {
+        Arc::new(Tape {
+            bytes: bytes.to_vec(),
+            at: AtomicUsize::new(0),
+        })
+    }
+
+    fn take(&self) -> Option<u8> {
+        let i = self.at.fetch_add(1, Ordering::Relaxed);
+        self.bytes.get(i).copied()
+    }
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+        Rng {
+            state: seed ^ 0x9E37_79B9_7F4A_7C15,
+            tape: None,
+        }
+    }
+    /// A stream seeded by `seed` whose draws are steered by `tape` while it lasts.
+    pub fn steered(seed: u64, tape: Option<&Arc<Tape>>) -> Rng {
+        Rng {
+            tape: tape.cloned(),
+            ..Rng::new(seed)
+        }
     }
     pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        match self.tape.as_ref().and_then(|t| t.take()) {
+            // The byte picks one of 256 values, fixed for this draw: full-width, so `range` and `chance` work
+            // as with the seed alone.
+            Some(b) => mix(u64::from(b).wrapping_mul(0xD6E8_FEB8_6659_FD93) ^ 0x1234_5678),
+            None => mix(self.state),
+        }
     }
     /// Uniform in `lo..=hi`.
     pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
@@ -83,6 +130,8 @@ enum Event {
         node: usize,
         epoch: u64,
         cmd: Vec<Bytes>,
+        /// The request's place on its connection (a connection runs its requests in order).
+        n: u64,
     },
     Reply {
         client: usize,
@@ -121,6 +170,10 @@ struct Conn {
     pending: VecDeque<SlotRef>,
     last_deliver: Time,
     last_reply: Time,
+    /// Requests sent on this connection, and requests run (or dropped by a reset) on the node: a request runs
+    /// only when every earlier one has, as on a TCP connection, however pauses held them back.
+    sent: u64,
+    ran: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,6 +193,9 @@ struct Client {
     until: Option<Time>,
     /// This client's clock rate (drift).
     rate: f64,
+    /// A slow link of this client's own: to node `.0`, `.1` more each way (a client far away, or one that
+    /// reads its replies late), in durable worlds.
+    slow: Option<(usize, Time)>,
 }
 
 #[derive(Debug)]
@@ -222,7 +278,17 @@ impl World {
         (at.saturating_duration_since(self.base).as_nanos() as f64 / rate) as Time
     }
 
-    fn latency(&mut self, node: usize) -> Time {
+    fn latency(&mut self, client: usize, node: usize) -> Time {
+        let extra = match self.clients[client].slow {
+            // Anywhere up to the link's bound, message by message: a request may be quick and its successor
+            // late (a reply read late by a descheduled client looks the same).
+            Some((slow, extra)) if slow == node => self.rng.range(0, extra),
+            _ => 0,
+        };
+        extra + self.node_latency(node)
+    }
+
+    fn node_latency(&mut self, node: usize) -> Time {
         let f = self.nodes[node].faults.clone();
         if self.rng.chance(f.spike.0) {
             return self.rng.range(f.latency.1, f.spike.1);
@@ -236,6 +302,7 @@ impl World {
         conn.up = false;
         conn.epoch += 1;
         conn.setup.clear();
+        (conn.sent, conn.ran) = (0, 0);
         for r in std::mem::take(&mut conn.pending) {
             c.slots.file(r, node, Err(NodeError::Closed));
         }
@@ -268,12 +335,14 @@ impl World {
         }
         self.clients[client].slots.expect(r, node, k);
         for cmd in cmds {
-            let lat = self.latency(node);
+            let lat = self.latency(client, node);
             let conn = &mut self.clients[client].conns[node];
             conn.pending.push_back(r);
             let at = (self.now + lat).max(conn.last_deliver);
             conn.last_deliver = at;
             let epoch = conn.epoch;
+            let n = conn.sent;
+            conn.sent += 1;
             self.push(
                 at,
                 Event::Deliver {
@@ -281,6 +350,7 @@ impl World {
                     node,
                     epoch,
                     cmd: cmd.clone(),
+                    n,
                 },
             );
         }
@@ -295,23 +365,30 @@ impl World {
                 node,
                 epoch,
                 cmd,
+                n,
             } => {
-                if self.clients[client].conns[node].epoch != epoch || self.nodes[node].down {
+                let conn = &self.clients[client].conns[node];
+                if conn.epoch != epoch || self.nodes[node].down {
                     return;
                 }
-                if self.nodes[node].paused_until > now {
-                    let at = self.nodes[node].paused_until;
+                // A paused node runs nothing, and a request never overtakes an earlier one of its connection
+                // (one a pause held back): it waits until the pause ends, or behind the earlier one (requeued
+                // at the same instant, it comes after it).
+                let paused_until = self.nodes[node].paused_until;
+                if paused_until > now || n != conn.ran {
                     self.push(
-                        at,
+                        paused_until.max(now),
                         Event::Deliver {
                             client,
                             node,
                             epoch,
                             cmd,
+                            n,
                         },
                     );
                     return;
                 }
+                self.clients[client].conns[node].ran += 1;
                 let reset = self.nodes[node].faults.reset;
                 if self.rng.chance(reset / 2.0) {
                     self.struck.resets_before += 1;
@@ -327,7 +404,7 @@ impl World {
                     self.reset(client, node);
                     return;
                 }
-                let lat = self.latency(node);
+                let lat = self.latency(client, node);
                 let conn = &mut self.clients[client].conns[node];
                 let at = (now + lat).max(conn.last_reply);
                 conn.last_reply = at;
@@ -502,11 +579,19 @@ pub struct Setup {
     pub nodes: usize,
     pub clients: usize,
     pub horizon: Time,
+    /// Restore bursts: every node keeps snapshots (no AOF), and now and then all take a snapshot and, soon
+    /// after, a majority restarts from it (keys written since are lost, keys deleted since come back).
+    pub bursts: bool,
+    /// Fencing histories: every node keeps an AOF with `appendfsync always` and restarts keep all its data
+    /// (fencing's documented assumption: counters survive restarts), so the token order is checked.
+    pub durable: bool,
+    /// The fuzzer's bytes, if it drives the run.
+    pub tape: Option<Arc<Tape>>,
 }
 
 /// Builds a world for `seed`: nodes with their faults and a plan of pauses, restarts, flushes and snapshots.
 pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
-    let mut rng = Rng::new(seed);
+    let mut rng = Rng::steered(seed, setup.tape.as_ref());
     let mut nodes = Vec::new();
     for i in 0..setup.nodes {
         let lo = rng.range(50_000, 500_000);
@@ -519,7 +604,10 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
             reset: [0.0, 0.01, 0.05][rng.range(0, 2) as usize],
         };
         nodes.push(NodeSim {
-            node: Node::new(rng.chance(0.5), rng.next() ^ i as u64),
+            node: Node::new(
+                setup.durable || !setup.bursts && rng.chance(0.5),
+                rng.next() ^ i as u64,
+            ),
             down: false,
             paused_until: 0,
             faults,
@@ -534,11 +622,12 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
             until: None,
             // Within ±0.4 %: two clients differ by less than the 1 % drift factor.
             rate: 1.0 + (rng.range(0, 800) as f64 - 400.0) / 100_000.0,
+            slow: None,
         })
         .collect();
     let mut w = World {
         now: 0,
-        rng: Rng::new(seed.wrapping_mul(31).wrapping_add(7)),
+        rng: Rng::steered(seed.wrapping_mul(31).wrapping_add(7), setup.tape.as_ref()),
         nodes,
         events: BinaryHeap::new(),
         slab: Vec::new(),
@@ -572,7 +661,7 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
                 ),
                 3..=5 => {
                     let kind = match (w.nodes[node].node.aof_always, rng.range(0, 3)) {
-                        (true, 0) => Restart::LoseAll,
+                        (true, 0) if !setup.durable => Restart::LoseAll,
                         (true, _) => Restart::KeepAll,
                         (false, 0 | 1) => Restart::Snapshot,
                         (false, _) => Restart::LoseAll,
@@ -588,6 +677,41 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
                 }
                 6 => w.push(t, Event::Flush { node }),
                 _ => w.push(t, Event::Snapshot { node }),
+            }
+        }
+    }
+    if setup.durable {
+        // Counters that differ between nodes (as lost confirmations leave them), and a slow link for each client:
+        // the history of issue #20.4 needs both.
+        for n in &mut w.nodes {
+            for r in ["r0", "r1", "r2"] {
+                let c = rng.range(0, 12);
+                n.node.set_counter(r.as_bytes(), c);
+            }
+        }
+        for c in 0..w.clients.len() {
+            let node = rng.range(0, setup.nodes as u64 - 1) as usize;
+            w.clients[c].slow = Some((node, rng.range(100, 1_500) * MS));
+        }
+    }
+    if setup.bursts {
+        let majority = setup.nodes / 2 + 1;
+        let mut t = 0;
+        loop {
+            t += rng.range(300, 1500) * MS;
+            if t >= setup.horizon {
+                break;
+            }
+            for node in 0..setup.nodes {
+                w.push(t, Event::Snapshot { node });
+            }
+            let back = t + rng.range(50, 1200) * MS;
+            let first = rng.range(0, setup.nodes as u64 - 1) as usize;
+            for k in 0..majority {
+                let node = (first + k) % setup.nodes;
+                let span = rng.range(0, 30) * MS;
+                let kind = Restart::Snapshot;
+                w.push(back, Event::Down { node, span, kind });
             }
         }
     }
@@ -614,7 +738,7 @@ where
             let (sim, body, addrs) = (Arc::clone(sim), Arc::clone(&body), addrs.clone());
             std::thread::Builder::new()
                 .name(format!("sim-client-{me}"))
-                .stack_size(256 * 1024)
+                .stack_size(1024 * 1024)
                 .spawn(move || {
                     sim.wait_turn(me);
                     let nodes = SimNodes {

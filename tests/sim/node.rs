@@ -103,6 +103,19 @@ impl Node {
         }
     }
 
+    /// Sets the fence counter of `resource` (no expiry, as fencing keeps it).
+    pub fn set_counter(&mut self, resource: &[u8], value: u64) {
+        let key = Bytes::from(muxlock::redlock::counter_key(resource));
+        let data = Data::Str(Bytes::from(value.to_string()));
+        self.keys.insert(
+            key,
+            Entry {
+                data,
+                expires: None,
+            },
+        );
+    }
+
     pub fn take_snapshot(&mut self) {
         self.snapshot = Some(self.keys.clone());
     }

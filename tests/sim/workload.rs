@@ -1,0 +1,361 @@
+//! The workload: what the simulated clients do, and one run of a seed (or of a fuzzer's bytes) judged by the
+//! checker. Shared by `tests/simulation.rs` (seeds) and the `sim` fuzz target (`fuzz/sim.rs`, bytes).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use muxlock::Config;
+use muxlock::redlock::sim::{Clock, Engine};
+
+use super::check::Hold;
+use super::node::{MS, Time};
+use super::{Rng, Setup, Sim, SimClock, SimNodes, Struck, Tape};
+
+/// Virtual time each client works for, by default.
+pub const HORIZON: Time = 8_000 * MS;
+
+/// How a run is made, besides its seed.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Release reentrant holds with issue #20's unattributed script (the control).
+    pub unattributed: bool,
+    /// Virtual time each client works for; `HORIZON` if zero.
+    pub horizon: Time,
+    /// Plain worlds only (no restore bursts, no durable fencing worlds): the control's search.
+    pub plain: bool,
+    /// The fuzzer's bytes, which then steer every choice.
+    pub tape: Option<Arc<Tape>>,
+}
+
+/// What one client does: a random mix of every engine-level verb on a few contended resources.
+fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (bool, bool)) {
+    let (bursts, fencing) = world;
+    let unattributed = opts.unattributed;
+    let horizon = opts.horizon;
+    let sim = Arc::clone(clock.sim());
+    let me = clock.me();
+    let mut rng = Rng::steered(seed ^ ((me as u64 + 1) << 40), opts.tape.as_ref());
+    let mut config = Config::default()
+        .with_retry_count(2)
+        .with_restart_window(Duration::from_millis(2_500));
+    if fencing {
+        // Round timeouts that differ between clients, one far longer than the others: fencing's order must
+        // not depend on other clients' round timeouts (issue #20.4).
+        let longest = match me {
+            0 => 3_000,
+            _ => 600,
+        };
+        config = config.with_round_timeout(Duration::from_millis(rng.range(50, longest)));
+    }
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&seed.to_le_bytes());
+    key[8] = me as u8;
+    let Ok(engine) = Engine::new(nodes, clock, config, key) else {
+        return;
+    };
+    let now = |sim: &Sim| sim.world().now;
+    let at = |sim: &Sim, i: Instant| sim.world().time(me, i);
+    let hold = |sim: &Sim, kind, resource: &[u8], holder: &[u8], until: Instant, token| {
+        let mut w = sim.world();
+        let (from, until) = (w.now, w.time(me, until));
+        w.history.hold(Hold {
+            client: me,
+            kind,
+            resource: resource.to_vec(),
+            holder: holder.to_vec(),
+            from,
+            until,
+            token,
+        })
+    };
+    let end = |sim: &Sim, i: usize| {
+        let mut w = sim.world();
+        let t = w.now;
+        w.history.end(i, t);
+    };
+    let extended = |sim: &Sim, i: usize, until: Instant| {
+        let mut w = sim.world();
+        let (t, u) = (w.now, w.time(me, until));
+        w.history.extend(i, t, u);
+    };
+    let op = |sim: &Sim| sim.world().history.ops += 1;
+    let clock = engine.clock();
+    let pause = |rng: &mut Rng, ttl: Duration| {
+        let ms = rng.range(0, ttl.as_millis() as u64 * 6 / 5);
+        Duration::from_millis(ms)
+    };
+    let owner = engine.owner().ok();
+    while now(&sim) < horizon {
+        let r = format!("r{}", rng.range(0, 2));
+        let longest = match fencing && me == 0 {
+            true => 4_000, // the slow client's leases outlast its slow round
+            false => 1_500,
+        };
+        let ttl = Duration::from_millis(rng.range(100, longest));
+        op(&sim);
+        // Under restore bursts, half the time the verb that needs them.
+        let verb = match (bursts || fencing) && rng.chance(0.5) {
+            true if bursts => 6,
+            true => 4,
+            _ => rng.range(0, 5),
+        };
+        match verb {
+            6 => {
+                // A `Lock` kept after its key was released by value (a script, another process): extending it
+                // must not be confirmed by nodes that restored the released key from an older snapshot.
+                if let Ok(Some(mut lock)) = engine.try_lock(r.as_bytes(), ttl) {
+                    let value = lock.value().as_bytes().to_vec();
+                    let i = hold(&sim, "lock", r.as_bytes(), &value, lock.valid_until(), None);
+                    clock.sleep(pause(&mut rng, ttl) / 4);
+                    end(&sim, i);
+                    op(&sim);
+                    let _ = engine.unlock_value(r.as_bytes(), &value);
+                    clock.sleep(pause(&mut rng, ttl) / 2);
+                    op(&sim);
+                    if engine.extend(&mut lock, ttl).is_ok() {
+                        // Released, yet extended: a new claim from now on.
+                        let j = hold(
+                            &sim,
+                            "kept lock",
+                            r.as_bytes(),
+                            &value,
+                            lock.valid_until(),
+                            None,
+                        );
+                        clock.sleep(pause(&mut rng, ttl) / 4);
+                        end(&sim, j);
+                        op(&sim);
+                        let _ = engine.unlock(lock);
+                    }
+                }
+            }
+            0 => {
+                let got = match rng.chance(0.5) {
+                    true => engine.try_lock(r.as_bytes(), ttl),
+                    false => engine.lock(r.as_bytes(), ttl).map(Some),
+                };
+                if let Ok(Some(mut lock)) = got {
+                    let i = hold(
+                        &sim,
+                        "lock",
+                        r.as_bytes(),
+                        lock.value().as_bytes(),
+                        lock.valid_until(),
+                        None,
+                    );
+                    clock.sleep(pause(&mut rng, ttl) / 2);
+                    if rng.chance(0.5) {
+                        op(&sim);
+                        if engine.extend(&mut lock, ttl).is_ok() {
+                            extended(&sim, i, lock.valid_until());
+                        }
+                        clock.sleep(pause(&mut rng, ttl) / 2);
+                    }
+                    end(&sim, i);
+                    op(&sim);
+                    let _ = engine.unlock(lock);
+                }
+            }
+            1 => {
+                // By value, as another process (`muxlock extend`) would: it extends what it believes it holds.
+                if let Ok(Some(lock)) = engine.try_lock(r.as_bytes(), ttl) {
+                    let value = lock.value().as_bytes().to_vec();
+                    let i = hold(&sim, "lock", r.as_bytes(), &value, lock.valid_until(), None);
+                    clock.sleep(pause(&mut rng, ttl));
+                    op(&sim);
+                    let still = at(&sim, lock.valid_until()) > now(&sim);
+                    let mut by_value = None;
+                    match engine.extend_value(r.as_bytes(), &value, ttl) {
+                        Ok(until) if still => extended(&sim, i, until),
+                        // Expired meanwhile, yet extended by value: a new claim from now on.
+                        Ok(until) => {
+                            by_value =
+                                Some(hold(&sim, "by value", r.as_bytes(), &value, until, None))
+                        }
+                        Err(_) => {}
+                    }
+                    clock.sleep(pause(&mut rng, ttl) / 3);
+                    end(&sim, i);
+                    if let Some(j) = by_value {
+                        end(&sim, j);
+                    }
+                    op(&sim);
+                    let _ = engine.unlock_value(r.as_bytes(), &value);
+                }
+            }
+            2 => {
+                let names: Vec<String> = (0..rng.range(1, 3)).map(|k| format!("r{k}")).collect();
+                let refs: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
+                let mut held = Vec::new();
+                let mut locks = Vec::new();
+                for (name, got) in names.iter().zip(engine.try_lock_batch(&refs, ttl)) {
+                    if let Ok(Some(lock)) = got {
+                        held.push(hold(
+                            &sim,
+                            "batch",
+                            name.as_bytes(),
+                            lock.value().as_bytes(),
+                            lock.valid_until(),
+                            None,
+                        ));
+                        locks.push(lock);
+                    }
+                }
+                clock.sleep(pause(&mut rng, ttl));
+                held.iter().for_each(|&i| end(&sim, i));
+                if !locks.is_empty() {
+                    op(&sim);
+                    let _ = engine.unlock_batch(locks);
+                }
+            }
+            3 => {
+                let names = [format!("r{}", rng.range(0, 1)), "r2".to_owned()];
+                let refs: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
+                if let Ok(Some(mut set)) = engine.lock_many(&refs, ttl, rng.chance(0.5)) {
+                    let value = set.value().as_bytes().to_vec();
+                    let held: Vec<usize> = names
+                        .iter()
+                        .map(|n| hold(&sim, "set", n.as_bytes(), &value, set.valid_until(), None))
+                        .collect();
+                    clock.sleep(pause(&mut rng, ttl) / 2);
+                    op(&sim);
+                    if engine.extend_many(&mut set, ttl).is_ok() {
+                        held.iter()
+                            .for_each(|&i| extended(&sim, i, set.valid_until()));
+                    }
+                    clock.sleep(pause(&mut rng, ttl) / 2);
+                    held.iter().for_each(|&i| end(&sim, i));
+                    op(&sim);
+                    let _ = engine.unlock_many(set);
+                }
+            }
+            4 => {
+                if let Ok(Some(lock)) = engine.lock_fenced(r.as_bytes(), ttl, rng.chance(0.5)) {
+                    let i = hold(
+                        &sim,
+                        "fenced",
+                        r.as_bytes(),
+                        lock.lock().value().as_bytes(),
+                        lock.lock().valid_until(),
+                        Some(lock.token()),
+                    );
+                    clock.sleep(pause(&mut rng, ttl));
+                    end(&sim, i);
+                    op(&sim);
+                    let _ = engine.unlock_fenced(lock);
+                }
+            }
+            _ => {
+                let Some(owner) = &owner else { continue };
+                if let Ok(outer) = engine.lock_reentrant(owner, r.as_bytes(), ttl) {
+                    let who = owner.as_str().as_bytes();
+                    let i = hold(
+                        &sim,
+                        "reentrant",
+                        r.as_bytes(),
+                        who,
+                        outer.valid_until(),
+                        None,
+                    );
+                    // Nested hold/release pairs: each must leave the outer hold where it is.
+                    for _ in 0..rng.range(1, 4) {
+                        op(&sim);
+                        if let Ok(inner) = engine.lock_reentrant(owner, r.as_bytes(), ttl) {
+                            clock.sleep(pause(&mut rng, ttl) / 8);
+                            op(&sim);
+                            let _ = engine.unlock_reentrant(&inner, unattributed);
+                        }
+                    }
+                    // The outer hold stays ours until its validity: work on.
+                    clock.sleep(pause(&mut rng, ttl) / 2);
+                    end(&sim, i);
+                    op(&sim);
+                    let _ = engine.unlock_reentrant(&outer, unattributed);
+                }
+            }
+        }
+        clock.sleep(Duration::from_millis(rng.range(0, 30)));
+    }
+}
+
+/// What a run of one seed found.
+#[derive(Debug)]
+pub struct Run {
+    pub violation: Option<String>,
+    pub struck: Struck,
+    pub ops: u64,
+    pub history: String,
+}
+
+/// Runs seed `seed` (steered by `opts.tape` if any) and judges its history.
+pub fn run(seed: u64, opts: &Options) -> Run {
+    let mut opts = opts.clone();
+    if opts.horizon == 0 {
+        opts.horizon = HORIZON;
+    }
+    let mut rng = Rng::steered(seed ^ 0x5EED, opts.tape.as_ref());
+    let mut setup = Setup {
+        nodes: [3, 5][rng.range(0, 1) as usize],
+        clients: rng.range(2, 5) as usize,
+        horizon: opts.horizon,
+        bursts: false,
+        durable: false,
+        tape: opts.tape.clone(),
+    };
+    // Three kinds of world: plain (4 in 10), restore bursts (3 in 10), durable with fencing clients of
+    // different round timeouts (3 in 10).
+    match rng.range(0, 9) {
+        _ if opts.plain => {}
+        0..=2 => setup.bursts = true,
+        3..=5 => setup.durable = true,
+        _ => {}
+    }
+    let bursts = setup.bursts;
+    let fencing = setup.durable;
+    let config = Config::default();
+    let sim = super::world(
+        seed,
+        &setup,
+        &muxlock::redlock::sim::setup_commands(&config),
+    );
+    super::run(&sim, move |nodes, clock| {
+        client(nodes, clock, seed, &opts, (bursts, fencing))
+    });
+    let mut w = sim.world();
+    let now = w.now;
+    let tokens = !w.struck.counters_lost;
+    let mut violation = w.history.violation(tokens);
+    if violation.is_none() {
+        // Every key left behind expires by its TTL (fence counters and the marker are documented exceptions).
+        for (i, n) in w.nodes.iter_mut().enumerate() {
+            let keys = n.node.keys_without_expiry(now);
+            if !keys.is_empty() {
+                violation = Some(format!("node {i} keeps keys without expiry: {keys:?}"));
+                break;
+            }
+        }
+    }
+    Run {
+        violation,
+        struck: w.struck.clone(),
+        ops: w.history.ops,
+        history: w.history.tail(80),
+    }
+}
+
+/// Virtual time each client works for when the fuzzer drives the run: short, so that it tries many histories.
+pub const FUZZ_HORIZON: Time = 2_000 * MS;
+
+/// Runs the history a fuzzer's bytes describe: the first 8 bytes are the seed, the rest a tape that steers
+/// every choice (the world's shape and faults, the scheduler, each client's verbs and pauses) while it lasts.
+pub fn run_bytes(data: &[u8]) -> Run {
+    let (head, tail) = data.split_at(data.len().min(8));
+    let mut seed = [0u8; 8];
+    seed[..head.len()].copy_from_slice(head);
+    let opts = Options {
+        horizon: FUZZ_HORIZON,
+        tape: Some(Tape::new(tail)),
+        ..Options::default()
+    };
+    run(u64::from_le_bytes(seed), &opts)
+}
