@@ -71,6 +71,7 @@ fn seeds_keep_every_property() {
         total.noscript += s.noscript;
         total.late += s.late;
         total.pauses += s.pauses;
+        total.tokens_checked += s.tokens_checked;
     }
     println!(
         "{} seeds, {ops} lock operations in {:?}; faults that struck rounds: {total:?}",
@@ -87,6 +88,12 @@ fn seeds_keep_every_property() {
         assert!(
             total.refused > 0 && total.restarts > 0 && total.noscript > 0,
             "{total:?}"
+        );
+        // Tokens are compared in many histories, not only in those where no counter was ever lost.
+        assert!(
+            total.tokens_checked >= seeds.len() as u64,
+            "fencing tokens compared only {} times: {total:?}",
+            total.tokens_checked
         );
     }
 }
@@ -178,4 +185,28 @@ fn bench_ops_per_second() {
         "{ops} simulated lock operations in {secs:.2} s: {:.0} ops/s",
         ops as f64 / secs
     );
+}
+
+/// The checker's token rule: a token that falls is caught among grants made before the first loss of counters,
+/// and grants after it are not judged (fencing assumes counters survive restarts).
+#[test]
+fn the_checker_catches_a_falling_token_before_a_counter_loss_only() {
+    use sim::check::{History, Hold};
+    let hold = |client: usize, from: u64, token: u64| Hold {
+        client,
+        kind: "fenced",
+        resource: b"r".to_vec(),
+        holder: format!("v{client}").into_bytes(),
+        from,
+        until: from + 10,
+        token: Some(token),
+    };
+    let mut history = History::default();
+    history.hold(hold(0, 0, 5));
+    history.hold(hold(1, 20, 3));
+    assert!(history.violation(u64::MAX).is_some(), "5 then 3");
+    assert_eq!(history.tokens_before(u64::MAX), 2);
+    // The counters were lost at 15: the second grant is after it.
+    assert_eq!(history.violation(15), None);
+    assert_eq!(history.tokens_before(15), 1);
 }

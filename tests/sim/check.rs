@@ -83,9 +83,19 @@ impl History {
         self.lines.push(line);
     }
 
-    /// The first violation found, described; `None` if the history is safe. `tokens`: check fencing tokens
-    /// (only where no node lost its counters: fencing assumes they survive restarts, `fenced.rs`).
-    pub fn violation(&self, tokens: bool) -> Option<String> {
+    /// How many fenced grants came before `before` (the ones whose tokens [`violation`](History::violation)
+    /// compares).
+    pub fn tokens_before(&self, before: Time) -> u64 {
+        self.holds
+            .iter()
+            .filter(|h| h.token.is_some() && h.from < h.until && h.from < before)
+            .count() as u64
+    }
+
+    /// The first violation found, described; `None` if the history is safe. Fencing tokens are compared among the
+    /// grants made before `tokens_before`, the first loss of a node's counters (fencing assumes they survive
+    /// restarts, `fenced.rs`; before the loss the assumption holds).
+    pub fn violation(&self, tokens_before: Time) -> Option<String> {
         let mut by_resource: BTreeMap<&[u8], Vec<&Hold>> = BTreeMap::new();
         for h in &self.holds {
             if h.from < h.until {
@@ -116,10 +126,13 @@ impl History {
                 }
             }
         }
-        for (resource, mut holds) in by_resource.into_iter().filter(|_| tokens) {
+        for (resource, mut holds) in by_resource {
             holds.sort_by_key(|h| (h.from, h.until));
             let mut last: Option<&Hold> = None;
-            for h in holds.iter().filter(|h| h.token.is_some()) {
+            for h in holds
+                .iter()
+                .filter(|h| h.token.is_some() && h.from < tokens_before)
+            {
                 if let Some(prev) = last {
                     if h.token <= prev.token {
                         return Some(format!(

@@ -323,8 +323,9 @@ pub fn run(seed: u64, opts: &Options) -> Run {
     });
     let mut w = sim.world();
     let now = w.now;
-    let tokens = !w.struck.counters_lost;
-    let mut violation = w.history.violation(tokens);
+    let tokens_before = w.struck.counters_lost_at.unwrap_or(Time::MAX);
+    w.struck.tokens_checked = w.history.tokens_before(tokens_before);
+    let mut violation = w.history.violation(tokens_before);
     if violation.is_none() {
         // Every key left behind expires by its TTL (fence counters and the marker are documented exceptions).
         for (i, n) in w.nodes.iter_mut().enumerate() {
