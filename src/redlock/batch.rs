@@ -123,7 +123,7 @@ impl<N: Nodes, C: Clock> Core<N, C> {
             |j, node, reply| {
                 if status[j] == Status::Pending {
                     let now = self.clock.now();
-                    let (vote, outcome) = self.counted(node, set_vote(reply), now);
+                    let (vote, outcome) = self.counted(node, set_vote(reply), now, None);
                     self.votes[node].count(&outcome);
                     outcomes[j * n + node] = outcome;
                     status[j] = quorums[j].vote(node, vote, now);

@@ -290,8 +290,7 @@ impl<N: Nodes, C: Clock> Core<N, C> {
             (nodes, deadline, quorum.votes_to_decide()),
             |node, reply| {
                 let now = self.clock.now();
-                let (vote, outcome) =
-                    self.counted_extension(node, script_vote(&reply), now, acquired);
+                let (vote, outcome) = self.counted(node, script_vote(&reply), now, acquired);
                 self.votes[node].count(&outcome);
                 outcomes[node] = outcome;
                 status = quorum.vote(node, vote, now);
@@ -417,7 +416,7 @@ impl<N: Nodes, C: Clock> Core<N, C> {
                 continue;
             }
             let now = self.clock.now();
-            let (vote, outcome) = self.counted_extension(
+            let (vote, outcome) = self.counted(
                 node,
                 script_vote(&reply),
                 now,
@@ -503,27 +502,10 @@ impl<N: Nodes, C: Clock> Core<N, C> {
         Some(retry_due(now, g.ttl, self.config.round_timeout, deadline))
     }
 
-    /// A node's vote as it counts: a "yes" from a node the restart guard does not trust yet is no vote.
+    /// A node's vote as it counts: a "yes" from a node the restart guard does not trust yet is no vote. `since`:
+    /// for an extension (or a renewal), when the lock was acquired (`None`: an acquisition, or unknown); see
+    /// [`RestartGuard::trusts`](super::restart::RestartGuard::trusts).
     pub(crate) fn counted(
-        &self,
-        node: usize,
-        (vote, outcome): (Vote, Outcome),
-        now: Instant,
-    ) -> (Vote, Outcome) {
-        match &self.restart {
-            Some((guard, info))
-                if vote == Vote::Yes && !guard.trusts(&self.fanout, node, *info, now) =>
-            {
-                (Vote::Failed, Outcome::Quarantined)
-            }
-            _ => (vote, outcome),
-        }
-    }
-
-    /// An extension's (or a renewal's) vote, through the restart guard: a node that restarted since the lock was
-    /// acquired (`since`; `None`: unknown) counts only once the window rule trusts it. See `restart.rs`,
-    /// "Extensions".
-    pub(crate) fn counted_extension(
         &self,
         node: usize,
         (vote, outcome): (Vote, Outcome),
@@ -532,8 +514,7 @@ impl<N: Nodes, C: Clock> Core<N, C> {
     ) -> (Vote, Outcome) {
         match &self.restart {
             Some((guard, info))
-                if vote == Vote::Yes
-                    && !guard.trusts_extension(&self.fanout, node, *info, now, since) =>
+                if vote == Vote::Yes && !guard.trusts(&self.fanout, node, *info, now, since) =>
             {
                 (Vote::Failed, Outcome::Quarantined)
             }
@@ -583,7 +564,7 @@ impl<N: Nodes, C: Clock> Core<N, C> {
         round.need(quorum.votes_to_decide());
         while let Some((node, reply)) = round.next() {
             let now = self.clock.now();
-            let (vote, outcome) = self.counted(node, set_vote(reply), now);
+            let (vote, outcome) = self.counted(node, set_vote(reply), now, None);
             self.votes[node].count(&outcome);
             outcomes[node] = outcome;
             status = quorum.vote(node, vote, now);

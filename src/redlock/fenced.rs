@@ -266,7 +266,7 @@ impl<N: Nodes, C: Clock> Core<N, C> {
                 |_, node, reply| {
                     let now = self.clock.now();
                     let (vote, outcome, counter) = fence_vote(&reply);
-                    let (vote, outcome) = self.counted(node, (vote, outcome), now);
+                    let (vote, outcome) = self.counted(node, (vote, outcome), now, None);
                     self.votes[node].count(&outcome);
                     acks[node] = outcome;
                     seen = seen.max(counter);

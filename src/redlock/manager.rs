@@ -445,7 +445,7 @@ impl LockManager {
     /// [`lock_fenced`](LockManager::lock_fenced) hands out, and holds it under a [`Guard`] ([`Guard::token`] is
     /// the token; renewals do not change it, and the guard's release is the fenced release).
     ///
-    /// Each attempt is one fenced acquisition (two rounds: the grant, then the token's write-back); between
+    /// Each attempt is one fenced acquisition (two rounds: the grant, then the token's confirmation); between
     /// attempts the waiter sleeps as [`lock_wait`](LockManager::lock_wait)'s does, woken by releases and at the
     /// holder's lease end.
     ///

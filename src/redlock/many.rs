@@ -256,7 +256,7 @@ impl<N: Nodes, C: Clock> Core<N, C> {
             |_, node, reply| {
                 let now = self.clock.now();
                 let (vote, outcome) =
-                    self.counted_extension(node, script_vote(&reply), now, Some(set.acquired));
+                    self.counted(node, script_vote(&reply), now, Some(set.acquired));
                 self.votes[node].count(&outcome);
                 outcomes[node] = outcome;
                 status = quorum.vote(node, vote, now);

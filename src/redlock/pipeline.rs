@@ -143,7 +143,7 @@ impl<N: Nodes, C: Clock> Core<N, C> {
             |_, node, reply| {
                 let now = self.clock.now();
                 let (vote, outcome, number) = classify(&reply);
-                let (vote, outcome) = self.counted(node, (vote, outcome), now);
+                let (vote, outcome) = self.counted(node, (vote, outcome), now, None);
                 self.votes[node].count(&outcome);
                 outcomes[node] = outcome;
                 if vote == Vote::Yes {

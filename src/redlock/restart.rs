@@ -362,21 +362,6 @@ impl RestartGuard {
             .map_or(0, |r| r.load(Ordering::Relaxed))
     }
 
-    /// Whether node `node`'s "yes" may count at `now`. `ids` says where the readings are among the set-up replies.
-    pub(crate) fn trusts(
-        &self,
-        fanout: &impl Nodes,
-        node: usize,
-        ids: SetupIds,
-        now: Instant,
-    ) -> bool {
-        let Some(slot) = self.nodes.get(node) else {
-            return false;
-        };
-        let mut known = lock(slot);
-        self.refresh(&mut known, fanout, node, ids) && known.counts(now, self.window())
-    }
-
     /// Reads the node's set-up replies again if it has a new connection since the last reading. `false` if that
     /// connection's reading is incomplete: what is known may be of another process than the one answering.
     fn refresh(&self, known: &mut Node, fanout: &impl Nodes, node: usize, ids: SetupIds) -> bool {
@@ -396,11 +381,12 @@ impl RestartGuard {
         }
     }
 
-    /// Whether node `node`'s "yes" to an extension of a lock acquired at `since` may count at `now`: by the window
-    /// rule, as [`trusts`](RestartGuard::trusts), or because the node's process has been up since before `since`
-    /// (it has not restarted since our `SET`, so the value it holds is the one we set). `since = None` (an
-    /// extension by value, of a lock acquired who knows when): the window rule alone.
-    pub(crate) fn trusts_extension(
+    /// Whether node `node`'s "yes" may count at `now`: by the window rule (trusted at once, or up longer than the
+    /// window), or, for an extension of a lock acquired at `since`, because the node's process has been up since
+    /// before `since` (it has not restarted since our `SET`, so the value it holds is the one we set; see
+    /// "Extensions"). `since = None` (an acquisition, or an extension by value): the window rule alone. `ids` says
+    /// where the readings are among the set-up replies.
+    pub(crate) fn trusts(
         &self,
         fanout: &impl Nodes,
         node: usize,
