@@ -181,17 +181,6 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
     let watch = guard.watch();
     let (ttl, round_timeout) = (args.ttl, args.conn.round_timeout);
     let kill_by = move |deadline: Instant| kill_deadline(deadline, ttl, round_timeout);
-    if let Some(why) = guard.lost() {
-        // Granted, then paused past its deadline before the command could start: not to be used.
-        return Err(CliError::new(
-            exit::LOST,
-            "lost",
-            format!(
-                "lock {:?} was lost before the command started ({why}); the command did not run",
-                args.resource
-            ),
-        ));
-    }
     let (reaper, mut deadlines) = Reaper::start(kill_by(watch.deadline()))?;
     let reaper_pid = reaper.child.id();
     let group = reaper.group();
@@ -205,10 +194,10 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
         finish_reaper(reaper);
         return Err(Interrupts::error(signal, &args.resource));
     }
-    // The reaper may have been slow to start (a loaded machine): the lock may have been lost meanwhile, or its
-    // kill deadline passed, and a renewal may have moved it. Checked again now, right before the command starts:
-    // a command must never start after its lease (the hostile review of #21 started one 2.5 s into the next
-    // holder's).
+    // Granted, then paused past its deadline, or the reaper slow to start (a loaded machine): the lock may be
+    // lost, or its kill deadline passed, and a renewal may have moved it. Checked here, right before the command
+    // starts, not before the reaper: a command must never start after its lease (the hostile review of #21
+    // started one 2.5 s into the next holder's).
     let sent_deadline = watch.deadline();
     if guard.is_lost() || kill_by(sent_deadline) <= Instant::now() {
         end_group(group);
