@@ -5,11 +5,12 @@
 mod support;
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::{Cluster, TempDir, cmd, get, on};
+use support::heartbeat::{Strays, beat, heartbeats, ms_after, pttl, wall_ns};
+use support::{Cluster, Muxlock, Running, TempDir, cmd, get, on};
 
 /// Polls (every 10 ms, at most `limit`) until `path` exists; the instant it was seen.
 #[track_caller]
@@ -361,76 +362,28 @@ fn signals_to_muxlock_reach_the_command_and_the_lock_is_released() {
 
 // ---- The command never outlives the lease (issue #21) ----
 
-/// Nanoseconds since the Unix epoch: heartbeats are written by `date +%s%N`, on the same clock.
-fn wall_ns() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
-
-/// The heartbeats written to `path` (one `date +%s%N` per line), in order.
-fn heartbeats(path: &Path) -> Vec<u128> {
-    fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
-/// A loop that writes a heartbeat to `hb` every 50 ms, for at most about 25 s (so that a test of broken code
-/// ends), with its output away from muxlock's pipes.
-fn beat(hb: &Path) -> String {
-    format!(
-        "exec >/dev/null 2>&1; i=0; while [ $i -lt 500 ]; do date +%s%N >> {hb}; sleep 0.05; i=$((i+1)); done",
-        hb = hb.display()
-    )
-}
-
-/// Milliseconds `after` the instant `t` (ns since the epoch), for messages.
-fn ms_after(t: u128, after: u128) -> i128 {
-    (t as i128 - after as i128) / 1_000_000
-}
-
-/// The processes a test's commands started, by the PID files they wrote: each one still alive, and its process
-/// group, is killed by PID when the test ends, pass or fail.
-struct Strays(Vec<std::path::PathBuf>);
-
-impl Drop for Strays {
-    fn drop(&mut self) {
-        use rustix::process::{Pid, Signal, getpgrp, kill_process, kill_process_group};
-        for file in &self.0 {
-            let Some(pid) = fs::read_to_string(file)
-                .ok()
-                .and_then(|s| s.trim().parse::<i32>().ok())
-                .and_then(Pid::from_raw)
-            else {
-                continue;
-            };
-            let group = fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero()))
-                .ok()
-                .and_then(|s| {
-                    s.rsplit_once(')')
-                        .and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse::<i32>().ok())
-                })
-                .and_then(Pid::from_raw);
-            if let Some(group) = group.filter(|g| *g != getpgrp()) {
-                let _ = kill_process_group(group, Signal::KILL);
-            }
-            let _ = kill_process(pid, Signal::KILL);
-        }
-    }
-}
-
-/// `PTTL key` on `node`, in ms (the key must exist).
-#[track_caller]
-fn pttl(node: &support::RedisServer, key: &str) -> u64 {
-    let reply = String::from_utf8_lossy(&node.raw(&cmd(&["PTTL", key]))).into_owned();
-    reply
-        .trim()
-        .trim_start_matches(':')
-        .parse()
-        .unwrap_or_else(|_| panic!("PTTL {key}: {reply:?}"))
+/// `muxlock exec --ttl TTL job` of a command that writes heartbeats (and ignores SIGTERM with `ignore_term`), set
+/// up further by `tweak`, started, and beating: the running muxlock, the heartbeat file, and the guard that kills
+/// whatever the command left when the test ends.
+fn beating_exec(
+    cluster: &Cluster,
+    dir: &Path,
+    ttl: &str,
+    ignore_term: bool,
+    tweak: impl FnOnce(Muxlock) -> Muxlock,
+) -> (Running, PathBuf, Strays) {
+    let (hb, pid) = (dir.join("hb"), dir.join("pid"));
+    let strays = Strays(vec![pid.clone()]);
+    let trap = if ignore_term { "trap '' TERM; " } else { "" };
+    let script = format!("{trap}echo $$ > {}; {}", pid.display(), beat(&hb, 50, 500));
+    let run = tweak(on(
+        cluster,
+        dir,
+        &["exec", "--ttl", ttl, "job", "--", "sh", "-c", &script],
+    ))
+    .spawn();
+    wait_beating(&hb);
+    (run, hb, strays)
 }
 
 /// Waits (bounded) until the command wrote at least one heartbeat.
@@ -449,16 +402,7 @@ fn a_command_that_ignores_sigterm_is_killed_before_another_client_gets_the_lock(
     // heartbeat was seconds after the other client's grant.
     let mut cluster = Cluster::start(3);
     let state = TempDir::new();
-    let (hb, pid) = (state.path().join("hb"), state.path().join("pid"));
-    let _strays = Strays(vec![pid.clone()]);
-    let script = format!("trap '' TERM; echo $$ > {}; {}", pid.display(), beat(&hb));
-    let run = on(
-        &cluster,
-        state.path(),
-        &["exec", "--ttl", "3s", "job", "--", "sh", "-c", &script],
-    )
-    .spawn();
-    wait_beating(&hb);
+    let (run, hb, _strays) = beating_exec(&cluster, state.path(), "3s", true, |m| m);
     // A majority hangs until just after its keys expire: no renewal reaches it.
     let mut expiries = Vec::new();
     for i in [0, 1] {
@@ -504,7 +448,7 @@ fn the_rest_of_the_group_dies_when_the_leader_exits_after_a_loss() {
     let member_script = format!(
         "trap '' TERM; echo $$ > {}; {}",
         member.display(),
-        beat(&hb)
+        beat(&hb, 50, 500)
     );
     let script = format!(
         "trap 'exit 9' TERM; echo $$ > {dir}/leader.pid; sh -c \"$1\" & while [ ! -s {hb} ]; do sleep 0.01; done; \
@@ -564,16 +508,7 @@ fn the_command_dies_with_a_killed_muxlock() {
     // Before #21: nothing tied the command's life to muxlock's; it ran on after the lease ended.
     let cluster = Cluster::start(3);
     let state = TempDir::new();
-    let (hb, pid) = (state.path().join("hb"), state.path().join("pid"));
-    let _strays = Strays(vec![pid.clone()]);
-    let script = format!("echo $$ > {}; {}", pid.display(), beat(&hb));
-    let run = on(
-        &cluster,
-        state.path(),
-        &["exec", "--ttl", "3s", "job", "--", "sh", "-c", &script],
-    )
-    .spawn();
-    wait_beating(&hb);
+    let (run, hb, _strays) = beating_exec(&cluster, state.path(), "3s", false, |m| m);
     run.signal("KILL");
     let killed = wall_ns();
     let lease_end = earliest_expiry(&cluster, "job");
@@ -602,16 +537,7 @@ fn the_command_dies_at_the_lease_end_when_muxlock_is_stopped() {
     // Before #21 the command ran on.
     let cluster = Cluster::start(3);
     let state = TempDir::new();
-    let (hb, pid) = (state.path().join("hb"), state.path().join("pid"));
-    let _strays = Strays(vec![pid.clone()]);
-    let script = format!("echo $$ > {}; {}", pid.display(), beat(&hb));
-    let run = on(
-        &cluster,
-        state.path(),
-        &["exec", "--ttl", "3s", "job", "--", "sh", "-c", &script],
-    )
-    .spawn();
-    wait_beating(&hb);
+    let (run, hb, _strays) = beating_exec(&cluster, state.path(), "3s", false, |m| m);
     run.signal("STOP");
     // A renewal already on the wire may still land: read the expiries a moment later.
     thread::sleep(Duration::from_millis(100));
@@ -637,17 +563,13 @@ fn ctrl_z_does_not_stop_a_holder() {
     // while the command ran.
     let cluster = Cluster::start(3);
     let state = TempDir::new();
-    let (hb, pid) = (state.path().join("hb"), state.path().join("pid"));
-    let _strays = Strays(vec![pid.clone()]);
-    let script = format!("echo $$ > {}; {}", pid.display(), beat(&hb));
-    let run = on(
+    let (run, hb, _strays) = beating_exec(
         &cluster,
         state.path(),
-        &["exec", "--ttl", "3s", "job", "--", "sh", "-c", &script],
-    )
-    .own_process_group()
-    .spawn();
-    wait_beating(&hb);
+        "3s",
+        false,
+        Muxlock::own_process_group,
+    );
     run.signal("TSTP");
     thread::sleep(Duration::from_millis(300));
     let muxlock_state = support::process::process_state(run.pid());
@@ -824,16 +746,7 @@ fn a_fenced_exec_hands_the_command_a_growing_token() {
 fn a_command_whose_key_was_taken_is_killed_at_once_whatever_kill_after_says() {
     let cluster = Cluster::start(3);
     let state = TempDir::new();
-    let (hb, pid) = (state.path().join("hb"), state.path().join("pid"));
-    let _strays = Strays(vec![pid.clone()]);
-    let script = format!("trap '' TERM; echo $$ > {}; {}", pid.display(), beat(&hb));
-    let run = on(
-        &cluster,
-        state.path(),
-        &["exec", "--ttl", "6s", "job", "--", "sh", "-c", &script],
-    )
-    .spawn();
-    wait_beating(&hb);
+    let (run, hb, _strays) = beating_exec(&cluster, state.path(), "6s", true, |m| m);
     // Another value on a majority, as another holder would have after the keys were evicted.
     let taken = wall_ns();
     for node in &cluster.nodes()[..2] {

@@ -12,76 +12,8 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::{Cluster, TempDir, cmd, on};
-
-/// Nanoseconds since the Unix epoch (as `date +%s%N`).
-fn wall_ns() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
-
-/// The heartbeats written to `path` (one `date +%s%N` per line).
-fn heartbeats(path: &Path) -> Vec<u128> {
-    fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
-/// A loop writing a heartbeat to `hb` every 20 ms for at most ~20 s, its output away from muxlock's pipes.
-fn beat(hb: &Path) -> String {
-    format!(
-        "exec >/dev/null 2>&1; i=0; while [ $i -lt 1000 ]; do date +%s%N >> {hb}; sleep 0.02; i=$((i+1)); done",
-        hb = hb.display()
-    )
-}
-
-fn ms_after(t: u128, after: u128) -> i128 {
-    (t as i128 - after as i128) / 1_000_000
-}
-
-/// Processes the commands started (by PID files), killed with their groups when the test ends.
-struct Strays(Vec<PathBuf>);
-
-impl Drop for Strays {
-    fn drop(&mut self) {
-        use rustix::process::{Pid, Signal, getpgrp, kill_process, kill_process_group};
-        for file in &self.0 {
-            let Some(pid) = fs::read_to_string(file)
-                .ok()
-                .and_then(|s| s.trim().parse::<i32>().ok())
-                .and_then(Pid::from_raw)
-            else {
-                continue;
-            };
-            let group = fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero()))
-                .ok()
-                .and_then(|s| {
-                    s.rsplit_once(')')
-                        .and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse::<i32>().ok())
-                })
-                .and_then(Pid::from_raw);
-            if let Some(group) = group.filter(|g| *g != getpgrp()) {
-                let _ = kill_process_group(group, Signal::KILL);
-            }
-            let _ = kill_process(pid, Signal::KILL);
-        }
-    }
-}
-
-/// `PTTL key` on `node`, in ms.
-#[track_caller]
-fn pttl(node: &support::RedisServer, key: &str) -> u64 {
-    let reply = String::from_utf8_lossy(&node.raw(&cmd(&["PTTL", key]))).into_owned();
-    reply
-        .trim()
-        .trim_start_matches(':')
-        .parse()
-        .unwrap_or_else(|_| panic!("PTTL {key}: {reply:?}"))
-}
+use support::heartbeat::{Strays, beat, heartbeats, ms_after, pttl, wall_ns};
+use support::{Cluster, TempDir, on};
 
 /// `/proc/PID/stat`: (state, ppid).
 fn stat(pid: u32) -> Option<(char, u32)> {
@@ -202,7 +134,7 @@ fn the_command_never_starts_after_the_lock_was_lost_while_the_reaper_started() {
         let so = shim(dir);
         let (hb, pid) = (dir.join("hb"), dir.join("pid"));
         let _strays = Strays(vec![pid.clone()]);
-        let script = format!("echo $$ > {}; {}", pid.display(), beat(&hb));
+        let script = format!("echo $$ > {}; {}", pid.display(), beat(&hb, 20, 1000));
         let mut mux = on(
             &cluster,
             dir,

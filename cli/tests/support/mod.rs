@@ -17,6 +17,8 @@ pub mod server;
 #[path = "../../../tests/support/wire.rs"]
 pub mod wire;
 
+pub mod heartbeat;
+
 pub use cluster::Cluster;
 pub use server::RedisServer;
 pub use wire::cmd;
