@@ -171,7 +171,7 @@ impl<N: Nodes, C: Clock> Core<N, C> {
         }
     }
 
-    pub(crate) fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
+    pub(crate) fn unlock_batch(&self, locks: &[Lock]) -> Vec<Result<usize>> {
         let (n, m) = (self.fanout.len(), locks.len());
         if m == 0 {
             return Vec::new();
@@ -226,8 +226,7 @@ impl<N: Nodes, C: Clock> Core<N, C> {
             },
         );
         let mut results = Vec::with_capacity(m);
-        for (j, lock) in locks.into_iter().enumerate() {
-            self.waits.notify(&lock.resource);
+        for (j, lock) in locks.iter().enumerate() {
             results.push(match answered[j] >= quorum {
                 true => Ok(released[j]),
                 false => Err(Error::Quorum(Box::new(self.report(
@@ -267,57 +266,4 @@ fn array_votes(reply: &Reply, m: usize) -> Vec<(Vote, Outcome)> {
             ),
         })
         .collect()
-}
-
-impl super::LockManager {
-    /// One attempt to acquire each of `resources` for `ttl`, all in one round: the `SET NX` commands of the
-    /// whole batch go to each node pipelined in one write, and each resource gets its own quorum, validity and
-    /// result, in the order given: `Ok(Some(lock))` acquired, `Ok(None)` held by another holder (or by an
-    /// earlier entry of this batch for the same resource), `Err` for that resource only.
-    ///
-    /// The locks are ordinary [`Lock`]s: extend or release them one by one, or together with
-    /// [`unlock_batch`](super::LockManager::unlock_batch). Resources not acquired have been released already on
-    /// the nodes that had set them. Nothing is retried.
-    ///
-    /// # Errors
-    ///
-    /// Per resource: [`Error::Quorum`] if too many nodes failed to answer for its decision, [`Error::Config`] for
-    /// an empty name. Every entry is [`Error::Config`] for an invalid `ttl` or a batch larger than
-    /// [`Config::max_in_flight`](super::Config::max_in_flight) (nothing is sent).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use muxlock::LockManager;
-    ///
-    /// let locks = LockManager::new(["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"])?;
-    /// let jobs: Vec<String> = (0..100).map(|i| format!("job:{i}")).collect();
-    /// let results = locks.try_lock_batch(&jobs, Duration::from_secs(30));
-    /// let mine: Vec<_> = results.into_iter().filter_map(|r| r.ok().flatten()).collect();
-    /// // ... work on the jobs whose lock we got ...
-    /// for released in locks.unlock_batch(mine) {
-    ///     released?;
-    /// }
-    /// # Ok::<(), muxlock::Error>(())
-    /// ```
-    pub fn try_lock_batch<R: AsRef<[u8]>>(
-        &self,
-        resources: &[R],
-        ttl: Duration,
-    ) -> Vec<Result<Option<Lock>>> {
-        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
-        self.core.try_lock_batch(&names, ttl)
-    }
-
-    /// Releases `locks` in one round: one compare-and-delete script per node for all of them. Returns, per lock
-    /// in the order given, what [`unlock`](super::LockManager::unlock) would: the number of nodes that deleted
-    /// its key, once every lock is confirmed by a majority or every node answered or the round timed out.
-    ///
-    /// # Errors
-    ///
-    /// Per lock: [`Error::Quorum`] if fewer than a majority of nodes answered; the lock ends with its lease.
-    pub fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
-        self.core.unlock_batch(locks)
-    }
 }

@@ -1,31 +1,27 @@
-//! [`Core`]: the state a [`LockManager`](super::LockManager) handle shares with its guards and its watchdog, and
-//! the Redlock rounds themselves (acquire, extend, release) over the [`Fanout`].
+//! [`Core`]: the engine. The Redlock rounds themselves (acquire, extend, release, inspect, the guards' batched
+//! renewal) over the nodes behind the seam (`seam.rs`), on the time of the clock it is given. It knows nothing
+//! of guards, the watchdog, waiting or the manager: they call it.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
 use super::config::Config;
 use super::error::{Error, Outcome, Report, Result};
-use super::guard::{Held, Lost};
 use super::inspect::{Inspection, KeyState, key_state};
 use super::lock::Lock;
 use super::quorum::{Failure, Quorum, Status, Vote, drift};
 use super::restart::{RestartGuard, SetupIds};
-use super::schedule::{renewal_due, retry_due};
 use super::scripts::{self, Script};
 use super::seam::{Clock, NodeRound, Nodes, SystemClock};
 use super::stats::{Activity, NodeStats, Stats, Votes};
 use super::token::Tokens;
-use super::wait::WaitRoom;
-use super::watchdog::Watchdog;
 use crate::net::{Fanout, NodeError, NodeSet, Reply};
 use crate::resp::{Value, encode_command};
-use crate::sync::lock;
 use crate::time::later;
 
-/// Everything a manager's handles, guards and watchdog share.
+/// The engine: the nodes, the clock, the configuration, the lock values' source, the restart guard and the
+/// per-node tallies; every round of every kind of lock is a method of it.
 #[derive(Debug)]
 pub(crate) struct Core<N = Fanout, C = SystemClock> {
     /// The nodes, through the seam (`seam.rs`).
@@ -38,18 +34,6 @@ pub(crate) struct Core<N = Fanout, C = SystemClock> {
     pub(crate) restart: Option<(RestartGuard, SetupIds)>,
     /// Per node: the outcomes of every round, for [`LockManager::stats`](super::LockManager::stats).
     pub(crate) votes: Vec<Votes>,
-    /// Renews the guards; its thread holds only a `Weak` on this core.
-    pub(crate) watchdog: Arc<Watchdog>,
-    /// This process' waiters, per resource.
-    pub(crate) waits: WaitRoom,
-    /// What guards and waiters did, for [`LockManager::stats`](super::LockManager::stats).
-    pub(crate) activity: Activity,
-}
-
-impl<N, C> Drop for Core<N, C> {
-    fn drop(&mut self) {
-        self.watchdog.stop();
-    }
 }
 
 /// What a round's reply means for the vote.
@@ -99,7 +83,8 @@ pub(crate) fn is_noscript(reply: &Reply) -> bool {
 }
 
 impl Core {
-    pub(crate) fn stats(&self) -> Stats {
+    /// The nodes' tallies, with `activity` (what the guards and waiters did).
+    pub(crate) fn stats(&self, activity: &Activity) -> Stats {
         let nodes = (0..self.fanout.len())
             .map(|i| {
                 let restarts = self.restart.as_ref().map_or(0, |(g, _)| g.restarts(i));
@@ -117,7 +102,7 @@ impl Core {
                 )
             })
             .collect();
-        Stats::new(nodes, &self.activity)
+        Stats::new(nodes, activity)
     }
 }
 
@@ -187,7 +172,7 @@ impl<N: Nodes, C: Clock> Core<N, C> {
         self.extend_on(resource, value, (NodeSet::ALL, None), ttl, None)
     }
 
-    pub(crate) fn unlock(&self, lock: Lock) -> Result<usize> {
+    pub(crate) fn unlock(&self, lock: &Lock) -> Result<usize> {
         self.release_on(&lock.resource, &lock.value, lock.nodes)
     }
 
@@ -340,8 +325,6 @@ impl<N: Nodes, C: Clock> Core<N, C> {
                 quorum.saturating_sub(released)
             },
         );
-        // Whatever the outcome, the key may be free now: this process' waiters look.
-        self.waits.notify(resource);
         if answered < quorum {
             return Err(Error::Quorum(Box::new(
                 self.report(resource, outcomes, quorum),
@@ -350,47 +333,34 @@ impl<N: Nodes, C: Clock> Core<N, C> {
         Ok(released)
     }
 
-    /// One renewal of each guard in `guards`, all in one round: every guard's compare-and-pexpire pipelined in
-    /// one request per node. Returns, per guard, when to renew it next, or `None` if it is lost (its state says
-    /// why, and whoever waits on it was woken).
-    ///
-    /// A renewal counts only if a majority confirms it before the guard's deadline (its lease minus the margin):
-    /// a lost guard is never revived. A renewal that fails for want of answers is tried again soon, until the
-    /// deadline; one that finds the key gone or taken on too many nodes, or those nodes down (refusing or closing
-    /// connections: a node that restarts without persistence comes back without the key), ends the guard at once.
-    pub(crate) fn renew(&self, guards: &[Arc<Held>]) -> Vec<Option<Instant>> {
+    /// One renewal of each of `renewals`, all in one round: every compare-and-pexpire pipelined in one request
+    /// per node. Returns when the round started, and per renewal its verdict (the new lease's end, or why not)
+    /// and every node's outcome. A renewal counts only if a majority confirms it before its `decide_by`; what a
+    /// verdict means for a guard is the guard room's business (`guard.rs`).
+    pub(crate) fn renew(&self, renewals: &[Renewal<'_>]) -> (Instant, Vec<Renewed>) {
         let n = self.fanout.len();
         let start = self.clock.now();
-        let mut next = vec![None; guards.len()];
-        // The guards still worth renewing, and each one's decision.
-        let mut live: Vec<(usize, Quorum)> = Vec::with_capacity(guards.len());
-        for (i, g) in guards.iter().enumerate() {
-            let s = lock(&g.state);
-            if let Some(lost) = g.lost_at(&s, start) {
-                drop(s);
-                self.lost(g, lost);
-                continue;
-            }
-            let deadline = g.deadline_of(&s);
-            drop(s);
-            let q = Quorum::new(n, start, g.ttl, drift(g.ttl, self.config.drift_factor));
-            live.push((i, q.decide_by(deadline)));
+        let k = renewals.len();
+        if k == 0 {
+            return (start, Vec::new());
         }
-        if live.is_empty() {
-            return next;
-        }
-        let k = live.len();
+        let mut quorums: Vec<Quorum> = renewals
+            .iter()
+            .map(|r| {
+                Quorum::new(n, start, r.ttl, drift(r.ttl, self.config.drift_factor))
+                    .decide_by(r.decide_by)
+            })
+            .collect();
         let mut request = BytesMut::with_capacity(k * 128);
-        for (i, _) in &live {
-            let g = &guards[*i];
-            self.note_ttl(g.ttl_ms);
-            renewal(&mut request, g, false);
+        for r in renewals {
+            self.note_ttl(r.ttl_ms);
+            r.encode(&mut request, false);
         }
         let mut round = self.fanout.round(later(start, self.config.round_timeout));
         round.send_all(&request, k);
         round.need(k);
-        // Per node: how many replies came (the i-th reply is for live[i % k]; from k on, for the batch sent again
-        // in full after a NOSCRIPT).
+        // Per node: how many replies came (the i-th reply is for renewals[i % k]; from k on, for the batch sent
+        // again in full after a NOSCRIPT).
         let mut index = vec![0; n];
         let mut resent = vec![false; n];
         let mut outcomes = vec![vec![Outcome::NotAwaited; n]; k];
@@ -403,28 +373,23 @@ impl<N: Nodes, C: Clock> Core<N, C> {
                 if !resent[node] {
                     resent[node] = true;
                     let mut full = BytesMut::with_capacity(k * 256);
-                    for (i, _) in &live {
-                        let g = &guards[*i];
-                        renewal(&mut full, g, true);
+                    for r in renewals {
+                        r.encode(&mut full, true);
                     }
                     round.send(node, &full, k);
                 }
-                continue; // the guard's vote on this node comes with the script in full
+                continue; // the renewal's vote on this node comes with the script in full
             }
             // A reply from the first batch that worked before a flush, then the same from the second: once.
             if outcomes[j][node] != Outcome::NotAwaited || status[j] != Status::Pending {
                 continue;
             }
             let now = self.clock.now();
-            let (vote, outcome) = self.counted(
-                node,
-                script_vote(&reply),
-                now,
-                Some(guards[live[j].0].acquired),
-            );
+            let (vote, outcome) =
+                self.counted(node, script_vote(&reply), now, Some(renewals[j].acquired));
             self.votes[node].count(&outcome);
             outcomes[j][node] = outcome;
-            status[j] = live[j].1.vote(node, vote, now);
+            status[j] = quorums[j].vote(node, vote, now);
             if status[j] != Status::Pending {
                 undecided -= 1;
                 if undecided == 0 {
@@ -433,73 +398,17 @@ impl<N: Nodes, C: Clock> Core<N, C> {
             }
         }
         drop(round);
-        Activity::add(&self.activity.renewal_rounds, 1);
-        for (((i, q), status), outcomes) in live.iter().zip(status).zip(outcomes) {
-            let g = &guards[*i];
-            next[*i] = self.settle_renewal(g, start, settle(status, q, self.clock.now()), outcomes);
-        }
-        next
-    }
-
-    /// Marks a guard lost, and counts it.
-    pub(crate) fn lost(&self, g: &Held, why: Lost) {
-        if g.set_lost(why) {
-            Activity::add(&self.activity.lost, 1);
-        }
-    }
-
-    /// Applies one renewal's verdict to a guard; returns when to renew it next, `None` if it is lost.
-    fn settle_renewal(
-        &self,
-        g: &Held,
-        start: Instant,
-        verdict: std::result::Result<Instant, Failure>,
-        outcomes: Vec<Outcome>,
-    ) -> Option<Instant> {
-        let n = self.fanout.len();
-        let quorum = self.quorum();
         let now = self.clock.now();
-        let mut s = lock(&g.state);
-        let deadline = g.deadline_of(&s);
-        match verdict {
-            // Confirmed in time, and nobody can have seen the guard lost yet (that is decided under this lock).
-            Ok(valid_until) if s.lost.is_none() && now < deadline => {
-                s.valid_until = valid_until;
-                s.renewals += 1;
-                Activity::add(&self.activity.renewals, 1);
-                s.last_error = None;
-                drop(s);
-                g.changed.notify_all();
-                return Some(renewal_due(start, g.ttl));
-            }
-            Ok(_) => {
-                drop(s);
-                self.lost(g, Lost::Expired(None));
-                return None;
-            }
-            Err(_) => {}
-        }
-        let report = Box::new(self.report(&g.resource, outcomes, quorum));
-        let taken = report.taken();
-        let gone = report.nodes.iter().filter(|(_, o)| is_gone(o)).count();
-        if taken > n - quorum {
-            drop(s);
-            self.lost(g, Lost::Taken(report));
-            return None;
-        }
-        if taken + gone > n - quorum {
-            drop(s);
-            self.lost(g, Lost::Down(report));
-            return None;
-        }
-        s.last_error = Some(Error::Quorum(report));
-        if now >= deadline {
-            let last = s.last_error.take().map(Box::new);
-            drop(s);
-            self.lost(g, Lost::Expired(last));
-            return None;
-        }
-        Some(retry_due(now, g.ttl, self.config.round_timeout, deadline))
+        let renewed = quorums
+            .iter()
+            .zip(status)
+            .zip(outcomes)
+            .map(|((q, status), outcomes)| Renewed {
+                verdict: settle(status, q, now),
+                outcomes,
+            })
+            .collect();
+        (start, renewed)
     }
 
     /// A node's vote as it counts: a "yes" from a node the restart guard does not trust yet is no vote. `since`:
@@ -684,27 +593,60 @@ impl<N: Nodes, C: Clock> Core<N, C> {
     }
 }
 
-/// One guard's renewal command: compare-and-pexpire of its key, or of every key of its set together.
-fn renewal(buf: &mut BytesMut, g: &Held, full: bool) {
-    match &g.set {
-        None => scripts::call(buf, Script::Extend, full, &g.resource, &g.value, g.ttl_ms),
-        Some(set) => {
-            let keys: Vec<&[u8]> = set.iter().map(|k| &k[..]).collect();
-            let ttl = crate::resp::Decimal::new(i64::try_from(g.ttl_ms).unwrap_or(i64::MAX));
-            super::lua::eval(
+/// One lease to renew in [`Core::renew`]: a lock's key (or every key of a set) and value.
+#[derive(Debug)]
+pub(crate) struct Renewal<'a> {
+    pub(crate) resource: &'a [u8],
+    /// Every key of a set, renewed together (`resource` is the first); `None` for one key.
+    pub(crate) set: Option<&'a [Vec<u8>]>,
+    pub(crate) value: &'a [u8],
+    pub(crate) ttl: Duration,
+    pub(crate) ttl_ms: u64,
+    /// When the lock was acquired (the restart guard's `since`).
+    pub(crate) acquired: Instant,
+    /// The renewal counts only if confirmed before this instant (the holder's deadline).
+    pub(crate) decide_by: Instant,
+}
+
+impl Renewal<'_> {
+    /// The renewal's command: compare-and-pexpire of its key, or of every key of its set together.
+    fn encode(&self, buf: &mut BytesMut, full: bool) {
+        match self.set {
+            None => scripts::call(
                 buf,
-                super::lua::EXTEND_MANY,
+                Script::Extend,
                 full,
-                &keys,
-                &[&g.value, ttl.as_bytes()],
-            );
+                self.resource,
+                self.value,
+                self.ttl_ms,
+            ),
+            Some(set) => {
+                let keys: Vec<&[u8]> = set.iter().map(|k| &k[..]).collect();
+                let ttl = crate::resp::Decimal::new(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX));
+                super::lua::eval(
+                    buf,
+                    super::lua::EXTEND_MANY,
+                    full,
+                    &keys,
+                    &[self.value, ttl.as_bytes()],
+                );
+            }
         }
     }
 }
 
+/// What [`Core::renew`] found for one renewal.
+#[derive(Debug)]
+pub(crate) struct Renewed {
+    /// The new lease's end, or why there is none.
+    pub(crate) verdict: std::result::Result<Instant, Failure>,
+    /// Every node's outcome (those not awaited: `NotAwaited`).
+    pub(crate) outcomes: Vec<Outcome>,
+}
+
 /// Whether a node's outcome means it no longer holds the key: it is down (refuses connections, or closed or reset
 /// the connection), so it holds nothing unless it persisted its keys, which a lock cannot count on.
-fn is_gone(outcome: &Outcome) -> bool {
+pub(crate) fn is_gone(outcome: &Outcome) -> bool {
     matches!(
         outcome,
         Outcome::Failed(NodeError::Refused | NodeError::Closed | NodeError::Io(_))

@@ -78,7 +78,6 @@ use bytes::BytesMut;
 
 use super::core::{Core, script_vote, settle};
 use super::error::{Error, Outcome, Report, Result};
-use super::guard::Guard;
 use super::lock::Lock;
 use super::lua;
 use super::pipeline::Kind;
@@ -343,7 +342,6 @@ impl<N: Nodes, C: Clock> Core<N, C> {
                 quorum.saturating_sub(released)
             },
         );
-        self.waits.notify(&lock.resource);
         if answered < quorum {
             return Err(Error::Quorum(Box::new(self.report(
                 &lock.resource,
@@ -352,80 +350,5 @@ impl<N: Nodes, C: Clock> Core<N, C> {
             ))));
         }
         Ok(released)
-    }
-}
-
-impl super::LockManager {
-    /// Acquires `resource` for `ttl` as [`lock`](super::LockManager::lock) does, with a fencing token that is
-    /// larger than the token of every earlier successful fenced acquisition of `resource`, by any client, even
-    /// when the majorities differ, and whatever round timeouts the other clients use. Costs two round trips (see the
-    /// module docs of `fenced` in the source for the design, the argument and its limits: counters must survive
-    /// restarts, `appendfsync always`).
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](super::LockManager::lock); also [`Error::Quorum`] when the token was not confirmed by a
-    /// majority of all nodes within the lease (the lock is released then).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use muxlock::LockManager;
-    ///
-    /// let locks = LockManager::new(["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"])?;
-    /// let lock = locks.lock_fenced("ledger", Duration::from_secs(10))?;
-    /// // storage.write_if_token_at_least(lock.token(), data) ...
-    /// locks.unlock_fenced(lock)?;
-    /// # Ok::<(), muxlock::Error>(())
-    /// ```
-    pub fn lock_fenced(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<FencedLock> {
-        self.core
-            .lock_fenced(resource.as_ref(), ttl, true)?
-            .ok_or_else(|| Error::config("no lock acquired"))
-    }
-
-    /// One attempt at [`lock_fenced`](super::LockManager::lock_fenced): `Ok(None)` if another holder has it.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock_fenced`](super::LockManager::lock_fenced), without [`Error::Held`].
-    pub fn try_lock_fenced(
-        &self,
-        resource: impl AsRef<[u8]>,
-        ttl: Duration,
-    ) -> Result<Option<FencedLock>> {
-        self.core.lock_fenced(resource.as_ref(), ttl, false)
-    }
-
-    /// Extends a fenced lock as [`extend`](super::LockManager::extend) does; the token does not change.
-    ///
-    /// # Errors
-    ///
-    /// As [`extend`](super::LockManager::extend).
-    pub fn extend_fenced(&self, lock: &mut FencedLock, ttl: Duration) -> Result<()> {
-        self.core.extend(&mut lock.lock, ttl)
-    }
-
-    /// Releases a fenced lock: each node that deletes the key first raises its counter to the lock's token.
-    ///
-    /// # Errors
-    ///
-    /// As [`unlock`](super::LockManager::unlock).
-    pub fn unlock_fenced(&self, lock: FencedLock) -> Result<usize> {
-        self.core.unlock_fenced(&lock.lock, lock.token)
-    }
-
-    /// Acquires `resource` as [`lock_fenced`](super::LockManager::lock_fenced) does and holds it under a
-    /// [`Guard`] ([`Guard::token`] is the token). Renewals do not change the token; the guard's release is the
-    /// fenced release.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock_fenced`](super::LockManager::lock_fenced), and [`Error::Config`] for a `ttl` too short to renew.
-    pub fn hold_fenced(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Guard> {
-        self.check_guard_ttl(ttl)?;
-        let fenced = self.lock_fenced(resource, ttl)?;
-        Ok(self.guard_with(fenced.lock, ttl, Some(fenced.token), None))
     }
 }

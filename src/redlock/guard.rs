@@ -18,13 +18,228 @@ use std::fmt;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use super::core::{Core, Renewal, is_gone};
 use super::error::{Error, Report, Result};
 use super::lock::Lock;
-use super::manager::LockManager;
-use super::schedule::GuardId;
+use super::many::LockSet;
+use super::quorum::Failure;
+use super::schedule::{GuardId, lost_margin, renewal_due, retry_due};
+use super::seam::{Clock, Nodes};
+use super::stats::Activity;
 use super::token;
+use super::waiters::WaitRoom;
+use super::watchdog::Watchdog;
 use crate::net::NodeSet;
 use crate::sync::lock;
+
+/// What a manager's handles and its guards share: the engine, the watchdog that renews the guards (its thread
+/// holds only a `Weak` on this), this process' waiters, and what guards and waiters did. The last handle or
+/// guard to go stops the watchdog.
+#[derive(Debug)]
+pub(crate) struct Keeper {
+    pub(crate) engine: Core,
+    pub(crate) watchdog: Arc<Watchdog>,
+    pub(crate) waits: WaitRoom,
+    pub(crate) activity: Activity,
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.watchdog.stop();
+    }
+}
+
+impl Keeper {
+    /// Puts a freshly acquired lock under the watchdog: fenced (`fence`, released by the fenced release) or a set
+    /// (`set`: every key, renewed and released together) or a plain lock.
+    pub(crate) fn guard(
+        self: &Arc<Keeper>,
+        lock: Lock,
+        ttl: Duration,
+        fence: Option<u64>,
+        set: Option<Vec<Vec<u8>>>,
+    ) -> Guard {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let margin = lost_margin(ttl, self.engine.config.round_timeout);
+        let held = Arc::new(Held::new(
+            self.watchdog.next_id(),
+            lock,
+            ttl,
+            ttl_ms,
+            margin,
+            fence,
+            set,
+        ));
+        self.watchdog.add(&held, self.engine.clock.now());
+        Activity::add(&self.activity.guards, 1);
+        self.watchdog.ensure_started(Arc::downgrade(self));
+        Guard {
+            keeper: Arc::clone(self),
+            held,
+            released: false,
+        }
+    }
+
+    /// Ends a guard: no more renewals, marked released, and the lock released on the nodes through the engine
+    /// (then this process' waiters look).
+    fn release(&self, held: &Held) -> Result<usize> {
+        self.watchdog.forget(held);
+        held.set_lost(Lost::Released);
+        Activity::add(&self.activity.guards_ended, 1);
+        let s = lock(&held.state);
+        let lock = Lock {
+            resource: held.resource.clone(),
+            value: held.value,
+            valid_until: s.valid_until,
+            acquired: held.acquired,
+            extensions: 0,
+            nodes: s.nodes,
+        };
+        drop(s);
+        let released = match (&held.set, held.fence) {
+            (Some(set), _) => {
+                let released = self.engine.unlock_many(&LockSet {
+                    resources: set.clone(),
+                    value: lock.value,
+                    valid_until: lock.valid_until,
+                    acquired: lock.acquired,
+                    extensions: 0,
+                    nodes: lock.nodes,
+                });
+                set.iter().for_each(|r| self.waits.notify(r));
+                return released;
+            }
+            (None, Some(token)) => self.engine.unlock_fenced(&lock, token),
+            (None, None) => self.engine.unlock(&lock),
+        };
+        self.waits.notify(&held.resource);
+        released
+    }
+}
+
+/// Marks a guard lost, and counts it.
+pub(crate) fn lose(activity: &Activity, g: &Held, why: Lost) {
+    if g.set_lost(why) {
+        Activity::add(&activity.lost, 1);
+    }
+}
+
+/// One renewal of each guard in `guards`, all in one round of the engine. Returns, per guard, when to renew it
+/// next, or `None` if it is lost (its state says why, and whoever waits on it was woken).
+///
+/// A renewal counts only if a majority confirms it before the guard's deadline (its lease minus the margin):
+/// a lost guard is never revived. A renewal that fails for want of answers is tried again soon, until the
+/// deadline; one that finds the key gone or taken on too many nodes, or those nodes down (refusing or closing
+/// connections: a node that restarts without persistence comes back without the key), ends the guard at once.
+///
+/// Generic over the engine's seam, so that the simulator renews guards on its virtual clock as the watchdog
+/// does on the real one.
+pub(crate) fn renew<N: Nodes, C: Clock>(
+    engine: &Core<N, C>,
+    activity: &Activity,
+    guards: &[Arc<Held>],
+) -> Vec<Option<Instant>> {
+    let now = engine.clock.now();
+    let mut next = vec![None; guards.len()];
+    // The guards still worth renewing, and until when each renewal must be confirmed.
+    let mut live: Vec<(usize, Instant, NodeSet)> = Vec::with_capacity(guards.len());
+    for (i, g) in guards.iter().enumerate() {
+        let s = lock(&g.state);
+        if let Some(lost) = g.lost_at(&s, now) {
+            drop(s);
+            lose(activity, g, lost);
+            continue;
+        }
+        live.push((i, g.deadline_of(&s), s.nodes));
+    }
+    if live.is_empty() {
+        return next;
+    }
+    let renewals: Vec<Renewal<'_>> = live
+        .iter()
+        .map(|&(i, decide_by, _)| {
+            let g = &guards[i];
+            Renewal {
+                resource: &g.resource,
+                set: g.set.as_deref(),
+                value: &g.value,
+                ttl: g.ttl,
+                ttl_ms: g.ttl_ms,
+                acquired: g.acquired,
+                decide_by,
+            }
+        })
+        .collect();
+    let (start, renewed) = engine.renew(&renewals);
+    Activity::add(&activity.renewal_rounds, 1);
+    for (&(i, _, _), renewed) in live.iter().zip(renewed) {
+        let g = &guards[i];
+        next[i] = settle(
+            engine,
+            activity,
+            g,
+            start,
+            renewed.verdict,
+            renewed.outcomes,
+        );
+    }
+    next
+}
+
+/// Applies one renewal's verdict to a guard; returns when to renew it next, `None` if it is lost.
+fn settle<N: Nodes, C: Clock>(
+    engine: &Core<N, C>,
+    activity: &Activity,
+    g: &Held,
+    start: Instant,
+    verdict: std::result::Result<Instant, Failure>,
+    outcomes: Vec<super::error::Outcome>,
+) -> Option<Instant> {
+    let n = engine.fanout.len();
+    let quorum = engine.quorum();
+    let now = engine.clock.now();
+    let mut s = lock(&g.state);
+    let deadline = g.deadline_of(&s);
+    match verdict {
+        // Confirmed in time, and nobody can have seen the guard lost yet (that is decided under this lock).
+        Ok(valid_until) if s.lost.is_none() && now < deadline => {
+            s.valid_until = valid_until;
+            s.renewals += 1;
+            Activity::add(&activity.renewals, 1);
+            s.last_error = None;
+            drop(s);
+            g.changed.notify_all();
+            return Some(renewal_due(start, g.ttl));
+        }
+        Ok(_) => {
+            drop(s);
+            lose(activity, g, Lost::Expired(None));
+            return None;
+        }
+        Err(_) => {}
+    }
+    let report = Box::new(engine.report(&g.resource, outcomes, quorum));
+    let taken = report.taken();
+    let gone = report.nodes.iter().filter(|(_, o)| is_gone(o)).count();
+    if taken > n - quorum {
+        drop(s);
+        lose(activity, g, Lost::Taken(report));
+        return None;
+    }
+    if taken + gone > n - quorum {
+        drop(s);
+        lose(activity, g, Lost::Down(report));
+        return None;
+    }
+    s.last_error = Some(Error::Quorum(report));
+    if now >= deadline {
+        let last = s.last_error.take().map(Box::new);
+        drop(s);
+        lose(activity, g, Lost::Expired(last));
+        return None;
+    }
+    Some(retry_due(now, g.ttl, engine.config.round_timeout, deadline))
+}
 
 /// Why a guard's lock is lost.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -210,26 +425,18 @@ impl Held {
 #[must_use = "a guard releases its lock when dropped"]
 #[derive(Debug)]
 pub struct Guard {
-    manager: LockManager,
+    keeper: Arc<Keeper>,
     held: Arc<Held>,
     released: bool,
 }
 
 impl Guard {
-    pub(crate) fn new(manager: LockManager, held: Arc<Held>) -> Guard {
-        Guard {
-            manager,
-            held,
-            released: false,
-        }
-    }
-
     /// The locked resource's name (the Redis key); for a guard of a set, the first of its names (sorted).
     pub fn resource(&self) -> &[u8] {
         &self.held.resource
     }
 
-    /// Every resource of a guard from [`hold_many`](LockManager::hold_many) (sorted), `None` for other guards.
+    /// Every resource of a guard from [`hold_many`](super::LockManager::hold_many) (sorted), `None` for other guards.
     pub fn resources(&self) -> Option<&[Vec<u8>]> {
         self.held.set.as_deref()
     }
@@ -270,7 +477,7 @@ impl Guard {
         }
     }
 
-    /// The fencing token of a guard from [`hold_fenced`](LockManager::hold_fenced), `None` for other guards.
+    /// The fencing token of a guard from [`hold_fenced`](super::LockManager::hold_fenced), `None` for other guards.
     pub fn token(&self) -> Option<u64> {
         self.held.fence
     }
@@ -281,14 +488,14 @@ impl Guard {
     }
 
     /// Stops the renewals and releases the lock on all nodes at once; returns what
-    /// [`LockManager::unlock`] returns.
+    /// [`LockManager::unlock`](super::LockManager::unlock) returns.
     ///
     /// # Errors
     ///
-    /// As [`LockManager::unlock`].
+    /// As [`LockManager::unlock`](super::LockManager::unlock).
     pub fn release(mut self) -> Result<usize> {
         self.released = true;
-        self.manager.release_held(&self.held)
+        self.keeper.release(&self.held)
     }
 }
 
@@ -296,7 +503,7 @@ impl Drop for Guard {
     fn drop(&mut self) {
         if !self.released {
             // Best effort, bounded by the round timeout; an error leaves the key to expire with its lease.
-            let _ = self.manager.release_held(&self.held);
+            let _ = self.keeper.release(&self.held);
         }
     }
 }

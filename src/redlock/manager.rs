@@ -1,4 +1,6 @@
-//! [`LockManager`]: the lock API, a cheap handle on the state its clones, guards and watchdog share ([`Core`]).
+//! [`LockManager`]: the lock API, a cheap handle on what its clones and guards share (the guard room's
+//! `Keeper`: the engine, the watchdog, the waiters). Every public verb of every kind of lock is here: this is the
+//! only file that knows the engine, the guards and waiting together.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -6,16 +8,22 @@ use std::time::{Duration, Instant};
 use super::config::Config;
 use super::core::Core;
 use super::error::{Error, Result};
-use super::guard::{Guard, Held, Lost};
+use super::fenced::FencedLock;
+use super::guard::{Guard, Keeper};
 use super::inspect::Inspection;
 use super::lock::Lock;
+use super::lua;
+use super::many::LockSet;
 use super::quorum::drift;
+use super::reentrant::{Owner, ReentrantLock, draw};
 use super::restart;
 use super::schedule::lost_margin;
 use super::seam::SystemClock;
 use super::stats::{Activity, Stats, Votes};
 use super::token::Tokens;
-use super::wait::WaitRoom;
+use super::unreleased::Unreleased;
+use super::wait;
+use super::waiters::WaitRoom;
 use crate::net::{Fanout, NodeAddr, Options};
 
 /// A distributed lock manager over N independent Redis masters (the Redlock algorithm).
@@ -42,7 +50,7 @@ use crate::net::{Fanout, NodeAddr, Options};
 /// ```
 #[derive(Clone, Debug)]
 pub struct LockManager {
-    pub(crate) core: Arc<Core>,
+    keeper: Arc<Keeper>,
 }
 
 /// Builds a [`LockManager`]: nodes, then an optional [`Config`].
@@ -122,13 +130,15 @@ impl Builder {
             },
         })?;
         Ok(LockManager {
-            core: Arc::new(Core {
-                votes: (0..fanout.len()).map(|_| Votes::default()).collect(),
-                fanout,
-                clock: SystemClock,
-                config: self.config,
-                tokens: Tokens::new(),
-                restart,
+            keeper: Arc::new(Keeper {
+                engine: Core {
+                    votes: (0..fanout.len()).map(|_| Votes::default()).collect(),
+                    fanout,
+                    clock: SystemClock,
+                    config: self.config,
+                    tokens: Tokens::new(),
+                    restart,
+                },
                 watchdog: Arc::default(),
                 waits: WaitRoom::default(),
                 activity: Activity::default(),
@@ -153,6 +163,12 @@ fn same_server(a: &NodeAddr, b: &NodeAddr) -> bool {
 }
 
 impl LockManager {
+    /// The engine: every round goes through it.
+    #[inline]
+    fn engine(&self) -> &Core {
+        &self.keeper.engine
+    }
+
     /// A manager for `nodes` (URLs or `host:port`) with the default [`Config`].
     ///
     /// # Errors
@@ -169,24 +185,24 @@ impl LockManager {
 
     /// The configuration in force.
     pub fn config(&self) -> &Config {
-        &self.core.config
+        &self.engine().config
     }
 
     /// The nodes, in configuration order.
     pub fn nodes(&self) -> &[NodeAddr] {
-        self.core.fanout.addrs()
+        self.engine().fanout.addrs()
     }
 
     /// What this manager saw of each node so far: votes granted, taken and failed, grants not counted after a
     /// restart, restarts seen, timeouts, reconnects, requests per write and round-trip percentiles. Cheap enough to
     /// call at any time (no lock is taken); `Display` prints it as a table.
     pub fn stats(&self) -> Stats {
-        self.core.stats()
+        self.engine().stats(&self.keeper.activity)
     }
 
     /// The majority: `N/2 + 1`.
     pub fn quorum(&self) -> usize {
-        self.core.quorum()
+        self.engine().quorum()
     }
 
     /// Acquires `resource` for `ttl`, retrying up to [`Config::retry_count`] times with a jittered delay.
@@ -197,7 +213,7 @@ impl LockManager {
     /// - [`Error::Quorum`] if too many nodes were down, hung or failing, with every node's outcome;
     /// - [`Error::Config`] for an empty resource name or an invalid `ttl`.
     pub fn lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Lock> {
-        self.core.lock(resource.as_ref(), ttl)
+        self.engine().lock(resource.as_ref(), ttl)
     }
 
     /// Acquires `resource` for [`Config::ttl`], retrying as [`lock`](LockManager::lock) does.
@@ -206,7 +222,8 @@ impl LockManager {
     ///
     /// As [`lock`](LockManager::lock).
     pub fn acquire(&self, resource: impl AsRef<[u8]>) -> Result<Lock> {
-        self.core.lock(resource.as_ref(), self.core.config.ttl)
+        self.engine()
+            .lock(resource.as_ref(), self.engine().config.ttl)
     }
 
     /// One attempt to acquire `resource` for `ttl`: `Ok(None)` if another holder has it.
@@ -216,7 +233,7 @@ impl LockManager {
     /// [`Error::Quorum`] if too many nodes failed to answer for a decision, [`Error::Config`] for invalid
     /// arguments.
     pub fn try_lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Option<Lock>> {
-        self.core.try_lock(resource.as_ref(), ttl)
+        self.engine().try_lock(resource.as_ref(), ttl)
     }
 
     /// Extends `lock`'s lease to `ttl` from now, on all nodes at once. On success the new validity is measured
@@ -230,7 +247,7 @@ impl LockManager {
     /// - [`Error::LockLost`] if a majority no longer holds our value;
     /// - [`Error::Quorum`] if too few nodes answered within the current lease.
     pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
-        self.core.extend(lock, ttl)
+        self.engine().extend(lock, ttl)
     }
 
     /// Extends the lock on `resource` whose value is `value` to `ttl` from now, on all nodes at once, and returns
@@ -270,7 +287,7 @@ impl LockManager {
         value: impl AsRef<[u8]>,
         ttl: Duration,
     ) -> Result<Instant> {
-        self.core
+        self.engine()
             .extend_value(resource.as_ref(), value.as_ref(), ttl)
     }
 
@@ -285,7 +302,10 @@ impl LockManager {
     /// [`Error::Quorum`] if fewer than a majority of nodes answered at all: the release may not have happened, and
     /// the lock will end with its lease.
     pub fn unlock(&self, lock: Lock) -> Result<usize> {
-        self.core.unlock(lock)
+        let released = self.engine().unlock(&lock);
+        // Whatever the outcome, the key may be free now: this process' waiters look.
+        self.keeper.waits.notify(&lock.resource);
+        released
     }
 
     /// Releases the lock on `resource` whose value is `value`, on all nodes at once: [`unlock`](LockManager::unlock)
@@ -318,7 +338,11 @@ impl LockManager {
         resource: impl AsRef<[u8]>,
         value: impl AsRef<[u8]>,
     ) -> Result<usize> {
-        self.core.unlock_value(resource.as_ref(), value.as_ref())
+        let released = self
+            .engine()
+            .unlock_value(resource.as_ref(), value.as_ref());
+        self.keeper.waits.notify(resource.as_ref());
+        released
     }
 
     /// Reads what every node holds under `resource`'s key, in one round to all nodes (`GET` and `PTTL`, pipelined),
@@ -350,7 +374,7 @@ impl LockManager {
     /// # Ok::<(), muxlock::Error>(())
     /// ```
     pub fn inspect(&self, resource: impl AsRef<[u8]>) -> Result<Inspection> {
-        self.core.inspect(resource.as_ref())
+        self.engine().inspect(resource.as_ref())
     }
 
     /// Acquires `resource` as [`lock`](LockManager::lock) does, waiting for it if another holder has it, up to
@@ -395,7 +419,7 @@ impl LockManager {
         ttl: Duration,
         max_wait: Duration,
     ) -> Result<Lock> {
-        self.core.lock_wait(resource.as_ref(), ttl, max_wait)
+        wait::lock_wait(&self.keeper, resource.as_ref(), ttl, max_wait)
     }
 
     /// Acquires `resource` as [`lock`](LockManager::lock) does and returns a [`Guard`] that keeps the lease
@@ -410,7 +434,7 @@ impl LockManager {
     /// As [`lock`](LockManager::lock), and [`Error::Config`] for a `ttl` too short to renew.
     pub fn hold(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Guard> {
         self.check_guard_ttl(ttl)?;
-        let lock = self.core.lock(resource.as_ref(), ttl)?;
+        let lock = self.engine().lock(resource.as_ref(), ttl)?;
         Ok(self.guard(lock, ttl))
     }
 
@@ -421,7 +445,7 @@ impl LockManager {
     /// As [`try_lock`](LockManager::try_lock), and [`Error::Config`] for a `ttl` too short to renew.
     pub fn try_hold(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Option<Guard>> {
         self.check_guard_ttl(ttl)?;
-        let lock = self.core.try_lock(resource.as_ref(), ttl)?;
+        let lock = self.engine().try_lock(resource.as_ref(), ttl)?;
         Ok(lock.map(|lock| self.guard(lock, ttl)))
     }
 
@@ -437,7 +461,7 @@ impl LockManager {
         max_wait: Duration,
     ) -> Result<Guard> {
         self.check_guard_ttl(ttl)?;
-        let lock = self.core.lock_wait(resource.as_ref(), ttl, max_wait)?;
+        let lock = wait::lock_wait(&self.keeper, resource.as_ref(), ttl, max_wait)?;
         Ok(self.guard(lock, ttl))
     }
 
@@ -473,10 +497,10 @@ impl LockManager {
         max_wait: Duration,
     ) -> Result<Guard> {
         self.check_guard_ttl(ttl)?;
-        let fenced = self
-            .core
-            .lock_fenced_wait(resource.as_ref(), ttl, max_wait)?;
-        Ok(self.guard_with(fenced.lock, ttl, Some(fenced.token), None))
+        let fenced = wait::lock_fenced_wait(&self.keeper, resource.as_ref(), ttl, max_wait)?;
+        Ok(self
+            .keeper
+            .guard(fenced.lock, ttl, Some(fenced.token), None))
     }
 
     /// Makes every call of this manager (and of its clones) that is waiting for a lock at this moment
@@ -488,7 +512,7 @@ impl LockManager {
     ///
     /// For an interrupt (Ctrl-C) while another thread waits: cancel, then release whatever the waiter returns.
     pub fn cancel_waits(&self) {
-        self.core.waits.cancel_all();
+        self.keeper.waits.cancel_all();
     }
 
     /// Runs `work` under a [`Guard`] on `resource` (acquired as [`hold`](LockManager::hold) does), then releases
@@ -531,7 +555,7 @@ impl LockManager {
 
     /// A guard's TTL must leave a renewal at a third of it time to be confirmed before the guard's deadline.
     pub(crate) fn check_guard_ttl(&self, ttl: Duration) -> Result<()> {
-        let config = &self.core.config;
+        let config = &self.engine().config;
         config.check_ttl(ttl)?;
         let margin = lost_margin(ttl, config.round_timeout);
         let room = ttl
@@ -550,61 +574,343 @@ impl LockManager {
 
     /// Puts a freshly acquired lock under the watchdog.
     fn guard(&self, lock: Lock, ttl: Duration) -> Guard {
-        self.guard_with(lock, ttl, None, None)
+        self.keeper.guard(lock, ttl, None, None)
     }
 
-    /// Puts a freshly acquired lock, fenced or not, under the watchdog.
-    pub(crate) fn guard_with(
+    /// Acquires every resource of `resources` or none, for `ttl`, in one round: each node gets one script that
+    /// sets every key of the set or none (its part is atomic), and the set is held if a majority set it in time.
+    /// Retries as [`lock`](super::LockManager::lock) does, with one value for all attempts, so that keys left by
+    /// its own failed attempt never block it.
+    ///
+    /// The names are sorted and deduplicated first: two callers asking for overlapping sets in different orders
+    /// send the same requests, and neither can hold part of its set waiting for the rest (a node's part is all or
+    /// nothing, and a failed attempt releases what it set before returning or retrying).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Held`] if some resource of the set was held by another holder at the last attempt;
+    /// - [`Error::Quorum`] if too many nodes failed for a majority (the report names the set as `"a, b, c"`);
+    /// - [`Error::Config`] for an empty set, an empty name or an invalid `ttl`.
+    ///
+    /// In every error case nothing of the set stays locked on the nodes that answered (see the module docs of
+    /// `many` in the source for the exact guarantee).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"])?;
+    /// let set = locks.lock_many(&["account:7", "account:3"], Duration::from_secs(5))?;
+    /// // ... move money between the two accounts ...
+    /// locks.unlock_many(set)?;
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn lock_many<R: AsRef<[u8]>>(&self, resources: &[R], ttl: Duration) -> Result<LockSet> {
+        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
+        self.engine()
+            .lock_many(&names, ttl, true)?
+            .ok_or_else(|| Error::config("no set acquired"))
+    }
+
+    /// One attempt at [`lock_many`](super::LockManager::lock_many): `Ok(None)` if some resource of the set is
+    /// held by another holder.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_many`](super::LockManager::lock_many), without [`Error::Held`].
+    pub fn try_lock_many<R: AsRef<[u8]>>(
         &self,
-        lock: Lock,
+        resources: &[R],
         ttl: Duration,
-        fence: Option<u64>,
-        set: Option<Vec<Vec<u8>>>,
-    ) -> Guard {
-        let core = &self.core;
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let margin = lost_margin(ttl, core.config.round_timeout);
-        let held = Arc::new(Held::new(
-            core.watchdog.next_id(),
-            lock,
-            ttl,
-            ttl_ms,
-            margin,
-            fence,
-            set,
-        ));
-        core.watchdog.add(&held, Instant::now());
-        Activity::add(&core.activity.guards, 1);
-        core.watchdog.ensure_started(Arc::downgrade(core));
-        Guard::new(self.clone(), held)
+    ) -> Result<Option<LockSet>> {
+        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
+        self.engine().lock_many(&names, ttl, false)
     }
 
-    /// Ends a guard: no more renewals, marked released, and the lock released on the nodes.
-    pub(crate) fn release_held(&self, held: &Held) -> Result<usize> {
-        self.core.watchdog.forget(held);
-        held.set_lost(Lost::Released);
-        Activity::add(&self.core.activity.guards_ended, 1);
-        let s = crate::sync::lock(&held.state);
-        let lock = Lock {
-            resource: held.resource.clone(),
-            value: held.value,
-            valid_until: s.valid_until,
-            acquired: held.acquired,
+    /// Extends every key of `set` to `ttl` from now, together: a node extends the set only if it still holds every
+    /// key of it. As [`extend`](super::LockManager::extend) otherwise.
+    ///
+    /// # Errors
+    ///
+    /// As [`extend`](super::LockManager::extend).
+    pub fn extend_many(&self, set: &mut LockSet, ttl: Duration) -> Result<()> {
+        self.engine().extend_many(set, ttl)
+    }
+
+    /// Releases every key of `set` on all nodes at once (each node deletes the keys that still hold the set's
+    /// value). Returns the number of nodes that deleted some, as [`unlock`](super::LockManager::unlock) does.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Quorum`] if fewer than a majority of nodes answered.
+    pub fn unlock_many(&self, set: LockSet) -> Result<usize> {
+        let released = self.engine().unlock_many(&set);
+        set.resources
+            .iter()
+            .for_each(|r| self.keeper.waits.notify(r));
+        released
+    }
+
+    /// Acquires a set as [`lock_many`](super::LockManager::lock_many) does and holds it under one
+    /// [`Guard`](super::Guard): the watchdog renews every key of the set together (a node confirms only if it
+    /// still holds all of them), and the guard's release releases them together. [`Guard::resources`] lists
+    /// the set; [`Guard::resource`] is its first name, the one the watchdog's client-side tracking watches (a
+    /// loss of another key is found by the next renewal).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_many`](super::LockManager::lock_many), and [`Error::Config`] for a `ttl` too short to renew.
+    ///
+    /// [`Guard::resources`]: super::Guard::resources
+    /// [`Guard::resource`]: super::Guard::resource
+    pub fn hold_many<R: AsRef<[u8]>>(
+        &self,
+        resources: &[R],
+        ttl: Duration,
+    ) -> Result<super::Guard> {
+        self.check_guard_ttl(ttl)?;
+        let set = self.lock_many(resources, ttl)?;
+        let lock = super::lock::Lock {
+            resource: set.resources.first().cloned().unwrap_or_default(),
+            value: set.value,
+            valid_until: set.valid_until,
+            acquired: set.acquired,
             extensions: 0,
-            nodes: s.nodes,
+            nodes: set.nodes,
         };
-        drop(s);
-        match (&held.set, held.fence) {
-            (Some(set), _) => self.core.unlock_many(super::many::LockSet {
-                resources: set.clone(),
-                value: lock.value,
-                valid_until: lock.valid_until,
-                acquired: lock.acquired,
-                extensions: 0,
-                nodes: lock.nodes,
-            }),
-            (None, Some(token)) => self.core.unlock_fenced(&lock, token),
-            (None, None) => self.core.unlock(lock),
+        Ok(self.keeper.guard(lock, ttl, None, Some(set.resources)))
+    }
+
+    /// One attempt to acquire each of `resources` for `ttl`, all in one round: the `SET NX` commands of the
+    /// whole batch go to each node pipelined in one write, and each resource gets its own quorum, validity and
+    /// result, in the order given: `Ok(Some(lock))` acquired, `Ok(None)` held by another holder (or by an
+    /// earlier entry of this batch for the same resource), `Err` for that resource only.
+    ///
+    /// The locks are ordinary [`Lock`]s: extend or release them one by one, or together with
+    /// [`unlock_batch`](super::LockManager::unlock_batch). Resources not acquired have been released already on
+    /// the nodes that had set them. Nothing is retried.
+    ///
+    /// # Errors
+    ///
+    /// Per resource: [`Error::Quorum`] if too many nodes failed to answer for its decision, [`Error::Config`] for
+    /// an empty name. Every entry is [`Error::Config`] for an invalid `ttl` or a batch larger than
+    /// [`Config::max_in_flight`](super::Config::max_in_flight) (nothing is sent).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"])?;
+    /// let jobs: Vec<String> = (0..100).map(|i| format!("job:{i}")).collect();
+    /// let results = locks.try_lock_batch(&jobs, Duration::from_secs(30));
+    /// let mine: Vec<_> = results.into_iter().filter_map(|r| r.ok().flatten()).collect();
+    /// // ... work on the jobs whose lock we got ...
+    /// for released in locks.unlock_batch(mine) {
+    ///     released?;
+    /// }
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn try_lock_batch<R: AsRef<[u8]>>(
+        &self,
+        resources: &[R],
+        ttl: Duration,
+    ) -> Vec<Result<Option<Lock>>> {
+        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
+        self.engine().try_lock_batch(&names, ttl)
+    }
+
+    /// Releases `locks` in one round: one compare-and-delete script per node for all of them. Returns, per lock
+    /// in the order given, what [`unlock`](super::LockManager::unlock) would: the number of nodes that deleted
+    /// its key, once every lock is confirmed by a majority or every node answered or the round timed out.
+    ///
+    /// # Errors
+    ///
+    /// Per lock: [`Error::Quorum`] if fewer than a majority of nodes answered; the lock ends with its lease.
+    pub fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
+        let released = self.engine().unlock_batch(&locks);
+        locks
+            .iter()
+            .for_each(|l| self.keeper.waits.notify(&l.resource));
+        released
+    }
+
+    /// Acquires `resource` for `ttl` as [`lock`](super::LockManager::lock) does, with a fencing token that is
+    /// larger than the token of every earlier successful fenced acquisition of `resource`, by any client, even
+    /// when the majorities differ, and whatever round timeouts the other clients use. Costs two round trips (see the
+    /// module docs of `fenced` in the source for the design, the argument and its limits: counters must survive
+    /// restarts, `appendfsync always`).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](super::LockManager::lock); also [`Error::Quorum`] when the token was not confirmed by a
+    /// majority of all nodes within the lease (the lock is released then).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"])?;
+    /// let lock = locks.lock_fenced("ledger", Duration::from_secs(10))?;
+    /// // storage.write_if_token_at_least(lock.token(), data) ...
+    /// locks.unlock_fenced(lock)?;
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn lock_fenced(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<FencedLock> {
+        self.engine()
+            .lock_fenced(resource.as_ref(), ttl, true)?
+            .ok_or_else(|| Error::config("no lock acquired"))
+    }
+
+    /// One attempt at [`lock_fenced`](super::LockManager::lock_fenced): `Ok(None)` if another holder has it.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_fenced`](super::LockManager::lock_fenced), without [`Error::Held`].
+    pub fn try_lock_fenced(
+        &self,
+        resource: impl AsRef<[u8]>,
+        ttl: Duration,
+    ) -> Result<Option<FencedLock>> {
+        self.engine().lock_fenced(resource.as_ref(), ttl, false)
+    }
+
+    /// Extends a fenced lock as [`extend`](super::LockManager::extend) does; the token does not change.
+    ///
+    /// # Errors
+    ///
+    /// As [`extend`](super::LockManager::extend).
+    pub fn extend_fenced(&self, lock: &mut FencedLock, ttl: Duration) -> Result<()> {
+        self.engine().extend(&mut lock.lock, ttl)
+    }
+
+    /// Releases a fenced lock: each node that deletes the key first raises its counter to the lock's token.
+    ///
+    /// # Errors
+    ///
+    /// As [`unlock`](super::LockManager::unlock).
+    pub fn unlock_fenced(&self, lock: FencedLock) -> Result<usize> {
+        let released = self.engine().unlock_fenced(&lock.lock, lock.token);
+        self.keeper.waits.notify(&lock.lock.resource);
+        released
+    }
+
+    /// Acquires `resource` as [`lock_fenced`](super::LockManager::lock_fenced) does and holds it under a
+    /// [`Guard`] ([`Guard::token`] is the token). Renewals do not change the token; the guard's release is the
+    /// fenced release.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_fenced`](super::LockManager::lock_fenced), and [`Error::Config`] for a `ttl` too short to renew.
+    pub fn hold_fenced(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Guard> {
+        self.check_guard_ttl(ttl)?;
+        let fenced = self.lock_fenced(resource, ttl)?;
+        Ok(self
+            .keeper
+            .guard(fenced.lock, ttl, Some(fenced.token), None))
+    }
+
+    /// A new owner for reentrant locks: a fresh random value.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Os`] if the OS cannot provide randomness.
+    pub fn owner(&self) -> Result<Owner> {
+        let value = draw(
+            self.engine(),
+            "drawing the owner value from the OS's randomness",
+        )?;
+        Ok(Owner { value })
+    }
+
+    /// Acquires `resource` for `owner`, reentrantly: if `owner` already holds it (in any thread), the hold count
+    /// goes up instead of the call failing. Retries as [`lock`](super::LockManager::lock) does when another owner
+    /// holds it. Each hold is released by [`unlock_reentrant`](super::LockManager::unlock_reentrant); the key
+    /// goes with the last.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](super::LockManager::lock).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"])?;
+    /// let me = locks.owner()?;
+    /// let outer = locks.lock_reentrant(&me, "tree", Duration::from_secs(10))?;
+    /// let inner = locks.lock_reentrant(&me, "tree", Duration::from_secs(10))?; // no deadlock: count 2
+    /// assert_eq!(inner.holds(), 2);
+    /// locks.unlock_reentrant(inner)?;
+    /// locks.unlock_reentrant(outer)?; // the key goes now
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn lock_reentrant(
+        &self,
+        owner: &Owner,
+        resource: impl AsRef<[u8]>,
+        ttl: Duration,
+    ) -> Result<ReentrantLock> {
+        self.engine().lock_reentrant(owner, resource.as_ref(), ttl)
+    }
+
+    /// Releases one hold of a reentrant lock: each node the acquisition was sent to removes this hold (and only
+    /// this one: a node that never saw it removes nothing) and deletes the key when no hold is left. Returns the
+    /// number of nodes that confirmed the release, as [`unlock`](super::LockManager::unlock) does.
+    ///
+    /// # Errors
+    ///
+    /// [`Unreleased`] if fewer than a majority of nodes answered: it carries [`Error::Quorum`] and the hold
+    /// itself, to release again ([`Unreleased::into_lock`]); releasing a hold twice is harmless. `?` turns it
+    /// into the [`Error`], dropping the hold (it then stays where the release did not reach until its lease
+    /// runs out).
+    pub fn unlock_reentrant(
+        &self,
+        lock: ReentrantLock,
+    ) -> std::result::Result<usize, Unreleased<ReentrantLock>> {
+        self.release_hold(lock, lua::RELEASE_REENTRANT)
+    }
+
+    /// **For tests only: the bug of issue #20 on purpose.** As
+    /// [`unlock_reentrant`](super::LockManager::unlock_reentrant), but each node counts down *some* hold of the
+    /// owner even if it never saw this one ([`lua::RELEASE_REENTRANT_UNATTRIBUTED`]): the control that the
+    /// fault tests must catch. Never use it.
+    #[doc(hidden)]
+    pub fn unlock_reentrant_unattributed(
+        &self,
+        lock: ReentrantLock,
+    ) -> std::result::Result<usize, Unreleased<ReentrantLock>> {
+        self.release_hold(lock, lua::RELEASE_REENTRANT_UNATTRIBUTED)
+    }
+
+    /// Releases one reentrant hold with `script`; this process' waiters look if some node deleted the key (or the
+    /// release failed: it may have).
+    fn release_hold(
+        &self,
+        lock: ReentrantLock,
+        script: lua::Lua,
+    ) -> std::result::Result<usize, Unreleased<ReentrantLock>> {
+        match self.engine().unlock_reentrant(&lock, script) {
+            Ok((released, freed)) => {
+                if freed {
+                    self.keeper.waits.notify(lock.resource());
+                }
+                Ok(released)
+            }
+            Err(error) => {
+                self.keeper.waits.notify(lock.resource());
+                Err(Unreleased {
+                    error,
+                    lock: Box::new(lock),
+                })
+            }
         }
     }
 }

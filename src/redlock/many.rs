@@ -283,7 +283,7 @@ impl<N: Nodes, C: Clock> Core<N, C> {
         }
     }
 
-    pub(crate) fn unlock_many(&self, set: LockSet) -> Result<usize> {
+    pub(crate) fn unlock_many(&self, set: &LockSet) -> Result<usize> {
         let n = self.fanout.len();
         let quorum = self.quorum();
         let deadline = later(self.clock.now(), self.config.round_timeout);
@@ -319,9 +319,6 @@ impl<N: Nodes, C: Clock> Core<N, C> {
                 quorum.saturating_sub(released)
             },
         );
-        for r in &set.resources {
-            self.waits.notify(r);
-        }
         if answered < quorum {
             return Err(Error::Quorum(Box::new(self.report(
                 &set_name(&set.resources),
@@ -330,109 +327,5 @@ impl<N: Nodes, C: Clock> Core<N, C> {
             ))));
         }
         Ok(released)
-    }
-}
-
-impl super::LockManager {
-    /// Acquires every resource of `resources` or none, for `ttl`, in one round: each node gets one script that
-    /// sets every key of the set or none (its part is atomic), and the set is held if a majority set it in time.
-    /// Retries as [`lock`](super::LockManager::lock) does, with one value for all attempts, so that keys left by
-    /// its own failed attempt never block it.
-    ///
-    /// The names are sorted and deduplicated first: two callers asking for overlapping sets in different orders
-    /// send the same requests, and neither can hold part of its set waiting for the rest (a node's part is all or
-    /// nothing, and a failed attempt releases what it set before returning or retrying).
-    ///
-    /// # Errors
-    ///
-    /// - [`Error::Held`] if some resource of the set was held by another holder at the last attempt;
-    /// - [`Error::Quorum`] if too many nodes failed for a majority (the report names the set as `"a, b, c"`);
-    /// - [`Error::Config`] for an empty set, an empty name or an invalid `ttl`.
-    ///
-    /// In every error case nothing of the set stays locked on the nodes that answered (see the module docs of
-    /// `many` in the source for the exact guarantee).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use muxlock::LockManager;
-    ///
-    /// let locks = LockManager::new(["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"])?;
-    /// let set = locks.lock_many(&["account:7", "account:3"], Duration::from_secs(5))?;
-    /// // ... move money between the two accounts ...
-    /// locks.unlock_many(set)?;
-    /// # Ok::<(), muxlock::Error>(())
-    /// ```
-    pub fn lock_many<R: AsRef<[u8]>>(&self, resources: &[R], ttl: Duration) -> Result<LockSet> {
-        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
-        self.core
-            .lock_many(&names, ttl, true)?
-            .ok_or_else(|| Error::config("no set acquired"))
-    }
-
-    /// One attempt at [`lock_many`](super::LockManager::lock_many): `Ok(None)` if some resource of the set is
-    /// held by another holder.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock_many`](super::LockManager::lock_many), without [`Error::Held`].
-    pub fn try_lock_many<R: AsRef<[u8]>>(
-        &self,
-        resources: &[R],
-        ttl: Duration,
-    ) -> Result<Option<LockSet>> {
-        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
-        self.core.lock_many(&names, ttl, false)
-    }
-
-    /// Extends every key of `set` to `ttl` from now, together: a node extends the set only if it still holds every
-    /// key of it. As [`extend`](super::LockManager::extend) otherwise.
-    ///
-    /// # Errors
-    ///
-    /// As [`extend`](super::LockManager::extend).
-    pub fn extend_many(&self, set: &mut LockSet, ttl: Duration) -> Result<()> {
-        self.core.extend_many(set, ttl)
-    }
-
-    /// Releases every key of `set` on all nodes at once (each node deletes the keys that still hold the set's
-    /// value). Returns the number of nodes that deleted some, as [`unlock`](super::LockManager::unlock) does.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Quorum`] if fewer than a majority of nodes answered.
-    pub fn unlock_many(&self, set: LockSet) -> Result<usize> {
-        self.core.unlock_many(set)
-    }
-
-    /// Acquires a set as [`lock_many`](super::LockManager::lock_many) does and holds it under one
-    /// [`Guard`](super::Guard): the watchdog renews every key of the set together (a node confirms only if it
-    /// still holds all of them), and the guard's release releases them together. [`Guard::resources`] lists
-    /// the set; [`Guard::resource`] is its first name, the one the watchdog's client-side tracking watches (a
-    /// loss of another key is found by the next renewal).
-    ///
-    /// # Errors
-    ///
-    /// As [`lock_many`](super::LockManager::lock_many), and [`Error::Config`] for a `ttl` too short to renew.
-    ///
-    /// [`Guard::resources`]: super::Guard::resources
-    /// [`Guard::resource`]: super::Guard::resource
-    pub fn hold_many<R: AsRef<[u8]>>(
-        &self,
-        resources: &[R],
-        ttl: Duration,
-    ) -> Result<super::Guard> {
-        self.check_guard_ttl(ttl)?;
-        let set = self.lock_many(resources, ttl)?;
-        let lock = super::lock::Lock {
-            resource: set.resources.first().cloned().unwrap_or_default(),
-            value: set.value,
-            valid_until: set.valid_until,
-            acquired: set.acquired,
-            extensions: 0,
-            nodes: set.nodes,
-        };
-        Ok(self.guard_with(lock, ttl, None, Some(set.resources)))
     }
 }

@@ -66,6 +66,7 @@ mod stats;
 mod token;
 mod unreleased;
 mod wait;
+mod waiters;
 mod watchdog;
 
 pub use config::Config;

@@ -50,7 +50,6 @@ use super::pipeline::Kind;
 use super::quorum::{Failure, Vote};
 use super::seam::{Clock, NodeRound, Nodes};
 use super::token;
-use super::unreleased::Unreleased;
 use crate::net::{NodeSet, Reply};
 use crate::resp::{Decimal, Value};
 use crate::time::later;
@@ -153,7 +152,7 @@ fn vote(reply: &Reply) -> (Vote, Outcome, u64) {
 }
 
 /// Draws a fresh id, for an owner or a hold.
-fn draw<N, C>(core: &Core<N, C>, doing: &'static str) -> Result<token::Value> {
+pub(crate) fn draw<N, C>(core: &Core<N, C>, doing: &'static str) -> Result<token::Value> {
     core.tokens.next().map_err(|e| Error::Os {
         doing,
         error: std::io::Error::from(e).into(),
@@ -230,7 +229,13 @@ impl<N: Nodes, C: Clock> Core<N, C> {
     }
 
     /// One release round of `lock`'s hold by `script` on every node its acquisition was sent to.
-    pub(crate) fn unlock_reentrant(&self, lock: &ReentrantLock, script: lua::Lua) -> Result<usize> {
+    /// Releases one hold; with the number of nodes that confirmed it, whether some node deleted the key (no
+    /// hold was left there), so that waiters may look.
+    pub(crate) fn unlock_reentrant(
+        &self,
+        lock: &ReentrantLock,
+        script: lua::Lua,
+    ) -> Result<(usize, bool)> {
         let n = self.fanout.len();
         let quorum = self.quorum();
         let counter = count_key(&lock.resource);
@@ -270,9 +275,6 @@ impl<N: Nodes, C: Clock> Core<N, C> {
                 quorum.saturating_sub(released)
             },
         );
-        if last {
-            self.waits.notify(&lock.resource);
-        }
         if answered < quorum {
             return Err(Error::Quorum(Box::new(self.report(
                 &lock.resource,
@@ -280,98 +282,6 @@ impl<N: Nodes, C: Clock> Core<N, C> {
                 quorum,
             ))));
         }
-        Ok(released)
-    }
-}
-
-impl super::LockManager {
-    /// A new owner for reentrant locks: a fresh random value.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Os`] if the OS cannot provide randomness.
-    pub fn owner(&self) -> Result<Owner> {
-        let value = draw(
-            &self.core,
-            "drawing the owner value from the OS's randomness",
-        )?;
-        Ok(Owner { value })
-    }
-
-    /// Acquires `resource` for `owner`, reentrantly: if `owner` already holds it (in any thread), the hold count
-    /// goes up instead of the call failing. Retries as [`lock`](super::LockManager::lock) does when another owner
-    /// holds it. Each hold is released by [`unlock_reentrant`](super::LockManager::unlock_reentrant); the key
-    /// goes with the last.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](super::LockManager::lock).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use muxlock::LockManager;
-    ///
-    /// let locks = LockManager::new(["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"])?;
-    /// let me = locks.owner()?;
-    /// let outer = locks.lock_reentrant(&me, "tree", Duration::from_secs(10))?;
-    /// let inner = locks.lock_reentrant(&me, "tree", Duration::from_secs(10))?; // no deadlock: count 2
-    /// assert_eq!(inner.holds(), 2);
-    /// locks.unlock_reentrant(inner)?;
-    /// locks.unlock_reentrant(outer)?; // the key goes now
-    /// # Ok::<(), muxlock::Error>(())
-    /// ```
-    pub fn lock_reentrant(
-        &self,
-        owner: &Owner,
-        resource: impl AsRef<[u8]>,
-        ttl: Duration,
-    ) -> Result<ReentrantLock> {
-        self.core.lock_reentrant(owner, resource.as_ref(), ttl)
-    }
-
-    /// Releases one hold of a reentrant lock: each node the acquisition was sent to removes this hold (and only
-    /// this one: a node that never saw it removes nothing) and deletes the key when no hold is left. Returns the
-    /// number of nodes that confirmed the release, as [`unlock`](super::LockManager::unlock) does.
-    ///
-    /// # Errors
-    ///
-    /// [`Unreleased`] if fewer than a majority of nodes answered: it carries [`Error::Quorum`] and the hold
-    /// itself, to release again ([`Unreleased::into_lock`]); releasing a hold twice is harmless. `?` turns it
-    /// into the [`Error`], dropping the hold (it then stays where the release did not reach until its lease
-    /// runs out).
-    pub fn unlock_reentrant(
-        &self,
-        lock: ReentrantLock,
-    ) -> std::result::Result<usize, Unreleased<ReentrantLock>> {
-        match self.core.unlock_reentrant(&lock, lua::RELEASE_REENTRANT) {
-            Ok(released) => Ok(released),
-            Err(error) => Err(Unreleased {
-                error,
-                lock: Box::new(lock),
-            }),
-        }
-    }
-
-    /// **For tests only: the bug of issue #20 on purpose.** As
-    /// [`unlock_reentrant`](super::LockManager::unlock_reentrant), but each node counts down *some* hold of the
-    /// owner even if it never saw this one ([`lua::RELEASE_REENTRANT_UNATTRIBUTED`]): the control that the
-    /// fault tests must catch. Never use it.
-    #[doc(hidden)]
-    pub fn unlock_reentrant_unattributed(
-        &self,
-        lock: ReentrantLock,
-    ) -> std::result::Result<usize, Unreleased<ReentrantLock>> {
-        match self
-            .core
-            .unlock_reentrant(&lock, lua::RELEASE_REENTRANT_UNATTRIBUTED)
-        {
-            Ok(released) => Ok(released),
-            Err(error) => Err(Unreleased {
-                error,
-                lock: Box::new(lock),
-            }),
-        }
+        Ok((released, last))
     }
 }

@@ -19,9 +19,8 @@ use super::lua;
 use super::many::LockSet;
 use super::reentrant::{Owner, ReentrantLock};
 use super::restart;
-use super::stats::{Activity, Votes};
+use super::stats::Votes;
 use super::token::Tokens;
-use super::wait::WaitRoom;
 
 pub use super::seam::{Clock, NodeRound, Nodes, SystemClock};
 
@@ -56,9 +55,6 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 config,
                 tokens: Tokens::seeded(seed),
                 restart,
-                watchdog: std::sync::Arc::default(),
-                waits: WaitRoom::default(),
-                activity: Activity::default(),
             },
         })
     }
@@ -95,7 +91,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// As [`LockManager::unlock`](super::LockManager::unlock).
     pub fn unlock(&self, lock: Lock) -> Result<usize> {
-        self.core.unlock(lock)
+        self.core.unlock(&lock)
     }
 
     /// As [`LockManager::extend_value`](super::LockManager::extend_value).
@@ -115,7 +111,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// As [`LockManager::unlock_batch`](super::LockManager::unlock_batch).
     pub fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
-        self.core.unlock_batch(locks)
+        self.core.unlock_batch(&locks)
     }
 
     /// As [`LockManager::lock_many`](super::LockManager::lock_many) (`retry`) or
@@ -136,7 +132,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// As [`LockManager::unlock_many`](super::LockManager::unlock_many).
     pub fn unlock_many(&self, set: LockSet) -> Result<usize> {
-        self.core.unlock_many(set)
+        self.core.unlock_many(&set)
     }
 
     /// As [`LockManager::lock_fenced`](super::LockManager::lock_fenced) (`retry`) or
@@ -186,6 +182,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             true => lua::RELEASE_REENTRANT_UNATTRIBUTED,
             false => lua::RELEASE_REENTRANT,
         };
-        self.core.unlock_reentrant(lock, script)
+        self.core
+            .unlock_reentrant(lock, script)
+            .map(|(released, _)| released)
     }
 }

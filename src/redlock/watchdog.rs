@@ -36,8 +36,9 @@
 //!
 //! # Invariants
 //!
-//! - The thread holds only a `Weak` on the manager's [`Core`]: when the last handle and guard are gone, its next
-//!   turn finds nothing to upgrade and it ends. [`Watchdog::stop`] (from the core's `Drop`) wakes it for that.
+//! - The thread holds only a `Weak` on the manager's [`Keeper`]: when the last handle and guard are gone, its
+//!   next turn finds nothing to upgrade and it ends. [`Watchdog::stop`] (from the keeper's `Drop`) wakes it for
+//!   that.
 //! - `state` is taken briefly, never across a round, and never together with a guard's own state ([`Held`]) or
 //!   the wait room.
 //! - A guard leaves the schedule while it is being renewed, and comes back with its next due time, or not at all
@@ -54,8 +55,9 @@ use bytes::BytesMut;
 
 use super::core::Core;
 use super::error::Outcome;
-use super::guard::{Held, Lost};
+use super::guard::{Held, Keeper, Lost, lose, renew};
 use super::schedule::{GuardId, Schedule, renewal_due};
+use super::seam::Clock;
 use crate::net::{Fanout, NodeError, Options};
 use crate::resp::{Value, encode_command};
 use crate::sync::lock;
@@ -103,14 +105,14 @@ impl Watchdog {
     }
 
     /// Starts the thread if it is not running yet.
-    pub(crate) fn ensure_started(self: &Arc<Watchdog>, core: Weak<Core>) {
+    pub(crate) fn ensure_started(self: &Arc<Watchdog>, keeper: Weak<Keeper>) {
         if self.started.load(Ordering::Acquire) || self.started.swap(true, Ordering::AcqRel) {
             return;
         }
         let dog = Arc::clone(self);
         let spawned = thread::Builder::new()
             .name("muxlock-watchdog".into())
-            .spawn(move || dog.run(&core));
+            .spawn(move || dog.run(&keeper));
         if spawned.is_err() {
             // No thread: guards are lost by time (their deadline), never silently kept; waiters wake on their
             // timers. The next guard or waiter tries again.
@@ -197,10 +199,10 @@ impl Watchdog {
         }
     }
 
-    fn run(&self, weak: &Weak<Core>) {
+    fn run(&self, weak: &Weak<Keeper>) {
         let mut sessions: Vec<u64> = Vec::new();
         loop {
-            let Some(core) = weak.upgrade() else {
+            let Some(keeper) = weak.upgrade() else {
                 return;
             };
             if lock(&self.state).stop {
@@ -208,20 +210,21 @@ impl Watchdog {
             }
             let due: Vec<Arc<Held>> = {
                 let mut s = lock(&self.state);
-                let ids = s.schedule.take_due(Instant::now(), SLACK);
+                let ids = s.schedule.take_due(keeper.engine.clock.now(), SLACK);
                 ids.iter()
                     .filter_map(|id| s.guards.get(id).and_then(Weak::upgrade))
                     .collect()
             };
             for chunk in due.chunks(CHUNK) {
-                for (held, next) in chunk.iter().zip(core.renew(chunk)) {
+                let next = renew(&keeper.engine, &keeper.activity, chunk);
+                for (held, next) in chunk.iter().zip(next) {
                     match next {
                         Some(at) => lock(&self.state).schedule.set(held.id, at),
                         None => self.forget(held),
                     }
                 }
             }
-            let tracker = self.tracker(&core);
+            let tracker = self.tracker(&keeper.engine);
             if let Some(tracker) = tracker {
                 // A connection made anew tracks nothing: look at everything again.
                 let now: Vec<u64> = (0..tracker.len()).map(|i| tracker.sessions(i)).collect();
@@ -230,12 +233,12 @@ impl Watchdog {
                     let keys: Vec<Vec<u8>> = s.by_resource.keys().cloned().collect();
                     s.check.extend(keys);
                     drop(s);
-                    core.waits.notify_all();
+                    keeper.waits.notify_all();
                 }
                 sessions = now;
                 let keys: Vec<Vec<u8>> = lock(&self.state).check.drain().collect();
                 for chunk in keys.chunks(CHUNK) {
-                    self.check(&core, tracker, chunk);
+                    self.check(&keeper, tracker, chunk);
                 }
             } else {
                 lock(&self.state).check.clear();
@@ -244,14 +247,14 @@ impl Watchdog {
                 .schedule
                 .next_due()
                 .unwrap_or_else(|| later(Instant::now(), IDLE));
-            drop(core);
+            drop(keeper);
             match tracker {
                 Some(tracker) => {
                     let got = tracker.recv_pushes(next);
-                    let Some(core) = weak.upgrade() else {
+                    let Some(keeper) = weak.upgrade() else {
                         return;
                     };
-                    self.on_pushes(&core, &got.pushes, got.dropped);
+                    self.on_pushes(&keeper, &got.pushes, got.dropped);
                 }
                 None => {
                     let s = lock(&self.state);
@@ -265,7 +268,7 @@ impl Watchdog {
     }
 
     /// Invalidation pushes: a guard's key goes on the check list, and the key's waiters are woken at once.
-    fn on_pushes(&self, core: &Core, pushes: &[(usize, Value)], dropped: bool) {
+    fn on_pushes(&self, keeper: &Keeper, pushes: &[(usize, Value)], dropped: bool) {
         let mut all = dropped;
         let mut keys = Vec::new();
         for (_, push) in pushes {
@@ -290,7 +293,7 @@ impl Watchdog {
             let every: Vec<Vec<u8>> = s.by_resource.keys().cloned().collect();
             s.check.extend(every);
             drop(s);
-            core.waits.notify_all();
+            keeper.waits.notify_all();
             return;
         }
         let mut s = lock(&self.state);
@@ -301,13 +304,14 @@ impl Watchdog {
         }
         drop(s);
         for key in &keys {
-            core.waits.notify(key);
+            keeper.waits.notify(key);
         }
     }
 
     /// Reads the keys of the guards among `keys` on the tracker (which tracks them from then on): a guard whose
     /// value enough nodes answer they do not hold that a majority is impossible is lost at once.
-    fn check(&self, core: &Core, tracker: &Fanout, keys: &[Vec<u8>]) {
+    fn check(&self, keeper: &Keeper, tracker: &Fanout, keys: &[Vec<u8>]) {
+        let core = &keeper.engine;
         let guards: Vec<Arc<Held>> = {
             let s = lock(&self.state);
             keys.iter()
@@ -352,7 +356,8 @@ impl Watchdog {
         for (g, outcomes) in guards.iter().zip(outcomes) {
             let taken = outcomes.iter().filter(|o| **o == Outcome::Taken).count();
             if taken > n - quorum {
-                core.lost(
+                lose(
+                    &keeper.activity,
                     g,
                     Lost::Taken(Box::new(core.report(&g.resource, outcomes, quorum))),
                 );
