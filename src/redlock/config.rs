@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use super::error::{Error, Result};
-use super::quorum::drift;
 use crate::net::TlsConfig;
+use crate::redlock::error::{Error, Result};
+use crate::redlock::quorum::drift;
 
 /// Settings of a [`LockManager`](super::LockManager). Every duration is a `Duration`. Start from
 /// [`Config::default`] (or [`Config::new`]) and change what you need with the `with_*` setters; each setter says

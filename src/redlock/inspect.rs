@@ -7,8 +7,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::error::Outcome;
 use crate::net::{NodeAddr, NodeError, Reply};
+use crate::redlock::error::Outcome;
 use crate::resp::Value;
 
 /// What one node holds under the resource's key.

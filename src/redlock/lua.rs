@@ -3,7 +3,7 @@
 //! a fenced acquisition all-or-nothing.
 //!
 //! Like the spec's scripts they are loaded with `SCRIPT LOAD` on every new connection and called by `EVALSHA`; a
-//! `NOSCRIPT` reply makes the round send them once more in full with `EVAL` (see `Core::pipelined`).
+//! `NOSCRIPT` reply makes the round send them once more in full with `EVAL` (see `Engine::pipelined`).
 //!
 //! Counters are compared as Lua numbers (doubles): fencing tokens are exact up to 2^53.
 

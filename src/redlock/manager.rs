@@ -5,26 +5,25 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::config::Config;
-use super::core::Core;
-use super::error::{Error, Result};
-use super::fenced::FencedLock;
-use super::guard::{Guard, Keeper};
-use super::inspect::Inspection;
-use super::lock::Lock;
-use super::lua;
-use super::many::LockSet;
-use super::quorum::drift;
-use super::reentrant::{Owner, ReentrantLock, draw};
-use super::restart;
-use super::schedule::lost_margin;
-use super::seam::SystemClock;
-use super::stats::{Activity, Stats, Votes};
-use super::token::Tokens;
-use super::unreleased::Unreleased;
-use super::wait;
-use super::waiters::WaitRoom;
 use crate::net::{Fanout, NodeAddr, Options};
+use crate::redlock::config::Config;
+use crate::redlock::engine::seam::SystemClock;
+use crate::redlock::engine::{Engine, restart};
+use crate::redlock::error::{Error, Result};
+use crate::redlock::guard::{Guard, Keeper};
+use crate::redlock::inspect::Inspection;
+use crate::redlock::kind::fenced::FencedLock;
+use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::reentrant::{Owner, ReentrantLock, draw};
+use crate::redlock::kind::set::LockSet;
+use crate::redlock::lua;
+use crate::redlock::quorum::drift;
+use crate::redlock::schedule::lost_margin;
+use crate::redlock::stats::{Activity, Stats, Votes};
+use crate::redlock::token::Tokens;
+use crate::redlock::unreleased::Unreleased;
+use crate::redlock::wait;
+use crate::redlock::waiters::WaitRoom;
 
 /// A distributed lock manager over N independent Redis masters (the Redlock algorithm).
 ///
@@ -131,7 +130,7 @@ impl Builder {
         })?;
         Ok(LockManager {
             keeper: Arc::new(Keeper {
-                engine: Core {
+                engine: Engine {
                     votes: (0..fanout.len()).map(|_| Votes::default()).collect(),
                     fanout,
                     clock: SystemClock,
@@ -165,7 +164,7 @@ fn same_server(a: &NodeAddr, b: &NodeAddr) -> bool {
 impl LockManager {
     /// The engine: every round goes through it.
     #[inline]
-    fn engine(&self) -> &Core {
+    fn engine(&self) -> &Engine {
         &self.keeper.engine
     }
 
@@ -672,7 +671,7 @@ impl LockManager {
     ) -> Result<super::Guard> {
         self.check_guard_ttl(ttl)?;
         let set = self.lock_many(resources, ttl)?;
-        let lock = super::lock::Lock {
+        let lock = crate::redlock::kind::lock::Lock {
             resource: set.resources.first().cloned().unwrap_or_default(),
             value: set.value,
             valid_until: set.valid_until,
@@ -822,7 +821,7 @@ impl LockManager {
     /// [`Error::Os`] if the OS cannot provide randomness.
     pub fn owner(&self) -> Result<Owner> {
         let value = draw(
-            self.engine(),
+            &self.engine().tokens,
             "drawing the owner value from the OS's randomness",
         )?;
         Ok(Owner { value })

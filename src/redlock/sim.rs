@@ -1,33 +1,97 @@
 //! The engine behind its seam, for the deterministic simulator in `tests/sim/`: **not an API**, compiled only
 //! with the `sim` feature and hidden from the docs.
 //!
-//! [`Engine`] runs the very rounds a [`LockManager`](super::LockManager) runs (the same `Core`, generic over
+//! [`Engine`] runs the very rounds a [`LockManager`](super::LockManager) runs (the same engine, generic over
 //! [`Nodes`] and [`Clock`]), against whatever nodes and clock it is given, with lock values drawn from a seeded
-//! stream so that one seed gives one history. It has the engine-level verbs of every lock kind; guards, the
-//! watchdog and waiting stay on the real fanout and clock in this stage.
+//! stream so that one seed gives one history. It has the engine-level verbs of every lock kind, and guards: a
+//! [`SimGuard`] is the state a real [`Guard`](crate::redlock::Guard) keeps, renewed by
+//! [`Engine::renew_guards`] (the very `guard::renew` the watchdog runs) whenever the simulated client's schedule
+//! says, and released by [`Engine::release_guard`] (the guard's own release). The watchdog's thread and the
+//! waiting loop stay on the real fanout and clock.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::config::Config;
-use super::core::Core;
-use super::error::Result;
-use super::fenced::FencedLock;
-use super::lock::Lock;
-use super::lua;
-use super::many::LockSet;
-use super::reentrant::{Owner, ReentrantLock};
-use super::restart;
-use super::stats::Votes;
-use super::token::Tokens;
+use crate::redlock::config::Config;
+use crate::redlock::engine::Engine as Rounds;
+use crate::redlock::engine::restart;
+use crate::redlock::error::Result;
+use crate::redlock::guard::{self, Held, Lost};
+use crate::redlock::kind::fenced::FencedLock;
+use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::reentrant::{Owner, ReentrantLock};
+use crate::redlock::kind::set::LockSet;
+use crate::redlock::lua;
+use crate::redlock::schedule::{lost_margin, renewal_due};
+use crate::redlock::stats::{Activity, Votes};
+use crate::redlock::token::Tokens;
 
-pub use super::seam::{Clock, NodeRound, Nodes, SystemClock};
+pub use crate::redlock::engine::seam::{Clock, NodeRound, Nodes, SystemClock};
 
 /// The lock engine over simulated nodes and a simulated clock.
 #[derive(Debug)]
 pub struct Engine<N, C> {
-    core: Core<N, C>,
+    core: Rounds<N, C>,
+    /// What the simulated guards did (the watchdog's counters).
+    activity: Activity,
+    /// The last guard id handed out.
+    guards: std::sync::atomic::AtomicU64,
+}
+
+/// A guard's state in the simulator: what a [`Guard`](crate::redlock::Guard) shares with the watchdog, without
+/// the thread. Its client renews it ([`Engine::renew_guards`]) at [`SimGuard::due`] and asks it, as a holder
+/// does, whether it may still rely on the lock ([`SimGuard::lost_at`]).
+#[derive(Debug)]
+pub struct SimGuard {
+    held: Arc<Held>,
+    due: Instant,
+}
+
+impl SimGuard {
+    /// Why the holder may no longer rely on the lock at `now`, if so (as [`Guard::lost`](crate::redlock::Guard::lost)
+    /// at that instant).
+    pub fn lost_at(&self, now: Instant) -> Option<Lost> {
+        let s = crate::sync::lock(&self.held.state);
+        self.held.lost_at(&s, now)
+    }
+
+    /// Until when the holder may rely on the lock, as last confirmed ([`Guard::deadline`](crate::redlock::Guard::deadline)).
+    pub fn deadline(&self) -> Instant {
+        let s = crate::sync::lock(&self.held.state);
+        self.held.deadline_of(&s)
+    }
+
+    /// When its next renewal is due (`None` once the guard is lost or released).
+    pub fn due(&self) -> Option<Instant> {
+        (crate::sync::lock(&self.held.state).lost.is_none()).then_some(self.due)
+    }
+
+    /// The locked resource (the first of a set's).
+    pub fn resource(&self) -> &[u8] {
+        &self.held.resource
+    }
+
+    /// The lock's value.
+    pub fn value(&self) -> &[u8] {
+        &self.held.value
+    }
+
+    /// The fencing token of a fenced guard.
+    pub fn token(&self) -> Option<u64> {
+        self.held.fence
+    }
+
+    /// Every resource of a guarded set.
+    pub fn resources(&self) -> Option<&[Vec<u8>]> {
+        self.held.set.as_deref()
+    }
+
+    /// Confirmed renewals so far.
+    pub fn renewals(&self) -> u64 {
+        crate::sync::lock(&self.held.state).renewals
+    }
 }
 
 /// The commands a connection runs before its first request, in order (the scripts' `SCRIPT LOAD`s, then the
@@ -48,7 +112,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         config.validate()?;
         let (_, restart) = restart::connection_setup(&config, nodes.len());
         Ok(Engine {
-            core: Core {
+            core: Rounds {
                 votes: (0..nodes.len()).map(|_| Votes::default()).collect(),
                 fanout: nodes,
                 clock,
@@ -56,6 +120,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 tokens: Tokens::seeded(seed),
                 restart,
             },
+            activity: Activity::default(),
+            guards: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -185,5 +251,62 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         self.core
             .unlock_reentrant(lock, script)
             .map(|(released, _)| released)
+    }
+
+    /// Puts `lock` under a guard, as [`LockManager::hold`](super::LockManager::hold) does after acquiring it
+    /// (`fence`: a fenced lock's token; `set`: every resource of a set, from [`Engine::guard_set`]).
+    pub fn guard(&self, lock: Lock, ttl: Duration, fence: Option<u64>) -> SimGuard {
+        self.guard_with(lock, ttl, fence, None)
+    }
+
+    /// Puts a set under one guard, as [`LockManager::hold_many`](super::LockManager::hold_many) does.
+    pub fn guard_set(&self, set: LockSet, ttl: Duration) -> SimGuard {
+        let lock = Lock {
+            resource: set.resources.first().cloned().unwrap_or_default(),
+            value: set.value,
+            valid_until: set.valid_until,
+            acquired: set.acquired,
+            extensions: 0,
+            nodes: set.nodes,
+        };
+        self.guard_with(lock, ttl, None, Some(set.resources))
+    }
+
+    fn guard_with(
+        &self,
+        lock: Lock,
+        ttl: Duration,
+        fence: Option<u64>,
+        set: Option<Vec<Vec<u8>>>,
+    ) -> SimGuard {
+        let id = self
+            .guards
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let margin = lost_margin(ttl, self.core.config.round_timeout);
+        let now = self.core.clock.now();
+        let held = Held::new(id, lock, ttl, ttl_ms, margin, fence, set);
+        SimGuard {
+            held: Arc::new(held),
+            due: renewal_due(now, ttl),
+        }
+    }
+
+    /// One renewal round for `guards` (the watchdog's turn for the guards due): each gets its next due time, or
+    /// none once lost.
+    pub fn renew_guards(&self, guards: &mut [&mut SimGuard]) {
+        let held: Vec<Arc<Held>> = guards.iter().map(|g| Arc::clone(&g.held)).collect();
+        let next = guard::renew(&self.core, &self.activity, &held);
+        for (g, next) in guards.iter_mut().zip(next) {
+            if let Some(at) = next {
+                g.due = at;
+            }
+        }
+    }
+
+    /// Releases a guard, as [`Guard::release`](crate::redlock::Guard::release) does.
+    pub fn release_guard(&self, g: SimGuard) -> Result<usize> {
+        guard::end(&self.core, &g.held)
     }
 }

@@ -8,9 +8,9 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::error::Outcome;
-use super::restart::Standing;
 use crate::net::{NodeAddr, NodeCounts};
+use crate::redlock::engine::restart::Standing;
+use crate::redlock::error::Outcome;
 
 /// Live vote counters of one node.
 #[derive(Debug, Default)]

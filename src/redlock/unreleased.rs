@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::error::Error;
+use crate::redlock::error::Error;
 
 /// A release that may not have reached a majority of nodes (too few answered in time): the error, and the lock
 /// itself, so that the caller can release it again. Releases that return it are idempotent on each node (a node

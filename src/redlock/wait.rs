@@ -1,6 +1,6 @@
 //! Waiting for a lock without polling: the loop of [`LockManager::lock_wait`](super::LockManager::lock_wait)
 //! and its kin around any kind of attempt, on the engine, in this process' line for the resource
-//! ([`WaitRoom`](super::waiters::WaitRoom), `waiters.rs`), woken by releases and by the watchdog's tracker.
+//! ([`WaitRoom`](crate::redlock::waiters::WaitRoom), `waiters.rs`), woken by releases and by the watchdog's tracker.
 //!
 //! After a failed attempt the head of the line probes the nodes (`PTTL`, on the tracker connections, which arms
 //! client-side tracking of the key) and sleeps until the holder's lease ends, a release in this process, or an
@@ -11,15 +11,15 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use super::core::Core;
-use super::error::{Error, Outcome, Report, Result};
-use super::fenced::FencedLock;
-use super::guard::Keeper;
-use super::lock::Lock;
-use super::quorum::Failure;
-use super::stats::Activity;
-use super::waiters::{Ticket, WaitRoom};
 use crate::net::{Fanout, NodeError};
+use crate::redlock::engine::Engine;
+use crate::redlock::error::{Error, Outcome, Report, Result};
+use crate::redlock::guard::Keeper;
+use crate::redlock::kind::fenced::FencedLock;
+use crate::redlock::kind::lock::Lock;
+use crate::redlock::quorum::Failure;
+use crate::redlock::stats::Activity;
+use crate::redlock::waiters::{Ticket, WaitRoom};
 use crate::resp::{Value, encode_command};
 use crate::time::later;
 
@@ -64,7 +64,7 @@ pub(crate) fn lock_wait(
 }
 
 /// Acquires `resource` with a fencing token, waiting for it up to `max_wait`: see
-/// [`LockManager::hold_fenced_wait`]. Each attempt is one [`Core::lock_fenced`] without retries.
+/// [`LockManager::hold_fenced_wait`]. Each attempt is one [`Engine::lock_fenced`] without retries.
 ///
 /// [`LockManager::hold_fenced_wait`]: super::LockManager::hold_fenced_wait
 pub(crate) fn lock_fenced_wait(
@@ -93,13 +93,13 @@ pub(crate) fn lock_fenced_wait(
     })
 }
 
-/// The waiting loop of [`lock_wait`](Core::lock_wait) around any kind of attempt: `attempt` makes one,
+/// The waiting loop of [`lock_wait`](Engine::lock_wait) around any kind of attempt: `attempt` makes one,
 /// returning the lock or why it failed.
 fn wait_for<T>(
     keeper: &Arc<Keeper>,
     resource: &[u8],
     max_wait: Duration,
-    mut attempt: impl FnMut(&Core) -> Result<std::result::Result<T, (Failure, Report)>>,
+    mut attempt: impl FnMut(&Engine) -> Result<std::result::Result<T, (Failure, Report)>>,
 ) -> Result<T> {
     let until = later(Instant::now(), max_wait);
     let cancels = keeper.waits.cancels();
@@ -273,7 +273,7 @@ fn pttl_round(
 /// A little extra on a timer set for a holder's expiry: 1 ms for the nodes' millisecond clocks, and up to
 /// a sixteenth of the wait (at most 8 ms) at random, so that waiters of several processes do not all try at
 /// once.
-fn expiry_jitter(engine: &Core, wait: Duration) -> Duration {
+fn expiry_jitter(engine: &Engine, wait: Duration) -> Duration {
     let spread = (wait / 16).min(Duration::from_millis(8)).as_micros() as u64;
     let r = engine.tokens.random_u64().unwrap_or(0) % (spread + 1);
     Duration::from_millis(1) + Duration::from_micros(r)

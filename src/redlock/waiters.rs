@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::thread::{self, Thread};
 use std::time::Instant;
 
-use super::error::Error;
+use crate::redlock::error::Error;
 use crate::sync::lock;
 
 /// A waiter's place in its resource's line.

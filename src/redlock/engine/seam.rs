@@ -6,7 +6,7 @@
 //! [`Fanout`] and [`SystemClock`] implement them, and so does the deterministic simulator in the test tree
 //! (`tests/sim/`), which runs the same rounds against in-memory nodes on a virtual clock.
 //!
-//! The engine is generic over them with the real ones as defaults (`Core<N = Fanout, C = SystemClock>`): the
+//! The engine is generic over them with the real ones as defaults (`Engine<N = Fanout, C = SystemClock>`): the
 //! calls are monomorphised and inlined, so a lone caller pays nothing for the seam (no `dyn`, no allocation).
 //!
 //! # Contract (what the engine relies on, and a simulator must keep)

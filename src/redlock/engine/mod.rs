@@ -1,29 +1,40 @@
-//! [`Core`]: the engine. The Redlock rounds themselves (acquire, extend, release, inspect, the guards' batched
+//! [`Engine`]: the engine. The Redlock rounds themselves (acquire, extend, release, inspect, the guards' batched
 //! renewal) over the nodes behind the seam (`seam.rs`), on the time of the clock it is given. It knows nothing
 //! of guards, the watchdog, waiting or the manager: they call it.
+
+pub(crate) mod batch;
+pub(crate) mod fenced;
+pub(crate) mod persist;
+pub(crate) mod pipeline;
+pub(crate) mod reentrant;
+pub(crate) mod restart;
+pub(crate) mod seam;
+pub(crate) mod set;
 
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use super::config::Config;
-use super::error::{Error, Outcome, Report, Result};
-use super::inspect::{Inspection, KeyState, key_state};
-use super::lock::Lock;
-use super::quorum::{Failure, Quorum, Status, Vote, drift};
-use super::restart::{RestartGuard, SetupIds};
-use super::scripts::{self, Script};
-use super::seam::{Clock, NodeRound, Nodes, SystemClock};
-use super::stats::{Activity, NodeStats, Stats, Votes};
-use super::token::Tokens;
 use crate::net::{Fanout, NodeError, NodeSet, Reply};
-use crate::resp::{Value, encode_command};
+use crate::redlock::config::Config;
+use crate::redlock::engine::restart::{RestartGuard, SetupIds};
+use crate::redlock::engine::seam::{Clock, NodeRound, Nodes, SystemClock};
+use crate::redlock::error::{Error, Outcome, Report, Result};
+use crate::redlock::inspect::{Inspection, KeyState, key_state};
+use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::{is_noscript, script_vote, set_vote};
+use crate::redlock::quorum::{Failure, Quorum, Status, Vote, drift};
+use crate::redlock::scripts;
+use crate::redlock::scripts::Script;
+use crate::redlock::stats::{Activity, NodeStats, Stats, Votes};
+use crate::redlock::token::Tokens;
+use crate::resp::encode_command;
 use crate::time::later;
 
 /// The engine: the nodes, the clock, the configuration, the lock values' source, the restart guard and the
 /// per-node tallies; every round of every kind of lock is a method of it.
 #[derive(Debug)]
-pub(crate) struct Core<N = Fanout, C = SystemClock> {
+pub(crate) struct Engine<N = Fanout, C = SystemClock> {
     /// The nodes, through the seam (`seam.rs`).
     pub(crate) fanout: N,
     /// Where the rounds' time comes from.
@@ -32,41 +43,8 @@ pub(crate) struct Core<N = Fanout, C = SystemClock> {
     pub(crate) tokens: Tokens,
     /// The restart-aware quorum, when on, and where its readings are among the set-up replies.
     pub(crate) restart: Option<(RestartGuard, SetupIds)>,
-    /// Per node: the outcomes of every round, for [`LockManager::stats`](super::LockManager::stats).
+    /// Per node: the outcomes of every round, for [`LockManager::stats`](crate::redlock::LockManager::stats).
     pub(crate) votes: Vec<Votes>,
-}
-
-/// What a round's reply means for the vote.
-pub(crate) fn set_vote(reply: Reply) -> (Vote, Outcome) {
-    match reply {
-        Ok(v) => match v.without_attributes() {
-            Value::SimpleString(s) if &s[..] == b"OK" => (Vote::Yes, Outcome::Granted),
-            Value::NullBulk | Value::Null => (Vote::Taken, Outcome::Taken),
-            other => (Vote::Failed, unexpected(other)),
-        },
-        Err(e) => (Vote::Failed, Outcome::Failed(e)),
-    }
-}
-
-fn unexpected(v: &Value) -> Outcome {
-    match v {
-        Value::Error(msg) | Value::BulkError(msg) => {
-            Outcome::ErrorReply(String::from_utf8_lossy(msg).into_owned())
-        }
-        other => Outcome::ErrorReply(format!("unexpected reply {other:?}")),
-    }
-}
-
-/// What a compare-and-X script's reply means: 1 is done for us, 0 is "the key is not ours", anything else failed.
-pub(crate) fn script_vote(reply: &Reply) -> (Vote, Outcome) {
-    match reply {
-        Ok(v) => match v.without_attributes() {
-            Value::Integer(1) => (Vote::Yes, Outcome::Granted),
-            Value::Integer(0) => (Vote::Taken, Outcome::Taken),
-            other => (Vote::Failed, unexpected(other)),
-        },
-        Err(e) => (Vote::Failed, Outcome::Failed(e.clone())),
-    }
 }
 
 /// A lock value given by a caller (`extend_value`, `unlock_value`): anything but empty. An empty value would match
@@ -78,11 +56,7 @@ fn check_value(value: &[u8]) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn is_noscript(reply: &Reply) -> bool {
-    matches!(reply.as_ref().map(Value::without_attributes), Ok(Value::Error(m)) if m.starts_with(b"NOSCRIPT"))
-}
-
-impl Core {
+impl Engine {
     /// The nodes' tallies, with `activity` (what the guards and waiters did).
     pub(crate) fn stats(&self, activity: &Activity) -> Stats {
         let nodes = (0..self.fanout.len())
@@ -106,7 +80,7 @@ impl Core {
     }
 }
 
-impl<N: Nodes, C: Clock> Core<N, C> {
+impl<N: Nodes, C: Clock> Engine<N, C> {
     pub(crate) fn quorum(&self) -> usize {
         self.fanout.len() / 2 + 1
     }
@@ -160,7 +134,7 @@ impl<N: Nodes, C: Clock> Core<N, C> {
         Ok(())
     }
 
-    /// [`LockManager::extend_value`](super::LockManager::extend_value): an extension on every node, by value.
+    /// [`LockManager::extend_value`](crate::redlock::LockManager::extend_value): an extension on every node, by value.
     pub(crate) fn extend_value(
         &self,
         resource: &[u8],
@@ -176,7 +150,7 @@ impl<N: Nodes, C: Clock> Core<N, C> {
         self.release_on(&lock.resource, &lock.value, lock.nodes)
     }
 
-    /// [`LockManager::unlock_value`](super::LockManager::unlock_value): a release on every node, by value.
+    /// [`LockManager::unlock_value`](crate::redlock::LockManager::unlock_value): a release on every node, by value.
     pub(crate) fn unlock_value(&self, resource: &[u8], value: &[u8]) -> Result<usize> {
         if resource.is_empty() {
             return Err(Error::config("the resource name is empty"));
@@ -185,7 +159,7 @@ impl<N: Nodes, C: Clock> Core<N, C> {
         self.release_on(resource, value, NodeSet::ALL)
     }
 
-    /// [`LockManager::inspect`](super::LockManager::inspect): `GET` and `PTTL` pipelined to every node in one
+    /// [`LockManager::inspect`](crate::redlock::LockManager::inspect): `GET` and `PTTL` pipelined to every node in one
     /// round; each node's replies become a [`KeyState`].
     pub(crate) fn inspect(&self, resource: &[u8]) -> Result<Inspection> {
         if resource.is_empty() {
@@ -413,7 +387,7 @@ impl<N: Nodes, C: Clock> Core<N, C> {
 
     /// A node's vote as it counts: a "yes" from a node the restart guard does not trust yet is no vote. `since`:
     /// for an extension (or a renewal), when the lock was acquired (`None`: an acquisition, or unknown); see
-    /// [`RestartGuard::trusts`](super::restart::RestartGuard::trusts).
+    /// [`RestartGuard::trusts`](crate::redlock::engine::restart::RestartGuard::trusts).
     pub(crate) fn counted(
         &self,
         node: usize,
@@ -593,7 +567,7 @@ impl<N: Nodes, C: Clock> Core<N, C> {
     }
 }
 
-/// One lease to renew in [`Core::renew`]: a lock's key (or every key of a set) and value.
+/// One lease to renew in [`Engine::renew`]: a lock's key (or every key of a set) and value.
 #[derive(Debug)]
 pub(crate) struct Renewal<'a> {
     pub(crate) resource: &'a [u8],
@@ -623,9 +597,9 @@ impl Renewal<'_> {
             Some(set) => {
                 let keys: Vec<&[u8]> = set.iter().map(|k| &k[..]).collect();
                 let ttl = crate::resp::Decimal::new(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX));
-                super::lua::eval(
+                crate::redlock::lua::eval(
                     buf,
-                    super::lua::EXTEND_MANY,
+                    crate::redlock::lua::EXTEND_MANY,
                     full,
                     &keys,
                     &[self.value, ttl.as_bytes()],
@@ -635,7 +609,7 @@ impl Renewal<'_> {
     }
 }
 
-/// What [`Core::renew`] found for one renewal.
+/// What [`Engine::renew`] found for one renewal.
 #[derive(Debug)]
 pub(crate) struct Renewed {
     /// The new lease's end, or why there is none.

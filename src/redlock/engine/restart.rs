@@ -24,7 +24,7 @@
 //!    node reloads the file before it serves anyone (`-LOADING` meanwhile), and an expiry is logged as an absolute
 //!    Unix time (`PEXPIREAT`/`PXAT`; a script's effects are logged, so an extension's `PEXPIRE` is too).
 //! 2. **It has not lost its data set since any lock that may still be live was granted**: its persistence marker
-//!    ([`PERSIST_MARKER_KEY`](super::PERSIST_MARKER_KEY), written once with `SET NX` and no expiry) is older
+//!    ([`PERSIST_MARKER_KEY`](crate::redlock::PERSIST_MARKER_KEY), written once with `SET NX` and no expiry) is older
 //!    than the window. Settings alone prove nothing about the *files*: an ephemeral disk, a pod rescheduled
 //!    without its volume, a deleted `appendonlydir` bring a node back empty with the same settings. Every lock
 //!    still live now was granted less than the window ago, so after the marker was written; a node that still
@@ -89,11 +89,11 @@
 //!   `extend` with a lease longer than the nodes' uptime succeed on nodes that were up when the lock was taken
 //!   (issue #20: `muxlock extend --ttl 60s` on nodes up 57 s was refused).
 //!
-//! An extension *by value* ([`LockManager::extend_value`](super::LockManager::extend_value), `muxlock extend`)
+//! An extension *by value* ([`LockManager::extend_value`](crate::redlock::LockManager::extend_value), `muxlock extend`)
 //! does not know when the lock was acquired, so only the window rule applies to it. An extension notes its TTL
 //! before its requests are sent, as an acquisition does, so that this manager's window grows with the longest
 //! lease it granted or extended; other clients of the same nodes do not see it, and their
-//! [`Config::restart_window`](super::Config::restart_window) must cover the longest lease *or extension* any
+//! [`Config::restart_window`](crate::redlock::Config::restart_window) must cover the longest lease *or extension* any
 //! client uses.
 
 //! # Which way each figure may err, and why the guard is still safe
@@ -131,7 +131,7 @@
 //!   wall-clock based and the client has no other view of the node's start. (The marker's age has the same
 //!   dependence; see above.)
 //! - **Leases longer than this manager has used**, taken by other clients of the same nodes: set
-//!   [`Config::restart_window`](super::Config::restart_window) to the longest TTL any client uses.
+//!   [`Config::restart_window`](crate::redlock::Config::restart_window) to the longest TTL any client uses.
 //! - **A proxy that reconnects to another backend behind one client connection**: the client sees no new
 //!   connection, so no new `INFO`.
 
@@ -141,10 +141,10 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use super::config::Config;
-use super::persist;
-use super::quorum::drift;
-use super::seam::Nodes;
+use crate::redlock::config::Config;
+use crate::redlock::engine::persist;
+use crate::redlock::engine::seam::Nodes;
+use crate::redlock::quorum::drift;
 use crate::resp::{Value, encode_command};
 use crate::sync::lock;
 
@@ -256,7 +256,7 @@ impl Node {
     }
 }
 
-/// What the guard knows of one node, for [`Stats`](super::Stats) and for errors.
+/// What the guard knows of one node, for [`Stats`](crate::redlock::Stats) and for errors.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Standing {
     /// Trusted at once (it persists every write and its marker is older than the window); `false` before the
@@ -306,7 +306,7 @@ pub(crate) fn connection_setup(
     config: &Config,
     n: usize,
 ) -> (Vec<Bytes>, Option<(RestartGuard, SetupIds)>) {
-    let mut setup = super::scripts::setup_commands();
+    let mut setup = crate::redlock::scripts::setup_commands();
     let restart = config.restart_guard.then(|| {
         let ids = add_setup_commands(&mut setup);
         let guard = RestartGuard::new(n, config.restart_window, config.drift_factor);

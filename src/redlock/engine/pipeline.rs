@@ -1,4 +1,4 @@
-//! `Core::pipelined`: one round that carries `k` commands per node in one request, and hands each reply back
+//! `Engine::pipelined`: one round that carries `k` commands per node in one request, and hands each reply back
 //! tagged with the command it answers. The rounds of batches, sets and fencing are built on it.
 //!
 //! # Invariants
@@ -17,12 +17,13 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use super::core::{Core, is_noscript};
-use super::error::Outcome;
-use super::lua;
-use super::quorum::{Quorum, Status, Vote, drift};
-use super::seam::{Clock, NodeRound, Nodes};
 use crate::net::{NodeSet, Reply};
+use crate::redlock::engine::Engine;
+use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
+use crate::redlock::error::Outcome;
+use crate::redlock::kind::is_noscript;
+use crate::redlock::lua;
+use crate::redlock::quorum::{Quorum, Status, Vote, drift};
 use crate::time::later;
 
 /// How a pipelined round's requests are queued.
@@ -34,7 +35,7 @@ pub(crate) enum Kind {
     Release,
 }
 
-impl<N: Nodes, C: Clock> Core<N, C> {
+impl<N: Nodes, C: Clock> Engine<N, C> {
     /// Sends `k` commands (written by `encode(buf, full)`: `full` asks for scripts by `EVAL` instead of
     /// `EVALSHA`) to `nodes` in one request each, then calls `on_reply(command, node, reply)` for each outcome
     /// until it returns 0 or the round ends by `deadline`. `need` is how many outcomes are worth waiting for
@@ -99,7 +100,7 @@ impl<N: Nodes, C: Clock> Core<N, C> {
     }
 }
 
-/// What one scripted acquisition round ([`Core::acquire_scripted`]) found.
+/// What one scripted acquisition round ([`Engine::acquire_scripted`]) found.
 pub(crate) struct Acquired {
     /// When the round started: the lease is counted from here.
     pub(crate) start: Instant,
@@ -113,7 +114,7 @@ pub(crate) struct Acquired {
     pub(crate) count: u64,
 }
 
-impl<N: Nodes, C: Clock> Core<N, C> {
+impl<N: Nodes, C: Clock> Engine<N, C> {
     /// One acquisition round of `script` on every node, in Redlock's way: sent at once, each reply classified by
     /// `classify` into a vote, an outcome and a number, votes counted through the restart guard, the round ended
     /// as soon as the quorum's verdict is certain. Shared by sets, fencing and reentrant locks.

@@ -42,7 +42,7 @@
 //! - `state` is taken briefly, never across a round, and never together with a guard's own state ([`Held`]) or
 //!   the wait room.
 //! - A guard leaves the schedule while it is being renewed, and comes back with its next due time, or not at all
-//!   if it was lost. Its [`Held`] is shared with the user's [`Guard`](super::Guard) (a `Weak` here): a guard
+//!   if it was lost. Its [`Held`] is shared with the user's [`Guard`](crate::redlock::Guard) (a `Weak` here): a guard
 //!   dropped meanwhile is released by the drop and forgotten here.
 
 use std::collections::{HashMap, HashSet};
@@ -53,12 +53,12 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use super::core::Core;
-use super::error::Outcome;
-use super::guard::{Held, Keeper, Lost, lose, renew};
-use super::schedule::{GuardId, Schedule, renewal_due};
-use super::seam::Clock;
 use crate::net::{Fanout, NodeError, Options};
+use crate::redlock::engine::Engine;
+use crate::redlock::engine::seam::Clock;
+use crate::redlock::error::Outcome;
+use crate::redlock::guard::{Held, Keeper, Lost, lose, renew};
+use crate::redlock::schedule::{GuardId, Schedule, renewal_due};
 use crate::resp::{Value, encode_command};
 use crate::sync::lock;
 use crate::time::later;
@@ -157,7 +157,7 @@ impl Watchdog {
 
     /// The tracker connections, made on first use: RESP3, client-side tracking on, pushes kept. `None` if they
     /// cannot be had (no event poll, or every node refused tracking before).
-    pub(crate) fn tracker(&self, core: &Core) -> Option<&Fanout> {
+    pub(crate) fn tracker(&self, core: &Engine) -> Option<&Fanout> {
         if self.untracked.load(Ordering::Acquire) {
             return None;
         }

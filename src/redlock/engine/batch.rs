@@ -1,39 +1,40 @@
-//! Batches of independent locks: [`LockManager::try_lock_batch`](super::LockManager::try_lock_batch) and
-//! [`LockManager::unlock_batch`](super::LockManager::unlock_batch).
+//! Batches of independent locks: [`LockManager::try_lock_batch`](crate::redlock::LockManager::try_lock_batch) and
+//! [`LockManager::unlock_batch`](crate::redlock::LockManager::unlock_batch).
 //!
 //! # Invariants
 //!
 //! - **Independent locks, one round.** Each resource of a batch is a lock of its own: its own value, its own
 //!   [`Quorum`] (own votes, own validity, all measured from the one instant before the round's first byte), its own
 //!   result. They share only the round: the batch's `SET resource value NX PX ttl` commands go to each node
-//!   pipelined in one request (one write), and the replies are matched by position (see `Core::pipelined`).
+//!   pipelined in one request (one write), and the replies are matched by position (see `Engine::pipelined`).
 //! - **The restart guard counts every vote.** A grant from a node the restart guard does not trust yet is no vote
-//!   for any lock of the batch (`Core::counted`).
+//!   for any lock of the batch (`Engine::counted`).
 //! - **A failed acquisition is released at once**, without waiting, on every node the batch reached: one
 //!   compare-and-delete script per node for all the batch's failures ([`lua::RELEASE_BATCH`] sent in full, so a
 //!   node that lost its scripts still runs it). A lock of the batch is never left to block others until its TTL.
 //! - **One script per node releases a batch.** `unlock_batch` sends [`lua::RELEASE_BATCH`] with every lock's key
 //!   and value: one command per node whatever the batch's size, the cheapest way for the node (a hundred
-//!   `EVALSHA`s cost it about five times as much). Each lock's release is counted as [`Core::unlock`] counts one.
-//! - **A batch fits a node's queue.** A batch of more than [`Config::max_in_flight`](super::Config::max_in_flight)
+//!   `EVALSHA`s cost it about five times as much). Each lock's release is counted as [`Engine::unlock`] counts one.
+//! - **A batch fits a node's queue.** A batch of more than [`Config::max_in_flight`](crate::redlock::Config::max_in_flight)
 //!   resources would be refused by every node; it is refused before anything is sent.
 //! - **The same resource twice in a batch** is two acquisitions of one key: the first wins, the second finds it
 //!   held (`Ok(None)`).
 
 use std::time::Duration;
 
-use super::core::{Core, set_vote, settle};
-use super::error::{Error, Outcome, Result};
-use super::lock::Lock;
-use super::lua;
-use super::pipeline::Kind;
-use super::quorum::{Failure, Quorum, Status, Vote, drift};
-use super::seam::{Clock, NodeRound, Nodes};
 use crate::net::{NodeSet, Reply};
+use crate::redlock::engine::pipeline::Kind;
+use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
+use crate::redlock::engine::{Engine, settle};
+use crate::redlock::error::{Error, Outcome, Result};
+use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::set_vote;
+use crate::redlock::lua;
+use crate::redlock::quorum::{Failure, Quorum, Status, Vote, drift};
 use crate::resp::{Decimal, Value, encode_command};
 use crate::time::later;
 
-impl<N: Nodes, C: Clock> Core<N, C> {
+impl<N: Nodes, C: Clock> Engine<N, C> {
     pub(crate) fn try_lock_batch(
         &self,
         resources: &[&[u8]],
@@ -79,11 +80,11 @@ impl<N: Nodes, C: Clock> Core<N, C> {
             .collect()
     }
 
-    /// The round of [`try_lock_batch`](Core::try_lock_batch) for `resources[live[..]]`; fills `results`.
+    /// The round of [`try_lock_batch`](Engine::try_lock_batch) for `resources[live[..]]`; fills `results`.
     fn acquire_batch(
         &self,
         resources: &[&[u8]],
-        values: &[super::token::Value],
+        values: &[crate::redlock::token::Value],
         live: &[usize],
         ttl: Duration,
         ttl_ms: u64,

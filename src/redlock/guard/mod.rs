@@ -14,22 +14,24 @@
 //!
 //! A lost guard is never renewed again: an extension cannot revive an expired lock.
 
+pub(crate) mod watchdog;
+
 use std::fmt;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::core::{Core, Renewal, is_gone};
-use super::error::{Error, Report, Result};
-use super::lock::Lock;
-use super::many::LockSet;
-use super::quorum::Failure;
-use super::schedule::{GuardId, lost_margin, renewal_due, retry_due};
-use super::seam::{Clock, Nodes};
-use super::stats::Activity;
-use super::token;
-use super::waiters::WaitRoom;
-use super::watchdog::Watchdog;
 use crate::net::NodeSet;
+use crate::redlock::engine::seam::{Clock, Nodes};
+use crate::redlock::engine::{Engine, Renewal, is_gone};
+use crate::redlock::error::{Error, Report, Result};
+use crate::redlock::guard::watchdog::Watchdog;
+use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::set::LockSet;
+use crate::redlock::quorum::Failure;
+use crate::redlock::schedule::{GuardId, lost_margin, renewal_due, retry_due};
+use crate::redlock::stats::Activity;
+use crate::redlock::token;
+use crate::redlock::waiters::WaitRoom;
 use crate::sync::lock;
 
 /// What a manager's handles and its guards share: the engine, the watchdog that renews the guards (its thread
@@ -37,7 +39,7 @@ use crate::sync::lock;
 /// guard to go stops the watchdog.
 #[derive(Debug)]
 pub(crate) struct Keeper {
-    pub(crate) engine: Core,
+    pub(crate) engine: Engine,
     pub(crate) watchdog: Arc<Watchdog>,
     pub(crate) waits: WaitRoom,
     pub(crate) activity: Activity,
@@ -80,40 +82,45 @@ impl Keeper {
         }
     }
 
-    /// Ends a guard: no more renewals, marked released, and the lock released on the nodes through the engine
-    /// (then this process' waiters look).
+    /// Ends a guard: no more renewals, and [`end`]; then this process' waiters look.
     fn release(&self, held: &Held) -> Result<usize> {
         self.watchdog.forget(held);
-        held.set_lost(Lost::Released);
         Activity::add(&self.activity.guards_ended, 1);
-        let s = lock(&held.state);
-        let lock = Lock {
-            resource: held.resource.clone(),
-            value: held.value,
-            valid_until: s.valid_until,
-            acquired: held.acquired,
-            extensions: 0,
-            nodes: s.nodes,
-        };
-        drop(s);
-        let released = match (&held.set, held.fence) {
-            (Some(set), _) => {
-                let released = self.engine.unlock_many(&LockSet {
-                    resources: set.clone(),
-                    value: lock.value,
-                    valid_until: lock.valid_until,
-                    acquired: lock.acquired,
-                    extensions: 0,
-                    nodes: lock.nodes,
-                });
-                set.iter().for_each(|r| self.waits.notify(r));
-                return released;
-            }
-            (None, Some(token)) => self.engine.unlock_fenced(&lock, token),
-            (None, None) => self.engine.unlock(&lock),
-        };
-        self.waits.notify(&held.resource);
+        let released = end(&self.engine, held);
+        match &held.set {
+            Some(set) => set.iter().for_each(|r| self.waits.notify(r)),
+            None => self.waits.notify(&held.resource),
+        }
         released
+    }
+}
+
+/// Ends a guard on the nodes: marked released (so it is never renewed again), and its lock released through the
+/// engine directly: every key of a set together, the fenced release for a fenced guard, else the plain one.
+/// Generic over the seam, as [`renew`] is.
+pub(crate) fn end<N: Nodes, C: Clock>(engine: &Engine<N, C>, held: &Held) -> Result<usize> {
+    held.set_lost(Lost::Released);
+    let s = lock(&held.state);
+    let lock = Lock {
+        resource: held.resource.clone(),
+        value: held.value,
+        valid_until: s.valid_until,
+        acquired: held.acquired,
+        extensions: 0,
+        nodes: s.nodes,
+    };
+    drop(s);
+    match (&held.set, held.fence) {
+        (Some(set), _) => engine.unlock_many(&LockSet {
+            resources: set.clone(),
+            value: lock.value,
+            valid_until: lock.valid_until,
+            acquired: lock.acquired,
+            extensions: 0,
+            nodes: lock.nodes,
+        }),
+        (None, Some(token)) => engine.unlock_fenced(&lock, token),
+        (None, None) => engine.unlock(&lock),
     }
 }
 
@@ -135,7 +142,7 @@ pub(crate) fn lose(activity: &Activity, g: &Held, why: Lost) {
 /// Generic over the engine's seam, so that the simulator renews guards on its virtual clock as the watchdog
 /// does on the real one.
 pub(crate) fn renew<N: Nodes, C: Clock>(
-    engine: &Core<N, C>,
+    engine: &Engine<N, C>,
     activity: &Activity,
     guards: &[Arc<Held>],
 ) -> Vec<Option<Instant>> {
@@ -188,12 +195,12 @@ pub(crate) fn renew<N: Nodes, C: Clock>(
 
 /// Applies one renewal's verdict to a guard; returns when to renew it next, `None` if it is lost.
 fn settle<N: Nodes, C: Clock>(
-    engine: &Core<N, C>,
+    engine: &Engine<N, C>,
     activity: &Activity,
     g: &Held,
     start: Instant,
     verdict: std::result::Result<Instant, Failure>,
-    outcomes: Vec<super::error::Outcome>,
+    outcomes: Vec<crate::redlock::error::Outcome>,
 ) -> Option<Instant> {
     let n = engine.fanout.len();
     let quorum = engine.quorum();
@@ -291,10 +298,10 @@ pub(crate) struct Held {
     pub(crate) acquired: Instant,
     /// How long before the end of the lease the guard counts as lost without a confirmed renewal.
     pub(crate) margin: Duration,
-    /// The fencing token, for a guard of [`hold_fenced`](super::LockManager::hold_fenced): released by the fenced
+    /// The fencing token, for a guard of [`hold_fenced`](crate::redlock::LockManager::hold_fenced): released by the fenced
     /// release.
     pub(crate) fence: Option<u64>,
-    /// Every key of a set held by [`hold_many`](super::LockManager::hold_many) (sorted; `resource` is the first):
+    /// Every key of a set held by [`hold_many`](crate::redlock::LockManager::hold_many) (sorted; `resource` is the first):
     /// renewed and released together.
     pub(crate) set: Option<Vec<Vec<u8>>>,
     pub(crate) state: Mutex<HeldState>,
@@ -436,7 +443,7 @@ impl Guard {
         &self.held.resource
     }
 
-    /// Every resource of a guard from [`hold_many`](super::LockManager::hold_many) (sorted), `None` for other guards.
+    /// Every resource of a guard from [`hold_many`](crate::redlock::LockManager::hold_many) (sorted), `None` for other guards.
     pub fn resources(&self) -> Option<&[Vec<u8>]> {
         self.held.set.as_deref()
     }
@@ -477,7 +484,7 @@ impl Guard {
         }
     }
 
-    /// The fencing token of a guard from [`hold_fenced`](super::LockManager::hold_fenced), `None` for other guards.
+    /// The fencing token of a guard from [`hold_fenced`](crate::redlock::LockManager::hold_fenced), `None` for other guards.
     pub fn token(&self) -> Option<u64> {
         self.held.fence
     }
@@ -488,11 +495,11 @@ impl Guard {
     }
 
     /// Stops the renewals and releases the lock on all nodes at once; returns what
-    /// [`LockManager::unlock`](super::LockManager::unlock) returns.
+    /// [`LockManager::unlock`](crate::redlock::LockManager::unlock) returns.
     ///
     /// # Errors
     ///
-    /// As [`LockManager::unlock`](super::LockManager::unlock).
+    /// As [`LockManager::unlock`](crate::redlock::LockManager::unlock).
     pub fn release(mut self) -> Result<usize> {
         self.released = true;
         self.keeper.release(&self.held)

@@ -3,13 +3,13 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::token;
 use crate::net::NodeSet;
+use crate::redlock::token;
 
 /// A lock held on a majority of the nodes, valid until [`valid_until`](Lock::valid_until).
 ///
 /// Dropping a `Lock` does not release it: the keys expire at the end of the lease. Release it early with
-/// [`LockManager::unlock`](super::LockManager::unlock).
+/// [`LockManager::unlock`](crate::redlock::LockManager::unlock).
 ///
 /// Validity is measured on this process' monotonic clock from the instant *before* the acquiring requests were
 /// sent, minus the drift allowance, so that the lock expires here no later than on the nodes. Check

@@ -1,0 +1,217 @@
+//! The rounds of fenced locks (see `kind/fenced.rs` for the kind: its values, scripts, replies and invariants).
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+
+use crate::net::NodeSet;
+use crate::redlock::engine::pipeline::Kind;
+use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
+use crate::redlock::engine::{Engine, settle};
+use crate::redlock::error::{Error, Outcome, Report, Result};
+use crate::redlock::kind::fenced::{
+    FencedLock, MAX_CONFIRMS, counter_key, fence_vote, fenced_vote,
+};
+use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::script_vote;
+use crate::redlock::lua;
+use crate::redlock::quorum::{Failure, Vote};
+use crate::redlock::scripts;
+use crate::redlock::scripts::Script;
+use crate::resp::Decimal;
+use crate::time::later;
+
+impl<N: Nodes, C: Clock> Engine<N, C> {
+    pub(crate) fn lock_fenced(
+        &self,
+        resource: &[u8],
+        ttl: Duration,
+        retry: bool,
+    ) -> Result<Option<FencedLock>> {
+        let ttl_ms = self.check(resource, ttl)?;
+        let mut attempt = 0;
+        loop {
+            let (failure, report) = match self.attempt_fenced(resource, ttl, ttl_ms)? {
+                Ok(lock) => return Ok(Some(lock)),
+                Err(failed) => failed,
+            };
+            if !retry && failure == Failure::Held {
+                return Ok(None);
+            }
+            if !retry || attempt >= self.config.retry_count {
+                let report = Box::new(report);
+                return Err(match failure {
+                    Failure::Held => Error::Held(report),
+                    _ => Error::Quorum(report),
+                });
+            }
+            attempt += 1;
+            self.clock.sleep(self.retry_pause());
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn attempt_fenced(
+        &self,
+        resource: &[u8],
+        ttl: Duration,
+        ttl_ms: u64,
+    ) -> Result<std::result::Result<FencedLock, (Failure, Report)>> {
+        let value = self.tokens.next().map_err(|e| Error::Os {
+            doing: "drawing the lock value from the OS's randomness",
+            error: std::io::Error::from(e).into(),
+        })?;
+        let n = self.fanout.len();
+        let counter = counter_key(resource);
+        let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+        let keys: [&[u8]; 2] = [resource, &counter];
+        let round = self.acquire_scripted(
+            lua::ACQUIRE_FENCED,
+            (&keys, &[&value, ttl_arg.as_bytes()]),
+            (ttl, ttl_ms),
+            fenced_vote,
+        );
+        let (start, quorum, status, outcomes, nodes, token) = (
+            round.start,
+            round.quorum,
+            round.status,
+            round.outcomes,
+            round.nodes,
+            round.count,
+        );
+        let release = |token: u64| {
+            let mut buf = BytesMut::new();
+            let t = Decimal::new(i64::try_from(token).unwrap_or(i64::MAX));
+            lua::eval(
+                &mut buf,
+                lua::RELEASE_FENCED,
+                true,
+                &keys,
+                &[&value, t.as_bytes()],
+            );
+            let mut round = self.fanout.release_round(self.clock.now());
+            round.send_to(nodes, &buf, 1);
+        };
+        let valid_until = match settle(status, &quorum, self.clock.now()) {
+            Ok(valid_until) => valid_until,
+            Err(failure) => {
+                let mut buf = BytesMut::new();
+                scripts::call(&mut buf, Script::Release, true, resource, &value, 0);
+                let mut round = self.fanout.release_round(self.clock.now());
+                round.send_to(nodes, &buf, 1);
+                return Ok(Err((
+                    failure,
+                    self.report(resource, outcomes, quorum.quorum()),
+                )));
+            }
+        };
+        // Round 2 (again while a majority finds the candidate stale): the confirmation, by a majority of
+        // all N before the lease's end. See the module docs for why that is all the argument needs.
+        let majority = self.quorum();
+        let counter_only: [&[u8]; 1] = [&counter];
+        let mut token = token.max(1);
+        let mut acks = vec![Outcome::NotAwaited; n];
+        for _ in 0..MAX_CONFIRMS {
+            if self.clock.now() >= valid_until {
+                break;
+            }
+            let t = Decimal::new(i64::try_from(token).unwrap_or(i64::MAX));
+            let (mut yes, mut no, mut seen) = (0usize, 0usize, 0u64);
+            acks.iter_mut().for_each(|a| *a = Outcome::NotAwaited);
+            self.pipelined(
+                Kind::Normal,
+                NodeSet::ALL,
+                1,
+                later(self.clock.now(), self.config.round_timeout).min(valid_until),
+                majority,
+                |buf, full| lua::eval(buf, lua::FENCE, full, &counter_only, &[t.as_bytes()]),
+                |_, node, reply| {
+                    let now = self.clock.now();
+                    let (vote, outcome, counter) = fence_vote(&reply);
+                    let (vote, outcome) = self.counted(node, (vote, outcome), now, None);
+                    self.votes[node].count(&outcome);
+                    acks[node] = outcome;
+                    seen = seen.max(counter);
+                    // Only a confirmation read before the lease's end counts: it ran on the node before then.
+                    yes += usize::from(vote == Vote::Yes && now < valid_until);
+                    no += usize::from(vote != Vote::Yes || now >= valid_until);
+                    if yes >= majority || n - no < majority {
+                        0
+                    } else {
+                        majority - yes
+                    }
+                },
+            );
+            if yes >= majority && self.clock.now() < valid_until {
+                return Ok(Ok(FencedLock {
+                    lock: Lock {
+                        resource: resource.to_vec(),
+                        value,
+                        valid_until,
+                        acquired: start,
+                        extensions: 0,
+                        nodes,
+                    },
+                    token,
+                }));
+            }
+            if seen < token {
+                break; // not a stale candidate: nodes failed or were too slow; a new candidate would not help
+            }
+            token = seen.saturating_add(1);
+        }
+        release(token);
+        let failure = Failure::Unavailable;
+        Ok(Err((failure, self.report(resource, acks, majority))))
+    }
+
+    /// Releases a fenced lock: every node that deletes the key raises the counter to the token first.
+    pub(crate) fn unlock_fenced(&self, lock: &Lock, token: u64) -> Result<usize> {
+        let n = self.fanout.len();
+        let quorum = self.quorum();
+        let deadline = later(self.clock.now(), self.config.round_timeout);
+        let mut outcomes = vec![Outcome::NotAwaited; n];
+        let (mut released, mut answered) = (0, 0);
+        for (node, outcome) in outcomes.iter_mut().enumerate() {
+            if !lock.nodes.contains(node) {
+                *outcome = Outcome::NotSent;
+                answered += 1;
+            }
+        }
+        let counter = counter_key(&lock.resource);
+        let keys: [&[u8]; 2] = [&lock.resource, &counter];
+        let t = Decimal::new(i64::try_from(token).unwrap_or(i64::MAX));
+        self.pipelined(
+            Kind::Release,
+            lock.nodes,
+            1,
+            deadline,
+            quorum,
+            |buf, full| {
+                lua::eval(
+                    buf,
+                    lua::RELEASE_FENCED,
+                    full,
+                    &keys,
+                    &[&lock.value, t.as_bytes()],
+                )
+            },
+            |_, node, reply| {
+                let (vote, outcome) = script_vote(&reply);
+                self.votes[node].count(&outcome);
+                outcomes[node] = outcome;
+                released += usize::from(vote == Vote::Yes);
+                answered += usize::from(vote != Vote::Failed);
+                quorum.saturating_sub(released)
+            },
+        );
+        if answered < quorum {
+            return Err(Error::Quorum(Box::new(self.report(
+                &lock.resource,
+                outcomes,
+                quorum,
+            ))));
+        }
+        Ok(released)
+    }
+}

@@ -1,0 +1,143 @@
+//! The rounds of reentrant locks (see `kind/reentrant.rs` for the kind: its values, scripts, replies and invariants).
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+
+use crate::net::NodeSet;
+use crate::redlock::engine::pipeline::Kind;
+use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
+use crate::redlock::engine::{Engine, settle};
+use crate::redlock::error::{Error, Outcome, Result};
+use crate::redlock::kind::reentrant::{Owner, ReentrantLock, count_key, draw, vote};
+use crate::redlock::lua;
+use crate::redlock::quorum::{Failure, Vote};
+use crate::resp::{Decimal, Value};
+use crate::time::later;
+
+impl<N: Nodes, C: Clock> Engine<N, C> {
+    pub(crate) fn lock_reentrant(
+        &self,
+        owner: &Owner,
+        resource: &[u8],
+        ttl: Duration,
+    ) -> Result<ReentrantLock> {
+        let ttl_ms = self.check(resource, ttl)?;
+        let counter = count_key(resource);
+        let keys: [&[u8]; 2] = [resource, &counter];
+        let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+        let mut attempt = 0;
+        loop {
+            // A fresh id per attempt: an undo that is late (behind a later attempt on some node) then removes only
+            // the hold of the attempt it undoes.
+            let hold = draw(&self.tokens, "drawing a hold id from the OS's randomness")?;
+            let round = self.acquire_scripted(
+                lua::ACQUIRE_REENTRANT,
+                (&keys, &[&owner.value, &hold, ttl_arg.as_bytes()]),
+                (ttl, ttl_ms),
+                vote,
+            );
+            let (quorum, status, outcomes, nodes, holds) = (
+                round.quorum,
+                round.status,
+                round.outcomes,
+                round.nodes,
+                round.count,
+            );
+            let failure = match settle(status, &quorum, self.clock.now()) {
+                Ok(valid_until) => {
+                    return Ok(ReentrantLock {
+                        resource: resource.to_vec(),
+                        owner: owner.clone(),
+                        hold,
+                        valid_until,
+                        holds,
+                        nodes,
+                    });
+                }
+                Err(failure) => failure,
+            };
+            // Undo on every node the attempt was sent to, without waiting: whatever a node answered (or did not:
+            // a reply lost to a reset or a hang may follow a write that happened), the release removes this
+            // attempt's hold if it is there and nothing otherwise.
+            if nodes != NodeSet::EMPTY {
+                let mut buf = BytesMut::new();
+                lua::eval(
+                    &mut buf,
+                    lua::RELEASE_REENTRANT,
+                    false,
+                    &keys,
+                    &[&owner.value, &hold],
+                );
+                let mut round = self.fanout.release_round(self.clock.now());
+                round.send_to(nodes, &buf, 1);
+            }
+            if attempt >= self.config.retry_count {
+                let report = Box::new(self.report(resource, outcomes, quorum.quorum()));
+                return Err(match failure {
+                    Failure::Held => Error::Held(report),
+                    _ => Error::Quorum(report),
+                });
+            }
+            attempt += 1;
+            self.clock.sleep(self.retry_pause());
+        }
+    }
+
+    /// One release round of `lock`'s hold by `script` on every node its acquisition was sent to.
+    /// Releases one hold; with the number of nodes that confirmed it, whether some node deleted the key (no
+    /// hold was left there), so that waiters may look.
+    pub(crate) fn unlock_reentrant(
+        &self,
+        lock: &ReentrantLock,
+        script: lua::Lua,
+    ) -> Result<(usize, bool)> {
+        let n = self.fanout.len();
+        let quorum = self.quorum();
+        let counter = count_key(&lock.resource);
+        let keys: [&[u8]; 2] = [&lock.resource, &counter];
+        let mut outcomes = vec![Outcome::NotAwaited; n];
+        let (mut released, mut answered) = (0, 0);
+        // Nodes the acquisition was never sent to have nothing of it: they count as answered.
+        for (node, outcome) in outcomes.iter_mut().enumerate() {
+            if !lock.nodes.contains(node) {
+                *outcome = Outcome::NotSent;
+                answered += 1;
+            }
+        }
+        let mut last = false;
+        self.pipelined(
+            Kind::Release,
+            lock.nodes,
+            1,
+            later(self.clock.now(), self.config.round_timeout),
+            quorum,
+            |buf, full| lua::eval(buf, script, full, &keys, &[&lock.owner.value, &lock.hold]),
+            |_, node, reply| {
+                // The holds left (0: the key went), or -1: the key is not the owner's (it expired), so nothing
+                // of this hold is there either.
+                let (v, outcome) = match reply.as_ref().map(Value::without_attributes) {
+                    Ok(Value::Integer(c)) if *c >= 0 => {
+                        last |= *c == 0;
+                        (Vote::Yes, Outcome::Granted)
+                    }
+                    Ok(Value::Integer(_)) => (Vote::Taken, Outcome::Taken),
+                    _ => crate::redlock::kind::script_vote(&reply),
+                };
+                self.votes[node].count(&outcome);
+                outcomes[node] = outcome;
+                released += usize::from(v == Vote::Yes);
+                answered += usize::from(v != Vote::Failed);
+                quorum.saturating_sub(released)
+            },
+        );
+        if answered < quorum {
+            return Err(Error::Quorum(Box::new(self.report(
+                &lock.resource,
+                outcomes,
+                quorum,
+            ))));
+        }
+        Ok((released, last))
+    }
+}

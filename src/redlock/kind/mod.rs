@@ -1,0 +1,58 @@
+//! The kinds of lock as values: each knows its handle type, its scripts and how to read their replies; the
+//! engine (`engine/`) runs their rounds.
+//!
+//! - `lock`: [`Lock`](crate::redlock::Lock), one resource (`SET NX PX`, the release and extend scripts);
+//! - `set`: [`LockSet`](crate::redlock::LockSet), several resources all or none (one script per node);
+//! - `fenced`: [`FencedLock`](crate::redlock::FencedLock), a lock with a fencing token; its module doc is the safety
+//!   argument;
+//! - `reentrant`: [`Owner`](crate::redlock::Owner) and [`ReentrantLock`](crate::redlock::ReentrantLock), holds counted per owner;
+//! - batches are plain [`Lock`](crate::redlock::Lock)s acquired together (`engine/batch.rs`).
+//!
+//! Here too, the replies every kind shares: a `SET NX`'s and a compare-and-X script's.
+
+pub(crate) mod fenced;
+pub(crate) mod lock;
+pub(crate) mod reentrant;
+pub(crate) mod set;
+
+use crate::net::Reply;
+use crate::redlock::error::Outcome;
+use crate::redlock::quorum::Vote;
+use crate::resp::Value;
+
+/// What a round's reply means for the vote.
+pub(crate) fn set_vote(reply: Reply) -> (Vote, Outcome) {
+    match reply {
+        Ok(v) => match v.without_attributes() {
+            Value::SimpleString(s) if &s[..] == b"OK" => (Vote::Yes, Outcome::Granted),
+            Value::NullBulk | Value::Null => (Vote::Taken, Outcome::Taken),
+            other => (Vote::Failed, unexpected(other)),
+        },
+        Err(e) => (Vote::Failed, Outcome::Failed(e)),
+    }
+}
+
+fn unexpected(v: &Value) -> Outcome {
+    match v {
+        Value::Error(msg) | Value::BulkError(msg) => {
+            Outcome::ErrorReply(String::from_utf8_lossy(msg).into_owned())
+        }
+        other => Outcome::ErrorReply(format!("unexpected reply {other:?}")),
+    }
+}
+
+/// What a compare-and-X script's reply means: 1 is done for us, 0 is "the key is not ours", anything else failed.
+pub(crate) fn script_vote(reply: &Reply) -> (Vote, Outcome) {
+    match reply {
+        Ok(v) => match v.without_attributes() {
+            Value::Integer(1) => (Vote::Yes, Outcome::Granted),
+            Value::Integer(0) => (Vote::Taken, Outcome::Taken),
+            other => (Vote::Failed, unexpected(other)),
+        },
+        Err(e) => (Vote::Failed, Outcome::Failed(e.clone())),
+    }
+}
+
+pub(crate) fn is_noscript(reply: &Reply) -> bool {
+    matches!(reply.as_ref().map(Value::without_attributes), Ok(Value::Error(m)) if m.starts_with(b"NOSCRIPT"))
+}

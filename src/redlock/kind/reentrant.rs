@@ -1,0 +1,153 @@
+//! Reentrant locks, opt-in, by owner: [`Owner`], [`ReentrantLock`],
+//! [`LockManager::lock_reentrant`](crate::redlock::LockManager::lock_reentrant).
+//!
+//! An [`Owner`] is a random token the caller holds and passes to each acquisition: it is the key's value, so
+//! reentrancy works across threads and async tasks (whoever holds the owner), not per thread. A second
+//! acquisition by the same owner while the key holds it adds a hold instead of failing; each release removes
+//! its own hold; the key goes with the last.
+//!
+//! # Invariants
+//!
+//! - **Holds are attributable.** Each acquisition draws a random id (40 hex digits, one per attempt); a node
+//!   records the holds it granted as fields of the hash `muxlock:holds:<resource>` next to the key, one field per
+//!   id, changed only by [`lua::ACQUIRE_REENTRANT`] and [`lua::RELEASE_REENTRANT`] (each atomic on its node). A
+//!   release removes its own field and nothing else, and deletes the key only when no field is left.
+//! - **Releases are idempotent**, so they go to every node the acquisition was sent to, whatever its outcome
+//!   there: a node that never ran the acquisition (its connection was reset before the write, it was down) or
+//!   already ran the release removes nothing. The undo of a failed attempt goes to every node the attempt was
+//!   sent to, including those whose reply was lost (closed, reset, hung): the attempt may have run there.
+//! - **The outer hold stays on a majority while it reports valid.** An owner's first acquisition holds the key on
+//!   a majority `M` with at least its TTL to live from before the round started (the Redlock rule). On a node of
+//!   `M` the key goes before that only when its own field is removed (by its own release) or its expiry passes:
+//!   nested holds add fields and never shorten the expiry, their releases remove only their own fields, and
+//!   other owners cannot write the key. So while [`ReentrantLock::is_valid`] (the lease minus drift) holds, `M`
+//!   holds the key for the owner, and no other owner can get a majority. (Node restarts without persistence are
+//!   the restart guard's, as for every lock.)
+//! - **Every key the scripts write has an expiry**: the key and the hash share one, set in the same script.
+//!
+//! # Limits
+//!
+//! - **A release not confirmed by a majority hands the hold back** ([`Unreleased`]): release it again; the nodes
+//!   that already released it remove nothing the second time.
+//! - **An acquisition that runs after its own release or undo** (possible only if it waited in a queue the
+//!   release overtook, which one connection per node does not allow) leaves its field: the key then stays until
+//!   it expires, as a lock whose release was lost does. That costs waiting, never safety.
+//! - **A node that lost the hash but kept the key** (evicted, deleted by hand) no longer knows its holds: it
+//!   keeps the key until it expires rather than guess (a field `?` that no release removes). Evicting lock keys
+//!   breaks every Redlock lock: run the nodes with `maxmemory-policy noeviction`.
+//! - **No extension and no guard form** for reentrant locks yet: a nested acquisition renews the lease (up to its
+//!   own TTL), and the outer holder can acquire again to extend.
+
+use std::fmt;
+use std::time::Instant;
+
+use crate::net::{NodeSet, Reply};
+use crate::redlock::error::{Error, Outcome, Result};
+use crate::redlock::quorum::Vote;
+use crate::redlock::token;
+use crate::resp::Value;
+
+/// Who holds a reentrant lock: a random value (40 hex digits) shared by every acquisition of one owner. Clone it
+/// into every thread or task that acts as that owner.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub(crate) value: token::Value,
+}
+
+impl Owner {
+    /// The owner's value, as stored in the keys it holds.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.value).unwrap_or_default()
+    }
+}
+
+impl fmt::Debug for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Owner").field(&self.as_str()).finish()
+    }
+}
+
+/// One hold of a reentrant lock. Release each hold with
+/// [`LockManager::unlock_reentrant`](crate::redlock::LockManager::unlock_reentrant); the key goes with the last.
+#[must_use = "a hold that is not released keeps the lock until the lease runs out"]
+pub struct ReentrantLock {
+    pub(crate) resource: Vec<u8>,
+    pub(crate) owner: Owner,
+    /// This acquisition's id: its field in the holds hash.
+    pub(crate) hold: token::Value,
+    pub(crate) valid_until: Instant,
+    pub(crate) holds: u64,
+    pub(crate) nodes: NodeSet,
+}
+
+impl ReentrantLock {
+    /// The locked resource's name.
+    pub fn resource(&self) -> &[u8] {
+        &self.resource
+    }
+
+    /// The owner.
+    pub fn owner(&self) -> &Owner {
+        &self.owner
+    }
+
+    /// The number of holds the key had after this acquisition, the largest among the nodes counted for the
+    /// majority (1 for an outer hold, 2 for the first nested one, ...). Informative: nodes may differ after
+    /// failures, which is harmless because each release removes only its own hold.
+    pub fn holds(&self) -> u64 {
+        self.holds
+    }
+
+    /// The instant this hold's lease ends, on the monotonic clock.
+    pub fn valid_until(&self) -> Instant {
+        self.valid_until
+    }
+
+    /// Whether this hold's lease has not run out yet.
+    pub fn is_valid(&self) -> bool {
+        Instant::now() < self.valid_until
+    }
+}
+
+impl fmt::Debug for ReentrantLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReentrantLock")
+            .field("resource", &String::from_utf8_lossy(&self.resource))
+            .field("owner", &self.owner)
+            .field("holds", &self.holds)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The hold-count key of `resource`.
+pub(crate) fn count_key(resource: &[u8]) -> Vec<u8> {
+    [&b"muxlock:holds:"[..], resource].concat()
+}
+
+/// A reentrant acquisition's reply: the count (granted), 0 (another owner), anything else failed.
+pub(crate) fn vote(reply: &Reply) -> (Vote, Outcome, u64) {
+    match reply.as_ref().map(Value::without_attributes) {
+        Ok(Value::Integer(c)) if *c > 0 => (Vote::Yes, Outcome::Granted, c.unsigned_abs()),
+        Ok(Value::Integer(0)) => (Vote::Taken, Outcome::Taken, 0),
+        _ => {
+            let (vote, outcome) = crate::redlock::kind::script_vote(reply);
+            (
+                if vote == Vote::Taken {
+                    Vote::Failed
+                } else {
+                    vote
+                },
+                outcome,
+                0,
+            )
+        }
+    }
+}
+
+/// Draws a fresh id, for an owner or a hold.
+pub(crate) fn draw(tokens: &token::Tokens, doing: &'static str) -> Result<token::Value> {
+    tokens.next().map_err(|e| Error::Os {
+        doing,
+        error: std::io::Error::from(e).into(),
+    })
+}
