@@ -227,3 +227,15 @@ fn the_checker_catches_a_falling_token_before_a_counter_loss_only() {
     assert_eq!(history.violation(15), None);
     assert_eq!(history.tokens_before(15), 1);
 }
+
+/// Issue #20.4's history, directed (`tests/fenced.rs`'s slow-client test, on simulated nodes): a slow client
+/// must not get a smaller token than an earlier holder. With the old fencing design put back (80b5dd5 reversed)
+/// B gets token 3 after A's 11; the random seeds do not reach this history yet (RELIABILITY.md).
+#[test]
+fn a_slow_client_gets_a_larger_token_directed() {
+    let (a, b) = workload::slow_fence_history();
+    println!("A's token {a:?}, B's token {b:?}");
+    assert_eq!(a, Some(11), "A acquires with token 11");
+    let b = b.expect("B acquires after A's lease");
+    assert!(b > 11, "B got token {b} after A's 11");
+}

@@ -196,6 +196,10 @@ struct Client {
     /// A slow link of this client's own: to node `.0`, `.1` more each way (a client far away, or one that
     /// reads its replies late), in durable worlds.
     slow: Option<(usize, Time)>,
+    /// Directed histories only: a fixed one-way latency to each node (replacing the drawn one), and the instant
+    /// from which messages to a node are lost (a black hole: the round times out).
+    fixed: Vec<Option<Time>>,
+    hole_from: Vec<Option<Time>>,
 }
 
 #[derive(Debug)]
@@ -281,7 +285,24 @@ impl World {
         (at.saturating_duration_since(self.base).as_nanos() as f64 / rate) as Time
     }
 
+    /// Directed histories: every message between `client` and `node` takes exactly `latency`, and the node's own
+    /// faults (spikes, resets) are off.
+    pub fn fix_link(&mut self, client: usize, node: usize, latency: Time) {
+        self.clients[client].fixed[node] = Some(latency);
+        self.clients[client].slow = None;
+        let faults = &mut self.nodes[node].faults;
+        (faults.spike, faults.reset) = ((0.0, 0), 0.0);
+    }
+
+    /// Directed histories: from `from` on, what `client` sends to `node` is lost.
+    pub fn black_hole(&mut self, client: usize, node: usize, from: Time) {
+        self.clients[client].hole_from[node] = Some(from);
+    }
+
     fn latency(&mut self, client: usize, node: usize) -> Time {
+        if let Some(fixed) = self.clients[client].fixed[node] {
+            return fixed;
+        }
         let extra = match self.clients[client].slow {
             // Anywhere up to the link's bound, message by message: a request may be quick and its successor
             // late (a reply read late by a descheduled client looks the same).
@@ -372,6 +393,10 @@ impl World {
             } => {
                 let conn = &self.clients[client].conns[node];
                 if conn.epoch != epoch || self.nodes[node].down {
+                    return;
+                }
+                if self.clients[client].hole_from[node].is_some_and(|t| t <= now) {
+                    // Lost in flight: it never runs and no reply comes; the round times the node out.
                     return;
                 }
                 // A paused node runs nothing, and a request never overtakes an earlier one of its connection
@@ -628,6 +653,8 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
             // Within ±0.4 %: two clients differ by less than the 1 % drift factor.
             rate: 1.0 + (rng.range(0, 800) as f64 - 400.0) / 100_000.0,
             slow: None,
+            fixed: vec![None; setup.nodes],
+            hole_from: vec![None; setup.nodes],
         })
         .collect();
     let mut w = World {
