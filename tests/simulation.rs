@@ -71,6 +71,7 @@ fn seeds_keep_every_property() {
         total.noscript += s.noscript;
         total.late += s.late;
         total.pauses += s.pauses;
+        total.lost += s.lost;
         total.tokens_checked += s.tokens_checked;
     }
     println!(
@@ -80,7 +81,10 @@ fn seeds_keep_every_property() {
     );
     if seeds.len() >= 10 {
         // The faults must have struck rounds, or the run proves nothing.
-        assert!(total.timeouts > 0 && total.late > 0, "{total:?}");
+        assert!(
+            total.timeouts > 0 && total.late > 0 && total.lost > 0,
+            "{total:?}"
+        );
         assert!(
             total.resets_before > 0 && total.resets_after > 0,
             "{total:?}"

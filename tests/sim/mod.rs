@@ -158,6 +158,12 @@ enum Event {
     Snapshot {
         node: usize,
     },
+    /// A partition of a client's link ends: the connection it broke resets.
+    Mend {
+        client: usize,
+        node: usize,
+        epoch: u64,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -199,7 +205,9 @@ struct Client {
     /// Directed histories only: a fixed one-way latency to each node (replacing the drawn one), and the instant
     /// from which messages to a node are lost (a black hole: the round times out).
     fixed: Vec<Option<Time>>,
-    hole_from: Vec<Option<Time>>,
+    /// Partitions of this client's link to each node, `[from, until)`: a request arriving then is lost in flight,
+    /// and the connection resets when the partition ends (as TCP gives up on it).
+    cuts: Vec<Vec<(Time, Time)>>,
 }
 
 #[derive(Debug)]
@@ -221,6 +229,8 @@ pub struct Struck {
     pub pauses: u64,
     pub noscript: u64,
     pub late: u64,
+    /// Requests lost in flight to a partition.
+    pub lost: u64,
     /// When a node first came back without its data (fence counters too): the documented limit of fencing
     /// (counters must survive a restart), so tokens are checked only among grants made before it.
     pub counters_lost_at: Option<Time>,
@@ -294,9 +304,9 @@ impl World {
         (faults.spike, faults.reset) = ((0.0, 0), 0.0);
     }
 
-    /// Directed histories: from `from` on, what `client` sends to `node` is lost.
-    pub fn black_hole(&mut self, client: usize, node: usize, from: Time) {
-        self.clients[client].hole_from[node] = Some(from);
+    /// From `from` until `until`, what `client` sends to `node` is lost in flight (a partition of that link).
+    pub fn cut(&mut self, client: usize, node: usize, from: Time, until: Time) {
+        self.clients[client].cuts[node].push((from, until));
     }
 
     fn latency(&mut self, client: usize, node: usize) -> Time {
@@ -395,8 +405,24 @@ impl World {
                 if conn.epoch != epoch || self.nodes[node].down {
                     return;
                 }
-                if self.clients[client].hole_from[node].is_some_and(|t| t <= now) {
-                    // Lost in flight: it never runs and no reply comes; the round times the node out.
+                let cut = self.clients[client].cuts[node]
+                    .iter()
+                    .find(|&&(from, until)| from <= now && now < until)
+                    .copied();
+                if let Some((_, until)) = cut {
+                    // Lost in flight: it never runs and no reply comes (the round times the node out); the
+                    // connection resets when the partition ends, unless something reset it before.
+                    self.struck.lost += 1;
+                    if until < Time::MAX {
+                        self.push(
+                            until,
+                            Event::Mend {
+                                client,
+                                node,
+                                epoch,
+                            },
+                        );
+                    }
                     return;
                 }
                 // A paused node runs nothing, and a request never overtakes an earlier one of its connection
@@ -495,6 +521,15 @@ impl World {
             }
             Event::Flush { node } => self.nodes[node].node.flush_scripts(),
             Event::Snapshot { node } => self.nodes[node].node.take_snapshot(),
+            Event::Mend {
+                client,
+                node,
+                epoch,
+            } => {
+                if self.clients[client].conns[node].epoch == epoch {
+                    self.reset(client, node);
+                }
+            }
         }
     }
 
@@ -654,7 +689,7 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
             rate: 1.0 + (rng.range(0, 800) as f64 - 400.0) / 100_000.0,
             slow: None,
             fixed: vec![None; setup.nodes],
-            hole_from: vec![None; setup.nodes],
+            cuts: vec![Vec::new(); setup.nodes],
         })
         .collect();
     let mut w = World {
@@ -724,6 +759,17 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
         for c in 0..w.clients.len() {
             let node = rng.range(0, setup.nodes as u64 - 1) as usize;
             w.clients[c].slow = Some((node, rng.range(100, 1_500) * MS));
+            // Partitions of the client's links, now and then: what is in flight is lost (a write-back too).
+            let mut t = 0;
+            loop {
+                t += rng.range(300, 3_000) * MS;
+                if t >= setup.horizon {
+                    break;
+                }
+                let node = rng.range(0, setup.nodes as u64 - 1) as usize;
+                let until = t + rng.range(20, 1_500) * MS;
+                w.clients[c].cuts[node].push((t, until));
+            }
         }
     }
     if setup.bursts {

@@ -388,7 +388,7 @@ pub fn slow_fence_history() -> (Option<u64>, Option<u64>) {
         w.fix_link(0, 1, 200 * MS);
         w.fix_link(0, 2, 50 * MS);
         w.fix_link(1, 1, 2_500 * MS);
-        w.black_hole(0, 1, 500 * MS);
+        w.cut(0, 1, 500 * MS, Time::MAX);
         for (n, c) in [10, 1, 1].into_iter().enumerate() {
             w.nodes[n].node.set_counter(b"r0", c);
         }
