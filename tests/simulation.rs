@@ -192,13 +192,14 @@ fn search_for_a_violation() {
     }
 }
 
-/// Simulated lock operations per second of one core (timed, not asserted).
+/// Simulated lock operations per second (timed, not asserted): `MUXLOCK_SIM_SEEDS` seeds (100); run it under
+/// `taskset -c 0` for one core.
 #[test]
 #[ignore = "a measurement: run with --release --ignored --nocapture"]
 fn bench_ops_per_second() {
     let started = Instant::now();
     let mut ops = 0;
-    for seed in 0..20 {
+    for seed in 0..env_u64("MUXLOCK_SIM_SEEDS").unwrap_or(100) {
         ops += workload::run(seed, &Options::default()).ops;
     }
     let secs = started.elapsed().as_secs_f64();

@@ -33,7 +33,8 @@ pub mod workload;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -585,12 +586,17 @@ impl World {
     }
 }
 
-/// The shared simulation: the world under one lock, and one condition variable per client for the baton.
+/// The shared simulation: the world under one lock, and the threads to wake when the baton passes.
+///
+/// The baton passes by `unpark` **after** the world's lock is released (with a condition variable the woken
+/// client would wake while the lock is still held and contend for it: a tenth of the run on one core), and a
+/// client parks until the world says it is its turn (a stray wake-up only makes it look again).
 #[derive(Debug)]
 pub struct Sim {
     world: Mutex<World>,
-    baton: Vec<Condvar>,
-    finished: Condvar,
+    clients: usize,
+    /// The clients' threads, then the thread that waits for the end (set before the first turn).
+    threads: OnceLock<Vec<Thread>>,
 }
 
 impl Sim {
@@ -609,32 +615,39 @@ impl Sim {
         w.clients[me].state = State::Blocked;
         w.clients[me].until = until;
         w.clients[me].ready = false;
-        self.hand_on(&mut w);
-        while w.turn != Some(me) {
-            w = self.baton[me].wait(w).unwrap_or_else(|e| e.into_inner());
-        }
-        w
-    }
-
-    fn hand_on(&self, w: &mut World) {
         w.turn = w.pick();
-        match w.turn {
-            Some(next) => self.baton[next].notify_one(),
-            None => self.finished.notify_all(),
+        if w.turn == Some(me) {
+            return w; // no hand-off: this client runs on
+        }
+        self.pass(w);
+        self.wait_turn(me)
+    }
+
+    /// Wakes whoever `w.turn` names (the thread waiting for the end if nobody), once the lock is released.
+    fn pass(&self, w: MutexGuard<'_, World>) {
+        let next = w.turn.unwrap_or(self.clients);
+        drop(w);
+        if let Some(threads) = self.threads.get() {
+            threads[next].unpark();
         }
     }
 
-    fn wait_turn(&self, me: usize) {
-        let mut w = self.world();
-        while w.turn != Some(me) {
-            w = self.baton[me].wait(w).unwrap_or_else(|e| e.into_inner());
+    fn wait_turn(&self, me: usize) -> MutexGuard<'_, World> {
+        loop {
+            let w = self.world();
+            if w.turn == Some(me) {
+                return w;
+            }
+            drop(w);
+            std::thread::park();
         }
     }
 
     fn done(&self, me: usize) {
         let mut w = self.world();
         w.clients[me].state = State::Done;
-        self.hand_on(&mut w);
+        w.turn = w.pick();
+        self.pass(w);
     }
 }
 
@@ -794,8 +807,8 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
         }
     }
     Arc::new(Sim {
-        baton: (0..setup.clients).map(|_| Condvar::new()).collect(),
-        finished: Condvar::new(),
+        clients: setup.clients,
+        threads: OnceLock::new(),
         world: Mutex::new(w),
     })
 }
@@ -805,7 +818,7 @@ pub fn run<F>(sim: &Arc<Sim>, body: F)
 where
     F: Fn(SimNodes, SimClock) + Send + Sync + 'static,
 {
-    let n_clients = sim.baton.len();
+    let n_clients = sim.clients;
     let n_nodes = sim.world().nodes.len();
     let body = Arc::new(body);
     let addrs: Vec<NodeAddr> = (0..n_nodes)
@@ -818,7 +831,7 @@ where
                 .name(format!("sim-client-{me}"))
                 .stack_size(1024 * 1024)
                 .spawn(move || {
-                    sim.wait_turn(me);
+                    drop(sim.wait_turn(me));
                     let nodes = SimNodes {
                         sim: Arc::clone(&sim),
                         me,
@@ -839,11 +852,15 @@ where
                 .expect("thread")
         })
         .collect();
+    let mut handles: Vec<Thread> = threads.iter().map(|t| t.thread().clone()).collect();
+    handles.push(std::thread::current());
+    sim.threads.set(handles).expect("threads set once");
     {
         let mut w = sim.world();
-        sim.hand_on(&mut w);
-        while w.turn.is_some() {
-            w = sim.finished.wait(w).unwrap_or_else(|e| e.into_inner());
+        w.turn = w.pick();
+        sim.pass(w);
+        while sim.world().turn.is_some() {
+            std::thread::park();
         }
     }
     for t in threads {
