@@ -19,8 +19,8 @@ use std::time::Instant;
 use sim::Struck;
 use sim::workload::{self, Options, Run};
 
-/// Seeds run by default (CI): about 20 s in debug on 2 vCPUs.
-const DEFAULT_SEEDS: u64 = 200;
+/// Seeds run by default (CI): about 40 s in debug on 2 vCPUs (RELIABILITY.md).
+const DEFAULT_SEEDS: u64 = 600;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
@@ -71,6 +71,7 @@ fn seeds_keep_every_property() {
         total.noscript += s.noscript;
         total.late += s.late;
         total.pauses += s.pauses;
+        total.lost += s.lost;
         total.tokens_checked += s.tokens_checked;
     }
     println!(
@@ -80,7 +81,10 @@ fn seeds_keep_every_property() {
     );
     if seeds.len() >= 10 {
         // The faults must have struck rounds, or the run proves nothing.
-        assert!(total.timeouts > 0 && total.late > 0, "{total:?}");
+        assert!(
+            total.timeouts > 0 && total.late > 0 && total.lost > 0,
+            "{total:?}"
+        );
         assert!(
             total.resets_before > 0 && total.resets_after > 0,
             "{total:?}"
@@ -188,13 +192,14 @@ fn search_for_a_violation() {
     }
 }
 
-/// Simulated lock operations per second of one core (timed, not asserted).
+/// Simulated lock operations per second (timed, not asserted): `MUXLOCK_SIM_SEEDS` seeds (100); run it under
+/// `taskset -c 0` for one core.
 #[test]
 #[ignore = "a measurement: run with --release --ignored --nocapture"]
 fn bench_ops_per_second() {
     let started = Instant::now();
     let mut ops = 0;
-    for seed in 0..20 {
+    for seed in 0..env_u64("MUXLOCK_SIM_SEEDS").unwrap_or(100) {
         ops += workload::run(seed, &Options::default()).ops;
     }
     let secs = started.elapsed().as_secs_f64();
@@ -226,4 +231,16 @@ fn the_checker_catches_a_falling_token_before_a_counter_loss_only() {
     // The counters were lost at 15: the second grant is after it.
     assert_eq!(history.violation(15), None);
     assert_eq!(history.tokens_before(15), 1);
+}
+
+/// Issue #20.4's history, directed (`tests/fenced.rs`'s slow-client test, on simulated nodes): a slow client
+/// must not get a smaller token than an earlier holder. With the old fencing design put back (80b5dd5 reversed)
+/// B gets token 3 after A's 11; the random seeds do not reach this history yet (RELIABILITY.md).
+#[test]
+fn a_slow_client_gets_a_larger_token_directed() {
+    let (a, b) = workload::slow_fence_history();
+    println!("A's token {a:?}, B's token {b:?}");
+    assert_eq!(a, Some(11), "A acquires with token 11");
+    let b = b.expect("B acquires after A's lease");
+    assert!(b > 11, "B got token {b} after A's 11");
 }

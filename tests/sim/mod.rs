@@ -33,7 +33,8 @@ pub mod workload;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -158,6 +159,12 @@ enum Event {
     Snapshot {
         node: usize,
     },
+    /// A partition of a client's link ends: the connection it broke resets.
+    Mend {
+        client: usize,
+        node: usize,
+        epoch: u64,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -196,6 +203,12 @@ struct Client {
     /// A slow link of this client's own: to node `.0`, `.1` more each way (a client far away, or one that
     /// reads its replies late), in durable worlds.
     slow: Option<(usize, Time)>,
+    /// Directed histories only: a fixed one-way latency to each node (replacing the drawn one), and the instant
+    /// from which messages to a node are lost (a black hole: the round times out).
+    fixed: Vec<Option<Time>>,
+    /// Partitions of this client's link to each node, `[from, until)`: a request arriving then is lost in flight,
+    /// and the connection resets when the partition ends (as TCP gives up on it).
+    cuts: Vec<Vec<(Time, Time)>>,
 }
 
 #[derive(Debug)]
@@ -217,6 +230,8 @@ pub struct Struck {
     pub pauses: u64,
     pub noscript: u64,
     pub late: u64,
+    /// Requests lost in flight to a partition.
+    pub lost: u64,
     /// When a node first came back without its data (fence counters too): the documented limit of fencing
     /// (counters must survive a restart), so tokens are checked only among grants made before it.
     pub counters_lost_at: Option<Time>,
@@ -281,7 +296,24 @@ impl World {
         (at.saturating_duration_since(self.base).as_nanos() as f64 / rate) as Time
     }
 
+    /// Directed histories: every message between `client` and `node` takes exactly `latency`, and the node's own
+    /// faults (spikes, resets) are off.
+    pub fn fix_link(&mut self, client: usize, node: usize, latency: Time) {
+        self.clients[client].fixed[node] = Some(latency);
+        self.clients[client].slow = None;
+        let faults = &mut self.nodes[node].faults;
+        (faults.spike, faults.reset) = ((0.0, 0), 0.0);
+    }
+
+    /// From `from` until `until`, what `client` sends to `node` is lost in flight (a partition of that link).
+    pub fn cut(&mut self, client: usize, node: usize, from: Time, until: Time) {
+        self.clients[client].cuts[node].push((from, until));
+    }
+
     fn latency(&mut self, client: usize, node: usize) -> Time {
+        if let Some(fixed) = self.clients[client].fixed[node] {
+            return fixed;
+        }
         let extra = match self.clients[client].slow {
             // Anywhere up to the link's bound, message by message: a request may be quick and its successor
             // late (a reply read late by a descheduled client looks the same).
@@ -372,6 +404,26 @@ impl World {
             } => {
                 let conn = &self.clients[client].conns[node];
                 if conn.epoch != epoch || self.nodes[node].down {
+                    return;
+                }
+                let cut = self.clients[client].cuts[node]
+                    .iter()
+                    .find(|&&(from, until)| from <= now && now < until)
+                    .copied();
+                if let Some((_, until)) = cut {
+                    // Lost in flight: it never runs and no reply comes (the round times the node out); the
+                    // connection resets when the partition ends, unless something reset it before.
+                    self.struck.lost += 1;
+                    if until < Time::MAX {
+                        self.push(
+                            until,
+                            Event::Mend {
+                                client,
+                                node,
+                                epoch,
+                            },
+                        );
+                    }
                     return;
                 }
                 // A paused node runs nothing, and a request never overtakes an earlier one of its connection
@@ -470,6 +522,15 @@ impl World {
             }
             Event::Flush { node } => self.nodes[node].node.flush_scripts(),
             Event::Snapshot { node } => self.nodes[node].node.take_snapshot(),
+            Event::Mend {
+                client,
+                node,
+                epoch,
+            } => {
+                if self.clients[client].conns[node].epoch == epoch {
+                    self.reset(client, node);
+                }
+            }
         }
     }
 
@@ -525,12 +586,17 @@ impl World {
     }
 }
 
-/// The shared simulation: the world under one lock, and one condition variable per client for the baton.
+/// The shared simulation: the world under one lock, and the threads to wake when the baton passes.
+///
+/// The baton passes by `unpark` **after** the world's lock is released (with a condition variable the woken
+/// client would wake while the lock is still held and contend for it: a tenth of the run on one core), and a
+/// client parks until the world says it is its turn (a stray wake-up only makes it look again).
 #[derive(Debug)]
 pub struct Sim {
     world: Mutex<World>,
-    baton: Vec<Condvar>,
-    finished: Condvar,
+    clients: usize,
+    /// The clients' threads, then the thread that waits for the end (set before the first turn).
+    threads: OnceLock<Vec<Thread>>,
 }
 
 impl Sim {
@@ -549,32 +615,39 @@ impl Sim {
         w.clients[me].state = State::Blocked;
         w.clients[me].until = until;
         w.clients[me].ready = false;
-        self.hand_on(&mut w);
-        while w.turn != Some(me) {
-            w = self.baton[me].wait(w).unwrap_or_else(|e| e.into_inner());
-        }
-        w
-    }
-
-    fn hand_on(&self, w: &mut World) {
         w.turn = w.pick();
-        match w.turn {
-            Some(next) => self.baton[next].notify_one(),
-            None => self.finished.notify_all(),
+        if w.turn == Some(me) {
+            return w; // no hand-off: this client runs on
+        }
+        self.pass(w);
+        self.wait_turn(me)
+    }
+
+    /// Wakes whoever `w.turn` names (the thread waiting for the end if nobody), once the lock is released.
+    fn pass(&self, w: MutexGuard<'_, World>) {
+        let next = w.turn.unwrap_or(self.clients);
+        drop(w);
+        if let Some(threads) = self.threads.get() {
+            threads[next].unpark();
         }
     }
 
-    fn wait_turn(&self, me: usize) {
-        let mut w = self.world();
-        while w.turn != Some(me) {
-            w = self.baton[me].wait(w).unwrap_or_else(|e| e.into_inner());
+    fn wait_turn(&self, me: usize) -> MutexGuard<'_, World> {
+        loop {
+            let w = self.world();
+            if w.turn == Some(me) {
+                return w;
+            }
+            drop(w);
+            std::thread::park();
         }
     }
 
     fn done(&self, me: usize) {
         let mut w = self.world();
         w.clients[me].state = State::Done;
-        self.hand_on(&mut w);
+        w.turn = w.pick();
+        self.pass(w);
     }
 }
 
@@ -628,6 +701,8 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
             // Within ±0.4 %: two clients differ by less than the 1 % drift factor.
             rate: 1.0 + (rng.range(0, 800) as f64 - 400.0) / 100_000.0,
             slow: None,
+            fixed: vec![None; setup.nodes],
+            cuts: vec![Vec::new(); setup.nodes],
         })
         .collect();
     let mut w = World {
@@ -697,6 +772,17 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
         for c in 0..w.clients.len() {
             let node = rng.range(0, setup.nodes as u64 - 1) as usize;
             w.clients[c].slow = Some((node, rng.range(100, 1_500) * MS));
+            // Partitions of the client's links, now and then: what is in flight is lost (a write-back too).
+            let mut t = 0;
+            loop {
+                t += rng.range(300, 3_000) * MS;
+                if t >= setup.horizon {
+                    break;
+                }
+                let node = rng.range(0, setup.nodes as u64 - 1) as usize;
+                let until = t + rng.range(20, 1_500) * MS;
+                w.clients[c].cuts[node].push((t, until));
+            }
         }
     }
     if setup.bursts {
@@ -721,8 +807,8 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
         }
     }
     Arc::new(Sim {
-        baton: (0..setup.clients).map(|_| Condvar::new()).collect(),
-        finished: Condvar::new(),
+        clients: setup.clients,
+        threads: OnceLock::new(),
         world: Mutex::new(w),
     })
 }
@@ -732,7 +818,7 @@ pub fn run<F>(sim: &Arc<Sim>, body: F)
 where
     F: Fn(SimNodes, SimClock) + Send + Sync + 'static,
 {
-    let n_clients = sim.baton.len();
+    let n_clients = sim.clients;
     let n_nodes = sim.world().nodes.len();
     let body = Arc::new(body);
     let addrs: Vec<NodeAddr> = (0..n_nodes)
@@ -745,7 +831,7 @@ where
                 .name(format!("sim-client-{me}"))
                 .stack_size(1024 * 1024)
                 .spawn(move || {
-                    sim.wait_turn(me);
+                    drop(sim.wait_turn(me));
                     let nodes = SimNodes {
                         sim: Arc::clone(&sim),
                         me,
@@ -766,11 +852,15 @@ where
                 .expect("thread")
         })
         .collect();
+    let mut handles: Vec<Thread> = threads.iter().map(|t| t.thread().clone()).collect();
+    handles.push(std::thread::current());
+    sim.threads.set(handles).expect("threads set once");
     {
         let mut w = sim.world();
-        sim.hand_on(&mut w);
-        while w.turn.is_some() {
-            w = sim.finished.wait(w).unwrap_or_else(|e| e.into_inner());
+        w.turn = w.pick();
+        sim.pass(w);
+        while sim.world().turn.is_some() {
+            std::thread::park();
         }
     }
     for t in threads {

@@ -116,6 +116,14 @@ impl Node {
         );
     }
 
+    /// Sets `key` to `value` for `ttl` from time 0 (directed histories: someone else holds it).
+    pub fn hold(&mut self, key: &[u8], value: &[u8], ttl: Time) {
+        let data = Data::Str(Bytes::copy_from_slice(value));
+        let expires = Some(ttl);
+        self.keys
+            .insert(Bytes::copy_from_slice(key), Entry { data, expires });
+    }
+
     pub fn take_snapshot(&mut self) {
         self.snapshot = Some(self.keys.clone());
     }

@@ -360,3 +360,60 @@ pub fn run_bytes(data: &[u8]) -> Run {
     };
     run(u64::from_le_bytes(seed), &opts)
 }
+
+/// Issue #20.4's history, directed (as `tests/fenced.rs`'s slow-client test on real nodes): counters 10, 1, 1;
+/// A (round timeout 600 ms) is 200 ms from node 1 and 50 ms from node 2, which someone else holds for 150 ms; B
+/// (6 s) starts at 250 ms and is 2.5 s from node 1; A's messages to node 1 are lost from 500 ms on. Returns A's
+/// and B's tokens: B's must be larger.
+pub fn slow_fence_history() -> (Option<u64>, Option<u64>) {
+    use super::node::Time;
+    let setup = Setup {
+        nodes: 3,
+        clients: 2,
+        horizon: 1,
+        bursts: false,
+        durable: true,
+        tape: None,
+    };
+    let config = Config::default();
+    let sim = super::world(0, &setup, &muxlock::redlock::sim::setup_commands(&config));
+    {
+        let mut w = sim.world();
+        let near: Time = MS / 10;
+        for c in 0..2 {
+            for n in 0..3 {
+                w.fix_link(c, n, near);
+            }
+        }
+        w.fix_link(0, 1, 200 * MS);
+        w.fix_link(0, 2, 50 * MS);
+        w.fix_link(1, 1, 2_500 * MS);
+        w.cut(0, 1, 500 * MS, Time::MAX);
+        for (n, c) in [10, 1, 1].into_iter().enumerate() {
+            w.nodes[n].node.set_counter(b"r0", c);
+        }
+        w.nodes[2].node.hold(b"r0", b"someone-else", 150 * MS);
+    }
+    let tokens = Arc::new(std::sync::Mutex::new([None, None]));
+    let out = Arc::clone(&tokens);
+    super::run(&sim, move |nodes, clock| {
+        let me = clock.me();
+        let (round, ttl, start) = match me {
+            0 => (600, 2_000, 0),
+            _ => (6_000, 20_000, 250),
+        };
+        let config = Config::default()
+            .with_round_timeout(Duration::from_millis(round))
+            .with_retry_count(0)
+            .with_restart_guard(false);
+        let Ok(engine) = Engine::new(nodes, clock, config, [me as u8 + 1; 32]) else {
+            return;
+        };
+        engine.clock().sleep(Duration::from_millis(start));
+        if let Ok(Some(lock)) = engine.lock_fenced(b"r0", Duration::from_millis(ttl), false) {
+            out.lock().unwrap()[me] = Some(lock.token());
+        }
+    });
+    let t = *tokens.lock().unwrap();
+    (t[0], t[1])
+}
