@@ -672,3 +672,38 @@ fn guards_waiters_cancels_and_managers_churn_without_deadlock_or_overlap() {
     }
     assert_eq!(base.stats().guards.held, 0, "{:?}", base.stats().guards);
 }
+
+/// REVIEW FINDING (fails on the reviewed commit 4b55bde, passes on 69c43b4): an `unlock_value` refused before
+/// anything is sent (an empty value: nothing can have been released) must not wake this process' waiters. Since
+/// #22 moved the wake-up out of the engine, the manager's verb wakes them whatever the engine did: the waiter
+/// wakes for nothing (counted in `stats().guards.wakeups`) and makes a useless attempt on every node.
+#[test]
+fn an_unlock_value_refused_before_any_round_wakes_no_waiter() {
+    let _serial = serial();
+    let cluster = resp2_cluster();
+    let locks = manager(cluster.urls(), waiter_config());
+    let holder = manager(cluster.urls(), waiter_config());
+    let lock = holder
+        .lock("refused", Duration::from_secs(30))
+        .expect("lock");
+    let (rx, t) = start_waiter(&locks, "refused", Waiter::Lock);
+    // The waiter has tried, probed and gone to sleep until its poll (`POLL` after its attempt).
+    thread::sleep(ms(400));
+    let before = locks.stats().guards;
+    assert_eq!((before.waits, before.wakeups), (1, 0), "{before:?}");
+    let refused = locks.unlock_value("refused", "");
+    assert!(
+        matches!(refused, Err(muxlock::Error::Config(_))),
+        "{refused:?}"
+    );
+    thread::sleep(ms(300));
+    let after = locks.stats().guards;
+    assert!(rx.try_recv().is_err(), "returned while held");
+    // Let the waiter have the key before asserting, so that the thread ends either way.
+    holder.unlock(lock).expect("unlock");
+    assert!(t.join().expect("join"));
+    assert_eq!(
+        after.wakeups, 0,
+        "a refused unlock_value (nothing sent) woke the waiter: {after:?}"
+    );
+}
