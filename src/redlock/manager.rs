@@ -340,7 +340,10 @@ impl LockManager {
         let released = self
             .engine()
             .unlock_value(resource.as_ref(), value.as_ref());
-        self.keeper.waits.notify(resource.as_ref());
+        // A release refused before its round (an empty name or value) released nothing: nobody to wake.
+        if !matches!(released, Err(Error::Config(_))) {
+            self.keeper.waits.notify(resource.as_ref());
+        }
         released
     }
 
