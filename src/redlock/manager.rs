@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::net::{Fanout, NodeAddr, Options};
 use crate::redlock::config::Config;
-use crate::redlock::engine::seam::SystemClock;
+use crate::redlock::engine::seam::{SystemClock, block};
 use crate::redlock::engine::{Engine, restart};
 use crate::redlock::error::{Error, Result};
 use crate::redlock::guard::{Guard, Keeper};
@@ -212,7 +212,7 @@ impl LockManager {
     /// - [`Error::Quorum`] if too many nodes were down, hung or failing, with every node's outcome;
     /// - [`Error::Config`] for an empty resource name or an invalid `ttl`.
     pub fn lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Lock> {
-        self.engine().lock(resource.as_ref(), ttl)
+        block(self.engine().lock(resource.as_ref(), ttl))
     }
 
     /// Acquires `resource` for [`Config::ttl`], retrying as [`lock`](LockManager::lock) does.
@@ -221,8 +221,10 @@ impl LockManager {
     ///
     /// As [`lock`](LockManager::lock).
     pub fn acquire(&self, resource: impl AsRef<[u8]>) -> Result<Lock> {
-        self.engine()
-            .lock(resource.as_ref(), self.engine().config.ttl)
+        block(
+            self.engine()
+                .lock(resource.as_ref(), self.engine().config.ttl),
+        )
     }
 
     /// One attempt to acquire `resource` for `ttl`: `Ok(None)` if another holder has it.
@@ -232,7 +234,7 @@ impl LockManager {
     /// [`Error::Quorum`] if too many nodes failed to answer for a decision, [`Error::Config`] for invalid
     /// arguments.
     pub fn try_lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Option<Lock>> {
-        self.engine().try_lock(resource.as_ref(), ttl)
+        block(self.engine().try_lock(resource.as_ref(), ttl))
     }
 
     /// Extends `lock`'s lease to `ttl` from now, on all nodes at once. On success the new validity is measured
@@ -246,7 +248,7 @@ impl LockManager {
     /// - [`Error::LockLost`] if a majority no longer holds our value;
     /// - [`Error::Quorum`] if too few nodes answered within the current lease.
     pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
-        self.engine().extend(lock, ttl)
+        block(self.engine().extend(lock, ttl))
     }
 
     /// Extends the lock on `resource` whose value is `value` to `ttl` from now, on all nodes at once, and returns
@@ -286,8 +288,10 @@ impl LockManager {
         value: impl AsRef<[u8]>,
         ttl: Duration,
     ) -> Result<Instant> {
-        self.engine()
-            .extend_value(resource.as_ref(), value.as_ref(), ttl)
+        block(
+            self.engine()
+                .extend_value(resource.as_ref(), value.as_ref(), ttl),
+        )
     }
 
     /// Releases `lock` on all nodes at once (compare-and-delete: a node only deletes the key if it still holds this
@@ -301,7 +305,7 @@ impl LockManager {
     /// [`Error::Quorum`] if fewer than a majority of nodes answered at all: the release may not have happened, and
     /// the lock will end with its lease.
     pub fn unlock(&self, lock: Lock) -> Result<usize> {
-        let released = self.engine().unlock(&lock);
+        let released = block(self.engine().unlock(&lock));
         // Whatever the outcome, the key may be free now: this process' waiters look.
         self.keeper.waits.notify(&lock.resource);
         released
@@ -337,9 +341,10 @@ impl LockManager {
         resource: impl AsRef<[u8]>,
         value: impl AsRef<[u8]>,
     ) -> Result<usize> {
-        let released = self
-            .engine()
-            .unlock_value(resource.as_ref(), value.as_ref());
+        let released = block(
+            self.engine()
+                .unlock_value(resource.as_ref(), value.as_ref()),
+        );
         // A release refused before its round (an empty name or value) released nothing: nobody to wake.
         if !matches!(released, Err(Error::Config(_))) {
             self.keeper.waits.notify(resource.as_ref());
@@ -376,7 +381,7 @@ impl LockManager {
     /// # Ok::<(), muxlock::Error>(())
     /// ```
     pub fn inspect(&self, resource: impl AsRef<[u8]>) -> Result<Inspection> {
-        self.engine().inspect(resource.as_ref())
+        block(self.engine().inspect(resource.as_ref()))
     }
 
     /// Acquires `resource` as [`lock`](LockManager::lock) does, waiting for it if another holder has it, up to
@@ -436,7 +441,7 @@ impl LockManager {
     /// As [`lock`](LockManager::lock), and [`Error::Config`] for a `ttl` too short to renew.
     pub fn hold(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Guard> {
         self.check_guard_ttl(ttl)?;
-        let lock = self.engine().lock(resource.as_ref(), ttl)?;
+        let lock = block(self.engine().lock(resource.as_ref(), ttl))?;
         Ok(self.guard(lock, ttl))
     }
 
@@ -447,7 +452,7 @@ impl LockManager {
     /// As [`try_lock`](LockManager::try_lock), and [`Error::Config`] for a `ttl` too short to renew.
     pub fn try_hold(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Option<Guard>> {
         self.check_guard_ttl(ttl)?;
-        let lock = self.engine().try_lock(resource.as_ref(), ttl)?;
+        let lock = block(self.engine().try_lock(resource.as_ref(), ttl))?;
         Ok(lock.map(|lock| self.guard(lock, ttl)))
     }
 
@@ -611,8 +616,7 @@ impl LockManager {
     /// ```
     pub fn lock_many<R: AsRef<[u8]>>(&self, resources: &[R], ttl: Duration) -> Result<LockSet> {
         let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
-        self.engine()
-            .lock_many(&names, ttl, true)?
+        block(self.engine().lock_many(&names, ttl, true))?
             .ok_or_else(|| Error::config("no set acquired"))
     }
 
@@ -628,7 +632,7 @@ impl LockManager {
         ttl: Duration,
     ) -> Result<Option<LockSet>> {
         let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
-        self.engine().lock_many(&names, ttl, false)
+        block(self.engine().lock_many(&names, ttl, false))
     }
 
     /// Extends every key of `set` to `ttl` from now, together: a node extends the set only if it still holds every
@@ -638,7 +642,7 @@ impl LockManager {
     ///
     /// As [`extend`](super::LockManager::extend).
     pub fn extend_many(&self, set: &mut LockSet, ttl: Duration) -> Result<()> {
-        self.engine().extend_many(set, ttl)
+        block(self.engine().extend_many(set, ttl))
     }
 
     /// Releases every key of `set` on all nodes at once (each node deletes the keys that still hold the set's
@@ -648,7 +652,7 @@ impl LockManager {
     ///
     /// [`Error::Quorum`] if fewer than a majority of nodes answered.
     pub fn unlock_many(&self, set: LockSet) -> Result<usize> {
-        let released = self.engine().unlock_many(&set);
+        let released = block(self.engine().unlock_many(&set));
         set.resources
             .iter()
             .for_each(|r| self.keeper.waits.notify(r));
@@ -722,7 +726,7 @@ impl LockManager {
         ttl: Duration,
     ) -> Vec<Result<Option<Lock>>> {
         let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
-        self.engine().try_lock_batch(&names, ttl)
+        block(self.engine().try_lock_batch(&names, ttl))
     }
 
     /// Releases `locks` in one round: one compare-and-delete script per node for all of them. Returns, per lock
@@ -733,7 +737,7 @@ impl LockManager {
     ///
     /// Per lock: [`Error::Quorum`] if fewer than a majority of nodes answered; the lock ends with its lease.
     pub fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
-        let released = self.engine().unlock_batch(&locks);
+        let released = block(self.engine().unlock_batch(&locks));
         locks
             .iter()
             .for_each(|l| self.keeper.waits.notify(&l.resource));
@@ -764,8 +768,7 @@ impl LockManager {
     /// # Ok::<(), muxlock::Error>(())
     /// ```
     pub fn lock_fenced(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<FencedLock> {
-        self.engine()
-            .lock_fenced(resource.as_ref(), ttl, true)?
+        block(self.engine().lock_fenced(resource.as_ref(), ttl, true))?
             .ok_or_else(|| Error::config("no lock acquired"))
     }
 
@@ -779,7 +782,7 @@ impl LockManager {
         resource: impl AsRef<[u8]>,
         ttl: Duration,
     ) -> Result<Option<FencedLock>> {
-        self.engine().lock_fenced(resource.as_ref(), ttl, false)
+        block(self.engine().lock_fenced(resource.as_ref(), ttl, false))
     }
 
     /// Extends a fenced lock as [`extend`](super::LockManager::extend) does; the token does not change.
@@ -788,7 +791,7 @@ impl LockManager {
     ///
     /// As [`extend`](super::LockManager::extend).
     pub fn extend_fenced(&self, lock: &mut FencedLock, ttl: Duration) -> Result<()> {
-        self.engine().extend(&mut lock.lock, ttl)
+        block(self.engine().extend(&mut lock.lock, ttl))
     }
 
     /// Releases a fenced lock: each node that deletes the key first raises its counter to the lock's token.
@@ -797,7 +800,7 @@ impl LockManager {
     ///
     /// As [`unlock`](super::LockManager::unlock).
     pub fn unlock_fenced(&self, lock: FencedLock) -> Result<usize> {
-        let released = self.engine().unlock_fenced(&lock.lock, lock.token);
+        let released = block(self.engine().unlock_fenced(&lock.lock, lock.token));
         self.keeper.waits.notify(&lock.lock.resource);
         released
     }
@@ -860,7 +863,7 @@ impl LockManager {
         resource: impl AsRef<[u8]>,
         ttl: Duration,
     ) -> Result<ReentrantLock> {
-        self.engine().lock_reentrant(owner, resource.as_ref(), ttl)
+        block(self.engine().lock_reentrant(owner, resource.as_ref(), ttl))
     }
 
     /// Releases one hold of a reentrant lock: each node the acquisition was sent to removes this hold (and only
@@ -899,7 +902,7 @@ impl LockManager {
         lock: ReentrantLock,
         script: lua::Lua,
     ) -> std::result::Result<usize, Unreleased<ReentrantLock>> {
-        match self.engine().unlock_reentrant(&lock, script) {
+        match block(self.engine().unlock_reentrant(&lock, script)) {
             Ok((released, freed)) => {
                 if freed {
                     self.keeper.waits.notify(lock.resource());

@@ -141,85 +141,94 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     }
 
     /// As [`LockManager::try_lock`](super::LockManager::try_lock).
-    pub fn try_lock(&self, resource: &[u8], ttl: Duration) -> Result<Option<Lock>> {
-        self.core.try_lock(resource, ttl)
+    pub async fn try_lock(&self, resource: &[u8], ttl: Duration) -> Result<Option<Lock>> {
+        self.core.try_lock(resource, ttl).await
     }
 
     /// As [`LockManager::lock`](super::LockManager::lock) (retries with the clock's pauses).
-    pub fn lock(&self, resource: &[u8], ttl: Duration) -> Result<Lock> {
-        self.core.lock(resource, ttl)
+    pub async fn lock(&self, resource: &[u8], ttl: Duration) -> Result<Lock> {
+        self.core.lock(resource, ttl).await
     }
 
     /// As [`LockManager::extend`](super::LockManager::extend).
-    pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
-        self.core.extend(lock, ttl)
+    pub async fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
+        self.core.extend(lock, ttl).await
     }
 
     /// As [`LockManager::unlock`](super::LockManager::unlock).
-    pub fn unlock(&self, lock: Lock) -> Result<usize> {
-        self.core.unlock(&lock)
+    pub async fn unlock(&self, lock: Lock) -> Result<usize> {
+        self.core.unlock(&lock).await
     }
 
     /// As [`LockManager::extend_value`](super::LockManager::extend_value).
-    pub fn extend_value(&self, resource: &[u8], value: &[u8], ttl: Duration) -> Result<Instant> {
-        self.core.extend_value(resource, value, ttl)
+    pub async fn extend_value(
+        &self,
+        resource: &[u8],
+        value: &[u8],
+        ttl: Duration,
+    ) -> Result<Instant> {
+        self.core.extend_value(resource, value, ttl).await
     }
 
     /// As [`LockManager::unlock_value`](super::LockManager::unlock_value).
-    pub fn unlock_value(&self, resource: &[u8], value: &[u8]) -> Result<usize> {
-        self.core.unlock_value(resource, value)
+    pub async fn unlock_value(&self, resource: &[u8], value: &[u8]) -> Result<usize> {
+        self.core.unlock_value(resource, value).await
     }
 
     /// As [`LockManager::try_lock_batch`](super::LockManager::try_lock_batch).
-    pub fn try_lock_batch(&self, resources: &[&[u8]], ttl: Duration) -> Vec<Result<Option<Lock>>> {
-        self.core.try_lock_batch(resources, ttl)
+    pub async fn try_lock_batch(
+        &self,
+        resources: &[&[u8]],
+        ttl: Duration,
+    ) -> Vec<Result<Option<Lock>>> {
+        self.core.try_lock_batch(resources, ttl).await
     }
 
     /// As [`LockManager::unlock_batch`](super::LockManager::unlock_batch).
-    pub fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
-        self.core.unlock_batch(&locks)
+    pub async fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
+        self.core.unlock_batch(&locks).await
     }
 
     /// As [`LockManager::lock_many`](super::LockManager::lock_many) (`retry`) or
     /// [`try_lock_many`](super::LockManager::try_lock_many).
-    pub fn lock_many(
+    pub async fn lock_many(
         &self,
         resources: &[&[u8]],
         ttl: Duration,
         retry: bool,
     ) -> Result<Option<LockSet>> {
-        self.core.lock_many(resources, ttl, retry)
+        self.core.lock_many(resources, ttl, retry).await
     }
 
     /// As [`LockManager::extend_many`](super::LockManager::extend_many).
-    pub fn extend_many(&self, set: &mut LockSet, ttl: Duration) -> Result<()> {
-        self.core.extend_many(set, ttl)
+    pub async fn extend_many(&self, set: &mut LockSet, ttl: Duration) -> Result<()> {
+        self.core.extend_many(set, ttl).await
     }
 
     /// As [`LockManager::unlock_many`](super::LockManager::unlock_many).
-    pub fn unlock_many(&self, set: LockSet) -> Result<usize> {
-        self.core.unlock_many(&set)
+    pub async fn unlock_many(&self, set: LockSet) -> Result<usize> {
+        self.core.unlock_many(&set).await
     }
 
     /// As [`LockManager::lock_fenced`](super::LockManager::lock_fenced) (`retry`) or
     /// [`try_lock_fenced`](super::LockManager::try_lock_fenced).
-    pub fn lock_fenced(
+    pub async fn lock_fenced(
         &self,
         resource: &[u8],
         ttl: Duration,
         retry: bool,
     ) -> Result<Option<FencedLock>> {
-        self.core.lock_fenced(resource, ttl, retry)
+        self.core.lock_fenced(resource, ttl, retry).await
     }
 
     /// As [`LockManager::extend_fenced`](super::LockManager::extend_fenced).
-    pub fn extend_fenced(&self, lock: &mut FencedLock, ttl: Duration) -> Result<()> {
-        self.core.extend(&mut lock.lock, ttl)
+    pub async fn extend_fenced(&self, lock: &mut FencedLock, ttl: Duration) -> Result<()> {
+        self.core.extend(&mut lock.lock, ttl).await
     }
 
     /// As [`LockManager::unlock_fenced`](super::LockManager::unlock_fenced).
-    pub fn unlock_fenced(&self, lock: FencedLock) -> Result<usize> {
-        self.core.unlock_fenced(&lock.lock, lock.token)
+    pub async fn unlock_fenced(&self, lock: FencedLock) -> Result<usize> {
+        self.core.unlock_fenced(&lock.lock, lock.token).await
     }
 
     /// As [`LockManager::owner`](super::LockManager::owner), from the seeded stream.
@@ -232,24 +241,29 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     }
 
     /// As [`LockManager::lock_reentrant`](super::LockManager::lock_reentrant).
-    pub fn lock_reentrant(
+    pub async fn lock_reentrant(
         &self,
         owner: &Owner,
         resource: &[u8],
         ttl: Duration,
     ) -> Result<ReentrantLock> {
-        self.core.lock_reentrant(owner, resource, ttl)
+        self.core.lock_reentrant(owner, resource, ttl).await
     }
 
     /// As [`LockManager::unlock_reentrant`](super::LockManager::unlock_reentrant); `unattributed` releases with
     /// the script of issue #20's bug ([`lua::RELEASE_REENTRANT_UNATTRIBUTED`]), the simulator's control.
-    pub fn unlock_reentrant(&self, lock: &ReentrantLock, unattributed: bool) -> Result<usize> {
+    pub async fn unlock_reentrant(
+        &self,
+        lock: &ReentrantLock,
+        unattributed: bool,
+    ) -> Result<usize> {
         let script = match unattributed {
             true => lua::RELEASE_REENTRANT_UNATTRIBUTED,
             false => lua::RELEASE_REENTRANT,
         };
         self.core
             .unlock_reentrant(lock, script)
+            .await
             .map(|(released, _)| released)
     }
 
@@ -295,9 +309,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// One renewal round for `guards` (the watchdog's turn for the guards due): each gets its next due time, or
     /// none once lost.
-    pub fn renew_guards(&self, guards: &mut [&mut SimGuard]) {
+    pub async fn renew_guards(&self, guards: &mut [&mut SimGuard]) {
         let held: Vec<Arc<Held>> = guards.iter().map(|g| Arc::clone(&g.held)).collect();
-        let next = guard::renew(&self.core, &self.activity, &held);
+        let next = guard::renew(&self.core, &self.activity, &held).await;
         for (g, next) in guards.iter_mut().zip(next) {
             if let Some(at) = next {
                 g.due = at;
@@ -306,7 +320,13 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     }
 
     /// Releases a guard, as [`Guard::release`](crate::redlock::Guard::release) does.
-    pub fn release_guard(&self, g: SimGuard) -> Result<usize> {
-        guard::end(&self.core, &g.held)
+    pub async fn release_guard(&self, g: SimGuard) -> Result<usize> {
+        guard::end(&self.core, &g.held).await
     }
+}
+
+/// Runs one verb of the engine to its end on this thread (see `engine/seam.rs`'s `block`): for a simulator
+/// whose seam blocks inside `next()` and `sleep`, as the real fanout does.
+pub fn block<F: std::future::Future>(verb: F) -> F::Output {
+    crate::redlock::engine::seam::block(verb)
 }

@@ -13,6 +13,7 @@ use bytes::BytesMut;
 
 use crate::net::{Fanout, NodeError};
 use crate::redlock::engine::Engine;
+use crate::redlock::engine::seam::block;
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::guard::Keeper;
 use crate::redlock::kind::fenced::FencedLock;
@@ -59,7 +60,7 @@ pub(crate) fn lock_wait(
 ) -> Result<Lock> {
     let ttl_ms = keeper.engine.check(resource, ttl)?;
     wait_for(keeper, resource, max_wait, |core| {
-        core.attempt(resource, ttl, ttl_ms)
+        block(core.attempt(resource, ttl, ttl_ms))
     })
 }
 
@@ -75,7 +76,7 @@ pub(crate) fn lock_fenced_wait(
 ) -> Result<FencedLock> {
     keeper.engine.check(resource, ttl)?;
     wait_for(keeper, resource, max_wait, |core| {
-        match core.lock_fenced(resource, ttl, false) {
+        match block(core.lock_fenced(resource, ttl, false)) {
             Ok(Some(lock)) => Ok(Ok(lock)),
             // Held: the per-node outcomes stay inside the fenced round; the probe that follows says how long
             // the holder has left.

@@ -32,6 +32,7 @@ pub mod workload;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::Thread;
@@ -898,7 +899,15 @@ impl Clock for SimClock {
         w.instant(self.me, w.now)
     }
 
-    fn sleep(&self, pause: Duration) {
+    fn sleep(&self, pause: Duration) -> impl Future<Output = ()> {
+        self.sleep_blocking(pause);
+        std::future::ready(())
+    }
+}
+
+impl SimClock {
+    /// Gives the baton up until `pause` (of this client's clock) has passed.
+    fn sleep_blocking(&self, pause: Duration) {
         let w = self.sim.world();
         let rate = w.clients[self.me].rate;
         let until = w.now + (pause.as_nanos() as f64 / rate) as Time;
@@ -979,7 +988,14 @@ impl NodeRound for SimRound<'_> {
 
     fn need(&mut self, _outcomes: usize) {}
 
-    fn next(&mut self) -> Option<(usize, Reply)> {
+    fn next(&mut self) -> impl Future<Output = Option<(usize, Reply)>> {
+        std::future::ready(self.next_blocking())
+    }
+}
+
+impl SimRound<'_> {
+    /// The next outcome, giving the baton up until one is filed.
+    fn next_blocking(&mut self) -> Option<(usize, Reply)> {
         let me = self.nodes.me;
         let sim = &self.nodes.sim;
         let mut w = sim.world();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use muxlock::Config;
-use muxlock::redlock::sim::{Clock, Engine};
+use muxlock::redlock::sim::{Clock, Engine, block};
 
 use super::check::Hold;
 use super::node::{MS, Time};
@@ -103,16 +103,16 @@ fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (b
             6 => {
                 // A `Lock` kept after its key was released by value (a script, another process): extending it
                 // must not be confirmed by nodes that restored the released key from an older snapshot.
-                if let Ok(Some(mut lock)) = engine.try_lock(r.as_bytes(), ttl) {
+                if let Ok(Some(mut lock)) = block(engine.try_lock(r.as_bytes(), ttl)) {
                     let value = lock.value().as_bytes().to_vec();
                     let i = hold(&sim, "lock", r.as_bytes(), &value, lock.valid_until(), None);
-                    clock.sleep(pause(&mut rng, ttl) / 4);
+                    block(clock.sleep(pause(&mut rng, ttl) / 4));
                     end(&sim, i);
                     op(&sim);
-                    let _ = engine.unlock_value(r.as_bytes(), &value);
-                    clock.sleep(pause(&mut rng, ttl) / 2);
+                    let _ = block(engine.unlock_value(r.as_bytes(), &value));
+                    block(clock.sleep(pause(&mut rng, ttl) / 2));
                     op(&sim);
-                    if engine.extend(&mut lock, ttl).is_ok() {
+                    if block(engine.extend(&mut lock, ttl)).is_ok() {
                         // Released, yet extended: a new claim from now on.
                         let j = hold(
                             &sim,
@@ -122,17 +122,17 @@ fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (b
                             lock.valid_until(),
                             None,
                         );
-                        clock.sleep(pause(&mut rng, ttl) / 4);
+                        block(clock.sleep(pause(&mut rng, ttl) / 4));
                         end(&sim, j);
                         op(&sim);
-                        let _ = engine.unlock(lock);
+                        let _ = block(engine.unlock(lock));
                     }
                 }
             }
             0 => {
                 let got = match rng.chance(0.5) {
-                    true => engine.try_lock(r.as_bytes(), ttl),
-                    false => engine.lock(r.as_bytes(), ttl).map(Some),
+                    true => block(engine.try_lock(r.as_bytes(), ttl)),
+                    false => block(engine.lock(r.as_bytes(), ttl)).map(Some),
                 };
                 if let Ok(Some(mut lock)) = got {
                     let i = hold(
@@ -143,29 +143,29 @@ fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (b
                         lock.valid_until(),
                         None,
                     );
-                    clock.sleep(pause(&mut rng, ttl) / 2);
+                    block(clock.sleep(pause(&mut rng, ttl) / 2));
                     if rng.chance(0.5) {
                         op(&sim);
-                        if engine.extend(&mut lock, ttl).is_ok() {
+                        if block(engine.extend(&mut lock, ttl)).is_ok() {
                             extended(&sim, i, lock.valid_until());
                         }
-                        clock.sleep(pause(&mut rng, ttl) / 2);
+                        block(clock.sleep(pause(&mut rng, ttl) / 2));
                     }
                     end(&sim, i);
                     op(&sim);
-                    let _ = engine.unlock(lock);
+                    let _ = block(engine.unlock(lock));
                 }
             }
             1 => {
                 // By value, as another process (`muxlock extend`) would: it extends what it believes it holds.
-                if let Ok(Some(lock)) = engine.try_lock(r.as_bytes(), ttl) {
+                if let Ok(Some(lock)) = block(engine.try_lock(r.as_bytes(), ttl)) {
                     let value = lock.value().as_bytes().to_vec();
                     let i = hold(&sim, "lock", r.as_bytes(), &value, lock.valid_until(), None);
-                    clock.sleep(pause(&mut rng, ttl));
+                    block(clock.sleep(pause(&mut rng, ttl)));
                     op(&sim);
                     let still = at(&sim, lock.valid_until()) > now(&sim);
                     let mut by_value = None;
-                    match engine.extend_value(r.as_bytes(), &value, ttl) {
+                    match block(engine.extend_value(r.as_bytes(), &value, ttl)) {
                         Ok(until) if still => extended(&sim, i, until),
                         // Expired meanwhile, yet extended by value: a new claim from now on.
                         Ok(until) => {
@@ -174,13 +174,13 @@ fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (b
                         }
                         Err(_) => {}
                     }
-                    clock.sleep(pause(&mut rng, ttl) / 3);
+                    block(clock.sleep(pause(&mut rng, ttl) / 3));
                     end(&sim, i);
                     if let Some(j) = by_value {
                         end(&sim, j);
                     }
                     op(&sim);
-                    let _ = engine.unlock_value(r.as_bytes(), &value);
+                    let _ = block(engine.unlock_value(r.as_bytes(), &value));
                 }
             }
             2 => {
@@ -188,7 +188,7 @@ fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (b
                 let refs: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
                 let mut held = Vec::new();
                 let mut locks = Vec::new();
-                for (name, got) in names.iter().zip(engine.try_lock_batch(&refs, ttl)) {
+                for (name, got) in names.iter().zip(block(engine.try_lock_batch(&refs, ttl))) {
                     if let Ok(Some(lock)) = got {
                         held.push(hold(
                             &sim,
@@ -201,36 +201,38 @@ fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (b
                         locks.push(lock);
                     }
                 }
-                clock.sleep(pause(&mut rng, ttl));
+                block(clock.sleep(pause(&mut rng, ttl)));
                 held.iter().for_each(|&i| end(&sim, i));
                 if !locks.is_empty() {
                     op(&sim);
-                    let _ = engine.unlock_batch(locks);
+                    let _ = block(engine.unlock_batch(locks));
                 }
             }
             3 => {
                 let names = [format!("r{}", rng.range(0, 1)), "r2".to_owned()];
                 let refs: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
-                if let Ok(Some(mut set)) = engine.lock_many(&refs, ttl, rng.chance(0.5)) {
+                if let Ok(Some(mut set)) = block(engine.lock_many(&refs, ttl, rng.chance(0.5))) {
                     let value = set.value().as_bytes().to_vec();
                     let held: Vec<usize> = names
                         .iter()
                         .map(|n| hold(&sim, "set", n.as_bytes(), &value, set.valid_until(), None))
                         .collect();
-                    clock.sleep(pause(&mut rng, ttl) / 2);
+                    block(clock.sleep(pause(&mut rng, ttl) / 2));
                     op(&sim);
-                    if engine.extend_many(&mut set, ttl).is_ok() {
+                    if block(engine.extend_many(&mut set, ttl)).is_ok() {
                         held.iter()
                             .for_each(|&i| extended(&sim, i, set.valid_until()));
                     }
-                    clock.sleep(pause(&mut rng, ttl) / 2);
+                    block(clock.sleep(pause(&mut rng, ttl) / 2));
                     held.iter().for_each(|&i| end(&sim, i));
                     op(&sim);
-                    let _ = engine.unlock_many(set);
+                    let _ = block(engine.unlock_many(set));
                 }
             }
             4 => {
-                if let Ok(Some(lock)) = engine.lock_fenced(r.as_bytes(), ttl, rng.chance(0.5)) {
+                if let Ok(Some(lock)) =
+                    block(engine.lock_fenced(r.as_bytes(), ttl, rng.chance(0.5)))
+                {
                     let i = hold(
                         &sim,
                         "fenced",
@@ -239,15 +241,15 @@ fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (b
                         lock.lock().valid_until(),
                         Some(lock.token()),
                     );
-                    clock.sleep(pause(&mut rng, ttl));
+                    block(clock.sleep(pause(&mut rng, ttl)));
                     end(&sim, i);
                     op(&sim);
-                    let _ = engine.unlock_fenced(lock);
+                    let _ = block(engine.unlock_fenced(lock));
                 }
             }
             _ => {
                 let Some(owner) = &owner else { continue };
-                if let Ok(outer) = engine.lock_reentrant(owner, r.as_bytes(), ttl) {
+                if let Ok(outer) = block(engine.lock_reentrant(owner, r.as_bytes(), ttl)) {
                     let who = owner.as_str().as_bytes();
                     let i = hold(
                         &sim,
@@ -260,21 +262,21 @@ fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (b
                     // Nested hold/release pairs: each must leave the outer hold where it is.
                     for _ in 0..rng.range(1, 4) {
                         op(&sim);
-                        if let Ok(inner) = engine.lock_reentrant(owner, r.as_bytes(), ttl) {
-                            clock.sleep(pause(&mut rng, ttl) / 8);
+                        if let Ok(inner) = block(engine.lock_reentrant(owner, r.as_bytes(), ttl)) {
+                            block(clock.sleep(pause(&mut rng, ttl) / 8));
                             op(&sim);
-                            let _ = engine.unlock_reentrant(&inner, unattributed);
+                            let _ = block(engine.unlock_reentrant(&inner, unattributed));
                         }
                     }
                     // The outer hold stays ours until its validity: work on.
-                    clock.sleep(pause(&mut rng, ttl) / 2);
+                    block(clock.sleep(pause(&mut rng, ttl) / 2));
                     end(&sim, i);
                     op(&sim);
-                    let _ = engine.unlock_reentrant(&outer, unattributed);
+                    let _ = block(engine.unlock_reentrant(&outer, unattributed));
                 }
             }
         }
-        clock.sleep(Duration::from_millis(rng.range(0, 30)));
+        block(clock.sleep(Duration::from_millis(rng.range(0, 30))));
     }
 }
 
@@ -409,8 +411,9 @@ pub fn slow_fence_history() -> (Option<u64>, Option<u64>) {
         let Ok(engine) = Engine::new(nodes, clock, config, [me as u8 + 1; 32]) else {
             return;
         };
-        engine.clock().sleep(Duration::from_millis(start));
-        if let Ok(Some(lock)) = engine.lock_fenced(b"r0", Duration::from_millis(ttl), false) {
+        block(engine.clock().sleep(Duration::from_millis(start)));
+        if let Ok(Some(lock)) = block(engine.lock_fenced(b"r0", Duration::from_millis(ttl), false))
+        {
             out.lock().unwrap()[me] = Some(lock.token());
         }
     });

@@ -35,7 +35,7 @@ use crate::resp::{Decimal, Value, encode_command};
 use crate::time::later;
 
 impl<N: Nodes, C: Clock> Engine<N, C> {
-    pub(crate) fn try_lock_batch(
+    pub(crate) async fn try_lock_batch(
         &self,
         resources: &[&[u8]],
         ttl: Duration,
@@ -72,7 +72,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
         let k = live.len();
         if k > 0 {
-            self.acquire_batch(resources, &values, &live, ttl, ttl_ms, &mut results);
+            self.acquire_batch(resources, &values, &live, ttl, ttl_ms, &mut results)
+                .await;
         }
         results
             .into_iter()
@@ -81,7 +82,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     }
 
     /// The round of [`try_lock_batch`](Engine::try_lock_batch) for `resources[live[..]]`; fills `results`.
-    fn acquire_batch(
+    async fn acquire_batch(
         &self,
         resources: &[&[u8]],
         values: &[crate::redlock::token::Value],
@@ -102,40 +103,42 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut status = vec![Status::Pending; k];
         let mut outcomes = vec![Outcome::NotAwaited; k * n];
         let mut undecided = k;
-        let nodes = self.pipelined(
-            Kind::Normal,
-            NodeSet::ALL,
-            k,
-            deadline,
-            need,
-            |buf, _| {
-                for &i in live {
-                    let args: [&[u8]; 6] = [
-                        b"SET",
-                        resources[i],
-                        &values[i],
-                        b"NX",
-                        b"PX",
-                        ttl_arg.as_bytes(),
-                    ];
-                    encode_command(&args, buf);
-                }
-            },
-            |j, node, reply| {
-                if status[j] == Status::Pending {
-                    let now = self.clock.now();
-                    let (vote, outcome) = self.counted(node, set_vote(reply), now, None);
-                    self.votes[node].count(&outcome);
-                    outcomes[j * n + node] = outcome;
-                    status[j] = quorums[j].vote(node, vote, now);
-                    if status[j] != Status::Pending {
-                        undecided -= 1;
+        let nodes = self
+            .pipelined(
+                Kind::Normal,
+                NodeSet::ALL,
+                k,
+                deadline,
+                need,
+                |buf, _| {
+                    for &i in live {
+                        let args: [&[u8]; 6] = [
+                            b"SET",
+                            resources[i],
+                            &values[i],
+                            b"NX",
+                            b"PX",
+                            ttl_arg.as_bytes(),
+                        ];
+                        encode_command(&args, buf);
                     }
-                }
-                // Each lock still pending needs one more outcome at the least.
-                undecided
-            },
-        );
+                },
+                |j, node, reply| {
+                    if status[j] == Status::Pending {
+                        let now = self.clock.now();
+                        let (vote, outcome) = self.counted(node, set_vote(reply), now, None);
+                        self.votes[node].count(&outcome);
+                        outcomes[j * n + node] = outcome;
+                        status[j] = quorums[j].vote(node, vote, now);
+                        if status[j] != Status::Pending {
+                            undecided -= 1;
+                        }
+                    }
+                    // Each lock still pending needs one more outcome at the least.
+                    undecided
+                },
+            )
+            .await;
         let mut failed: Vec<usize> = Vec::new();
         for (j, &i) in live.iter().enumerate() {
             results[i] = Some(match settle(status[j], &quorums[j], self.clock.now()) {
@@ -172,7 +175,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
     }
 
-    pub(crate) fn unlock_batch(&self, locks: &[Lock]) -> Vec<Result<usize>> {
+    pub(crate) async fn unlock_batch(&self, locks: &[Lock]) -> Vec<Result<usize>> {
         let (n, m) = (self.fanout.len(), locks.len());
         if m == 0 {
             return Vec::new();
@@ -225,7 +228,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 // Like a lone release: done once every lock is released on a majority, or every node answered.
                 usize::from(pending > 0)
             },
-        );
+        )
+        .await;
         let mut results = Vec::with_capacity(m);
         for (j, lock) in locks.iter().enumerate() {
             results.push(match answered[j] >= quorum {

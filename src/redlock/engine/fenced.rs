@@ -22,7 +22,7 @@ use crate::resp::Decimal;
 use crate::time::later;
 
 impl<N: Nodes, C: Clock> Engine<N, C> {
-    pub(crate) fn lock_fenced(
+    pub(crate) async fn lock_fenced(
         &self,
         resource: &[u8],
         ttl: Duration,
@@ -31,7 +31,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let ttl_ms = self.check(resource, ttl)?;
         let mut attempt = 0;
         loop {
-            let (failure, report) = match self.attempt_fenced(resource, ttl, ttl_ms)? {
+            let (failure, report) = match self.attempt_fenced(resource, ttl, ttl_ms).await? {
                 Ok(lock) => return Ok(Some(lock)),
                 Err(failed) => failed,
             };
@@ -46,12 +46,12 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 });
             }
             attempt += 1;
-            self.clock.sleep(self.retry_pause());
+            self.clock.sleep(self.retry_pause()).await;
         }
     }
 
     #[allow(clippy::type_complexity)]
-    fn attempt_fenced(
+    async fn attempt_fenced(
         &self,
         resource: &[u8],
         ttl: Duration,
@@ -65,12 +65,14 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let counter = counter_key(resource);
         let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
         let keys: [&[u8]; 2] = [resource, &counter];
-        let round = self.acquire_scripted(
-            lua::ACQUIRE_FENCED,
-            (&keys, &[&value, ttl_arg.as_bytes()]),
-            (ttl, ttl_ms),
-            fenced_vote,
-        );
+        let round = self
+            .acquire_scripted(
+                lua::ACQUIRE_FENCED,
+                (&keys, &[&value, ttl_arg.as_bytes()]),
+                (ttl, ttl_ms),
+                fenced_vote,
+            )
+            .await;
         let (start, quorum, status, outcomes, nodes, token) = (
             round.start,
             round.quorum,
@@ -141,7 +143,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                         majority - yes
                     }
                 },
-            );
+            )
+            .await;
             if yes >= majority && self.clock.now() < valid_until {
                 return Ok(Ok(FencedLock {
                     lock: Lock {
@@ -166,7 +169,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     }
 
     /// Releases a fenced lock: every node that deletes the key raises the counter to the token first.
-    pub(crate) fn unlock_fenced(&self, lock: &Lock, token: u64) -> Result<usize> {
+    pub(crate) async fn unlock_fenced(&self, lock: &Lock, token: u64) -> Result<usize> {
         let n = self.fanout.len();
         let quorum = self.quorum();
         let deadline = later(self.clock.now(), self.config.round_timeout);
@@ -204,7 +207,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 answered += usize::from(vote != Vote::Failed);
                 quorum.saturating_sub(released)
             },
-        );
+        )
+        .await;
         if answered < quorum {
             return Err(Error::Quorum(Box::new(self.report(
                 &lock.resource,

@@ -85,11 +85,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         self.fanout.len() / 2 + 1
     }
 
-    pub(crate) fn lock(&self, resource: &[u8], ttl: Duration) -> Result<Lock> {
+    pub(crate) async fn lock(&self, resource: &[u8], ttl: Duration) -> Result<Lock> {
         let ttl_ms = self.check(resource, ttl)?;
         let mut attempt = 0;
         loop {
-            let (failure, report) = match self.attempt(resource, ttl, ttl_ms)? {
+            let (failure, report) = match self.attempt(resource, ttl, ttl_ms).await? {
                 Ok(lock) => return Ok(lock),
                 Err(failed) => failed,
             };
@@ -102,20 +102,20 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 });
             }
             attempt += 1;
-            self.clock.sleep(self.retry_pause());
+            self.clock.sleep(self.retry_pause()).await;
         }
     }
 
-    pub(crate) fn try_lock(&self, resource: &[u8], ttl: Duration) -> Result<Option<Lock>> {
+    pub(crate) async fn try_lock(&self, resource: &[u8], ttl: Duration) -> Result<Option<Lock>> {
         let ttl_ms = self.check(resource, ttl)?;
-        match self.attempt(resource, ttl, ttl_ms)? {
+        match self.attempt(resource, ttl, ttl_ms).await? {
             Ok(lock) => Ok(Some(lock)),
             Err((Failure::Held, _)) => Ok(None),
             Err((_, report)) => Err(Error::Quorum(Box::new(report))),
         }
     }
 
-    pub(crate) fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
+    pub(crate) async fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
         self.config.check_ttl(ttl)?;
         if lock.extensions >= self.config.max_extensions {
             return Err(Error::ExtendLimit(lock.extensions));
@@ -123,19 +123,21 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         if self.clock.now() >= lock.valid_until {
             return Err(Error::Expired);
         }
-        lock.valid_until = self.extend_on(
-            &lock.resource,
-            &lock.value,
-            (lock.nodes, Some(lock.acquired)),
-            ttl,
-            Some(lock.valid_until),
-        )?;
+        lock.valid_until = self
+            .extend_on(
+                &lock.resource,
+                &lock.value,
+                (lock.nodes, Some(lock.acquired)),
+                ttl,
+                Some(lock.valid_until),
+            )
+            .await?;
         lock.extensions += 1;
         Ok(())
     }
 
     /// [`LockManager::extend_value`](crate::redlock::LockManager::extend_value): an extension on every node, by value.
-    pub(crate) fn extend_value(
+    pub(crate) async fn extend_value(
         &self,
         resource: &[u8],
         value: &[u8],
@@ -144,24 +146,26 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         self.check(resource, ttl)?;
         check_value(value)?;
         self.extend_on(resource, value, (NodeSet::ALL, None), ttl, None)
+            .await
     }
 
-    pub(crate) fn unlock(&self, lock: &Lock) -> Result<usize> {
+    pub(crate) async fn unlock(&self, lock: &Lock) -> Result<usize> {
         self.release_on(&lock.resource, &lock.value, lock.nodes)
+            .await
     }
 
     /// [`LockManager::unlock_value`](crate::redlock::LockManager::unlock_value): a release on every node, by value.
-    pub(crate) fn unlock_value(&self, resource: &[u8], value: &[u8]) -> Result<usize> {
+    pub(crate) async fn unlock_value(&self, resource: &[u8], value: &[u8]) -> Result<usize> {
         if resource.is_empty() {
             return Err(Error::config("the resource name is empty"));
         }
         check_value(value)?;
-        self.release_on(resource, value, NodeSet::ALL)
+        self.release_on(resource, value, NodeSet::ALL).await
     }
 
     /// [`LockManager::inspect`](crate::redlock::LockManager::inspect): `GET` and `PTTL` pipelined to every node in one
     /// round; each node's replies become a [`KeyState`].
-    pub(crate) fn inspect(&self, resource: &[u8]) -> Result<Inspection> {
+    pub(crate) async fn inspect(&self, resource: &[u8]) -> Result<Inspection> {
         if resource.is_empty() {
             return Err(Error::config("the resource name is empty"));
         }
@@ -178,7 +182,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut states: Vec<Option<KeyState>> = vec![None; n];
         let mut pending = 2 * n;
         round.need(pending);
-        while let Some((node, reply)) = round.next() {
+        while let Some((node, reply)) = round.next().await {
             let Some(get) = gets.get_mut(node) else {
                 continue;
             };
@@ -215,7 +219,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// The extension round shared by `extend` and `extend_value`: compare-and-pexpire on `nodes`, decided by a
     /// majority before the new lease's validity and before `decide_by` (the current lease's end, when known).
     /// Returns the new lease's end.
-    fn extend_on(
+    async fn extend_on(
         &self,
         resource: &[u8],
         value: &[u8],
@@ -258,7 +262,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     _ => 0,
                 }
             },
-        );
+        )
+        .await;
         settle(status, &quorum, self.clock.now()).map_err(|failure| {
             let report = Box::new(self.report(resource, outcomes, quorum.quorum()));
             if failure == Failure::Held {
@@ -271,7 +276,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// The release round shared by `unlock` and `unlock_value`: compare-and-delete on `nodes`; the number of nodes
     /// that deleted the key by the time a majority confirmed, every node answered, or the round timed out.
-    fn release_on(&self, resource: &[u8], value: &[u8], nodes: NodeSet) -> Result<usize> {
+    async fn release_on(&self, resource: &[u8], value: &[u8], nodes: NodeSet) -> Result<usize> {
         let n = self.fanout.len();
         let quorum = self.quorum();
         let deadline = later(self.clock.now(), self.config.round_timeout);
@@ -298,7 +303,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 answered += usize::from(vote != Vote::Failed);
                 quorum.saturating_sub(released)
             },
-        );
+        )
+        .await;
         if answered < quorum {
             return Err(Error::Quorum(Box::new(
                 self.report(resource, outcomes, quorum),
@@ -311,7 +317,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// per node. Returns when the round started, and per renewal its verdict (the new lease's end, or why not)
     /// and every node's outcome. A renewal counts only if a majority confirms it before its `decide_by`; what a
     /// verdict means for a guard is the guard room's business (`guard.rs`).
-    pub(crate) fn renew(&self, renewals: &[Renewal<'_>]) -> (Instant, Vec<Renewed>) {
+    pub(crate) async fn renew(&self, renewals: &[Renewal<'_>]) -> (Instant, Vec<Renewed>) {
         let n = self.fanout.len();
         let start = self.clock.now();
         let k = renewals.len();
@@ -340,7 +346,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut outcomes = vec![vec![Outcome::NotAwaited; n]; k];
         let mut status = vec![Status::Pending; k];
         let mut undecided = k;
-        while let Some((node, reply)) = round.next() {
+        while let Some((node, reply)) = round.next().await {
             let (j, first) = (index[node] % k, index[node] < k);
             index[node] += 1;
             if first && is_noscript(&reply) {
@@ -421,7 +427,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// One acquisition round. `Err` carries why it failed and every node's outcome; partial grants have been
     /// released by then.
     #[allow(clippy::type_complexity)]
-    pub(crate) fn attempt(
+    pub(crate) async fn attempt(
         &self,
         resource: &[u8],
         ttl: Duration,
@@ -445,7 +451,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let mut status = Status::Pending;
         round.need(quorum.votes_to_decide());
-        while let Some((node, reply)) = round.next() {
+        while let Some((node, reply)) = round.next().await {
             let now = self.clock.now();
             let (vote, outcome) = self.counted(node, set_vote(reply), now, None);
             self.votes[node].count(&outcome);
@@ -485,7 +491,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// more replies are worth waiting for before it is called again (`need` at first), 0 to stop. A node that has
     /// lost the script (`NOSCRIPT`) gets it once more in full with `EVAL`. A release must reach every reachable
     /// node: it goes in a release round (see [`Fanout::release_round`]).
-    pub(crate) fn script_round(
+    pub(crate) async fn script_round(
         &self,
         script: Script,
         resource: &[u8],
@@ -505,7 +511,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         // Which nodes got the script in full; allocated only if some node has lost it (rare: after a restart or
         // a SCRIPT FLUSH), so that a release or an extension allocates nothing for it.
         let mut resent: Vec<bool> = Vec::new();
-        while let Some((node, reply)) = round.next() {
+        while let Some((node, reply)) = round.next().await {
             if is_noscript(&reply) && !resent.get(node).copied().unwrap_or(false) {
                 resent.resize(self.fanout.len(), false);
                 resent[node] = true;

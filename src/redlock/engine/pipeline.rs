@@ -41,7 +41,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// until it returns 0 or the round ends by `deadline`. `need` is how many outcomes are worth waiting for
     /// first. Returns the nodes the request was queued for.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn pipelined(
+    pub(crate) async fn pipelined(
         &self,
         kind: Kind,
         nodes: NodeSet,
@@ -67,7 +67,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         // answered in the first pass (allocated only then: rare).
         let mut index = vec![0usize; n];
         let mut resent: Vec<Option<Vec<bool>>> = Vec::new();
-        while let Some((node, reply)) = round.next() {
+        while let Some((node, reply)) = round.next().await {
             let Some(at) = index.get_mut(node) else {
                 continue;
             };
@@ -118,7 +118,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// One acquisition round of `script` on every node, in Redlock's way: sent at once, each reply classified by
     /// `classify` into a vote, an outcome and a number, votes counted through the restart guard, the round ended
     /// as soon as the quorum's verdict is certain. Shared by sets, fencing and reentrant locks.
-    pub(crate) fn acquire_scripted(
+    pub(crate) async fn acquire_scripted(
         &self,
         script: lua::Lua,
         (keys, args): (&[&[u8]], &[&[u8]]),
@@ -134,30 +134,32 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut status = Status::Pending;
         let mut count = 0;
         let need = quorum.votes_to_decide();
-        let nodes = self.pipelined(
-            Kind::Normal,
-            NodeSet::ALL,
-            1,
-            deadline,
-            need,
-            |buf, full| lua::eval(buf, script, full, keys, args),
-            |_, node, reply| {
-                let now = self.clock.now();
-                let (vote, outcome, number) = classify(&reply);
-                let (vote, outcome) = self.counted(node, (vote, outcome), now, None);
-                self.votes[node].count(&outcome);
-                outcomes[node] = outcome;
-                if vote == Vote::Yes {
-                    // Only counted grants: a node the restart guard does not trust may have lost its counters.
-                    count = count.max(number);
-                }
-                status = quorum.vote(node, vote, now);
-                match status {
-                    Status::Pending => quorum.votes_to_decide(),
-                    _ => 0,
-                }
-            },
-        );
+        let nodes = self
+            .pipelined(
+                Kind::Normal,
+                NodeSet::ALL,
+                1,
+                deadline,
+                need,
+                |buf, full| lua::eval(buf, script, full, keys, args),
+                |_, node, reply| {
+                    let now = self.clock.now();
+                    let (vote, outcome, number) = classify(&reply);
+                    let (vote, outcome) = self.counted(node, (vote, outcome), now, None);
+                    self.votes[node].count(&outcome);
+                    outcomes[node] = outcome;
+                    if vote == Vote::Yes {
+                        // Only counted grants: a node the restart guard does not trust may have lost its counters.
+                        count = count.max(number);
+                    }
+                    status = quorum.vote(node, vote, now);
+                    match status {
+                        Status::Pending => quorum.votes_to_decide(),
+                        _ => 0,
+                    }
+                },
+            )
+            .await;
         Acquired {
             start,
             quorum,

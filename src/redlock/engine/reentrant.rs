@@ -16,7 +16,7 @@ use crate::resp::{Decimal, Value};
 use crate::time::later;
 
 impl<N: Nodes, C: Clock> Engine<N, C> {
-    pub(crate) fn lock_reentrant(
+    pub(crate) async fn lock_reentrant(
         &self,
         owner: &Owner,
         resource: &[u8],
@@ -31,12 +31,14 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             // A fresh id per attempt: an undo that is late (behind a later attempt on some node) then removes only
             // the hold of the attempt it undoes.
             let hold = draw(&self.tokens, "drawing a hold id from the OS's randomness")?;
-            let round = self.acquire_scripted(
-                lua::ACQUIRE_REENTRANT,
-                (&keys, &[&owner.value, &hold, ttl_arg.as_bytes()]),
-                (ttl, ttl_ms),
-                vote,
-            );
+            let round = self
+                .acquire_scripted(
+                    lua::ACQUIRE_REENTRANT,
+                    (&keys, &[&owner.value, &hold, ttl_arg.as_bytes()]),
+                    (ttl, ttl_ms),
+                    vote,
+                )
+                .await;
             let (quorum, status, outcomes, nodes, holds) = (
                 round.quorum,
                 round.status,
@@ -80,14 +82,14 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 });
             }
             attempt += 1;
-            self.clock.sleep(self.retry_pause());
+            self.clock.sleep(self.retry_pause()).await;
         }
     }
 
     /// One release round of `lock`'s hold by `script` on every node its acquisition was sent to.
     /// Releases one hold; with the number of nodes that confirmed it, whether some node deleted the key (no
     /// hold was left there), so that waiters may look.
-    pub(crate) fn unlock_reentrant(
+    pub(crate) async fn unlock_reentrant(
         &self,
         lock: &ReentrantLock,
         script: lua::Lua,
@@ -130,7 +132,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 answered += usize::from(v != Vote::Failed);
                 quorum.saturating_sub(released)
             },
-        );
+        )
+        .await;
         if answered < quorum {
             return Err(Error::Quorum(Box::new(self.report(
                 &lock.resource,

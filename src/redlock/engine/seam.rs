@@ -20,11 +20,18 @@
 //! - **[`Nodes::setup_replies`]** are the replies to the set-up commands the engine gave, in that order, on the
 //!   node's current connection ([`Nodes::sessions`] changes with every new connection), each dated when it was
 //!   read. The restart guard reads them through typed ids (`restart::SetupIds`), not positions.
-//! - **Votes are dated by the clock** right after [`NodeRound::next`] returns them: the real fanout does not keep
-//!   the instant each outcome was decoded per round, so the engine takes `clock.now()` then (a later date, which
-//!   is the safe way for every deadline the quorum checks). The simulator's `next` advances its virtual clock to
-//!   the reply's arrival, so there the two are the same.
+//! - **Votes are dated by the clock** right after [`NodeRound::next`] returns them, not when the fanout decoded
+//!   them (it dates set-up replies so, not round outcomes). A decision (issue #22 asked for the decode instant):
+//!   the date taken is never earlier than the decode, and later is the safe side of every check a vote meets. A
+//!   vote counts only before the lease's validity ends (`Quorum`: later means fewer votes in time); the restart
+//!   guard's window is judged at that date, and the lock then starts to count only after it, when every lease
+//!   the node knew before its restart has ended; the "up since the acquisition" rule compares the node's
+//!   uptime with the same date on both sides. The simulator's `next` advances its virtual clock to the reply's
+//!   arrival, so there the two are the same; the real fanout pays no per-outcome timestamp.
 
+use std::future::{Future, ready};
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::net::{Fanout, NodeAddr, NodeSet, Reply, Round};
@@ -35,7 +42,7 @@ pub trait Clock {
     /// The current instant.
     fn now(&self) -> Instant;
     /// Waits for `pause` (the jittered retry delay).
-    fn sleep(&self, pause: Duration);
+    fn sleep(&self, pause: Duration) -> impl Future<Output = ()>;
 }
 
 /// The real clock: [`Instant::now`] (`CLOCK_MONOTONIC`) and [`std::thread::sleep`].
@@ -48,8 +55,9 @@ impl Clock for SystemClock {
         Instant::now()
     }
 
-    fn sleep(&self, pause: Duration) {
+    fn sleep(&self, pause: Duration) -> impl Future<Output = ()> {
         std::thread::sleep(pause);
+        ready(())
     }
 }
 
@@ -89,7 +97,7 @@ pub trait NodeRound {
     /// How many outcomes are worth waiting for before the caller is woken.
     fn need(&mut self, outcomes: usize);
     /// The next outcome, `(node, reply)`; `None` once every request of the round has its outcome.
-    fn next(&mut self) -> Option<(usize, Reply)>;
+    fn next(&mut self) -> impl Future<Output = Option<(usize, Reply)>>;
 }
 
 impl Nodes for Fanout {
@@ -146,8 +154,29 @@ impl NodeRound for Round<'_> {
         Round::need(self, outcomes)
     }
 
+    /// The real round blocks this thread until the outcome is filed: the future is ready when made.
     #[inline]
-    fn next(&mut self) -> Option<(usize, Reply)> {
-        Round::next(self)
+    fn next(&mut self) -> impl Future<Output = Option<(usize, Reply)>> {
+        ready(Round::next(self))
+    }
+}
+
+/// Runs one of the engine's verbs to its end on this thread, for callers that block (the manager's verbs, the
+/// watchdog, the waiting loop).
+///
+/// The engine's verbs are `async` so that the simulator can run many clients' rounds as tasks on one thread
+/// (each `next()` or `sleep` a point where another client may run); on the real seam every such point blocks
+/// inside the call and its future is ready when made, so the verb completes in the first poll and this costs
+/// no allocation and no hand-off. Were some seam to return a pending future, this polls again after yielding
+/// the thread, so it never spins a core while it waits.
+#[inline]
+pub(crate) fn block<F: Future>(verb: F) -> F::Output {
+    let mut verb = pin!(verb);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(out) = verb.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::yield_now();
     }
 }

@@ -37,7 +37,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     }
 
     /// `lock_many` (`retry`: up to `retry_count` more attempts) or `try_lock_many`.
-    pub(crate) fn lock_many(
+    pub(crate) async fn lock_many(
         &self,
         resources: &[&[u8]],
         ttl: Duration,
@@ -51,7 +51,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         })?;
         let mut attempt = 0;
         loop {
-            let (failure, report) = match self.attempt_many(&sorted, value, ttl, ttl_ms) {
+            let (failure, report) = match self.attempt_many(&sorted, value, ttl, ttl_ms).await {
                 Ok(set) => return Ok(Some(set)),
                 Err(failed) => failed,
             };
@@ -66,11 +66,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 });
             }
             attempt += 1;
-            self.clock.sleep(self.retry_pause());
+            self.clock.sleep(self.retry_pause()).await;
         }
     }
 
-    fn attempt_many(
+    async fn attempt_many(
         &self,
         sorted: &[Vec<u8>],
         value: token::Value,
@@ -79,15 +79,17 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     ) -> std::result::Result<LockSet, (Failure, Report)> {
         let names = keys(sorted);
         let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
-        let round = self.acquire_scripted(
-            lua::ACQUIRE_MANY,
-            (&names, &[&value, ttl_arg.as_bytes()]),
-            (ttl, ttl_ms),
-            |reply| {
-                let (vote, outcome) = script_vote(reply);
-                (vote, outcome, 0)
-            },
-        );
+        let round = self
+            .acquire_scripted(
+                lua::ACQUIRE_MANY,
+                (&names, &[&value, ttl_arg.as_bytes()]),
+                (ttl, ttl_ms),
+                |reply| {
+                    let (vote, outcome) = script_vote(reply);
+                    (vote, outcome, 0)
+                },
+            )
+            .await;
         let (quorum, outcomes, nodes, start) =
             (round.quorum, round.outcomes, round.nodes, round.start);
         match settle(round.status, &quorum, self.clock.now()) {
@@ -107,7 +109,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     .fanout
                     .release_round(later(self.clock.now(), self.config.round_timeout));
                 round.send_to(nodes, &release, 1);
-                while round.next().is_some() {}
+                while round.next().await.is_some() {}
                 drop(round);
                 Err((
                     failure,
@@ -117,7 +119,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
     }
 
-    pub(crate) fn extend_many(&self, set: &mut LockSet, ttl: Duration) -> Result<()> {
+    pub(crate) async fn extend_many(&self, set: &mut LockSet, ttl: Duration) -> Result<()> {
         let ttl_ms = self.config.check_ttl(ttl)?;
         if set.extensions >= self.config.max_extensions {
             return Err(Error::ExtendLimit(set.extensions));
@@ -169,7 +171,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     _ => 0,
                 }
             },
-        );
+        )
+        .await;
         match settle(status, &quorum, self.clock.now()) {
             Ok(valid_until) => {
                 set.valid_until = valid_until;
@@ -187,7 +190,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
     }
 
-    pub(crate) fn unlock_many(&self, set: &LockSet) -> Result<usize> {
+    pub(crate) async fn unlock_many(&self, set: &LockSet) -> Result<usize> {
         let n = self.fanout.len();
         let quorum = self.quorum();
         let deadline = later(self.clock.now(), self.config.round_timeout);
@@ -222,7 +225,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 answered += usize::from(vote != Vote::Failed);
                 quorum.saturating_sub(released)
             },
-        );
+        )
+        .await;
         if answered < quorum {
             return Err(Error::Quorum(Box::new(self.report(
                 &set_name(&set.resources),

@@ -21,7 +21,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::net::NodeSet;
-use crate::redlock::engine::seam::{Clock, Nodes};
+use crate::redlock::engine::seam::{Clock, Nodes, block};
 use crate::redlock::engine::{Engine, Renewal, is_gone};
 use crate::redlock::error::{Error, Report, Result};
 use crate::redlock::guard::watchdog::Watchdog;
@@ -86,7 +86,7 @@ impl Keeper {
     fn release(&self, held: &Held) -> Result<usize> {
         self.watchdog.forget(held);
         Activity::add(&self.activity.guards_ended, 1);
-        let released = end(&self.engine, held);
+        let released = block(end(&self.engine, held));
         match &held.set {
             Some(set) => set.iter().for_each(|r| self.waits.notify(r)),
             None => self.waits.notify(&held.resource),
@@ -98,29 +98,35 @@ impl Keeper {
 /// Ends a guard on the nodes: marked released (so it is never renewed again), and its lock released through the
 /// engine directly: every key of a set together, the fenced release for a fenced guard, else the plain one.
 /// Generic over the seam, as [`renew`] is.
-pub(crate) fn end<N: Nodes, C: Clock>(engine: &Engine<N, C>, held: &Held) -> Result<usize> {
+pub(crate) async fn end<N: Nodes, C: Clock>(engine: &Engine<N, C>, held: &Held) -> Result<usize> {
     held.set_lost(Lost::Released);
-    let s = lock(&held.state);
+    let (valid_until, nodes) = {
+        let s = lock(&held.state);
+        (s.valid_until, s.nodes)
+    };
     let lock = Lock {
         resource: held.resource.clone(),
         value: held.value,
-        valid_until: s.valid_until,
+        valid_until,
         acquired: held.acquired,
         extensions: 0,
-        nodes: s.nodes,
+        nodes,
     };
-    drop(s);
     match (&held.set, held.fence) {
-        (Some(set), _) => engine.unlock_many(&LockSet {
-            resources: set.clone(),
-            value: lock.value,
-            valid_until: lock.valid_until,
-            acquired: lock.acquired,
-            extensions: 0,
-            nodes: lock.nodes,
-        }),
-        (None, Some(token)) => engine.unlock_fenced(&lock, token),
-        (None, None) => engine.unlock(&lock),
+        (Some(set), _) => {
+            engine
+                .unlock_many(&LockSet {
+                    resources: set.clone(),
+                    value: lock.value,
+                    valid_until: lock.valid_until,
+                    acquired: lock.acquired,
+                    extensions: 0,
+                    nodes: lock.nodes,
+                })
+                .await
+        }
+        (None, Some(token)) => engine.unlock_fenced(&lock, token).await,
+        (None, None) => engine.unlock(&lock).await,
     }
 }
 
@@ -141,7 +147,7 @@ pub(crate) fn lose(activity: &Activity, g: &Held, why: Lost) {
 ///
 /// Generic over the engine's seam, so that the simulator renews guards on its virtual clock as the watchdog
 /// does on the real one.
-pub(crate) fn renew<N: Nodes, C: Clock>(
+pub(crate) async fn renew<N: Nodes, C: Clock>(
     engine: &Engine<N, C>,
     activity: &Activity,
     guards: &[Arc<Held>],
@@ -177,7 +183,7 @@ pub(crate) fn renew<N: Nodes, C: Clock>(
             }
         })
         .collect();
-    let (start, renewed) = engine.renew(&renewals);
+    let (start, renewed) = engine.renew(&renewals).await;
     Activity::add(&activity.renewal_rounds, 1);
     for (&(i, _, _), renewed) in live.iter().zip(renewed) {
         let g = &guards[i];

@@ -55,7 +55,7 @@ use bytes::BytesMut;
 
 use crate::net::{Fanout, NodeError, Options};
 use crate::redlock::engine::Engine;
-use crate::redlock::engine::seam::Clock;
+use crate::redlock::engine::seam::{Clock, block};
 use crate::redlock::error::Outcome;
 use crate::redlock::guard::{Held, Keeper, Lost, lose, renew};
 use crate::redlock::schedule::{GuardId, Schedule, renewal_due};
@@ -216,7 +216,7 @@ impl Watchdog {
                     .collect()
             };
             for chunk in due.chunks(CHUNK) {
-                let next = renew(&keeper.engine, &keeper.activity, chunk);
+                let next = block(renew(&keeper.engine, &keeper.activity, chunk));
                 for (held, next) in chunk.iter().zip(next) {
                     match next {
                         Some(at) => lock(&self.state).schedule.set(held.id, at),
