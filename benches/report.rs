@@ -180,6 +180,9 @@ fn main() {
     } else {
         Mode::Full
     };
+    if mode == Mode::Test {
+        output::check_splice();
+    }
     let plan = Plan::new(mode);
     let mut out = Out {
         md: String::new(),
