@@ -242,8 +242,15 @@ pub fn check_splice() {
     let md = format!("{BEGIN}\nnew table\n{END}\n");
     let text = format!("intro\n{BEGIN}\nold\n{END}\n{END}\n{END}\n\n### by hand\n");
     let once = splice(&text, &md).expect("splice");
-    assert_eq!(once, format!("intro\n{BEGIN}\nnew table\n{END}\n\n### by hand\n"));
-    assert_eq!(splice(&once, &md).expect("splice"), once, "a rerun changes nothing");
+    assert_eq!(
+        once,
+        format!("intro\n{BEGIN}\nnew table\n{END}\n\n### by hand\n")
+    );
+    assert_eq!(
+        splice(&once, &md).expect("splice"),
+        once,
+        "a rerun changes nothing"
+    );
     assert_eq!(once.matches(END).count(), 1);
     assert!(splice("no markers", &md).is_err());
 }
