@@ -42,6 +42,8 @@ use crate::resp::{Value, encode_command};
 use crate::sync::lock;
 use crate::time::later;
 
+mod handoff;
+
 /// A waiter's place in its resource's line.
 pub(crate) type Ticket = u64;
 
@@ -122,11 +124,13 @@ impl WaitRoom {
         }
     }
 
-    /// The key of `resource` may have come free: wakes the head of its line, if anyone waits.
+    /// The key of `resource` may have come free, or (`resource` is a waiter's turn key) a waiter's turn in the
+    /// nodes' queue came: wakes the head of its line, if anyone waits.
     pub(crate) fn notify(&self, resource: &[u8]) {
         if self.waiting.load(Ordering::Acquire) == 0 {
             return;
         }
+        let resource = handoff::resource_of_turn(resource).unwrap_or(resource);
         let mut rooms = lock(&self.rooms);
         let Some(line) = rooms.get_mut(resource) else {
             return;
@@ -223,9 +227,8 @@ impl Core {
         max_wait: Duration,
     ) -> Result<Lock> {
         let ttl_ms = self.check(resource, ttl)?;
-        self.wait_for(resource, max_wait, |core| {
-            core.attempt(resource, ttl, ttl_ms)
-        })
+        // Queued across processes: see `handoff`.
+        self.queued_wait(resource, ttl, ttl_ms, max_wait)
     }
 
     /// Acquires `resource` with a fencing token, waiting for it up to `max_wait`: see
@@ -378,12 +381,19 @@ impl Core {
                     .saturating_add(self.config.connect_timeout),
                 false => self.config.round_timeout,
             };
-            let errors = self.pttl_round(tracker, &request, &mut left, wait);
+            let errors = self.pttl_round(tracker, &request, &mut left, wait, quorum);
             self.watchdog.note_tracker_errors(errors.iter().map(Some));
             tracked = left.iter().flatten().count();
         }
         if tracked < quorum {
-            self.pttl_round(&self.fanout, &request, &mut left, self.config.round_timeout);
+            let enough = quorum.saturating_sub(tracked);
+            self.pttl_round(
+                &self.fanout,
+                &request,
+                &mut left,
+                self.config.round_timeout,
+                enough,
+            );
         }
         let mut known: Vec<u64> = left.into_iter().flatten().collect();
         known.sort_unstable();
@@ -394,13 +404,17 @@ impl Core {
         Probe { free_in, tracked }
     }
 
-    /// One `PTTL` round on `fanout` for the nodes whose entry in `left` is unknown; returns the errors seen.
+    /// One `PTTL` round on `fanout` for the nodes whose entry in `left` is unknown, until `enough` of them have
+    /// answered (a majority is enough: a node hung or down must not cost every probe a round timeout, #24) or the
+    /// round ends; returns the errors seen. The nodes not awaited still run the `PTTL` (and arm tracking): a
+    /// release is either seen by a reply or pushed, on every node of the answering majority.
     fn pttl_round(
         &self,
         fanout: &Fanout,
         request: &[u8],
         left: &mut [Option<u64>],
         wait: Duration,
+        enough: usize,
     ) -> Vec<NodeError> {
         let mut round = fanout.round(later(Instant::now(), wait));
         let mut nodes = crate::net::NodeSet::EMPTY;
@@ -410,9 +424,13 @@ impl Core {
             }
         }
         round.send_to(nodes, request, 1);
-        round.need(left.iter().filter(|l| l.is_none()).count());
+        round.need(enough);
         let mut errors = Vec::new();
-        while let Some((node, reply)) = round.next() {
+        let mut answered = 0;
+        while answered < enough {
+            let Some((node, reply)) = round.next() else {
+                break;
+            };
             match reply {
                 Ok(v) => {
                     if let (Value::Integer(ms), Some(l)) =
@@ -423,10 +441,12 @@ impl Core {
                             ms if ms >= 0 => Some(ms.unsigned_abs()),
                             _ => Some(u64::MAX),
                         };
+                        answered += 1;
                     }
                 }
                 Err(e) => errors.push(e),
             }
+            round.need(enough.saturating_sub(answered));
         }
         errors
     }
