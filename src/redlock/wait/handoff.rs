@@ -280,7 +280,7 @@ impl Core {
                 .entry
                 .get_or_insert_with(|| Entry::new(self, resource));
             let (failure, mut report, refusal) =
-                match self.queued_attempt(resource, ttl, ttl_ms, entry)? {
+                match self.queued_attempt(resource, ttl, ttl_ms, entry, queued.joined)? {
                     // Held by a majority now: `queued` leaves the queue on every node as it drops (the next waiter's
                     // turn comes with it).
                     Ok(lock) => return Ok(lock),
@@ -357,6 +357,7 @@ impl Core {
         ttl: Duration,
         ttl_ms: u64,
         entry: &Entry,
+        joined: bool,
     ) -> Result<std::result::Result<Lock, (Failure, Report, Refusal)>> {
         let value = self.tokens.next().map_err(|e| Error::Os {
             doing: "drawing the lock value from the OS's randomness",
@@ -424,14 +425,33 @@ impl Core {
             decided => decided,
         };
         match settle(status, &quorum, now) {
-            Ok(valid_until) => Ok(Ok(Lock {
-                resource: resource.to_vec(),
-                value,
-                valid_until,
-                acquired: start,
-                extensions: 0,
-                nodes,
-            })),
+            Ok(valid_until) => {
+                // A waiter that never queued may have been queued by this very round on the nodes that did not
+                // grant (not awaited, or refused: another waiter headed them a moment ago): it leaves there, or
+                // its entry would head those nodes' queues, unattended, for a lease. (A waiter that queued before
+                // leaves everywhere as its `Queued` drops.)
+                if !joined {
+                    let mut others = NodeSet::EMPTY;
+                    for (node, o) in outcomes.iter().enumerate() {
+                        if !matches!(o, Outcome::Granted | Outcome::Quarantined)
+                            && nodes.contains(node)
+                        {
+                            others.insert(node);
+                        }
+                    }
+                    if others != NodeSet::EMPTY {
+                        self.leave_queue(resource, entry, others);
+                    }
+                }
+                Ok(Ok(Lock {
+                    resource: resource.to_vec(),
+                    value,
+                    valid_until,
+                    acquired: start,
+                    extensions: 0,
+                    nodes,
+                }))
+            }
             Err(failure) => {
                 // Release at once wherever the key may have been set (the spec's "unlock all the instances").
                 let mut release = BytesMut::new();
