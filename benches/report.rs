@@ -43,6 +43,8 @@ mod throughput;
 mod cases;
 #[path = "report/contention.rs"]
 mod contention;
+#[path = "report/crossproc.rs"]
+mod crossproc;
 #[path = "report/output.rs"]
 mod output;
 #[path = "report/rates.rs"]
@@ -167,9 +169,27 @@ impl Plan {
 // ---------------------------------------------------------------- main
 
 fn main() {
+    // A child of the cross-process scenario (scenario 7): it runs one client and reports its grants.
+    if let Ok(spec) = env::var(crossproc::CHILD_ENV) {
+        crossproc::child(&spec);
+        return;
+    }
     let args: Vec<String> = env::args().collect();
     let flag = |f: &str| args.iter().any(|a| a == f);
     if flag("--list") {
+        return;
+    }
+    // `-- --cross-process [SECS]`: scenario 7 alone (8 processes, 1 and 2 resources), tables printed, nothing
+    // written: the quick way to compare the hand-off across processes.
+    if let Some(i) = args.iter().position(|a| a == "--cross-process") {
+        let secs = args.get(i + 1).and_then(|s| s.parse().ok()).unwrap_or(4.0);
+        let mut out = Out {
+            md: String::new(),
+            pictures: Vec::new(),
+        };
+        let only = args.get(i + 2).cloned();
+        crossproc::cross_process(&mut out, 8, secs, &[1, 2], only.as_deref());
+        println!("{}", out.md);
         return;
     }
     // Criterion's rule, as in the other benches: without `--bench` (`cargo test --benches`) or with `--test`, test.
@@ -180,6 +200,9 @@ fn main() {
     } else {
         Mode::Full
     };
+    if mode == Mode::Test {
+        output::check_splice();
+    }
     let plan = Plan::new(mode);
     let mut out = Out {
         md: String::new(),
@@ -202,6 +225,14 @@ fn main() {
         t0.elapsed().as_secs_f64()
     );
     let cont = contention(&mut out, &plan, &cluster.urls());
+    eprintln!("[{:.0} s] contention done", t0.elapsed().as_secs_f64());
+    let (xp_procs, xp_secs, xp_resources): (usize, f64, &[usize]) = match mode {
+        Mode::Test => (3, 0.5, &[1]),
+        Mode::Quick => (8, 2.0, &[1]),
+        Mode::Full => (8, 8.0, &[1, 2]),
+    };
+    let xp = crossproc::cross_process(&mut out, xp_procs, xp_secs, xp_resources, None);
+    eprintln!("[{:.0} s] cross-process done", t0.elapsed().as_secs_f64());
     out.line(
         "### 6. TLS against plain TCP\n\nNot in this report yet: muxlock's TLS is measured on its own by \
          `cargo bench --bench tls` (BENCHMARKS.md, \"TLS (issue #12)\"); the peers' TLS is not measured.\n",
@@ -236,6 +267,22 @@ fn main() {
     {
         if s.failed > 0 || s.blocked {
             bad.push(format!("fairness {name}: {:?}", s.first_error));
+        }
+    }
+    for r in &xp {
+        if r.overlaps > 0 {
+            bad.push(format!(
+                "cross-process {}: {} overlapping grants",
+                r.client, r.overlaps
+            ));
+        }
+        if r.client.starts_with("muxlock lock_wait")
+            && (r.quorum_errors > 0 || r.per_process.contains(&0))
+        {
+            bad.push(format!(
+                "cross-process {}: quorum errors or a process never served",
+                r.client
+            ));
         }
     }
     if cont

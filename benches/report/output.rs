@@ -198,17 +198,7 @@ pub fn write_files(out: &Out) -> Result<(), String> {
     let root = env!("CARGO_MANIFEST_DIR");
     let path = format!("{root}/BENCHMARKS.md");
     let text = fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-    let (Some(a), Some(b)) = (text.find(BEGIN), text.find(END)) else {
-        return Err(format!(
-            "{path} has no `{BEGIN}` … `{END}` markers: add them where the generated part goes"
-        ));
-    };
-    if b < a {
-        return Err(format!(
-            "{path}: the end marker comes before the begin marker"
-        ));
-    }
-    let new = format!("{}{}{}", &text[..a], out.md, &text[b..]);
+    let new = splice(&text, &out.md).map_err(|e| format!("{path}: {e}"))?;
     fs::write(&path, new).map_err(|e| format!("{path}: {e}"))?;
     let dir = format!("{root}/benchmarks");
     fs::create_dir_all(&dir).map_err(|e| format!("{dir}: {e}"))?;
@@ -220,6 +210,49 @@ pub fn write_files(out: &Out) -> Result<(), String> {
         out.pictures.len()
     );
     Ok(())
+}
+
+/// `text` with its generated section (from the begin marker through the end marker, both included) replaced by
+/// `md`, which carries both markers itself. Run twice with the same `md`, it gives the same text: a rerun replaces
+/// exactly its own section. (It once kept the old end marker after the new section, so every run added one.)
+/// Stray end markers left right after the section by that bug are dropped too.
+pub fn splice(text: &str, md: &str) -> Result<String, String> {
+    if !(md.starts_with(BEGIN) && md.trim_end().ends_with(END)) {
+        return Err("the generated section must start and end with the markers".into());
+    }
+    let (Some(a), Some(b)) = (text.find(BEGIN), text.find(END)) else {
+        return Err(format!(
+            "no `{BEGIN}` … `{END}` markers: add them where the generated part goes"
+        ));
+    };
+    if b < a {
+        return Err("the end marker comes before the begin marker".into());
+    }
+    let mut rest = &text[b + END.len()..];
+    while let Some(more) = rest.trim_start_matches('\n').strip_prefix(END) {
+        rest = more;
+    }
+    let md = md.trim_end_matches('\n');
+    Ok(format!("{}{md}{rest}", &text[..a]))
+}
+
+/// The write-back's own check, run by `cargo test --benches` (test mode): a rerun replaces exactly its own
+/// section, and a file left with the old bug's repeated end markers comes back to one.
+pub fn check_splice() {
+    let md = format!("{BEGIN}\nnew table\n{END}\n");
+    let text = format!("intro\n{BEGIN}\nold\n{END}\n{END}\n{END}\n\n### by hand\n");
+    let once = splice(&text, &md).expect("splice");
+    assert_eq!(
+        once,
+        format!("intro\n{BEGIN}\nnew table\n{END}\n\n### by hand\n")
+    );
+    assert_eq!(
+        splice(&once, &md).expect("splice"),
+        once,
+        "a rerun changes nothing"
+    );
+    assert_eq!(once.matches(END).count(), 1);
+    assert!(splice("no markers", &md).is_err());
 }
 
 /// The goals earlier issues set that this run measures, with verdicts: a miss is written as a miss.

@@ -125,7 +125,7 @@ pub const FENCED_WRITE: Lua = Lua {
 };
 
 /// Every script the lock rounds use, for `SCRIPT LOAD` on new connections and for the tests.
-pub const ALL: [Lua; 9] = [
+pub const ALL: [Lua; 11] = [
     RELEASE_BATCH,
     ACQUIRE_MANY,
     EXTEND_MANY,
@@ -135,6 +135,8 @@ pub const ALL: [Lua; 9] = [
     RELEASE_FENCED,
     ACQUIRE_REENTRANT,
     RELEASE_REENTRANT,
+    QUEUE_ACQUIRE,
+    QUEUE_LEAVE,
 ];
 
 /// `EVALSHA sha numkeys keys... args...`, or `EVAL script ...` when `full`.
@@ -150,3 +152,31 @@ pub(crate) fn eval(buf: &mut BytesMut, lua: Lua, full: bool, keys: &[&[u8]], arg
     parts.extend_from_slice(args);
     encode_command(&parts, buf);
 }
+
+/// The queued acquisition of `lock_wait` (issue #24; the design and its argument are in `wait/handoff.rs`).
+/// `KEYS[1]` the lock key, `KEYS[2]` the resource's queue (a sorted set: waiter id → ticket), `KEYS[3]` the
+/// queue's deadlines (waiter id → this node's clock in ms after which the entry is dead); `ARGV[1]` the lock value,
+/// `ARGV[2]` the TTL in ms, `ARGV[3]` the waiter's id, `ARGV[4]` its ticket, `ARGV[5]` the entry's lease in ms,
+/// `ARGV[6]` the resource (for the turn keys `muxlock:turn:<id>:<resource>`).
+///
+/// - Entries past their deadline are dropped first (a waiter that died), when someone else heads the queue.
+/// - If the queue is empty or headed by this waiter, it is the plain `SET KEYS[1] ARGV[1] NX PX ARGV[2]`: the queue
+///   can only refuse more, never grant what `SET NX` would not. Returns 1 if set. The waiter stays in the queue
+///   (at its head) until it knows it holds a majority: then it leaves with [`QUEUE_LEAVE`] on every node. (Leaving
+///   here, on a grant that turns out to be partial, made the nodes' heads differ: two waiters, each at the head
+///   of one of the two live nodes of 3, refused each other until an entry expired.)
+/// - Otherwise (held, or another waiter's turn) the waiter joins or stays, with its ticket and a fresh deadline,
+///   and both keys live `ARGV[5]` ms more. Returns `{rank, turn}`: its place (0: it heads the queue) and its turn
+///   key's value.
+pub const QUEUE_ACQUIRE: Lua = Lua {
+    body: r#"local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. ARGV[6] redis.call("incr", k) redis.call("pexpire", k, ARGV[5]) end local q, d, id = KEYS[2], KEYS[3], ARGV[3] local h = redis.call("zrange", q, 0, 0)[1] local now if h and h ~= id then local t = redis.call("time") now = t[1] * 1000 + math.floor(t[2] / 1000) local dead = redis.call("zrangebyscore", d, "-inf", now) if #dead > 0 then for _, m in ipairs(dead) do redis.call("zrem", q, m) redis.call("zrem", d, m) end local n = redis.call("zrange", q, 0, 0)[1] if n and n ~= h and n ~= id then signal(n) end h = n end end if (not h or h == id) and redis.call("set", KEYS[1], ARGV[1], "nx", "px", ARGV[2]) then return 1 end if not now then local t = redis.call("time") now = t[1] * 1000 + math.floor(t[2] / 1000) end redis.call("zadd", q, ARGV[4], id) redis.call("zadd", d, now + ARGV[5], id) redis.call("pexpire", q, ARGV[5]) redis.call("pexpire", d, ARGV[5]) return {redis.call("zrank", q, id), tonumber(redis.call("get", "muxlock:turn:" .. id .. ":" .. ARGV[6]) or "0") or 0}"#,
+    sha1: "58fd8afea4315aa29672591f56bfc7ea40b92387",
+};
+
+/// A waiter leaves the queue of [`QUEUE_ACQUIRE`] (same keys and arguments; only `ARGV[3]`, `ARGV[5]` and `ARGV[6]`
+/// are read): it got the lock (on a majority), or it gives up. If it headed the queue, the next waiter's turn key
+/// is bumped (an `INCR`: that waiter's tracker is told). Returns 1.
+pub const QUEUE_LEAVE: Lua = Lua {
+    body: r#"local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. ARGV[6] redis.call("incr", k) redis.call("pexpire", k, ARGV[5]) end local q, d, id = KEYS[2], KEYS[3], ARGV[3] local h = redis.call("zrange", q, 0, 0)[1] redis.call("zrem", q, id) redis.call("zrem", d, id) if h == id then local n = redis.call("zrange", q, 0, 0)[1] if n then signal(n) end end return 1"#,
+    sha1: "5a409fef85c3398a83cc08089cd6a60e46b8d7fa",
+};

@@ -175,6 +175,25 @@ impl Quorum {
         }
         Status::Pending
     }
+
+    /// The verdict at `now` once no more votes will come (the round ended: every reply in, or its time out):
+    /// the nodes that have not voted count as failed. Never [`Status::Pending`].
+    ///
+    /// A round that ends undecided is not an outage by that alone: 1 yes, 1 "taken" and 1 node that never answered
+    /// of 3 (a hung node among 3, two contenders) is [`Failure::Held`], since the one silent node cannot block a
+    /// majority by itself; a waiter should wait for the holder's release, not pause as after an outage.
+    pub fn closed(&self, now: Instant) -> Status {
+        match self.status(now) {
+            Status::Pending => {
+                let mut all = self.clone();
+                for node in 0..all.votes.len() {
+                    all.vote(node, Vote::Failed, now);
+                }
+                all.status(now)
+            }
+            decided => decided,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -239,6 +258,63 @@ mod tests {
                 valid_until: t0 + TTL - ms(12)
             }
         );
+    }
+
+    #[test]
+    fn a_round_that_ends_undecided_counts_the_silent_nodes_as_failed() {
+        let t0 = Instant::now();
+        // #24: 3 nodes, one hung, two contenders split the other two.
+        let mut q = Quorum::new(3, t0, TTL, ms(12));
+        q.vote(0, Vote::Yes, t0);
+        assert_eq!(q.vote(1, Vote::Taken, t0), Status::Pending);
+        assert_eq!(q.closed(t0 + ms(50)), Status::Failed(Failure::Held));
+        // 5 nodes, 2 taken and 1 yes, 2 silent: the holder is in the way, the 2 silent nodes block nothing alone.
+        let mut q = Quorum::new(5, t0, TTL, ms(12));
+        q.vote(0, Vote::Yes, t0);
+        q.vote(1, Vote::Taken, t0);
+        assert_eq!(q.vote(2, Vote::Taken, t0), Status::Pending);
+        assert_eq!(q.closed(t0), Status::Failed(Failure::Held));
+        // 3 silent of 5 block a majority by themselves: an outage.
+        let mut q = Quorum::new(5, t0, TTL, ms(12));
+        q.vote(0, Vote::Yes, t0);
+        assert_eq!(q.vote(1, Vote::Taken, t0), Status::Pending);
+        assert_eq!(q.closed(t0), Status::Failed(Failure::Unavailable));
+        // Nothing heard at all.
+        assert_eq!(
+            Quorum::new(3, t0, TTL, ms(12)).closed(t0),
+            Status::Failed(Failure::Unavailable)
+        );
+        // Decided verdicts stand; late is late.
+        let mut q = Quorum::new(3, t0, TTL, ms(12));
+        q.vote(0, Vote::Yes, t0);
+        let got = q.vote(1, Vote::Yes, t0);
+        assert_eq!(q.closed(t0), got);
+        assert_eq!(q.closed(t0 + TTL), Status::Failed(Failure::TooLate));
+        // Never pending, and agrees with counting the silent nodes as failed, on random partial votes.
+        let mut rng = ChaCha8Rng::seed_from_u64(24);
+        for _ in 0..2000 {
+            let n = 1 + (rng.next_u32() % 9) as usize;
+            let mut q = Quorum::new(n, t0, TTL, ms(12));
+            let mut seen = Vec::new();
+            for node in 0..n {
+                if rng.next_u32() % 3 == 0 {
+                    continue; // silent
+                }
+                let vote = [Vote::Yes, Vote::Taken, Vote::Failed][(rng.next_u32() % 3) as usize];
+                q.vote(node, vote, t0);
+                seen.push((node, vote));
+            }
+            let got = q.closed(t0);
+            assert_ne!(got, Status::Pending);
+            if q.status(t0) == Status::Pending {
+                let silent: Vec<(usize, Vote)> = (0..n)
+                    .filter(|i| !seen.iter().any(|(j, _)| j == i))
+                    .map(|i| (i, Vote::Failed))
+                    .collect();
+                seen.extend(silent);
+                assert_eq!(got, reference(n, &seen, q.deadline(), t0), "n={n} {seen:?}");
+            }
+        }
     }
 
     #[test]

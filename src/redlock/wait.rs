@@ -24,6 +24,8 @@ use crate::redlock::waiters::{Ticket, WaitRoom};
 use crate::resp::{Value, encode_command};
 use crate::time::later;
 
+mod handoff;
+
 /// A waiter's place in its line, left when dropped (with the lock, giving up, or on an error).
 struct Place<'a> {
     room: &'a WaitRoom,
@@ -59,9 +61,8 @@ pub(crate) fn lock_wait(
     max_wait: Duration,
 ) -> Result<Lock> {
     let ttl_ms = keeper.engine.check(resource, ttl)?;
-    wait_for(keeper, resource, max_wait, |core| {
-        block(core.attempt(resource, ttl, ttl_ms))
-    })
+    // Queued across processes: see `handoff`.
+    handoff::queued_wait(keeper, resource, ttl, ttl_ms, max_wait)
 }
 
 /// Acquires `resource` with a fencing token, waiting for it up to `max_wait`: see
@@ -215,16 +216,18 @@ fn probe(keeper: &Keeper, resource: &[u8]) -> Probe {
                 .saturating_add(engine.config.connect_timeout),
             false => engine.config.round_timeout,
         };
-        let errors = pttl_round(tracker, &request, &mut left, wait);
+        let errors = pttl_round(tracker, &request, &mut left, wait, quorum);
         keeper.watchdog.note_tracker_errors(errors.iter().map(Some));
         tracked = left.iter().flatten().count();
     }
     if tracked < quorum {
+        let enough = quorum.saturating_sub(tracked);
         pttl_round(
             &engine.fanout,
             &request,
             &mut left,
             engine.config.round_timeout,
+            enough,
         );
     }
     let mut known: Vec<u64> = left.into_iter().flatten().collect();
@@ -236,12 +239,16 @@ fn probe(keeper: &Keeper, resource: &[u8]) -> Probe {
     Probe { free_in, tracked }
 }
 
-/// One `PTTL` round on `fanout` for the nodes whose entry in `left` is unknown; returns the errors seen.
+/// One `PTTL` round on `fanout` for the nodes whose entry in `left` is unknown, until `enough` of them have
+/// answered (a majority is enough: a node hung or down must not cost every probe a round timeout, #24) or the
+/// round ends; returns the errors seen. The nodes not awaited still run the `PTTL` (and arm tracking): a
+/// release is either seen by a reply or pushed, on every node of the answering majority.
 fn pttl_round(
     fanout: &Fanout,
     request: &[u8],
     left: &mut [Option<u64>],
     wait: Duration,
+    enough: usize,
 ) -> Vec<NodeError> {
     let mut round = fanout.round(later(Instant::now(), wait));
     let mut nodes = crate::net::NodeSet::EMPTY;
@@ -251,9 +258,13 @@ fn pttl_round(
         }
     }
     round.send_to(nodes, request, 1);
-    round.need(left.iter().filter(|l| l.is_none()).count());
+    round.need(enough);
     let mut errors = Vec::new();
-    while let Some((node, reply)) = round.next() {
+    let mut answered = 0;
+    while answered < enough {
+        let Some((node, reply)) = round.next() else {
+            break;
+        };
         match reply {
             Ok(v) => {
                 if let (Value::Integer(ms), Some(l)) = (v.without_attributes(), left.get_mut(node))
@@ -263,10 +274,12 @@ fn pttl_round(
                         ms if ms >= 0 => Some(ms.unsigned_abs()),
                         _ => Some(u64::MAX),
                     };
+                    answered += 1;
                 }
             }
             Err(e) => errors.push(e),
         }
+        round.need(enough.saturating_sub(answered));
     }
     errors
 }

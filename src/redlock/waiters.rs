@@ -30,6 +30,7 @@ use std::thread::{self, Thread};
 use std::time::Instant;
 
 use crate::redlock::error::Error;
+use crate::redlock::kind::queued::resource_of_turn;
 use crate::sync::lock;
 
 /// A waiter's place in its resource's line.
@@ -112,11 +113,13 @@ impl WaitRoom {
         }
     }
 
-    /// The key of `resource` may have come free: wakes the head of its line, if anyone waits.
+    /// The key of `resource` may have come free, or (`resource` is a waiter's turn key, see `wait/handoff.rs`) a
+    /// waiter's turn in the nodes' queue came: wakes the head of its line, if anyone waits.
     pub(crate) fn notify(&self, resource: &[u8]) {
         if self.waiting.load(Ordering::Acquire) == 0 {
             return;
         }
+        let resource = resource_of_turn(resource).unwrap_or(resource);
         let mut rooms = lock(&self.rooms);
         let Some(line) = rooms.get_mut(resource) else {
             return;

@@ -6,6 +6,7 @@ pub(crate) mod batch;
 pub(crate) mod fenced;
 pub(crate) mod persist;
 pub(crate) mod pipeline;
+pub(crate) mod queued;
 pub(crate) mod reentrant;
 pub(crate) mod restart;
 pub(crate) mod seam;
@@ -463,7 +464,13 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             round.need(quorum.votes_to_decide());
         }
         drop(round);
-        match settle(status, &quorum, self.clock.now()) {
+        // The round is over: nodes that did not answer count as failed (#24: an undecided split is not an outage).
+        let now = self.clock.now();
+        let status = match status {
+            Status::Pending => quorum.closed(now),
+            decided => decided,
+        };
+        match settle(status, &quorum, now) {
             Ok(valid_until) => Ok(Ok(Lock {
                 resource: resource.to_vec(),
                 value,

@@ -12,6 +12,7 @@
 
 pub(crate) mod fenced;
 pub(crate) mod lock;
+pub(crate) mod queued;
 pub(crate) mod reentrant;
 pub(crate) mod set;
 

@@ -1,0 +1,149 @@
+//! The queued acquisition round (issue #24; the design is `wait/handoff.rs`'s module doc): the spec's `SET NX PX`
+//! behind the nodes' queue ([`lua::QUEUE_ACQUIRE`]), decided by the plain [`Quorum`], and leaving the queue.
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+
+use crate::net::NodeSet;
+use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
+use crate::redlock::engine::{Engine, settle};
+use crate::redlock::error::{Error, Outcome, Report, Result};
+use crate::redlock::kind::is_noscript;
+use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::queued::{Entry, Refusal, queue_vote};
+use crate::redlock::lua;
+use crate::redlock::quorum::{Failure, Quorum, Status, drift};
+use crate::redlock::scripts::{self, Script};
+use crate::resp::Decimal;
+use crate::time::later;
+
+impl<N: Nodes, C: Clock> Engine<N, C> {
+    /// One queued acquisition round ([`lua::QUEUE_ACQUIRE`] on every node), decided by the plain [`Quorum`]. On a
+    /// failure, partial grants are released at once, as [`Engine::attempt`] does; the queue is left as it was.
+    #[allow(clippy::type_complexity)]
+    pub(crate) async fn queued_attempt(
+        &self,
+        resource: &[u8],
+        ttl: Duration,
+        ttl_ms: u64,
+        entry: &Entry,
+        joined: bool,
+    ) -> Result<std::result::Result<Lock, (Failure, Report, Refusal)>> {
+        let value = self.tokens.next().map_err(|e| Error::Os {
+            doing: "drawing the lock value from the OS's randomness",
+            error: std::io::Error::from(e).into(),
+        })?;
+        let n = self.fanout.len();
+        let ttl_digits = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+        let mut request = BytesMut::with_capacity(256 + 4 * resource.len());
+        entry.call(
+            &mut request,
+            lua::QUEUE_ACQUIRE,
+            false,
+            resource,
+            &value,
+            ttl_digits.as_bytes(),
+        );
+        self.note_ttl(ttl_ms);
+        // The clock starts before the first byte is sent, as the spec requires.
+        let start = self.clock.now();
+        let mut quorum = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor));
+        let mut round = self
+            .fanout
+            .round(later(start, self.config.round_timeout).min(quorum.deadline()));
+        let nodes = round.send_all(&request, 1);
+        let mut outcomes = vec![Outcome::NotAwaited; n];
+        let mut refusal = Refusal {
+            head: false,
+            turns: vec![None; n],
+            queued: 0,
+        };
+        let mut resent: Vec<bool> = Vec::new();
+        let mut status = Status::Pending;
+        round.need(quorum.votes_to_decide());
+        while let Some((node, reply)) = round.next().await {
+            if is_noscript(&reply) && !resent.get(node).copied().unwrap_or(false) {
+                resent.resize(n, false);
+                resent[node] = true;
+                request.clear();
+                entry.call(
+                    &mut request,
+                    lua::QUEUE_ACQUIRE,
+                    true,
+                    resource,
+                    &value,
+                    ttl_digits.as_bytes(),
+                );
+                round.send(node, &request, 1);
+                continue;
+            }
+            let now = self.clock.now();
+            let (vote, outcome) =
+                self.counted(node, queue_vote(&reply, node, &mut refusal), now, None);
+            self.votes[node].count(&outcome);
+            outcomes[node] = outcome;
+            status = quorum.vote(node, vote, now);
+            if status != Status::Pending {
+                break;
+            }
+            round.need(quorum.votes_to_decide());
+        }
+        drop(round);
+        let now = self.clock.now();
+        let status = match status {
+            Status::Pending => quorum.closed(now),
+            decided => decided,
+        };
+        match settle(status, &quorum, now) {
+            Ok(valid_until) => {
+                // A waiter that never queued may have been queued by this very round on the nodes that did not
+                // grant (not awaited, or refused: another waiter headed them a moment ago): it leaves there, or
+                // its entry would head those nodes' queues, unattended, for a lease. (A waiter that queued before
+                // leaves everywhere as its `Queued` drops.)
+                if !joined {
+                    let mut others = NodeSet::EMPTY;
+                    for (node, o) in outcomes.iter().enumerate() {
+                        if !matches!(o, Outcome::Granted | Outcome::Quarantined)
+                            && nodes.contains(node)
+                        {
+                            others.insert(node);
+                        }
+                    }
+                    if others != NodeSet::EMPTY {
+                        self.leave_queue(resource, entry, others);
+                    }
+                }
+                Ok(Ok(Lock {
+                    resource: resource.to_vec(),
+                    value,
+                    valid_until,
+                    acquired: start,
+                    extensions: 0,
+                    nodes,
+                }))
+            }
+            Err(failure) => {
+                // Release at once wherever the key may have been set (the spec's "unlock all the instances").
+                let mut release = BytesMut::new();
+                scripts::call(&mut release, Script::Release, false, resource, &value, 0);
+                let mut round = self.fanout.release_round(self.clock.now());
+                round.send_to(nodes, &release, 1);
+                Ok(Err((
+                    failure,
+                    self.report(resource, outcomes, quorum.quorum()),
+                    refusal,
+                )))
+            }
+        }
+    }
+
+    /// Takes `entry` off the queue on `nodes` ([`lua::QUEUE_LEAVE`]), without waiting for the replies (a node that
+    /// lost the script keeps the entry until its deadline).
+    pub(crate) fn leave_queue(&self, resource: &[u8], entry: &Entry, nodes: NodeSet) {
+        let mut request = BytesMut::with_capacity(256 + 4 * resource.len());
+        entry.call(&mut request, lua::QUEUE_LEAVE, false, resource, b"", b"0");
+        let mut round = self.fanout.release_round(self.clock.now());
+        round.send_to(nodes, &request, 1);
+    }
+}

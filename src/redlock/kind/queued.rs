@@ -1,0 +1,158 @@
+//! The queued kind (issue #24): a waiting process's entry in the nodes' per-resource queue, its scripts
+//! ([`lua::QUEUE_ACQUIRE`], [`lua::QUEUE_LEAVE`]) and what their replies mean. The design and its safety
+//! argument are `wait/handoff.rs`'s module doc; the round is `engine/queued.rs`.
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+
+use crate::net::Reply;
+use crate::redlock::error::Outcome;
+use crate::redlock::lua::{self, Lua};
+use crate::redlock::quorum::Vote;
+use crate::resp::{Decimal, Value};
+
+/// The start of every turn key: `muxlock:turn:<16 hex digits of the waiter's id>:<resource>`.
+pub(crate) const TURN_PREFIX: &[u8] = b"muxlock:turn:";
+/// The length of a waiter's id (hex digits).
+const ID_LEN: usize = 16;
+
+/// The resource a turn key is about, if `key` is one.
+pub(crate) fn resource_of_turn(key: &[u8]) -> Option<&[u8]> {
+    let rest = key.strip_prefix(TURN_PREFIX)?;
+    match rest.get(ID_LEN) {
+        Some(b':') => rest.get(ID_LEN + 1..),
+        _ => None,
+    }
+}
+
+/// How long a queue entry lives on a node without a refresh: 4 round timeouts, at least 1 s. A waiter refreshes it
+/// every quarter of this; a dead waiter holds up the queue for at most this plus a quarter.
+pub(crate) fn entry_lease(round_timeout: Duration) -> Duration {
+    round_timeout.saturating_mul(4).max(Duration::from_secs(1))
+}
+
+/// A waiting process's place in the nodes' queue of one resource.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    id: Vec<u8>,
+    ticket: Vec<u8>,
+    lease_ms: Vec<u8>,
+    pub(crate) lease: Duration,
+    queue: Vec<u8>,
+    deadlines: Vec<u8>,
+    pub(crate) turn: Vec<u8>,
+}
+
+impl Entry {
+    /// A new entry for `resource`: id `random` (16 hex digits), ticket `micros` (when the waiter began to wait, on
+    /// the wall clock: the same on every node's copy of the queue, whatever order the joins reach the nodes in).
+    pub(crate) fn new(
+        random: u64,
+        micros: u128,
+        round_timeout: Duration,
+        resource: &[u8],
+    ) -> Entry {
+        let id = format!("{random:016x}").into_bytes();
+        let lease = entry_lease(round_timeout);
+        let decimal = |v: u128| {
+            Decimal::new(i64::try_from(v).unwrap_or(i64::MAX))
+                .as_bytes()
+                .to_vec()
+        };
+        let with = |prefix: &[u8]| [prefix, resource].concat();
+        Entry {
+            ticket: decimal(micros),
+            lease_ms: decimal(lease.as_millis()),
+            lease,
+            queue: with(b"muxlock:queue:"),
+            deadlines: with(b"muxlock:queue-deadlines:"),
+            turn: [TURN_PREFIX, &id, b":", resource].concat(),
+            id,
+        }
+    }
+
+    /// The script call, with `value` and `ttl_ms` for an acquisition (empty for a leave).
+    pub(crate) fn call(
+        &self,
+        buf: &mut BytesMut,
+        lua: Lua,
+        full: bool,
+        resource: &[u8],
+        value: &[u8],
+        ttl: &[u8],
+    ) {
+        lua::eval(
+            buf,
+            lua,
+            full,
+            &[resource, &self.queue, &self.deadlines],
+            &[value, ttl, &self.id, &self.ticket, &self.lease_ms, resource],
+        );
+    }
+}
+
+/// What the nodes that refused a queued attempt said.
+#[derive(Debug)]
+pub(crate) struct Refusal {
+    /// Some node has this waiter at the head of its queue.
+    pub(crate) head: bool,
+    /// Per node, the turn key's value it reported.
+    pub(crate) turns: Vec<Option<i64>>,
+    /// How many nodes put the waiter in their queue.
+    pub(crate) queued: usize,
+}
+
+/// A queued attempt's reply as a vote; a refusal's rank and turn go into `refusal`.
+pub(crate) fn queue_vote(reply: &Reply, node: usize, refusal: &mut Refusal) -> (Vote, Outcome) {
+    match reply {
+        Ok(v) => match v.without_attributes() {
+            Value::Integer(1) => (Vote::Yes, Outcome::Granted),
+            Value::Array(items) => {
+                if let (Some(Value::Integer(rank)), Some(Value::Integer(turn))) =
+                    (items.first(), items.get(1))
+                {
+                    refusal.head |= *rank == 0;
+                    refusal.queued += 1;
+                    if let Some(t) = refusal.turns.get_mut(node) {
+                        *t = Some(*turn);
+                    }
+                }
+                (Vote::Taken, Outcome::Taken)
+            }
+            Value::Error(msg) | Value::BulkError(msg) => (
+                Vote::Failed,
+                Outcome::ErrorReply(String::from_utf8_lossy(msg).into_owned()),
+            ),
+            other => (
+                Vote::Failed,
+                Outcome::ErrorReply(format!("unexpected reply {other:?}")),
+            ),
+        },
+        Err(e) => (Vote::Failed, Outcome::Failed(e.clone())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_turn_key_names_its_resource() {
+        assert_eq!(
+            resource_of_turn(b"muxlock:turn:0123456789abcdef:jobs:42"),
+            Some(&b"jobs:42"[..])
+        );
+        assert_eq!(
+            resource_of_turn(b"muxlock:turn:0123456789abcdef:"),
+            Some(&b""[..])
+        );
+        assert_eq!(resource_of_turn(b"muxlock:turn:0123:jobs"), None);
+        assert_eq!(resource_of_turn(b"jobs"), None);
+        assert_eq!(
+            entry_lease(Duration::from_millis(50)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(entry_lease(Duration::from_secs(1)), Duration::from_secs(4));
+    }
+}

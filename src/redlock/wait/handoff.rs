@@ -1,0 +1,295 @@
+//! Hand-off across processes: which waiter tries when a lock is released (issue #24).
+//!
+//! # The problem
+//!
+//! Within one process the [`WaitRoom`](super::WaitRoom) lets only the head of the line contend. Across processes,
+//! every process's head is told of a release (client-side tracking) and they all send `SET NX` at once: the nodes
+//! each grant whichever request reaches them first, the votes split, nobody has a majority, everyone releases and
+//! waits again. Measured with 8 processes on 5 nodes: about 5 wake-ups and 17 refused votes per grant, 868 grants/s.
+//!
+//! # The design: a queue on every node decides who tries; `SET NX` decides who holds
+//!
+//! Each node keeps, per resource, a sorted set of the waiting processes' heads, `muxlock:queue:<resource>`: member =
+//! a waiter's random id, score = its **ticket**, the wall-clock time (µs) at which it started to wait, drawn once by
+//! the client and sent to every node. Acquisition is [`lua::QUEUE_ACQUIRE`], one script per node:
+//!
+//! - if the queue is empty or this waiter heads it: the plain `SET key value NX PX ttl`;
+//! - otherwise the node refuses (a "taken" vote) and the waiter joins or stays in the queue with its ticket, and
+//!   learns its rank and its turn key's value.
+//!
+//! A waiter that got a majority leaves the queue on every node ([`lua::QUEUE_LEAVE`], sent without waiting), which
+//! bumps the next waiter's *turn key* (`muxlock:turn:<id>:<resource>`). It does not leave in the acquisition
+//! script itself: a grant that turns out partial (the round fails) would have taken it off some nodes' queues
+//! only, and two waiters, each heading one live node of 3, refused each other until an entry expired (found by
+//! `tests/handoff.rs`, 1.5 s stalls).
+//!
+//! The head of the queue waits on the lock key (it reads it on the tracker connections, as before: a release,
+//! overwrite or expiry wakes it); every other waiter reads only its own turn key on the tracker, so a release
+//! wakes one process, and a grant wakes one more (the new head, which then watches the lock key). A release
+//! costs the head's one round, and a grant one leave (not awaited) and the new head's two (its refused attempt, its
+//! `PTTL` on the tracker); nobody else sends anything.
+//!
+//! **Why the order is the same on every node.** The ticket is chosen by the client, not by the node, and the
+//! sorted set orders by (ticket, id): a node that saw the joins in another order, or late (a paused node runs the
+//! requests it buffered when it resumes), still orders them alike. Nodes differ only in *which* entries they hold
+//! (a node that was down when a waiter joined, a node restarted empty); then two waiters may each head a minority
+//! of nodes, and the vote may split as before, until the entries catch up (every attempt re-sends the entry). Clock
+//! skew between hosts shifts tickets, so priority, by the skew; never safety.
+//!
+//! # Safety stays the quorum `SET NX`
+//!
+//! The script only adds a condition before the spec's `SET key value NX PX ttl` on each node: a node grants in
+//! strictly fewer cases than plain Redlock's, never in more, and nothing else writes the lock key. The decision is
+//! the unchanged [`Quorum`] (a majority of grants within the validity, drift allowance included), and a failed
+//! round releases its partial grants as `lock` does. So every argument for Redlock's mutual exclusion (and every
+//! test of it: `tests/mutex`) applies as is; the queue can delay a grant, not cause one.
+//!
+//! # Liveness: a waiter that dies, a node that is down
+//!
+//! - Every entry has a deadline on its node (`muxlock:queue-deadlines:<resource>`, in the node's own clock: only
+//!   durations on one clock are compared) of one [`entry_lease`]: a waiter refreshes it with every attempt, and
+//!   wakes at least every quarter lease to do so. An entry past its deadline is dropped by the next attempt of any
+//!   other waiter, and the new head's turn key is bumped. A waiter that dies (crash, `kill -9`, a paused process)
+//!   therefore blocks the others for at most one lease plus a quarter after its last refresh: the bounded fallback.
+//! - A waiter that gives up (its `max_wait`, a cancel, an error) leaves the queue on every node at once, as a
+//!   granted one does. The queue's keys expire one lease after the last waiter's refresh.
+//! - A node down or hung does not vote; the head's grants from the others make the majority (4 of 5, 2 of 3) as for
+//!   any acquisition, and the round ends at the majority, without waiting for the silent node.
+//! - The head is decided per node, and a waiter counts as the head if any node says so (an inconsistent queue then
+//!   costs a refused attempt, not a stall); if it is refused although the nodes say the key is free, it looks again
+//!   at once up to three times, then after the retry pause (`Config::retry_delay`).
+//! - Clients that do not queue (`lock`, `try_lock`, other Redlock clients) are not slowed: their `SET NX` wins
+//!   whenever the key is free. Queued waiters then wait on the key again.
+//!
+//! Only [`LockManager::lock_wait`](crate::redlock::LockManager::lock_wait) and what builds on it (`hold_wait`)
+//! queue; `hold_fenced_wait` still waits as before.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::BytesMut;
+
+use super::{FREE_STREAK, Place, expiry_jitter, probe};
+use crate::net::NodeSet;
+use crate::redlock::engine::Engine;
+use crate::redlock::engine::seam::block;
+use crate::redlock::error::{Error, Outcome, Result};
+use crate::redlock::guard::Keeper;
+use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::queued::Entry;
+use crate::redlock::quorum::Failure;
+use crate::redlock::stats::Activity;
+use crate::resp::{Value, encode_command};
+use crate::time::later;
+
+/// A new queue entry for `resource`: a random id, and a ticket from the wall clock now.
+fn new_entry(engine: &Engine, resource: &[u8]) -> Entry {
+    let micros = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
+    Entry::new(
+        engine.tokens.random_u64().unwrap_or(0),
+        micros,
+        engine.config.round_timeout,
+        resource,
+    )
+}
+
+/// The entry of a waiter that has joined the nodes' queue: it leaves it on every node when dropped, with the lock
+/// or without.
+struct Queued<'a> {
+    engine: &'a Engine,
+    resource: &'a [u8],
+    entry: Option<Entry>,
+    joined: bool,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if let (true, Some(entry)) = (self.joined, &self.entry) {
+            self.engine.leave_queue(self.resource, entry, NodeSet::ALL);
+        }
+    }
+}
+
+/// [`lock_wait`](super::lock_wait)'s loop: as [`wait_for`](super::wait_for), with queued attempts, and a waiter that is not
+/// the queue's head waits on its turn key instead of the lock key.
+pub(super) fn queued_wait(
+    keeper: &Arc<Keeper>,
+    resource: &[u8],
+    ttl: Duration,
+    ttl_ms: u64,
+    max_wait: Duration,
+) -> Result<Lock> {
+    let until = later(Instant::now(), max_wait);
+    let cancels = keeper.waits.cancels();
+    let ticket = keeper.waits.join(resource);
+    let _place = Place {
+        room: &keeper.waits,
+        resource,
+        ticket,
+    };
+    let engine = &keeper.engine;
+    let mut queued = Queued {
+        engine,
+        resource,
+        entry: None,
+        joined: false,
+    };
+    let mut last: Option<Error> = None;
+    let mut free_streak = 0;
+    let mut waited = false;
+    let activity = &keeper.activity;
+    let quorum = engine.quorum();
+    loop {
+        let (head, generation) = keeper.waits.head(resource, ticket);
+        let cancelled = keeper.waits.cancels() != cancels;
+        if Instant::now() >= until || cancelled {
+            let error = last.take().or_else(|| keeper.waits.last_error(resource));
+            if error.is_some() || !head || cancelled {
+                Activity::add(&activity.waits_given_up, 1);
+            }
+            if let Some(e) = error {
+                return Err(e);
+            }
+            if !head || cancelled {
+                return Err(Error::Held(Box::new(engine.report(
+                    resource,
+                    vec![Outcome::NotAwaited; engine.fanout.len()],
+                    quorum,
+                ))));
+            }
+            // The head makes one attempt, even with no time to wait at all.
+        }
+        if !head {
+            if !waited {
+                waited = true;
+                Activity::add(&activity.waits, 1);
+            }
+            keeper.waits.park(resource, ticket, None, until);
+            continue;
+        }
+        // The process's head takes a place in the nodes' queue when it first comes to the front here.
+        let entry = queued
+            .entry
+            .get_or_insert_with(|| new_entry(engine, resource));
+        let (failure, mut report, refusal) =
+            match block(engine.queued_attempt(resource, ttl, ttl_ms, entry, queued.joined))? {
+                // Held by a majority now: `queued` leaves the queue on every node as it drops (the next waiter's
+                // turn comes with it).
+                Ok(lock) => return Ok(lock),
+                Err(failed) => failed,
+            };
+        queued.joined |= refusal.queued > 0;
+        let now = Instant::now();
+        let refresh = later(now, entry.lease / 4);
+        let wake = match failure {
+            Failure::Held => {
+                // Tracking needs the watchdog to listen for the invalidations armed below.
+                keeper.watchdog.ensure_started(Arc::downgrade(keeper));
+                if refusal.head {
+                    // Our turn: wait for the lock key, as a lone waiter does.
+                    let probe = probe(keeper, resource);
+                    report.holder_ttl = probe.free_in.filter(|d| !d.is_zero());
+                    let wake = match probe.free_in {
+                        Some(d) if d.is_zero() && free_streak < FREE_STREAK => {
+                            free_streak += 1;
+                            now
+                        }
+                        Some(d) if !d.is_zero() => {
+                            free_streak = 0;
+                            later(now, d + expiry_jitter(engine, d))
+                        }
+                        _ => later(now, engine.retry_pause()),
+                    };
+                    match probe.tracked < quorum {
+                        true => wake.min(later(now, engine.retry_pause())),
+                        false => wake,
+                    }
+                } else {
+                    // Another waiter's turn: wait for ours (or refresh the entry).
+                    let (changed, tracked) = arm_turn(keeper, entry, &refusal.turns);
+                    if changed && free_streak < FREE_STREAK {
+                        free_streak += 1;
+                        now
+                    } else if tracked < quorum {
+                        later(now, engine.retry_pause())
+                    } else {
+                        free_streak = 0;
+                        refresh
+                    }
+                }
+            }
+            Failure::Unavailable | Failure::TooLate => later(now, engine.retry_pause()),
+        };
+        let error = match failure {
+            Failure::Held => Error::Held(Box::new(report)),
+            _ => Error::Quorum(Box::new(report)),
+        };
+        keeper.waits.set_error(resource, &error);
+        last = Some(error);
+        let wake = wake.min(refresh).min(until);
+        if !waited {
+            waited = true;
+            Activity::add(&activity.waits, 1);
+        }
+        while Instant::now() < wake && keeper.waits.head(resource, ticket).1 == generation {
+            keeper.waits.park(resource, ticket, Some(generation), wake);
+        }
+        if Instant::now() < until {
+            Activity::add(&activity.wakeups, 1);
+        }
+    }
+}
+
+/// Reads the waiter's turn key on the tracker connections, which arms tracking of it: the waiter ahead that
+/// takes the lock (or a node dropping a dead head) bumps it, and the push wakes this waiter. Returns whether
+/// some node's value already differs from what the attempt saw (the turn came meanwhile), and on how many
+/// nodes the key is now tracked.
+fn arm_turn(keeper: &Keeper, entry: &Entry, seen: &[Option<i64>]) -> (bool, usize) {
+    let engine = &keeper.engine;
+    let Some(tracker) = keeper.watchdog.tracker(engine) else {
+        return (false, 0);
+    };
+    let fresh = (0..tracker.len()).any(|i| tracker.sessions(i) == 0);
+    let wait = match fresh {
+        true => engine
+            .config
+            .round_timeout
+            .saturating_add(engine.config.connect_timeout),
+        false => engine.config.round_timeout,
+    };
+    let mut request = BytesMut::with_capacity(16 + entry.turn.len());
+    encode_command(&[b"GET", &entry.turn], &mut request);
+    let mut round = tracker.round(later(Instant::now(), wait));
+    round.send_all(&request, 1);
+    // A majority of answers is enough (as for the probe): a bump on a node that answered after it is pushed.
+    let enough = engine.quorum();
+    round.need(enough);
+    let (mut changed, mut tracked) = (false, 0);
+    let mut errors = Vec::new();
+    while tracked < enough {
+        let Some((node, reply)) = round.next() else {
+            break;
+        };
+        let now = match reply {
+            Ok(v) => match v.without_attributes() {
+                Value::BulkString(b) => std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()),
+                Value::Null | Value::NullBulk => Some(0),
+                _ => None,
+            },
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        };
+        if let Some(now) = now {
+            tracked += 1;
+            changed |= seen.get(node).copied().flatten().is_some_and(|s| s != now);
+        }
+        round.need(enough.saturating_sub(tracked));
+    }
+    drop(round);
+    keeper.watchdog.note_tracker_errors(errors.iter().map(Some));
+    (changed, tracked)
+}
