@@ -166,6 +166,12 @@ fn heal_all(proxy: &FaultProxy, all: &[LockManager], node: usize) {
     }
 }
 
+/// Whether node `i` holds `owner` under `resource`, read directly from the server.
+fn holds_key(cluster: &Cluster, i: usize, resource: &str, owner: &Owner) -> bool {
+    let want = format!("${}\r\n{}\r\n", owner.as_str().len(), owner.as_str()).into_bytes();
+    cluster.node(i).raw(&cmd(&["GET", resource])) == want
+}
+
 /// On how many nodes `resource` holds `owner`, read directly from the servers.
 fn holding(cluster: &Cluster, resource: &str, owner: &Owner) -> usize {
     let want = format!("${}\r\n{}\r\n", owner.as_str().len(), owner.as_str()).into_bytes();
@@ -376,6 +382,9 @@ struct Run {
     holds: Vec<Hold>,
     /// Nested acquisitions whose round a cut struck: the cut node did not record them.
     struck: usize,
+    /// Nested acquisitions whose cut node held the owner's key before and after: only there does a new hold
+    /// field show the nested round (where the key was absent, the other owner's attempt may write the hash).
+    measured: usize,
     nested: usize,
     /// Nested acquisitions refused for want of a majority.
     refused: usize,
@@ -405,7 +414,7 @@ fn owners_nest_under_resets(
     let faults = Mutex::new(());
     let (holders, broken) = (AtomicUsize::new(0), AtomicUsize::new(0));
     let holds = Mutex::new(Vec::new());
-    let [struck, nested, refused, errors] = [0; 4].map(AtomicUsize::new);
+    let [struck, measured, nested, refused, errors] = [0; 5].map(AtomicUsize::new);
     // Per owner: a manager for outer holds, and one for nested holds that makes one attempt each (retrying while
     // a node is cut could wait on the other owner's attempt, which holds a node for a moment and retries as
     // long: a livelock, not a safety matter). A healed node is back for every one of them, so that the other
@@ -421,7 +430,8 @@ fn owners_nest_under_resets(
             let (locks, once, all) = (&all[2 * t], &all[2 * t + 1], &all);
             let (cluster, proxies, faults, holds) = (&cluster, &proxies, &faults, &holds);
             let (holders, broken) = (&holders, &broken);
-            let (struck, nested, refused, errors) = (&struck, &nested, &refused, &errors);
+            let (struck, measured, nested, refused, errors) =
+                (&struck, &measured, &nested, &refused, &errors);
             s.spawn(move || {
                 let me = locks.owner().unwrap();
                 for _ in 0..ROUNDS {
@@ -451,14 +461,18 @@ fn owners_nest_under_resets(
                         let _faults = faults.lock().unwrap_or_else(|e| e.into_inner());
                         for node in [1, 2] {
                             let before = hold_ids(cluster, node, "res");
+                            let held_before = holds_key(cluster, node, "res", &me);
                             // Queued for the node, written by the client, reset before it got there.
                             hole(&proxies[node]);
                             let inner = once.lock_reentrant(&me, "res", ttl);
                             cut(&proxies[node], once, node);
                             nested.fetch_add(1, Ordering::SeqCst);
                             // Struck: the node recorded no new hold (a late release may remove one).
-                            if hold_ids(cluster, node, "res").is_subset(&before) {
-                                struck.fetch_add(1, Ordering::SeqCst);
+                            if held_before && holds_key(cluster, node, "res", &me) {
+                                measured.fetch_add(1, Ordering::SeqCst);
+                                if hold_ids(cluster, node, "res").is_subset(&before) {
+                                    struck.fetch_add(1, Ordering::SeqCst);
+                                }
                             }
                             heal_all(&proxies[node], all, node);
                             match inner {
@@ -504,6 +518,7 @@ fn owners_nest_under_resets(
     Run {
         holds: holds.into_inner().unwrap(),
         struck: struck.into_inner(),
+        measured: measured.into_inner(),
         nested: nested.into_inner(),
         refused: refused.into_inner(),
         errors: errors.into_inner(),
@@ -514,16 +529,24 @@ fn owners_nest_under_resets(
 fn owners_nesting_under_resets_never_overlap() {
     let run = owners_nest_under_resets(LockManager::unlock_reentrant);
     println!(
-        "reentrant under resets: {} holds, {} of {} nested acquisitions struck by a cut, {} refused",
+        "reentrant under resets: {} holds, {} of {} nested acquisitions struck by a cut ({} measured: the cut \
+         node held the owner's key), {} refused",
         run.holds.len(),
         run.struck,
         run.nested,
+        run.measured,
         run.refused
     );
     assert_eq!((run.holds.len(), run.errors), (6, 0));
     assert_eq!(
-        run.struck, run.nested,
+        run.struck, run.measured,
         "every cut must strike its nested round"
+    );
+    assert!(
+        2 * run.measured >= run.nested,
+        "too few nested rounds measured: {} of {}",
+        run.measured,
+        run.nested
     );
     let violations = overlaps(&run.holds);
     assert!(violations.is_empty(), "overlapping holds: {violations:?}");
