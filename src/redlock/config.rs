@@ -129,7 +129,7 @@ settings! {
     /// The price, for other nodes: a node that has just started (a fresh deployment, a test) does not count for the
     /// first window either, so locks need a majority of nodes that have been up that long (the error says which
     /// nodes and for how much longer). Turn the guard off only when a lost lock is acceptable. The module
-    /// `src/redlock/restart.rs` says which way each figure may err, why trusting persistent nodes is safe, and
+    /// `src/redlock/engine/restart.rs` says which way each figure may err, why trusting persistent nodes is safe, and
     /// what that assumes (persistence configured at start, not turned on at run time).
     restart_guard, with_restart_guard: bool;
     /// Sets the least restart window (default zero). The window is the larger of this and the longest TTL this
