@@ -80,7 +80,10 @@
 //! - Not in that set (and not yet tested): `+config|get`, `+time`, and `+set`/`+get` on
 //!   `~muxlock:persist-marker` (the persistence marker, run by `+eval`) let the restart guard trust nodes that
 //!   prove they persist every write at once (without them they get the window rule, never trust); fencing adds
-//!   `~muxlock:fence:*`, reentrant locks `+hset +hdel +hlen +exists +pttl +pexpire` and `~muxlock:holds:*`.
+//!   `~muxlock:fence:*`, reentrant locks `+hset +hdel +hlen +exists +pttl +pexpire` and `~muxlock:holds:*`;
+//!   [`LockManager::lock_wait`]'s fair queue across processes `+zadd +zrange +zrangebyscore +zrank +zrem +incr
+//!   +time +pexpire` and `~muxlock:queue:* ~muxlock:queue-deadlines:* ~muxlock:turn:*` (where a majority of
+//!   nodes refuse its script, a manager waits without the queue from then on).
 //!
 //! # Features
 //!

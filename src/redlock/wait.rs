@@ -61,8 +61,20 @@ pub(crate) fn lock_wait(
     max_wait: Duration,
 ) -> Result<Lock> {
     let ttl_ms = keeper.engine.check(resource, ttl)?;
-    // Queued across processes: see `handoff`.
-    handoff::queued_wait(keeper, resource, ttl, ttl_ms, max_wait)
+    let until = later(Instant::now(), max_wait);
+    if !keeper.waits.unqueued() {
+        // Queued across processes: see `handoff`.
+        match handoff::queued_wait(keeper, resource, ttl, ttl_ms, max_wait) {
+            Ok(got) => return got,
+            // The nodes refuse the queue's script (an ACL without its commands or keys, `EVAL` disabled): wait
+            // as before the queue, for the time left, and from now on.
+            Err(handoff::Refused) => keeper.waits.set_unqueued(),
+        }
+    }
+    let left = until.saturating_duration_since(Instant::now());
+    wait_for(keeper, resource, left, |core| {
+        block(core.attempt(resource, ttl, ttl_ms))
+    })
 }
 
 /// Acquires `resource` with a fencing token, waiting for it up to `max_wait`: see

@@ -25,7 +25,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::{self, Thread};
 use std::time::Instant;
 
@@ -52,9 +52,21 @@ pub(crate) struct WaitRoom {
     /// Bumped by [`WaitRoom::cancel_all`]: waiters that started before give up.
     cancels: AtomicU64,
     rooms: Mutex<HashMap<Vec<u8>, Line>>,
+    /// Set once the nodes refused the cross-process queue's script (`wait/handoff.rs`): waits go without it.
+    unqueued: AtomicBool,
 }
 
 impl WaitRoom {
+    /// Whether the nodes refused the cross-process queue: this manager's waits then go without it.
+    pub(crate) fn unqueued(&self) -> bool {
+        self.unqueued.load(Ordering::Relaxed)
+    }
+
+    /// Notes that the nodes refuse the cross-process queue's script.
+    pub(crate) fn set_unqueued(&self) {
+        self.unqueued.store(true, Ordering::Relaxed);
+    }
+
     /// Joins the end of `resource`'s line.
     pub(crate) fn join(&self, resource: &[u8]) -> Ticket {
         let mut rooms = lock(&self.rooms);

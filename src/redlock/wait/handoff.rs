@@ -73,7 +73,7 @@ use super::{FREE_STREAK, Place, expiry_jitter, probe};
 use crate::net::NodeSet;
 use crate::redlock::engine::Engine;
 use crate::redlock::engine::seam::block;
-use crate::redlock::error::{Error, Outcome, Result};
+use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::guard::Keeper;
 use crate::redlock::kind::lock::Lock;
 use crate::redlock::kind::queued::Entry;
@@ -81,6 +81,25 @@ use crate::redlock::quorum::Failure;
 use crate::redlock::stats::Activity;
 use crate::resp::{Value, encode_command};
 use crate::time::later;
+
+/// The nodes refuse the queue's script: [`queued_wait`] gives up on the queue, and the caller waits without it.
+#[derive(Debug)]
+pub(super) struct Refused;
+
+/// Whether a queued attempt failed because enough nodes refuse the queue's script that it can never get a
+/// majority: an ACL without the commands or keys the script uses (`NOPERM`), `EVAL` disabled or unknown. Only
+/// error replies of that kind count; a node down, hung or holding the lock does not.
+fn refuses_the_queue(report: &Report, quorum: usize) -> bool {
+    let refusing = report
+        .nodes
+        .iter()
+        .filter(|(_, o)| {
+            matches!(o, Outcome::ErrorReply(m)
+                if m.starts_with("NOPERM") || m.starts_with("ERR unknown command") || m.contains("disabled"))
+        })
+        .count();
+    refusing > report.nodes.len() - quorum
+}
 
 /// A new queue entry for `resource`: a random id, and a ticket from the wall clock now.
 fn new_entry(engine: &Engine, resource: &[u8]) -> Entry {
@@ -120,7 +139,7 @@ pub(super) fn queued_wait(
     ttl: Duration,
     ttl_ms: u64,
     max_wait: Duration,
-) -> Result<Lock> {
+) -> std::result::Result<Result<Lock>, Refused> {
     let until = later(Instant::now(), max_wait);
     let cancels = keeper.waits.cancels();
     let ticket = keeper.waits.join(resource);
@@ -150,14 +169,14 @@ pub(super) fn queued_wait(
                 Activity::add(&activity.waits_given_up, 1);
             }
             if let Some(e) = error {
-                return Err(e);
+                return Ok(Err(e));
             }
             if !head || cancelled {
-                return Err(Error::Held(Box::new(engine.report(
+                return Ok(Err(Error::Held(Box::new(engine.report(
                     resource,
                     vec![Outcome::NotAwaited; engine.fanout.len()],
                     quorum,
-                ))));
+                )))));
             }
             // The head makes one attempt, even with no time to wait at all.
         }
@@ -174,12 +193,16 @@ pub(super) fn queued_wait(
             .entry
             .get_or_insert_with(|| new_entry(engine, resource));
         let (failure, mut report, refusal) =
-            match block(engine.queued_attempt(resource, ttl, ttl_ms, entry, queued.joined))? {
+            match block(engine.queued_attempt(resource, ttl, ttl_ms, entry, queued.joined)) {
                 // Held by a majority now: `queued` leaves the queue on every node as it drops (the next waiter's
                 // turn comes with it).
-                Ok(lock) => return Ok(lock),
-                Err(failed) => failed,
+                Ok(Ok(lock)) => return Ok(Ok(lock)),
+                Ok(Err(failed)) => failed,
+                Err(e) => return Ok(Err(e)),
             };
+        if refuses_the_queue(&report, quorum) {
+            return Err(Refused);
+        }
         queued.joined |= refusal.queued > 0;
         let now = Instant::now();
         let refresh = later(now, entry.lease / 4);
