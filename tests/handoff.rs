@@ -387,3 +387,61 @@ fn a_waiter_cut_off_from_a_majority_does_not_block_the_others_with_one_node_down
         println!("the cut-off waiter: {:?}", w.as_ref().map(|_| ()));
     });
 }
+
+/// FINDING (break24), FAILING at 24bb28b: a waiter that gives up leaves the queue only if some attempt's reply
+/// showed it queued (`joined`). When every node is hung (a pause, a network stall) its attempts end with no reply
+/// read, it gives up with `Error::Quorum`, and leaves nothing; the nodes then run the buffered `QUEUE_ACQUIRE`s
+/// and queue it, at the head (the key is held), for a whole entry lease. The next waiter is held up by a waiter
+/// that gave up long before, contrary to "a waiter that gives up leaves the queue on every node at once".
+#[test]
+fn a_waiter_that_gives_up_while_the_nodes_hang_leaves_no_entry_behind() {
+    let mut cluster = Cluster::start(3);
+    let urls = cluster.urls();
+    let holder = locks::manager(urls.clone(), config());
+    let gave_up = locks::manager(urls.clone(), config());
+    let next = locks::manager(urls.clone(), config());
+    for m in [&gave_up, &next] {
+        let warm = m
+            .lock_wait("warm", Duration::from_secs(2), Duration::from_secs(2))
+            .expect("warm-up");
+        m.unlock(warm).expect("warm-up");
+    }
+    let lock = holder
+        .lock("gaveup", Duration::from_secs(5))
+        .expect("the holder");
+    for i in 0..3 {
+        cluster.pause(i);
+    }
+    let got = gave_up.lock_wait("gaveup", Duration::from_secs(2), Duration::from_millis(500));
+    assert!(got.is_err(), "every node is paused: {got:?}");
+    println!(
+        "gave up: {}",
+        got.err().map(|e| e.to_string()).unwrap_or_default()
+    );
+    for i in 0..3 {
+        cluster.resume(i);
+    }
+    thread::sleep(Duration::from_millis(100));
+    let left: Vec<String> = (0..3)
+        .map(|i| {
+            let q = cluster
+                .node(i)
+                .raw(&cmd(&["ZCARD", "muxlock:queue:gaveup"]));
+            String::from_utf8_lossy(&q).trim().to_string()
+        })
+        .collect();
+    println!("entries left on the nodes: {left:?}");
+    holder.unlock(lock).expect("unlock");
+    let t0 = Instant::now();
+    let l = next
+        .lock_wait("gaveup", Duration::from_secs(2), Duration::from_secs(3))
+        .expect("the next waiter");
+    let waited = t0.elapsed();
+    next.unlock(l).expect("unlock");
+    println!("the next waiter, on a free key, waited {waited:?}");
+    assert!(
+        left.iter().all(|z| z == ":0"),
+        "a waiter that gave up is still queued: ZCARD {left:?}; the next waiter waited {waited:?}"
+    );
+    assert!(waited < Duration::from_millis(300), "held up {waited:?}");
+}
