@@ -99,8 +99,6 @@ pub(crate) struct Refusal {
     pub(crate) head: bool,
     /// Per node, the turn key's value it reported.
     pub(crate) turns: Vec<Option<i64>>,
-    /// How many nodes put the waiter in their queue.
-    pub(crate) queued: usize,
 }
 
 /// A queued attempt's reply as a vote; a refusal's rank and turn go into `refusal`.
@@ -113,7 +111,6 @@ pub(crate) fn queue_vote(reply: &Reply, node: usize, refusal: &mut Refusal) -> (
                     (items.first(), items.get(1))
                 {
                     refusal.head |= *rank == 0;
-                    refusal.queued += 1;
                     if let Some(t) = refusal.turns.get_mut(node) {
                         *t = Some(*turn);
                     }
