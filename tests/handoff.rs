@@ -288,3 +288,160 @@ fn a_dead_waiter_at_the_head_of_the_queue_holds_the_others_up_for_one_lease() {
         .expect("lock ignores the queue");
     m.unlock(lock).expect("unlock");
 }
+
+// ---- Review of #24 (break24): findings and tests ----
+
+/// A waiter cut off from a majority of the nodes is alive, and heads the queue of the node it still reaches (its
+/// ticket is the oldest). With one node of 3 down besides, the others need that node: they get it once the cut-off
+/// waiter's entry lapses there, which it does, since its attempts on the free key are grants (partial, released),
+/// which do not refresh its deadline. So the hand-off takes at most about one entry lease (1 s here), not the
+/// cut-off waiter's whole `max_wait`. (Checked in review, break24: passes.)
+#[test]
+fn a_waiter_cut_off_from_a_majority_does_not_block_the_others_with_one_node_down() {
+    use support::proxy::{Fault, FaultProxy};
+    let mut cluster = Cluster::start(3);
+    let urls = cluster.urls();
+    // The cut-off waiter reaches node 0 only: nodes 1 and 2 are behind black holes for it.
+    let holes: Vec<FaultProxy> = cluster.addrs()[1..]
+        .iter()
+        .copied()
+        .map(FaultProxy::start)
+        .collect();
+    let cut_urls = vec![urls[0].clone(), holes[0].url(), holes[1].url()];
+    let holder = locks::manager(urls.clone(), config());
+    let cut = locks::manager(cut_urls, config());
+    let other = locks::manager(urls.clone(), config());
+    // The other waiter is connected and tracking before the faults.
+    let warm = other
+        .lock_wait("warm", Duration::from_secs(2), Duration::from_secs(2))
+        .expect("warm-up");
+    other.unlock(warm).expect("warm-up");
+    for h in &holes {
+        h.set(Fault::BlackHole);
+    }
+    let lock = holder
+        .lock("cut", Duration::from_secs(5))
+        .expect("the holder");
+    thread::scope(|s| {
+        let cut = &cut;
+        // Waits first (the oldest ticket), for longer than the test: it can never win, and it stays alive.
+        let waiter = s.spawn(move || {
+            let t = Instant::now();
+            let r = cut.lock_wait("cut", Duration::from_secs(2), Duration::from_secs(6));
+            println!("cut-off waiter returned after {:?}", t.elapsed());
+            r
+        });
+        thread::sleep(Duration::from_millis(500));
+        cluster.kill(2);
+        let t0 = Instant::now();
+        let got = thread::scope(|s2| {
+            let other = &other;
+            let h = s2.spawn(move || {
+                other.lock_wait("cut", Duration::from_secs(2), Duration::from_secs(3))
+            });
+            thread::sleep(Duration::from_millis(300));
+            for i in 0..2 {
+                let q = cluster.node(i).raw(&cmd(&[
+                    "ZRANGE",
+                    "muxlock:queue:cut",
+                    "0",
+                    "-1",
+                    "WITHSCORES",
+                ]));
+                println!(
+                    "node {i} queue: {}",
+                    String::from_utf8_lossy(&q).replace("\r\n", " ")
+                );
+            }
+            holder.unlock(lock).expect("unlock");
+            h.join().expect("the other waiter")
+        });
+        let waited = t0.elapsed();
+        println!(
+            "the other waiter: {:?} after {waited:?}",
+            got.as_ref().map(|_| ())
+        );
+        // What plain Redlock says meanwhile: the key is free on the 2 live nodes.
+        let plain = holder.try_lock("cut-plain", Duration::from_secs(1));
+        assert!(
+            matches!(plain, Ok(Some(_))),
+            "plain SET NX gets 2 of 3: {plain:?}"
+        );
+        match got {
+            Ok(l) => {
+                let _ = other.unlock(l);
+            }
+            Err(e) => panic!(
+                "lock_wait failed with only node 2 of 3 down and the key free on nodes 0 and 1, after {waited:?}: {e}"
+            ),
+        }
+        // Released 300 ms after t0; one lease (1 s) and a quarter, and room for a loaded machine.
+        assert!(
+            waited <= Duration::from_millis(300 + 1250 + 500),
+            "held up {waited:?}"
+        );
+        for h in &holes {
+            h.set(Fault::None);
+        }
+        let w = waiter.join().expect("the cut-off waiter");
+        println!("the cut-off waiter: {:?}", w.as_ref().map(|_| ()));
+    });
+}
+
+/// FINDING (break24), FAILING at 24bb28b: a waiter that gives up leaves the queue only if some attempt's reply
+/// showed it queued (`joined`). When every node is hung (a pause, a network stall) its attempts end with no reply
+/// read, it gives up with `Error::Quorum`, and leaves nothing; the nodes then run the buffered `QUEUE_ACQUIRE`s
+/// and queue it, at the head (the key is held), for a whole entry lease. The next waiter is held up by a waiter
+/// that gave up long before, contrary to "a waiter that gives up leaves the queue on every node at once".
+#[test]
+fn a_waiter_that_gives_up_while_the_nodes_hang_leaves_no_entry_behind() {
+    let mut cluster = Cluster::start(3);
+    let urls = cluster.urls();
+    let holder = locks::manager(urls.clone(), config());
+    let gave_up = locks::manager(urls.clone(), config());
+    let next = locks::manager(urls.clone(), config());
+    for m in [&gave_up, &next] {
+        let warm = m
+            .lock_wait("warm", Duration::from_secs(2), Duration::from_secs(2))
+            .expect("warm-up");
+        m.unlock(warm).expect("warm-up");
+    }
+    let lock = holder
+        .lock("gaveup", Duration::from_secs(5))
+        .expect("the holder");
+    for i in 0..3 {
+        cluster.pause(i);
+    }
+    let got = gave_up.lock_wait("gaveup", Duration::from_secs(2), Duration::from_millis(500));
+    assert!(got.is_err(), "every node is paused: {got:?}");
+    println!(
+        "gave up: {}",
+        got.err().map(|e| e.to_string()).unwrap_or_default()
+    );
+    for i in 0..3 {
+        cluster.resume(i);
+    }
+    thread::sleep(Duration::from_millis(100));
+    let left: Vec<String> = (0..3)
+        .map(|i| {
+            let q = cluster
+                .node(i)
+                .raw(&cmd(&["ZCARD", "muxlock:queue:gaveup"]));
+            String::from_utf8_lossy(&q).trim().to_string()
+        })
+        .collect();
+    println!("entries left on the nodes: {left:?}");
+    holder.unlock(lock).expect("unlock");
+    let t0 = Instant::now();
+    let l = next
+        .lock_wait("gaveup", Duration::from_secs(2), Duration::from_secs(3))
+        .expect("the next waiter");
+    let waited = t0.elapsed();
+    next.unlock(l).expect("unlock");
+    println!("the next waiter, on a free key, waited {waited:?}");
+    assert!(
+        left.iter().all(|z| z == ":0"),
+        "a waiter that gave up is still queued: ZCARD {left:?}; the next waiter waited {waited:?}"
+    );
+    assert!(waited < Duration::from_millis(300), "held up {waited:?}");
+}

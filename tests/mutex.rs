@@ -16,6 +16,8 @@ mod kinds;
 #[path = "mutex/sets.rs"]
 mod sets;
 mod support;
+#[path = "mutex/waiting.rs"]
+mod waiting;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -94,6 +96,8 @@ fn run(
             let (recorder, stats, addr) = (recorder.clone(), Arc::clone(&stats), protected.addr());
             let work = Work {
                 seed: work.seed + (m * 100 + t) as u64,
+                // With waiting workers, every third manager takes plain locks beside them (they do not queue).
+                wait: work.wait.filter(|_| m % 3 != 2),
                 ..work.clone()
             };
             thread::spawn(move || {
@@ -120,6 +124,7 @@ fn work(resources: usize, ttl: Duration, secs: Duration) -> Work {
         max_work: Duration::from_millis(2),
         pause: None,
         seed: 7,
+        wait: None,
     }
 }
 
@@ -259,14 +264,17 @@ fn minority_bursts(
     restart_guard: bool,
     down: Duration,
     quiet: Duration,
-    secs: Duration,
+    (secs, wait): (Duration, Option<Duration>),
 ) -> BurstRun {
     let mut cluster = Cluster::start(5);
     let protected = RedisServer::start();
     let locks = managers(&cluster.urls(), &config(restart_guard), 3);
     let w = long_work(3, Duration::ZERO);
     wait_until_usable(&locks[0], w.ttl);
-    let w = long_work(3, secs);
+    let w = Work {
+        wait,
+        ..long_work(3, secs)
+    };
     let until = w.until;
     let mut bursts = Vec::new();
     let (stats, holds, violations) = run(scenario, &locks, 2, &w, &protected, || {
@@ -304,7 +312,7 @@ fn minority_nodes_killed_and_restarted_at_random() {
         true,
         Duration::from_millis(50),
         Duration::from_millis(1200),
-        seconds(),
+        (seconds(), None),
     );
     assert_safe(&r.stats, &r.violations);
     assert!(r.bursts > 0 && r.exposed > 0, "no hold met a whole burst");
@@ -326,7 +334,7 @@ fn delayed_restart_alone_keeps_safety_without_the_guard() {
         false,
         ttl + Duration::from_millis(200),
         Duration::from_millis(100),
-        seconds(),
+        (seconds(), None),
     );
     assert_safe(&r.stats, &r.violations);
     assert!(r.bursts > 0 && r.exposed > 0, "no hold met a whole burst");
@@ -349,7 +357,7 @@ fn minority_restarts_with_no_protection_hand_locks_out_twice() {
             false,
             Duration::from_millis(50),
             Duration::from_millis(300),
-            secs,
+            (secs, None),
         );
         assert!(r.struck.failed > 0, "{}", r.struck);
         if !r.violations.is_empty() {

@@ -360,6 +360,9 @@ pub struct Work {
     /// Before writing, sleep this long with the lock held once every `pause_every` holds (a GC pause).
     pub pause: Option<(u64, Duration)>,
     pub seed: u64,
+    /// [`worker`] acquires with `lock_wait` waiting at most this long (the cross-process queue of #24), instead of
+    /// `lock`.
+    pub wait: Option<Duration>,
 }
 
 impl Work {
@@ -384,7 +387,11 @@ pub fn worker(
     let mut holds = 0u64;
     while Instant::now() < work.until {
         let resource = &work.resources[(rng.next_u32() as usize) % work.resources.len()];
-        let lock = match locks.lock(resource, work.ttl) {
+        let got = match work.wait {
+            Some(max_wait) => locks.lock_wait(resource, work.ttl, max_wait),
+            None => locks.lock(resource, work.ttl),
+        };
+        let lock = match got {
             Ok(lock) => lock,
             Err(Error::Held(_)) => {
                 Stats::add(&stats.held);

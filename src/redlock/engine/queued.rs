@@ -57,7 +57,6 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut refusal = Refusal {
             head: false,
             turns: vec![None; n],
-            queued: 0,
         };
         let mut resent: Vec<bool> = Vec::new();
         let mut status = Status::Pending;

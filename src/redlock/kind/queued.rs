@@ -99,8 +99,6 @@ pub(crate) struct Refusal {
     pub(crate) head: bool,
     /// Per node, the turn key's value it reported.
     pub(crate) turns: Vec<Option<i64>>,
-    /// How many nodes put the waiter in their queue.
-    pub(crate) queued: usize,
 }
 
 /// A queued attempt's reply as a vote; a refusal's rank and turn go into `refusal`.
@@ -108,18 +106,20 @@ pub(crate) fn queue_vote(reply: &Reply, node: usize, refusal: &mut Refusal) -> (
     match reply {
         Ok(v) => match v.without_attributes() {
             Value::Integer(1) => (Vote::Yes, Outcome::Granted),
-            Value::Array(items) => {
-                if let (Some(Value::Integer(rank)), Some(Value::Integer(turn))) =
-                    (items.first(), items.get(1))
-                {
+            // Refused, queued: `[rank, turn]`. Any other array is not the script's: a failed vote.
+            Value::Array(items) if items.len() == 2 => match (&items[0], &items[1]) {
+                (Value::Integer(rank), Value::Integer(turn)) => {
                     refusal.head |= *rank == 0;
-                    refusal.queued += 1;
                     if let Some(t) = refusal.turns.get_mut(node) {
                         *t = Some(*turn);
                     }
+                    (Vote::Taken, Outcome::Taken)
                 }
-                (Vote::Taken, Outcome::Taken)
-            }
+                _ => (
+                    Vote::Failed,
+                    Outcome::ErrorReply(format!("unexpected reply {v:?}")),
+                ),
+            },
             Value::Error(msg) | Value::BulkError(msg) => (
                 Vote::Failed,
                 Outcome::ErrorReply(String::from_utf8_lossy(msg).into_owned()),

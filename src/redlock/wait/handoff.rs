@@ -203,7 +203,10 @@ pub(super) fn queued_wait(
         if refuses_the_queue(&report, quorum) {
             return Err(Refused);
         }
-        queued.joined |= refusal.queued > 0;
+        // The request may have queued this waiter on any node it reached, whether or not its reply was read (a
+        // node hung past the round runs it when it resumes): from the first failed attempt on, the waiter leaves
+        // everywhere as it goes, with the lock or without.
+        queued.joined = true;
         let now = Instant::now();
         let refresh = later(now, entry.lease / 4);
         let wake = match failure {
