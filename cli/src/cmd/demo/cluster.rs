@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 
 use super::Demo;
-use crate::cmd::cluster::up;
 use crate::duration;
 use crate::exit::{self, CliError};
 use crate::procs;
+use crate::servers;
 use crate::state::{self, ClusterState};
 
 /// A node as the demo knows it: enough to kill, restart and pause it.
@@ -105,7 +105,7 @@ impl Demo<'_> {
             }
         }
         let asked = Instant::now();
-        let started = up::start(&dir, &[None; 5], None, false)?;
+        let started = servers::start(&dir, &[None; 5], None, false)?;
         self.screen.line(&format!(
             "started a local cluster of {} redis-server nodes in {} (appendonly yes, appendfsync always: every \
              write on disk before the reply); recorded in {}",
@@ -186,7 +186,7 @@ impl Demo<'_> {
                 .filter(|n| n.state != NodeState::Killed)
                 .map(|n| (n.pid, n.start_ticks))
                 .collect();
-            let left = up::stop(&procs);
+            let left = servers::stop(&procs);
             if let Some((dir, _)) = &cluster.record {
                 if left.is_empty() {
                     let _ = state::remove(dir);
@@ -236,7 +236,7 @@ fn restart(cluster: &mut Cluster, i: usize) -> Result<Duration, String> {
     let started = Instant::now();
     let node = &cluster.nodes[i];
     let tls = cluster.record.as_ref().and_then(|(_, r)| r.tls.as_ref());
-    let record = up::start_node(&cluster.redis_server, &node.dir, Some(node.port), tls)?;
+    let record = servers::start_node(&cluster.redis_server, &node.dir, Some(node.port), tls)?;
     let node = &mut cluster.nodes[i];
     node.pid = record.pid;
     node.start_ticks = record.start_ticks;
