@@ -2,12 +2,11 @@
 //! space), and its turn: poll, read and decode without the lock, then file what was read, wake the rounds
 //! concerned and write the batches queued meanwhile (see the [parent](super)'s "How threads share it").
 
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use mio::{Events, Poll};
-use std::sync::MutexGuard;
 
 use super::{Fanout, Inner, MAX_PUSHES, NODE_BITS, NODE_MASK, WAKER, unpark_all};
 use crate::net::conn::WriteJob;

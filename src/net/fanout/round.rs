@@ -2,10 +2,9 @@
 //! node, held for room in a release round, or refused with its outcome filed), then waiting for outcomes, driving
 //! the poll or sleeping while another thread drives (see the [parent](super)'s invariants).
 
+use std::sync::MutexGuard;
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
-
-use std::sync::MutexGuard;
 
 use super::driver::Driver;
 use super::{Fanout, Inner, NodeSet, token, unpark_all};
@@ -16,6 +15,7 @@ use crate::net::state::{Filing, Priority, Room, Waiter};
 use crate::sync::lock;
 
 impl Fanout {
+    /// A round of `priority` (see [`Fanout::round`] and [`Fanout::release_round`]).
     pub(super) fn open(&self, deadline: Instant, priority: Priority) -> Round<'_> {
         let slot = lock(&self.inner).slots.open(self.addrs.len(), deadline);
         Round {
