@@ -3,7 +3,7 @@
 //! pushes.
 //!
 //! What the connection does with the bytes alone (the exact error for each kind of garbage, limits, refused
-//! logins, pushes) is unit-tested on the connection's state without sockets (`src/net/state_tests.rs`). Here, with
+//! logins, pushes) is unit-tested on the connection's state without sockets (`src/net/state_tests/`). Here, with
 //! sockets and time: the network layer (a one-node [`Fanout`]) returns the outcome within the round's deadline
 //! (a hung node, a trickle, a close mid-reply, a redial); and a [`LockManager`] over two real `redis-server`s and
 //! the fake still locks and unlocks, and, where the majority needs the fake's vote, names it in the error report
@@ -147,7 +147,7 @@ fn peak_rss_growth<T>(f: impl FnOnce() -> T) -> (T, u64) {
     (out, peak.saturating_sub(before))
 }
 
-/// The bytes alone are checked by the unit tests of the connection state (`src/net/state_tests.rs`); here, over
+/// The bytes alone are checked by the unit tests of the connection state (`src/net/state_tests/`); here, over
 /// a socket, a declaration inside the limits is awaited until the deadline and costs only what arrived.
 #[test]
 fn declared_sizes_inside_the_limits_are_awaited_without_allocating_them() {

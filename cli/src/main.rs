@@ -5,8 +5,9 @@
 //! - `cmd`: one module per subcommand (`exec`, `acquire`, `release`, `extend`, `status`, `cluster up|down|status`,
 //!   `bench`, `demo`).
 //! - `nodes`: which nodes a command uses (`--nodes`, `MUXLOCK_NODES`, the local cluster) and the lock manager.
-//! - `state`: where the local cluster is recorded; `certs`: the throwaway CA of `cluster up --tls`. `procs`:
-//!   processes by PID. `redis`: a small blocking client (plain or TLS) for the cluster's housekeeping.
+//! - `state`: where the local cluster is recorded; `certs`: the throwaway CA of `cluster up --tls`. `servers`:
+//!   local redis-server nodes started and stopped (`cluster up`, `demo`). `procs`: processes by PID. `redis`: a
+//!   small blocking client (plain or TLS) for the cluster's housekeeping.
 //! - `duration`: `500ms`, `10s`, `2m`. `exit`: the exit codes. `output`: stdout, `--json`, one-line errors, and no
 //!   password in any of them.
 //!
@@ -26,6 +27,7 @@ mod nodes;
 mod output;
 mod procs;
 mod redis;
+mod servers;
 mod state;
 
 use std::panic::{self, AssertUnwindSafe};

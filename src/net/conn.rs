@@ -22,8 +22,8 @@ use super::error::NodeError;
 use super::options::Options;
 use super::resolve::Resolved;
 use super::state::{Filing, NodeState};
-use super::tls::{Connector, Target};
 use super::transport::Transport;
+use super::transport::{Connector, Target};
 use crate::resp::Value;
 
 /// One node's connection.

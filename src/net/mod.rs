@@ -14,10 +14,11 @@
 //!
 //! - `state` (one node's protocol state, pure) and `inbound` (its bytes decoded, pure): no socket, unit-tested
 //!   with byte buffers and a virtual clock;
-//! - `transport` (plain TCP or TLS on the same `mio` socket) and `tls` (rustls driven sans-IO), `conn` (a node's
-//!   socket side: dialling, completing a connect), `read` (the driver's read side);
-//! - `fanout` (N nodes on one poll, shared by threads), `slots` (rounds' mailboxes), `addr`, `resolve`,
-//!   `options`, `tls_config`, `stats`, `error`.
+//! - `transport/` (one connection's bytes on its `mio` socket: `tcp`, and `tls`, rustls driven sans-IO, with
+//!   `no_tls.rs` standing in without the `tls` feature), `conn` (a node's socket side: dialling, completing a
+//!   connect), `read` (the driver's read side);
+//! - `fanout/` (N nodes on one poll, shared by threads: the fanout itself, its `driver`, a `round`, a
+//!   `node_set`), `slots` (rounds' mailboxes), `addr`, `resolve`, `options`, `tls_config`, `stats`, `error`.
 
 mod addr;
 mod conn;
@@ -35,11 +36,6 @@ pub mod slots;
 mod slots;
 mod state;
 mod stats;
-#[cfg(feature = "tls")]
-mod tls;
-#[cfg(not(feature = "tls"))]
-#[path = "no_tls.rs"]
-mod tls;
 mod tls_config;
 mod transport;
 

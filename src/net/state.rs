@@ -530,5 +530,5 @@ fn command_name(command: &[u8]) -> String {
 }
 
 #[cfg(test)]
-#[path = "state_tests.rs"]
+#[path = "state_tests/mod.rs"]
 mod tests;

@@ -3,9 +3,9 @@
 use clap::Args as ClapArgs;
 use serde::Serialize;
 
-use crate::cmd::cluster::up::stop;
 use crate::exit::{self, CliError};
 use crate::output;
+use crate::servers::stop;
 use crate::state;
 
 /// Stop the local cluster: exactly the recorded redis-server processes (by PID and start time, never by name),

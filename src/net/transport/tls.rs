@@ -27,7 +27,7 @@
 //! - **One turn's commands share records**: the writer hands a node's whole batch to `writer()` at once, and
 //!   rustls cuts it into records of up to 16 KiB, written with one vectored `write_tls`.
 //! - **The handshake counts against the connect timeout**: the connection is not up until the handshake is done
-//!   (see [`NodeState`](super::state::NodeState)'s link), and commands written meanwhile wait in rustls.
+//!   (see [`NodeState`](crate::net::state::NodeState)'s link), and commands written meanwhile wait in rustls.
 
 use std::io::{self, Read, Write};
 use std::sync::{Arc, Mutex};
@@ -43,11 +43,11 @@ use rustls::{
     SignatureScheme,
 };
 
-use super::addr::NodeAddr;
-use super::error::{NodeError, TlsError};
-use super::stats::NodeStats;
-use super::tls_config::TlsConfig;
-use super::transport::{READ_BUDGET, ReadOutcome, Transport};
+use super::{READ_BUDGET, ReadOutcome, Transport};
+use crate::net::addr::NodeAddr;
+use crate::net::error::{NodeError, TlsError};
+use crate::net::stats::NodeStats;
+use crate::net::tls_config::TlsConfig;
 use crate::sync::lock;
 
 /// The client configurations the nodes of one fanout need, built once (certificates read, roots loaded) and
@@ -336,7 +336,7 @@ impl TlsLink {
         Ok(true)
     }
 
-    /// See [`Transport::write`](super::transport::Transport::write). Ciphertext rustls already holds goes first;
+    /// See [`Transport::write`](super::Transport::write). Ciphertext rustls already holds goes first;
     /// then the batch is encrypted in one piece (sharing records) and written. Before the handshake completes,
     /// rustls keeps the plaintext (up to its 64 KiB buffer) and sends it right after its Finished message.
     pub(crate) fn write(&self, bytes: &mut BytesMut, writes: &mut u32) -> Result<bool, NodeError> {
@@ -358,7 +358,7 @@ impl TlsLink {
         }
     }
 
-    /// See [`Transport::read`](super::transport::Transport::read): reads until the socket is drained (or the
+    /// See [`Transport::read`](super::Transport::read): reads until the socket is drained (or the
     /// budget), processing each read and draining the plaintext into `into`, then flushes what processing queued.
     ///
     /// Drained means `WouldBlock`, or a short read: as over plain TCP, a read that got less than rustls asked for

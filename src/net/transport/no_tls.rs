@@ -3,10 +3,10 @@
 
 use std::io;
 
-use super::addr::NodeAddr;
-use super::error::NodeError;
-use super::tls_config::TlsConfig;
-use super::transport::Transport;
+use super::Transport;
+use crate::net::addr::NodeAddr;
+use crate::net::error::NodeError;
+use crate::net::tls_config::TlsConfig;
 
 /// Stands for the TLS client configurations of a build that has none.
 #[derive(Debug)]

@@ -1,20 +1,36 @@
 //! [`Transport`]: how one connection's bytes move, over the one non-blocking `mio` socket it has: plain TCP, or
-//! TLS ([`tls`](super::tls), with the `tls` feature) driven sans-IO on the same socket. The protocol state above
+//! TLS ([`tls`](tls), with the `tls` feature) driven sans-IO on the same socket. The protocol state above
 //! ([`NodeState`](super::state::NodeState), [`Inbound`](super::inbound::Inbound)) sees plaintext only.
 //!
 //! A transport is shared (in an `Arc`) by the writer of the moment and the driver's read side, each outside the
 //! fanout's lock. Plain TCP needs nothing more: reads and writes are separate directions of the socket. A TLS
-//! session is one state for both directions, so it sits behind a mutex of its own (see [`tls`](super::tls) for
+//! session is one state for both directions, so it sits behind a mutex of its own (see [`tls`](tls) for
 //! the lock order).
+//!
+//! # Layout
+//!
+//! - this file: [`Transport`] and what one read did ([`ReadOutcome`]), each call passed to the child that moves
+//!   the bytes;
+//! - `tcp`: plain TCP's writes and reads;
+//! - `tls`: rustls on the same socket, with the client configurations ([`Connector`], [`Target`]) that make a
+//!   TLS transport; `no_tls.rs` stands in for it in a build without the `tls` feature, refusing `rediss://`
+//!   nodes.
 
-use std::io::{self, Read, Write};
+mod tcp;
+#[cfg(feature = "tls")]
+pub(super) mod tls;
+#[cfg(not(feature = "tls"))]
+#[path = "no_tls.rs"]
+pub(super) mod tls;
+
 use std::net::Shutdown;
 
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use mio::net::TcpStream;
 
 use super::error::NodeError;
 use super::stats::NodeStats;
+pub(crate) use tls::{Connector, Target};
 
 /// How much a read asks the socket for at once: the size of the scratch buffer callers pass in.
 pub(crate) const READ_CHUNK: usize = 16 * 1024;
@@ -29,7 +45,7 @@ pub(crate) enum Transport {
     Tcp(TcpStream),
     /// TLS over TCP (boxed: a session is a kilobyte, a socket a few bytes).
     #[cfg(feature = "tls")]
-    Tls(Box<super::tls::TlsLink>),
+    Tls(Box<tls::TlsLink>),
 }
 
 /// What one read of a transport did.
@@ -73,21 +89,7 @@ impl Transport {
     /// `Ok(false)`: the socket is full, the rest waits for it to drain.
     pub(crate) fn write(&self, bytes: &mut BytesMut, writes: &mut u32) -> Result<bool, NodeError> {
         match self {
-            Transport::Tcp(stream) => loop {
-                if bytes.is_empty() {
-                    return Ok(true);
-                }
-                match (&*stream).write(bytes) {
-                    Ok(0) => return Err(NodeError::Closed),
-                    Ok(n) => {
-                        bytes.advance(n);
-                        *writes += 1;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(NodeError::from_io(e)),
-                }
-            },
+            Transport::Tcp(stream) => tcp::write(stream, bytes, writes),
             #[cfg(feature = "tls")]
             Transport::Tls(t) => t.write(bytes, writes),
         }
@@ -104,49 +106,9 @@ impl Transport {
         stats: &NodeStats,
     ) -> ReadOutcome {
         match self {
-            Transport::Tcp(stream) => read_tcp(stream, into, scratch, closed, stats),
+            Transport::Tcp(stream) => tcp::read(stream, into, scratch, closed, stats),
             #[cfg(feature = "tls")]
             Transport::Tls(t) => t.read(into, scratch, closed, stats),
         }
     }
-}
-
-fn read_tcp(
-    stream: &TcpStream,
-    into: &mut BytesMut,
-    scratch: &mut [u8],
-    closed: bool,
-    stats: &NodeStats,
-) -> ReadOutcome {
-    let mut out = ReadOutcome::default();
-    let mut budget = READ_BUDGET;
-    loop {
-        let n = match (&*stream).read(scratch) {
-            Ok(0) => {
-                out.end = Some(NodeError::Closed);
-                break;
-            }
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                out.end = Some(NodeError::from_io(e));
-                break;
-            }
-        };
-        out.bytes += n;
-        stats.read();
-        into.extend_from_slice(&scratch[..n]);
-        // A short read drained the socket: on Linux, bytes arriving later raise a new edge-triggered event, so
-        // the extra read that would only return WouldBlock is skipped.
-        if n < scratch.len() && !closed {
-            break;
-        }
-        budget = budget.saturating_sub(n);
-        if budget == 0 {
-            out.backlog = true;
-            break;
-        }
-    }
-    out
 }

@@ -1,0 +1,429 @@
+//! [`Fanout`]: N connections driven by one `mio::Poll`, shared by any number of threads.
+//!
+//! # How threads share it
+//!
+//! A caller opens a [`Round`], queues its request for the nodes it wants, then asks for replies with
+//! [`Round::next`]. Writing and reading are done by the callers themselves, in two roles:
+//!
+//! - **Writer** (per connection): the caller that queues bytes on an *idle* connection (nothing on the wire) takes
+//!   the role and writes without the lock, from its own thread: a lone caller pays no hand-off. Bytes queued on a
+//!   *busy* connection wait for the replies ahead of them: the driver writes them all in one batch at the end of
+//!   the turn that reads those replies (see [`state`](super::state), "batches clocked by replies").
+//! - **Driver** (one per fanout): a caller that needs a reply while nobody polls takes the poll and its read
+//!   buffers (the [`Driver`], owned by whoever drives), polls, reads and decodes every reply that arrived without
+//!   the lock, then files each under the round that asked, wakes the rounds it filed enough for, and writes the
+//!   batches queued meanwhile. Its round keeps the driver from one `next()` to the next, and gives it back when
+//!   the round ends, waking a sleeping round, if any, to take over. Over TLS the driver's reads also write: the
+//!   handshake's flights, and whatever else rustls queues while it processes what was read (see
+//!   [`tls`](super::transport::tls)); a connection is up only once its handshake is done.
+//!
+//! # Invariants
+//!
+//! - **One lock, and a leaf per TLS connection.** `inner` guards all shared bookkeeping: the connections' FIFOs
+//!   and write queues, the rounds' slots, the driver's place. No thread blocks, sleeps or does socket I/O while it
+//!   holds it, except the non-blocking `connect` of a re-dial and the checks that complete one (and creating a
+//!   TLS session for it, memory only). Host names are resolved when the fanout is built, and again after a failed
+//!   connect in a background thread ([`resolve`](super::resolve)). The driver is not a second lock: it is a
+//!   value moved in and out of `inner`. A TLS connection's session has a mutex of its own, taken only outside
+//!   `inner` and holding nothing else (see [`tls`](super::transport::tls)): the two are never held together, so
+//!   there is no lock order.
+//! - **Who polls.** Only the thread whose round took `Inner::driver` (it is `None` while someone drives) polls or
+//!   reads; a sender that finds a node full and the driver free may take it for one zero-timeout turn. Whoever
+//!   puts the driver back (a round that ends, is dropped, or a non-driving round that leaves `next()` while it is
+//!   free) wakes a sleeping round if any: a round only sleeps while the driver is taken, so no round sleeps while
+//!   nobody will poll. (A driver whose thread is descheduled still stalls everyone's replies until it runs: see
+//!   BENCHMARKS.md, "Steal".)
+//! - **Who wakes whom.** The driver wakes a round when it has filed as many outcomes as the round needs
+//!   ([`Round::need`]: a 5-node acquisition cannot decide on fewer than 3) or all of them, and, after each turn,
+//!   the sleeping rounds whose deadline had passed when that turn read the sockets. A round about to sleep pokes
+//!   the poll's waker if the driver's current poll would outlast the round's deadline.
+//! - **Timeouts come last.** A round reports a request as timed out only once a turn has read the sockets at or
+//!   after the round's deadline, so a reply that had arrived by then is counted even if the caller (or the
+//!   driver) ran late: under CPU overload, the deadline is not the first thing to fail. Likewise a node is judged
+//!   hung, or its connect too slow, only right after a turn has read the sockets.
+//! - **Backpressure, not disconnects.** A node with `max_in_flight` requests without replies gets no more
+//!   requests: each further request is that node's failed vote ([`NodeError::Overloaded`]), and the requests on
+//!   the wire are untouched. Releases may use a reserve of another `max_in_flight` and beyond that wait for room
+//!   until their deadline. A connection is dropped only when its node is gone (closed, reset, refused) or hung:
+//!   requests outstanding and no byte received for [`Options::hung_timeout`].
+//!
+//! # Layout
+//!
+//! - this file: [`Fanout`] itself, its shared bookkeeping (`Inner`), building it, what it tells about its
+//!   nodes, [`Pushes`], and running the writer role's jobs;
+//! - `driver`: the [`Driver`] (the poll and the read sides) and its turn: poll, read, file, wake;
+//! - `round`: [`Round`], one request/reply exchange: sending (with the release reserve), waiting, sleeping;
+//! - `node_set`: [`NodeSet`], which nodes a request goes to.
+//!
+//! [`NodeError::Overloaded`]: super::NodeError::Overloaded
+
+mod driver;
+mod node_set;
+mod round;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, Thread};
+use std::time::Instant;
+
+use mio::{Poll, Registry, Token, Waker};
+
+use super::addr::NodeAddr;
+use super::conn::{Conn, WriteJob};
+use super::options::Options;
+use super::resolve::Resolved;
+use super::slots::Slots;
+use super::state::{Filing, Priority};
+use super::stats::{NodeCounts, NodeStats};
+use super::transport::Connector;
+use crate::resp::Value;
+use crate::sync::lock;
+use driver::Driver;
+pub use node_set::NodeSet;
+pub use round::Round;
+
+/// Connections to N Redis nodes, multiplexed on one poll, shared by threads (`Send + Sync`).
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::{Duration, Instant};
+/// use muxlock::net::{Fanout, Options};
+/// use muxlock::resp::encode_command;
+///
+/// let nodes = vec!["127.0.0.1:7000".parse()?, "127.0.0.1:7001".parse()?, "127.0.0.1:7002".parse()?];
+/// let fanout = Fanout::new(nodes, Options::default())?;
+/// let mut request = bytes::BytesMut::new();
+/// encode_command(&[b"PING"], &mut request);
+///
+/// let mut round = fanout.round(Instant::now() + Duration::from_millis(50));
+/// round.send_all(&request, 1);
+/// while let Some((node, reply)) = round.next() {
+///     println!("node {node}: {reply:?}");
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Fanout {
+    inner: Mutex<Inner>,
+    registry: Registry,
+    waker: Waker,
+    opts: Options,
+    addrs: Vec<NodeAddr>,
+    sessions: Vec<Arc<AtomicU64>>,
+    stats: Vec<Arc<NodeStats>>,
+}
+
+struct Inner {
+    conns: Vec<Conn>,
+    slots: Slots,
+    /// The poll and the read side, here while nobody drives.
+    driver: Option<Box<Driver>>,
+    /// While the driver waits in its poll: until when, at the latest.
+    polling_until: Option<Instant>,
+    /// When the last completed turn read the sockets.
+    last_read: Option<Instant>,
+    /// RESP3 pushes read and not yet taken (only with [`Options::with_pushes`]), oldest first, at most
+    /// [`MAX_PUSHES`]; whether some were dropped for lack of room since the last take.
+    pushes: std::collections::VecDeque<(usize, Value)>,
+    pushes_dropped: bool,
+    /// The thread waiting in [`Fanout::recv_pushes`] while another drives, if any.
+    push_waiter: Option<Thread>,
+    /// Set by [`Fanout::interrupt`]: the next `recv_pushes` returns at once.
+    interrupted: bool,
+}
+
+/// Pushes kept for [`Fanout::recv_pushes`]; more are dropped, and the taker is told.
+const MAX_PUSHES: usize = 1 << 16;
+
+/// What [`Fanout::recv_pushes`] returns: the pushes read since the last call, in arrival order, with the node
+/// each came from.
+#[derive(Debug, Default)]
+pub struct Pushes {
+    /// `(node, push)` pairs.
+    pub pushes: Vec<(usize, Value)>,
+    /// Some pushes were dropped because nobody took them in time: the taker must assume anything may have
+    /// changed (as after a tracking `flush`).
+    pub dropped: bool,
+}
+
+impl Inner {
+    /// Who should take the poll that was just put back: a sleeping round, else a thread waiting for pushes
+    /// (pushes arrive only if someone polls).
+    fn successor(&mut self) -> Option<Thread> {
+        self.slots.any_sleeper().or_else(|| self.push_waiter.take())
+    }
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("nodes", &self.conns.len())
+            .field("driving", &self.driver.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Up to 2^16 - 1 nodes; the rest of the token tells a node's successive connections apart.
+const NODE_BITS: u32 = 16;
+const NODE_MASK: usize = (1 << NODE_BITS) - 1;
+/// The poll's waker: a node index no node has.
+const WAKER: Token = Token(NODE_MASK);
+
+fn token(node: usize, generation: u32) -> Token {
+    Token(((generation as usize) << NODE_BITS) | node)
+}
+
+fn unpark_all(threads: &mut Vec<Thread>) {
+    for t in threads.drain(..) {
+        t.unpark();
+    }
+}
+
+impl Fanout {
+    /// Connections to `nodes`: each is resolved now (a host name may block on the system resolver) and dialled
+    /// at once without waiting, so the first round finds them ready.
+    ///
+    /// # Errors
+    ///
+    /// Only if the OS refuses to create the poll, or the input is unusable (`InvalidInput`): 65,535 nodes or more,
+    /// TLS files ([`Options::with_tls`]) that cannot be read or hold nothing usable, a `rediss://` host that is not
+    /// a valid server name, or TLS nodes in a build without the `tls` feature. An unreachable node is not an
+    /// error: it is a failed vote in each round until it comes back.
+    pub fn new(nodes: Vec<NodeAddr>, opts: Options) -> std::io::Result<Fanout> {
+        if nodes.len() >= NODE_MASK {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "65,535 nodes or more",
+            ));
+        }
+        let tls = Connector::new(&opts.tls, &nodes)?;
+        let poll = Poll::new()?;
+        let registry = poll.registry().try_clone()?;
+        let waker = Waker::new(&registry, WAKER)?;
+        let now = Instant::now();
+        let conns: Vec<Conn> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, a)| Conn::new(i, a.clone(), Resolved::now(a), tls.as_ref(), &opts, now))
+            .collect();
+        let sessions = conns
+            .iter()
+            .map(|c| Arc::clone(&c.state.sessions))
+            .collect();
+        let stats: Vec<Arc<NodeStats>> = conns.iter().map(|c| Arc::clone(&c.state.stats)).collect();
+        let driver = Driver::new(poll, nodes.len(), &opts, &stats);
+        let fanout = Fanout {
+            inner: Mutex::new(Inner {
+                conns,
+                slots: Slots::default(),
+                driver: Some(Box::new(driver)),
+                polling_until: None,
+                last_read: None,
+                pushes: Default::default(),
+                pushes_dropped: false,
+                push_waiter: None,
+                interrupted: false,
+            }),
+            registry,
+            waker,
+            opts,
+            addrs: nodes,
+            sessions,
+            stats,
+        };
+        {
+            let mut inner = lock(&fanout.inner);
+            let Inner { conns, slots, .. } = &mut *inner;
+            let mut wake = Vec::new();
+            for (i, conn) in conns.iter_mut().enumerate() {
+                let mut out = Filing {
+                    slots,
+                    wake: &mut wake,
+                };
+                // A failure is remembered by the connection and reported by the first round.
+                let _ = conn.ensure(
+                    &fanout.registry,
+                    |g| token(i, g),
+                    &fanout.opts,
+                    now,
+                    &mut out,
+                );
+            }
+        }
+        Ok(fanout)
+    }
+
+    /// The number of nodes.
+    pub fn len(&self) -> usize {
+        self.addrs.len()
+    }
+
+    /// Whether there are no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.addrs.is_empty()
+    }
+
+    /// The nodes' addresses, in index order.
+    pub fn addrs(&self) -> &[NodeAddr] {
+        &self.addrs
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    /// Whether node `node` has an established connection now.
+    pub fn is_up(&self, node: usize) -> bool {
+        lock(&self.inner)
+            .conns
+            .get(node)
+            .is_some_and(|c| c.state.is_up())
+    }
+
+    /// How many connections to `node` have completed their set-up so far; it changes when the node was reconnected.
+    /// Cheap: no lock is taken.
+    pub fn sessions(&self, node: usize) -> u64 {
+        self.sessions
+            .get(node)
+            .map_or(0, |s| s.load(Ordering::Acquire))
+    }
+
+    /// Replies to [`Options::setup`]'s commands on `node`'s current connection, in order, each with the instant
+    /// it was read (after the server sent it).
+    pub fn setup_replies(&self, node: usize) -> Vec<(Value, Instant)> {
+        lock(&self.inner)
+            .conns
+            .get(node)
+            .map(|c| c.state.setup_replies.clone())
+            .unwrap_or_default()
+    }
+
+    /// What `node`'s connections have done so far: requests, writes, replies, reconnects, round trips. Cheap: no
+    /// lock is taken.
+    pub fn stats(&self, node: usize) -> NodeCounts {
+        self.stats
+            .get(node)
+            .map_or_else(NodeCounts::default, |s| s.snapshot())
+    }
+
+    /// Requests sent to `node` whose replies have not arrived yet (including those nobody waits for any more).
+    pub fn in_flight(&self, node: usize) -> usize {
+        lock(&self.inner)
+            .conns
+            .get(node)
+            .map_or(0, |c| c.state.in_flight())
+    }
+
+    /// Waits until a RESP3 push arrives (only connections made with [`Options::with_pushes`] keep them), until
+    /// `deadline`, or until [`interrupt`](Fanout::interrupt) is called, polling the connections meanwhile if
+    /// nobody else does; returns what arrived (possibly nothing). Meant for one thread that listens, such as a
+    /// watchdog; rounds of other threads go on as usual.
+    pub fn recv_pushes(&self, deadline: Instant) -> Pushes {
+        let mut inner = lock(&self.inner);
+        let mut driver = None;
+        loop {
+            if !inner.pushes.is_empty() || inner.pushes_dropped || inner.interrupted {
+                break;
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            if driver.is_none() {
+                driver = inner.driver.take();
+            }
+            match driver.take() {
+                Some(mut d) => {
+                    inner = self.turn(inner, &mut d, deadline);
+                    driver = Some(d);
+                }
+                None => {
+                    inner.push_waiter = Some(thread::current());
+                    let poke = inner.polling_until.is_some_and(|until| until > deadline);
+                    drop(inner);
+                    if poke {
+                        let _ = self.waker.wake();
+                    }
+                    thread::park_timeout(deadline.saturating_duration_since(Instant::now()));
+                    inner = lock(&self.inner);
+                    inner.push_waiter = None;
+                }
+            }
+        }
+        let pushes = Pushes {
+            pushes: inner.pushes.drain(..).collect(),
+            dropped: std::mem::take(&mut inner.pushes_dropped),
+        };
+        inner.interrupted = false;
+        let successor = match driver.take() {
+            Some(d) => {
+                inner.driver = Some(d);
+                inner.slots.any_sleeper()
+            }
+            None => None,
+        };
+        drop(inner);
+        if let Some(t) = successor {
+            t.unpark();
+        }
+        pushes
+    }
+
+    /// Makes a thread waiting in [`recv_pushes`](Fanout::recv_pushes) (or its next call) return at once, and the
+    /// current poll, if any, return early. For a listener that has other work to look at.
+    pub fn interrupt(&self) {
+        let mut inner = lock(&self.inner);
+        inner.interrupted = true;
+        let waiter = inner.push_waiter.take();
+        drop(inner);
+        let _ = self.waker.wake();
+        if let Some(t) = waiter {
+            t.unpark();
+        }
+    }
+
+    /// Opens a round whose outcomes are all known by `deadline`: a node that has not answered by then counts as
+    /// [`NodeError::Timeout`]. A node that already has [`Options::max_in_flight`] requests without replies is not
+    /// sent this round's request: it counts as [`NodeError::Overloaded`] at once.
+    ///
+    /// [`NodeError::Timeout`]: super::NodeError::Timeout
+    /// [`NodeError::Overloaded`]: super::NodeError::Overloaded
+    pub fn round(&self, deadline: Instant) -> Round<'_> {
+        self.open(deadline, Priority::Normal)
+    }
+
+    /// Opens a round for requests that must reach every reachable node, such as a lock's release: where a node's
+    /// queue is full, they use a reserve of another `max_in_flight` requests, and beyond it wait (until
+    /// `deadline`) for replies to make room, rather than being dropped.
+    pub fn release_round(&self, deadline: Instant) -> Round<'_> {
+        self.open(deadline, Priority::Release)
+    }
+
+    /// Runs write jobs without the lock, then hands each back to its connection, which may give back another
+    /// (bytes other callers queued meanwhile). Leaves `jobs` empty.
+    fn run_writes(&self, jobs: &mut Vec<WriteJob>) {
+        let mut next = Vec::new();
+        let mut wake = Vec::new();
+        while !jobs.is_empty() {
+            for job in jobs.iter_mut() {
+                job.run();
+            }
+            let mut inner = lock(&self.inner);
+            let now = Instant::now();
+            let Inner { conns, slots, .. } = &mut *inner;
+            let mut out = Filing {
+                slots,
+                wake: &mut wake,
+            };
+            for job in jobs.drain(..) {
+                if let Some(conn) = conns.get_mut(job.node) {
+                    next.extend(conn.written(job, &self.opts, now, &mut out));
+                }
+            }
+            drop(inner);
+            unpark_all(&mut wake);
+            std::mem::swap(jobs, &mut next);
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! [`NodeSet`]: which nodes a request goes to or reached.
+
+/// A set of node indexes, for saying which nodes a request goes to or reached. Nodes from 64 on are always
+/// members: the set exists to skip work, never to skip a node that might need a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeSet(u64);
+
+impl NodeSet {
+    /// Every node.
+    pub const ALL: NodeSet = NodeSet(u64::MAX);
+    /// No node (below 64).
+    pub const EMPTY: NodeSet = NodeSet(0);
+
+    /// Adds `node`.
+    pub fn insert(&mut self, node: usize) {
+        if node < 64 {
+            self.0 |= 1 << node;
+        }
+    }
+
+    /// Whether `node` is a member.
+    pub fn contains(&self, node: usize) -> bool {
+        node >= 64 || self.0 & (1 << node) != 0
+    }
+}

@@ -1,0 +1,383 @@
+//! [`Round`]: one request/reply exchange with some or all nodes: sending (queued, written at once on an idle
+//! node, held for room in a release round, or refused with its outcome filed), then waiting for outcomes, driving
+//! the poll or sleeping while another thread drives (see the [parent](super)'s invariants).
+
+use std::sync::MutexGuard;
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
+
+use super::driver::Driver;
+use super::{Fanout, Inner, NodeSet, token, unpark_all};
+use crate::net::conn::WriteJob;
+use crate::net::error::NodeError;
+use crate::net::slots::{Reply, SlotRef};
+use crate::net::state::{Filing, Priority, Room, Waiter};
+use crate::sync::lock;
+
+impl Fanout {
+    /// A round of `priority` (see [`Fanout::round`] and [`Fanout::release_round`]).
+    pub(super) fn open(&self, deadline: Instant, priority: Priority) -> Round<'_> {
+        let slot = lock(&self.inner).slots.open(self.addrs.len(), deadline);
+        Round {
+            fanout: self,
+            slot,
+            deadline,
+            priority,
+            driver: None,
+            held: None,
+            need: 1,
+        }
+    }
+}
+
+thread_local! {
+    /// A sender's write jobs, reused from round to round.
+    static JOBS: std::cell::RefCell<Vec<WriteJob>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// What became of a request offered to one node.
+enum Offer {
+    /// Queued, or held for room.
+    Sent,
+    /// Not sent: down, failed, or overloaded; the outcome is filed.
+    Refused,
+    /// The node has no room for an ordinary request right now.
+    Full,
+}
+
+/// Requests of a release round waiting for room on full nodes, in the order they were sent: each with its own
+/// bytes and reply count (a round may hold its first request on one node and a resend on another).
+#[derive(Debug, Default)]
+struct Held {
+    requests: Vec<HeldRequest>,
+}
+
+#[derive(Debug)]
+struct HeldRequest {
+    node: usize,
+    request: Vec<u8>,
+    replies: usize,
+}
+
+impl Held {
+    fn holds(&self, node: usize) -> bool {
+        self.requests.iter().any(|h| h.node == node)
+    }
+}
+
+/// One request/reply exchange with some or all nodes, bounded by a deadline. Dropping it abandons the replies still
+/// to come: they are read and dropped when they arrive.
+#[derive(Debug)]
+#[must_use = "a round does nothing until requests are sent and replies collected with next()"]
+pub struct Round<'a> {
+    fanout: &'a Fanout,
+    slot: SlotRef,
+    deadline: Instant,
+    priority: Priority,
+    /// The poll, while this round's thread drives.
+    driver: Option<Box<Driver>>,
+    held: Option<Box<Held>>,
+    /// Outcomes worth being woken for (see [`Round::need`]).
+    need: usize,
+}
+
+impl<'a> Round<'a> {
+    /// The instant by which every outcome of this round is known.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Sends `request` (encoded commands expecting `replies` replies in all) to every node: one write per node,
+    /// shared with other callers' requests to the same node. Returns the nodes it was queued for.
+    pub fn send_all(&mut self, request: &[u8], replies: usize) -> NodeSet {
+        self.send_where(|_| true, request, replies)
+    }
+
+    /// Sends `request` (encoded commands expecting `replies` replies in all) to node `node` only.
+    pub fn send(&mut self, node: usize, request: &[u8], replies: usize) -> NodeSet {
+        self.send_where(|n| n == node, request, replies)
+    }
+
+    /// Sends `request` to the nodes in `nodes`. Each node's outcome comes from [`next`](Round::next): a reply, or
+    /// at once the reason it was not sent (down, [`NodeError::Overloaded`]). Returns the nodes the request was
+    /// queued for (or, in a release round, held for room).
+    pub fn send_to(&mut self, nodes: NodeSet, request: &[u8], replies: usize) -> NodeSet {
+        self.send_where(|n| nodes.contains(n), request, replies)
+    }
+
+    fn send_where(
+        &mut self,
+        include: impl Fn(usize) -> bool,
+        request: &[u8],
+        replies: usize,
+    ) -> NodeSet {
+        let f = self.fanout;
+        let mut jobs = JOBS.with(|j| std::mem::take(&mut *j.borrow_mut()));
+        let mut wake = Vec::new();
+        let mut sent = NodeSet::EMPTY;
+        let mut full = Vec::new();
+        let mut inner = lock(&f.inner);
+        let now = Instant::now();
+        for node in 0..f.addrs.len() {
+            if !include(node) {
+                continue;
+            }
+            match self.offer(
+                &mut inner, node, request, replies, now, &mut jobs, &mut wake,
+            ) {
+                Offer::Sent => sent.insert(node),
+                Offer::Full => full.push(node),
+                Offer::Refused => {}
+            }
+        }
+        if !full.is_empty() {
+            // A full node may have answered already, its replies unread because nobody polls: read them first.
+            if let Some(mut d) = inner.driver.take() {
+                inner = f.turn(inner, &mut d, now);
+                inner.driver = Some(d);
+                wake.extend(inner.successor());
+            }
+            for node in full {
+                match self.offer(
+                    &mut inner, node, request, replies, now, &mut jobs, &mut wake,
+                ) {
+                    Offer::Sent => sent.insert(node),
+                    Offer::Refused => {}
+                    Offer::Full => {
+                        f.stats[node].refused(replies);
+                        inner.slots.expect(self.slot, node, replies);
+                        let r = Err(NodeError::Overloaded);
+                        wake.extend(inner.slots.refuse(self.slot, node, replies, r));
+                    }
+                }
+            }
+        }
+        drop(inner);
+        unpark_all(&mut wake);
+        f.run_writes(&mut jobs);
+        JOBS.with(|j| *j.borrow_mut() = jobs);
+        sent
+    }
+
+    /// Offers the request to one node: queues it, holds it for room (a release), or files why it was not sent.
+    /// A node without room for an ordinary request is reported `Full` and left to the caller.
+    #[allow(clippy::too_many_arguments)]
+    fn offer(
+        &mut self,
+        inner: &mut Inner,
+        node: usize,
+        request: &[u8],
+        replies: usize,
+        now: Instant,
+        jobs: &mut Vec<WriteJob>,
+        wake: &mut Vec<Thread>,
+    ) -> Offer {
+        let f = self.fanout;
+        let Inner { conns, slots, .. } = inner;
+        let Some(conn) = conns.get_mut(node) else {
+            return Offer::Refused;
+        };
+        slots.expect(self.slot, node, replies);
+        let mut out = Filing { slots, wake };
+        let refused = match conn.ensure(&f.registry, |g| token(node, g), &f.opts, now, &mut out) {
+            Err(e) => e,
+            // Behind a request of this round still held for room on the node: held too, so that the node's
+            // requests go on the wire in the order they were sent (see `slots`).
+            Ok(()) if self.held.as_ref().is_some_and(|h| h.holds(node)) => {
+                self.hold(node, request, replies);
+                return Offer::Sent;
+            }
+            Ok(()) => match conn.state.room(replies, self.priority, &f.opts) {
+                Room::Yes => {
+                    // Written now on an idle node, or by a caller that will not wait for replies (nobody might
+                    // poll); else flushed with the next batch when the node's replies come (see `state`).
+                    let idle = !conn.state.busy();
+                    conn.state
+                        .queue(request, Waiter::Round(self.slot), replies, now);
+                    if idle || self.deadline <= now {
+                        jobs.extend(conn.take_write());
+                    }
+                    return Offer::Sent;
+                }
+                Room::No => {
+                    // Counted again when the caller offers once more, or files the refusal.
+                    out.slots.unexpect(self.slot, node, replies);
+                    return Offer::Full;
+                }
+                Room::Wait => {
+                    self.hold(node, request, replies);
+                    return Offer::Sent;
+                }
+            },
+        };
+        // Behind any request of this round still on the node's wire (see `slots`: a node's outcomes keep their order).
+        out.wake
+            .extend(out.slots.refuse(self.slot, node, replies, Err(refused)));
+        Offer::Refused
+    }
+
+    /// Holds `request` for room on `node` (a release round), behind the round's other held requests.
+    fn hold(&mut self, node: usize, request: &[u8], replies: usize) {
+        self.held
+            .get_or_insert_with(Box::default)
+            .requests
+            .push(HeldRequest {
+                node,
+                request: request.to_vec(),
+                replies,
+            });
+    }
+
+    /// Sets how many outcomes are worth waiting for before this round's thread is woken, while another thread
+    /// polls (default 1): a caller that cannot decide on fewer (a majority of votes, say) then sleeps through
+    /// the first replies instead of waking for each. [`next`](Round::next) still returns outcomes one at a time,
+    /// and whatever is there when it is called.
+    pub fn need(&mut self, outcomes: usize) {
+        self.need = outcomes.max(1);
+    }
+
+    /// The next outcome: `(node, reply)` as replies arrive, in arrival order (a node's replies in request order).
+    /// After the deadline, each request still unanswered comes back as [`NodeError::Timeout`], once the replies
+    /// that had arrived by the deadline have been read. `None` once every request of the round has its outcome.
+    ///
+    /// Blocks at most until shortly after the deadline. A round that polls for everyone keeps doing so between
+    /// calls, until it ends: do little between them.
+    #[allow(clippy::should_implement_trait)] // blocking, with a deadline: not an Iterator
+    pub fn next(&mut self) -> Option<(usize, Reply)> {
+        let f = self.fanout;
+        let mut inner = lock(&f.inner);
+        let outcome = loop {
+            if self.held.is_some() {
+                inner = self.retry_held(inner);
+            }
+            if let Some(arrival) = inner.slots.take(self.slot) {
+                break Some(arrival);
+            }
+            if inner.slots.settled(self.slot) {
+                break None;
+            }
+            if inner.last_read.is_some_and(|t| t >= self.deadline) {
+                // All of a node's requests at once: a late reply must never be counted for a later command.
+                if let Some((node, n)) = inner.slots.time_out_node(self.slot) {
+                    (0..n).for_each(|_| f.stats[node].timeout());
+                    continue;
+                }
+            }
+            if self.driver.is_none() {
+                self.driver = inner.driver.take();
+            }
+            match self.driver.take() {
+                Some(mut d) => {
+                    inner = f.turn(inner, &mut d, self.deadline);
+                    self.driver = Some(d);
+                }
+                None => inner = self.sleep(inner),
+            }
+        };
+        // A round that drives keeps the poll while it goes on: giving it up between two outcomes would cost a
+        // hand-off each time. It gives it up when it ends (here, or when dropped). A round that does not drive
+        // hands a free poll on to a sleeper, if any (it may have been woken to take it).
+        if outcome.is_none() || self.driver.is_none() {
+            let successor = self.leave(&mut inner);
+            drop(inner);
+            if let Some(t) = successor {
+                t.unpark();
+            }
+        }
+        outcome
+    }
+
+    /// Waits for another thread's poll to file an outcome, to hand this round the poll, or for the deadline.
+    fn sleep(&self, mut inner: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
+        let now = Instant::now();
+        inner.slots.need(self.slot, self.need);
+        inner.slots.sleep(self.slot, thread::current());
+        // The driver must come out of its poll by this round's deadline.
+        let poke = inner
+            .polling_until
+            .is_some_and(|until| until > self.deadline);
+        drop(inner);
+        if poke {
+            let _ = self.fanout.waker.wake();
+        }
+        // Past the deadline, the turn that reads the sockets wakes us; a round waiting for room looks again soon.
+        let wait = match now < self.deadline && self.held.is_none() {
+            true => self.deadline - now,
+            false => Duration::from_millis(1),
+        };
+        thread::park_timeout(wait);
+        let mut inner = lock(&self.fanout.inner);
+        inner.slots.awake(self.slot);
+        inner
+    }
+
+    /// Queues held requests on nodes that now have room; past the deadline, counts the rest as overloaded.
+    fn retry_held(&mut self, mut inner: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
+        let Some(mut held) = self.held.take() else {
+            return inner;
+        };
+        let f = self.fanout;
+        let now = Instant::now();
+        let mut jobs = Vec::new();
+        let mut wake = Vec::new();
+        let Inner { conns, slots, .. } = &mut *inner;
+        // Nodes with a request still held in this pass: their later requests wait behind it.
+        let mut blocked: Vec<usize> = Vec::new();
+        held.requests.retain(|h| {
+            let Some(conn) = conns.get_mut(h.node) else {
+                return false;
+            };
+            if blocked.contains(&h.node) {
+                return true;
+            }
+            let room = conn.state.room(h.replies, Priority::Release, &f.opts);
+            if room == Room::Yes {
+                conn.state
+                    .queue(&h.request, Waiter::Round(self.slot), h.replies, now);
+                jobs.extend(conn.take_write());
+                return false;
+            }
+            if now >= self.deadline {
+                f.stats[h.node].refused(h.replies);
+                let r = Err(NodeError::Overloaded);
+                wake.extend(slots.refuse(self.slot, h.node, h.replies, r));
+                return false;
+            }
+            blocked.push(h.node);
+            true
+        });
+        if !held.requests.is_empty() {
+            self.held = Some(held);
+        }
+        if jobs.is_empty() && wake.is_empty() {
+            return inner;
+        }
+        drop(inner);
+        unpark_all(&mut wake);
+        f.run_writes(&mut jobs);
+        lock(&f.inner)
+    }
+
+    /// Puts the poll back if this round had it, and returns a sleeping round to wake if nobody drives now.
+    fn leave(&mut self, inner: &mut Inner) -> Option<Thread> {
+        if let Some(d) = self.driver.take() {
+            inner.driver = Some(d);
+        }
+        match inner.driver.is_some() {
+            true => inner.successor(),
+            false => None,
+        }
+    }
+}
+
+impl Drop for Round<'_> {
+    fn drop(&mut self) {
+        let mut inner = lock(&self.fanout.inner);
+        inner.slots.close(self.slot);
+        let successor = self.leave(&mut inner);
+        drop(inner);
+        if let Some(t) = successor {
+            t.unpark();
+        }
+    }
+}
