@@ -111,7 +111,7 @@ fn one_seed_gives_one_history() {
 }
 
 /// The seed that finds the control's bug first (RELIABILITY.md).
-const CONTROL_SEED: u64 = 859;
+const CONTROL_SEED: u64 = 1616;
 
 /// Runs seeds from `MUXLOCK_SIM_FROM` (0) until one breaks a property; returns the seed, the time taken and the violation.
 fn search(opts: &Options, seeds: u64) -> Option<(u64, std::time::Duration, String)> {
@@ -192,20 +192,29 @@ fn search_for_a_violation() {
     }
 }
 
-/// Simulated lock operations per second (timed, not asserted): `MUXLOCK_SIM_SEEDS` seeds (100); run it under
-/// `taskset -c 0` for one core.
+/// This thread's CPU time: the measurement's figure on a machine shared with other work (wall time counts the
+/// time others had the core too).
+fn thread_cpu() -> std::time::Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// Simulated lock operations per second of one core (timed, not asserted): `MUXLOCK_SIM_SEEDS` seeds (500), per
+/// second of this thread's CPU time and per second of wall time; run it under `taskset -c 0` for one core.
 #[test]
 #[ignore = "a measurement: run with --release --ignored --nocapture"]
 fn bench_ops_per_second() {
-    let started = Instant::now();
+    let (wall, cpu) = (Instant::now(), thread_cpu());
     let mut ops = 0;
-    for seed in 0..env_u64("MUXLOCK_SIM_SEEDS").unwrap_or(100) {
+    for seed in 0..env_u64("MUXLOCK_SIM_SEEDS").unwrap_or(500) {
         ops += workload::run(seed, &Options::default()).ops;
     }
-    let secs = started.elapsed().as_secs_f64();
+    let cpu = (thread_cpu() - cpu).as_secs_f64();
+    let wall = wall.elapsed().as_secs_f64();
     println!(
-        "{ops} simulated lock operations in {secs:.2} s: {:.0} ops/s",
-        ops as f64 / secs
+        "{ops} simulated lock operations in {cpu:.2} s of CPU ({wall:.2} s of wall time): {:.0} ops/s of CPU ({:.0} of wall)",
+        ops as f64 / cpu,
+        ops as f64 / wall
     );
 }
 
