@@ -273,6 +273,12 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         self.guard_with(lock, ttl, fence, None)
     }
 
+    /// Puts a fenced lock under a guard, as [`LockManager::hold_fenced`](super::LockManager::hold_fenced) does
+    /// (released by the fenced release; [`SimGuard::token`] is its token).
+    pub fn guard_fenced(&self, lock: FencedLock, ttl: Duration) -> SimGuard {
+        self.guard_with(lock.lock, ttl, Some(lock.token), None)
+    }
+
     /// Puts a set under one guard, as [`LockManager::hold_many`](super::LockManager::hold_many) does.
     pub fn guard_set(&self, set: LockSet, ttl: Duration) -> SimGuard {
         let lock = Lock {

@@ -136,6 +136,11 @@ impl Node {
             .insert(Bytes::copy_from_slice(key), Entry { data, expires });
     }
 
+    /// `key` holds `value` at `now` (a live string key).
+    pub fn holds(&mut self, key: &[u8], value: &[u8], now: Time) -> bool {
+        self.get(key, now).is_some_and(|v| v == value)
+    }
+
     pub fn take_snapshot(&mut self) {
         self.snapshot = Some(self.keys.clone());
     }

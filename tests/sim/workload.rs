@@ -10,7 +10,7 @@ use muxlock::redlock::sim::{Clock, Engine};
 
 use super::check::Hold;
 use super::node::{MS, Time};
-use super::{Rng, Setup, Sim, SimClock, SimNodes, Struck, Tape};
+use super::{Rng, Setup, Sim, SimClock, SimNodes, Struck, Tape, guards};
 
 /// Virtual time each client works for, by default.
 pub const HORIZON: Time = 8_000 * MS;
@@ -20,6 +20,9 @@ pub const HORIZON: Time = 8_000 * MS;
 pub struct Options {
     /// Release reentrant holds with issue #20's unattributed script (the control).
     pub unattributed: bool,
+    /// Guard holders that never look at `lost_at` and work on past their guards' deadlines (the guards'
+    /// control, `sim/guards.rs`).
+    pub ignore_lost: bool,
     /// Virtual time each client works for; `HORIZON` if zero.
     pub horizon: Time,
     /// Plain worlds only (no restore bursts, no durable fencing worlds): the control's search.
@@ -81,8 +84,14 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
     };
     let op = |sim: &Sim| sim.world().history.ops += 1;
     let clock = engine.clock();
+    // How long a holder works: half the time briefly (up to a tenth of the TTL: many holds and releases, the
+    // transitions where bugs live), else up to past the lease (holders that outlive their validity).
     let pause = |rng: &mut Rng, ttl: Duration| {
-        let ms = rng.range(0, ttl.as_millis() as u64 * 6 / 5);
+        let ttl = ttl.as_millis() as u64;
+        let ms = match rng.chance(0.5) {
+            true => rng.range(0, ttl / 10),
+            false => rng.range(0, ttl * 6 / 5),
+        };
         Duration::from_millis(ms)
     };
     let owner = engine.owner().ok();
@@ -98,9 +107,16 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
         let verb = match (bursts || fencing) && rng.chance(0.5) {
             true if bursts => 6,
             true => 4,
-            _ => rng.range(0, 5),
+            _ => match rng.range(0, 6) {
+                6 => 7,
+                v => v,
+            },
         };
         match verb {
+            7 => {
+                // Guards, renewed while held (`sim/guards.rs`).
+                guards::hold(&engine, &sim, &mut rng, ttl, fencing, opts.ignore_lost).await;
+            }
             6 => {
                 // A `Lock` kept after its key was released by value (a script, another process): extending it
                 // must not be confirmed by nodes that restored the released key from an older snapshot.
@@ -276,7 +292,7 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
                 }
             }
         }
-        clock.sleep(Duration::from_millis(rng.range(0, 30))).await;
+        clock.sleep(Duration::from_millis(rng.range(0, 5))).await;
     }
 }
 
