@@ -330,9 +330,3 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         guard::end(&self.core, &g.held).await
     }
 }
-
-/// Runs one verb of the engine to its end on this thread (see `engine/seam.rs`'s `block`): for a simulator
-/// whose seam blocks inside `next()` and `sleep`, as the real fanout does.
-pub fn block<F: std::future::Future>(verb: F) -> F::Output {
-    crate::redlock::engine::seam::block(verb)
-}
