@@ -290,3 +290,39 @@ fn a_slow_client_gets_a_larger_token_directed() {
     let b = b.expect("B acquires after A's lease");
     assert!(b > 11, "B got token {b} after A's 11");
 }
+
+/// The checker's guard rules: a guard's hold runs to the deadline it last told its holder, so relying on it past
+/// a later holder's grant is two holders; and a property broken as it happened is reported.
+#[test]
+fn the_checker_holds_a_guard_to_the_deadline_last_relied_on() {
+    use sim::check::{History, Hold};
+    let hold = |client: usize, kind, from: u64, until: u64| Hold {
+        client,
+        kind,
+        resource: b"r".to_vec(),
+        holder: format!("v{client}").into_bytes(),
+        from,
+        until,
+        token: None,
+    };
+    let mut history = History::default();
+    let guard = history.hold(hold(0, "guard", 0, 100));
+    history.hold(hold(1, "lock", 150, 300));
+    assert_eq!(history.violation(u64::MAX), None);
+    history.rely(guard, 90, 140);
+    assert_eq!(history.violation(u64::MAX), None, "relied on until 140");
+    history.rely(guard, 130, 120);
+    assert_eq!(
+        history.violation(u64::MAX),
+        None,
+        "an earlier deadline shortens nothing"
+    );
+    history.rely(guard, 145, 200);
+    let v = history.violation(u64::MAX).expect("relied on past 150");
+    assert!(v.starts_with("two holders of r"), "{v}");
+    history.breaks("a guard held by too few nodes".into());
+    assert_eq!(
+        history.violation(u64::MAX).as_deref(),
+        Some("a guard held by too few nodes")
+    );
+}
