@@ -21,8 +21,8 @@ use std::time::Instant;
 use sim::Struck;
 use sim::workload::{self, Options, Run};
 
-/// Seeds run by default (CI): about 45 s in debug on 2 vCPUs (RELIABILITY.md).
-const DEFAULT_SEEDS: u64 = 4_000;
+/// Seeds run by default (CI): about 50 s in debug on 2 vCPUs (RELIABILITY.md).
+const DEFAULT_SEEDS: u64 = 5_500;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
