@@ -207,6 +207,7 @@ pub async fn hold(
             let t = w.now;
             g.holds.iter().for_each(|&i| w.history.end(i, t));
             w.history.ops += 1;
+            w.struck.guard_renewals += g.guard.renewals();
         }
         let _ = engine.release_guard(g.guard).await;
     }

@@ -269,6 +269,8 @@ pub struct Struck {
     /// lost before it meant to release them.
     pub guard_checks: u64,
     pub guards_lost: u64,
+    /// Renewals of guards confirmed by a majority.
+    pub guard_renewals: u64,
     /// Fenced grants whose tokens the checker compared (the seam review found the check skipped on 195 of 200
     /// seeds when any counter loss turned it off for the whole history).
     pub tokens_checked: u64,
