@@ -273,6 +273,12 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         self.guard_with(lock, ttl, fence, None)
     }
 
+    /// Puts a fenced lock under a guard, as [`LockManager::hold_fenced`](super::LockManager::hold_fenced) does
+    /// (released by the fenced release; [`SimGuard::token`] is its token).
+    pub fn guard_fenced(&self, lock: FencedLock, ttl: Duration) -> SimGuard {
+        self.guard_with(lock.lock, ttl, Some(lock.token), None)
+    }
+
     /// Puts a set under one guard, as [`LockManager::hold_many`](super::LockManager::hold_many) does.
     pub fn guard_set(&self, set: LockSet, ttl: Duration) -> SimGuard {
         let lock = Lock {
@@ -323,10 +329,4 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     pub async fn release_guard(&self, g: SimGuard) -> Result<usize> {
         guard::end(&self.core, &g.held).await
     }
-}
-
-/// Runs one verb of the engine to its end on this thread (see `engine/seam.rs`'s `block`): for a simulator
-/// whose seam blocks inside `next()` and `sleep`, as the real fanout does.
-pub fn block<F: std::future::Future>(verb: F) -> F::Output {
-    crate::redlock::engine::seam::block(verb)
 }

@@ -1,8 +1,13 @@
 //! The checker: a history of holds over virtual time, and the properties every history must keep.
 //!
 //! - **Mutual exclusion**: no two holders' `[granted, valid_until)` intervals overlap for one resource, whatever
-//!   the kinds (a plain lock, a batch's, a set's, a fenced lock, a reentrant owner's holds: one holder each).
-//!   A hold begins when the verb returned it, ends at its validity (as extended) or when its release began.
+//!   the kinds (a plain lock, a batch's, a set's, a fenced lock, a reentrant owner's holds, a guard: one holder
+//!   each). A hold begins when the verb returned it, ends at its validity (as extended) or when its release
+//!   began. A guard's hold ends at the earlier of its release and its deadline as of the last time it told its
+//!   holder it was not lost ([`History::rely`]): what the holder was entitled to rely on.
+//! - **A guard that reports itself held is held by a majority**: whenever a guard tells its holder it is not
+//!   lost, a majority of nodes hold its value on each of its keys, or came back without their data since it was
+//!   acquired (checked on the nodes' state at that instant by the workload; [`History::breaks`] records it).
 //! - **Fencing tokens** strictly increase in grant order, per resource.
 //! - **No key without expiry** is left on a node, except the fence counters and the persistence marker.
 
@@ -30,6 +35,8 @@ pub struct History {
     pub holds: Vec<Hold>,
     pub lines: Vec<String>,
     pub ops: u64,
+    /// The first property found broken as it happened (a guard held by too few nodes), if any.
+    pub broken: Option<String>,
 }
 
 fn ms(t: Time) -> String {
@@ -76,6 +83,20 @@ impl History {
         self.lines.push(line);
     }
 
+    /// A guard told its holder at `now` that it may rely on it until `until`: its hold runs until then, if that
+    /// is later (logged only when it moves: after a renewal).
+    pub fn rely(&mut self, i: usize, now: Time, until: Time) {
+        if until > self.holds[i].until {
+            self.extend(i, now, until);
+        }
+    }
+
+    /// A property broken at this point of the history (the first one is kept, and logged).
+    pub fn breaks(&mut self, what: String) {
+        self.lines.push(format!("BROKEN: {what}"));
+        self.broken.get_or_insert(what);
+    }
+
     pub fn end(&mut self, i: usize, now: Time) {
         let h = &mut self.holds[i];
         h.until = h.until.min(now);
@@ -96,6 +117,9 @@ impl History {
     /// grants made before `tokens_before`, the first loss of a node's counters (fencing assumes they survive
     /// restarts, `fenced.rs`; before the loss the assumption holds).
     pub fn violation(&self, tokens_before: Time) -> Option<String> {
+        if let Some(broken) = &self.broken {
+            return Some(broken.clone());
+        }
         let mut by_resource: BTreeMap<&[u8], Vec<&Hold>> = BTreeMap::new();
         for h in &self.holds {
             if h.from < h.until {

@@ -2,17 +2,17 @@
 //! run the real engine (`muxlock::redlock::sim::Engine`) through the seam, faults chosen by a seed, and a
 //! checker ([`check`]) that judges the history over virtual time.
 //!
-//! # Why OS threads and a baton, not an event loop
+//! # One thread, one task per client
 //!
-//! The engine's rounds are plain blocking code (`round.next()` in a loop); turning every verb into a state
-//! machine is the next stage of issue #22. Until then each simulated client is an OS thread, and a baton makes
-//! the run deterministic: **exactly one client runs at a time**, and it gives the baton back only at a seam call
-//! that would block (a round's `next()` with nothing filed, a clock `sleep`). Whoever gives it up runs the
-//! scheduler, which advances virtual time to the next event (a delivery, a reply, a fault, a client's wake-up),
-//! applies every event due, and picks the next runnable client with the seeded RNG. Nothing else is shared, lock
-//! values come from a seeded stream, and every random choice (latency, fault, client, workload) comes from a
-//! seeded RNG: one seed, one history. The price is a thread hand-off per switch, which bounds the speed (see
-//! `bench_ops_per_second` in `tests/simulation.rs`).
+//! The engine's verbs are `async` over the seam, so each simulated client is a task: its workload, a pinned
+//! boxed future. [`run`] is the executor: **exactly one client runs at a time**, and its task returns `Pending`
+//! only at a seam call that must wait (a round's `next()` with nothing filed for it, a clock `sleep`), after
+//! recording what wakes it (virtual time reaching an instant, or an outcome filed for it). The scheduler
+//! ([`World::pick`]) then advances virtual time to the next event (a delivery, a reply, a fault, a client's
+//! wake-up), applies every event due, and picks the next runnable client with the seeded RNG; it polls that
+//! client's task. No OS threads, no locks handed over, no waker (the world knows who waits for what). Lock values
+//! come from a seeded stream, and every random choice (latency, fault, client, workload) comes from a seeded RNG:
+//! one seed, one history.
 //!
 //! # What a round sees
 //!
@@ -27,15 +27,16 @@
 //! exact (drift is per client, within the spec's factor); requests are never refused for room.
 
 pub mod check;
+pub mod guards;
 pub mod node;
 pub mod workload;
 
-use std::cmp::Reverse;
+use std::cell::{Cell, RefCell, RefMut};
 use std::collections::{BinaryHeap, VecDeque};
-use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::thread::Thread;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -50,29 +51,30 @@ use node::{MS, Node, Restart, Time};
 #[derive(Clone, Debug)]
 pub struct Rng {
     state: u64,
-    tape: Option<Arc<Tape>>,
+    tape: Option<Rc<Tape>>,
 }
 
 /// The bytes a fuzzer gives: each draw of every [`Rng`] sharing the tape takes the next byte, so that a byte of
 /// the input decides one choice (which client runs, which verb, which fault strikes when) and a mutation moves
-/// that choice alone. Draws happen one at a time (the baton), so the order in which they take bytes is itself
-/// deterministic. Once the tape is spent, the draws are the seeded stream's.
+/// that choice alone. Everything runs on one thread in the scheduler's order, so the order in which draws take
+/// bytes is itself deterministic. Once the tape is spent, the draws are the seeded stream's.
 #[derive(Debug, Default)]
 pub struct Tape {
     bytes: Vec<u8>,
-    at: AtomicUsize,
+    at: Cell<usize>,
 }
 
 impl Tape {
-    pub fn new(bytes: &[u8]) -> Arc<Tape> {
-        Arc::new(Tape {
+    pub fn new(bytes: &[u8]) -> Rc<Tape> {
+        Rc::new(Tape {
             bytes: bytes.to_vec(),
-            at: AtomicUsize::new(0),
+            at: Cell::new(0),
         })
     }
 
     fn take(&self) -> Option<u8> {
-        let i = self.at.fetch_add(1, Ordering::Relaxed);
+        let i = self.at.get();
+        self.at.set(i + 1);
         self.bytes.get(i).copied()
     }
 }
@@ -91,7 +93,7 @@ impl Rng {
         }
     }
     /// A stream seeded by `seed` whose draws are steered by `tape` while it lasts.
-    pub fn steered(seed: u64, tape: Option<&Arc<Tape>>) -> Rng {
+    pub fn steered(seed: u64, tape: Option<&Rc<Tape>>) -> Rng {
         Rng {
             tape: tape.cloned(),
             ..Rng::new(seed)
@@ -131,7 +133,7 @@ enum Event {
         client: usize,
         node: usize,
         epoch: u64,
-        cmd: Vec<Bytes>,
+        cmd: Rc<[Bytes]>,
         /// The request's place on its connection (a connection runs its requests in order).
         n: u64,
     },
@@ -168,6 +170,28 @@ enum Event {
     },
 }
 
+/// When an event is due, and where it waits (`World::slab`): the heap orders these small keys, earliest first
+/// and in the order pushed among equals, not the events themselves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Due {
+    at: Time,
+    seq: u64,
+    slot: usize,
+}
+
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Due) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Due {
+    fn cmp(&self, other: &Due) -> std::cmp::Ordering {
+        // Reversed: `BinaryHeap` is a max-heap.
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
 #[derive(Debug, Default)]
 struct Conn {
     up: bool,
@@ -197,8 +221,11 @@ struct Client {
     slots: Slots,
     conns: Vec<Conn>,
     state: State,
+    /// Something was filed for this client since it began to wait.
     ready: bool,
-    until: Option<Time>,
+    /// What wakes a waiting client: virtual time reaching `until`, or (unless it sleeps) something filed.
+    until: Time,
+    sleeping: bool,
     /// This client's clock rate (drift).
     rate: f64,
     /// A slow link of this client's own: to node `.0`, `.1` more each way (a client far away, or one that
@@ -215,6 +242,8 @@ struct Client {
 #[derive(Debug)]
 pub struct NodeSim {
     pub node: Node,
+    /// When the node last came back without all its data (a restart from a snapshot or with nothing).
+    pub lost_data_at: Option<Time>,
     down: bool,
     paused_until: Time,
     faults: Faults,
@@ -236,6 +265,12 @@ pub struct Struck {
     /// When a node first came back without its data (fence counters too): the documented limit of fencing
     /// (counters must survive a restart), so tokens are checked only among grants made before it.
     pub counters_lost_at: Option<Time>,
+    /// Times a guard told its holder it was not lost and the nodes were checked, and guards their holder saw
+    /// lost before it meant to release them.
+    pub guard_checks: u64,
+    pub guards_lost: u64,
+    /// Renewals of guards confirmed by a majority.
+    pub guard_renewals: u64,
     /// Fenced grants whose tokens the checker compared (the seam review found the check skipped on 195 of 200
     /// seeds when any counter loss turned it off for the whole history).
     pub tokens_checked: u64,
@@ -247,12 +282,13 @@ pub struct World {
     pub now: Time,
     pub rng: Rng,
     pub nodes: Vec<NodeSim>,
-    events: BinaryHeap<Reverse<(Time, u64, usize)>>,
+    events: BinaryHeap<Due>,
+    /// The events waiting, and the free places among them.
     slab: Vec<Option<Event>>,
+    free: Vec<usize>,
     seq: u64,
     clients: Vec<Client>,
-    turn: Option<usize>,
-    setup: Vec<Vec<Bytes>>,
+    setup: Vec<Rc<[Bytes]>>,
     base: Instant,
     runs: u64,
     pub struck: Struck,
@@ -260,7 +296,7 @@ pub struct World {
 }
 
 /// Decodes a request into its commands (arrays of bulk strings).
-fn commands(request: &[u8]) -> Vec<Vec<Bytes>> {
+fn commands(request: &[u8]) -> Vec<Rc<[Bytes]>> {
     let mut buf = BytesMut::from(request);
     let mut out = Vec::new();
     while let Ok(Some(Value::Array(items))) = decode(&mut buf) {
@@ -279,10 +315,22 @@ fn commands(request: &[u8]) -> Vec<Vec<Bytes>> {
 
 impl World {
     fn push(&mut self, at: Time, event: Event) {
-        self.slab.push(Some(event));
         self.seq += 1;
-        self.events
-            .push(Reverse((at, self.seq, self.slab.len() - 1)));
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slab[slot] = Some(event);
+                slot
+            }
+            None => {
+                self.slab.push(Some(event));
+                self.slab.len() - 1
+            }
+        };
+        self.events.push(Due {
+            at,
+            seq: self.seq,
+            slot,
+        });
     }
 
     /// A client's instant for virtual time `t`.
@@ -346,7 +394,7 @@ impl World {
     }
 
     /// Queues `cmds` from `client` to `node` for round `r`; false if the node refused the connection.
-    fn send(&mut self, client: usize, node: usize, r: SlotRef, cmds: &[Vec<Bytes>]) -> bool {
+    fn send(&mut self, client: usize, node: usize, r: SlotRef, cmds: &[Rc<[Bytes]>]) -> bool {
         let k = cmds.len();
         if self.nodes[node].down {
             self.struck.refused += 1;
@@ -385,7 +433,7 @@ impl World {
                     client,
                     node,
                     epoch,
-                    cmd: cmd.clone(),
+                    cmd: Rc::clone(cmd),
                     n,
                 },
             );
@@ -485,11 +533,12 @@ impl World {
                     return;
                 }
                 if let Some(r) = c.conns[node].pending.pop_front() {
-                    if c.slots.settled(r) {
-                        self.struck.late += 1;
-                    }
+                    // A late reply (its round timed the node out, or was dropped) is dropped by the slots, and
+                    // wakes nobody.
+                    let late = c.slots.settled(r);
                     c.slots.file(r, node, Ok(reply));
-                    c.ready = true;
+                    c.ready |= !late;
+                    self.struck.late += u64::from(late);
                 }
             }
             Event::Pause { node, span } => {
@@ -517,6 +566,9 @@ impl World {
                     self.struck.counters_lost_at = Some(now);
                 }
                 let n = &mut self.nodes[node];
+                if kind != Restart::KeepAll {
+                    n.lost_data_at = Some(now);
+                }
                 n.node.restart(now, kind, run);
                 n.down = false;
                 n.paused_until = 0;
@@ -535,34 +587,66 @@ impl World {
         }
     }
 
-    /// The next client to run: advances time and applies events until one is runnable. `None`: all are done
-    /// (or nothing can ever wake the rest).
+    /// How many nodes hold `value` on `key` now, and how many are excused for not holding it: they came back
+    /// without their data (a snapshot, or nothing) at `since` or later, a fault a guard learns of only at its
+    /// next renewal (the restart guard, not the keys, keeps the lock safe meanwhile).
+    pub fn holding(&mut self, key: &[u8], value: &[u8], since: Time) -> (usize, usize) {
+        let now = self.now;
+        let (mut holding, mut excused) = (0, 0);
+        for n in &mut self.nodes {
+            if n.node.holds(key, value, now) {
+                holding += 1;
+            } else if n.lost_data_at.is_some_and(|t| t >= since) {
+                excused += 1;
+            }
+        }
+        (holding, excused)
+    }
+
+    /// Client `me` waits (its task returns `Pending`) until virtual time reaches `until` or, if `outcome`,
+    /// until something is filed for it.
+    fn wait(&mut self, me: usize, until: Time, outcome: bool) {
+        let c = &mut self.clients[me];
+        c.state = State::Blocked;
+        c.until = until;
+        c.sleeping = !outcome;
+        c.ready = false;
+    }
+
+    fn runnable(&self, i: usize) -> bool {
+        let c = &self.clients[i];
+        match c.state {
+            State::NotStarted => true,
+            State::Blocked => c.ready && !c.sleeping || c.until <= self.now,
+            State::Running | State::Done => false,
+        }
+    }
+
+    /// The next client to run: advances time and applies events until one is runnable, then picks one of the
+    /// runnable clients with the seeded RNG. `None`: all are done (or nothing can ever wake the rest).
     fn pick(&mut self) -> Option<usize> {
         loop {
-            let now = self.now;
-            let runnable: Vec<usize> = (0..self.clients.len())
-                .filter(|&i| {
-                    let c = &self.clients[i];
-                    c.state == State::NotStarted
-                        || c.state == State::Blocked
-                            && (c.ready || c.until.is_some_and(|u| u <= now))
-                })
-                .collect();
-            if !runnable.is_empty() {
-                let i = runnable[(self.rng.next() % runnable.len() as u64) as usize];
+            let n = (0..self.clients.len())
+                .filter(|&i| self.runnable(i))
+                .count();
+            if n > 0 {
+                let k = (self.rng.next() % n as u64) as usize;
+                let i = (0..self.clients.len())
+                    .filter(|&i| self.runnable(i))
+                    .nth(k)
+                    .expect("k < n");
                 let c = &mut self.clients[i];
                 c.state = State::Running;
                 c.ready = false;
-                c.until = None;
                 return Some(i);
             }
             let wake = self
                 .clients
                 .iter()
                 .filter(|c| c.state == State::Blocked)
-                .filter_map(|c| c.until)
+                .map(|c| c.until)
                 .min();
-            let event = self.events.peek().map(|Reverse((t, _, _))| *t);
+            let event = self.events.peek().map(|d| d.at);
             let next = match (wake, event) {
                 (Some(a), Some(b)) => a.min(b),
                 (Some(a), None) => a,
@@ -570,14 +654,11 @@ impl World {
                 (None, None) => return None,
             };
             self.now = self.now.max(next);
-            while let Some(Reverse((t, _, id))) = self.events.peek().copied() {
-                if t > self.now {
-                    break;
-                }
-                self.events.pop();
-                if let Some(e) = self.slab[id].take() {
-                    self.apply(e);
-                }
+            while self.events.peek().is_some_and(|d| d.at <= self.now) {
+                let due = self.events.pop().expect("peeked");
+                let event = self.slab[due.slot].take().expect("an event per key");
+                self.free.push(due.slot);
+                self.apply(event);
             }
             // Once no client waits on anything, events left (replies nobody reads) may be dropped.
             if self.clients.iter().all(|c| c.state == State::Done) {
@@ -587,68 +668,18 @@ impl World {
     }
 }
 
-/// The shared simulation: the world under one lock, and the threads to wake when the baton passes.
-///
-/// The baton passes by `unpark` **after** the world's lock is released (with a condition variable the woken
-/// client would wake while the lock is still held and contend for it: a tenth of the run on one core), and a
-/// client parks until the world says it is its turn (a stray wake-up only makes it look again).
+/// The shared simulation: the world, borrowed by whoever runs (the scheduler between polls, the client being
+/// polled inside its seam calls). One thread, so a `RefCell`: a borrow held across an `.await` would be a bug,
+/// and panics at once instead of deadlocking.
 #[derive(Debug)]
 pub struct Sim {
-    world: Mutex<World>,
+    world: RefCell<World>,
     clients: usize,
-    /// The clients' threads, then the thread that waits for the end (set before the first turn).
-    threads: OnceLock<Vec<Thread>>,
 }
 
 impl Sim {
-    pub fn world(&self) -> MutexGuard<'_, World> {
-        self.world.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Gives up the baton (this client is blocked until `until` or until something is filed for it) and
-    /// waits until it is handed back.
-    fn block<'a>(
-        &'a self,
-        mut w: MutexGuard<'a, World>,
-        me: usize,
-        until: Option<Time>,
-    ) -> MutexGuard<'a, World> {
-        w.clients[me].state = State::Blocked;
-        w.clients[me].until = until;
-        w.clients[me].ready = false;
-        w.turn = w.pick();
-        if w.turn == Some(me) {
-            return w; // no hand-off: this client runs on
-        }
-        self.pass(w);
-        self.wait_turn(me)
-    }
-
-    /// Wakes whoever `w.turn` names (the thread waiting for the end if nobody), once the lock is released.
-    fn pass(&self, w: MutexGuard<'_, World>) {
-        let next = w.turn.unwrap_or(self.clients);
-        drop(w);
-        if let Some(threads) = self.threads.get() {
-            threads[next].unpark();
-        }
-    }
-
-    fn wait_turn(&self, me: usize) -> MutexGuard<'_, World> {
-        loop {
-            let w = self.world();
-            if w.turn == Some(me) {
-                return w;
-            }
-            drop(w);
-            std::thread::park();
-        }
-    }
-
-    fn done(&self, me: usize) {
-        let mut w = self.world();
-        w.clients[me].state = State::Done;
-        w.turn = w.pick();
-        self.pass(w);
+    pub fn world(&self) -> RefMut<'_, World> {
+        self.world.borrow_mut()
     }
 }
 
@@ -665,11 +696,11 @@ pub struct Setup {
     /// (fencing's documented assumption: counters survive restarts), so the token order is checked.
     pub durable: bool,
     /// The fuzzer's bytes, if it drives the run.
-    pub tape: Option<Arc<Tape>>,
+    pub tape: Option<Rc<Tape>>,
 }
 
 /// Builds a world for `seed`: nodes with their faults and a plan of pauses, restarts, flushes and snapshots.
-pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
+pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Rc<Sim> {
     let mut rng = Rng::steered(seed, setup.tape.as_ref());
     let mut nodes = Vec::new();
     for i in 0..setup.nodes {
@@ -687,6 +718,7 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
                 setup.durable || !setup.bursts && rng.chance(0.5),
                 rng.next() ^ i as u64,
             ),
+            lost_data_at: None,
             down: false,
             paused_until: 0,
             faults,
@@ -698,7 +730,8 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
             conns: (0..setup.nodes).map(|_| Conn::default()).collect(),
             state: State::NotStarted,
             ready: false,
-            until: None,
+            until: 0,
+            sleeping: false,
             // Within ±0.4 %: two clients differ by less than the 1 % drift factor.
             rate: 1.0 + (rng.range(0, 800) as f64 - 400.0) / 100_000.0,
             slow: None,
@@ -712,9 +745,9 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
         nodes,
         events: BinaryHeap::new(),
         slab: Vec::new(),
+        free: Vec::new(),
         seq: 0,
         clients,
-        turn: None,
         setup: connection_setup
             .iter()
             .map(|c| commands(c).into_iter().next().unwrap_or_default())
@@ -807,85 +840,101 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Arc<Sim> {
             }
         }
     }
-    Arc::new(Sim {
+    Rc::new(Sim {
         clients: setup.clients,
-        threads: OnceLock::new(),
-        world: Mutex::new(w),
+        world: RefCell::new(w),
     })
 }
 
-/// Runs `clients` closures (one per client, each given its nodes and clock) to the end, one at a time.
-pub fn run<F>(sim: &Arc<Sim>, body: F)
+/// A client's task: its workload as a future, polled by [`run`] whenever the client is picked.
+type Task = Pin<Box<dyn Future<Output = ()>>>;
+
+/// Runs one task per client (`body` makes each from its nodes and clock) to the end, on this thread: the
+/// scheduler ([`World::pick`]) advances virtual time, applies the events due and picks the next runnable client
+/// with the seeded RNG; that client's task is polled until it waits again (a round's `next()` with nothing
+/// filed, a clock `sleep`), which records what wakes it, and returns `Pending`. Nothing is woken through the
+/// [`Waker`]: the world knows who waits for what.
+pub fn run<F, T>(sim: &Rc<Sim>, body: F)
 where
-    F: Fn(SimNodes, SimClock) + Send + Sync + 'static,
+    F: Fn(SimNodes, SimClock) -> T,
+    T: Future<Output = ()> + 'static,
 {
-    let n_clients = sim.clients;
     let n_nodes = sim.world().nodes.len();
-    let body = Arc::new(body);
-    let addrs: Vec<NodeAddr> = (0..n_nodes)
+    let addrs: Rc<[NodeAddr]> = (0..n_nodes)
         .map(|i| format!("sim-node-{i}:6379").parse().expect("address"))
         .collect();
-    let threads: Vec<_> = (0..n_clients)
+    let mut tasks: Vec<Option<Task>> = (0..sim.clients)
         .map(|me| {
-            let (sim, body, addrs) = (Arc::clone(sim), Arc::clone(&body), addrs.clone());
-            std::thread::Builder::new()
-                .name(format!("sim-client-{me}"))
-                .stack_size(1024 * 1024)
-                .spawn(move || {
-                    drop(sim.wait_turn(me));
-                    let nodes = SimNodes {
-                        sim: Arc::clone(&sim),
-                        me,
-                        addrs,
-                    };
-                    let clock = SimClock {
-                        sim: Arc::clone(&sim),
-                        me,
-                    };
-                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        body(nodes, clock)
-                    }));
-                    if outcome.is_err() {
-                        sim.world().history.note("a client panicked".into());
-                    }
-                    sim.done(me);
-                })
-                .expect("thread")
+            let nodes = SimNodes {
+                sim: Rc::clone(sim),
+                me,
+                addrs: Rc::clone(&addrs),
+            };
+            let clock = SimClock {
+                sim: Rc::clone(sim),
+                me,
+            };
+            Some(Box::pin(body(nodes, clock)) as Task)
         })
         .collect();
-    let mut handles: Vec<Thread> = threads.iter().map(|t| t.thread().clone()).collect();
-    handles.push(std::thread::current());
-    sim.threads.set(handles).expect("threads set once");
-    {
-        let mut w = sim.world();
-        w.turn = w.pick();
-        sim.pass(w);
-        while sim.world().turn.is_some() {
-            std::thread::park();
+    let mut cx = Context::from_waker(Waker::noop());
+    // A workload that waits without letting virtual time pass would spin here for ever: fail instead.
+    let (mut at, mut polls) = (0, 0u32);
+    loop {
+        let Some(me) = sim.world().pick() else { break };
+        let now = sim.world().now;
+        (at, polls) = match now == at {
+            true => (at, polls + 1),
+            false => (now, 0),
+        };
+        assert!(
+            polls < 100_000,
+            "client {me} is polled for ever at {now} ns"
+        );
+        let Some(task) = tasks[me].as_mut() else {
+            unreachable!("client {me} is done and picked");
+        };
+        let polled =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.as_mut().poll(&mut cx)));
+        let done = match polled {
+            Ok(Poll::Ready(())) => true,
+            Ok(Poll::Pending) => {
+                let state = sim.world().clients[me].state;
+                assert_eq!(state, State::Blocked, "client {me} pending without a wait");
+                false
+            }
+            Err(_) => {
+                sim.world().history.note(format!("client {me} panicked"));
+                true
+            }
+        };
+        if done {
+            // Dropped before the world is borrowed: its rounds close their slots on drop.
+            tasks[me] = None;
+            sim.world().clients[me].state = State::Done;
         }
     }
-    for t in threads {
-        let _ = t.join();
-    }
+    // Nothing can wake the rest (never so while every wait has a deadline): their rounds are abandoned.
+    drop(tasks);
 }
 
 /// One client's view of the nodes (the seam's `Nodes`).
 #[derive(Debug)]
 pub struct SimNodes {
-    sim: Arc<Sim>,
+    sim: Rc<Sim>,
     me: usize,
-    addrs: Vec<NodeAddr>,
+    addrs: Rc<[NodeAddr]>,
 }
 
 /// One client's clock (the seam's `Clock`): virtual time at the client's rate.
 #[derive(Debug)]
 pub struct SimClock {
-    sim: Arc<Sim>,
+    sim: Rc<Sim>,
     me: usize,
 }
 
 impl SimClock {
-    pub fn sim(&self) -> &Arc<Sim> {
+    pub fn sim(&self) -> &Rc<Sim> {
         &self.sim
     }
     pub fn me(&self) -> usize {
@@ -899,19 +948,26 @@ impl Clock for SimClock {
         w.instant(self.me, w.now)
     }
 
+    /// Pending until `pause` (of this client's clock) has passed in virtual time; always gives way once, even
+    /// for a zero pause (another client may run first), as the real thread's sleep may be descheduled.
     fn sleep(&self, pause: Duration) -> impl Future<Output = ()> {
-        self.sleep_blocking(pause);
-        std::future::ready(())
-    }
-}
-
-impl SimClock {
-    /// Gives the baton up until `pause` (of this client's clock) has passed.
-    fn sleep_blocking(&self, pause: Duration) {
-        let w = self.sim.world();
-        let rate = w.clients[self.me].rate;
-        let until = w.now + (pause.as_nanos() as f64 / rate) as Time;
-        let _w = self.sim.block(w, self.me, Some(until));
+        let until = {
+            let w = self.sim.world();
+            let rate = w.clients[self.me].rate;
+            // Rounded up, and a nanosecond more: this client's clock reads at least `pause` later when it
+            // wakes (`instant` rounds down).
+            w.now + (pause.as_nanos() as f64 / rate).ceil() as Time + 1
+        };
+        let mut waited = false;
+        poll_fn(move |_| {
+            let mut w = self.sim.world();
+            if waited && w.now >= until {
+                return Poll::Ready(());
+            }
+            waited = true;
+            w.wait(self.me, until, false);
+            Poll::Pending
+        })
     }
 }
 
@@ -989,47 +1045,47 @@ impl NodeRound for SimRound<'_> {
     fn need(&mut self, _outcomes: usize) {}
 
     fn next(&mut self) -> impl Future<Output = Option<(usize, Reply)>> {
-        std::future::ready(self.next_blocking())
+        poll_fn(move |_| self.poll_next())
     }
 }
 
 impl SimRound<'_> {
-    /// The next outcome, giving the baton up until one is filed.
-    fn next_blocking(&mut self) -> Option<(usize, Reply)> {
+    /// The next outcome if one is filed (or `None` once the round is settled); else `Pending`, this client
+    /// waiting until something is filed for it or until the deadline (or the pause after a timeout).
+    fn poll_next(&mut self) -> Poll<Option<(usize, Reply)>> {
         let me = self.nodes.me;
-        let sim = &self.nodes.sim;
-        let mut w = sim.world();
+        let mut w = self.nodes.sim.world();
         loop {
             if let Some(outcome) = w.clients[me].slots.take(self.slot) {
-                return Some(outcome);
+                return Poll::Ready(Some(outcome));
             }
             if w.clients[me].slots.settled(self.slot) {
-                return None;
+                return Poll::Ready(None);
             }
             let deadline = w.time(me, self.deadline);
-            if w.now >= deadline {
-                if self.timeouts > 0 && self.gave_way.is_none_or(|t| w.now < t) {
-                    // Usually quick; now and then the caller is descheduled for a while.
-                    let step = match w.rng.chance(0.2) {
-                        true => w.rng.range(STEP, 5 * MS),
-                        false => STEP,
-                    };
-                    let until = w.now + step;
-                    self.gave_way = Some(until);
-                    w = sim.block(w, me, Some(until));
-                    continue;
-                }
-                self.gave_way = None;
-                match w.clients[me].slots.time_out_node(self.slot) {
-                    Some((_, n)) => {
-                        self.timeouts += 1;
-                        w.struck.timeouts += u64::from(n);
-                        continue;
-                    }
-                    None => return None,
-                }
+            if w.now < deadline {
+                w.wait(me, deadline, true);
+                return Poll::Pending;
             }
-            w = sim.block(w, me, Some(deadline));
+            if self.timeouts > 0 && self.gave_way.is_none_or(|t| w.now < t) {
+                // Usually quick; now and then the caller is descheduled for a while.
+                let step = match w.rng.chance(0.2) {
+                    true => w.rng.range(STEP, 5 * MS),
+                    false => STEP,
+                };
+                let until = w.now + step;
+                self.gave_way = Some(until);
+                w.wait(me, until, true);
+                return Poll::Pending;
+            }
+            self.gave_way = None;
+            match w.clients[me].slots.time_out_node(self.slot) {
+                Some((_, n)) => {
+                    self.timeouts += 1;
+                    w.struck.timeouts += u64::from(n);
+                }
+                None => return Poll::Ready(None),
+            }
         }
     }
 }

@@ -3,7 +3,7 @@
 //! (`SCRIPT LOAD`, `INFO server`, `CONFIG GET *append*`, the persistence-marker script), and process restarts
 //! with or without data.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use muxlock::redlock::{PERSIST_MARKER_KEY, lua, scripts};
@@ -45,7 +45,8 @@ pub enum Restart {
 #[derive(Debug)]
 pub struct Node {
     pub keys: BTreeMap<Bytes, Entry>,
-    scripts: BTreeSet<&'static str>,
+    /// The scripts loaded, by their index in [`all_scripts`].
+    scripts: u64,
     pub run: u64,
     pub started: Time,
     /// `appendonly yes`, `appendfsync always`, `no-appendfsync-on-rewrite no`.
@@ -53,18 +54,29 @@ pub struct Node {
     snapshot: Option<BTreeMap<Bytes, Entry>>,
 }
 
-/// The scripts a node knows, by SHA1 and body.
-fn all_scripts() -> Vec<(&'static str, &'static str)> {
-    let mut v = vec![
-        (scripts::RELEASE_SHA1, scripts::RELEASE),
-        (scripts::EXTEND_SHA1, scripts::EXTEND),
-    ];
-    v.extend(lua::ALL.iter().map(|l| (l.sha1, l.body)));
-    v.push((
-        lua::RELEASE_REENTRANT_UNATTRIBUTED.sha1,
-        lua::RELEASE_REENTRANT_UNATTRIBUTED.body,
-    ));
-    v
+/// The scripts a node knows, by SHA1 and body (made once: a node looks them up for every script call).
+fn all_scripts() -> &'static [(&'static str, &'static str)] {
+    static ALL: std::sync::OnceLock<Vec<(&'static str, &'static str)>> = std::sync::OnceLock::new();
+    ALL.get_or_init(|| {
+        let mut v = vec![
+            (scripts::RELEASE_SHA1, scripts::RELEASE),
+            (scripts::EXTEND_SHA1, scripts::EXTEND),
+        ];
+        v.extend(lua::ALL.iter().map(|l| (l.sha1, l.body)));
+        v.push((
+            lua::RELEASE_REENTRANT_UNATTRIBUTED.sha1,
+            lua::RELEASE_REENTRANT_UNATTRIBUTED.body,
+        ));
+        assert!(v.len() <= 64, "a node's loaded scripts are a 64-bit mask");
+        v
+    })
+}
+
+/// Two SHA1s (hex) are the same: their first 8 bytes compared as one word first, so that telling the scripts
+/// apart (a dozen candidates per script call) calls no `memcmp` but for the match.
+fn same_sha(a: &[u8], b: &[u8]) -> bool {
+    let head = |s: &[u8]| s.first_chunk::<8>().map(|c| u64::from_ne_bytes(*c));
+    head(a) == head(b) && a == b
 }
 
 fn int(n: i64) -> Value {
@@ -95,7 +107,7 @@ impl Node {
         );
         Node {
             keys,
-            scripts: BTreeSet::new(),
+            scripts: 0,
             run,
             started: 0,
             aof_always,
@@ -124,6 +136,11 @@ impl Node {
             .insert(Bytes::copy_from_slice(key), Entry { data, expires });
     }
 
+    /// `key` holds `value` at `now` (a live string key).
+    pub fn holds(&mut self, key: &[u8], value: &[u8], now: Time) -> bool {
+        self.get(key, now).is_some_and(|v| v == value)
+    }
+
     pub fn take_snapshot(&mut self) {
         self.snapshot = Some(self.keys.clone());
     }
@@ -135,13 +152,13 @@ impl Node {
             Restart::LoseAll => self.keys.clear(),
             Restart::Snapshot => self.keys = self.snapshot.clone().unwrap_or_default(),
         }
-        self.scripts.clear();
+        self.scripts = 0;
         self.run = run;
         self.started = now;
     }
 
     pub fn flush_scripts(&mut self) {
-        self.scripts.clear();
+        self.scripts = 0;
     }
 
     fn live(&mut self, key: &[u8], now: Time) -> Option<&mut Entry> {
@@ -256,9 +273,17 @@ impl Node {
         let Some(verb) = cmd.first() else {
             return err("ERR empty command");
         };
-        let verb = verb.to_ascii_uppercase();
+        // Commands as the engine sends them (upper case), else upper-cased (rare: no allocation on the way).
+        let upper;
+        let verb: &[u8] = match verb.iter().any(u8::is_ascii_lowercase) {
+            true => {
+                upper = verb.to_ascii_uppercase();
+                &upper
+            }
+            false => verb,
+        };
         let a = |i: usize| cmd.get(i).map_or(&b""[..], |b| &b[..]);
-        match &verb[..] {
+        match verb {
             b"SET" => {
                 let nx = cmd.iter().any(|c| c.eq_ignore_ascii_case(b"NX"));
                 let px = cmd
@@ -278,12 +303,12 @@ impl Node {
             b"DEL" => int(cmd[1..].iter().map(|k| self.del(k, now)).sum()),
             b"SCRIPT" if a(1).eq_ignore_ascii_case(b"LOAD") => {
                 match all_scripts()
-                    .into_iter()
-                    .find(|(_, body)| body.as_bytes() == a(2))
+                    .iter()
+                    .position(|(_, body)| body.as_bytes() == a(2))
                 {
-                    Some((sha, _)) => {
-                        self.scripts.insert(sha);
-                        Value::BulkString(Bytes::from_static(sha.as_bytes()))
+                    Some(i) => {
+                        self.scripts |= 1 << i;
+                        Value::BulkString(Bytes::from_static(all_scripts()[i].0.as_bytes()))
                     }
                     None => err("ERR unknown script"),
                 }
@@ -319,22 +344,23 @@ impl Node {
                 Value::Array(vec![int(wall as i64 - w), Value::BulkString(v)])
             }
             b"EVAL" => match all_scripts()
-                .into_iter()
-                .find(|(_, body)| body.as_bytes() == a(1))
+                .iter()
+                .position(|(_, body)| body.as_bytes() == a(1))
             {
-                Some((sha, _)) => {
-                    self.scripts.insert(sha);
-                    self.script(sha, cmd, now)
+                Some(i) => {
+                    self.scripts |= 1 << i;
+                    self.script(all_scripts()[i].0, cmd, now)
                 }
                 None => err("ERR unknown script body"),
             },
             b"EVALSHA" => {
                 let sha = all_scripts()
-                    .into_iter()
-                    .map(|(sha, _)| sha)
-                    .find(|sha| sha.as_bytes() == a(1));
+                    .iter()
+                    .position(|(sha, _)| same_sha(sha.as_bytes(), a(1)));
                 match sha {
-                    Some(sha) if self.scripts.contains(sha) => self.script(sha, cmd, now),
+                    Some(i) if self.scripts & 1 << i != 0 => {
+                        self.script(all_scripts()[i].0, cmd, now)
+                    }
                     _ => err("NOSCRIPT No matching script. Please use EVAL."),
                 }
             }
@@ -345,20 +371,21 @@ impl Node {
     /// Runs the script `sha` with `cmd`'s keys and arguments (`EVAL/EVALSHA script numkeys keys... args...`).
     fn script(&mut self, sha: &str, cmd: &[Bytes], now: Time) -> Value {
         let numkeys = cmd.get(2).map_or(0, |n| num(n)).max(0) as usize;
-        let keys: Vec<Bytes> = cmd.iter().skip(3).take(numkeys).cloned().collect();
-        let argv: Vec<Bytes> = cmd.iter().skip(3 + numkeys).cloned().collect();
-        let k = |i: usize| keys.get(i).cloned().unwrap_or_default();
-        let arg = |i: usize| argv.get(i).cloned().unwrap_or_default();
-        let is = |l: lua::Lua| l.sha1 == sha;
-        if sha == scripts::RELEASE_SHA1 {
-            if self.get(&k(0), now).as_deref() == Some(&arg(0)[..]) {
-                return int(self.del(&k(0), now));
+        let keys = cmd.get(3..).unwrap_or_default();
+        let keys = &keys[..numkeys.min(keys.len())];
+        let argv = cmd.get(3 + keys.len()..).unwrap_or_default();
+        let k = |i: usize| keys.get(i).map_or(&b""[..], |b| &b[..]);
+        let arg = |i: usize| argv.get(i).map_or(&b""[..], |b| &b[..]);
+        let is = |l: lua::Lua| same_sha(l.sha1.as_bytes(), sha.as_bytes());
+        if same_sha(sha.as_bytes(), scripts::RELEASE_SHA1.as_bytes()) {
+            if self.get(k(0), now).as_deref() == Some(arg(0)) {
+                return int(self.del(k(0), now));
             }
             return int(0);
         }
-        if sha == scripts::EXTEND_SHA1 {
-            if self.get(&k(0), now).as_deref() == Some(&arg(0)[..]) {
-                return int(self.pexpire(&k(0), num(&arg(1)), now));
+        if same_sha(sha.as_bytes(), scripts::EXTEND_SHA1.as_bytes()) {
+            if self.get(k(0), now).as_deref() == Some(arg(0)) {
+                return int(self.pexpire(k(0), num(arg(1)), now));
             }
             return int(0);
         }
@@ -367,7 +394,7 @@ impl Node {
                 .iter()
                 .enumerate()
                 .map(|(i, key)| {
-                    if self.get(key, now).as_deref() == Some(&arg(i)[..]) {
+                    if self.get(key, now).as_deref() == Some(arg(i)) {
                         int(self.del(key, now))
                     } else {
                         int(0)
@@ -377,119 +404,119 @@ impl Node {
             return Value::Array(r);
         }
         if is(lua::ACQUIRE_MANY) {
-            for key in &keys {
+            for key in keys {
                 if self.get(key, now).is_some_and(|v| v != arg(0)) {
                     return int(0);
                 }
             }
-            for key in &keys {
-                self.set(key, &arg(0), Some(num(&arg(1))), now);
+            for key in keys {
+                self.set(key, arg(0), Some(num(arg(1))), now);
             }
             return int(1);
         }
         if is(lua::EXTEND_MANY) {
             if keys
                 .iter()
-                .any(|key| self.get(key, now).as_deref() != Some(&arg(0)[..]))
+                .any(|key| self.get(key, now).as_deref() != Some(arg(0)))
             {
                 return int(0);
             }
-            for key in &keys {
-                self.pexpire(key, num(&arg(1)), now);
+            for key in keys {
+                self.pexpire(key, num(arg(1)), now);
             }
             return int(1);
         }
         if is(lua::RELEASE_MANY) {
             let mut n = 0;
-            for key in &keys {
-                if self.get(key, now).as_deref() == Some(&arg(0)[..]) {
+            for key in keys {
+                if self.get(key, now).as_deref() == Some(arg(0)) {
                     n += self.del(key, now);
                 }
             }
             return int(n);
         }
         if is(lua::ACQUIRE_FENCED) {
-            if self.live(&k(0), now).is_none() {
-                self.set(&k(0), &arg(0), Some(num(&arg(1))), now);
-                let c = self.get(&k(1), now).map_or(0, |c| num(&c));
+            if self.live(k(0), now).is_none() {
+                self.set(k(0), arg(0), Some(num(arg(1))), now);
+                let c = self.get(k(1), now).map_or(0, |c| num(&c));
                 return int(c + 1);
             }
             return int(0);
         }
         if is(lua::FENCE) {
-            let c = self.get(&k(0), now).map_or(0, |c| num(&c));
-            if c < num(&arg(0)) {
-                self.set(&k(0), &arg(0), None, now);
+            let c = self.get(k(0), now).map_or(0, |c| num(&c));
+            if c < num(arg(0)) {
+                self.set(k(0), arg(0), None, now);
                 return int(1);
             }
             return int(-c);
         }
         if is(lua::RELEASE_FENCED) {
-            if self.get(&k(0), now).as_deref() != Some(&arg(0)[..]) {
+            if self.get(k(0), now).as_deref() != Some(arg(0)) {
                 return int(0);
             }
-            let c = self.get(&k(1), now).map_or(0, |c| num(&c));
-            if c < num(&arg(1)) {
-                self.set(&k(1), &arg(1), None, now);
+            let c = self.get(k(1), now).map_or(0, |c| num(&c));
+            if c < num(arg(1)) {
+                self.set(k(1), arg(1), None, now);
             }
-            return int(self.del(&k(0), now));
+            return int(self.del(k(0), now));
         }
         if is(lua::ACQUIRE_REENTRANT) {
-            let ttl = num(&arg(2));
-            match self.get(&k(0), now) {
+            let ttl = num(arg(2));
+            match self.get(k(0), now) {
                 None => {
-                    self.del(&k(1), now);
-                    self.set(&k(0), &arg(0), Some(ttl), now);
-                    self.hset(&k(1), &arg(1), now);
-                    self.pexpire(&k(1), ttl, now);
+                    self.del(k(1), now);
+                    self.set(k(0), arg(0), Some(ttl), now);
+                    self.hset(k(1), arg(1), now);
+                    self.pexpire(k(1), ttl, now);
                     return int(1);
                 }
                 Some(v) if v != arg(0) => return int(0),
                 Some(_) => {}
             }
-            if self.live(&k(1), now).is_none() {
-                self.hset(&k(1), b"?", now);
+            if self.live(k(1), now).is_none() {
+                self.hset(k(1), b"?", now);
             }
-            self.hset(&k(1), &arg(1), now);
-            let mut t = self.pttl(&k(0), now);
+            self.hset(k(1), arg(1), now);
+            let mut t = self.pttl(k(0), now);
             if t < ttl {
                 t = ttl;
-                self.pexpire(&k(0), t, now);
+                self.pexpire(k(0), t, now);
             }
-            self.pexpire(&k(1), t, now);
-            return int(self.hlen(&k(1), now));
+            self.pexpire(k(1), t, now);
+            return int(self.hlen(k(1), now));
         }
         if is(lua::RELEASE_REENTRANT) {
-            if self.get(&k(0), now).as_deref() != Some(&arg(0)[..]) {
+            if self.get(k(0), now).as_deref() != Some(arg(0)) {
                 return int(-1);
             }
-            if self.live(&k(1), now).is_none() {
+            if self.live(k(1), now).is_none() {
                 return int(1);
             }
-            self.hdel(&k(1), &arg(1), now);
-            let c = self.hlen(&k(1), now);
+            self.hdel(k(1), arg(1), now);
+            let c = self.hlen(k(1), now);
             if c == 0 {
-                self.del(&k(0), now);
-                self.del(&k(1), now);
+                self.del(k(0), now);
+                self.del(k(1), now);
             }
             return int(c);
         }
         if is(lua::RELEASE_REENTRANT_UNATTRIBUTED) {
-            if self.get(&k(0), now).as_deref() != Some(&arg(0)[..]) {
+            if self.get(k(0), now).as_deref() != Some(arg(0)) {
                 return int(-1);
             }
-            if self.hdel(&k(1), &arg(1), now) == 0 {
+            if self.hdel(k(1), arg(1), now) == 0 {
                 let first = self
-                    .hash(&k(1), now)
+                    .hash(k(1), now)
                     .and_then(|h| h.first().map(|(f, _)| f.clone()));
                 if let Some(f) = first {
-                    self.hdel(&k(1), &f, now);
+                    self.hdel(k(1), &f, now);
                 }
             }
-            let c = self.hlen(&k(1), now);
+            let c = self.hlen(k(1), now);
             if c == 0 {
-                self.del(&k(0), now);
-                self.del(&k(1), now);
+                self.del(k(0), now);
+                self.del(k(1), now);
             }
             return int(c);
         }

@@ -1,15 +1,16 @@
 //! The workload: what the simulated clients do, and one run of a seed (or of a fuzzer's bytes) judged by the
 //! checker. Shared by `tests/simulation.rs` (seeds) and the `sim` fuzz target (`fuzz/sim.rs`, bytes).
 
-use std::sync::Arc;
+use std::cell::Cell;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use muxlock::Config;
-use muxlock::redlock::sim::{Clock, Engine, block};
+use muxlock::redlock::sim::{Clock, Engine};
 
 use super::check::Hold;
 use super::node::{MS, Time};
-use super::{Rng, Setup, Sim, SimClock, SimNodes, Struck, Tape};
+use super::{Rng, Setup, Sim, SimClock, SimNodes, Struck, Tape, guards};
 
 /// Virtual time each client works for, by default.
 pub const HORIZON: Time = 8_000 * MS;
@@ -19,20 +20,23 @@ pub const HORIZON: Time = 8_000 * MS;
 pub struct Options {
     /// Release reentrant holds with issue #20's unattributed script (the control).
     pub unattributed: bool,
+    /// Guard holders that never look at `lost_at` and work on past their guards' deadlines (the guards'
+    /// control, `sim/guards.rs`).
+    pub ignore_lost: bool,
     /// Virtual time each client works for; `HORIZON` if zero.
     pub horizon: Time,
     /// Plain worlds only (no restore bursts, no durable fencing worlds): the control's search.
     pub plain: bool,
     /// The fuzzer's bytes, which then steer every choice.
-    pub tape: Option<Arc<Tape>>,
+    pub tape: Option<Rc<Tape>>,
 }
 
 /// What one client does: a random mix of every engine-level verb on a few contended resources.
-fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (bool, bool)) {
+async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, world: (bool, bool)) {
     let (bursts, fencing) = world;
     let unattributed = opts.unattributed;
     let horizon = opts.horizon;
-    let sim = Arc::clone(clock.sim());
+    let sim = Rc::clone(clock.sim());
     let me = clock.me();
     let mut rng = Rng::steered(seed ^ ((me as u64 + 1) << 40), opts.tape.as_ref());
     let mut config = Config::default()
@@ -80,8 +84,14 @@ fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (b
     };
     let op = |sim: &Sim| sim.world().history.ops += 1;
     let clock = engine.clock();
+    // How long a holder works: half the time briefly (up to a tenth of the TTL: many holds and releases, the
+    // transitions where bugs live), else up to past the lease (holders that outlive their validity).
     let pause = |rng: &mut Rng, ttl: Duration| {
-        let ms = rng.range(0, ttl.as_millis() as u64 * 6 / 5);
+        let ttl = ttl.as_millis() as u64;
+        let ms = match rng.chance(0.5) {
+            true => rng.range(0, ttl / 10),
+            false => rng.range(0, ttl * 6 / 5),
+        };
         Duration::from_millis(ms)
     };
     let owner = engine.owner().ok();
@@ -97,22 +107,29 @@ fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (b
         let verb = match (bursts || fencing) && rng.chance(0.5) {
             true if bursts => 6,
             true => 4,
-            _ => rng.range(0, 5),
+            _ => match rng.range(0, 6) {
+                6 => 7,
+                v => v,
+            },
         };
         match verb {
+            7 => {
+                // Guards, renewed while held (`sim/guards.rs`).
+                guards::hold(&engine, &sim, &mut rng, ttl, fencing, opts.ignore_lost).await;
+            }
             6 => {
                 // A `Lock` kept after its key was released by value (a script, another process): extending it
                 // must not be confirmed by nodes that restored the released key from an older snapshot.
-                if let Ok(Some(mut lock)) = block(engine.try_lock(r.as_bytes(), ttl)) {
+                if let Ok(Some(mut lock)) = engine.try_lock(r.as_bytes(), ttl).await {
                     let value = lock.value().as_bytes().to_vec();
                     let i = hold(&sim, "lock", r.as_bytes(), &value, lock.valid_until(), None);
-                    block(clock.sleep(pause(&mut rng, ttl) / 4));
+                    clock.sleep(pause(&mut rng, ttl) / 4).await;
                     end(&sim, i);
                     op(&sim);
-                    let _ = block(engine.unlock_value(r.as_bytes(), &value));
-                    block(clock.sleep(pause(&mut rng, ttl) / 2));
+                    let _ = engine.unlock_value(r.as_bytes(), &value).await;
+                    clock.sleep(pause(&mut rng, ttl) / 2).await;
                     op(&sim);
-                    if block(engine.extend(&mut lock, ttl)).is_ok() {
+                    if engine.extend(&mut lock, ttl).await.is_ok() {
                         // Released, yet extended: a new claim from now on.
                         let j = hold(
                             &sim,
@@ -122,17 +139,17 @@ fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (b
                             lock.valid_until(),
                             None,
                         );
-                        block(clock.sleep(pause(&mut rng, ttl) / 4));
+                        clock.sleep(pause(&mut rng, ttl) / 4).await;
                         end(&sim, j);
                         op(&sim);
-                        let _ = block(engine.unlock(lock));
+                        let _ = engine.unlock(lock).await;
                     }
                 }
             }
             0 => {
                 let got = match rng.chance(0.5) {
-                    true => block(engine.try_lock(r.as_bytes(), ttl)),
-                    false => block(engine.lock(r.as_bytes(), ttl)).map(Some),
+                    true => engine.try_lock(r.as_bytes(), ttl).await,
+                    false => engine.lock(r.as_bytes(), ttl).await.map(Some),
                 };
                 if let Ok(Some(mut lock)) = got {
                     let i = hold(
@@ -143,29 +160,29 @@ fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (b
                         lock.valid_until(),
                         None,
                     );
-                    block(clock.sleep(pause(&mut rng, ttl) / 2));
+                    clock.sleep(pause(&mut rng, ttl) / 2).await;
                     if rng.chance(0.5) {
                         op(&sim);
-                        if block(engine.extend(&mut lock, ttl)).is_ok() {
+                        if engine.extend(&mut lock, ttl).await.is_ok() {
                             extended(&sim, i, lock.valid_until());
                         }
-                        block(clock.sleep(pause(&mut rng, ttl) / 2));
+                        clock.sleep(pause(&mut rng, ttl) / 2).await;
                     }
                     end(&sim, i);
                     op(&sim);
-                    let _ = block(engine.unlock(lock));
+                    let _ = engine.unlock(lock).await;
                 }
             }
             1 => {
                 // By value, as another process (`muxlock extend`) would: it extends what it believes it holds.
-                if let Ok(Some(lock)) = block(engine.try_lock(r.as_bytes(), ttl)) {
+                if let Ok(Some(lock)) = engine.try_lock(r.as_bytes(), ttl).await {
                     let value = lock.value().as_bytes().to_vec();
                     let i = hold(&sim, "lock", r.as_bytes(), &value, lock.valid_until(), None);
-                    block(clock.sleep(pause(&mut rng, ttl)));
+                    clock.sleep(pause(&mut rng, ttl)).await;
                     op(&sim);
                     let still = at(&sim, lock.valid_until()) > now(&sim);
                     let mut by_value = None;
-                    match block(engine.extend_value(r.as_bytes(), &value, ttl)) {
+                    match engine.extend_value(r.as_bytes(), &value, ttl).await {
                         Ok(until) if still => extended(&sim, i, until),
                         // Expired meanwhile, yet extended by value: a new claim from now on.
                         Ok(until) => {
@@ -174,13 +191,13 @@ fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (b
                         }
                         Err(_) => {}
                     }
-                    block(clock.sleep(pause(&mut rng, ttl) / 3));
+                    clock.sleep(pause(&mut rng, ttl) / 3).await;
                     end(&sim, i);
                     if let Some(j) = by_value {
                         end(&sim, j);
                     }
                     op(&sim);
-                    let _ = block(engine.unlock_value(r.as_bytes(), &value));
+                    let _ = engine.unlock_value(r.as_bytes(), &value).await;
                 }
             }
             2 => {
@@ -188,7 +205,7 @@ fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (b
                 let refs: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
                 let mut held = Vec::new();
                 let mut locks = Vec::new();
-                for (name, got) in names.iter().zip(block(engine.try_lock_batch(&refs, ttl))) {
+                for (name, got) in names.iter().zip(engine.try_lock_batch(&refs, ttl).await) {
                     if let Ok(Some(lock)) = got {
                         held.push(hold(
                             &sim,
@@ -201,37 +218,36 @@ fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (b
                         locks.push(lock);
                     }
                 }
-                block(clock.sleep(pause(&mut rng, ttl)));
+                clock.sleep(pause(&mut rng, ttl)).await;
                 held.iter().for_each(|&i| end(&sim, i));
                 if !locks.is_empty() {
                     op(&sim);
-                    let _ = block(engine.unlock_batch(locks));
+                    let _ = engine.unlock_batch(locks).await;
                 }
             }
             3 => {
                 let names = [format!("r{}", rng.range(0, 1)), "r2".to_owned()];
                 let refs: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
-                if let Ok(Some(mut set)) = block(engine.lock_many(&refs, ttl, rng.chance(0.5))) {
+                if let Ok(Some(mut set)) = engine.lock_many(&refs, ttl, rng.chance(0.5)).await {
                     let value = set.value().as_bytes().to_vec();
                     let held: Vec<usize> = names
                         .iter()
                         .map(|n| hold(&sim, "set", n.as_bytes(), &value, set.valid_until(), None))
                         .collect();
-                    block(clock.sleep(pause(&mut rng, ttl) / 2));
+                    clock.sleep(pause(&mut rng, ttl) / 2).await;
                     op(&sim);
-                    if block(engine.extend_many(&mut set, ttl)).is_ok() {
+                    if engine.extend_many(&mut set, ttl).await.is_ok() {
                         held.iter()
                             .for_each(|&i| extended(&sim, i, set.valid_until()));
                     }
-                    block(clock.sleep(pause(&mut rng, ttl) / 2));
+                    clock.sleep(pause(&mut rng, ttl) / 2).await;
                     held.iter().for_each(|&i| end(&sim, i));
                     op(&sim);
-                    let _ = block(engine.unlock_many(set));
+                    let _ = engine.unlock_many(set).await;
                 }
             }
             4 => {
-                if let Ok(Some(lock)) =
-                    block(engine.lock_fenced(r.as_bytes(), ttl, rng.chance(0.5)))
+                if let Ok(Some(lock)) = engine.lock_fenced(r.as_bytes(), ttl, rng.chance(0.5)).await
                 {
                     let i = hold(
                         &sim,
@@ -241,15 +257,15 @@ fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (b
                         lock.lock().valid_until(),
                         Some(lock.token()),
                     );
-                    block(clock.sleep(pause(&mut rng, ttl)));
+                    clock.sleep(pause(&mut rng, ttl)).await;
                     end(&sim, i);
                     op(&sim);
-                    let _ = block(engine.unlock_fenced(lock));
+                    let _ = engine.unlock_fenced(lock).await;
                 }
             }
             _ => {
                 let Some(owner) = &owner else { continue };
-                if let Ok(outer) = block(engine.lock_reentrant(owner, r.as_bytes(), ttl)) {
+                if let Ok(outer) = engine.lock_reentrant(owner, r.as_bytes(), ttl).await {
                     let who = owner.as_str().as_bytes();
                     let i = hold(
                         &sim,
@@ -262,21 +278,21 @@ fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: &Options, world: (b
                     // Nested hold/release pairs: each must leave the outer hold where it is.
                     for _ in 0..rng.range(1, 4) {
                         op(&sim);
-                        if let Ok(inner) = block(engine.lock_reentrant(owner, r.as_bytes(), ttl)) {
-                            block(clock.sleep(pause(&mut rng, ttl) / 8));
+                        if let Ok(inner) = engine.lock_reentrant(owner, r.as_bytes(), ttl).await {
+                            clock.sleep(pause(&mut rng, ttl) / 8).await;
                             op(&sim);
-                            let _ = block(engine.unlock_reentrant(&inner, unattributed));
+                            let _ = engine.unlock_reentrant(&inner, unattributed).await;
                         }
                     }
                     // The outer hold stays ours until its validity: work on.
-                    block(clock.sleep(pause(&mut rng, ttl) / 2));
+                    clock.sleep(pause(&mut rng, ttl) / 2).await;
                     end(&sim, i);
                     op(&sim);
-                    let _ = block(engine.unlock_reentrant(&outer, unattributed));
+                    let _ = engine.unlock_reentrant(&outer, unattributed).await;
                 }
             }
         }
-        block(clock.sleep(Duration::from_millis(rng.range(0, 30))));
+        clock.sleep(Duration::from_millis(rng.range(0, 5))).await;
     }
 }
 
@@ -320,8 +336,8 @@ pub fn run(seed: u64, opts: &Options) -> Run {
         &setup,
         &muxlock::redlock::sim::setup_commands(&config),
     );
-    super::run(&sim, move |nodes, clock| {
-        client(nodes, clock, seed, &opts, (bursts, fencing))
+    super::run(&sim, |nodes, clock| {
+        client(nodes, clock, seed, opts.clone(), (bursts, fencing))
     });
     let mut w = sim.world();
     let now = w.now;
@@ -396,27 +412,33 @@ pub fn slow_fence_history() -> (Option<u64>, Option<u64>) {
         }
         w.nodes[2].node.hold(b"r0", b"someone-else", 150 * MS);
     }
-    let tokens = Arc::new(std::sync::Mutex::new([None, None]));
-    let out = Arc::clone(&tokens);
-    super::run(&sim, move |nodes, clock| {
-        let me = clock.me();
-        let (round, ttl, start) = match me {
-            0 => (600, 2_000, 0),
-            _ => (6_000, 20_000, 250),
-        };
-        let config = Config::default()
-            .with_round_timeout(Duration::from_millis(round))
-            .with_retry_count(0)
-            .with_restart_guard(false);
-        let Ok(engine) = Engine::new(nodes, clock, config, [me as u8 + 1; 32]) else {
-            return;
-        };
-        block(engine.clock().sleep(Duration::from_millis(start)));
-        if let Ok(Some(lock)) = block(engine.lock_fenced(b"r0", Duration::from_millis(ttl), false))
-        {
-            out.lock().unwrap()[me] = Some(lock.token());
+    let tokens = Rc::new(Cell::new([None, None]));
+    super::run(&sim, |nodes, clock| {
+        let out = Rc::clone(&tokens);
+        async move {
+            let me = clock.me();
+            let (round, ttl, start) = match me {
+                0 => (600, 2_000, 0),
+                _ => (6_000, 20_000, 250),
+            };
+            let config = Config::default()
+                .with_round_timeout(Duration::from_millis(round))
+                .with_retry_count(0)
+                .with_restart_guard(false);
+            let Ok(engine) = Engine::new(nodes, clock, config, [me as u8 + 1; 32]) else {
+                return;
+            };
+            engine.clock().sleep(Duration::from_millis(start)).await;
+            if let Ok(Some(lock)) = engine
+                .lock_fenced(b"r0", Duration::from_millis(ttl), false)
+                .await
+            {
+                let mut t = out.get();
+                t[me] = Some(lock.token());
+                out.set(t);
+            }
         }
     });
-    let t = *tokens.lock().unwrap();
+    let t = tokens.get();
     (t[0], t[1])
 }
