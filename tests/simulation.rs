@@ -21,6 +21,9 @@ use std::time::Instant;
 use sim::Struck;
 use sim::workload::{self, Options, Run};
 
+/// Seeds of `queued_waiters_keep_every_property` in CI.
+const QUEUED_SEEDS: u64 = 800;
+
 /// Seeds run by default (CI): about 50 s in debug on 2 vCPUs (RELIABILITY.md).
 const DEFAULT_SEEDS: u64 = 5_500;
 
@@ -33,6 +36,37 @@ fn fail(seed: u64, run: &Run) -> ! {
         "seed {seed}: {}\nreplay: MUXLOCK_SIM_SEED={seed} cargo test --features sim --test simulation\nlast events:\n{}",
         run.violation.as_deref().unwrap_or("?"),
         run.history
+    );
+}
+
+/// Seeds with waiters in the nodes' queue (issue #24's hand-off: `QUEUE_ACQUIRE` / `QUEUE_LEAVE` on every node,
+/// decided by the plain quorum) beside every other verb: the same properties, and queued grants among the holds.
+#[test]
+fn queued_waiters_keep_every_property() {
+    let seeds = env_u64("MUXLOCK_SIM_QUEUED_SEEDS").unwrap_or(QUEUED_SEEDS);
+    let started = Instant::now();
+    let (mut ops, mut queued) = (0, 0);
+    for seed in 0..seeds {
+        let run = workload::run(
+            seed,
+            &Options {
+                queued: true,
+                ..Options::default()
+            },
+        );
+        if run.violation.is_some() {
+            fail(seed, &run);
+        }
+        ops += run.ops;
+        queued += run.queued;
+    }
+    println!(
+        "{seeds} seeds with queued waiters: {ops} ops, {queued} queued grants, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        queued > 0,
+        "no queued attempt was granted: the verb did not run"
     );
 }
 

@@ -21,6 +21,7 @@ use crate::redlock::error::Result;
 use crate::redlock::guard::{self, Held, Lost};
 use crate::redlock::kind::fenced::FencedLock;
 use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::queued::Entry;
 use crate::redlock::kind::reentrant::{Owner, ReentrantLock};
 use crate::redlock::kind::set::LockSet;
 use crate::redlock::lua;
@@ -93,6 +94,10 @@ impl SimGuard {
         crate::sync::lock(&self.held.state).renewals
     }
 }
+
+/// A waiter's entry in the nodes' queue (see [`Engine::queue_entry`]).
+#[derive(Debug)]
+pub struct QueueEntry(Entry);
 
 /// The commands a connection runs before its first request, in order (the scripts' `SCRIPT LOAD`s, then the
 /// restart guard's readings if `config` turns it on): a simulated node runs them on every new connection and
@@ -238,6 +243,42 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             error: std::io::Error::from(e).into(),
         })?;
         Ok(Owner { value })
+    }
+
+    /// A waiter's entry in the nodes' queue of `resource` (`lock_wait`'s hand-off across processes, issue #24):
+    /// a random id from the seeded stream, and `ticket` (when the waiter began, in µs of some wall clock: the
+    /// order of the queue).
+    pub fn queue_entry(&self, resource: &[u8], ticket: u128) -> QueueEntry {
+        QueueEntry(Entry::new(
+            self.core.tokens.random_u64().unwrap_or(0),
+            ticket,
+            self.core.config.round_timeout,
+            resource,
+        ))
+    }
+
+    /// One queued attempt, as `lock_wait`'s loop makes it (`engine/queued.rs`): the lock, `Ok(Err(held))`
+    /// (`held`: the nodes' refusals said another holder or waiter has it, rather than an outage), or an error.
+    /// `joined`: the waiter queued with an earlier attempt (a grant then leaves everywhere).
+    pub async fn queued_attempt(
+        &self,
+        resource: &[u8],
+        ttl: Duration,
+        entry: &QueueEntry,
+        joined: bool,
+    ) -> Result<std::result::Result<Lock, bool>> {
+        let ttl_ms = self.core.check(resource, ttl)?;
+        Ok(self
+            .core
+            .queued_attempt(resource, ttl, ttl_ms, &entry.0, joined)
+            .await?
+            .map_err(|(failure, _, _)| failure == crate::redlock::quorum::Failure::Held))
+    }
+
+    /// Takes `entry` off the queue on every node (sent, not awaited), as a waiter does with the lock or giving up.
+    pub fn leave_queue(&self, resource: &[u8], entry: &QueueEntry) {
+        self.core
+            .leave_queue(resource, &entry.0, crate::net::NodeSet::ALL);
     }
 
     /// As [`LockManager::lock_reentrant`](super::LockManager::lock_reentrant).

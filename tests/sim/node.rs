@@ -22,6 +22,8 @@ pub enum Data {
     /// A hash, fields in insertion order (as a small hash's listpack keeps them: `HKEYS` order matters to the
     /// unattributed release).
     Hash(Vec<(Bytes, Bytes)>),
+    /// A sorted set, kept in Redis' order: by score, then by member (the `lock_wait` queue's scripts).
+    ZSet(Vec<(i64, Bytes)>),
 }
 
 #[derive(Clone, Debug)]
@@ -243,6 +245,64 @@ impl Node {
                 h.push((Bytes::copy_from_slice(field), Bytes::from_static(b"1")));
             }
         }
+    }
+
+    fn zset(&mut self, key: &[u8], now: Time) -> Option<&mut Vec<(i64, Bytes)>> {
+        match self.live(key, now) {
+            Some(Entry {
+                data: Data::ZSet(z),
+                ..
+            }) => Some(z),
+            _ => None,
+        }
+    }
+
+    /// `ZADD key score member` (a new score moves the member).
+    fn zadd(&mut self, key: &[u8], score: i64, member: &[u8], now: Time) {
+        if self.zset(key, now).is_none() {
+            self.keys.insert(
+                Bytes::copy_from_slice(key),
+                Entry {
+                    data: Data::ZSet(Vec::new()),
+                    expires: None,
+                },
+            );
+        }
+        if let Some(z) = self.zset(key, now) {
+            z.retain(|(_, m)| m != member);
+            z.push((score, Bytes::copy_from_slice(member)));
+            z.sort();
+        }
+    }
+
+    /// `ZREM`; an emptied sorted set goes, as in Redis.
+    fn zrem(&mut self, key: &[u8], member: &[u8], now: Time) {
+        let Some(z) = self.zset(key, now) else {
+            return;
+        };
+        z.retain(|(_, m)| m != member);
+        if z.is_empty() {
+            self.keys.remove(key);
+        }
+    }
+
+    /// The first member (`ZRANGE key 0 0`).
+    fn zhead(&mut self, key: &[u8], now: Time) -> Option<Bytes> {
+        self.zset(key, now)
+            .and_then(|z| z.first().map(|(_, m)| m.clone()))
+    }
+
+    /// `INCR` of a counter key (kept as a string).
+    fn incr(&mut self, key: &[u8], now: Time) {
+        let n = self.get(key, now).map_or(0, |v| num(&v)) + 1;
+        let expires = self.live(key, now).and_then(|e| e.expires);
+        self.keys.insert(
+            Bytes::copy_from_slice(key),
+            Entry {
+                data: Data::Str(Bytes::from(n.to_string())),
+                expires,
+            },
+        );
     }
 
     /// `HDEL`; an emptied hash goes, as in Redis.
@@ -520,7 +580,78 @@ impl Node {
             }
             return int(c);
         }
+        if is(lua::QUEUE_ACQUIRE) || is(lua::QUEUE_LEAVE) {
+            return self.queue(is(lua::QUEUE_ACQUIRE), keys, argv, now);
+        }
         err("ERR script not simulated")
+    }
+
+    /// `lock_wait`'s queue (issue #24), as [`lua::QUEUE_ACQUIRE`] (`acquire`) and [`lua::QUEUE_LEAVE`] do it:
+    /// `KEYS` the lock key, the queue, the deadlines; `ARGV` the value, the TTL, the waiter's id, its ticket, the
+    /// entry's lease (ms), the resource. The node's clock for deadlines is its wall clock, as `TIME` reads it.
+    fn queue(&mut self, acquire: bool, keys: &[Bytes], argv: &[Bytes], now: Time) -> Value {
+        let k = |i: usize| keys.get(i).map_or(&b""[..], |b| &b[..]);
+        let arg = |i: usize| argv.get(i).map_or(&b""[..], |b| &b[..]);
+        let (q, d, id) = (k(1), k(2), arg(2));
+        let lease = num(arg(4));
+        let turn = |m: &[u8]| [&b"muxlock:turn:"[..], m, b":", arg(5)].concat();
+        let wall = (WALL_START_MS + now / MS) as i64;
+        let signal = |node: &mut Node, m: &[u8]| {
+            let t = turn(m);
+            node.incr(&t, now);
+            node.pexpire(&t, lease, now);
+        };
+        let mut head = self.zhead(q, now);
+        if !acquire {
+            self.zrem(q, id, now);
+            self.zrem(d, id, now);
+            if head.as_deref() == Some(id) {
+                if let Some(next) = self.zhead(q, now) {
+                    signal(self, &next);
+                }
+            }
+            return int(1);
+        }
+        if head.as_ref().is_some_and(|h| &h[..] != id) {
+            let dead: Vec<Bytes> = self
+                .zset(d, now)
+                .map(|z| {
+                    z.iter()
+                        .filter(|(s, _)| *s <= wall)
+                        .map(|(_, m)| m.clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            if !dead.is_empty() {
+                for m in &dead {
+                    self.zrem(q, m, now);
+                    self.zrem(d, m, now);
+                }
+                let next = self.zhead(q, now);
+                if let Some(n) = &next {
+                    if Some(n) != head.as_ref() && &n[..] != id {
+                        signal(self, n);
+                    }
+                }
+                head = next;
+            }
+        }
+        let ours = head.as_ref().is_none_or(|h| &h[..] == id);
+        if ours && self.live(k(0), now).is_none() {
+            self.set(k(0), arg(0), Some(num(arg(1))), now);
+            return int(1);
+        }
+        self.zadd(q, num(arg(3)), id, now);
+        self.zadd(d, wall + lease, id, now);
+        self.pexpire(q, lease, now);
+        self.pexpire(d, lease, now);
+        let rank = self
+            .zset(q, now)
+            .and_then(|z| z.iter().position(|(_, m)| &m[..] == id))
+            .unwrap_or(0);
+        let t = turn(id);
+        let turn_value = self.get(&t, now).map_or(0, |v| num(&v));
+        Value::Array(vec![int(rank as i64), int(turn_value)])
     }
 
     /// Keys alive at `now` that have no expiry, except the documented ones (the marker, fence counters).

@@ -29,12 +29,16 @@ pub struct Options {
     pub plain: bool,
     /// The fuzzer's bytes, which then steer every choice.
     pub tape: Option<Rc<Tape>>,
+    /// Half the plain acquisitions wait in the nodes' queue instead (`lock_wait`'s hand-off across processes,
+    /// issue #24): queued attempts until granted or given up, then leaving the queue.
+    pub queued: bool,
 }
 
 /// What one client does: a random mix of every engine-level verb on a few contended resources.
 async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, world: (bool, bool)) {
     let (bursts, fencing) = world;
     let unattributed = opts.unattributed;
+    let queued = opts.queued;
     let horizon = opts.horizon;
     let sim = Rc::clone(clock.sim());
     let me = clock.me();
@@ -144,6 +148,47 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
                         op(&sim);
                         let _ = engine.unlock(lock).await;
                     }
+                }
+            }
+            0 if queued && rng.chance(0.5) => {
+                // A waiter in the nodes' queue, as `lock_wait` waits (its rounds; the loop's sleeps are drawn):
+                // attempts until granted or it gives up, then it leaves the queue everywhere.
+                let ticket = u128::from(now(&sim) / 1_000);
+                let entry = engine.queue_entry(r.as_bytes(), ticket);
+                let give_up = now(&sim) + rng.range(20, 1_500) * MS;
+                let mut joined = false;
+                let got = loop {
+                    op(&sim);
+                    match engine
+                        .queued_attempt(r.as_bytes(), ttl, &entry, joined)
+                        .await
+                    {
+                        Ok(Ok(lock)) => break Some(lock),
+                        Ok(Err(_)) => joined = true,
+                        Err(_) => break None,
+                    }
+                    if now(&sim) >= give_up {
+                        break None;
+                    }
+                    clock.sleep(Duration::from_millis(rng.range(0, 30))).await;
+                };
+                if joined {
+                    engine.leave_queue(r.as_bytes(), &entry);
+                }
+                if let Some(lock) = got {
+                    sim.world().history.queued += 1;
+                    let i = hold(
+                        &sim,
+                        "queued lock",
+                        r.as_bytes(),
+                        lock.value().as_bytes(),
+                        lock.valid_until(),
+                        None,
+                    );
+                    clock.sleep(pause(&mut rng, ttl) / 2).await;
+                    end(&sim, i);
+                    op(&sim);
+                    let _ = engine.unlock(lock).await;
                 }
             }
             0 => {
@@ -302,6 +347,8 @@ pub struct Run {
     pub violation: Option<String>,
     pub struck: Struck,
     pub ops: u64,
+    /// Grants of queued attempts.
+    pub queued: u64,
     pub history: String,
 }
 
@@ -358,6 +405,7 @@ pub fn run(seed: u64, opts: &Options) -> Run {
         violation,
         struck: w.struck.clone(),
         ops: w.history.ops,
+        queued: w.history.queued,
         history: w.history.tail(80),
     }
 }
