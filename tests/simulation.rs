@@ -114,6 +114,7 @@ fn seeds_keep_every_property() {
         total.guard_checks += s.guard_checks;
         total.guards_lost += s.guards_lost;
         total.guard_renewals += s.guard_renewals;
+        total.reentrant_checks += s.reentrant_checks;
     }
     println!(
         "{} seeds, {ops} lock operations in {:?}; faults that struck rounds: {total:?}",
@@ -141,6 +142,8 @@ fn seeds_keep_every_property() {
                 && total.guards_lost > 0,
             "{total:?}"
         );
+        // Reentrant outer holds were checked on the nodes after their nested holds came and went.
+        assert!(total.reentrant_checks > 0, "{total:?}");
         // Tokens are compared in many histories, not only in those where no counter was ever lost.
         assert!(
             total.tokens_checked >= seeds.len() as u64,
@@ -159,7 +162,7 @@ fn one_seed_gives_one_history() {
 }
 
 /// The seed that finds the control's bug first (RELIABILITY.md).
-const CONTROL_SEED: u64 = 732;
+const CONTROL_SEED: u64 = 494;
 
 /// Runs seeds from `MUXLOCK_SIM_FROM` (0) until one breaks a property; returns the seed, the time taken and the violation.
 fn search(opts: &Options, seeds: u64) -> Option<(u64, std::time::Duration, String)> {
@@ -195,7 +198,10 @@ fn control_unattributed_release_is_caught() {
         env_u64("MUXLOCK_SIM_FROM").unwrap_or(CONTROL_SEED),
         2_000,
     ) {
-        Some((seed, took, v)) if v.starts_with("two holders") => {
+        // Two holders, or (sooner) the outer hold seen stripped from a majority while it reports valid.
+        Some((seed, took, v))
+            if v.starts_with("two holders") || v.starts_with("a reentrant outer hold") =>
+        {
             println!("found by seed {seed} after {took:?}: {v}")
         }
         other => panic!("the unattributed release was not caught in 2000 seeds: {other:?}"),

@@ -8,6 +8,9 @@
 //! - **A guard that reports itself held is held by a majority**: whenever a guard tells its holder it is not
 //!   lost, a majority of nodes hold its value on each of its keys, or came back without their data since it was
 //!   acquired (checked on the nodes' state at that instant by the workload; [`History::breaks`] records it).
+//! - **A reentrant owner's outer hold stays on a majority while it reports valid**: after each nested hold and
+//!   its release, a majority of nodes hold the owner's value on the key, or came back without their data since
+//!   the outer hold was taken (checked on the nodes by the workload, recorded by [`History::breaks`]).
 //! - **Fencing tokens** strictly increase in grant order, per resource.
 //! - **No key without expiry** is left on a node, except the fence counters and the persistence marker.
 

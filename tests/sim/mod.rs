@@ -271,6 +271,8 @@ pub struct Struck {
     pub guards_lost: u64,
     /// Renewals of guards confirmed by a majority.
     pub guard_renewals: u64,
+    /// Times a reentrant owner's outer hold was checked on the nodes while it reported valid.
+    pub reentrant_checks: u64,
     /// Fenced grants whose tokens the checker compared (the seam review found the check skipped on 195 of 200
     /// seeds when any counter loss turned it off for the whole history).
     pub tokens_checked: u64,

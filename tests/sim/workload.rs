@@ -310,6 +310,7 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
             }
             _ => {
                 let Some(owner) = &owner else { continue };
+                let since = now(&sim);
                 if let Ok(outer) = engine.lock_reentrant(owner, r.as_bytes(), ttl).await {
                     let who = owner.as_str().as_bytes();
                     let i = hold(
@@ -328,6 +329,11 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
                             op(&sim);
                             let _ = engine.unlock_reentrant(&inner, unattributed).await;
                         }
+                        // While it reports valid, the outer hold is on a majority (issue #22's checker: nested
+                        // holds and their releases never strip it).
+                        if clock.now() < outer.valid_until() {
+                            outer_on_majority(&sim, r.as_bytes(), who, since);
+                        }
                     }
                     // The outer hold stays ours until its validity: work on.
                     clock.sleep(pause(&mut rng, ttl) / 2).await;
@@ -338,6 +344,25 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
             }
         }
         clock.sleep(Duration::from_millis(rng.range(0, 5))).await;
+    }
+}
+
+/// A reentrant owner's outer hold that reports valid now must be on a majority of nodes (or on nodes that came back
+/// without their data since it was taken: the restart guard, not the keys, covers those).
+fn outer_on_majority(sim: &Sim, key: &[u8], owner: &[u8], since: Time) {
+    let mut w = sim.world();
+    w.struck.reentrant_checks += 1;
+    let (holding, excused) = w.holding(key, owner, since);
+    let quorum = w.nodes.len() / 2 + 1;
+    if holding + excused < quorum {
+        let what = format!(
+            "a reentrant outer hold of {} valid at {} ms but on {holding} of {} nodes ({excused} came back \
+             without their data)",
+            String::from_utf8_lossy(key),
+            w.now / MS,
+            w.nodes.len()
+        );
+        w.history.breaks(what);
     }
 }
 
