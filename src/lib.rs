@@ -44,10 +44,12 @@
 //!
 //! # What is public
 //!
-//! - The lock API, at the crate root: [`LockManager`] (and its [`Builder`]), [`Lock`], [`Config`], [`Error`] with
-//!   its per-node [`Report`] of [`Outcome`]s, [`NodeAddr`], [`NodeError`] (with [`TlsError`]), [`TlsConfig`] for
-//!   `rediss://` nodes, the counters of [`LockManager::stats`], and what [`LockManager::inspect`] reads of a key
-//!   ([`Inspection`], [`KeyState`]). This is the API users rely on.
+//! - The lock API, at the crate root: [`LockManager`] (and its [`Builder`]), the held locks ([`Lock`], [`LockSet`],
+//!   [`FencedLock`] with [`counter_key`], [`ReentrantLock`] with its [`Owner`], [`Guard`] with [`Lost`] and
+//!   [`LostWatch`], [`Unreleased`] for a release to retry), [`Config`] (and [`PERSIST_MARKER_KEY`], what the
+//!   restart guard reads), [`Error`] with its per-node [`Report`] of [`Outcome`]s, [`NodeAddr`], [`NodeError`]
+//!   (with [`TlsError`]), [`TlsConfig`] for `rediss://` nodes, the counters of [`LockManager::stats`], and what
+//!   [`LockManager::inspect`] reads of a key ([`Inspection`], [`KeyState`]). This is the API users rely on.
 //! - [`resp`]: the RESP2/RESP3 codec, a product of its own (fuzzed, benchmarked, stricter than the common
 //!   parsers): public and documented for use without the rest of muxlock.
 //! - The layers below the lock API are **not** an API: the network layer (`muxlock::net`: the fanout, rounds,
@@ -112,6 +114,7 @@ mod time;
 
 pub use net::{AddrError, IoError, NodeAddr, NodeCounts, NodeError, TlsConfig, TlsError};
 pub use redlock::{
-    Builder, Config, ConfigError, Error, Guard, GuardStats, Inspection, KeyState, Lock,
-    LockManager, LockSet, Lost, LostWatch, NodeStats, Outcome, Report, Result, Stats,
+    Builder, Config, ConfigError, Error, FencedLock, Guard, GuardStats, Inspection, KeyState, Lock,
+    LockManager, LockSet, Lost, LostWatch, NodeStats, Outcome, Owner, PERSIST_MARKER_KEY,
+    ReentrantLock, Report, Result, Stats, Unreleased, counter_key,
 };
