@@ -39,13 +39,13 @@ use crate::redlock::waiters::WaitRoom;
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use muxlock::redlock::LockManager;
+/// use muxlock::LockManager;
 ///
 /// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
 /// let lock = locks.lock("invoice:42", Duration::from_secs(10))?;
 /// // ... work while lock.is_valid() ...
 /// locks.unlock(lock)?;
-/// # Ok::<(), muxlock::redlock::Error>(())
+/// # Ok::<(), muxlock::Error>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct LockManager {
