@@ -14,7 +14,8 @@
 //! Rooms, each importing only the ones below it (`tests/layout.rs` checks the direction):
 //!
 //! ```text
-//! manager.rs        LockManager + Builder: every public verb; the only file that knows all the rooms
+//! manager/          LockManager + Builder: every public verb (mod.rs: the basic ones; holding.rs: guards
+//!                   and waiting; kinds.rs: sets, batches, fenced, reentrant); the only room that knows all
 //!   wait.rs         the waiting loop (lock_wait and kin) around any attempt; probes on the tracker
 //!   guard/          Guard, LostWatch, Lost; Held (a guard's state); Keeper (what handles and guards share:
 //!                   the engine, the watchdog, the waiters); renew (applies the engine's renewal verdicts);

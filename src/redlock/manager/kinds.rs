@@ -1,0 +1,352 @@
+//! [`LockManager`]'s verbs of the other kinds: sets (`lock_many` and kin, `hold_many`), batches, fenced locks,
+//! reentrant locks.
+
+use std::time::Duration;
+
+use super::LockManager;
+use crate::redlock::engine::seam::block;
+use crate::redlock::error::{Error, Result};
+use crate::redlock::guard::Guard;
+use crate::redlock::kind::fenced::FencedLock;
+use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::reentrant::{Owner, ReentrantLock, draw};
+use crate::redlock::kind::set::LockSet;
+use crate::redlock::lua;
+use crate::redlock::unreleased::Unreleased;
+
+impl LockManager {
+    /// Acquires every resource of `resources` or none, for `ttl`, in one round: each node gets one script that
+    /// sets every key of the set or none (its part is atomic), and the set is held if a majority set it in time.
+    /// Retries as [`lock`](super::LockManager::lock) does, with one value for all attempts, so that keys left by
+    /// its own failed attempt never block it.
+    ///
+    /// The names are sorted and deduplicated first: two callers asking for overlapping sets in different orders
+    /// send the same requests, and neither can hold part of its set waiting for the rest (a node's part is all or
+    /// nothing, and a failed attempt releases what it set before returning or retrying).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Held`] if some resource of the set was held by another holder at the last attempt;
+    /// - [`Error::Quorum`] if too many nodes failed for a majority (the report names the set as `"a, b, c"`);
+    /// - [`Error::Config`] for an empty set, an empty name or an invalid `ttl`.
+    ///
+    /// In every error case nothing of the set stays locked on the nodes that answered (see the module docs of
+    /// `many` in the source for the exact guarantee).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"])?;
+    /// let set = locks.lock_many(&["account:7", "account:3"], Duration::from_secs(5))?;
+    /// // ... move money between the two accounts ...
+    /// locks.unlock_many(set)?;
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn lock_many<R: AsRef<[u8]>>(&self, resources: &[R], ttl: Duration) -> Result<LockSet> {
+        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
+        block(self.engine().lock_many(&names, ttl, true))?
+            .ok_or_else(|| Error::config("no set acquired"))
+    }
+
+    /// One attempt at [`lock_many`](super::LockManager::lock_many): `Ok(None)` if some resource of the set is
+    /// held by another holder.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_many`](super::LockManager::lock_many), without [`Error::Held`].
+    pub fn try_lock_many<R: AsRef<[u8]>>(
+        &self,
+        resources: &[R],
+        ttl: Duration,
+    ) -> Result<Option<LockSet>> {
+        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
+        block(self.engine().lock_many(&names, ttl, false))
+    }
+
+    /// Extends every key of `set` to `ttl` from now, together: a node extends the set only if it still holds every
+    /// key of it. As [`extend`](super::LockManager::extend) otherwise.
+    ///
+    /// # Errors
+    ///
+    /// As [`extend`](super::LockManager::extend).
+    pub fn extend_many(&self, set: &mut LockSet, ttl: Duration) -> Result<()> {
+        block(self.engine().extend_many(set, ttl))
+    }
+
+    /// Releases every key of `set` on all nodes at once (each node deletes the keys that still hold the set's
+    /// value). Returns the number of nodes that deleted some, as [`unlock`](super::LockManager::unlock) does.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Quorum`] if fewer than a majority of nodes answered.
+    pub fn unlock_many(&self, set: LockSet) -> Result<usize> {
+        let released = block(self.engine().unlock_many(&set));
+        set.resources
+            .iter()
+            .for_each(|r| self.keeper.waits.notify(r));
+        released
+    }
+
+    /// Acquires a set as [`lock_many`](super::LockManager::lock_many) does and holds it under one
+    /// [`Guard`](super::Guard): the watchdog renews every key of the set together (a node confirms only if it
+    /// still holds all of them), and the guard's release releases them together. [`Guard::resources`] lists
+    /// the set; [`Guard::resource`] is its first name, the one the watchdog's client-side tracking watches (a
+    /// loss of another key is found by the next renewal).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_many`](super::LockManager::lock_many), and [`Error::Config`] for a `ttl` too short to renew.
+    ///
+    /// [`Guard::resources`]: super::Guard::resources
+    /// [`Guard::resource`]: super::Guard::resource
+    pub fn hold_many<R: AsRef<[u8]>>(
+        &self,
+        resources: &[R],
+        ttl: Duration,
+    ) -> Result<super::Guard> {
+        self.check_guard_ttl(ttl)?;
+        let set = self.lock_many(resources, ttl)?;
+        let lock = crate::redlock::kind::lock::Lock {
+            resource: set.resources.first().cloned().unwrap_or_default(),
+            value: set.value,
+            valid_until: set.valid_until,
+            acquired: set.acquired,
+            extensions: 0,
+            nodes: set.nodes,
+        };
+        Ok(self.keeper.guard(lock, ttl, None, Some(set.resources)))
+    }
+
+    /// One attempt to acquire each of `resources` for `ttl`, all in one round: the `SET NX` commands of the
+    /// whole batch go to each node pipelined in one write, and each resource gets its own quorum, validity and
+    /// result, in the order given: `Ok(Some(lock))` acquired, `Ok(None)` held by another holder (or by an
+    /// earlier entry of this batch for the same resource), `Err` for that resource only.
+    ///
+    /// The locks are ordinary [`Lock`]s: extend or release them one by one, or together with
+    /// [`unlock_batch`](super::LockManager::unlock_batch). Resources not acquired have been released already on
+    /// the nodes that had set them. Nothing is retried.
+    ///
+    /// # Errors
+    ///
+    /// Per resource: [`Error::Quorum`] if too many nodes failed to answer for its decision, [`Error::Config`] for
+    /// an empty name. Every entry is [`Error::Config`] for an invalid `ttl` or a batch larger than
+    /// [`Config::max_in_flight`](super::Config::max_in_flight) (nothing is sent).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"])?;
+    /// let jobs: Vec<String> = (0..100).map(|i| format!("job:{i}")).collect();
+    /// let results = locks.try_lock_batch(&jobs, Duration::from_secs(30));
+    /// let mine: Vec<_> = results.into_iter().filter_map(|r| r.ok().flatten()).collect();
+    /// // ... work on the jobs whose lock we got ...
+    /// for released in locks.unlock_batch(mine) {
+    ///     released?;
+    /// }
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn try_lock_batch<R: AsRef<[u8]>>(
+        &self,
+        resources: &[R],
+        ttl: Duration,
+    ) -> Vec<Result<Option<Lock>>> {
+        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
+        block(self.engine().try_lock_batch(&names, ttl))
+    }
+
+    /// Releases `locks` in one round: one compare-and-delete script per node for all of them. Returns, per lock
+    /// in the order given, what [`unlock`](super::LockManager::unlock) would: the number of nodes that deleted
+    /// its key, once every lock is confirmed by a majority or every node answered or the round timed out.
+    ///
+    /// # Errors
+    ///
+    /// Per lock: [`Error::Quorum`] if fewer than a majority of nodes answered; the lock ends with its lease.
+    pub fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
+        let released = block(self.engine().unlock_batch(&locks));
+        locks
+            .iter()
+            .for_each(|l| self.keeper.waits.notify(&l.resource));
+        released
+    }
+
+    /// Acquires `resource` for `ttl` as [`lock`](super::LockManager::lock) does, with a fencing token that is
+    /// larger than the token of every earlier successful fenced acquisition of `resource`, by any client, even
+    /// when the majorities differ, and whatever round timeouts the other clients use. Costs two round trips (see the
+    /// module docs of `fenced` in the source for the design, the argument and its limits: counters must survive
+    /// restarts, `appendfsync always`).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](super::LockManager::lock); also [`Error::Quorum`] when the token was not confirmed by a
+    /// majority of all nodes within the lease (the lock is released then).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"])?;
+    /// let lock = locks.lock_fenced("ledger", Duration::from_secs(10))?;
+    /// // storage.write_if_token_at_least(lock.token(), data) ...
+    /// locks.unlock_fenced(lock)?;
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn lock_fenced(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<FencedLock> {
+        block(self.engine().lock_fenced(resource.as_ref(), ttl, true))?
+            .ok_or_else(|| Error::config("no lock acquired"))
+    }
+
+    /// One attempt at [`lock_fenced`](super::LockManager::lock_fenced): `Ok(None)` if another holder has it.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_fenced`](super::LockManager::lock_fenced), without [`Error::Held`].
+    pub fn try_lock_fenced(
+        &self,
+        resource: impl AsRef<[u8]>,
+        ttl: Duration,
+    ) -> Result<Option<FencedLock>> {
+        block(self.engine().lock_fenced(resource.as_ref(), ttl, false))
+    }
+
+    /// Extends a fenced lock as [`extend`](super::LockManager::extend) does; the token does not change.
+    ///
+    /// # Errors
+    ///
+    /// As [`extend`](super::LockManager::extend).
+    pub fn extend_fenced(&self, lock: &mut FencedLock, ttl: Duration) -> Result<()> {
+        block(self.engine().extend(&mut lock.lock, ttl))
+    }
+
+    /// Releases a fenced lock: each node that deletes the key first raises its counter to the lock's token.
+    ///
+    /// # Errors
+    ///
+    /// As [`unlock`](super::LockManager::unlock).
+    pub fn unlock_fenced(&self, lock: FencedLock) -> Result<usize> {
+        let released = block(self.engine().unlock_fenced(&lock.lock, lock.token));
+        self.keeper.waits.notify(&lock.lock.resource);
+        released
+    }
+
+    /// Acquires `resource` as [`lock_fenced`](super::LockManager::lock_fenced) does and holds it under a
+    /// [`Guard`] ([`Guard::token`] is the token). Renewals do not change the token; the guard's release is the
+    /// fenced release.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_fenced`](super::LockManager::lock_fenced), and [`Error::Config`] for a `ttl` too short to renew.
+    pub fn hold_fenced(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Guard> {
+        self.check_guard_ttl(ttl)?;
+        let fenced = self.lock_fenced(resource, ttl)?;
+        Ok(self
+            .keeper
+            .guard(fenced.lock, ttl, Some(fenced.token), None))
+    }
+
+    /// A new owner for reentrant locks: a fresh random value.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Os`] if the OS cannot provide randomness.
+    pub fn owner(&self) -> Result<Owner> {
+        let value = draw(
+            &self.engine().tokens,
+            "drawing the owner value from the OS's randomness",
+        )?;
+        Ok(Owner { value })
+    }
+
+    /// Acquires `resource` for `owner`, reentrantly: if `owner` already holds it (in any thread), the hold count
+    /// goes up instead of the call failing. Retries as [`lock`](super::LockManager::lock) does when another owner
+    /// holds it. Each hold is released by [`unlock_reentrant`](super::LockManager::unlock_reentrant); the key
+    /// goes with the last.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](super::LockManager::lock).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"])?;
+    /// let me = locks.owner()?;
+    /// let outer = locks.lock_reentrant(&me, "tree", Duration::from_secs(10))?;
+    /// let inner = locks.lock_reentrant(&me, "tree", Duration::from_secs(10))?; // no deadlock: count 2
+    /// assert_eq!(inner.holds(), 2);
+    /// locks.unlock_reentrant(inner)?;
+    /// locks.unlock_reentrant(outer)?; // the key goes now
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn lock_reentrant(
+        &self,
+        owner: &Owner,
+        resource: impl AsRef<[u8]>,
+        ttl: Duration,
+    ) -> Result<ReentrantLock> {
+        block(self.engine().lock_reentrant(owner, resource.as_ref(), ttl))
+    }
+
+    /// Releases one hold of a reentrant lock: each node the acquisition was sent to removes this hold (and only
+    /// this one: a node that never saw it removes nothing) and deletes the key when no hold is left. Returns the
+    /// number of nodes that confirmed the release, as [`unlock`](super::LockManager::unlock) does.
+    ///
+    /// # Errors
+    ///
+    /// [`Unreleased`] if fewer than a majority of nodes answered: it carries [`Error::Quorum`] and the hold
+    /// itself, to release again ([`Unreleased::into_lock`]); releasing a hold twice is harmless. `?` turns it
+    /// into the [`Error`], dropping the hold (it then stays where the release did not reach until its lease
+    /// runs out).
+    pub fn unlock_reentrant(
+        &self,
+        lock: ReentrantLock,
+    ) -> std::result::Result<usize, Unreleased<ReentrantLock>> {
+        self.release_hold(lock, lua::RELEASE_REENTRANT)
+    }
+
+    /// **For tests only: the bug of issue #20 on purpose.** As
+    /// [`unlock_reentrant`](super::LockManager::unlock_reentrant), but each node counts down *some* hold of the
+    /// owner even if it never saw this one ([`lua::RELEASE_REENTRANT_UNATTRIBUTED`]): the control that the
+    /// fault tests must catch. Never use it.
+    #[doc(hidden)]
+    pub fn unlock_reentrant_unattributed(
+        &self,
+        lock: ReentrantLock,
+    ) -> std::result::Result<usize, Unreleased<ReentrantLock>> {
+        self.release_hold(lock, lua::RELEASE_REENTRANT_UNATTRIBUTED)
+    }
+
+    /// Releases one reentrant hold with `script`; this process' waiters look if some node deleted the key (or the
+    /// release failed: it may have).
+    fn release_hold(
+        &self,
+        lock: ReentrantLock,
+        script: lua::Lua,
+    ) -> std::result::Result<usize, Unreleased<ReentrantLock>> {
+        match block(self.engine().unlock_reentrant(&lock, script)) {
+            Ok((released, freed)) => {
+                if freed {
+                    self.keeper.waits.notify(lock.resource());
+                }
+                Ok(released)
+            }
+            Err(error) => {
+                self.keeper.waits.notify(lock.resource());
+                Err(Unreleased {
+                    error,
+                    lock: Box::new(lock),
+                })
+            }
+        }
+    }
+}

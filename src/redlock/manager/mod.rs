@@ -1,0 +1,382 @@
+//! [`LockManager`]: the lock API, a cheap handle on what its clones and guards share (the guard room's
+//! `Keeper`: the engine, the watchdog, the waiters). Every public verb of every kind of lock is in this room
+//! (here the basic ones, `holding.rs` guards and waiting, `kinds.rs` sets, batches, fenced and reentrant locks):
+//! the only room that knows the engine, the guards and waiting together.
+
+mod holding;
+mod kinds;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::net::{Fanout, NodeAddr, Options};
+use crate::redlock::config::Config;
+use crate::redlock::engine::seam::{SystemClock, block};
+use crate::redlock::engine::{Engine, restart};
+use crate::redlock::error::{Error, Result};
+use crate::redlock::guard::{Guard, Keeper};
+use crate::redlock::inspect::Inspection;
+use crate::redlock::kind::lock::Lock;
+use crate::redlock::stats::{Activity, Stats, Votes};
+use crate::redlock::token::Tokens;
+use crate::redlock::waiters::WaitRoom;
+
+/// A distributed lock manager over N independent Redis masters (the Redlock algorithm).
+///
+/// Every operation sends its request to all N nodes at once and decides as soon as the outcome is certain: an
+/// acquisition costs about one round trip to the majority's slowest node, and a node that is down or hung costs
+/// nothing unless the majority needs it.
+///
+/// A `LockManager` is a cheap handle: clone it to share it between threads, guards and tasks (the clones share
+/// one set of connections, and concurrent calls share writes on them). The connections close when the last clone
+/// and the last [`Guard`](super::Guard) are gone.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use muxlock::LockManager;
+///
+/// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+/// let lock = locks.lock("invoice:42", Duration::from_secs(10))?;
+/// // ... work while lock.is_valid() ...
+/// locks.unlock(lock)?;
+/// # Ok::<(), muxlock::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct LockManager {
+    keeper: Arc<Keeper>,
+}
+
+/// Builds a [`LockManager`]: nodes, then an optional [`Config`].
+#[derive(Debug, Default)]
+#[must_use]
+pub struct Builder {
+    nodes: Vec<String>,
+    config: Config,
+}
+
+impl Builder {
+    /// Adds a node: `redis://[user:pass@]host:port[/db]`, `rediss://...` (TLS: see [`Config::with_tls`]) or
+    /// `host:port` (see [`NodeAddr`]).
+    pub fn node(mut self, url: impl Into<String>) -> Builder {
+        self.nodes.push(url.into());
+        self
+    }
+
+    /// Adds several nodes.
+    pub fn nodes<S: Into<String>>(mut self, urls: impl IntoIterator<Item = S>) -> Builder {
+        self.nodes.extend(urls.into_iter().map(Into::into));
+        self
+    }
+
+    /// Replaces the configuration (default: [`Config::default`]).
+    pub fn config(mut self, config: Config) -> Builder {
+        self.config = config;
+        self
+    }
+
+    /// Checks everything and starts connecting to the nodes (without waiting for them).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for no nodes, an invalid address, the same node listed twice, an invalid setting, or TLS
+    /// files ([`Config::with_tls`]) that cannot be read or hold nothing usable.
+    /// An even number of nodes is allowed: the majority is then `N/2 + 1`, so 4 nodes tolerate one failure, like 3.
+    pub fn build(self) -> Result<LockManager> {
+        self.config.validate()?;
+        if self.nodes.is_empty() {
+            return Err(Error::config(
+                "no nodes: give at least one redis://host:port",
+            ));
+        }
+        let mut addrs: Vec<NodeAddr> = Vec::with_capacity(self.nodes.len());
+        for url in &self.nodes {
+            let addr: NodeAddr = url.parse().map_err(Error::addr)?;
+            if let Some(twin) = addrs.iter().find(|a| same_server(a, &addr)) {
+                return Err(Error::config(format!(
+                    "node {addr} is listed twice (also as {twin}): a majority must span distinct servers"
+                )));
+            }
+            addrs.push(addr);
+        }
+        let (setup, restart) = restart::connection_setup(&self.config, addrs.len());
+        // `CONFIG GET *append*` and the persistence marker may be refused: the node then gets the window rule.
+        let optional_setup = restart
+            .as_ref()
+            .map(|(_, ids)| ids.optional())
+            .unwrap_or_default();
+        let opts = Options {
+            connect_timeout: self.config.connect_timeout,
+            max_in_flight: self.config.max_in_flight,
+            hung_timeout: self.config.hung_timeout,
+            spin: self.config.spin,
+            setup,
+            tls: self.config.tls.clone(),
+            optional_setup,
+            ..Options::default()
+        };
+        let fanout = Fanout::new(addrs, opts).map_err(|e| match e.kind() {
+            // The input is unusable (TLS files, too many nodes): the message names what.
+            std::io::ErrorKind::InvalidInput => Error::config(e.to_string()),
+            _ => Error::Os {
+                doing: "creating the event poll",
+                error: e.into(),
+            },
+        })?;
+        Ok(LockManager {
+            keeper: Arc::new(Keeper {
+                engine: Engine {
+                    votes: (0..fanout.len()).map(|_| Votes::default()).collect(),
+                    fanout,
+                    clock: SystemClock,
+                    config: self.config,
+                    tokens: Tokens::new(),
+                    restart,
+                },
+                watchdog: Arc::default(),
+                waits: WaitRoom::default(),
+                activity: Activity::default(),
+            }),
+        })
+    }
+}
+
+/// Two addresses name the same server if host and port match, or if they resolve to a common socket address
+/// (`localhost:6379` and `127.0.0.1:6379`). Names that do not resolve now are compared as written.
+fn same_server(a: &NodeAddr, b: &NodeAddr) -> bool {
+    if a.port() != b.port() {
+        return false;
+    }
+    if a.host().eq_ignore_ascii_case(b.host()) {
+        return true;
+    }
+    match (a.resolve(), b.resolve()) {
+        (Ok(x), Ok(y)) => x.iter().any(|s| y.contains(s)),
+        _ => false,
+    }
+}
+
+impl LockManager {
+    /// The engine: every round goes through it.
+    #[inline]
+    fn engine(&self) -> &Engine {
+        &self.keeper.engine
+    }
+
+    /// A manager for `nodes` (URLs or `host:port`) with the default [`Config`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::build`].
+    pub fn new<S: Into<String>>(nodes: impl IntoIterator<Item = S>) -> Result<LockManager> {
+        LockManager::builder().nodes(nodes).build()
+    }
+
+    /// A builder, to set a [`Config`].
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.engine().config
+    }
+
+    /// The nodes, in configuration order.
+    pub fn nodes(&self) -> &[NodeAddr] {
+        self.engine().fanout.addrs()
+    }
+
+    /// What this manager saw of each node so far: votes granted, taken and failed, grants not counted after a
+    /// restart, restarts seen, timeouts, reconnects, requests per write and round-trip percentiles. Cheap enough to
+    /// call at any time (no lock is taken); `Display` prints it as a table.
+    pub fn stats(&self) -> Stats {
+        self.engine().stats(&self.keeper.activity)
+    }
+
+    /// The majority: `N/2 + 1`.
+    pub fn quorum(&self) -> usize {
+        self.engine().quorum()
+    }
+
+    /// Acquires `resource` for `ttl`, retrying up to [`Config::retry_count`] times with a jittered delay.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Held`] if another holder still had it at the last attempt;
+    /// - [`Error::Quorum`] if too many nodes were down, hung or failing, with every node's outcome;
+    /// - [`Error::Config`] for an empty resource name or an invalid `ttl`.
+    pub fn lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Lock> {
+        block(self.engine().lock(resource.as_ref(), ttl))
+    }
+
+    /// Acquires `resource` for [`Config::ttl`], retrying as [`lock`](LockManager::lock) does.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](LockManager::lock).
+    pub fn acquire(&self, resource: impl AsRef<[u8]>) -> Result<Lock> {
+        block(
+            self.engine()
+                .lock(resource.as_ref(), self.engine().config.ttl),
+        )
+    }
+
+    /// One attempt to acquire `resource` for `ttl`: `Ok(None)` if another holder has it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Quorum`] if too many nodes failed to answer for a decision, [`Error::Config`] for invalid
+    /// arguments.
+    pub fn try_lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Option<Lock>> {
+        block(self.engine().try_lock(resource.as_ref(), ttl))
+    }
+
+    /// Extends `lock`'s lease to `ttl` from now, on all nodes at once. On success the new validity is measured
+    /// from the start of this call; on failure `lock` keeps its current validity.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Expired`] if the lease had already run out (nothing is sent: an extension never re-creates an
+    ///   expired lock);
+    /// - [`Error::ExtendLimit`] after [`Config::max_extensions`] extensions;
+    /// - [`Error::LockLost`] if a majority no longer holds our value;
+    /// - [`Error::Quorum`] if too few nodes answered within the current lease.
+    pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
+        block(self.engine().extend(lock, ttl))
+    }
+
+    /// Extends the lock on `resource` whose value is `value` to `ttl` from now, on all nodes at once, and returns
+    /// the instant the new lease ends on this process' monotonic clock (measured from the start of this call, less
+    /// the drift allowance, as for an acquisition).
+    ///
+    /// This is [`extend`](LockManager::extend) for a caller that holds the lock by its value alone, such as a
+    /// script that acquired it in another process (`muxlock acquire` prints the value). It sends the same
+    /// compare-and-pexpire script, which only extends a key that still holds `value`: **an extension by value
+    /// cannot revive an expired key**, and never touches another holder's. Unlike `extend`, it does not know when
+    /// the lease ends, so it cannot refuse an expired lock before sending; the nodes refuse it instead
+    /// ([`Error::LockLost`]). It is not counted against [`Config::max_extensions`].
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::LockLost`] if a majority does not hold `value` under `resource` (it expired, was released, or
+    ///   was never taken);
+    /// - [`Error::Quorum`] if too few nodes answered in time;
+    /// - [`Error::Config`] for an empty resource name or value, or an invalid `ttl`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+    /// // The value printed by `muxlock acquire nightly-report --ttl 30s` in another process:
+    /// let value = "6f1c0e3a9b2d4c5e8f7a6b5c4d3e2f1a0b9c8d7e";
+    /// let valid_until = locks.extend_value("nightly-report", value, Duration::from_secs(30))?;
+    /// println!("valid for {:?} more", valid_until.saturating_duration_since(std::time::Instant::now()));
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn extend_value(
+        &self,
+        resource: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        ttl: Duration,
+    ) -> Result<Instant> {
+        block(
+            self.engine()
+                .extend_value(resource.as_ref(), value.as_ref(), ttl),
+        )
+    }
+
+    /// Releases `lock` on all nodes at once (compare-and-delete: a node only deletes the key if it still holds this
+    /// lock's value, so an expired lock never deletes its next holder's key).
+    ///
+    /// Returns once a majority confirmed, or every node answered, or the round timed out: the number of nodes that
+    /// deleted the key by then. Nodes that had not answered still delete it when the request reaches them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Quorum`] if fewer than a majority of nodes answered at all: the release may not have happened, and
+    /// the lock will end with its lease.
+    pub fn unlock(&self, lock: Lock) -> Result<usize> {
+        let released = block(self.engine().unlock(&lock));
+        // Whatever the outcome, the key may be free now: this process' waiters look.
+        self.keeper.waits.notify(&lock.resource);
+        released
+    }
+
+    /// Releases the lock on `resource` whose value is `value`, on all nodes at once: [`unlock`](LockManager::unlock)
+    /// for a caller that holds the lock by its value alone (a script, another process). The same compare-and-delete
+    /// script: a node deletes the key only if it still holds `value`, so another holder's lock is never touched.
+    ///
+    /// Returns the number of nodes that deleted the key before the round ended (as `unlock`): fewer than
+    /// [`quorum`](LockManager::quorum) means the value was not held by a majority any more (the lock had expired,
+    /// or was never taken), not an error.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Quorum`] if fewer than a majority of nodes answered at all; [`Error::Config`] for an empty resource
+    /// name or value.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+    /// let released = locks.unlock_value("nightly-report", "6f1c0e3a9b2d4c5e8f7a6b5c4d3e2f1a0b9c8d7e")?;
+    /// if released < locks.quorum() {
+    ///     eprintln!("the lock had already expired: the work it protected may have overlapped another holder's");
+    /// }
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn unlock_value(
+        &self,
+        resource: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+    ) -> Result<usize> {
+        let released = block(
+            self.engine()
+                .unlock_value(resource.as_ref(), value.as_ref()),
+        );
+        // A release refused before its round (an empty name or value) released nothing: nobody to wake.
+        if !matches!(released, Err(Error::Config(_))) {
+            self.keeper.waits.notify(resource.as_ref());
+        }
+        released
+    }
+
+    /// Reads what every node holds under `resource`'s key, in one round to all nodes (`GET` and `PTTL`, pipelined),
+    /// without taking or changing anything: for a status display, or to find who holds a lock.
+    ///
+    /// Nodes that are down or do not answer within [`Config::round_timeout`] appear as [`KeyState::Failed`](super::KeyState::Failed); the
+    /// call itself fails only for an invalid argument.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty resource name.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use muxlock::{KeyState, LockManager};
+    ///
+    /// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+    /// let seen = locks.inspect("invoice:42")?;
+    /// match seen.holder() {
+    ///     Some(value) => println!("held by {} on {} nodes", String::from_utf8_lossy(value), seen.holding(value)),
+    ///     None => println!("not held by a majority"),
+    /// }
+    /// for (node, state) in seen.nodes() {
+    ///     if let KeyState::Held { ttl: Some(ttl), .. } = state {
+    ///         println!("{node}: expires in {ttl:?}");
+    ///     }
+    /// }
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn inspect(&self, resource: impl AsRef<[u8]>) -> Result<Inspection> {
+        block(self.engine().inspect(resource.as_ref()))
+    }
+}
