@@ -48,7 +48,7 @@ impl LockManager {
     /// - [`Error::Quorum`] if, at the last attempt, too many nodes were down, hung or failing for a decision.
     /// - [`Error::Config`] for an empty resource name or an invalid `ttl`.
     ///
-    /// [`Report::holder_ttl`]: super::Report::holder_ttl
+    /// [`Report::holder_ttl`]: crate::redlock::Report::holder_ttl
     pub fn lock_wait(
         &self,
         resource: impl AsRef<[u8]>,
@@ -60,7 +60,7 @@ impl LockManager {
 
     /// Acquires `resource` as [`lock`](LockManager::lock) does and returns a [`Guard`] that keeps the lease
     /// alive in the background (renewed at a third of `ttl`) until it is dropped or
-    /// [released](Guard::release). [`Config::max_extensions`] does not limit guards.
+    /// [released](Guard::release). [`Config::max_extensions`](crate::redlock::Config::max_extensions) does not limit guards.
     ///
     /// `ttl` is the lease each renewal grants: how long the lock outlives this process if it dies. It must leave
     /// room for a renewal before the guard's deadline (at least about six round timeouts: 300 ms by default).
@@ -113,7 +113,7 @@ impl LockManager {
     ///
     /// As [`lock_wait`](LockManager::lock_wait) and [`lock_fenced`](LockManager::lock_fenced), and
     /// [`Error::Config`] for a `ttl` too short to renew. An [`Error::Held`] names no node's outcome (the probe's
-    /// [`Report::holder_ttl`](super::Report::holder_ttl) says how long the holder had left).
+    /// [`Report::holder_ttl`](crate::redlock::Report::holder_ttl) says how long the holder had left).
     ///
     /// # Examples
     ///

@@ -17,7 +17,7 @@ use crate::redlock::unreleased::Unreleased;
 impl LockManager {
     /// Acquires every resource of `resources` or none, for `ttl`, in one round: each node gets one script that
     /// sets every key of the set or none (its part is atomic), and the set is held if a majority set it in time.
-    /// Retries as [`lock`](super::LockManager::lock) does, with one value for all attempts, so that keys left by
+    /// Retries as [`lock`](crate::redlock::LockManager::lock) does, with one value for all attempts, so that keys left by
     /// its own failed attempt never block it.
     ///
     /// The names are sorted and deduplicated first: two callers asking for overlapping sets in different orders
@@ -51,12 +51,12 @@ impl LockManager {
             .ok_or_else(|| Error::config("no set acquired"))
     }
 
-    /// One attempt at [`lock_many`](super::LockManager::lock_many): `Ok(None)` if some resource of the set is
+    /// One attempt at [`lock_many`](crate::redlock::LockManager::lock_many): `Ok(None)` if some resource of the set is
     /// held by another holder.
     ///
     /// # Errors
     ///
-    /// As [`lock_many`](super::LockManager::lock_many), without [`Error::Held`].
+    /// As [`lock_many`](crate::redlock::LockManager::lock_many), without [`Error::Held`].
     pub fn try_lock_many<R: AsRef<[u8]>>(
         &self,
         resources: &[R],
@@ -67,17 +67,17 @@ impl LockManager {
     }
 
     /// Extends every key of `set` to `ttl` from now, together: a node extends the set only if it still holds every
-    /// key of it. As [`extend`](super::LockManager::extend) otherwise.
+    /// key of it. As [`extend`](crate::redlock::LockManager::extend) otherwise.
     ///
     /// # Errors
     ///
-    /// As [`extend`](super::LockManager::extend).
+    /// As [`extend`](crate::redlock::LockManager::extend).
     pub fn extend_many(&self, set: &mut LockSet, ttl: Duration) -> Result<()> {
         block(self.engine().extend_many(set, ttl))
     }
 
     /// Releases every key of `set` on all nodes at once (each node deletes the keys that still hold the set's
-    /// value). Returns the number of nodes that deleted some, as [`unlock`](super::LockManager::unlock) does.
+    /// value). Returns the number of nodes that deleted some, as [`unlock`](crate::redlock::LockManager::unlock) does.
     ///
     /// # Errors
     ///
@@ -90,18 +90,18 @@ impl LockManager {
         released
     }
 
-    /// Acquires a set as [`lock_many`](super::LockManager::lock_many) does and holds it under one
-    /// [`Guard`](super::Guard): the watchdog renews every key of the set together (a node confirms only if it
+    /// Acquires a set as [`lock_many`](crate::redlock::LockManager::lock_many) does and holds it under one
+    /// [`Guard`](crate::redlock::Guard): the watchdog renews every key of the set together (a node confirms only if it
     /// still holds all of them), and the guard's release releases them together. [`Guard::resources`] lists
     /// the set; [`Guard::resource`] is its first name, the one the watchdog's client-side tracking watches (a
     /// loss of another key is found by the next renewal).
     ///
     /// # Errors
     ///
-    /// As [`lock_many`](super::LockManager::lock_many), and [`Error::Config`] for a `ttl` too short to renew.
+    /// As [`lock_many`](crate::redlock::LockManager::lock_many), and [`Error::Config`] for a `ttl` too short to renew.
     ///
-    /// [`Guard::resources`]: super::Guard::resources
-    /// [`Guard::resource`]: super::Guard::resource
+    /// [`Guard::resources`]: crate::redlock::Guard::resources
+    /// [`Guard::resource`]: crate::redlock::Guard::resource
     pub fn hold_many<R: AsRef<[u8]>>(
         &self,
         resources: &[R],
@@ -126,14 +126,14 @@ impl LockManager {
     /// earlier entry of this batch for the same resource), `Err` for that resource only.
     ///
     /// The locks are ordinary [`Lock`]s: extend or release them one by one, or together with
-    /// [`unlock_batch`](super::LockManager::unlock_batch). Resources not acquired have been released already on
+    /// [`unlock_batch`](crate::redlock::LockManager::unlock_batch). Resources not acquired have been released already on
     /// the nodes that had set them. Nothing is retried.
     ///
     /// # Errors
     ///
     /// Per resource: [`Error::Quorum`] if too many nodes failed to answer for its decision, [`Error::Config`] for
     /// an empty name. Every entry is [`Error::Config`] for an invalid `ttl` or a batch larger than
-    /// [`Config::max_in_flight`](super::Config::max_in_flight) (nothing is sent).
+    /// [`Config::max_in_flight`](crate::redlock::Config::max_in_flight) (nothing is sent).
     ///
     /// # Examples
     ///
@@ -161,7 +161,7 @@ impl LockManager {
     }
 
     /// Releases `locks` in one round: one compare-and-delete script per node for all of them. Returns, per lock
-    /// in the order given, what [`unlock`](super::LockManager::unlock) would: the number of nodes that deleted
+    /// in the order given, what [`unlock`](crate::redlock::LockManager::unlock) would: the number of nodes that deleted
     /// its key, once every lock is confirmed by a majority or every node answered or the round timed out.
     ///
     /// # Errors
@@ -175,7 +175,7 @@ impl LockManager {
         released
     }
 
-    /// Acquires `resource` for `ttl` as [`lock`](super::LockManager::lock) does, with a fencing token that is
+    /// Acquires `resource` for `ttl` as [`lock`](crate::redlock::LockManager::lock) does, with a fencing token that is
     /// larger than the token of every earlier successful fenced acquisition of `resource`, by any client, even
     /// when the majorities differ, and whatever round timeouts the other clients use. Costs two round trips (see the
     /// module docs of `fenced` in the source for the design, the argument and its limits: counters must survive
@@ -183,7 +183,7 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// As [`lock`](super::LockManager::lock); also [`Error::Quorum`] when the token was not confirmed by a
+    /// As [`lock`](crate::redlock::LockManager::lock); also [`Error::Quorum`] when the token was not confirmed by a
     /// majority of all nodes within the lease (the lock is released then).
     ///
     /// # Examples
@@ -203,11 +203,11 @@ impl LockManager {
             .ok_or_else(|| Error::config("no lock acquired"))
     }
 
-    /// One attempt at [`lock_fenced`](super::LockManager::lock_fenced): `Ok(None)` if another holder has it.
+    /// One attempt at [`lock_fenced`](crate::redlock::LockManager::lock_fenced): `Ok(None)` if another holder has it.
     ///
     /// # Errors
     ///
-    /// As [`lock_fenced`](super::LockManager::lock_fenced), without [`Error::Held`].
+    /// As [`lock_fenced`](crate::redlock::LockManager::lock_fenced), without [`Error::Held`].
     pub fn try_lock_fenced(
         &self,
         resource: impl AsRef<[u8]>,
@@ -216,11 +216,11 @@ impl LockManager {
         block(self.engine().lock_fenced(resource.as_ref(), ttl, false))
     }
 
-    /// Extends a fenced lock as [`extend`](super::LockManager::extend) does; the token does not change.
+    /// Extends a fenced lock as [`extend`](crate::redlock::LockManager::extend) does; the token does not change.
     ///
     /// # Errors
     ///
-    /// As [`extend`](super::LockManager::extend).
+    /// As [`extend`](crate::redlock::LockManager::extend).
     pub fn extend_fenced(&self, lock: &mut FencedLock, ttl: Duration) -> Result<()> {
         block(self.engine().extend(&mut lock.lock, ttl))
     }
@@ -229,20 +229,20 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// As [`unlock`](super::LockManager::unlock).
+    /// As [`unlock`](crate::redlock::LockManager::unlock).
     pub fn unlock_fenced(&self, lock: FencedLock) -> Result<usize> {
         let released = block(self.engine().unlock_fenced(&lock.lock, lock.token));
         self.keeper.waits.notify(&lock.lock.resource);
         released
     }
 
-    /// Acquires `resource` as [`lock_fenced`](super::LockManager::lock_fenced) does and holds it under a
+    /// Acquires `resource` as [`lock_fenced`](crate::redlock::LockManager::lock_fenced) does and holds it under a
     /// [`Guard`] ([`Guard::token`] is the token). Renewals do not change the token; the guard's release is the
     /// fenced release.
     ///
     /// # Errors
     ///
-    /// As [`lock_fenced`](super::LockManager::lock_fenced), and [`Error::Config`] for a `ttl` too short to renew.
+    /// As [`lock_fenced`](crate::redlock::LockManager::lock_fenced), and [`Error::Config`] for a `ttl` too short to renew.
     pub fn hold_fenced(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Guard> {
         self.check_guard_ttl(ttl)?;
         let fenced = self.lock_fenced(resource, ttl)?;
@@ -265,13 +265,13 @@ impl LockManager {
     }
 
     /// Acquires `resource` for `owner`, reentrantly: if `owner` already holds it (in any thread), the hold count
-    /// goes up instead of the call failing. Retries as [`lock`](super::LockManager::lock) does when another owner
-    /// holds it. Each hold is released by [`unlock_reentrant`](super::LockManager::unlock_reentrant); the key
+    /// goes up instead of the call failing. Retries as [`lock`](crate::redlock::LockManager::lock) does when another owner
+    /// holds it. Each hold is released by [`unlock_reentrant`](crate::redlock::LockManager::unlock_reentrant); the key
     /// goes with the last.
     ///
     /// # Errors
     ///
-    /// As [`lock`](super::LockManager::lock).
+    /// As [`lock`](crate::redlock::LockManager::lock).
     ///
     /// # Examples
     ///
@@ -299,7 +299,7 @@ impl LockManager {
 
     /// Releases one hold of a reentrant lock: each node the acquisition was sent to removes this hold (and only
     /// this one: a node that never saw it removes nothing) and deletes the key when no hold is left. Returns the
-    /// number of nodes that confirmed the release, as [`unlock`](super::LockManager::unlock) does.
+    /// number of nodes that confirmed the release, as [`unlock`](crate::redlock::LockManager::unlock) does.
     ///
     /// # Errors
     ///
@@ -315,7 +315,7 @@ impl LockManager {
     }
 
     /// **For tests only: the bug of issue #20 on purpose.** As
-    /// [`unlock_reentrant`](super::LockManager::unlock_reentrant), but each node counts down *some* hold of the
+    /// [`unlock_reentrant`](crate::redlock::LockManager::unlock_reentrant), but each node counts down *some* hold of the
     /// owner even if it never saw this one ([`lua::RELEASE_REENTRANT_UNATTRIBUTED`]): the control that the
     /// fault tests must catch. Never use it.
     #[doc(hidden)]
