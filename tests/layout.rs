@@ -47,7 +47,8 @@ fn code(text: &str) -> impl Iterator<Item = (usize, &str)> {
 fn breaches(room: &str, forbidden: &[&str]) -> Vec<String> {
     let mut found = Vec::new();
     for (name, text) in files(&redlock()) {
-        if !name.starts_with(room) {
+        // Unit tests may use the real clock (a `tests.rs` module is one).
+        if !name.starts_with(room) || name.ends_with("/tests.rs") {
             continue;
         }
         for (n, line) in code(&text) {

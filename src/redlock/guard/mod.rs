@@ -21,8 +21,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::net::NodeSet;
+use crate::redlock::engine::renew::Renewal;
 use crate::redlock::engine::seam::{Clock, Nodes, block};
-use crate::redlock::engine::{Engine, Renewal, is_gone};
+use crate::redlock::engine::{Engine, is_gone};
 use crate::redlock::error::{Error, Report, Result};
 use crate::redlock::guard::watchdog::Watchdog;
 use crate::redlock::kind::lock::Lock;

@@ -1,0 +1,213 @@
+//! The restart guard's unit tests: readings of set-up replies, the window, trust at once.
+
+use super::*;
+
+/// The readings at the start of the set-up replies, as the tests' `setup` writes them.
+const IDS: SetupIds = SetupIds {
+    info: 0,
+    settings: 1,
+    marker: 2,
+};
+
+fn info(run_id: &str, uptime: &str) -> Value {
+    let text = format!(
+        "# Server\r\nredis_version:7.0.15\r\nrun_id:{run_id}\r\nuptime_in_seconds:{uptime}\r\n"
+    );
+    Value::BulkString(Bytes::from(text))
+}
+
+/// A connection's set-up replies: `INFO` (run id, uptime), the settings (persisting every write or not),
+/// the marker (its age in ms, or refused), all decoded at `at`.
+fn setup(
+    run_id: &str,
+    uptime: u64,
+    persists: bool,
+    marker_ms: Option<i64>,
+    at: Instant,
+) -> Vec<(Value, Instant)> {
+    let b = |s: &str| Value::BulkString(Bytes::from(s.to_owned()));
+    let fsync = if persists { "always" } else { "everysec" };
+    let settings = Value::Array(
+        [
+            ("appendonly", "yes"),
+            ("appendfsync", fsync),
+            ("no-appendfsync-on-rewrite", "no"),
+        ]
+        .iter()
+        .flat_map(|(k, v)| [b(k), b(v)])
+        .collect(),
+    );
+    let marker = match marker_ms {
+        Some(ms) => Value::Array(vec![Value::Integer(ms), b("1 x")]),
+        None => Value::Error(Bytes::from("NOPERM")),
+    };
+    vec![
+        (info(run_id, &uptime.to_string()), at),
+        (settings, at),
+        (marker, at),
+    ]
+}
+
+const DAY: u64 = 86_400;
+
+/// Issue #20: a connection that dropped right after its set-up leaves no replies to read (the next connection's
+/// set-up has cleared them). That reading must change nothing: before, it wiped the `run_id`, so the next
+/// process was not seen as another one, and a persistent node lost "trusted at once" for good.
+#[test]
+fn a_connection_gone_before_its_replies_were_read_changes_nothing() {
+    let t0 = Instant::now();
+    let window = Duration::from_secs(10);
+    let old_marker = Some(3_600_000);
+    let mut node = Node::default();
+    assert_eq!(
+        node.read(1, &setup("a", DAY, true, old_marker, t0), IDS),
+        Read::New { restarted: false }
+    );
+    assert!(node.trusted_at_once(t0, window));
+    // Session 2 completed its set-up and dropped; session 3's set-up is under way: no replies, or only some.
+    assert_eq!(node.read(2, &[], IDS), Read::Incomplete);
+    assert_eq!(
+        node.read(2, &setup("b", 0, true, old_marker, t0)[..2], IDS),
+        Read::Incomplete
+    );
+    assert_eq!(node.run_id, Some(Bytes::from("a")));
+    // Session 3: another process. It is seen as one, and it stays trusted at once (its marker is old).
+    let t1 = t0 + Duration::from_millis(5);
+    assert_eq!(
+        node.read(3, &setup("b", 0, true, old_marker, t1), IDS),
+        Read::New { restarted: true }
+    );
+    assert!(node.trusted_at_once(t1, window), "{node:?}");
+    assert_eq!(node.age.map(|a| a.least), Some(Duration::ZERO));
+    // The same session again reads nothing.
+    assert_eq!(node.read(3, &[], IDS), Read::Same);
+}
+
+/// Trusted at once needs settings that persist *and* a marker older than the window: a node whose files were
+/// lost comes back with a new, young marker, and waits like any other; so does one back from a second restart
+/// soon after (its marker predates the process, not the locks that were lost).
+#[test]
+fn only_a_marker_older_than_the_window_proves_nothing_was_lost() {
+    let t0 = Instant::now();
+    let window = Duration::from_secs(30);
+    let mut node = Node::default();
+    node.read(1, &setup("a", DAY, true, Some(3_600_000), t0), IDS);
+    assert!(node.counts(t0, window) && node.trusted_at_once(t0, window));
+    // Files lost: the new process writes the marker now.
+    node.read(2, &setup("b", 0, true, Some(0), t0), IDS);
+    assert!(!node.counts(t0, window), "{node:?}");
+    assert_eq!(node.counted_in(t0, window), Some(window));
+    // Restarted again 2 s later with its files: the marker predates this process, but is 2 s old.
+    let t2 = t0 + Duration::from_secs(2);
+    node.read(3, &setup("c", 0, true, Some(2_000), t2), IDS);
+    assert!(!node.counts(t2, window));
+    assert_eq!(
+        node.counted_in(t2, window),
+        Some(window - Duration::from_millis(1_999))
+    );
+    // Once the marker is a window old, trusted at once although the process is young.
+    let t3 = t2 + window - Duration::from_millis(1_999);
+    assert!(node.trusted_at_once(t3, window) && node.counts(t3, window));
+    assert!(node.age.is_some_and(|a| a.at(t3) < window));
+    // A marker refused (ACL, OOM): the window rule, whatever the settings.
+    let mut refused = Node::default();
+    refused.read(1, &setup("a", 0, true, None, t0), IDS);
+    assert!(!refused.trusted_at_once(t0 + window * 100, window));
+    assert!(
+        refused.counts(t0 + window, window),
+        "the window rule still applies"
+    );
+    // An old marker on a node that does not persist every write: the window rule.
+    let mut everysec = Node::default();
+    everysec.read(1, &setup("a", 0, false, Some(3_600_000), t0), IDS);
+    assert!(!everysec.counts(t0, window));
+}
+
+#[test]
+fn settings_qualify_only_if_every_process_seen_persisted() {
+    // First reading: the configuration stands for the predecessor's.
+    assert!(settings_qualify(false, false, (false, false), true));
+    assert!(!settings_qualify(false, false, (false, false), false));
+    // A restart: the predecessor this manager saw must have persisted too.
+    assert!(settings_qualify(true, true, (true, true), true));
+    assert!(!settings_qualify(true, true, (false, false), true));
+    assert!(!settings_qualify(true, true, (true, true), false));
+    // The same process on a new connection: trusted only if it was already.
+    assert!(settings_qualify(true, false, (true, true), true));
+    assert!(!settings_qualify(true, false, (false, false), true));
+    assert!(!settings_qualify(true, false, (true, true), false));
+}
+
+#[test]
+fn info_fields_are_read_in_both_protocols() {
+    let text = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\nuptime_in_seconds:42\r\n";
+    let bulk = Value::BulkString(Bytes::from(text));
+    assert_eq!(parse_info(&bulk), (Some(Bytes::from("abc123")), Some(42)));
+    let verbatim = Value::Verbatim {
+        format: *b"txt",
+        data: Bytes::from(text),
+    };
+    assert_eq!(
+        parse_info(&verbatim),
+        (Some(Bytes::from("abc123")), Some(42))
+    );
+    assert_eq!(parse_info(&Value::Integer(1)), (None, None));
+}
+
+#[test]
+fn the_window_is_the_longest_lease_in_use_plus_drift() {
+    let guard = RestartGuard::new(3, Duration::from_secs(1), 0.01);
+    assert_eq!(guard.window(), Duration::from_millis(1000 + 12));
+    guard.note_ttl(5000);
+    guard.note_ttl(2000);
+    assert_eq!(guard.window(), Duration::from_millis(5000 + 52));
+}
+
+/// Redis' uptime is `floor(now) - floor(start)`: a reading of `u` means more than `u - 1` seconds.
+#[test]
+fn a_whole_second_uptime_is_a_bound_one_second_short() {
+    let t0 = Instant::now();
+    let age = |uptime: &str| reading(&info("a", uptime), t0, None).1;
+    // Started at 12.98 s, asked at 13.01 s: "1" after 30 ms of real uptime.
+    assert_eq!(age("1").least, Duration::ZERO);
+    assert_eq!(age("0").least, Duration::ZERO);
+    assert_eq!(age("2").least, Duration::from_secs(1));
+    assert_eq!(age("86400").least, Duration::from_secs(86_399));
+    // Unreadable or negative (the node's wall clock stepped back): as if just started.
+    assert_eq!(age("-3").least, Duration::ZERO);
+    assert_eq!(age("soon").least, Duration::ZERO);
+    assert_eq!(age("1").at, t0, "dated when the reply was read");
+}
+
+#[test]
+fn a_changed_run_id_counts_from_the_new_connection_whatever_the_uptime() {
+    let t0 = Instant::now();
+    let old = Bytes::from("a");
+    let (run_id, age) = reading(&info("b", "86400"), t0, Some(&old));
+    assert_eq!(run_id, Some(Bytes::from("b")));
+    assert_eq!(
+        age,
+        Age {
+            at: t0,
+            least: Duration::ZERO
+        }
+    );
+    let (_, same) = reading(&info("a", "86400"), t0, Some(&old));
+    assert_eq!(same.least, Duration::from_secs(86_399));
+}
+
+/// On a virtual clock: a node that reports "up 1 s" is trusted a full window after the reading, not a window
+/// minus a second (what the guard did before issue #15).
+#[test]
+fn a_node_read_as_up_one_second_waits_the_whole_window() {
+    let t0 = Instant::now();
+    let window = Duration::from_millis(1500);
+    let (_, age) = reading(&info("a", "1"), t0, None);
+    assert!(age.at(t0 + Duration::from_millis(600)) < window);
+    assert!(age.at(t0 + Duration::from_millis(1499)) < window);
+    assert!(age.at(t0 + window) >= window);
+    // Ages are durations: an uptime longer than this machine's monotonic clock has run is not a problem.
+    let (_, old) = reading(&info("a", &u64::MAX.to_string()), t0, None);
+    assert!(old.at(t0) >= Duration::from_secs(365 * 24 * 3600));
+    assert_eq!(old.at(t0 - Duration::from_millis(1)), old.least);
+}
