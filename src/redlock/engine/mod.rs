@@ -387,7 +387,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             };
             if let Some(why) = refused(&reply) {
                 if batch + 1 == batches[node] {
-                    if let Some(next) = self.next_via(node, &mut tried[node], via, why) {
+                    if let Some(next) =
+                        self.next_via(node, Script::Extend, &mut tried[node], via, why)
+                    {
                         request.clear();
                         for r in renewals {
                             r.encode(&mut request, next);
@@ -400,6 +402,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 if batch + 1 < batches[node] {
                     continue; // the renewal's vote on this node comes with the batch sent again
                 }
+            }
+            if matches!(via, Via::Native(_)) && reply.is_ok() {
+                self.restart.natives.note_ran(node, Script::Extend);
             }
             // A reply from a batch that worked in part, then the same from the next: once.
             if outcomes[j][node] != Outcome::NotAwaited || status[j] != Status::Pending {
@@ -571,6 +576,19 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             (resource, value, ttl_ms),
         );
         round.need(need);
+        // Nodes sent a native command they have not run yet on this connection (the first of each kind on a new
+        // connection): their answer is awaited even once `on_reply` has had enough, so that a refusal (an ACL
+        // without `+delifeq`) is seen and the script sent instead. Unseen, that node would keep the key until
+        // its lease ends, and be sent the refused command again next time.
+        let mut unsure: u64 = 0;
+        for (_, set) in &sent[1..] {
+            for node in (0..self.fanout.len().min(64)).filter(|&n| set.contains(n)) {
+                if !self.restart.natives.ran(node, script) {
+                    unsure |= 1 << node;
+                }
+            }
+        }
+        let mut enough = false;
         // Per node, the ways tried (allocated only if some node refused one: after a SCRIPT FLUSH, on a node whose
         // ACL lacks a command), so that a release or an extension allocates nothing for it.
         let mut tried: Vec<Tried> = Vec::new();
@@ -578,7 +596,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             let via = tried
                 .get(node)
                 .map_or_else(|| first_via(&sent, node), |t| t.last);
-            if let Some(why) = refused(&reply) {
+            let why = refused(&reply);
+            if node < 64 {
+                unsure &= !(1 << node);
+            }
+            if let Some(why) = why {
                 if tried.is_empty() {
                     tried = (0..self.fanout.len())
                         .map(|n| Tried::new(first_via(&sent, n)))
@@ -586,17 +608,29 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 }
                 if let Some(next) = tried
                     .get_mut(node)
-                    .and_then(|t| self.next_via(node, t, via, why))
+                    .and_then(|t| self.next_via(node, script, t, via, why))
                 {
                     request.clear();
                     scripts::compare(&mut request, script, next, resource, value, ttl_ms);
                     round.send(node, &request, 1);
-                    continue;
+                    if !enough {
+                        continue;
+                    }
+                }
+            } else if matches!(via, Via::Native(_)) && reply.is_ok() {
+                self.restart.natives.note_ran(node, script);
+            }
+            if !enough {
+                match on_reply(node, compare_reply(script, via, reply)) {
+                    0 => enough = true,
+                    more => round.need(more),
                 }
             }
-            match on_reply(node, compare_reply(script, via, reply)) {
-                0 => break,
-                more => round.need(more),
+            if enough {
+                if unsure == 0 {
+                    break;
+                }
+                round.need(unsure.count_ones() as usize);
             }
         }
     }
@@ -640,8 +674,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// How `script` goes to `node` first: its native command if its current connection has one, else the script
     /// by hash.
     #[inline]
-    pub(crate) fn via(&self, _script: Script, node: usize) -> Via {
-        match self.restart.natives.of(&self.fanout, node) {
+    pub(crate) fn via(&self, script: Script, node: usize) -> Via {
+        match self.restart.natives.of(&self.fanout, node, script) {
             Some(native) => Via::Native(native),
             None => Via::Sha,
         }
@@ -654,6 +688,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     pub(crate) fn next_via(
         &self,
         node: usize,
+        script: Script,
         tried: &mut Tried,
         refused: Via,
         why: Refused,
@@ -661,14 +696,16 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let next = match (refused, why) {
             (Via::Sha, Refused::NoScript) => Via::Full,
             (Via::Native(_), _) => {
-                self.restart.natives.refused(node);
+                self.restart.natives.refused(node, script);
                 if tried.has(Via::Sha) {
                     Via::Full
                 } else {
                     Via::Sha
                 }
             }
-            (Via::Sha | Via::Full, _) => Via::Native(self.restart.natives.of(&self.fanout, node)?),
+            (Via::Sha | Via::Full, _) => {
+                Via::Native(self.restart.natives.of(&self.fanout, node, script)?)
+            }
         };
         if tried.has(next) {
             return None;

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use bytes::{Bytes, BytesMut};
 
 use crate::redlock::engine::seam::Nodes;
-use crate::redlock::scripts::Native;
+use crate::redlock::scripts::{Native, Script};
 use crate::resp::{Value, encode_command};
 
 /// `COMMAND INFO DELEX DELIFEQ`: pipelined on every new connection; may be refused (an optional set-up step).
@@ -53,10 +53,26 @@ pub(crate) fn read_probe(reply: &Value) -> Option<Native> {
     }
 }
 
-/// No native command (or not known yet); stored in [`Known::native`].
+/// No native command (or not known yet); stored in [`Known::native`] with the two below, and the refusals.
 const NONE: u8 = 0;
 const DELIFEQ: u8 = 1;
 const DELEX: u8 = 2;
+const KIND: u8 = 3;
+/// The node refused its native release (`DELIFEQ`/`DELEX`) on this connection.
+const RELEASE_REFUSED: u8 = 4;
+/// The node refused its native extension (`SET IFEQ`) on this connection.
+const EXTEND_REFUSED: u8 = 8;
+/// The node ran its native release on this connection (it is not refused there).
+const RELEASE_RAN: u8 = 16;
+/// The node ran its native extension on this connection.
+const EXTEND_RAN: u8 = 32;
+
+fn refusal(script: Script) -> u8 {
+    match script {
+        Script::Release => RELEASE_REFUSED,
+        Script::Extend => EXTEND_REFUSED,
+    }
+}
 
 fn code(native: Option<Native>) -> u8 {
     match native {
@@ -67,7 +83,7 @@ fn code(native: Option<Native>) -> u8 {
 }
 
 fn decode(code: u8) -> Option<Native> {
-    match code {
+    match code & KIND {
         DELIFEQ => Some(Native::DelIfEq),
         DELEX => Some(Native::DelEx),
         _ => None,
@@ -99,43 +115,70 @@ impl Natives {
         }
     }
 
-    /// Node `node`'s native compare-and-delete on its current connection; `None` if it has none, if its probe was
-    /// refused, if its native command was refused on this connection, or if it is not set up yet.
+    /// Node `node`'s native compare-and-delete on its current connection, for `script`'s native form; `None` if
+    /// it has none, if its probe was refused, if that native command was refused on this connection, or if it
+    /// is not set up yet.
     #[inline]
-    pub(crate) fn of(&self, fanout: &impl Nodes, node: usize) -> Option<Native> {
+    pub(crate) fn of(&self, fanout: &impl Nodes, node: usize, script: Script) -> Option<Native> {
         let known = self.nodes.get(node)?;
         let session = fanout.sessions(node);
         if session == 0 {
             return None;
         }
-        if known.session.load(Ordering::Acquire) == session {
-            return decode(known.native.load(Ordering::Relaxed));
+        if known.session.load(Ordering::Acquire) != session {
+            self.read(fanout, node, known, session);
         }
-        self.read(fanout, node, known, session)
+        let code = known.native.load(Ordering::Relaxed);
+        if code & refusal(script) != 0 {
+            return None;
+        }
+        decode(code)
     }
 
     #[cold]
-    fn read(
-        &self,
-        fanout: &impl Nodes,
-        node: usize,
-        known: &Known,
-        session: u64,
-    ) -> Option<Native> {
+    fn read(&self, fanout: &impl Nodes, node: usize, known: &Known, session: u64) {
         let replies = fanout.setup_replies(node);
-        // The connection's set-up is not all read (it dropped, and the next one is being set up): ask again later.
-        let (reply, _) = replies.get(self.probe)?;
-        let native = read_probe(reply);
+        // The connection's set-up is not all read (it dropped, and the next one is being set up): ask again later
+        // (and say "none" meanwhile: what was known was of another connection).
+        let native = replies
+            .get(self.probe)
+            .and_then(|(reply, _)| read_probe(reply));
         known.native.store(code(native), Ordering::Relaxed);
-        known.session.store(session, Ordering::Release);
-        native
+        if replies.get(self.probe).is_some() {
+            known.session.store(session, Ordering::Release);
+        }
     }
 
-    /// Node `node` refused its native command (its ACL lacks it, say): the scripts for the rest of the connection
-    /// whose probe was read last. A new connection reads its probe again.
-    pub(crate) fn refused(&self, node: usize) {
+    /// Whether node `node` has run `script`'s native command on its connection: later ones will not be refused.
+    #[inline]
+    pub(crate) fn ran(&self, node: usize, script: Script) -> bool {
+        let bit = match script {
+            Script::Release => RELEASE_RAN,
+            Script::Extend => EXTEND_RAN,
+        };
+        self.nodes
+            .get(node)
+            .is_some_and(|k| k.native.load(Ordering::Relaxed) & bit != 0)
+    }
+
+    /// Node `node` ran `script`'s native command: see [`ran`](Self::ran).
+    pub(crate) fn note_ran(&self, node: usize, script: Script) {
+        let bit = match script {
+            Script::Release => RELEASE_RAN,
+            Script::Extend => EXTEND_RAN,
+        };
         if let Some(known) = self.nodes.get(node) {
-            known.native.store(NONE, Ordering::Relaxed);
+            if known.native.load(Ordering::Relaxed) & bit == 0 {
+                known.native.fetch_or(bit, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Node `node` refused `script`'s native command (its ACL lacks it, say): the script for it for the rest of
+    /// the connection whose probe was read last. A new connection reads its probe again.
+    pub(crate) fn refused(&self, node: usize, script: Script) {
+        if let Some(known) = self.nodes.get(node) {
+            known.native.fetch_or(refusal(script), Ordering::Relaxed);
         }
     }
 }
@@ -194,6 +237,15 @@ mod tests {
 
     #[test]
     fn codes_round_trip() {
+        for native in [Some(Native::DelIfEq), Some(Native::DelEx)] {
+            for refused in [
+                RELEASE_REFUSED,
+                EXTEND_REFUSED,
+                RELEASE_REFUSED | EXTEND_REFUSED,
+            ] {
+                assert_eq!(decode(code(native) | refused), native);
+            }
+        }
         for native in [None, Some(Native::DelIfEq), Some(Native::DelEx)] {
             assert_eq!(decode(code(native)), native);
         }
