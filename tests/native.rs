@@ -351,11 +351,12 @@ fn redis84(keys: &Mutex<HashMap<Bytes, Bytes>>, c: &[Bytes]) -> Action {
         }
         Some("SET") if c.len() == 6 && up(3) == "NX" && up(4) == "PX" => {
             let mut keys = keys.lock().unwrap();
-            if keys.contains_key(&arg(1)) {
-                Action::reply("$-1\r\n")
-            } else {
-                keys.insert(arg(1), arg(2));
-                Action::reply("+OK\r\n")
+            match keys.entry(arg(1)) {
+                std::collections::hash_map::Entry::Occupied(_) => Action::reply("$-1\r\n"),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(arg(2));
+                    Action::reply("+OK\r\n")
+                }
             }
         }
         // `SET key value IFEQ cmp PX ms`: only the form with an expiry is modelled; the others would drop the
