@@ -579,7 +579,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         // Nodes sent a native command they have not run yet on this connection (the first of each kind on a new
         // connection): their answer is awaited even once `on_reply` has had enough, so that a refusal (an ACL
         // without `+delifeq`) is seen and the script sent instead. Unseen, that node would keep the key until
-        // its lease ends, and be sent the refused command again next time.
+        // its lease ends, and be sent the refused command again next time. The cost: a node that hangs at its
+        // first native command holds that one round to its deadline (once per connection: a timeout counts as
+        // "ran").
         let mut unsure: u64 = 0;
         for (_, set) in &sent[1..] {
             for node in (0..self.fanout.len().min(64)).filter(|&n| set.contains(n)) {
@@ -617,7 +619,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                         continue;
                     }
                 }
-            } else if matches!(via, Via::Native(_)) && reply.is_ok() {
+            } else if matches!(via, Via::Native(_)) {
+                // Ran, or no answer (a hung node is waited for once per connection, not every round).
                 self.restart.natives.note_ran(node, script);
             }
             if !enough {
