@@ -6,7 +6,7 @@
 //! Where a node has them (issue #25), the release and the extension go without Lua: `DELIFEQ key value` (Valkey
 //! >= 9.0) or `DELEX key IFEQ value` (Redis >= 8.4) compare-and-delete, and `SET key value IFEQ value PX ttl`
 //! (both) compare-and-extends: a few times less server time than the scripts, and no `+eval`/`+evalsha` in the
-//! user's ACL. Which a node has is learned on each connection (`engine/native.rs`); [`Via`] names the way one
+//! user's ACL. Which a node has is learned on each connection (`engine/native.rs`); `Via` names the way one
 //! request goes to one node.
 
 use bytes::{Bytes, BytesMut};
@@ -84,7 +84,7 @@ pub(crate) struct NoExpiry;
 
 /// `SET resource value IFEQ value PX ttl_ms`: extends the key's expiry to `ttl_ms` only if it still holds
 /// `value`; never creates the key (`IFEQ` on a missing key does nothing). Replies `+OK` if extended, nil if not
-/// (see [`crate::redlock::kind`]'s `native_vote`).
+/// (read by `kind::compare_vote`).
 ///
 /// # Errors
 ///
