@@ -20,23 +20,35 @@ use support::{Cluster, RedisServer, cmd, locks};
 /// each connection (`SCRIPT LOAD`) and the restart guard's `INFO`. `AUTH` and `HELLO` need no permission;
 /// `SELECT` is needed only with a database in the URL (`+select`).
 const FOR_LOCKS: &[&str] = &[
-    "+set",
-    "+get",
-    "+del",
-    "+pexpire",
-    "+eval",
-    "+evalsha",
-    "+script|load",
-    "+info",
+    "+set", "+get", "+del", "+pexpire", "+eval", "+evalsha", "+info",
 ];
+/// What saves a round trip but is not needed (issue #25 made the `SCRIPT LOAD`s optional set-up steps, for users
+/// without Lua): without it each script's first call on a connection gets `NOSCRIPT` and goes in full (`EVAL`).
+const FOR_SPEED: &[&str] = &["+script|load"];
 /// What guards and waiters add: the watchdog's tracker connections turn tracking on (`CLIENT TRACKING`) and read
 /// guards' keys (`GET`, above); a waiter asks the holder's remaining lease (`PTTL`), which also arms the tracking
 /// of the key on the tracker. Without them guards and waiters still work, but late: a guard is found lost only
 /// at its next renewal, and a waiter polls at the retry delay instead of being woken by the release.
 const FOR_WAITING: &[&str] = &["+pttl", "+client|tracking"];
-/// The least permissions of a muxlock user (the README's list): [`FOR_LOCKS`] then [`FOR_WAITING`].
+/// The least permissions of a muxlock user (the README's list): [`FOR_LOCKS`], [`FOR_SPEED`], [`FOR_WAITING`].
 fn least() -> Vec<&'static str> {
-    FOR_LOCKS.iter().chain(FOR_WAITING).copied().collect()
+    FOR_LOCKS
+        .iter()
+        .chain(FOR_SPEED)
+        .chain(FOR_WAITING)
+        .copied()
+        .collect()
+}
+
+/// Calls of `EVAL` on `server` so far (`INFO commandstats`).
+#[track_caller]
+fn evals(server: &RedisServer) -> u64 {
+    let info = String::from_utf8_lossy(&server.raw(&cmd(&["INFO", "commandstats"]))).into_owned();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_eval:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 /// The keys the user may touch: the lock names it uses.
 const KEYS: &str = "~lock:*";
@@ -209,8 +221,17 @@ fn each_of_the_least_permissions_is_needed() {
         let perms: Vec<&str> = least.iter().copied().filter(|p| p != missing).collect();
         set_user(&server, "locker", &perms);
         let locks = locks::manager([url.as_str()], config());
+        let evals_before = evals(&server);
         let locked = scenario(&locks, &[&server], &format!("lock:{i}"));
-        if FOR_LOCKS.contains(missing) {
+        if FOR_SPEED.contains(missing) {
+            locked.unwrap_or_else(|e| panic!("without {missing}, locks: {e}"));
+            let sent_in_full = evals(&server) - evals_before;
+            eprintln!("without {missing}: {sent_in_full} scripts sent in full (EVAL)");
+            assert!(
+                sent_in_full > 0,
+                "without {missing}: the scripts went in full"
+            );
+        } else if FOR_LOCKS.contains(missing) {
             let shown = locked.expect_err(&format!("without {missing}")).to_string();
             eprintln!("without {missing}: {shown}");
             assert!(

@@ -184,3 +184,53 @@ pub fn locker_caller(locker: &mut dyn Locker, mut names: Names, window: Window) 
         }
     }
 }
+
+/// The floor (see [`Client::Floor`]): `SET name value NX PX ttl` to every node, then `DEL name`, each round decided
+/// when a majority answered as wanted, on a fanout shared by every caller.
+pub fn floor_caller(fanout: &muxlock::net::Fanout, mut names: Names, window: Window) -> Tally {
+    use muxlock::resp::{Value, encode_command};
+    let mut tally = Tally::new();
+    let quorum = fanout.len() / 2 + 1;
+    let ttl = TTL.as_millis().to_string();
+    let mut request = bytes::BytesMut::new();
+    // Each round: the request to all, then wait until `quorum` replies satisfy `ok` (or the round ends).
+    let round = |request: &[u8], ok: fn(&Value) -> bool| {
+        let mut round = fanout.round(Instant::now() + CALL_TIMEOUT);
+        round.send_all(request, 1);
+        round.need(quorum);
+        let mut good = 0;
+        while let Some((_, reply)) = round.next() {
+            good += usize::from(reply.as_ref().is_ok_and(ok));
+            if good >= quorum {
+                return true;
+            }
+        }
+        false
+    };
+    loop {
+        let t0 = Instant::now();
+        if t0 >= window.end {
+            return tally;
+        }
+        let name = names.next().to_vec();
+        request.clear();
+        encode_command(
+            &[b"SET", &name, b"v", b"NX", b"PX", ttl.as_bytes()],
+            &mut request,
+        );
+        if !round(
+            &request,
+            |v| matches!(v, Value::SimpleString(s) if &s[..] == b"OK"),
+        ) {
+            tally.failed(Step::Acquire, "floor: SET NX PX: no majority");
+            continue;
+        }
+        request.clear();
+        encode_command(&[b"DEL", &name], &mut request);
+        if round(&request, |v| matches!(v, Value::Integer(1))) {
+            tally.done(t0, window);
+        } else {
+            tally.failed(Step::Release, "floor: DEL: no majority");
+        }
+    }
+}

@@ -44,6 +44,10 @@ pub enum Client {
     Redlock,
     /// No Redlock: one redis-rs sync connection per caller thread to node 0.
     Single,
+    /// No compare at all (issue #25's floor): muxlock's own fanout, shared like `muxlock/shared`, sends `SET NX PX`
+    /// then a plain `DEL` to every node, each decided by a majority. What a cycle would cost the servers if the
+    /// release needed no compare.
+    Floor,
 }
 
 /// The clients `benches/throughput.rs` runs by default.
@@ -54,14 +58,15 @@ pub const CLIENTS: [Client; 4] = [
     Client::Quorum,
 ];
 
-/// Every client, as `scripts/bench-report` runs them.
-pub const ALL_CLIENTS: [Client; 6] = [
+/// Every client, as `scripts/bench-report` runs them (and the floor, named only with `MUXLOCK_TP_CLIENTS`).
+pub const ALL_CLIENTS: [Client; 7] = [
     Client::Shared,
     Client::PerThread,
     Client::Rslock,
     Client::Quorum,
     Client::Redlock,
     Client::Single,
+    Client::Floor,
 ];
 
 impl Client {
@@ -73,6 +78,7 @@ impl Client {
             Client::Quorum => "redis-rs/quorum",
             Client::Redlock => "redlock",
             Client::Single => "redis-rs/single",
+            Client::Floor => "floor/set+del",
         }
     }
 
@@ -85,6 +91,7 @@ impl Client {
             Client::Quorum => "quorum",
             Client::Redlock => "redlock",
             Client::Single => "single",
+            Client::Floor => "floor",
         }
     }
 
@@ -166,6 +173,7 @@ pub struct Clients {
     quorum: RedisQuorum,
     pub quorum_rt: Runtime,
     urls: Vec<String>,
+    floor: Arc<muxlock::net::Fanout>,
 }
 
 impl Clients {
@@ -208,6 +216,15 @@ impl Clients {
             quorum,
             quorum_rt,
             urls: urls.to_vec(),
+            floor: Arc::new(
+                muxlock::net::Fanout::new(
+                    urls.iter()
+                        .map(|u| u.parse().expect("a node URL"))
+                        .collect(),
+                    muxlock::net::Options::default(),
+                )
+                .expect("a fanout"),
+            ),
         }
     }
 
@@ -310,6 +327,15 @@ pub fn run_case(
                 tasks.push(clients.quorum_rt.spawn(async move {
                     let _ = tx.send(quorum_caller(handle, names, window).await);
                 }));
+            }
+            Client::Floor => {
+                let fanout = Arc::clone(&clients.floor);
+                let _ = thread::Builder::new()
+                    .name(format!("tp-{k}"))
+                    .spawn(move || {
+                        let _ = tx.send(caller::floor_caller(&fanout, names, window));
+                    })
+                    .expect("a caller thread");
             }
             Client::Redlock | Client::Single => {
                 let mut locker: Box<dyn Locker> = if client == Client::Redlock {
@@ -424,8 +450,9 @@ impl Clients {
             quorum,
             quorum_rt,
             urls: _,
+            floor,
         } = self;
-        drop((shared, per_thread, rslock, quorum));
+        drop((shared, per_thread, rslock, quorum, floor));
         rslock_rt.shutdown_timeout(Duration::from_secs(1));
         quorum_rt.shutdown_timeout(Duration::from_secs(1));
     }

@@ -3,7 +3,8 @@
 //! Per "Distributed locks with Redis" (the Redlock page): to acquire, take the time, send `SET resource value NX PX
 //! ttl` to all N masters at once, and hold the lock if a majority (N/2 + 1) said OK while the lease is still valid;
 //! the validity is the TTL minus the time elapsed minus a clock-drift allowance. Release and extension are
-//! compare-and-delete / compare-and-pexpire Lua scripts, also sent to all N at once.
+//! compare-and-delete / compare-and-pexpire Lua scripts, also sent to all N at once, or per node the native
+//! `DELIFEQ` / `DELEX ... IFEQ` and `SET ... IFEQ ... PX` where it has them (issue #25).
 //!
 //! What a user names is re-exported here and at the crate root: [`LockManager`] (every verb), the held locks
 //! ([`Lock`], [`LockSet`], [`FencedLock`], [`ReentrantLock`] with its [`Owner`], [`Guard`] with [`LostWatch`]),
@@ -24,7 +25,8 @@
 //!   engine/         Engine<N = Fanout, C = SystemClock>: every round of every kind, nothing else
 //!                   mod.rs (acquire, extend, release, inspect, the batched renewal round), pipeline.rs
 //!                   (k commands per node), batch.rs, set.rs, fenced.rs, reentrant.rs; restart.rs + persist.rs
-//!                   (the restart guard); seam.rs (Nodes / NodeRound / Clock: what the engine talks through)
+//!                   (the restart guard); native.rs (each node's DELIFEQ / DELEX, probed on each connection,
+//!                   issue #25); seam.rs (Nodes / NodeRound / Clock: what the engine talks through)
 //!   kind/           the kinds as values: lock.rs (Lock), set.rs (LockSet), fenced.rs (FencedLock, and the
 //!                   fencing safety argument), reentrant.rs (Owner, ReentrantLock); their replies' meaning
 //!   leaves          quorum (the verdict, a pure state machine), schedule, scripts + lua (the scripts and SHA1s),

@@ -2,6 +2,12 @@
 //!
 //! Scripts are sent by `EVALSHA`; they are loaded with `SCRIPT LOAD` on every new connection, and a `NOSCRIPT`
 //! reply (after a `SCRIPT FLUSH`, say) falls back to `EVAL` for that node.
+//!
+//! Where a node has them (issue #25), the release and the extension go without Lua: `DELIFEQ key value` (Valkey
+//! >= 9.0) or `DELEX key IFEQ value` (Redis >= 8.4) compare-and-delete, and `SET key value IFEQ value PX ttl`
+//! (both) compare-and-extends: a few times less server time than the scripts, and no `+eval`/`+evalsha` in the
+//! user's ACL. Which a node has is learned on each connection (`engine/native.rs`); `Via` names the way one
+//! request goes to one node.
 
 use bytes::{Bytes, BytesMut};
 
@@ -49,6 +55,93 @@ pub(crate) enum Script {
     Extend,
 }
 
+/// A node's native compare-and-delete; either one implies `SET ... IFEQ` (Valkey >= 9.0 has `DELIFEQ` and, from
+/// 8.1, `SET IFEQ`; Redis >= 8.4 and Valkey >= 9.2 have `DELEX` and `SET IFEQ`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Native {
+    /// `DELIFEQ key value` (Valkey >= 9.0).
+    DelIfEq,
+    /// `DELEX key IFEQ value` (Redis >= 8.4, Valkey >= 9.2).
+    DelEx,
+}
+
+/// How one compare-and-X request goes to one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Via {
+    /// The script by hash (`EVALSHA`).
+    Sha,
+    /// The script in full (`EVAL`), after a `NOSCRIPT`.
+    Full,
+    /// The node's native commands: its compare-and-delete, or `SET IFEQ PX` for an extension.
+    Native(Native),
+}
+
+/// Why [`set_if_eq`] refused to encode: without an expiry, `SET key value IFEQ value` *removes* the key's TTL
+/// (Valkey's and Redis' `setGenericCommand` keep it only with `KEEPTTL` or a new expiry): a lock that never
+/// expires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NoExpiry;
+
+/// `SET resource value IFEQ value PX ttl_ms`: extends the key's expiry to `ttl_ms` only if it still holds
+/// `value`; never creates the key (`IFEQ` on a missing key does nothing). Replies `+OK` if extended, nil if not
+/// (read by `kind::compare_vote`).
+///
+/// # Errors
+///
+/// [`NoExpiry`], with nothing written, if `ttl_ms` is 0: the command would carry no usable expiry, and `IFEQ`
+/// without one drops the TTL. No other form of this command is ever encoded.
+pub(crate) fn set_if_eq(
+    buf: &mut BytesMut,
+    resource: &[u8],
+    value: &[u8],
+    ttl_ms: u64,
+) -> Result<(), NoExpiry> {
+    if ttl_ms == 0 {
+        return Err(NoExpiry);
+    }
+    let ttl = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+    encode_command(
+        &[
+            b"SET",
+            resource,
+            value,
+            b"IFEQ",
+            value,
+            b"PX",
+            ttl.as_bytes(),
+        ],
+        buf,
+    );
+    Ok(())
+}
+
+/// The compare-and-X request for `script` on one node, the way `via` says: the script (by hash or in full), or
+/// the node's native command. An extension whose native form is refused ([`NoExpiry`]) goes as the script.
+pub(crate) fn compare(
+    buf: &mut BytesMut,
+    script: Script,
+    via: Via,
+    resource: &[u8],
+    value: &[u8],
+    ttl_ms: u64,
+) {
+    match (script, via) {
+        (_, Via::Sha) => call(buf, script, false, resource, value, ttl_ms),
+        (_, Via::Full) => call(buf, script, true, resource, value, ttl_ms),
+        (Script::Release, Via::Native(Native::DelIfEq)) => {
+            encode_command(&[b"DELIFEQ", resource, value], buf)
+        }
+        (Script::Release, Via::Native(Native::DelEx)) => {
+            encode_command(&[b"DELEX", resource, b"IFEQ", value], buf)
+        }
+        (Script::Extend, Via::Native(_)) => {
+            if set_if_eq(buf, resource, value, ttl_ms).is_err() {
+                call(buf, script, false, resource, value, ttl_ms);
+            }
+        }
+    }
+}
+
 /// `EVALSHA sha 1 resource value [ttl_ms]`, or `EVAL script ...` when `full`.
 pub(crate) fn call(
     buf: &mut BytesMut,
@@ -72,6 +165,85 @@ pub(crate) fn call(
                 &[verb, body.as_bytes(), b"1", resource, value, ttl.as_bytes()],
                 buf,
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(script: Script, via: Via, ttl_ms: u64) -> Vec<u8> {
+        let mut buf = BytesMut::new();
+        compare(&mut buf, script, via, b"lock:a", b"tok", ttl_ms);
+        buf.to_vec()
+    }
+
+    /// The native requests, byte for byte.
+    #[test]
+    fn native_requests() {
+        let table: &[(Script, Via, &[u8])] = &[
+            (
+                Script::Release,
+                Via::Native(Native::DelIfEq),
+                b"*3\r\n$7\r\nDELIFEQ\r\n$6\r\nlock:a\r\n$3\r\ntok\r\n",
+            ),
+            (
+                Script::Release,
+                Via::Native(Native::DelEx),
+                b"*4\r\n$5\r\nDELEX\r\n$6\r\nlock:a\r\n$4\r\nIFEQ\r\n$3\r\ntok\r\n",
+            ),
+            (
+                Script::Extend,
+                Via::Native(Native::DelIfEq),
+                b"*7\r\n$3\r\nSET\r\n$6\r\nlock:a\r\n$3\r\ntok\r\n$4\r\nIFEQ\r\n$3\r\ntok\r\n$2\r\nPX\r\n$4\r\n1500\r\n",
+            ),
+        ];
+        for (script, via, want) in table {
+            assert_eq!(encoded(*script, *via, 1500), *want, "{script:?} by {via:?}");
+        }
+        // Both natives extend the same way.
+        assert_eq!(
+            encoded(Script::Extend, Via::Native(Native::DelEx), 1500),
+            encoded(Script::Extend, Via::Native(Native::DelIfEq), 1500)
+        );
+    }
+
+    /// `SET IFEQ` without an expiry would drop the lock's TTL: the encoder refuses it and writes nothing, and the
+    /// extension then goes as the script (which never touches the TTL but to set it).
+    #[test]
+    fn set_if_eq_refuses_no_expiry() {
+        let mut buf = BytesMut::from(&b"before"[..]);
+        assert_eq!(set_if_eq(&mut buf, b"lock:a", b"tok", 0), Err(NoExpiry));
+        assert_eq!(&buf[..], b"before", "nothing written");
+        assert_eq!(set_if_eq(&mut buf, b"lock:a", b"tok", 1), Ok(()));
+        assert!(buf.ends_with(b"$2\r\nPX\r\n$1\r\n1\r\n"));
+        let mut script = BytesMut::new();
+        call(&mut script, Script::Extend, false, b"lock:a", b"tok", 0);
+        assert_eq!(
+            encoded(Script::Extend, Via::Native(Native::DelIfEq), 0),
+            script.to_vec()
+        );
+        // Every SET IFEQ this crate encodes carries PX, whatever the lease.
+        for ttl in [1, 7, 30_000, u64::MAX] {
+            let bytes = encoded(Script::Extend, Via::Native(Native::DelEx), ttl);
+            let text = String::from_utf8_lossy(&bytes);
+            assert!(
+                text.contains("IFEQ") && text.contains("\r\nPX\r\n"),
+                "{text}"
+            );
+        }
+    }
+
+    /// The script ways are the scripts as before.
+    #[test]
+    fn script_ways() {
+        for script in [Script::Release, Script::Extend] {
+            for (via, full) in [(Via::Sha, false), (Via::Full, true)] {
+                let mut want = BytesMut::new();
+                call(&mut want, script, full, b"lock:a", b"tok", 1500);
+                assert_eq!(encoded(script, via, 1500), want.to_vec());
+            }
         }
     }
 }

@@ -259,6 +259,7 @@ where
 /// - `SCRIPT LOAD <script>`: the SHA1 of muxlock's release or extend script, or of one of
 ///   `redlock::lua::ALL` (`-ERR` for any other script: this server cannot hash);
 /// - `INFO [section]`: a bulk string with `run_id:`[`RUN_ID`] and `uptime_in_seconds:1000000`;
+/// - `COMMAND INFO <names>`: a null per name (Redis 7.0 has neither `DELEX` nor `DELIFEQ`);
 /// - `PING`: `+PONG`; `AUTH`, `SELECT`: `+OK`;
 /// - `HELLO 3`: a small RESP3 map (`server`, `version`, `proto`); `HELLO` otherwise: the same as
 ///   a RESP2 flat array.
@@ -282,6 +283,11 @@ pub fn setup_reply(cmd: &[Bytes]) -> Option<Action> {
                  uptime_in_seconds:1000000\r\n"
             );
             Action::reply(bulk(text.as_bytes()))
+        }
+        // Redis 7.0 knows neither native command: one null per name (its `addReplyCommandInfo`).
+        "COMMAND" if arg(1).eq_ignore_ascii_case(b"INFO") => {
+            let names = cmd.len().saturating_sub(2);
+            Action::reply(format!("*{names}\r\n{}", "$-1\r\n".repeat(names)))
         }
         "PING" => Action::reply("+PONG\r\n"),
         "AUTH" | "SELECT" => Action::reply("+OK\r\n"),

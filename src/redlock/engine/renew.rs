@@ -5,19 +5,20 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
+use crate::net::NodeSet;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
-use crate::redlock::engine::{Engine, settle};
+use crate::redlock::engine::{Engine, Tried, settle};
 use crate::redlock::error::Outcome;
-use crate::redlock::kind::{is_noscript, script_vote};
+use crate::redlock::kind::{compare_vote, refused};
 use crate::redlock::quorum::{Failure, Quorum, Status, drift};
-use crate::redlock::scripts::{self, Script};
+use crate::redlock::scripts::{self, Native, Script, Via};
 use crate::time::later;
 
 impl<N: Nodes, C: Clock> Engine<N, C> {
     /// One renewal of each of `renewals`, all in one round: every compare-and-pexpire pipelined in one request
     /// per node. Returns when the round started, and per renewal its verdict (the new lease's end, or why not)
     /// and every node's outcome. A renewal counts only if a majority confirms it before its `decide_by`; what a
-    /// verdict means for a guard is the guard room's business (`guard.rs`).
+    /// verdict means for a guard is the guard room's business (`guard/mod.rs`).
     pub(crate) async fn renew(&self, renewals: &[Renewal<'_>]) -> (Instant, Vec<Renewed>) {
         let n = self.fanout.len();
         let start = self.clock.now();
@@ -32,42 +33,84 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     .decide_by(r.decide_by)
             })
             .collect();
-        let mut request = BytesMut::with_capacity(k * 128);
         for r in renewals {
             self.note_ttl(r.ttl_ms);
-            r.encode(&mut request, false);
         }
+        // Per node, the way its batch goes (its native `SET IFEQ` for single keys where it has one; the sets'
+        // renewals are scripts either way): one encoding per way in use.
+        let mut tried: Vec<Tried> = (0..n)
+            .map(|node| Tried::new(self.via(Script::Extend, node)))
+            .collect();
         let mut round = self.fanout.round(later(start, self.config.round_timeout));
-        round.send_all(&request, k);
+        let mut request = BytesMut::with_capacity(k * 128);
+        for via in [Via::Sha, Via::Native(Native::DelIfEq)] {
+            let mut set = NodeSet::EMPTY;
+            for (node, t) in tried.iter().enumerate() {
+                if matches!(
+                    (t.last, via),
+                    (Via::Sha, Via::Sha) | (Via::Native(_), Via::Native(_))
+                ) {
+                    set.insert(node);
+                }
+            }
+            if set != NodeSet::EMPTY {
+                request.clear();
+                for r in renewals {
+                    r.encode(&mut request, via);
+                }
+                round.send_to(set, &request, k);
+            }
+        }
         round.need(k);
-        // Per node: how many replies came (the i-th reply is for renewals[i % k]; from k on, for the batch sent
-        // again in full after a NOSCRIPT).
+        // Per node: how many replies came (the i-th reply is for renewals[i % k], of the batch sent the
+        // (i / k)-th time), and how many batches were sent: a batch refused somewhere (a lost script, a refused
+        // native command) goes again whole, the next way (`next_via`), once per way.
         let mut index = vec![0; n];
-        let mut resent = vec![false; n];
+        let mut batches = vec![1; n];
+        let mut ways: Vec<Vec<Via>> = tried.iter().map(|t| vec![t.last]).collect();
         let mut outcomes = vec![vec![Outcome::NotAwaited; n]; k];
         let mut status = vec![Status::Pending; k];
         let mut undecided = k;
         while let Some((node, reply)) = round.next().await {
-            let (j, first) = (index[node] % k, index[node] < k);
+            let (j, batch) = (index[node] % k, index[node] / k);
             index[node] += 1;
-            if first && is_noscript(&reply) {
-                if !resent[node] {
-                    resent[node] = true;
-                    let mut full = BytesMut::with_capacity(k * 256);
-                    for r in renewals {
-                        r.encode(&mut full, true);
+            // The way this reply's request went: a set's renewal is a script even in a native batch.
+            let via = match ways[node].get(batch).copied().unwrap_or(Via::Sha) {
+                Via::Native(_) if renewals[j].set.is_some() => Via::Sha,
+                via => via,
+            };
+            if let Some(why) = refused(&reply) {
+                if batch + 1 == batches[node] {
+                    if let Some(next) =
+                        self.next_via(node, Script::Extend, &mut tried[node], via, why)
+                    {
+                        request.clear();
+                        for r in renewals {
+                            r.encode(&mut request, next);
+                        }
+                        round.send(node, &request, k);
+                        batches[node] += 1;
+                        ways[node].push(next);
                     }
-                    round.send(node, &full, k);
                 }
-                continue; // the renewal's vote on this node comes with the script in full
+                if batch + 1 < batches[node] {
+                    continue; // the renewal's vote on this node comes with the batch sent again
+                }
             }
-            // A reply from the first batch that worked before a flush, then the same from the second: once.
+            if matches!(via, Via::Native(_)) && reply.is_ok() {
+                self.restart.natives.note_ran(node, Script::Extend);
+            }
+            // A reply from a batch that worked in part, then the same from the next: once.
             if outcomes[j][node] != Outcome::NotAwaited || status[j] != Status::Pending {
                 continue;
             }
             let now = self.clock.now();
-            let (vote, outcome) =
-                self.counted(node, script_vote(&reply), now, Some(renewals[j].acquired));
+            let (vote, outcome) = self.counted(
+                node,
+                compare_vote(Script::Extend, via, &reply),
+                now,
+                Some(renewals[j].acquired),
+            );
             self.votes[node].count(&outcome);
             outcomes[j][node] = outcome;
             status[j] = quorums[j].vote(node, vote, now);
@@ -109,13 +152,15 @@ pub(crate) struct Renewal<'a> {
 }
 
 impl Renewal<'_> {
-    /// The renewal's command: compare-and-pexpire of its key, or of every key of its set together.
-    fn encode(&self, buf: &mut BytesMut, full: bool) {
+    /// The renewal's command, the way `via` says: compare-and-pexpire of its key (native or script), or of every
+    /// key of its set together (always a script: by hash unless `via` is [`Via::Full`]).
+    fn encode(&self, buf: &mut BytesMut, via: Via) {
+        let full = via == Via::Full;
         match self.set {
-            None => scripts::call(
+            None => scripts::compare(
                 buf,
                 Script::Extend,
-                full,
+                via,
                 self.resource,
                 self.value,
                 self.ttl_ms,

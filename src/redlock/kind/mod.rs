@@ -19,6 +19,7 @@ pub(crate) mod set;
 use crate::net::Reply;
 use crate::redlock::error::Outcome;
 use crate::redlock::quorum::Vote;
+use crate::redlock::scripts::{Script, Via};
 use crate::resp::Value;
 
 /// What a round's reply means for the vote.
@@ -51,6 +52,51 @@ pub(crate) fn script_vote(reply: &Reply) -> (Vote, Outcome) {
             other => (Vote::Failed, unexpected(other)),
         },
         Err(e) => (Vote::Failed, Outcome::Failed(e.clone())),
+    }
+}
+
+/// What a compare-and-X reply means, by the way it went: the scripts and `DELIFEQ`/`DELEX` reply 1 or 0, the
+/// native extension (`SET IFEQ PX`) `+OK` or nil.
+pub(crate) fn compare_vote(script: Script, via: Via, reply: &Reply) -> (Vote, Outcome) {
+    match (script, via) {
+        (Script::Extend, Via::Native(_)) => match reply {
+            Ok(v) => match v.without_attributes() {
+                Value::SimpleString(s) if &s[..] == b"OK" => (Vote::Yes, Outcome::Granted),
+                Value::NullBulk | Value::Null => (Vote::Taken, Outcome::Taken),
+                other => (Vote::Failed, unexpected(other)),
+            },
+            Err(e) => (Vote::Failed, Outcome::Failed(e.clone())),
+        },
+        _ => script_vote(reply),
+    }
+}
+
+/// Why a node refused to run a compare-and-X request at all (nothing ran: the key is untouched), so that it
+/// may go another way on that node without costing its vote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// `NOSCRIPT`: the node has lost the script; send it in full.
+    NoScript,
+    /// `ERR unknown command` (no such command, or `EVAL` disabled), `NOPERM` (the user's ACL), or `ERR syntax
+    /// error` (a `SET` that does not know `IFEQ`): refused before anything ran.
+    Command,
+}
+
+/// Whether `reply` is a refusal (see [`Refused`]), and which.
+pub(crate) fn refused(reply: &Reply) -> Option<Refused> {
+    let Ok(Value::Error(m) | Value::BulkError(m)) = reply.as_ref().map(Value::without_attributes)
+    else {
+        return None;
+    };
+    if m.starts_with(b"NOSCRIPT") {
+        Some(Refused::NoScript)
+    } else if m.starts_with(b"NOPERM")
+        || m.starts_with(b"ERR unknown command")
+        || m.starts_with(b"ERR syntax error")
+    {
+        Some(Refused::Command)
+    } else {
+        None
     }
 }
 

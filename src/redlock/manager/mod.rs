@@ -101,11 +101,8 @@ impl Builder {
             addrs.push(addr);
         }
         let (setup, restart) = restart::connection_setup(&self.config, addrs.len());
-        // `CONFIG GET *append*` and the persistence marker may be refused: the node then gets the window rule.
-        let optional_setup = restart
-            .as_ref()
-            .map(|(_, ids)| ids.optional())
-            .unwrap_or_default();
+        // The scripts' loading, the native probe, `CONFIG GET *append*` and the persistence marker may be refused.
+        let optional_setup = restart.optional();
         let opts = Options {
             connect_timeout: self.config.connect_timeout,
             max_in_flight: self.config.max_in_flight,

@@ -142,6 +142,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 
 use crate::redlock::config::Config;
+use crate::redlock::engine::native::{self, Natives};
 use crate::redlock::engine::persist;
 use crate::redlock::engine::seam::Nodes;
 use crate::redlock::quorum::drift;
@@ -300,19 +301,49 @@ impl SetupIds {
     }
 }
 
-/// The commands pipelined on every new connection (the scripts' `SCRIPT LOAD`s, then the restart guard's
-/// readings if `config` turns it on), and the guard with where its readings are.
-pub(crate) fn connection_setup(
-    config: &Config,
-    n: usize,
-) -> (Vec<Bytes>, Option<(RestartGuard, SetupIds)>) {
+/// What the engine reads from each connection's set-up replies: the restart guard's readings (when it is on) and
+/// the native commands' probe (`native.rs`). The engine keeps it in its `restart` field.
+#[derive(Debug)]
+pub(crate) struct Setup {
+    /// The restart-aware quorum, when on, and where its readings are among the set-up replies.
+    pub(crate) guard: Option<(RestartGuard, SetupIds)>,
+    /// Each node's native compare-and-delete, from the probe on its current connection.
+    pub(crate) natives: Natives,
+    /// The set-up steps whose refusal is kept as their reply (`Options::optional_setup`).
+    optional: Vec<usize>,
+}
+
+impl Setup {
+    /// The set-up steps that may be refused, for `Options::optional_setup`: the scripts' `SCRIPT LOAD`s (a user
+    /// without `+script|load`, or without Lua at all, still locks: `NOSCRIPT` sends a script in full, and nodes
+    /// with native commands need none), the native probe, and the restart guard's settings and marker.
+    pub(crate) fn optional(&self) -> Vec<usize> {
+        self.optional.clone()
+    }
+}
+
+/// The commands pipelined on every new connection (the scripts' `SCRIPT LOAD`s, the native probe, then the
+/// restart guard's readings if `config` turns it on), and what reads their replies.
+pub(crate) fn connection_setup(config: &Config, n: usize) -> (Vec<Bytes>, Setup) {
     let mut setup = crate::redlock::scripts::setup_commands();
-    let restart = config.restart_guard.then(|| {
+    let mut optional: Vec<usize> = (0..setup.len()).collect();
+    setup.push(native::probe_command());
+    let natives = Natives::new(n, setup.len() - 1);
+    optional.push(setup.len() - 1);
+    let guard = config.restart_guard.then(|| {
         let ids = add_setup_commands(&mut setup);
+        optional.extend(ids.optional());
         let guard = RestartGuard::new(n, config.restart_window, config.drift_factor);
         (guard, ids)
     });
-    (setup, restart)
+    (
+        setup,
+        Setup {
+            guard,
+            natives,
+            optional,
+        },
+    )
 }
 
 /// Appends `INFO server`, `CONFIG GET *append*` and the marker script to the set-up commands pipelined on every
