@@ -208,7 +208,7 @@ fn node(keys: &Mutex<HashMap<Bytes, Bytes>>, probe: &'static [u8], c: &[Bytes]) 
     let up = |i: usize| String::from_utf8_lossy(&arg(i)).to_ascii_uppercase();
     let mut keys = keys.lock().unwrap();
     match name(c).as_deref() {
-        Some("COMMAND") if up(1) == "INFO" => Action::reply(probe.to_vec()),
+        Some("COMMAND") if up(1) == "INFO" => Action::reply(probe),
         Some("SET") if c.len() == 6 && up(3) == "NX" => match keys.get(&arg(1)) {
             Some(_) => Action::reply("$-1\r\n"),
             None => {
