@@ -324,6 +324,18 @@ impl RedisServer {
         self.fail(&Failure::PortTaken)
     }
 
+    /// Kills the process and starts `bin` instead on the same port, arguments and directory, as
+    /// [`restart`](Self::restart) does: the node behind the address is now another server (an older Redis
+    /// after a Valkey, say).
+    ///
+    /// # Panics
+    /// As [`restart`](Self::restart).
+    #[track_caller]
+    pub fn restart_as(&mut self, bin: impl Into<PathBuf>) {
+        self.bin = bin.into();
+        self.restart();
+    }
+
     /// Kills the process, deletes its data files (the append-only directory or file, the RDB file) as a lost
     /// ephemeral disk would, and starts a new process as [`restart`](Self::restart) does: a restart that forgets
     /// every write whatever the persistence settings. The log stays.

@@ -413,14 +413,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 // Release at once wherever the key may have been set, without waiting: the spec's "unlock all
                 // the instances", and it keeps a failed attempt from blocking others until the TTL.
                 let mut release = BytesMut::new();
-                let mut round = self.fanout.release_round(self.clock.now());
-                self.send_compare(
-                    &mut round,
-                    &mut release,
-                    Script::Release,
-                    nodes,
-                    (resource, &value, 0),
-                );
+                self.release_unawaited(&mut release, nodes, resource, &value);
                 Ok(Err((
                     failure,
                     self.report(resource, outcomes, quorum.quorum()),
@@ -516,6 +509,40 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 }
                 round.need(unsure.count_ones() as usize);
             }
+        }
+    }
+
+    /// Releases `resource` (held with `value`) on `nodes` without waiting for the replies (a failed attempt's
+    /// partial grants). Nobody sees a refusal there, so a node whose native release has not run yet on its
+    /// connection (its ACL may lack it) is sent the script by hash as well: both compare-and-delete the same
+    /// value, so whichever is allowed deletes the key and the other finds nothing.
+    pub(crate) fn release_unawaited(
+        &self,
+        request: &mut BytesMut,
+        nodes: NodeSet,
+        resource: &[u8],
+        value: &[u8],
+    ) {
+        let mut round = self.fanout.release_round(self.clock.now());
+        let sent = self.send_compare(
+            &mut round,
+            request,
+            Script::Release,
+            nodes,
+            (resource, value, 0),
+        );
+        let mut unsure = NodeSet::EMPTY;
+        for (_, set) in &sent[1..] {
+            for node in (0..self.fanout.len()).filter(|&n| set.contains(n)) {
+                if !self.restart.natives.ran(node, Script::Release) {
+                    unsure.insert(node);
+                }
+            }
+        }
+        if unsure != NodeSet::EMPTY {
+            request.clear();
+            scripts::compare(request, Script::Release, Via::Sha, resource, value, 0);
+            round.send_to(unsure, request, 1);
         }
     }
 

@@ -14,7 +14,6 @@ use crate::redlock::kind::lock::Lock;
 use crate::redlock::kind::queued::{Entry, Refusal, queue_vote};
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Quorum, Status, drift};
-use crate::redlock::scripts::Script;
 use crate::resp::Decimal;
 use crate::time::later;
 
@@ -125,14 +124,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             Err(failure) => {
                 // Release at once wherever the key may have been set (the spec's "unlock all the instances").
                 let mut release = BytesMut::new();
-                let mut round = self.fanout.release_round(self.clock.now());
-                self.send_compare(
-                    &mut round,
-                    &mut release,
-                    Script::Release,
-                    nodes,
-                    (resource, &value, 0),
-                );
+                self.release_unawaited(&mut release, nodes, resource, &value);
                 Ok(Err((
                     failure,
                     self.report(resource, outcomes, quorum.quorum()),
