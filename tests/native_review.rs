@@ -1,6 +1,7 @@
 //! Hostile review of issue #25 (native release and extension per node): real Valkey 9.1 and Redis 7.0 nodes
-//! (tests/support), and a scripted node only for replies a real server may send. Tests marked `BREAK` failed on
-//! the change under review.
+//! (tests/support), and a scripted node only for replies a real server may send. The test marked "Found by the
+//! review" failed on the change as first written (a failed attempt's unawaited clean-up went only the native way,
+//! and a node refusing it kept the key for its whole TTL).
 
 mod support;
 
@@ -73,7 +74,7 @@ fn warm(locks: &LockManager) {
     locks.inspect("lock:warm-up").expect("every node answers");
 }
 
-/// BREAK. A failed acquisition releases its partial grants at once ("so a failed attempt does not block others
+/// Found by the review. A failed acquisition releases its partial grants at once ("so a failed attempt does not block others
 /// until the TTL"). With a user whose ACL has the scripts but not `DELIFEQ` (the very case the fallback is for),
 /// that release goes out as `DELIFEQ`, fire-and-forget: the node refuses it (`NOPERM`), nobody sends the script,
 /// and the partial grant blocks the key for its whole TTL. On `main` the script would have deleted it.
