@@ -21,6 +21,9 @@ use std::time::Instant;
 use sim::Struck;
 use sim::workload::{self, Options, Run};
 
+/// Seeds of `native_nodes_keep_every_property` in CI.
+const NATIVE_SEEDS: u64 = 800;
+
 /// Seeds of `queued_waiters_keep_every_property` in CI.
 const QUEUED_SEEDS: u64 = 800;
 
@@ -67,6 +70,38 @@ fn queued_waiters_keep_every_property() {
     assert!(
         queued > 0,
         "no queued attempt was granted: the verb did not run"
+    );
+}
+
+/// Seeds whose nodes are three servers in turn (issue #25: none, `DELIFEQ`, `DELEX`, and `SET IFEQ PX` on the
+/// last two), so that releases and extensions go natively where a node has them and by script elsewhere, in one
+/// manager: the same properties.
+#[test]
+fn native_nodes_keep_every_property() {
+    let seeds = env_u64("MUXLOCK_SIM_NATIVE_SEEDS").unwrap_or(NATIVE_SEEDS);
+    let started = Instant::now();
+    let (mut ops, mut native) = (0, 0);
+    for seed in 0..seeds {
+        let run = workload::run(
+            seed,
+            &Options {
+                natives: true,
+                ..Options::default()
+            },
+        );
+        if run.violation.is_some() {
+            fail(seed, &run);
+        }
+        ops += run.ops;
+        native += run.struck.native_calls;
+    }
+    println!(
+        "{seeds} seeds on native nodes: {ops} ops, {native} native commands run, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        native > 0,
+        "no native command ran: the worlds do not exercise #25"
     );
 }
 

@@ -273,6 +273,8 @@ pub struct Struck {
     pub guard_renewals: u64,
     /// Times a reentrant owner's outer hold was checked on the nodes while it reported valid.
     pub reentrant_checks: u64,
+    /// Native compare-and-delete / `SET IFEQ` commands the nodes ran (issue #25's worlds).
+    pub native_calls: u64,
     /// Fenced grants whose tokens the checker compared (the seam review found the check skipped on 195 of 200
     /// seeds when any counter loss turned it off for the whole history).
     pub tokens_checked: u64,
@@ -699,6 +701,9 @@ pub struct Setup {
     pub durable: bool,
     /// The fuzzer's bytes, if it drives the run.
     pub tape: Option<Rc<Tape>>,
+    /// Nodes of three servers in turn (issue #25): node `i` has no native compare-and-delete (Redis 7.0), `DELIFEQ`
+    /// (Valkey ≥ 9) or `DELEX` (Redis ≥ 8.4) as `i % 3` says, so one manager meets all three. Off: all Redis 7.0.
+    pub natives: bool,
 }
 
 /// Builds a world for `seed`: nodes with their faults and a plan of pauses, restarts, flushes and snapshots.
@@ -715,11 +720,19 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Rc<Sim> {
             ),
             reset: [0.0, 0.01, 0.05][rng.range(0, 2) as usize],
         };
+        let mut node = Node::new(
+            setup.durable || !setup.bursts && rng.chance(0.5),
+            rng.next() ^ i as u64,
+        );
+        if setup.natives {
+            node.native = [
+                node::Native::None,
+                node::Native::DelIfEq,
+                node::Native::DelEx,
+            ][i % 3];
+        }
         nodes.push(NodeSim {
-            node: Node::new(
-                setup.durable || !setup.bursts && rng.chance(0.5),
-                rng.next() ^ i as u64,
-            ),
+            node,
             lost_data_at: None,
             down: false,
             paused_until: 0,

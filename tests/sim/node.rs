@@ -54,6 +54,20 @@ pub struct Node {
     /// `appendonly yes`, `appendfsync always`, `no-appendfsync-on-rewrite no`.
     pub aof_always: bool,
     snapshot: Option<BTreeMap<Bytes, Entry>>,
+    /// The server's native compare-and-delete (issue #25): none (Redis 7.0: scripts only), `DELIFEQ` (Valkey ≥ 9,
+    /// also `SET ... IFEQ`), or `DELEX key IFEQ` (Redis ≥ 8.4, also `SET ... IFEQ`).
+    pub native: Native,
+    /// Native compare-and-delete or `SET IFEQ` commands this node ran (kept across restarts: a count for the run).
+    pub native_calls: u64,
+}
+
+/// A simulated server's native commands (see [`Node::native`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Native {
+    #[default]
+    None,
+    DelIfEq,
+    DelEx,
 }
 
 /// The scripts a node knows, by SHA1 and body (made once: a node looks them up for every script call).
@@ -114,6 +128,8 @@ impl Node {
             started: 0,
             aof_always,
             snapshot: None,
+            native: Native::None,
+            native_calls: 0,
         }
     }
 
@@ -350,11 +366,60 @@ impl Node {
                     .iter()
                     .position(|c| c.eq_ignore_ascii_case(b"PX"))
                     .map(|i| num(a(i + 1)));
+                let ifeq = cmd.iter().position(|c| c.eq_ignore_ascii_case(b"IFEQ"));
+                if let Some(i) = ifeq {
+                    // `SET key value IFEQ cmp [PX ms]`, as Valkey ≥ 8.1 / Redis ≥ 8.4 do it: only if the key holds
+                    // `cmp`, never creating it; without an expiry the TTL goes (a lock that never expires: the
+                    // checker's no-key-without-expiry rule would catch a client that sent it).
+                    if self.native == Native::None {
+                        return err("ERR syntax error");
+                    }
+                    if nx {
+                        return err("ERR syntax error");
+                    }
+                    self.native_calls += 1;
+                    if self.get(a(1), now).as_deref() != Some(a(i + 1)) {
+                        return Value::NullBulk;
+                    }
+                    self.set(a(1), a(2), px, now);
+                    return Value::SimpleString(Bytes::from_static(b"OK"));
+                }
                 if nx && self.live(a(1), now).is_some() {
                     return Value::NullBulk;
                 }
                 self.set(a(1), a(2), px, now);
                 Value::SimpleString(Bytes::from_static(b"OK"))
+            }
+            b"DELIFEQ" if self.native == Native::DelIfEq => {
+                self.native_calls += 1;
+                if self.get(a(1), now).as_deref() == Some(a(2)) {
+                    return int(self.del(a(1), now));
+                }
+                int(0)
+            }
+            b"DELEX" if self.native == Native::DelEx && a(2).eq_ignore_ascii_case(b"IFEQ") => {
+                self.native_calls += 1;
+                if self.get(a(1), now).as_deref() == Some(a(3)) {
+                    return int(self.del(a(1), now));
+                }
+                int(0)
+            }
+            b"COMMAND" if a(1).eq_ignore_ascii_case(b"INFO") => {
+                // One entry per name asked: the command's description if the server has it, else a null.
+                let info = |name: &'static [u8]| {
+                    Value::Array(vec![Value::BulkString(Bytes::from_static(name)), int(3)])
+                };
+                let entries = cmd[2..]
+                    .iter()
+                    .map(
+                        |name| match (self.native, name.to_ascii_uppercase().as_slice()) {
+                            (Native::DelIfEq, b"DELIFEQ") => info(b"delifeq"),
+                            (Native::DelEx, b"DELEX") => info(b"delex"),
+                            _ => Value::NullBulk,
+                        },
+                    )
+                    .collect();
+                Value::Array(entries)
             }
             b"GET" => self
                 .get(a(1), now)

@@ -32,6 +32,8 @@ pub struct Options {
     /// Half the plain acquisitions wait in the nodes' queue instead (`lock_wait`'s hand-off across processes,
     /// issue #24): queued attempts until granted or given up, then leaving the queue.
     pub queued: bool,
+    /// Nodes with native compare-and-delete and `SET IFEQ` (issue #25), three servers in turn: see `Setup`.
+    pub natives: bool,
 }
 
 /// What one client does: a random mix of every engine-level verb on a few contended resources.
@@ -391,6 +393,7 @@ pub fn run(seed: u64, opts: &Options) -> Run {
         bursts: false,
         durable: false,
         tape: opts.tape.clone(),
+        natives: opts.natives,
     };
     // Three kinds of world: plain (4 in 10), restore bursts (3 in 10), durable with fencing clients of
     // different round timeouts (3 in 10).
@@ -426,9 +429,12 @@ pub fn run(seed: u64, opts: &Options) -> Run {
             }
         }
     }
+    let native_calls = w.nodes.iter().map(|n| n.node.native_calls).sum();
+    let mut struck = w.struck.clone();
+    struck.native_calls = native_calls;
     Run {
         violation,
-        struck: w.struck.clone(),
+        struck,
         ops: w.history.ops,
         queued: w.history.queued,
         history: w.history.tail(80),
@@ -465,6 +471,7 @@ pub fn slow_fence_history() -> (Option<u64>, Option<u64>) {
         bursts: false,
         durable: true,
         tape: None,
+        natives: false,
     };
     let config = Config::default();
     let sim = super::world(0, &setup, &muxlock::redlock::sim::setup_commands(&config));
