@@ -132,10 +132,18 @@ pub(crate) async fn end<N: Nodes, C: Clock>(engine: &Engine<N, C>, held: &Held) 
 }
 
 /// Marks a guard lost, and counts it.
+///
+/// Counted before anyone waiting on the guard is woken, so that a holder woken by the loss reads it in
+/// [`LockManager::stats`](crate::redlock::LockManager::stats) (`tests/rooms.rs` saw the count lag the wake-up).
 pub(crate) fn lose(activity: &Activity, g: &Held, why: Lost) {
-    if g.set_lost(why) {
-        Activity::add(&activity.lost, 1);
+    let mut s = lock(&g.state);
+    if s.lost.is_some() {
+        return;
     }
+    s.lost = Some(why);
+    Activity::add(&activity.lost, 1);
+    drop(s);
+    g.changed.notify_all();
 }
 
 /// One renewal of each guard in `guards`, all in one round of the engine. Returns, per guard, when to renew it
