@@ -190,19 +190,27 @@ fn batches_round(scenario: &str, restart_guard: bool, quiet: Duration, secs: Dur
 /// [`batches_with_the_restart_guard_off_hand_names_out_twice`].
 #[test]
 fn batches_beside_a_slow_node_and_a_second_driver() {
-    let r = batches_round(
-        "batches, slow node, minority restarts, guard on",
-        true,
-        Duration::from_millis(1200),
-        seconds(),
-    );
-    assert_safe(&r.stats, &r.violations);
-    assert!(r.exposed > 0, "no hold met a whole burst");
-    assert!(
-        r.slow_timeouts > 0 && r.struck.failed > 0 && r.struck.quarantined > 0,
-        "the slow node must have timed out in rounds, restarts failed votes and the guard refused grants: {}",
-        r.struck
-    );
+    // The bursts fall at random: a run where no hold happened to span a whole one proves nothing either way, and
+    // is run again (up to 3 runs). Every run must be safe.
+    for attempt in 1..=3 {
+        let r = batches_round(
+            &format!("batches, slow node, minority restarts, guard on (run {attempt})"),
+            true,
+            Duration::from_millis(1200),
+            seconds(),
+        );
+        assert_safe(&r.stats, &r.violations);
+        if r.exposed == 0 && attempt < 3 {
+            continue;
+        }
+        assert!(r.exposed > 0, "no hold met a whole burst in 3 runs");
+        assert!(
+            r.slow_timeouts > 0 && r.struck.failed > 0 && r.struck.quarantined > 0,
+            "the slow node must have timed out in rounds, restarts failed votes and the guard refused grants: {}",
+            r.struck
+        );
+        return;
+    }
 }
 
 /// The control of the batch scenario: the same with the restart guard off must hand a name out twice (the
