@@ -238,10 +238,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// As [`LockManager::owner`](super::LockManager::owner), from the seeded stream.
     pub fn owner(&self) -> Result<Owner> {
-        let value = self.core.tokens.next().map_err(|e| super::Error::Os {
-            doing: "drawing the owner value",
-            error: std::io::Error::from(e).into(),
-        })?;
+        let value = self.core.tokens.draw("drawing the owner value")?;
         Ok(Owner { value })
     }
 
@@ -322,15 +319,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// Puts a set under one guard, as [`LockManager::hold_many`](super::LockManager::hold_many) does.
     pub fn guard_set(&self, set: LockSet, ttl: Duration) -> SimGuard {
-        let lock = Lock {
-            resource: set.resources.first().cloned().unwrap_or_default(),
-            value: set.value,
-            valid_until: set.valid_until,
-            acquired: set.acquired,
-            extensions: 0,
-            nodes: set.nodes,
-        };
-        self.guard_with(lock, ttl, None, Some(set.resources))
+        let (lock, resources) = set.into_guarded();
+        self.guard_with(lock, ttl, None, Some(resources))
     }
 
     fn guard_with(

@@ -62,6 +62,15 @@ impl Tokens {
         Ok(hex(&raw))
     }
 
+    /// A fresh value, or [`Error::Os`](crate::redlock::Error::Os) saying what it was for (`doing`) if the OS
+    /// cannot provide a seed: what every lock value, owner and hold id is drawn with.
+    pub(crate) fn draw(&self, doing: &'static str) -> crate::redlock::Result<Value> {
+        self.next().map_err(|e| crate::redlock::Error::Os {
+            doing,
+            error: std::io::Error::from(e).into(),
+        })
+    }
+
     /// `count` fresh values, drawn under one lock (a batch).
     ///
     /// # Errors

@@ -130,28 +130,11 @@ fn wait_for<T>(
     loop {
         let (head, generation) = keeper.waits.head(resource, ticket);
         let cancelled = keeper.waits.cancels() != cancels;
-        if Instant::now() >= until || cancelled {
-            let error = last.take().or_else(|| keeper.waits.last_error(resource));
-            if error.is_some() || !head || cancelled {
-                Activity::add(&activity.waits_given_up, 1);
-            }
-            if let Some(e) = error {
-                return Err(e);
-            }
-            if !head || cancelled {
-                return Err(Error::Held(Box::new(keeper.engine.report(
-                    resource,
-                    vec![Outcome::NotAwaited; keeper.engine.fanout.len()],
-                    keeper.engine.quorum(),
-                ))));
-            }
-            // The head makes one attempt, even with no time to wait at all.
+        if let Some(e) = give_up(keeper, resource, (head, cancelled, until), &mut last) {
+            return Err(e);
         }
         if !head {
-            if !waited {
-                waited = true;
-                Activity::add(&activity.waits, 1);
-            }
+            note_wait(&mut waited, activity);
             keeper.waits.park(resource, ticket, None, until);
             continue;
         }
@@ -164,25 +147,7 @@ fn wait_for<T>(
             Failure::Held => {
                 // Tracking needs the watchdog to listen for the invalidations the probe arms.
                 keeper.watchdog.ensure_started(Arc::downgrade(keeper));
-                let probe = probe(keeper, resource);
-                report.holder_ttl = probe.free_in.filter(|d| !d.is_zero());
-                let wake = match probe.free_in {
-                    Some(d) if d.is_zero() && free_streak < FREE_STREAK => {
-                        free_streak += 1;
-                        now
-                    }
-                    Some(d) if !d.is_zero() => {
-                        free_streak = 0;
-                        later(now, d + expiry_jitter(&keeper.engine, d))
-                    }
-                    _ => later(now, keeper.engine.retry_pause()),
-                };
-                // Too few nodes track the key for a release elsewhere to be seen (RESP2-only servers, nodes
-                // down): look again after the retry delay, as a polling client would.
-                match probe.tracked < keeper.engine.quorum() {
-                    true => wake.min(later(now, keeper.engine.retry_pause())),
-                    false => wake,
-                }
+                wake_for_holder(keeper, resource, &mut report, &mut free_streak, now)
             }
             Failure::Unavailable | Failure::TooLate => later(now, keeper.engine.retry_pause()),
         };
@@ -192,17 +157,95 @@ fn wait_for<T>(
         };
         keeper.waits.set_error(resource, &error);
         last = Some(error);
-        let wake = wake.min(until);
-        if !waited {
-            waited = true;
-            Activity::add(&activity.waits, 1);
+        note_wait(&mut waited, activity);
+        sleep(
+            keeper,
+            (resource, ticket, generation),
+            wake.min(until),
+            until,
+        );
+    }
+}
+
+/// Whether a waiter gives up now (its time ran out, or a cancel came): `Some(error)` to return, `None` to go on
+/// (the head makes one attempt, even with no time to wait at all). `last` is its own last attempt's error.
+fn give_up(
+    keeper: &Keeper,
+    resource: &[u8],
+    (head, cancelled, until): (bool, bool, Instant),
+    last: &mut Option<Error>,
+) -> Option<Error> {
+    if Instant::now() < until && !cancelled {
+        return None;
+    }
+    let error = last.take().or_else(|| keeper.waits.last_error(resource));
+    if error.is_some() || !head || cancelled {
+        Activity::add(&keeper.activity.waits_given_up, 1);
+    }
+    if error.is_some() {
+        return error;
+    }
+    (!head || cancelled).then(|| {
+        Error::Held(Box::new(keeper.engine.report(
+            resource,
+            vec![Outcome::NotAwaited; keeper.engine.fanout.len()],
+            keeper.engine.quorum(),
+        )))
+    })
+}
+
+/// Counts a wait, once per waiter.
+fn note_wait(waited: &mut bool, activity: &Activity) {
+    if !*waited {
+        *waited = true;
+        Activity::add(&activity.waits, 1);
+    }
+}
+
+/// When the head wakes after an attempt the holder refused: the holder's lease end as the nodes' `PTTL`s say
+/// (with a little jitter), at once if the key is free already (up to [`FREE_STREAK`] times in a row), and no
+/// later than the retry pause if too few nodes track the key for a release elsewhere to be seen (RESP2-only
+/// servers, nodes down): then it looks again as a polling client would. The probe's reading goes in `report`.
+fn wake_for_holder(
+    keeper: &Keeper,
+    resource: &[u8],
+    report: &mut Report,
+    free_streak: &mut u32,
+    now: Instant,
+) -> Instant {
+    let engine = &keeper.engine;
+    let probe = probe(keeper, resource);
+    report.holder_ttl = probe.free_in.filter(|d| !d.is_zero());
+    let wake = match probe.free_in {
+        Some(d) if d.is_zero() && *free_streak < FREE_STREAK => {
+            *free_streak += 1;
+            now
         }
-        while Instant::now() < wake && keeper.waits.head(resource, ticket).1 == generation {
-            keeper.waits.park(resource, ticket, Some(generation), wake);
+        Some(d) if !d.is_zero() => {
+            *free_streak = 0;
+            later(now, d + expiry_jitter(engine, d))
         }
-        if Instant::now() < until {
-            Activity::add(&activity.wakeups, 1);
-        }
+        _ => later(now, engine.retry_pause()),
+    };
+    match probe.tracked < engine.quorum() {
+        true => wake.min(later(now, engine.retry_pause())),
+        false => wake,
+    }
+}
+
+/// Parks the head until `wake`, or until its line's generation moves on (a release, an invalidation), and
+/// counts the wake-up if it comes before `until`.
+fn sleep(
+    keeper: &Keeper,
+    (resource, ticket, generation): (&[u8], Ticket, u64),
+    wake: Instant,
+    until: Instant,
+) {
+    while Instant::now() < wake && keeper.waits.head(resource, ticket).1 == generation {
+        keeper.waits.park(resource, ticket, Some(generation), wake);
+    }
+    if Instant::now() < until {
+        Activity::add(&keeper.activity.wakeups, 1);
     }
 }
 

@@ -364,10 +364,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         ttl: Duration,
         ttl_ms: u64,
     ) -> Result<std::result::Result<Lock, (Failure, Report)>> {
-        let value = self.tokens.next().map_err(|e| Error::Os {
-            doing: "drawing the lock value from the OS's randomness",
-            error: std::io::Error::from(e).into(),
-        })?;
+        let value = self
+            .tokens
+            .draw("drawing the lock value from the OS's randomness")?;
         let n = self.fanout.len();
         let mut request = BytesMut::with_capacity(64 + resource.len());
         scripts::acquire(&mut request, resource, &value, ttl_ms);
@@ -395,29 +394,40 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
         drop(round);
         // The round is over: nodes that did not answer count as failed (#24: an undecided split is not an outage).
+        Ok(self.conclude(status, &quorum, start, (resource, value), nodes, outcomes))
+    }
+
+    /// How an acquisition round of one key ends (plain or queued): a round still undecided is judged closed
+    /// (silent nodes count as failed, #24); the lock if a majority granted it in time, else why, with every
+    /// node's outcome — after releasing at once wherever the key may have been set, without waiting: the spec's
+    /// "unlock all the instances", and it keeps a failed attempt from blocking others until the TTL.
+    pub(crate) fn conclude(
+        &self,
+        status: Status,
+        quorum: &Quorum,
+        start: Instant,
+        (resource, value): (&[u8], crate::redlock::token::Value),
+        nodes: NodeSet,
+        outcomes: Vec<Outcome>,
+    ) -> std::result::Result<Lock, (Failure, Report)> {
         let now = self.clock.now();
         let status = match status {
             Status::Pending => quorum.closed(now),
             decided => decided,
         };
-        match settle(status, &quorum, now) {
-            Ok(valid_until) => Ok(Ok(Lock {
+        match settle(status, quorum, now) {
+            Ok(valid_until) => Ok(Lock {
                 resource: resource.to_vec(),
                 value,
                 valid_until,
                 acquired: start,
                 extensions: 0,
                 nodes,
-            })),
+            }),
             Err(failure) => {
-                // Release at once wherever the key may have been set, without waiting: the spec's "unlock all
-                // the instances", and it keeps a failed attempt from blocking others until the TTL.
                 let mut release = BytesMut::new();
                 self.release_unawaited(&mut release, nodes, resource, &value);
-                Ok(Err((
-                    failure,
-                    self.report(resource, outcomes, quorum.quorum()),
-                )))
+                Err((failure, self.report(resource, outcomes, quorum.quorum())))
             }
         }
     }

@@ -6,9 +6,9 @@ use std::time::Duration;
 use bytes::BytesMut;
 
 use crate::net::NodeSet;
+use crate::redlock::engine::Engine;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
-use crate::redlock::engine::{Engine, settle};
-use crate::redlock::error::{Error, Outcome, Report, Result};
+use crate::redlock::error::{Outcome, Report, Result};
 use crate::redlock::kind::is_noscript;
 use crate::redlock::kind::lock::Lock;
 use crate::redlock::kind::queued::{Entry, Refusal, queue_vote};
@@ -29,10 +29,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         entry: &Entry,
         joined: bool,
     ) -> Result<std::result::Result<Lock, (Failure, Report, Refusal)>> {
-        let value = self.tokens.next().map_err(|e| Error::Os {
-            doing: "drawing the lock value from the OS's randomness",
-            error: std::io::Error::from(e).into(),
-        })?;
+        let value = self
+            .tokens
+            .draw("drawing the lock value from the OS's randomness")?;
         let n = self.fanout.len();
         let ttl_digits = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
         let mut request = BytesMut::with_capacity(256 + 4 * resource.len());
@@ -88,49 +87,26 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             round.need(quorum.votes_to_decide());
         }
         drop(round);
-        let now = self.clock.now();
-        let status = match status {
-            Status::Pending => quorum.closed(now),
-            decided => decided,
-        };
-        match settle(status, &quorum, now) {
-            Ok(valid_until) => {
-                // A waiter that never queued may have been queued by this very round on the nodes that did not
-                // grant (not awaited, or refused: another waiter headed them a moment ago): it leaves there, or
-                // its entry would head those nodes' queues, unattended, for a lease. (A waiter that queued before
-                // leaves everywhere as its `Queued` drops.)
-                if !joined {
-                    let mut others = NodeSet::EMPTY;
-                    for (node, o) in outcomes.iter().enumerate() {
-                        if !matches!(o, Outcome::Granted | Outcome::Quarantined)
-                            && nodes.contains(node)
-                        {
-                            others.insert(node);
-                        }
-                    }
-                    if others != NodeSet::EMPTY {
-                        self.leave_queue(resource, entry, others);
-                    }
+        // A waiter that never queued may have been queued by this very round on the nodes that did not grant
+        // (not awaited, or refused: another waiter headed them a moment ago): with the lock, it leaves there, or
+        // its entry would head those nodes' queues, unattended, for a lease. (A waiter that queued before leaves
+        // everywhere as its `Queued` drops.)
+        let mut others = NodeSet::EMPTY;
+        if !joined {
+            for (node, o) in outcomes.iter().enumerate() {
+                if !matches!(o, Outcome::Granted | Outcome::Quarantined) && nodes.contains(node) {
+                    others.insert(node);
                 }
-                Ok(Ok(Lock {
-                    resource: resource.to_vec(),
-                    value,
-                    valid_until,
-                    acquired: start,
-                    extensions: 0,
-                    nodes,
-                }))
             }
-            Err(failure) => {
-                // Release at once wherever the key may have been set (the spec's "unlock all the instances").
-                let mut release = BytesMut::new();
-                self.release_unawaited(&mut release, nodes, resource, &value);
-                Ok(Err((
-                    failure,
-                    self.report(resource, outcomes, quorum.quorum()),
-                    refusal,
-                )))
+        }
+        match self.conclude(status, &quorum, start, (resource, value), nodes, outcomes) {
+            Ok(lock) => {
+                if others != NodeSet::EMPTY {
+                    self.leave_queue(resource, entry, others);
+                }
+                Ok(Ok(lock))
             }
+            Err((failure, report)) => Ok(Err((failure, report, refusal))),
         }
     }
 

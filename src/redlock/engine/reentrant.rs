@@ -9,7 +9,7 @@ use crate::redlock::engine::pipeline::Kind;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::{Engine, settle};
 use crate::redlock::error::{Error, Outcome, Result};
-use crate::redlock::kind::reentrant::{Owner, ReentrantLock, count_key, draw, vote};
+use crate::redlock::kind::reentrant::{Owner, ReentrantLock, count_key, vote};
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Vote};
 use crate::resp::{Decimal, Value};
@@ -30,7 +30,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         loop {
             // A fresh id per attempt: an undo that is late (behind a later attempt on some node) then removes only
             // the hold of the attempt it undoes.
-            let hold = draw(&self.tokens, "drawing a hold id from the OS's randomness")?;
+            let hold = self
+                .tokens
+                .draw("drawing a hold id from the OS's randomness")?;
             let round = self
                 .acquire_scripted(
                     lua::ACQUIRE_REENTRANT,

@@ -45,10 +45,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     ) -> Result<Option<LockSet>> {
         let (sorted, ttl_ms) = self.check_set(resources, ttl)?;
         // One value for every attempt of this call: its own leftovers never block it (see the module docs).
-        let value = self.tokens.next().map_err(|e| Error::Os {
-            doing: "drawing the lock value from the OS's randomness",
-            error: std::io::Error::from(e).into(),
-        })?;
+        let value = self
+            .tokens
+            .draw("drawing the lock value from the OS's randomness")?;
         let mut attempt = 0;
         loop {
             let (failure, report) = match self.attempt_many(&sorted, value, ttl, ttl_ms).await {

@@ -17,6 +17,7 @@
 pub(crate) mod watchdog;
 
 use std::fmt;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -100,7 +101,7 @@ impl Keeper {
 /// engine directly: every key of a set together, the fenced release for a fenced guard, else the plain one.
 /// Generic over the seam, as [`renew`] is.
 pub(crate) async fn end<N: Nodes, C: Clock>(engine: &Engine<N, C>, held: &Held) -> Result<usize> {
-    held.set_lost(Lost::Released);
+    held.set_lost(Lost::Released, None);
     let (valid_until, nodes) = {
         let s = lock(&held.state);
         (s.valid_until, s.nodes)
@@ -115,16 +116,8 @@ pub(crate) async fn end<N: Nodes, C: Clock>(engine: &Engine<N, C>, held: &Held) 
     };
     match (&held.set, held.fence) {
         (Some(set), _) => {
-            engine
-                .unlock_many(&LockSet {
-                    resources: set.clone(),
-                    value: lock.value,
-                    valid_until: lock.valid_until,
-                    acquired: lock.acquired,
-                    extensions: 0,
-                    nodes: lock.nodes,
-                })
-                .await
+            let set = LockSet::from_guarded(lock, set.clone());
+            engine.unlock_many(&set).await
         }
         (None, Some(token)) => engine.unlock_fenced(&lock, token).await,
         (None, None) => engine.unlock(&lock).await,
@@ -132,18 +125,8 @@ pub(crate) async fn end<N: Nodes, C: Clock>(engine: &Engine<N, C>, held: &Held) 
 }
 
 /// Marks a guard lost, and counts it.
-///
-/// Counted before anyone waiting on the guard is woken, so that a holder woken by the loss reads it in
-/// [`LockManager::stats`](crate::redlock::LockManager::stats) (`tests/rooms.rs` saw the count lag the wake-up).
 pub(crate) fn lose(activity: &Activity, g: &Held, why: Lost) {
-    let mut s = lock(&g.state);
-    if s.lost.is_some() {
-        return;
-    }
-    s.lost = Some(why);
-    Activity::add(&activity.lost, 1);
-    drop(s);
-    g.changed.notify_all();
+    g.set_lost(why, Some(&activity.lost));
 }
 
 /// One renewal of each guard in `guards`, all in one round of the engine. Returns, per guard, when to renew it
@@ -382,17 +365,19 @@ impl Held {
         (now >= self.deadline_of(s)).then(|| Lost::Expired(s.last_error.clone().map(Box::new)))
     }
 
-    /// Marks the guard lost (the first reason wins) and wakes whoever waits on it; `true` if it was not lost
-    /// before.
-    pub(crate) fn set_lost(&self, lost: Lost) -> bool {
+    /// Marks the guard lost (the first reason wins) and wakes whoever waits on it. A first loss is counted in
+    /// `counter` before anyone is woken, so that a holder woken by it reads it in
+    /// [`LockManager::stats`](crate::redlock::LockManager::stats) (`tests/rooms.rs` saw the count lag the wake-up).
+    pub(crate) fn set_lost(&self, lost: Lost, counter: Option<&AtomicU64>) {
         let mut s = lock(&self.state);
-        let first = s.lost.is_none();
-        if first {
+        if s.lost.is_none() {
             s.lost = Some(lost);
+            if let Some(counter) = counter {
+                Activity::add(counter, 1);
+            }
         }
         drop(s);
         self.changed.notify_all();
-        first
     }
 
     fn wait_lost(&self, timeout: Duration) -> bool {

@@ -42,7 +42,7 @@ use std::fmt;
 use std::time::Instant;
 
 use crate::net::{NodeSet, Reply};
-use crate::redlock::error::{Error, Outcome, Result};
+use crate::redlock::error::Outcome;
 use crate::redlock::quorum::Vote;
 use crate::redlock::token;
 use crate::resp::Value;
@@ -142,12 +142,4 @@ pub(crate) fn vote(reply: &Reply) -> (Vote, Outcome, u64) {
             )
         }
     }
-}
-
-/// Draws a fresh id, for an owner or a hold.
-pub(crate) fn draw(tokens: &token::Tokens, doing: &'static str) -> Result<token::Value> {
-    tokens.next().map_err(|e| Error::Os {
-        doing,
-        error: std::io::Error::from(e).into(),
-    })
 }

@@ -27,6 +27,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::net::NodeSet;
+use crate::redlock::kind::lock::Lock;
 use crate::redlock::token;
 
 /// A set of resources held together on a majority of the nodes, all with one value, valid until
@@ -71,6 +72,34 @@ impl LockSet {
     /// How many times the set was extended.
     pub fn extensions(&self) -> u32 {
         self.extensions
+    }
+}
+
+impl LockSet {
+    /// The set as a guard keeps it: a [`Lock`] on its first resource (the set's value, lease and nodes), and
+    /// every resource.
+    pub(crate) fn into_guarded(self) -> (Lock, Vec<Vec<u8>>) {
+        let lock = Lock {
+            resource: self.resources.first().cloned().unwrap_or_default(),
+            value: self.value,
+            valid_until: self.valid_until,
+            acquired: self.acquired,
+            extensions: 0,
+            nodes: self.nodes,
+        };
+        (lock, self.resources)
+    }
+
+    /// The set a guard kept as [`into_guarded`](LockSet::into_guarded) made it, to release it.
+    pub(crate) fn from_guarded(lock: Lock, resources: Vec<Vec<u8>>) -> LockSet {
+        LockSet {
+            resources,
+            value: lock.value,
+            valid_until: lock.valid_until,
+            acquired: lock.acquired,
+            extensions: 0,
+            nodes: lock.nodes,
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use crate::redlock::error::{Error, Result};
 use crate::redlock::guard::Guard;
 use crate::redlock::kind::fenced::FencedLock;
 use crate::redlock::kind::lock::Lock;
-use crate::redlock::kind::reentrant::{Owner, ReentrantLock, draw};
+use crate::redlock::kind::reentrant::{Owner, ReentrantLock};
 use crate::redlock::kind::set::LockSet;
 use crate::redlock::lua;
 use crate::redlock::unreleased::Unreleased;
@@ -108,16 +108,8 @@ impl LockManager {
         ttl: Duration,
     ) -> Result<super::Guard> {
         self.check_guard_ttl(ttl)?;
-        let set = self.lock_many(resources, ttl)?;
-        let lock = crate::redlock::kind::lock::Lock {
-            resource: set.resources.first().cloned().unwrap_or_default(),
-            value: set.value,
-            valid_until: set.valid_until,
-            acquired: set.acquired,
-            extensions: 0,
-            nodes: set.nodes,
-        };
-        Ok(self.keeper.guard(lock, ttl, None, Some(set.resources)))
+        let (lock, resources) = self.lock_many(resources, ttl)?.into_guarded();
+        Ok(self.keeper.guard(lock, ttl, None, Some(resources)))
     }
 
     /// One attempt to acquire each of `resources` for `ttl`, all in one round: the `SET NX` commands of the
@@ -257,10 +249,10 @@ impl LockManager {
     ///
     /// [`Error::Os`] if the OS cannot provide randomness.
     pub fn owner(&self) -> Result<Owner> {
-        let value = draw(
-            &self.engine().tokens,
-            "drawing the owner value from the OS's randomness",
-        )?;
+        let value = self
+            .engine()
+            .tokens
+            .draw("drawing the owner value from the OS's randomness")?;
         Ok(Owner { value })
     }
 

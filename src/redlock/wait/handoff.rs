@@ -69,7 +69,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::BytesMut;
 
-use super::{FREE_STREAK, Place, expiry_jitter, probe};
+use super::{FREE_STREAK, Place, give_up, note_wait, sleep, wake_for_holder};
 use crate::net::NodeSet;
 use crate::redlock::engine::Engine;
 use crate::redlock::engine::seam::block;
@@ -78,7 +78,6 @@ use crate::redlock::guard::Keeper;
 use crate::redlock::kind::lock::Lock;
 use crate::redlock::kind::queued::Entry;
 use crate::redlock::quorum::Failure;
-use crate::redlock::stats::Activity;
 use crate::resp::{Value, encode_command};
 use crate::time::later;
 
@@ -163,28 +162,11 @@ pub(super) fn queued_wait(
     loop {
         let (head, generation) = keeper.waits.head(resource, ticket);
         let cancelled = keeper.waits.cancels() != cancels;
-        if Instant::now() >= until || cancelled {
-            let error = last.take().or_else(|| keeper.waits.last_error(resource));
-            if error.is_some() || !head || cancelled {
-                Activity::add(&activity.waits_given_up, 1);
-            }
-            if let Some(e) = error {
-                return Ok(Err(e));
-            }
-            if !head || cancelled {
-                return Ok(Err(Error::Held(Box::new(engine.report(
-                    resource,
-                    vec![Outcome::NotAwaited; engine.fanout.len()],
-                    quorum,
-                )))));
-            }
-            // The head makes one attempt, even with no time to wait at all.
+        if let Some(e) = give_up(keeper, resource, (head, cancelled, until), &mut last) {
+            return Ok(Err(e));
         }
         if !head {
-            if !waited {
-                waited = true;
-                Activity::add(&activity.waits, 1);
-            }
+            note_wait(&mut waited, activity);
             keeper.waits.park(resource, ticket, None, until);
             continue;
         }
@@ -215,23 +197,7 @@ pub(super) fn queued_wait(
                 keeper.watchdog.ensure_started(Arc::downgrade(keeper));
                 if refusal.head {
                     // Our turn: wait for the lock key, as a lone waiter does.
-                    let probe = probe(keeper, resource);
-                    report.holder_ttl = probe.free_in.filter(|d| !d.is_zero());
-                    let wake = match probe.free_in {
-                        Some(d) if d.is_zero() && free_streak < FREE_STREAK => {
-                            free_streak += 1;
-                            now
-                        }
-                        Some(d) if !d.is_zero() => {
-                            free_streak = 0;
-                            later(now, d + expiry_jitter(engine, d))
-                        }
-                        _ => later(now, engine.retry_pause()),
-                    };
-                    match probe.tracked < quorum {
-                        true => wake.min(later(now, engine.retry_pause())),
-                        false => wake,
-                    }
+                    wake_for_holder(keeper, resource, &mut report, &mut free_streak, now)
                 } else {
                     // Another waiter's turn: wait for ours (or refresh the entry).
                     let (changed, tracked) = arm_turn(keeper, entry, &refusal.turns);
@@ -254,17 +220,13 @@ pub(super) fn queued_wait(
         };
         keeper.waits.set_error(resource, &error);
         last = Some(error);
-        let wake = wake.min(refresh).min(until);
-        if !waited {
-            waited = true;
-            Activity::add(&activity.waits, 1);
-        }
-        while Instant::now() < wake && keeper.waits.head(resource, ticket).1 == generation {
-            keeper.waits.park(resource, ticket, Some(generation), wake);
-        }
-        if Instant::now() < until {
-            Activity::add(&activity.wakeups, 1);
-        }
+        note_wait(&mut waited, activity);
+        sleep(
+            keeper,
+            (resource, ticket, generation),
+            wake.min(refresh).min(until),
+            until,
+        );
     }
 }
 
