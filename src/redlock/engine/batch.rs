@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use crate::net::{NodeSet, Reply};
 use crate::redlock::engine::pipeline::Kind;
+use crate::redlock::engine::release::Tally;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::{Engine, settle};
 use crate::redlock::error::{Error, Outcome, Result};
@@ -187,18 +188,12 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 union.insert(node);
             }
         }
-        let mut outcomes = vec![Outcome::NotAwaited; m * n];
-        let (mut released, mut answered) = (vec![0usize; m], vec![0usize; m]);
-        // Nodes a lock's acquisition never reached have nothing of it to delete: they count as answered.
-        for (j, l) in locks.iter().enumerate() {
-            for node in 0..n {
-                if !l.nodes.contains(node) {
-                    outcomes[j * n + node] = Outcome::NotSent;
-                    answered[j] += 1;
-                }
-            }
-        }
-        let mut pending = released.iter().filter(|&&r| r < quorum).count();
+        // One tally per lock, as a lone release counts it; a node never asked for a lock counts as answered.
+        let mut tallies: Vec<Tally<'_>> = locks
+            .iter()
+            .map(|l| Tally::new(&self.votes, n, quorum, l.nodes))
+            .collect();
+        let mut pending = m;
         let keys: Vec<&[u8]> = locks.iter().map(|l| &l.resource[..]).collect();
         let vals: Vec<&[u8]> = locks.iter().map(|l| &l.value[..]).collect();
         let deadline = later(self.clock.now(), self.config.round_timeout);
@@ -211,18 +206,14 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             |buf, full| lua::eval(buf, lua::RELEASE_BATCH, full, &keys, &vals),
             |_, node, reply| {
                 let votes = array_votes(&reply, m);
-                for (j, (vote, outcome)) in votes.into_iter().enumerate() {
+                for (j, vote) in votes.into_iter().enumerate() {
                     if !locks[j].nodes.contains(node) {
                         continue;
                     }
-                    self.votes[node].count(&outcome);
-                    outcomes[j * n + node] = outcome;
-                    answered[j] += usize::from(vote != Vote::Failed);
-                    if vote == Vote::Yes {
-                        released[j] += 1;
-                        if released[j] == quorum {
-                            pending -= 1;
-                        }
+                    let tally = &mut tallies[j];
+                    let was_needed = tally.needed() > 0;
+                    if tally.vote(node, vote) == 0 && was_needed {
+                        pending -= 1;
                     }
                 }
                 // Like a lone release: done once every lock is released on a majority, or every node answered.
@@ -230,18 +221,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             },
         )
         .await;
-        let mut results = Vec::with_capacity(m);
-        for (j, lock) in locks.iter().enumerate() {
-            results.push(match answered[j] >= quorum {
-                true => Ok(released[j]),
-                false => Err(Error::Quorum(Box::new(self.report(
-                    &lock.resource,
-                    outcomes[j * n..(j + 1) * n].to_vec(),
-                    quorum,
-                )))),
-            });
-        }
-        results
+        tallies
+            .into_iter()
+            .zip(locks)
+            .map(|(tally, lock)| tally.finish(self, &lock.resource))
+            .collect()
     }
 }
 

@@ -6,9 +6,11 @@ use bytes::BytesMut;
 
 use crate::net::NodeSet;
 use crate::redlock::engine::pipeline::Kind;
+use crate::redlock::engine::release::Tally;
+use crate::redlock::engine::retry::Attempt;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::{Engine, settle};
-use crate::redlock::error::{Error, Outcome, Report, Result};
+use crate::redlock::error::{Outcome, Result};
 use crate::redlock::kind::fenced::{
     FencedLock, MAX_CONFIRMS, counter_key, fence_vote, fenced_vote,
 };
@@ -29,34 +31,16 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         retry: bool,
     ) -> Result<Option<FencedLock>> {
         let ttl_ms = self.check(resource, ttl)?;
-        let mut attempt = 0;
-        loop {
-            let (failure, report) = match self.attempt_fenced(resource, ttl, ttl_ms).await? {
-                Ok(lock) => return Ok(Some(lock)),
-                Err(failed) => failed,
-            };
-            if !retry && failure == Failure::Held {
-                return Ok(None);
-            }
-            if !retry || attempt >= self.config.retry_count {
-                let report = Box::new(report);
-                return Err(match failure {
-                    Failure::Held => Error::Held(report),
-                    _ => Error::Quorum(report),
-                });
-            }
-            attempt += 1;
-            self.clock.sleep(self.retry_pause()).await;
-        }
+        self.retrying(retry, || self.attempt_fenced(resource, ttl, ttl_ms))
+            .await
     }
 
-    #[allow(clippy::type_complexity)]
     async fn attempt_fenced(
         &self,
         resource: &[u8],
         ttl: Duration,
         ttl_ms: u64,
-    ) -> Result<std::result::Result<FencedLock, (Failure, Report)>> {
+    ) -> Attempt<FencedLock> {
         let value = self
             .tokens
             .draw("drawing the lock value from the OS's randomness")?;
@@ -169,17 +153,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// Releases a fenced lock: every node that deletes the key raises the counter to the token first.
     pub(crate) async fn unlock_fenced(&self, lock: &Lock, token: u64) -> Result<usize> {
-        let n = self.fanout.len();
         let quorum = self.quorum();
         let deadline = later(self.clock.now(), self.config.round_timeout);
-        let mut outcomes = vec![Outcome::NotAwaited; n];
-        let (mut released, mut answered) = (0, 0);
-        for (node, outcome) in outcomes.iter_mut().enumerate() {
-            if !lock.nodes.contains(node) {
-                *outcome = Outcome::NotSent;
-                answered += 1;
-            }
-        }
+        let mut tally = Tally::new(&self.votes, self.fanout.len(), quorum, lock.nodes);
         let counter = counter_key(&lock.resource);
         let keys: [&[u8]; 2] = [&lock.resource, &counter];
         let t = Decimal::new(i64::try_from(token).unwrap_or(i64::MAX));
@@ -198,23 +174,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     &[&lock.value, t.as_bytes()],
                 )
             },
-            |_, node, reply| {
-                let (vote, outcome) = script_vote(&reply);
-                self.votes[node].count(&outcome);
-                outcomes[node] = outcome;
-                released += usize::from(vote == Vote::Yes);
-                answered += usize::from(vote != Vote::Failed);
-                quorum.saturating_sub(released)
-            },
+            |_, node, reply| tally.vote(node, script_vote(&reply)),
         )
         .await;
-        if answered < quorum {
-            return Err(Error::Quorum(Box::new(self.report(
-                &lock.resource,
-                outcomes,
-                quorum,
-            ))));
-        }
-        Ok(released)
+        tally.finish(self, &lock.resource)
     }
 }

@@ -9,8 +9,10 @@ pub(crate) mod persist;
 pub(crate) mod pipeline;
 pub(crate) mod queued;
 pub(crate) mod reentrant;
+pub(crate) mod release;
 pub(crate) mod renew;
 pub(crate) mod restart;
+pub(crate) mod retry;
 pub(crate) mod seam;
 pub(crate) mod set;
 
@@ -20,7 +22,9 @@ use bytes::BytesMut;
 
 use crate::net::{Fanout, NodeError, NodeSet, Reply};
 use crate::redlock::config::Config;
+use crate::redlock::engine::release::Tally;
 use crate::redlock::engine::restart::Setup;
+use crate::redlock::engine::retry::{Attempt, retried_to_none};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes, SystemClock};
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::inspect::{Inspection, KeyState, key_state};
@@ -96,32 +100,15 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     pub(crate) async fn lock(&self, resource: &[u8], ttl: Duration) -> Result<Lock> {
         let ttl_ms = self.check(resource, ttl)?;
-        let mut attempt = 0;
-        loop {
-            let (failure, report) = match self.attempt(resource, ttl, ttl_ms).await? {
-                Ok(lock) => return Ok(lock),
-                Err(failed) => failed,
-            };
-            if attempt >= self.config.retry_count {
-                let report = Box::new(report);
-                return Err(if failure == Failure::Held {
-                    Error::Held(report)
-                } else {
-                    Error::Quorum(report)
-                });
-            }
-            attempt += 1;
-            self.clock.sleep(self.retry_pause()).await;
-        }
+        self.retrying(true, || self.attempt(resource, ttl, ttl_ms))
+            .await?
+            .ok_or_else(retried_to_none)
     }
 
     pub(crate) async fn try_lock(&self, resource: &[u8], ttl: Duration) -> Result<Option<Lock>> {
         let ttl_ms = self.check(resource, ttl)?;
-        match self.attempt(resource, ttl, ttl_ms).await? {
-            Ok(lock) => Ok(Some(lock)),
-            Err((Failure::Held, _)) => Ok(None),
-            Err((_, report)) => Err(Error::Quorum(Box::new(report))),
-        }
+        self.retrying(false, || self.attempt(resource, ttl, ttl_ms))
+            .await
     }
 
     pub(crate) async fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
@@ -283,43 +270,22 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         })
     }
 
-    /// The release round shared by `unlock` and `unlock_value`: compare-and-delete on `nodes`; the number of nodes
-    /// that deleted the key by the time a majority confirmed, every node answered, or the round timed out.
+    /// The release round shared by `unlock` and `unlock_value`: compare-and-delete on `nodes`, counted by a
+    /// [`Tally`]: the number of nodes that deleted the key by the time a majority confirmed, or why not.
     async fn release_on(&self, resource: &[u8], value: &[u8], nodes: NodeSet) -> Result<usize> {
-        let n = self.fanout.len();
         let quorum = self.quorum();
         let deadline = later(self.clock.now(), self.config.round_timeout);
-        let mut outcomes = vec![Outcome::NotAwaited; n];
-        let (mut released, mut answered) = (0, 0);
-        // Nodes the acquisition never reached have nothing to delete: they count as answered.
-        for (node, outcome) in outcomes.iter_mut().enumerate() {
-            if !nodes.contains(node) {
-                *outcome = Outcome::NotSent;
-                answered += 1;
-            }
-        }
+        let mut tally = Tally::new(&self.votes, self.fanout.len(), quorum, nodes);
         self.script_round(
             Script::Release,
             resource,
             value,
             0,
             (nodes, deadline, quorum),
-            |node, reply| {
-                let (vote, outcome) = script_vote(&reply);
-                self.votes[node].count(&outcome);
-                outcomes[node] = outcome;
-                released += usize::from(vote == Vote::Yes);
-                answered += usize::from(vote != Vote::Failed);
-                quorum.saturating_sub(released)
-            },
+            |node, reply| tally.vote(node, script_vote(&reply)),
         )
         .await;
-        if answered < quorum {
-            return Err(Error::Quorum(Box::new(
-                self.report(resource, outcomes, quorum),
-            )));
-        }
-        Ok(released)
+        tally.finish(self, resource)
     }
 
     /// A node's vote as it counts: a "yes" from a node the restart guard does not trust yet is no vote. `since`:
@@ -357,13 +323,12 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// One acquisition round. `Err` carries why it failed and every node's outcome; partial grants have been
     /// released by then.
-    #[allow(clippy::type_complexity)]
     pub(crate) async fn attempt(
         &self,
         resource: &[u8],
         ttl: Duration,
         ttl_ms: u64,
-    ) -> Result<std::result::Result<Lock, (Failure, Report)>> {
+    ) -> Attempt<Lock> {
         let value = self
             .tokens
             .draw("drawing the lock value from the OS's randomness")?;

@@ -6,12 +6,15 @@ use bytes::BytesMut;
 
 use crate::net::NodeSet;
 use crate::redlock::engine::pipeline::Kind;
+use crate::redlock::engine::release::Tally;
+use crate::redlock::engine::retry::{Attempt, retried_to_none};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::{Engine, settle};
-use crate::redlock::error::{Error, Outcome, Result};
+use crate::redlock::error::{Outcome, Result};
 use crate::redlock::kind::reentrant::{Owner, ReentrantLock, count_key, vote};
+use crate::redlock::kind::script_vote;
 use crate::redlock::lua;
-use crate::redlock::quorum::{Failure, Vote};
+use crate::redlock::quorum::Vote;
 use crate::resp::{Decimal, Value};
 use crate::time::later;
 
@@ -23,69 +26,76 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         ttl: Duration,
     ) -> Result<ReentrantLock> {
         let ttl_ms = self.check(resource, ttl)?;
+        self.retrying(true, || {
+            self.attempt_reentrant(owner, resource, ttl, ttl_ms)
+        })
+        .await?
+        .ok_or_else(retried_to_none)
+    }
+
+    /// One acquisition attempt of a reentrant hold; a failed one is undone (see below) before it returns.
+    async fn attempt_reentrant(
+        &self,
+        owner: &Owner,
+        resource: &[u8],
+        ttl: Duration,
+        ttl_ms: u64,
+    ) -> Attempt<ReentrantLock> {
         let counter = count_key(resource);
         let keys: [&[u8]; 2] = [resource, &counter];
         let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
-        let mut attempt = 0;
-        loop {
-            // A fresh id per attempt: an undo that is late (behind a later attempt on some node) then removes only
-            // the hold of the attempt it undoes.
-            let hold = self
-                .tokens
-                .draw("drawing a hold id from the OS's randomness")?;
-            let round = self
-                .acquire_scripted(
-                    lua::ACQUIRE_REENTRANT,
-                    (&keys, &[&owner.value, &hold, ttl_arg.as_bytes()]),
-                    (ttl, ttl_ms),
-                    vote,
-                )
-                .await;
-            let (quorum, status, outcomes, nodes, holds) = (
-                round.quorum,
-                round.status,
-                round.outcomes,
-                round.nodes,
-                round.count,
+        // A fresh id per attempt: an undo that is late (behind a later attempt on some node) then removes only
+        // the hold of the attempt it undoes.
+        let hold = self
+            .tokens
+            .draw("drawing a hold id from the OS's randomness")?;
+        let round = self
+            .acquire_scripted(
+                lua::ACQUIRE_REENTRANT,
+                (&keys, &[&owner.value, &hold, ttl_arg.as_bytes()]),
+                (ttl, ttl_ms),
+                vote,
+            )
+            .await;
+        let (quorum, status, outcomes, nodes, holds) = (
+            round.quorum,
+            round.status,
+            round.outcomes,
+            round.nodes,
+            round.count,
+        );
+        let failure = match settle(status, &quorum, self.clock.now()) {
+            Ok(valid_until) => {
+                return Ok(Ok(ReentrantLock {
+                    resource: resource.to_vec(),
+                    owner: owner.clone(),
+                    hold,
+                    valid_until,
+                    holds,
+                    nodes,
+                }));
+            }
+            Err(failure) => failure,
+        };
+        // Undo on every node the attempt was sent to, without waiting: whatever a node answered (or did not:
+        // a reply lost to a reset or a hang may follow a write that happened), the release removes this
+        // attempt's hold if it is there and nothing otherwise.
+        if nodes != NodeSet::EMPTY {
+            let mut buf = BytesMut::new();
+            lua::eval(
+                &mut buf,
+                lua::RELEASE_REENTRANT,
+                false,
+                &keys,
+                &[&owner.value, &hold],
             );
-            let failure = match settle(status, &quorum, self.clock.now()) {
-                Ok(valid_until) => {
-                    return Ok(ReentrantLock {
-                        resource: resource.to_vec(),
-                        owner: owner.clone(),
-                        hold,
-                        valid_until,
-                        holds,
-                        nodes,
-                    });
-                }
-                Err(failure) => failure,
-            };
-            // Undo on every node the attempt was sent to, without waiting: whatever a node answered (or did not:
-            // a reply lost to a reset or a hang may follow a write that happened), the release removes this
-            // attempt's hold if it is there and nothing otherwise.
-            if nodes != NodeSet::EMPTY {
-                let mut buf = BytesMut::new();
-                lua::eval(
-                    &mut buf,
-                    lua::RELEASE_REENTRANT,
-                    false,
-                    &keys,
-                    &[&owner.value, &hold],
-                );
-                let mut round = self.fanout.release_round(self.clock.now());
-                round.send_to(nodes, &buf, 1);
-            }
-            if attempt >= self.config.retry_count {
-                let report = Box::new(self.report(resource, outcomes, quorum.quorum()));
-                return Err(match failure {
-                    Failure::Held => Error::Held(report),
-                    _ => Error::Quorum(report),
-                });
-            }
-            attempt += 1;
-            self.clock.sleep(self.retry_pause()).await;
+            let mut round = self.fanout.release_round(self.clock.now());
+            round.send_to(nodes, &buf, 1);
         }
+        Ok(Err((
+            failure,
+            self.report(resource, outcomes, quorum.quorum()),
+        )))
     }
 
     /// One release round of `lock`'s hold by `script` on every node its acquisition was sent to.
@@ -96,19 +106,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         lock: &ReentrantLock,
         script: lua::Lua,
     ) -> Result<(usize, bool)> {
-        let n = self.fanout.len();
         let quorum = self.quorum();
         let counter = count_key(&lock.resource);
         let keys: [&[u8]; 2] = [&lock.resource, &counter];
-        let mut outcomes = vec![Outcome::NotAwaited; n];
-        let (mut released, mut answered) = (0, 0);
-        // Nodes the acquisition was never sent to have nothing of it: they count as answered.
-        for (node, outcome) in outcomes.iter_mut().enumerate() {
-            if !lock.nodes.contains(node) {
-                *outcome = Outcome::NotSent;
-                answered += 1;
-            }
-        }
+        let mut tally = Tally::new(&self.votes, self.fanout.len(), quorum, lock.nodes);
         let mut last = false;
         self.pipelined(
             Kind::Release,
@@ -119,30 +120,20 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             |buf, full| lua::eval(buf, script, full, &keys, &[&lock.owner.value, &lock.hold]),
             |_, node, reply| {
                 // The holds left (0: the key went), or -1: the key is not the owner's (it expired), so nothing
-                // of this hold is there either.
-                let (v, outcome) = match reply.as_ref().map(Value::without_attributes) {
+                // of this hold is there either. A nested hold removed (holds left > 0) deletes no key but is
+                // this release done on that node: it counts as released.
+                let vote = match reply.as_ref().map(Value::without_attributes) {
                     Ok(Value::Integer(c)) if *c >= 0 => {
                         last |= *c == 0;
                         (Vote::Yes, Outcome::Granted)
                     }
                     Ok(Value::Integer(_)) => (Vote::Taken, Outcome::Taken),
-                    _ => crate::redlock::kind::script_vote(&reply),
+                    _ => script_vote(&reply),
                 };
-                self.votes[node].count(&outcome);
-                outcomes[node] = outcome;
-                released += usize::from(v == Vote::Yes);
-                answered += usize::from(v != Vote::Failed);
-                quorum.saturating_sub(released)
+                tally.vote(node, vote)
             },
         )
         .await;
-        if answered < quorum {
-            return Err(Error::Quorum(Box::new(self.report(
-                &lock.resource,
-                outcomes,
-                quorum,
-            ))));
-        }
-        Ok((released, last))
+        Ok((tally.finish(self, &lock.resource)?, last))
     }
 }

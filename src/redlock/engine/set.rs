@@ -5,6 +5,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 
 use crate::redlock::engine::pipeline::Kind;
+use crate::redlock::engine::release::Tally;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::{Engine, settle};
 use crate::redlock::error::{Error, Outcome, Report, Result};
@@ -13,7 +14,7 @@ use crate::redlock::kind::set::{LockSet, keys, set_name};
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Quorum, Status, Vote, drift};
 use crate::redlock::token;
-use crate::resp::Decimal;
+use crate::resp::{Decimal, Value};
 use crate::time::later;
 
 impl<N: Nodes, C: Clock> Engine<N, C> {
@@ -48,25 +49,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let value = self
             .tokens
             .draw("drawing the lock value from the OS's randomness")?;
-        let mut attempt = 0;
-        loop {
-            let (failure, report) = match self.attempt_many(&sorted, value, ttl, ttl_ms).await {
-                Ok(set) => return Ok(Some(set)),
-                Err(failed) => failed,
-            };
-            if !retry && failure == Failure::Held {
-                return Ok(None);
-            }
-            if !retry || attempt >= self.config.retry_count {
-                let report = Box::new(report);
-                return Err(match failure {
-                    Failure::Held => Error::Held(report),
-                    _ => Error::Quorum(report),
-                });
-            }
-            attempt += 1;
-            self.clock.sleep(self.retry_pause()).await;
-        }
+        let sorted = &sorted;
+        self.retrying(retry, move || async move {
+            Ok(self.attempt_many(sorted, value, ttl, ttl_ms).await)
+        })
+        .await
     }
 
     async fn attempt_many(
@@ -190,17 +177,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     }
 
     pub(crate) async fn unlock_many(&self, set: &LockSet) -> Result<usize> {
-        let n = self.fanout.len();
         let quorum = self.quorum();
         let deadline = later(self.clock.now(), self.config.round_timeout);
-        let mut outcomes = vec![Outcome::NotAwaited; n];
-        let (mut released, mut answered) = (0, 0);
-        for (node, outcome) in outcomes.iter_mut().enumerate() {
-            if !set.nodes.contains(node) {
-                *outcome = Outcome::NotSent;
-                answered += 1;
-            }
-        }
+        let mut tally = Tally::new(&self.votes, self.fanout.len(), quorum, set.nodes);
         let names = keys(&set.resources);
         self.pipelined(
             Kind::Release,
@@ -211,28 +190,14 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             |buf, full| lua::eval(buf, lua::RELEASE_MANY, full, &names, &[&set.value]),
             |_, node, reply| {
                 // The number of keys deleted: any is "released here".
-                let (vote, outcome) = match reply
-                    .as_ref()
-                    .map(crate::resp::Value::without_attributes)
-                {
-                    Ok(crate::resp::Value::Integer(k)) if *k > 0 => (Vote::Yes, Outcome::Granted),
+                let vote = match reply.as_ref().map(Value::without_attributes) {
+                    Ok(Value::Integer(k)) if *k > 0 => (Vote::Yes, Outcome::Granted),
                     _ => script_vote(&reply),
                 };
-                self.votes[node].count(&outcome);
-                outcomes[node] = outcome;
-                released += usize::from(vote == Vote::Yes);
-                answered += usize::from(vote != Vote::Failed);
-                quorum.saturating_sub(released)
+                tally.vote(node, vote)
             },
         )
         .await;
-        if answered < quorum {
-            return Err(Error::Quorum(Box::new(self.report(
-                &set_name(&set.resources),
-                outcomes,
-                quorum,
-            ))));
-        }
-        Ok(released)
+        tally.finish(self, &set_name(&set.resources))
     }
 }

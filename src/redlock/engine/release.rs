@@ -1,0 +1,129 @@
+//! [`Tally`]: how every release round counts its replies and what it concludes, whatever the kind (plain, by
+//! value, a set, fenced, reentrant, each lock of a batch). A kind keeps only how it encodes its request and what
+//! its reply means (a [`Vote`] and an [`Outcome`]); the tally does the rest.
+//!
+//! # The verdict
+//!
+//! - **Released**: a majority of all N nodes confirmed removing this lock (deleting the key; for a nested
+//!   reentrant hold, removing the hold). `Ok(n)`, the number that confirmed by the time the round ended.
+//! - **Lost** ([`Error::LockLost`]): a majority answered, but fewer than a majority confirmed: the lock was not
+//!   held by a majority any more when the release came (its lease had run out, or it had been released already),
+//!   so the work it protected may have overlapped another holder's. Not a success, whatever `n` was.
+//! - **Unconfirmed** ([`Error::Quorum`]): fewer than a majority answered at all: the release may not have
+//!   happened where it was not answered, and the lock then ends with its lease.
+//!
+//! Nodes the acquisition never reached hold nothing of the lock: they are not asked, and count as answered
+//! ([`Outcome::NotSent`]) but not as released. Every counted outcome goes into the node's tallies
+//! ([`Votes`]) for [`LockManager::stats`](crate::redlock::LockManager::stats).
+//!
+//! The tally is a plain struct: one `Vec` of outcomes (the one the report is made of), allocated when it starts;
+//! counting allocates nothing.
+
+use crate::net::NodeSet;
+use crate::redlock::engine::Engine;
+use crate::redlock::engine::seam::{Clock, Nodes};
+use crate::redlock::error::{Error, Outcome, Result};
+use crate::redlock::quorum::Vote;
+use crate::redlock::stats::Votes;
+
+/// One release's count: per node its outcome, how many nodes confirmed the release and how many answered.
+#[derive(Debug)]
+pub(crate) struct Tally<'a> {
+    /// The nodes' tallies, where each outcome is counted as it comes.
+    votes: &'a [Votes],
+    quorum: usize,
+    outcomes: Vec<Outcome>,
+    released: usize,
+    answered: usize,
+}
+
+impl<'a> Tally<'a> {
+    /// A tally over `n` nodes of which `sent` are asked; `quorum` of them must confirm.
+    pub(crate) fn new(votes: &'a [Votes], n: usize, quorum: usize, sent: NodeSet) -> Tally<'a> {
+        let mut outcomes = vec![Outcome::NotAwaited; n];
+        let mut answered = 0;
+        for (node, outcome) in outcomes.iter_mut().enumerate() {
+            if !sent.contains(node) {
+                *outcome = Outcome::NotSent;
+                answered += 1;
+            }
+        }
+        Tally {
+            votes,
+            quorum,
+            outcomes,
+            released: 0,
+            answered,
+        }
+    }
+
+    /// Counts `node`'s reply, as its kind reads it: [`Vote::Yes`] released here, [`Vote::Failed`] no answer (or
+    /// an error reply), anything else answered without releasing. Returns how many more confirmations would make
+    /// the release certain (0: it is, the round may end).
+    pub(crate) fn vote(&mut self, node: usize, (vote, outcome): (Vote, Outcome)) -> usize {
+        if let Some(votes) = self.votes.get(node) {
+            votes.count(&outcome);
+        }
+        if let Some(slot) = self.outcomes.get_mut(node) {
+            *slot = outcome;
+        }
+        self.released += usize::from(vote == Vote::Yes);
+        self.answered += usize::from(vote != Vote::Failed);
+        self.needed()
+    }
+
+    /// How many more confirmations would make the release certain.
+    pub(crate) fn needed(&self) -> usize {
+        self.quorum.saturating_sub(self.released)
+    }
+
+    /// The verdict (see the module docs): the number of nodes that confirmed, or [`Error::LockLost`] /
+    /// [`Error::Quorum`] with every node's outcome, the report naming `resource`.
+    pub(crate) fn finish<N: Nodes, C: Clock>(
+        self,
+        engine: &Engine<N, C>,
+        resource: &[u8],
+    ) -> Result<usize> {
+        if self.answered >= self.quorum {
+            return Ok(self.released);
+        }
+        let lost = false;
+        let report = Box::new(engine.report(resource, self.outcomes, self.quorum));
+        Err(match lost {
+            true => Error::LockLost(report),
+            false => Error::Quorum(report),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn votes(n: usize) -> Vec<Votes> {
+        (0..n).map(|_| Votes::default()).collect()
+    }
+
+    #[test]
+    fn unsent_nodes_count_as_answered_not_released() {
+        let v = votes(5);
+        let mut sent = NodeSet::EMPTY;
+        [0, 1, 2].into_iter().for_each(|i| sent.insert(i));
+        let mut t = Tally::new(&v, 5, 3, sent);
+        assert_eq!(t.outcomes[3], Outcome::NotSent);
+        assert_eq!((t.released, t.answered), (0, 2));
+        assert_eq!(t.vote(0, (Vote::Yes, Outcome::Granted)), 2);
+        assert_eq!(t.vote(1, (Vote::Taken, Outcome::Taken)), 2);
+        assert_eq!((t.released, t.answered), (1, 4));
+    }
+
+    #[test]
+    fn the_round_may_end_once_a_majority_confirmed() {
+        let v = votes(3);
+        let mut t = Tally::new(&v, 3, 2, NodeSet::ALL);
+        assert_eq!(t.vote(2, (Vote::Yes, Outcome::Granted)), 1);
+        assert_eq!(t.vote(0, (Vote::Yes, Outcome::Granted)), 0);
+        assert_eq!(t.needed(), 0);
+        assert_eq!(t.outcomes[1], Outcome::NotAwaited);
+    }
+}
