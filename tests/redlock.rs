@@ -97,8 +97,14 @@ fn an_expired_lock_cannot_be_released_or_extended_and_spares_the_next_holder() {
         old.value(),
         "values are unique per acquisition"
     );
-    // The old holder's release deletes nothing: every node answers "not ours".
-    assert_eq!(locks.unlock(old), Ok(0));
+    // The old holder's release deletes nothing: every node answers "not ours", and the caller hears the lock
+    // was lost (its work may have overlapped the next holder's).
+    let err = locks.unlock(old).unwrap_err();
+    assert!(
+        matches!(&err, Error::LockLost(r) if r.taken() == 3 && r.granted() == 0),
+        "{err}"
+    );
+    assert!(err.is_lost());
     for i in 0..3 {
         assert_eq!(get(&cluster, i, "res"), bulk(next.value()), "node {i}");
     }

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use muxlock::{Config, Guard, LockManager, Lost};
+use muxlock::{Config, Error, Guard, LockManager, Lost};
 use support::locks::{manager, one_attempt, wait_until};
 use support::wire::cmd;
 use support::{Cluster, RedisServer};
@@ -536,7 +536,9 @@ fn stats_count_guards_renewals_losses_and_waits() {
     }
     assert!(a.wait_lost(Duration::from_secs(3)));
     assert_eq!(locks.stats().guards.lost, 1);
-    assert_eq!(a.release().expect("release"), 0);
+    // Its release deletes nothing (the key is gone everywhere): the lost lock, as an error.
+    let err = a.release().unwrap_err();
+    assert!(matches!(err, Error::LockLost(_)), "{err}");
     drop(b);
     let c_renewals = c.renewals();
     drop(c.release());

@@ -199,8 +199,19 @@ pub enum Error {
     Quorum(Box<Report>),
     /// The lock's validity had already run out: an extension cannot bring it back. Nothing was sent.
     Expired,
-    /// An extension found that the majority no longer holds our value: the lock is lost (it expired and someone
-    /// else may have it).
+    /// The nodes say the lock is no longer held by a majority: it is lost (its lease ran out, and someone else
+    /// may have it). Returned by
+    ///
+    /// - an extension (`extend` and kin, `extend_value`) that a majority did not confirm because the key no longer
+    ///   holds our value;
+    /// - a release (`unlock`, `unlock_value`, `unlock_many`, `unlock_fenced`, `unlock_reentrant`, each entry of
+    ///   `unlock_batch`, [`Guard::release`](super::Guard::release)) that a majority of nodes answered but fewer
+    ///   than a majority confirmed (deleted the key; for a reentrant hold, removed the hold): the lock had expired
+    ///   or been released already, so **the work it protected may have overlapped another holder's**. The keys
+    ///   were deleted where the nodes still held them; nothing else is left to release.
+    ///
+    /// The report has every node's outcome: [`Outcome::Granted`] where the node confirmed, [`Outcome::Taken`]
+    /// where it no longer held our value.
     LockLost(Box<Report>),
     /// The lock was already extended the maximum number of times
     /// ([`Config::max_extensions`](super::Config::max_extensions)).

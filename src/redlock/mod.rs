@@ -23,8 +23,9 @@
 //!                   watchdog.rs (the thread: renewals, the tracker connections, invalidation pushes)
 //!   waiters.rs      WaitRoom: this process' line of waiters per resource, who wakes whom
 //!   engine/         Engine<N = Fanout, C = SystemClock>: every round of every kind, nothing else
-//!                   mod.rs (acquire, extend, release, inspect, the batched renewal round), pipeline.rs
-//!                   (k commands per node), batch.rs, set.rs, fenced.rs, reentrant.rs; restart.rs + persist.rs
+//!                   mod.rs (acquire, extend, release, inspect, the batched renewal round), retry.rs (the
+//!                   one retry loop around any kind's attempt), release.rs (Tally: the one release verdict),
+//!                   pipeline.rs (k commands per node), batch.rs, set.rs, fenced.rs, reentrant.rs; restart.rs + persist.rs
 //!                   (the restart guard); native.rs (each node's DELIFEQ / DELEX, probed on each connection,
 //!                   issue #25); seam.rs (Nodes / NodeRound / Clock: what the engine talks through)
 //!   kind/           the kinds as values: lock.rs (Lock), set.rs (LockSet), fenced.rs (FencedLock, and the

@@ -4,8 +4,8 @@ use std::fmt;
 
 use crate::redlock::error::Error;
 
-/// A release that may not have reached a majority of nodes (too few answered in time): the error, and the lock
-/// itself, so that the caller can release it again. Releases that return it are idempotent on each node (a node
+/// A release that was not confirmed by a majority of nodes (too few answered in time, or the lock was lost): the
+/// error, and the lock itself, so that the caller can release it again. Releases that return it are idempotent on each node (a node
 /// that already released the hold, or never had it, removes nothing), so a retry is always safe.
 ///
 /// Converts into [`Error`] (the `?` operator does it), dropping the lock: it then stays on the nodes the release
@@ -22,7 +22,7 @@ use crate::redlock::error::Error;
 /// for attempt in 0.. {
 ///     match locks.unlock_reentrant(hold) {
 ///         Ok(_) => break,
-///         Err(e) if attempt < 3 => hold = e.into_lock(), // try again with the same hold
+///         Err(e) if e.error().is_quorum() && attempt < 3 => hold = e.into_lock(), // try again, same hold
 ///         Err(e) => return Err(e.into()),
 ///     }
 /// }
@@ -37,7 +37,8 @@ pub struct Unreleased<L> {
 }
 
 impl<L> Unreleased<L> {
-    /// Why the release is not confirmed: [`Error::Quorum`], with every node's outcome.
+    /// Why the release is not confirmed, with every node's outcome: [`Error::Quorum`] (too few answers: another
+    /// release may be confirmed) or [`Error::LockLost`] (a majority answered without the hold: it had expired).
     pub fn error(&self) -> &Error {
         &self.error
     }

@@ -503,11 +503,17 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
             ),
         )),
         None => {
-            if let Some(Err(e)) = released {
-                output::note(&format!(
+            match released {
+                Some(Err(e)) if e.is_lost() => output::note(&format!(
+                    "lock {:?} was no longer held by a majority when released ({e}): the command's work may \
+                     have overlapped another holder's",
+                    args.resource
+                )),
+                Some(Err(e)) => output::note(&format!(
                     "could not confirm the release of {:?} ({e}): the lock ends with its lease",
                     args.resource
-                ));
+                )),
+                _ => {}
             }
             Ok(status.map_or(exit::SOFTWARE, code_of))
         }

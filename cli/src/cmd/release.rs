@@ -2,6 +2,7 @@
 //! holder's lock is never touched).
 
 use clap::Args as ClapArgs;
+use muxlock::Error;
 use serde::Serialize;
 
 use crate::exit::{self, CliError};
@@ -47,19 +48,23 @@ struct Released<'a> {
 /// [`exit::LOST`] if fewer than a majority deleted the key; the codes of [`CliError::lock`] otherwise.
 pub fn run(args: &Args) -> Result<(), CliError> {
     let locks = args.conn.manager(0)?;
-    let released = locks.unlock_value(&args.resource, &args.value)?;
     let (nodes, quorum) = (locks.nodes().len(), locks.quorum());
-    if released < quorum {
-        return Err(CliError::new(
-            exit::LOST,
-            "lost",
-            format!(
-                "lock {:?} was not held with this value by a majority: deleted on {released} of {nodes} nodes, \
+    let released = match locks.unlock_value(&args.resource, &args.value) {
+        Ok(released) => released,
+        // A majority answered, fewer than a majority deleted the key: the library's lost lock. Exit 75 with
+        // every node's outcome (for `--json`), in the command's own words.
+        Err(e @ Error::LockLost(_)) => {
+            let deleted = e.report().map_or(0, |r| r.granted());
+            let mut lost = CliError::lock(&e, exit::LOST);
+            lost.message = format!(
+                "lock {:?} was not held with this value by a majority: deleted on {deleted} of {nodes} nodes, \
                  {quorum} needed (its lease had run out, or it was released already)",
-                args.resource
-            ),
-        ));
-    }
+                args.resource,
+            );
+            return Err(lost);
+        }
+        Err(e) => return Err(e.into()),
+    };
     let doc = Released {
         resource: &args.resource,
         released,

@@ -84,10 +84,11 @@ impl<'a> Tally<'a> {
         engine: &Engine<N, C>,
         resource: &[u8],
     ) -> Result<usize> {
-        if self.answered >= self.quorum {
+        if self.released >= self.quorum {
             return Ok(self.released);
         }
-        let lost = false;
+        // Enough answers to know the lock was not on a majority any more: lost, not merely unconfirmed.
+        let lost = self.answered >= self.quorum;
         let report = Box::new(engine.report(resource, self.outcomes, self.quorum));
         Err(match lost {
             true => Error::LockLost(report),

@@ -81,7 +81,9 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// [`Error::Quorum`] if fewer than a majority of nodes answered.
+    /// As [`unlock`](crate::redlock::LockManager::unlock): [`Error::LockLost`] if a majority answered but fewer
+    /// than a majority deleted any key of the set (it had expired), [`Error::Quorum`] if fewer than a majority
+    /// answered.
     pub fn unlock_many(&self, set: LockSet) -> Result<usize> {
         let released = block(self.engine().unlock_many(&set));
         set.resources
@@ -158,7 +160,9 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// Per lock: [`Error::Quorum`] if fewer than a majority of nodes answered; the lock ends with its lease.
+    /// Per lock, as [`unlock`](crate::redlock::LockManager::unlock): [`Error::LockLost`] if a majority answered
+    /// but fewer than a majority deleted its key (it had expired: its work may have overlapped another holder's),
+    /// [`Error::Quorum`] if fewer than a majority of nodes answered (the lock ends with its lease).
     pub fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
         let released = block(self.engine().unlock_batch(&locks));
         locks
@@ -221,7 +225,8 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// As [`unlock`](crate::redlock::LockManager::unlock).
+    /// As [`unlock`](crate::redlock::LockManager::unlock): [`Error::LockLost`] if a majority answered but fewer
+    /// than a majority deleted the key, [`Error::Quorum`] if fewer than a majority answered.
     pub fn unlock_fenced(&self, lock: FencedLock) -> Result<usize> {
         let released = block(self.engine().unlock_fenced(&lock.lock, lock.token));
         self.keeper.waits.notify(&lock.lock.resource);
@@ -295,10 +300,16 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// [`Unreleased`] if fewer than a majority of nodes answered: it carries [`Error::Quorum`] and the hold
-    /// itself, to release again ([`Unreleased::into_lock`]); releasing a hold twice is harmless. `?` turns it
-    /// into the [`Error`], dropping the hold (it then stays where the release did not reach until its lease
-    /// runs out).
+    /// [`Unreleased`], with the hold itself to release again ([`Unreleased::into_lock`]; releasing a hold twice is
+    /// harmless), carrying:
+    ///
+    /// - [`Error::Quorum`] if fewer than a majority of nodes answered;
+    /// - [`Error::LockLost`] if a majority answered but fewer than a majority still had this hold to remove (the
+    ///   lock had expired there): the work it protected may have overlapped another owner's; releasing again
+    ///   changes nothing.
+    ///
+    /// A nested hold's release deletes no key but removes the hold: that counts as confirmed. `?` turns it into
+    /// the [`Error`], dropping the hold (it then stays where the release did not reach until its lease runs out).
     pub fn unlock_reentrant(
         &self,
         lock: ReentrantLock,

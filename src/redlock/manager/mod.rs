@@ -290,13 +290,19 @@ impl LockManager {
     /// Releases `lock` on all nodes at once (compare-and-delete: a node only deletes the key if it still holds this
     /// lock's value, so an expired lock never deletes its next holder's key).
     ///
-    /// Returns once a majority confirmed, or every node answered, or the round timed out: the number of nodes that
-    /// deleted the key by then. Nodes that had not answered still delete it when the request reaches them.
+    /// Returns once a majority confirmed, or every node answered, or the round timed out. `Ok` means a majority
+    /// deleted the key: it is the number of nodes that had by then (at least [`quorum`](LockManager::quorum)).
+    /// Nodes that had not answered still delete it when the request reaches them.
     ///
     /// # Errors
     ///
-    /// [`Error::Quorum`] if fewer than a majority of nodes answered at all: the release may not have happened, and
-    /// the lock will end with its lease.
+    /// - [`Error::LockLost`] if a majority answered but fewer than a majority deleted the key: the lock was not
+    ///   held by a majority any more (its lease had run out), so the work it protected may have overlapped
+    ///   another holder's. Nothing is left to release.
+    /// - [`Error::Quorum`] if fewer than a majority of nodes answered at all: the release may not have happened,
+    ///   and the lock will end with its lease.
+    ///
+    /// Both carry every node's outcome.
     pub fn unlock(&self, lock: Lock) -> Result<usize> {
         let released = block(self.engine().unlock(&lock));
         // Whatever the outcome, the key may be free now: this process' waiters look.
@@ -308,14 +314,16 @@ impl LockManager {
     /// for a caller that holds the lock by its value alone (a script, another process). The same compare-and-delete
     /// script: a node deletes the key only if it still holds `value`, so another holder's lock is never touched.
     ///
-    /// Returns the number of nodes that deleted the key before the round ended (as `unlock`): fewer than
-    /// [`quorum`](LockManager::quorum) means the value was not held by a majority any more (the lock had expired,
-    /// or was never taken), not an error.
+    /// Returns the number of nodes that deleted the key before the round ended, at least
+    /// [`quorum`](LockManager::quorum) (as `unlock`).
     ///
     /// # Errors
     ///
-    /// [`Error::Quorum`] if fewer than a majority of nodes answered at all; [`Error::Config`] for an empty resource
-    /// name or value.
+    /// - [`Error::LockLost`] if a majority answered but fewer than a majority deleted the key: the value was not
+    ///   held by a majority any more (the lock had expired, was released already, or was never taken), so the
+    ///   work it protected may have overlapped another holder's;
+    /// - [`Error::Quorum`] if fewer than a majority of nodes answered at all;
+    /// - [`Error::Config`] for an empty resource name or value.
     ///
     /// # Examples
     ///
@@ -323,9 +331,12 @@ impl LockManager {
     /// use muxlock::LockManager;
     ///
     /// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
-    /// let released = locks.unlock_value("nightly-report", "6f1c0e3a9b2d4c5e8f7a6b5c4d3e2f1a0b9c8d7e")?;
-    /// if released < locks.quorum() {
-    ///     eprintln!("the lock had already expired: the work it protected may have overlapped another holder's");
+    /// match locks.unlock_value("nightly-report", "6f1c0e3a9b2d4c5e8f7a6b5c4d3e2f1a0b9c8d7e") {
+    ///     Ok(released) => println!("released on {released} nodes"),
+    ///     Err(e) if e.is_lost() => {
+    ///         eprintln!("the lock had already expired: the work it protected may have overlapped another holder's")
+    ///     }
+    ///     Err(e) => return Err(e),
     /// }
     /// # Ok::<(), muxlock::Error>(())
     /// ```
