@@ -121,5 +121,5 @@ pub use net::{AddrError, IoError, NodeAddr, NodeCounts, NodeError, TlsConfig, Tl
 pub use redlock::{
     Builder, Config, ConfigError, Error, FencedLock, Guard, GuardStats, Inspection, KeyState, Lock,
     LockManager, LockSet, Lost, LostWatch, NodeStats, Outcome, Owner, PERSIST_MARKER_KEY,
-    ReentrantLock, Report, Result, Stats, Unreleased, counter_key,
+    ReentrantLock, Report, Request, Result, Stats, Unreleased, counter_key,
 };

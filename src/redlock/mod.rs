@@ -77,6 +77,6 @@ pub use kind::fenced::{FencedLock, counter_key};
 pub use kind::lock::Lock;
 pub use kind::reentrant::{Owner, ReentrantLock};
 pub use kind::set::LockSet;
-pub use manager::{Builder, LockManager};
+pub use manager::{Builder, LockManager, Request};
 pub use stats::{GuardStats, NodeStats, Stats};
 pub use unreleased::Unreleased;

@@ -13,10 +13,10 @@ use bytes::BytesMut;
 
 use crate::net::{Fanout, NodeError};
 use crate::redlock::engine::Engine;
+use crate::redlock::engine::any::Want;
 use crate::redlock::engine::seam::block;
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::guard::Keeper;
-use crate::redlock::kind::fenced::FencedLock;
 use crate::redlock::kind::lock::Lock;
 use crate::redlock::quorum::Failure;
 use crate::redlock::stats::Activity;
@@ -51,18 +51,19 @@ struct Probe {
 /// other clients), the head pauses as after a failure.
 const FREE_STREAK: u32 = 3;
 
-/// Acquires `resource`, waiting for it up to `max_wait`: see [`LockManager::lock_wait`].
-///
-/// [`LockManager::lock_wait`]: super::LockManager::lock_wait
-pub(crate) fn lock_wait(
+/// Acquires `want` (checked), waiting for it up to `max_wait`. One plain resource waits in the nodes' queue
+/// across processes (`handoff`); every other kind (and a plain one on nodes that refuse the queue's script)
+/// waits in this process' line for its resource (a set: its first name), each attempt one round of its kind.
+pub(crate) fn acquire_wait(
     keeper: &Arc<Keeper>,
-    resource: &[u8],
-    ttl: Duration,
+    want: &Want<'_>,
+    (ttl, ttl_ms): (Duration, u64),
     max_wait: Duration,
 ) -> Result<Lock> {
-    let ttl_ms = keeper.engine.check(resource, ttl)?;
     let until = later(Instant::now(), max_wait);
-    if !keeper.waits.unqueued() {
+    if let Want::One(resource) = want
+        && !keeper.waits.unqueued()
+    {
         // Queued across processes: see `handoff`.
         match handoff::queued_wait(keeper, resource, ttl, ttl_ms, max_wait) {
             Ok(got) => return got,
@@ -72,38 +73,8 @@ pub(crate) fn lock_wait(
         }
     }
     let left = until.saturating_duration_since(Instant::now());
-    wait_for(keeper, resource, left, |core| {
-        block(core.attempt(resource, ttl, ttl_ms))
-    })
-}
-
-/// Acquires `resource` with a fencing token, waiting for it up to `max_wait`: see
-/// [`LockManager::hold_fenced_wait`]. Each attempt is one [`Engine::lock_fenced`] without retries.
-///
-/// [`LockManager::hold_fenced_wait`]: super::LockManager::hold_fenced_wait
-pub(crate) fn lock_fenced_wait(
-    keeper: &Arc<Keeper>,
-    resource: &[u8],
-    ttl: Duration,
-    max_wait: Duration,
-) -> Result<FencedLock> {
-    keeper.engine.check(resource, ttl)?;
-    wait_for(keeper, resource, max_wait, |core| {
-        match block(core.lock_fenced(resource, ttl, false)) {
-            Ok(Some(lock)) => Ok(Ok(lock)),
-            // Held: the per-node outcomes stay inside the fenced round; the probe that follows says how long
-            // the holder has left.
-            Ok(None) => Ok(Err((
-                Failure::Held,
-                core.report(
-                    resource,
-                    vec![Outcome::NotAwaited; core.fanout.len()],
-                    core.quorum(),
-                ),
-            ))),
-            Err(Error::Quorum(report)) => Ok(Err((Failure::Unavailable, *report))),
-            Err(e) => Err(e),
-        }
+    wait_for(keeper, want.resource(), left, |engine| {
+        block(engine.attempt_any(want, ttl, ttl_ms))
     })
 }
 

@@ -27,7 +27,7 @@ use crate::redlock::engine::pipeline::Kind;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::{Engine, settle};
 use crate::redlock::error::{Error, Outcome, Result};
-use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::lock::{Kind as LockKind, Lock};
 use crate::redlock::kind::set_vote;
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Quorum, Status, Vote, drift};
@@ -149,6 +149,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     acquired: start,
                     extensions: 0,
                     nodes,
+                    kind: LockKind::Plain,
                 })),
                 Err(failure) => {
                     failed.push(i);

@@ -12,7 +12,7 @@ use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::kind::fenced::{
     FencedLock, MAX_CONFIRMS, counter_key, fence_vote, fenced_vote,
 };
-use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::lock::{Kind as LockKind, Lock};
 use crate::redlock::kind::script_vote;
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Vote};
@@ -22,36 +22,8 @@ use crate::resp::Decimal;
 use crate::time::later;
 
 impl<N: Nodes, C: Clock> Engine<N, C> {
-    pub(crate) async fn lock_fenced(
-        &self,
-        resource: &[u8],
-        ttl: Duration,
-        retry: bool,
-    ) -> Result<Option<FencedLock>> {
-        let ttl_ms = self.check(resource, ttl)?;
-        let mut attempt = 0;
-        loop {
-            let (failure, report) = match self.attempt_fenced(resource, ttl, ttl_ms).await? {
-                Ok(lock) => return Ok(Some(lock)),
-                Err(failed) => failed,
-            };
-            if !retry && failure == Failure::Held {
-                return Ok(None);
-            }
-            if !retry || attempt >= self.config.retry_count {
-                let report = Box::new(report);
-                return Err(match failure {
-                    Failure::Held => Error::Held(report),
-                    _ => Error::Quorum(report),
-                });
-            }
-            attempt += 1;
-            self.clock.sleep(self.retry_pause()).await;
-        }
-    }
-
     #[allow(clippy::type_complexity)]
-    async fn attempt_fenced(
+    pub(crate) async fn attempt_fenced(
         &self,
         resource: &[u8],
         ttl: Duration,
@@ -153,6 +125,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                         acquired: start,
                         extensions: 0,
                         nodes,
+                        kind: LockKind::Plain,
                     },
                     token,
                 }));

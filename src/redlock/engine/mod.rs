@@ -2,6 +2,7 @@
 //! renewal) over the nodes behind the seam (`seam.rs`), on the time of the clock it is given. It knows nothing
 //! of guards, the watchdog, waiting or the manager: they call it.
 
+pub(crate) mod any;
 pub(crate) mod batch;
 pub(crate) mod fenced;
 pub(crate) mod native;
@@ -24,7 +25,7 @@ use crate::redlock::engine::restart::Setup;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes, SystemClock};
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::inspect::{Inspection, KeyState, key_state};
-use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::lock::{Kind, Lock};
 use crate::redlock::kind::{Refused, compare_vote, refused, script_vote, set_vote};
 use crate::redlock::quorum::{Failure, Quorum, Status, Vote, drift};
 use crate::redlock::scripts;
@@ -92,36 +93,6 @@ impl Engine {
 impl<N: Nodes, C: Clock> Engine<N, C> {
     pub(crate) fn quorum(&self) -> usize {
         self.fanout.len() / 2 + 1
-    }
-
-    pub(crate) async fn lock(&self, resource: &[u8], ttl: Duration) -> Result<Lock> {
-        let ttl_ms = self.check(resource, ttl)?;
-        let mut attempt = 0;
-        loop {
-            let (failure, report) = match self.attempt(resource, ttl, ttl_ms).await? {
-                Ok(lock) => return Ok(lock),
-                Err(failed) => failed,
-            };
-            if attempt >= self.config.retry_count {
-                let report = Box::new(report);
-                return Err(if failure == Failure::Held {
-                    Error::Held(report)
-                } else {
-                    Error::Quorum(report)
-                });
-            }
-            attempt += 1;
-            self.clock.sleep(self.retry_pause()).await;
-        }
-    }
-
-    pub(crate) async fn try_lock(&self, resource: &[u8], ttl: Duration) -> Result<Option<Lock>> {
-        let ttl_ms = self.check(resource, ttl)?;
-        match self.attempt(resource, ttl, ttl_ms).await? {
-            Ok(lock) => Ok(Some(lock)),
-            Err((Failure::Held, _)) => Ok(None),
-            Err((_, report)) => Err(Error::Quorum(Box::new(report))),
-        }
     }
 
     pub(crate) async fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
@@ -423,6 +394,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 acquired: start,
                 extensions: 0,
                 nodes,
+                kind: Kind::Plain,
             }),
             Err(failure) => {
                 let mut release = BytesMut::new();

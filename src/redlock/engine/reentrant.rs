@@ -8,7 +8,7 @@ use crate::net::NodeSet;
 use crate::redlock::engine::pipeline::Kind;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::{Engine, settle};
-use crate::redlock::error::{Error, Outcome, Result};
+use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::kind::reentrant::{Owner, ReentrantLock, count_key, vote};
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Vote};
@@ -16,76 +16,71 @@ use crate::resp::{Decimal, Value};
 use crate::time::later;
 
 impl<N: Nodes, C: Clock> Engine<N, C> {
-    pub(crate) async fn lock_reentrant(
+    /// One reentrant acquisition round; on a failure its hold is undone everywhere it was sent.
+    #[allow(clippy::type_complexity)]
+    pub(crate) async fn attempt_reentrant(
         &self,
         owner: &Owner,
         resource: &[u8],
         ttl: Duration,
-    ) -> Result<ReentrantLock> {
-        let ttl_ms = self.check(resource, ttl)?;
+        ttl_ms: u64,
+    ) -> Result<std::result::Result<ReentrantLock, (Failure, Report)>> {
         let counter = count_key(resource);
         let keys: [&[u8]; 2] = [resource, &counter];
         let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
-        let mut attempt = 0;
-        loop {
-            // A fresh id per attempt: an undo that is late (behind a later attempt on some node) then removes only
-            // the hold of the attempt it undoes.
-            let hold = self
-                .tokens
-                .draw("drawing a hold id from the OS's randomness")?;
-            let round = self
-                .acquire_scripted(
-                    lua::ACQUIRE_REENTRANT,
-                    (&keys, &[&owner.value, &hold, ttl_arg.as_bytes()]),
-                    (ttl, ttl_ms),
-                    vote,
-                )
-                .await;
-            let (quorum, status, outcomes, nodes, holds) = (
-                round.quorum,
-                round.status,
-                round.outcomes,
-                round.nodes,
-                round.count,
+        // A fresh id per attempt: an undo that is late (behind a later attempt on some node) then removes only
+        // the hold of the attempt it undoes.
+        let hold = self
+            .tokens
+            .draw("drawing a hold id from the OS's randomness")?;
+        let round = self
+            .acquire_scripted(
+                lua::ACQUIRE_REENTRANT,
+                (&keys, &[&owner.value, &hold, ttl_arg.as_bytes()]),
+                (ttl, ttl_ms),
+                vote,
+            )
+            .await;
+        let (quorum, status, outcomes, nodes, holds) = (
+            round.quorum,
+            round.status,
+            round.outcomes,
+            round.nodes,
+            round.count,
+        );
+        let failure = match settle(status, &quorum, self.clock.now()) {
+            Ok(valid_until) => {
+                return Ok(Ok(ReentrantLock {
+                    resource: resource.to_vec(),
+                    owner: owner.clone(),
+                    hold,
+                    valid_until,
+                    acquired: round.start,
+                    holds,
+                    nodes,
+                }));
+            }
+            Err(failure) => failure,
+        };
+        // Undo on every node the attempt was sent to, without waiting: whatever a node answered (or did not: a
+        // reply lost to a reset or a hang may follow a write that happened), the release removes this attempt's
+        // hold if it is there and nothing otherwise.
+        if nodes != NodeSet::EMPTY {
+            let mut buf = BytesMut::new();
+            lua::eval(
+                &mut buf,
+                lua::RELEASE_REENTRANT,
+                false,
+                &keys,
+                &[&owner.value, &hold],
             );
-            let failure = match settle(status, &quorum, self.clock.now()) {
-                Ok(valid_until) => {
-                    return Ok(ReentrantLock {
-                        resource: resource.to_vec(),
-                        owner: owner.clone(),
-                        hold,
-                        valid_until,
-                        holds,
-                        nodes,
-                    });
-                }
-                Err(failure) => failure,
-            };
-            // Undo on every node the attempt was sent to, without waiting: whatever a node answered (or did not:
-            // a reply lost to a reset or a hang may follow a write that happened), the release removes this
-            // attempt's hold if it is there and nothing otherwise.
-            if nodes != NodeSet::EMPTY {
-                let mut buf = BytesMut::new();
-                lua::eval(
-                    &mut buf,
-                    lua::RELEASE_REENTRANT,
-                    false,
-                    &keys,
-                    &[&owner.value, &hold],
-                );
-                let mut round = self.fanout.release_round(self.clock.now());
-                round.send_to(nodes, &buf, 1);
-            }
-            if attempt >= self.config.retry_count {
-                let report = Box::new(self.report(resource, outcomes, quorum.quorum()));
-                return Err(match failure {
-                    Failure::Held => Error::Held(report),
-                    _ => Error::Quorum(report),
-                });
-            }
-            attempt += 1;
-            self.clock.sleep(self.retry_pause()).await;
+            let mut round = self.fanout.release_round(self.clock.now());
+            round.send_to(nodes, &buf, 1);
         }
+        Ok(Err((
+            failure,
+            self.report(resource, outcomes, quorum.quorum()),
+        )))
     }
 
     /// One release round of `lock`'s hold by `script` on every node its acquisition was sent to.

@@ -4,13 +4,11 @@
 use std::time::Duration;
 
 use super::LockManager;
-use crate::redlock::engine::seam::block;
 use crate::redlock::error::{Error, Result};
 use crate::redlock::guard::Guard;
 use crate::redlock::kind::lock::Lock;
 use crate::redlock::quorum::drift;
 use crate::redlock::schedule::lost_margin;
-use crate::redlock::wait;
 
 impl LockManager {
     /// Acquires `resource` as [`lock`](LockManager::lock) does, waiting for it if another holder has it, up to
@@ -55,7 +53,7 @@ impl LockManager {
         ttl: Duration,
         max_wait: Duration,
     ) -> Result<Lock> {
-        wait::lock_wait(&self.keeper, resource.as_ref(), ttl, max_wait)
+        self.request(resource).ttl(ttl).wait(max_wait).acquire()
     }
 
     /// Acquires `resource` as [`lock`](LockManager::lock) does and returns a [`Guard`] that keeps the lease
@@ -69,9 +67,7 @@ impl LockManager {
     ///
     /// As [`lock`](LockManager::lock), and [`Error::Config`] for a `ttl` too short to renew.
     pub fn hold(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Guard> {
-        self.check_guard_ttl(ttl)?;
-        let lock = block(self.engine().lock(resource.as_ref(), ttl))?;
-        Ok(self.guard(lock, ttl))
+        self.request(resource).ttl(ttl).hold()
     }
 
     /// One attempt to acquire `resource` under a [`Guard`]: `Ok(None)` if another holder has it.
@@ -80,9 +76,7 @@ impl LockManager {
     ///
     /// As [`try_lock`](LockManager::try_lock), and [`Error::Config`] for a `ttl` too short to renew.
     pub fn try_hold(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Option<Guard>> {
-        self.check_guard_ttl(ttl)?;
-        let lock = block(self.engine().try_lock(resource.as_ref(), ttl))?;
-        Ok(lock.map(|lock| self.guard(lock, ttl)))
+        super::not_held(self.request(resource).ttl(ttl).once().hold())
     }
 
     /// Waits for `resource` as [`lock_wait`](LockManager::lock_wait) does, and holds it under a [`Guard`].
@@ -96,9 +90,7 @@ impl LockManager {
         ttl: Duration,
         max_wait: Duration,
     ) -> Result<Guard> {
-        self.check_guard_ttl(ttl)?;
-        let lock = wait::lock_wait(&self.keeper, resource.as_ref(), ttl, max_wait)?;
-        Ok(self.guard(lock, ttl))
+        self.request(resource).ttl(ttl).wait(max_wait).hold()
     }
 
     /// Waits for `resource` as [`lock_wait`](LockManager::lock_wait) does, with a fencing token as
@@ -132,11 +124,11 @@ impl LockManager {
         ttl: Duration,
         max_wait: Duration,
     ) -> Result<Guard> {
-        self.check_guard_ttl(ttl)?;
-        let fenced = wait::lock_fenced_wait(&self.keeper, resource.as_ref(), ttl, max_wait)?;
-        Ok(self
-            .keeper
-            .guard(fenced.lock, ttl, Some(fenced.token), None))
+        self.request(resource)
+            .ttl(ttl)
+            .fenced()
+            .wait(max_wait)
+            .hold()
     }
 
     /// Makes every call of this manager (and of its clones) that is waiting for a lock at this moment
@@ -183,10 +175,7 @@ impl LockManager {
         ttl: Duration,
         work: impl FnOnce(&Guard) -> R,
     ) -> Result<R> {
-        let guard = self.hold(resource, ttl)?;
-        let out = work(&guard);
-        drop(guard);
-        Ok(out)
+        self.request(resource).ttl(ttl).run(work)
     }
 
     /// A guard's TTL must leave a renewal at a third of it time to be confirmed before the guard's deadline.
@@ -206,10 +195,5 @@ impl LockManager {
             )));
         }
         Ok(())
-    }
-
-    /// Puts a freshly acquired lock under the watchdog.
-    fn guard(&self, lock: Lock, ttl: Duration) -> Guard {
-        self.keeper.guard(lock, ttl, None, None)
     }
 }

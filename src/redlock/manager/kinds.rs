@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::LockManager;
 use crate::redlock::engine::seam::block;
-use crate::redlock::error::{Error, Result};
+use crate::redlock::error::Result;
 use crate::redlock::guard::Guard;
 use crate::redlock::kind::fenced::FencedLock;
 use crate::redlock::kind::lock::Lock;
@@ -46,9 +46,10 @@ impl LockManager {
     /// # Ok::<(), muxlock::Error>(())
     /// ```
     pub fn lock_many<R: AsRef<[u8]>>(&self, resources: &[R], ttl: Duration) -> Result<LockSet> {
-        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
-        block(self.engine().lock_many(&names, ttl, true))?
-            .ok_or_else(|| Error::config("no set acquired"))
+        self.request_all(resources)
+            .ttl(ttl)
+            .acquire()
+            .map(LockSet::from_lock)
     }
 
     /// One attempt at [`lock_many`](crate::redlock::LockManager::lock_many): `Ok(None)` if some resource of the set is
@@ -62,8 +63,8 @@ impl LockManager {
         resources: &[R],
         ttl: Duration,
     ) -> Result<Option<LockSet>> {
-        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
-        block(self.engine().lock_many(&names, ttl, false))
+        super::not_held(self.request_all(resources).ttl(ttl).once().acquire())
+            .map(|set| set.map(LockSet::from_lock))
     }
 
     /// Extends every key of `set` to `ttl` from now, together: a node extends the set only if it still holds every
@@ -73,7 +74,11 @@ impl LockManager {
     ///
     /// As [`extend`](crate::redlock::LockManager::extend).
     pub fn extend_many(&self, set: &mut LockSet, ttl: Duration) -> Result<()> {
-        block(self.engine().extend_many(set, ttl))
+        let mut lock = Lock::from(LockSet::of_set(set));
+        block(self.engine().extend_any(&mut lock, ttl))?;
+        set.valid_until = lock.valid_until;
+        set.extensions = lock.extensions;
+        Ok(())
     }
 
     /// Releases every key of `set` on all nodes at once (each node deletes the keys that still hold the set's
@@ -83,11 +88,7 @@ impl LockManager {
     ///
     /// [`Error::Quorum`] if fewer than a majority of nodes answered.
     pub fn unlock_many(&self, set: LockSet) -> Result<usize> {
-        let released = block(self.engine().unlock_many(&set));
-        set.resources
-            .iter()
-            .for_each(|r| self.keeper.waits.notify(r));
-        released
+        self.unlock(Lock::from(set))
     }
 
     /// Acquires a set as [`lock_many`](crate::redlock::LockManager::lock_many) does and holds it under one
@@ -107,9 +108,7 @@ impl LockManager {
         resources: &[R],
         ttl: Duration,
     ) -> Result<super::Guard> {
-        self.check_guard_ttl(ttl)?;
-        let (lock, resources) = self.lock_many(resources, ttl)?.into_guarded();
-        Ok(self.keeper.guard(lock, ttl, None, Some(resources)))
+        self.request_all(resources).ttl(ttl).hold()
     }
 
     /// One attempt to acquire each of `resources` for `ttl`, all in one round: the `SET NX` commands of the
@@ -191,8 +190,11 @@ impl LockManager {
     /// # Ok::<(), muxlock::Error>(())
     /// ```
     pub fn lock_fenced(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<FencedLock> {
-        block(self.engine().lock_fenced(resource.as_ref(), ttl, true))?
-            .ok_or_else(|| Error::config("no lock acquired"))
+        self.request(resource)
+            .ttl(ttl)
+            .fenced()
+            .acquire()
+            .map(FencedLock::from_lock)
     }
 
     /// One attempt at [`lock_fenced`](crate::redlock::LockManager::lock_fenced): `Ok(None)` if another holder has it.
@@ -205,7 +207,8 @@ impl LockManager {
         resource: impl AsRef<[u8]>,
         ttl: Duration,
     ) -> Result<Option<FencedLock>> {
-        block(self.engine().lock_fenced(resource.as_ref(), ttl, false))
+        super::not_held(self.request(resource).ttl(ttl).fenced().once().acquire())
+            .map(|lock| lock.map(FencedLock::from_lock))
     }
 
     /// Extends a fenced lock as [`extend`](crate::redlock::LockManager::extend) does; the token does not change.
@@ -223,9 +226,7 @@ impl LockManager {
     ///
     /// As [`unlock`](crate::redlock::LockManager::unlock).
     pub fn unlock_fenced(&self, lock: FencedLock) -> Result<usize> {
-        let released = block(self.engine().unlock_fenced(&lock.lock, lock.token));
-        self.keeper.waits.notify(&lock.lock.resource);
-        released
+        self.unlock(Lock::from(lock))
     }
 
     /// Acquires `resource` as [`lock_fenced`](crate::redlock::LockManager::lock_fenced) does and holds it under a
@@ -236,11 +237,7 @@ impl LockManager {
     ///
     /// As [`lock_fenced`](crate::redlock::LockManager::lock_fenced), and [`Error::Config`] for a `ttl` too short to renew.
     pub fn hold_fenced(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Guard> {
-        self.check_guard_ttl(ttl)?;
-        let fenced = self.lock_fenced(resource, ttl)?;
-        Ok(self
-            .keeper
-            .guard(fenced.lock, ttl, Some(fenced.token), None))
+        self.request(resource).ttl(ttl).fenced().hold()
     }
 
     /// A new owner for reentrant locks: a fresh random value.
@@ -286,7 +283,11 @@ impl LockManager {
         resource: impl AsRef<[u8]>,
         ttl: Duration,
     ) -> Result<ReentrantLock> {
-        block(self.engine().lock_reentrant(owner, resource.as_ref(), ttl))
+        self.request(resource)
+            .ttl(ttl)
+            .owned(owner)
+            .acquire()
+            .map(ReentrantLock::from_lock)
     }
 
     /// Releases one hold of a reentrant lock: each node the acquisition was sent to removes this hold (and only
