@@ -117,6 +117,14 @@ pub mod resp;
 mod sync;
 mod time;
 
+/// The README's examples, compiled as doc tests so that they cannot drift from the API.
+///
+/// TEMPORARY gate: `muxlock_readme` is set by nobody, so these do not run yet; the README is written against the
+/// request API (`LockManager::request`), which is not merged yet. After it lands, this becomes `#[cfg(doctest)]`.
+#[cfg(all(doctest, muxlock_readme))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub use net::{AddrError, IoError, NodeAddr, NodeCounts, NodeError, TlsConfig, TlsError};
 pub use redlock::{
     Builder, Config, ConfigError, Error, FencedLock, Guard, GuardStats, Inspection, KeyState, Lock,
