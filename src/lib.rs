@@ -118,10 +118,7 @@ mod sync;
 mod time;
 
 /// The README's examples, compiled as doc tests so that they cannot drift from the API.
-///
-/// TEMPORARY gate: `muxlock_readme` is set by nobody, so these do not run yet; the README is written against the
-/// request API (`LockManager::request`), which is not merged yet. After it lands, this becomes `#[cfg(doctest)]`.
-#[cfg(all(doctest, muxlock_readme))]
+#[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
