@@ -47,6 +47,10 @@ impl LockManager {
     /// - [`Error::Config`] for an empty resource name or an invalid `ttl`.
     ///
     /// [`Report::holder_ttl`]: crate::redlock::Report::holder_ttl
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request(resource).ttl(ttl).wait(max_wait).acquire()`"
+    )]
     pub fn lock_wait(
         &self,
         resource: impl AsRef<[u8]>,
@@ -66,6 +70,7 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`lock`](LockManager::lock), and [`Error::Config`] for a `ttl` too short to renew.
+    #[deprecated(since = "0.2.0", note = "use `request(resource).ttl(ttl).hold()`")]
     pub fn hold(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Guard> {
         self.request(resource).ttl(ttl).hold()
     }
@@ -75,6 +80,10 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`try_lock`](LockManager::try_lock), and [`Error::Config`] for a `ttl` too short to renew.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request(resource).ttl(ttl).once().hold()` (`Err(Error::Held)` when held)"
+    )]
     pub fn try_hold(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Option<Guard>> {
         super::not_held(self.request(resource).ttl(ttl).once().hold())
     }
@@ -84,6 +93,10 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`lock_wait`](LockManager::lock_wait), and [`Error::Config`] for a `ttl` too short to renew.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request(resource).ttl(ttl).wait(max_wait).hold()`"
+    )]
     pub fn hold_wait(
         &self,
         resource: impl AsRef<[u8]>,
@@ -118,6 +131,10 @@ impl LockManager {
     /// let token = guard.token(); // Some(n): send it with every write to the ledger
     /// # Ok::<(), muxlock::Error>(())
     /// ```
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request(resource).ttl(ttl).fenced().wait(max_wait).hold()`"
+    )]
     pub fn hold_fenced_wait(
         &self,
         resource: impl AsRef<[u8]>,
@@ -169,6 +186,7 @@ impl LockManager {
     /// })?;
     /// # Ok::<(), muxlock::Error>(())
     /// ```
+    #[deprecated(since = "0.2.0", note = "use `request(resource).ttl(ttl).run(work)`")]
     pub fn with_lock<R>(
         &self,
         resource: impl AsRef<[u8]>,

@@ -45,6 +45,10 @@ impl LockManager {
     /// locks.unlock_many(set)?;
     /// # Ok::<(), muxlock::Error>(())
     /// ```
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request_all(resources).ttl(ttl).acquire()`"
+    )]
     pub fn lock_many<R: AsRef<[u8]>>(&self, resources: &[R], ttl: Duration) -> Result<LockSet> {
         self.request_all(resources)
             .ttl(ttl)
@@ -58,6 +62,10 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`lock_many`](crate::redlock::LockManager::lock_many), without [`Error::Held`].
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request_all(resources).ttl(ttl).once().acquire()` (`Err(Error::Held)` when held)"
+    )]
     pub fn try_lock_many<R: AsRef<[u8]>>(
         &self,
         resources: &[R],
@@ -73,6 +81,10 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`extend`](crate::redlock::LockManager::extend).
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `extend` on the `Lock` of `request_all(..).acquire()`"
+    )]
     pub fn extend_many(&self, set: &mut LockSet, ttl: Duration) -> Result<()> {
         let mut lock = Lock::from(LockSet::of_set(set));
         block(self.engine().extend_any(&mut lock, ttl))?;
@@ -87,6 +99,10 @@ impl LockManager {
     /// # Errors
     ///
     /// [`Error::Quorum`] if fewer than a majority of nodes answered.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `unlock` on the `Lock` of `request_all(..).acquire()`"
+    )]
     pub fn unlock_many(&self, set: LockSet) -> Result<usize> {
         self.unlock(Lock::from(set))
     }
@@ -103,6 +119,7 @@ impl LockManager {
     ///
     /// [`Guard::resources`]: crate::redlock::Guard::resources
     /// [`Guard::resource`]: crate::redlock::Guard::resource
+    #[deprecated(since = "0.2.0", note = "use `request_all(resources).ttl(ttl).hold()`")]
     pub fn hold_many<R: AsRef<[u8]>>(
         &self,
         resources: &[R],
@@ -189,6 +206,10 @@ impl LockManager {
     /// locks.unlock_fenced(lock)?;
     /// # Ok::<(), muxlock::Error>(())
     /// ```
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request(resource).ttl(ttl).fenced().acquire()`"
+    )]
     pub fn lock_fenced(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<FencedLock> {
         self.request(resource)
             .ttl(ttl)
@@ -202,6 +223,10 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`lock_fenced`](crate::redlock::LockManager::lock_fenced), without [`Error::Held`].
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request(resource).ttl(ttl).fenced().once().acquire()` (`Err(Error::Held)` when held)"
+    )]
     pub fn try_lock_fenced(
         &self,
         resource: impl AsRef<[u8]>,
@@ -216,6 +241,10 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`extend`](crate::redlock::LockManager::extend).
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `extend` on the `Lock` of `request(..).fenced().acquire()`"
+    )]
     pub fn extend_fenced(&self, lock: &mut FencedLock, ttl: Duration) -> Result<()> {
         block(self.engine().extend(&mut lock.lock, ttl))
     }
@@ -225,6 +254,10 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`unlock`](crate::redlock::LockManager::unlock).
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `unlock` on the `Lock` of `request(..).fenced().acquire()`"
+    )]
     pub fn unlock_fenced(&self, lock: FencedLock) -> Result<usize> {
         self.unlock(Lock::from(lock))
     }
@@ -236,6 +269,10 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`lock_fenced`](crate::redlock::LockManager::lock_fenced), and [`Error::Config`] for a `ttl` too short to renew.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request(resource).ttl(ttl).fenced().hold()`"
+    )]
     pub fn hold_fenced(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Guard> {
         self.request(resource).ttl(ttl).fenced().hold()
     }
@@ -277,6 +314,10 @@ impl LockManager {
     /// locks.unlock_reentrant(outer)?; // the key goes now
     /// # Ok::<(), muxlock::Error>(())
     /// ```
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request(resource).ttl(ttl).owned(owner).acquire()`"
+    )]
     pub fn lock_reentrant(
         &self,
         owner: &Owner,
@@ -300,6 +341,10 @@ impl LockManager {
     /// itself, to release again ([`Unreleased::into_lock`]); releasing a hold twice is harmless. `?` turns it
     /// into the [`Error`], dropping the hold (it then stays where the release did not reach until its lease
     /// runs out).
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `unlock` on the `Lock` of `request(..).owned(owner).acquire()`"
+    )]
     pub fn unlock_reentrant(
         &self,
         lock: ReentrantLock,

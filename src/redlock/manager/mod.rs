@@ -216,6 +216,7 @@ impl LockManager {
     /// - [`Error::Held`] if another holder still had it at the last attempt;
     /// - [`Error::Quorum`] if too many nodes were down, hung or failing, with every node's outcome;
     /// - [`Error::Config`] for an empty resource name or an invalid `ttl`.
+    #[deprecated(since = "0.2.0", note = "use `request(resource).ttl(ttl).acquire()`")]
     pub fn lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Lock> {
         self.request(resource).ttl(ttl).acquire()
     }
@@ -225,6 +226,7 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`lock`](LockManager::lock).
+    #[deprecated(since = "0.2.0", note = "use `request(resource).acquire()`")]
     pub fn acquire(&self, resource: impl AsRef<[u8]>) -> Result<Lock> {
         self.request(resource).acquire()
     }
@@ -235,6 +237,10 @@ impl LockManager {
     ///
     /// [`Error::Quorum`] if too many nodes failed to answer for a decision, [`Error::Config`] for invalid
     /// arguments.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request(resource).ttl(ttl).once().acquire()` (`Err(Error::Held)` when held)"
+    )]
     pub fn try_lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Option<Lock>> {
         not_held(self.request(resource).ttl(ttl).once().acquire())
     }
