@@ -182,7 +182,7 @@ fn cell(kind: Kind, waiting: Waiting, terminal: Terminal) {
     }
 
     // Granted once the other holder lets go: a waiting request while it waits, the others after.
-    let wait = match waiting {
+    match waiting {
         Waiting::Wait => {
             let releaser = thread::spawn(move || {
                 thread::sleep(Duration::from_millis(200));
@@ -190,21 +190,19 @@ fn cell(kind: Kind, waiting: Waiting, terminal: Terminal) {
             });
             let wait = Duration::from_secs(5);
             let started = Instant::now();
-            let got = run_terminal(&cluster, &locks, kind, waiting, terminal, &owner, wait);
+            run_terminal(&cluster, &locks, kind, waiting, terminal, &owner, wait);
             releaser.join().expect("releaser");
             assert!(
                 started.elapsed() < Duration::from_secs(3),
                 "woken by the release, not at the end of the holder's 5 s lease: {:?}",
                 started.elapsed()
             );
-            got
         }
         _ => {
             other.unlock(held).expect("released");
             run_terminal(&cluster, &locks, kind, waiting, terminal, &owner, wait)
         }
-    };
-    drop(wait);
+    }
     assert_free(&cluster, kind);
 }
 
