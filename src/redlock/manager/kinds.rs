@@ -26,9 +26,9 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// - [`Error::Held`] if some resource of the set was held by another holder at the last attempt;
-    /// - [`Error::Quorum`] if too many nodes failed for a majority (the report names the set as `"a, b, c"`);
-    /// - [`Error::Config`] for an empty set, an empty name or an invalid `ttl`.
+    /// - [`Error::Held`](crate::Error::Held) if some resource of the set was held by another holder at the last attempt;
+    /// - [`Error::Quorum`](crate::Error::Quorum) if too many nodes failed for a majority (the report names the set as `"a, b, c"`);
+    /// - [`Error::Config`](crate::Error::Config) for an empty set, an empty name or an invalid `ttl`.
     ///
     /// In every error case nothing of the set stays locked on the nodes that answered (see the module docs of
     /// `many` in the source for the exact guarantee).
@@ -61,7 +61,7 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// As [`lock_many`](crate::redlock::LockManager::lock_many), without [`Error::Held`].
+    /// As [`lock_many`](crate::redlock::LockManager::lock_many), without [`Error::Held`](crate::Error::Held).
     #[deprecated(
         since = "0.2.0",
         note = "use `request_all(resources).ttl(ttl).once().acquire()` (`Err(Error::Held)` when held)"
@@ -98,7 +98,7 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// [`Error::Quorum`] if fewer than a majority of nodes answered.
+    /// [`Error::Quorum`](crate::Error::Quorum) if fewer than a majority of nodes answered.
     #[deprecated(
         since = "0.2.0",
         note = "use `unlock` on the `Lock` of `request_all(..).acquire()`"
@@ -115,7 +115,7 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// As [`lock_many`](crate::redlock::LockManager::lock_many), and [`Error::Config`] for a `ttl` too short to renew.
+    /// As [`lock_many`](crate::redlock::LockManager::lock_many), and [`Error::Config`](crate::Error::Config) for a `ttl` too short to renew.
     ///
     /// [`Guard::resources`]: crate::redlock::Guard::resources
     /// [`Guard::resource`]: crate::redlock::Guard::resource
@@ -139,8 +139,8 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// Per resource: [`Error::Quorum`] if too many nodes failed to answer for its decision, [`Error::Config`] for
-    /// an empty name. Every entry is [`Error::Config`] for an invalid `ttl` or a batch larger than
+    /// Per resource: [`Error::Quorum`](crate::Error::Quorum) if too many nodes failed to answer for its decision, [`Error::Config`](crate::Error::Config) for
+    /// an empty name. Every entry is [`Error::Config`](crate::Error::Config) for an invalid `ttl` or a batch larger than
     /// [`Config::max_in_flight`](crate::redlock::Config::max_in_flight) (nothing is sent).
     ///
     /// # Examples
@@ -174,7 +174,7 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// Per lock: [`Error::Quorum`] if fewer than a majority of nodes answered; the lock ends with its lease.
+    /// Per lock: [`Error::Quorum`](crate::Error::Quorum) if fewer than a majority of nodes answered; the lock ends with its lease.
     pub fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
         let released = block(self.engine().unlock_batch(&locks));
         locks
@@ -191,7 +191,7 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// As [`lock`](crate::redlock::LockManager::lock); also [`Error::Quorum`] when the token was not confirmed by a
+    /// As [`lock`](crate::redlock::LockManager::lock); also [`Error::Quorum`](crate::Error::Quorum) when the token was not confirmed by a
     /// majority of all nodes within the lease (the lock is released then).
     ///
     /// # Examples
@@ -222,7 +222,7 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// As [`lock_fenced`](crate::redlock::LockManager::lock_fenced), without [`Error::Held`].
+    /// As [`lock_fenced`](crate::redlock::LockManager::lock_fenced), without [`Error::Held`](crate::Error::Held).
     #[deprecated(
         since = "0.2.0",
         note = "use `request(resource).ttl(ttl).fenced().once().acquire()` (`Err(Error::Held)` when held)"
@@ -268,7 +268,7 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// As [`lock_fenced`](crate::redlock::LockManager::lock_fenced), and [`Error::Config`] for a `ttl` too short to renew.
+    /// As [`lock_fenced`](crate::redlock::LockManager::lock_fenced), and [`Error::Config`](crate::Error::Config) for a `ttl` too short to renew.
     #[deprecated(
         since = "0.2.0",
         note = "use `request(resource).ttl(ttl).fenced().hold()`"
@@ -281,7 +281,7 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// [`Error::Os`] if the OS cannot provide randomness.
+    /// [`Error::Os`](crate::Error::Os) if the OS cannot provide randomness.
     pub fn owner(&self) -> Result<Owner> {
         let value = self
             .engine()
@@ -337,9 +337,9 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// [`Unreleased`] if fewer than a majority of nodes answered: it carries [`Error::Quorum`] and the hold
+    /// [`Unreleased`] if fewer than a majority of nodes answered: it carries [`Error::Quorum`](crate::Error::Quorum) and the hold
     /// itself, to release again ([`Unreleased::into_lock`]); releasing a hold twice is harmless. `?` turns it
-    /// into the [`Error`], dropping the hold (it then stays where the release did not reach until its lease
+    /// into the [`Error`](crate::Error), dropping the hold (it then stays where the release did not reach until its lease
     /// runs out).
     #[deprecated(
         since = "0.2.0",
