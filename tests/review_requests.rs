@@ -1,0 +1,268 @@
+//! Hostile review of the request API (issue #23): each test is one finding, written as the behaviour the
+//! documentation promises; a failing test is the finding. Real redis-server nodes (tests/support).
+
+mod support;
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use muxlock::{Config, Error, LockManager};
+use support::locks::{manager, one_attempt};
+use support::wire::cmd;
+use support::{Cluster, RedisServer};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Rounds of 1 s: a first call that also connects on a busy machine is answered, not timed out.
+fn steady() -> Config {
+    one_attempt(Duration::from_secs(1))
+}
+
+/// Deletes `keys` on every node of `cluster`, as a node that lost them would (restart without persistence,
+/// eviction, an operator's `DEL`): the lock is no longer held anywhere.
+fn delete_everywhere(cluster: &Cluster, keys: &[&str]) {
+    let mut args = vec!["DEL"];
+    args.extend_from_slice(keys);
+    for node in cluster.nodes() {
+        node.raw(&cmd(&args));
+    }
+}
+
+/// Finding: `run` (and so `with_lock`) returns the closure's `Ok` although, while the closure ran, the lock was
+/// lost and another client acquired it: two holders, and the result looks like success. The docs of
+/// `Request::run` promise `Error::LockLost` when "the release found that fewer than a majority still held it",
+/// but the release (`Guard::release` → `Engine::release` → `release_on`) returns `Ok(0)` for that, never
+/// `LockLost`, so the `Err(e @ (Error::LockLost(_) | Error::Expired))` arm in `run` is dead.
+///
+/// The nodes here speak RESP2 only (`HELLO` renamed away), so no tracking push races the release: the guard's
+/// watchdog would only notice at its first renewal, a third of the TTL later. (With RESP3 the same happens
+/// whenever the release wins the race with the tracker's check.)
+#[test]
+fn run_is_an_error_when_the_release_finds_the_lock_taken() {
+    let cluster = Cluster::builder(3)
+        .server(RedisServer::builder().args(["--rename-command", "HELLO", ""]))
+        .start();
+    let locks = manager(cluster.urls(), steady());
+    let rival = manager(cluster.urls(), steady());
+    let mut rival_lock = None;
+    let got = locks
+        .request("report")
+        .ttl(Duration::from_secs(6))
+        .run(|guard| {
+            // The key goes (a node restarts empty, an operator deletes it...), and another client takes it.
+            delete_everywhere(&cluster, &["report"]);
+            rival_lock = rival
+                .try_lock("report", Duration::from_secs(6))
+                .expect("rival's attempt");
+            assert!(rival_lock.is_some(), "the rival holds it now");
+            // The work is done; the guard has not noticed yet.
+            guard.is_lost()
+        });
+    let rival_lock = rival_lock.expect("rival holds the lock");
+    assert!(
+        matches!(got, Err(Error::LockLost(_))),
+        "run returned {got:?} while the rival held the lock: the closure's work overlapped another holder"
+    );
+    rival.unlock(rival_lock).expect("rival unlock");
+}
+
+/// Finding: the same for `unlock`: a lock taken over by another holder releases with `Ok(0)`, which a caller
+/// reads as success (issue #23, "Results that cannot be mistaken for success": `unlock` must become an error
+/// the caller cannot ignore, as the CLI's `release` exits 75). `manager/mod.rs` `unlock`, `engine/mod.rs`
+/// `release_on`.
+#[test]
+fn unlock_of_a_lock_taken_by_another_holder_is_an_error() {
+    let cluster = Cluster::start(3);
+    let locks = manager(cluster.urls(), steady());
+    let rival = manager(cluster.urls(), steady());
+    let lock = locks.request("ledger").once().acquire().expect("lock");
+    delete_everywhere(&cluster, &["ledger"]);
+    let theirs = rival.request("ledger").once().acquire().expect("rival");
+    let released = locks.unlock(lock);
+    assert!(
+        matches!(released, Err(Error::LockLost(_))),
+        "unlock of a lock another client holds returned {released:?}"
+    );
+    rival.unlock(theirs).expect("rival unlock");
+}
+
+/// The same through an owned guard's `run`: the hold's release (RELEASE_REENTRANT) answers -1 on every node
+/// (the key is another owner's), `unlock_reentrant` counts that as answered and returns `Ok(0)`, and `run`
+/// returns the closure's value.
+#[test]
+fn owned_run_is_an_error_when_the_release_finds_the_lock_taken() {
+    let cluster = Cluster::builder(3)
+        .server(RedisServer::builder().args(["--rename-command", "HELLO", ""]))
+        .start();
+    let locks = manager(cluster.urls(), steady());
+    let rival = manager(cluster.urls(), steady());
+    let me = locks.owner().expect("owner");
+    let mut rival_lock = None;
+    let got = locks
+        .request("tree")
+        .ttl(Duration::from_secs(6))
+        .owned(&me)
+        .run(|_guard| {
+            delete_everywhere(&cluster, &["tree", "muxlock:holds:tree"]);
+            rival_lock = rival
+                .try_lock("tree", Duration::from_secs(6))
+                .expect("rival's attempt");
+            assert!(rival_lock.is_some(), "the rival holds it now");
+        });
+    let rival_lock = rival_lock.expect("rival holds the lock");
+    assert!(
+        matches!(got, Err(Error::LockLost(_))),
+        "owned run returned {got:?} while the rival held the lock"
+    );
+    rival.unlock(rival_lock).expect("rival unlock");
+}
+
+/// Finding: a reentrant (owned) acquisition that waits deadlocks behind a waiter for the very lock its owner
+/// holds. The owned request joins this process' line for the resource (`wait.rs` `wait_for`: `join`, then
+/// `park` while not the head) before trying; the head is a waiter that needs the owner to release first, and the
+/// owner's thread is stuck in its nested acquisition. The nested hold, which `.once()` gets at once, fails with
+/// `Error::Held` at the end of its wait, although its owner holds the lock.
+#[test]
+fn a_nested_owned_wait_is_not_queued_behind_a_waiter_for_the_lock_it_holds() {
+    let cluster = Cluster::start(3);
+    let locks = manager(cluster.urls(), steady());
+    let me = locks.owner().expect("owner");
+    let outer = locks
+        .request("tree")
+        .ttl(Duration::from_secs(10))
+        .owned(&me)
+        .once()
+        .acquire()
+        .expect("outer hold");
+    // Another caller in this process waits for the lock (plain, queued).
+    let (tx, rx) = mpsc::channel();
+    let waiter = {
+        let locks = locks.clone();
+        thread::spawn(move || {
+            tx.send(()).expect("send");
+            locks
+                .request("tree")
+                .ttl(Duration::from_secs(10))
+                .wait(Duration::from_secs(6))
+                .acquire()
+        })
+    };
+    rx.recv().expect("waiter started");
+    thread::sleep(ms(400)); // the waiter heads the line, parked on the holder
+    // The owner takes a nested hold, waiting at most 2 s: its owner holds the lock, so it is granted at once.
+    let t0 = Instant::now();
+    let inner = locks
+        .request("tree")
+        .ttl(Duration::from_secs(10))
+        .owned(&me)
+        .wait(Duration::from_secs(2))
+        .acquire();
+    let took = t0.elapsed();
+    let ok = inner.is_ok();
+    if let Ok(inner) = inner {
+        locks.unlock(inner).expect("inner");
+    }
+    locks.unlock(outer).expect("outer");
+    let theirs = waiter.join().expect("join").expect("the waiter gets it after");
+    locks.unlock(theirs).expect("waiter's unlock");
+    assert!(
+        ok && took < Duration::from_secs(1),
+        "nested owned wait: ok={ok} after {took:?} (queued behind a waiter that needs this owner's release)"
+    );
+}
+
+/// Finding: a set waiter lines up on its first name in this process (`wait.rs`: `want.resource()`), so while
+/// it waits for *another* of its names, every waiter for the first name in this process waits behind it, though
+/// that name is free on every node; it gives up with `Error::Held` (and the set's report). `lock_wait("a")`
+/// here never got to try.
+#[test]
+fn a_set_waiter_does_not_block_waiters_of_a_free_first_name() {
+    let cluster = Cluster::start(3);
+    let holder = manager(cluster.urls(), steady());
+    let locks = manager(cluster.urls(), steady());
+    let b = holder
+        .request("b")
+        .ttl(Duration::from_secs(10))
+        .once()
+        .acquire()
+        .expect("b held elsewhere");
+    let (tx, rx) = mpsc::channel();
+    let set_waiter = {
+        let locks = locks.clone();
+        thread::spawn(move || {
+            tx.send(()).expect("send");
+            locks
+                .request_all(["a", "b"])
+                .ttl(Duration::from_secs(10))
+                .wait(Duration::from_secs(4))
+                .acquire()
+        })
+    };
+    rx.recv().expect("started");
+    thread::sleep(ms(400)); // the set waiter heads line "a"
+    let t0 = Instant::now();
+    let a = locks
+        .request("a")
+        .ttl(Duration::from_secs(10))
+        .wait(Duration::from_secs(2))
+        .acquire();
+    let took = t0.elapsed();
+    let shown = format!("{a:?}");
+    let ok = a.is_ok();
+    if let Ok(a) = a {
+        locks.unlock(a).expect("unlock a");
+    }
+    holder.unlock(b).expect("unlock b");
+    if let Ok(set) = set_waiter.join().expect("join") {
+        locks.unlock(set).expect("unlock set");
+    }
+    assert!(
+        ok && took < Duration::from_secs(1),
+        "waiting for the free resource \"a\" took {took:?}: {shown}"
+    );
+}
+
+/// Finding (loss detection): two owned guards of one owner on one resource in one manager. The watchdog keeps
+/// one guard per resource (`watchdog.rs` `by_resource: HashMap<Vec<u8>, GuardId>`, `add` overwrites), so a
+/// deletion seen by tracking is checked for the newer guard only; the older one keeps reporting itself held
+/// until its next renewal (a third of the TTL), though a plain guard is told at once.
+#[test]
+fn every_owned_guard_of_a_resource_is_told_at_once_when_the_key_goes() {
+    let cluster = Cluster::start(3);
+    let locks = manager(cluster.urls(), steady());
+    let me = locks.owner().expect("owner");
+    let ttl = Duration::from_secs(15);
+    let outer = locks.request("tree").ttl(ttl).owned(&me).hold().expect("outer");
+    let inner = locks.request("tree").ttl(ttl).owned(&me).hold().expect("inner");
+    thread::sleep(ms(300)); // both checked and tracked
+    delete_everywhere(&cluster, &["tree", "muxlock:holds:tree"]);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline && !(outer.is_lost() && inner.is_lost()) {
+        thread::sleep(ms(10));
+    }
+    let (o, i) = (outer.is_lost(), inner.is_lost());
+    drop((outer, inner));
+    assert!(o && i, "lost within 2 s of the key's deletion: outer {o}, inner {i}");
+}
+
+/// Control for the test above: one plain guard is told at once.
+#[test]
+fn control_a_plain_guard_is_told_at_once_when_the_key_goes() {
+    let cluster = Cluster::start(3);
+    let locks: LockManager = manager(cluster.urls(), steady());
+    let guard = locks
+        .request("plain")
+        .ttl(Duration::from_secs(15))
+        .hold()
+        .expect("hold");
+    thread::sleep(ms(300));
+    delete_everywhere(&cluster, &["plain"]);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline && !guard.is_lost() {
+        thread::sleep(ms(10));
+    }
+    assert!(guard.is_lost());
+}
