@@ -266,3 +266,52 @@ fn control_a_plain_guard_is_told_at_once_when_the_key_goes() {
     }
     assert!(guard.is_lost());
 }
+
+/// Finding (two holders): `unlock_batch` takes `Lock`s — since #23 the one handle of every kind — but releases
+/// each by the plain compare-and-delete of its first key (`engine/batch.rs` `unlock_batch`, `RELEASE_BATCH` with
+/// `lock.resource`/`lock.value`), ignoring the kind. For an owned hold the key's value is the owner's, so the
+/// "release" of one nested hold deletes the key under the owner's other holds: another owner acquires while the
+/// outer hold still reports itself valid.
+#[test]
+fn unlock_batch_of_an_owned_hold_keeps_the_owners_other_holds() {
+    let cluster = Cluster::start(3);
+    let locks = manager(cluster.urls(), steady());
+    let (me, other) = (locks.owner().expect("owner"), locks.owner().expect("owner"));
+    let ttl = Duration::from_secs(10);
+    let outer = locks.request("tree").ttl(ttl).owned(&me).once().acquire().expect("outer");
+    let inner = locks.request("tree").ttl(ttl).owned(&me).once().acquire().expect("inner");
+    assert_eq!(inner.holds(), Some(2));
+    let released = locks.unlock_batch(vec![inner]);
+    let theirs = locks.request("tree").ttl(ttl).owned(&other).once().acquire();
+    let two_holders = theirs.is_ok() && outer.is_valid();
+    if let Ok(theirs) = theirs {
+        let _ = locks.unlock(theirs);
+    }
+    let _ = locks.unlock(outer);
+    assert!(
+        !two_holders,
+        "after unlock_batch of the nested hold ({released:?}) another owner acquired while the outer hold was valid"
+    );
+}
+
+/// Finding (lost release): `unlock_batch` of a set `Lock` deletes only its first name and reports success; the
+/// other names stay locked for the whole lease.
+#[test]
+fn unlock_batch_of_a_set_releases_every_name() {
+    let cluster = Cluster::start(3);
+    let locks = manager(cluster.urls(), steady());
+    let rival = manager(cluster.urls(), steady());
+    let set = locks
+        .request_all(["x", "y"])
+        .ttl(Duration::from_secs(10))
+        .once()
+        .acquire()
+        .expect("set");
+    let released = locks.unlock_batch(vec![set]);
+    let y = rival.try_lock("y", Duration::from_secs(10)).expect("attempt");
+    let ok = y.is_some();
+    if let Some(y) = y {
+        rival.unlock(y).expect("unlock");
+    }
+    assert!(ok, "after unlock_batch of the set ({released:?}) \"y\" is still held");
+}
