@@ -315,3 +315,101 @@ fn unlock_batch_of_a_set_releases_every_name() {
     }
     assert!(ok, "after unlock_batch of the set ({released:?}) \"y\" is still held");
 }
+
+/// Held up: an owned guard keeps renewing (EXTEND_REENTRANT) and an owned `Lock` extends after `SCRIPT FLUSH`
+/// on every node (NOSCRIPT → the script in full).
+#[test]
+fn held_up_owned_renewal_and_extension_survive_script_flush() {
+    let cluster = Cluster::start(3);
+    let locks = manager(cluster.urls(), one_attempt(ms(100)));
+    let me = locks.owner().expect("owner");
+    let guard = locks.request("tree").ttl(ms(900)).owned(&me).hold().expect("guard");
+    let mut lock = locks.request("tree").ttl(ms(900)).owned(&me).once().acquire().expect("nested");
+    for node in cluster.nodes() {
+        assert_eq!(node.raw(&cmd(&["SCRIPT", "FLUSH"])), b"+OK\r\n");
+    }
+    locks.extend(&mut lock, Duration::from_secs(2)).expect("extend after SCRIPT FLUSH");
+    thread::sleep(ms(1500));
+    assert!(!guard.is_lost(), "{:?}", guard.lost());
+    assert!(guard.renewals() >= 2);
+    let a = locks.unlock(lock);
+    let b = guard.release();
+    for node in cluster.nodes() {
+        let left = node.raw(&cmd(&["HGETALL", "muxlock:holds:tree"]));
+        let ttl = node.raw(&cmd(&["PTTL", "tree"]));
+        assert_eq!(
+            node.raw(&cmd(&["EXISTS", "tree", "muxlock:holds:tree"])),
+            b":0\r\n",
+            "unlock {a:?}, release {b:?}: holds {} pttl {}",
+            String::from_utf8_lossy(&left),
+            String::from_utf8_lossy(&ttl)
+        );
+    }
+}
+
+/// Held up (by accident): a failed owned attempt's undo goes by `EVALSHA` with no `NOSCRIPT` fallback
+/// (`engine/reentrant.rs` `attempt_reentrant`), but after `SCRIPT FLUSH` the acquisition's own `NOSCRIPT` on the
+/// free node is not read once two nodes refused, so it is never resent in full and nothing is granted there.
+#[test]
+fn held_up_a_failed_owned_attempt_leaves_nothing_after_script_flush() {
+    let cluster = Cluster::start(3);
+    let locks = manager(cluster.urls(), steady());
+    let me = locks.owner().expect("owner");
+    // Another holder has the key on nodes 0 and 1.
+    for node in &cluster.nodes()[..2] {
+        assert_eq!(
+            node.raw(&cmd(&["SET", "tree", "someone-else", "PX", "10000"])),
+            b"+OK\r\n"
+        );
+    }
+    locks.request("warm").once().acquire().map(|l| locks.unlock(l)).expect("connected").ok();
+    for node in cluster.nodes() {
+        assert_eq!(node.raw(&cmd(&["SCRIPT", "FLUSH"])), b"+OK\r\n");
+    }
+    let e = locks
+        .request("tree")
+        .ttl(Duration::from_secs(10))
+        .owned(&me)
+        .once()
+        .acquire()
+        .expect_err("held by another on a majority");
+    assert!(e.is_held(), "{e}");
+    thread::sleep(ms(300)); // the undo is not awaited
+    let left = cluster.node(2).raw(&cmd(&["EXISTS", "tree", "muxlock:holds:tree"]));
+    assert_eq!(
+        left,
+        b":0\r\n",
+        "the failed attempt's hold is still on node 2: {}",
+        String::from_utf8_lossy(&left)
+    );
+}
+
+/// Finding (lost release on a minority): a release round ends once a majority confirmed; a node whose reply
+/// comes later and is `NOSCRIPT` (after `SCRIPT FLUSH`, or a restart with the connection kept... ) is never sent
+/// the script in full — the resend happens only for replies the round reads (`engine/pipeline.rs` `pipelined`,
+/// `engine/mod.rs` `script_round`: `break` at quorum). The key stays on that node for the whole lease; an owned
+/// hold's field stays too. Here node 2 is slow (paused) for the release. Every kind: plain, set, owned.
+#[test]
+fn a_release_reaches_a_late_node_that_lost_its_scripts() {
+    let mut cluster = Cluster::start(3);
+    let locks = manager(cluster.urls(), steady());
+    let me = locks.owner().expect("owner");
+    let ttl = Duration::from_secs(20);
+    let plain = locks.request("p").ttl(ttl).once().acquire().expect("plain");
+    let set = locks.request_all(["s1", "s2"]).ttl(ttl).once().acquire().expect("set");
+    let owned = locks.request("o").ttl(ttl).owned(&me).once().acquire().expect("owned");
+    assert_eq!(cluster.node(2).raw(&cmd(&["SCRIPT", "FLUSH"])), b"+OK\r\n");
+    cluster.pause(2);
+    let released = [locks.unlock(plain), locks.unlock(set), locks.unlock(owned)];
+    cluster.resume(2);
+    thread::sleep(ms(500));
+    let left = cluster
+        .node(2)
+        .raw(&cmd(&["EXISTS", "p", "s1", "s2", "o", "muxlock:holds:o"]));
+    assert_eq!(
+        left,
+        b":0\r\n",
+        "released {released:?}; keys left on node 2: {}",
+        String::from_utf8_lossy(&left)
+    );
+}
