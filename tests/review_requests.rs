@@ -413,3 +413,70 @@ fn a_release_reaches_a_late_node_that_lost_its_scripts() {
         String::from_utf8_lossy(&left)
     );
 }
+
+/// Held up: the combinations the nodes cannot do, empty names and sets, and a guard's too-short TTL are
+/// `Error::Config` before anything is sent (no node counted a vote), with every terminal and waiting policy.
+#[test]
+fn held_up_config_errors_send_nothing() {
+    let cluster = Cluster::start(3);
+    let locks = manager(cluster.urls(), steady());
+    let me = locks.owner().expect("owner");
+    let none: [&str; 0] = [];
+    let checks: Vec<(&str, Result<(), Error>)> = vec![
+        ("fenced set", locks.request_all(["a", "b"]).fenced().acquire().map(drop)),
+        ("fenced set wait", locks.request_all(["a"]).fenced().wait(ms(500)).hold().map(drop)),
+        ("owned set", locks.request_all(["a", "b"]).owned(&me).run(|_| ()).map(drop)),
+        ("empty set", locks.request_all(none).wait(ms(500)).acquire().map(drop)),
+        ("empty name in set", locks.request_all(["a", ""]).acquire().map(drop)),
+        ("empty name", locks.request("").owned(&me).wait(ms(500)).acquire().map(drop)),
+        ("empty name fenced", locks.request("").fenced().hold().map(drop)),
+        ("zero ttl", locks.request("a").ttl(Duration::ZERO).acquire().map(drop)),
+        ("short guard", locks.request("a").ttl(ms(10)).owned(&me).hold().map(drop)),
+    ];
+    for (what, got) in checks {
+        assert!(matches!(got, Err(Error::Config(_))), "{what}: {got:?}");
+    }
+    let sent: u64 = locks
+        .stats()
+        .nodes
+        .iter()
+        .map(|n| n.granted + n.taken + n.failed)
+        .sum();
+    assert_eq!(sent, 0);
+}
+
+/// Held up: a fenced waiter gets a token above the previous holder's, and a guard over it keeps it; `Guard`
+/// reports the kind's resources, token and owner.
+#[test]
+fn held_up_fenced_wait_token_increases_and_guards_report_their_kind() {
+    let cluster = Cluster::start(3);
+    let locks = manager(cluster.urls(), steady());
+    let other = manager(cluster.urls(), steady());
+    let first = other.request("ledger").ttl(Duration::from_secs(8)).fenced().hold().expect("first");
+    let t1 = first.token().expect("token");
+    let waiter = {
+        let locks = locks.clone();
+        thread::spawn(move || {
+            locks
+                .request("ledger")
+                .ttl(Duration::from_secs(8))
+                .fenced()
+                .wait(Duration::from_secs(5))
+                .hold()
+        })
+    };
+    thread::sleep(ms(300));
+    first.release().expect("release");
+    let second = waiter.join().expect("join").expect("waited");
+    assert!(second.token().expect("token") > t1);
+    assert_eq!(second.resources(), &[b"ledger".to_vec()]);
+    assert!(second.owner().is_none());
+    second.release().expect("release");
+    let me = locks.owner().expect("owner");
+    let owned = locks.request("o").owned(&me).hold().expect("owned");
+    assert_eq!(owned.owner(), Some(&me));
+    assert_eq!(owned.token(), None);
+    let set = locks.request_all(["z", "y", "z"]).hold().expect("set");
+    assert_eq!(set.resources(), &[b"y".to_vec(), b"z".to_vec()]);
+    drop((owned, set));
+}
