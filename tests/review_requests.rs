@@ -480,3 +480,40 @@ fn held_up_fenced_wait_token_increases_and_guards_report_their_kind() {
     assert_eq!(set.resources(), &[b"y".to_vec(), b"z".to_vec()]);
     drop((owned, set));
 }
+
+/// Finding (liveness vs docs): `Request::wait` says a set waiter is woken late only by a release of another of
+/// its names *in another process*; a release in this process of a name other than the first notifies that
+/// name's line (`LockManager::unlock` → `waits.notify("b")`), where the set waiter is not (it lines up on "a",
+/// and its probe tracks "a" only), so it sleeps to its retry pause here as well.
+#[test]
+fn a_set_waiter_is_woken_by_a_release_of_its_second_name_in_this_process() {
+    let cluster = Cluster::start(3);
+    let config = one_attempt(Duration::from_secs(1))
+        .with_retry_delay(Duration::from_secs(3))
+        .with_retry_jitter(ms(1));
+    let locks = manager(cluster.urls(), config);
+    let b = locks.request("b").ttl(Duration::from_secs(20)).once().acquire().expect("b");
+    let (tx, rx) = mpsc::channel();
+    let waiter = {
+        let locks = locks.clone();
+        thread::spawn(move || {
+            let got = locks
+                .request_all(["a", "b"])
+                .ttl(Duration::from_secs(10))
+                .wait(Duration::from_secs(8))
+                .acquire();
+            tx.send(Instant::now()).expect("send");
+            got
+        })
+    };
+    // Past its immediate retries and the one-off wake-up when the tracker first connects (the watchdog's idle
+    // turn, 1 s): asleep until its retry pause.
+    thread::sleep(ms(1500));
+    locks.unlock(b).expect("unlock b");
+    let released = Instant::now();
+    let woke = rx.recv_timeout(Duration::from_secs(10)).expect("woken");
+    let set = waiter.join().expect("join").expect("the set");
+    locks.unlock(set).expect("unlock set");
+    let took = woke.saturating_duration_since(released);
+    assert!(took < ms(500), "woken {took:?} after this process released \"b\"");
+}
