@@ -67,10 +67,13 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         // hold if it is there and nothing otherwise.
         if nodes != NodeSet::EMPTY {
             let mut buf = BytesMut::new();
+            // In full (`EVAL`), not by hash: nobody reads this reply, so a node that lost the script (`SCRIPT
+            // FLUSH`) would refuse a hash unseen and keep this attempt's hold for its whole lease (the review of
+            // #23, finding 9). Undos are rare: only failed attempts pay the script's bytes.
             lua::eval(
                 &mut buf,
                 lua::RELEASE_REENTRANT,
-                false,
+                true,
                 &keys,
                 &[&owner.value, &hold],
             );

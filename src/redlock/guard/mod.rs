@@ -439,7 +439,9 @@ impl Guard {
         }
     }
 
-    /// This acquisition's unique value (40 hex digits), stored in the key on each node.
+    /// The value stored in the key on each node (40 hex digits): this acquisition's own, unique; for an owned
+    /// hold, the owner's, shared by all its holds (releasing by that value with
+    /// [`unlock_value`](crate::redlock::LockManager::unlock_value) would end every hold of the owner).
     pub fn value(&self) -> &str {
         std::str::from_utf8(&self.held.value).unwrap_or_default()
     }

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use super::LockManager;
 use crate::redlock::engine::seam::block;
-use crate::redlock::error::Result;
+use crate::redlock::error::{Error, Result};
 use crate::redlock::guard::Guard;
 use crate::redlock::kind::fenced::FencedLock;
-use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::lock::{Kind, Lock};
 use crate::redlock::kind::reentrant::{Owner, ReentrantLock};
 use crate::redlock::kind::set::LockSet;
 use crate::redlock::lua;
@@ -172,15 +172,37 @@ impl LockManager {
     /// in the order given, what [`unlock`](crate::redlock::LockManager::unlock) would: the number of nodes that deleted
     /// its key, once every lock is confirmed by a majority or every node answered or the round timed out.
     ///
+    /// Locks of another kind than one plain resource (a set, a fenced lock, an owned hold: not made by
+    /// [`try_lock_batch`](crate::redlock::LockManager::try_lock_batch)) are released as
+    /// [`unlock`](crate::redlock::LockManager::unlock) releases them, each in a round of its own: a plain
+    /// compare-and-delete would free a set's first name only, a fenced key without raising its counter, or an
+    /// owner's key under its other holds.
+    ///
     /// # Errors
     ///
-    /// Per lock: [`Error::Quorum`](crate::Error::Quorum) if fewer than a majority of nodes answered; the lock ends with its lease.
+    /// Per lock, as [`unlock`](crate::redlock::LockManager::unlock).
     pub fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
-        let released = block(self.engine().unlock_batch(&locks));
-        locks
+        let (plain, other): (Vec<(usize, Lock)>, Vec<(usize, Lock)>) = locks
+            .into_iter()
+            .enumerate()
+            .partition(|(_, l)| l.kind == Kind::Plain);
+        let mut results: Vec<Option<Result<usize>>> =
+            (0..plain.len() + other.len()).map(|_| None).collect();
+        let (at, plain): (Vec<usize>, Vec<Lock>) = plain.into_iter().unzip();
+        let released = block(self.engine().unlock_batch(&plain));
+        plain
             .iter()
             .for_each(|l| self.keeper.waits.notify(&l.resource));
-        released
+        for (i, r) in at.into_iter().zip(released) {
+            results[i] = Some(r);
+        }
+        for (i, lock) in other {
+            results[i] = Some(self.unlock(lock));
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::config("no release result"))))
+            .collect()
     }
 
     /// Acquires `resource` for `ttl` as [`lock`](crate::redlock::LockManager::lock) does, with a fencing token that is

@@ -147,9 +147,9 @@ impl<'m> Request<'m> {
     /// Waits for the resource up to `max_wait` in all, without polling: woken by releases in this process, by
     /// the nodes' client-side tracking (a release, overwrite or expiry by any client), and at the holder's lease
     /// end; waiters of one resource line up first come, first served (across processes too, for one plain
-    /// resource: see [`LockManager::lock_wait`]). A waiter for a set lines up on its first name and probes it;
-    /// a release of another of its names in another process wakes it at that name's lease end or the next retry
-    /// pause, not at once. `max_wait` of zero makes one attempt.
+    /// resource: see [`LockManager::lock_wait`]). A set waits in a line of its own, woken by a release of any of
+    /// its names and probing them all; an owner's holds in a line of the owner's, so that a nested hold never
+    /// waits behind another owner's waiter. `max_wait` of zero makes one attempt.
     pub fn wait(mut self, max_wait: Duration) -> Request<'m> {
         self.waiting = Waiting::Wait(max_wait);
         self
@@ -165,7 +165,7 @@ impl<'m> Request<'m> {
     }
 
     /// One hold of `owner`'s reentrant lock ([`LockManager::owner`] makes one): if `owner` already holds the
-    /// resource (in any thread or process), the acquisition adds a hold instead of failing; each hold is released
+    /// resource (in any thread: clone the owner into it), the acquisition adds a hold instead of failing; each hold is released
     /// on its own, and the key goes with the last. Not for a set ([`Error::Config`]).
     pub fn owned(mut self, owner: &Owner) -> Request<'m> {
         self.asked = Asked::Owned(owner.clone());
