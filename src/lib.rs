@@ -14,13 +14,28 @@
 //! use muxlock::LockManager;
 //!
 //! let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
-//! let lock = locks.lock("invoice:42", Duration::from_secs(10))?;
-//! if lock.is_valid() {
-//!     // ... work on the invoice ...
+//! // Wait up to 30 s for the invoice; a guard keeps the 10 s lease alive while the work runs.
+//! let guard = locks.request("invoice:42").ttl(Duration::from_secs(10)).wait(Duration::from_secs(30)).hold()?;
+//! if !guard.is_lost() {
+//!     // ... work on the invoice, checking guard.is_lost() before each step ...
 //! }
-//! locks.unlock(lock)?;
+//! guard.release()?;
 //! # Ok::<(), muxlock::Error>(())
 //! ```
+//!
+//! A [`Request`] says what to lock (one resource, or a set with [`LockManager::request_all`]), for how long,
+//! how to wait ([`once`](Request::once), [`retry`](Request::retry), [`wait`](Request::wait)) and which kind
+//! ([`fenced`](Request::fenced), [`owned`](Request::owned)); its terminal [`acquire`](Request::acquire)s a
+//! [`Lock`], [`hold`](Request::hold)s a [`Guard`] or [`run`](Request::run)s a closure under one. Every kind
+//! extends with [`LockManager::extend`] and releases with [`LockManager::unlock`].
+//!
+//! | request | guarantee |
+//! |---|---|
+//! | `request(r)` | at most one holder while the lock reports valid (a majority granted it, its lease minus the round's time and a drift allowance has not run out) |
+//! | `request_all([a, b])` | the same for every name of the set together: a node sets all of them for you or none |
+//! | `.fenced()` | also a token above every earlier holder's, for the resource to refuse a late writer ([`FENCED_WRITE`] for a Redis-held resource) |
+//! | `.owned(&owner)` | the same owner acquires again instead of being refused; each hold releases on its own |
+//! | `.hold()` | a guard renews the lease and says before it can have ended when the lock can no longer be relied on |
 //!
 //! What a caller sees when the nodes cannot be reached (this one runs: nothing listens on port 1):
 //!
@@ -30,7 +45,7 @@
 //!
 //! let config = Config::default().with_retry_count(0);
 //! let locks = LockManager::builder().node("127.0.0.1:1").config(config).build()?;
-//! match locks.try_lock("report", Duration::from_secs(5)) {
+//! match locks.request("report").ttl(Duration::from_secs(5)).once().acquire() {
 //!     Err(Error::Quorum(report)) => {
 //!         assert_eq!(report.granted(), 0);
 //!         println!("{}", Error::Quorum(report)); // names each node and what happened to it
@@ -38,15 +53,16 @@
 //!     other => panic!("unexpected: {other:?}"),
 //! }
 //! // Invalid input is refused before anything is sent.
-//! assert!(locks.try_lock("", Duration::from_secs(5)).unwrap_err().is_config());
+//! assert!(locks.request("").once().acquire().unwrap_err().is_config());
 //! # Ok::<(), muxlock::Error>(())
 //! ```
 //!
 //! # What is public
 //!
-//! - The lock API, at the crate root: [`LockManager`] (and its [`Builder`]), the held locks ([`Lock`], [`LockSet`],
-//!   [`FencedLock`] with [`counter_key`], [`ReentrantLock`] with its [`Owner`], [`Guard`] with [`Lost`] and
-//!   [`LostWatch`], [`Unreleased`] for a release to retry), [`Config`] (and [`PERSIST_MARKER_KEY`], what the
+//! - The lock API, at the crate root: [`LockManager`] (and its [`Builder`]), a [`Request`], the held locks
+//!   ([`Lock`] of every kind, an [`Owner`] for owned ones, [`Guard`] with [`Lost`] and [`LostWatch`]; the
+//!   deprecated verbs' [`LockSet`], [`FencedLock`], [`ReentrantLock`] and [`Unreleased`]), fencing's
+//!   [`counter_key`] and [`FENCED_WRITE`] (a [`Lua`] script for the resource's side), [`Config`] (and [`PERSIST_MARKER_KEY`], what the
 //!   restart guard reads), [`Error`] with its per-node [`Report`] of [`Outcome`]s, [`NodeAddr`], [`NodeError`]
 //!   (with [`TlsError`]), [`TlsConfig`] for `rediss://` nodes, the counters of [`LockManager::stats`], and what
 //!   [`LockManager::inspect`] reads of a key ([`Inspection`], [`KeyState`]). This is the API users rely on.
@@ -117,9 +133,15 @@ pub mod resp;
 mod sync;
 mod time;
 
+/// The README's examples, compiled as doc tests so that they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub use net::{AddrError, IoError, NodeAddr, NodeCounts, NodeError, TlsConfig, TlsError};
+pub use redlock::lua::{FENCED_WRITE, Lua};
 pub use redlock::{
     Builder, Config, ConfigError, Error, FencedLock, Guard, GuardStats, Inspection, KeyState, Lock,
     LockManager, LockSet, Lost, LostWatch, NodeStats, Outcome, Owner, PERSIST_MARKER_KEY,
-    ReentrantLock, Report, Result, Stats, Unreleased, counter_key,
+    ReentrantLock, Report, Request, Result, Stats, Unreleased, counter_key,
 };

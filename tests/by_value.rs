@@ -1,6 +1,10 @@
 //! `LockManager::inspect`, `extend_value` and `unlock_value` against real redis-server masters: a lock held by its
 //! value alone, as a script or another process holds it (the CLI's `status`, `extend` and `release`).
 
+// The verbs #23 deprecated (one-line wrappers over the request API) are still tested and measured here, as
+// users of the last release call them, until they are removed.
+#![allow(deprecated)]
+
 mod support;
 
 use std::thread;

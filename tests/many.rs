@@ -1,5 +1,9 @@
 //! All-or-nothing sets (`lock_many`, `try_lock_many`, `extend_many`, `unlock_many`) against real redis-servers.
 
+// The verbs #23 deprecated (one-line wrappers over the request API) are still tested and measured here, as
+// users of the last release call them, until they are removed.
+#![allow(deprecated)]
+
 mod support;
 
 use std::net::{SocketAddr, TcpStream};
@@ -266,7 +270,7 @@ fn a_guarded_set_is_renewed_lost_and_released_together() {
     let locks = manager(&cluster, locks::one_attempt(Duration::from_millis(100)));
     let ttl = Duration::from_millis(900);
     let guard = locks.hold_many(&["g2", "g1", "g3"], ttl).expect("free set");
-    assert_eq!(guard.resources().unwrap().len(), 3);
+    assert_eq!(guard.resources().len(), 3);
     assert_eq!(guard.resource(), b"g1");
     thread::sleep(Duration::from_millis(1500));
     assert!(

@@ -102,6 +102,16 @@ pub const RELEASE_REENTRANT: Lua = Lua {
     sha1: "3ba1f53982cdf89755fd166aee05f2bf4b392501",
 };
 
+/// Reentrant extension of one hold (same keys; `ARGV[1]` the owner, `ARGV[2]` the hold's id, `ARGV[3]` the TTL in
+/// ms): if `KEYS[1]` holds the owner and the hold is there (or the node no longer knows the holds: `KEYS[2]`
+/// missing, the key is the owner's all the same), makes both keys live at least `ARGV[3]` ms more — never less
+/// than they had: another hold of the owner may rely on a longer lease (the invariant of
+/// `kind/reentrant.rs`). Returns 1 if extended, 0 if the key or the hold is not there (it expired, was released).
+pub const EXTEND_REENTRANT: Lua = Lua {
+    body: r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 end if redis.call("exists", KEYS[2]) == 1 and redis.call("hexists", KEYS[2], ARGV[2]) == 0 then return 0 end local t = redis.call("pttl", KEYS[1]) if t < tonumber(ARGV[3]) then t = tonumber(ARGV[3]) redis.call("pexpire", KEYS[1], t) end redis.call("pexpire", KEYS[2], t) return 1"#,
+    sha1: "225a88b5588503988af92d9abdb03718a4cc79f5",
+};
+
 /// **For tests only: the bug this crate had.** A release that counts down *some* hold when the node never saw the
 /// one released (as the hold counter before issue #20 did), so a nested release on a node its acquisition never
 /// reached strips the outer hold. The control of the tests that check [`RELEASE_REENTRANT`]'s attribution; never
@@ -125,7 +135,7 @@ pub const FENCED_WRITE: Lua = Lua {
 };
 
 /// Every script the lock rounds use, for `SCRIPT LOAD` on new connections and for the tests.
-pub const ALL: [Lua; 11] = [
+pub const ALL: [Lua; 12] = [
     RELEASE_BATCH,
     ACQUIRE_MANY,
     EXTEND_MANY,
@@ -135,6 +145,7 @@ pub const ALL: [Lua; 11] = [
     RELEASE_FENCED,
     ACQUIRE_REENTRANT,
     RELEASE_REENTRANT,
+    EXTEND_REENTRANT,
     QUEUE_ACQUIRE,
     QUEUE_LEAVE,
 ];

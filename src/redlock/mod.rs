@@ -23,9 +23,9 @@
 //!                   watchdog.rs (the thread: renewals, the tracker connections, invalidation pushes)
 //!   waiters.rs      WaitRoom: this process' line of waiters per resource, who wakes whom
 //!   engine/         Engine<N = Fanout, C = SystemClock>: every round of every kind, nothing else
-//!                   mod.rs (acquire, extend, release, inspect, the batched renewal round), retry.rs (the
-//!                   one retry loop around any kind's attempt), release.rs (Tally: the one release verdict),
-//!                   pipeline.rs (k commands per node), batch.rs, set.rs, fenced.rs, reentrant.rs; restart.rs + persist.rs
+//!                   mod.rs (acquire, extend, release, inspect, the batched renewal round), release.rs
+//!                   (Tally: the one release verdict of every kind), pipeline.rs (k commands per node),
+//!                   batch.rs, set.rs, fenced.rs, reentrant.rs; restart.rs + persist.rs
 //!                   (the restart guard); native.rs (each node's DELIFEQ / DELEX, probed on each connection,
 //!                   issue #25); seam.rs (Nodes / NodeRound / Clock: what the engine talks through)
 //!   kind/           the kinds as values: lock.rs (Lock), set.rs (LockSet), fenced.rs (FencedLock, and the
@@ -78,6 +78,6 @@ pub use kind::fenced::{FencedLock, counter_key};
 pub use kind::lock::Lock;
 pub use kind::reentrant::{Owner, ReentrantLock};
 pub use kind::set::LockSet;
-pub use manager::{Builder, LockManager};
+pub use manager::{Builder, LockManager, Request};
 pub use stats::{GuardStats, NodeStats, Stats};
 pub use unreleased::Unreleased;

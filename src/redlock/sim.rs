@@ -16,11 +16,12 @@ use bytes::Bytes;
 
 use crate::redlock::config::Config;
 use crate::redlock::engine::Engine as Rounds;
+use crate::redlock::engine::any::Want;
 use crate::redlock::engine::restart;
 use crate::redlock::error::Result;
 use crate::redlock::guard::{self, Held, Lost};
 use crate::redlock::kind::fenced::FencedLock;
-use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::lock::{Kind, Lock};
 use crate::redlock::kind::queued::Entry;
 use crate::redlock::kind::reentrant::{Owner, ReentrantLock};
 use crate::redlock::kind::set::LockSet;
@@ -30,6 +31,15 @@ use crate::redlock::stats::{Activity, Votes};
 use crate::redlock::token::Tokens;
 
 pub use crate::redlock::engine::seam::{Clock, NodeRound, Nodes, SystemClock};
+
+/// A one-attempt result as the `try_` verbs give it: `Ok(None)` when another holder has it.
+fn not_held<T>(got: Result<T>) -> Result<Option<T>> {
+    match got {
+        Ok(got) => Ok(Some(got)),
+        Err(crate::redlock::Error::Held(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
 
 /// The lock engine over simulated nodes and a simulated clock.
 #[derive(Debug)]
@@ -81,12 +91,26 @@ impl SimGuard {
 
     /// The fencing token of a fenced guard.
     pub fn token(&self) -> Option<u64> {
-        self.held.fence
+        match self.held.kind {
+            Kind::Fenced(token) => Some(token),
+            _ => None,
+        }
     }
 
     /// Every resource of a guarded set.
     pub fn resources(&self) -> Option<&[Vec<u8>]> {
-        self.held.set.as_deref()
+        match &self.held.kind {
+            Kind::Set(names) => Some(names),
+            _ => None,
+        }
+    }
+
+    /// The owner of a guarded owned (reentrant) hold.
+    pub fn owner(&self) -> Option<&Owner> {
+        match &self.held.kind {
+            Kind::Owned { owner, .. } => Some(owner),
+            _ => None,
+        }
     }
 
     /// Confirmed renewals so far.
@@ -147,22 +171,38 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// As [`LockManager::try_lock`](super::LockManager::try_lock).
     pub async fn try_lock(&self, resource: &[u8], ttl: Duration) -> Result<Option<Lock>> {
-        self.core.try_lock(resource, ttl).await
+        not_held(
+            self.acquire(&Want::One(resource), resource, ttl, false)
+                .await,
+        )
     }
 
     /// As [`LockManager::lock`](super::LockManager::lock) (retries with the clock's pauses).
     pub async fn lock(&self, resource: &[u8], ttl: Duration) -> Result<Lock> {
-        self.core.lock(resource, ttl).await
+        self.acquire(&Want::One(resource), resource, ttl, true)
+            .await
     }
 
-    /// As [`LockManager::extend`](super::LockManager::extend).
+    /// As a request's `acquire` (`retry`: with retries, else one attempt): the one retry loop of every kind.
+    async fn acquire(
+        &self,
+        want: &Want<'_>,
+        resource: &[u8],
+        ttl: Duration,
+        retry: bool,
+    ) -> Result<Lock> {
+        let ttl_ms = self.core.check(resource, ttl)?;
+        self.core.acquire_any(want, ttl, ttl_ms, retry).await
+    }
+
+    /// As [`LockManager::extend`](super::LockManager::extend): a lock of any kind.
     pub async fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
-        self.core.extend(lock, ttl).await
+        self.core.extend_any(lock, ttl).await
     }
 
-    /// As [`LockManager::unlock`](super::LockManager::unlock).
+    /// As [`LockManager::unlock`](super::LockManager::unlock): a lock of any kind.
     pub async fn unlock(&self, lock: Lock) -> Result<usize> {
-        self.core.unlock(&lock).await
+        self.core.release(&lock).await
     }
 
     /// As [`LockManager::extend_value`](super::LockManager::extend_value).
@@ -202,17 +242,31 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         ttl: Duration,
         retry: bool,
     ) -> Result<Option<LockSet>> {
-        self.core.lock_many(resources, ttl, retry).await
+        let (sorted, ttl_ms) = self.core.check_set(resources, ttl)?;
+        let value = self.core.tokens.draw("drawing the lock value")?;
+        let got = self
+            .core
+            .acquire_any(&Want::Set(&sorted, value), ttl, ttl_ms, retry)
+            .await;
+        let got = match retry {
+            true => got.map(Some),
+            false => not_held(got),
+        };
+        got.map(|set| set.map(LockSet::from_lock))
     }
 
     /// As [`LockManager::extend_many`](super::LockManager::extend_many).
     pub async fn extend_many(&self, set: &mut LockSet, ttl: Duration) -> Result<()> {
-        self.core.extend_many(set, ttl).await
+        let mut lock = Lock::from(LockSet::of_set(set));
+        self.core.extend_any(&mut lock, ttl).await?;
+        set.valid_until = lock.valid_until;
+        set.extensions = lock.extensions;
+        Ok(())
     }
 
     /// As [`LockManager::unlock_many`](super::LockManager::unlock_many).
     pub async fn unlock_many(&self, set: LockSet) -> Result<usize> {
-        self.core.unlock_many(&set).await
+        self.core.release(&Lock::from(set)).await
     }
 
     /// As [`LockManager::lock_fenced`](super::LockManager::lock_fenced) (`retry`) or
@@ -223,7 +277,14 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         ttl: Duration,
         retry: bool,
     ) -> Result<Option<FencedLock>> {
-        self.core.lock_fenced(resource, ttl, retry).await
+        let got = self
+            .acquire(&Want::Fenced(resource), resource, ttl, retry)
+            .await;
+        let got = match retry {
+            true => got.map(Some),
+            false => not_held(got),
+        };
+        got.map(|lock| lock.map(FencedLock::from_lock))
     }
 
     /// As [`LockManager::extend_fenced`](super::LockManager::extend_fenced).
@@ -233,7 +294,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// As [`LockManager::unlock_fenced`](super::LockManager::unlock_fenced).
     pub async fn unlock_fenced(&self, lock: FencedLock) -> Result<usize> {
-        self.core.unlock_fenced(&lock.lock, lock.token).await
+        self.core.release(&Lock::from(lock)).await
     }
 
     /// As [`LockManager::owner`](super::LockManager::owner), from the seeded stream.
@@ -285,7 +346,16 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         resource: &[u8],
         ttl: Duration,
     ) -> Result<ReentrantLock> {
-        self.core.lock_reentrant(owner, resource, ttl).await
+        self.lock_owned(owner, resource, ttl)
+            .await
+            .map(ReentrantLock::from_lock)
+    }
+
+    /// As a request with [`owned`](super::Request::owned): one hold of `owner`'s reentrant lock, as a [`Lock`]
+    /// (extended by [`Engine::extend`], released by [`Engine::unlock`], guarded by [`Engine::guard`]).
+    pub async fn lock_owned(&self, owner: &Owner, resource: &[u8], ttl: Duration) -> Result<Lock> {
+        self.acquire(&Want::Owned(owner, resource), resource, ttl, true)
+            .await
     }
 
     /// As [`LockManager::unlock_reentrant`](super::LockManager::unlock_reentrant); `unattributed` releases with
@@ -305,31 +375,28 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             .map(|(released, _)| released)
     }
 
-    /// Puts `lock` under a guard, as [`LockManager::hold`](super::LockManager::hold) does after acquiring it
-    /// (`fence`: a fenced lock's token; `set`: every resource of a set, from [`Engine::guard_set`]).
+    /// Puts `lock` (of any kind) under a guard, as a request's `hold` does after acquiring it (`fence`: a
+    /// fenced lock's token, for a lock that lost it on the way).
     pub fn guard(&self, lock: Lock, ttl: Duration, fence: Option<u64>) -> SimGuard {
-        self.guard_with(lock, ttl, fence, None)
+        let lock = match fence {
+            Some(token) => lock.with_kind(Kind::Fenced(token)),
+            None => lock,
+        };
+        self.guard_with(lock, ttl)
     }
 
     /// Puts a fenced lock under a guard, as [`LockManager::hold_fenced`](super::LockManager::hold_fenced) does
     /// (released by the fenced release; [`SimGuard::token`] is its token).
     pub fn guard_fenced(&self, lock: FencedLock, ttl: Duration) -> SimGuard {
-        self.guard_with(lock.lock, ttl, Some(lock.token), None)
+        self.guard_with(Lock::from(lock), ttl)
     }
 
     /// Puts a set under one guard, as [`LockManager::hold_many`](super::LockManager::hold_many) does.
     pub fn guard_set(&self, set: LockSet, ttl: Duration) -> SimGuard {
-        let (lock, resources) = set.into_guarded();
-        self.guard_with(lock, ttl, None, Some(resources))
+        self.guard_with(Lock::from(set), ttl)
     }
 
-    fn guard_with(
-        &self,
-        lock: Lock,
-        ttl: Duration,
-        fence: Option<u64>,
-        set: Option<Vec<Vec<u8>>>,
-    ) -> SimGuard {
+    fn guard_with(&self, lock: Lock, ttl: Duration) -> SimGuard {
         let id = self
             .guards
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -337,7 +404,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         let margin = lost_margin(ttl, self.core.config.round_timeout);
         let now = self.core.clock.now();
-        let held = Held::new(id, lock, ttl, ttl_ms, margin, fence, set);
+        let held = Held::new(id, lock, ttl, ttl_ms, margin);
         SimGuard {
             held: Arc::new(held),
             due: renewal_due(now, ttl),

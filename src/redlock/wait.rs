@@ -13,11 +13,12 @@ use bytes::BytesMut;
 
 use crate::net::{Fanout, NodeError};
 use crate::redlock::engine::Engine;
+use crate::redlock::engine::any::Want;
 use crate::redlock::engine::seam::block;
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::guard::Keeper;
-use crate::redlock::kind::fenced::FencedLock;
 use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::set::set_name;
 use crate::redlock::quorum::Failure;
 use crate::redlock::stats::Activity;
 use crate::redlock::waiters::{Ticket, WaitRoom};
@@ -51,18 +52,60 @@ struct Probe {
 /// other clients), the head pauses as after a failure.
 const FREE_STREAK: u32 = 3;
 
-/// Acquires `resource`, waiting for it up to `max_wait`: see [`LockManager::lock_wait`].
-///
-/// [`LockManager::lock_wait`]: super::LockManager::lock_wait
-pub(crate) fn lock_wait(
+/// Where a waiter lines up in this process ([`WaitRoom::join_for`]) and what it probes on the nodes.
+struct Line<'a> {
+    /// The line: the resource, or for a set or an owner a key of its own (no Redis key is named so: it starts
+    /// with a NUL byte).
+    key: Vec<u8>,
+    /// The resources whose release may let the head in, when `key` is not one.
+    grouped: &'a [Vec<u8>],
+    /// The keys a refused head probes (`PTTL`, which also arms their tracking).
+    probed: Vec<&'a [u8]>,
+    /// The name reports give.
+    name: Vec<u8>,
+}
+
+impl<'a> Line<'a> {
+    /// The line of `want`: one resource (plain or fenced) lines up on its name; a set on all its names together
+    /// (not blocking the waiters of one of them, woken by a release of any); an owner's hold in a line of the
+    /// owner's for the resource (a nested hold never waits behind a waiter for the lock its owner holds).
+    fn of(want: &'a Want<'a>, one: &'a [Vec<u8>]) -> Line<'a> {
+        match want {
+            Want::One(r) | Want::Fenced(r) => Line {
+                key: r.to_vec(),
+                grouped: &[],
+                probed: vec![r],
+                name: r.to_vec(),
+            },
+            Want::Set(names, _) => Line {
+                key: [&b"\0set\0"[..], &names.join(&b"\0"[..])].concat(),
+                grouped: names,
+                probed: names.iter().map(Vec::as_slice).collect(),
+                name: set_name(names),
+            },
+            Want::Owned(owner, r) => Line {
+                key: [&b"\0owned"[..], &owner.value[..], r].concat(),
+                grouped: one,
+                probed: vec![r],
+                name: r.to_vec(),
+            },
+        }
+    }
+}
+
+/// Acquires `want` (checked), waiting for it up to `max_wait`. One plain resource waits in the nodes' queue
+/// across processes (`handoff`); every other kind (and a plain one on nodes that refuse the queue's script)
+/// waits in this process' [`Line`], each attempt one round of its kind.
+pub(crate) fn acquire_wait(
     keeper: &Arc<Keeper>,
-    resource: &[u8],
-    ttl: Duration,
+    want: &Want<'_>,
+    (ttl, ttl_ms): (Duration, u64),
     max_wait: Duration,
 ) -> Result<Lock> {
-    let ttl_ms = keeper.engine.check(resource, ttl)?;
     let until = later(Instant::now(), max_wait);
-    if !keeper.waits.unqueued() {
+    if let Want::One(resource) = want
+        && !keeper.waits.unqueued()
+    {
         // Queued across processes: see `handoff`.
         match handoff::queued_wait(keeper, resource, ttl, ttl_ms, max_wait) {
             Ok(got) => return got,
@@ -72,38 +115,9 @@ pub(crate) fn lock_wait(
         }
     }
     let left = until.saturating_duration_since(Instant::now());
-    wait_for(keeper, resource, left, |core| {
-        block(core.attempt(resource, ttl, ttl_ms))
-    })
-}
-
-/// Acquires `resource` with a fencing token, waiting for it up to `max_wait`: see
-/// [`LockManager::hold_fenced_wait`]. Each attempt is one [`Engine::lock_fenced`] without retries.
-///
-/// [`LockManager::hold_fenced_wait`]: super::LockManager::hold_fenced_wait
-pub(crate) fn lock_fenced_wait(
-    keeper: &Arc<Keeper>,
-    resource: &[u8],
-    ttl: Duration,
-    max_wait: Duration,
-) -> Result<FencedLock> {
-    keeper.engine.check(resource, ttl)?;
-    wait_for(keeper, resource, max_wait, |core| {
-        match block(core.lock_fenced(resource, ttl, false)) {
-            Ok(Some(lock)) => Ok(Ok(lock)),
-            // Held: the per-node outcomes stay inside the fenced round; the probe that follows says how long
-            // the holder has left.
-            Ok(None) => Ok(Err((
-                Failure::Held,
-                core.report(
-                    resource,
-                    vec![Outcome::NotAwaited; core.fanout.len()],
-                    core.quorum(),
-                ),
-            ))),
-            Err(Error::Quorum(report)) => Ok(Err((Failure::Unavailable, *report))),
-            Err(e) => Err(e),
-        }
+    let one = [want.resource().to_vec()];
+    wait_for(keeper, &Line::of(want, &one), left, |engine| {
+        block(engine.attempt_any(want, ttl, ttl_ms))
     })
 }
 
@@ -111,13 +125,14 @@ pub(crate) fn lock_fenced_wait(
 /// returning the lock or why it failed.
 fn wait_for<T>(
     keeper: &Arc<Keeper>,
-    resource: &[u8],
+    line: &Line<'_>,
     max_wait: Duration,
     mut attempt: impl FnMut(&Engine) -> Result<std::result::Result<T, (Failure, Report)>>,
 ) -> Result<T> {
     let until = later(Instant::now(), max_wait);
     let cancels = keeper.waits.cancels();
-    let ticket = keeper.waits.join(resource);
+    let resource = &line.key[..];
+    let ticket = keeper.waits.join_for(resource, line.grouped);
     let _place = Place {
         room: &keeper.waits,
         resource,
@@ -130,7 +145,12 @@ fn wait_for<T>(
     loop {
         let (head, generation) = keeper.waits.head(resource, ticket);
         let cancelled = keeper.waits.cancels() != cancels;
-        if let Some(e) = give_up(keeper, resource, (head, cancelled, until), &mut last) {
+        if let Some(e) = give_up(
+            keeper,
+            (resource, &line.name),
+            (head, cancelled, until),
+            &mut last,
+        ) {
             return Err(e);
         }
         if !head {
@@ -147,7 +167,7 @@ fn wait_for<T>(
             Failure::Held => {
                 // Tracking needs the watchdog to listen for the invalidations the probe arms.
                 keeper.watchdog.ensure_started(Arc::downgrade(keeper));
-                wake_for_holder(keeper, resource, &mut report, &mut free_streak, now)
+                wake_for_holder(keeper, &line.probed, &mut report, &mut free_streak, now)
             }
             Failure::Unavailable | Failure::TooLate => later(now, keeper.engine.retry_pause()),
         };
@@ -171,7 +191,7 @@ fn wait_for<T>(
 /// (the head makes one attempt, even with no time to wait at all). `last` is its own last attempt's error.
 fn give_up(
     keeper: &Keeper,
-    resource: &[u8],
+    (resource, name): (&[u8], &[u8]),
     (head, cancelled, until): (bool, bool, Instant),
     last: &mut Option<Error>,
 ) -> Option<Error> {
@@ -187,7 +207,7 @@ fn give_up(
     }
     (!head || cancelled).then(|| {
         Error::Held(Box::new(keeper.engine.report(
-            resource,
+            name,
             vec![Outcome::NotAwaited; keeper.engine.fanout.len()],
             keeper.engine.quorum(),
         )))
@@ -208,13 +228,26 @@ fn note_wait(waited: &mut bool, activity: &Activity) {
 /// servers, nodes down): then it looks again as a polling client would. The probe's reading goes in `report`.
 fn wake_for_holder(
     keeper: &Keeper,
-    resource: &[u8],
+    probed: &[&[u8]],
     report: &mut Report,
     free_streak: &mut u32,
     now: Instant,
 ) -> Instant {
     let engine = &keeper.engine;
-    let probe = probe(keeper, resource);
+    // Every key must be free (a set): the latest to come free, tracked where all of them are.
+    let mut probe = Probe {
+        free_in: Some(Duration::ZERO),
+        tracked: usize::MAX,
+    };
+    for resource in probed {
+        let p = self::probe(keeper, resource);
+        probe.free_in = probe.free_in.zip(p.free_in).map(|(a, b)| a.max(b));
+        probe.tracked = probe.tracked.min(p.tracked);
+    }
+    let probe = Probe {
+        tracked: probe.tracked.min(engine.fanout.len()),
+        ..probe
+    };
     report.holder_ttl = probe.free_in.filter(|d| !d.is_zero());
     let wake = match probe.free_in {
         Some(d) if d.is_zero() && *free_streak < FREE_STREAK => {

@@ -38,6 +38,9 @@ pub(crate) type Ticket = u64;
 
 #[derive(Debug, Default)]
 struct Line {
+    /// The resources whose release may let this line's head in, when the line's key is not one: a set's names,
+    /// an owner's resource (see [`WaitRoom::join_for`]). Empty: the key is the resource.
+    names: Vec<Vec<u8>>,
     next_ticket: Ticket,
     queue: VecDeque<(Ticket, Thread)>,
     generation: u64,
@@ -52,6 +55,8 @@ pub(crate) struct WaitRoom {
     /// Bumped by [`WaitRoom::cancel_all`]: waiters that started before give up.
     cancels: AtomicU64,
     rooms: Mutex<HashMap<Vec<u8>, Line>>,
+    /// How many lines have `names` (a notify then also looks for the lines among whose names the resource is).
+    grouped: AtomicUsize,
     /// Set once the nodes refused the cross-process queue's script (`wait/handoff.rs`): waits go without it.
     unqueued: AtomicBool,
 }
@@ -69,8 +74,20 @@ impl WaitRoom {
 
     /// Joins the end of `resource`'s line.
     pub(crate) fn join(&self, resource: &[u8]) -> Ticket {
+        self.join_for(resource, &[])
+    }
+
+    /// Joins the end of the line `key`, whose head a release of any of `names` may let in (a set waits in a line
+    /// of its own, keyed by all its names, so that it neither blocks the waiters of one of its names nor misses
+    /// the release of another; an owner's waiters in a line of the owner's, so that a nested hold is never
+    /// queued behind a waiter for the lock its owner holds). No `names`: `key` is the resource.
+    pub(crate) fn join_for(&self, key: &[u8], names: &[Vec<u8>]) -> Ticket {
         let mut rooms = lock(&self.rooms);
-        let line = rooms.entry(resource.to_vec()).or_default();
+        let line = rooms.entry(key.to_vec()).or_default();
+        if line.names.is_empty() && !names.is_empty() {
+            line.names = names.to_vec();
+            self.grouped.fetch_add(1, Ordering::AcqRel);
+        }
         line.next_ticket += 1;
         let ticket = line.next_ticket;
         line.queue.push_back((ticket, thread::current()));
@@ -94,6 +111,9 @@ impl WaitRoom {
             _ => None,
         };
         if line.queue.is_empty() {
+            if !line.names.is_empty() {
+                self.grouped.fetch_sub(1, Ordering::AcqRel);
+            }
             rooms.remove(resource);
         }
         drop(rooms);
@@ -132,14 +152,22 @@ impl WaitRoom {
             return;
         }
         let resource = resource_of_turn(resource).unwrap_or(resource);
+        let mut heads = Vec::new();
         let mut rooms = lock(&self.rooms);
-        let Some(line) = rooms.get_mut(resource) else {
-            return;
-        };
-        line.generation += 1;
-        let head = line.queue.front().map(|(_, t)| t.clone());
+        if let Some(line) = rooms.get_mut(resource) {
+            line.generation += 1;
+            heads.extend(line.queue.front().map(|(_, t)| t.clone()));
+        }
+        if self.grouped.load(Ordering::Acquire) > 0 {
+            for line in rooms.values_mut() {
+                if line.names.iter().any(|n| n[..] == resource[..]) {
+                    line.generation += 1;
+                    heads.extend(line.queue.front().map(|(_, t)| t.clone()));
+                }
+            }
+        }
         drop(rooms);
-        if let Some(t) = head {
+        for t in heads {
             t.unpark();
         }
     }
@@ -218,6 +246,27 @@ mod tests {
         room.leave(b"r", b);
         room.leave(b"s", other);
         assert_eq!(room.waiting.load(Ordering::Acquire), 0);
+        assert!(lock(&room.rooms).is_empty());
+    }
+
+    #[test]
+    fn a_grouped_line_is_woken_by_any_of_its_names_and_blocks_none_of_their_lines() {
+        let room = WaitRoom::default();
+        let names = [b"a".to_vec(), b"b".to_vec()];
+        let set = room.join_for(b"\0set\0a\0b", &names);
+        let plain = room.join(b"a");
+        // The set's waiter does not head "a"'s line: the plain waiter does.
+        assert_eq!(room.head(b"a", plain), (true, 0));
+        assert_eq!(room.head(b"\0set\0a\0b", set), (true, 0));
+        room.notify(b"b");
+        assert_eq!(room.head(b"\0set\0a\0b", set), (true, 1));
+        assert_eq!(room.head(b"a", plain), (true, 0));
+        room.notify(b"a");
+        assert_eq!(room.head(b"\0set\0a\0b", set), (true, 2));
+        assert_eq!(room.head(b"a", plain), (true, 1));
+        room.leave(b"\0set\0a\0b", set);
+        room.leave(b"a", plain);
+        assert_eq!(room.grouped.load(Ordering::Acquire), 0);
         assert!(lock(&room.rooms).is_empty());
     }
 }

@@ -626,6 +626,24 @@ impl Node {
             }
             return int(c);
         }
+        if is(lua::EXTEND_REENTRANT) {
+            if self.get(k(0), now).as_deref() != Some(arg(0)) {
+                return int(0);
+            }
+            if let Some(holds) = self.hash(k(1), now)
+                && !holds.iter().any(|(f, _)| &f[..] == arg(1))
+            {
+                return int(0);
+            }
+            let ttl = num(arg(2));
+            let mut t = self.pttl(k(0), now);
+            if t < ttl {
+                t = ttl;
+                self.pexpire(k(0), t, now);
+            }
+            self.pexpire(k(1), t, now);
+            return int(1);
+        }
         if is(lua::RELEASE_REENTRANT_UNATTRIBUTED) {
             if self.get(k(0), now).as_deref() != Some(arg(0)) {
                 return int(-1);

@@ -388,8 +388,12 @@ pub fn worker(
     while Instant::now() < work.until {
         let resource = &work.resources[(rng.next_u32() as usize) % work.resources.len()];
         let got = match work.wait {
-            Some(max_wait) => locks.lock_wait(resource, work.ttl, max_wait),
-            None => locks.lock(resource, work.ttl),
+            Some(max_wait) => locks
+                .request(resource)
+                .ttl(work.ttl)
+                .wait(max_wait)
+                .acquire(),
+            None => locks.request(resource).ttl(work.ttl).acquire(),
         };
         let lock = match got {
             Ok(lock) => lock,
@@ -477,7 +481,12 @@ pub fn guard_worker(
     let mut writers = Writers::connect(protected);
     while Instant::now() < work.until {
         let resource = &work.resources[(rng.next_u32() as usize) % work.resources.len()];
-        let guard = match locks.hold_wait(resource, work.ttl, work.ttl * 4) {
+        let guard = match locks
+            .request(resource)
+            .ttl(work.ttl)
+            .wait(work.ttl * 4)
+            .hold()
+        {
             Ok(guard) => guard,
             Err(Error::Held(_)) => {
                 Stats::add(&stats.held);

@@ -63,7 +63,7 @@ struct Acquired<'a> {
 /// The conflict code when the lock stays held by another holder; the codes of [`CliError::lock`] otherwise;
 /// [`exit::IOERR`] if the value cannot be printed (the lock is released then, since nobody could use it).
 pub fn run(args: &Args) -> Result<(), CliError> {
-    // Waiting is `lock_wait`'s: woken by releases (client-side tracking) and at the holder's lease end, no polling.
+    // Waiting is the request's `wait`: woken by releases (client-side tracking) and at the holder's lease end, no polling.
     let locks = args.conn.manager(0)?;
     // An interrupt while waiting gives up and releases whatever the attempt under way got.
     let interrupts = Interrupts::install(&[SIGINT, SIGTERM, SIGHUP, SIGQUIT], &locks)?;
@@ -71,7 +71,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         &args.resource,
         &args.waiting,
         &interrupts,
-        |wait| locks.lock_wait(&args.resource, args.ttl, wait),
+        |wait| acquiring::within(locks.request(&args.resource).ttl(args.ttl), wait).acquire(),
         |lock| {
             let _ = locks.unlock(lock);
         },

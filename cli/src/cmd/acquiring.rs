@@ -16,7 +16,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
-use muxlock::{Error, LockManager};
+use muxlock::{Error, LockManager, Request};
 use signal_hook::consts::SIGTSTP;
 use signal_hook::iterator::{Handle, Signals};
 
@@ -119,8 +119,17 @@ pub fn signal_name(signal: i32) -> String {
         .unwrap_or_else(|| format!("signal {signal}"))
 }
 
-/// Takes `resource` with `attempt(wait)` (one library call that waits up to `wait`; zero: one attempt), as the
-/// module docs say. `give_back` releases a lock that arrived after an interrupt.
+/// `request` waiting up to `slice` (zero: one attempt), as [`acquire`] hands its attempts slices: the one way
+/// the commands ask, `--nonblock` included.
+pub fn within(request: Request<'_>, slice: Duration) -> Request<'_> {
+    match slice.is_zero() {
+        true => request.once(),
+        false => request.wait(slice),
+    }
+}
+
+/// Takes `resource` with `attempt(wait)` (one library call that waits up to `wait`; zero: one attempt: see
+/// [`within`]), as the module docs say. `give_back` releases a lock that arrived after an interrupt.
 ///
 /// # Errors
 ///

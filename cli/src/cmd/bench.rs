@@ -239,10 +239,14 @@ pub fn run(args: &Args) -> Result<(), CliError> {
 }
 
 fn warm_up(locks: &LockManager, resource: &str, ttl: Duration) -> Result<(), CliError> {
-    if let Some(lock) = locks.try_lock(resource, ttl)? {
-        locks.unlock(lock)?;
+    match locks.request(resource).ttl(ttl).once().acquire() {
+        Ok(lock) => {
+            locks.unlock(lock)?;
+            Ok(())
+        }
+        Err(e) if e.is_held() => Ok(()),
+        Err(e) => Err(e.into()),
     }
-    Ok(())
 }
 
 /// One thread's loop: thread `t` of `threads` takes resources `t, t + threads, ...` (modulo their number), so
@@ -261,10 +265,10 @@ fn worker(
         let resource = &names[(t + k * threads) % names.len()];
         k = k.wrapping_add(1);
         let start = Instant::now();
-        let outcome = locks.try_lock(resource, ttl);
+        let outcome = locks.request(resource).ttl(ttl).once().acquire();
         let acquired = start.elapsed();
         let failure = match outcome {
-            Ok(Some(lock)) => match locks.unlock(lock) {
+            Ok(lock) => match locks.unlock(lock) {
                 Ok(_) => {
                     let cycle = start.elapsed();
                     let mut tally = lock_tally(tally);
@@ -274,7 +278,7 @@ fn worker(
                 }
                 Err(e) => e,
             },
-            Ok(None) => {
+            Err(e) if e.is_held() => {
                 lock_tally(tally).conflicts += 1;
                 continue;
             }

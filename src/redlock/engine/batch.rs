@@ -28,7 +28,7 @@ use crate::redlock::engine::release::Tally;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::{Engine, settle};
 use crate::redlock::error::{Error, Outcome, Result};
-use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::lock::{Kind as LockKind, Lock};
 use crate::redlock::kind::set_vote;
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Quorum, Status, Vote, drift};
@@ -150,6 +150,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     acquired: start,
                     extensions: 0,
                     nodes,
+                    kind: LockKind::Plain,
                 })),
                 Err(failure) => {
                     failed.push(i);

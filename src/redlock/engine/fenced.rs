@@ -7,14 +7,13 @@ use bytes::BytesMut;
 use crate::net::NodeSet;
 use crate::redlock::engine::pipeline::Kind;
 use crate::redlock::engine::release::Tally;
-use crate::redlock::engine::retry::Attempt;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::{Engine, settle};
-use crate::redlock::error::{Outcome, Result};
+use crate::redlock::error::{Outcome, Report, Result};
 use crate::redlock::kind::fenced::{
     FencedLock, MAX_CONFIRMS, counter_key, fence_vote, fenced_vote,
 };
-use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::lock::{Kind as LockKind, Lock};
 use crate::redlock::kind::script_vote;
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Vote};
@@ -24,23 +23,13 @@ use crate::resp::Decimal;
 use crate::time::later;
 
 impl<N: Nodes, C: Clock> Engine<N, C> {
-    pub(crate) async fn lock_fenced(
-        &self,
-        resource: &[u8],
-        ttl: Duration,
-        retry: bool,
-    ) -> Result<Option<FencedLock>> {
-        let ttl_ms = self.check(resource, ttl)?;
-        self.retrying(retry, || self.attempt_fenced(resource, ttl, ttl_ms))
-            .await
-    }
-
-    async fn attempt_fenced(
+    #[allow(clippy::type_complexity)]
+    pub(crate) async fn attempt_fenced(
         &self,
         resource: &[u8],
         ttl: Duration,
         ttl_ms: u64,
-    ) -> Attempt<FencedLock> {
+    ) -> Result<std::result::Result<FencedLock, (Failure, Report)>> {
         let value = self
             .tokens
             .draw("drawing the lock value from the OS's randomness")?;
@@ -137,6 +126,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                         acquired: start,
                         extensions: 0,
                         nodes,
+                        kind: LockKind::Plain,
                     },
                     token,
                 }));

@@ -2,6 +2,7 @@
 //! renewal) over the nodes behind the seam (`seam.rs`), on the time of the clock it is given. It knows nothing
 //! of guards, the watchdog, waiting or the manager: they call it.
 
+pub(crate) mod any;
 pub(crate) mod batch;
 pub(crate) mod fenced;
 pub(crate) mod native;
@@ -12,7 +13,6 @@ pub(crate) mod reentrant;
 pub(crate) mod release;
 pub(crate) mod renew;
 pub(crate) mod restart;
-pub(crate) mod retry;
 pub(crate) mod seam;
 pub(crate) mod set;
 
@@ -24,11 +24,10 @@ use crate::net::{Fanout, NodeError, NodeSet, Reply};
 use crate::redlock::config::Config;
 use crate::redlock::engine::release::Tally;
 use crate::redlock::engine::restart::Setup;
-use crate::redlock::engine::retry::{Attempt, retried_to_none};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes, SystemClock};
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::inspect::{Inspection, KeyState, key_state};
-use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::lock::{Kind, Lock};
 use crate::redlock::kind::{Refused, compare_vote, refused, script_vote, set_vote};
 use crate::redlock::quorum::{Failure, Quorum, Status, Vote, drift};
 use crate::redlock::scripts;
@@ -96,19 +95,6 @@ impl Engine {
 impl<N: Nodes, C: Clock> Engine<N, C> {
     pub(crate) fn quorum(&self) -> usize {
         self.fanout.len() / 2 + 1
-    }
-
-    pub(crate) async fn lock(&self, resource: &[u8], ttl: Duration) -> Result<Lock> {
-        let ttl_ms = self.check(resource, ttl)?;
-        self.retrying(true, || self.attempt(resource, ttl, ttl_ms))
-            .await?
-            .ok_or_else(retried_to_none)
-    }
-
-    pub(crate) async fn try_lock(&self, resource: &[u8], ttl: Duration) -> Result<Option<Lock>> {
-        let ttl_ms = self.check(resource, ttl)?;
-        self.retrying(false, || self.attempt(resource, ttl, ttl_ms))
-            .await
     }
 
     pub(crate) async fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
@@ -323,12 +309,13 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// One acquisition round. `Err` carries why it failed and every node's outcome; partial grants have been
     /// released by then.
+    #[allow(clippy::type_complexity)]
     pub(crate) async fn attempt(
         &self,
         resource: &[u8],
         ttl: Duration,
         ttl_ms: u64,
-    ) -> Attempt<Lock> {
+    ) -> Result<std::result::Result<Lock, (Failure, Report)>> {
         let value = self
             .tokens
             .draw("drawing the lock value from the OS's randomness")?;
@@ -388,6 +375,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 acquired: start,
                 extensions: 0,
                 nodes,
+                kind: Kind::Plain,
             }),
             Err(failure) => {
                 let mut release = BytesMut::new();

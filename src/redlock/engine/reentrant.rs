@@ -7,40 +7,26 @@ use bytes::BytesMut;
 use crate::net::NodeSet;
 use crate::redlock::engine::pipeline::Kind;
 use crate::redlock::engine::release::Tally;
-use crate::redlock::engine::retry::{Attempt, retried_to_none};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::{Engine, settle};
-use crate::redlock::error::{Outcome, Result};
+use crate::redlock::error::{Outcome, Report, Result};
 use crate::redlock::kind::reentrant::{Owner, ReentrantLock, count_key, vote};
 use crate::redlock::kind::script_vote;
 use crate::redlock::lua;
-use crate::redlock::quorum::Vote;
+use crate::redlock::quorum::{Failure, Vote};
 use crate::resp::{Decimal, Value};
 use crate::time::later;
 
 impl<N: Nodes, C: Clock> Engine<N, C> {
-    pub(crate) async fn lock_reentrant(
-        &self,
-        owner: &Owner,
-        resource: &[u8],
-        ttl: Duration,
-    ) -> Result<ReentrantLock> {
-        let ttl_ms = self.check(resource, ttl)?;
-        self.retrying(true, || {
-            self.attempt_reentrant(owner, resource, ttl, ttl_ms)
-        })
-        .await?
-        .ok_or_else(retried_to_none)
-    }
-
-    /// One acquisition attempt of a reentrant hold; a failed one is undone (see below) before it returns.
-    async fn attempt_reentrant(
+    /// One reentrant acquisition round; on a failure its hold is undone everywhere it was sent.
+    #[allow(clippy::type_complexity)]
+    pub(crate) async fn attempt_reentrant(
         &self,
         owner: &Owner,
         resource: &[u8],
         ttl: Duration,
         ttl_ms: u64,
-    ) -> Attempt<ReentrantLock> {
+    ) -> Result<std::result::Result<ReentrantLock, (Failure, Report)>> {
         let counter = count_key(resource);
         let keys: [&[u8]; 2] = [resource, &counter];
         let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
@@ -71,21 +57,25 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     owner: owner.clone(),
                     hold,
                     valid_until,
+                    acquired: round.start,
                     holds,
                     nodes,
                 }));
             }
             Err(failure) => failure,
         };
-        // Undo on every node the attempt was sent to, without waiting: whatever a node answered (or did not:
-        // a reply lost to a reset or a hang may follow a write that happened), the release removes this
-        // attempt's hold if it is there and nothing otherwise.
+        // Undo on every node the attempt was sent to, without waiting: whatever a node answered (or did not: a
+        // reply lost to a reset or a hang may follow a write that happened), the release removes this attempt's
+        // hold if it is there and nothing otherwise.
         if nodes != NodeSet::EMPTY {
             let mut buf = BytesMut::new();
+            // In full (`EVAL`), not by hash: nobody reads this reply, so a node that lost the script (`SCRIPT
+            // FLUSH`) would refuse a hash unseen and keep this attempt's hold for its whole lease (the review of
+            // #23, finding 9). Undos are rare: only failed attempts pay the script's bytes.
             lua::eval(
                 &mut buf,
                 lua::RELEASE_REENTRANT,
-                false,
+                true,
                 &keys,
                 &[&owner.value, &hold],
             );

@@ -9,7 +9,10 @@ use crate::net::NodeSet;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::{Engine, Tried, settle};
 use crate::redlock::error::Outcome;
+use crate::redlock::kind::lock::Kind;
+use crate::redlock::kind::reentrant::count_key;
 use crate::redlock::kind::{compare_vote, refused};
+use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Quorum, Status, drift};
 use crate::redlock::scripts::{self, Native, Script, Via};
 use crate::time::later;
@@ -74,9 +77,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         while let Some((node, reply)) = round.next().await {
             let (j, batch) = (index[node] % k, index[node] / k);
             index[node] += 1;
-            // The way this reply's request went: a set's renewal is a script even in a native batch.
+            // The way this reply's request went: a set's or an owned hold's renewal is a script even in a
+            // native batch.
             let via = match ways[node].get(batch).copied().unwrap_or(Via::Sha) {
-                Via::Native(_) if renewals[j].set.is_some() => Via::Sha,
+                Via::Native(_) if renewals[j].scripted() => Via::Sha,
                 via => via,
             };
             if let Some(why) = refused(&reply) {
@@ -136,12 +140,12 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     }
 }
 
-/// One lease to renew in [`Engine::renew`]: a lock's key (or every key of a set) and value.
-#[derive(Debug)]
+/// One lease to renew in [`Engine::renew`]: a lock's key (or every key of a set, or an owned hold) and value.
 pub(crate) struct Renewal<'a> {
     pub(crate) resource: &'a [u8],
-    /// Every key of a set, renewed together (`resource` is the first); `None` for one key.
-    pub(crate) set: Option<&'a [Vec<u8>]>,
+    /// The lock's kind: a set's keys are renewed together (`resource` is the first), an owned hold by its
+    /// script; plain and fenced locks by the compare-and-pexpire of their key.
+    pub(crate) kind: &'a Kind,
     pub(crate) value: &'a [u8],
     pub(crate) ttl: Duration,
     pub(crate) ttl_ms: u64,
@@ -152,12 +156,19 @@ pub(crate) struct Renewal<'a> {
 }
 
 impl Renewal<'_> {
+    /// Whether its renewal is a script whatever way its node takes (a set, an owned hold).
+    fn scripted(&self) -> bool {
+        matches!(self.kind, Kind::Set(_) | Kind::Owned { .. })
+    }
+
     /// The renewal's command, the way `via` says: compare-and-pexpire of its key (native or script), or of every
-    /// key of its set together (always a script: by hash unless `via` is [`Via::Full`]).
+    /// key of its set together, or its owned hold's extension (always a script: by hash unless `via` is
+    /// [`Via::Full`]).
     fn encode(&self, buf: &mut BytesMut, via: Via) {
         let full = via == Via::Full;
-        match self.set {
-            None => scripts::compare(
+        let ttl = crate::resp::Decimal::new(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX));
+        match self.kind {
+            Kind::Plain | Kind::Fenced(_) => scripts::compare(
                 buf,
                 Script::Extend,
                 via,
@@ -165,9 +176,18 @@ impl Renewal<'_> {
                 self.value,
                 self.ttl_ms,
             ),
-            Some(set) => {
+            Kind::Owned { hold, .. } => {
+                let counter = count_key(self.resource);
+                lua::eval(
+                    buf,
+                    lua::EXTEND_REENTRANT,
+                    full,
+                    &[self.resource, &counter],
+                    &[self.value, hold, ttl.as_bytes()],
+                );
+            }
+            Kind::Set(set) => {
                 let keys: Vec<&[u8]> = set.iter().map(|k| &k[..]).collect();
-                let ttl = crate::resp::Decimal::new(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX));
                 crate::redlock::lua::eval(
                     buf,
                     crate::redlock::lua::EXTEND_MANY,

@@ -12,7 +12,7 @@ use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::kind::script_vote;
 use crate::redlock::kind::set::{LockSet, keys, set_name};
 use crate::redlock::lua;
-use crate::redlock::quorum::{Failure, Quorum, Status, Vote, drift};
+use crate::redlock::quorum::{Failure, Vote};
 use crate::redlock::token;
 use crate::resp::{Decimal, Value};
 use crate::time::later;
@@ -37,26 +37,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         Ok((sorted, ttl_ms))
     }
 
-    /// `lock_many` (`retry`: up to `retry_count` more attempts) or `try_lock_many`.
-    pub(crate) async fn lock_many(
-        &self,
-        resources: &[&[u8]],
-        ttl: Duration,
-        retry: bool,
-    ) -> Result<Option<LockSet>> {
-        let (sorted, ttl_ms) = self.check_set(resources, ttl)?;
-        // One value for every attempt of this call: its own leftovers never block it (see the module docs).
-        let value = self
-            .tokens
-            .draw("drawing the lock value from the OS's randomness")?;
-        let sorted = &sorted;
-        self.retrying(retry, move || async move {
-            Ok(self.attempt_many(sorted, value, ttl, ttl_ms).await)
-        })
-        .await
-    }
-
-    async fn attempt_many(
+    pub(crate) async fn attempt_many(
         &self,
         sorted: &[Vec<u8>],
         value: token::Value,
@@ -101,77 +82,6 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     failure,
                     self.report(&set_name(sorted), outcomes, quorum.quorum()),
                 ))
-            }
-        }
-    }
-
-    pub(crate) async fn extend_many(&self, set: &mut LockSet, ttl: Duration) -> Result<()> {
-        let ttl_ms = self.config.check_ttl(ttl)?;
-        if set.extensions >= self.config.max_extensions {
-            return Err(Error::ExtendLimit(set.extensions));
-        }
-        let start = self.clock.now();
-        if start >= set.valid_until {
-            return Err(Error::Expired);
-        }
-        let n = self.fanout.len();
-        let mut quorum = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor))
-            .decide_by(set.valid_until);
-        self.note_ttl(ttl_ms);
-        let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
-        let mut outcomes = vec![Outcome::NotAwaited; n];
-        let mut status = Status::Pending;
-        for (node, outcome) in outcomes.iter_mut().enumerate() {
-            if !set.nodes.contains(node) {
-                *outcome = Outcome::NotSent;
-                status = quorum.vote(node, Vote::Taken, start);
-            }
-        }
-        let names = keys(&set.resources);
-        let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
-        let need = quorum.votes_to_decide();
-        self.pipelined(
-            Kind::Normal,
-            set.nodes,
-            1,
-            deadline,
-            need,
-            |buf, full| {
-                lua::eval(
-                    buf,
-                    lua::EXTEND_MANY,
-                    full,
-                    &names,
-                    &[&set.value, ttl_arg.as_bytes()],
-                );
-            },
-            |_, node, reply| {
-                let now = self.clock.now();
-                let (vote, outcome) =
-                    self.counted(node, script_vote(&reply), now, Some(set.acquired));
-                self.votes[node].count(&outcome);
-                outcomes[node] = outcome;
-                status = quorum.vote(node, vote, now);
-                match status {
-                    Status::Pending => quorum.votes_to_decide(),
-                    _ => 0,
-                }
-            },
-        )
-        .await;
-        match settle(status, &quorum, self.clock.now()) {
-            Ok(valid_until) => {
-                set.valid_until = valid_until;
-                set.extensions += 1;
-                Ok(())
-            }
-            Err(failure) => {
-                let report =
-                    Box::new(self.report(&set_name(&set.resources), outcomes, quorum.quorum()));
-                Err(match failure {
-                    Failure::Held => Error::LockLost(report),
-                    _ => Error::Quorum(report),
-                })
             }
         }
     }

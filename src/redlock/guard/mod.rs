@@ -27,8 +27,8 @@ use crate::redlock::engine::seam::{Clock, Nodes, block};
 use crate::redlock::engine::{Engine, is_gone};
 use crate::redlock::error::{Error, Report, Result};
 use crate::redlock::guard::watchdog::Watchdog;
-use crate::redlock::kind::lock::Lock;
-use crate::redlock::kind::set::LockSet;
+use crate::redlock::kind::lock::{Kind, Lock};
+use crate::redlock::kind::reentrant::Owner;
 use crate::redlock::quorum::Failure;
 use crate::redlock::schedule::{GuardId, lost_margin, renewal_due, retry_due};
 use crate::redlock::stats::Activity;
@@ -54,15 +54,8 @@ impl Drop for Keeper {
 }
 
 impl Keeper {
-    /// Puts a freshly acquired lock under the watchdog: fenced (`fence`, released by the fenced release) or a set
-    /// (`set`: every key, renewed and released together) or a plain lock.
-    pub(crate) fn guard(
-        self: &Arc<Keeper>,
-        lock: Lock,
-        ttl: Duration,
-        fence: Option<u64>,
-        set: Option<Vec<Vec<u8>>>,
-    ) -> Guard {
+    /// Puts a freshly acquired lock of any kind under the watchdog: renewed and released as its kind is.
+    pub(crate) fn guard(self: &Arc<Keeper>, lock: Lock, ttl: Duration) -> Guard {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         let margin = lost_margin(ttl, self.engine.config.round_timeout);
         let held = Arc::new(Held::new(
@@ -71,8 +64,6 @@ impl Keeper {
             ttl,
             ttl_ms,
             margin,
-            fence,
-            set,
         ));
         self.watchdog.add(&held, self.engine.clock.now());
         Activity::add(&self.activity.guards, 1);
@@ -89,39 +80,19 @@ impl Keeper {
         self.watchdog.forget(held);
         Activity::add(&self.activity.guards_ended, 1);
         let released = block(end(&self.engine, held));
-        match &held.set {
-            Some(set) => set.iter().for_each(|r| self.waits.notify(r)),
-            None => self.waits.notify(&held.resource),
+        match &held.kind {
+            Kind::Set(set) => set.iter().for_each(|r| self.waits.notify(r)),
+            _ => self.waits.notify(&held.resource),
         }
         released
     }
 }
 
 /// Ends a guard on the nodes: marked released (so it is never renewed again), and its lock released through the
-/// engine directly: every key of a set together, the fenced release for a fenced guard, else the plain one.
-/// Generic over the seam, as [`renew`] is.
+/// engine directly, as its kind is released. Generic over the seam, as [`renew`] is.
 pub(crate) async fn end<N: Nodes, C: Clock>(engine: &Engine<N, C>, held: &Held) -> Result<usize> {
     held.set_lost(Lost::Released, None);
-    let (valid_until, nodes) = {
-        let s = lock(&held.state);
-        (s.valid_until, s.nodes)
-    };
-    let lock = Lock {
-        resource: held.resource.clone(),
-        value: held.value,
-        valid_until,
-        acquired: held.acquired,
-        extensions: 0,
-        nodes,
-    };
-    match (&held.set, held.fence) {
-        (Some(set), _) => {
-            let set = LockSet::from_guarded(lock, set.clone());
-            engine.unlock_many(&set).await
-        }
-        (None, Some(token)) => engine.unlock_fenced(&lock, token).await,
-        (None, None) => engine.unlock(&lock).await,
-    }
+    engine.release(&held.lock()).await
 }
 
 /// Marks a guard lost, and counts it.
@@ -166,7 +137,7 @@ pub(crate) async fn renew<N: Nodes, C: Clock>(
             let g = &guards[i];
             Renewal {
                 resource: &g.resource,
-                set: g.set.as_deref(),
+                kind: &g.kind,
                 value: &g.value,
                 ttl: g.ttl,
                 ttl_ms: g.ttl_ms,
@@ -296,12 +267,9 @@ pub(crate) struct Held {
     pub(crate) acquired: Instant,
     /// How long before the end of the lease the guard counts as lost without a confirmed renewal.
     pub(crate) margin: Duration,
-    /// The fencing token, for a guard of [`hold_fenced`](crate::redlock::LockManager::hold_fenced): released by the fenced
-    /// release.
-    pub(crate) fence: Option<u64>,
-    /// Every key of a set held by [`hold_many`](crate::redlock::LockManager::hold_many) (sorted; `resource` is the first):
-    /// renewed and released together.
-    pub(crate) set: Option<Vec<Vec<u8>>>,
+    /// The lock's kind: how it is renewed and released (a set's keys together, a fenced lock by the fenced
+    /// release, an owned hold by its own field).
+    pub(crate) kind: Kind,
     pub(crate) state: Mutex<HeldState>,
     /// Notified whenever `state` changes (renewed, lost).
     pub(crate) changed: Condvar,
@@ -326,8 +294,6 @@ impl Held {
         ttl: Duration,
         ttl_ms: u64,
         margin: Duration,
-        fence: Option<u64>,
-        set: Option<Vec<Vec<u8>>>,
     ) -> Held {
         Held {
             id,
@@ -337,8 +303,7 @@ impl Held {
             ttl_ms,
             acquired: lock.acquired,
             margin,
-            fence,
-            set,
+            kind: lock.kind,
             state: Mutex::new(HeldState {
                 valid_until: lock.valid_until,
                 nodes: lock.nodes,
@@ -347,6 +312,20 @@ impl Held {
                 last_error: None,
             }),
             changed: Condvar::new(),
+        }
+    }
+
+    /// The lock as it stands: the lease last confirmed, on the nodes its acquisition was sent to.
+    pub(crate) fn lock(&self) -> Lock {
+        let s = lock(&self.state);
+        Lock {
+            resource: self.resource.clone(),
+            value: self.value,
+            valid_until: s.valid_until,
+            acquired: self.acquired,
+            extensions: 0,
+            nodes: s.nodes,
+            kind: self.kind.clone(),
         }
     }
 
@@ -443,12 +422,26 @@ impl Guard {
         &self.held.resource
     }
 
-    /// Every resource of a guard from [`hold_many`](crate::redlock::LockManager::hold_many) (sorted), `None` for other guards.
-    pub fn resources(&self) -> Option<&[Vec<u8>]> {
-        self.held.set.as_deref()
+    /// Every resource: the one resource, or a set's names (sorted, without duplicates).
+    pub fn resources(&self) -> &[Vec<u8>] {
+        match &self.held.kind {
+            Kind::Set(names) => names,
+            _ => std::slice::from_ref(&self.held.resource),
+        }
     }
 
-    /// This acquisition's unique value (40 hex digits), stored in the key on each node.
+    /// The owner of a guard over an [owned](crate::redlock::Request::owned) (reentrant) hold, `None` for other
+    /// kinds.
+    pub fn owner(&self) -> Option<&Owner> {
+        match &self.held.kind {
+            Kind::Owned { owner, .. } => Some(owner),
+            _ => None,
+        }
+    }
+
+    /// The value stored in the key on each node (40 hex digits): this acquisition's own, unique; for an owned
+    /// hold, the owner's, shared by all its holds (releasing by that value with
+    /// [`unlock_value`](crate::redlock::LockManager::unlock_value) would end every hold of the owner).
     pub fn value(&self) -> &str {
         std::str::from_utf8(&self.held.value).unwrap_or_default()
     }
@@ -484,9 +477,13 @@ impl Guard {
         }
     }
 
-    /// The fencing token of a guard from [`hold_fenced`](crate::redlock::LockManager::hold_fenced), `None` for other guards.
+    /// The fencing token of a guard over a [fenced](crate::redlock::Request::fenced) lock, `None` for other
+    /// kinds. Renewals do not change it.
     pub fn token(&self) -> Option<u64> {
-        self.held.fence
+        match self.held.kind {
+            Kind::Fenced(token) => Some(token),
+            _ => None,
+        }
     }
 
     /// How many times the watchdog has renewed the lease.

@@ -74,8 +74,9 @@ pub(crate) const CHUNK: usize = 256;
 struct WatchState {
     schedule: Schedule,
     guards: HashMap<GuardId, Weak<Held>>,
-    /// Per resource, the guard of this manager that holds it.
-    by_resource: HashMap<Vec<u8>, GuardId>,
+    /// Per resource, the guards of this manager that hold it (several for an owner's nested holds, each told at
+    /// once when the key goes).
+    by_resource: HashMap<Vec<u8>, Vec<GuardId>>,
     next_id: GuardId,
     /// Guards' keys to read on the tracker: new guards, invalidated keys.
     check: HashSet<Vec<u8>>,
@@ -125,7 +126,10 @@ impl Watchdog {
         let mut s = lock(&self.state);
         s.schedule.set(held.id, renewal_due(confirmed, held.ttl));
         s.guards.insert(held.id, Arc::downgrade(held));
-        s.by_resource.insert(held.resource.clone(), held.id);
+        s.by_resource
+            .entry(held.resource.clone())
+            .or_default()
+            .push(held.id);
         s.check.insert(held.resource.clone());
         drop(s);
         self.poke();
@@ -136,8 +140,11 @@ impl Watchdog {
         let mut s = lock(&self.state);
         s.schedule.remove(held.id);
         s.guards.remove(&held.id);
-        if s.by_resource.get(&held.resource) == Some(&held.id) {
-            s.by_resource.remove(&held.resource);
+        if let Some(ids) = s.by_resource.get_mut(&held.resource) {
+            ids.retain(|&id| id != held.id);
+            if ids.is_empty() {
+                s.by_resource.remove(&held.resource);
+            }
         }
     }
 
@@ -316,6 +323,7 @@ impl Watchdog {
             let s = lock(&self.state);
             keys.iter()
                 .filter_map(|k| s.by_resource.get(k))
+                .flatten()
                 .filter_map(|id| s.guards.get(id).and_then(Weak::upgrade))
                 .collect()
         };

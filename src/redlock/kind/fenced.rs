@@ -75,7 +75,7 @@ use std::fmt;
 
 use crate::net::Reply;
 use crate::redlock::error::Outcome;
-use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::lock::{Kind, Lock};
 use crate::redlock::kind::script_vote;
 use crate::redlock::quorum::Vote;
 use crate::resp::Value;
@@ -110,6 +110,24 @@ impl FencedLock {
     /// Whether the lease has not run out yet.
     pub fn is_valid(&self) -> bool {
         self.lock.is_valid()
+    }
+}
+
+impl FencedLock {
+    /// A [`Lock`] of kind [`Kind::Fenced`] as a `FencedLock` (for the old verbs); token 0 for another kind.
+    pub(crate) fn from_lock(lock: Lock) -> FencedLock {
+        let token = lock.token().unwrap_or(0);
+        FencedLock {
+            lock: lock.with_kind(Kind::Plain),
+            token,
+        }
+    }
+}
+
+impl From<FencedLock> for Lock {
+    /// The fenced lock as one [`Lock`], its token in its kind.
+    fn from(fenced: FencedLock) -> Lock {
+        fenced.lock.with_kind(Kind::Fenced(fenced.token))
     }
 }
 

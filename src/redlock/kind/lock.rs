@@ -1,15 +1,39 @@
-//! [`Lock`]: a held lease on a resource.
+//! [`Lock`]: a held lease, of any kind: one resource, a set, fenced, or owned (reentrant).
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::net::NodeSet;
+use crate::redlock::kind::reentrant::Owner;
 use crate::redlock::token;
 
-/// A lock held on a majority of the nodes, valid until [`valid_until`](Lock::valid_until).
-///
-/// Dropping a `Lock` does not release it: the keys expire at the end of the lease. Release it early with
+/// What kind of lock a [`Lock`] is, and what that kind keeps beside the lease. The kind decides which scripts
+/// extend and release it (the engine's business), never the caller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// One resource, `SET NX` and the compare-and-delete / compare-and-pexpire scripts (or native commands).
+    Plain,
+    /// Every name of a set (sorted, without duplicates; the lock's `resource` is the first), acquired,
+    /// extended and released together.
+    Set(Vec<Vec<u8>>),
+    /// A fencing token; released by the fenced release, which leaves the token on every node it frees.
+    Fenced(u64),
+    /// One hold of an owner's reentrant lock: the owner is the key's value (the lock's `value`), `hold` this
+    /// acquisition's field in the holds hash, `holds` the count after it.
+    Owned {
+        owner: Owner,
+        hold: token::Value,
+        holds: u64,
+    },
+}
+
+/// A lock held on a majority of the nodes, valid until [`valid_until`](Lock::valid_until): one resource, a set of
+/// them, a fenced lock ([`token`](Lock::token)) or one hold of an owner's reentrant lock ([`owner`](Lock::owner)),
+/// as its [request](crate::redlock::Request) asked. Every kind is extended with
+/// [`LockManager::extend`](crate::redlock::LockManager::extend) and released with
 /// [`LockManager::unlock`](crate::redlock::LockManager::unlock).
+///
+/// Dropping a `Lock` does not release it: the keys expire at the end of the lease.
 ///
 /// Validity is measured on this process' monotonic clock from the instant *before* the acquiring requests were
 /// sent, minus the drift allowance, so that the lock expires here no later than on the nodes. Check
@@ -27,15 +51,58 @@ pub struct Lock {
     /// The nodes the acquisition's `SET` was queued for: the others cannot hold the key, so releases and
     /// extensions skip them.
     pub(crate) nodes: NodeSet,
+    pub(crate) kind: Kind,
 }
 
 impl Lock {
-    /// The locked resource's name (the Redis key).
+    /// This lock as `kind`.
+    pub(crate) fn with_kind(mut self, kind: Kind) -> Lock {
+        self.kind = kind;
+        self
+    }
+
+    /// The locked resource's name (the Redis key); for a set, the first of its names (sorted).
     pub fn resource(&self) -> &[u8] {
         &self.resource
     }
 
-    /// This acquisition's unique value (40 hex digits), stored in the key on each node.
+    /// Every locked resource: the one resource, or a set's names (sorted, without duplicates).
+    pub fn resources(&self) -> &[Vec<u8>] {
+        match &self.kind {
+            Kind::Set(names) => names,
+            _ => std::slice::from_ref(&self.resource),
+        }
+    }
+
+    /// The fencing token of a [fenced](crate::redlock::Request::fenced) lock: larger than the token of every
+    /// earlier fenced acquisition of the resource. Send it with every write to the protected resource, which
+    /// must refuse a token below the largest it has seen. `None` for other kinds.
+    pub fn token(&self) -> Option<u64> {
+        match self.kind {
+            Kind::Fenced(token) => Some(token),
+            _ => None,
+        }
+    }
+
+    /// The owner of an [owned](crate::redlock::Request::owned) (reentrant) hold, `None` for other kinds.
+    pub fn owner(&self) -> Option<&Owner> {
+        match &self.kind {
+            Kind::Owned { owner, .. } => Some(owner),
+            _ => None,
+        }
+    }
+
+    /// For an owned hold, the number of holds the key had after this acquisition (1 for an outer hold, 2 for
+    /// the first nested one, ...; the largest among the nodes counted); `None` for other kinds.
+    pub fn holds(&self) -> Option<u64> {
+        match &self.kind {
+            Kind::Owned { holds, .. } => Some(*holds),
+            _ => None,
+        }
+    }
+
+    /// This acquisition's unique value (40 hex digits), stored in the key on each node (for an owned hold, the
+    /// owner's value, shared by its holds).
     pub fn value(&self) -> &str {
         // Hex digits are ASCII; the fallback is never taken.
         std::str::from_utf8(&self.value).unwrap_or_default()
@@ -66,10 +133,24 @@ impl Lock {
 
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lock")
-            .field("resource", &String::from_utf8_lossy(&self.resource))
-            .field("value", &self.value())
-            .field("validity", &self.validity())
+        let mut d = f.debug_struct("Lock");
+        match &self.kind {
+            Kind::Set(names) => d.field(
+                "resources",
+                &names
+                    .iter()
+                    .map(|r| String::from_utf8_lossy(r))
+                    .collect::<Vec<_>>(),
+            ),
+            _ => d.field("resource", &String::from_utf8_lossy(&self.resource)),
+        };
+        d.field("value", &self.value());
+        match &self.kind {
+            Kind::Fenced(token) => d.field("token", token),
+            Kind::Owned { holds, .. } => d.field("holds", holds),
+            _ => &mut d,
+        };
+        d.field("validity", &self.validity())
             .field("extensions", &self.extensions)
             .finish()
     }

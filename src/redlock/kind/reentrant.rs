@@ -43,6 +43,7 @@ use std::time::Instant;
 
 use crate::net::{NodeSet, Reply};
 use crate::redlock::error::Outcome;
+use crate::redlock::kind::lock::{Kind, Lock};
 use crate::redlock::quorum::Vote;
 use crate::redlock::token;
 use crate::resp::Value;
@@ -76,8 +77,62 @@ pub struct ReentrantLock {
     /// This acquisition's id: its field in the holds hash.
     pub(crate) hold: token::Value,
     pub(crate) valid_until: Instant,
+    /// When the acquisition round started (see [`Lock`]'s field of that name).
+    pub(crate) acquired: Instant,
     pub(crate) holds: u64,
     pub(crate) nodes: NodeSet,
+}
+
+impl From<ReentrantLock> for Lock {
+    /// The hold as one [`Lock`]: the owner's value is the key's, the hold in its kind.
+    fn from(r: ReentrantLock) -> Lock {
+        Lock {
+            resource: r.resource,
+            value: r.owner.value,
+            valid_until: r.valid_until,
+            acquired: r.acquired,
+            extensions: 0,
+            nodes: r.nodes,
+            kind: Kind::Owned {
+                owner: r.owner,
+                hold: r.hold,
+                holds: r.holds,
+            },
+        }
+    }
+}
+
+impl ReentrantLock {
+    /// A [`Lock`] of kind [`Kind::Owned`] as a `ReentrantLock` (for the old verbs). Another kind (never made by
+    /// an owned request) becomes a hold of an owner whose value is the lock's, with no hold id.
+    pub(crate) fn from_lock(lock: Lock) -> ReentrantLock {
+        let (owner, hold, holds) = match lock.kind {
+            Kind::Owned { owner, hold, holds } => (owner, hold, holds),
+            _ => (Owner { value: lock.value }, lock.value, 1),
+        };
+        ReentrantLock {
+            resource: lock.resource,
+            owner,
+            hold,
+            valid_until: lock.valid_until,
+            acquired: lock.acquired,
+            holds,
+            nodes: lock.nodes,
+        }
+    }
+
+    /// The hold a [`Lock`] of kind [`Kind::Owned`] is, for the reentrant rounds.
+    pub(crate) fn of(lock: &Lock, owner: &Owner, hold: token::Value, holds: u64) -> ReentrantLock {
+        ReentrantLock {
+            resource: lock.resource.clone(),
+            owner: owner.clone(),
+            hold,
+            valid_until: lock.valid_until,
+            acquired: lock.acquired,
+            holds,
+            nodes: lock.nodes,
+        }
+    }
 }
 
 impl ReentrantLock {

@@ -27,7 +27,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::net::NodeSet;
-use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::lock::{Kind, Lock};
 use crate::redlock::token;
 
 /// A set of resources held together on a majority of the nodes, all with one value, valid until
@@ -75,29 +75,59 @@ impl LockSet {
     }
 }
 
-impl LockSet {
-    /// The set as a guard keeps it: a [`Lock`] on its first resource (the set's value, lease and nodes), and
-    /// every resource.
-    pub(crate) fn into_guarded(self) -> (Lock, Vec<Vec<u8>>) {
-        let lock = Lock {
-            resource: self.resources.first().cloned().unwrap_or_default(),
-            value: self.value,
-            valid_until: self.valid_until,
-            acquired: self.acquired,
-            extensions: 0,
-            nodes: self.nodes,
-        };
-        (lock, self.resources)
+impl From<LockSet> for Lock {
+    /// The set as one [`Lock`]: its first name as the resource, every name in its kind.
+    fn from(set: LockSet) -> Lock {
+        Lock {
+            resource: set.resources.first().cloned().unwrap_or_default(),
+            value: set.value,
+            valid_until: set.valid_until,
+            acquired: set.acquired,
+            extensions: set.extensions,
+            nodes: set.nodes,
+            kind: Kind::Set(set.resources),
+        }
     }
+}
 
-    /// The set a guard kept as [`into_guarded`](LockSet::into_guarded) made it, to release it.
-    pub(crate) fn from_guarded(lock: Lock, resources: Vec<Vec<u8>>) -> LockSet {
+impl LockSet {
+    /// A [`Lock`] of kind [`Kind::Set`] as a `LockSet` (for the old verbs); another kind as a set of its one
+    /// resource.
+    pub(crate) fn from_lock(lock: Lock) -> LockSet {
+        let resources = match lock.kind {
+            Kind::Set(names) => names,
+            _ => vec![lock.resource],
+        };
         LockSet {
             resources,
             value: lock.value,
             valid_until: lock.valid_until,
             acquired: lock.acquired,
-            extensions: 0,
+            extensions: lock.extensions,
+            nodes: lock.nodes,
+        }
+    }
+
+    /// A copy of `set` (for an extension through [`Lock`]).
+    pub(crate) fn of_set(set: &LockSet) -> LockSet {
+        LockSet {
+            resources: set.resources.clone(),
+            value: set.value,
+            valid_until: set.valid_until,
+            acquired: set.acquired,
+            extensions: set.extensions,
+            nodes: set.nodes,
+        }
+    }
+
+    /// The set a [`Lock`] of kind [`Kind::Set`] holds, for the set's rounds.
+    pub(crate) fn of(lock: &Lock, names: &[Vec<u8>]) -> LockSet {
+        LockSet {
+            resources: names.to_vec(),
+            value: lock.value,
+            valid_until: lock.valid_until,
+            acquired: lock.acquired,
+            extensions: lock.extensions,
             nodes: lock.nodes,
         }
     }

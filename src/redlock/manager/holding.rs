@@ -4,13 +4,11 @@
 use std::time::Duration;
 
 use super::LockManager;
-use crate::redlock::engine::seam::block;
 use crate::redlock::error::{Error, Result};
 use crate::redlock::guard::Guard;
 use crate::redlock::kind::lock::Lock;
 use crate::redlock::quorum::drift;
 use crate::redlock::schedule::lost_margin;
-use crate::redlock::wait;
 
 impl LockManager {
     /// Acquires `resource` as [`lock`](LockManager::lock) does, waiting for it if another holder has it, up to
@@ -49,13 +47,17 @@ impl LockManager {
     /// - [`Error::Config`] for an empty resource name or an invalid `ttl`.
     ///
     /// [`Report::holder_ttl`]: crate::redlock::Report::holder_ttl
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request(resource).ttl(ttl).wait(max_wait).acquire()`"
+    )]
     pub fn lock_wait(
         &self,
         resource: impl AsRef<[u8]>,
         ttl: Duration,
         max_wait: Duration,
     ) -> Result<Lock> {
-        wait::lock_wait(&self.keeper, resource.as_ref(), ttl, max_wait)
+        self.request(resource).ttl(ttl).wait(max_wait).acquire()
     }
 
     /// Acquires `resource` as [`lock`](LockManager::lock) does and returns a [`Guard`] that keeps the lease
@@ -68,10 +70,9 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`lock`](LockManager::lock), and [`Error::Config`] for a `ttl` too short to renew.
+    #[deprecated(since = "0.2.0", note = "use `request(resource).ttl(ttl).hold()`")]
     pub fn hold(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Guard> {
-        self.check_guard_ttl(ttl)?;
-        let lock = block(self.engine().lock(resource.as_ref(), ttl))?;
-        Ok(self.guard(lock, ttl))
+        self.request(resource).ttl(ttl).hold()
     }
 
     /// One attempt to acquire `resource` under a [`Guard`]: `Ok(None)` if another holder has it.
@@ -79,10 +80,12 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`try_lock`](LockManager::try_lock), and [`Error::Config`] for a `ttl` too short to renew.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request(resource).ttl(ttl).once().hold()` (`Err(Error::Held)` when held)"
+    )]
     pub fn try_hold(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Option<Guard>> {
-        self.check_guard_ttl(ttl)?;
-        let lock = block(self.engine().try_lock(resource.as_ref(), ttl))?;
-        Ok(lock.map(|lock| self.guard(lock, ttl)))
+        super::not_held(self.request(resource).ttl(ttl).once().hold())
     }
 
     /// Waits for `resource` as [`lock_wait`](LockManager::lock_wait) does, and holds it under a [`Guard`].
@@ -90,15 +93,17 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`lock_wait`](LockManager::lock_wait), and [`Error::Config`] for a `ttl` too short to renew.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request(resource).ttl(ttl).wait(max_wait).hold()`"
+    )]
     pub fn hold_wait(
         &self,
         resource: impl AsRef<[u8]>,
         ttl: Duration,
         max_wait: Duration,
     ) -> Result<Guard> {
-        self.check_guard_ttl(ttl)?;
-        let lock = wait::lock_wait(&self.keeper, resource.as_ref(), ttl, max_wait)?;
-        Ok(self.guard(lock, ttl))
+        self.request(resource).ttl(ttl).wait(max_wait).hold()
     }
 
     /// Waits for `resource` as [`lock_wait`](LockManager::lock_wait) does, with a fencing token as
@@ -126,17 +131,21 @@ impl LockManager {
     /// let token = guard.token(); // Some(n): send it with every write to the ledger
     /// # Ok::<(), muxlock::Error>(())
     /// ```
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request(resource).ttl(ttl).fenced().wait(max_wait).hold()`"
+    )]
     pub fn hold_fenced_wait(
         &self,
         resource: impl AsRef<[u8]>,
         ttl: Duration,
         max_wait: Duration,
     ) -> Result<Guard> {
-        self.check_guard_ttl(ttl)?;
-        let fenced = wait::lock_fenced_wait(&self.keeper, resource.as_ref(), ttl, max_wait)?;
-        Ok(self
-            .keeper
-            .guard(fenced.lock, ttl, Some(fenced.token), None))
+        self.request(resource)
+            .ttl(ttl)
+            .fenced()
+            .wait(max_wait)
+            .hold()
     }
 
     /// Makes every call of this manager (and of its clones) that is waiting for a lock at this moment
@@ -177,16 +186,14 @@ impl LockManager {
     /// })?;
     /// # Ok::<(), muxlock::Error>(())
     /// ```
+    #[deprecated(since = "0.2.0", note = "use `request(resource).ttl(ttl).run(work)`")]
     pub fn with_lock<R>(
         &self,
         resource: impl AsRef<[u8]>,
         ttl: Duration,
         work: impl FnOnce(&Guard) -> R,
     ) -> Result<R> {
-        let guard = self.hold(resource, ttl)?;
-        let out = work(&guard);
-        drop(guard);
-        Ok(out)
+        self.request(resource).ttl(ttl).run(work)
     }
 
     /// A guard's TTL must leave a renewal at a third of it time to be confirmed before the guard's deadline.
@@ -206,10 +213,5 @@ impl LockManager {
             )));
         }
         Ok(())
-    }
-
-    /// Puts a freshly acquired lock under the watchdog.
-    fn guard(&self, lock: Lock, ttl: Duration) -> Guard {
-        self.keeper.guard(lock, ttl, None, None)
     }
 }

@@ -8,7 +8,7 @@ use crate::redlock::engine::seam::block;
 use crate::redlock::error::{Error, Result};
 use crate::redlock::guard::Guard;
 use crate::redlock::kind::fenced::FencedLock;
-use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::lock::{Kind, Lock};
 use crate::redlock::kind::reentrant::{Owner, ReentrantLock};
 use crate::redlock::kind::set::LockSet;
 use crate::redlock::lua;
@@ -26,9 +26,9 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// - [`Error::Held`] if some resource of the set was held by another holder at the last attempt;
-    /// - [`Error::Quorum`] if too many nodes failed for a majority (the report names the set as `"a, b, c"`);
-    /// - [`Error::Config`] for an empty set, an empty name or an invalid `ttl`.
+    /// - [`Error::Held`](crate::Error::Held) if some resource of the set was held by another holder at the last attempt;
+    /// - [`Error::Quorum`](crate::Error::Quorum) if too many nodes failed for a majority (the report names the set as `"a, b, c"`);
+    /// - [`Error::Config`](crate::Error::Config) for an empty set, an empty name or an invalid `ttl`.
     ///
     /// In every error case nothing of the set stays locked on the nodes that answered (see the module docs of
     /// `many` in the source for the exact guarantee).
@@ -45,10 +45,15 @@ impl LockManager {
     /// locks.unlock_many(set)?;
     /// # Ok::<(), muxlock::Error>(())
     /// ```
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request_all(resources).ttl(ttl).acquire()`"
+    )]
     pub fn lock_many<R: AsRef<[u8]>>(&self, resources: &[R], ttl: Duration) -> Result<LockSet> {
-        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
-        block(self.engine().lock_many(&names, ttl, true))?
-            .ok_or_else(|| Error::config("no set acquired"))
+        self.request_all(resources)
+            .ttl(ttl)
+            .acquire()
+            .map(LockSet::from_lock)
     }
 
     /// One attempt at [`lock_many`](crate::redlock::LockManager::lock_many): `Ok(None)` if some resource of the set is
@@ -56,14 +61,18 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// As [`lock_many`](crate::redlock::LockManager::lock_many), without [`Error::Held`].
+    /// As [`lock_many`](crate::redlock::LockManager::lock_many), without [`Error::Held`](crate::Error::Held).
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request_all(resources).ttl(ttl).once().acquire()` (`Err(Error::Held)` when held)"
+    )]
     pub fn try_lock_many<R: AsRef<[u8]>>(
         &self,
         resources: &[R],
         ttl: Duration,
     ) -> Result<Option<LockSet>> {
-        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
-        block(self.engine().lock_many(&names, ttl, false))
+        super::not_held(self.request_all(resources).ttl(ttl).once().acquire())
+            .map(|set| set.map(LockSet::from_lock))
     }
 
     /// Extends every key of `set` to `ttl` from now, together: a node extends the set only if it still holds every
@@ -72,8 +81,16 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`extend`](crate::redlock::LockManager::extend).
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `extend` on the `Lock` of `request_all(..).acquire()`"
+    )]
     pub fn extend_many(&self, set: &mut LockSet, ttl: Duration) -> Result<()> {
-        block(self.engine().extend_many(set, ttl))
+        let mut lock = Lock::from(LockSet::of_set(set));
+        block(self.engine().extend_any(&mut lock, ttl))?;
+        set.valid_until = lock.valid_until;
+        set.extensions = lock.extensions;
+        Ok(())
     }
 
     /// Releases every key of `set` on all nodes at once (each node deletes the keys that still hold the set's
@@ -84,12 +101,12 @@ impl LockManager {
     /// As [`unlock`](crate::redlock::LockManager::unlock): [`Error::LockLost`] if a majority answered but fewer
     /// than a majority deleted any key of the set (it had expired), [`Error::Quorum`] if fewer than a majority
     /// answered.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `unlock` on the `Lock` of `request_all(..).acquire()`"
+    )]
     pub fn unlock_many(&self, set: LockSet) -> Result<usize> {
-        let released = block(self.engine().unlock_many(&set));
-        set.resources
-            .iter()
-            .for_each(|r| self.keeper.waits.notify(r));
-        released
+        self.unlock(Lock::from(set))
     }
 
     /// Acquires a set as [`lock_many`](crate::redlock::LockManager::lock_many) does and holds it under one
@@ -100,18 +117,17 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// As [`lock_many`](crate::redlock::LockManager::lock_many), and [`Error::Config`] for a `ttl` too short to renew.
+    /// As [`lock_many`](crate::redlock::LockManager::lock_many), and [`Error::Config`](crate::Error::Config) for a `ttl` too short to renew.
     ///
     /// [`Guard::resources`]: crate::redlock::Guard::resources
     /// [`Guard::resource`]: crate::redlock::Guard::resource
+    #[deprecated(since = "0.2.0", note = "use `request_all(resources).ttl(ttl).hold()`")]
     pub fn hold_many<R: AsRef<[u8]>>(
         &self,
         resources: &[R],
         ttl: Duration,
     ) -> Result<super::Guard> {
-        self.check_guard_ttl(ttl)?;
-        let (lock, resources) = self.lock_many(resources, ttl)?.into_guarded();
-        Ok(self.keeper.guard(lock, ttl, None, Some(resources)))
+        self.request_all(resources).ttl(ttl).hold()
     }
 
     /// One attempt to acquire each of `resources` for `ttl`, all in one round: the `SET NX` commands of the
@@ -125,8 +141,8 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// Per resource: [`Error::Quorum`] if too many nodes failed to answer for its decision, [`Error::Config`] for
-    /// an empty name. Every entry is [`Error::Config`] for an invalid `ttl` or a batch larger than
+    /// Per resource: [`Error::Quorum`](crate::Error::Quorum) if too many nodes failed to answer for its decision, [`Error::Config`](crate::Error::Config) for
+    /// an empty name. Every entry is [`Error::Config`](crate::Error::Config) for an invalid `ttl` or a batch larger than
     /// [`Config::max_in_flight`](crate::redlock::Config::max_in_flight) (nothing is sent).
     ///
     /// # Examples
@@ -158,17 +174,39 @@ impl LockManager {
     /// in the order given, what [`unlock`](crate::redlock::LockManager::unlock) would: the number of nodes that deleted
     /// its key, once every lock is confirmed by a majority or every node answered or the round timed out.
     ///
+    /// Locks of another kind than one plain resource (a set, a fenced lock, an owned hold: not made by
+    /// [`try_lock_batch`](crate::redlock::LockManager::try_lock_batch)) are released as
+    /// [`unlock`](crate::redlock::LockManager::unlock) releases them, each in a round of its own: a plain
+    /// compare-and-delete would free a set's first name only, a fenced key without raising its counter, or an
+    /// owner's key under its other holds.
+    ///
     /// # Errors
     ///
     /// Per lock, as [`unlock`](crate::redlock::LockManager::unlock): [`Error::LockLost`] if a majority answered
     /// but fewer than a majority deleted its key (it had expired: its work may have overlapped another holder's),
     /// [`Error::Quorum`] if fewer than a majority of nodes answered (the lock ends with its lease).
     pub fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
-        let released = block(self.engine().unlock_batch(&locks));
-        locks
+        let (plain, other): (Vec<(usize, Lock)>, Vec<(usize, Lock)>) = locks
+            .into_iter()
+            .enumerate()
+            .partition(|(_, l)| l.kind == Kind::Plain);
+        let mut results: Vec<Option<Result<usize>>> =
+            (0..plain.len() + other.len()).map(|_| None).collect();
+        let (at, plain): (Vec<usize>, Vec<Lock>) = plain.into_iter().unzip();
+        let released = block(self.engine().unlock_batch(&plain));
+        plain
             .iter()
             .for_each(|l| self.keeper.waits.notify(&l.resource));
-        released
+        for (i, r) in at.into_iter().zip(released) {
+            results[i] = Some(r);
+        }
+        for (i, lock) in other {
+            results[i] = Some(self.unlock(lock));
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::config("no release result"))))
+            .collect()
     }
 
     /// Acquires `resource` for `ttl` as [`lock`](crate::redlock::LockManager::lock) does, with a fencing token that is
@@ -179,7 +217,7 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// As [`lock`](crate::redlock::LockManager::lock); also [`Error::Quorum`] when the token was not confirmed by a
+    /// As [`lock`](crate::redlock::LockManager::lock); also [`Error::Quorum`](crate::Error::Quorum) when the token was not confirmed by a
     /// majority of all nodes within the lease (the lock is released then).
     ///
     /// # Examples
@@ -194,22 +232,34 @@ impl LockManager {
     /// locks.unlock_fenced(lock)?;
     /// # Ok::<(), muxlock::Error>(())
     /// ```
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request(resource).ttl(ttl).fenced().acquire()`"
+    )]
     pub fn lock_fenced(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<FencedLock> {
-        block(self.engine().lock_fenced(resource.as_ref(), ttl, true))?
-            .ok_or_else(|| Error::config("no lock acquired"))
+        self.request(resource)
+            .ttl(ttl)
+            .fenced()
+            .acquire()
+            .map(FencedLock::from_lock)
     }
 
     /// One attempt at [`lock_fenced`](crate::redlock::LockManager::lock_fenced): `Ok(None)` if another holder has it.
     ///
     /// # Errors
     ///
-    /// As [`lock_fenced`](crate::redlock::LockManager::lock_fenced), without [`Error::Held`].
+    /// As [`lock_fenced`](crate::redlock::LockManager::lock_fenced), without [`Error::Held`](crate::Error::Held).
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request(resource).ttl(ttl).fenced().once().acquire()` (`Err(Error::Held)` when held)"
+    )]
     pub fn try_lock_fenced(
         &self,
         resource: impl AsRef<[u8]>,
         ttl: Duration,
     ) -> Result<Option<FencedLock>> {
-        block(self.engine().lock_fenced(resource.as_ref(), ttl, false))
+        super::not_held(self.request(resource).ttl(ttl).fenced().once().acquire())
+            .map(|lock| lock.map(FencedLock::from_lock))
     }
 
     /// Extends a fenced lock as [`extend`](crate::redlock::LockManager::extend) does; the token does not change.
@@ -217,6 +267,10 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`extend`](crate::redlock::LockManager::extend).
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `extend` on the `Lock` of `request(..).fenced().acquire()`"
+    )]
     pub fn extend_fenced(&self, lock: &mut FencedLock, ttl: Duration) -> Result<()> {
         block(self.engine().extend(&mut lock.lock, ttl))
     }
@@ -227,10 +281,12 @@ impl LockManager {
     ///
     /// As [`unlock`](crate::redlock::LockManager::unlock): [`Error::LockLost`] if a majority answered but fewer
     /// than a majority deleted the key, [`Error::Quorum`] if fewer than a majority answered.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `unlock` on the `Lock` of `request(..).fenced().acquire()`"
+    )]
     pub fn unlock_fenced(&self, lock: FencedLock) -> Result<usize> {
-        let released = block(self.engine().unlock_fenced(&lock.lock, lock.token));
-        self.keeper.waits.notify(&lock.lock.resource);
-        released
+        self.unlock(Lock::from(lock))
     }
 
     /// Acquires `resource` as [`lock_fenced`](crate::redlock::LockManager::lock_fenced) does and holds it under a
@@ -239,20 +295,20 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// As [`lock_fenced`](crate::redlock::LockManager::lock_fenced), and [`Error::Config`] for a `ttl` too short to renew.
+    /// As [`lock_fenced`](crate::redlock::LockManager::lock_fenced), and [`Error::Config`](crate::Error::Config) for a `ttl` too short to renew.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request(resource).ttl(ttl).fenced().hold()`"
+    )]
     pub fn hold_fenced(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Guard> {
-        self.check_guard_ttl(ttl)?;
-        let fenced = self.lock_fenced(resource, ttl)?;
-        Ok(self
-            .keeper
-            .guard(fenced.lock, ttl, Some(fenced.token), None))
+        self.request(resource).ttl(ttl).fenced().hold()
     }
 
     /// A new owner for reentrant locks: a fresh random value.
     ///
     /// # Errors
     ///
-    /// [`Error::Os`] if the OS cannot provide randomness.
+    /// [`Error::Os`](crate::Error::Os) if the OS cannot provide randomness.
     pub fn owner(&self) -> Result<Owner> {
         let value = self
             .engine()
@@ -285,13 +341,21 @@ impl LockManager {
     /// locks.unlock_reentrant(outer)?; // the key goes now
     /// # Ok::<(), muxlock::Error>(())
     /// ```
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request(resource).ttl(ttl).owned(owner).acquire()`"
+    )]
     pub fn lock_reentrant(
         &self,
         owner: &Owner,
         resource: impl AsRef<[u8]>,
         ttl: Duration,
     ) -> Result<ReentrantLock> {
-        block(self.engine().lock_reentrant(owner, resource.as_ref(), ttl))
+        self.request(resource)
+            .ttl(ttl)
+            .owned(owner)
+            .acquire()
+            .map(ReentrantLock::from_lock)
     }
 
     /// Releases one hold of a reentrant lock: each node the acquisition was sent to removes this hold (and only
@@ -310,6 +374,10 @@ impl LockManager {
     ///
     /// A nested hold's release deletes no key but removes the hold: that counts as confirmed. `?` turns it into
     /// the [`Error`], dropping the hold (it then stays where the release did not reach until its lease runs out).
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `unlock` on the `Lock` of `request(..).owned(owner).acquire()`"
+    )]
     pub fn unlock_reentrant(
         &self,
         lock: ReentrantLock,

@@ -5,6 +5,9 @@
 
 mod holding;
 mod kinds;
+mod request;
+
+pub use request::Request;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -154,6 +157,15 @@ fn same_server(a: &NodeAddr, b: &NodeAddr) -> bool {
     }
 }
 
+/// A one-attempt result as the `try_` verbs give it: `Ok(None)` when another holder has it.
+fn not_held<T>(got: Result<T>) -> Result<Option<T>> {
+    match got {
+        Ok(got) => Ok(Some(got)),
+        Err(Error::Held(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 impl LockManager {
     /// The engine: every round goes through it.
     #[inline]
@@ -204,8 +216,9 @@ impl LockManager {
     /// - [`Error::Held`] if another holder still had it at the last attempt;
     /// - [`Error::Quorum`] if too many nodes were down, hung or failing, with every node's outcome;
     /// - [`Error::Config`] for an empty resource name or an invalid `ttl`.
+    #[deprecated(since = "0.2.0", note = "use `request(resource).ttl(ttl).acquire()`")]
     pub fn lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Lock> {
-        block(self.engine().lock(resource.as_ref(), ttl))
+        self.request(resource).ttl(ttl).acquire()
     }
 
     /// Acquires `resource` for [`Config::ttl`], retrying as [`lock`](LockManager::lock) does.
@@ -213,11 +226,9 @@ impl LockManager {
     /// # Errors
     ///
     /// As [`lock`](LockManager::lock).
+    #[deprecated(since = "0.2.0", note = "use `request(resource).acquire()`")]
     pub fn acquire(&self, resource: impl AsRef<[u8]>) -> Result<Lock> {
-        block(
-            self.engine()
-                .lock(resource.as_ref(), self.engine().config.ttl),
-        )
+        self.request(resource).acquire()
     }
 
     /// One attempt to acquire `resource` for `ttl`: `Ok(None)` if another holder has it.
@@ -226,8 +237,12 @@ impl LockManager {
     ///
     /// [`Error::Quorum`] if too many nodes failed to answer for a decision, [`Error::Config`] for invalid
     /// arguments.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `request(resource).ttl(ttl).once().acquire()` (`Err(Error::Held)` when held)"
+    )]
     pub fn try_lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Option<Lock>> {
-        block(self.engine().try_lock(resource.as_ref(), ttl))
+        not_held(self.request(resource).ttl(ttl).once().acquire())
     }
 
     /// Extends `lock`'s lease to `ttl` from now, on all nodes at once. On success the new validity is measured
@@ -241,7 +256,7 @@ impl LockManager {
     /// - [`Error::LockLost`] if a majority no longer holds our value;
     /// - [`Error::Quorum`] if too few nodes answered within the current lease.
     pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
-        block(self.engine().extend(lock, ttl))
+        block(self.engine().extend_any(lock, ttl))
     }
 
     /// Extends the lock on `resource` whose value is `value` to `ttl` from now, on all nodes at once, and returns
@@ -304,9 +319,11 @@ impl LockManager {
     ///
     /// Both carry every node's outcome.
     pub fn unlock(&self, lock: Lock) -> Result<usize> {
-        let released = block(self.engine().unlock(&lock));
-        // Whatever the outcome, the key may be free now: this process' waiters look.
-        self.keeper.waits.notify(&lock.resource);
+        let released = block(self.engine().release(&lock));
+        // Whatever the outcome, the keys may be free now: this process' waiters look.
+        for resource in lock.resources() {
+            self.keeper.waits.notify(resource);
+        }
         released
     }
 

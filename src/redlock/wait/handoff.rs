@@ -162,7 +162,12 @@ pub(super) fn queued_wait(
     loop {
         let (head, generation) = keeper.waits.head(resource, ticket);
         let cancelled = keeper.waits.cancels() != cancels;
-        if let Some(e) = give_up(keeper, resource, (head, cancelled, until), &mut last) {
+        if let Some(e) = give_up(
+            keeper,
+            (resource, resource),
+            (head, cancelled, until),
+            &mut last,
+        ) {
             return Ok(Err(e));
         }
         if !head {
@@ -197,7 +202,7 @@ pub(super) fn queued_wait(
                 keeper.watchdog.ensure_started(Arc::downgrade(keeper));
                 if refusal.head {
                     // Our turn: wait for the lock key, as a lone waiter does.
-                    wake_for_holder(keeper, resource, &mut report, &mut free_streak, now)
+                    wake_for_holder(keeper, &[resource], &mut report, &mut free_streak, now)
                 } else {
                     // Another waiter's turn: wait for ours (or refresh the entry).
                     let (changed, tracked) = arm_turn(keeper, entry, &refusal.turns);

@@ -229,11 +229,12 @@ impl Demo<'_> {
 
         // The first lock, alone, to show how soon a fresh cluster grants.
         let first = Instant::now();
-        let first_lock = match locks.hold_wait(
-            "muxlock-demo:first",
-            args.ttl,
-            Duration::from_secs(15),
-        ) {
+        let first_lock = match locks
+            .request("muxlock-demo:first")
+            .ttl(args.ttl)
+            .wait(Duration::from_secs(15))
+            .hold()
+        {
             Ok(guard) => {
                 let took = first.elapsed();
                 let since_ready = cluster.ready_at.elapsed();

@@ -77,7 +77,7 @@ pub(super) fn work(locks: &LockManager, shared: &Shared, me: &str, seed: u64) {
         let k = next() % u64::from(shared.resources);
         let key = format!("muxlock-demo:{k}");
         let asked = Instant::now();
-        match locks.hold_wait(&key, shared.ttl, MAX_WAIT) {
+        match locks.request(&key).ttl(shared.ttl).wait(MAX_WAIT).hold() {
             Ok(guard) => {
                 mine.latencies_us
                     .push(u64::try_from(asked.elapsed().as_micros()).unwrap_or(u64::MAX));

@@ -5,9 +5,9 @@
 //! confirmed, whether muxlock is alive, stopped or killed. Its limits are in [`crate::deadman`].
 //!
 //! 1. Signals are caught from the start (SIGINT, SIGTERM, SIGHUP, SIGQUIT; SIGTSTP is refused with a line: a
-//!    stopped muxlock cannot renew). Acquire ([`acquiring`]): [`LockManager::hold_wait`](muxlock::LockManager::hold_wait) (or
-//!    [`LockManager::hold_fenced_wait`](muxlock::LockManager::hold_fenced_wait) with `--fenced`) waits up to `--wait` without polling, woken by releases
-//!    and the holder's lease end; an interrupt gives up (128 + N, nothing held); an outage is said at once and
+//!    stopped muxlock cannot renew). Acquire ([`acquiring`]): one request, [`LockManager::request`](muxlock::LockManager::request)`(RESOURCE)`
+//!    `.ttl(--ttl)`, `.fenced()` with `--fenced`, held by a guard, waiting up to `--wait` without polling (woken
+//!    by releases and the holder's lease end; `--nonblock`: one attempt); an interrupt gives up (128 + N, nothing held); an outage is said at once and
 //!    ends in 69 after `--outage-wait`. A conflict exits with `-E`'s code (default 1, as flock(1)).
 //! 2. Start the reaper (`muxlock __reaper`, the dead-man's switch, leader of a new process group), then the command
 //!    in that group through `muxlock __run` (parent-death signal, then execvp: no shell), with
@@ -29,7 +29,7 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitStatus};
 use std::sync::mpsc;
 use std::thread;
@@ -49,6 +49,10 @@ use crate::nodes::Conn;
 use crate::output;
 use crate::procs;
 use crate::state::unix_ms;
+
+mod ending;
+
+use ending::{Notes, code_of, describe, finish_reaper, kill_deadline, short};
 
 /// Run a command while holding a lock, kept alive while it runs.
 ///
@@ -145,15 +149,6 @@ const TAKEN_GRACE: Duration = Duration::from_millis(100);
 /// The signals `exec` catches from its start.
 const CAUGHT: [i32; 5] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP];
 
-/// The last moment the command's process group may live under a guard whose [deadline](muxlock::Guard::deadline)
-/// is `deadline`: the end of the lease minus half the guard's margin. (The guard's deadline is that end minus the
-/// margin, documented as a tenth of the TTL, at least two round timeouts, at most half the TTL; SIGTERM comes at
-/// the guard's deadline, so the command has at least half the margin between TERM and KILL.)
-fn kill_deadline(deadline: Instant, ttl: Duration, round_timeout: Duration) -> Instant {
-    let margin = (ttl / 10).max(round_timeout * 2).min(ttl / 2);
-    deadline + margin / 2
-}
-
 /// Runs the command under the lock; returns the exit code.
 ///
 /// # Errors
@@ -172,9 +167,13 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
         &args.resource,
         &args.waiting,
         &interrupts,
-        |wait| match args.fenced {
-            true => locks.hold_fenced_wait(&args.resource, args.ttl, wait),
-            false => locks.hold_wait(&args.resource, args.ttl, wait),
+        |wait| {
+            let request = locks.request(&args.resource).ttl(args.ttl);
+            let request = match args.fenced {
+                true => request.fenced(),
+                false => request,
+            };
+            acquiring::within(request, wait).hold()
         },
         drop,
     )?;
@@ -525,99 +524,5 @@ fn stop_reason_lost(stop: &Stop) -> Option<&Lost> {
     match stop {
         Stop::Lost(lost) => Some(lost),
         _ => None,
-    }
-}
-
-/// Notes written to stderr by a thread of their own, in order, so that a blocked stderr never delays a signal.
-struct Notes {
-    tx: mpsc::Sender<String>,
-    done: mpsc::Receiver<()>,
-}
-
-impl Notes {
-    fn start() -> Notes {
-        let (tx, rx) = mpsc::channel::<String>();
-        let (done_tx, done) = mpsc::channel();
-        thread::spawn(move || {
-            for note in rx {
-                output::note(&note);
-            }
-            let _ = done_tx.send(());
-        });
-        Notes { tx, done }
-    }
-
-    fn say(&self, note: String) {
-        let _ = self.tx.send(note);
-    }
-
-    /// Waits (at most 2 s: stderr may be blocked for good) until the notes said so far are written.
-    fn finish(self) {
-        drop(self.tx);
-        let _ = self.done.recv_timeout(Duration::from_secs(2));
-    }
-}
-
-/// Reaps the reaper once its group was killed (bounded: SIGKILL may wait for a process in the kernel).
-fn finish_reaper(mut reaper: Reaper) {
-    let until = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < until {
-        match reaper.child.try_wait() {
-            Ok(None) => thread::sleep(Duration::from_millis(5)),
-            _ => return,
-        }
-    }
-}
-
-/// The exit code for the command's status: its code, or 128 + the signal that killed it.
-fn code_of(status: ExitStatus) -> u8 {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(exit::SOFTWARE),
-        (None, Some(signal)) => u8::try_from((128 + signal) & 0xff).unwrap_or(exit::SOFTWARE),
-        (None, None) => exit::SOFTWARE,
-    }
-}
-
-fn describe(status: ExitStatus) -> String {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exited with code {code}"),
-        (None, Some(signal)) => format!("was killed by signal {signal}"),
-        (None, None) => format!("ended ({status})"),
-    }
-}
-
-/// Why the lock was lost, without the per-node report (printed already when it happened).
-fn short(lost: &Lost) -> &'static str {
-    match lost {
-        Lost::Taken(_) => "too few nodes still held it",
-        Lost::Down(_) => "too many of its nodes went down",
-        Lost::Expired(_) => "no renewal was confirmed before its deadline",
-        Lost::Released => "released",
-        _ => "lost",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_kill_deadline_is_before_the_lease_end_and_after_the_guards_deadline() {
-        let ms = Duration::from_millis;
-        let t0 = Instant::now();
-        // --ttl 10s, 200ms rounds: margin 1s; SIGTERM at the lease end - 1s, SIGKILL by the end - 0.5s.
-        assert_eq!(kill_deadline(t0, ms(10_000), ms(200)), t0 + ms(500));
-        // --ttl 3s: margin 400ms (two round timeouts).
-        assert_eq!(kill_deadline(t0, ms(3_000), ms(200)), t0 + ms(200));
-        // Never more than a quarter of the TTL after the guard's deadline (margin at most half of it).
-        assert_eq!(kill_deadline(t0, ms(1_000), ms(400)), t0 + ms(250));
-    }
-
-    #[test]
-    fn exit_codes_follow_the_shell() {
-        assert_eq!(code_of(ExitStatus::from_raw(0)), 0);
-        assert_eq!(code_of(ExitStatus::from_raw(3 << 8)), 3);
-        assert_eq!(code_of(ExitStatus::from_raw(15)), 128 + 15);
-        assert_eq!(code_of(ExitStatus::from_raw(9)), 137);
     }
 }

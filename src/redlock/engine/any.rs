@@ -1,0 +1,222 @@
+//! One extension and one release for a [`Lock`] of any kind: the kind decides the round (issue #23), never the
+//! caller. Plain and fenced locks extend by the compare-and-pexpire of their key; sets and owned holds by their
+//! script, in [`Engine::extend_scripted`], the one extension voting loop of the scripted kinds.
+
+use std::time::Duration;
+
+use crate::redlock::engine::pipeline::Kind as Pipe;
+use crate::redlock::engine::seam::{Clock, Nodes};
+use crate::redlock::engine::{Engine, settle};
+use crate::redlock::error::{Error, Outcome, Report, Result};
+use crate::redlock::kind::lock::{Kind, Lock};
+use crate::redlock::kind::reentrant::{Owner, ReentrantLock, count_key};
+use crate::redlock::kind::script_vote;
+use crate::redlock::kind::set::{LockSet, keys, set_name};
+use crate::redlock::lua;
+use crate::redlock::quorum::{Failure, Quorum, Status, Vote, drift};
+use crate::redlock::token;
+use crate::resp::Decimal;
+use crate::time::later;
+
+/// What an acquisition asks for: the kind and its resources, checked (names not empty, a set sorted and
+/// deduplicated).
+#[derive(Debug)]
+pub(crate) enum Want<'a> {
+    /// One resource.
+    One(&'a [u8]),
+    /// A set, all or none: its names sorted and deduplicated, and the value drawn once for every attempt of the
+    /// call (its own leftovers never block it: see `kind/set.rs`).
+    Set(&'a [Vec<u8>], token::Value),
+    /// One resource with a fencing token.
+    Fenced(&'a [u8]),
+    /// One hold of `owner`'s reentrant lock.
+    Owned(&'a Owner, &'a [u8]),
+}
+
+impl Want<'_> {
+    /// The name reports and this process' line of waiters use: the resource, or a set's first name.
+    pub(crate) fn resource(&self) -> &[u8] {
+        match self {
+            Want::One(r) | Want::Fenced(r) | Want::Owned(_, r) => r,
+            Want::Set(names, _) => names.first().map_or(&[][..], Vec::as_slice),
+        }
+    }
+}
+
+impl<N: Nodes, C: Clock> Engine<N, C> {
+    /// One acquisition round of any kind: the lock, or why not with every node's outcome (partial grants are
+    /// released by then, as each kind does it).
+    #[allow(clippy::type_complexity)]
+    pub(crate) async fn attempt_any(
+        &self,
+        want: &Want<'_>,
+        ttl: Duration,
+        ttl_ms: u64,
+    ) -> Result<std::result::Result<Lock, (Failure, Report)>> {
+        Ok(match want {
+            Want::One(resource) => self.attempt(resource, ttl, ttl_ms).await?,
+            Want::Set(names, value) => self
+                .attempt_many(names, *value, ttl, ttl_ms)
+                .await
+                .map(Lock::from),
+            Want::Fenced(resource) => self
+                .attempt_fenced(resource, ttl, ttl_ms)
+                .await?
+                .map(Lock::from),
+            Want::Owned(owner, resource) => self
+                .attempt_reentrant(owner, resource, ttl, ttl_ms)
+                .await?
+                .map(Lock::from),
+        })
+    }
+
+    /// Acquires `want`: one attempt, or (`retry`) up to [`Config::retry_count`](crate::redlock::Config) more
+    /// after a jittered pause — the one retry loop of every kind. [`Error::Held`] if another holder had it at
+    /// the last attempt, [`Error::Quorum`] for any other failure, each with the last attempt's report.
+    pub(crate) async fn acquire_any(
+        &self,
+        want: &Want<'_>,
+        ttl: Duration,
+        ttl_ms: u64,
+        retry: bool,
+    ) -> Result<Lock> {
+        let mut attempt = 0;
+        loop {
+            let (failure, report) = match self.attempt_any(want, ttl, ttl_ms).await? {
+                Ok(lock) => return Ok(lock),
+                Err(failed) => failed,
+            };
+            if !retry || attempt >= self.config.retry_count {
+                let report = Box::new(report);
+                return Err(match failure {
+                    Failure::Held => Error::Held(report),
+                    _ => Error::Quorum(report),
+                });
+            }
+            attempt += 1;
+            self.clock.sleep(self.retry_pause()).await;
+        }
+    }
+
+    /// Extends `lock`'s lease to `ttl` from now, as its kind is extended. On failure the lock keeps its lease.
+    pub(crate) async fn extend_any(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
+        match lock.kind.clone() {
+            Kind::Plain | Kind::Fenced(_) => self.extend(lock, ttl).await,
+            Kind::Set(names) => {
+                let names = keys(&names);
+                let value = lock.value;
+                self.extend_scripted(lock, ttl, lua::EXTEND_MANY, &names, |ttl| {
+                    vec![value.to_vec(), ttl.to_vec()]
+                })
+                .await
+            }
+            Kind::Owned { owner, hold, .. } => {
+                let counter = count_key(&lock.resource);
+                let resource = lock.resource.clone();
+                let owner = owner.value;
+                self.extend_scripted(
+                    lock,
+                    ttl,
+                    lua::EXTEND_REENTRANT,
+                    &[&resource, &counter],
+                    |ttl| vec![owner.to_vec(), hold.to_vec(), ttl.to_vec()],
+                )
+                .await
+            }
+        }
+    }
+
+    /// Releases `lock` as its kind is released; the number of nodes that confirmed.
+    pub(crate) async fn release(&self, lock: &Lock) -> Result<usize> {
+        match &lock.kind {
+            Kind::Plain => self.unlock(lock).await,
+            Kind::Fenced(token) => self.unlock_fenced(lock, *token).await,
+            Kind::Set(names) => self.unlock_many(&LockSet::of(lock, names)).await,
+            Kind::Owned {
+                owner, hold, holds, ..
+            } => self
+                .unlock_reentrant(
+                    &ReentrantLock::of(lock, owner, *hold, *holds),
+                    lua::RELEASE_REENTRANT,
+                )
+                .await
+                .map(|(released, _)| released),
+        }
+    }
+
+    /// The extension round of a scripted kind: `script` with `keys` and the arguments `args(ttl in ms)` on every
+    /// node the acquisition was sent to, decided by a majority (1 = extended, 0 = not ours any more) before the
+    /// new lease's validity and before the current lease ends. A lock past its lease or its extension limit is
+    /// refused before anything is sent: an extension never revives an expired lock.
+    pub(crate) async fn extend_scripted(
+        &self,
+        lock: &mut Lock,
+        ttl: Duration,
+        script: lua::Lua,
+        keys: &[&[u8]],
+        args: impl Fn(&[u8]) -> Vec<Vec<u8>>,
+    ) -> Result<()> {
+        let ttl_ms = self.config.check_ttl(ttl)?;
+        if lock.extensions >= self.config.max_extensions {
+            return Err(Error::ExtendLimit(lock.extensions));
+        }
+        let start = self.clock.now();
+        if start >= lock.valid_until {
+            return Err(Error::Expired);
+        }
+        let n = self.fanout.len();
+        let mut quorum = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor))
+            .decide_by(lock.valid_until);
+        self.note_ttl(ttl_ms);
+        let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
+        let mut outcomes = vec![Outcome::NotAwaited; n];
+        let mut status = Status::Pending;
+        // Nodes the acquisition never reached hold nothing of ours: their vote is "not ours", unasked.
+        for (node, outcome) in outcomes.iter_mut().enumerate() {
+            if !lock.nodes.contains(node) {
+                *outcome = Outcome::NotSent;
+                status = quorum.vote(node, Vote::Taken, start);
+            }
+        }
+        let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+        let args = args(ttl_arg.as_bytes());
+        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        let need = quorum.votes_to_decide();
+        let acquired = lock.acquired;
+        self.pipelined(
+            Pipe::Normal,
+            lock.nodes,
+            1,
+            deadline,
+            need,
+            |buf, full| lua::eval(buf, script, full, keys, &args),
+            |_, node, reply| {
+                let now = self.clock.now();
+                let (vote, outcome) = self.counted(node, script_vote(&reply), now, Some(acquired));
+                self.votes[node].count(&outcome);
+                outcomes[node] = outcome;
+                status = quorum.vote(node, vote, now);
+                match status {
+                    Status::Pending => quorum.votes_to_decide(),
+                    _ => 0,
+                }
+            },
+        )
+        .await;
+        match settle(status, &quorum, self.clock.now()) {
+            Ok(valid_until) => {
+                lock.valid_until = valid_until;
+                lock.extensions += 1;
+                Ok(())
+            }
+            Err(failure) => {
+                let report =
+                    Box::new(self.report(&set_name(lock.resources()), outcomes, quorum.quorum()));
+                Err(match failure {
+                    Failure::Held => Error::LockLost(report),
+                    _ => Error::Quorum(report),
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! [`Request`]: one way to ask for a lock (issue #23). What (one resource or a set), for how long, how to wait,
+//! which kind — as values; then a terminal: [`acquire`](Request::acquire) a [`Lock`], [`hold`](Request::hold) a
+//! [`Guard`], or [`run`](Request::run) a closure under a guard.
+//!
+//! # The grid
+//!
+//! Every waiting policy (once, retry, wait) works with every kind and every terminal, except two kinds of sets
+//! the nodes have no script for, which are an [`Error::Config`] before anything is sent:
+//!
+//! | | plain | fenced | owned (reentrant) |
+//! |---|---|---|---|
+//! | one resource | ✓ | ✓ | ✓ |
+//! | a set | ✓ | `Error::Config`: the fencing counter is per resource | `Error::Config`: holds are counted per resource |
+
+use std::time::Duration;
+
+use super::LockManager;
+use crate::redlock::engine::any::Want;
+use crate::redlock::engine::seam::block;
+use crate::redlock::error::{Error, Outcome, Result};
+use crate::redlock::guard::{Guard, Lost};
+use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::reentrant::Owner;
+use crate::redlock::wait;
+
+/// How a request waits when another holder has the resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Waiting {
+    /// One attempt.
+    Once,
+    /// Up to [`Config::retry_count`](crate::redlock::Config::retry_count) more attempts, a jittered pause apart.
+    Retry,
+    /// Without polling, up to this long in all.
+    Wait(Duration),
+}
+
+/// The kind asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Asked {
+    Plain,
+    Fenced,
+    Owned(Owner),
+}
+
+/// A request for a lock, made by [`LockManager::request`] (one resource) or [`LockManager::request_all`] (a set,
+/// all or none): set its options, then call a terminal. Nothing is sent before the terminal.
+///
+/// | option | default | |
+/// |---|---|---|
+/// | [`ttl`](Request::ttl) | [`Config::ttl`](crate::redlock::Config::ttl) | the lease (for a guard: each renewal's) |
+/// | [`once`](Request::once) / [`retry`](Request::retry) / [`wait`](Request::wait) | `retry` | one attempt; [`Config::retry_count`](crate::redlock::Config::retry_count) more; wait without polling |
+/// | [`fenced`](Request::fenced) / [`owned`](Request::owned) | plain | a fencing token; one hold of an owner's reentrant lock |
+///
+/// | terminal | gives | |
+/// |---|---|---|
+/// | [`acquire`](Request::acquire) | [`Lock`] | extend with [`LockManager::extend`], release with [`LockManager::unlock`]; it expires if you do neither |
+/// | [`hold`](Request::hold) | [`Guard`] | renewed in the background until dropped or released; says before expiry when it is lost |
+/// | [`run`](Request::run) | the closure's value | the closure runs under a guard; an error if the guard was lost meanwhile |
+///
+/// A combination the nodes cannot do — a fenced set, an owned set — is an [`Error::Config`] naming why, before
+/// anything is sent.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use muxlock::LockManager;
+///
+/// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+/// // Wait up to 30 s for the invoice, then hold it while the work runs.
+/// let guard = locks.request("invoice:42").ttl(Duration::from_secs(10)).wait(Duration::from_secs(30)).hold()?;
+/// // ... work, checking guard.is_lost() before each step ...
+/// guard.release()?;
+///
+/// // Two accounts at once, or neither; one attempt.
+/// let both = locks.request_all(["account:7", "account:3"]).once().acquire()?;
+/// locks.unlock(both)?;
+///
+/// // A fencing token for the storage to check.
+/// let lock = locks.request("ledger").fenced().acquire()?;
+/// let token = lock.token(); // Some(n)
+/// locks.unlock(lock)?;
+/// # Ok::<(), muxlock::Error>(())
+/// ```
+#[derive(Debug)]
+#[must_use = "a request does nothing until a terminal (acquire, hold, run) is called"]
+pub struct Request<'m> {
+    locks: &'m LockManager,
+    resources: Vec<Vec<u8>>,
+    set: bool,
+    ttl: Option<Duration>,
+    waiting: Waiting,
+    asked: Asked,
+}
+
+impl LockManager {
+    /// A request for a lock on `resource`: set its options, then [`acquire`](Request::acquire),
+    /// [`hold`](Request::hold) or [`run`](Request::run).
+    pub fn request(&self, resource: impl AsRef<[u8]>) -> Request<'_> {
+        Request::new(self, vec![resource.as_ref().to_vec()], false)
+    }
+
+    /// A request for a set of resources, all or none, with one value and one lease: one script per node carries
+    /// every key, so a node holds all of the set for this holder or none of it. The names are sorted and
+    /// deduplicated (the same set asked in any order is the same request).
+    pub fn request_all<R: AsRef<[u8]>>(
+        &self,
+        resources: impl IntoIterator<Item = R>,
+    ) -> Request<'_> {
+        let names = resources.into_iter().map(|r| r.as_ref().to_vec()).collect();
+        Request::new(self, names, true)
+    }
+}
+
+impl<'m> Request<'m> {
+    fn new(locks: &'m LockManager, resources: Vec<Vec<u8>>, set: bool) -> Request<'m> {
+        Request {
+            locks,
+            resources,
+            set,
+            ttl: None,
+            waiting: Waiting::Retry,
+            asked: Asked::Plain,
+        }
+    }
+
+    /// The lease: how long the lock outlives this process if it dies (default
+    /// [`Config::ttl`](crate::redlock::Config::ttl)). For a guard, what each renewal grants.
+    pub fn ttl(mut self, ttl: Duration) -> Request<'m> {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// One attempt: [`Error::Held`] at once if another holder has the resource.
+    pub fn once(mut self) -> Request<'m> {
+        self.waiting = Waiting::Once;
+        self
+    }
+
+    /// Up to [`Config::retry_count`](crate::redlock::Config::retry_count) more attempts, each after a jittered
+    /// pause (the default).
+    pub fn retry(mut self) -> Request<'m> {
+        self.waiting = Waiting::Retry;
+        self
+    }
+
+    /// Waits for the resource up to `max_wait` in all, without polling: woken by releases in this process, by
+    /// the nodes' client-side tracking (a release, overwrite or expiry by any client), and at the holder's lease
+    /// end; waiters of one resource line up first come, first served (across processes too, for one plain
+    /// resource: see [`LockManager::lock_wait`]). A set waits in a line of its own, woken by a release of any of
+    /// its names and probing them all; an owner's holds in a line of the owner's, so that a nested hold never
+    /// waits behind another owner's waiter. `max_wait` of zero makes one attempt.
+    pub fn wait(mut self, max_wait: Duration) -> Request<'m> {
+        self.waiting = Waiting::Wait(max_wait);
+        self
+    }
+
+    /// With a fencing token ([`Lock::token`], [`Guard::token`]): larger than the token of every earlier fenced
+    /// acquisition of the resource, by any client, whatever the majorities and round timeouts. Costs a second
+    /// round trip (the token's confirmation); counters must survive restarts (`appendfsync always`). The
+    /// release leaves the token on every node it frees. Not for a set ([`Error::Config`]).
+    pub fn fenced(mut self) -> Request<'m> {
+        self.asked = Asked::Fenced;
+        self
+    }
+
+    /// One hold of `owner`'s reentrant lock ([`LockManager::owner`] makes one): if `owner` already holds the
+    /// resource (in any thread: clone the owner into it), the acquisition adds a hold instead of failing; each hold is released
+    /// on its own, and the key goes with the last. Not for a set ([`Error::Config`]).
+    pub fn owned(mut self, owner: &Owner) -> Request<'m> {
+        self.asked = Asked::Owned(owner.clone());
+        self
+    }
+
+    /// Acquires the lock as asked.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Held`] if another holder had it at the last attempt (or when the wait ran out);
+    /// - [`Error::Quorum`] if too many nodes were down, hung or failing for a decision, with every node's
+    ///   outcome (for a fenced lock also when the token was not confirmed by a majority within the lease);
+    /// - [`Error::Config`] for an empty name or set, an invalid TTL, or a combination the nodes cannot do.
+    pub fn acquire(self) -> Result<Lock> {
+        self.obtain(false)
+    }
+
+    /// Acquires the lock as asked and holds it under a [`Guard`] that renews it in the background (at a third of
+    /// the TTL) until dropped or [released](Guard::release), and says before the lease ends when it can no
+    /// longer be relied on. [`Config::max_extensions`](crate::redlock::Config::max_extensions) does not limit
+    /// guards.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Request::acquire), and [`Error::Config`] for a TTL too short to renew (at least about six
+    /// round timeouts).
+    pub fn hold(self) -> Result<Guard> {
+        let (locks, ttl) = (self.locks, self.ttl.unwrap_or(self.locks.config().ttl()));
+        let lock = self.obtain(true)?;
+        Ok(locks.keeper.guard(lock, ttl))
+    }
+
+    /// Runs `work` under a [`Guard`] (acquired as [`hold`](Request::hold) does), then releases it; `work`
+    /// should check [`Guard::is_lost`] before each step that needs the lock.
+    ///
+    /// # Errors
+    ///
+    /// - As [`hold`](Request::hold): `work` does not run.
+    /// - [`Error::LockLost`] if the guard was lost while `work` ran, or the release found that fewer than a
+    ///   majority still held it: `work`'s value is dropped, because what it did may have overlapped another
+    ///   holder. A release that merely could not reach a majority (the lock ends with its lease) is not an
+    ///   error: `work` ran under the lock.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+    /// let rows = locks.request("compaction").run(|guard| {
+    ///     let mut rows = 0;
+    ///     while !guard.is_lost() && rows < 1_000 {
+    ///         rows += 1; // ... one step of work ...
+    ///     }
+    ///     rows
+    /// })?;
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn run<R>(self, work: impl FnOnce(&Guard) -> R) -> Result<R> {
+        let locks = self.locks;
+        let guard = self.hold()?;
+        let out = work(&guard);
+        let lost = guard.lost();
+        let resource = guard.resource().to_vec();
+        let released = guard.release();
+        if let Some(lost) = lost {
+            return Err(lost_error(locks, &resource, lost));
+        }
+        match released {
+            Err(e @ (Error::LockLost(_) | Error::Expired)) => Err(e),
+            _ => Ok(out),
+        }
+    }
+
+    /// Checks the request, then acquires as its waiting policy says (`guarded`: for a guard, whose TTL must
+    /// leave room to renew).
+    fn obtain(self, guarded: bool) -> Result<Lock> {
+        let engine = self.locks.engine();
+        let ttl = self.ttl.unwrap_or(engine.config.ttl);
+        if guarded {
+            self.locks.check_guard_ttl(ttl)?;
+        }
+        let names: Vec<&[u8]> = self.resources.iter().map(Vec::as_slice).collect();
+        let sorted;
+        let (want, ttl_ms) = if self.set {
+            match &self.asked {
+                Asked::Plain => {}
+                Asked::Fenced => {
+                    return Err(Error::config(
+                        "a fenced set is not supported: the fencing counter is per resource, and no script \
+                         confirms one token across a set's counters (fence each resource, or lock the set \
+                         and fence one resource that stands for it)",
+                    ));
+                }
+                Asked::Owned(_) => {
+                    return Err(Error::config(
+                        "an owned (reentrant) set is not supported: holds are counted per resource, and no \
+                         script adds a hold to a set's keys together",
+                    ));
+                }
+            }
+            let (s, ttl_ms) = engine.check_set(&names, ttl)?;
+            sorted = s;
+            let value = engine
+                .tokens
+                .draw("drawing the lock value from the OS's randomness")?;
+            (Want::Set(&sorted, value), ttl_ms)
+        } else {
+            let resource = names.first().copied().unwrap_or_default();
+            let ttl_ms = engine.check(resource, ttl)?;
+            let want = match &self.asked {
+                Asked::Plain => Want::One(resource),
+                Asked::Fenced => Want::Fenced(resource),
+                Asked::Owned(owner) => Want::Owned(owner, resource),
+            };
+            (want, ttl_ms)
+        };
+        match self.waiting {
+            Waiting::Once => block(engine.acquire_any(&want, ttl, ttl_ms, false)),
+            Waiting::Retry => block(engine.acquire_any(&want, ttl, ttl_ms, true)),
+            Waiting::Wait(max_wait) => {
+                wait::acquire_wait(&self.locks.keeper, &want, (ttl, ttl_ms), max_wait)
+            }
+        }
+    }
+}
+
+/// A guard's loss as the error [`Request::run`] returns: [`Error::LockLost`] with the report of the round that
+/// found it, or with no node's outcome when the lease ran out without one.
+fn lost_error(locks: &LockManager, resource: &[u8], lost: Lost) -> Error {
+    let engine = locks.engine();
+    let unknown = || {
+        Box::new(engine.report(
+            resource,
+            vec![Outcome::NotAwaited; engine.fanout.len()],
+            engine.quorum(),
+        ))
+    };
+    match lost {
+        Lost::Taken(report) | Lost::Down(report) => Error::LockLost(report),
+        Lost::Expired(Some(e)) => match *e {
+            Error::Quorum(report) | Error::LockLost(report) => Error::LockLost(report),
+            _ => Error::LockLost(unknown()),
+        },
+        Lost::Expired(None) | Lost::Released => Error::LockLost(unknown()),
+    }
+}
