@@ -10,7 +10,7 @@ use muxlock::redlock::sim::{Clock, Engine};
 
 use super::check::Hold;
 use super::node::{MS, Time};
-use super::{Rng, Setup, Sim, SimClock, SimNodes, Struck, Tape, guards};
+use super::{Rng, Setup, Sim, SimClock, SimNodes, Struck, Tape, guards, owned};
 
 /// Virtual time each client works for, by default.
 pub const HORIZON: Time = 8_000 * MS;
@@ -34,6 +34,9 @@ pub struct Options {
     pub queued: bool,
     /// Nodes with native compare-and-delete and `SET IFEQ` (issue #25), three servers in turn: see `Setup`.
     pub natives: bool,
+    /// Extend owned holds with a script that sets the expiry to the extension's TTL even when that cuts a
+    /// longer one (the owned holds' control, `sim/owned.rs`).
+    pub shortening: bool,
 }
 
 /// What one client does: a random mix of every engine-level verb on a few contended resources.
@@ -308,6 +311,22 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
                     end(&sim, i);
                     op(&sim);
                     let _ = engine.unlock_fenced(lock).await;
+                }
+            }
+            5 if rng.chance(0.5) => {
+                // Owned holds as `Lock`s through the one retry loop: guarded or extended, nested, released in
+                // any order (`sim/owned.rs`).
+                if let Some(owner) = &owner {
+                    owned::hold(
+                        &engine,
+                        &sim,
+                        &mut rng,
+                        owner,
+                        r.as_bytes(),
+                        ttl,
+                        opts.shortening,
+                    )
+                    .await;
                 }
             }
             _ => {
