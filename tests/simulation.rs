@@ -5,7 +5,8 @@
 //! - `MUXLOCK_SIM_SEED=S` replays exactly the history of seed `S` (and prints it);
 //! - `MUXLOCK_SIM_SEEDS=N` runs seeds `0..N` (default: a bounded number for CI);
 //! - `MUXLOCK_SIM_WORLDS=natives` (or `queued`) runs them in the worlds of `native_nodes_keep_every_property`
-//!   (or `queued_waiters_keep_every_property`), to replay one of their seeds;
+//!   (or `queued_waiters_keep_every_property`), to replay one of their seeds; `owned` makes half the verbs owned
+//!   sessions (`sim/owned.rs`), a search aimed at them;
 //! - `MUXLOCK_SIM_CONTROL=unattributed` releases reentrant holds with issue #20's unattributed script: the
 //!   checker must then find two holders (`control_unattributed_release_is_caught` does it by itself);
 //! - `MUXLOCK_SIM_CONTROL=ignore-lost`: guard holders never look at `lost_at` and work on past their guards'
@@ -132,6 +133,7 @@ fn seeds_keep_every_property() {
                 shortening,
                 natives: worlds == "natives",
                 queued: worlds == "queued",
+                owned: worlds == "owned",
                 ..Options::default()
             },
         );
@@ -192,8 +194,9 @@ fn seeds_keep_every_property() {
                 && total.guards_lost > 0,
             "{total:?}"
         );
-        // Reentrant outer holds were checked on the nodes after their nested holds came and went.
-        assert!(total.reentrant_checks > 0, "{total:?}");
+        // Reentrant outer holds were checked on the nodes after their nested holds came and went (the owned
+        // search turns every reentrant verb into an owned session).
+        assert!(total.reentrant_checks > 0 || worlds == "owned", "{total:?}");
         // Owned holds (issue #23) were relied on and checked, extended, let go as lost or expired, and outer
         // holds released before nested ones.
         assert!(
@@ -221,7 +224,7 @@ fn one_seed_gives_one_history() {
 }
 
 /// The seed that finds the control's bug first (RELIABILITY.md).
-const CONTROL_SEED: u64 = 515;
+const CONTROL_SEED: u64 = 60;
 
 /// Runs seeds from `MUXLOCK_SIM_FROM` (0) until one breaks a property; returns the seed, the time taken and the violation.
 fn search(opts: &Options, seeds: u64) -> Option<(u64, std::time::Duration, String)> {

@@ -37,6 +37,8 @@ pub struct Options {
     /// Extend owned holds with a script that sets the expiry to the extension's TTL even when that cuts a
     /// longer one (the owned holds' control, `sim/owned.rs`).
     pub shortening: bool,
+    /// Owned sessions half the time, and every reentrant verb one (a search aimed at issue #23's paths).
+    pub owned: bool,
 }
 
 /// What one client does: a random mix of every engine-level verb on a few contended resources.
@@ -114,6 +116,7 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
         op(&sim);
         // Under restore bursts, half the time the verb that needs them.
         let verb = match (bursts || fencing) && rng.chance(0.5) {
+            _ if opts.owned && rng.chance(0.5) => 5,
             true if bursts => 6,
             true => 4,
             _ => match rng.range(0, 6) {
@@ -313,7 +316,7 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
                     let _ = engine.unlock_fenced(lock).await;
                 }
             }
-            5 if rng.chance(0.5) => {
+            5 if opts.owned || rng.chance(0.5) => {
                 // Owned holds as `Lock`s through the one retry loop: guarded or extended, nested, released in
                 // any order (`sim/owned.rs`).
                 if let Some(owner) = &owner {
