@@ -122,6 +122,16 @@ pub const RELEASE_REENTRANT_UNATTRIBUTED: Lua = Lua {
     sha1: "8b1912f62e1c00756668f3285ed48730c711b28d",
 };
 
+/// **For tests only: a broken extension of an owned hold.** As [`EXTEND_REENTRANT`] but it sets both keys' expiry to
+/// `ARGV[3]` ms whatever they had: an extension with a shorter TTL than the key has left cuts the lease another
+/// hold of the owner relies on (the outer hold, a guarded hold). The control of the simulator's owned holds
+/// (`tests/sim/owned.rs`); never loaded on connections (sent in full after `NOSCRIPT`).
+#[doc(hidden)]
+pub const EXTEND_REENTRANT_SHORTENING: Lua = Lua {
+    body: r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 end if redis.call("exists", KEYS[2]) == 1 and redis.call("hexists", KEYS[2], ARGV[2]) == 0 then return 0 end redis.call("pexpire", KEYS[1], ARGV[3]) redis.call("pexpire", KEYS[2], ARGV[3]) return 1"#,
+    sha1: "c8786c1070176b05a4086cbbbb5fcd7af07970a3",
+};
+
 /// The resource side of fencing, for a protected resource that is itself a Redis key (on any server, not the lock
 /// nodes): writes `ARGV[2]` to `KEYS[1]` only if the token `ARGV[1]` is at least the largest token seen so far,
 /// kept in `KEYS[2]`, and records it. Returns 1 if written, 0 if refused (a stale holder). Not loaded on the

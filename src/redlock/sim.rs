@@ -205,6 +205,34 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         self.core.release(&lock).await
     }
 
+    /// As [`Engine::extend`]; `shortening` extends an owned hold with
+    /// [`lua::EXTEND_REENTRANT_SHORTENING`] (its expiry set to `ttl` even when that cuts a longer one), the
+    /// simulator's control of owned extensions. Other kinds: as [`Engine::extend`].
+    pub async fn extend_owned(
+        &self,
+        lock: &mut Lock,
+        ttl: Duration,
+        shortening: bool,
+    ) -> Result<()> {
+        let Kind::Owned { owner, hold, .. } = lock.kind.clone() else {
+            return self.extend(lock, ttl).await;
+        };
+        if !shortening {
+            return self.extend(lock, ttl).await;
+        }
+        let counter = crate::redlock::kind::reentrant::count_key(&lock.resource);
+        let resource = lock.resource.clone();
+        self.core
+            .extend_scripted(
+                lock,
+                ttl,
+                lua::EXTEND_REENTRANT_SHORTENING,
+                &[&resource, &counter],
+                |ttl| vec![owner.value.to_vec(), hold.to_vec(), ttl.to_vec()],
+            )
+            .await
+    }
+
     /// As [`LockManager::extend_value`](super::LockManager::extend_value).
     pub async fn extend_value(
         &self,

@@ -29,6 +29,7 @@
 pub mod check;
 pub mod guards;
 pub mod node;
+pub mod owned;
 pub mod workload;
 
 use std::cell::{Cell, RefCell, RefMut};
@@ -273,6 +274,15 @@ pub struct Struck {
     pub guard_renewals: u64,
     /// Times a reentrant owner's outer hold was checked on the nodes while it reported valid.
     pub reentrant_checks: u64,
+    /// Owned holders' sessions (issue #23: an outer owned hold, bare or guarded, with nested holds, extensions
+    /// and releases in any order), times one of their holds was relied on and checked on the nodes, confirmed
+    /// extensions of bare owned holds, holds let go as lost or expired, and outer holds released while nested
+    /// ones lived on.
+    pub owned_sessions: u64,
+    pub owned_checks: u64,
+    pub owned_extensions: u64,
+    pub owned_lost: u64,
+    pub outer_released_first: u64,
     /// Native compare-and-delete / `SET IFEQ` commands the nodes ran (issue #25's worlds).
     pub native_calls: u64,
     /// Fenced grants whose tokens the checker compared (the seam review found the check skipped on 195 of 200

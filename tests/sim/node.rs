@@ -79,10 +79,12 @@ fn all_scripts() -> &'static [(&'static str, &'static str)] {
             (scripts::EXTEND_SHA1, scripts::EXTEND),
         ];
         v.extend(lua::ALL.iter().map(|l| (l.sha1, l.body)));
-        v.push((
-            lua::RELEASE_REENTRANT_UNATTRIBUTED.sha1,
-            lua::RELEASE_REENTRANT_UNATTRIBUTED.body,
-        ));
+        for l in [
+            lua::RELEASE_REENTRANT_UNATTRIBUTED,
+            lua::EXTEND_REENTRANT_SHORTENING,
+        ] {
+            v.push((l.sha1, l.body));
+        }
         assert!(v.len() <= 64, "a node's loaded scripts are a 64-bit mask");
         v
     })
@@ -642,6 +644,21 @@ impl Node {
                 self.pexpire(k(0), t, now);
             }
             self.pexpire(k(1), t, now);
+            return int(1);
+        }
+        if is(lua::EXTEND_REENTRANT_SHORTENING) {
+            // The control: as `EXTEND_REENTRANT`, but both expiries set to `ARGV[3]` whatever they had.
+            if self.get(k(0), now).as_deref() != Some(arg(0)) {
+                return int(0);
+            }
+            if let Some(holds) = self.hash(k(1), now)
+                && !holds.iter().any(|(f, _)| &f[..] == arg(1))
+            {
+                return int(0);
+            }
+            let ttl = num(arg(2));
+            self.pexpire(k(0), ttl, now);
+            self.pexpire(k(1), ttl, now);
             return int(1);
         }
         if is(lua::RELEASE_REENTRANT_UNATTRIBUTED) {

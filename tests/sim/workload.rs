@@ -10,7 +10,7 @@ use muxlock::redlock::sim::{Clock, Engine};
 
 use super::check::Hold;
 use super::node::{MS, Time};
-use super::{Rng, Setup, Sim, SimClock, SimNodes, Struck, Tape, guards};
+use super::{Rng, Setup, Sim, SimClock, SimNodes, Struck, Tape, guards, owned};
 
 /// Virtual time each client works for, by default.
 pub const HORIZON: Time = 8_000 * MS;
@@ -34,6 +34,11 @@ pub struct Options {
     pub queued: bool,
     /// Nodes with native compare-and-delete and `SET IFEQ` (issue #25), three servers in turn: see `Setup`.
     pub natives: bool,
+    /// Extend owned holds with a script that sets the expiry to the extension's TTL even when that cuts a
+    /// longer one (the owned holds' control, `sim/owned.rs`).
+    pub shortening: bool,
+    /// Owned sessions half the time, and every reentrant verb one (a search aimed at issue #23's paths).
+    pub owned: bool,
 }
 
 /// What one client does: a random mix of every engine-level verb on a few contended resources.
@@ -111,6 +116,7 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
         op(&sim);
         // Under restore bursts, half the time the verb that needs them.
         let verb = match (bursts || fencing) && rng.chance(0.5) {
+            _ if opts.owned && rng.chance(0.5) => 5,
             true if bursts => 6,
             true => 4,
             _ => match rng.range(0, 6) {
@@ -308,6 +314,22 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
                     end(&sim, i);
                     op(&sim);
                     let _ = engine.unlock_fenced(lock).await;
+                }
+            }
+            5 if opts.owned || rng.chance(0.5) => {
+                // Owned holds as `Lock`s through the one retry loop: guarded or extended, nested, released in
+                // any order (`sim/owned.rs`).
+                if let Some(owner) = &owner {
+                    owned::hold(
+                        &engine,
+                        &sim,
+                        &mut rng,
+                        owner,
+                        r.as_bytes(),
+                        ttl,
+                        opts.shortening,
+                    )
+                    .await;
                 }
             }
             _ => {

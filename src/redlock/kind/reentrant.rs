@@ -35,8 +35,10 @@
 //! - **A node that lost the hash but kept the key** (evicted, deleted by hand) no longer knows its holds: it
 //!   keeps the key until it expires rather than guess (a field `?` that no release removes). Evicting lock keys
 //!   breaks every Redlock lock: run the nodes with `maxmemory-policy noeviction`.
-//! - **No extension and no guard form** for reentrant locks yet: a nested acquisition renews the lease (up to its
-//!   own TTL), and the outer holder can acquire again to extend.
+//! - **An extension (or a guard's renewal) of one hold never shortens the key** ([`lua::EXTEND_REENTRANT`]:
+//!   the expiry becomes the larger of the two), so the lock it returns may report less validity than the nodes
+//!   give it: conservative, never more than a majority holds. It extends only while the hold's own field is
+//!   there: a released hold cannot keep the key alive.
 
 use std::fmt;
 use std::time::Instant;
