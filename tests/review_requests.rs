@@ -54,9 +54,14 @@ fn run_is_an_error_when_the_release_finds_the_lock_taken() {
         .run(|guard| {
             // The key goes (a node restarts empty, an operator deletes it...), and another client takes it.
             delete_everywhere(&cluster, &["report"]);
-            rival_lock = rival
-                .try_lock("report", Duration::from_secs(6))
-                .expect("rival's attempt");
+            rival_lock = Some(
+                rival
+                    .request("report")
+                    .ttl(Duration::from_secs(6))
+                    .once()
+                    .acquire()
+                    .expect("rival's attempt"),
+            );
             assert!(rival_lock.is_some(), "the rival holds it now");
             // The work is done; the guard has not noticed yet.
             guard.is_lost()
@@ -107,9 +112,14 @@ fn owned_run_is_an_error_when_the_release_finds_the_lock_taken() {
         .owned(&me)
         .run(|_guard| {
             delete_everywhere(&cluster, &["tree", "muxlock:holds:tree"]);
-            rival_lock = rival
-                .try_lock("tree", Duration::from_secs(6))
-                .expect("rival's attempt");
+            rival_lock = Some(
+                rival
+                    .request("tree")
+                    .ttl(Duration::from_secs(6))
+                    .once()
+                    .acquire()
+                    .expect("rival's attempt"),
+            );
             assert!(rival_lock.is_some(), "the rival holds it now");
         });
     let rival_lock = rival_lock.expect("rival holds the lock");
@@ -341,9 +351,16 @@ fn unlock_batch_of_a_set_releases_every_name() {
         .acquire()
         .expect("set");
     let released = locks.unlock_batch(vec![set]);
-    let y = rival
-        .try_lock("y", Duration::from_secs(10))
-        .expect("attempt");
+    let y = match rival
+        .request("y")
+        .ttl(Duration::from_secs(10))
+        .once()
+        .acquire()
+    {
+        Ok(y) => Some(y),
+        Err(e) if e.is_held() => None,
+        Err(e) => panic!("attempt: {e}"),
+    };
     let ok = y.is_some();
     if let Some(y) = y {
         rival.unlock(y).expect("unlock");

@@ -6,11 +6,13 @@
 //!
 //! - **Released**: a majority of all N nodes confirmed removing this lock (deleting the key; for a nested
 //!   reentrant hold, removing the hold). `Ok(n)`, the number that confirmed by the time the round ended.
-//! - **Lost** ([`Error::LockLost`]): a majority answered, but fewer than a majority confirmed: the lock was not
-//!   held by a majority any more when the release came (its lease had run out, or it had been released already),
-//!   so the work it protected may have overlapped another holder's. Not a success, whatever `n` was.
-//! - **Unconfirmed** ([`Error::Quorum`]): fewer than a majority answered at all: the release may not have
-//!   happened where it was not answered, and the lock then ends with its lease.
+//! - **Lost** ([`Error::LockLost`]): so many nodes answered that they did not hold it (not ours, or never
+//!   reached) that no majority can have held it when the release came (its lease had run out, or it had been
+//!   released already): the work it protected may have overlapped another holder's. Not a success, whatever `n`
+//!   was.
+//! - **Unconfirmed** ([`Error::Quorum`]): fewer than a majority confirmed, but the nodes that did not answer
+//!   may have held it with those that confirmed: the release may not have happened where it was not answered,
+//!   and the lock then ends with its lease.
 //!
 //! Nodes the acquisition never reached hold nothing of the lock: they are not asked, and count as answered
 //! ([`Outcome::NotSent`]) but not as released. Every counted outcome goes into the node's tallies
@@ -72,6 +74,13 @@ impl<'a> Tally<'a> {
         self.needed()
     }
 
+    /// Whether so many nodes answered that they did not hold the lock that no majority can have held it: those
+    /// that released it and those that did not answer (they may hold it) make fewer than a majority.
+    fn lost(&self) -> bool {
+        let not_ours = self.answered - self.released.min(self.answered);
+        not_ours > self.outcomes.len().saturating_sub(self.quorum)
+    }
+
     /// How many more confirmations would make the release certain.
     pub(crate) fn needed(&self) -> usize {
         self.quorum.saturating_sub(self.released)
@@ -87,8 +96,7 @@ impl<'a> Tally<'a> {
         if self.released >= self.quorum {
             return Ok(self.released);
         }
-        // Enough answers to know the lock was not on a majority any more: lost, not merely unconfirmed.
-        let lost = self.answered >= self.quorum;
+        let lost = self.lost();
         let report = Box::new(engine.report(resource, self.outcomes, self.quorum));
         Err(match lost {
             true => Error::LockLost(report),
@@ -126,5 +134,26 @@ mod tests {
         assert_eq!(t.vote(0, (Vote::Yes, Outcome::Granted)), 0);
         assert_eq!(t.needed(), 0);
         assert_eq!(t.outcomes[1], Outcome::NotAwaited);
+    }
+
+    #[test]
+    fn lost_only_when_no_majority_can_have_held_it() {
+        let v = votes(3);
+        // One released, one "not ours", one silent: the silent one may hold it with the first: unconfirmed.
+        let mut t = Tally::new(&v, 3, 2, NodeSet::ALL);
+        t.vote(0, (Vote::Yes, Outcome::Granted));
+        t.vote(1, (Vote::Taken, Outcome::Taken));
+        assert!(!t.lost());
+        // Two "not ours": lost, whatever the third says.
+        let mut t = Tally::new(&v, 3, 2, NodeSet::ALL);
+        t.vote(0, (Vote::Taken, Outcome::Taken));
+        t.vote(1, (Vote::Taken, Outcome::Taken));
+        assert!(t.lost());
+        // A node never reached counts as "not ours".
+        let mut sent = NodeSet::EMPTY;
+        [0, 1].into_iter().for_each(|i| sent.insert(i));
+        let mut t = Tally::new(&v, 3, 2, sent);
+        t.vote(0, (Vote::Taken, Outcome::Taken));
+        assert!(t.lost());
     }
 }

@@ -186,7 +186,8 @@ impl LockManager {
     /// but fewer than a majority deleted its key (it had expired: its work may have overlapped another holder's),
     /// [`Error::Quorum`] if fewer than a majority of nodes answered (the lock ends with its lease).
     pub fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
-        let (plain, other): (Vec<(usize, Lock)>, Vec<(usize, Lock)>) = locks
+        type Numbered = Vec<(usize, Lock)>;
+        let (plain, other): (Numbered, Numbered) = locks
             .into_iter()
             .enumerate()
             .partition(|(_, l)| l.kind == Kind::Plain);
