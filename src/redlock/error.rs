@@ -205,8 +205,8 @@ pub enum Error {
     /// - an extension (`extend` and kin, `extend_value`) that a majority did not confirm because the key no longer
     ///   holds our value;
     /// - a release (`unlock`, `unlock_value`, `unlock_many`, `unlock_fenced`, `unlock_reentrant`, each entry of
-    ///   `unlock_batch`, [`Guard::release`](super::Guard::release)) that a majority of nodes answered but fewer
-    ///   than a majority confirmed (deleted the key; for a reentrant hold, removed the hold): the lock had expired
+    ///   `unlock_batch`, [`Guard::release`](super::Guard::release)) that so many nodes answered "not ours" (or
+    ///   were never reached) that no majority can still have held it (for a reentrant hold: had the hold): it had expired
     ///   or been released already, so **the work it protected may have overlapped another holder's**. The keys
     ///   were deleted where the nodes still held them; nothing else is left to release.
     ///

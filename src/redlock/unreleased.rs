@@ -38,7 +38,7 @@ pub struct Unreleased<L> {
 
 impl<L> Unreleased<L> {
     /// Why the release is not confirmed, with every node's outcome: [`Error::Quorum`] (too few answers: another
-    /// release may be confirmed) or [`Error::LockLost`] (a majority answered without the hold: it had expired).
+    /// release may be confirmed) or [`Error::LockLost`] (no majority can still have had the hold: it had expired).
     pub fn error(&self) -> &Error {
         &self.error
     }

@@ -497,9 +497,9 @@ impl Guard {
     /// # Errors
     ///
     /// As [`LockManager::unlock`](crate::redlock::LockManager::unlock): [`Error::LockLost`](crate::Error::LockLost)
-    /// if a majority answered but fewer than a majority still held the key (the guard was lost before, e.g. its
-    /// renewals failed: the work under it may have overlapped another holder's), [`Error::Quorum`](crate::Error::Quorum)
-    /// if fewer than a majority answered. Dropping a guard instead releases it the same way and ignores the result.
+    /// if no majority can still have held the key (the guard was lost before, e.g. its renewals failed: the work
+    /// under it may have overlapped another holder's), [`Error::Quorum`](crate::Error::Quorum) if the release is
+    /// unconfirmed. Dropping a guard instead releases it the same way and ignores the result.
     pub fn release(mut self) -> Result<usize> {
         self.released = true;
         self.keeper.release(&self.held)

@@ -98,9 +98,8 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// As [`unlock`](crate::redlock::LockManager::unlock): [`Error::LockLost`] if a majority answered but fewer
-    /// than a majority deleted any key of the set (it had expired), [`Error::Quorum`] if fewer than a majority
-    /// answered.
+    /// As [`unlock`](crate::redlock::LockManager::unlock): [`Error::LockLost`] if no majority can have held the
+    /// set any more (it had expired), [`Error::Quorum`] if it is unconfirmed.
     #[deprecated(
         since = "0.2.0",
         note = "use `unlock` on the `Lock` of `request_all(..).acquire()`"
@@ -182,9 +181,9 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// Per lock, as [`unlock`](crate::redlock::LockManager::unlock): [`Error::LockLost`] if a majority answered
-    /// but fewer than a majority deleted its key (it had expired: its work may have overlapped another holder's),
-    /// [`Error::Quorum`] if fewer than a majority of nodes answered (the lock ends with its lease).
+    /// Per lock, as [`unlock`](crate::redlock::LockManager::unlock): [`Error::LockLost`] if no majority can have
+    /// held it any more (it had expired: its work may have overlapped another holder's), [`Error::Quorum`] if its
+    /// release is unconfirmed (the lock ends with its lease).
     pub fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
         type Numbered = Vec<(usize, Lock)>;
         let (plain, other): (Numbered, Numbered) = locks
@@ -280,8 +279,8 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// As [`unlock`](crate::redlock::LockManager::unlock): [`Error::LockLost`] if a majority answered but fewer
-    /// than a majority deleted the key, [`Error::Quorum`] if fewer than a majority answered.
+    /// As [`unlock`](crate::redlock::LockManager::unlock): [`Error::LockLost`] if no majority can have held it any
+    /// more, [`Error::Quorum`] if the release is unconfirmed.
     #[deprecated(
         since = "0.2.0",
         note = "use `unlock` on the `Lock` of `request(..).fenced().acquire()`"
@@ -368,9 +367,8 @@ impl LockManager {
     /// [`Unreleased`], with the hold itself to release again ([`Unreleased::into_lock`]; releasing a hold twice is
     /// harmless), carrying:
     ///
-    /// - [`Error::Quorum`] if fewer than a majority of nodes answered;
-    /// - [`Error::LockLost`] if a majority answered but fewer than a majority still had this hold to remove (the
-    ///   lock had expired there): the work it protected may have overlapped another owner's; releasing again
+    /// - [`Error::Quorum`] if fewer than a majority confirmed and the silent nodes may still have the hold;
+    /// - [`Error::LockLost`] if no majority can still have had this hold to remove (the lock had expired there): the work it protected may have overlapped another owner's; releasing again
     ///   changes nothing.
     ///
     /// A nested hold's release deletes no key but removes the hold: that counts as confirmed. `?` turns it into

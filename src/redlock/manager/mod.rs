@@ -311,11 +311,11 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// - [`Error::LockLost`] if a majority answered but fewer than a majority deleted the key: the lock was not
-    ///   held by a majority any more (its lease had run out), so the work it protected may have overlapped
+    /// - [`Error::LockLost`] if so many nodes answered that they no longer held it (or were never reached) that
+    ///   no majority can have held it: its lease had run out, so the work it protected may have overlapped
     ///   another holder's. Nothing is left to release.
-    /// - [`Error::Quorum`] if fewer than a majority of nodes answered at all: the release may not have happened,
-    ///   and the lock will end with its lease.
+    /// - [`Error::Quorum`] if fewer than a majority confirmed but the nodes that did not answer may have held it
+    ///   with them: the release may not have happened there, and the lock will end with its lease.
     ///
     /// Both carry every node's outcome.
     pub fn unlock(&self, lock: Lock) -> Result<usize> {
@@ -336,10 +336,10 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// - [`Error::LockLost`] if a majority answered but fewer than a majority deleted the key: the value was not
-    ///   held by a majority any more (the lock had expired, was released already, or was never taken), so the
-    ///   work it protected may have overlapped another holder's;
-    /// - [`Error::Quorum`] if fewer than a majority of nodes answered at all;
+    /// - [`Error::LockLost`] if so many nodes answered that they did not hold `value` that no majority can have
+    ///   held it (the lock had expired, was released already, or was never taken), so the work it protected may
+    ///   have overlapped another holder's;
+    /// - [`Error::Quorum`] if fewer than a majority confirmed but the silent nodes may have held it;
     /// - [`Error::Config`] for an empty resource name or value.
     ///
     /// # Examples
