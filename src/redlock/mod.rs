@@ -15,21 +15,24 @@
 //! Rooms, each importing only the ones below it (`tests/layout.rs` checks the direction):
 //!
 //! ```text
-//! manager/          LockManager + Builder: every public verb (mod.rs: the basic ones; holding.rs: guards
-//!                   and waiting; kinds.rs: sets, batches, fenced, reentrant); the only room that knows all
-//!   wait.rs         the waiting loop (lock_wait and kin) around any attempt; probes on the tracker
-//!   guard/          Guard, LostWatch, Lost; Held (a guard's state); Keeper (what handles and guards share:
-//!                   the engine, the watchdog, the waiters); renew (applies the engine's renewal verdicts);
-//!                   watchdog.rs (the thread: renewals, the tracker connections, invalidation pushes)
-//!   waiters.rs      WaitRoom: this process' line of waiters per resource, who wakes whom
+//! manager/          LockManager + Builder: every public verb (mod.rs: the basic ones; request.rs: the
+//!                   Request, its options, Config cells and terminals; holding.rs and kinds.rs: the verbs
+//!                   deprecated by #23, one-line wrappers); the only room that knows all
+//!   wait.rs         the waiting loop around any kind's attempt, in this process' lines; probes on the tracker;
+//!                   wait/handoff.rs: the queue across processes of one plain resource (issue #24)
+//!   guard/          Guard, LostWatch, Lost; Held (a guard's state, its lock's kind); Keeper (what handles and
+//!                   guards share: the engine, the watchdog, the waiters); renew (applies the engine's renewal
+//!                   verdicts); watchdog.rs (the thread: renewals, the tracker connections, invalidation pushes)
+//!   waiters.rs      WaitRoom: this process' lines of waiters (a resource's, a set's, an owner's), who wakes whom
 //!   engine/         Engine<N = Fanout, C = SystemClock>: every round of every kind, nothing else
-//!                   mod.rs (acquire, extend, release, inspect, the batched renewal round), release.rs
-//!                   (Tally: the one release verdict of every kind), pipeline.rs (k commands per node),
-//!                   batch.rs, set.rs, fenced.rs, reentrant.rs; restart.rs + persist.rs
-//!                   (the restart guard); native.rs (each node's DELIFEQ / DELEX, probed on each connection,
-//!                   issue #25); seam.rs (Nodes / NodeRound / Clock: what the engine talks through)
-//!   kind/           the kinds as values: lock.rs (Lock), set.rs (LockSet), fenced.rs (FencedLock, and the
-//!                   fencing safety argument), reentrant.rs (Owner, ReentrantLock); their replies' meaning
+//!                   mod.rs (the plain rounds, inspect, reports), any.rs (a Lock of any kind: the one retry
+//!                   loop `acquire_any`, `extend_any`, `release`), release.rs (Tally: the one release verdict),
+//!                   compare.rs (compare-and-X requests, native or scripted per node, with refusal fallback),
+//!                   renew.rs (the guards' batched renewal), pipeline.rs (k commands per node), batch.rs,
+//!                   set.rs, fenced.rs, reentrant.rs, queued.rs; restart/ + persist.rs (the restart guard);
+//!                   native.rs (each node's DELIFEQ / DELEX, issue #25); seam.rs (Nodes / NodeRound / Clock)
+//!   kind/           the kinds as values: lock.rs (Lock, one handle with its Kind), set.rs, fenced.rs (and the
+//!                   fencing safety argument), reentrant.rs (Owner), queued.rs; their replies' meaning
 //!   leaves          quorum (the verdict, a pure state machine), schedule, scripts + lua (the scripts and SHA1s),
 //!                   token, config, error, stats, inspect, unreleased
 //! ```

@@ -4,6 +4,7 @@
 
 pub(crate) mod any;
 pub(crate) mod batch;
+pub(crate) mod compare;
 pub(crate) mod fenced;
 pub(crate) mod native;
 pub(crate) mod persist;
@@ -28,13 +29,13 @@ use crate::redlock::engine::seam::{Clock, NodeRound, Nodes, SystemClock};
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::inspect::{Inspection, KeyState, key_state};
 use crate::redlock::kind::lock::{Kind, Lock};
-use crate::redlock::kind::{Refused, compare_vote, refused, script_vote, set_vote};
+use crate::redlock::kind::{script_vote, set_vote};
 use crate::redlock::quorum::{Failure, Quorum, Status, Vote, drift};
 use crate::redlock::scripts;
-use crate::redlock::scripts::{Native, Script, Via};
+use crate::redlock::scripts::Script;
 use crate::redlock::stats::{Activity, NodeStats, Stats, Votes};
 use crate::redlock::token::Tokens;
-use crate::resp::{Value, encode_command};
+use crate::resp::encode_command;
 use crate::time::later;
 
 /// The engine: the nodes, the clock, the configuration, the lock values' source, the restart guard and the
@@ -385,209 +386,6 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
     }
 
-    /// Runs `script` on `nodes` until the round ends by `deadline` or `on_reply` says to stop: it returns how many
-    /// more replies are worth waiting for before it is called again (`need` at first), 0 to stop. Each node gets
-    /// the cheapest correct request it has ([`Engine::via`]: its native command, else the script by hash); a node
-    /// that refuses it (see [`Refused`]: nothing ran) gets it once another way, so no vote is lost to a refusal
-    /// ([`Engine::next_via`]). A release must reach every reachable node: it goes in a release round (see
-    /// [`Fanout::release_round`]).
-    pub(crate) async fn script_round(
-        &self,
-        script: Script,
-        resource: &[u8],
-        value: &[u8],
-        ttl_ms: u64,
-        (nodes, deadline, need): (NodeSet, Instant, usize),
-        mut on_reply: impl FnMut(usize, Reply) -> usize,
-    ) {
-        let mut round = match script {
-            Script::Release => self.fanout.release_round(deadline),
-            Script::Extend => self.fanout.round(deadline),
-        };
-        let mut request = BytesMut::with_capacity(128 + resource.len());
-        let sent = self.send_compare(
-            &mut round,
-            &mut request,
-            script,
-            nodes,
-            (resource, value, ttl_ms),
-        );
-        round.need(need);
-        // Nodes sent a native command they have not run yet on this connection (the first of each kind on a new
-        // connection): their answer is awaited even once `on_reply` has had enough, so that a refusal (an ACL
-        // without `+delifeq`) is seen and the script sent instead. Unseen, that node would keep the key until
-        // its lease ends, and be sent the refused command again next time. The cost: a node that hangs at its
-        // first native command holds that one round to its deadline (once per connection: a timeout counts as
-        // "ran").
-        let mut unsure: u64 = 0;
-        for (_, set) in &sent[1..] {
-            for node in (0..self.fanout.len().min(64)).filter(|&n| set.contains(n)) {
-                if !self.restart.natives.ran(node, script) {
-                    unsure |= 1 << node;
-                }
-            }
-        }
-        let mut enough = false;
-        // Per node, the ways tried (allocated only if some node refused one: after a SCRIPT FLUSH, on a node whose
-        // ACL lacks a command), so that a release or an extension allocates nothing for it.
-        let mut tried: Vec<Tried> = Vec::new();
-        while let Some((node, reply)) = round.next().await {
-            let via = tried
-                .get(node)
-                .map_or_else(|| first_via(&sent, node), |t| t.last);
-            let why = refused(&reply);
-            if node < 64 {
-                unsure &= !(1 << node);
-            }
-            if let Some(why) = why {
-                if tried.is_empty() {
-                    tried = (0..self.fanout.len())
-                        .map(|n| Tried::new(first_via(&sent, n)))
-                        .collect();
-                }
-                if let Some(next) = tried
-                    .get_mut(node)
-                    .and_then(|t| self.next_via(node, script, t, via, why))
-                {
-                    request.clear();
-                    scripts::compare(&mut request, script, next, resource, value, ttl_ms);
-                    round.send(node, &request, 1);
-                    if !enough {
-                        continue;
-                    }
-                }
-            } else if matches!(via, Via::Native(_)) {
-                // Ran, or no answer (a hung node is waited for once per connection, not every round).
-                self.restart.natives.note_ran(node, script);
-            }
-            if !enough {
-                match on_reply(node, compare_reply(script, via, reply)) {
-                    0 => enough = true,
-                    more => round.need(more),
-                }
-            }
-            if enough {
-                if unsure == 0 {
-                    break;
-                }
-                round.need(unsure.count_ones() as usize);
-            }
-        }
-    }
-
-    /// Releases `resource` (held with `value`) on `nodes` without waiting for the replies (a failed attempt's
-    /// partial grants). Nobody sees a refusal there, so a node whose native release has not run yet on its
-    /// connection (its ACL may lack it) is sent the script by hash as well: both compare-and-delete the same
-    /// value, so whichever is allowed deletes the key and the other finds nothing.
-    pub(crate) fn release_unawaited(
-        &self,
-        request: &mut BytesMut,
-        nodes: NodeSet,
-        resource: &[u8],
-        value: &[u8],
-    ) {
-        let mut round = self.fanout.release_round(self.clock.now());
-        let sent = self.send_compare(
-            &mut round,
-            request,
-            Script::Release,
-            nodes,
-            (resource, value, 0),
-        );
-        let mut unsure = NodeSet::EMPTY;
-        for (_, set) in &sent[1..] {
-            for node in (0..self.fanout.len()).filter(|&n| set.contains(n)) {
-                if !self.restart.natives.ran(node, Script::Release) {
-                    unsure.insert(node);
-                }
-            }
-        }
-        if unsure != NodeSet::EMPTY {
-            request.clear();
-            scripts::compare(request, Script::Release, Via::Sha, resource, value, 0);
-            round.send_to(unsure, request, 1);
-        }
-    }
-
-    /// Sends `script`'s compare-and-X request to `nodes`, each the cheapest way it has: one encoding and one send
-    /// per way in use (one of each on a uniform cluster). Returns which nodes were sent which way.
-    pub(crate) fn send_compare(
-        &self,
-        round: &mut N::Round<'_>,
-        request: &mut BytesMut,
-        script: Script,
-        nodes: NodeSet,
-        (resource, value, ttl_ms): (&[u8], &[u8], u64),
-    ) -> [(Via, NodeSet); 3] {
-        let mut ways: [(Via, NodeSet); 3] = [
-            (Via::Sha, NodeSet::EMPTY),
-            (Via::Native(Native::DelIfEq), NodeSet::EMPTY),
-            (Via::Native(Native::DelEx), NodeSet::EMPTY),
-        ];
-        for node in (0..self.fanout.len()).filter(|&n| nodes.contains(n)) {
-            let via = self.via(script, node);
-            // Both natives extend alike (`SET IFEQ`): one request for them.
-            let i = match via {
-                Via::Native(Native::DelIfEq) => 1,
-                Via::Native(Native::DelEx) if script == Script::Release => 2,
-                Via::Native(_) => 1,
-                Via::Sha | Via::Full => 0,
-            };
-            ways[i].1.insert(node);
-        }
-        for (via, set) in ways {
-            if set != NodeSet::EMPTY {
-                request.clear();
-                scripts::compare(request, script, via, resource, value, ttl_ms);
-                round.send_to(set, request, 1);
-            }
-        }
-        ways
-    }
-
-    /// How `script` goes to `node` first: its native command if its current connection has one, else the script
-    /// by hash.
-    #[inline]
-    pub(crate) fn via(&self, script: Script, node: usize) -> Via {
-        match self.restart.natives.of(&self.fanout, node, script) {
-            Some(native) => Via::Native(native),
-            None => Via::Sha,
-        }
-    }
-
-    /// The way to try after `node` refused `refused` for `why`, if one is left: a lost script in full; the
-    /// script after a refused native command (and the node keeps to the scripts for that connection); the
-    /// node's native command after a refused script (`NOPERM` without `+evalsha`, `EVAL` disabled), read again
-    /// now that its set-up is surely done. Each way is tried once per round.
-    pub(crate) fn next_via(
-        &self,
-        node: usize,
-        script: Script,
-        tried: &mut Tried,
-        refused: Via,
-        why: Refused,
-    ) -> Option<Via> {
-        let next = match (refused, why) {
-            (Via::Sha, Refused::NoScript) => Via::Full,
-            (Via::Native(_), _) => {
-                self.restart.natives.refused(node, script);
-                if tried.has(Via::Sha) {
-                    Via::Full
-                } else {
-                    Via::Sha
-                }
-            }
-            (Via::Sha | Via::Full, _) => {
-                Via::Native(self.restart.natives.of(&self.fanout, node, script)?)
-            }
-        };
-        if tried.has(next) {
-            return None;
-        }
-        tried.add(next);
-        Some(next)
-    }
-
     pub(crate) fn report(&self, resource: &[u8], outcomes: Vec<Outcome>, quorum: usize) -> Report {
         // Nodes whose grant was not counted: how long they have been up and until they count, for the message.
         let now = self.clock.now();
@@ -631,60 +429,6 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         } else {
             delay.saturating_sub(Duration::from_nanos(jitter - r))
         }
-    }
-}
-
-/// The ways a compare-and-X request was tried on one node in a round, and the last.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Tried {
-    pub(crate) last: Via,
-    mask: u8,
-}
-
-impl Tried {
-    pub(crate) fn new(first: Via) -> Tried {
-        Tried {
-            last: first,
-            mask: Tried::bit(first),
-        }
-    }
-
-    fn bit(via: Via) -> u8 {
-        match via {
-            Via::Sha => 1,
-            Via::Full => 2,
-            Via::Native(Native::DelIfEq) => 4,
-            Via::Native(Native::DelEx) => 8,
-        }
-    }
-
-    fn has(&self, via: Via) -> bool {
-        self.mask & Tried::bit(via) != 0
-    }
-
-    fn add(&mut self, via: Via) {
-        self.mask |= Tried::bit(via);
-        self.last = via;
-    }
-}
-
-/// The way [`Engine::send_compare`] sent to `node` (the script by hash if it sent nothing there).
-fn first_via(sent: &[(Via, NodeSet); 3], node: usize) -> Via {
-    sent.iter()
-        .find(|(_, set)| set.contains(node))
-        .map_or(Via::Sha, |(via, _)| *via)
-}
-
-/// A compare-and-X reply made readable by the scripts' reader: the native extension's `+OK` / nil become 1 / 0
-/// (the scripts' and `DELIFEQ`'s replies are that already).
-fn compare_reply(script: Script, via: Via, reply: Reply) -> Reply {
-    match (script, via) {
-        (Script::Extend, Via::Native(_)) => match compare_vote(script, via, &reply).0 {
-            Vote::Yes => Ok(Value::Integer(1)),
-            Vote::Taken => Ok(Value::Integer(0)),
-            _ => reply,
-        },
-        _ => reply,
     }
 }
 

@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 
 use crate::net::NodeSet;
+use crate::redlock::engine::compare::Tried;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
-use crate::redlock::engine::{Engine, Tried, settle};
+use crate::redlock::engine::{Engine, settle};
 use crate::redlock::error::Outcome;
 use crate::redlock::kind::lock::Kind;
 use crate::redlock::kind::reentrant::count_key;
