@@ -4,8 +4,11 @@
 
 use std::time::Duration;
 
+use bytes::BytesMut;
+
+use crate::net::NodeSet;
 use crate::redlock::engine::pipeline::Kind as Pipe;
-use crate::redlock::engine::seam::{Clock, Nodes};
+use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::{Engine, settle};
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::kind::lock::{Kind, Lock};
@@ -43,9 +46,62 @@ impl Want<'_> {
     }
 }
 
+/// An acquisition round under way, undone if its future is dropped before the round concludes: see
+/// [`Engine::attempt_any`]. `fresh` is the attempt's value (an owned hold's id).
+struct Undo<'a, N: Nodes, C: Clock> {
+    engine: &'a Engine<N, C>,
+    want: &'a Want<'a>,
+    fresh: token::Value,
+    armed: bool,
+}
+
+impl<N: Nodes, C: Clock> Drop for Undo<'_, N, C> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let engine = self.engine;
+        let mut request = BytesMut::new();
+        match self.want {
+            // A fenced attempt's key holds its value too; the counter is left alone (no token was handed out).
+            Want::One(resource) | Want::Fenced(resource) => {
+                engine.release_unawaited(&mut request, NodeSet::ALL, resource, &self.fresh);
+                return;
+            }
+            Want::Set(names, value) => {
+                lua::eval(
+                    &mut request,
+                    lua::RELEASE_MANY,
+                    true,
+                    &keys(names),
+                    &[value],
+                );
+            }
+            Want::Owned(owner, resource) => {
+                let counter = count_key(resource);
+                lua::eval(
+                    &mut request,
+                    lua::RELEASE_REENTRANT,
+                    true,
+                    &[resource, &counter],
+                    &[&owner.value, &self.fresh],
+                );
+            }
+        }
+        let mut round = engine.fanout.release_round(engine.clock.now());
+        round.send_to(NodeSet::ALL, &request, 1);
+    }
+}
+
 impl<N: Nodes, C: Clock> Engine<N, C> {
     /// One acquisition round of any kind: the lock, or why not with every node's outcome (partial grants are
     /// released by then, as each kind does it).
+    ///
+    /// **Cancel-safe**: if this future is dropped before the round concludes (an async caller gave up), an
+    /// [`Undo`] releases whatever the attempt may have been granted, on every node, at once and unawaited
+    /// (each kind's release is a compare-and-delete of this attempt's own value or hold id: a node that never
+    /// granted removes nothing). On the blocking seam the future is never dropped part-way; the guard costs a
+    /// flag.
     #[allow(clippy::type_complexity)]
     pub(crate) async fn attempt_any(
         &self,
@@ -53,21 +109,38 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         ttl: Duration,
         ttl_ms: u64,
     ) -> Result<std::result::Result<Lock, (Failure, Report)>> {
-        Ok(match want {
-            Want::One(resource) => self.attempt(resource, ttl, ttl_ms).await?,
+        // A fresh value per attempt (a set's is drawn once per call, in its `Want`); for an owned hold the value
+        // is the owner's and the fresh id is the hold's: an undo that is late (behind a later attempt on some
+        // node) then removes only what the attempt it undoes set.
+        let fresh = match want {
+            Want::Set(_, value) => *value,
+            _ => self
+                .tokens
+                .draw("drawing the lock value from the OS's randomness")?,
+        };
+        let mut undo = Undo {
+            engine: self,
+            want,
+            fresh,
+            armed: true,
+        };
+        let got = match want {
+            Want::One(resource) => self.attempt(resource, fresh, ttl, ttl_ms).await,
             Want::Set(names, value) => self
                 .attempt_many(names, *value, ttl, ttl_ms)
                 .await
                 .map(Lock::from),
             Want::Fenced(resource) => self
-                .attempt_fenced(resource, ttl, ttl_ms)
+                .attempt_fenced(resource, fresh, ttl, ttl_ms)
                 .await?
                 .map(Lock::from),
             Want::Owned(owner, resource) => self
-                .attempt_reentrant(owner, resource, ttl, ttl_ms)
+                .attempt_reentrant(owner, resource, fresh, ttl, ttl_ms)
                 .await?
                 .map(Lock::from),
-        })
+        };
+        undo.armed = false;
+        Ok(got)
     }
 
     /// Acquires `want`: one attempt, or (`retry`) up to [`Config::retry_count`](crate::redlock::Config) more

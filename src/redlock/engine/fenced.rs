@@ -27,12 +27,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     pub(crate) async fn attempt_fenced(
         &self,
         resource: &[u8],
+        value: crate::redlock::token::Value,
         ttl: Duration,
         ttl_ms: u64,
     ) -> Result<std::result::Result<FencedLock, (Failure, Report)>> {
-        let value = self
-            .tokens
-            .draw("drawing the lock value from the OS's randomness")?;
         let n = self.fanout.len();
         let counter = counter_key(resource);
         let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));

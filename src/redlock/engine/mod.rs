@@ -314,12 +314,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     pub(crate) async fn attempt(
         &self,
         resource: &[u8],
+        value: crate::redlock::token::Value,
         ttl: Duration,
         ttl_ms: u64,
-    ) -> Result<std::result::Result<Lock, (Failure, Report)>> {
-        let value = self
-            .tokens
-            .draw("drawing the lock value from the OS's randomness")?;
+    ) -> std::result::Result<Lock, (Failure, Report)> {
         let n = self.fanout.len();
         let mut request = BytesMut::with_capacity(64 + resource.len());
         scripts::acquire(&mut request, resource, &value, ttl_ms);
@@ -347,7 +345,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
         drop(round);
         // The round is over: nodes that did not answer count as failed (#24: an undecided split is not an outage).
-        Ok(self.conclude(status, &quorum, start, (resource, value), nodes, outcomes))
+        self.conclude(status, &quorum, start, (resource, value), nodes, outcomes)
     }
 
     /// How an acquisition round of one key ends (plain or queued): a round still undecided is judged closed

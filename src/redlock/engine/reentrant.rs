@@ -24,17 +24,13 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         &self,
         owner: &Owner,
         resource: &[u8],
+        hold: crate::redlock::token::Value,
         ttl: Duration,
         ttl_ms: u64,
     ) -> Result<std::result::Result<ReentrantLock, (Failure, Report)>> {
         let counter = count_key(resource);
         let keys: [&[u8]; 2] = [resource, &counter];
         let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
-        // A fresh id per attempt: an undo that is late (behind a later attempt on some node) then removes only
-        // the hold of the attempt it undoes.
-        let hold = self
-            .tokens
-            .draw("drawing a hold id from the OS's randomness")?;
         let round = self
             .acquire_scripted(
                 lua::ACQUIRE_REENTRANT,
