@@ -58,6 +58,7 @@ mod kind;
 #[doc(hidden)]
 pub mod lua;
 mod manager;
+mod observe;
 #[doc(hidden)]
 pub mod quorum;
 mod schedule;

@@ -11,10 +11,13 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use crate::net::{NodeAddr, NodeCounts};
 use crate::redlock::engine::restart::Standing;
 use crate::redlock::error::Outcome;
+use crate::redlock::observe::{self, Server};
 
 /// Live vote counters of one node.
 #[derive(Debug, Default)]
 pub(crate) struct Votes {
+    /// The node, as tracing and metrics label it (nothing without those features).
+    server: Server,
     granted: AtomicU64,
     taken: AtomicU64,
     failed: AtomicU64,
@@ -22,8 +25,17 @@ pub(crate) struct Votes {
 }
 
 impl Votes {
+    /// The counters of the node at `addr`.
+    pub(crate) fn of(addr: &NodeAddr) -> Votes {
+        Votes {
+            server: Server::of(addr),
+            ..Votes::default()
+        }
+    }
+
     /// Counts one outcome of a round (acquisition, extension or release).
     pub(crate) fn count(&self, outcome: &Outcome) {
+        observe::node(&self.server, outcome);
         let counter = match outcome {
             Outcome::Granted => &self.granted,
             Outcome::Taken => &self.taken,

@@ -37,6 +37,16 @@ pub(crate) enum Want<'a> {
 }
 
 impl Want<'_> {
+    /// The kind's name in traces and metrics.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Want::One(_) => "plain",
+            Want::Set(..) => "set",
+            Want::Fenced(_) => "fenced",
+            Want::Owned(..) => "owned",
+        }
+    }
+
     /// The name reports and this process' line of waiters use: the resource, or a set's first name.
     pub(crate) fn resource(&self) -> &[u8] {
         match self {

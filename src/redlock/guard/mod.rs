@@ -29,6 +29,7 @@ use crate::redlock::error::{Error, Report, Result};
 use crate::redlock::guard::watchdog::Watchdog;
 use crate::redlock::kind::lock::{Kind, Lock};
 use crate::redlock::kind::reentrant::Owner;
+use crate::redlock::observe;
 use crate::redlock::quorum::Failure;
 use crate::redlock::schedule::{GuardId, lost_margin, renewal_due, retry_due};
 use crate::redlock::stats::Activity;
@@ -79,7 +80,15 @@ impl Keeper {
     fn release(&self, held: &Held) -> Result<usize> {
         self.watchdog.forget(held);
         Activity::add(&self.activity.guards_ended, 1);
-        let released = block(end(&self.engine, held));
+        let engine = &self.engine;
+        let op = observe::start(
+            "release",
+            held.kind.label(),
+            engine.fanout.len(),
+            engine.quorum(),
+        );
+        let released = op.within(|| block(end(engine, held)));
+        op.finish(&released, None);
         match &held.kind {
             Kind::Set(set) => set.iter().for_each(|r| self.waits.notify(r)),
             _ => self.waits.notify(&held.resource),
@@ -97,6 +106,7 @@ pub(crate) async fn end<N: Nodes, C: Clock>(engine: &Engine<N, C>, held: &Held) 
 
 /// Marks a guard lost, and counts it.
 pub(crate) fn lose(activity: &Activity, g: &Held, why: Lost) {
+    observe::lost(&why);
     g.set_lost(why, Some(&activity.lost));
 }
 
@@ -181,6 +191,7 @@ fn settle<N: Nodes, C: Clock>(
         Ok(valid_until) if s.lost.is_none() && now < deadline => {
             s.valid_until = valid_until;
             s.renewals += 1;
+            observe::renewed(valid_until.saturating_duration_since(now));
             Activity::add(&activity.renewals, 1);
             s.last_error = None;
             drop(s);

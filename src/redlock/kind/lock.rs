@@ -54,6 +54,18 @@ pub struct Lock {
     pub(crate) kind: Kind,
 }
 
+impl Kind {
+    /// The kind's name in traces and metrics.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Kind::Plain => "plain",
+            Kind::Set(_) => "set",
+            Kind::Fenced(_) => "fenced",
+            Kind::Owned { .. } => "owned",
+        }
+    }
+}
+
 impl Lock {
     /// This lock as `kind`.
     pub(crate) fn with_kind(mut self, kind: Kind) -> Lock {

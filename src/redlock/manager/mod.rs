@@ -20,6 +20,7 @@ use crate::redlock::error::{Error, Result};
 use crate::redlock::guard::{Guard, Keeper};
 use crate::redlock::inspect::Inspection;
 use crate::redlock::kind::lock::Lock;
+use crate::redlock::observe;
 use crate::redlock::stats::{Activity, Stats, Votes};
 use crate::redlock::token::Tokens;
 use crate::redlock::waiters::WaitRoom;
@@ -127,7 +128,7 @@ impl Builder {
         Ok(LockManager {
             keeper: Arc::new(Keeper {
                 engine: Engine {
-                    votes: (0..fanout.len()).map(|_| Votes::default()).collect(),
+                    votes: fanout.addrs().iter().map(Votes::of).collect(),
                     fanout,
                     clock: SystemClock,
                     config: self.config,
@@ -256,7 +257,16 @@ impl LockManager {
     /// - [`Error::LockLost`] if a majority no longer holds our value;
     /// - [`Error::Quorum`] if too few nodes answered within the current lease.
     pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
-        block(self.engine().extend_any(lock, ttl))
+        let engine = self.engine();
+        let op = observe::start(
+            "extend",
+            lock.kind.label(),
+            engine.fanout.len(),
+            engine.quorum(),
+        );
+        let extended = op.within(|| block(engine.extend_any(lock, ttl)));
+        op.finish(&extended, extended.is_ok().then(|| lock.validity()));
+        extended
     }
 
     /// Extends the lock on `resource` whose value is `value` to `ttl` from now, on all nodes at once, and returns
@@ -319,7 +329,15 @@ impl LockManager {
     ///
     /// Both carry every node's outcome.
     pub fn unlock(&self, lock: Lock) -> Result<usize> {
-        let released = block(self.engine().release(&lock));
+        let engine = self.engine();
+        let op = observe::start(
+            "release",
+            lock.kind.label(),
+            engine.fanout.len(),
+            engine.quorum(),
+        );
+        let released = op.within(|| block(engine.release(&lock)));
+        op.finish(&released, None);
         // Whatever the outcome, the keys may be free now: this process' waiters look.
         for resource in lock.resources() {
             self.keeper.waits.notify(resource);

@@ -21,6 +21,7 @@ use crate::redlock::error::{Error, Outcome, Result};
 use crate::redlock::guard::{Guard, Lost};
 use crate::redlock::kind::lock::Lock;
 use crate::redlock::kind::reentrant::Owner;
+use crate::redlock::observe;
 use crate::redlock::wait;
 
 /// How a request waits when another holder has the resource.
@@ -284,13 +285,21 @@ impl<'m> Request<'m> {
             };
             (want, ttl_ms)
         };
-        match self.waiting {
+        let op = observe::start(
+            "acquire",
+            want.label(),
+            engine.fanout.len(),
+            engine.quorum(),
+        );
+        let got = op.within(|| match self.waiting {
             Waiting::Once => block(engine.acquire_any(&want, ttl, ttl_ms, false)),
             Waiting::Retry => block(engine.acquire_any(&want, ttl, ttl_ms, true)),
             Waiting::Wait(max_wait) => {
                 wait::acquire_wait(&self.locks.keeper, &want, (ttl, ttl_ms), max_wait)
             }
-        }
+        });
+        op.finish(&got, got.as_ref().ok().map(Lock::validity));
+        got
     }
 }
 
