@@ -27,6 +27,7 @@
 //! expected is the order in which they are queued.
 
 use std::collections::VecDeque;
+use std::task::Waker;
 use std::thread::Thread;
 use std::time::Instant;
 
@@ -35,6 +36,38 @@ use crate::resp::Value;
 
 /// One node's answer to one request: its reply (which may be an error reply), or why there is none.
 pub type Reply = Result<Value, NodeError>;
+
+/// Who waits for a round's outcomes: a thread parked in [`Round::next`](super::Round::next), or a task whose
+/// future returned `Pending` from [`Round::poll_next`](super::Round::poll_next). Woken the same way, always after
+/// the fanout's lock is let go (a waker may run executor code).
+#[derive(Debug)]
+pub enum Wake {
+    /// Unparked.
+    Thread(Thread),
+    /// Woken: its executor polls the round's future again.
+    Task(Waker),
+}
+
+impl Wake {
+    /// Unparks the thread or wakes the task.
+    pub fn wake(self) {
+        match self {
+            Wake::Thread(t) => t.unpark(),
+            Wake::Task(w) => w.wake(),
+        }
+    }
+}
+
+/// What [`Slots::successor`] found for a driver that was just put back.
+#[derive(Debug)]
+pub enum Successor {
+    /// A sleeping thread (taken from its slot): unpark it, it takes the poll.
+    Thread(Thread),
+    /// No thread sleeps, but tasks wait: the fanout's background driver must take the poll.
+    Tasks,
+    /// Nobody waits.
+    Nobody,
+}
 
 /// Names one round's slot: its index and the generation it had when the round opened it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,8 +95,12 @@ struct Slot {
     outstanding: usize,
     /// The round's deadline; every outcome is known by then.
     deadline: Instant,
-    /// The round's thread while it sleeps, waiting for another thread's poll to file its outcomes.
-    waiter: Option<Thread>,
+    /// The round's thread while it sleeps, or its task while its future is pending, waiting for another
+    /// thread's poll to file its outcomes.
+    waiter: Option<Wake>,
+    /// When the waiter must be woken even if nothing was filed: the deadline, or sooner for a task whose round
+    /// holds requests for room (it looks again after each millisecond, as a sleeping thread does).
+    wake_at: Instant,
     /// How many outcomes must be waiting before the sleeping thread is worth waking (at least 1): a round that
     /// cannot decide on fewer than 3 votes is woken once, not once per reply.
     need: usize,
@@ -89,8 +126,8 @@ impl Slot {
         }
     }
 
-    /// The sleeping thread, if the outcomes waiting are worth waking it for.
-    fn wake(&mut self) -> Option<Thread> {
+    /// The waiter, if the outcomes waiting are worth waking it for.
+    fn wake(&mut self) -> Option<Wake> {
         if self.arrivals.len() >= self.need || self.outstanding == 0 {
             self.waiter.take()
         } else {
@@ -121,6 +158,7 @@ impl Slots {
                     outstanding: 0,
                     deadline,
                     waiter: None,
+                    wake_at: deadline,
                     need: 1,
                 });
                 self.slots.len() - 1
@@ -128,6 +166,7 @@ impl Slots {
         };
         let slot = &mut self.slots[index];
         slot.deadline = deadline;
+        slot.wake_at = deadline;
         slot.need = 1;
         SlotRef {
             index,
@@ -163,10 +202,10 @@ impl Slots {
         }
     }
 
-    /// Files the next outcome from the wire of `node` for round `r`; returns the round's thread to wake, if it
-    /// sleeps. An outcome for a round that has ended, one for a request already reported timed out, or one that
+    /// Files the next outcome from the wire of `node` for round `r`; returns the round's waiter to wake, if it
+    /// waits. An outcome for a round that has ended, one for a request already reported timed out, or one that
     /// was not expected, is dropped.
-    pub fn file(&mut self, r: SlotRef, node: usize, reply: Reply) -> Option<Thread> {
+    pub fn file(&mut self, r: SlotRef, node: usize, reply: Reply) -> Option<Wake> {
         let s = self.live(r)?;
         match s.stale.get_mut(node) {
             Some(stale) if *stale > 0 => {
@@ -187,14 +226,8 @@ impl Slots {
 
     /// Files `count` outcomes of `node` for round `r` that are known before the wire's (the node had no room for
     /// the request): `count` of the node's expected requests, the last ones it was sent. They are handed out after
-    /// the node's earlier requests still awaited from the wire. Returns the round's thread to wake, if it sleeps.
-    pub fn refuse(
-        &mut self,
-        r: SlotRef,
-        node: usize,
-        count: usize,
-        reply: Reply,
-    ) -> Option<Thread> {
+    /// the node's earlier requests still awaited from the wire. Returns the round's waiter to wake, if it waits.
+    pub fn refuse(&mut self, r: SlotRef, node: usize, count: usize, reply: Reply) -> Option<Wake> {
         let s = self.live(r)?;
         let p = s.pending.get_mut(node)?;
         let count = u32::try_from(count).unwrap_or(u32::MAX).min(*p);
@@ -245,7 +278,20 @@ impl Slots {
     /// Records that `r`'s thread sleeps until woken (by [`file`](Slots::file) or [`wake_due`](Slots::wake_due)).
     pub fn sleep(&mut self, r: SlotRef, thread: Thread) {
         if let Some(s) = self.live(r) {
-            s.waiter = Some(thread);
+            s.waiter = Some(Wake::Thread(thread));
+            s.wake_at = s.deadline;
+        }
+    }
+
+    /// Records that `r`'s task waits until woken (by [`file`](Slots::file), or by [`wake_due`](Slots::wake_due)
+    /// once a turn has read the sockets at or after `wake_at`). Returns the waiter it replaces, if any, to be
+    /// dropped once the fanout's lock is let go; a waker that already wakes the same task is kept as it is.
+    pub fn wait(&mut self, r: SlotRef, waker: &Waker, wake_at: Instant) -> Option<Wake> {
+        let s = self.live(r)?;
+        s.wake_at = wake_at.min(s.deadline);
+        match &s.waiter {
+            Some(Wake::Task(w)) if w.will_wake(waker) => None,
+            _ => s.waiter.replace(Wake::Task(waker.clone())),
         }
     }
 
@@ -256,44 +302,79 @@ impl Slots {
         }
     }
 
-    /// The earliest deadline of the rounds whose threads sleep, for the poll's timeout.
+    /// The earliest instant a waiter (a sleeping thread or a waiting task) must be woken at, for the poll's
+    /// timeout.
     pub fn earliest_sleeper(&self) -> Option<Instant> {
         self.slots
             .iter()
             .filter(|s| s.waiter.is_some())
-            .map(|s| s.deadline)
+            .map(|s| s.wake_at)
             .min()
     }
 
-    /// Takes the threads of sleeping rounds whose deadline is at or before `read_at`: a poll turn that read the
-    /// sockets at `read_at` has filed every reply that had arrived by their deadline, so they can now count the
-    /// rest as timed out.
-    pub fn wake_due(&mut self, read_at: Instant, wake: &mut Vec<Thread>) {
+    /// The earliest instant a waiting task must be woken at: `None` if no task waits (the background driver then
+    /// gives the poll back).
+    pub fn earliest_task(&self) -> Option<Instant> {
+        self.slots
+            .iter()
+            .filter(|s| matches!(s.waiter, Some(Wake::Task(_))))
+            .map(|s| s.wake_at)
+            .min()
+    }
+
+    /// Takes the waiters of rounds due at or before `read_at`: a poll turn that read the sockets at `read_at` has
+    /// filed every reply that had arrived by their deadline, so they can now count the rest as timed out (or, a
+    /// task holding requests for room, look again).
+    pub fn wake_due(&mut self, read_at: Instant, wake: &mut Vec<Wake>) {
         for s in &mut self.slots {
-            if s.deadline <= read_at {
+            if s.wake_at <= read_at {
                 wake.extend(s.waiter.take());
             }
         }
     }
 
     /// Takes the thread of one sleeping round, to hand it the poll.
-    pub fn any_sleeper(&mut self) -> Option<Thread> {
-        self.slots.iter_mut().find_map(|s| s.waiter.take())
+    #[cfg(test)]
+    fn any_sleeper(&mut self) -> Option<Thread> {
+        match self.successor() {
+            Successor::Thread(t) => Some(t),
+            _ => None,
+        }
     }
 
-    /// Ends round `r`: its slot is reusable, and outcomes of its requests that come later are dropped.
-    pub fn close(&mut self, r: SlotRef) {
-        let Some(s) = self.live(r) else {
-            return;
-        };
+    /// Who should take a poll that was just put back: a sleeping thread (taken from its slot), else, if tasks
+    /// wait, the background driver (the tasks' wakers stay in place).
+    pub fn successor(&mut self) -> Successor {
+        let mut tasks = false;
+        for s in &mut self.slots {
+            match s.waiter.take() {
+                Some(Wake::Thread(t)) => return Successor::Thread(t),
+                Some(task) => {
+                    s.waiter = Some(task);
+                    tasks = true;
+                }
+                None => {}
+            }
+        }
+        match tasks {
+            true => Successor::Tasks,
+            false => Successor::Nobody,
+        }
+    }
+
+    /// Ends round `r`: its slot is reusable, and outcomes of its requests that come later are dropped. Returns
+    /// the round's waiter, never to be woken now: drop it once the fanout's lock is let go.
+    pub fn close(&mut self, r: SlotRef) -> Option<Wake> {
+        let s = self.live(r)?;
         s.generation = s.generation.wrapping_add(1);
         s.arrivals.clear();
         s.pending.iter_mut().for_each(|p| *p = 0);
         s.stale.iter_mut().for_each(|p| *p = 0);
         s.deferred.clear();
         s.outstanding = 0;
-        s.waiter = None;
+        let waiter = s.waiter.take();
         self.free.push(r.index);
+        waiter
     }
 }
 

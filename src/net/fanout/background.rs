@@ -1,0 +1,102 @@
+//! The background driver: a thread of the fanout's own that drives the poll for tasks (rounds awaited as
+//! futures), which must never wait in it themselves (see the [parent](super)'s "Tasks").
+//!
+//! # Who holds what
+//!
+//! - The thread is started by the first task that waits ([`Fanout::background`]), once per fanout, and holds an
+//!   `Arc` of the shared state (not the [`Fanout`]): the fanout's drop sets `Inner::closing`, pokes the poll,
+//!   unparks the thread and joins it; the thread puts the driver back, if it has it, and ends.
+//! - It takes the driver only while tasks wait (a task's waker in a slot) and the driver is free; it keeps it
+//!   turn after turn, each poll waiting until the earliest task's wake-up instant at the latest (so a task's round
+//!   times out after a turn that read the sockets at or after its deadline, as a thread's does), and puts it back
+//!   as soon as no task waits, handing it to a sleeping thread if any ([`Inner::successor`]).
+//! - Without the driver it parks, with no timeout: whoever then puts the driver back while tasks wait unparks it
+//!   (`Inner::successor`), as does a task that registers while the driver is free, and the fanout's drop. Spurious
+//!   wake-ups only make it look again.
+
+use std::sync::Arc;
+use std::thread::{self, Thread};
+
+use super::{Fanout, Inner, Shared};
+use crate::sync::lock;
+
+impl Fanout {
+    /// The background driver's thread, started now if it was not; `None` if the OS refused a thread (tasks then
+    /// drive with zero-timeout turns only, woken again at once: slower, never blocking).
+    pub(super) fn background(&self) -> Option<&Thread> {
+        let handle = self.background.get_or_init(|| {
+            let shared = Arc::clone(&self.shared);
+            let handle = thread::Builder::new()
+                .name("muxlock-fanout".into())
+                .spawn(move || shared.drive_for_tasks())
+                .ok()?;
+            lock(&self.shared.inner).background = Some(handle.thread().clone());
+            // It may have looked before `background` was set, when nobody could hand it the driver yet.
+            handle.thread().unpark();
+            Some(handle)
+        });
+        handle.as_ref().map(|h| h.thread())
+    }
+}
+
+impl Drop for Fanout {
+    fn drop(&mut self) {
+        let Some(Some(handle)) = self.background.take() else {
+            return;
+        };
+        lock(&self.shared.inner).closing = true;
+        let _ = self.shared.waker.wake();
+        handle.thread().unpark();
+        // It ends within one turn (the poll was just poked); its `Arc` of the connections goes with it.
+        let _ = handle.join();
+    }
+}
+
+impl Shared {
+    /// The background driver's loop (see the module doc).
+    fn drive_for_tasks(&self) {
+        let mut driver = None;
+        let mut inner = lock(&self.inner);
+        while !inner.closing {
+            let Some(due) = inner.slots.earliest_task() else {
+                // No task waits: give the driver back, to a sleeping thread if any.
+                let successor = match driver.take() {
+                    Some(d) => {
+                        inner.driver = Some(d);
+                        inner.successor()
+                    }
+                    None => None,
+                };
+                drop(inner);
+                if let Some(t) = successor {
+                    t.unpark();
+                }
+                thread::park();
+                inner = lock(&self.inner);
+                continue;
+            };
+            if driver.is_none() {
+                driver = inner.driver.take();
+            }
+            match driver.take() {
+                Some(mut d) => {
+                    inner = self.turn(inner, &mut d, due);
+                    driver = Some(d);
+                }
+                // A thread drives, and serves the tasks too; whoever puts the driver back unparks us.
+                None => {
+                    drop(inner);
+                    thread::park();
+                    inner = lock(&self.inner);
+                }
+            }
+        }
+        put_back(&mut inner, driver);
+    }
+}
+
+fn put_back(inner: &mut Inner, driver: Option<Box<super::Driver>>) {
+    if let Some(d) = driver {
+        inner.driver = Some(d);
+    }
+}
