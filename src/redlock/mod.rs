@@ -27,6 +27,8 @@
 //!                   (k commands per node), batch.rs, set.rs, fenced.rs, reentrant.rs; restart.rs + persist.rs
 //!                   (the restart guard); native.rs (each node's DELIFEQ / DELEX, probed on each connection,
 //!                   issue #25); seam.rs (Nodes / NodeRound / Clock: what the engine talks through)
+//!   async_seam.rs   Async<F> / AsyncClock: the seam for tasks (rounds awaited with `Round::poll_next`, pauses
+//!                   on the crate's timer thread), so the engine's verbs run as futures (groundwork for #26)
 //!   kind/           the kinds as values: lock.rs (Lock), set.rs (LockSet), fenced.rs (FencedLock, and the
 //!                   fencing safety argument), reentrant.rs (Owner, ReentrantLock); their replies' meaning
 //!   leaves          quorum (the verdict, a pure state machine), schedule, scripts + lua (the scripts and SHA1s),
@@ -45,6 +47,7 @@
 //! - `sim`: only with the non-default `sim` cargo feature, for the project's own simulator tests; not an API,
 //!   never in a user's build.
 
+mod async_seam;
 mod config;
 mod engine;
 mod error;
