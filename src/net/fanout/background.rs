@@ -39,6 +39,13 @@ impl Fanout {
     }
 }
 
+impl Fanout {
+    /// Whether the background driver runs.
+    pub(super) fn has_background(&self) -> bool {
+        self.background.get().is_some_and(Option::is_some)
+    }
+}
+
 impl Drop for Fanout {
     fn drop(&mut self) {
         let Some(Some(handle)) = self.background.take() else {

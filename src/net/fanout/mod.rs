@@ -23,8 +23,10 @@
 //! no runtime is needed. A task must never block its executor's thread, so it never sleeps in the poll and never
 //! keeps the driver from one `poll_next` to the next. Instead:
 //!
-//! - **A task's turn is zero-timeout.** A `poll_next` that finds no outcome and the driver free takes it for one
-//!   turn that does not wait (poll with a zero timeout, read, file, write), puts it back, and looks again.
+//! - **A task does not drive** once the fanout has a background driver: its poll takes outcomes, sends (an idle
+//!   node's write is done at once by the sender, as for a thread) and keeps the books, nothing else. Before (the
+//!   first task's first poll, or if the OS refused the thread), a `poll_next` that finds no outcome and the
+//!   driver free takes it for one turn that does not wait (zero timeout), puts it back, and looks again.
 //! - **Then it waits as a sleeping thread does**: its waker goes in its slot (with the instant it must be woken at:
 //!   its deadline, or after a millisecond for a release holding requests for room) and the future is pending. The
 //!   driver's turns file and wake it exactly as they unpark a thread, and they poll no longer than its deadline.

@@ -1,6 +1,7 @@
 //! A round awaited by a task: [`Round::poll_next`] never blocks the executor's thread. It takes what was filed,
-//! may drive one zero-timeout turn if nobody drives, and otherwise leaves its waker in its slot for the driver
-//! (a thread's round, or the background driver) to wake (see the [parent](super)'s "Tasks" and invariants).
+//! and otherwise leaves its waker in its slot for the driver (a thread's round, or the background driver) to
+//! wake (see the [parent](super)'s "Tasks" and invariants). Only while the fanout has no background driver (the
+//! first task's first poll, or if the OS refused the thread) does it drive one zero-timeout turn itself.
 
 use std::future::Future;
 use std::task::{Context, Poll};
@@ -18,8 +19,8 @@ impl<'a> Round<'a> {
     /// The next outcome, as [`next`](Round::next) gives it, for a task: `Ready` with the outcome (or `None` once
     /// every request has its outcome), or `Pending` with `cx`'s waker registered, to be woken when outcomes are
     /// filed (as many as [`need`](Round::need) asks, or all) or once a turn has read the sockets after the
-    /// deadline. Never blocks: at most one zero-timeout turn of the poll, if nobody drives; the waiting is done by
-    /// the fanout's background driver, or by a thread that drives anyway.
+    /// deadline. Never blocks: the waiting is done by the fanout's background driver (started by the first task
+    /// that waits), or by a thread that drives anyway; without a background driver, one zero-timeout turn.
     ///
     /// Dropping the round (or the future that polls it) at any point abandons its replies, as for a thread.
     pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, Reply)>> {
@@ -46,7 +47,10 @@ impl<'a> Round<'a> {
             if let Some(d) = self.driver.take() {
                 inner.driver = Some(d);
             }
-            if !turned {
+            // Only without a background driver: with one, a task's poll never reads nor decodes (a turn may find
+            // thousands of replies of other rounds, milliseconds of work in one poll); handing the free driver to
+            // it costs the same wake-up as the reply would have.
+            if !turned && !self.fanout.has_background() {
                 if let Some(mut d) = inner.driver.take() {
                     // Zero timeout: reads what has arrived, never waits.
                     let now = Instant::now();
