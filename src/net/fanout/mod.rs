@@ -33,8 +33,10 @@
 //! - **The background driver** ([`background`](self::background)) is a thread of the fanout's own, started by
 //!   the first task that waits (a fanout only ever used by threads has none) and ended when the fanout is dropped.
 //!   It drives whenever tasks wait and no thread drives: it sleeps in the poll until the earliest task's deadline,
-//!   and gives the driver back (waking a sleeping thread, if any, to take over) as soon as no task waits. So a lone
-//!   thread keeps driving itself with no hand-off, and threads and tasks share one poll.
+//!   and gives the driver back (waking a sleeping thread, if any, to take over) once no task waits: after a
+//!   linger of a millisecond, or at once when a thread asks for it (it comes to sleep, and pokes). So a lone
+//!   thread drives itself with no hand-off (at most one, right after the last task), and threads and tasks share
+//!   one poll.
 //!
 //! # Invariants
 //!
@@ -59,7 +61,7 @@
 //!   as many outcomes as the round needs ([`Round::need`]: a 5-node acquisition cannot decide on fewer than 3) or
 //!   all of them, and, after each turn, the waiting rounds whose deadline (a task's wake-up instant) had passed
 //!   when that turn read the sockets. A round about to wait pokes the poll's waker if the driver's current poll
-//!   would outlast the round's deadline. Waiters are woken, and replaced or dropped wakers dropped, only once the
+//!   would outlast the round's deadline, and a thread about to sleep also if the background driver lingers. Waiters are woken, and replaced or dropped wakers dropped, only once the
 //!   lock is let go (a waker may run executor code). A round that is dropped takes its waiter out of its slot: a
 //!   dropped task's waker is never woken after, unless a turn had already taken it to wake (a spurious wake-up,
 //!   harmless). The background driver is unparked by whoever hands it the driver, by a task that registers while
@@ -174,6 +176,10 @@ struct Inner {
     background: Option<Thread>,
     /// Set when the fanout is dropped: the background driver ends.
     closing: bool,
+    /// The background driver polls while no task waits (it lingers): a thread that wants the driver pokes and
+    /// sets `wanted`, and the background driver gives the driver back after that turn.
+    lingering: bool,
+    wanted: bool,
 }
 
 /// Pushes kept for [`Fanout::recv_pushes`]; more are dropped, and the taker is told.
@@ -273,6 +279,8 @@ impl Fanout {
                 interrupted: false,
                 background: None,
                 closing: false,
+                lingering: false,
+                wanted: false,
             }),
             registry,
             waker,
@@ -394,7 +402,9 @@ impl Fanout {
                 }
                 None => {
                     inner.push_waiter = Some(thread::current());
-                    let poke = inner.polling_until.is_some_and(|until| until > deadline);
+                    inner.wanted |= inner.lingering;
+                    let poke = inner.lingering
+                        || inner.polling_until.is_some_and(|until| until > deadline);
                     drop(inner);
                     if poke {
                         let _ = self.shared.waker.wake();

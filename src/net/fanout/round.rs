@@ -294,10 +294,13 @@ impl<'a> Round<'a> {
         let now = Instant::now();
         inner.slots.need(self.slot, self.need);
         inner.slots.sleep(self.slot, thread::current());
-        // The driver must come out of its poll by this round's deadline.
-        let poke = inner
-            .polling_until
-            .is_some_and(|until| until > self.deadline);
+        // The driver must come out of its poll by this round's deadline; a lingering background driver, at once
+        // (it gives the driver back after that turn).
+        inner.wanted |= inner.lingering;
+        let poke = inner.lingering
+            || inner
+                .polling_until
+                .is_some_and(|until| until > self.deadline);
         drop(inner);
         if poke {
             let _ = self.fanout.shared.waker.wake();
