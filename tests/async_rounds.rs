@@ -418,6 +418,33 @@ fn a_hung_node_times_out_at_the_deadline_without_blocking_the_executor() {
     });
 }
 
+/// The background driver ends with its fanout: dropping a fanout that served tasks returns at once, whether the
+/// driver was lingering in its poll or parked.
+#[test]
+fn a_fanout_that_served_tasks_drops_promptly() {
+    let cluster = Cluster::start(3);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    for wait in [Duration::ZERO, Duration::from_millis(20)] {
+        let fanout = fanout(&cluster);
+        rt.block_on(async {
+            assert_echoed(
+                &echo_all(&fanout, b"drop", Duration::from_secs(5)).await,
+                b"drop",
+            );
+        });
+        std::thread::sleep(wait);
+        let t = Instant::now();
+        drop(fanout);
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+}
+
 /// A small deterministic stream of pseudo-random numbers (xorshift).
 struct Rng(u64);
 
