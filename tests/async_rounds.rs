@@ -259,6 +259,17 @@ fn rounds_are_futures_on_tokio_multi_thread() {
     for node in 0..fanout.len() {
         assert_eq!(fanout.in_flight(node), 0, "node {node}");
     }
+    // 10,000 at once (issue #26's figure), one round each, with room for them all on every node.
+    let fanout = fanout_with(&cluster, Options::default().with_max_in_flight(16384));
+    let polls = Polls::default();
+    let per_s = rt.block_on(many_tasks(&fanout, &polls, 10_000, 1, |t| {
+        let h = tokio::task::spawn(t);
+        async move { h.await.expect("task") }
+    }));
+    eprintln!(
+        "tokio 2 workers: 10,000 tasks x 1 round on 5 nodes, {per_s:.0} rounds/s; {}",
+        polls.summary()
+    );
 }
 
 #[test]

@@ -127,13 +127,57 @@ impl Slot {
     }
 
     /// The waiter, if the outcomes waiting are worth waking it for.
-    fn wake(&mut self) -> Option<Wake> {
+    fn wake(&mut self, waiting: &mut Waiting) -> Option<Wake> {
         if self.arrivals.len() >= self.need || self.outstanding == 0 {
-            self.waiter.take()
+            self.take_waiter(waiting)
         } else {
             None
         }
     }
+
+    fn take_waiter(&mut self, waiting: &mut Waiting) -> Option<Wake> {
+        let w = self.waiter.take();
+        waiting.count(w.as_ref(), -1);
+        w
+    }
+
+    fn put_waiter(&mut self, waiting: &mut Waiting, w: Wake) -> Option<Wake> {
+        waiting.count(Some(&w), 1);
+        let old = self.waiter.replace(w);
+        waiting.count(old.as_ref(), -1);
+        old
+    }
+}
+
+/// How many slots have a sleeping thread, and how many a waiting task: so that handing the driver on, and the
+/// background driver's question "does a task wait?", cost nothing when nobody (or no thread) waits, however many
+/// rounds are open.
+#[derive(Debug, Default)]
+struct Waiting {
+    threads: usize,
+    tasks: usize,
+}
+
+impl Waiting {
+    fn count(&mut self, w: Option<&Wake>, by: isize) {
+        let n = match w {
+            Some(Wake::Thread(_)) => &mut self.threads,
+            Some(Wake::Task(_)) => &mut self.tasks,
+            None => return,
+        };
+        *n = n.saturating_add_signed(by);
+    }
+
+    fn any(&self) -> bool {
+        self.threads + self.tasks > 0
+    }
+}
+
+/// The slot of a round still in progress.
+fn live(slots: &mut [Slot], r: SlotRef) -> Option<&mut Slot> {
+    slots
+        .get_mut(r.index)
+        .filter(|s| s.generation == r.generation)
 }
 
 /// Every slot, in use or free.
@@ -141,6 +185,7 @@ impl Slot {
 pub struct Slots {
     slots: Vec<Slot>,
     free: Vec<usize>,
+    waiting: Waiting,
 }
 
 impl Slots {
@@ -176,9 +221,7 @@ impl Slots {
 
     /// The slot of a round still in progress.
     fn live(&mut self, r: SlotRef) -> Option<&mut Slot> {
-        self.slots
-            .get_mut(r.index)
-            .filter(|s| s.generation == r.generation)
+        live(&mut self.slots, r)
     }
 
     /// Records that `replies` more outcomes are expected from `node`.
@@ -206,7 +249,7 @@ impl Slots {
     /// waits. An outcome for a round that has ended, one for a request already reported timed out, or one that
     /// was not expected, is dropped.
     pub fn file(&mut self, r: SlotRef, node: usize, reply: Reply) -> Option<Wake> {
-        let s = self.live(r)?;
+        let s = live(&mut self.slots, r)?;
         match s.stale.get_mut(node) {
             Some(stale) if *stale > 0 => {
                 *stale -= 1;
@@ -221,14 +264,14 @@ impl Slots {
         s.outstanding -= 1;
         s.arrivals.push_back((node, reply));
         s.release_deferred(node);
-        s.wake()
+        s.wake(&mut self.waiting)
     }
 
     /// Files `count` outcomes of `node` for round `r` that are known before the wire's (the node had no room for
     /// the request): `count` of the node's expected requests, the last ones it was sent. They are handed out after
     /// the node's earlier requests still awaited from the wire. Returns the round's waiter to wake, if it waits.
     pub fn refuse(&mut self, r: SlotRef, node: usize, count: usize, reply: Reply) -> Option<Wake> {
-        let s = self.live(r)?;
+        let s = live(&mut self.slots, r)?;
         let p = s.pending.get_mut(node)?;
         let count = u32::try_from(count).unwrap_or(u32::MAX).min(*p);
         if count == 0 {
@@ -237,7 +280,7 @@ impl Slots {
         *p -= count;
         s.deferred.push((node, reply, count));
         s.release_deferred(node);
-        s.wake()
+        s.wake(&mut self.waiting)
     }
 
     /// Sets how many outcomes must be waiting before `r`'s sleeping thread is woken (at least 1; all of them, if
@@ -277,9 +320,9 @@ impl Slots {
 
     /// Records that `r`'s thread sleeps until woken (by [`file`](Slots::file) or [`wake_due`](Slots::wake_due)).
     pub fn sleep(&mut self, r: SlotRef, thread: Thread) {
-        if let Some(s) = self.live(r) {
-            s.waiter = Some(Wake::Thread(thread));
+        if let Some(s) = live(&mut self.slots, r) {
             s.wake_at = s.deadline;
+            s.put_waiter(&mut self.waiting, Wake::Thread(thread));
         }
     }
 
@@ -287,24 +330,27 @@ impl Slots {
     /// once a turn has read the sockets at or after `wake_at`). Returns the waiter it replaces, if any, to be
     /// dropped once the fanout's lock is let go; a waker that already wakes the same task is kept as it is.
     pub fn wait(&mut self, r: SlotRef, waker: &Waker, wake_at: Instant) -> Option<Wake> {
-        let s = self.live(r)?;
+        let s = live(&mut self.slots, r)?;
         s.wake_at = wake_at.min(s.deadline);
         match &s.waiter {
             Some(Wake::Task(w)) if w.will_wake(waker) => None,
-            _ => s.waiter.replace(Wake::Task(waker.clone())),
+            _ => s.put_waiter(&mut self.waiting, Wake::Task(waker.clone())),
         }
     }
 
     /// Forgets `r`'s sleeping thread (it woke by itself).
     pub fn awake(&mut self, r: SlotRef) {
-        if let Some(s) = self.live(r) {
-            s.waiter = None;
+        if let Some(s) = live(&mut self.slots, r) {
+            s.take_waiter(&mut self.waiting);
         }
     }
 
     /// The earliest instant a waiter (a sleeping thread or a waiting task) must be woken at, for the poll's
     /// timeout.
     pub fn earliest_sleeper(&self) -> Option<Instant> {
+        if !self.waiting.any() {
+            return None;
+        }
         self.slots
             .iter()
             .filter(|s| s.waiter.is_some())
@@ -315,6 +361,9 @@ impl Slots {
     /// The earliest instant a waiting task must be woken at: `None` if no task waits (the background driver then
     /// gives the poll back).
     pub fn earliest_task(&self) -> Option<Instant> {
+        if self.waiting.tasks == 0 {
+            return None;
+        }
         self.slots
             .iter()
             .filter(|s| matches!(s.waiter, Some(Wake::Task(_))))
@@ -326,9 +375,12 @@ impl Slots {
     /// filed every reply that had arrived by their deadline, so they can now count the rest as timed out (or, a
     /// task holding requests for room, look again).
     pub fn wake_due(&mut self, read_at: Instant, wake: &mut Vec<Wake>) {
+        if !self.waiting.any() {
+            return;
+        }
         for s in &mut self.slots {
-            if s.wake_at <= read_at {
-                wake.extend(s.waiter.take());
+            if s.wake_at <= read_at && s.waiter.is_some() {
+                wake.extend(s.take_waiter(&mut self.waiting));
             }
         }
     }
@@ -343,20 +395,18 @@ impl Slots {
     }
 
     /// Who should take a poll that was just put back: a sleeping thread (taken from its slot), else, if tasks
-    /// wait, the background driver (the tasks' wakers stay in place).
+    /// wait, the background driver (the tasks' wakers stay in place). Scans the slots only if a thread sleeps.
     pub fn successor(&mut self) -> Successor {
-        let mut tasks = false;
-        for s in &mut self.slots {
-            match s.waiter.take() {
-                Some(Wake::Thread(t)) => return Successor::Thread(t),
-                Some(task) => {
-                    s.waiter = Some(task);
-                    tasks = true;
-                }
-                None => {}
+        if self.waiting.threads > 0 {
+            let found = self
+                .slots
+                .iter_mut()
+                .find(|s| matches!(s.waiter, Some(Wake::Thread(_))));
+            if let Some(Some(Wake::Thread(t))) = found.map(|s| s.take_waiter(&mut self.waiting)) {
+                return Successor::Thread(t);
             }
         }
-        match tasks {
+        match self.waiting.tasks > 0 {
             true => Successor::Tasks,
             false => Successor::Nobody,
         }
@@ -365,14 +415,14 @@ impl Slots {
     /// Ends round `r`: its slot is reusable, and outcomes of its requests that come later are dropped. Returns
     /// the round's waiter, never to be woken now: drop it once the fanout's lock is let go.
     pub fn close(&mut self, r: SlotRef) -> Option<Wake> {
-        let s = self.live(r)?;
+        let s = live(&mut self.slots, r)?;
         s.generation = s.generation.wrapping_add(1);
         s.arrivals.clear();
         s.pending.iter_mut().for_each(|p| *p = 0);
         s.stale.iter_mut().for_each(|p| *p = 0);
         s.deferred.clear();
         s.outstanding = 0;
-        let waiter = s.waiter.take();
+        let waiter = s.take_waiter(&mut self.waiting);
         self.free.push(r.index);
         waiter
     }

@@ -7,6 +7,25 @@ fn ok(n: i64) -> Reply {
     Ok(Value::Integer(n))
 }
 
+/// The counts of waiting threads and tasks match the slots.
+#[track_caller]
+fn consistent(slots: &Slots) {
+    let threads = slots
+        .slots
+        .iter()
+        .filter(|s| matches!(s.waiter, Some(Wake::Thread(_))))
+        .count();
+    let tasks = slots
+        .slots
+        .iter()
+        .filter(|s| matches!(s.waiter, Some(Wake::Task(_))))
+        .count();
+    assert_eq!(
+        (slots.waiting.threads, slots.waiting.tasks),
+        (threads, tasks)
+    );
+}
+
 #[test]
 fn outcomes_are_filed_once_in_order_and_settle_the_round() {
     let mut slots = Slots::default();
@@ -197,6 +216,7 @@ fn sleepers_are_woken_by_their_outcome_their_deadline_or_to_take_over() {
     slots.sleep(early, me);
     assert!(slots.any_sleeper().is_some());
     assert!(slots.any_sleeper().is_none());
+    consistent(&slots);
 }
 
 /// A waker that counts its wake-ups.
@@ -247,13 +267,16 @@ fn tasks_wait_beside_threads_and_a_closed_round_gives_its_waker_back() {
     );
     assert_eq!(slots.earliest_task(), Some(t0 + Duration::from_millis(1)));
     // A poll handed back goes to the thread first; the task keeps waiting.
+    consistent(&slots);
     assert!(matches!(slots.successor(), Successor::Thread(_)));
+    consistent(&slots);
     assert!(matches!(slots.successor(), Successor::Tasks));
     // A turn that read at 2 ms wakes the task (due at 1 ms).
     let mut wake = Vec::new();
     slots.wake_due(t0 + Duration::from_millis(2), &mut wake);
     assert_eq!(wake.len(), 1);
     wake.drain(..).for_each(Wake::wake);
+    consistent(&slots);
     assert_eq!(count.0.load(std::sync::atomic::Ordering::Relaxed), 1);
     assert_eq!(slots.earliest_task(), None);
     // Waiting again till its deadline, then an outcome wakes it.
@@ -274,7 +297,9 @@ fn tasks_wait_beside_threads_and_a_closed_round_gives_its_waker_back() {
         slots.wait(task, &other, t0 + Duration::from_millis(50)),
         Some(Wake::Task(_))
     ));
+    consistent(&slots);
     assert!(matches!(slots.close(task), Some(Wake::Task(_))));
+    consistent(&slots);
     assert_eq!(slots.earliest_task(), None);
     assert!(slots.close(task).is_none(), "closed already");
     assert!(
