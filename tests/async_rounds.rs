@@ -429,6 +429,59 @@ fn a_hung_node_times_out_at_the_deadline_without_blocking_the_executor() {
     });
 }
 
+/// While a thread drives (its own round waits 2 s for a paused node), tasks' rounds with a shorter deadline are
+/// served by its turns: its poll ends by their deadline, they time out then, not when the thread's round does.
+#[test]
+fn a_thread_that_drives_keeps_the_tasks_deadlines() {
+    let mut cluster = Cluster::start(3);
+    let fanout = fanout(&cluster);
+    assert_echoed(
+        &echo_all_sync(&fanout, b"up", Duration::from_secs(5)),
+        b"up",
+    );
+    cluster.pause(2);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .expect("runtime");
+    let deadline = Duration::from_millis(200);
+    std::thread::scope(|s| {
+        let driving = s.spawn(|| echo_all_sync(&fanout, b"long", Duration::from_secs(2)));
+        // Let the thread take the driver first.
+        std::thread::sleep(Duration::from_millis(50));
+        let took: Vec<Duration> = rt.block_on(async {
+            let mut handles = Vec::new();
+            for t in 0..20 {
+                let fanout = Arc::clone(&fanout);
+                handles.push(tokio::task::spawn(async move {
+                    let start = Instant::now();
+                    let out = echo_all(&fanout, format!("short {t}").as_bytes(), deadline).await;
+                    assert_eq!(out[2], Err(NodeError::Timeout));
+                    start.elapsed()
+                }));
+            }
+            let mut took = Vec::new();
+            for h in handles {
+                took.push(h.await.expect("task"));
+            }
+            took
+        });
+        for t in &took {
+            assert!(
+                *t >= deadline && *t < deadline + Duration::from_millis(500),
+                "{t:?}"
+            );
+        }
+        let out = driving.join().expect("thread");
+        assert_eq!(out[2], Err(NodeError::Timeout));
+        eprintln!(
+            "tasks beside a driving thread: timed out after at most {:?} (deadline {deadline:?})",
+            took.iter().max()
+        );
+    });
+    cluster.resume(2);
+}
+
 /// The background driver ends with its fanout: dropping a fanout that served tasks returns at once, whether the
 /// driver was lingering in its poll or parked.
 #[test]
