@@ -132,6 +132,7 @@ pub mod redlock;
 pub mod resp;
 mod sync;
 mod time;
+mod timer;
 
 /// The README's examples, compiled as doc tests so that they cannot drift from the API.
 #[cfg(doctest)]

@@ -27,6 +27,7 @@
 //! expected is the order in which they are queued.
 
 use std::collections::VecDeque;
+use std::task::Waker;
 use std::thread::Thread;
 use std::time::Instant;
 
@@ -35,6 +36,38 @@ use crate::resp::Value;
 
 /// One node's answer to one request: its reply (which may be an error reply), or why there is none.
 pub type Reply = Result<Value, NodeError>;
+
+/// Who waits for a round's outcomes: a thread parked in [`Round::next`](super::Round::next), or a task whose
+/// future returned `Pending` from [`Round::poll_next`](super::Round::poll_next). Woken the same way, always after
+/// the fanout's lock is let go (a waker may run executor code).
+#[derive(Debug)]
+pub enum Wake {
+    /// Unparked.
+    Thread(Thread),
+    /// Woken: its executor polls the round's future again.
+    Task(Waker),
+}
+
+impl Wake {
+    /// Unparks the thread or wakes the task.
+    pub fn wake(self) {
+        match self {
+            Wake::Thread(t) => t.unpark(),
+            Wake::Task(w) => w.wake(),
+        }
+    }
+}
+
+/// What [`Slots::successor`] found for a driver that was just put back.
+#[derive(Debug)]
+pub enum Successor {
+    /// A sleeping thread (taken from its slot): unpark it, it takes the poll.
+    Thread(Thread),
+    /// No thread sleeps, but tasks wait: the fanout's background driver must take the poll.
+    Tasks,
+    /// Nobody waits.
+    Nobody,
+}
 
 /// Names one round's slot: its index and the generation it had when the round opened it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,8 +95,12 @@ struct Slot {
     outstanding: usize,
     /// The round's deadline; every outcome is known by then.
     deadline: Instant,
-    /// The round's thread while it sleeps, waiting for another thread's poll to file its outcomes.
-    waiter: Option<Thread>,
+    /// The round's thread while it sleeps, or its task while its future is pending, waiting for another
+    /// thread's poll to file its outcomes.
+    waiter: Option<Wake>,
+    /// When the waiter must be woken even if nothing was filed: the deadline, or sooner for a task whose round
+    /// holds requests for room (it looks again after each millisecond, as a sleeping thread does).
+    wake_at: Instant,
     /// How many outcomes must be waiting before the sleeping thread is worth waking (at least 1): a round that
     /// cannot decide on fewer than 3 votes is woken once, not once per reply.
     need: usize,
@@ -89,14 +126,58 @@ impl Slot {
         }
     }
 
-    /// The sleeping thread, if the outcomes waiting are worth waking it for.
-    fn wake(&mut self) -> Option<Thread> {
+    /// The waiter, if the outcomes waiting are worth waking it for.
+    fn wake(&mut self, waiting: &mut Waiting) -> Option<Wake> {
         if self.arrivals.len() >= self.need || self.outstanding == 0 {
-            self.waiter.take()
+            self.take_waiter(waiting)
         } else {
             None
         }
     }
+
+    fn take_waiter(&mut self, waiting: &mut Waiting) -> Option<Wake> {
+        let w = self.waiter.take();
+        waiting.count(w.as_ref(), -1);
+        w
+    }
+
+    fn put_waiter(&mut self, waiting: &mut Waiting, w: Wake) -> Option<Wake> {
+        waiting.count(Some(&w), 1);
+        let old = self.waiter.replace(w);
+        waiting.count(old.as_ref(), -1);
+        old
+    }
+}
+
+/// How many slots have a sleeping thread, and how many a waiting task: so that handing the driver on, and the
+/// background driver's question "does a task wait?", cost nothing when nobody (or no thread) waits, however many
+/// rounds are open.
+#[derive(Debug, Default)]
+struct Waiting {
+    threads: usize,
+    tasks: usize,
+}
+
+impl Waiting {
+    fn count(&mut self, w: Option<&Wake>, by: isize) {
+        let n = match w {
+            Some(Wake::Thread(_)) => &mut self.threads,
+            Some(Wake::Task(_)) => &mut self.tasks,
+            None => return,
+        };
+        *n = n.saturating_add_signed(by);
+    }
+
+    fn any(&self) -> bool {
+        self.threads + self.tasks > 0
+    }
+}
+
+/// The slot of a round still in progress.
+fn live(slots: &mut [Slot], r: SlotRef) -> Option<&mut Slot> {
+    slots
+        .get_mut(r.index)
+        .filter(|s| s.generation == r.generation)
 }
 
 /// Every slot, in use or free.
@@ -104,6 +185,7 @@ impl Slot {
 pub struct Slots {
     slots: Vec<Slot>,
     free: Vec<usize>,
+    waiting: Waiting,
 }
 
 impl Slots {
@@ -121,6 +203,7 @@ impl Slots {
                     outstanding: 0,
                     deadline,
                     waiter: None,
+                    wake_at: deadline,
                     need: 1,
                 });
                 self.slots.len() - 1
@@ -128,6 +211,7 @@ impl Slots {
         };
         let slot = &mut self.slots[index];
         slot.deadline = deadline;
+        slot.wake_at = deadline;
         slot.need = 1;
         SlotRef {
             index,
@@ -137,9 +221,7 @@ impl Slots {
 
     /// The slot of a round still in progress.
     fn live(&mut self, r: SlotRef) -> Option<&mut Slot> {
-        self.slots
-            .get_mut(r.index)
-            .filter(|s| s.generation == r.generation)
+        live(&mut self.slots, r)
     }
 
     /// Records that `replies` more outcomes are expected from `node`.
@@ -163,11 +245,11 @@ impl Slots {
         }
     }
 
-    /// Files the next outcome from the wire of `node` for round `r`; returns the round's thread to wake, if it
-    /// sleeps. An outcome for a round that has ended, one for a request already reported timed out, or one that
+    /// Files the next outcome from the wire of `node` for round `r`; returns the round's waiter to wake, if it
+    /// waits. An outcome for a round that has ended, one for a request already reported timed out, or one that
     /// was not expected, is dropped.
-    pub fn file(&mut self, r: SlotRef, node: usize, reply: Reply) -> Option<Thread> {
-        let s = self.live(r)?;
+    pub fn file(&mut self, r: SlotRef, node: usize, reply: Reply) -> Option<Wake> {
+        let s = live(&mut self.slots, r)?;
         match s.stale.get_mut(node) {
             Some(stale) if *stale > 0 => {
                 *stale -= 1;
@@ -182,20 +264,14 @@ impl Slots {
         s.outstanding -= 1;
         s.arrivals.push_back((node, reply));
         s.release_deferred(node);
-        s.wake()
+        s.wake(&mut self.waiting)
     }
 
     /// Files `count` outcomes of `node` for round `r` that are known before the wire's (the node had no room for
     /// the request): `count` of the node's expected requests, the last ones it was sent. They are handed out after
-    /// the node's earlier requests still awaited from the wire. Returns the round's thread to wake, if it sleeps.
-    pub fn refuse(
-        &mut self,
-        r: SlotRef,
-        node: usize,
-        count: usize,
-        reply: Reply,
-    ) -> Option<Thread> {
-        let s = self.live(r)?;
+    /// the node's earlier requests still awaited from the wire. Returns the round's waiter to wake, if it waits.
+    pub fn refuse(&mut self, r: SlotRef, node: usize, count: usize, reply: Reply) -> Option<Wake> {
+        let s = live(&mut self.slots, r)?;
         let p = s.pending.get_mut(node)?;
         let count = u32::try_from(count).unwrap_or(u32::MAX).min(*p);
         if count == 0 {
@@ -204,7 +280,7 @@ impl Slots {
         *p -= count;
         s.deferred.push((node, reply, count));
         s.release_deferred(node);
-        s.wake()
+        s.wake(&mut self.waiting)
     }
 
     /// Sets how many outcomes must be waiting before `r`'s sleeping thread is woken (at least 1; all of them, if
@@ -244,257 +320,113 @@ impl Slots {
 
     /// Records that `r`'s thread sleeps until woken (by [`file`](Slots::file) or [`wake_due`](Slots::wake_due)).
     pub fn sleep(&mut self, r: SlotRef, thread: Thread) {
-        if let Some(s) = self.live(r) {
-            s.waiter = Some(thread);
+        if let Some(s) = live(&mut self.slots, r) {
+            s.wake_at = s.deadline;
+            s.put_waiter(&mut self.waiting, Wake::Thread(thread));
+        }
+    }
+
+    /// Records that `r`'s task waits until woken (by [`file`](Slots::file), or by [`wake_due`](Slots::wake_due)
+    /// once a turn has read the sockets at or after `wake_at`). Returns the waiter it replaces, if any, to be
+    /// dropped once the fanout's lock is let go; a waker that already wakes the same task is kept as it is.
+    pub fn wait(&mut self, r: SlotRef, waker: &Waker, wake_at: Instant) -> Option<Wake> {
+        let s = live(&mut self.slots, r)?;
+        s.wake_at = wake_at.min(s.deadline);
+        match &s.waiter {
+            Some(Wake::Task(w)) if w.will_wake(waker) => None,
+            _ => s.put_waiter(&mut self.waiting, Wake::Task(waker.clone())),
         }
     }
 
     /// Forgets `r`'s sleeping thread (it woke by itself).
     pub fn awake(&mut self, r: SlotRef) {
-        if let Some(s) = self.live(r) {
-            s.waiter = None;
+        if let Some(s) = live(&mut self.slots, r) {
+            s.take_waiter(&mut self.waiting);
         }
     }
 
-    /// The earliest deadline of the rounds whose threads sleep, for the poll's timeout.
+    /// The earliest instant a waiter (a sleeping thread or a waiting task) must be woken at, for the poll's
+    /// timeout.
     pub fn earliest_sleeper(&self) -> Option<Instant> {
+        if !self.waiting.any() {
+            return None;
+        }
         self.slots
             .iter()
             .filter(|s| s.waiter.is_some())
-            .map(|s| s.deadline)
+            .map(|s| s.wake_at)
             .min()
     }
 
-    /// Takes the threads of sleeping rounds whose deadline is at or before `read_at`: a poll turn that read the
-    /// sockets at `read_at` has filed every reply that had arrived by their deadline, so they can now count the
-    /// rest as timed out.
-    pub fn wake_due(&mut self, read_at: Instant, wake: &mut Vec<Thread>) {
+    /// The earliest instant a waiting task must be woken at: `None` if no task waits (the background driver then
+    /// gives the poll back).
+    pub fn earliest_task(&self) -> Option<Instant> {
+        if self.waiting.tasks == 0 {
+            return None;
+        }
+        self.slots
+            .iter()
+            .filter(|s| matches!(s.waiter, Some(Wake::Task(_))))
+            .map(|s| s.wake_at)
+            .min()
+    }
+
+    /// Takes the waiters of rounds due at or before `read_at`: a poll turn that read the sockets at `read_at` has
+    /// filed every reply that had arrived by their deadline, so they can now count the rest as timed out (or, a
+    /// task holding requests for room, look again).
+    pub fn wake_due(&mut self, read_at: Instant, wake: &mut Vec<Wake>) {
+        if !self.waiting.any() {
+            return;
+        }
         for s in &mut self.slots {
-            if s.deadline <= read_at {
-                wake.extend(s.waiter.take());
+            if s.wake_at <= read_at && s.waiter.is_some() {
+                wake.extend(s.take_waiter(&mut self.waiting));
             }
         }
     }
 
     /// Takes the thread of one sleeping round, to hand it the poll.
-    pub fn any_sleeper(&mut self) -> Option<Thread> {
-        self.slots.iter_mut().find_map(|s| s.waiter.take())
+    #[cfg(test)]
+    fn any_sleeper(&mut self) -> Option<Thread> {
+        match self.successor() {
+            Successor::Thread(t) => Some(t),
+            _ => None,
+        }
     }
 
-    /// Ends round `r`: its slot is reusable, and outcomes of its requests that come later are dropped.
-    pub fn close(&mut self, r: SlotRef) {
-        let Some(s) = self.live(r) else {
-            return;
-        };
+    /// Who should take a poll that was just put back: a sleeping thread (taken from its slot), else, if tasks
+    /// wait, the background driver (the tasks' wakers stay in place). Scans the slots only if a thread sleeps.
+    pub fn successor(&mut self) -> Successor {
+        if self.waiting.threads > 0 {
+            let found = self
+                .slots
+                .iter_mut()
+                .find(|s| matches!(s.waiter, Some(Wake::Thread(_))));
+            if let Some(Some(Wake::Thread(t))) = found.map(|s| s.take_waiter(&mut self.waiting)) {
+                return Successor::Thread(t);
+            }
+        }
+        match self.waiting.tasks > 0 {
+            true => Successor::Tasks,
+            false => Successor::Nobody,
+        }
+    }
+
+    /// Ends round `r`: its slot is reusable, and outcomes of its requests that come later are dropped. Returns
+    /// the round's waiter, never to be woken now: drop it once the fanout's lock is let go.
+    pub fn close(&mut self, r: SlotRef) -> Option<Wake> {
+        let s = live(&mut self.slots, r)?;
         s.generation = s.generation.wrapping_add(1);
         s.arrivals.clear();
         s.pending.iter_mut().for_each(|p| *p = 0);
         s.stale.iter_mut().for_each(|p| *p = 0);
         s.deferred.clear();
         s.outstanding = 0;
-        s.waiter = None;
+        let waiter = s.take_waiter(&mut self.waiting);
         self.free.push(r.index);
+        waiter
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    fn ok(n: i64) -> Reply {
-        Ok(Value::Integer(n))
-    }
-
-    #[test]
-    fn outcomes_are_filed_once_in_order_and_settle_the_round() {
-        let mut slots = Slots::default();
-        let t0 = Instant::now();
-        let r = slots.open(3, t0);
-        slots.expect(r, 0, 1);
-        slots.expect(r, 2, 2);
-        assert!(!slots.settled(r));
-        assert!(slots.file(r, 2, ok(1)).is_none(), "nobody sleeps");
-        assert!(slots.file(r, 1, ok(9)).is_none());
-        assert_eq!(slots.take(r), Some((2, ok(1))));
-        assert_eq!(slots.take(r), None, "node 1 was not expected");
-        slots.file(r, 0, Err(NodeError::Closed));
-        slots.file(r, 2, ok(2));
-        assert!(slots.settled(r));
-        assert_eq!(slots.take(r), Some((0, Err(NodeError::Closed))));
-        assert_eq!(slots.take(r), Some((2, ok(2))));
-        assert_eq!(slots.take(r), None);
-    }
-
-    #[test]
-    fn a_closed_round_drops_late_outcomes_and_its_slot_is_reused() {
-        let mut slots = Slots::default();
-        let t0 = Instant::now();
-        let old = slots.open(2, t0);
-        slots.expect(old, 1, 1);
-        slots.close(old);
-        let new = slots.open(2, t0);
-        assert_eq!(new.index, old.index);
-        assert_ne!(new.generation, old.generation);
-        slots.expect(new, 1, 1);
-        // The old round's reply arrives late: it must not be taken for the new round's.
-        assert!(slots.file(old, 1, ok(1)).is_none());
-        assert_eq!(slots.take(new), None);
-        assert!(!slots.settled(new));
-        slots.file(new, 1, ok(2));
-        assert_eq!(slots.take(new), Some((1, ok(2))));
-        // Closing twice, or an unknown slot, is harmless.
-        slots.close(old);
-        slots.expect(
-            SlotRef {
-                index: 9,
-                generation: 0,
-            },
-            0,
-            1,
-        );
-        assert!(slots.settled(SlotRef {
-            index: 9,
-            generation: 0
-        }));
-    }
-
-    #[test]
-    fn a_sleeper_that_needs_several_outcomes_is_woken_once() {
-        let mut slots = Slots::default();
-        let r = slots.open(5, Instant::now());
-        (0..5).for_each(|node| slots.expect(r, node, 1));
-        slots.need(r, 3);
-        slots.sleep(r, std::thread::current());
-        assert!(slots.file(r, 0, ok(1)).is_none());
-        assert!(slots.file(r, 1, ok(1)).is_none());
-        assert!(
-            slots.file(r, 2, ok(1)).is_some(),
-            "the third outcome wakes it"
-        );
-        // Asking for more than can come: the last outcome wakes it.
-        slots.need(r, 9);
-        slots.sleep(r, std::thread::current());
-        assert!(slots.file(r, 3, ok(1)).is_none());
-        assert!(slots.file(r, 4, ok(1)).is_some());
-    }
-
-    #[test]
-    fn timeouts_take_what_is_still_pending_and_nothing_else() {
-        let mut slots = Slots::default();
-        let r = slots.open(3, Instant::now());
-        slots.expect(r, 0, 1);
-        slots.expect(r, 1, 1);
-        slots.file(r, 0, ok(1));
-        assert_eq!(slots.time_out_node(r), Some((1, 1)));
-        assert_eq!(slots.time_out_node(r), None);
-        assert!(slots.settled(r));
-        // A reply after its timeout is not filed twice.
-        slots.file(r, 1, ok(1));
-        assert_eq!(slots.take(r), Some((0, ok(1))));
-        assert_eq!(slots.take(r), Some((1, Err(NodeError::Timeout))));
-        assert_eq!(slots.take(r), None);
-    }
-
-    /// The review's finding: two commands to one node, the first timed out, then its late reply read by another
-    /// thread's poll. The late reply must not come out in the second command's position.
-    #[test]
-    fn a_late_reply_is_never_handed_out_for_a_later_command() {
-        let mut slots = Slots::default();
-        let r = slots.open(1, Instant::now());
-        slots.expect(r, 0, 2);
-        assert_eq!(
-            slots.time_out_node(r),
-            Some((0, 2)),
-            "both time out at once"
-        );
-        assert!(slots.settled(r));
-        assert!(slots.file(r, 0, ok(1)).is_none(), "the first's late reply");
-        assert!(slots.file(r, 0, ok(2)).is_none(), "the second's late reply");
-        assert_eq!(slots.take(r), Some((0, Err(NodeError::Timeout))));
-        assert_eq!(slots.take(r), Some((0, Err(NodeError::Timeout))));
-        assert_eq!(slots.take(r), None);
-        // A command sent after the timeout gets its own reply, not a stale one: the stale replies come first
-        // on the wire and are dropped.
-        let r = slots.open(1, Instant::now());
-        slots.expect(r, 0, 1);
-        assert_eq!(slots.time_out_node(r), Some((0, 1)));
-        slots.expect(r, 0, 1);
-        slots.file(r, 0, ok(1)); // the timed-out command's reply
-        slots.file(r, 0, ok(2)); // the new command's
-        assert_eq!(slots.take(r), Some((0, Err(NodeError::Timeout))));
-        assert_eq!(slots.take(r), Some((0, ok(2))));
-        assert!(slots.settled(r));
-    }
-
-    #[test]
-    fn a_refusal_waits_behind_the_requests_on_the_wire() {
-        let mut slots = Slots::default();
-        let r = slots.open(2, Instant::now());
-        slots.expect(r, 0, 1);
-        slots.expect(r, 1, 1);
-        // Node 0 has no room for the round's second request: its refusal is known now, its first reply later.
-        slots.expect(r, 0, 2);
-        assert!(slots.refuse(r, 0, 2, Err(NodeError::Overloaded)).is_none());
-        slots.expect(r, 1, 1);
-        slots.refuse(r, 1, 1, Err(NodeError::Overloaded));
-        assert!(!slots.settled(r));
-        slots.file(r, 1, ok(10));
-        assert_eq!(slots.take(r), Some((1, ok(10))));
-        assert_eq!(slots.take(r), Some((1, Err(NodeError::Overloaded))));
-        assert_eq!(
-            slots.take(r),
-            None,
-            "node 0's refusals wait for its first reply"
-        );
-        slots.file(r, 0, ok(1));
-        assert_eq!(slots.take(r), Some((0, ok(1))));
-        assert_eq!(slots.take(r), Some((0, Err(NodeError::Overloaded))));
-        assert_eq!(slots.take(r), Some((0, Err(NodeError::Overloaded))));
-        assert!(slots.settled(r));
-        // A refusal on a node with nothing on the wire comes out at once; behind a timeout, after it.
-        let r = slots.open(1, Instant::now());
-        slots.expect(r, 0, 2);
-        slots.refuse(r, 0, 1, Err(NodeError::Overloaded));
-        assert_eq!(slots.take(r), None);
-        assert_eq!(slots.time_out_node(r), Some((0, 1)));
-        assert_eq!(slots.take(r), Some((0, Err(NodeError::Timeout))));
-        assert_eq!(slots.take(r), Some((0, Err(NodeError::Overloaded))));
-        assert!(slots.settled(r));
-    }
-
-    #[test]
-    fn sleepers_are_woken_by_their_outcome_their_deadline_or_to_take_over() {
-        let mut slots = Slots::default();
-        let t0 = Instant::now();
-        let me = std::thread::current();
-        let early = slots.open(2, t0 + Duration::from_millis(10));
-        let late = slots.open(2, t0 + Duration::from_millis(50));
-        slots.expect(early, 0, 1);
-        slots.expect(late, 0, 1);
-        assert_eq!(slots.earliest_sleeper(), None);
-        slots.sleep(early, me.clone());
-        slots.sleep(late, me.clone());
-        assert_eq!(
-            slots.earliest_sleeper(),
-            Some(t0 + Duration::from_millis(10))
-        );
-        // A turn that read at 20 ms wakes the round due at 10 ms, not the one due at 50.
-        let mut wake = Vec::new();
-        slots.wake_due(t0 + Duration::from_millis(20), &mut wake);
-        assert_eq!(wake.len(), 1);
-        assert_eq!(
-            slots.earliest_sleeper(),
-            Some(t0 + Duration::from_millis(50))
-        );
-        // An outcome wakes its round once.
-        assert!(slots.file(late, 0, ok(1)).is_some());
-        assert!(slots.any_sleeper().is_none());
-        slots.sleep(late, me.clone());
-        slots.awake(late);
-        assert!(slots.any_sleeper().is_none());
-        slots.sleep(early, me);
-        assert!(slots.any_sleeper().is_some());
-        assert!(slots.any_sleeper().is_none());
-    }
-}
+mod tests;

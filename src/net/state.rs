@@ -29,7 +29,6 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -37,7 +36,7 @@ use bytes::BytesMut;
 use super::addr::NodeAddr;
 use super::error::NodeError;
 use super::options::Options;
-use super::slots::{Reply, SlotRef, Slots};
+use super::slots::{Reply, SlotRef, Slots, Wake};
 use super::stats::NodeStats;
 use crate::resp::{Decimal, Value, encode_command};
 use crate::time::later;
@@ -82,10 +81,10 @@ pub(crate) enum Room {
     Wait,
 }
 
-/// Outcomes to file, and the threads their filing wakes: what a connection reports to the rounds.
+/// Outcomes to file, and the waiters (threads, tasks) their filing wakes: what a connection reports to the rounds.
 pub(crate) struct Filing<'a> {
     pub(crate) slots: &'a mut Slots,
-    pub(crate) wake: &'a mut Vec<Thread>,
+    pub(crate) wake: &'a mut Vec<Wake>,
 }
 
 impl Filing<'_> {

@@ -3,16 +3,16 @@
 //! concerned and write the batches queued meanwhile (see the [parent](super)'s "How threads share it").
 
 use std::sync::{Arc, MutexGuard};
-use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use mio::{Events, Poll};
 
-use super::{Fanout, Inner, MAX_PUSHES, NODE_BITS, NODE_MASK, WAKER, unpark_all};
+use super::{Inner, MAX_PUSHES, NODE_BITS, NODE_MASK, Shared, WAKER, unpark_all};
 use crate::net::conn::WriteJob;
 use crate::net::inbound::Item;
 use crate::net::options::Options;
 use crate::net::read::ReadSide;
+use crate::net::slots::Wake;
 use crate::net::state::Filing;
 use crate::net::stats::NodeStats;
 use crate::net::transport::READ_CHUNK;
@@ -32,7 +32,7 @@ pub(super) struct Driver {
     fresh: Vec<(usize, u32, bool)>,
     items: Vec<(usize, u32, Item)>,
     progressed: Vec<(usize, u32)>,
-    wake: Vec<Thread>,
+    wake: Vec<Wake>,
     jobs: Vec<WriteJob>,
 }
 
@@ -44,7 +44,7 @@ impl std::fmt::Debug for WriteJob {
     }
 }
 
-impl Fanout {
+impl Shared {
     /// One turn of the driver: polls (until the earliest deadline of a round that waits), reads and decodes what
     /// arrived without the lock, files it, and wakes the rounds concerned. Called with the lock, returns with it.
     pub(super) fn turn<'g>(
@@ -176,7 +176,7 @@ impl Fanout {
             }
         }
         if (inner_pushes.len(), *inner_dropped) != pushes_before {
-            out.wake.extend(push_waiter.take());
+            out.wake.extend(push_waiter.take().map(Wake::Thread));
         }
         for (conn, read) in conns.iter_mut().zip(&mut d.reads) {
             if polled {

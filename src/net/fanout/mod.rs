@@ -17,6 +17,27 @@
 //!   handshake's flights, and whatever else rustls queues while it processes what was read (see
 //!   [`tls`](super::transport::tls)); a connection is up only once its handshake is done.
 //!
+//! # Tasks: rounds awaited as futures
+//!
+//! A round can also be awaited from any executor ([`Round::poll_next`]): only [`std::task::Waker`] crosses over,
+//! no runtime is needed. A task must never block its executor's thread, so it never sleeps in the poll and never
+//! keeps the driver from one `poll_next` to the next. Instead:
+//!
+//! - **A task does not drive** once the fanout has a background driver: its poll takes outcomes, sends (an idle
+//!   node's write is done at once by the sender, as for a thread) and keeps the books, nothing else. Before (the
+//!   first task's first poll, or if the OS refused the thread), a `poll_next` that finds no outcome and the
+//!   driver free takes it for one turn that does not wait (zero timeout), puts it back, and looks again.
+//! - **Then it waits as a sleeping thread does**: its waker goes in its slot (with the instant it must be woken at:
+//!   its deadline, or after a millisecond for a release holding requests for room) and the future is pending. The
+//!   driver's turns file and wake it exactly as they unpark a thread, and they poll no longer than its deadline.
+//! - **The background driver** ([`background`](self::background)) is a thread of the fanout's own, started by
+//!   the first task that waits (a fanout only ever used by threads has none) and ended when the fanout is dropped.
+//!   It drives whenever tasks wait and no thread drives: it sleeps in the poll until the earliest task's deadline,
+//!   and gives the driver back (waking a sleeping thread, if any, to take over) once no task waits: after a
+//!   linger of a millisecond, or at once when a thread asks for it (it comes to sleep, and pokes). So a lone
+//!   thread drives itself with no hand-off (at most one, right after the last task), and threads and tasks share
+//!   one poll.
+//!
 //! # Invariants
 //!
 //! - **One lock, and a leaf per TLS connection.** `inner` guards all shared bookkeeping: the connections' FIFOs
@@ -27,16 +48,24 @@
 //!   value moved in and out of `inner`. A TLS connection's session has a mutex of its own, taken only outside
 //!   `inner` and holding nothing else (see [`tls`](super::transport::tls)): the two are never held together, so
 //!   there is no lock order.
-//! - **Who polls.** Only the thread whose round took `Inner::driver` (it is `None` while someone drives) polls or
-//!   reads; a sender that finds a node full and the driver free may take it for one zero-timeout turn. Whoever
-//!   puts the driver back (a round that ends, is dropped, or a non-driving round that leaves `next()` while it is
-//!   free) wakes a sleeping round if any: a round only sleeps while the driver is taken, so no round sleeps while
-//!   nobody will poll. (A driver whose thread is descheduled still stalls everyone's replies until it runs: see
-//!   BENCHMARKS.md, "Steal".)
-//! - **Who wakes whom.** The driver wakes a round when it has filed as many outcomes as the round needs
-//!   ([`Round::need`]: a 5-node acquisition cannot decide on fewer than 3) or all of them, and, after each turn,
-//!   the sleeping rounds whose deadline had passed when that turn read the sockets. A round about to sleep pokes
-//!   the poll's waker if the driver's current poll would outlast the round's deadline.
+//! - **Who polls.** Only the thread that took `Inner::driver` (it is `None` while someone drives) polls or reads:
+//!   a thread's round (in `next()`), the background driver, a thread in [`Fanout::recv_pushes`], or, for one
+//!   zero-timeout turn, a sender that finds a node full or a task in `poll_next` (both give it back before they
+//!   return). Whoever puts the driver back (a round that ends, is dropped, or a non-driving round that leaves
+//!   `next()` or `poll_next` while it is free) hands it on ([`Inner::successor`]): to a sleeping thread if any,
+//!   else to a thread waiting for pushes, else, if tasks wait, to the background driver (unparked). A round only
+//!   waits (a thread sleeps, a task registers its waker) while the driver is taken or, for a task, once it has
+//!   made sure the background driver runs and unparked it: so no round waits while nobody will poll. (A driver
+//!   whose thread is descheduled still stalls everyone's replies until it runs: see BENCHMARKS.md, "Steal".)
+//! - **Who wakes whom.** The driver (whichever thread holds it) wakes a round, thread or task, when it has filed
+//!   as many outcomes as the round needs ([`Round::need`]: a 5-node acquisition cannot decide on fewer than 3) or
+//!   all of them, and, after each turn, the waiting rounds whose deadline (a task's wake-up instant) had passed
+//!   when that turn read the sockets. A round about to wait pokes the poll's waker if the driver's current poll
+//!   would outlast the round's deadline, and a thread about to sleep also if the background driver lingers. Waiters are woken, and replaced or dropped wakers dropped, only once the
+//!   lock is let go (a waker may run executor code). A round that is dropped takes its waiter out of its slot: a
+//!   dropped task's waker is never woken after, unless a turn had already taken it to wake (a spurious wake-up,
+//!   harmless). The background driver is unparked by whoever hands it the driver, by a task that registers while
+//!   the driver is free, and by the fanout's drop.
 //! - **Timeouts come last.** A round reports a request as timed out only once a turn has read the sockets at or
 //!   after the round's deadline, so a reply that had arrived by then is counted even if the caller (or the
 //!   driver) ran late: under CPU overload, the deadline is not the first thing to fail. Likewise a node is judged
@@ -49,21 +78,25 @@
 //!
 //! # Layout
 //!
-//! - this file: [`Fanout`] itself, its shared bookkeeping (`Inner`), building it, what it tells about its
-//!   nodes, [`Pushes`], and running the writer role's jobs;
+//! - this file: [`Fanout`] itself, what its threads share (`Shared`, and under the lock `Inner`), building it,
+//!   what it tells about its nodes, [`Pushes`], and running the writer role's jobs;
 //! - `driver`: the [`Driver`] (the poll and the read sides) and its turn: poll, read, file, wake;
 //! - `round`: [`Round`], one request/reply exchange: sending (with the release reserve), waiting, sleeping;
+//! - `poll_next`: a round awaited by a task ([`Round::poll_next`]);
+//! - `background`: the background driver thread that drives for tasks;
 //! - `node_set`: [`NodeSet`], which nodes a request goes to.
 //!
 //! [`NodeError::Overloaded`]: super::NodeError::Overloaded
 
+mod background;
 mod driver;
 mod node_set;
+mod poll_next;
 mod round;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::{self, Thread};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::{self, JoinHandle, Thread};
 use std::time::Instant;
 
 use mio::{Poll, Registry, Token, Waker};
@@ -72,7 +105,7 @@ use super::addr::NodeAddr;
 use super::conn::{Conn, WriteJob};
 use super::options::Options;
 use super::resolve::Resolved;
-use super::slots::Slots;
+use super::slots::{Slots, Successor, Wake};
 use super::state::{Filing, Priority};
 use super::stats::{NodeCounts, NodeStats};
 use super::transport::Connector;
@@ -105,6 +138,14 @@ pub use round::Round;
 /// ```
 #[derive(Debug)]
 pub struct Fanout {
+    shared: Arc<Shared>,
+    /// The background driver, started by the first task that waits (`None` inside if it could not be started).
+    background: OnceLock<Option<JoinHandle<()>>>,
+}
+
+/// What the callers' threads and the background driver share.
+#[derive(Debug)]
+struct Shared {
     inner: Mutex<Inner>,
     registry: Registry,
     waker: Waker,
@@ -131,6 +172,14 @@ struct Inner {
     push_waiter: Option<Thread>,
     /// Set by [`Fanout::interrupt`]: the next `recv_pushes` returns at once.
     interrupted: bool,
+    /// The background driver's thread, once started.
+    background: Option<Thread>,
+    /// Set when the fanout is dropped: the background driver ends.
+    closing: bool,
+    /// The background driver polls while no task waits (it lingers): a thread that wants the driver pokes and
+    /// sets `wanted`, and the background driver gives the driver back after that turn.
+    lingering: bool,
+    wanted: bool,
 }
 
 /// Pushes kept for [`Fanout::recv_pushes`]; more are dropped, and the taker is told.
@@ -148,10 +197,14 @@ pub struct Pushes {
 }
 
 impl Inner {
-    /// Who should take the poll that was just put back: a sleeping round, else a thread waiting for pushes
-    /// (pushes arrive only if someone polls).
+    /// Who should take the poll that was just put back: a sleeping round's thread, else a thread waiting for pushes
+    /// (pushes arrive only if someone polls), else, if tasks wait, the background driver.
     fn successor(&mut self) -> Option<Thread> {
-        self.slots.any_sleeper().or_else(|| self.push_waiter.take())
+        match self.slots.successor() {
+            Successor::Thread(t) => Some(t),
+            Successor::Tasks => self.push_waiter.take().or_else(|| self.background.clone()),
+            Successor::Nobody => self.push_waiter.take(),
+        }
     }
 }
 
@@ -174,9 +227,9 @@ fn token(node: usize, generation: u32) -> Token {
     Token(((generation as usize) << NODE_BITS) | node)
 }
 
-fn unpark_all(threads: &mut Vec<Thread>) {
-    for t in threads.drain(..) {
-        t.unpark();
+fn unpark_all(waiters: &mut Vec<Wake>) {
+    for w in waiters.drain(..) {
+        w.wake();
     }
 }
 
@@ -213,7 +266,7 @@ impl Fanout {
             .collect();
         let stats: Vec<Arc<NodeStats>> = conns.iter().map(|c| Arc::clone(&c.state.stats)).collect();
         let driver = Driver::new(poll, nodes.len(), &opts, &stats);
-        let fanout = Fanout {
+        let fanout = Shared {
             inner: Mutex::new(Inner {
                 conns,
                 slots: Slots::default(),
@@ -224,6 +277,10 @@ impl Fanout {
                 pushes_dropped: false,
                 push_waiter: None,
                 interrupted: false,
+                background: None,
+                closing: false,
+                lingering: false,
+                wanted: false,
             }),
             registry,
             waker,
@@ -251,32 +308,35 @@ impl Fanout {
                 );
             }
         }
-        Ok(fanout)
+        Ok(Fanout {
+            shared: Arc::new(fanout),
+            background: OnceLock::new(),
+        })
     }
 
     /// The number of nodes.
     pub fn len(&self) -> usize {
-        self.addrs.len()
+        self.shared.addrs.len()
     }
 
     /// Whether there are no nodes.
     pub fn is_empty(&self) -> bool {
-        self.addrs.is_empty()
+        self.shared.addrs.is_empty()
     }
 
     /// The nodes' addresses, in index order.
     pub fn addrs(&self) -> &[NodeAddr] {
-        &self.addrs
+        &self.shared.addrs
     }
 
     /// The options in force.
     pub fn options(&self) -> &Options {
-        &self.opts
+        &self.shared.opts
     }
 
     /// Whether node `node` has an established connection now.
     pub fn is_up(&self, node: usize) -> bool {
-        lock(&self.inner)
+        lock(&self.shared.inner)
             .conns
             .get(node)
             .is_some_and(|c| c.state.is_up())
@@ -285,7 +345,8 @@ impl Fanout {
     /// How many connections to `node` have completed their set-up so far; it changes when the node was reconnected.
     /// Cheap: no lock is taken.
     pub fn sessions(&self, node: usize) -> u64 {
-        self.sessions
+        self.shared
+            .sessions
             .get(node)
             .map_or(0, |s| s.load(Ordering::Acquire))
     }
@@ -293,7 +354,7 @@ impl Fanout {
     /// Replies to [`Options::setup`]'s commands on `node`'s current connection, in order, each with the instant
     /// it was read (after the server sent it).
     pub fn setup_replies(&self, node: usize) -> Vec<(Value, Instant)> {
-        lock(&self.inner)
+        lock(&self.shared.inner)
             .conns
             .get(node)
             .map(|c| c.state.setup_replies.clone())
@@ -303,14 +364,15 @@ impl Fanout {
     /// What `node`'s connections have done so far: requests, writes, replies, reconnects, round trips. Cheap: no
     /// lock is taken.
     pub fn stats(&self, node: usize) -> NodeCounts {
-        self.stats
+        self.shared
+            .stats
             .get(node)
             .map_or_else(NodeCounts::default, |s| s.snapshot())
     }
 
     /// Requests sent to `node` whose replies have not arrived yet (including those nobody waits for any more).
     pub fn in_flight(&self, node: usize) -> usize {
-        lock(&self.inner)
+        lock(&self.shared.inner)
             .conns
             .get(node)
             .map_or(0, |c| c.state.in_flight())
@@ -321,7 +383,7 @@ impl Fanout {
     /// nobody else does; returns what arrived (possibly nothing). Meant for one thread that listens, such as a
     /// watchdog; rounds of other threads go on as usual.
     pub fn recv_pushes(&self, deadline: Instant) -> Pushes {
-        let mut inner = lock(&self.inner);
+        let mut inner = lock(&self.shared.inner);
         let mut driver = None;
         loop {
             if !inner.pushes.is_empty() || inner.pushes_dropped || inner.interrupted {
@@ -335,18 +397,20 @@ impl Fanout {
             }
             match driver.take() {
                 Some(mut d) => {
-                    inner = self.turn(inner, &mut d, deadline);
+                    inner = self.shared.turn(inner, &mut d, deadline);
                     driver = Some(d);
                 }
                 None => {
                     inner.push_waiter = Some(thread::current());
-                    let poke = inner.polling_until.is_some_and(|until| until > deadline);
+                    inner.wanted |= inner.lingering;
+                    let poke = inner.lingering
+                        || inner.polling_until.is_some_and(|until| until > deadline);
                     drop(inner);
                     if poke {
-                        let _ = self.waker.wake();
+                        let _ = self.shared.waker.wake();
                     }
                     thread::park_timeout(deadline.saturating_duration_since(Instant::now()));
-                    inner = lock(&self.inner);
+                    inner = lock(&self.shared.inner);
                     inner.push_waiter = None;
                 }
             }
@@ -359,7 +423,7 @@ impl Fanout {
         let successor = match driver.take() {
             Some(d) => {
                 inner.driver = Some(d);
-                inner.slots.any_sleeper()
+                inner.successor()
             }
             None => None,
         };
@@ -373,11 +437,11 @@ impl Fanout {
     /// Makes a thread waiting in [`recv_pushes`](Fanout::recv_pushes) (or its next call) return at once, and the
     /// current poll, if any, return early. For a listener that has other work to look at.
     pub fn interrupt(&self) {
-        let mut inner = lock(&self.inner);
+        let mut inner = lock(&self.shared.inner);
         inner.interrupted = true;
         let waiter = inner.push_waiter.take();
         drop(inner);
-        let _ = self.waker.wake();
+        let _ = self.shared.waker.wake();
         if let Some(t) = waiter {
             t.unpark();
         }
@@ -399,7 +463,9 @@ impl Fanout {
     pub fn release_round(&self, deadline: Instant) -> Round<'_> {
         self.open(deadline, Priority::Release)
     }
+}
 
+impl Shared {
     /// Runs write jobs without the lock, then hands each back to its connection, which may give back another
     /// (bytes other callers queued meanwhile). Leaves `jobs` empty.
     fn run_writes(&self, jobs: &mut Vec<WriteJob>) {

@@ -10,14 +10,16 @@ use super::driver::Driver;
 use super::{Fanout, Inner, NodeSet, token, unpark_all};
 use crate::net::conn::WriteJob;
 use crate::net::error::NodeError;
-use crate::net::slots::{Reply, SlotRef};
+use crate::net::slots::{Reply, SlotRef, Wake};
 use crate::net::state::{Filing, Priority, Room, Waiter};
 use crate::sync::lock;
 
 impl Fanout {
     /// A round of `priority` (see [`Fanout::round`] and [`Fanout::release_round`]).
     pub(super) fn open(&self, deadline: Instant, priority: Priority) -> Round<'_> {
-        let slot = lock(&self.inner).slots.open(self.addrs.len(), deadline);
+        let slot = lock(&self.shared.inner)
+            .slots
+            .open(self.shared.addrs.len(), deadline);
         Round {
             fanout: self,
             slot,
@@ -48,7 +50,7 @@ enum Offer {
 /// Requests of a release round waiting for room on full nodes, in the order they were sent: each with its own
 /// bytes and reply count (a round may hold its first request on one node and a resend on another).
 #[derive(Debug, Default)]
-struct Held {
+pub(super) struct Held {
     requests: Vec<HeldRequest>,
 }
 
@@ -70,15 +72,15 @@ impl Held {
 #[derive(Debug)]
 #[must_use = "a round does nothing until requests are sent and replies collected with next()"]
 pub struct Round<'a> {
-    fanout: &'a Fanout,
-    slot: SlotRef,
-    deadline: Instant,
-    priority: Priority,
+    pub(super) fanout: &'a Fanout,
+    pub(super) slot: SlotRef,
+    pub(super) deadline: Instant,
+    pub(super) priority: Priority,
     /// The poll, while this round's thread drives.
-    driver: Option<Box<Driver>>,
-    held: Option<Box<Held>>,
+    pub(super) driver: Option<Box<Driver>>,
+    pub(super) held: Option<Box<Held>>,
     /// Outcomes worth being woken for (see [`Round::need`]).
-    need: usize,
+    pub(super) need: usize,
 }
 
 impl<'a> Round<'a> {
@@ -111,7 +113,7 @@ impl<'a> Round<'a> {
         request: &[u8],
         replies: usize,
     ) -> NodeSet {
-        let f = self.fanout;
+        let f = &*self.fanout.shared;
         let mut jobs = JOBS.with(|j| std::mem::take(&mut *j.borrow_mut()));
         let mut wake = Vec::new();
         let mut sent = NodeSet::EMPTY;
@@ -135,7 +137,7 @@ impl<'a> Round<'a> {
             if let Some(mut d) = inner.driver.take() {
                 inner = f.turn(inner, &mut d, now);
                 inner.driver = Some(d);
-                wake.extend(inner.successor());
+                wake.extend(inner.successor().map(Wake::Thread));
             }
             for node in full {
                 match self.offer(
@@ -170,9 +172,9 @@ impl<'a> Round<'a> {
         replies: usize,
         now: Instant,
         jobs: &mut Vec<WriteJob>,
-        wake: &mut Vec<Thread>,
+        wake: &mut Vec<Wake>,
     ) -> Offer {
-        let f = self.fanout;
+        let f = &*self.fanout.shared;
         let Inner { conns, slots, .. } = inner;
         let Some(conn) = conns.get_mut(node) else {
             return Offer::Refused;
@@ -244,7 +246,7 @@ impl<'a> Round<'a> {
     /// calls, until it ends: do little between them.
     #[allow(clippy::should_implement_trait)] // blocking, with a deadline: not an Iterator
     pub fn next(&mut self) -> Option<(usize, Reply)> {
-        let f = self.fanout;
+        let f = &*self.fanout.shared;
         let mut inner = lock(&f.inner);
         let outcome = loop {
             if self.held.is_some() {
@@ -292,13 +294,16 @@ impl<'a> Round<'a> {
         let now = Instant::now();
         inner.slots.need(self.slot, self.need);
         inner.slots.sleep(self.slot, thread::current());
-        // The driver must come out of its poll by this round's deadline.
-        let poke = inner
-            .polling_until
-            .is_some_and(|until| until > self.deadline);
+        // The driver must come out of its poll by this round's deadline; a lingering background driver, at once
+        // (it gives the driver back after that turn).
+        inner.wanted |= inner.lingering;
+        let poke = inner.lingering
+            || inner
+                .polling_until
+                .is_some_and(|until| until > self.deadline);
         drop(inner);
         if poke {
-            let _ = self.fanout.waker.wake();
+            let _ = self.fanout.shared.waker.wake();
         }
         // Past the deadline, the turn that reads the sockets wakes us; a round waiting for room looks again soon.
         let wait = match now < self.deadline && self.held.is_none() {
@@ -306,17 +311,17 @@ impl<'a> Round<'a> {
             false => Duration::from_millis(1),
         };
         thread::park_timeout(wait);
-        let mut inner = lock(&self.fanout.inner);
+        let mut inner = lock(&self.fanout.shared.inner);
         inner.slots.awake(self.slot);
         inner
     }
 
     /// Queues held requests on nodes that now have room; past the deadline, counts the rest as overloaded.
-    fn retry_held(&mut self, mut inner: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
+    pub(super) fn retry_held(&mut self, mut inner: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
         let Some(mut held) = self.held.take() else {
             return inner;
         };
-        let f = self.fanout;
+        let f = &*self.fanout.shared;
         let now = Instant::now();
         let mut jobs = Vec::new();
         let mut wake = Vec::new();
@@ -372,10 +377,12 @@ impl<'a> Round<'a> {
 
 impl Drop for Round<'_> {
     fn drop(&mut self) {
-        let mut inner = lock(&self.fanout.inner);
-        inner.slots.close(self.slot);
+        let mut inner = lock(&self.fanout.shared.inner);
+        let waiter = inner.slots.close(self.slot);
         let successor = self.leave(&mut inner);
         drop(inner);
+        // A task's waker is dropped here, never woken (see the parent's "Who wakes whom").
+        drop(waiter);
         if let Some(t) = successor {
             t.unpark();
         }

@@ -8,7 +8,7 @@
 
 mod hostile;
 
-use std::thread::Thread;
+use crate::net::slots::Wake;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -24,7 +24,7 @@ struct Node {
     inbound: Inbound,
     slots: Slots,
     slot: SlotRef,
-    wake: Vec<Thread>,
+    wake: Vec<Wake>,
     opts: Options,
     addr: NodeAddr,
     t0: Instant,

@@ -1,0 +1,314 @@
+//! Unit tests of [`Slots`](super::Slots): plain bookkeeping, no sockets.
+
+use super::*;
+use std::time::Duration;
+
+fn ok(n: i64) -> Reply {
+    Ok(Value::Integer(n))
+}
+
+/// The counts of waiting threads and tasks match the slots.
+#[track_caller]
+fn consistent(slots: &Slots) {
+    let threads = slots
+        .slots
+        .iter()
+        .filter(|s| matches!(s.waiter, Some(Wake::Thread(_))))
+        .count();
+    let tasks = slots
+        .slots
+        .iter()
+        .filter(|s| matches!(s.waiter, Some(Wake::Task(_))))
+        .count();
+    assert_eq!(
+        (slots.waiting.threads, slots.waiting.tasks),
+        (threads, tasks)
+    );
+}
+
+#[test]
+fn outcomes_are_filed_once_in_order_and_settle_the_round() {
+    let mut slots = Slots::default();
+    let t0 = Instant::now();
+    let r = slots.open(3, t0);
+    slots.expect(r, 0, 1);
+    slots.expect(r, 2, 2);
+    assert!(!slots.settled(r));
+    assert!(slots.file(r, 2, ok(1)).is_none(), "nobody sleeps");
+    assert!(slots.file(r, 1, ok(9)).is_none());
+    assert_eq!(slots.take(r), Some((2, ok(1))));
+    assert_eq!(slots.take(r), None, "node 1 was not expected");
+    slots.file(r, 0, Err(NodeError::Closed));
+    slots.file(r, 2, ok(2));
+    assert!(slots.settled(r));
+    assert_eq!(slots.take(r), Some((0, Err(NodeError::Closed))));
+    assert_eq!(slots.take(r), Some((2, ok(2))));
+    assert_eq!(slots.take(r), None);
+}
+
+#[test]
+fn a_closed_round_drops_late_outcomes_and_its_slot_is_reused() {
+    let mut slots = Slots::default();
+    let t0 = Instant::now();
+    let old = slots.open(2, t0);
+    slots.expect(old, 1, 1);
+    slots.close(old);
+    let new = slots.open(2, t0);
+    assert_eq!(new.index, old.index);
+    assert_ne!(new.generation, old.generation);
+    slots.expect(new, 1, 1);
+    // The old round's reply arrives late: it must not be taken for the new round's.
+    assert!(slots.file(old, 1, ok(1)).is_none());
+    assert_eq!(slots.take(new), None);
+    assert!(!slots.settled(new));
+    slots.file(new, 1, ok(2));
+    assert_eq!(slots.take(new), Some((1, ok(2))));
+    // Closing twice, or an unknown slot, is harmless.
+    slots.close(old);
+    slots.expect(
+        SlotRef {
+            index: 9,
+            generation: 0,
+        },
+        0,
+        1,
+    );
+    assert!(slots.settled(SlotRef {
+        index: 9,
+        generation: 0
+    }));
+}
+
+#[test]
+fn a_sleeper_that_needs_several_outcomes_is_woken_once() {
+    let mut slots = Slots::default();
+    let r = slots.open(5, Instant::now());
+    (0..5).for_each(|node| slots.expect(r, node, 1));
+    slots.need(r, 3);
+    slots.sleep(r, std::thread::current());
+    assert!(slots.file(r, 0, ok(1)).is_none());
+    assert!(slots.file(r, 1, ok(1)).is_none());
+    assert!(
+        slots.file(r, 2, ok(1)).is_some(),
+        "the third outcome wakes it"
+    );
+    // Asking for more than can come: the last outcome wakes it.
+    slots.need(r, 9);
+    slots.sleep(r, std::thread::current());
+    assert!(slots.file(r, 3, ok(1)).is_none());
+    assert!(slots.file(r, 4, ok(1)).is_some());
+}
+
+#[test]
+fn timeouts_take_what_is_still_pending_and_nothing_else() {
+    let mut slots = Slots::default();
+    let r = slots.open(3, Instant::now());
+    slots.expect(r, 0, 1);
+    slots.expect(r, 1, 1);
+    slots.file(r, 0, ok(1));
+    assert_eq!(slots.time_out_node(r), Some((1, 1)));
+    assert_eq!(slots.time_out_node(r), None);
+    assert!(slots.settled(r));
+    // A reply after its timeout is not filed twice.
+    slots.file(r, 1, ok(1));
+    assert_eq!(slots.take(r), Some((0, ok(1))));
+    assert_eq!(slots.take(r), Some((1, Err(NodeError::Timeout))));
+    assert_eq!(slots.take(r), None);
+}
+
+/// The review's finding: two commands to one node, the first timed out, then its late reply read by another
+/// thread's poll. The late reply must not come out in the second command's position.
+#[test]
+fn a_late_reply_is_never_handed_out_for_a_later_command() {
+    let mut slots = Slots::default();
+    let r = slots.open(1, Instant::now());
+    slots.expect(r, 0, 2);
+    assert_eq!(
+        slots.time_out_node(r),
+        Some((0, 2)),
+        "both time out at once"
+    );
+    assert!(slots.settled(r));
+    assert!(slots.file(r, 0, ok(1)).is_none(), "the first's late reply");
+    assert!(slots.file(r, 0, ok(2)).is_none(), "the second's late reply");
+    assert_eq!(slots.take(r), Some((0, Err(NodeError::Timeout))));
+    assert_eq!(slots.take(r), Some((0, Err(NodeError::Timeout))));
+    assert_eq!(slots.take(r), None);
+    // A command sent after the timeout gets its own reply, not a stale one: the stale replies come first
+    // on the wire and are dropped.
+    let r = slots.open(1, Instant::now());
+    slots.expect(r, 0, 1);
+    assert_eq!(slots.time_out_node(r), Some((0, 1)));
+    slots.expect(r, 0, 1);
+    slots.file(r, 0, ok(1)); // the timed-out command's reply
+    slots.file(r, 0, ok(2)); // the new command's
+    assert_eq!(slots.take(r), Some((0, Err(NodeError::Timeout))));
+    assert_eq!(slots.take(r), Some((0, ok(2))));
+    assert!(slots.settled(r));
+}
+
+#[test]
+fn a_refusal_waits_behind_the_requests_on_the_wire() {
+    let mut slots = Slots::default();
+    let r = slots.open(2, Instant::now());
+    slots.expect(r, 0, 1);
+    slots.expect(r, 1, 1);
+    // Node 0 has no room for the round's second request: its refusal is known now, its first reply later.
+    slots.expect(r, 0, 2);
+    assert!(slots.refuse(r, 0, 2, Err(NodeError::Overloaded)).is_none());
+    slots.expect(r, 1, 1);
+    slots.refuse(r, 1, 1, Err(NodeError::Overloaded));
+    assert!(!slots.settled(r));
+    slots.file(r, 1, ok(10));
+    assert_eq!(slots.take(r), Some((1, ok(10))));
+    assert_eq!(slots.take(r), Some((1, Err(NodeError::Overloaded))));
+    assert_eq!(
+        slots.take(r),
+        None,
+        "node 0's refusals wait for its first reply"
+    );
+    slots.file(r, 0, ok(1));
+    assert_eq!(slots.take(r), Some((0, ok(1))));
+    assert_eq!(slots.take(r), Some((0, Err(NodeError::Overloaded))));
+    assert_eq!(slots.take(r), Some((0, Err(NodeError::Overloaded))));
+    assert!(slots.settled(r));
+    // A refusal on a node with nothing on the wire comes out at once; behind a timeout, after it.
+    let r = slots.open(1, Instant::now());
+    slots.expect(r, 0, 2);
+    slots.refuse(r, 0, 1, Err(NodeError::Overloaded));
+    assert_eq!(slots.take(r), None);
+    assert_eq!(slots.time_out_node(r), Some((0, 1)));
+    assert_eq!(slots.take(r), Some((0, Err(NodeError::Timeout))));
+    assert_eq!(slots.take(r), Some((0, Err(NodeError::Overloaded))));
+    assert!(slots.settled(r));
+}
+
+#[test]
+fn sleepers_are_woken_by_their_outcome_their_deadline_or_to_take_over() {
+    let mut slots = Slots::default();
+    let t0 = Instant::now();
+    let me = std::thread::current();
+    let early = slots.open(2, t0 + Duration::from_millis(10));
+    let late = slots.open(2, t0 + Duration::from_millis(50));
+    slots.expect(early, 0, 1);
+    slots.expect(late, 0, 1);
+    assert_eq!(slots.earliest_sleeper(), None);
+    slots.sleep(early, me.clone());
+    slots.sleep(late, me.clone());
+    assert_eq!(
+        slots.earliest_sleeper(),
+        Some(t0 + Duration::from_millis(10))
+    );
+    // A turn that read at 20 ms wakes the round due at 10 ms, not the one due at 50.
+    let mut wake = Vec::new();
+    slots.wake_due(t0 + Duration::from_millis(20), &mut wake);
+    assert_eq!(wake.len(), 1);
+    assert_eq!(
+        slots.earliest_sleeper(),
+        Some(t0 + Duration::from_millis(50))
+    );
+    // An outcome wakes its round once.
+    assert!(slots.file(late, 0, ok(1)).is_some());
+    assert!(slots.any_sleeper().is_none());
+    slots.sleep(late, me.clone());
+    slots.awake(late);
+    assert!(slots.any_sleeper().is_none());
+    slots.sleep(early, me);
+    assert!(slots.any_sleeper().is_some());
+    assert!(slots.any_sleeper().is_none());
+    consistent(&slots);
+}
+
+/// A waker that counts its wake-ups.
+struct Count(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for Count {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+fn counting() -> (std::sync::Arc<Count>, Waker) {
+    let count = std::sync::Arc::new(Count(std::sync::atomic::AtomicUsize::new(0)));
+    (count.clone(), Waker::from(count))
+}
+
+#[test]
+fn tasks_wait_beside_threads_and_a_closed_round_gives_its_waker_back() {
+    let mut slots = Slots::default();
+    let t0 = Instant::now();
+    let (count, waker) = counting();
+    let task = slots.open(2, t0 + Duration::from_millis(50));
+    let thread = slots.open(2, t0 + Duration::from_millis(80));
+    slots.expect(task, 0, 1);
+    slots.expect(thread, 0, 1);
+    assert!(matches!(slots.successor(), Successor::Nobody));
+    // A task that looks again in 1 ms (a release holding requests for room) is due then, not at its deadline.
+    assert!(
+        slots
+            .wait(task, &waker, t0 + Duration::from_millis(1))
+            .is_none()
+    );
+    assert!(
+        slots
+            .wait(task, &waker, t0 + Duration::from_millis(1))
+            .is_none(),
+        "the same waker is kept"
+    );
+    assert_eq!(slots.earliest_task(), Some(t0 + Duration::from_millis(1)));
+    assert!(
+        matches!(slots.successor(), Successor::Tasks),
+        "its waker stays"
+    );
+    slots.sleep(thread, std::thread::current());
+    assert_eq!(
+        slots.earliest_sleeper(),
+        Some(t0 + Duration::from_millis(1))
+    );
+    assert_eq!(slots.earliest_task(), Some(t0 + Duration::from_millis(1)));
+    // A poll handed back goes to the thread first; the task keeps waiting.
+    consistent(&slots);
+    assert!(matches!(slots.successor(), Successor::Thread(_)));
+    consistent(&slots);
+    assert!(matches!(slots.successor(), Successor::Tasks));
+    // A turn that read at 2 ms wakes the task (due at 1 ms).
+    let mut wake = Vec::new();
+    slots.wake_due(t0 + Duration::from_millis(2), &mut wake);
+    assert_eq!(wake.len(), 1);
+    wake.drain(..).for_each(Wake::wake);
+    consistent(&slots);
+    assert_eq!(count.0.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(slots.earliest_task(), None);
+    // Waiting again till its deadline, then an outcome wakes it.
+    slots.wait(task, &waker, t0 + Duration::from_secs(9));
+    assert_eq!(
+        slots.earliest_task(),
+        Some(t0 + Duration::from_millis(50)),
+        "never past the deadline"
+    );
+    if let Some(w) = slots.file(task, 0, ok(1)) {
+        w.wake();
+    }
+    assert_eq!(count.0.load(std::sync::atomic::Ordering::Relaxed), 2);
+    // Another task's waker replaces it, handed back to be dropped outside the lock; closing hands back the last.
+    let (other_count, other) = counting();
+    slots.wait(task, &waker, t0 + Duration::from_millis(50));
+    assert!(matches!(
+        slots.wait(task, &other, t0 + Duration::from_millis(50)),
+        Some(Wake::Task(_))
+    ));
+    consistent(&slots);
+    assert!(matches!(slots.close(task), Some(Wake::Task(_))));
+    consistent(&slots);
+    assert_eq!(slots.earliest_task(), None);
+    assert!(slots.close(task).is_none(), "closed already");
+    assert!(
+        slots.wait(task, &other, t0).is_none(),
+        "a closed round's slot takes no waker"
+    );
+    assert_eq!(
+        other_count.0.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "never woken"
+    );
+}
