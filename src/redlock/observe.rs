@@ -103,6 +103,19 @@ impl Op {
         f()
     }
 
+    /// `f` inside the operation's span, entered at each of its polls (a future may move between threads).
+    #[inline]
+    pub(crate) fn instrument<F: std::future::Future>(&self, f: F) -> impl std::future::Future<Output = F::Output> {
+        #[cfg(feature = "tracing")]
+        {
+            tracing::Instrument::instrument(f, self.span.clone())
+        }
+        #[cfg(not(feature = "tracing"))]
+        {
+            f
+        }
+    }
+
     /// Ends the operation with `result`; `validity`: the lease left, if it holds one.
     #[inline]
     #[allow(unused_variables)]

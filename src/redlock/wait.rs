@@ -6,7 +6,10 @@
 //! client-side tracking of the key) and sleeps until the holder's lease ends, a release in this process, or an
 //! invalidation from the tracker (`watchdog.rs`), whichever comes first.
 
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -14,14 +17,14 @@ use bytes::BytesMut;
 use crate::net::{Fanout, NodeError};
 use crate::redlock::engine::Engine;
 use crate::redlock::engine::any::Want;
-use crate::redlock::engine::seam::block;
+use crate::redlock::engine::seam::{NodeRound, blocking};
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::guard::Keeper;
 use crate::redlock::kind::lock::Lock;
 use crate::redlock::kind::set::set_name;
 use crate::redlock::quorum::Failure;
 use crate::redlock::stats::Activity;
-use crate::redlock::waiters::{Ticket, WaitRoom};
+use crate::redlock::waiters::{Ticket, WaitRoom, Waiter};
 use crate::resp::{Value, encode_command};
 use crate::time::later;
 
@@ -94,9 +97,11 @@ impl<'a> Line<'a> {
 }
 
 /// Acquires `want` (checked), waiting for it up to `max_wait`. One plain resource waits in the nodes' queue
-/// across processes (`handoff`); every other kind (and a plain one on nodes that refuse the queue's script)
-/// waits in this process' [`Line`], each attempt one round of its kind.
-pub(crate) fn acquire_wait(
+/// across processes (`handoff`; blocking callers only, for now: an async waiter lines up in this process); every
+/// other kind (and a plain one on nodes that refuse the queue's script) waits in this process' [`Line`], each
+/// attempt one round of its kind. Under `block` it blocks the thread; polled by an executor it is a future
+/// that never blocks (issue #26), woken as a parked thread would be unparked, and leaves its line when dropped.
+pub(crate) async fn acquire_wait(
     keeper: &Arc<Keeper>,
     want: &Want<'_>,
     (ttl, ttl_ms): (Duration, u64),
@@ -105,6 +110,7 @@ pub(crate) fn acquire_wait(
     let until = later(Instant::now(), max_wait);
     if let Want::One(resource) = want
         && !keeper.waits.unqueued()
+        && blocking()
     {
         // Queued across processes: see `handoff`.
         match handoff::queued_wait(keeper, resource, ttl, ttl_ms, max_wait) {
@@ -116,23 +122,26 @@ pub(crate) fn acquire_wait(
     }
     let left = until.saturating_duration_since(Instant::now());
     let one = [want.resource().to_vec()];
-    wait_for(keeper, &Line::of(want, &one), left, |engine| {
-        block(engine.attempt_any(want, ttl, ttl_ms))
-    })
+    wait_for(keeper, &Line::of(want, &one), left, want, (ttl, ttl_ms)).await
 }
 
-/// The waiting loop of [`lock_wait`](Engine::lock_wait) around any kind of attempt: `attempt` makes one,
-/// returning the lock or why it failed.
-fn wait_for<T>(
+/// The waiting loop around any kind's attempt, for threads and tasks alike: the head of the line attempts,
+/// probes the holder's lease when refused, and waits ([`park`]) for a release, an invalidation or its timer.
+async fn wait_for(
     keeper: &Arc<Keeper>,
     line: &Line<'_>,
     max_wait: Duration,
-    mut attempt: impl FnMut(&Engine) -> Result<std::result::Result<T, (Failure, Report)>>,
-) -> Result<T> {
+    want: &Want<'_>,
+    (ttl, ttl_ms): (Duration, u64),
+) -> Result<Lock> {
     let until = later(Instant::now(), max_wait);
     let cancels = keeper.waits.cancels();
     let resource = &line.key[..];
-    let ticket = keeper.waits.join_for(resource, line.grouped);
+    let waiter = match blocking() {
+        true => Waiter::Thread(std::thread::current()),
+        false => Waiter::Task(poll_fn(|cx| Poll::Ready(cx.waker().clone())).await),
+    };
+    let ticket = keeper.waits.join_as(resource, line.grouped, waiter);
     let _place = Place {
         room: &keeper.waits,
         resource,
@@ -155,10 +164,10 @@ fn wait_for<T>(
         }
         if !head {
             note_wait(&mut waited, activity);
-            keeper.waits.park(resource, ticket, None, until);
+            park(&keeper.waits, (resource, ticket, None), until).await;
             continue;
         }
-        let (failure, mut report) = match attempt(&keeper.engine)? {
+        let (failure, mut report) = match keeper.engine.attempt_any(want, ttl, ttl_ms).await? {
             Ok(lock) => return Ok(lock),
             Err(failed) => failed,
         };
@@ -167,7 +176,7 @@ fn wait_for<T>(
             Failure::Held => {
                 // Tracking needs the watchdog to listen for the invalidations the probe arms.
                 keeper.watchdog.ensure_started(Arc::downgrade(keeper));
-                wake_for_holder(keeper, &line.probed, &mut report, &mut free_streak, now)
+                wake_for_holder(keeper, &line.probed, &mut report, &mut free_streak, now).await
             }
             Failure::Unavailable | Failure::TooLate => later(now, keeper.engine.retry_pause()),
         };
@@ -183,8 +192,43 @@ fn wait_for<T>(
             (resource, ticket, generation),
             wake.min(until),
             until,
-        );
+        )
+        .await;
     }
+}
+
+/// Waits (as [`park`] does) until `wake`, or until the line's generation moves on (a release, an invalidation),
+/// and counts the wake-up if it comes before `until`.
+async fn sleep(
+    keeper: &Keeper,
+    (resource, ticket, generation): (&[u8], Ticket, u64),
+    wake: Instant,
+    until: Instant,
+) {
+    while Instant::now() < wake && keeper.waits.head(resource, ticket).1 == generation {
+        park(&keeper.waits, (resource, ticket, Some(generation)), wake).await;
+    }
+    if Instant::now() < until {
+        Activity::add(&keeper.activity.wakeups, 1);
+    }
+}
+
+/// Waits until the waiter `ticket` may go on — it heads its line and (with `seen`) the line's generation moved
+/// on — or `until`; may return early (callers look again). A thread under `block` parks; a task registers its
+/// waker in the line (woken as a thread would be unparked) and a timer for `until`, and never blocks.
+async fn park(room: &WaitRoom, (resource, ticket, seen): (&[u8], Ticket, Option<u64>), until: Instant) {
+    if blocking() {
+        room.park(resource, ticket, seen, until);
+        return;
+    }
+    let mut timer = crate::timer::sleep(until.saturating_duration_since(Instant::now()));
+    poll_fn(|cx| {
+        if room.ready_or_register(resource, ticket, seen, cx.waker()) {
+            return Poll::Ready(());
+        }
+        Pin::new(&mut timer).poll(cx)
+    })
+    .await;
 }
 
 /// Whether a waiter gives up now (its time ran out, or a cancel came): `Some(error)` to return, `None` to go on
@@ -226,7 +270,7 @@ fn note_wait(waited: &mut bool, activity: &Activity) {
 /// (with a little jitter), at once if the key is free already (up to [`FREE_STREAK`] times in a row), and no
 /// later than the retry pause if too few nodes track the key for a release elsewhere to be seen (RESP2-only
 /// servers, nodes down): then it looks again as a polling client would. The probe's reading goes in `report`.
-fn wake_for_holder(
+async fn wake_for_holder(
     keeper: &Keeper,
     probed: &[&[u8]],
     report: &mut Report,
@@ -240,7 +284,7 @@ fn wake_for_holder(
         tracked: usize::MAX,
     };
     for resource in probed {
-        let p = self::probe(keeper, resource);
+        let p = self::probe(keeper, resource).await;
         probe.free_in = probe.free_in.zip(p.free_in).map(|(a, b)| a.max(b));
         probe.tracked = probe.tracked.min(p.tracked);
     }
@@ -266,27 +310,11 @@ fn wake_for_holder(
     }
 }
 
-/// Parks the head until `wake`, or until its line's generation moves on (a release, an invalidation), and
-/// counts the wake-up if it comes before `until`.
-fn sleep(
-    keeper: &Keeper,
-    (resource, ticket, generation): (&[u8], Ticket, u64),
-    wake: Instant,
-    until: Instant,
-) {
-    while Instant::now() < wake && keeper.waits.head(resource, ticket).1 == generation {
-        keeper.waits.park(resource, ticket, Some(generation), wake);
-    }
-    if Instant::now() < until {
-        Activity::add(&keeper.activity.wakeups, 1);
-    }
-}
-
 /// How long until a majority of nodes no longer hold `resource`'s key, as their `PTTL`s say: zero if it is
 /// free on a majority already, `None` if too few answered or the key has no expiry there. On the watchdog's
 /// tracker connections the `PTTL` also arms client-side tracking of the key, so that its release, overwrite
 /// or expiry wakes the waiters; the manager's own connections stand in for nodes the tracker cannot reach.
-fn probe(keeper: &Keeper, resource: &[u8]) -> Probe {
+async fn probe(keeper: &Keeper, resource: &[u8]) -> Probe {
     let engine = &keeper.engine;
     let mut request = BytesMut::with_capacity(24 + resource.len());
     encode_command(&[b"PTTL", resource], &mut request);
@@ -304,7 +332,7 @@ fn probe(keeper: &Keeper, resource: &[u8]) -> Probe {
                 .saturating_add(engine.config.connect_timeout),
             false => engine.config.round_timeout,
         };
-        let errors = pttl_round(tracker, &request, &mut left, wait, quorum);
+        let errors = pttl_round(tracker, &request, &mut left, wait, quorum).await;
         keeper.watchdog.note_tracker_errors(errors.iter().map(Some));
         tracked = left.iter().flatten().count();
     }
@@ -316,7 +344,8 @@ fn probe(keeper: &Keeper, resource: &[u8]) -> Probe {
             &mut left,
             engine.config.round_timeout,
             enough,
-        );
+        )
+        .await;
     }
     let mut known: Vec<u64> = left.into_iter().flatten().collect();
     known.sort_unstable();
@@ -331,7 +360,7 @@ fn probe(keeper: &Keeper, resource: &[u8]) -> Probe {
 /// answered (a majority is enough: a node hung or down must not cost every probe a round timeout, #24) or the
 /// round ends; returns the errors seen. The nodes not awaited still run the `PTTL` (and arm tracking): a
 /// release is either seen by a reply or pushed, on every node of the answering majority.
-fn pttl_round(
+async fn pttl_round(
     fanout: &Fanout,
     request: &[u8],
     left: &mut [Option<u64>],
@@ -350,7 +379,7 @@ fn pttl_round(
     let mut errors = Vec::new();
     let mut answered = 0;
     while answered < enough {
-        let Some((node, reply)) = round.next() else {
+        let Some((node, reply)) = NodeRound::next(&mut round).await else {
             break;
         };
         match reply {

@@ -26,6 +26,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::Waker;
 use std::thread::{self, Thread};
 use std::time::Instant;
 
@@ -36,13 +37,29 @@ use crate::sync::lock;
 /// A waiter's place in its resource's line.
 pub(crate) type Ticket = u64;
 
+/// Who waits in a line: a thread (parked) or a task (its waker, updated at each poll; issue #26).
+#[derive(Debug, Clone)]
+pub(crate) enum Waiter {
+    Thread(Thread),
+    Task(Waker),
+}
+
+impl Waiter {
+    fn unpark(&self) {
+        match self {
+            Waiter::Thread(t) => t.unpark(),
+            Waiter::Task(w) => w.wake_by_ref(),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Line {
     /// The resources whose release may let this line's head in, when the line's key is not one: a set's names,
     /// an owner's resource (see [`WaitRoom::join_for`]). Empty: the key is the resource.
     names: Vec<Vec<u8>>,
     next_ticket: Ticket,
-    queue: VecDeque<(Ticket, Thread)>,
+    queue: VecDeque<(Ticket, Waiter)>,
     generation: u64,
     /// Why the head's last attempt failed, for waiters that give up before their turn.
     last_error: Option<Error>,
@@ -82,6 +99,11 @@ impl WaitRoom {
     /// the release of another; an owner's waiters in a line of the owner's, so that a nested hold is never
     /// queued behind a waiter for the lock its owner holds). No `names`: `key` is the resource.
     pub(crate) fn join_for(&self, key: &[u8], names: &[Vec<u8>]) -> Ticket {
+        self.join_as(key, names, Waiter::Thread(thread::current()))
+    }
+
+    /// As [`join_for`](WaitRoom::join_for), for `waiter` (a task joins with its waker).
+    pub(crate) fn join_as(&self, key: &[u8], names: &[Vec<u8>], waiter: Waiter) -> Ticket {
         let mut rooms = lock(&self.rooms);
         let line = rooms.entry(key.to_vec()).or_default();
         if line.names.is_empty() && !names.is_empty() {
@@ -90,7 +112,7 @@ impl WaitRoom {
         }
         line.next_ticket += 1;
         let ticket = line.next_ticket;
-        line.queue.push_back((ticket, thread::current()));
+        line.queue.push_back((ticket, waiter));
         self.waiting.fetch_add(1, Ordering::AcqRel);
         ticket
     }
@@ -129,6 +151,34 @@ impl WaitRoom {
             let head = line.queue.front().is_some_and(|(t, _)| *t == ticket);
             (head, line.generation)
         })
+    }
+
+    /// A task's [`park`](WaitRoom::park): `true` if it may go on now (it heads its line and, with `seen`, the
+    /// generation moved on); otherwise its waker becomes `waker` (woken as a parked thread would be unparked)
+    /// and `false`: the task waits for that wake or its own timer.
+    pub(crate) fn ready_or_register(
+        &self,
+        resource: &[u8],
+        ticket: Ticket,
+        seen: Option<u64>,
+        waker: &Waker,
+    ) -> bool {
+        let mut rooms = lock(&self.rooms);
+        let Some(line) = rooms.get_mut(resource) else {
+            return true;
+        };
+        let head = line.queue.front().is_some_and(|(t, _)| *t == ticket);
+        let ready = match seen {
+            None => head,
+            Some(g) => head && line.generation != g,
+        };
+        if !ready && let Some((_, w)) = line.queue.iter_mut().find(|(t, _)| *t == ticket) {
+            match w {
+                Waiter::Task(old) if old.will_wake(waker) => {}
+                _ => *w = Waiter::Task(waker.clone()),
+            }
+        }
+        ready
     }
 
     /// Parks the calling waiter until `until`, or until it heads its line and the generation is no longer

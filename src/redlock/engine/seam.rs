@@ -29,7 +29,8 @@
 //!   uptime with the same date on both sides. The simulator's `next` advances its virtual clock to the reply's
 //!   arrival, so there the two are the same; the real fanout pays no per-outcome timestamp.
 
-use std::future::{Future, ready};
+use std::cell::Cell;
+use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -55,9 +56,20 @@ impl Clock for SystemClock {
         Instant::now()
     }
 
+    /// Under [`block`], [`std::thread::sleep`]; under an executor, a future woken by the crate's timer thread.
     fn sleep(&self, pause: Duration) -> impl Future<Output = ()> {
-        std::thread::sleep(pause);
-        ready(())
+        let timer = match blocking() {
+            true => {
+                std::thread::sleep(pause);
+                None
+            }
+            false => Some(crate::timer::sleep(pause)),
+        };
+        async move {
+            if let Some(timer) = timer {
+                timer.await;
+            }
+        }
     }
 }
 
@@ -154,23 +166,50 @@ impl NodeRound for Round<'_> {
         Round::need(self, outcomes)
     }
 
-    /// The real round blocks this thread until the outcome is filed: the future is ready when made.
+    /// Under [`block`] (a blocking verb), the real round blocks this thread until the outcome is filed (driving
+    /// the poll itself or sleeping), and the future is ready at its first poll; under an executor (an `_async`
+    /// verb, issue #26) it is [`Round::poll_next`]: never blocking, woken by whoever files the outcome.
     #[inline]
     fn next(&mut self) -> impl Future<Output = Option<(usize, Reply)>> {
-        ready(Round::next(self))
+        std::future::poll_fn(move |cx| match blocking() {
+            true => Poll::Ready(Round::next(self)),
+            false => self.poll_next(cx),
+        })
     }
+}
+
+thread_local! {
+    /// Whether this thread runs a verb under [`block`]: the real seam then blocks the thread at each `next()` and
+    /// `sleep`, as the blocking API always has; otherwise (a future polled by an executor) it never blocks.
+    static BLOCKING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the verb being polled on this thread runs under [`block`].
+#[inline]
+pub(crate) fn blocking() -> bool {
+    BLOCKING.with(Cell::get)
 }
 
 /// Runs one of the engine's verbs to its end on this thread, for callers that block (the manager's verbs, the
 /// watchdog, the waiting loop).
 ///
 /// The engine's verbs are `async` so that the simulator can run many clients' rounds as tasks on one thread
-/// (each `next()` or `sleep` a point where another client may run); on the real seam every such point blocks
-/// inside the call and its future is ready when made, so the verb completes in the first poll and this costs
-/// no allocation and no hand-off. Were some seam to return a pending future, this polls again after yielding
-/// the thread, so it never spins a core while it waits.
+/// (each `next()` or `sleep` a point where another client may run), and so that the async API (issue #26) runs
+/// the very same verbs as futures. Under `block` (a thread-local flag says so) every such point of the real seam
+/// blocks inside the call and its future is ready at its first poll, so the verb completes in one poll and this
+/// costs no allocation and no hand-off; polled by an executor instead, the same points never block. Were some
+/// seam to return a pending future here, this polls again after yielding the thread, so it never spins a core
+/// while it waits.
 #[inline]
 pub(crate) fn block<F: Future>(verb: F) -> F::Output {
+    /// Puts the thread's mode back when the verb ends (or unwinds).
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            BLOCKING.with(|b| b.set(self.0));
+        }
+    }
+    let _restore = Restore(BLOCKING.with(|b| b.replace(true)));
     let mut verb = pin!(verb);
     let mut cx = Context::from_waker(Waker::noop());
     loop {

@@ -245,6 +245,11 @@ impl<'m> Request<'m> {
     /// Checks the request, then acquires as its waiting policy says (`guarded`: for a guard, whose TTL must
     /// leave room to renew).
     fn obtain(self, guarded: bool) -> Result<Lock> {
+        block(self.obtain_any(guarded))
+    }
+
+    /// [`obtain`](Request::obtain) as a future: blocking under [`block`], never blocking under an executor.
+    async fn obtain_any(self, guarded: bool) -> Result<Lock> {
         let engine = self.locks.engine();
         let ttl = self.ttl.unwrap_or(engine.config.ttl);
         if guarded {
@@ -291,13 +296,17 @@ impl<'m> Request<'m> {
             engine.fanout.len(),
             engine.quorum(),
         );
-        let got = op.within(|| match self.waiting {
-            Waiting::Once => block(engine.acquire_any(&want, ttl, ttl_ms, false)),
-            Waiting::Retry => block(engine.acquire_any(&want, ttl, ttl_ms, true)),
-            Waiting::Wait(max_wait) => {
-                wait::acquire_wait(&self.locks.keeper, &want, (ttl, ttl_ms), max_wait)
-            }
-        });
+        let got = op
+            .instrument(async {
+                match self.waiting {
+                    Waiting::Once => engine.acquire_any(&want, ttl, ttl_ms, false).await,
+                    Waiting::Retry => engine.acquire_any(&want, ttl, ttl_ms, true).await,
+                    Waiting::Wait(max_wait) => {
+                        wait::acquire_wait(&self.locks.keeper, &want, (ttl, ttl_ms), max_wait).await
+                    }
+                }
+            })
+            .await;
         op.finish(&got, got.as_ref().ok().map(Lock::validity));
         got
     }

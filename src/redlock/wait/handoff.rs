@@ -202,7 +202,13 @@ pub(super) fn queued_wait(
                 keeper.watchdog.ensure_started(Arc::downgrade(keeper));
                 if refusal.head {
                     // Our turn: wait for the lock key, as a lone waiter does.
-                    wake_for_holder(keeper, &[resource], &mut report, &mut free_streak, now)
+                    block(wake_for_holder(
+                        keeper,
+                        &[resource],
+                        &mut report,
+                        &mut free_streak,
+                        now,
+                    ))
                 } else {
                     // Another waiter's turn: wait for ours (or refresh the entry).
                     let (changed, tracked) = arm_turn(keeper, entry, &refusal.turns);
@@ -226,12 +232,12 @@ pub(super) fn queued_wait(
         keeper.waits.set_error(resource, &error);
         last = Some(error);
         note_wait(&mut waited, activity);
-        sleep(
+        block(sleep(
             keeper,
             (resource, ticket, generation),
             wake.min(refresh).min(until),
             until,
-        );
+        ));
     }
 }
 
