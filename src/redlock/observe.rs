@@ -95,17 +95,12 @@ pub(crate) fn start(
 }
 
 impl Op {
-    /// Runs `f` inside the operation's span (its node events are the span's).
-    #[inline]
-    pub(crate) fn within<R>(&self, f: impl FnOnce() -> R) -> R {
-        #[cfg(feature = "tracing")]
-        let _entered = self.span.enter();
-        f()
-    }
-
     /// `f` inside the operation's span, entered at each of its polls (a future may move between threads).
     #[inline]
-    pub(crate) fn instrument<F: std::future::Future>(&self, f: F) -> impl std::future::Future<Output = F::Output> {
+    pub(crate) fn instrument<F: std::future::Future>(
+        &self,
+        f: F,
+    ) -> impl std::future::Future<Output = F::Output> {
         #[cfg(feature = "tracing")]
         {
             tracing::Instrument::instrument(f, self.span.clone())

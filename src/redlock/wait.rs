@@ -216,7 +216,11 @@ async fn sleep(
 /// Waits until the waiter `ticket` may go on — it heads its line and (with `seen`) the line's generation moved
 /// on — or `until`; may return early (callers look again). A thread under `block` parks; a task registers its
 /// waker in the line (woken as a thread would be unparked) and a timer for `until`, and never blocks.
-async fn park(room: &WaitRoom, (resource, ticket, seen): (&[u8], Ticket, Option<u64>), until: Instant) {
+async fn park(
+    room: &WaitRoom,
+    (resource, ticket, seen): (&[u8], Ticket, Option<u64>),
+    until: Instant,
+) {
     if blocking() {
         room.park(resource, ticket, seen, until);
         return;

@@ -17,8 +17,11 @@
 pub(crate) mod watchdog;
 
 use std::fmt;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::net::NodeSet;
@@ -73,11 +76,17 @@ impl Keeper {
             keeper: Arc::clone(self),
             held,
             released: false,
+            background: false,
         }
     }
 
     /// Ends a guard: no more renewals, and [`end`]; then this process' waiters look.
-    fn release(&self, held: &Held) -> Result<usize> {
+    pub(crate) fn release(&self, held: &Held) -> Result<usize> {
+        block(self.end_guard(held))
+    }
+
+    /// [`release`](Keeper::release) as a future: blocking under `block`, never blocking under an executor.
+    pub(crate) async fn end_guard(&self, held: &Held) -> Result<usize> {
         self.watchdog.forget(held);
         Activity::add(&self.activity.guards_ended, 1);
         let engine = &self.engine;
@@ -87,7 +96,7 @@ impl Keeper {
             engine.fanout.len(),
             engine.quorum(),
         );
-        let released = op.within(|| block(end(engine, held)));
+        let released = op.instrument(end(engine, held)).await;
         op.finish(&released, None);
         match &held.kind {
             Kind::Set(set) => set.iter().for_each(|r| self.waits.notify(r)),
@@ -196,6 +205,7 @@ fn settle<N: Nodes, C: Clock>(
             s.last_error = None;
             drop(s);
             g.changed.notify_all();
+            g.wake_tasks();
             return Some(renewal_due(start, g.ttl));
         }
         Ok(_) => {
@@ -284,6 +294,8 @@ pub(crate) struct Held {
     pub(crate) state: Mutex<HeldState>,
     /// Notified whenever `state` changes (renewed, lost).
     pub(crate) changed: Condvar,
+    /// The wakers of tasks awaiting the loss ([`LostWatch::until_lost`]), woken with `changed`.
+    tasks: Mutex<Vec<Waker>>,
 }
 
 #[derive(Debug)]
@@ -323,7 +335,14 @@ impl Held {
                 last_error: None,
             }),
             changed: Condvar::new(),
+            tasks: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Wakes the tasks awaiting the loss (a change they look at: a loss, a renewal that moves the deadline).
+    pub(crate) fn wake_tasks(&self) {
+        let tasks = std::mem::take(&mut *lock(&self.tasks));
+        tasks.into_iter().for_each(Waker::wake);
     }
 
     /// The lock as it stands: the lease last confirmed, on the nodes its acquisition was sent to.
@@ -368,6 +387,7 @@ impl Held {
         }
         drop(s);
         self.changed.notify_all();
+        self.wake_tasks();
     }
 
     fn wait_lost(&self, timeout: Duration) -> bool {
@@ -425,6 +445,9 @@ pub struct Guard {
     keeper: Arc<Keeper>,
     held: Arc<Held>,
     released: bool,
+    /// Made for a task ([`Request::hold_async`](crate::redlock::Request::hold_async)): dropping it releases on
+    /// the watchdog's thread instead of blocking the executor's.
+    background: bool,
 }
 
 impl Guard {
@@ -502,6 +525,29 @@ impl Guard {
         lock(&self.held.state).renewals
     }
 
+    /// Makes this guard's drop release on the watchdog's thread (a guard held by a task).
+    pub(crate) fn in_background(mut self) -> Guard {
+        self.background = true;
+        self
+    }
+
+    /// As [`release`](Guard::release), as a future that never blocks the executor's thread (issue #26).
+    ///
+    /// # Errors
+    ///
+    /// As [`release`](Guard::release).
+    pub async fn release_async(mut self) -> Result<usize> {
+        self.released = true;
+        self.keeper.end_guard(&self.held).await
+    }
+
+    /// A future that completes with why the lock is lost — at once if it is, else when a renewal finds it lost or
+    /// its [deadline](Guard::deadline) passes with no renewal confirmed — for `select!` beside the work it
+    /// guards (issue #26). Never blocks; needs no runtime (the crate's timer thread wakes it at the deadline).
+    pub fn until_lost(&self) -> impl std::future::Future<Output = Lost> + Send + use<> {
+        self.watch().until_lost()
+    }
+
     /// Stops the renewals and releases the lock on all nodes at once; returns what
     /// [`LockManager::unlock`](crate::redlock::LockManager::unlock) returns.
     ///
@@ -519,10 +565,18 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if !self.released {
-            // Best effort, bounded by the round timeout; an error leaves the key to expire with its lease.
-            let _ = self.keeper.release(&self.held);
+        if self.released {
+            return;
         }
+        if self.background {
+            // A task's guard: released on the watchdog's thread, never blocking the executor's.
+            self.keeper
+                .watchdog
+                .release_later(Arc::clone(&self.held), Arc::downgrade(&self.keeper));
+            return;
+        }
+        // Best effort, bounded by the round timeout; an error leaves the key to expire with its lease.
+        let _ = self.keeper.release(&self.held);
     }
 }
 
@@ -554,5 +608,41 @@ impl LostWatch {
     /// As [`Guard::wait_lost`].
     pub fn wait_lost(&self, timeout: Duration) -> bool {
         self.held.wait_lost(timeout)
+    }
+
+    /// As [`Guard::until_lost`].
+    pub fn until_lost(&self) -> impl Future<Output = Lost> + Send + use<> {
+        let held = Arc::clone(&self.held);
+        let mut timer: Option<(Instant, crate::timer::Sleep)> = None;
+        poll_fn(move |cx| {
+            // The waker first, the state then: a loss filed in between wakes this task.
+            {
+                let mut tasks = lock(&held.tasks);
+                if !tasks.iter().any(|w| w.will_wake(cx.waker())) {
+                    tasks.push(cx.waker().clone());
+                }
+            }
+            let now = Instant::now();
+            let (lost, deadline) = {
+                let s = lock(&held.state);
+                (held.lost_at(&s, now), held.deadline_of(&s))
+            };
+            if let Some(lost) = lost {
+                return Poll::Ready(lost);
+            }
+            // Woken at the deadline (the loss by time), or sooner by a renewal or a loss.
+            if timer.as_ref().is_none_or(|(at, _)| *at != deadline) {
+                timer = Some((
+                    deadline,
+                    crate::timer::sleep(deadline.saturating_duration_since(now)),
+                ));
+            }
+            if let Some((_, t)) = timer.as_mut()
+                && Pin::new(t).poll(cx).is_ready()
+            {
+                cx.waker().wake_by_ref();
+            }
+            Poll::Pending
+        })
     }
 }

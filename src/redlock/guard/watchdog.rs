@@ -80,6 +80,8 @@ struct WatchState {
     next_id: GuardId,
     /// Guards' keys to read on the tracker: new guards, invalidated keys.
     check: HashSet<Vec<u8>>,
+    /// Guards dropped by tasks, released here so that no executor thread blocks on a release round (#26).
+    releases: Vec<Arc<Held>>,
     stop: bool,
 }
 
@@ -148,6 +150,14 @@ impl Watchdog {
         }
     }
 
+    /// Releases `held` on the watchdog's thread (a guard dropped in a task): its release round must not block
+    /// the executor's thread. Starts the thread if needed.
+    pub(crate) fn release_later(self: &Arc<Watchdog>, held: Arc<Held>, keeper: Weak<Keeper>) {
+        lock(&self.state).releases.push(held);
+        self.ensure_started(keeper);
+        self.poke();
+    }
+
     /// Wakes the thread to look at new work.
     pub(crate) fn poke(&self) {
         self.wake.notify_all();
@@ -214,6 +224,11 @@ impl Watchdog {
             };
             if lock(&self.state).stop {
                 return;
+            }
+            let releases = std::mem::take(&mut lock(&self.state).releases);
+            for held in releases {
+                // Best effort, as a guard's drop is: an error leaves the key to expire with its lease.
+                let _ = keeper.release(&held);
             }
             let due: Vec<Arc<Held>> = {
                 let mut s = lock(&self.state);

@@ -257,6 +257,16 @@ impl LockManager {
     /// - [`Error::LockLost`] if a majority no longer holds our value;
     /// - [`Error::Quorum`] if too few nodes answered within the current lease.
     pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
+        block(self.extend_async(lock, ttl))
+    }
+
+    /// As [`extend`](LockManager::extend), as a future that never blocks the executor's thread (issue #26; see
+    /// [`Request::acquire_async`](super::Request::acquire_async)).
+    ///
+    /// # Errors
+    ///
+    /// As [`extend`](LockManager::extend).
+    pub async fn extend_async(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
         let engine = self.engine();
         let op = observe::start(
             "extend",
@@ -264,11 +274,10 @@ impl LockManager {
             engine.fanout.len(),
             engine.quorum(),
         );
-        let extended = op.within(|| block(engine.extend_any(lock, ttl)));
+        let extended = op.instrument(engine.extend_any(lock, ttl)).await;
         op.finish(&extended, extended.is_ok().then(|| lock.validity()));
         extended
     }
-
     /// Extends the lock on `resource` whose value is `value` to `ttl` from now, on all nodes at once, and returns
     /// the instant the new lease ends on this process' monotonic clock (measured from the start of this call, less
     /// the drift allowance, as for an acquisition).
@@ -329,6 +338,15 @@ impl LockManager {
     ///
     /// Both carry every node's outcome.
     pub fn unlock(&self, lock: Lock) -> Result<usize> {
+        block(self.unlock_async(lock))
+    }
+
+    /// As [`unlock`](LockManager::unlock), as a future that never blocks the executor's thread (issue #26).
+    ///
+    /// # Errors
+    ///
+    /// As [`unlock`](LockManager::unlock).
+    pub async fn unlock_async(&self, lock: Lock) -> Result<usize> {
         let engine = self.engine();
         let op = observe::start(
             "release",
@@ -336,7 +354,7 @@ impl LockManager {
             engine.fanout.len(),
             engine.quorum(),
         );
-        let released = op.within(|| block(engine.release(&lock)));
+        let released = op.instrument(engine.release(&lock)).await;
         op.finish(&released, None);
         // Whatever the outcome, the keys may be free now: this process' waiters look.
         for resource in lock.resources() {
@@ -344,7 +362,6 @@ impl LockManager {
         }
         released
     }
-
     /// Releases the lock on `resource` whose value is `value`, on all nodes at once: [`unlock`](LockManager::unlock)
     /// for a caller that holds the lock by its value alone (a script, another process). The same compare-and-delete
     /// script: a node deletes the key only if it still holds `value`, so another holder's lock is never touched.

@@ -242,6 +242,94 @@ impl<'m> Request<'m> {
         }
     }
 
+    /// As [`acquire`](Request::acquire), as a future for any executor (tokio, smol, ...; the library needs no
+    /// runtime): it never blocks the executor's thread — its rounds are woken by the manager's driver thread,
+    /// its pauses by the crate's timer thread — and `.wait(d)` waits without polling, woken by releases and
+    /// invalidations as a blocking waiter is (in this process' line; the cross-process queue of one plain
+    /// resource is for blocking waiters only, for now).
+    ///
+    /// **Cancel-safe**: dropping the future at any point leaves no lock held — an attempt under way is undone on
+    /// every node at once, a waiter leaves its line.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Request::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn job() -> Result<(), muxlock::Error> {
+    /// use std::time::Duration;
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+    /// let lock = locks.request("invoice:42").wait(Duration::from_secs(30)).acquire_async().await?;
+    /// // ... work while lock.is_valid() ...
+    /// locks.unlock_async(lock).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire_async(self) -> Result<Lock> {
+        self.obtain_any(false).await
+    }
+
+    /// As [`hold`](Request::hold), as a future (see [`acquire_async`](Request::acquire_async)). The guard's
+    /// drop releases on the manager's watchdog thread, never blocking the executor's; await
+    /// [`Guard::release_async`] to see the release's outcome, and [`Guard::until_lost`] to learn of a loss.
+    ///
+    /// # Errors
+    ///
+    /// As [`hold`](Request::hold).
+    pub async fn hold_async(self) -> Result<Guard> {
+        let (locks, ttl) = (self.locks, self.ttl.unwrap_or(self.locks.config().ttl()));
+        let lock = self.obtain_any(true).await?;
+        Ok(locks.keeper.guard(lock, ttl).in_background())
+    }
+
+    /// As [`run`](Request::run), with async work: `work` gets the guard and its future runs under it; then the
+    /// guard is released (awaited, not blocking).
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Request::run): [`Error::LockLost`] if the guard was lost while the work ran (the work's value
+    /// is dropped: what it did may have overlapped another holder).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn job() -> Result<(), muxlock::Error> {
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+    /// let rows = locks
+    ///     .request("compaction")
+    ///     .run_async(async |guard| {
+    ///         let mut rows = 0;
+    ///         while !guard.is_lost() && rows < 1_000 {
+    ///             rows += 1; // ... one step of work, awaiting what it needs ...
+    ///         }
+    ///         rows
+    ///     })
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn run_async<R>(self, work: impl AsyncFnOnce(&Guard) -> R) -> Result<R> {
+        let locks = self.locks;
+        let guard = self.hold_async().await?;
+        let out = work(&guard).await;
+        let lost = guard.lost();
+        let resource = guard.resource().to_vec();
+        let released = guard.release_async().await;
+        if let Some(lost) = lost {
+            return Err(lost_error(locks, &resource, lost));
+        }
+        match released {
+            Err(e @ (Error::LockLost(_) | Error::Expired)) => Err(e),
+            _ => Ok(out),
+        }
+    }
+
     /// Checks the request, then acquires as its waiting policy says (`guarded`: for a guard, whose TTL must
     /// leave room to renew).
     fn obtain(self, guarded: bool) -> Result<Lock> {
