@@ -23,6 +23,10 @@
 //! # Ok::<(), muxlock::Error>(())
 //! ```
 //!
+//! Every terminal has an async form for any executor, with no runtime dependency: [`Request::acquire_async`],
+//! [`Request::hold_async`], [`Request::run_async`], [`LockManager::extend_async`], [`LockManager::unlock_async`],
+//! [`Guard::release_async`], [`Guard::until_lost`]; dropping one part-way leaves no lock held.
+//!
 //! A [`Request`] says what to lock (one resource, or a set with [`LockManager::request_all`]), for how long,
 //! how to wait ([`once`](Request::once), [`retry`](Request::retry), [`wait`](Request::wait)) and which kind
 //! ([`fenced`](Request::fenced), [`owned`](Request::owned)); its terminal [`acquire`](Request::acquire)s a
