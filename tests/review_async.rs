@@ -1,0 +1,510 @@
+//! Hostile review of the async API (issue #26): each test is a way to break it, against real redis-servers.
+//! A test that fails here is a finding (see the review report).
+
+mod support;
+
+use std::future::Future;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use muxlock::{Config, Error, LockManager};
+use support::{Cluster, cmd, locks};
+
+fn config() -> Config {
+    Config::default()
+        .with_restart_guard(false)
+        .with_round_timeout(Duration::from_millis(200))
+        .with_retry_count(3)
+        .with_retry_delay(Duration::from_millis(20))
+        .with_retry_jitter(Duration::from_millis(10))
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime")
+}
+
+fn two_workers() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("runtime")
+}
+
+/// The keys left on the nodes but fencing counters.
+fn keys(cluster: &Cluster) -> Vec<String> {
+    cluster
+        .nodes()
+        .iter()
+        .flat_map(|n| {
+            let reply = String::from_utf8_lossy(&n.raw(&cmd(&["KEYS", "*"]))).into_owned();
+            reply
+                .split("\r\n")
+                .filter(|l| !l.is_empty() && !l.starts_with('*') && !l.starts_with('$'))
+                .filter(|k| !k.starts_with("muxlock:fence:"))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Waits up to `limit` for the nodes to hold no key; returns what is left.
+fn settle(cluster: &Cluster, limit: Duration) -> Vec<String> {
+    let until = Instant::now() + limit;
+    while !keys(cluster).is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    keys(cluster)
+}
+
+fn assert_send<T: Send>(t: T) -> T {
+    t
+}
+
+/// Every async terminal's future is `Send` (so `tokio::spawn` on a multi-thread runtime compiles), including
+/// `run_async` with an async closure and an owned request.
+#[test]
+fn every_async_future_is_send() {
+    let cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    two_workers().block_on(async move {
+        let owner = locks.owner().expect("owner");
+        let l = locks.clone();
+        let o = owner.clone();
+        let out = tokio::spawn(async move {
+            let lock = assert_send(l.request("s").owned(&o).acquire_async())
+                .await
+                .expect("owned");
+            assert_send(l.unlock_async(lock)).await.expect("unlock");
+            let mut lock = assert_send(l.request("s").fenced().once().acquire_async())
+                .await
+                .expect("fenced");
+            assert_send(l.extend_async(&mut lock, Duration::from_secs(5)))
+                .await
+                .expect("extend");
+            l.unlock_async(lock).await.expect("unlock");
+            let guard = assert_send(l.request_all(["s1", "s2"]).hold_async())
+                .await
+                .expect("guard");
+            let lost = assert_send(guard.until_lost());
+            drop(lost);
+            assert_send(guard.release_async()).await.expect("release");
+            assert_send(
+                l.request("s")
+                    .wait(Duration::from_secs(1))
+                    .run_async(async |g| g.is_lost()),
+            )
+            .await
+            .expect("ran")
+        })
+        .await
+        .expect("task");
+        assert!(!out);
+    });
+}
+
+/// A task's guard dropped (released later, on the watchdog's thread), then its manager dropped at once — the
+/// ordinary end of a program or of a request handler that owns both. The release must not be lost: the key
+/// must go now, not at the end of its 30 s lease.
+#[test]
+fn a_task_guard_dropped_right_before_its_manager_is_still_released() {
+    let cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    current_thread().block_on(async move {
+        let guard = locks
+            .request("lost-release")
+            .ttl(Duration::from_secs(30))
+            .hold_async()
+            .await
+            .expect("guard");
+        drop(guard);
+        drop(locks);
+    });
+    let left = settle(&cluster, Duration::from_secs(2));
+    assert!(
+        left.is_empty(),
+        "the dropped guard's release was lost with the manager; keys held to their lease: {left:?}"
+    );
+}
+
+/// A task's guard that outlives its manager's last handle (the guard keeps the manager's state alive): when it
+/// is finally dropped, its release must not be lost.
+#[test]
+fn a_task_guard_outliving_its_manager_is_released_when_dropped() {
+    let cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    let guard = current_thread().block_on(async {
+        locks
+            .request("orphan")
+            .ttl(Duration::from_secs(30))
+            .hold_async()
+            .await
+            .expect("guard")
+    });
+    drop(locks);
+    // Still held and renewed while the guard lives.
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!guard.is_lost());
+    drop(guard);
+    let left = settle(&cluster, Duration::from_secs(2));
+    assert!(
+        left.is_empty(),
+        "the last guard's drop-release was lost (the watchdog stopped first); keys left: {left:?}"
+    );
+}
+
+/// `run_async` whose work panics: the panic goes to the caller (the task's JoinError), and the guard's key is
+/// released (not left to its lease): another request gets it soon.
+#[test]
+fn run_async_whose_work_panics_releases_the_lock() {
+    let cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    two_workers().block_on(async move {
+        let l = locks.clone();
+        let joined = tokio::spawn(async move {
+            l.request("boom")
+                .ttl(Duration::from_secs(30))
+                .run_async(async |_g| -> u32 { panic!("work failed") })
+                .await
+        })
+        .await;
+        assert!(joined.is_err_and(|e| e.is_panic()));
+        let got = locks
+            .request("boom")
+            .wait(Duration::from_secs(3))
+            .acquire_async()
+            .await
+            .expect("released after the panic, not held to its 30 s lease");
+        locks.unlock_async(got).await.expect("unlock");
+    });
+}
+
+/// `until_lost` on a guard that is then released (or whose guard is dropped in a task): the future resolves,
+/// promptly, as `Released` — a task awaiting it is not left hanging until the deadline.
+#[test]
+fn until_lost_resolves_when_the_guard_is_released_or_dropped() {
+    let cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    current_thread().block_on(async move {
+        for drop_it in [false, true] {
+            let guard = locks
+                .request("watched")
+                .ttl(Duration::from_secs(30))
+                .hold_async()
+                .await
+                .expect("guard");
+            let watch = guard.watch();
+            let futures: Vec<_> = (0..8).map(|_| watch.until_lost()).collect();
+            let started = Instant::now();
+            match drop_it {
+                true => drop(guard),
+                false => {
+                    guard.release_async().await.expect("released");
+                }
+            }
+            for f in futures {
+                let why = tokio::time::timeout(Duration::from_secs(3), f)
+                    .await
+                    .expect("until_lost resolved after the release, not at the 30 s deadline");
+                assert!(matches!(why, muxlock::Lost::Released), "{why}");
+            }
+            assert!(started.elapsed() < Duration::from_secs(3));
+        }
+    });
+}
+
+/// A sync verb called inside a task (current-thread runtime) while other tasks' rounds are in flight: nothing
+/// deadlocks, the other tasks finish, and afterwards the task's futures still do not block (BLOCKING did not
+/// leak): a long `.wait()` in one task does not stall the other tasks of the same thread.
+#[test]
+fn a_sync_call_inside_a_task_neither_deadlocks_nor_leaks_blocking() {
+    let cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = done.clone();
+    let runner = std::thread::spawn(move || {
+        current_thread().block_on(async move {
+            let mut tasks = Vec::new();
+            for i in 0..20 {
+                let l = locks.clone();
+                tasks.push(tokio::spawn(async move {
+                    for _ in 0..10 {
+                        let lock = l
+                            .request(format!("k{i}"))
+                            .acquire_async()
+                            .await
+                            .expect("task lock");
+                        l.unlock_async(lock).await.expect("unlock");
+                    }
+                }));
+            }
+            let l = locks.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..20 {
+                    // A sync call from inside a task.
+                    let lock = l.request("sync").acquire().expect("sync lock");
+                    l.unlock(lock).expect("sync unlock");
+                    tokio::task::yield_now().await;
+                }
+            }));
+            for t in tasks {
+                t.await.expect("task");
+            }
+            // Afterwards, on the same thread: a holder and a waiter task. The waiter must not block the thread
+            // (the holder task's release must get to run).
+            let held = locks.request("after").acquire_async().await.expect("held");
+            let l = locks.clone();
+            let waiter = tokio::spawn(async move {
+                l.request("after")
+                    .wait(Duration::from_secs(5))
+                    .acquire_async()
+                    .await
+            });
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let t = Instant::now();
+            locks.unlock_async(held).await.expect("unlock");
+            let got = waiter.await.expect("task").expect("waiter got it");
+            assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+            locks.unlock_async(got).await.expect("unlock");
+        });
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let until = Instant::now() + Duration::from_secs(30);
+    while !done.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        done.load(std::sync::atomic::Ordering::SeqCst),
+        "hung: a sync call inside a current-thread runtime"
+    );
+    runner.join().expect("runner");
+}
+
+/// A thread blocking in `lock_wait` and tasks `.wait()`ing on the same resource of one manager, in turns: every
+/// one gets the lock, one at a time (mutual exclusion checked by a counter), and nobody hangs.
+#[test]
+fn threads_and_tasks_waiting_on_one_resource_all_get_it_in_turn() {
+    let cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    let inside = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let holder = locks.request("mixed").acquire().expect("first");
+    let mut threads = Vec::new();
+    for _ in 0..3 {
+        let l = locks.clone();
+        let inside = inside.clone();
+        threads.push(std::thread::spawn(move || {
+            for _ in 0..3 {
+                let lock = l
+                    .lock_wait("mixed", Duration::from_secs(5), Duration::from_secs(20))
+                    .expect("thread got it");
+                assert_eq!(inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst), 0, "two holders");
+                std::thread::sleep(Duration::from_millis(5));
+                inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                l.unlock(lock).expect("unlock");
+            }
+        }));
+    }
+    let l = locks.clone();
+    let inside2 = inside.clone();
+    let tasks = std::thread::spawn(move || {
+        two_workers().block_on(async move {
+            let mut ts = Vec::new();
+            for _ in 0..3 {
+                let l = l.clone();
+                let inside = inside2.clone();
+                ts.push(tokio::spawn(async move {
+                    for _ in 0..3 {
+                        let lock = l
+                            .request("mixed")
+                            .ttl(Duration::from_secs(5))
+                            .wait(Duration::from_secs(20))
+                            .acquire_async()
+                            .await
+                            .expect("task got it");
+                        assert_eq!(inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst), 0, "two holders");
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                        l.unlock_async(lock).await.expect("unlock");
+                    }
+                }));
+            }
+            for t in ts {
+                t.await.expect("task");
+            }
+        })
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    locks.unlock(holder).expect("unlock");
+    for t in threads {
+        t.join().expect("thread");
+    }
+    tasks.join().expect("tasks");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}
+
+/// A future polled first on one executor, then moved to another (its waker changes), while it waits in a line
+/// behind a holder: woken on the release through the new waker, not at the lease end.
+#[test]
+fn a_waiting_future_moved_to_another_executor_is_woken_there() {
+    let cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    let holder = locks
+        .request("moved")
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .expect("holder");
+    let mut fut = Box::pin(
+        locks
+            .request("moved")
+            .ttl(Duration::from_secs(5))
+            .wait(Duration::from_secs(20))
+            .acquire_async(),
+    );
+    // Polled for a while on a first executor (it attempts, probes and parks), then abandoned by it.
+    current_thread().block_on(async {
+        let _ = tokio::time::timeout(Duration::from_millis(300), std::future::poll_fn(|cx| {
+            match fut.as_mut().poll(cx) {
+                Poll::Ready(r) => panic!("not while held: {r:?}"),
+                Poll::Pending => Poll::<()>::Pending,
+            }
+        }))
+        .await;
+    });
+    let l2 = locks.clone();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        l2.unlock(holder).expect("unlock");
+    });
+    let t = Instant::now();
+    let got = smol::block_on(fut).expect("got it on the second executor");
+    assert!(t.elapsed() < Duration::from_secs(3), "woken late: {:?}", t.elapsed());
+    releaser.join().expect("releaser");
+    locks.unlock(got).expect("unlock");
+}
+
+/// A task guard dropped, then the same resource asked at once with `.once()` in the same process: the drop's
+/// release happens later on the watchdog's thread, so the immediate `once` is refused by this process' own
+/// already-dropped guard. (The blocking API's drop releases before it returns.)
+#[test]
+fn once_right_after_dropping_a_task_guard_is_refused_by_the_dropped_guard() {
+    let cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    current_thread().block_on(async move {
+        let mut refused = 0;
+        for _ in 0..20 {
+            let guard = locks
+                .request("again")
+                .ttl(Duration::from_secs(30))
+                .hold_async()
+                .await
+                .expect("guard");
+            drop(guard);
+            match locks.request("again").once().acquire_async().await {
+                Ok(lock) => locks.unlock_async(lock).await.map(|_| ()).expect("unlock"),
+                Err(Error::Held(_)) => {
+                    refused += 1;
+                    // Wait for the late release before the next round.
+                    let got = locks
+                        .request("again")
+                        .wait(Duration::from_secs(5))
+                        .acquire_async()
+                        .await
+                        .expect("after the late release");
+                    locks.unlock_async(got).await.expect("unlock");
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(refused, 0, "{refused} of 20 immediate re-acquisitions refused by a dropped guard");
+    });
+}
+
+/// An owned nested acquisition cancelled at many points: the undo removes only its own hold; the outer hold
+/// stays (the key and the outer hold's field remain, and extend/unlock of the outer still work).
+#[test]
+fn a_cancelled_nested_owned_acquisition_keeps_the_outer_hold() {
+    let cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    two_workers().block_on(async move {
+        let owner = locks.owner().expect("owner");
+        let mut outer = locks
+            .request("nest")
+            .owned(&owner)
+            .ttl(Duration::from_secs(10))
+            .acquire_async()
+            .await
+            .expect("outer");
+        for i in 0..200u64 {
+            let cut = Duration::from_micros(20 + (i * 7919) % 2000);
+            if let Ok(Ok(inner)) = tokio::time::timeout(
+                cut,
+                locks.request("nest").owned(&owner).once().acquire_async(),
+            )
+            .await
+            {
+                locks.unlock_async(inner).await.expect("inner unlock");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        locks
+            .extend_async(&mut outer, Duration::from_secs(10))
+            .await
+            .expect("the outer hold survived the cancelled nested ones");
+        locks.unlock_async(outer).await.expect("outer unlock");
+    });
+    let left = settle(&cluster, Duration::from_secs(2));
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// Many managers, each used by a task (background driver, timer, watchdog started), then dropped: their threads
+/// end (no thread leak per manager).
+#[test]
+fn dropped_managers_leave_no_threads() {
+    let cluster = Cluster::start(3);
+    let threads = || {
+        std::fs::read_dir("/proc/self/task")
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    let rt = current_thread();
+    // Warm-up (timer thread, runtime).
+    rt.block_on(async {
+        let locks = locks::manager(cluster.urls(), config());
+        let g = locks.request("w").hold_async().await.expect("guard");
+        g.release_async().await.expect("release");
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let before = threads();
+    for i in 0..20 {
+        rt.block_on(async {
+            let locks = locks::manager(cluster.urls(), config());
+            let g = locks.request(format!("t{i}")).hold_async().await.expect("guard");
+            let held = locks.request(format!("t{i}")).acquire_async().await;
+            assert!(held.is_err());
+            // A waiter too (probe: tracker and its driver).
+            let _ = locks
+                .request(format!("t{i}"))
+                .wait(Duration::from_millis(50))
+                .acquire_async()
+                .await;
+            g.release_async().await.expect("release");
+        });
+    }
+    let until = Instant::now() + Duration::from_secs(5);
+    while threads() > before + 2 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        threads() <= before + 2,
+        "threads: {before} before, {} after 20 managers",
+        threads()
+    );
+}
+
+#[allow(dead_code)]
+fn _unused(_: &LockManager) {}
