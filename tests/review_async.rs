@@ -506,5 +506,93 @@ fn dropped_managers_leave_no_threads() {
     );
 }
 
-#[allow(dead_code)]
-fn _unused(_: &LockManager) {}
+/// Polls `fut` once with a waker that does nothing.
+fn poll_once<F: Future>(fut: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    fut.poll(&mut cx)
+}
+
+/// A task's `.wait()` future that heads this process' line and is then not polled for a while (kept in a
+/// `select!` loop whose other branch runs, or an executor busy elsewhere — but not dropped): the resource comes
+/// free, and a thread's `lock_wait` on it in the same manager should get it. It cannot: the unpolled future keeps
+/// the head of the line, so the thread never contends and gives up `Held` with the key free on every node.
+#[test]
+fn an_unpolled_waiting_future_starves_every_other_waiter_of_the_process() {
+    let cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    let holder = locks
+        .request("stall")
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .expect("holder");
+    let mut stalled = Box::pin(
+        locks
+            .request("stall")
+            .wait(Duration::from_secs(60))
+            .acquire_async(),
+    );
+    // Polled until it has attempted, been refused and parked (it heads the line).
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(300) {
+        assert!(poll_once(stalled.as_mut()).is_pending());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    locks.unlock(holder).expect("unlock");
+    assert!(settle(&cluster, Duration::from_secs(1)).is_empty(), "free on every node");
+    let got = locks.lock_wait("stall", Duration::from_secs(5), Duration::from_secs(2));
+    drop(stalled);
+    assert!(
+        got.is_ok(),
+        "a free resource refused to a blocking waiter behind an unpolled future: {:?}",
+        got.err()
+    );
+}
+
+/// A release future (`unlock_async` of a set, `Guard::release_async`) polled once, then dropped (its task was
+/// cancelled, or a `select!` timeout fired) when the nodes have lost their script cache (restart, `SCRIPT FLUSH`):
+/// the `EVALSHA` went out, the `NOSCRIPT` resend never does, and the keys stay to their lease. (The blocking verbs
+/// finish the resend; the acquisition's undo sends the script in full.)
+#[test]
+fn a_cancelled_release_after_a_script_flush_leaves_the_keys() {
+    let cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    let lock = current_thread().block_on(
+        locks
+            .request_all(["r1", "r2"])
+            .ttl(Duration::from_secs(30))
+            .acquire_async(),
+    )
+    .expect("set");
+    if std::env::var_os("REVIEW_NO_FLUSH").is_none() {
+        for n in cluster.nodes() {
+            n.raw(&cmd(&["SCRIPT", "FLUSH"]));
+        }
+    }
+    {
+        let mut release = Box::pin(locks.unlock_async(lock));
+        let _ = poll_once(release.as_mut());
+        // Let the EVALSHA reach the nodes and the NOSCRIPT come back to nobody.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left = settle(&cluster, Duration::from_secs(2));
+    // The control: the same release awaited to its end after a flush leaves nothing.
+    let control = current_thread().block_on(async {
+        let lock = locks
+            .request_all(["c1", "c2"])
+            .ttl(Duration::from_secs(30))
+            .acquire_async()
+            .await
+            .expect("set");
+        for n in cluster.nodes() {
+            n.raw(&cmd(&["SCRIPT", "FLUSH"]));
+        }
+        locks.unlock_async(lock).await
+    });
+    assert!(control.is_ok(), "{control:?}");
+    assert!(
+        keys(&cluster).iter().all(|k| !k.starts_with('c')),
+        "control: {:?}",
+        keys(&cluster)
+    );
+    assert!(left.is_empty(), "a release cancelled after its first send left: {left:?}");
+}
