@@ -596,3 +596,45 @@ fn a_cancelled_release_after_a_script_flush_leaves_the_keys() {
     );
     assert!(left.is_empty(), "a release cancelled after its first send left: {left:?}");
 }
+
+/// A waker that counts nothing but its own clones (its `Arc`'s strong count).
+struct Counted;
+impl std::task::Wake for Counted {
+    fn wake(self: std::sync::Arc<Self>) {}
+}
+
+/// Waiting futures polled until they park, then dropped (cancelled `select!` branches, timeouts): nothing of
+/// theirs stays behind — in particular not their wakers (a tokio `Waker` keeps its task's memory, the size of the
+/// whole future, alive). The crate's timer keeps every `Sleep`'s waker until the instant it was set for, even after
+/// the `Sleep` is dropped: here up to the `max_wait` of an hour.
+#[test]
+fn cancelled_waits_leave_no_waker_behind() {
+    let cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    let holder = locks
+        .request("w")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .expect("holder");
+    let counted = std::sync::Arc::new(Counted);
+    let waker = std::task::Waker::from(counted.clone());
+    for _ in 0..50 {
+        let mut fut = Box::pin(
+            locks
+                .request("w")
+                .wait(Duration::from_secs(3600))
+                .acquire_async(),
+        );
+        let mut cx = std::task::Context::from_waker(&waker);
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(20) {
+            assert!(fut.as_mut().poll(&mut cx).is_pending());
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        drop(fut);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let kept = std::sync::Arc::strong_count(&counted) - 2; // ours and `waker`
+    locks.unlock(holder).expect("unlock");
+    assert_eq!(kept, 0, "wakers of 50 dropped waiting futures still held");
+}
