@@ -638,3 +638,56 @@ fn cancelled_waits_leave_no_waker_behind() {
     locks.unlock(holder).expect("unlock");
     assert_eq!(kept, 0, "wakers of 50 dropped waiting futures still held");
 }
+
+/// As [`a_cancelled_release_after_a_script_flush_leaves_the_keys`], for each kind and for `Guard::release_async`:
+/// which releases, cancelled after their first poll on nodes that lost their scripts, leave the key.
+#[test]
+fn cancelled_releases_of_every_kind_after_a_script_flush() {
+    let cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    let owner = locks.owner().expect("owner");
+    let flush = || {
+        for n in cluster.nodes() {
+            n.raw(&cmd(&["SCRIPT", "FLUSH"]));
+        }
+    };
+    let mut left_by = Vec::new();
+    for kind in ["plain", "fenced", "owned", "guard-plain", "guard-set"] {
+        let rt = current_thread();
+        let ttl = Duration::from_secs(30);
+        match kind {
+            "plain" | "fenced" | "owned" => {
+                let req = locks.request(kind).ttl(ttl);
+                let req = match kind {
+                    "fenced" => req.fenced(),
+                    "owned" => req.owned(&owner),
+                    _ => req,
+                };
+                let lock = rt.block_on(req.acquire_async()).expect("lock");
+                flush();
+                let mut release = Box::pin(locks.unlock_async(lock));
+                let _ = poll_once(release.as_mut());
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            _ => {
+                let guard = match kind {
+                    "guard-plain" => rt.block_on(locks.request(kind).ttl(ttl).hold_async()),
+                    _ => rt.block_on(locks.request_all(["gs1", "gs2"]).ttl(ttl).hold_async()),
+                }
+                .expect("guard");
+                flush();
+                let mut release = Box::pin(guard.release_async());
+                let _ = poll_once(release.as_mut());
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let left = settle(&cluster, Duration::from_secs(1));
+        if !left.is_empty() {
+            left_by.push((kind, left));
+            for n in cluster.nodes() {
+                n.raw(&cmd(&["FLUSHALL"]));
+            }
+        }
+    }
+    assert!(left_by.is_empty(), "keys left by cancelled releases: {left_by:?}");
+}
