@@ -691,3 +691,106 @@ fn cancelled_releases_of_every_kind_after_a_script_flush() {
     }
     assert!(left_by.is_empty(), "keys left by cancelled releases: {left_by:?}");
 }
+
+/// One node hung (SIGSTOP) while tasks wait on a resource whose holder then releases (the watchdog thread waits
+/// for pushes on the tracker, the tasks probe on it): each task gets the lock in turn, promptly, without a hang.
+#[test]
+fn tasks_wait_past_a_hung_node() {
+    let mut cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    // Warm the tracker: one wait that is refused, then given up.
+    let holder = locks.request("hung").ttl(Duration::from_secs(10)).acquire().expect("holder");
+    let _ = locks.lock_wait("hung", Duration::from_secs(2), Duration::from_millis(100));
+    cluster.pause(2);
+    let l = locks.clone();
+    let runner = std::thread::spawn(move || {
+        two_workers().block_on(async move {
+            let mut ts = Vec::new();
+            for _ in 0..4 {
+                let l = l.clone();
+                ts.push(tokio::spawn(async move {
+                    let t = Instant::now();
+                    let lock = l
+                        .request("hung")
+                        .ttl(Duration::from_secs(2))
+                        .wait(Duration::from_secs(15))
+                        .acquire_async()
+                        .await
+                        .expect("got it");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    let _ = l.unlock_async(lock).await;
+                    t.elapsed()
+                }));
+            }
+            let mut waited = Vec::new();
+            for t in ts {
+                waited.push(t.await.expect("task"));
+            }
+            waited
+        })
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let released = Instant::now();
+    let _ = locks.unlock(holder);
+    let waited = runner.join().expect("runner");
+    let all = released.elapsed();
+    cluster.resume(2);
+    assert!(all < Duration::from_secs(5), "4 tasks took {all:?} after the release: {waited:?}");
+}
+
+/// A burst of task guards dropped at once (a batch of requests cancelled, a server shutting its handlers down):
+/// their releases run one blocking round after another on the watchdog's thread, the thread that also renews
+/// every other guard. With 5 ms to each node (10 ms a round trip), 300 drops cost about 3 s of releases, during
+/// which a surviving guard with a 2 s lease gets no renewal: it is lost though every node is up and answering.
+#[test]
+fn a_burst_of_dropped_task_guards_starves_the_renewals_of_the_others() {
+    use support::proxy::{Fault, FaultProxy};
+    let cluster = Cluster::start(3);
+    let proxies: Vec<FaultProxy> = cluster.addrs().into_iter().map(FaultProxy::start).collect();
+    let locks = locks::manager(proxies.iter().map(FaultProxy::url), config());
+    for p in &proxies {
+        p.set(Fault::Latency(Duration::from_millis(5)));
+    }
+    let rt = two_workers();
+    let (survivor, guards) = rt.block_on(async {
+        let survivor = locks
+            .request("survivor")
+            .ttl(Duration::from_secs(2))
+            .hold_async()
+            .await
+            .expect("survivor");
+        let mut ts = Vec::new();
+        for i in 0..300 {
+            let l = locks.clone();
+            ts.push(tokio::spawn(async move {
+                l.request(format!("burst{i}"))
+                    .ttl(Duration::from_secs(30))
+                    .hold_async()
+                    .await
+                    .expect("guard")
+            }));
+        }
+        let mut guards = Vec::new();
+        for t in ts {
+            guards.push(t.await.expect("task"));
+        }
+        (survivor, guards)
+    });
+    // Renewed a few times first: all is well.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!survivor.is_lost(), "lost before the burst: {:?}", survivor.lost());
+    drop(guards);
+    let watch = survivor.watch();
+    let t = Instant::now();
+    let mut lost = None;
+    while t.elapsed() < Duration::from_secs(4) && lost.is_none() {
+        lost = watch.lost();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        lost.is_none(),
+        "the survivor was lost {:?} after 300 task guards were dropped ({:?}); every node was up",
+        t.elapsed(),
+        lost
+    );
+}
