@@ -794,3 +794,51 @@ fn a_burst_of_dropped_task_guards_starves_the_renewals_of_the_others() {
         lost
     );
 }
+
+/// Threads and tasks of one manager line up for one resource in the order they came (task, thread, task,
+/// thread): first come, first served across both kinds of waiter.
+#[test]
+fn threads_and_tasks_are_served_in_arrival_order() {
+    let cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    let holder = locks.request("fifo").ttl(Duration::from_secs(10)).acquire().expect("holder");
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let rt = std::sync::Arc::new(two_workers());
+    let mut joins: Vec<Box<dyn FnOnce() + Send>> = Vec::new();
+    for i in 0..4 {
+        let l = locks.clone();
+        let order = order.clone();
+        if i % 2 == 0 {
+            let h = rt.spawn(async move {
+                let lock = l
+                    .request("fifo")
+                    .ttl(Duration::from_secs(5))
+                    .wait(Duration::from_secs(20))
+                    .acquire_async()
+                    .await
+                    .expect("task");
+                order.lock().unwrap().push(i);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                l.unlock_async(lock).await.expect("unlock");
+            });
+            let rt = rt.clone();
+            joins.push(Box::new(move || rt.block_on(h).expect("task")));
+        } else {
+            let h = std::thread::spawn(move || {
+                let lock = l
+                    .lock_wait("fifo", Duration::from_secs(5), Duration::from_secs(20))
+                    .expect("thread");
+                order.lock().unwrap().push(i);
+                std::thread::sleep(Duration::from_millis(20));
+                l.unlock(lock).expect("unlock");
+            });
+            joins.push(Box::new(move || h.join().expect("thread")));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    locks.unlock(holder).expect("unlock");
+    for j in joins {
+        j();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+}
