@@ -842,3 +842,36 @@ fn threads_and_tasks_are_served_in_arrival_order() {
     }
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
 }
+
+/// A task guard dropped right after it was acquired, on a fresh manager (its watchdog thread just started and is
+/// still making its tracker connections): the release must come within a moment, not at the guard's first
+/// renewal (a third of its 30 s lease). Repeated on fresh managers to catch the window.
+#[test]
+fn a_task_guard_dropped_as_the_watchdog_starts_is_released_promptly() {
+    let cluster = Cluster::start(3);
+    let rt = current_thread();
+    let mut slow = Vec::new();
+    for i in 0..12u64 {
+        let locks = locks::manager(cluster.urls(), config());
+        let resource = format!("early{i}");
+        rt.block_on(async {
+            let guard = locks
+                .request(&resource)
+                .ttl(Duration::from_secs(30))
+                .hold_async()
+                .await
+                .expect("guard");
+            // Dropped a little later each time: somewhere in the watchdog's first turn.
+            std::thread::sleep(Duration::from_micros(250 * i));
+            drop(guard);
+        });
+        let t = Instant::now();
+        let left = settle(&cluster, Duration::from_secs(12));
+        if t.elapsed() > Duration::from_secs(1) {
+            slow.push((i, t.elapsed(), left));
+        }
+        drop(locks);
+    }
+    assert!(slow.is_empty(), "dropped guards released late: {slow:?}");
+}
+
