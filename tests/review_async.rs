@@ -875,3 +875,31 @@ fn a_task_guard_dropped_as_the_watchdog_starts_is_released_promptly() {
     assert!(slow.is_empty(), "dropped guards released late: {slow:?}");
 }
 
+
+/// `run_async` whose work panics at once, on fresh managers: how long until the key goes (the guard's drop-release
+/// on the watchdog's thread). Seen: 10 s (the first renewal, a third of the lease) in 2 runs of 6.
+#[test]
+fn a_panicking_run_async_is_released_promptly() {
+    let mut slow = Vec::new();
+    for i in 0..6 {
+        let cluster = Cluster::start(3);
+        let locks = locks::manager(cluster.urls(), config());
+        two_workers().block_on(async {
+            let l = locks.clone();
+            let joined = tokio::spawn(async move {
+                l.request("boom")
+                    .ttl(Duration::from_secs(30))
+                    .run_async(async |_g| -> u32 { panic!("work failed") })
+                    .await
+            })
+            .await;
+            assert!(joined.is_err());
+        });
+        let t = Instant::now();
+        let left = settle(&cluster, Duration::from_secs(12));
+        if t.elapsed() > Duration::from_secs(1) {
+            slow.push((i, t.elapsed(), left));
+        }
+    }
+    assert!(slow.is_empty(), "released late: {slow:?}");
+}
