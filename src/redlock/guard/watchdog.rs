@@ -270,6 +270,9 @@ impl Watchdog {
                 .next_due()
                 .unwrap_or_else(|| later(Instant::now(), IDLE));
             drop(keeper);
+            if !lock(&self.state).releases.is_empty() {
+                continue;
+            }
             match tracker {
                 Some(tracker) => {
                     let got = tracker.recv_pushes(next);
@@ -281,7 +284,7 @@ impl Watchdog {
                 None => {
                     let s = lock(&self.state);
                     let wait = next.saturating_duration_since(Instant::now());
-                    if !s.stop && s.check.is_empty() {
+                    if !s.stop && s.check.is_empty() && s.releases.is_empty() {
                         let _ = self.wake.wait_timeout(s, wait);
                     }
                 }
