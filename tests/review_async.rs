@@ -903,3 +903,37 @@ fn a_panicking_run_async_is_released_promptly() {
     }
     assert!(slow.is_empty(), "released late: {slow:?}");
 }
+
+/// `until_lost` across renewals that move the deadline (several futures on one guard, polled by tasks): none
+/// resolves while the guard is renewed; then a majority of nodes hangs and every future resolves by the
+/// deadline (no renewal can confirm), not later.
+#[test]
+fn until_lost_follows_renewals_then_reports_a_hung_majority_by_the_deadline() {
+    let mut cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    let rt = two_workers();
+    let guard = rt
+        .block_on(locks.request("moving").ttl(Duration::from_millis(1500)).hold_async())
+        .expect("guard");
+    let handles: Vec<_> = (0..4).map(|_| rt.spawn(guard.until_lost())).collect();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(guard.renewals() >= 3, "renewed: {}", guard.renewals());
+    assert!(handles.iter().all(|h| !h.is_finished()), "resolved while renewed");
+    let deadline = guard.deadline();
+    cluster.pause(1);
+    cluster.pause(2);
+    let t = Instant::now();
+    for h in handles {
+        let why = rt.block_on(h).expect("task");
+        assert!(!matches!(why, muxlock::Lost::Released), "{why}");
+    }
+    let late = Instant::now().saturating_duration_since(deadline);
+    cluster.resume(1);
+    cluster.resume(2);
+    assert!(
+        late < Duration::from_millis(300),
+        "told {late:?} after the deadline (waited {:?})",
+        t.elapsed()
+    );
+    drop(guard);
+}
