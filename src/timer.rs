@@ -7,9 +7,9 @@
 //!
 //! - The heap is behind one mutex, held only to push or pop entries: never while a waker is woken (a waker may
 //!   run executor code) or while the thread waits (the condition variable lets it go).
-//! - A pending [`Sleep`] has an entry for its task's waker; polled again with another waker, it pushes another.
-//!   An entry stays until its instant even if its `Sleep` was dropped (a retry pause is short): waking a task for
-//!   nothing is harmless, every future is polled again only to look.
+//! - A pending [`Sleep`] has one entry, whose waker slot it shares: polled again with another waker, it replaces
+//!   the waker in the slot; dropped, it empties the slot, so the entry (popped at its instant) keeps no task alive
+//!   and wakes nobody (the review of #26: a cancelled wait's waker used to stay until its `max_wait`).
 //! - The thread is woken (the condition variable) when an entry earlier than every other one is pushed.
 
 use std::cmp::Reverse;
@@ -28,8 +28,11 @@ use crate::time::later;
 struct Entry {
     at: Instant,
     seq: u64,
-    waker: Waker,
+    slot: Slot,
 }
+
+/// The waker an entry wakes, shared with its [`Sleep`] (emptied when the sleep is dropped).
+type Slot = std::sync::Arc<Mutex<Option<Waker>>>;
 
 impl PartialEq for Entry {
     fn eq(&self, other: &Entry) -> bool {
@@ -84,7 +87,11 @@ impl Timer {
         loop {
             let now = Instant::now();
             while heap.entries.peek().is_some_and(|Reverse(e)| e.at <= now) {
-                due.extend(heap.entries.pop().map(|Reverse(e)| e.waker));
+                due.extend(
+                    heap.entries
+                        .pop()
+                        .and_then(|Reverse(e)| lock(&e.slot).take()),
+                );
             }
             if !due.is_empty() {
                 drop(heap);
@@ -107,12 +114,12 @@ impl Timer {
         }
     }
 
-    fn push(&self, at: Instant, waker: Waker) {
+    fn push(&self, at: Instant, slot: Slot) {
         let mut heap = lock(&self.heap);
         let first = heap.entries.peek().is_none_or(|Reverse(e)| at < e.at);
         heap.seq = heap.seq.wrapping_add(1);
         let seq = heap.seq;
-        heap.entries.push(Reverse(Entry { at, seq, waker }));
+        heap.entries.push(Reverse(Entry { at, seq, slot }));
         drop(heap);
         if first {
             self.changed.notify_one();
@@ -124,7 +131,7 @@ impl Timer {
 pub(crate) fn sleep(pause: Duration) -> Sleep {
     Sleep {
         at: later(Instant::now(), pause),
-        waker: None,
+        slot: None,
     }
 }
 
@@ -133,8 +140,8 @@ pub(crate) fn sleep(pause: Duration) -> Sleep {
 #[must_use = "a pause does nothing unless awaited"]
 pub(crate) struct Sleep {
     at: Instant,
-    /// The waker its timer entry wakes, once it has one.
-    waker: Option<Waker>,
+    /// Its timer entry's waker slot, once it has an entry.
+    slot: Option<Slot>,
 }
 
 impl Future for Sleep {
@@ -144,18 +151,31 @@ impl Future for Sleep {
         if Instant::now() >= self.at {
             return Poll::Ready(());
         }
-        if self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+        if let Some(slot) = &self.slot {
+            let mut waker = lock(slot);
+            if !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *waker = Some(cx.waker().clone());
+            }
             return Poll::Pending;
         }
         match timer() {
             Some(t) => {
-                t.push(self.at, cx.waker().clone());
-                self.waker = Some(cx.waker().clone());
+                let slot: Slot = std::sync::Arc::new(Mutex::new(Some(cx.waker().clone())));
+                t.push(self.at, std::sync::Arc::clone(&slot));
+                self.slot = Some(slot);
             }
             // No timer thread: look again at once (slower, never blocking).
             None => cx.waker().wake_by_ref(),
         }
         Poll::Pending
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if let Some(slot) = &self.slot {
+            lock(slot).take();
+        }
     }
 }
 

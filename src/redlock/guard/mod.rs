@@ -21,7 +21,7 @@ use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex};
-use std::task::{Poll, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::net::NodeSet;
@@ -54,6 +54,9 @@ pub(crate) struct Keeper {
 impl Drop for Keeper {
     fn drop(&mut self) {
         self.watchdog.stop();
+        // Task guards dropped last (a service's end): their queued releases run here, or nobody would run them
+        // (the review of #26, finding 1). Bounded by one round timeout, all of them at once.
+        self.release_all(self.watchdog.take_releases());
     }
 }
 
@@ -77,6 +80,35 @@ impl Keeper {
             held,
             released: false,
             background: false,
+        }
+    }
+
+    /// Releases the guards `helds` (dropped by tasks) all at once: their rounds go out together and are awaited
+    /// together on this thread (a task-style poll, not under `block`: one round trip for all, where one round after
+    /// the other starved the renewals of the other guards behind a burst of drops, the review of #26, finding 3).
+    /// Best effort, as a guard's drop is: an error leaves a key to expire with its lease.
+    pub(crate) fn release_all(&self, helds: Vec<Arc<Held>>) {
+        if helds.is_empty() {
+            return;
+        }
+        let mut ends: Vec<_> = helds
+            .iter()
+            .map(|held| Some(Box::pin(self.end_guard(held))))
+            .collect();
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        while ends.iter().any(Option::is_some) {
+            for end in &mut ends {
+                if let Some(f) = end
+                    && f.as_mut().poll(&mut cx).is_ready()
+                {
+                    *end = None;
+                }
+            }
+            if ends.iter().any(Option::is_some) {
+                // Woken by the driver that files an outcome; the timeout only bounds a missed wake-up.
+                std::thread::park_timeout(Duration::from_millis(5));
+            }
         }
     }
 
@@ -273,6 +305,15 @@ impl fmt::Display for Lost {
             }
             Lost::Released => f.write_str("released"),
         }
+    }
+}
+
+/// Wakes a thread parked in [`Keeper::release_all`].
+struct Unpark(std::thread::Thread);
+
+impl std::task::Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
     }
 }
 
@@ -537,8 +578,10 @@ impl Guard {
     ///
     /// As [`release`](Guard::release).
     pub async fn release_async(mut self) -> Result<usize> {
+        let released = self.keeper.end_guard(&self.held).await;
+        // Only now: a release future dropped part-way leaves the guard's drop to release again (idempotent).
         self.released = true;
-        self.keeper.end_guard(&self.held).await
+        released
     }
 
     /// A future that completes with why the lock is lost — at once if it is, else when a renewal finds it lost or

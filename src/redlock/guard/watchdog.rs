@@ -158,6 +158,11 @@ impl Watchdog {
         self.poke();
     }
 
+    /// The releases queued by dropped task guards, taken (the thread's turn, or the manager's end).
+    pub(crate) fn take_releases(&self) -> Vec<Arc<Held>> {
+        std::mem::take(&mut lock(&self.state).releases)
+    }
+
     /// Wakes the thread to look at new work.
     pub(crate) fn poke(&self) {
         self.wake.notify_all();
@@ -225,11 +230,7 @@ impl Watchdog {
             if lock(&self.state).stop {
                 return;
             }
-            let releases = std::mem::take(&mut lock(&self.state).releases);
-            for held in releases {
-                // Best effort, as a guard's drop is: an error leaves the key to expire with its lease.
-                let _ = keeper.release(&held);
-            }
+            keeper.release_all(self.take_releases());
             let due: Vec<Arc<Held>> = {
                 let mut s = lock(&self.state);
                 let ids = s.schedule.take_due(keeper.engine.clock.now(), SLACK);

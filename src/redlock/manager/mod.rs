@@ -158,6 +158,20 @@ fn same_server(a: &NodeAddr, b: &NodeAddr) -> bool {
     }
 }
 
+/// Wakes this process' waiters of `resources` when dropped: after a release, finished or abandoned.
+struct NotifyOnDrop<'a> {
+    waits: &'a WaitRoom,
+    resources: &'a [Vec<u8>],
+}
+
+impl Drop for NotifyOnDrop<'_> {
+    fn drop(&mut self) {
+        for resource in self.resources {
+            self.waits.notify(resource);
+        }
+    }
+}
+
 /// A one-attempt result as the `try_` verbs give it: `Ok(None)` when another holder has it.
 fn not_held<T>(got: Result<T>) -> Result<Option<T>> {
     match got {
@@ -354,12 +368,14 @@ impl LockManager {
             engine.fanout.len(),
             engine.quorum(),
         );
+        // Whatever the outcome, the keys may be free now: this process' waiters look, also if this future is
+        // dropped part-way (what was sent still runs on the nodes).
+        let _notify = NotifyOnDrop {
+            waits: &self.keeper.waits,
+            resources: lock.resources(),
+        };
         let released = op.instrument(engine.release(&lock)).await;
         op.finish(&released, None);
-        // Whatever the outcome, the keys may be free now: this process' waiters look.
-        for resource in lock.resources() {
-            self.keeper.waits.notify(resource);
-        }
         released
     }
     /// Releases the lock on `resource` whose value is `value`, on all nodes at once: [`unlock`](LockManager::unlock)

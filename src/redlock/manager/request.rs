@@ -151,6 +151,11 @@ impl<'m> Request<'m> {
     /// resource: see [`LockManager::lock_wait`]). A set waits in a line of its own, woken by a release of any of
     /// its names and probing them all; an owner's holds in a line of the owner's, so that a nested hold never
     /// waits behind another owner's waiter. `max_wait` of zero makes one attempt.
+    ///
+    /// An async waiter ([`acquire_async`](Request::acquire_async)) takes its turn in the same lines as threads;
+    /// **a waiting future must be polled**: one kept alive but not polled while it heads its line (a `select!`
+    /// branch left pending, a busy executor) holds up this process' other waiters of the resource, threads
+    /// included, until it is polled or dropped.
     pub fn wait(mut self, max_wait: Duration) -> Request<'m> {
         self.waiting = Waiting::Wait(max_wait);
         self
@@ -274,8 +279,11 @@ impl<'m> Request<'m> {
     }
 
     /// As [`hold`](Request::hold), as a future (see [`acquire_async`](Request::acquire_async)). The guard's
-    /// drop releases on the manager's watchdog thread, never blocking the executor's; await
-    /// [`Guard::release_async`] to see the release's outcome, and [`Guard::until_lost`] to learn of a loss.
+    /// drop releases on the manager's watchdog thread, never blocking the executor's — shortly after the drop,
+    /// so a request for the same resource made at once after it may still find it held: await
+    /// [`Guard::release_async`] to release before going on and to see the outcome, and [`Guard::until_lost`] to
+    /// learn of a loss. Guards still queued for release when the last handle on the manager goes are released
+    /// then (bounded by one round timeout).
     ///
     /// # Errors
     ///
