@@ -11,32 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use muxlock::{Config, Error, LockManager};
+use muxlock::{Error, LockManager};
+use support::rt::{config, current_thread, two_workers};
 use support::{Cluster, cmd, locks};
-
-fn config() -> Config {
-    Config::default()
-        .with_restart_guard(false)
-        .with_round_timeout(Duration::from_millis(200))
-        .with_retry_count(3)
-        .with_retry_delay(Duration::from_millis(20))
-        .with_retry_jitter(Duration::from_millis(10))
-}
-
-fn current_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("runtime")
-}
-
-fn two_workers() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .expect("runtime")
-}
 
 /// The keys left on the nodes but fencing counters (`muxlock:fence:*`, kept on purpose: they have no expiry), as
 /// `KEYS *` lists them per node.

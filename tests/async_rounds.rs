@@ -617,13 +617,13 @@ fn dropping_round_futures_at_random_points_never_wedges_the_fanout() {
     eprintln!("dropped futures: {}", polls.summary());
 }
 
-/// The engine's verbs through the seam for tasks, as futures: an acquisition, a refused one, a release, and a
+/// The engine's verbs through the real seam polled as futures: an acquisition, a refused one, a release, and a
 /// retrying one that pauses on the async clock (never blocking the executor).
 #[cfg(feature = "sim")]
 #[test]
-fn the_engine_verbs_run_as_futures_over_the_async_seam() {
+fn the_engine_verbs_run_as_futures_on_the_real_seam() {
     use muxlock::Config;
-    use muxlock::redlock::sim::{Async, AsyncClock, Engine, setup_commands};
+    use muxlock::redlock::sim::{Engine, SystemClock, setup_commands};
 
     let cluster = Cluster::start(3);
     // Fresh servers: the restart guard would not count their votes yet (its window is the longest lease).
@@ -638,7 +638,9 @@ fn the_engine_verbs_run_as_futures_over_the_async_seam() {
         Options::default().with_setup(setup_commands(&config)),
     )
     .expect("fanout");
-    let engine = Engine::new(Async(&fanout), AsyncClock, config, [7; 32]).expect("engine");
+    // The real seam and clock: polled by an executor (not under the blocking API's `block`), their rounds and
+    // pauses are futures that never block.
+    let engine = Engine::new(fanout, SystemClock, config, [7; 32]).expect("engine");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()

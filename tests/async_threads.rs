@@ -6,24 +6,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use muxlock::Config;
+use support::rt::{config, current_thread};
 use support::{Cluster, locks};
-
-fn config() -> Config {
-    Config::default()
-        .with_restart_guard(false)
-        .with_round_timeout(Duration::from_millis(200))
-        .with_retry_count(3)
-        .with_retry_delay(Duration::from_millis(20))
-        .with_retry_jitter(Duration::from_millis(10))
-}
-
-fn current_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("runtime")
-}
 
 /// Many managers, each used by a task (background driver, timer, watchdog started), then dropped: their threads
 /// end (no thread leak per manager).

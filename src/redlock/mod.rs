@@ -31,8 +31,6 @@
 //!                   renew.rs (the guards' batched renewal), pipeline.rs (k commands per node), batch.rs,
 //!                   set.rs, fenced.rs, reentrant.rs, queued.rs; restart/ + persist.rs (the restart guard);
 //!                   native.rs (each node's DELIFEQ / DELEX, issue #25); seam.rs (Nodes / NodeRound / Clock)
-//!   async_seam.rs   Async<F> / AsyncClock: the seam for tasks (rounds awaited with `Round::poll_next`, pauses
-//!                   on the crate's timer thread), so the engine's verbs run as futures (groundwork for #26)
 //!   kind/           the kinds as values: lock.rs (Lock, one handle with its Kind), set.rs, fenced.rs (and the
 //!                   fencing safety argument), reentrant.rs (Owner), queued.rs; their replies' meaning
 //!   leaves          quorum (the verdict, a pure state machine), schedule, scripts + lua (the scripts and SHA1s),
@@ -51,7 +49,6 @@
 //! - `sim`: only with the non-default `sim` cargo feature, for the project's own simulator tests; not an API,
 //!   never in a user's build.
 
-mod async_seam;
 mod config;
 mod engine;
 mod error;

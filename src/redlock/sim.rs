@@ -30,7 +30,6 @@ use crate::redlock::schedule::{lost_margin, renewal_due};
 use crate::redlock::stats::{Activity, Votes};
 use crate::redlock::token::Tokens;
 
-pub use crate::redlock::async_seam::{Async, AsyncClock, AsyncRound};
 pub use crate::redlock::engine::seam::{Clock, NodeRound, Nodes, SystemClock};
 
 /// A one-attempt result as the `try_` verbs give it: `Ok(None)` when another holder has it.

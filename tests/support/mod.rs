@@ -41,6 +41,7 @@ pub mod faults;
 pub mod locks;
 pub mod process;
 pub mod proxy;
+pub mod rt;
 pub mod server;
 pub mod wire;
 

@@ -13,7 +13,6 @@ use crate::redlock::engine::{Engine, settle};
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::kind::lock::{Kind, Lock};
 use crate::redlock::kind::reentrant::{Owner, ReentrantLock, count_key};
-use crate::redlock::kind::script_vote;
 use crate::redlock::kind::set::{LockSet, keys, set_name};
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Quorum, Status, Vote, drift};
@@ -274,11 +273,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             need,
             |buf, full| lua::eval(buf, script, full, keys, &args),
             |_, node, reply| {
-                let now = self.clock.now();
-                let (vote, outcome) = self.counted(node, script_vote(&reply), now, Some(acquired));
-                self.votes[node].count(&outcome);
-                outcomes[node] = outcome;
-                status = quorum.vote(node, vote, now);
+                status =
+                    self.extension_vote(node, &reply, Some(acquired), (&mut quorum, &mut outcomes));
                 match status {
                     Status::Pending => quorum.votes_to_decide(),
                     _ => 0,

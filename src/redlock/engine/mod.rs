@@ -235,11 +235,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             ttl_ms,
             (nodes, deadline, quorum.votes_to_decide()),
             |node, reply| {
-                let now = self.clock.now();
-                let (vote, outcome) = self.counted(node, script_vote(&reply), now, acquired);
-                self.votes[node].count(&outcome);
-                outcomes[node] = outcome;
-                status = quorum.vote(node, vote, now);
+                status = self.extension_vote(node, &reply, acquired, (&mut quorum, &mut outcomes));
                 match status {
                     Status::Pending => quorum.votes_to_decide(),
                     _ => 0,
@@ -273,6 +269,22 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         )
         .await;
         tally.finish(self, resource)
+    }
+
+    /// An extension's reply from `node` (1: extended, 0: not ours any more), counted: through the restart guard
+    /// (`since`: when the lock was acquired), into the node's tallies, its outcome and the quorum's verdict.
+    pub(crate) fn extension_vote(
+        &self,
+        node: usize,
+        reply: &Reply,
+        since: Option<Instant>,
+        (quorum, outcomes): (&mut Quorum, &mut [Outcome]),
+    ) -> Status {
+        let now = self.clock.now();
+        let (vote, outcome) = self.counted(node, script_vote(reply), now, since);
+        self.votes[node].count(&outcome);
+        outcomes[node] = outcome;
+        quorum.vote(node, vote, now)
     }
 
     /// A node's vote as it counts: a "yes" from a node the restart guard does not trust yet is no vote. `since`:
