@@ -102,6 +102,17 @@ async fn verbs(locks: LockManager) {
     for l in [set, fenced, nested, owned] {
         locks.unlock_async(l).await.expect("released");
     }
+    // A batch: each name its own lock, one round each way.
+    let names: Vec<String> = (0..20).map(|i| format!("b{i}")).collect();
+    let got: Vec<_> = locks
+        .try_lock_batch_async(&names, Duration::from_secs(5))
+        .await
+        .into_iter()
+        .map(|r| r.expect("no error").expect("free"))
+        .collect();
+    for released in locks.unlock_batch_async(got).await {
+        assert!(released.expect("released") >= 2);
+    }
     // A guard: held past its TTL by renewals; its release awaited.
     let guard = locks
         .request("g")
@@ -341,4 +352,54 @@ fn ten_thousand_tasks_on_one_manager() {
     );
     assert_eq!(errors.load(Ordering::Relaxed), 0);
     assert!(longest < 10_000, "a poll took {longest} µs of CPU");
+}
+
+/// Batches dropped part-way (a timeout cancels them while two of three nodes are paused, so every round is
+/// still open) leave no key on any node once the nodes are back: the live node set its keys and the paused ones
+/// run the batch when resumed, then the undo sent behind it on the same connections.
+#[test]
+fn cancelled_batches_leave_nothing_behind() {
+    let mut cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    let rt = two_workers();
+    rt.block_on(async {
+        // Connected first: a batch cut before its connections are up has sent nothing.
+        let warm = locks
+            .try_lock_batch_async(&["warm"], Duration::from_secs(5))
+            .await;
+        let warm: Vec<_> = warm.into_iter().filter_map(|r| r.ok().flatten()).collect();
+        locks.unlock_batch_async(warm).await;
+    });
+    cluster.pause(1);
+    cluster.pause(2);
+    let cut = rt.block_on(async {
+        let mut tasks = Vec::new();
+        for i in 0..50u64 {
+            let locks = locks.clone();
+            tasks.push(tokio::spawn(async move {
+                let names: Vec<String> = (0..10).map(|j| format!("batch{i}:{j}")).collect();
+                let batch = locks.try_lock_batch_async(&names, Duration::from_secs(30));
+                tokio::time::timeout(Duration::from_millis(2 + i % 20), batch)
+                    .await
+                    .is_err()
+            }));
+        }
+        let mut cut = 0;
+        for t in tasks {
+            cut += usize::from(t.await.expect("task"));
+        }
+        cut
+    });
+    cluster.resume(1);
+    cluster.resume(2);
+    assert!(cut > 40, "only {cut} of 50 batches were cut part-way");
+    let until = Instant::now() + Duration::from_secs(3);
+    while !keys(&cluster).is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        keys(&cluster).is_empty(),
+        "keys left behind: {:?}",
+        keys(&cluster)
+    );
 }

@@ -35,6 +35,32 @@ use crate::redlock::quorum::{Failure, Quorum, Status, Vote, drift};
 use crate::resp::{Decimal, Value, encode_command};
 use crate::time::later;
 
+/// A batch's acquisition under way, undone if its future is dropped before the round concludes (an async caller
+/// gave up): every key it sent is released on every node with [`lua::RELEASE_BATCH`] in full, unawaited (each key
+/// compared with its own value: a node that never set it deletes nothing).
+struct BatchUndo<'a, N: Nodes, C: Clock> {
+    engine: &'a Engine<N, C>,
+    resources: &'a [&'a [u8]],
+    values: &'a [crate::redlock::token::Value],
+    live: &'a [usize],
+    armed: bool,
+}
+
+impl<N: Nodes, C: Clock> Drop for BatchUndo<'_, N, C> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let keys: Vec<&[u8]> = self.live.iter().map(|&i| self.resources[i]).collect();
+        let args: Vec<&[u8]> = self.live.iter().map(|&i| &self.values[i][..]).collect();
+        let mut request = bytes::BytesMut::new();
+        lua::eval(&mut request, lua::RELEASE_BATCH, true, &keys, &args);
+        let engine = self.engine;
+        let mut round = engine.fanout.release_round(engine.clock.now());
+        round.send_to(NodeSet::ALL, &request, 1);
+    }
+}
+
 impl<N: Nodes, C: Clock> Engine<N, C> {
     pub(crate) async fn try_lock_batch(
         &self,
@@ -73,8 +99,17 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
         let k = live.len();
         if k > 0 {
+            // Cancel-safe (issue #26): a batch dropped part-way releases every key it may have set.
+            let mut undo = BatchUndo {
+                engine: self,
+                resources,
+                values: &values,
+                live: &live,
+                armed: true,
+            };
             self.acquire_batch(resources, &values, &live, ttl, ttl_ms, &mut results)
                 .await;
+            undo.armed = false;
         }
         results
             .into_iter()

@@ -165,8 +165,22 @@ impl LockManager {
         resources: &[R],
         ttl: Duration,
     ) -> Vec<Result<Option<Lock>>> {
+        block(self.try_lock_batch_async(resources, ttl))
+    }
+
+    /// As [`try_lock_batch`](crate::redlock::LockManager::try_lock_batch), as a future that never blocks the
+    /// executor's thread (issue #26). Cancel-safe: dropped part-way, it releases every key it may have set.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock_batch`](crate::redlock::LockManager::try_lock_batch), per resource.
+    pub async fn try_lock_batch_async<R: AsRef<[u8]>>(
+        &self,
+        resources: &[R],
+        ttl: Duration,
+    ) -> Vec<Result<Option<Lock>>> {
         let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
-        block(self.engine().try_lock_batch(&names, ttl))
+        self.engine().try_lock_batch(&names, ttl).await
     }
 
     /// Releases `locks` in one round: one compare-and-delete script per node for all of them. Returns, per lock
@@ -185,6 +199,16 @@ impl LockManager {
     /// held it any more (it had expired: its work may have overlapped another holder's), [`Error::Quorum`] if its
     /// release is unconfirmed (the lock ends with its lease).
     pub fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
+        block(self.unlock_batch_async(locks))
+    }
+
+    /// As [`unlock_batch`](crate::redlock::LockManager::unlock_batch), as a future that never blocks the
+    /// executor's thread (issue #26).
+    ///
+    /// # Errors
+    ///
+    /// As [`unlock_batch`](crate::redlock::LockManager::unlock_batch), per lock.
+    pub async fn unlock_batch_async(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
         type Numbered = Vec<(usize, Lock)>;
         let (plain, other): (Numbered, Numbered) = locks
             .into_iter()
@@ -193,7 +217,7 @@ impl LockManager {
         let mut results: Vec<Option<Result<usize>>> =
             (0..plain.len() + other.len()).map(|_| None).collect();
         let (at, plain): (Vec<usize>, Vec<Lock>) = plain.into_iter().unzip();
-        let released = block(self.engine().unlock_batch(&plain));
+        let released = self.engine().unlock_batch(&plain).await;
         plain
             .iter()
             .for_each(|l| self.keeper.waits.notify(&l.resource));
@@ -201,7 +225,7 @@ impl LockManager {
             results[i] = Some(r);
         }
         for (i, lock) in other {
-            results[i] = Some(self.unlock(lock));
+            results[i] = Some(self.unlock_async(lock).await);
         }
         results
             .into_iter()
