@@ -935,3 +935,70 @@ fn until_lost_follows_renewals_then_reports_a_hung_majority_by_the_deadline() {
     );
     drop(guard);
 }
+
+/// The documented remedy of `once_right_after_dropping_a_task_guard_is_refused_by_the_dropped_guard` (ignored:
+/// by design), run in CI: a task guard released with `release_async` before the same resource is asked again is
+/// never in the way (20 of 20 granted at once).
+#[test]
+fn once_right_after_release_async_is_granted() {
+    let cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    current_thread().block_on(async move {
+        for i in 0..20 {
+            let guard = locks
+                .request("again")
+                .ttl(Duration::from_secs(30))
+                .hold_async()
+                .await
+                .expect("guard");
+            guard.release_async().await.expect("released");
+            let lock = locks
+                .request("again")
+                .once()
+                .acquire_async()
+                .await
+                .unwrap_or_else(|e| panic!("round {i}: {e}"));
+            locks.unlock_async(lock).await.expect("unlock");
+        }
+    });
+}
+
+/// The documented remedy of `an_unpolled_waiting_future_starves_every_other_waiter_of_the_process` (ignored: a
+/// known limit), run in CI: once the unpolled waiting future is dropped, its place in the line goes with it, and a
+/// blocking waiter gets the free resource at once.
+#[test]
+fn dropping_an_unpolled_waiting_future_frees_its_line() {
+    let cluster = Cluster::start(3);
+    let locks = locks::manager(cluster.urls(), config());
+    let holder = locks
+        .request("stall")
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .expect("holder");
+    let mut stalled = Box::pin(
+        locks
+            .request("stall")
+            .wait(Duration::from_secs(60))
+            .acquire_async(),
+    );
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(300) {
+        assert!(poll_once(stalled.as_mut()).is_pending());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    locks.unlock(holder).expect("unlock");
+    drop(stalled);
+    let started = Instant::now();
+    let got = locks
+        .request("stall")
+        .ttl(Duration::from_secs(5))
+        .wait(Duration::from_secs(2))
+        .acquire()
+        .expect("the free resource, once the stalled waiter is gone");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    locks.unlock(got).expect("unlock");
+}

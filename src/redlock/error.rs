@@ -318,5 +318,14 @@ impl std::error::Error for Error {
     }
 }
 
+/// A one-attempt result as the `try_` verbs give it: `Ok(None)` when another holder has it.
+pub(crate) fn not_held<T>(got: Result<T>) -> Result<Option<T>> {
+    match got {
+        Ok(got) => Ok(Some(got)),
+        Err(Error::Held(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// The lock API's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

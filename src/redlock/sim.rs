@@ -32,15 +32,6 @@ use crate::redlock::token::Tokens;
 
 pub use crate::redlock::engine::seam::{Clock, NodeRound, Nodes, SystemClock};
 
-/// A one-attempt result as the `try_` verbs give it: `Ok(None)` when another holder has it.
-fn not_held<T>(got: Result<T>) -> Result<Option<T>> {
-    match got {
-        Ok(got) => Ok(Some(got)),
-        Err(crate::redlock::Error::Held(_)) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
 /// The lock engine over simulated nodes and a simulated clock.
 #[derive(Debug)]
 pub struct Engine<N, C> {
@@ -171,7 +162,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// As [`LockManager::try_lock`](super::LockManager::try_lock).
     pub async fn try_lock(&self, resource: &[u8], ttl: Duration) -> Result<Option<Lock>> {
-        not_held(
+        crate::redlock::error::not_held(
             self.acquire(&Want::One(resource), resource, ttl, false)
                 .await,
         )
@@ -270,7 +261,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         ttl: Duration,
         retry: bool,
     ) -> Result<Option<LockSet>> {
-        let (sorted, ttl_ms) = self.core.check_set(resources, ttl)?;
+        let names = resources.iter().map(|r| r.to_vec()).collect();
+        let (sorted, ttl_ms) = self.core.check_set(names, ttl)?;
         let value = self.core.tokens.draw("drawing the lock value")?;
         let got = self
             .core
@@ -278,7 +270,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             .await;
         let got = match retry {
             true => got.map(Some),
-            false => not_held(got),
+            false => crate::redlock::error::not_held(got),
         };
         got.map(|set| set.map(LockSet::from_lock))
     }
@@ -310,7 +302,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             .await;
         let got = match retry {
             true => got.map(Some),
-            false => not_held(got),
+            false => crate::redlock::error::not_held(got),
         };
         got.map(|lock| lock.map(FencedLock::from_lock))
     }
@@ -398,7 +390,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             false => lua::RELEASE_REENTRANT,
         };
         self.core
-            .unlock_reentrant(lock, script)
+            .unlock_reentrant(
+                (&lock.resource, lock.nodes),
+                (&lock.owner.value, &lock.hold),
+                script,
+            )
             .await
             .map(|(released, _)| released)
     }

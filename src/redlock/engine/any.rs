@@ -12,8 +12,8 @@ use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::{Engine, settle};
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::kind::lock::{Kind, Lock};
-use crate::redlock::kind::reentrant::{Owner, ReentrantLock, count_key};
-use crate::redlock::kind::set::{LockSet, keys, set_name};
+use crate::redlock::kind::reentrant::{Owner, count_key};
+use crate::redlock::kind::set::{keys, set_name};
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Quorum, Status, Vote, drift};
 use crate::redlock::token;
@@ -213,12 +213,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         match &lock.kind {
             Kind::Plain => self.unlock(lock).await,
             Kind::Fenced(token) => self.unlock_fenced(lock, *token).await,
-            Kind::Set(names) => self.unlock_many(&LockSet::of(lock, names)).await,
-            Kind::Owned {
-                owner, hold, holds, ..
-            } => self
+            Kind::Set(names) => self.unlock_many(lock, names).await,
+            Kind::Owned { owner, hold, .. } => self
                 .unlock_reentrant(
-                    &ReentrantLock::of(lock, owner, *hold, *holds),
+                    (&lock.resource, lock.nodes),
+                    (&owner.value, hold),
                     lua::RELEASE_REENTRANT,
                 )
                 .await

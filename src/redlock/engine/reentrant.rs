@@ -84,26 +84,27 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         )))
     }
 
-    /// One release round of `lock`'s hold by `script` on every node its acquisition was sent to.
-    /// Releases one hold; with the number of nodes that confirmed it, whether some node deleted the key (no
-    /// hold was left there), so that waiters may look.
+    /// One release round of the hold `hold` of `owner` on `resource` by `script`, on `nodes` (every node its
+    /// acquisition was sent to). Releases one hold; with the number of nodes that confirmed it, whether some node
+    /// deleted the key (no hold was left there), so that waiters may look.
     pub(crate) async fn unlock_reentrant(
         &self,
-        lock: &ReentrantLock,
+        (resource, nodes): (&[u8], NodeSet),
+        (owner, hold): (&[u8], &[u8]),
         script: lua::Lua,
     ) -> Result<(usize, bool)> {
         let quorum = self.quorum();
-        let counter = count_key(&lock.resource);
-        let keys: [&[u8]; 2] = [&lock.resource, &counter];
-        let mut tally = Tally::new(&self.votes, self.fanout.len(), quorum, lock.nodes);
+        let counter = count_key(resource);
+        let keys: [&[u8]; 2] = [resource, &counter];
+        let mut tally = Tally::new(&self.votes, self.fanout.len(), quorum, nodes);
         let mut last = false;
         self.pipelined(
             Kind::Release,
-            lock.nodes,
+            nodes,
             1,
             later(self.clock.now(), self.config.round_timeout),
             quorum,
-            |buf, full| lua::eval(buf, script, full, &keys, &[&lock.owner.value, &lock.hold]),
+            |buf, full| lua::eval(buf, script, full, &keys, &[owner, hold]),
             |_, node, reply| {
                 // The holds left (0: the key went), or -1: the key is not the owner's (it expired), so nothing
                 // of this hold is there either. A nested hold removed (holds left > 0) deletes no key but is
@@ -120,6 +121,6 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             },
         )
         .await;
-        Ok((tally.finish(self, &lock.resource)?, last))
+        Ok((tally.finish(self, resource)?, last))
     }
 }

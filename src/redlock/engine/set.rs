@@ -9,6 +9,7 @@ use crate::redlock::engine::release::Tally;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::{Engine, settle};
 use crate::redlock::error::{Error, Outcome, Report, Result};
+use crate::redlock::kind::lock::Lock;
 use crate::redlock::kind::script_vote;
 use crate::redlock::kind::set::{LockSet, keys, set_name};
 use crate::redlock::lua;
@@ -18,20 +19,19 @@ use crate::resp::{Decimal, Value};
 use crate::time::later;
 
 impl<N: Nodes, C: Clock> Engine<N, C> {
-    /// Checks, sorts and deduplicates a set's names.
+    /// Checks, sorts and deduplicates a set's names (in place: the caller's own copy).
     pub(crate) fn check_set(
         &self,
-        resources: &[&[u8]],
+        mut sorted: Vec<Vec<u8>>,
         ttl: Duration,
     ) -> Result<(Vec<Vec<u8>>, u64)> {
         let ttl_ms = self.config.check_ttl(ttl)?;
-        if resources.is_empty() {
+        if sorted.is_empty() {
             return Err(Error::config("the set of resources is empty"));
         }
-        if resources.iter().any(|r| r.is_empty()) {
+        if sorted.iter().any(Vec::is_empty) {
             return Err(Error::config("a resource name in the set is empty"));
         }
-        let mut sorted: Vec<Vec<u8>> = resources.iter().map(|r| r.to_vec()).collect();
         sorted.sort_unstable();
         sorted.dedup();
         Ok((sorted, ttl_ms))
@@ -86,18 +86,19 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
     }
 
-    pub(crate) async fn unlock_many(&self, set: &LockSet) -> Result<usize> {
+    /// Releases the set `lock` holds (`names`: every key of it) where its acquisition was sent.
+    pub(crate) async fn unlock_many(&self, lock: &Lock, names: &[Vec<u8>]) -> Result<usize> {
         let quorum = self.quorum();
         let deadline = later(self.clock.now(), self.config.round_timeout);
-        let mut tally = Tally::new(&self.votes, self.fanout.len(), quorum, set.nodes);
-        let names = keys(&set.resources);
+        let mut tally = Tally::new(&self.votes, self.fanout.len(), quorum, lock.nodes);
+        let keys = keys(names);
         self.pipelined(
             Kind::Release,
-            set.nodes,
+            lock.nodes,
             1,
             deadline,
             quorum,
-            |buf, full| lua::eval(buf, lua::RELEASE_MANY, full, &names, &[&set.value]),
+            |buf, full| lua::eval(buf, lua::RELEASE_MANY, full, &keys, &[&lock.value]),
             |_, node, reply| {
                 // The number of keys deleted: any is "released here".
                 let vote = match reply.as_ref().map(Value::without_attributes) {
@@ -108,6 +109,6 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             },
         )
         .await;
-        tally.finish(self, &set_name(&set.resources))
+        tally.finish(self, &set_name(names))
     }
 }

@@ -122,19 +122,6 @@ impl ReentrantLock {
             nodes: lock.nodes,
         }
     }
-
-    /// The hold a [`Lock`] of kind [`Kind::Owned`] is, for the reentrant rounds.
-    pub(crate) fn of(lock: &Lock, owner: &Owner, hold: token::Value, holds: u64) -> ReentrantLock {
-        ReentrantLock {
-            resource: lock.resource.clone(),
-            owner: owner.clone(),
-            hold,
-            valid_until: lock.valid_until,
-            acquired: lock.acquired,
-            holds,
-            nodes: lock.nodes,
-        }
-    }
 }
 
 impl ReentrantLock {

@@ -119,18 +119,6 @@ impl LockSet {
             nodes: set.nodes,
         }
     }
-
-    /// The set a [`Lock`] of kind [`Kind::Set`] holds, for the set's rounds.
-    pub(crate) fn of(lock: &Lock, names: &[Vec<u8>]) -> LockSet {
-        LockSet {
-            resources: names.to_vec(),
-            value: lock.value,
-            valid_until: lock.valid_until,
-            acquired: lock.acquired,
-            extensions: lock.extensions,
-            nodes: lock.nodes,
-        }
-    }
 }
 
 impl fmt::Debug for LockSet {

@@ -85,7 +85,7 @@ impl LockManager {
         note = "use `request(resource).ttl(ttl).once().hold()` (`Err(Error::Held)` when held)"
     )]
     pub fn try_hold(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Option<Guard>> {
-        super::not_held(self.request(resource).ttl(ttl).once().hold())
+        crate::redlock::error::not_held(self.request(resource).ttl(ttl).once().hold())
     }
 
     /// Waits for `resource` as [`lock_wait`](LockManager::lock_wait) does, and holds it under a [`Guard`].

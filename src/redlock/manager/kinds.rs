@@ -71,7 +71,7 @@ impl LockManager {
         resources: &[R],
         ttl: Duration,
     ) -> Result<Option<LockSet>> {
-        super::not_held(self.request_all(resources).ttl(ttl).once().acquire())
+        crate::redlock::error::not_held(self.request_all(resources).ttl(ttl).once().acquire())
             .map(|set| set.map(LockSet::from_lock))
     }
 
@@ -282,7 +282,7 @@ impl LockManager {
         resource: impl AsRef<[u8]>,
         ttl: Duration,
     ) -> Result<Option<FencedLock>> {
-        super::not_held(self.request(resource).ttl(ttl).fenced().once().acquire())
+        crate::redlock::error::not_held(self.request(resource).ttl(ttl).fenced().once().acquire())
             .map(|lock| lock.map(FencedLock::from_lock))
     }
 
@@ -427,7 +427,11 @@ impl LockManager {
         lock: ReentrantLock,
         script: lua::Lua,
     ) -> std::result::Result<usize, Unreleased<ReentrantLock>> {
-        match block(self.engine().unlock_reentrant(&lock, script)) {
+        match block(self.engine().unlock_reentrant(
+            (&lock.resource, lock.nodes),
+            (&lock.owner.value, &lock.hold),
+            script,
+        )) {
             Ok((released, freed)) => {
                 if freed {
                     self.keeper.waits.notify(lock.resource());

@@ -172,15 +172,6 @@ impl Drop for NotifyOnDrop<'_> {
     }
 }
 
-/// A one-attempt result as the `try_` verbs give it: `Ok(None)` when another holder has it.
-fn not_held<T>(got: Result<T>) -> Result<Option<T>> {
-    match got {
-        Ok(got) => Ok(Some(got)),
-        Err(Error::Held(_)) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
 impl LockManager {
     /// The engine: every round goes through it.
     #[inline]
@@ -257,7 +248,7 @@ impl LockManager {
         note = "use `request(resource).ttl(ttl).once().acquire()` (`Err(Error::Held)` when held)"
     )]
     pub fn try_lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Option<Lock>> {
-        not_held(self.request(resource).ttl(ttl).once().acquire())
+        crate::redlock::error::not_held(self.request(resource).ttl(ttl).once().acquire())
     }
 
     /// Extends `lock`'s lease to `ttl` from now, on all nodes at once. On success the new validity is measured

@@ -35,6 +35,13 @@ enum Waiting {
     Wait(Duration),
 }
 
+/// What a request locks: one resource, or a set (all or none).
+#[derive(Debug)]
+enum Names {
+    One(Vec<u8>),
+    Set(Vec<Vec<u8>>),
+}
+
 /// The kind asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Asked {
@@ -87,8 +94,7 @@ enum Asked {
 #[must_use = "a request does nothing until a terminal (acquire, hold, run) is called"]
 pub struct Request<'m> {
     locks: &'m LockManager,
-    resources: Vec<Vec<u8>>,
-    set: bool,
+    names: Names,
     ttl: Option<Duration>,
     waiting: Waiting,
     asked: Asked,
@@ -98,7 +104,7 @@ impl LockManager {
     /// A request for a lock on `resource`: set its options, then [`acquire`](Request::acquire),
     /// [`hold`](Request::hold) or [`run`](Request::run).
     pub fn request(&self, resource: impl AsRef<[u8]>) -> Request<'_> {
-        Request::new(self, vec![resource.as_ref().to_vec()], false)
+        Request::new(self, Names::One(resource.as_ref().to_vec()))
     }
 
     /// A request for a set of resources, all or none, with one value and one lease: one script per node carries
@@ -109,16 +115,15 @@ impl LockManager {
         resources: impl IntoIterator<Item = R>,
     ) -> Request<'_> {
         let names = resources.into_iter().map(|r| r.as_ref().to_vec()).collect();
-        Request::new(self, names, true)
+        Request::new(self, Names::Set(names))
     }
 }
 
 impl<'m> Request<'m> {
-    fn new(locks: &'m LockManager, resources: Vec<Vec<u8>>, set: bool) -> Request<'m> {
+    fn new(locks: &'m LockManager, names: Names) -> Request<'m> {
         Request {
             locks,
-            resources,
-            set,
+            names,
             ttl: None,
             waiting: Waiting::Retry,
             asked: Asked::Plain,
@@ -351,40 +356,41 @@ impl<'m> Request<'m> {
         if guarded {
             self.locks.check_guard_ttl(ttl)?;
         }
-        let names: Vec<&[u8]> = self.resources.iter().map(Vec::as_slice).collect();
         let sorted;
-        let (want, ttl_ms) = if self.set {
-            match &self.asked {
-                Asked::Plain => {}
-                Asked::Fenced => {
-                    return Err(Error::config(
-                        "a fenced set is not supported: the fencing counter is per resource, and no script \
-                         confirms one token across a set's counters (fence each resource, or lock the set \
-                         and fence one resource that stands for it)",
-                    ));
+        let (want, ttl_ms) = match self.names {
+            Names::Set(names) => {
+                match &self.asked {
+                    Asked::Plain => {}
+                    Asked::Fenced => {
+                        return Err(Error::config(
+                            "a fenced set is not supported: the fencing counter is per resource, and no script \
+                             confirms one token across a set's counters (fence each resource, or lock the set \
+                             and fence one resource that stands for it)",
+                        ));
+                    }
+                    Asked::Owned(_) => {
+                        return Err(Error::config(
+                            "an owned (reentrant) set is not supported: holds are counted per resource, and no \
+                             script adds a hold to a set's keys together",
+                        ));
+                    }
                 }
-                Asked::Owned(_) => {
-                    return Err(Error::config(
-                        "an owned (reentrant) set is not supported: holds are counted per resource, and no \
-                         script adds a hold to a set's keys together",
-                    ));
-                }
+                let (s, ttl_ms) = engine.check_set(names, ttl)?;
+                sorted = s;
+                let value = engine
+                    .tokens
+                    .draw("drawing the lock value from the OS's randomness")?;
+                (Want::Set(&sorted, value), ttl_ms)
             }
-            let (s, ttl_ms) = engine.check_set(&names, ttl)?;
-            sorted = s;
-            let value = engine
-                .tokens
-                .draw("drawing the lock value from the OS's randomness")?;
-            (Want::Set(&sorted, value), ttl_ms)
-        } else {
-            let resource = names.first().copied().unwrap_or_default();
-            let ttl_ms = engine.check(resource, ttl)?;
-            let want = match &self.asked {
-                Asked::Plain => Want::One(resource),
-                Asked::Fenced => Want::Fenced(resource),
-                Asked::Owned(owner) => Want::Owned(owner, resource),
-            };
-            (want, ttl_ms)
+            Names::One(ref resource) => {
+                let ttl_ms = engine.check(resource, ttl)?;
+                let want = match &self.asked {
+                    Asked::Plain => Want::One(resource),
+                    Asked::Fenced => Want::Fenced(resource),
+                    Asked::Owned(owner) => Want::Owned(owner, resource),
+                };
+                (want, ttl_ms)
+            }
         };
         let op = observe::start(
             "acquire",
