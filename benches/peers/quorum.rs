@@ -11,6 +11,9 @@
 //!   reply (the node restarted or was flushed) loads it again on that node and retries, as `redis::Script` does.
 //! - **Value**: 20 random bytes per acquisition from a ChaCha8 stream per handle, seeded by the OS.
 //!
+//! With [`RedisQuorum::waiting_for_all`] it waits instead for every node's reply before it decides (issue #26's
+//! harness: the simplest correct client, `join_all` over the nodes).
+//!
 //! The replies of the nodes not awaited are left to redis-rs, which drops them when they arrive. Clone a client with
 //! [`RedisQuorum::handle`]: the connections are shared (redis-rs pipelines the handles' requests on them), the
 //! random stream is not.
@@ -39,6 +42,8 @@ pub struct RedisQuorum {
     release: Script,
     ttl: Duration,
     rng: ChaCha8Rng,
+    /// Whether a round waits for every node's reply (else it decides at the majority).
+    wait_all: bool,
 }
 
 impl RedisQuorum {
@@ -63,6 +68,7 @@ impl RedisQuorum {
             release,
             ttl,
             rng: seeded(),
+            wait_all: false,
         })
     }
 
@@ -73,7 +79,14 @@ impl RedisQuorum {
             release: self.release.clone(),
             ttl: self.ttl,
             rng: seeded(),
+            wait_all: self.wait_all,
         }
+    }
+
+    /// This client, deciding each round only once every node answered.
+    pub fn waiting_for_all(mut self) -> RedisQuorum {
+        self.wait_all = true;
+        self
     }
 
     /// The majority: `N/2 + 1`.
@@ -119,7 +132,7 @@ impl RedisQuorum {
                         first_error.get_or_insert_with(|| e.to_string());
                     }
                 }
-                if yes >= quorum || no > n - quorum {
+                if !self.wait_all && (yes >= quorum || no > n - quorum) {
                     break;
                 }
             }
@@ -169,12 +182,18 @@ impl RedisQuorum {
                     first_error.get_or_insert_with(|| e.to_string());
                 }
             }
+            if self.wait_all {
+                continue;
+            }
             if deleted >= quorum {
                 return Ok(());
             }
             if not > n - quorum {
                 break;
             }
+        }
+        if deleted >= quorum {
+            return Ok(());
         }
         Err(format!(
             "redis-rs/quorum: released on {deleted} of {n} nodes, first error: {}",

@@ -118,6 +118,34 @@ pub fn muxlock_caller(manager: &LockManager, mut names: Names, window: Window) -
     }
 }
 
+/// muxlock's async API from a task: one attempt per acquisition (the manager's retry count is 0), each call under
+/// the same 2 s timeout as the peers' (dropping the future part-way is cancel-safe).
+pub async fn async_caller(
+    manager: std::sync::Arc<LockManager>,
+    mut names: Names,
+    window: Window,
+) -> Tally {
+    let mut tally = Tally::new();
+    let quorum = manager.quorum();
+    loop {
+        let t0 = Instant::now();
+        if t0 >= window.end {
+            return tally;
+        }
+        let request = manager.request(names.next()).ttl(TTL).once();
+        match timeout(CALL_TIMEOUT, request.acquire_async()).await {
+            Err(_) => tally.failed(Step::Acquire, "muxlock/async: acquire timed out after 2 s"),
+            Ok(Err(e)) => tally.failed(Step::Acquire, e),
+            Ok(Ok(lock)) => match timeout(CALL_TIMEOUT, manager.unlock_async(lock)).await {
+                Err(_) => tally.failed(Step::Release, "muxlock/async: release timed out after 2 s"),
+                Ok(Ok(n)) if n >= quorum => tally.done(t0, window),
+                Ok(Ok(n)) => tally.failed(Step::Release, format!("released on {n} nodes only")),
+                Ok(Err(e)) => tally.failed(Step::Release, e),
+            },
+        }
+    }
+}
+
 pub async fn rslock_caller(
     manager: rslock::LockManager,
     mut names: Names,

@@ -44,6 +44,11 @@ pub enum Client {
     Redlock,
     /// No Redlock: one redis-rs sync connection per caller thread to node 0.
     Single,
+    /// muxlock's async API (issue #26): tasks on a 2-worker multi-thread tokio runtime of its own, sharing the
+    /// manager of `muxlock/shared`.
+    Async,
+    /// [`RedisQuorum`] deciding each round only once every node answered (issue #26's harness).
+    QuorumAll,
     /// No compare at all (issue #25's floor): muxlock's own fanout, shared like `muxlock/shared`, sends `SET NX PX`
     /// then a plain `DEL` to every node, each decided by a majority. What a cycle would cost the servers if the
     /// release needed no compare.
@@ -59,7 +64,7 @@ pub const CLIENTS: [Client; 4] = [
 ];
 
 /// Every client, as `scripts/bench-report` runs them (and the floor, named only with `MUXLOCK_TP_CLIENTS`).
-pub const ALL_CLIENTS: [Client; 7] = [
+pub const ALL_CLIENTS: [Client; 9] = [
     Client::Shared,
     Client::PerThread,
     Client::Rslock,
@@ -67,6 +72,8 @@ pub const ALL_CLIENTS: [Client; 7] = [
     Client::Redlock,
     Client::Single,
     Client::Floor,
+    Client::Async,
+    Client::QuorumAll,
 ];
 
 impl Client {
@@ -79,6 +86,8 @@ impl Client {
             Client::Redlock => "redlock",
             Client::Single => "redis-rs/single",
             Client::Floor => "floor/set+del",
+            Client::Async => "muxlock/async",
+            Client::QuorumAll => "redis-rs/quorum-all",
         }
     }
 
@@ -92,11 +101,13 @@ impl Client {
             Client::Redlock => "redlock",
             Client::Single => "single",
             Client::Floor => "floor",
+            Client::Async => "mux-async",
+            Client::QuorumAll => "quorum-all",
         }
     }
 
     pub fn is_muxlock(self) -> bool {
-        matches!(self, Client::Shared | Client::PerThread)
+        matches!(self, Client::Shared | Client::PerThread | Client::Async)
     }
 }
 
@@ -172,6 +183,8 @@ pub struct Clients {
     rslock_rt: Runtime,
     quorum: RedisQuorum,
     pub quorum_rt: Runtime,
+    /// `muxlock/async`'s runtime: 2 workers, as issue #26 names.
+    async_rt: Runtime,
     urls: Vec<String>,
     floor: Arc<muxlock::net::Fanout>,
 }
@@ -215,6 +228,11 @@ impl Clients {
             rslock_rt: runtime(),
             quorum,
             quorum_rt,
+            async_rt: tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("a multi-thread tokio runtime"),
             urls: urls.to_vec(),
             floor: Arc::new(
                 muxlock::net::Fanout::new(
@@ -273,9 +291,9 @@ impl Clients {
 
 /// What one run of a case gave.
 pub struct Run {
-    tally: Tally,
-    blocked: usize,
-    cpu: Cpu,
+    pub tally: Tally,
+    pub blocked: usize,
+    pub cpu: Cpu,
 }
 
 fn sleep_until(t: Instant) {
@@ -322,10 +340,19 @@ pub fn run_case(
                     let _ = tx.send(rslock_caller(manager, names, window).await);
                 }));
             }
-            Client::Quorum => {
-                let handle = clients.quorum.handle();
+            Client::Quorum | Client::QuorumAll => {
+                let handle = match client {
+                    Client::Quorum => clients.quorum.handle(),
+                    _ => clients.quorum.handle().waiting_for_all(),
+                };
                 tasks.push(clients.quorum_rt.spawn(async move {
                     let _ = tx.send(quorum_caller(handle, names, window).await);
+                }));
+            }
+            Client::Async => {
+                let manager = Arc::clone(&clients.shared);
+                tasks.push(clients.async_rt.spawn(async move {
+                    let _ = tx.send(caller::async_caller(manager, names, window).await);
                 }));
             }
             Client::Floor => {
@@ -449,10 +476,12 @@ impl Clients {
             rslock_rt,
             quorum,
             quorum_rt,
+            async_rt,
             urls: _,
             floor,
         } = self;
         drop((shared, per_thread, rslock, quorum, floor));
+        async_rt.shutdown_timeout(Duration::from_secs(1));
         rslock_rt.shutdown_timeout(Duration::from_secs(1));
         quorum_rt.shutdown_timeout(Duration::from_secs(1));
     }

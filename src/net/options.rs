@@ -17,7 +17,7 @@ use crate::resp::Limits;
 /// use muxlock::net::Options;
 ///
 /// let opts = Options::default().with_connect_timeout(Duration::from_millis(200));
-/// assert_eq!(opts.max_in_flight(), 1024);
+/// assert_eq!(opts.max_in_flight(), 16_384);
 /// ```
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -69,7 +69,7 @@ settings! {
     backoff_min, with_backoff_min: Duration;
     /// Sets the longest delay between two dials of a down node (default 1 s).
     backoff_max, with_backoff_max: Duration;
-    /// Sets how many requests a node may have without replies (default 1,024). Past it, a further request is not sent: it is
+    /// Sets how many requests a node may have without replies (default 16,384). Past it, a further request is not sent: it is
     /// that node's failed vote ([`NodeError::Overloaded`](super::NodeError::Overloaded)), while the requests on the
     /// wire are kept. Releases may use a reserve of as many again, then wait for room. Bounds memory however slow
     /// a node is.
@@ -130,7 +130,7 @@ impl Default for Options {
             connect_timeout: Duration::from_secs(1),
             backoff_min: Duration::from_millis(10),
             backoff_max: Duration::from_secs(1),
-            max_in_flight: 1024,
+            max_in_flight: 16_384,
             hung_timeout: Duration::from_secs(5),
             spin: Duration::ZERO,
             limits: Limits::default()

@@ -88,9 +88,11 @@ settings! {
     /// Sets how many times one lock may be extended with [`extend`](super::LockManager::extend) (default 1,000).
     /// The spec asks for a bound so that a holder cannot keep a resource forever by mistake.
     max_extensions, with_max_extensions: u32;
-    /// Sets how many requests a node may have without replies (default 1,024). Past it, an acquisition does not
+    /// Sets how many requests a node may have without replies (default 16,384). Past it, an acquisition does not
     /// send to that node (its vote fails as overloaded) while the requests on the wire are kept; releases use a
-    /// reserve of as many again, then wait for room. A slow node is never dropped for being slow.
+    /// reserve of as many again, then wait for room. A slow node is never dropped for being slow. The default lets
+    /// 10,000 tasks or threads share one manager, each with a request on every node, without a refusal (a request
+    /// in flight costs its bytes and a slot: about 2 MB per node at the bound).
     max_in_flight, with_max_in_flight: usize;
     /// Sets how long a node may have requests without replies and send nothing at all before its connection is
     /// dropped as hung, failing those requests (default 5 s). Catches hosts that vanished without closing their
@@ -260,7 +262,7 @@ impl Default for Config {
             round_timeout: Duration::from_millis(50),
             connect_timeout: Duration::from_secs(1),
             max_extensions: 1000,
-            max_in_flight: 1024,
+            max_in_flight: 16_384,
             hung_timeout: Duration::from_secs(5),
             spin: Duration::ZERO,
             restart_guard: true,

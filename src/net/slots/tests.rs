@@ -7,23 +7,20 @@ fn ok(n: i64) -> Reply {
     Ok(Value::Integer(n))
 }
 
-/// The counts of waiting threads and tasks match the slots.
+/// The waiters' index holds exactly the slots that have a waiter, each under its own instant and kind.
 #[track_caller]
 fn consistent(slots: &Slots) {
-    let threads = slots
-        .slots
-        .iter()
+    let key = |s: &Slot| (s.wake_at, s.index);
+    let threads: BTreeSet<_> = (slots.slots.iter())
         .filter(|s| matches!(s.waiter, Some(Wake::Thread(_))))
-        .count();
-    let tasks = slots
-        .slots
-        .iter()
+        .map(key)
+        .collect();
+    let tasks: BTreeSet<_> = (slots.slots.iter())
         .filter(|s| matches!(s.waiter, Some(Wake::Task(_))))
-        .count();
-    assert_eq!(
-        (slots.waiting.threads, slots.waiting.tasks),
-        (threads, tasks)
-    );
+        .map(key)
+        .collect();
+    assert_eq!(slots.waiting.threads, threads);
+    assert_eq!(slots.waiting.tasks, tasks);
 }
 
 #[test]
@@ -311,4 +308,50 @@ fn tasks_wait_beside_threads_and_a_closed_round_gives_its_waker_back() {
         0,
         "never woken"
     );
+}
+
+/// The waiters' index follows a task that waits again under another instant, and many waiters are woken in the
+/// order they are due, only the ones due, whatever their slots' order.
+#[test]
+fn waiters_are_found_by_when_they_are_due() {
+    let mut slots = Slots::default();
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    let (count, waker) = counting();
+    // 1,000 rounds, due from the last opened to the first.
+    let rounds: Vec<SlotRef> = (0..1000).map(|i| slots.open(1, ms(2000 - i))).collect();
+    for r in &rounds {
+        slots.expect(*r, 0, 1);
+        slots.wait(*r, &waker, ms(5000));
+    }
+    consistent(&slots);
+    assert_eq!(slots.earliest_task(), Some(ms(1001)));
+    // The same task waiting again sooner is filed under the new instant (its waker kept).
+    assert!(slots.wait(rounds[0], &waker, ms(10)).is_none());
+    consistent(&slots);
+    assert_eq!(slots.earliest_task(), Some(ms(10)));
+    assert_eq!(slots.earliest_sleeper(), Some(ms(10)));
+    let mut wake = Vec::new();
+    slots.wake_due(ms(1010), &mut wake);
+    assert_eq!(
+        wake.len(),
+        11,
+        "the one re-timed and the 10 due by 1,010 ms"
+    );
+    wake.drain(..).for_each(Wake::wake);
+    assert_eq!(count.0.load(std::sync::atomic::Ordering::Relaxed), 11);
+    consistent(&slots);
+    assert_eq!(slots.earliest_task(), Some(ms(1011)));
+    // A thread that sleeps is the successor, and the tasks stay.
+    slots.sleep(rounds[0], std::thread::current());
+    assert_eq!(slots.earliest_sleeper(), Some(ms(1011)));
+    consistent(&slots);
+    assert!(matches!(slots.successor(), Successor::Thread(_)));
+    assert!(matches!(slots.successor(), Successor::Tasks));
+    for r in rounds {
+        slots.close(r);
+    }
+    consistent(&slots);
+    assert_eq!(slots.earliest_sleeper(), None);
+    assert!(matches!(slots.successor(), Successor::Nobody));
 }

@@ -67,7 +67,7 @@ use crate::time::later;
 const SLACK: Duration = Duration::from_millis(20);
 /// How long the thread waits when nothing is scheduled (it is also woken by [`Watchdog::poke`]).
 const IDLE: Duration = Duration::from_secs(1);
-/// Most requests of one kind in one round: well under a node's default bound of 1,024 requests in flight.
+/// Most requests of one kind in one round: well under a node's default bound of 16,384 requests in flight.
 pub(crate) const CHUNK: usize = 256;
 
 #[derive(Debug, Default)]
