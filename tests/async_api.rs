@@ -404,3 +404,57 @@ fn cancelled_batches_leave_nothing_behind() {
         keys(&cluster)
     );
 }
+
+/// 10,000 tasks in a closed loop for 1.5 s, each cycle one attempt (`once`) and a release, at the library's
+/// defaults (50 ms rounds): no call fails. With the old default `max_in_flight` of 1,024, most were refused as
+/// overloaded.
+#[test]
+fn ten_thousand_single_attempts_at_the_default_round_timeout() {
+    let cluster = Cluster::start(5);
+    let locks = locks::manager(
+        cluster.urls(),
+        muxlock::Config::default().with_restart_guard(false),
+    );
+    let errors = Arc::new(AtomicU64::new(0));
+    let first = Arc::new(std::sync::Mutex::new(None::<String>));
+    let started = Instant::now();
+    two_workers().block_on(async {
+        let tasks: Vec<_> = (0..10_000)
+            .map(|i| {
+                let (locks, errors, first) =
+                    (locks.clone(), Arc::clone(&errors), Arc::clone(&first));
+                tokio::spawn(async move {
+                    // Cycles in a closed loop for a while: the nodes' queues stay 10,000 deep.
+                    for k in 0.. {
+                        if started.elapsed() > Duration::from_millis(1500) {
+                            break;
+                        }
+                        let request = locks.request(format!("s{i}.{k}")).once();
+                        let outcome = match request.acquire_async().await {
+                            Ok(lock) => locks.unlock_async(lock).await.map(|_| ()),
+                            Err(e) => Err(e),
+                        };
+                        if let Err(e) = outcome {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            first.lock().expect("lock").get_or_insert(e.to_string());
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("task");
+        }
+    });
+    assert_eq!(
+        errors.load(Ordering::Relaxed),
+        0,
+        "first: {:?}",
+        first.lock().expect("lock")
+    );
+    assert!(
+        keys(&cluster).is_empty(),
+        "keys left: {:?}",
+        keys(&cluster).len()
+    );
+}

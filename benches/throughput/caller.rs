@@ -39,7 +39,9 @@ impl Tally {
     pub fn new() -> Tally {
         Tally {
             cycles: 0,
-            latency: Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds"),
+            // 1 µs to 60 s at 2 significant figures (1 %): 17 KB a caller. At 3 figures from 1 ns a histogram
+            // took 220 KB, and 10,000 callers zeroed 2.2 GB as a case started.
+            latency: Histogram::new_with_bounds(1_000, 60_000_000_000, 2).expect("valid bounds"),
             failures: [0; 2],
             first_error: [None, None],
         }
