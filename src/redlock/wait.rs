@@ -97,7 +97,7 @@ impl<'a> Line<'a> {
 }
 
 /// Acquires `want` (checked), waiting for it up to `max_wait`. One plain resource waits in the nodes' queue
-/// across processes (`handoff`; blocking callers only, for now: an async waiter lines up in this process); every
+/// across processes (`handoff`), threads and tasks alike; every
 /// other kind (and a plain one on nodes that refuse the queue's script) waits in this process' [`Line`], each
 /// attempt one round of its kind. Under `block` it blocks the thread; polled by an executor it is a future
 /// that never blocks (issue #26), woken as a parked thread would be unparked, and leaves its line when dropped.
@@ -110,10 +110,9 @@ pub(crate) async fn acquire_wait(
     let until = later(Instant::now(), max_wait);
     if let Want::One(resource) = want
         && !keeper.waits.unqueued()
-        && blocking()
     {
         // Queued across processes: see `handoff`.
-        match handoff::queued_wait(keeper, resource, ttl, ttl_ms, max_wait) {
+        match handoff::queued_wait(keeper, resource, ttl, ttl_ms, max_wait).await {
             Ok(got) => return got,
             // The nodes refuse the queue's script (an ACL without its commands or keys, `EVAL` disabled): wait
             // as before the queue, for the time left, and from now on.

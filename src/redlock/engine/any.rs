@@ -56,12 +56,30 @@ impl Want<'_> {
 }
 
 /// An acquisition round under way, undone if its future is dropped before the round concludes: see
-/// [`Engine::attempt_any`]. `fresh` is the attempt's value (an owned hold's id).
-struct Undo<'a, N: Nodes, C: Clock> {
+/// [`Engine::attempt_any`] (and the queued attempt, `queued.rs`). `fresh` is the attempt's value (an owned hold's
+/// id).
+pub(crate) struct Undo<'a, N: Nodes, C: Clock> {
     engine: &'a Engine<N, C>,
     want: &'a Want<'a>,
     fresh: token::Value,
     armed: bool,
+}
+
+impl<'a, N: Nodes, C: Clock> Undo<'a, N, C> {
+    /// Armed: dropped as it is, it releases what an attempt at `want` with the value `fresh` may have set.
+    pub(crate) fn new(engine: &'a Engine<N, C>, want: &'a Want<'a>, fresh: token::Value) -> Self {
+        Undo {
+            engine,
+            want,
+            fresh,
+            armed: true,
+        }
+    }
+
+    /// The round concluded (its own failure path releases partial grants): nothing to undo.
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
 }
 
 impl<N: Nodes, C: Clock> Drop for Undo<'_, N, C> {
@@ -127,12 +145,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 .tokens
                 .draw("drawing the lock value from the OS's randomness")?,
         };
-        let mut undo = Undo {
-            engine: self,
-            want,
-            fresh,
-            armed: true,
-        };
+        let mut undo = Undo::new(self, want, fresh);
         let got = match want {
             Want::One(resource) => self.attempt(resource, fresh, ttl, ttl_ms).await,
             Want::Set(names, value) => self
@@ -148,7 +161,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 .await?
                 .map(Lock::from),
         };
-        undo.armed = false;
+        undo.disarm();
         Ok(got)
     }
 

@@ -7,6 +7,7 @@ use bytes::BytesMut;
 
 use crate::net::NodeSet;
 use crate::redlock::engine::Engine;
+use crate::redlock::engine::any::{Undo, Want};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::error::{Outcome, Report, Result};
 use crate::redlock::kind::is_noscript;
@@ -32,6 +33,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let value = self
             .tokens
             .draw("drawing the lock value from the OS's randomness")?;
+        // A task's future dropped before the round is decided releases what the round may have set (as an
+        // acquisition attempt does, `any.rs`); once decided, `conclude` releases a failure's partial grants.
+        let want = Want::One(resource);
+        let mut undo = Undo::new(self, &want, value);
         let n = self.fanout.len();
         let ttl_digits = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
         let mut request = BytesMut::with_capacity(256 + 4 * resource.len());
@@ -87,6 +92,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             round.need(quorum.votes_to_decide());
         }
         drop(round);
+        undo.disarm();
         // A waiter that never queued may have been queued by this very round on the nodes that did not grant
         // (not awaited, or refused: another waiter headed them a moment ago): with the lock, it leaves there, or
         // its entry would head those nodes' queues, unattended, for a lease. (A waiter that queued before leaves

@@ -255,11 +255,11 @@ impl<'m> Request<'m> {
     /// As [`acquire`](Request::acquire), as a future for any executor (tokio, smol, ...; the library needs no
     /// runtime): it never blocks the executor's thread — its rounds are woken by the manager's driver thread,
     /// its pauses by the crate's timer thread — and `.wait(d)` waits without polling, woken by releases and
-    /// invalidations as a blocking waiter is (in this process' line; the cross-process queue of one plain
-    /// resource is for blocking waiters only, for now).
+    /// invalidations as a blocking waiter is (one plain resource in the nodes' queue across processes, any other
+    /// kind in this process' line).
     ///
     /// **Cancel-safe**: dropping the future at any point leaves no lock held — an attempt under way is undone on
-    /// every node at once, a waiter leaves its line.
+    /// every node at once, a waiter leaves its line (and the nodes' queue).
     ///
     /// # Errors
     ///

@@ -69,10 +69,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::BytesMut;
 
-use super::{FREE_STREAK, Place, give_up, note_wait, sleep, wake_for_holder};
+use super::{FREE_STREAK, Place, give_up, note_wait, park, sleep, wake_for_holder};
 use crate::net::NodeSet;
 use crate::redlock::engine::Engine;
-use crate::redlock::engine::seam::block;
+use crate::redlock::engine::seam::NodeRound;
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::guard::Keeper;
 use crate::redlock::kind::lock::Lock;
@@ -131,8 +131,10 @@ impl Drop for Queued<'_> {
 }
 
 /// [`lock_wait`](super::lock_wait)'s loop: as [`wait_for`](super::wait_for), with queued attempts, and a waiter that is not
-/// the queue's head waits on its turn key instead of the lock key.
-pub(super) fn queued_wait(
+/// the queue's head waits on its turn key instead of the lock key. For threads (under `block`) and tasks alike; a
+/// task's future dropped part-way leaves the nodes' queue (`Queued`) and this process' line (`Place`), and an
+/// attempt cut short releases what it may have been granted (`queued_attempt`).
+pub(super) async fn queued_wait(
     keeper: &Arc<Keeper>,
     resource: &[u8],
     ttl: Duration,
@@ -172,7 +174,7 @@ pub(super) fn queued_wait(
         }
         if !head {
             note_wait(&mut waited, activity);
-            keeper.waits.park(resource, ticket, None, until);
+            park(&keeper.waits, (resource, ticket, None), until).await;
             continue;
         }
         // The process's head takes a place in the nodes' queue when it first comes to the front here.
@@ -180,7 +182,7 @@ pub(super) fn queued_wait(
             .entry
             .get_or_insert_with(|| new_entry(engine, resource));
         let (failure, mut report, refusal) =
-            match block(engine.queued_attempt(resource, ttl, ttl_ms, entry, queued.joined)) {
+            match (engine.queued_attempt(resource, ttl, ttl_ms, entry, queued.joined)).await {
                 // Held by a majority now: `queued` leaves the queue on every node as it drops (the next waiter's
                 // turn comes with it).
                 Ok(Ok(lock)) => return Ok(Ok(lock)),
@@ -202,16 +204,10 @@ pub(super) fn queued_wait(
                 keeper.watchdog.ensure_started(Arc::downgrade(keeper));
                 if refusal.head {
                     // Our turn: wait for the lock key, as a lone waiter does.
-                    block(wake_for_holder(
-                        keeper,
-                        &[resource],
-                        &mut report,
-                        &mut free_streak,
-                        now,
-                    ))
+                    wake_for_holder(keeper, &[resource], &mut report, &mut free_streak, now).await
                 } else {
                     // Another waiter's turn: wait for ours (or refresh the entry).
-                    let (changed, tracked) = arm_turn(keeper, entry, &refusal.turns);
+                    let (changed, tracked) = arm_turn(keeper, entry, &refusal.turns).await;
                     if changed && free_streak < FREE_STREAK {
                         free_streak += 1;
                         now
@@ -232,12 +228,13 @@ pub(super) fn queued_wait(
         keeper.waits.set_error(resource, &error);
         last = Some(error);
         note_wait(&mut waited, activity);
-        block(sleep(
+        sleep(
             keeper,
             (resource, ticket, generation),
             wake.min(refresh).min(until),
             until,
-        ));
+        )
+        .await;
     }
 }
 
@@ -245,7 +242,7 @@ pub(super) fn queued_wait(
 /// takes the lock (or a node dropping a dead head) bumps it, and the push wakes this waiter. Returns whether
 /// some node's value already differs from what the attempt saw (the turn came meanwhile), and on how many
 /// nodes the key is now tracked.
-fn arm_turn(keeper: &Keeper, entry: &Entry, seen: &[Option<i64>]) -> (bool, usize) {
+async fn arm_turn(keeper: &Keeper, entry: &Entry, seen: &[Option<i64>]) -> (bool, usize) {
     let engine = &keeper.engine;
     let Some(tracker) = keeper.watchdog.tracker(engine) else {
         return (false, 0);
@@ -268,7 +265,8 @@ fn arm_turn(keeper: &Keeper, entry: &Entry, seen: &[Option<i64>]) -> (bool, usiz
     let (mut changed, mut tracked) = (false, 0);
     let mut errors = Vec::new();
     while tracked < enough {
-        let Some((node, reply)) = round.next() else {
+        // Blocks a thread under `block`; a task's poll never blocks (the seam's `next`).
+        let Some((node, reply)) = NodeRound::next(&mut round).await else {
             break;
         };
         let now = match reply {
