@@ -46,7 +46,7 @@ use hdrhistogram::Histogram;
 use muxlock::{Config, LockManager};
 use peers::quorum::RedisQuorum;
 use support::Cluster;
-use throughput::report::{Row, loadavg, print_table};
+use throughput::report::{Row, loadavg, print_ratio, print_table};
 use throughput::{Client, Clients, Settings, TTL, run_case};
 
 /// One lone-caller case.
@@ -291,17 +291,7 @@ fn print_goals(rows: &[Row]) {
     println!("\n| what | value (ratio of medians) | range over repetitions | goal | verdict |");
     println!("|---|---:|---:|---|---|");
     let ratio = |label: String, ours: &Row, theirs: &Row, goal: f64| {
-        let value = ours.median() / theirs.median();
-        let per_rep: Vec<f64> = ours
-            .rates
-            .iter()
-            .zip(&theirs.rates)
-            .map(|(a, b)| a / b)
-            .collect();
-        let min = per_rep.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = per_rep.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let verdict = if value >= goal { "met" } else { "missed" };
-        println!("| {label} | {value:.2} | {min:.2}–{max:.2} | ≥ {goal} | {verdict} |");
+        print_ratio(&label, ours, theirs, goal)
     };
     for n in [64, 1000] {
         for (peer, goal) in [

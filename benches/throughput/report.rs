@@ -241,16 +241,7 @@ pub fn print_goals(rows: &[Row], s: &Settings) {
             println!("| {label} | not run | | ≥ {goal} | |");
             continue;
         };
-        let value = ours.median() / theirs.median();
-        let per_rep: Vec<f64> = ours
-            .rates
-            .iter()
-            .zip(&theirs.rates)
-            .map(|(a, b)| a / b)
-            .collect();
-        let (min, max) = min_max(&per_rep);
-        let verdict = if value >= goal { "met" } else { "missed" };
-        println!("| {label} | {value:.2} | {min:.2}–{max:.2} | ≥ {goal} | {verdict} |");
+        print_ratio(&label, ours, theirs, goal);
     }
     for client in [Client::Shared, Client::PerThread] {
         let counts: Vec<String> = s
@@ -270,4 +261,19 @@ pub fn print_goals(rows: &[Row], s: &Settings) {
             counts.join(", ")
         );
     }
+}
+
+/// One row of a goals table: `ours` ÷ `theirs` (ratio of medians, and its range over the repetitions) against
+/// `goal`.
+pub fn print_ratio(label: &str, ours: &Row, theirs: &Row, goal: f64) {
+    let value = ours.median() / theirs.median();
+    let per_rep: Vec<f64> = ours
+        .rates
+        .iter()
+        .zip(&theirs.rates)
+        .map(|(a, b)| a / b)
+        .collect();
+    let (min, max) = min_max(&per_rep);
+    let verdict = if value >= goal { "met" } else { "missed" };
+    println!("| {label} | {value:.2} | {min:.2}–{max:.2} | ≥ {goal} | {verdict} |");
 }
