@@ -18,9 +18,11 @@
 //!   `no_tls.rs` standing in without the `tls` feature), `conn` (a node's socket side: dialling, completing a
 //!   connect), `read` (the driver's read side);
 //! - `fanout/` (N nodes on one poll, shared by threads: the fanout itself, its `driver`, a `round`, a
-//!   `node_set`), `slots` (rounds' mailboxes), `addr`, `resolve`, `options`, `tls_config`, `stats`, `error`.
+//!   `node_set`), `slots` (rounds' mailboxes), `admit` (how many acquisition rounds run at once), `addr`,
+//!   `resolve`, `options`, `tls_config`, `stats`, `error`.
 
 mod addr;
+mod admit;
 mod conn;
 mod error;
 mod fanout;
@@ -40,6 +42,7 @@ mod tls_config;
 mod transport;
 
 pub use addr::{AddrError, NodeAddr};
+pub use admit::{Admit, Permit};
 pub use error::{IoError, NodeError, TlsError};
 pub use fanout::{Fanout, NodeSet, Pushes, Round};
 pub use options::Options;

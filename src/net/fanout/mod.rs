@@ -139,6 +139,8 @@ pub use round::Round;
 #[derive(Debug)]
 pub struct Fanout {
     shared: Arc<Shared>,
+    /// How many acquisition rounds run at once (see [`admit`](super::admit)).
+    gate: super::admit::Gate,
     /// The background driver, started by the first task that waits (`None` inside if it could not be started).
     background: OnceLock<Option<JoinHandle<()>>>,
 }
@@ -308,8 +310,14 @@ impl Fanout {
                 );
             }
         }
+        let gate = super::admit::Gate::new(
+            fanout.opts.admission_target,
+            fanout.opts.admission_wait,
+            fanout.opts.max_in_flight,
+        );
         Ok(Fanout {
             shared: Arc::new(fanout),
+            gate,
             background: OnceLock::new(),
         })
     }
@@ -445,6 +453,20 @@ impl Fanout {
         if let Some(t) = waiter {
             t.unpark();
         }
+    }
+
+    /// Waits for room for one acquisition round: at once while few run (see [`admit`](super::admit): how many
+    /// run at once adapts to how long they take, so that a caller's request never queues behind so many of its
+    /// own that the round's deadline passes). Call it before taking the round's start time; the room is held
+    /// until the [`Permit`](super::Permit) is dropped. `blocking`: the thread parks inside the first poll (a
+    /// blocking caller); else the future is woken as a task's.
+    pub fn admit(&self, blocking: bool) -> super::Admit<'_> {
+        self.gate.admit(blocking)
+    }
+
+    /// The admission's limit, the rounds admitted now, and the callers waiting (see [`Fanout::admit`]).
+    pub fn admission(&self) -> (usize, usize, usize) {
+        self.gate.load()
     }
 
     /// Opens a round whose outcomes are all known by `deadline`: a node that has not answered by then counts as

@@ -262,6 +262,7 @@ impl<'a> Round<'a> {
                 // All of a node's requests at once: a late reply must never be counted for a later command.
                 if let Some((node, n)) = inner.slots.time_out_node(self.slot) {
                     (0..n).for_each(|_| f.stats[node].timeout());
+                    self.fanout.gate.timed_out(n);
                     continue;
                 }
             }
