@@ -250,17 +250,22 @@ impl<'a> Future for Admit<'a> {
         let this = &mut *self;
         let gate = this.gate;
         loop {
-            let now = Instant::now();
             let mut s = lock(&gate.state);
             let mut admitted = s.take(this.id);
-            let until = *this.until.get_or_insert_with(|| later(now, gate.wait));
-            if !admitted && now >= until {
-                // Waited long enough: in, whatever the limit (see the module doc).
-                if let Some(id) = this.id {
-                    s.remove(id);
+            // The clock is read only by a caller that waits: a lone caller pays the lock and two counters.
+            let mut now = None;
+            if !admitted {
+                let t = Instant::now();
+                now = Some(t);
+                let until = *this.until.get_or_insert_with(|| later(t, gate.wait));
+                if t >= until {
+                    // Waited long enough: in, whatever the limit (see the module doc).
+                    if let Some(id) = this.id {
+                        s.remove(id);
+                    }
+                    s.active += 1;
+                    admitted = true;
                 }
-                s.active += 1;
-                admitted = true;
             }
             if admitted {
                 this.id = None;
@@ -274,27 +279,34 @@ impl<'a> Future for Admit<'a> {
                     timeouts: gate.timeouts(),
                 });
             }
-            let id = match this.id {
-                Some(id) => id,
-                None => {
-                    let id = s.next_id;
-                    s.next_id += 1;
-                    s.line.push_back(Entry { id, waiter: None });
-                    this.id = Some(id);
-                    id
-                }
-            };
             let waiter = match this.blocking {
                 true => Waiter::Thread(thread::current()),
                 false => Waiter::Task(cx.waker().clone()),
             };
-            let old = s
-                .line
-                .iter_mut()
-                .find(|e| e.id == id)
-                .and_then(|e| e.waiter.replace(waiter));
+            let old = match this.id {
+                // Usually the head, woken: found at once.
+                Some(id) => s
+                    .line
+                    .iter_mut()
+                    .find(|e| e.id == id)
+                    .and_then(|e| e.waiter.replace(waiter)),
+                None => {
+                    let id = s.next_id;
+                    s.next_id += 1;
+                    s.line.push_back(Entry {
+                        id,
+                        waiter: Some(waiter),
+                    });
+                    this.id = Some(id);
+                    None
+                }
+            };
             drop(s);
             drop(old);
+            let (now, until) = match (now, this.until) {
+                (Some(now), Some(until)) => (now, until),
+                _ => continue, // unreachable: both are set by a caller that waits
+            };
             if this.blocking {
                 thread::park_timeout(until.saturating_duration_since(now));
                 continue;
