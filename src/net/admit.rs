@@ -19,7 +19,8 @@
 //! deadline says: when an attempt ends after some round of the fanout timed a request out meanwhile (a node did not
 //! answer within the round: behind our own queue, or hung), the limit is cut by a quarter, at most once per round
 //! timeout (one cut per "round trip", as TCP does); while callers wait and attempts end without timeouts, it grows
-//! by an eighth after `limit` of them. It stays within [`MIN_LIMIT`] and the node's `max_in_flight`. Latency
+//! by an eighth after `limit` of them. It stays within [`MIN_LIMIT`] (or `max_in_flight` when that is lower: more
+//! attempts at once would only be refused by the node as overloaded) and the node's `max_in_flight`. Latency
 //! alone is no signal: on a 2-vCPU machine a round is slow mostly because the executor or the OS ran something
 //! else, and fewer rounds in flight then only mean smaller batches (a cut on latency took 10,000 tasks from 9,000
 //! to 1,900 cycles/s in a test). A lone caller, or a few dozen threads, never wait: one lock and two counters per
@@ -68,6 +69,8 @@ pub(crate) struct Gate {
     target: Duration,
     /// A waiter is admitted after this long whatever the limit.
     wait: Duration,
+    /// The least the limit falls to: [`MIN_LIMIT`], or `max` if lower.
+    min: usize,
     max: usize,
 }
 
@@ -142,9 +145,9 @@ impl State {
 
 impl Gate {
     /// A gate that cuts its limit at most once per `target` (the round timeout), whose waiters wait at most `wait`,
-    /// and whose limit never exceeds `max`.
+    /// and whose limit never exceeds `max` (at least 1).
     pub(crate) fn new(target: Duration, wait: Duration, max: usize) -> Gate {
-        let max = max.max(MIN_LIMIT);
+        let max = max.max(1);
         Gate {
             state: Mutex::new(State {
                 limit: START_LIMIT.min(max),
@@ -157,6 +160,7 @@ impl Gate {
             timeouts: AtomicU64::new(0),
             target,
             wait,
+            min: MIN_LIMIT.min(max),
             max,
         }
     }
@@ -196,7 +200,7 @@ impl Gate {
         if late {
             let now = Instant::now();
             if s.cut.is_none_or(|at| now.duration_since(at) >= self.target) {
-                s.limit = (s.limit - s.limit / 4).max(MIN_LIMIT);
+                s.limit = (s.limit - s.limit / 4).max(self.min);
                 s.cut = Some(now);
                 s.fast = 0;
             }
@@ -431,6 +435,33 @@ mod tests {
             second.as_mut().poll(&mut cx).is_ready(),
             "the next in line takes the room"
         );
+    }
+
+    #[test]
+    fn a_max_below_the_floor_is_the_limit() {
+        // `Config::with_max_in_flight(4)`: more than 4 attempts at once would be refused by the node.
+        let g = gate(4);
+        let mut held: Vec<_> = (0..4).map(|_| block_on(g.admit(true))).collect();
+        assert_eq!(g.load(), (4, 4, 0));
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut fifth = Box::pin(g.admit(false));
+        assert!(fifth.as_mut().poll(&mut cx).is_pending(), "the fifth waits");
+        // An attempt that saw a timeout ends: the limit stays at 4, its floor.
+        g.timed_out(1);
+        drop(held.pop());
+        assert_eq!(g.load(), (4, 3, 1));
+        match fifth.as_mut().poll(&mut cx) {
+            Poll::Ready(p) => held.push(p),
+            Poll::Pending => panic!("the fifth goes in"),
+        }
+        drop(held);
+        assert_eq!(g.load(), (4, 0, 0));
+        // A max of 1: one at a time, never cut to 0.
+        let one = gate(1);
+        let p = block_on(one.admit(true));
+        one.timed_out(1);
+        drop(p);
+        assert_eq!(one.load(), (1, 0, 0));
     }
 
     #[test]
