@@ -233,6 +233,110 @@ fn lone_caller(urls: &[String], calls: usize) {
     ct.shutdown_timeout(Duration::from_secs(1));
 }
 
+/// What a wake across threads costs here: a thread and a task take turns (the thread unparked by the task, the
+/// task's waker woken by the thread), as the fanout's driver thread wakes a task whose reply it read; beside two
+/// threads taking turns the same way. Returns the p50 of one hand-off (half a turn-and-back), in µs: (thread and
+/// tokio current-thread task, thread and thread).
+fn handoff_floor(n: usize) -> (f64, f64) {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::task::{Poll, Waker};
+    use std::thread::{self, Thread};
+
+    struct Turns {
+        turn: AtomicU64,
+        waker: Mutex<Option<Waker>>,
+        parked: Mutex<Option<Thread>>,
+    }
+    let wait_thread = |t: &Turns, want: u64| {
+        while t.turn.load(Ordering::Acquire) < want {
+            thread::park_timeout(Duration::from_millis(10));
+        }
+    };
+    let p50 = |mut v: Vec<u64>| {
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or(0) as f64 / 2_000.0
+    };
+
+    // A thread and a task.
+    let turns = Arc::new(Turns {
+        turn: AtomicU64::new(0),
+        waker: Mutex::new(None),
+        parked: Mutex::new(None),
+    });
+    let other = Arc::clone(&turns);
+    let peer = thread::spawn(move || {
+        *other.parked.lock().expect("lock") = Some(thread::current());
+        for i in 0..n as u64 {
+            wait_thread(&other, 2 * i + 1);
+            other.turn.store(2 * i + 2, Ordering::Release);
+            if let Some(w) = other.waker.lock().expect("lock").take() {
+                w.wake();
+            }
+        }
+    });
+    while turns.parked.lock().expect("lock").is_none() {
+        thread::yield_now();
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let task_side = rt.block_on(async {
+        let mut rtts = Vec::with_capacity(n);
+        for i in 0..n as u64 {
+            let t0 = Instant::now();
+            turns.turn.store(2 * i + 1, Ordering::Release);
+            if let Some(t) = turns.parked.lock().expect("lock").as_ref() {
+                t.unpark();
+            }
+            std::future::poll_fn(|cx| {
+                *turns.waker.lock().expect("lock") = Some(cx.waker().clone());
+                match turns.turn.load(Ordering::Acquire) >= 2 * i + 2 {
+                    true => Poll::Ready(()),
+                    false => Poll::Pending,
+                }
+            })
+            .await;
+            rtts.push(t0.elapsed().as_nanos() as u64);
+        }
+        rtts
+    });
+    peer.join().expect("the peer thread");
+
+    // Two threads.
+    let turns = Arc::new(Turns {
+        turn: AtomicU64::new(0),
+        waker: Mutex::new(None),
+        parked: Mutex::new(None),
+    });
+    let me = thread::current();
+    let other = Arc::clone(&turns);
+    let peer = thread::spawn(move || {
+        *other.parked.lock().expect("lock") = Some(thread::current());
+        for i in 0..n as u64 {
+            wait_thread(&other, 2 * i + 1);
+            other.turn.store(2 * i + 2, Ordering::Release);
+            me.unpark();
+        }
+    });
+    while turns.parked.lock().expect("lock").is_none() {
+        thread::yield_now();
+    }
+    let mut thread_side = Vec::with_capacity(n);
+    for i in 0..n as u64 {
+        let t0 = Instant::now();
+        turns.turn.store(2 * i + 1, Ordering::Release);
+        if let Some(t) = turns.parked.lock().expect("lock").as_ref() {
+            t.unpark();
+        }
+        wait_thread(&turns, 2 * i + 2);
+        thread_side.push(t0.elapsed().as_nanos() as u64);
+    }
+    peer.join().expect("the peer thread");
+    (p50(task_side), p50(thread_side))
+}
+
 /// The cases of part 2: (callers, clients).
 fn cases(tasks: &[usize]) -> Vec<(usize, Vec<Client>)> {
     tasks
@@ -357,6 +461,12 @@ fn main() {
         loadavg()
     );
     lone_caller(&cluster.urls(), calls);
+    let (task, thread) = handoff_floor(calls.max(1000));
+    println!(
+        "\nOne wake across threads (half of a turn-and-back, p50): a thread waking a tokio current-thread task \
+         {task:.1} µs; a thread waking a thread {thread:.1} µs. A lone async round pays one such wake more than a \
+         blocking one (the driver thread reads the reply, then wakes the task), so an acquire + release pays two.\n"
+    );
     let rows = many_tasks(&cluster, &s, &tasks);
     println!(
         "\n### Many tasks on one manager, 5 nodes\n\n{} repetition(s) of {:.1} s per case (+{:.1} s warm-up), \

@@ -298,11 +298,12 @@ fn cancelled_and_mixed_callers_leave_the_gate_and_the_nodes_empty() {
     );
 }
 
-/// Held: a hung majority (3 of 5 paused) cuts the limit (every attempt times out); once the nodes resume, 400
-/// waiting tasks make it grow back (it grows only while callers wait): after 4 s of them it is above its floor
-/// again. The tasks then end without hanging.
+/// A hung majority (3 of 5 paused) times every attempt out, but the nodes that time out are silent, not slow:
+/// fewer attempts in flight would not make them answer, so the limit is not cut (it was, to its floor, before
+/// timeouts counted only from nodes that showed life in the round: `Fanout::timed_out`). Once the nodes resume,
+/// 400 tasks go on at the full limit, and every task ends without hanging.
 #[test]
-fn the_limit_grows_back_after_a_hung_majority_resumes() {
+fn a_hung_majority_does_not_cut_the_limit() {
     let mut cluster = Cluster::start(5);
     let locks = locks::manager(
         cluster.urls(),
@@ -352,9 +353,6 @@ fn the_limit_grows_back_after_a_hung_majority_resumes() {
     let back = locks.admission();
     eprintln!("limit while hung {hung}, after resuming {back:?}");
     assert_eq!((back.running, back.waiting), (0, 0), "{back:?}");
-    assert!(hung < 1024, "a hung majority cuts the limit ({hung})");
-    assert!(
-        back.limit > hung,
-        "the limit grows back: {hung} -> {back:?}"
-    );
+    assert_eq!(hung, 1024, "a hung majority does not cut the limit");
+    assert!(back.limit >= hung, "{hung} -> {back:?}");
 }

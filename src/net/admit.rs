@@ -16,19 +16,21 @@
 //! # The limit
 //!
 //! At most `limit` admitted attempts run at once. It starts at [`START_LIMIT`] and adapts only on what a round's
-//! deadline says: when an attempt ends after some round of the fanout timed a request out meanwhile (a node did not
-//! answer within the round: behind our own queue, or hung), the limit is cut by a quarter, at most once per round
-//! timeout (one cut per "round trip", as TCP does); while callers wait and attempts end without timeouts, it grows
-//! by an eighth after `limit` of them. It stays within [`MIN_LIMIT`] (or `max_in_flight` when that is lower: more
-//! attempts at once would only be refused by the node as overloaded) and the node's `max_in_flight`. Latency
-//! alone is no signal: on a 2-vCPU machine a round is slow mostly because the executor or the OS ran something
-//! else, and fewer rounds in flight then only mean smaller batches (a cut on latency took 10,000 tasks from 9,000
-//! to 1,900 cycles/s in a test). A lone caller, or a few dozen threads, never wait: one lock and two counters per
-//! attempt.
+//! deadline says: when an attempt ends after some round of the fanout timed out a request of a node that showed
+//! life in the round's last `admission_target` (it answers, only too slowly: behind our own queue), the limit is
+//! cut by a quarter, at most once per `admission_target` (one cut per "round trip", as TCP does); while callers
+//! wait and attempts end without such timeouts, it grows by an eighth after `limit` of them. A node silent that
+//! long is hung or down, and fewer attempts would not make it answer: its timeouts cut nothing (a hung minority
+//! with a split vote, whose rounds run to their deadline, cut the limit for every caller before:
+//! `tests/admit_review.rs`). The limit stays between [`MIN_LIMIT`] (or `max_in_flight`, if smaller) and
+//! `max_in_flight`. Latency alone is no signal: on a 2-vCPU machine a round is slow mostly because the executor or
+//! the OS ran something else, and fewer rounds in flight then only mean smaller batches (a cut on latency took
+//! 10,000 tasks from 9,000 to 1,900 cycles/s in a test). A lone caller, or a few dozen threads, never wait: one
+//! lock and two counters per attempt.
 //!
-//! A waiter is admitted at the latest after the wait bound (`Options::admission`, 2 s by default), limit or not:
-//! when a majority of nodes hangs every attempt takes the whole round, the limit falls to its floor, and callers
-//! then go through as they did before the gate (each failing at its round's deadline) instead of waiting longer.
+//! A waiter is admitted at the latest after the wait bound (`Options::admission_wait`, 40 round timeouts and at
+//! least 2 s from a lock manager), limit or not, so that no caller waits without bound behind attempts that
+//! cannot end sooner.
 //!
 //! # Who holds what, who wakes whom
 //!

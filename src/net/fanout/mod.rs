@@ -464,6 +464,23 @@ impl Fanout {
         self.gate.admit(blocking)
     }
 
+    /// A round timed out `n` requests of `node` at its `deadline`: counted in the node's stats, and told to the
+    /// admission gate if the node showed life in the round's last `admission_target` (it answers, only too slowly
+    /// behind the requests ahead of ours: a sign of a queue too deep). A node silent that long is hung or down,
+    /// and fewer rounds in flight would not make it answer (a hung minority with a split vote would otherwise
+    /// cut the limit for every caller: tests/admit_review.rs).
+    fn timed_out(&self, inner: &Inner, node: usize, n: u32, deadline: Instant) {
+        (0..n).for_each(|_| self.shared.stats[node].timeout());
+        let target = self.shared.opts.admission_target;
+        let alive = inner
+            .conns
+            .get(node)
+            .is_some_and(|c| crate::time::later(c.state.last_progress(), target) > deadline);
+        if alive {
+            self.gate.timed_out(n);
+        }
+    }
+
     /// The admission's limit, the rounds admitted now, and the callers waiting (see [`Fanout::admit`]).
     pub fn admission(&self) -> (usize, usize, usize) {
         self.gate.load()
