@@ -6,7 +6,8 @@
 //! an unknown one), `hostname`, `role` (`master` or `replica`), `replication-offset`, `health` (`online`,
 //! `failed`, `loading`). Unknown keys are skipped, so later servers may add some.
 //!
-//! A shard with slots needs a master. Should a shard list two (seen only in hand-made replies), the first one
+//! A master that owns no slot is a shard of its own in the map (a new node; or, in Redis 7.0, a master killed
+//! and replaced by its replica, listed `failed` until it rejoins as a replica). A shard with slots needs a master. Should a shard list two (seen only in hand-made replies), the first one
 //! reported `online` is taken, else the first.
 
 use super::reply::{self, MapError};

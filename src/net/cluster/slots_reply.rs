@@ -5,7 +5,11 @@
 //! one; old servers send `""` for a node that does not know its own address, read as the same host. The id
 //! came with Redis 4.0 and the metadata (hostname, ip: a flat array in RESP2, a map in RESP3) with 7.0: both are
 //! optional. A master owning several ranges appears once per range; its ranges are gathered into one shard by
-//! its id (by its address where there is no id). Failed replicas are left out by the server.
+//! its id (by its address where there is no id).
+//!
+//! The server leaves out failed replicas, and replicas whose replication offset it has not yet seen move from 0
+//! (Redis 7.0's `isReplicaAvailable`: a replica of a master that took no write yet; seen here in
+//! `tests/cluster_map.rs`); `CLUSTER SHARDS` lists every replica, with its health.
 
 use super::reply::{self, MapError};
 use super::slot_map::{ClusterNode, Endpoint, Health, Shard, SlotMap, SlotRange};
