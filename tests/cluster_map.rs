@@ -369,6 +369,28 @@ fn a_slot_migration_gives_ask_then_moved() {
             );
         }
     }
+    // Preferring host names where none was announced, it writes `?`: a node the client cannot reach.
+    let set = [
+        "CONFIG",
+        "SET",
+        "cluster-preferred-endpoint-type",
+        "hostname",
+    ];
+    assert_eq!(
+        one(cluster.node(source), false, &set),
+        Value::SimpleString("OK".into())
+    );
+    let moved = redirect(&one(cluster.node(source), false, &["GET", key]));
+    assert_eq!(
+        (moved.endpoint.clone(), moved.port),
+        (Endpoint::Unknown, target_port)
+    );
+    assert_eq!(moved.endpoint.host("127.0.0.1"), None);
+    let map = slot_map(cluster.node(source), true, false);
+    assert_eq!(
+        map.master_of(slot).map(|m| m.endpoint.clone()),
+        Some(Endpoint::Unknown)
+    );
 }
 
 #[test]

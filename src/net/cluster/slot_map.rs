@@ -25,15 +25,15 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
-    /// Reads an announced endpoint: empty is [`Endpoint::SameHost`], `?` is [`Endpoint::Unknown`]; `[v6]` loses
-    /// its brackets.
+    /// Reads an announced endpoint: empty is [`Endpoint::SameHost`], `?` is [`Endpoint::Unknown`]; an IPv6
+    /// address in brackets loses them (brackets around anything else stay: `[]` is not the same host).
     pub(crate) fn from_announced(host: &str) -> Endpoint {
         match host {
             "" => Endpoint::SameHost,
             "?" => Endpoint::Unknown,
             _ => match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-                Some(v6) => Endpoint::Host(v6.to_owned()),
-                None => Endpoint::Host(host.to_owned()),
+                Some(v6) if v6.contains(':') => Endpoint::Host(v6.to_owned()),
+                _ => Endpoint::Host(host.to_owned()),
             },
         }
     }

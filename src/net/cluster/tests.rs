@@ -711,6 +711,8 @@ proptest! {
         let text = [head, &tail[..]].concat();
         if let Ok(Some(r)) = Redirect::parse(&text) {
             prop_assert!(r.slot < SLOT_COUNT && r.port > 0);
+            // Written back as a server writes it, it reads the same.
+            prop_assert_eq!(Redirect::parse(r.to_string().as_bytes()), Ok(Some(r.clone())));
         }
     }
 
