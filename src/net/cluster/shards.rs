@@ -46,9 +46,11 @@ impl SlotMap {
     }
 }
 
-/// One shard: its master and replicas (`None` without a master), and its slot ranges.
-#[allow(clippy::type_complexity)]
-fn shard(entry: &Value) -> Result<(Option<Shard>, Vec<(u16, u16)>), MapError> {
+/// A shard's master and replicas (`None` without a master), and its slot ranges `(start, end)`.
+type ShardEntry = (Option<Shard>, Vec<(u16, u16)>);
+
+/// One shard of the reply.
+fn shard(entry: &Value) -> Result<ShardEntry, MapError> {
     let mut slots = None;
     let mut nodes = None;
     for (key, value) in reply::pairs(entry)? {

@@ -79,7 +79,8 @@ pub struct ClusterNode {
     pub id: Option<String>,
     /// Where it accepts clients.
     pub endpoint: Endpoint,
-    /// The plain TCP port; `None` if it listens for TLS only.
+    /// The port to dial: `CLUSTER SHARDS`' `port` (`None` if the node listens for TLS only), or `CLUSTER SLOTS`'
+    /// port, which is the TLS port on a cluster run with `tls-cluster yes`.
     pub port: Option<u16>,
     /// The TLS port, if `CLUSTER SHARDS` gave one.
     pub tls_port: Option<u16>,
