@@ -36,7 +36,7 @@ impl ClusterAddr {
     /// A cluster reached through `seeds`, which carry their own credentials and options.
     ///
     /// # Errors
-    /// If `seeds` is empty, or names a node twice.
+    /// If `seeds` is empty, names a node twice, or names a database other than 0.
     pub fn new(seeds: Vec<NodeAddr>) -> Result<ClusterAddr, AddrError> {
         let shown = || {
             seeds
@@ -50,6 +50,9 @@ impl ClusterAddr {
         }
         if has_duplicate(&seeds) {
             return Err(AddrError::new(&shown(), "a seed is given twice"));
+        }
+        if seeds.iter().any(|s| s.db().is_some_and(|db| db != 0)) {
+            return Err(AddrError::new(&shown(), "a cluster has database 0 only"));
         }
         Ok(ClusterAddr { seeds })
     }
@@ -156,6 +159,9 @@ impl fmt::Display for ClusterAddr {
             } else {
                 write!(f, "{}:{}", seed.host(), seed.port())?;
             }
+        }
+        if let Some(db) = first.db() {
+            write!(f, "/{db}")?;
         }
         if first.resp3() {
             f.write_str("?protocol=resp3")?;

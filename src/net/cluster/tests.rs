@@ -547,7 +547,7 @@ fn cluster_urls() {
     assert_eq!((a.seeds()[0].host(), a.seeds()[0].port()), ("h1", 6379));
     assert_eq!(
         a.to_string(),
-        "rediss+cluster://u:***@h1:6379,h2:7001?protocol=resp3#insecure"
+        "rediss+cluster://u:***@h1:6379,h2:7001/0?protocol=resp3#insecure"
     );
     let node = a.node("10.0.0.9", 7005);
     assert!(node.tls() && node.resp3() && node.password() == Some("p@w"));
@@ -574,6 +574,15 @@ fn cluster_urls() {
         assert!(!err.contains("secret"), "{err}");
     }
     assert!(ClusterAddr::new(vec![]).is_err());
+    let seed = |port| crate::net::NodeAddr::new("h", port);
+    assert!(ClusterAddr::new(vec![seed(1), seed(1)]).is_err());
+    assert!(ClusterAddr::new(vec![seed(1).with_db(1)]).is_err());
+    assert_eq!(
+        ClusterAddr::new(vec![seed(1), seed(2)])
+            .unwrap()
+            .to_string(),
+        "redis+cluster://h:1,h:2"
+    );
 
     assert!(matches!(
         "redis+cluster://h:1".parse(),
