@@ -1,4 +1,4 @@
-//! Issue #27's groundwork against real Redis Clusters (`tests/support/redis_cluster.rs`: `redis-server
+//! Issue #27's groundwork against real Redis Clusters (`tests/support/redis_cluster/`: `redis-server
 //! --cluster-enabled yes` processes on loopback, built by the test): the slot map read with muxlock's parsers from
 //! `CLUSTER SHARDS` and `CLUSTER SLOTS` in RESP2 and RESP3 covers every slot and names the masters and replicas
 //! the harness arranged; `CLUSTER KEYSLOT` agrees with `key_slot` for hundreds of keys; a slot migration gives an

@@ -10,8 +10,8 @@
 //! - `redirect`: [`Redirect`], a `-MOVED` or `-ASK` error read;
 //! - `seeds`: [`ClusterAddr`], `redis+cluster://host:port,host:port`, and [`MemberAddr`], a node or a cluster.
 //!
-//! Every parser takes any input without panicking (`tests.rs` feeds them arbitrary and mutated values);
-//! `tests/cluster_map.rs` reads live clusters (started by `tests/support/redis_cluster.rs`) with them.
+//! Every parser takes any input without panicking (`tests/` feeds them arbitrary and mutated values);
+//! `tests/cluster_map.rs` reads live clusters (started by `tests/support/redis_cluster/`) with them.
 //!
 //! # Routing (the design; not built)
 //!

@@ -15,8 +15,13 @@
 //!
 //! Every wait is bounded ([`CONVERGE_TIMEOUT`], generous: the machine's two vCPUs are shared with builds) and
 //! panics naming what did not happen, with each node's view. Needs only std, the server guard and the wire helpers.
+//!
+//! Layout: this file (building, waiting, reading the guard's books), `changes` (slot migration, failover,
+//! restart), `replies` (`CLUSTER NODES` and the bulk replies read as text).
 
-use std::collections::HashMap;
+mod changes;
+mod replies;
+
 use std::panic::{self, AssertUnwindSafe};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -24,6 +29,8 @@ use std::time::{Duration, Instant};
 use super::process::free_port;
 use super::server::{RedisServer, RedisServerBuilder};
 use super::wire::{cmd, show};
+use replies::parse_nodes;
+pub use replies::{bulk_array, bulk_text};
 
 /// Bound on a cluster's agreeing after a change (start, migration, failover).
 pub const CONVERGE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -281,139 +288,6 @@ impl RedisCluster {
         );
     }
 
-    /// Puts `slot` half-way to shard `to`'s master: `IMPORTING` on the target, then `MIGRATING` on the source.
-    /// From now on the source answers `-ASK` for the slot's keys it does not hold.
-    ///
-    /// # Panics
-    /// If shard `to` already owns `slot`, or a node refuses.
-    #[track_caller]
-    pub fn begin_migration(&self, slot: u16, to: usize) -> SlotMigration {
-        let from = self.owner_of(slot);
-        let to = self.master_index(to);
-        assert_ne!(from, to, "slot {slot} is already on node {to}");
-        let slot_s = slot.to_string();
-        self.command_ok(
-            to,
-            &[
-                "CLUSTER",
-                "SETSLOT",
-                &slot_s,
-                "IMPORTING",
-                self.node_id(from),
-            ],
-        );
-        self.command_ok(
-            from,
-            &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", self.node_id(to)],
-        );
-        SlotMigration { slot, from, to }
-    }
-
-    /// Moves every key of the migrating slot from the source to the target (`CLUSTER GETKEYSINSLOT`, `MIGRATE
-    /// ... KEYS`), 100 at a time; returns how many moved.
-    ///
-    /// # Panics
-    /// If a `MIGRATE` fails, or the slot still has keys after 1,000 batches.
-    #[track_caller]
-    pub fn move_slot_keys(&self, migration: &SlotMigration) -> usize {
-        let slot = migration.slot.to_string();
-        let port = self.node(migration.to).port().to_string();
-        let mut moved = 0;
-        for _ in 0..1_000 {
-            let reply = self.command(migration.from, &["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
-            let keys = bulk_array(&reply)
-                .unwrap_or_else(|| panic!("GETKEYSINSLOT answered {}", show(&reply)));
-            if keys.is_empty() {
-                return moved;
-            }
-            let mut parts = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "10000", "KEYS"];
-            parts.extend(keys.iter().map(String::as_str));
-            let reply = self.command(migration.from, &parts);
-            assert_eq!(reply, b"+OK\r\n", "MIGRATE: {}", show(&reply));
-            moved += keys.len();
-        }
-        panic!("slot {slot} still has keys after 1,000 batches")
-    }
-
-    /// Ends a migration: `SETSLOT <slot> NODE <target>` on the target, the source, then every other master (the
-    /// order `CLUSTER SETSLOT`'s documentation gives), and waits until every live node agrees. From now on the
-    /// source answers `-MOVED` for the slot.
-    ///
-    /// # Panics
-    /// If a node refuses, or the cluster does not converge in time.
-    #[track_caller]
-    pub fn finish_migration(&mut self, migration: SlotMigration) {
-        let slot = migration.slot.to_string();
-        let target = self.node_id(migration.to).to_owned();
-        let mut order = vec![migration.to, migration.from];
-        order.extend(
-            self.shards
-                .iter()
-                .map(|s| s.master)
-                .filter(|m| *m != migration.to && *m != migration.from),
-        );
-        for i in order {
-            self.command_ok(i, &["CLUSTER", "SETSLOT", &slot, "NODE", &target]);
-        }
-        self.owner[usize::from(migration.slot)] = migration.to;
-        self.wait_converged("the slot migration");
-    }
-
-    /// Moves `slot` with its keys to shard `to`'s master: the three steps above. Returns how many keys moved.
-    #[track_caller]
-    pub fn migrate_slot(&mut self, slot: u16, to: usize) -> usize {
-        let migration = self.begin_migration(slot, to);
-        let moved = self.move_slot_keys(&migration);
-        self.finish_migration(migration);
-        moved
-    }
-
-    /// Kills shard `s`'s master (SIGKILL) and promotes its first replica with `CLUSTER FAILOVER FORCE` or
-    /// `TAKEOVER`, then waits until the replica is master, every live node gives it the shard's slots, and every
-    /// live node says `cluster_state:ok`. The killed node stays in the shard as a replica that is down
-    /// ([`restart_node`](Self::restart_node) brings it back; it rejoins as a replica). Returns the new master's
-    /// node index.
-    ///
-    /// # Panics
-    /// If the shard has no replica, the replica refuses, or the cluster does not converge in time.
-    #[track_caller]
-    pub fn fail_over(&mut self, s: usize, how: Failover) -> usize {
-        let old = self.shards[s].master;
-        let Some(&new) = self.shards[s].replicas.first() else {
-            panic!("shard {s} has no replica to promote")
-        };
-        self.nodes[old].server.kill();
-        let mode = match how {
-            Failover::Force => "FORCE",
-            Failover::Takeover => "TAKEOVER",
-        };
-        self.command_ok(new, &["CLUSTER", "FAILOVER", mode]);
-        self.shards[s].master = new;
-        self.shards[s].replicas.retain(|r| *r != new);
-        self.shards[s].replicas.push(old);
-        for owner in &mut self.owner {
-            if *owner == old {
-                *owner = new;
-            }
-        }
-        self.wait_until("the promoted replica to report role:master", || {
-            let info = bulk_text(&self.command(new, &["INFO", "replication"]));
-            info.contains("role:master\r\n")
-                .then_some(())
-                .ok_or_else(|| format!("node {new}: {}", info.lines().nth(1).unwrap_or("")))
-        });
-        self.wait_converged("the failover");
-        new
-    }
-
-    /// Restarts node `i` (killed or not) on its port with its directory, so with its `nodes.conf`: it rejoins the
-    /// cluster under its id. Waits until it answers `cluster_state:ok` and agrees on every slot's owner.
-    #[track_caller]
-    pub fn restart_node(&mut self, i: usize) {
-        self.nodes[i].server.restart();
-        self.wait_converged("the restarted node to rejoin");
-    }
-
     /// Waits until every live node says `cluster_state:ok`, knows every slot's owner as this guard arranged it
     /// (no slot migrating or importing), and sees every live replica attached to its shard's master, with its
     /// replication link up.
@@ -578,95 +452,4 @@ pub fn even_range(n: usize, count: usize) -> (u16, u16) {
         u16::try_from(start).expect("a slot"),
         u16::try_from(end).expect("a slot"),
     )
-}
-
-/// What one node's `CLUSTER NODES` says.
-#[derive(Debug, Default)]
-struct NodesView {
-    /// Each slot's owner id, by slot.
-    owners: Vec<Option<String>>,
-    /// Slots shown `[slot->-id]` (migrating) or `[slot-<-id]` (importing).
-    in_migration: Vec<u16>,
-    /// Replica id to master id.
-    master_of: HashMap<String, String>,
-    /// Nodes listed, and how many of them are still in the handshake.
-    known: usize,
-    handshaking: usize,
-}
-
-/// Reads `CLUSTER NODES`: `<id> <ip:port@cport> <flags> <master> <ping> <pong> <epoch> <link> <slot>...`.
-fn parse_nodes(text: &str) -> NodesView {
-    let mut view = NodesView {
-        owners: vec![None; usize::from(SLOTS)],
-        ..NodesView::default()
-    };
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let [id, _addr, flags, master, _, _, _, _, slots @ ..] = fields.as_slice() else {
-            continue;
-        };
-        view.known += 1;
-        if flags.contains("handshake") || flags.contains("noaddr") {
-            view.handshaking += 1;
-        }
-        if *master != "-" {
-            view.master_of
-                .insert((*id).to_owned(), (*master).to_owned());
-        }
-        if !flags.contains("master") || flags.contains("fail") && !flags.contains("fail?") {
-            continue;
-        }
-        for range in slots {
-            if let Some(inner) = range.strip_prefix('[') {
-                if let Some(slot) = inner.split('-').next().and_then(|s| s.parse().ok()) {
-                    view.in_migration.push(slot);
-                }
-                continue;
-            }
-            let (start, end) = range.split_once('-').unwrap_or((range, range));
-            let (Ok(start), Ok(end)) = (start.parse::<usize>(), end.parse::<usize>()) else {
-                continue;
-            };
-            for slot in start..=end.min(usize::from(SLOTS) - 1) {
-                view.owners[slot] = Some((*id).to_owned());
-            }
-        }
-    }
-    view
-}
-
-/// The text of a bulk-string reply (`$n\r\n...\r\n`), lossily; empty for anything else.
-pub fn bulk_text(reply: &[u8]) -> String {
-    let Some(rest) = reply.strip_prefix(b"$") else {
-        return String::new();
-    };
-    let Some(crlf) = rest.windows(2).position(|w| w == b"\r\n") else {
-        return String::new();
-    };
-    let len: usize = std::str::from_utf8(&rest[..crlf])
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    let body = &rest[crlf + 2..];
-    String::from_utf8_lossy(&body[..len.min(body.len())]).into_owned()
-}
-
-/// The elements of a flat array of bulk strings (`*n\r\n$len\r\n...`), lossily; `None` if it is not one.
-pub fn bulk_array(reply: &[u8]) -> Option<Vec<String>> {
-    let line = |at: usize| -> Option<(&[u8], usize)> {
-        let end = at + reply.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
-        Some((&reply[at..end], end + 2))
-    };
-    let number = |bytes: &[u8]| -> Option<usize> { std::str::from_utf8(bytes).ok()?.parse().ok() };
-    let (header, mut at) = line(0)?;
-    let count = number(header.strip_prefix(b"*")?)?;
-    let mut out = Vec::with_capacity(count);
-    for _ in 0..count {
-        let (header, next) = line(at)?;
-        let len = number(header.strip_prefix(b"$")?)?;
-        let body = reply.get(next..next + len)?;
-        out.push(String::from_utf8_lossy(body).into_owned());
-        at = next + len + 2;
-    }
-    Some(out)
 }
