@@ -5,6 +5,8 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 
+#[path = "../fuzz/cluster.rs"]
+mod cluster;
 #[path = "../fuzz/differential.rs"]
 mod differential;
 #[path = "../fuzz/harness.rs"]
@@ -69,6 +71,11 @@ fn decode_seeds_and_regressions() {
 #[test]
 fn roundtrip_seeds_and_regressions() {
     replay("roundtrip", harness::roundtrip);
+}
+
+#[test]
+fn cluster_seeds_and_regressions() {
+    replay("cluster", cluster::check);
 }
 
 #[test]

@@ -266,6 +266,93 @@ fn cluster_of_three() {
 }
 
 #[test]
+fn redis_cluster_of_one_master_and_its_replica() {
+    use support::redis_cluster::{SLOTS, bulk_text, even_range};
+    use support::{Failover, RedisCluster};
+
+    let mut cluster = RedisCluster::builder(1).replicas(1).start();
+    assert_eq!((cluster.len(), cluster.shard_count()), (2, 1));
+    let (master, replica) = (cluster.master_index(0), cluster.replica_indexes(0)[0]);
+    for i in 0..2 {
+        let info = bulk_text(&cluster.command(i, &["CLUSTER", "INFO"]));
+        assert!(
+            info.contains("cluster_state:ok\r\n") && info.contains("cluster_known_nodes:2\r\n"),
+            "{info}"
+        );
+        // Each node's own bus port, not port + 10000.
+        let nodes = bulk_text(&cluster.command(i, &["CLUSTER", "NODES"]));
+        let myself = nodes
+            .lines()
+            .find(|l| l.contains("myself"))
+            .expect("a myself line");
+        assert!(myself.starts_with(cluster.node_id(i)), "{myself}");
+        assert!(
+            myself.contains(&format!(
+                ":{}@{}",
+                cluster.node(i).port(),
+                cluster.bus_port(i)
+            )),
+            "{myself}"
+        );
+    }
+    assert_eq!(
+        (0..SLOTS)
+            .filter(|&s| cluster.owner_of(s) == master)
+            .count(),
+        usize::from(SLOTS)
+    );
+    assert_eq!(
+        cluster.seed_url(),
+        format!("redis+cluster://127.0.0.1:{}", cluster.master(0).port())
+    );
+
+    // One master: FORCE could never win a majority with it dead; TAKEOVER needs none.
+    assert_eq!(cluster.fail_over(0, Failover::Takeover), replica);
+    assert_eq!(cluster.master_index(0), replica);
+    assert_eq!(cluster.owner_of(0), replica);
+    assert_reply(cluster.master(0), &["SET", "k", "v"], b"+OK\r\n");
+
+    let pids: Vec<u32> = (0..2).map(|i| cluster.node(i).pid()).collect();
+    let dirs: Vec<_> = (0..2)
+        .map(|i| cluster.node(i).dir().to_path_buf())
+        .collect();
+    drop(cluster);
+    wait_until(Duration::from_secs(5), "cluster processes gone", || {
+        pids.iter().all(|pid| !process_exists(*pid))
+    });
+    assert!(dirs.iter().all(|d| !d.exists()));
+
+    // The split covers every slot once, for any master count.
+    for count in 1..=7 {
+        let ranges: Vec<(u16, u16)> = (0..count).map(|n| even_range(n, count)).collect();
+        assert_eq!(ranges[0].0, 0);
+        assert_eq!(ranges[count - 1].1, SLOTS - 1);
+        assert!(
+            ranges
+                .windows(2)
+                .all(|w| w[0].1 + 1 == w[1].0 && w[0].0 <= w[0].1)
+        );
+    }
+}
+
+#[test]
+fn redis_cluster_reply_helpers() {
+    use support::redis_cluster::{bulk_array, bulk_text};
+
+    assert_eq!(bulk_text(b"$5\r\nhello\r\n"), "hello");
+    assert_eq!(bulk_text(b"$0\r\n\r\n"), "");
+    assert_eq!(bulk_text(b"+OK\r\n"), "");
+    assert_eq!(bulk_text(b"$9\r\nshort\r\n"), "short\r\n");
+    assert_eq!(
+        bulk_array(b"*2\r\n$1\r\na\r\n$3\r\nb c\r\n"),
+        Some(vec!["a".to_owned(), "b c".to_owned()])
+    );
+    assert_eq!(bulk_array(b"*0\r\n"), Some(vec![]));
+    assert_eq!(bulk_array(b"*2\r\n$1\r\na\r\n"), None);
+    assert_eq!(bulk_array(b"-ERR x\r\n"), None);
+}
+
+#[test]
 fn cluster_node_controls() {
     let mut cluster = Cluster::builder(3).arg("--maxclients").arg("64").start();
     assert_reply(

@@ -60,7 +60,7 @@ pub struct AddrError {
 }
 
 impl AddrError {
-    fn new(input: &str, reason: &'static str) -> AddrError {
+    pub(crate) fn new(input: &str, reason: &'static str) -> AddrError {
         // Never echo a password back: keep the input only up to its credentials.
         let shown = match (input.find("://"), input.rfind('@')) {
             (Some(scheme), Some(at)) if at > scheme => {
@@ -187,7 +187,8 @@ impl NodeAddr {
         Ok((self.host.as_str(), self.port).to_socket_addrs()?.collect())
     }
 
-    fn parse_url(input: &str, rest: &str, tls: bool) -> Result<NodeAddr, AddrError> {
+    /// Parses `rest`, what follows `redis://` or `rediss://` in `input` (which errors name).
+    pub(crate) fn parse_url(input: &str, rest: &str, tls: bool) -> Result<NodeAddr, AddrError> {
         let bad = |reason| AddrError::new(input, reason);
         // A fragment follows the last '#', unless that '#' is part of the credentials (an unescaped password).
         let fragment = rest.rsplit_once('#').filter(|(_, f)| !f.contains('@'));
@@ -263,6 +264,10 @@ fn parse_host_port(s: &str, port_optional: bool) -> Result<NodeAddr, &'static st
         let (host, after) = v6
             .split_once(']')
             .ok_or("IPv6 address without closing ']'")?;
+        // Brackets hold an IPv6 address, nothing else (`[[]` printed back would not parse).
+        if !host.contains(':') || host.contains('[') {
+            return Err("brackets hold an IPv6 address: [::1]:6379");
+        }
         match after.strip_prefix(':') {
             Some(port) => (host, Some(port)),
             None if after.is_empty() => (host, None),
@@ -328,6 +333,11 @@ impl FromStr for NodeAddr {
                 "unix" | "redis+unix" => {
                     Err(AddrError::new(input, "unix sockets are not supported yet"))
                 }
+                // A cluster is a Redlock member of its own (`net::cluster::MemberAddr`), not one node.
+                "redis+cluster" | "rediss+cluster" => Err(AddrError::new(
+                    input,
+                    "a redis+cluster:// URL names a cluster's seed nodes, not one node",
+                )),
                 _ => Err(AddrError::new(
                     input,
                     "unknown scheme: use redis://host:port or host:port",
@@ -425,6 +435,8 @@ mod tests {
             ("redis://", "host is empty"),
             ("::1:6379", "needs brackets"),
             ("[::1", "without closing"),
+            ("[[]:1", "brackets hold an IPv6 address"),
+            ("redis://[h]:1", "brackets hold an IPv6 address"),
             ("redis://h:1/x", "database is not a number"),
             ("redis://h:1?db=2", "only query parameter"),
             ("redis://u@h:1", "needs a password"),
@@ -433,6 +445,7 @@ mod tests {
             ("redis://h:1#insecure", "rediss:// (TLS) URLs only"),
             ("unix:///tmp/redis.sock", "unix sockets"),
             ("http://h:1", "unknown scheme"),
+            ("redis+cluster://h:1,h:2", "not one node"),
             ("h h:1", "contains a space"),
         ];
         for (input, want) in cases {

@@ -19,10 +19,15 @@
 //!   connect), `read` (the driver's read side);
 //! - `fanout/` (N nodes on one poll, shared by threads: the fanout itself, its `driver`, a `round`, a
 //!   `node_set`), `slots` (rounds' mailboxes), `admit` (how many acquisition rounds run at once), `addr`,
-//!   `resolve`, `options`, `tls_config`, `stats`, `error`.
+//!   `resolve`, `options`, `tls_config`, `stats`, `error`;
+//! - `cluster/` (issue #27, not wired in yet): a Redis Cluster's key slots, slot map, `MOVED`/`ASK` and
+//!   `redis+cluster://` seed URLs, pure.
 
 mod addr;
 mod admit;
+// Issue #27's groundwork: key slots, slot maps, redirections, cluster URLs. Pure; not yet used by the fanout.
+#[doc(hidden)]
+pub mod cluster;
 mod conn;
 mod error;
 mod fanout;

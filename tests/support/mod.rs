@@ -5,6 +5,9 @@
 //!   with a throwaway `--dir`, no persistence, and kill / pause / resume / restart controls.
 //! - [`cluster`]: [`Cluster`], N independent servers started in parallel (Redlock's N masters;
 //!   they are not a Redis Cluster).
+//! - [`redis_cluster`]: [`RedisCluster`], a real Redis Cluster (`--cluster-enabled yes`) of K masters and R
+//!   replicas each, built by the test (MEET, ADDSLOTSRANGE, REPLICATE), with slot migration (`ASK`, `MOVED`) and
+//!   failover helpers (issue #27).
 //! - [`certs`]: [`certs::Certs`], a throwaway CA with server and client certificates (rcgen, with subject
 //!   alternative names), for servers started with [`RedisServerBuilder::tls`].
 //! - [`process`]: finding the binary, free ports, temp dirs, signals, `/proc` states.
@@ -41,6 +44,7 @@ pub mod faults;
 pub mod locks;
 pub mod process;
 pub mod proxy;
+pub mod redis_cluster;
 pub mod rt;
 pub mod server;
 pub mod wire;
@@ -52,6 +56,8 @@ pub use cluster::{Cluster, ClusterBuilder};
 pub use fake::{Action, FakeServer, redis_like};
 #[allow(unused_imports)]
 pub use proxy::{Fault, FaultProxy};
+#[allow(unused_imports)]
+pub use redis_cluster::{Failover, RedisCluster, RedisClusterBuilder};
 #[allow(unused_imports)]
 pub use server::{RedisServer, RedisServerBuilder};
 #[allow(unused_imports)]
