@@ -304,8 +304,13 @@ fn cancelled_acquisitions_leave_nothing_behind() {
 
 /// 10,000 tasks on one manager on 5 nodes, each an acquisition and a release of its own resource: none fails,
 /// and the longest `poll` is stated (asserted short on this noisy 2-vCPU machine).
+/// The two 10,000-task tests take turns: each alone loads the 2 vCPUs fully, and together (the harness runs a
+/// file's tests in parallel) their rounds time out for want of CPU, not for anything the library does.
+static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn ten_thousand_tasks_on_one_manager() {
+    let _turn = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = Cluster::start(5);
     // 10,000 requests in flight per node at once: within the default bound (16,384; it was 1,024, which refused
     // most of them as overloaded).
@@ -345,7 +350,6 @@ fn ten_thousand_tasks_on_one_manager() {
         }
     });
     let elapsed = started.elapsed();
-    println!("{:?}", locks.admission());
     let longest = longest.load(Ordering::Relaxed);
     println!(
         "10,000 tasks: {elapsed:?} ({:.0} cycles/s), longest poll {longest} µs of CPU, errors {}",
@@ -409,11 +413,15 @@ fn cancelled_batches_leave_nothing_behind() {
 /// 10,000 tasks in a closed loop for 1.5 s, each cycle one attempt (`once`) and a release, at the library's
 /// defaults (50 ms rounds): no request is refused for room (with the old default `max_in_flight` of 1,024, most
 /// failed so), and calls fail at most rarely (0 of about 40,000 here on a quiet machine; a round can still time
-/// out when other tests of this binary take the 2 vCPUs meanwhile, hence the 0.5 % bound). Before attempts waited
-/// for admission (`net/admit.rs`) this failed with the machine loaded by other builds (load 4.8: 760 of 11,654
-/// calls timed out, every node's pipeline 10,000 deep); with it, 0 failed in 7 runs at loads of 2 to 8.
+/// out when other tests of this binary take the 2 vCPUs meanwhile, hence the 0.5 % bound). It does fail when the
+/// machine is loaded by other work (760 of 11,654 calls timed out at a load average of 4.8 with three builds
+/// running): the nodes' pipelines then run thousands deep behind a driver thread that gets too little CPU. An
+/// admission gate (at most 1,024 attempts at once, cut on timeouts) was tried against it and withdrawn: in
+/// `benches/async.rs` it made 10,000 tasks fail more, not less (11,531-15,305 failed calls a run against
+/// 4,722-5,578 without it).
 #[test]
 fn ten_thousand_single_attempts_at_the_default_round_timeout() {
+    let _turn = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = Cluster::start(5);
     let locks = locks::manager(
         cluster.urls(),

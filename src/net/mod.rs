@@ -18,13 +18,11 @@
 //!   `no_tls.rs` standing in without the `tls` feature), `conn` (a node's socket side: dialling, completing a
 //!   connect), `read` (the driver's read side);
 //! - `fanout/` (N nodes on one poll, shared by threads: the fanout itself, its `driver`, a `round`, a
-//!   `node_set`), `slots` (rounds' mailboxes), `admit` (how many acquisition rounds run at once), `addr`,
-//!   `resolve`, `options`, `tls_config`, `stats`, `error`;
+//!   `node_set`), `slots` (rounds' mailboxes), `addr`, `resolve`, `options`, `tls_config`, `stats`, `error`;
 //! - `cluster/` (issue #27, not wired in yet): a Redis Cluster's key slots, slot map, `MOVED`/`ASK` and
 //!   `redis+cluster://` seed URLs, pure.
 
 mod addr;
-mod admit;
 // Issue #27's groundwork: key slots, slot maps, redirections, cluster URLs. Pure; not yet used by the fanout.
 #[doc(hidden)]
 pub mod cluster;
@@ -47,7 +45,6 @@ mod tls_config;
 mod transport;
 
 pub use addr::{AddrError, NodeAddr};
-pub use admit::{Admit, Permit};
 pub use error::{IoError, NodeError, TlsError};
 pub use fanout::{Fanout, NodeSet, Pushes, Round};
 pub use options::Options;

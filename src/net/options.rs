@@ -27,8 +27,6 @@ pub struct Options {
     pub(crate) max_in_flight: usize,
     pub(crate) hung_timeout: Duration,
     pub(crate) spin: Duration,
-    pub(crate) admission_target: Duration,
-    pub(crate) admission_wait: Duration,
     pub(crate) limits: Limits,
     pub(crate) max_reply_len: usize,
     pub(crate) setup: Vec<Bytes>,
@@ -84,12 +82,6 @@ settings! {
     /// sleeps at once). A few tens of microseconds save the wake-up of a halted CPU when replies come that fast
     /// (same host or rack), at the cost of a busy CPU meanwhile; see `BENCHMARKS.md`.
     spin, with_spin: Duration;
-    /// Sets how long an admitted acquisition round should take at most (default 25 ms): while callers wait for
-    /// admission ([`Fanout::admit`](super::Fanout::admit)), rounds slower than this lower the number admitted at
-    /// once, and rounds much faster raise it. See `net/admit.rs`.
-    admission_target, with_admission_target: Duration;
-    /// Sets the longest a caller waits for admission before it is let in whatever the limit (default 2 s).
-    admission_wait, with_admission_wait: Duration;
     /// Sets whether RESP3 pushes (invalidations of client-side tracking, pub/sub messages) are kept for
     /// [`Fanout::recv_pushes`](super::Fanout::recv_pushes) (default off: they are read and dropped).
     pushes, with_pushes: bool;
@@ -141,8 +133,6 @@ impl Default for Options {
             max_in_flight: 16_384,
             hung_timeout: Duration::from_secs(5),
             spin: Duration::ZERO,
-            admission_target: Duration::from_millis(25),
-            admission_wait: Duration::from_secs(2),
             limits: Limits::default()
                 .with_max_bulk_len(4 << 20)
                 .with_max_aggregate_len(1 << 16)

@@ -421,11 +421,6 @@ impl NodeState {
         }
     }
 
-    /// The last sign of life while requests were outstanding (see the field).
-    pub(crate) fn last_progress(&self) -> Instant {
-        self.last_progress
-    }
-
     /// Bytes were read from the current connection at `now`: a sign of life.
     pub(crate) fn progress(&mut self, now: Instant) {
         self.last_progress = now;

@@ -128,19 +128,6 @@ pub struct NodeStats {
     pub net: NodeCounts,
 }
 
-/// The admission of acquisition attempts at one instant (see
-/// [`LockManager::admission`](super::LockManager::admission)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Admission {
-    /// How many attempts may run at once now (it adapts while callers wait).
-    pub limit: usize,
-    /// How many run now.
-    pub running: usize,
-    /// How many callers wait for room.
-    pub waiting: usize,
-}
-
 /// A snapshot of a manager's counters, per node (see [`LockManager::stats`](super::LockManager::stats)).
 ///
 /// `Display` prints a small table, one row per node.

@@ -139,8 +139,6 @@ pub use round::Round;
 #[derive(Debug)]
 pub struct Fanout {
     shared: Arc<Shared>,
-    /// How many acquisition rounds run at once (see [`admit`](super::admit)).
-    gate: super::admit::Gate,
     /// The background driver, started by the first task that waits (`None` inside if it could not be started).
     background: OnceLock<Option<JoinHandle<()>>>,
 }
@@ -310,14 +308,8 @@ impl Fanout {
                 );
             }
         }
-        let gate = super::admit::Gate::new(
-            fanout.opts.admission_target,
-            fanout.opts.admission_wait,
-            fanout.opts.max_in_flight,
-        );
         Ok(Fanout {
             shared: Arc::new(fanout),
-            gate,
             background: OnceLock::new(),
         })
     }
@@ -453,37 +445,6 @@ impl Fanout {
         if let Some(t) = waiter {
             t.unpark();
         }
-    }
-
-    /// Waits for room for one acquisition round: at once while few run (see [`admit`](super::admit): how many
-    /// run at once adapts to how long they take, so that a caller's request never queues behind so many of its
-    /// own that the round's deadline passes). Call it before taking the round's start time; the room is held
-    /// until the [`Permit`](super::Permit) is dropped. `blocking`: the thread parks inside the first poll (a
-    /// blocking caller); else the future is woken as a task's.
-    pub fn admit(&self, blocking: bool) -> super::Admit<'_> {
-        self.gate.admit(blocking)
-    }
-
-    /// A round timed out `n` requests of `node` at its `deadline`: counted in the node's stats, and told to the
-    /// admission gate if the node showed life in the round's last `admission_target` (it answers, only too slowly
-    /// behind the requests ahead of ours: a sign of a queue too deep). A node silent that long is hung or down,
-    /// and fewer rounds in flight would not make it answer (a hung minority with a split vote would otherwise
-    /// cut the limit for every caller: tests/admit_review.rs).
-    fn timed_out(&self, inner: &Inner, node: usize, n: u32, deadline: Instant) {
-        (0..n).for_each(|_| self.shared.stats[node].timeout());
-        let target = self.shared.opts.admission_target;
-        let alive = inner
-            .conns
-            .get(node)
-            .is_some_and(|c| crate::time::later(c.state.last_progress(), target) > deadline);
-        if alive {
-            self.gate.timed_out(n);
-        }
-    }
-
-    /// The admission's limit, the rounds admitted now, and the callers waiting (see [`Fanout::admit`]).
-    pub fn admission(&self) -> (usize, usize, usize) {
-        self.gate.load()
     }
 
     /// Opens a round whose outcomes are all known by `deadline`: a node that has not answered by then counts as

@@ -39,7 +39,7 @@ impl<'a> Round<'a> {
             }
             if inner.last_read.is_some_and(|t| t >= self.deadline) {
                 if let Some((node, n)) = inner.slots.time_out_node(self.slot) {
-                    self.fanout.timed_out(&inner, node, n, self.deadline);
+                    (0..n).for_each(|_| f.stats[node].timeout());
                     continue;
                 }
             }

@@ -139,9 +139,6 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         // A fresh value per attempt (a set's is drawn once per call, in its `Want`); for an owned hold the value
         // is the owner's and the fresh id is the hold's: an undo that is late (behind a later attempt on some
         // node) then removes only what the attempt it undoes set.
-        // Room first (`net/admit.rs`): a caller that waits here has not started its clock, so the wait costs
-        // its lease nothing; the room is held until the attempt ends.
-        let _room = self.fanout.admit().await;
         let fresh = match want {
             Want::Set(_, value) => *value,
             _ => self

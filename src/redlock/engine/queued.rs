@@ -30,8 +30,6 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         entry: &Entry,
         joined: bool,
     ) -> Result<std::result::Result<Lock, (Failure, Report, Refusal)>> {
-        // Room first, as every acquisition attempt (`any.rs`, `net/admit.rs`): before the value and the clock.
-        let _room = self.fanout.admit().await;
         let value = self
             .tokens
             .draw("drawing the lock value from the OS's randomness")?;

@@ -93,11 +93,6 @@ pub trait Nodes {
     fn sessions(&self, node: usize) -> u64;
     /// The replies to the set-up commands on `node`'s current connection, in order, each dated when read.
     fn setup_replies(&self, node: usize) -> Vec<(Value, Instant)>;
-    /// Waits for room for one acquisition attempt, before its clock starts; the room is held as long as the
-    /// returned value lives. The default admits at once (the simulator's nodes).
-    fn admit(&self) -> impl Future<Output = impl Sized + '_> {
-        std::future::ready(())
-    }
 }
 
 /// One request/reply exchange with some nodes, bounded by a deadline.
@@ -147,12 +142,6 @@ impl Nodes for Fanout {
 
     fn setup_replies(&self, node: usize) -> Vec<(Value, Instant)> {
         Fanout::setup_replies(self, node)
-    }
-
-    /// [`Fanout::admit`]: a blocking caller parks in the first poll, a task is woken.
-    #[inline]
-    fn admit(&self) -> impl Future<Output = impl Sized + '_> {
-        Fanout::admit(self, blocking())
     }
 }
 

@@ -112,10 +112,6 @@ impl Builder {
             max_in_flight: self.config.max_in_flight,
             hung_timeout: self.config.hung_timeout,
             spin: self.config.spin,
-            // Admitted attempts should end within half a round; a caller waits for room at most 40 rounds (2 s
-            // at the default 50 ms), at least 2 s.
-            admission_target: self.config.round_timeout / 2,
-            admission_wait: (self.config.round_timeout * 40).max(std::time::Duration::from_secs(2)),
             setup,
             tls: self.config.tls.clone(),
             optional_setup,
@@ -212,19 +208,6 @@ impl LockManager {
     /// call at any time (no lock is taken); `Display` prints it as a table.
     pub fn stats(&self) -> Stats {
         self.engine().stats(&self.keeper.activity)
-    }
-
-    /// The admission of acquisition attempts now: how many may run at once (it adapts while callers wait), how
-    /// many run, and how many callers wait for room. Attempts wait for room before their clock starts, so that
-    /// thousands of callers never queue so many requests on a node that a round's deadline passes in this
-    /// client's own queue (see `src/net/admit.rs`).
-    pub fn admission(&self) -> crate::redlock::Admission {
-        let (limit, running, waiting) = self.engine().fanout.admission();
-        crate::redlock::Admission {
-            limit,
-            running,
-            waiting,
-        }
     }
 
     /// The majority: `N/2 + 1`.
