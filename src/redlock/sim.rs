@@ -139,6 +139,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 config,
                 tokens: Tokens::seeded(seed),
                 restart,
+                fold: Default::default(),
             },
             activity: Activity::default(),
             guards: std::sync::atomic::AtomicU64::new(0),
