@@ -146,6 +146,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         })
     }
 
+    /// `(folded release rounds, releases that went out in them)` so far (issue #25, `engine/fold.rs`).
+    pub fn folds(&self) -> (u64, u64) {
+        self.core.fold.counts()
+    }
+
     /// The nodes.
     pub fn nodes(&self) -> &N {
         &self.core.fanout
