@@ -345,6 +345,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         value: &[u8],
         nodes: NodeSet,
     ) -> Result<usize> {
+        if !self.config.fold_releases {
+            return self.release_alone(resource, value, nodes).await;
+        }
         let Some(entry) = self.fold.enter(resource, value, nodes) else {
             let _gate = Gate { engine: self };
             return self.release_alone(resource, value, nodes).await;
