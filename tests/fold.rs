@@ -348,3 +348,130 @@ fn a_leader_dropped_mid_round_gives_the_others_a_verdict_and_its_requests_still_
     let folds = locks.stats().releases;
     assert_eq!((folds.folded_rounds, folds.folded), (1, 2), "{folds:?}");
 }
+
+#[test]
+fn folding_off_sends_every_release_alone() {
+    let cluster = Cluster::start(3);
+    let config = one_attempt(Duration::from_secs(2)).with_fold_releases(false);
+    let locks = Arc::new(manager(cluster.urls(), config));
+    locks.inspect("warm-up").expect("every node answers");
+    let before = calls(cluster.node(0), "evalsha");
+    let barrier = Barrier::new(THREADS);
+    thread::scope(|s| {
+        for t in 0..THREADS {
+            let (locks, barrier) = (Arc::clone(&locks), &barrier);
+            s.spawn(move || {
+                let lock = locks
+                    .request(format!("unfolded:{t}"))
+                    .ttl(TTL)
+                    .once()
+                    .acquire();
+                barrier.wait();
+                lock.map(|lock| locks.unlock(lock))
+            });
+        }
+    });
+    let folds = locks.stats().releases;
+    assert_eq!((folds.folded_rounds, folds.folded), (0, 0));
+    assert_eq!(calls(cluster.node(0), "evalsha") - before, THREADS as u64);
+}
+
+/// The servers' own time per lock cycle with and without folding, 64 threads on one manager, alternated in one
+/// run: `INFO commandstats` (time executing commands, summed over every command and node) and `/proc` (the
+/// servers' whole CPU: parsing, system calls, the event loop). A measurement, not a check: run with
+/// `cargo test --release --test fold -- --ignored --nocapture` (`MUXLOCK_FOLD_SECS`, default 2).
+#[test]
+#[ignore = "a measurement: run with --release --ignored --nocapture"]
+fn server_time_per_cycle_with_and_without_folding() {
+    const CALLERS: usize = 64;
+    let secs: f64 = std::env::var("MUXLOCK_FOLD_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0);
+    let cluster = Cluster::start(5);
+    let config = one_attempt(Duration::from_millis(200));
+    let folding = Arc::new(manager(cluster.urls(), config.clone()));
+    let alone = Arc::new(manager(cluster.urls(), config.with_fold_releases(false)));
+    for m in [&folding, &alone] {
+        m.inspect("warm-up").expect("every node answers");
+    }
+    let exec_usec = || -> u64 {
+        let mut total = 0;
+        for node in cluster.nodes() {
+            let info =
+                String::from_utf8_lossy(&node.raw(&cmd(&["INFO", "commandstats"]))).into_owned();
+            for line in info.lines().filter(|l| l.starts_with("cmdstat_")) {
+                let usec = line
+                    .split(',')
+                    .find_map(|f| f.strip_prefix("usec="))
+                    .and_then(|u| u.parse::<u64>().ok());
+                total += usec.unwrap_or(0);
+            }
+        }
+        total
+    };
+    let ticks = || -> u64 {
+        cluster
+            .nodes()
+            .iter()
+            .map(|n| {
+                let stat =
+                    std::fs::read_to_string(format!("/proc/{}/stat", n.pid())).unwrap_or_default();
+                let after = stat.rsplit(')').next().unwrap_or_default();
+                let f: Vec<u64> = after
+                    .split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
+                // utime and stime: fields 14 and 15 of stat(5), 11 and 12 after the state.
+                f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0)
+            })
+            .sum()
+    };
+    let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    eprintln!("load before: {}", load().trim());
+    let mut rows = Vec::new();
+    for rep in 0..3 {
+        for (name, m) in [("folded", &folding), ("alone", &alone)] {
+            let (e0, t0, s0) = (exec_usec(), ticks(), calls(cluster.node(0), "evalsha"));
+            let folds0 = m.stats().releases;
+            let end = Instant::now() + Duration::from_secs_f64(secs);
+            let cycles: u64 = thread::scope(|s| {
+                let handles: Vec<_> = (0..CALLERS)
+                    .map(|t| {
+                        let m = Arc::clone(m);
+                        s.spawn(move || {
+                            let mut n = 0u64;
+                            while Instant::now() < end {
+                                let key = format!("tp:{name}:{rep}:{t}:{n}");
+                                if let Ok(lock) = m.request(&key).ttl(TTL).once().acquire() {
+                                    if m.unlock(lock).is_ok() {
+                                        n += 1;
+                                    }
+                                }
+                            }
+                            n
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+            });
+            let (e1, t1, s1) = (exec_usec(), ticks(), calls(cluster.node(0), "evalsha"));
+            let folds = m.stats().releases;
+            let c = cycles.max(1) as f64;
+            // INFO commandstats itself is counted: 5 calls per reading, negligible beside thousands of cycles.
+            let row = format!(
+                "{name:>6} rep {rep}: {:>7.0} cycles/s, servers' command time {:.2} µs/cycle, servers' CPU {:.1} \
+                 µs/cycle, node 0 EVALSHA {:.3}/cycle, {:.1} releases per folded round",
+                c / secs,
+                (e1 - e0) as f64 / c,
+                (t1 - t0) as f64 * 10_000.0 / c,
+                (s1 - s0) as f64 / c,
+                (folds.folded - folds0.folded) as f64
+                    / (folds.folded_rounds - folds0.folded_rounds).max(1) as f64
+            );
+            eprintln!("{row}");
+            rows.push(row);
+        }
+    }
+    eprintln!("load after: {}", load().trim());
+}
