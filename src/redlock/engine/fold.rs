@@ -27,7 +27,7 @@
 //!   whose reply is an array with one element per key in the order of its keys; or one key's own command). An
 //!   outcome is counted for the entry it answers and for no other; a reply of another round never reaches this
 //!   one (each round has its own slots). The verdict is [`Tally::finish`]: `Ok(n)`, [`Error::LockLost`] or
-//!   [`Error::Quorum`](crate::redlock::Error::Quorum). The round ends once every release in it is decided (a
+//!   [`Error::Quorum`]. The round ends once every release in it is decided (a
 //!   majority confirmed), or when every outcome is in.
 //! - **A refusal costs no vote**: a batch script refused with `NOSCRIPT` goes again in full (`EVAL`); refused
 //!   otherwise (`NOPERM` without `+evalsha`) it goes as the node's native commands if it has them; a native
@@ -50,7 +50,7 @@
 //!   ([`Engine::release_unawaited`]) and hands the gate on. A leader dropped in the middle of its round cannot
 //!   wait for the replies still to come (they are abandoned with the round; its requests still run on the nodes):
 //!   [`Leading`]'s drop gives every other caller of the batch the verdict of the replies counted so far, which is
-//!   never a false success (`Ok` only if a majority confirmed; typically [`Error::Quorum`](crate::redlock::Error::Quorum),
+//!   never a false success (`Ok` only if a majority confirmed; typically [`Error::Quorum`],
 //!   "unconfirmed"), and hands the gate on. No caller ever waits for a round that nobody runs.
 //!
 //! Only plain releases fold (`unlock`, `unlock_value`, a plain guard's release or drop); fenced, set and owned
