@@ -148,5 +148,5 @@ pub use redlock::lua::{FENCED_WRITE, Lua};
 pub use redlock::{
     Builder, Config, ConfigError, Error, FencedLock, Guard, GuardStats, Inspection, KeyState, Lock,
     LockManager, LockSet, Lost, LostWatch, NodeStats, Outcome, Owner, PERSIST_MARKER_KEY,
-    ReentrantLock, Report, Request, Result, Stats, Unreleased, counter_key,
+    ReentrantLock, ReleaseStats, Report, Request, Result, Stats, Unreleased, counter_key,
 };

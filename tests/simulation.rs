@@ -29,6 +29,9 @@ use sim::workload::{self, Options, Run};
 /// Seeds of `native_nodes_keep_every_property` in CI.
 const NATIVE_SEEDS: u64 = 800;
 
+/// Seeds of `folded_releases_keep_every_property` in CI (half on native nodes).
+const FOLD_SEEDS: u64 = 300;
+
 /// Seeds of `queued_waiters_keep_every_property` in CI.
 const QUEUED_SEEDS: u64 = 800;
 
@@ -108,6 +111,42 @@ fn native_nodes_keep_every_property() {
         native > 0,
         "no native command ran: the worlds do not exercise #25"
     );
+}
+
+/// Seeds whose clients half the time release a few locks together, as separate callers of one engine, so that
+/// the releases fold (issue #25): every property, and no fold confirms a release of a key that had expired on
+/// every node (`sim/fold.rs`). Half the seeds on mixed nodes (scripts, `DELIFEQ`, `DELEX`).
+#[test]
+fn folded_releases_keep_every_property() {
+    let seeds = env_u64("MUXLOCK_SIM_FOLD_SEEDS").unwrap_or(FOLD_SEEDS);
+    let started = Instant::now();
+    let (mut ops, mut rounds, mut folded, mut expired, mut native) = (0, 0, 0, 0, 0);
+    for seed in 0..seeds {
+        let run = workload::run(
+            seed,
+            &Options {
+                folds: true,
+                natives: seed % 2 == 1,
+                ..Options::default()
+            },
+        );
+        if run.violation.is_some() {
+            fail(seed, &run);
+        }
+        ops += run.ops;
+        rounds += run.struck.folded_rounds;
+        folded += run.struck.folded;
+        expired += run.struck.expired_released;
+        native += run.struck.native_calls;
+    }
+    println!(
+        "{seeds} seeds with folds: {ops} ops, {folded} releases folded in {rounds} rounds, {expired} releases \
+         of expired keys, {native} native commands, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(rounds > 0 && folded > rounds, "no release folded");
+    assert!(expired > 0, "no release of an expired key was judged");
+    assert!(native > 0, "no native command ran");
 }
 
 #[test]

@@ -53,6 +53,10 @@ pub enum Client {
     /// then a plain `DEL` to every node, each decided by a majority. What a cycle would cost the servers if the
     /// release needed no compare.
     Floor,
+    /// `muxlock/shared` with folded releases off (`Config::with_fold_releases(false)`, issue #25): every
+    /// release in a round of its own, one script call per release on a script node. Named only with
+    /// `MUXLOCK_TP_CLIENTS`, to weigh the fold in one run.
+    Unfolded,
 }
 
 /// The clients `benches/throughput.rs` runs by default.
@@ -64,7 +68,7 @@ pub const CLIENTS: [Client; 4] = [
 ];
 
 /// Every client, as `scripts/bench-report` runs them (and the floor, named only with `MUXLOCK_TP_CLIENTS`).
-pub const ALL_CLIENTS: [Client; 9] = [
+pub const ALL_CLIENTS: [Client; 10] = [
     Client::Shared,
     Client::PerThread,
     Client::Rslock,
@@ -74,6 +78,7 @@ pub const ALL_CLIENTS: [Client; 9] = [
     Client::Floor,
     Client::Async,
     Client::QuorumAll,
+    Client::Unfolded,
 ];
 
 impl Client {
@@ -88,6 +93,7 @@ impl Client {
             Client::Floor => "floor/set+del",
             Client::Async => "muxlock/async",
             Client::QuorumAll => "redis-rs/quorum-all",
+            Client::Unfolded => "muxlock/unfolded",
         }
     }
 
@@ -103,11 +109,15 @@ impl Client {
             Client::Floor => "floor",
             Client::Async => "mux-async",
             Client::QuorumAll => "quorum-all",
+            Client::Unfolded => "mux-unfolded",
         }
     }
 
     pub fn is_muxlock(self) -> bool {
-        matches!(self, Client::Shared | Client::PerThread | Client::Async)
+        matches!(
+            self,
+            Client::Shared | Client::PerThread | Client::Async | Client::Unfolded
+        )
     }
 }
 
@@ -178,6 +188,8 @@ impl Settings {
 /// Every client, built once (the `redlock` crate's and redis-rs/single's per case, one per caller).
 pub struct Clients {
     pub shared: Arc<LockManager>,
+    /// `muxlock/unfolded`'s manager (built only when that client runs).
+    unfolded: Option<Arc<LockManager>>,
     per_thread: Vec<Arc<LockManager>>,
     rslock: rslock::LockManager,
     rslock_rt: Runtime,
@@ -200,14 +212,15 @@ impl Clients {
             } else {
                 Config::default().round_timeout()
             });
-        let mux = || {
+        let mux_with = |config: Config| {
             let manager = LockManager::builder()
                 .nodes(urls.iter().cloned())
-                .config(config.clone())
+                .config(config)
                 .build()
                 .expect("a valid configuration");
             Arc::new(manager)
         };
+        let mux = || mux_with(config.clone());
         let most = settings.threads.iter().copied().max().unwrap_or(1);
         let runtime = || {
             tokio::runtime::Builder::new_multi_thread()
@@ -223,6 +236,10 @@ impl Clients {
             .expect("redis-rs connections");
         Clients {
             shared: mux(),
+            unfolded: settings
+                .clients
+                .contains(&Client::Unfolded)
+                .then(|| mux_with(config.clone().with_fold_releases(false))),
             per_thread: (0..most).map(|_| mux()).collect(),
             rslock,
             rslock_rt: runtime(),
@@ -262,6 +279,9 @@ impl Clients {
             panic!("muxlock warm-up failed 5 times, last: {last:?}");
         };
         once(&self.shared, 0);
+        if let Some(m) = &self.unfolded {
+            once(m, 1_000);
+        }
         for (i, m) in self.per_thread.iter().enumerate() {
             once(m, i + 1);
         }
@@ -320,11 +340,11 @@ pub fn run_case(
         let names = Names::new(client, &case, k);
         let tx = tx.clone();
         match client {
-            Client::Shared | Client::PerThread => {
-                let manager = if client == Client::Shared {
-                    Arc::clone(&clients.shared)
-                } else {
-                    Arc::clone(&clients.per_thread[k])
+            Client::Shared | Client::PerThread | Client::Unfolded => {
+                let manager = match (client, &clients.unfolded) {
+                    (Client::Shared, _) => Arc::clone(&clients.shared),
+                    (Client::Unfolded, Some(m)) => Arc::clone(m),
+                    _ => Arc::clone(&clients.per_thread[k]),
                 };
                 // Never joined: a thread that blocks past the deadline is left behind, and counted.
                 let _ = thread::Builder::new()
@@ -383,6 +403,7 @@ pub fn run_case(
     sleep_until(window.start);
     let before = Cpu::now(pids);
     let net_before = (client == Client::Shared).then(|| clients.shared.stats());
+    let folds_before = (client == Client::Shared).then(|| clients.shared.stats().releases);
     sleep_until(window.end);
     let after = Cpu::now(pids);
     // How the shared manager's requests travelled in the window: per node, how many requests a write carried.
@@ -407,6 +428,18 @@ pub fn run_case(
     }
     for task in tasks {
         task.abort(); // a no-op for tasks that returned
+    }
+    if let Some(before) = folds_before {
+        let now = clients.shared.stats().releases;
+        let (rounds, folded) = (
+            now.folded_rounds - before.folded_rounds,
+            now.folded - before.folded,
+        );
+        eprintln!(
+            "  {threads} × muxlock/shared: {folded} of {} releases folded, {:.1} per folded round",
+            tally.cycles,
+            folded as f64 / rounds.max(1) as f64
+        );
     }
     if let Some(net) = net {
         let per_write: Vec<String> = net
@@ -471,6 +504,7 @@ impl Clients {
     pub fn shut_down(self) {
         let Clients {
             shared,
+            unfolded,
             per_thread,
             rslock,
             rslock_rt,
@@ -480,7 +514,7 @@ impl Clients {
             urls: _,
             floor,
         } = self;
-        drop((shared, per_thread, rslock, quorum, floor));
+        drop((shared, unfolded, per_thread, rslock, quorum, floor));
         async_rt.shutdown_timeout(Duration::from_secs(1));
         rslock_rt.shutdown_timeout(Duration::from_secs(1));
         quorum_rt.shutdown_timeout(Duration::from_secs(1));

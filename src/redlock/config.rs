@@ -34,6 +34,7 @@ pub struct Config {
     pub(crate) max_in_flight: usize,
     pub(crate) hung_timeout: Duration,
     pub(crate) spin: Duration,
+    pub(crate) fold_releases: bool,
     pub(crate) restart_guard: bool,
     pub(crate) restart_window: Duration,
     pub(crate) tls: TlsConfig,
@@ -103,6 +104,15 @@ settings! {
     /// that fast (same host or rack), at the cost of a busy CPU while it spins; see `BENCHMARKS.md` ("Busy
     /// polling") for when it pays.
     spin, with_spin: Duration;
+    /// Turns folded releases on or off (default on): a plain release (`unlock`, `unlock_value`, a plain guard's
+    /// release) asked for while another is in flight waits for it, then goes out with every other release waiting
+    /// then, as one compare-and-delete script per node for all of them (one native command per key pipelined in
+    /// one write on a node that has `DELIFEQ`/`DELEX`). Each caller gets the verdict its own key's replies give,
+    /// as a lone release would. Under load the servers run one script call per fold instead of one per release,
+    /// so more cycles fit in their CPU; a lone caller goes out at once either way. Off, every release goes out at
+    /// once in a round of its own (lower release latency among a few callers, more server time per release
+    /// among many). [`Stats::releases`](super::Stats::releases) counts what folded.
+    fold_releases, with_fold_releases: bool;
     /// Turns the restart-aware quorum on or off (default on): a node that restarted less than the restart window
     /// ago keeps answering, but its "yes" votes do not count, because it may have lost the locks it granted before
     /// (the spec's *delayed restart*, done by the client). muxlock learns of a restart from `INFO server`, read on
@@ -265,6 +275,7 @@ impl Default for Config {
             max_in_flight: 16_384,
             hung_timeout: Duration::from_secs(5),
             spin: Duration::ZERO,
+            fold_releases: true,
             restart_guard: true,
             restart_window: Duration::ZERO,
             tls: TlsConfig::default(),

@@ -83,5 +83,5 @@ pub use kind::lock::Lock;
 pub use kind::reentrant::{Owner, ReentrantLock};
 pub use kind::set::LockSet;
 pub use manager::{Builder, LockManager, Request};
-pub use stats::{GuardStats, NodeStats, Stats};
+pub use stats::{GuardStats, NodeStats, ReleaseStats, Stats};
 pub use unreleased::Unreleased;

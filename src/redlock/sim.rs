@@ -139,10 +139,16 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 config,
                 tokens: Tokens::seeded(seed),
                 restart,
+                fold: Default::default(),
             },
             activity: Activity::default(),
             guards: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// `(folded release rounds, releases that went out in them)` so far (issue #25, `engine/fold.rs`).
+    pub fn folds(&self) -> (u64, u64) {
+        self.core.fold.counts()
     }
 
     /// The nodes.

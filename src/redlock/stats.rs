@@ -138,6 +138,22 @@ pub struct Stats {
     pub nodes: Vec<NodeStats>,
     /// The guards' and waiters' figures.
     pub guards: GuardStats,
+    /// How plain releases went out: alone, or folded with others asked for meanwhile.
+    pub releases: ReleaseStats,
+}
+
+/// How a manager's plain releases (`unlock`, `unlock_value`, plain guards) went out, in a [`Stats`] snapshot.
+///
+/// A release asked for while another is in flight waits for it and goes out with every other release waiting
+/// then, as one compare-and-delete per node (one script call for all of them on a node without a native
+/// compare-and-delete): `folded / folded_rounds` releases went together on average. The others went alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReleaseStats {
+    /// Rounds that carried more than one release.
+    pub folded_rounds: u64,
+    /// Releases that went out in those rounds.
+    pub folded: u64,
 }
 
 impl Stats {
@@ -145,6 +161,7 @@ impl Stats {
         Stats {
             nodes,
             guards: activity.snapshot(),
+            releases: ReleaseStats::default(),
         }
     }
 }

@@ -27,6 +27,7 @@
 //! exact (drift is per client, within the spec's factor); requests are never refused for room.
 
 pub mod check;
+pub mod fold;
 pub mod guards;
 pub mod node;
 pub mod owned;
@@ -288,6 +289,11 @@ pub struct Struck {
     /// Fenced grants whose tokens the checker compared (the seam review found the check skipped on 195 of 200
     /// seeds when any counter loss turned it off for the whole history).
     pub tokens_checked: u64,
+    /// Folded release rounds (issue #25, `sim/fold.rs`), the releases that went out in them, and releases of
+    /// locks whose keys had expired on every node (their verdict must not be `Ok`).
+    pub folded_rounds: u64,
+    pub folded: u64,
+    pub expired_released: u64,
 }
 
 /// Everything the simulation shares: nodes, clients' connections and rounds, events, time, the history.

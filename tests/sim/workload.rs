@@ -10,7 +10,7 @@ use muxlock::redlock::sim::{Clock, Engine};
 
 use super::check::Hold;
 use super::node::{MS, Time};
-use super::{Rng, Setup, Sim, SimClock, SimNodes, Struck, Tape, guards, owned};
+use super::{Rng, Setup, Sim, SimClock, SimNodes, Struck, Tape, fold, guards, owned};
 
 /// Virtual time each client works for, by default.
 pub const HORIZON: Time = 8_000 * MS;
@@ -39,6 +39,9 @@ pub struct Options {
     pub shortening: bool,
     /// Owned sessions half the time, and every reentrant verb one (a search aimed at issue #23's paths).
     pub owned: bool,
+    /// Half the time, a few locks released together by separate callers of the engine, so that their releases
+    /// fold (issue #25, `sim/fold.rs`).
+    pub folds: bool,
 }
 
 /// What one client does: a random mix of every engine-level verb on a few contended resources.
@@ -114,6 +117,10 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
         };
         let ttl = Duration::from_millis(rng.range(100, longest));
         op(&sim);
+        if opts.folds && rng.chance(0.5) {
+            fold::hold(&engine, &sim, &mut rng, me).await;
+            continue;
+        }
         // Under restore bursts, half the time the verb that needs them.
         let verb = match (bursts || fencing) && rng.chance(0.5) {
             _ if opts.owned && rng.chance(0.5) => 5,

@@ -267,7 +267,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
 /// What a [`lua::RELEASE_BATCH`] reply means for each of the `m` locks: 1 deleted, 0 not ours, anything else (an
 /// error, a short array) a failed vote for every lock.
-fn array_votes(reply: &Reply, m: usize) -> Vec<(Vote, Outcome)> {
+pub(crate) fn array_votes(reply: &Reply, m: usize) -> Vec<(Vote, Outcome)> {
     let items = match reply.as_ref().map(Value::without_attributes) {
         Ok(Value::Array(items)) if items.len() == m => items,
         Ok(Value::Error(msg) | Value::BulkError(msg)) => {

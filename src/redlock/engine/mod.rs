@@ -6,6 +6,7 @@ pub(crate) mod any;
 pub(crate) mod batch;
 pub(crate) mod compare;
 pub(crate) mod fenced;
+pub(crate) mod fold;
 pub(crate) mod native;
 pub(crate) mod persist;
 pub(crate) mod pipeline;
@@ -53,6 +54,8 @@ pub(crate) struct Engine<N = Fanout, C = SystemClock> {
     pub(crate) restart: Setup,
     /// Per node: the outcomes of every round, for [`LockManager::stats`](crate::redlock::LockManager::stats).
     pub(crate) votes: Vec<Votes>,
+    /// The plain releases' gate and queue: releases asked for while one is in flight go out folded (`fold.rs`).
+    pub(crate) fold: fold::Fold,
 }
 
 /// A lock value given by a caller (`extend_value`, `unlock_value`): anything but empty. An empty value would match
@@ -89,7 +92,9 @@ impl Engine {
                 )
             })
             .collect();
-        Stats::new(nodes, activity)
+        let mut stats = Stats::new(nodes, activity);
+        (stats.releases.folded_rounds, stats.releases.folded) = self.fold.counts();
+        stats
     }
 }
 
@@ -133,7 +138,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     }
 
     pub(crate) async fn unlock(&self, lock: &Lock) -> Result<usize> {
-        self.release_on(&lock.resource, &lock.value, lock.nodes)
+        self.release_folding(&lock.resource, &lock.value, lock.nodes)
             .await
     }
 
@@ -143,7 +148,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             return Err(Error::config("the resource name is empty"));
         }
         check_value(value)?;
-        self.release_on(resource, value, NodeSet::ALL).await
+        self.release_folding(resource, value, NodeSet::ALL).await
     }
 
     /// [`LockManager::inspect`](crate::redlock::LockManager::inspect): `GET` and `PTTL` pipelined to every node in one
@@ -253,9 +258,15 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         })
     }
 
-    /// The release round shared by `unlock` and `unlock_value`: compare-and-delete on `nodes`, counted by a
-    /// [`Tally`]: the number of nodes that deleted the key by the time a majority confirmed, or why not.
-    async fn release_on(&self, resource: &[u8], value: &[u8], nodes: NodeSet) -> Result<usize> {
+    /// The lone release round of `unlock` and `unlock_value` (one that found no other in flight, see `fold.rs`):
+    /// compare-and-delete on `nodes`, counted by a [`Tally`]: the number of nodes that deleted the key by the time
+    /// a majority confirmed, or why not.
+    pub(crate) async fn release_alone(
+        &self,
+        resource: &[u8],
+        value: &[u8],
+        nodes: NodeSet,
+    ) -> Result<usize> {
         let quorum = self.quorum();
         let deadline = later(self.clock.now(), self.config.round_timeout);
         let mut tally = Tally::new(&self.votes, self.fanout.len(), quorum, nodes);

@@ -134,6 +134,7 @@ impl Builder {
                     config: self.config,
                     tokens: Tokens::new(),
                     restart,
+                    fold: Default::default(),
                 },
                 watchdog: Arc::default(),
                 waits: WaitRoom::default(),

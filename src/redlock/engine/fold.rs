@@ -1,0 +1,602 @@
+//! Folded releases (issue #25): plain releases that separate callers of one engine ask for while another
+//! release round is in flight wait in a queue, and go out together as **one** compare-and-delete per node
+//! ([`lua::RELEASE_BATCH`] on the script nodes), so that the servers' cost per release falls with load: a node
+//! runs one script call for the whole fold, not one `EVALSHA` per key. A lone caller goes out exactly as before.
+//!
+//! # The decision
+//!
+//! One gate per engine, [`Fold`]: at most one plain release round (a lone one or a folded one) is in flight.
+//!
+//! - **A caller that finds the gate open takes it** and runs the lone round ([`Engine::release_alone`]: the
+//!   script by hash or the node's native command, the refusal fallback of `script_round`) exactly as before the
+//!   fold existed: one uncontended mutex lock and unlock more, nothing allocated.
+//! - **A caller that finds it taken joins the queue** ([`Entry`]: a copy of its key, value and nodes) and waits.
+//! - **When a round ends**, its runner hands the gate on ([`Engine::fold_finish`]): it takes the whole queue as
+//!   the next batch and makes its first caller still waiting the batch's **leader**, which runs the folded round
+//!   ([`Engine::release_folded`]) for everyone in it, itself included, then hands the gate on in turn. An empty
+//!   queue opens the gate. So the batch grows with the load, and a round's latency is what collects the next one.
+//! - **Per node, the cheapest way**: a script node gets one `RELEASE_BATCH` with every key asked of it (by hash;
+//!   in full after `NOSCRIPT`); a node with a native compare-and-delete (`DELIFEQ`, `DELEX`; [`Engine::via`])
+//!   gets one native command per key, pipelined in one write, which costs it less than a script.
+//!
+//! # Invariants
+//!
+//! - **Each caller gets what a lone release would have given it**: its own [`Tally`], fed only the replies to
+//!   its own key: a node's outcomes come in the order its requests were sent (the seam's contract), and the
+//!   round keeps per node the list of what each outcome it still expects answers ([`Expect`]: a batch script,
+//!   whose reply is an array with one element per key in the order of its keys; or one key's own command). An
+//!   outcome is counted for the entry it answers and for no other; a reply of another round never reaches this
+//!   one (each round has its own slots). The verdict is [`Tally::finish`]: `Ok(n)`, [`Error::LockLost`] or
+//!   [`Error::Quorum`]. The round ends once every release in it is decided (a
+//!   majority confirmed), or when every outcome is in.
+//! - **A refusal costs no vote**: a batch script refused with `NOSCRIPT` goes again in full (`EVAL`); refused
+//!   otherwise (`NOPERM` without `+evalsha`) it goes as the node's native commands if it has them; a native
+//!   command refused (an ACL without it) goes again as that key's script ([`Engine::next_via`], each way once per
+//!   key and node). The refused outcome is not counted; the resent request's is. As in `script_round`, nodes sent
+//!   a native command not yet seen to run on their connection are awaited until all of them answered, so a
+//!   refusal is always seen and the key released the other way.
+//! - **Who holds what**: the gate (`Queue::busy`) is held by the runner of the round in flight, through a drop
+//!   guard ([`Gate`] for a lone round, [`Leading`] for a folded one) that hands it on when the round ends *or*
+//!   when its future is dropped. A queued entry is shared (`Arc`) by its caller and the queue, then the batch.
+//! - **Who wakes whom**: the runner of a folded round delivers every entry's verdict (and wakes its caller: a
+//!   parked thread, or a task's waker), then hands the gate on, which makes the next batch's leader (woken the
+//!   same way). A caller under [`block`](crate::redlock::engine::seam::block) parks its thread (bounded by the
+//!   round timeout, then it looks again); a task registers its waker. Lock order: the fold's queue, then an
+//!   entry's slot, never the other way; neither is held while sending or waiting.
+//! - **Cancel** (an async caller's future dropped, issue #26): a queued caller that goes leaves its entry in the
+//!   queue, marked abandoned: its key is still released with the batch (a release that outlives its caller), and
+//!   its verdict is dropped. A caller made leader that goes before it ran its batch hands the batch to the next
+//!   caller of it still waiting, or, if none is left, sends every key of it unawaited
+//!   ([`Engine::release_unawaited`]) and hands the gate on. A leader dropped in the middle of its round cannot
+//!   wait for the replies still to come (they are abandoned with the round; its requests still run on the nodes):
+//!   [`Leading`]'s drop gives every other caller of the batch the verdict of the replies counted so far, which is
+//!   never a false success (`Ok` only if a majority confirmed; typically [`Error::Quorum`],
+//!   "unconfirmed"), and hands the gate on. No caller ever waits for a round that nobody runs.
+//!
+//! Only plain releases fold (`unlock`, `unlock_value`, a plain guard's release or drop); fenced, set and owned
+//! releases have scripts of their own and go alone, as do `unlock_batch` (one script already) and the unawaited
+//! releases of failed attempts. The guards' renewals are already one round
+//! per watchdog turn (`renew.rs`), one compare-and-pexpire per guard pipelined in one write per node (native
+//! `SET IFEQ PX` where the node has it, else one `EVALSHA` per guard): not one multi-key script.
+
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
+use std::thread::Thread;
+
+use bytes::BytesMut;
+
+use crate::net::NodeSet;
+use crate::redlock::engine::Engine;
+use crate::redlock::engine::batch::array_votes;
+use crate::redlock::engine::compare::Tried;
+use crate::redlock::engine::release::Tally;
+use crate::redlock::engine::seam::{Clock, NodeRound, Nodes, blocking};
+use crate::redlock::error::Result;
+use crate::redlock::kind::{refused, script_vote};
+use crate::redlock::lua;
+use crate::redlock::scripts::{self, Script, Via};
+use crate::sync::lock;
+use crate::time::later;
+
+#[cfg(doc)]
+use crate::redlock::error::Error;
+
+/// The engine's release gate and the queue of releases waiting for it (see the module doc).
+#[derive(Debug, Default)]
+pub(crate) struct Fold {
+    queue: Mutex<Queue>,
+    /// Folded rounds run, and releases that went out in them (for [`Stats`](crate::redlock::Stats)).
+    rounds: std::sync::atomic::AtomicU64,
+    folded: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    /// A release round is in flight: its runner holds the gate.
+    busy: bool,
+    /// Releases waiting for the gate, in arrival order.
+    waiting: Vec<Arc<Entry>>,
+}
+
+impl Fold {
+    /// Takes the gate if it is open (`None`: the caller runs its release alone), else queues the release.
+    fn enter(&self, resource: &[u8], value: &[u8], nodes: NodeSet) -> Option<Arc<Entry>> {
+        let mut queue = lock(&self.queue);
+        if !queue.busy {
+            queue.busy = true;
+            return None;
+        }
+        let entry = Arc::new(Entry {
+            resource: resource.to_vec(),
+            value: value.to_vec(),
+            nodes,
+            slot: Mutex::new(Slot {
+                state: State::Queued,
+                waiter: None,
+                abandoned: false,
+            }),
+        });
+        queue.waiting.push(Arc::clone(&entry));
+        Some(entry)
+    }
+
+    /// The next batch (the whole queue), the gate staying taken; `None` (and the gate opened) if none waits.
+    fn next_batch(&self) -> Option<Vec<Arc<Entry>>> {
+        let mut queue = lock(&self.queue);
+        if queue.waiting.is_empty() {
+            queue.busy = false;
+            return None;
+        }
+        Some(std::mem::take(&mut queue.waiting))
+    }
+
+    /// `(folded rounds, releases that went out in them)`.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.rounds.load(Relaxed), self.folded.load(Relaxed))
+    }
+}
+
+/// One queued release: what it releases, and where its caller stands.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    resource: Vec<u8>,
+    value: Vec<u8>,
+    nodes: NodeSet,
+    slot: Mutex<Slot>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    state: State,
+    /// Who to wake when the state moves on.
+    waiter: Option<Waiter>,
+    /// The caller went (its future was dropped): nobody reads the verdict, nobody may lead.
+    abandoned: bool,
+}
+
+#[derive(Debug)]
+enum State {
+    /// In the queue, or in a batch someone else runs.
+    Queued,
+    /// Made the leader of this batch (itself among it); not started yet.
+    Lead(Vec<Arc<Entry>>),
+    /// Leading its batch.
+    Running,
+    /// Its verdict.
+    Done(Result<usize>),
+    /// The verdict was read.
+    Taken,
+}
+
+#[derive(Debug)]
+enum Waiter {
+    Thread(Thread),
+    Task(Waker),
+}
+
+impl Waiter {
+    fn wake(self) {
+        match self {
+            Waiter::Thread(thread) => thread.unpark(),
+            Waiter::Task(waker) => waker.wake(),
+        }
+    }
+}
+
+/// What a queued caller is told to do next.
+enum Step {
+    Lead(Vec<Arc<Entry>>),
+    Done(Result<usize>),
+}
+
+impl Entry {
+    /// The verdict for this release (dropped if its caller went), and its caller woken.
+    fn deliver(&self, result: Result<usize>) {
+        let waiter = {
+            let mut slot = lock(&self.slot);
+            if !matches!(slot.state, State::Queued | State::Running) {
+                return;
+            }
+            slot.state = State::Done(result);
+            slot.waiter.take()
+        };
+        if let Some(waiter) = waiter {
+            waiter.wake();
+        }
+    }
+
+    /// Makes this entry's caller the leader of `batch` (moved out of it) if the caller is still there and
+    /// waiting; returns whether it did.
+    fn promote(&self, batch: &mut Vec<Arc<Entry>>) -> bool {
+        let waiter = {
+            let mut slot = lock(&self.slot);
+            if slot.abandoned || !matches!(slot.state, State::Queued) {
+                return false;
+            }
+            slot.state = State::Lead(std::mem::take(batch));
+            slot.waiter.take()
+        };
+        if let Some(waiter) = waiter {
+            waiter.wake();
+        }
+        true
+    }
+
+    /// What to do next, if anything yet; otherwise `waiter` is registered to be woken when there is.
+    fn step(&self, waiter: impl FnOnce() -> Waiter) -> Option<Step> {
+        let mut slot = lock(&self.slot);
+        match std::mem::replace(&mut slot.state, State::Taken) {
+            State::Lead(batch) => {
+                slot.state = State::Running;
+                Some(Step::Lead(batch))
+            }
+            State::Done(result) => Some(Step::Done(result)),
+            other => {
+                slot.state = other;
+                let new = waiter();
+                let same = matches!(
+                    (&slot.waiter, &new),
+                    (Some(Waiter::Task(old)), Waiter::Task(new)) if old.will_wake(new)
+                );
+                if !same {
+                    slot.waiter = Some(new);
+                }
+                None
+            }
+        }
+    }
+}
+
+/// What one outcome of a folded round answers, on its node.
+#[derive(Clone, Copy, Debug)]
+enum Expect {
+    /// The node's batch script (its members' keys, in order), sent this way.
+    Batch(Via),
+    /// Entry `j`'s own command (native, or its script after a refusal), sent this way.
+    Key(usize, Via),
+}
+
+/// The gate, held by a lone round's runner (or the leader of a batch of one): hands it on when dropped.
+struct Gate<'e, N: Nodes, C: Clock> {
+    engine: &'e Engine<N, C>,
+}
+
+impl<N: Nodes, C: Clock> Drop for Gate<'_, N, C> {
+    fn drop(&mut self) {
+        self.engine.fold_finish();
+    }
+}
+
+/// A queued caller: if its future is dropped, its entry is marked abandoned (it is released all the same), and a
+/// leadership it was handed but did not take up goes on to another.
+struct Follower<'e, N: Nodes, C: Clock> {
+    engine: &'e Engine<N, C>,
+    entry: Arc<Entry>,
+}
+
+impl<N: Nodes, C: Clock> Drop for Follower<'_, N, C> {
+    fn drop(&mut self) {
+        let lead = {
+            let mut slot = lock(&self.entry.slot);
+            slot.abandoned = true;
+            slot.waiter = None;
+            match std::mem::replace(&mut slot.state, State::Taken) {
+                State::Lead(batch) => Some(batch),
+                other => {
+                    slot.state = other;
+                    None
+                }
+            }
+        };
+        if let Some(batch) = lead {
+            self.engine.hand_on(batch);
+        }
+    }
+}
+
+impl<N: Nodes, C: Clock> Follower<'_, N, C> {
+    /// Waits until this caller must lead a batch or has its verdict.
+    async fn next(&self) -> Step {
+        if blocking() {
+            loop {
+                if let Some(step) = self.entry.step(|| Waiter::Thread(std::thread::current())) {
+                    return step;
+                }
+                // Unparked by whoever moves the state on; the timeout only bounds a wait the state says is over.
+                std::thread::park_timeout(self.engine.config.round_timeout);
+            }
+        }
+        poll_fn(
+            |cx| match self.entry.step(|| Waiter::Task(cx.waker().clone())) {
+                Some(step) => Poll::Ready(step),
+                None => Poll::Pending,
+            },
+        )
+        .await
+    }
+}
+
+/// A folded round's runner: its batch and their tallies. Dropped (the round over, or the leader's future
+/// dropped part-way), it gives every entry the verdict of its tally and hands the gate on.
+struct Leading<'e, N: Nodes, C: Clock> {
+    engine: &'e Engine<N, C>,
+    batch: Vec<Arc<Entry>>,
+    tallies: Vec<Tally<'e>>,
+}
+
+impl<N: Nodes, C: Clock> Drop for Leading<'_, N, C> {
+    fn drop(&mut self) {
+        for (entry, tally) in self.batch.iter().zip(self.tallies.drain(..)) {
+            entry.deliver(tally.finish(self.engine, &entry.resource));
+        }
+        self.engine.fold_finish();
+    }
+}
+
+impl<N: Nodes, C: Clock> Engine<N, C> {
+    /// A plain release (`unlock`, `unlock_value`, a plain guard's drop): alone if no release round is in flight,
+    /// else folded with the others waiting (see the module doc).
+    pub(crate) async fn release_folding(
+        &self,
+        resource: &[u8],
+        value: &[u8],
+        nodes: NodeSet,
+    ) -> Result<usize> {
+        if !self.config.fold_releases {
+            return self.release_alone(resource, value, nodes).await;
+        }
+        let Some(entry) = self.fold.enter(resource, value, nodes) else {
+            let _gate = Gate { engine: self };
+            return self.release_alone(resource, value, nodes).await;
+        };
+        let follower = Follower {
+            engine: self,
+            entry,
+        };
+        loop {
+            match follower.next().await {
+                Step::Done(result) => return result,
+                Step::Lead(batch) => self.lead(batch).await,
+            }
+        }
+    }
+
+    /// Runs `batch` (its leader's own entry among it); every entry has its verdict when this ends.
+    async fn lead(&self, batch: Vec<Arc<Entry>>) {
+        if let [entry] = &batch[..] {
+            // The leader alone: the lone round, as a caller that found the gate open runs it.
+            let _gate = Gate { engine: self };
+            let result = self
+                .release_alone(&entry.resource, &entry.value, entry.nodes)
+                .await;
+            entry.deliver(result);
+            return;
+        }
+        let (n, quorum) = (self.fanout.len(), self.quorum());
+        let tallies = batch
+            .iter()
+            .map(|e| Tally::new(&self.votes, n, quorum, e.nodes))
+            .collect();
+        let mut leading = Leading {
+            engine: self,
+            batch,
+            tallies,
+        };
+        {
+            use std::sync::atomic::Ordering::Relaxed;
+            self.fold.rounds.fetch_add(1, Relaxed);
+            self.fold
+                .folded
+                .fetch_add(leading.batch.len() as u64, Relaxed);
+        }
+        let Leading { batch, tallies, .. } = &mut leading;
+        self.release_folded(batch, tallies).await;
+    }
+
+    /// Hands the gate on after a round: to the next batch's leader, or open.
+    fn fold_finish(&self) {
+        if let Some(batch) = self.fold.next_batch() {
+            self.hand_on(batch);
+        }
+    }
+
+    /// Gives `batch` to the first of its callers still waiting, to lead; if every one went, sends its releases
+    /// unawaited and goes on with the next batch (or opens the gate).
+    fn hand_on(&self, mut batch: Vec<Arc<Entry>>) {
+        loop {
+            for i in 0..batch.len() {
+                let entry = Arc::clone(&batch[i]);
+                if entry.promote(&mut batch) {
+                    return;
+                }
+            }
+            let mut request = BytesMut::new();
+            for entry in &batch {
+                request.clear();
+                self.release_unawaited(&mut request, entry.nodes, &entry.resource, &entry.value);
+            }
+            match self.fold.next_batch() {
+                Some(next) => batch = next,
+                None => return,
+            }
+        }
+    }
+
+    /// The folded round: every entry of `batch` released on its nodes, each node sent its keys the cheapest way
+    /// it has, each outcome counted into the tally of the entry it answers (see the module doc).
+    async fn release_folded(&self, batch: &[Arc<Entry>], tallies: &mut [Tally<'_>]) {
+        let (n, k) = (self.fanout.len(), batch.len());
+        // Per node, the entries asked there, in the order of their keys in its request.
+        let members: Vec<Vec<usize>> = (0..n)
+            .map(|node| (0..k).filter(|&j| batch[j].nodes.contains(node)).collect())
+            .collect();
+        let mut ways: Vec<Tried> = (0..n)
+            .map(|node| Tried::new(self.via(Script::Release, node)))
+            .collect();
+        let mut round = self
+            .fanout
+            .release_round(later(self.clock.now(), self.config.round_timeout));
+        let mut request = BytesMut::with_capacity(64 + k * 96);
+        let mut expect: Vec<VecDeque<Expect>> = (0..n).map(|_| VecDeque::new()).collect();
+        // Nodes sent a native command not yet seen to run on their connection: awaited to the end (see above).
+        let mut unsure = vec![false; n];
+        // One encoding per way and set of members in use (one of each way on a uniform cluster).
+        let mut sent = vec![false; n];
+        for first in 0..n {
+            if sent[first] || members[first].is_empty() {
+                continue;
+            }
+            let via = ways[first].last;
+            let group: Vec<usize> = (first..n)
+                .filter(|&o| !sent[o] && ways[o].last == via && members[o] == members[first])
+                .collect();
+            request.clear();
+            let replies = encode(&mut request, via, batch, &members[first]);
+            if n <= 64 {
+                let mut set = NodeSet::EMPTY;
+                group.iter().for_each(|&o| set.insert(o));
+                round.send_to(set, &request, replies);
+            } else {
+                group.iter().for_each(|&o| {
+                    round.send(o, &request, replies);
+                });
+            }
+            for &o in &group {
+                sent[o] = true;
+                self.expect(&mut expect[o], &mut unsure[o], o, via, &members[o]);
+            }
+        }
+        // Per (node, entry): the ways its own command was tried (allocated only after a refusal).
+        let mut tried: Vec<Option<Tried>> = Vec::new();
+        round.need(need(tallies, &expect, &unsure));
+        while let Some((node, reply)) = round.next().await {
+            let Some(what) = expect.get_mut(node).and_then(VecDeque::pop_front) else {
+                continue; // an outcome nothing was sent for: never happens; count nothing
+            };
+            match what {
+                Expect::Batch(via) => {
+                    if let Some(why) = refused(&reply) {
+                        if let Some(next) =
+                            self.next_via(node, Script::Release, &mut ways[node], via, why)
+                        {
+                            request.clear();
+                            let replies = encode(&mut request, next, batch, &members[node]);
+                            round.send(node, &request, replies);
+                            self.expect(
+                                &mut expect[node],
+                                &mut unsure[node],
+                                node,
+                                next,
+                                &members[node],
+                            );
+                            round.need(need(tallies, &expect, &unsure));
+                            continue;
+                        }
+                    }
+                    let votes = array_votes(&reply, members[node].len());
+                    for (&j, vote) in members[node].iter().zip(votes) {
+                        tallies[j].vote(node, vote);
+                    }
+                }
+                Expect::Key(j, via) => {
+                    if let Some(why) = refused(&reply) {
+                        if tried.is_empty() {
+                            tried = vec![None; n * k];
+                        }
+                        let t = tried[node * k + j].get_or_insert(Tried::new(via));
+                        if let Some(next) = self.next_via(node, Script::Release, t, via, why) {
+                            request.clear();
+                            let e = &batch[j];
+                            scripts::compare(
+                                &mut request,
+                                Script::Release,
+                                next,
+                                &e.resource,
+                                &e.value,
+                                0,
+                            );
+                            round.send(node, &request, 1);
+                            expect[node].push_back(Expect::Key(j, next));
+                            round.need(need(tallies, &expect, &unsure));
+                            continue;
+                        }
+                    } else if matches!(via, Via::Native(_)) {
+                        // Ran, or no answer (a hung node is waited for once per connection, not every round).
+                        self.restart.natives.note_ran(node, Script::Release);
+                    }
+                    tallies[j].vote(node, script_vote(&reply));
+                }
+            }
+            match need(tallies, &expect, &unsure) {
+                0 => break,
+                more => round.need(more),
+            }
+        }
+    }
+
+    /// Notes what `node`'s outcomes will answer after sending it `members`' keys `via` that way.
+    fn expect(
+        &self,
+        expect: &mut VecDeque<Expect>,
+        unsure: &mut bool,
+        node: usize,
+        via: Via,
+        members: &[usize],
+    ) {
+        match via {
+            Via::Sha | Via::Full => expect.push_back(Expect::Batch(via)),
+            Via::Native(_) => {
+                expect.extend(members.iter().map(|&j| Expect::Key(j, via)));
+                *unsure |= !self.restart.natives.ran(node, Script::Release);
+            }
+        }
+    }
+}
+
+/// Encodes the release of `members`' keys `via` that way: one batch script, or one native command per key.
+/// Returns how many replies it asks for.
+fn encode(buf: &mut BytesMut, via: Via, batch: &[Arc<Entry>], members: &[usize]) -> usize {
+    match via {
+        Via::Sha | Via::Full => {
+            let keys: Vec<&[u8]> = members.iter().map(|&j| &batch[j].resource[..]).collect();
+            let vals: Vec<&[u8]> = members.iter().map(|&j| &batch[j].value[..]).collect();
+            lua::eval(buf, lua::RELEASE_BATCH, via == Via::Full, &keys, &vals);
+            1
+        }
+        Via::Native(_) => {
+            for &j in members {
+                scripts::compare(
+                    buf,
+                    Script::Release,
+                    via,
+                    &batch[j].resource,
+                    &batch[j].value,
+                    0,
+                );
+            }
+            members.len()
+        }
+    }
+}
+
+/// How many more outcomes are worth waiting for: while some release is undecided, the fewest confirmations one
+/// of them still needs (an outcome is at most one vote for each); then the native commands still unanswered on
+/// nodes that may refuse them; 0 to end the round.
+fn need(tallies: &[Tally<'_>], expect: &[VecDeque<Expect>], unsure: &[bool]) -> usize {
+    if let Some(fewest) = tallies.iter().map(Tally::needed).filter(|&m| m > 0).min() {
+        return fewest;
+    }
+    expect
+        .iter()
+        .zip(unsure)
+        .filter(|(_, unsure)| **unsure)
+        .map(|(e, _)| {
+            e.iter()
+                .filter(|x| matches!(x, Expect::Key(_, Via::Native(_))))
+                .count()
+        })
+        .sum()
+}
