@@ -155,7 +155,10 @@ fn one_script_per_round(locks: &LockManager, node: &RedisServer, releases: u64, 
 fn folded_releases_count_each_key_on_its_own() {
     let cluster = Cluster::start(3);
     let nodes: Vec<&RedisServer> = cluster.nodes().iter().collect();
-    let locks = Arc::new(manager(cluster.urls(), one_attempt(Duration::from_secs(2))));
+    let locks = Arc::new(manager(
+        cluster.urls(),
+        one_attempt(Duration::from_secs(2)).with_fold_releases(true),
+    ));
     locks.inspect("warm-up").expect("every node answers");
     let before: Vec<u64> = nodes.iter().map(|n| calls(n, "evalsha")).collect();
     let releases = bursts(&locks, &nodes, (&|| {}, true));
@@ -168,7 +171,10 @@ fn folded_releases_count_each_key_on_its_own() {
 fn a_flushed_script_cache_costs_a_fold_no_vote() {
     let cluster = Cluster::start(3);
     let nodes: Vec<&RedisServer> = cluster.nodes().iter().collect();
-    let locks = Arc::new(manager(cluster.urls(), one_attempt(Duration::from_secs(2))));
+    let locks = Arc::new(manager(
+        cluster.urls(),
+        one_attempt(Duration::from_secs(2)).with_fold_releases(true),
+    ));
     locks.inspect("warm-up").expect("every node answers");
     let flush = || {
         for node in &nodes {
@@ -210,7 +216,7 @@ fn valkey_nodes_go_native_in_a_fold() {
     let nodes = [&valkeys[0], &valkeys[1], &redis];
     let locks = Arc::new(manager(
         nodes.iter().map(|n| n.url()),
-        one_attempt(Duration::from_secs(2)),
+        one_attempt(Duration::from_secs(2)).with_fold_releases(true),
     ));
     locks.inspect("warm-up").expect("every node answers");
     let scripts = calls(&redis, "evalsha");
@@ -226,7 +232,10 @@ fn valkey_nodes_go_native_in_a_fold() {
 /// Returns the manager, its cluster, the lone release's thread, and `extra` locks taken before the pause.
 fn in_flight(extra: usize) -> (Arc<LockManager>, Cluster, thread::JoinHandle<()>, Vec<Lock>) {
     let mut cluster = Cluster::start(3);
-    let locks = Arc::new(manager(cluster.urls(), one_attempt(Duration::from_secs(3))));
+    let locks = Arc::new(manager(
+        cluster.urls(),
+        one_attempt(Duration::from_secs(3)).with_fold_releases(true),
+    ));
     let take = |name: String| locks.request(name).ttl(TTL).once().acquire().expect("free");
     let lone = take("fold:in-flight".into());
     let others = (0..extra)
@@ -389,7 +398,7 @@ fn server_time_per_cycle_with_and_without_folding() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(2.0);
     let cluster = Cluster::start(5);
-    let config = one_attempt(Duration::from_millis(200));
+    let config = one_attempt(Duration::from_millis(200)).with_fold_releases(true);
     let folding = Arc::new(manager(cluster.urls(), config.clone()));
     let alone = Arc::new(manager(cluster.urls(), config.with_fold_releases(false)));
     for m in [&folding, &alone] {

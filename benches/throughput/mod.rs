@@ -53,10 +53,10 @@ pub enum Client {
     /// then a plain `DEL` to every node, each decided by a majority. What a cycle would cost the servers if the
     /// release needed no compare.
     Floor,
-    /// `muxlock/shared` with folded releases off (`Config::with_fold_releases(false)`, issue #25): every
-    /// release in a round of its own, one script call per release on a script node. Named only with
-    /// `MUXLOCK_TP_CLIENTS`, to weigh the fold in one run.
-    Unfolded,
+    /// `muxlock/shared` with folded releases on (`Config::with_fold_releases(true)`, issue #25; off by default):
+    /// releases asked for while another is in flight go out together, one script call per fold on a script node.
+    /// Named only with `MUXLOCK_TP_CLIENTS`, to weigh the fold in one run.
+    Folded,
 }
 
 /// The clients `benches/throughput.rs` runs by default.
@@ -78,7 +78,7 @@ pub const ALL_CLIENTS: [Client; 10] = [
     Client::Floor,
     Client::Async,
     Client::QuorumAll,
-    Client::Unfolded,
+    Client::Folded,
 ];
 
 impl Client {
@@ -93,7 +93,7 @@ impl Client {
             Client::Floor => "floor/set+del",
             Client::Async => "muxlock/async",
             Client::QuorumAll => "redis-rs/quorum-all",
-            Client::Unfolded => "muxlock/unfolded",
+            Client::Folded => "muxlock/folded",
         }
     }
 
@@ -109,14 +109,14 @@ impl Client {
             Client::Floor => "floor",
             Client::Async => "mux-async",
             Client::QuorumAll => "quorum-all",
-            Client::Unfolded => "mux-unfolded",
+            Client::Folded => "mux-folded",
         }
     }
 
     pub fn is_muxlock(self) -> bool {
         matches!(
             self,
-            Client::Shared | Client::PerThread | Client::Async | Client::Unfolded
+            Client::Shared | Client::PerThread | Client::Async | Client::Folded
         )
     }
 }
@@ -188,8 +188,8 @@ impl Settings {
 /// Every client, built once (the `redlock` crate's and redis-rs/single's per case, one per caller).
 pub struct Clients {
     pub shared: Arc<LockManager>,
-    /// `muxlock/unfolded`'s manager (built only when that client runs).
-    unfolded: Option<Arc<LockManager>>,
+    /// `muxlock/folded`'s manager (built only when that client runs).
+    folded: Option<Arc<LockManager>>,
     per_thread: Vec<Arc<LockManager>>,
     rslock: rslock::LockManager,
     rslock_rt: Runtime,
@@ -236,10 +236,10 @@ impl Clients {
             .expect("redis-rs connections");
         Clients {
             shared: mux(),
-            unfolded: settings
+            folded: settings
                 .clients
-                .contains(&Client::Unfolded)
-                .then(|| mux_with(config.clone().with_fold_releases(false))),
+                .contains(&Client::Folded)
+                .then(|| mux_with(config.clone().with_fold_releases(true))),
             per_thread: (0..most).map(|_| mux()).collect(),
             rslock,
             rslock_rt: runtime(),
@@ -279,7 +279,7 @@ impl Clients {
             panic!("muxlock warm-up failed 5 times, last: {last:?}");
         };
         once(&self.shared, 0);
-        if let Some(m) = &self.unfolded {
+        if let Some(m) = &self.folded {
             once(m, 1_000);
         }
         for (i, m) in self.per_thread.iter().enumerate() {
@@ -340,10 +340,10 @@ pub fn run_case(
         let names = Names::new(client, &case, k);
         let tx = tx.clone();
         match client {
-            Client::Shared | Client::PerThread | Client::Unfolded => {
-                let manager = match (client, &clients.unfolded) {
+            Client::Shared | Client::PerThread | Client::Folded => {
+                let manager = match (client, &clients.folded) {
                     (Client::Shared, _) => Arc::clone(&clients.shared),
-                    (Client::Unfolded, Some(m)) => Arc::clone(m),
+                    (Client::Folded, Some(m)) => Arc::clone(m),
                     _ => Arc::clone(&clients.per_thread[k]),
                 };
                 // Never joined: a thread that blocks past the deadline is left behind, and counted.
@@ -504,7 +504,7 @@ impl Clients {
     pub fn shut_down(self) {
         let Clients {
             shared,
-            unfolded,
+            folded,
             per_thread,
             rslock,
             rslock_rt,
@@ -514,7 +514,7 @@ impl Clients {
             urls: _,
             floor,
         } = self;
-        drop((shared, unfolded, per_thread, rslock, quorum, floor));
+        drop((shared, folded, per_thread, rslock, quorum, floor));
         async_rt.shutdown_timeout(Duration::from_secs(1));
         rslock_rt.shutdown_timeout(Duration::from_secs(1));
         quorum_rt.shutdown_timeout(Duration::from_secs(1));

@@ -55,7 +55,9 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
     let mut rng = Rng::steered(seed ^ ((me as u64 + 1) << 40), opts.tape.as_ref());
     let mut config = Config::default()
         .with_retry_count(2)
-        .with_restart_window(Duration::from_millis(2_500));
+        .with_restart_window(Duration::from_millis(2_500))
+        // Off by default (issue #25: not yet shown to save server time); the simulator runs it where it folds.
+        .with_fold_releases(opts.folds);
     if fencing {
         // Round timeouts that differ between clients, one far longer than the others: fencing's order must
         // not depend on other clients' round timeouts (issue #20.4).
