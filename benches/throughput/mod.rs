@@ -402,13 +402,19 @@ pub fn run_case(
     drop(tx);
     sleep_until(window.start);
     let before = Cpu::now(pids);
-    let net_before = (client == Client::Shared).then(|| clients.shared.stats());
-    let folds_before = (client == Client::Shared).then(|| clients.shared.stats().releases);
+    // The manager this client runs on, if it is one of muxlock's shared managers: its counters are reported.
+    let manager = match client {
+        Client::Shared => Some(Arc::clone(&clients.shared)),
+        Client::Folded => clients.folded.clone(),
+        _ => None,
+    };
+    let net_before = manager.as_ref().map(|m| m.stats());
+    let folds_before = manager.as_ref().map(|m| m.stats().releases);
     sleep_until(window.end);
     let after = Cpu::now(pids);
     // How the shared manager's requests travelled in the window: per node, how many requests a write carried.
     let net = net_before.map(|before| {
-        let now = clients.shared.stats();
+        let now = manager.as_ref().expect("counted above").stats();
         now.nodes
             .iter()
             .zip(&before.nodes)
@@ -430,13 +436,14 @@ pub fn run_case(
         task.abort(); // a no-op for tasks that returned
     }
     if let Some(before) = folds_before {
-        let now = clients.shared.stats().releases;
+        let now = manager.as_ref().expect("counted above").stats().releases;
         let (rounds, folded) = (
             now.folded_rounds - before.folded_rounds,
             now.folded - before.folded,
         );
         eprintln!(
-            "  {threads} × muxlock/shared: {folded} of {} releases folded, {:.1} per folded round",
+            "  {threads} × {}: {folded} of {} releases folded, {:.1} per folded round",
+            client.name(),
             tally.cycles,
             folded as f64 / rounds.max(1) as f64
         );
@@ -450,8 +457,9 @@ pub fn run_case(
         let writes: u64 = net.iter().map(|d| d.writes).sum();
         let reads: u64 = net.iter().map(|d| d.reads).sum();
         eprintln!(
-            "  {threads} × muxlock/shared: requests per write, per node: {}; system calls per cycle, all nodes: \
+            "  {threads} × {}: requests per write, per node: {}; system calls per cycle, all nodes: \
              {:.2} writes, {:.2} reads",
+            client.name(),
             per_write.join(" "),
             writes as f64 / cycles,
             reads as f64 / cycles
