@@ -322,16 +322,39 @@ impl Slots {
     /// timed out. Their replies, if they still come, are dropped (see the module doc). The caller calls this only
     /// after the round's deadline, once the replies that had arrived by then were read.
     pub fn time_out_node(&mut self, r: SlotRef) -> Option<(usize, u32)> {
+        let node = self.live(r)?.pending.iter().position(|&p| p > 0)?;
+        self.time_out(r, node).map(|n| (node, n))
+    }
+
+    /// Like [`time_out_node`](Slots::time_out_node), for `node`: reports every request of `node` in `r` that has
+    /// had no outcome as timed out, and returns how many (`None` if it had none pending).
+    pub fn time_out(&mut self, r: SlotRef, node: usize) -> Option<u32> {
         let s = self.live(r)?;
-        let node = s.pending.iter().position(|&p| p > 0)?;
-        let n = std::mem::take(&mut s.pending[node]);
+        let n = std::mem::take(s.pending.get_mut(node).filter(|p| **p > 0)?);
         s.stale[node] += n;
         s.outstanding -= n as usize;
         for _ in 0..n {
             s.arrivals.push_back((node, Err(NodeError::Timeout)));
         }
         s.release_deferred(node);
-        Some((node, n))
+        Some(n)
+    }
+
+    /// The nodes that still owe `r` an outcome from the wire (requests sent, no reply filed nor timed out).
+    pub fn pending_nodes(&mut self, r: SlotRef) -> impl Iterator<Item = usize> + '_ {
+        self.live(r)
+            .into_iter()
+            .flat_map(|s| s.pending.iter().enumerate().filter(|(_, p)| **p > 0))
+            .map(|(node, _)| node)
+    }
+
+    /// Moves `r`'s deadline to `deadline` (a patient round past its first deadline, see
+    /// `Round::patient_until`). A waiter registered for the old deadline is woken at it anyway (a spurious
+    /// wake-up: it looks, and waits again until the new one).
+    pub fn extend(&mut self, r: SlotRef, deadline: Instant) {
+        if let Some(s) = self.live(r) {
+            s.deadline = deadline;
+        }
     }
 
     /// Records that `r`'s thread sleeps until woken (by [`file`](Slots::file) or [`wake_due`](Slots::wake_due)).

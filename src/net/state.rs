@@ -170,6 +170,12 @@ impl NodeState {
         matches!(self.fifo.front(), Some((Waiter::Setup(_), _)))
     }
 
+    /// The last sign of life while requests were outstanding (see the field): what a patient round
+    /// (`Round::patient_until`) judges a node by past its deadline.
+    pub(crate) fn last_progress(&self) -> Instant {
+        self.last_progress
+    }
+
     pub(crate) fn in_flight(&self) -> usize {
         self.fifo.len()
     }

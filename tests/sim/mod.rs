@@ -1075,6 +1075,17 @@ impl NodeRound for SimRound<'_> {
 
     fn need(&mut self, _outcomes: usize) {}
 
+    /// The real fanout waits past the deadline only for nodes still answering; here half the patient rounds
+    /// (seeded) wait for every node up to `hard`: the contract's widest case, an outcome at any instant until
+    /// then, so the engine is checked against votes as late as a patient round can count them.
+    fn patient_until(&mut self, hard: Instant) {
+        let mut w = self.nodes.sim.world();
+        if hard > self.deadline && w.rng.chance(0.5) {
+            self.deadline = hard;
+            w.clients[self.nodes.me].slots.extend(self.slot, hard);
+        }
+    }
+
     fn next(&mut self) -> impl Future<Output = Option<(usize, Reply)>> {
         poll_fn(move |_| self.poll_next())
     }

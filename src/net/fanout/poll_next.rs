@@ -37,11 +37,8 @@ impl<'a> Round<'a> {
             if inner.slots.settled(self.slot) {
                 break None;
             }
-            if inner.last_read.is_some_and(|t| t >= self.deadline) {
-                if let Some((node, n)) = inner.slots.time_out_node(self.slot) {
-                    (0..n).for_each(|_| f.stats[node].timeout());
-                    continue;
-                }
+            if self.time_out_due(&mut inner) {
+                continue;
             }
             // A round moved from `next()` may still have the driver: a task never keeps it.
             if let Some(d) = self.driver.take() {

@@ -24,6 +24,8 @@ impl Fanout {
             fanout: self,
             slot,
             deadline,
+            hard: deadline,
+            patience: Duration::ZERO,
             priority,
             driver: None,
             held: None,
@@ -75,6 +77,10 @@ pub struct Round<'a> {
     pub(super) fanout: &'a Fanout,
     pub(super) slot: SlotRef,
     pub(super) deadline: Instant,
+    /// How far a patient round may move its deadline ([`Round::patient_until`]); `deadline` otherwise.
+    pub(super) hard: Instant,
+    /// A patient round's measure of life: a node silent for this long (the round's first length) is not waited for.
+    pub(super) patience: Duration,
     pub(super) priority: Priority,
     /// The poll, while this round's thread drives.
     pub(super) driver: Option<Box<Driver>>,
@@ -87,6 +93,84 @@ impl<'a> Round<'a> {
     /// The instant by which every outcome of this round is known.
     pub fn deadline(&self) -> Instant {
         self.deadline
+    }
+
+    /// Makes this round **patient**: past its deadline, a node that is still answering earlier requests (it showed
+    /// a sign of life, bytes read, within the round's first length, the `patience`) is waited for, up to `hard`;
+    /// only a node silent for that long counts as [`NodeError::Timeout`] then. Call it right after opening the
+    /// round; `hard` earlier than the deadline changes nothing.
+    ///
+    /// # Why
+    ///
+    /// A deadline is there so that a down or hung node costs a round little (the Redlock spec's "small timeout").
+    /// Under overload a node is neither: its replies come, behind thousands of requests of the same client's
+    /// other rounds, and a request deeper in that queue than the node can serve by the deadline would time out
+    /// although the node answers — an error (and a retry, more load) caused by the client's own queue. A patient
+    /// round tells the two apart by the node's own sign of life:
+    ///
+    /// - a node down, refused, or hung (no byte for `patience`, e.g. `SIGSTOP`) times out at the first deadline,
+    ///   as in any round; one that hangs just after answering costs at most one `patience` more;
+    /// - a node answering slowly is waited for while it keeps answering, and never past `hard`.
+    ///
+    /// Timeouts still come last (a node is judged right after a turn that read the sockets) and a node's requests
+    /// still time out all together. The caller chooses `hard` so that waiting longer is safe and useful: an
+    /// acquisition no later than its lease's validity (a vote after it counts for nothing anyway), a release a few
+    /// round lengths; rounds whose length other checks rely on (a guard's renewal) are not made patient.
+    pub fn patient_until(&mut self, hard: Instant) {
+        if hard > self.deadline {
+            self.patience = self.deadline.saturating_duration_since(Instant::now());
+            self.hard = hard;
+        }
+    }
+
+    /// Past the deadline (a turn has read the sockets at or after it): files the timeouts due, one node at a
+    /// time, or, for a patient round, those of every node silent for `patience` while moving the deadline for
+    /// the others. Returns whether it filed or moved anything (the caller looks again).
+    pub(super) fn time_out_due(&mut self, inner: &mut Inner) -> bool {
+        let Some(read_at) = inner.last_read.filter(|t| *t >= self.deadline) else {
+            return false;
+        };
+        let stats = &self.fanout.shared.stats;
+        if self.hard > self.deadline {
+            // Nodes that owe an outcome, and until when each one's last sign of life keeps it awaited.
+            let owing: Vec<(usize, Option<Instant>)> = {
+                let Inner { slots, conns, .. } = &mut *inner;
+                slots
+                    .pending_nodes(self.slot)
+                    .map(|node| {
+                        let state = &conns[node].state;
+                        let alive = crate::time::later(state.last_progress(), self.patience);
+                        (node, (state.is_up() && alive > read_at).then_some(alive))
+                    })
+                    .collect()
+            };
+            let until = owing
+                .iter()
+                .filter_map(|o| o.1)
+                .max()
+                .map(|t| t.min(self.hard));
+            match until.filter(|t| *t > read_at) {
+                Some(until) => {
+                    for &(node, _) in owing.iter().filter(|o| o.1.is_none()) {
+                        let n = inner.slots.time_out(self.slot, node).unwrap_or(0);
+                        (0..n).for_each(|_| stats[node].timeout());
+                    }
+                    self.deadline = until;
+                    inner.slots.extend(self.slot, until);
+                    return true;
+                }
+                // Nobody still answers (or `hard` has come): an ordinary round from here on.
+                None => self.hard = self.deadline,
+            }
+        }
+        // All of a node's requests at once: a late reply must never be counted for a later command.
+        match inner.slots.time_out_node(self.slot) {
+            Some((node, n)) => {
+                (0..n).for_each(|_| stats[node].timeout());
+                true
+            }
+            None => false,
+        }
     }
 
     /// Sends `request` (encoded commands expecting `replies` replies in all) to every node: one write per node,
@@ -258,12 +342,8 @@ impl<'a> Round<'a> {
             if inner.slots.settled(self.slot) {
                 break None;
             }
-            if inner.last_read.is_some_and(|t| t >= self.deadline) {
-                // All of a node's requests at once: a late reply must never be counted for a later command.
-                if let Some((node, n)) = inner.slots.time_out_node(self.slot) {
-                    (0..n).for_each(|_| f.stats[node].timeout());
-                    continue;
-                }
+            if self.time_out_due(&mut inner) {
+                continue;
             }
             if self.driver.is_none() {
                 self.driver = inner.driver.take();

@@ -35,6 +35,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             Script::Release => self.fanout.release_round(deadline),
             Script::Extend => self.fanout.round(deadline),
         };
+        // A release waits for nodes still answering (overload), a few round lengths; an extension must be decided
+        // in its lease and keeps its deadline.
+        if script == Script::Release {
+            round.patient_until(self.patient_from(deadline));
+        }
         let mut request = BytesMut::with_capacity(128 + resource.len());
         let sent = self.send_compare(
             &mut round,

@@ -439,6 +439,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut round = self
             .fanout
             .release_round(later(self.clock.now(), self.config.round_timeout));
+        // As a lone release: nodes still answering are waited for, a few round lengths.
+        round.patient_until(self.patient_from(self.clock.now()));
         let mut request = BytesMut::with_capacity(64 + k * 96);
         let mut expect: Vec<VecDeque<Expect>> = (0..n).map(|_| VecDeque::new()).collect();
         // Nodes sent a native command not yet seen to run on their connection: awaited to the end (see above).

@@ -39,6 +39,12 @@ use crate::redlock::token::Tokens;
 use crate::resp::encode_command;
 use crate::time::later;
 
+/// How many round timeouts a patient round (a plain acquisition, a plain release) may last while nodes are still
+/// answering (see [`Round::patient_until`](crate::net::Round::patient_until)): past its first deadline a node
+/// that showed no sign of life for a round's length times out as before, so a down or hung node costs what it
+/// did; one that answers behind a deep queue (overload) is waited for, up to this bound.
+pub(crate) const PATIENT_ROUNDS: u32 = 10;
+
 /// The engine: the nodes, the clock, the configuration, the lock values' source, the restart guard and the
 /// per-node tallies; every round of every kind of lock is a method of it.
 #[derive(Debug)]
@@ -324,6 +330,15 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
     }
 
+    /// How far a patient round opened at `start` may wait for nodes that are still answering
+    /// ([`NodeRound::patient_until`]): [`PATIENT_ROUNDS`] round timeouts.
+    pub(crate) fn patient_from(&self, start: Instant) -> Instant {
+        later(
+            start,
+            self.config.round_timeout.saturating_mul(PATIENT_ROUNDS),
+        )
+    }
+
     pub(crate) fn check(&self, resource: &[u8], ttl: Duration) -> Result<u64> {
         if resource.is_empty() {
             return Err(Error::config("the resource name is empty"));
@@ -351,6 +366,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut round = self
             .fanout
             .round(later(start, self.config.round_timeout).min(quorum.deadline()));
+        // Nodes still answering (behind this client's own queue, under overload) are waited for, up to a few
+        // round lengths and never past the lease's validity: a vote after it counts for nothing anyway.
+        round.patient_until(self.patient_from(start).min(quorum.deadline()));
         let nodes = round.send_all(&request, 1);
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let mut status = Status::Pending;

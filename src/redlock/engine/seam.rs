@@ -108,6 +108,11 @@ pub trait NodeRound {
     fn send(&mut self, node: usize, request: &[u8], replies: usize) -> NodeSet;
     /// How many outcomes are worth waiting for before the caller is woken.
     fn need(&mut self, outcomes: usize);
+    /// Lets the round wait past its deadline, never past `hard`, for nodes that are still answering (see
+    /// [`Round::patient_until`]): an outcome may then come at any instant up to `hard`. Only rounds whose length
+    /// nothing else relies on are made patient (a plain acquisition, bounded by its lease's validity; a plain
+    /// release).
+    fn patient_until(&mut self, hard: Instant);
     /// The next outcome, `(node, reply)`; `None` once every request of the round has its outcome.
     fn next(&mut self) -> impl Future<Output = Option<(usize, Reply)>>;
 }
@@ -164,6 +169,11 @@ impl NodeRound for Round<'_> {
     #[inline]
     fn need(&mut self, outcomes: usize) {
         Round::need(self, outcomes)
+    }
+
+    #[inline]
+    fn patient_until(&mut self, hard: Instant) {
+        Round::patient_until(self, hard)
     }
 
     /// Under [`block`] (a blocking verb), the real round blocks this thread until the outcome is filed (driving
