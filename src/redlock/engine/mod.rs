@@ -43,7 +43,7 @@ use crate::time::later;
 /// answering (see [`Round::patient_until`](crate::net::Round::patient_until)): past its first deadline a node
 /// that showed no sign of life for a round's length times out as before, so a down or hung node costs what it
 /// did; one that answers behind a deep queue (overload) is waited for, up to this bound.
-pub(crate) const PATIENT_ROUNDS: u32 = 10;
+pub(crate) const PATIENT_ROUNDS: u32 = 40;
 
 /// The engine: the nodes, the clock, the configuration, the lock values' source, the restart guard and the
 /// per-node tallies; every round of every kind of lock is a method of it.
