@@ -80,6 +80,14 @@ settings! {
     /// Sets how long one round waits for replies (default 50 ms, the upper end of the spec's "5–50 ms" for a 10 s
     /// lease). An acquisition also never waits past its lease's validity. A hung node costs at most this, and only
     /// when the majority needs its vote.
+    ///
+    /// A node that is **still answering** at the deadline (bytes came from it within the last `round_timeout`:
+    /// under overload, its replies come behind thousands of this client's other requests) is waited for by a plain
+    /// acquisition or release, up to 40 round timeouts in all (2 s at the default) and never past the lease's
+    /// validity, rather than counted as timed out while it answers. A down or hung node is not: it costs one
+    /// round timeout, or two if it falls silent during the round. Renewals, extensions and the other kinds'
+    /// rounds keep the plain deadline (their length is part of other checks, such as a guard's warning before
+    /// its lease ends).
     round_timeout, with_round_timeout: Duration;
     /// Sets how long a connection attempt may take before the node counts as down (default 1 s). For a
     /// `rediss://` node the TLS handshake counts too: it must end within this of the dial, or of the moment
