@@ -291,6 +291,11 @@ fn parse_host_port(s: &str, port_optional: bool) -> Result<NodeAddr, &'static st
     {
         return Err("host contains a space, '/' or '@'");
     }
+    // A NUL or an escape in a host name can only be a mistake (a name pasted with its terminal's bytes) and would
+    // reach the resolver and the logs as it is.
+    if host.chars().any(char::is_control) {
+        return Err("host contains a control character");
+    }
     let port = match port {
         Some(p) => match p.parse::<u16>() {
             // u16's parser takes `+1` and `007`; a port is written plainly.
@@ -447,6 +452,8 @@ mod tests {
             ("http://h:1", "unknown scheme"),
             ("redis+cluster://h:1,h:2", "not one node"),
             ("h h:1", "contains a space"),
+            ("h\u{1d}x:1", "control character"),
+            ("redis://h\0:1", "control character"),
         ];
         for (input, want) in cases {
             let got = parse(input).unwrap_err();
