@@ -320,7 +320,6 @@ fn a_key_outside_the_acl_does_not_turn_a_node_off_its_native_release() {
 /// (a release may use twice the bound, then waits for room): it waits out the round and every release of the
 /// fold fails there. Unfolded, the same releases go one by one and all succeed.
 #[test]
-#[ignore = "finding 5: a fold over 2 x max_in_flight never fits a native node's queue"]
 fn a_fold_larger_than_max_in_flight_still_releases_on_native_nodes() {
     const MAX: usize = 8;
     const QUEUED: usize = 3 * MAX;

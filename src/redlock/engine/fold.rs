@@ -11,8 +11,10 @@
 //!   script by hash or the node's native command, the refusal fallback of `script_round`) exactly as before the
 //!   fold existed: one uncontended mutex lock and unlock more, nothing allocated.
 //! - **A caller that finds it taken joins the queue** ([`Entry`]: a copy of its key, value and nodes) and waits.
-//! - **When a round ends**, its runner hands the gate on ([`Engine::fold_finish`]): it takes the whole queue as
-//!   the next batch and makes its first caller still waiting the batch's **leader**, which runs the folded round
+//! - **When a round ends**, its runner hands the gate on ([`Engine::fold_finish`]): it takes the queue as
+//!   the next batch (its first [`Config::max_in_flight`](crate::redlock::Config::max_in_flight) releases: a
+//!   node's queue could never take more native commands in one request) and makes its first caller still
+//!   waiting the batch's **leader**, which runs the folded round
 //!   ([`Engine::release_folded`]) for everyone in it, itself included, then hands the gate on in turn. An empty
 //!   queue opens the gate. So the batch grows with the load, and a round's latency is what collects the next one.
 //! - **Per node, the cheapest way**: a script node gets one `RELEASE_BATCH` with every key asked of it (by hash;
@@ -122,14 +124,19 @@ impl Fold {
         Some(entry)
     }
 
-    /// The next batch (the whole queue), the gate staying taken; `None` (and the gate opened) if none waits.
-    fn next_batch(&self) -> Option<Vec<Arc<Entry>>> {
+    /// The next batch (the queue's first `cap` releases, `cap` at least 1), the gate staying taken; `None` (and the
+    /// gate opened) if none waits. A node's queue takes a request of at most twice `max_in_flight` replies (a
+    /// release's reserve): a fold of more keys, one native command each, was refused there (`Overloaded`).
+    fn next_batch(&self, cap: usize) -> Option<Vec<Arc<Entry>>> {
         let mut queue = lock(&self.queue);
         if queue.waiting.is_empty() {
             queue.busy = false;
             return None;
         }
-        Some(std::mem::take(&mut queue.waiting))
+        if queue.waiting.len() <= cap.max(1) {
+            return Some(std::mem::take(&mut queue.waiting));
+        }
+        Some(queue.waiting.drain(..cap.max(1)).collect())
     }
 
     /// `(folded rounds, releases that went out in them)`.
@@ -398,7 +405,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// Hands the gate on after a round: to the next batch's leader, or open.
     fn fold_finish(&self) {
-        if let Some(batch) = self.fold.next_batch() {
+        if let Some(batch) = self.fold.next_batch(self.config.max_in_flight) {
             self.hand_on(batch);
         }
     }
@@ -418,7 +425,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 request.clear();
                 self.release_unawaited(&mut request, entry.nodes, &entry.resource, &entry.value);
             }
-            match self.fold.next_batch() {
+            match self.fold.next_batch(self.config.max_in_flight) {
                 Some(next) => batch = next,
                 None => return,
             }
