@@ -43,7 +43,11 @@
 //! - **Who wakes whom**: the runner of a folded round delivers every entry's verdict (and wakes its caller: a
 //!   parked thread, or a task's waker), then hands the gate on, which makes the next batch's leader (woken the
 //!   same way). A caller under [`block`](crate::redlock::engine::seam::block) parks its thread (bounded by the
-//!   round timeout, then it looks again); a task registers its waker. Lock order: the fold's queue, then an
+//!   round timeout, then it looks again); a task registers its waker.
+//! - **Bounded**: a caller waits for the round in flight, then for its own. One whose turn does not come (the
+//!   runner is a task not being polled: its executor's thread is busy, or blocked, perhaps by this very caller
+//!   in a blocking release, which deadlocked before) leaves the queue after one round timeout, or its batch after
+//!   three, and releases alone ([`Follower::give_up`]). Lock order: the fold's queue, then an
 //!   entry's slot, never the other way; neither is held while sending or waiting.
 //! - **Cancel** (an async caller's future dropped, issue #26): a queued caller that goes leaves its entry in the
 //!   queue, marked abandoned: its key is still released with the batch (a release that outlives its caller), and
@@ -82,7 +86,6 @@ use crate::redlock::scripts::{self, Script, Via};
 use crate::sync::lock;
 use crate::time::later;
 
-#[cfg(doc)]
 use crate::redlock::error::Error;
 
 /// The engine's release gate and the queue of releases waiting for it (see the module doc).
@@ -137,6 +140,18 @@ impl Fold {
             return Some(std::mem::take(&mut queue.waiting));
         }
         Some(queue.waiting.drain(..cap.max(1)).collect())
+    }
+
+    /// Takes `entry` out of the queue if it is still there (in no batch yet); returns whether it did.
+    fn withdraw(&self, entry: &Arc<Entry>) -> bool {
+        let mut queue = lock(&self.queue);
+        match queue.waiting.iter().position(|e| Arc::ptr_eq(e, entry)) {
+            Some(i) => {
+                queue.waiting.remove(i);
+                true
+            }
+            None => false,
+        }
     }
 
     /// `(folded rounds, releases that went out in them)`.
@@ -197,6 +212,9 @@ impl Waiter {
 enum Step {
     Lead(Vec<Arc<Entry>>),
     Done(Result<usize>),
+    /// Waited past its bound ([`Follower::give_up`]): release alone. `true` if its entry was in a batch already
+    /// (now marked abandoned: the batch may still release it, or may have already).
+    Alone(bool),
 }
 
 impl Entry {
@@ -229,6 +247,18 @@ impl Entry {
         if let Some(waiter) = waiter {
             waiter.wake();
         }
+        true
+    }
+
+    /// Marks this entry abandoned if it is still only queued in a batch (not leading, no verdict); returns whether
+    /// it did.
+    fn leave_batch(&self) -> bool {
+        let mut slot = lock(&self.slot);
+        if slot.abandoned || !matches!(slot.state, State::Queued) {
+            return false;
+        }
+        slot.abandoned = true;
+        slot.waiter = None;
         true
     }
 
@@ -305,24 +335,55 @@ impl<N: Nodes, C: Clock> Drop for Follower<'_, N, C> {
 }
 
 impl<N: Nodes, C: Clock> Follower<'_, N, C> {
-    /// Waits until this caller must lead a batch or has its verdict.
+    /// Waits until this caller must lead a batch or has its verdict, or has waited past its bound
+    /// ([`Follower::give_up`]).
     async fn next(&self) -> Step {
+        let since = self.engine.clock.now();
+        let bound = self.engine.config.round_timeout;
         if blocking() {
             loop {
                 if let Some(step) = self.entry.step(|| Waiter::Thread(std::thread::current())) {
                     return step;
                 }
-                // Unparked by whoever moves the state on; the timeout only bounds a wait the state says is over.
-                std::thread::park_timeout(self.engine.config.round_timeout);
+                if let Some(step) = self.give_up(since) {
+                    return step;
+                }
+                // Unparked by whoever moves the state on; the timeout bounds the wait (see `give_up`).
+                std::thread::park_timeout(bound);
             }
         }
-        poll_fn(
-            |cx| match self.entry.step(|| Waiter::Task(cx.waker().clone())) {
+        // A task looks at its bound whenever it is polled (woken by whoever moves its state on; the watchdog's
+        // releases are polled every few milliseconds): no timer of its own.
+        poll_fn(|cx| {
+            if let Some(step) = self.entry.step(|| Waiter::Task(cx.waker().clone())) {
+                return Poll::Ready(step);
+            }
+            match self.give_up(since) {
                 Some(step) => Poll::Ready(step),
                 None => Poll::Pending,
-            },
-        )
+            }
+        })
         .await
+    }
+
+    /// A caller waits for the round in flight (at most a round timeout) and then for its own: past that, whoever
+    /// should move it on is not running (a task not polled: its executor's thread is blocked, perhaps by this very
+    /// caller, or busy). Still in the queue after one round timeout, it leaves the queue and releases alone; in a
+    /// batch that has not ended after three (the round before it, its own, and slack for a leader woken late), it
+    /// leaves the batch (abandoned: released with it if it ever runs) and releases alone. `None`: wait on.
+    fn give_up(&self, since: std::time::Instant) -> Option<Step> {
+        let waited = self.engine.clock.now().saturating_duration_since(since);
+        let bound = self.engine.config.round_timeout;
+        if waited < bound {
+            return None;
+        }
+        if self.engine.fold.withdraw(&self.entry) {
+            return Some(Step::Alone(false));
+        }
+        if waited >= bound.saturating_mul(3) && self.entry.leave_batch() {
+            return Some(Step::Alone(true));
+        }
+        None
     }
 }
 
@@ -367,6 +428,14 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             match follower.next().await {
                 Step::Done(result) => return result,
                 Step::Lead(batch) => self.lead(batch).await,
+                Step::Alone(in_batch) => {
+                    let result = self.release_alone(resource, value, nodes).await;
+                    return match (in_batch, result) {
+                        // The batch it left may have deleted the key first: "not ours" then proves nothing.
+                        (true, Err(Error::LockLost(report))) => Err(Error::Quorum(report)),
+                        (_, result) => result,
+                    };
+                }
             }
         }
     }
