@@ -193,7 +193,6 @@ fn a_release_future_left_unpolled_does_not_hold_the_others() {
 /// until their lease ends; keys before it in the script are deleted but reported unconfirmed. Alone, only the
 /// caller of the hash key gets the error.
 #[test]
-#[ignore = "finding 2: a WRONGTYPE key fails every release of its fold"]
 fn a_wrongtype_key_in_a_fold_fails_only_its_own_release() {
     let mut servers = redis(3);
     let locks = Arc::new(manager(urls(&servers), config()));
