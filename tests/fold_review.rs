@@ -289,7 +289,6 @@ fn a_key_outside_the_acl_in_a_fold_fails_only_its_own_release() {
 /// (`+set +delifeq +command|info +info`), every later release on those connections then fails with `NOPERM`
 /// (no `+evalsha`), until they reconnect: locks stay until their lease ends.
 #[test]
-#[ignore = "finding 4: a key NOPERM turns the node off DELIFEQ; a Lua-free user then releases nothing"]
 fn a_key_outside_the_acl_does_not_turn_a_node_off_its_native_release() {
     let Some(servers) = valkeys(3) else { return };
     set_user(
