@@ -237,7 +237,6 @@ fn a_wrongtype_key_in_a_fold_fails_only_its_own_release() {
 /// before it runs), so every other release of the fold fails on that node too, and their keys stay until their
 /// lease ends. Alone, only that caller's release is refused.
 #[test]
-#[ignore = "finding 3: a key outside the ACL fails every release of its fold"]
 fn a_key_outside_the_acl_in_a_fold_fails_only_its_own_release() {
     let mut servers = redis(3);
     set_user(

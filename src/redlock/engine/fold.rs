@@ -31,6 +31,9 @@
 //!   one (each round has its own slots). The verdict is [`Tally::finish`]: `Ok(n)`, [`Error::LockLost`] or
 //!   [`Error::Quorum`]. The round ends once every release in it is decided (a
 //!   majority confirmed), or when every outcome is in.
+//! - **A key costs only its own release**: `RELEASE_BATCH` reads each key with `redis.pcall` (a key of another
+//!   type is that key's error), and a batch answered by an error as a whole (`NOPERM`: the ACL checks a
+//!   script's keys before it runs) goes again on that node key by key, each as its own script.
 //! - **A refusal costs no vote**: a batch script refused with `NOSCRIPT` goes again in full (`EVAL`); refused
 //!   otherwise (`NOPERM` without `+evalsha`) it goes as the node's native commands if it has them; a native
 //!   command refused (an ACL without it) goes again as that key's script ([`Engine::next_via`], each way once per
@@ -547,6 +550,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
         // Per (node, entry): the ways its own command was tried (allocated only after a refusal).
         let mut tried: Vec<Option<Tried>> = Vec::new();
+        // Nodes whose batch script was answered by an error and sent again key by key (see below).
+        let mut unfolded = vec![false; n];
         round.need(need(tallies, &expect, &unsure));
         while let Some((node, reply)) = round.next().await {
             let Some(what) = expect.get_mut(node).and_then(VecDeque::pop_front) else {
@@ -571,6 +576,32 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                             round.need(need(tallies, &expect, &unsure));
                             continue;
                         }
+                    }
+                    // An error for the whole script (`NOPERM` for a key outside the user's patterns, checked before
+                    // the script runs) must not cost the other callers their release: each key goes again as its own
+                    // script, as it would alone, and gets its own answer.
+                    if !unfolded[node] && members[node].len() > 1 && is_error(&reply) {
+                        unfolded[node] = true;
+                        let via = match ways[node].last {
+                            Via::Full => Via::Full,
+                            _ => Via::Sha,
+                        };
+                        request.clear();
+                        for &j in &members[node] {
+                            let e = &batch[j];
+                            scripts::compare(
+                                &mut request,
+                                Script::Release,
+                                via,
+                                &e.resource,
+                                &e.value,
+                                0,
+                            );
+                        }
+                        round.send(node, &request, members[node].len());
+                        expect[node].extend(members[node].iter().map(|&j| Expect::Key(j, via)));
+                        round.need(need(tallies, &expect, &unsure));
+                        continue;
                     }
                     let votes = array_votes(&reply, members[node].len());
                     for (&j, vote) in members[node].iter().zip(votes) {
@@ -630,6 +661,15 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             }
         }
     }
+}
+
+/// Whether `reply` is an error reply (not a failure to get one).
+fn is_error(reply: &crate::net::Reply) -> bool {
+    use crate::resp::Value;
+    matches!(
+        reply.as_ref().map(Value::without_attributes),
+        Ok(Value::Error(_) | Value::BulkError(_))
+    )
 }
 
 /// Encodes the release of `members`' keys `via` that way: one batch script, or one native command per key.
