@@ -367,7 +367,11 @@ fn a_fold_larger_than_max_in_flight_still_releases_on_native_nodes() {
     for i in 0..QUEUED {
         let key = format!("fold:many:{i}");
         wait_until(Duration::from_secs(5), &key, || {
-            servers.iter().filter(|s| get(s, &key) == b"$-1\r\n").count() >= 2
+            servers
+                .iter()
+                .filter(|s| get(s, &key) == b"$-1\r\n")
+                .count()
+                >= 2
         });
     }
 }
@@ -687,7 +691,9 @@ fn a_leader_dropped_just_after_sending_does_not_fail_the_others() {
 fn a_release_held_for_room_still_reaches_the_node() {
     const MAX: usize = 8;
     const RELEASES: usize = 3 * MAX;
-    let Some(mut servers) = valkeys(3) else { return };
+    let Some(mut servers) = valkeys(3) else {
+        return;
+    };
     let config = one_attempt(ROUND).with_max_in_flight(MAX);
     let locks = Arc::new(manager(urls(&servers), config));
     wait_until(Duration::from_secs(5), "the connections set up", || {
