@@ -727,3 +727,62 @@ fn a_release_held_for_room_still_reaches_the_node() {
         .collect();
     assert!(left.is_empty(), "released but left on node 2: {left:?}");
 }
+
+/// Held: a fold on Valkey nodes whose user has the scripts but not `DELIFEQ`, with every script cache flushed
+/// while the fold queues: the lone release before it finds `DELIFEQ` refused (`NOPERM` for the command) and turns
+/// the nodes to the scripts; the fold's `RELEASE_BATCH` by hash then meets `NOSCRIPT` and goes in full: every
+/// release confirmed, every key gone. (A native command refused key by key inside a fold is left to the
+/// simulator: a real fold always follows a round that has met the refusal first.)
+#[test]
+fn a_fold_through_every_fallback_at_once() {
+    let Some(mut servers) = valkeys(3) else {
+        return;
+    };
+    set_user(
+        &servers,
+        "lua",
+        &[
+            "+set",
+            "+get",
+            "+del",
+            "+pexpire",
+            "+eval",
+            "+evalsha",
+            "+script|load",
+            "+command|info",
+        ],
+    );
+    let locks = Arc::new(manager(user_urls(&servers, "lua"), config()));
+    let lone = take(&locks, "lock:lone");
+    let queued: Vec<Lock> = (0..8)
+        .map(|i| take(&locks, &format!("lock:fb:{i}")))
+        .collect();
+    let gate = hold_the_gate(&locks, &mut servers, lone);
+    let threads: Vec<_> = queued
+        .into_iter()
+        .map(|lock| {
+            let locks = Arc::clone(&locks);
+            thread::spawn(move || locks.unlock(lock))
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(100));
+    servers[0].raw(&cmd(&["SCRIPT", "FLUSH"]));
+    resume(&mut servers);
+    for s in &servers[1..] {
+        s.raw(&cmd(&["SCRIPT", "FLUSH"]));
+    }
+    let _ = gate.join().expect("lone");
+    for t in threads {
+        let v = t.join().expect("release");
+        assert!(matches!(v, Ok(n) if n >= 2), "{v:?}");
+    }
+    assert_eq!(locks.stats().releases.folded_rounds, 1);
+    locks.inspect("lock:after").expect("the nodes answer");
+    for i in 0..8 {
+        let key = format!("lock:fb:{i}");
+        wait_until(Duration::from_secs(5), &key, || {
+            servers.iter().all(|s| get(s, &key) == b"$-1\r\n")
+        });
+    }
+    assert!(calls(&servers[0], "eval") >= 1, "the scripts went in full");
+}
