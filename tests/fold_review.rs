@@ -167,13 +167,15 @@ fn a_blocking_release_behind_an_unpolled_async_release_is_bounded() {
 fn a_release_future_left_unpolled_does_not_hold_the_others() {
     let servers = redis(3);
     let locks = Arc::new(manager(urls(&servers), config()));
-    let (a, b) = (take(&locks, "fold:unpolled"), take(&locks, "fold:other"));
-    let mut future = Box::pin(locks.unlock_async(a));
+    let b = take(&locks, "fold:other");
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    assert!(
-        future.as_mut().poll(&mut cx).is_pending(),
-        "the round is out"
-    );
+    // A first poll that already finds the replies (rare) finishes the release: try again.
+    let mut future = (0..50)
+        .find_map(|i| {
+            let mut f = Box::pin(locks.unlock_async(take(&locks, &format!("fold:unpolled:{i}"))));
+            f.as_mut().poll(&mut cx).is_pending().then_some(f)
+        })
+        .expect("a release round still out after its first poll");
     let started = Instant::now();
     let other = within(Duration::from_secs(5), {
         let locks = Arc::clone(&locks);
