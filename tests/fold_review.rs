@@ -19,6 +19,9 @@ use support::process::{VALKEY_MISSING, find_valkey};
 use support::{RedisServer, cmd};
 
 const TTL: Duration = Duration::from_secs(30);
+
+/// A release to run on a thread of its own.
+type Releaser = Box<dyn FnOnce(&LockManager) -> muxlock::Result<usize> + Send>;
 const ROUND: Duration = Duration::from_secs(2);
 
 fn config() -> Config {
@@ -170,7 +173,7 @@ fn a_release_future_left_unpolled_does_not_hold_the_others() {
     let b = take(&locks, "fold:other");
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     // A first poll that already finds the replies (rare) finishes the release: try again.
-    let mut future = (0..50)
+    let future = (0..50)
         .find_map(|i| {
             let mut f = Box::pin(locks.unlock_async(take(&locks, &format!("fold:unpolled:{i}"))));
             f.as_mut().poll(&mut cx).is_pending().then_some(f)
@@ -204,7 +207,7 @@ fn a_wrongtype_key_in_a_fold_fails_only_its_own_release() {
     let lone = take(&locks, "fold:lone");
     let (before, after) = (take(&locks, "fold:before"), take(&locks, "fold:after"));
     let gate = hold_the_gate(&locks, &mut servers, lone);
-    let spawn = |f: Box<dyn FnOnce(&LockManager) -> muxlock::Result<usize> + Send>| {
+    let spawn = |f: Releaser| {
         let locks = Arc::clone(&locks);
         let h = thread::spawn(move || f(&locks));
         thread::sleep(Duration::from_millis(30)); // queued in this order
@@ -439,7 +442,7 @@ fn a_late_release_folded_with_the_new_holders_never_deletes_the_new_key() {
                 );
             }
             let gate = hold_the_gate(&locks, &mut servers, lone);
-            let mut order: Vec<Box<dyn FnOnce(&LockManager) -> muxlock::Result<usize> + Send>> = vec![
+            let mut order: Vec<Releaser> = vec![
                 Box::new(move |l| l.unlock(late)),
                 Box::new(|l| l.unlock_value("fold:r", "second-holder")),
             ];

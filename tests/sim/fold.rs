@@ -55,6 +55,9 @@ pub async fn join_all<T>(futures: Vec<Pin<Box<dyn Future<Output = T> + '_>>>) ->
     .await
 }
 
+/// A release future that may be cut: its verdict, or `None` if it was dropped part-way.
+type MaybeCut<'a> = Pin<Box<dyn Future<Output = Option<muxlock::Result<usize>>> + 'a>>;
+
 /// A release future dropped after `polls` polls if it has not finished by then (`None`: never): an async caller
 /// that gave up. Its output: the verdict, or `None` if it was dropped.
 struct Cut<'a> {
@@ -124,8 +127,7 @@ pub async fn hold(engine: &SimEngine, sim: &Sim, rng: &mut Rng, me: usize, cut: 
     clock.sleep(Duration::from_millis(pause)).await;
     let now = sim.world().now;
     let mut names = Vec::new();
-    let mut releases: Vec<Pin<Box<dyn Future<Output = Option<muxlock::Result<usize>>> + '_>>> =
-        Vec::new();
+    let mut releases: Vec<MaybeCut<'_>> = Vec::new();
     for (lock, i, expired_at) in held {
         sim.world().history.end(i, now);
         names.push((lock.resource().to_vec(), now >= expired_at));
