@@ -23,7 +23,8 @@
 //!
 //! # Invariants
 //!
-//! - **Each caller gets what a lone release would have given it**: its own [`Tally`], fed only the replies to
+//! - **Each caller gets what a lone release would have given it** (unless its fold's leader is dropped mid-round:
+//!   see Cancel): its own [`Tally`], fed only the replies to
 //!   its own key: a node's outcomes come in the order its requests were sent (the seam's contract), and the
 //!   round keeps per node the list of what each outcome it still expects answers ([`Expect`]: a batch script,
 //!   whose reply is an array with one element per key in the order of its keys; or one key's own command). An
