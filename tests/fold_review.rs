@@ -791,3 +791,60 @@ fn a_fold_through_every_fallback_at_once() {
     }
     assert!(calls(&servers[0], "eval") >= 1, "the scripts went in full");
 }
+
+/// Finding 1, in a batch: on a current-thread runtime, a task queues its release, then a blocking release on the
+/// runtime's thread queues behind it; when the round before them ends, the task is made the fold's leader but
+/// cannot run (its thread is parked in the blocking release, in the same fold): before the fix, for ever. The
+/// blocking caller now leaves the fold after three round timeouts and releases alone; the task then runs the
+/// fold without it.
+#[test]
+fn a_blocking_release_in_a_fold_led_by_a_stuck_task_is_bounded() {
+    const ROUND: Duration = Duration::from_millis(800);
+    let mut servers = redis(3);
+    let locks = Arc::new(manager(
+        urls(&servers),
+        one_attempt(ROUND).with_fold_releases(true),
+    ));
+    let lone = take(&locks, "fold:lone");
+    let (a, b) = (take(&locks, "fold:task"), take(&locks, "fold:thread"));
+    let pids: Vec<u32> = servers.iter().map(RedisServer::pid).collect();
+    let gate = hold_the_gate(&locks, &mut servers, lone);
+    // Nodes 1 and 2 resume from another thread once both releases have queued.
+    let resumer = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(300));
+        for pid in &pids[1..] {
+            support::process::signal(*pid, "CONT");
+        }
+    });
+    let started = Instant::now();
+    let verdicts = within(Duration::from_secs(10), {
+        let locks = Arc::clone(&locks);
+        move || {
+            let rt = support::rt::current_thread();
+            rt.block_on(async {
+                let task = tokio::spawn({
+                    let locks = Arc::clone(&locks);
+                    async move { locks.unlock_async(a).await }
+                });
+                tokio::task::yield_now().await; // the task queues first
+                let blocking = locks.unlock(b);
+                (blocking, task.await.expect("the task ran"))
+            })
+        }
+    });
+    resumer.join().expect("resumer");
+    servers[1].resume(); // the guards' bookkeeping (the processes already run)
+    servers[2].resume();
+    let _ = gate.join().expect("lone");
+    let (blocking, task) =
+        verdicts.expect("deadlocked: the fold's leader waits for the thread parked in its fold");
+    assert!(started.elapsed() < ROUND * 5, "{:?}", started.elapsed());
+    assert!(matches!(blocking, Ok(n) if n >= 2), "{blocking:?}");
+    assert!(matches!(task, Ok(n) if n >= 2), "{task:?}");
+    locks.inspect("fold:after").expect("the nodes answer");
+    for key in ["fold:task", "fold:thread"] {
+        wait_until(Duration::from_secs(5), key, || {
+            servers.iter().all(|s| get(s, key) == b"$-1\r\n")
+        });
+    }
+}
