@@ -158,9 +158,11 @@ fn a_blocking_release_behind_an_unpolled_async_release_is_bounded() {
         verdict.expect("the blocking release never returned: deadlocked in the fold's queue");
     assert!(matches!(blocking, Ok(n) if n >= 2), "{blocking:?}");
     assert!(matches!(task, Ok(n) if n >= 2), "{task:?}");
-    for s in &servers {
-        assert_eq!(get(s, "fold:async"), b"$-1\r\n");
-        assert_eq!(get(s, "fold:blocking"), b"$-1\r\n");
+    locks.inspect("fold:after").expect("the nodes answer");
+    for key in ["fold:async", "fold:blocking"] {
+        wait_until(Duration::from_secs(5), key, || {
+            servers.iter().all(|s| get(s, key) == b"$-1\r\n")
+        });
     }
 }
 
@@ -736,7 +738,7 @@ fn a_release_held_for_room_still_reaches_the_node() {
 /// Held: a fold on Valkey nodes whose user has the scripts but not `DELIFEQ`, with every script cache flushed
 /// while the fold queues: the lone release before it finds `DELIFEQ` refused (`NOPERM` for the command) and turns
 /// the nodes to the scripts; the fold's `RELEASE_BATCH` by hash then meets `NOSCRIPT` and goes in full: every
-/// release confirmed, every key gone. (A native command refused key by key inside a fold is left to the
+/// release confirmed, every key gone from a majority. (A native command refused key by key inside a fold is left to the
 /// simulator: a real fold always follows a round that has met the refusal first.)
 #[test]
 fn a_fold_through_every_fallback_at_once() {
@@ -782,11 +784,17 @@ fn a_fold_through_every_fallback_at_once() {
         assert!(matches!(v, Ok(n) if n >= 2), "{v:?}");
     }
     assert_eq!(locks.stats().releases.folded_rounds, 1);
+    // Gone from a majority: a node whose `NOSCRIPT` came after a majority confirmed is not sent the script again
+    // (nor is it for a lone release, `tests/fold.rs`): its key ends with its lease.
     locks.inspect("lock:after").expect("the nodes answer");
     for i in 0..8 {
         let key = format!("lock:fb:{i}");
         wait_until(Duration::from_secs(5), &key, || {
-            servers.iter().all(|s| get(s, &key) == b"$-1\r\n")
+            servers
+                .iter()
+                .filter(|s| get(s, &key) == b"$-1\r\n")
+                .count()
+                >= 2
         });
     }
     assert!(calls(&servers[0], "eval") >= 1, "the scripts went in full");
