@@ -113,6 +113,37 @@ fn native_nodes_keep_every_property() {
     );
 }
 
+/// As `folded_releases_keep_every_property`, with about a third of the releases' futures dropped after their
+/// first, second or third poll (an async caller giving up while queued, while leading its fold, or alone; review
+/// of #25): every property still holds, and no release whose key had expired on every node is confirmed.
+#[test]
+fn cancelled_folded_releases_keep_every_property() {
+    let seeds = env_u64("MUXLOCK_SIM_FOLD_SEEDS").unwrap_or(FOLD_SEEDS);
+    let (mut rounds, mut folded, mut cut) = (0, 0, 0);
+    for seed in 0..seeds {
+        let run = workload::run(
+            seed,
+            &Options {
+                folds: true,
+                cut_folds: true,
+                natives: seed % 2 == 1,
+                ..Options::default()
+            },
+        );
+        if run.violation.is_some() {
+            fail(seed, &run);
+        }
+        rounds += run.struck.folded_rounds;
+        folded += run.struck.folded;
+        cut += run.struck.cut_releases;
+    }
+    println!(
+        "{seeds} seeds: {folded} releases folded in {rounds} rounds, {cut} release futures dropped part-way"
+    );
+    assert!(rounds > 0 && folded > rounds, "no release folded");
+    assert!(cut > 0, "no release was cut");
+}
+
 /// Seeds whose clients half the time release a few locks together, as separate callers of one engine, so that
 /// the releases fold (issue #25): every property, and no fold confirms a release of a key that had expired on
 /// every node (`sim/fold.rs`). Half the seeds on mixed nodes (scripts, `DELIFEQ`, `DELEX`).

@@ -114,14 +114,28 @@ settings! {
     spin, with_spin: Duration;
     /// Turns folded releases on or off (default **off**: measured on a loaded 2-vCPU machine, folding cut the
     /// script calls per release 33× but raised the servers' CPU per cycle 1.4-1.5×, so it waits for a measurement
-    /// on a quiet machine, issue #25): a plain release (`unlock`, `unlock_value`, a plain guard's
-    /// release) asked for while another is in flight waits for it, then goes out with every other release waiting
-    /// then, as one compare-and-delete script per node for all of them (one native command per key pipelined in
-    /// one write on a node that has `DELIFEQ`/`DELEX`). Each caller gets the verdict its own key's replies give,
-    /// as a lone release would. Under load the servers run one script call per fold instead of one per release,
-    /// so more cycles fit in their CPU; a lone caller goes out at once either way. Off, every release goes out at
-    /// once in a round of its own (lower release latency among a few callers, more server time per release
-    /// among many). [`Stats::releases`](super::Stats::releases) counts what folded.
+    /// on a quiet machine, issue #25). On, a plain release (`unlock`, `unlock_value`, a plain guard's release or
+    /// drop; never a fenced, set or owned lock's, nor `unlock_batch`) asked for while another plain release of
+    /// this manager is in flight waits for that round, then goes out with the releases waiting then (up to
+    /// [`max_in_flight`](Config::with_max_in_flight) of them) as one compare-and-delete script per node for all
+    /// of them (one native command per key pipelined in one write on a node that has `DELIFEQ`/`DELEX`). Under
+    /// load the servers run one script call per fold instead of one per release; a lone caller goes out at once
+    /// either way.
+    ///
+    /// Each caller's verdict is counted from its own key's replies only, and a key another caller's release
+    /// cannot read (another type, outside the user's ACL) costs only that caller's release. What differs from a
+    /// lone release:
+    /// - **Latency**: up to one round more (the one in flight) before its own. A caller whose turn does not come
+    ///   (the round before it belongs to a future that is not being polled: its executor's thread is blocked or
+    ///   busy) leaves the queue after one [`round_timeout`](Config::with_round_timeout), or its fold after three,
+    ///   and releases alone.
+    /// - **A fold is run by one of its callers.** If that caller is a task whose future is dropped while its round
+    ///   is out (a `timeout` around `unlock_async`), the others get the verdict of the replies read so far:
+    ///   usually [`Error::Quorum`](crate::Error::Quorum), unconfirmed, although the nodes go on to delete their
+    ///   keys. Never a success that did not happen.
+    ///
+    /// Off, every release goes out at once in a round of its own (lower release latency among a few callers,
+    /// more server time per release among many). [`Stats::releases`](super::Stats::releases) counts what folded.
     fold_releases, with_fold_releases: bool;
     /// Turns the restart-aware quorum on or off (default on): a node that restarted less than the restart window
     /// ago keeps answering, but its "yes" votes do not count, because it may have lost the locks it granted before

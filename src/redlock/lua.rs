@@ -21,10 +21,12 @@ pub struct Lua {
 }
 
 /// Compare-and-delete for many keys at once (`unlock_batch`): `KEYS[i]` is deleted if it holds `ARGV[i]`.
-/// Returns an array: 1 where deleted, 0 where the key was not ours.
+/// Returns an array: 1 where deleted, 0 where the key was not ours, and the error where reading the key failed
+/// (`WRONGTYPE`: another application's key of another type under that name), so that one such key costs only its
+/// own release, not the others' (a folded release puts several callers' keys in one call, issue #25).
 pub const RELEASE_BATCH: Lua = Lua {
-    body: r#"local r = {} for i, k in ipairs(KEYS) do if redis.call("get", k) == ARGV[i] then r[i] = redis.call("del", k) else r[i] = 0 end end return r"#,
-    sha1: "7810eed924c3a5ee71c2487f39524df4fa5b7a1e",
+    body: r#"local r = {} for i, k in ipairs(KEYS) do local v = redis.pcall("get", k) if v == ARGV[i] then r[i] = redis.call("del", k) elseif type(v) == "table" and v.err then r[i] = v else r[i] = 0 end end return r"#,
+    sha1: "87a540a6f6fa803d77722d00adbd7e940617c033",
 };
 
 /// All-or-nothing acquisition of a set (`lock_many`): sets every key to `ARGV[1]` for `ARGV[2]` ms if none of them

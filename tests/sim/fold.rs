@@ -55,9 +55,44 @@ pub async fn join_all<T>(futures: Vec<Pin<Box<dyn Future<Output = T> + '_>>>) ->
     .await
 }
 
+/// A release future that may be cut: its verdict, or `None` if it was dropped part-way.
+type MaybeCut<'a> = Pin<Box<dyn Future<Output = Option<muxlock::Result<usize>>> + 'a>>;
+
+/// A release future dropped after `polls` polls if it has not finished by then (`None`: never): an async caller
+/// that gave up. Its output: the verdict, or `None` if it was dropped.
+struct Cut<'a> {
+    release: Option<Release<'a>>,
+    polls: Option<u64>,
+}
+
+impl Future for Cut<'_> {
+    type Output = Option<muxlock::Result<usize>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        let Some(release) = self.release.as_mut() else {
+            return Poll::Ready(None);
+        };
+        if let Poll::Ready(v) = release.as_mut().poll(cx) {
+            self.release = None;
+            return Poll::Ready(Some(v));
+        }
+        match &mut self.polls {
+            Some(0 | 1) => {
+                self.release = None; // dropped part-way: queued, leading, or alone
+                Poll::Ready(None)
+            }
+            Some(n) => {
+                *n -= 1;
+                Poll::Pending
+            }
+            None => Poll::Pending,
+        }
+    }
+}
+
 /// One session: locks on two to four of the resources `r0`..`r3`, each with its own TTL, held for a drawn
 /// time, then released together; what folded goes into the world's [`Struck`](super::Struck).
-pub async fn hold(engine: &SimEngine, sim: &Sim, rng: &mut Rng, me: usize) {
+pub async fn hold(engine: &SimEngine, sim: &Sim, rng: &mut Rng, me: usize, cut: bool) {
     let clock = engine.clock();
     let mut held = Vec::new();
     for r in 0..rng.range(2, 4) {
@@ -92,17 +127,30 @@ pub async fn hold(engine: &SimEngine, sim: &Sim, rng: &mut Rng, me: usize) {
     clock.sleep(Duration::from_millis(pause)).await;
     let now = sim.world().now;
     let mut names = Vec::new();
-    let mut releases: Vec<Release<'_>> = Vec::new();
+    let mut releases: Vec<MaybeCut<'_>> = Vec::new();
     for (lock, i, expired_at) in held {
         sim.world().history.end(i, now);
         names.push((lock.resource().to_vec(), now >= expired_at));
-        releases.push(Box::pin(engine.unlock(lock)));
+        let release: Release<'_> = Box::pin(engine.unlock(lock));
+        // Cut after this many polls (an async caller that gave up), or never.
+        let polls = match cut && rng.chance(0.35) {
+            true => Some(rng.range(1, 4)),
+            false => None,
+        };
+        releases.push(Box::pin(Cut {
+            release: Some(release),
+            polls,
+        }));
     }
     sim.world().history.ops += releases.len() as u64;
     let before = engine.folds();
     let verdicts = join_all(releases).await;
     let mut w = sim.world();
     for ((name, expired), verdict) in names.iter().zip(&verdicts) {
+        let Some(verdict) = verdict else {
+            w.struck.cut_releases += 1;
+            continue;
+        };
         if *expired && verdict.is_ok() {
             w.history.breaks(format!(
                 "c{me} {}: released as {verdict:?} though its key had expired on every node",

@@ -294,6 +294,8 @@ pub struct Struck {
     pub folded_rounds: u64,
     pub folded: u64,
     pub expired_released: u64,
+    /// Folded releases whose futures were dropped part-way (`Options::cut_folds`).
+    pub cut_releases: u64,
 }
 
 /// Everything the simulation shares: nodes, clients' connections and rounds, events, time, the history.

@@ -42,6 +42,9 @@ pub struct Options {
     /// Half the time, a few locks released together by separate callers of the engine, so that their releases
     /// fold (issue #25, `sim/fold.rs`).
     pub folds: bool,
+    /// With `folds`: about a third of the folded releases' futures are dropped after their first, second or
+    /// third poll (an async caller giving up: queued, leading its fold before or after sending, or running alone).
+    pub cut_folds: bool,
 }
 
 /// What one client does: a random mix of every engine-level verb on a few contended resources.
@@ -120,7 +123,7 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
         let ttl = Duration::from_millis(rng.range(100, longest));
         op(&sim);
         if opts.folds && rng.chance(0.5) {
-            fold::hold(&engine, &sim, &mut rng, me).await;
+            fold::hold(&engine, &sim, &mut rng, me, opts.cut_folds).await;
             continue;
         }
         // Under restore bursts, half the time the verb that needs them.

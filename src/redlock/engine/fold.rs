@@ -11,8 +11,10 @@
 //!   script by hash or the node's native command, the refusal fallback of `script_round`) exactly as before the
 //!   fold existed: one uncontended mutex lock and unlock more, nothing allocated.
 //! - **A caller that finds it taken joins the queue** ([`Entry`]: a copy of its key, value and nodes) and waits.
-//! - **When a round ends**, its runner hands the gate on ([`Engine::fold_finish`]): it takes the whole queue as
-//!   the next batch and makes its first caller still waiting the batch's **leader**, which runs the folded round
+//! - **When a round ends**, its runner hands the gate on ([`Engine::fold_finish`]): it takes the queue as
+//!   the next batch (its first [`Config::max_in_flight`](crate::redlock::Config::max_in_flight) releases: a
+//!   node's queue could never take more native commands in one request) and makes its first caller still
+//!   waiting the batch's **leader**, which runs the folded round
 //!   ([`Engine::release_folded`]) for everyone in it, itself included, then hands the gate on in turn. An empty
 //!   queue opens the gate. So the batch grows with the load, and a round's latency is what collects the next one.
 //! - **Per node, the cheapest way**: a script node gets one `RELEASE_BATCH` with every key asked of it (by hash;
@@ -21,7 +23,8 @@
 //!
 //! # Invariants
 //!
-//! - **Each caller gets what a lone release would have given it**: its own [`Tally`], fed only the replies to
+//! - **Each caller gets what a lone release would have given it** (unless its fold's leader is dropped mid-round:
+//!   see Cancel): its own [`Tally`], fed only the replies to
 //!   its own key: a node's outcomes come in the order its requests were sent (the seam's contract), and the
 //!   round keeps per node the list of what each outcome it still expects answers ([`Expect`]: a batch script,
 //!   whose reply is an array with one element per key in the order of its keys; or one key's own command). An
@@ -29,6 +32,9 @@
 //!   one (each round has its own slots). The verdict is [`Tally::finish`]: `Ok(n)`, [`Error::LockLost`] or
 //!   [`Error::Quorum`]. The round ends once every release in it is decided (a
 //!   majority confirmed), or when every outcome is in.
+//! - **A key costs only its own release**: `RELEASE_BATCH` reads each key with `redis.pcall` (a key of another
+//!   type is that key's error), and a batch answered by an error as a whole (`NOPERM`: the ACL checks a
+//!   script's keys before it runs) goes again on that node key by key, each as its own script.
 //! - **A refusal costs no vote**: a batch script refused with `NOSCRIPT` goes again in full (`EVAL`); refused
 //!   otherwise (`NOPERM` without `+evalsha`) it goes as the node's native commands if it has them; a native
 //!   command refused (an ACL without it) goes again as that key's script ([`Engine::next_via`], each way once per
@@ -41,7 +47,11 @@
 //! - **Who wakes whom**: the runner of a folded round delivers every entry's verdict (and wakes its caller: a
 //!   parked thread, or a task's waker), then hands the gate on, which makes the next batch's leader (woken the
 //!   same way). A caller under [`block`](crate::redlock::engine::seam::block) parks its thread (bounded by the
-//!   round timeout, then it looks again); a task registers its waker. Lock order: the fold's queue, then an
+//!   round timeout, then it looks again); a task registers its waker.
+//! - **Bounded**: a caller waits for the round in flight, then for its own. One whose turn does not come (the
+//!   runner is a task not being polled: its executor's thread is busy, or blocked, perhaps by this very caller
+//!   in a blocking release, which deadlocked before) leaves the queue after one round timeout, or its batch after
+//!   three, and releases alone ([`Follower::give_up`]). Lock order: the fold's queue, then an
 //!   entry's slot, never the other way; neither is held while sending or waiting.
 //! - **Cancel** (an async caller's future dropped, issue #26): a queued caller that goes leaves its entry in the
 //!   queue, marked abandoned: its key is still released with the batch (a release that outlives its caller), and
@@ -80,7 +90,6 @@ use crate::redlock::scripts::{self, Script, Via};
 use crate::sync::lock;
 use crate::time::later;
 
-#[cfg(doc)]
 use crate::redlock::error::Error;
 
 /// The engine's release gate and the queue of releases waiting for it (see the module doc).
@@ -122,14 +131,31 @@ impl Fold {
         Some(entry)
     }
 
-    /// The next batch (the whole queue), the gate staying taken; `None` (and the gate opened) if none waits.
-    fn next_batch(&self) -> Option<Vec<Arc<Entry>>> {
+    /// The next batch (the queue's first `cap` releases, `cap` at least 1), the gate staying taken; `None` (and the
+    /// gate opened) if none waits. A node's queue takes a request of at most twice `max_in_flight` replies (a
+    /// release's reserve): a fold of more keys, one native command each, was refused there (`Overloaded`).
+    fn next_batch(&self, cap: usize) -> Option<Vec<Arc<Entry>>> {
         let mut queue = lock(&self.queue);
         if queue.waiting.is_empty() {
             queue.busy = false;
             return None;
         }
-        Some(std::mem::take(&mut queue.waiting))
+        if queue.waiting.len() <= cap.max(1) {
+            return Some(std::mem::take(&mut queue.waiting));
+        }
+        Some(queue.waiting.drain(..cap.max(1)).collect())
+    }
+
+    /// Takes `entry` out of the queue if it is still there (in no batch yet); returns whether it did.
+    fn withdraw(&self, entry: &Arc<Entry>) -> bool {
+        let mut queue = lock(&self.queue);
+        match queue.waiting.iter().position(|e| Arc::ptr_eq(e, entry)) {
+            Some(i) => {
+                queue.waiting.remove(i);
+                true
+            }
+            None => false,
+        }
     }
 
     /// `(folded rounds, releases that went out in them)`.
@@ -190,6 +216,9 @@ impl Waiter {
 enum Step {
     Lead(Vec<Arc<Entry>>),
     Done(Result<usize>),
+    /// Waited past its bound ([`Follower::give_up`]): release alone. `true` if its entry was in a batch already
+    /// (now marked abandoned: the batch may still release it, or may have already).
+    Alone(bool),
 }
 
 impl Entry {
@@ -222,6 +251,18 @@ impl Entry {
         if let Some(waiter) = waiter {
             waiter.wake();
         }
+        true
+    }
+
+    /// Marks this entry abandoned if it is still only queued in a batch (not leading, no verdict); returns whether
+    /// it did.
+    fn leave_batch(&self) -> bool {
+        let mut slot = lock(&self.slot);
+        if slot.abandoned || !matches!(slot.state, State::Queued) {
+            return false;
+        }
+        slot.abandoned = true;
+        slot.waiter = None;
         true
     }
 
@@ -298,24 +339,55 @@ impl<N: Nodes, C: Clock> Drop for Follower<'_, N, C> {
 }
 
 impl<N: Nodes, C: Clock> Follower<'_, N, C> {
-    /// Waits until this caller must lead a batch or has its verdict.
+    /// Waits until this caller must lead a batch or has its verdict, or has waited past its bound
+    /// ([`Follower::give_up`]).
     async fn next(&self) -> Step {
+        let since = self.engine.clock.now();
+        let bound = self.engine.config.round_timeout;
         if blocking() {
             loop {
                 if let Some(step) = self.entry.step(|| Waiter::Thread(std::thread::current())) {
                     return step;
                 }
-                // Unparked by whoever moves the state on; the timeout only bounds a wait the state says is over.
-                std::thread::park_timeout(self.engine.config.round_timeout);
+                if let Some(step) = self.give_up(since) {
+                    return step;
+                }
+                // Unparked by whoever moves the state on; the timeout bounds the wait (see `give_up`).
+                std::thread::park_timeout(bound);
             }
         }
-        poll_fn(
-            |cx| match self.entry.step(|| Waiter::Task(cx.waker().clone())) {
+        // A task looks at its bound whenever it is polled (woken by whoever moves its state on; the watchdog's
+        // releases are polled every few milliseconds): no timer of its own.
+        poll_fn(|cx| {
+            if let Some(step) = self.entry.step(|| Waiter::Task(cx.waker().clone())) {
+                return Poll::Ready(step);
+            }
+            match self.give_up(since) {
                 Some(step) => Poll::Ready(step),
                 None => Poll::Pending,
-            },
-        )
+            }
+        })
         .await
+    }
+
+    /// A caller waits for the round in flight (at most a round timeout) and then for its own: past that, whoever
+    /// should move it on is not running (a task not polled: its executor's thread is blocked, perhaps by this very
+    /// caller, or busy). Still in the queue after one round timeout, it leaves the queue and releases alone; in a
+    /// batch that has not ended after three (the round before it, its own, and slack for a leader woken late), it
+    /// leaves the batch (abandoned: released with it if it ever runs) and releases alone. `None`: wait on.
+    fn give_up(&self, since: std::time::Instant) -> Option<Step> {
+        let waited = self.engine.clock.now().saturating_duration_since(since);
+        let bound = self.engine.config.round_timeout;
+        if waited < bound {
+            return None;
+        }
+        if self.engine.fold.withdraw(&self.entry) {
+            return Some(Step::Alone(false));
+        }
+        if waited >= bound.saturating_mul(3) && self.entry.leave_batch() {
+            return Some(Step::Alone(true));
+        }
+        None
     }
 }
 
@@ -360,6 +432,14 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             match follower.next().await {
                 Step::Done(result) => return result,
                 Step::Lead(batch) => self.lead(batch).await,
+                Step::Alone(in_batch) => {
+                    let result = self.release_alone(resource, value, nodes).await;
+                    return match (in_batch, result) {
+                        // The batch it left may have deleted the key first: "not ours" then proves nothing.
+                        (true, Err(Error::LockLost(report))) => Err(Error::Quorum(report)),
+                        (_, result) => result,
+                    };
+                }
             }
         }
     }
@@ -398,7 +478,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// Hands the gate on after a round: to the next batch's leader, or open.
     fn fold_finish(&self) {
-        if let Some(batch) = self.fold.next_batch() {
+        if let Some(batch) = self.fold.next_batch(self.config.max_in_flight) {
             self.hand_on(batch);
         }
     }
@@ -418,7 +498,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 request.clear();
                 self.release_unawaited(&mut request, entry.nodes, &entry.resource, &entry.value);
             }
-            match self.fold.next_batch() {
+            match self.fold.next_batch(self.config.max_in_flight) {
                 Some(next) => batch = next,
                 None => return,
             }
@@ -473,6 +553,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
         // Per (node, entry): the ways its own command was tried (allocated only after a refusal).
         let mut tried: Vec<Option<Tried>> = Vec::new();
+        // Nodes whose batch script was answered by an error and sent again key by key (see below).
+        let mut unfolded = vec![false; n];
         round.need(need(tallies, &expect, &unsure));
         while let Some((node, reply)) = round.next().await {
             let Some(what) = expect.get_mut(node).and_then(VecDeque::pop_front) else {
@@ -497,6 +579,32 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                             round.need(need(tallies, &expect, &unsure));
                             continue;
                         }
+                    }
+                    // An error for the whole script (`NOPERM` for a key outside the user's patterns, checked before
+                    // the script runs) must not cost the other callers their release: each key goes again as its own
+                    // script, as it would alone, and gets its own answer.
+                    if !unfolded[node] && members[node].len() > 1 && is_error(&reply) {
+                        unfolded[node] = true;
+                        let via = match ways[node].last {
+                            Via::Full => Via::Full,
+                            _ => Via::Sha,
+                        };
+                        request.clear();
+                        for &j in &members[node] {
+                            let e = &batch[j];
+                            scripts::compare(
+                                &mut request,
+                                Script::Release,
+                                via,
+                                &e.resource,
+                                &e.value,
+                                0,
+                            );
+                        }
+                        round.send(node, &request, members[node].len());
+                        expect[node].extend(members[node].iter().map(|&j| Expect::Key(j, via)));
+                        round.need(need(tallies, &expect, &unsure));
+                        continue;
                     }
                     let votes = array_votes(&reply, members[node].len());
                     for (&j, vote) in members[node].iter().zip(votes) {
@@ -556,6 +664,15 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             }
         }
     }
+}
+
+/// Whether `reply` is an error reply (not a failure to get one).
+fn is_error(reply: &crate::net::Reply) -> bool {
+    use crate::resp::Value;
+    matches!(
+        reply.as_ref().map(Value::without_attributes),
+        Ok(Value::Error(_) | Value::BulkError(_))
+    )
 }
 
 /// Encodes the release of `members`' keys `via` that way: one batch script, or one native command per key.

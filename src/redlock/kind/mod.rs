@@ -90,7 +90,7 @@ pub(crate) fn refused(reply: &Reply) -> Option<Refused> {
     };
     if m.starts_with(b"NOSCRIPT") {
         Some(Refused::NoScript)
-    } else if m.starts_with(b"NOPERM")
+    } else if (m.starts_with(b"NOPERM") && !forbids_a_key(m))
         || m.starts_with(b"ERR unknown command")
         || m.starts_with(b"ERR syntax error")
     {
@@ -98,6 +98,15 @@ pub(crate) fn refused(reply: &Reply) -> Option<Refused> {
     } else {
         None
     }
+}
+
+/// Whether a `NOPERM` is for a key (the user's key patterns: Redis' "no permissions to access one of the keys",
+/// Valkey's "No permissions to access a key"), not for the command: no other way of sending the request would be
+/// allowed, and the node's native command is not to blame (read as a refusal, it turned the node off its native
+/// release for the rest of the connection, so a user without Lua could release nothing there any more).
+fn forbids_a_key(m: &[u8]) -> bool {
+    let has = |w: &[u8]| m.windows(w.len()).any(|x| x.eq_ignore_ascii_case(w));
+    has(b"key") && !has(b"command")
 }
 
 pub(crate) fn is_noscript(reply: &Reply) -> bool {
