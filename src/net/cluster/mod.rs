@@ -85,6 +85,7 @@
 mod key_slot;
 mod redirect;
 mod reply;
+mod route;
 mod seeds;
 mod shards;
 mod slot_map;
@@ -95,5 +96,6 @@ mod tests;
 pub use key_slot::{SLOT_COUNT, crc16, hash_tag, key_slot};
 pub use redirect::{Redirect, RedirectError, RedirectKind};
 pub use reply::MapError;
+pub use route::{Members, MembersRound, Plan};
 pub use seeds::{ClusterAddr, MemberAddr};
 pub use slot_map::{ClusterNode, Endpoint, Health, Shard, SlotMap, SlotRange};

@@ -284,9 +284,13 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             deadline,
             need,
             |buf, full| lua::eval(buf, script, full, keys, &args),
-            |_, node, reply| {
-                status =
-                    self.extension_vote(node, &reply, Some(acquired), (&mut quorum, &mut outcomes));
+            |_, (node, source), reply| {
+                status = self.extension_vote(
+                    (node, source),
+                    &reply,
+                    Some(acquired),
+                    (&mut quorum, &mut outcomes),
+                );
                 match status {
                     Status::Pending => quorum.votes_to_decide(),
                     _ => 0,

@@ -97,10 +97,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 later(self.clock.now(), self.config.round_timeout).min(valid_until),
                 majority,
                 |buf, full| lua::eval(buf, lua::FENCE, full, &counter_only, &[t.as_bytes()]),
-                |_, node, reply| {
+                |_, (node, source), reply| {
                     let now = self.clock.now();
                     let (vote, outcome, counter) = fence_vote(&reply);
-                    let (vote, outcome) = self.counted(node, (vote, outcome), now, None);
+                    let (vote, outcome) = self.counted_from(source, (vote, outcome), now, None);
                     self.votes[node].count(&outcome);
                     acks[node] = outcome;
                     seen = seen.max(counter);
@@ -162,7 +162,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     &[&lock.value, t.as_bytes()],
                 )
             },
-            |_, node, reply| tally.vote(node, script_vote(&reply)),
+            |_, (node, _), reply| tally.vote(node, script_vote(&reply)),
         )
         .await;
         tally.finish(self, &lock.resource)

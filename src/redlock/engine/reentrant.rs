@@ -105,7 +105,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             later(self.clock.now(), self.config.round_timeout),
             quorum,
             |buf, full| lua::eval(buf, script, full, &keys, &[owner, hold]),
-            |_, node, reply| {
+            |_, (node, _), reply| {
                 // The holds left (0: the key went), or -1: the key is not the owner's (it expired), so nothing
                 // of this hold is there either. A nested hold removed (holds left > 0) deletes no key but is
                 // this release done on that node: it counts as released.

@@ -110,8 +110,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 continue;
             }
             let now = self.clock.now();
-            let (vote, outcome) = self.counted(
-                node,
+            let (vote, outcome) = self.counted_from(
+                round.source(node),
                 compare_vote(Script::Extend, via, &reply),
                 now,
                 Some(renewals[j].acquired),

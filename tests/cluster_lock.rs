@@ -1,0 +1,400 @@
+//! Issue #27: Redlock members that are whole Redis Clusters, on real clusters started by the tests
+//! (`tests/support/redis_cluster/`: `redis-server --cluster-enabled yes` on loopback, slots assigned by the test).
+//!
+//! - locking across three members of three masters each: every key lands on its slot's master in every
+//!   member, a contender is refused, a guard renews;
+//! - plain members and a cluster member in one manager;
+//! - `MOVED`: a slot migrated (with its keys) on every member while a guard holds and renews it; a contender
+//!   whose maps are stale follows the redirections and is refused (the deliberate break, a `MOVED` counted as a
+//!   grant, is caught here);
+//! - `ASK`: a slot half-way through its migration: an absent key is set on the importing master after `ASKING`;
+//! - a failover that loses a grant: two members' masters killed before their (paused) replicas received the
+//!   holder's key, the replicas promoted; with the restart guard the promoted masters' grants are quarantined
+//!   and the mutual-exclusion checker finds no overlap; the control (guard off) finds the overlap.
+
+mod support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use muxlock::net::cluster::key_slot;
+use muxlock::{Config, Error, LockManager};
+use support::checker::{Hold, instant_ns, mono_ns, overlaps};
+use support::locks::{manager, one_attempt, wait_until};
+use support::wire::show;
+use support::{Failover, RedisCluster, RedisServer};
+
+const ROUND: Duration = Duration::from_millis(500);
+
+/// Starts `count` clusters of `masters` masters at once; the first `with_replicas` get one replica per master.
+fn clusters(count: usize, masters: usize, with_replicas: usize) -> Vec<RedisCluster> {
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..count)
+            .map(|i| {
+                s.spawn(move || {
+                    RedisCluster::builder(masters)
+                        .replicas(usize::from(i < with_replicas))
+                        .start()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a cluster"))
+            .collect()
+    })
+}
+
+/// The value `key` holds on node `i` of `c` (`None`: absent), read with `ASKING` so an importing node answers.
+#[track_caller]
+fn get(c: &RedisCluster, i: usize, key: &str) -> Option<Vec<u8>> {
+    let mut bytes = support::cmd(&["ASKING"]);
+    bytes.extend(support::cmd(&["GET", key]));
+    let raw = c.node(i).raw(&bytes);
+    let rest = raw
+        .strip_prefix(b"+OK\r\n")
+        .unwrap_or_else(|| panic!("ASKING: {}", show(&raw)));
+    if rest == b"$-1\r\n" {
+        return None;
+    }
+    let body = rest
+        .splitn(2, |&b| b == b'\n')
+        .nth(1)
+        .unwrap_or_else(|| panic!("GET: {}", show(rest)));
+    Some(body.strip_suffix(b"\r\n").unwrap_or(body).to_vec())
+}
+
+#[track_caller]
+fn held(result: muxlock::Result<muxlock::Lock>) {
+    match result {
+        Err(Error::Held(_)) => {}
+        Err(e) => panic!("expected Held, got {e}"),
+        Ok(l) => panic!(
+            "expected Held, got the lock on {:?}",
+            String::from_utf8_lossy(l.resource())
+        ),
+    }
+}
+
+#[test]
+fn locks_across_three_cluster_members() {
+    let cs = clusters(3, 3, 0);
+    let urls: Vec<String> = cs.iter().map(RedisCluster::seed_url).collect();
+    let a = manager(urls.clone(), one_attempt(ROUND));
+    let b = manager(urls, one_attempt(ROUND));
+    let mut masters_used = std::collections::BTreeSet::new();
+    for i in 0..24 {
+        let r = format!("invoice:{i}");
+        let lock = a
+            .request(&r)
+            .ttl(Duration::from_secs(5))
+            .once()
+            .acquire()
+            .expect("acquired");
+        for c in &cs {
+            let owner = c.owner_of(key_slot(r.as_bytes()));
+            masters_used.insert(owner);
+            assert_eq!(
+                get(c, owner, &r).as_deref(),
+                Some(lock.value()),
+                "{r} on its master"
+            );
+        }
+        held(b.request(&r).once().acquire());
+        a.unlock(lock).expect("released");
+        for c in &cs {
+            assert_eq!(
+                get(c, c.owner_of(key_slot(r.as_bytes())), &r),
+                None,
+                "{r} released"
+            );
+        }
+    }
+    assert_eq!(
+        masters_used.len(),
+        3,
+        "the resources spread over every master"
+    );
+    // A guard renews across members (renewals pipelined per member, split per master).
+    let guards: Vec<_> = (0..6)
+        .map(|i| {
+            a.request(format!("job:{i}"))
+                .ttl(Duration::from_millis(600))
+                .once()
+                .hold()
+                .expect("guard")
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(1_500));
+    for g in &guards {
+        assert!(!g.is_lost(), "renewed past two leases: {:?}", g.lost());
+    }
+    for i in 0..6 {
+        held(b.request(format!("job:{i}")).once().acquire());
+    }
+    for g in guards {
+        g.release().expect("released");
+    }
+    // A set on cluster members: one slot or refused before anything is sent.
+    let set = a
+        .request_all(["{order:7}:a", "{order:7}:b"])
+        .once()
+        .acquire()
+        .expect("one slot");
+    a.unlock(set).expect("released");
+    match a.request_all(["x", "y"]).once().acquire() {
+        Err(Error::Config(msg)) => assert!(msg.contains("hash slot"), "{msg}"),
+        other => panic!("a set over two slots: {other:?}"),
+    }
+    assert!(matches!(
+        a.request("f").fenced().acquire(),
+        Err(Error::Config(_))
+    ));
+}
+
+#[test]
+fn plain_and_cluster_members_mix() {
+    let cs = clusters(1, 3, 0);
+    let (mut p0, p1) = (RedisServer::start(), RedisServer::start());
+    let urls = vec![p0.url(), cs[0].seed_url(), p1.url()];
+    let a = manager(urls.clone(), one_attempt(ROUND));
+    let b = manager(urls, one_attempt(ROUND));
+    let lock = a
+        .request("mixed")
+        .ttl(Duration::from_secs(5))
+        .once()
+        .acquire()
+        .expect("acquired");
+    let owner = cs[0].owner_of(key_slot(b"mixed"));
+    assert_eq!(get(&cs[0], owner, "mixed").as_deref(), Some(lock.value()));
+    let plain = p1.raw(&support::cmd(&["GET", "mixed"]));
+    assert!(
+        plain.ends_with(&[lock.value(), b"\r\n"].concat()),
+        "{}",
+        show(&plain)
+    );
+    held(b.request("mixed").once().acquire());
+    a.unlock(lock).expect("released");
+    // One plain member down: the cluster member and the other plain one are a majority.
+    p0.kill();
+    let lock = b.request("mixed").once().acquire().expect("2 of 3");
+    b.unlock(lock).expect("released");
+}
+
+#[test]
+fn moved_during_a_migration_while_a_guard_holds_and_renews() {
+    let mut cs = clusters(3, 3, 0);
+    let urls: Vec<String> = cs.iter().map(RedisCluster::seed_url).collect();
+    let a = manager(urls.clone(), one_attempt(ROUND));
+    // Built before the migration: its maps go stale, so every one of its requests meets a MOVED.
+    let b = manager(urls, one_attempt(ROUND));
+    let r = "moving";
+    let slot = key_slot(r.as_bytes());
+    let guard = a
+        .request(r)
+        .ttl(Duration::from_millis(900))
+        .once()
+        .hold()
+        .expect("guard");
+    for c in &mut cs {
+        let to = (c.shard_of(slot) + 1) % c.shard_count();
+        assert_eq!(
+            c.migrate_slot(slot, to),
+            1,
+            "the lock key moves with the slot"
+        );
+    }
+    // Renewals (every 300 ms) meet MOVED on every member, follow it, and keep the lock.
+    thread::sleep(Duration::from_millis(1_200));
+    assert!(
+        !guard.is_lost(),
+        "renewed across the migration: {:?}",
+        guard.lost()
+    );
+    held(b.request(r).once().acquire());
+    guard.release().expect("released");
+    let lock = b
+        .request(r)
+        .once()
+        .acquire()
+        .expect("free after the release");
+    for c in &cs {
+        let owner = c.owner_of(slot);
+        assert_eq!(
+            get(c, owner, r).as_deref(),
+            Some(lock.value()),
+            "on the new master"
+        );
+    }
+    b.unlock(lock).expect("released");
+}
+
+#[test]
+fn ask_mid_migration_sets_an_absent_key_on_the_importing_master() {
+    let mut cs = clusters(3, 3, 0);
+    let urls: Vec<String> = cs.iter().map(RedisCluster::seed_url).collect();
+    let a = manager(urls.clone(), one_attempt(ROUND));
+    let b = manager(urls, one_attempt(ROUND));
+    let r = "asked";
+    let slot = key_slot(r.as_bytes());
+    let migrations: Vec<_> = cs
+        .iter()
+        .map(|c| c.begin_migration(slot, (c.shard_of(slot) + 1) % c.shard_count()))
+        .collect();
+    let lock = a
+        .request(r)
+        .ttl(Duration::from_secs(5))
+        .once()
+        .acquire()
+        .expect("acquired after ASK");
+    for (c, m) in cs.iter().zip(&migrations) {
+        assert_eq!(get(c, m.from, r), None, "not on the migrating master");
+        assert_eq!(
+            get(c, m.to, r).as_deref(),
+            Some(lock.value()),
+            "on the importing master"
+        );
+    }
+    held(b.request(r).once().acquire());
+    a.unlock(lock).expect("released after ASK");
+    for (c, m) in cs.iter().zip(&migrations) {
+        assert_eq!(get(c, m.to, r), None, "released on the importing master");
+    }
+    for (c, m) in cs.iter_mut().zip(migrations) {
+        c.finish_migration(m);
+    }
+    let lock = b.request(r).once().acquire().expect("after the migration");
+    b.unlock(lock).expect("released");
+}
+
+/// A holder's grant lost in a failover on two of three members: the replicas were paused (so never got the
+/// key) when their masters were killed, then promoted. A contender's grants from the promoted masters must not
+/// count while the holder's lease runs: `guarded` with the restart guard on (0 overlaps), and the control with
+/// it off must see the overlap (the fault struck).
+fn failover_contender(guarded: bool) -> Vec<(Hold, Hold)> {
+    let mut cs = clusters(3, 2, 2);
+    let urls: Vec<String> = cs.iter().map(RedisCluster::seed_url).collect();
+    let ttl = Duration::from_secs(3);
+    let config = |guard: bool| {
+        Config::default()
+            .with_retry_count(0)
+            .with_round_timeout(ROUND)
+            .with_restart_guard(guard)
+            .with_restart_window(ttl)
+    };
+    let a = manager(urls.clone(), config(true));
+    let b = manager(urls.clone(), config(guarded));
+    let r = "failing";
+    let slot = key_slot(r.as_bytes());
+    // The restart guard counts nodes up longer than the window (a few seconds after the clusters started).
+    let lock = {
+        let mut got = None;
+        wait_until(Duration::from_secs(20), "the nodes to count", || {
+            got = a.request(r).ttl(ttl).once().acquire().ok();
+            if got.is_none() {
+                thread::sleep(Duration::from_millis(200));
+            }
+            got.is_some()
+        });
+        let first = got.expect("acquired");
+        a.unlock(first).expect("released");
+        // Both managers have used the TTL now (their windows cover it).
+        let _ = b
+            .request("warm")
+            .ttl(ttl)
+            .once()
+            .acquire()
+            .map(|l| b.unlock(l));
+        let s: Vec<usize> = cs.iter().take(2).map(|c| c.shard_of(slot)).collect();
+        for (c, &s) in cs.iter_mut().zip(&s) {
+            let replica = c.replica_indexes(s)[0];
+            c.node_mut(replica).pause();
+        }
+        let lock = a
+            .request(r)
+            .ttl(ttl)
+            .once()
+            .acquire()
+            .expect("the holder's lock");
+        for (c, &s) in cs.iter_mut().zip(&s) {
+            let (master, replica) = (c.master_index(s), c.replica_indexes(s)[0]);
+            c.node_mut(master).kill();
+            c.node_mut(replica).resume();
+        }
+        for (c, &s) in cs.iter_mut().zip(&s) {
+            let new = c.fail_over(s, Failover::Takeover);
+            assert_eq!(
+                get(c, new, r),
+                None,
+                "the promoted replica never got the grant"
+            );
+        }
+        lock
+    };
+    let holder = Hold {
+        resource: r.into(),
+        holder: "a".into(),
+        start: instant_ns(Instant::now()),
+        end: instant_ns(lock.valid_until()),
+    };
+    // A contender built after the failover (it reads the promoted masters' INFO) and the one built before
+    // (it learns of the failover from failed connections and a new map) try until the holder's lease ends.
+    let c = manager(urls, config(guarded));
+    let mut holds = vec![holder];
+    let until = lock.valid_until();
+    let mut tries = 0;
+    while Instant::now() < until && tries < 200 {
+        tries += 1;
+        for (name, m) in [("b", &b), ("c", &c)] {
+            if let Ok(l) = m.request(r).ttl(ttl).once().acquire() {
+                holds.push(Hold {
+                    resource: r.into(),
+                    holder: name.into(),
+                    start: mono_ns(),
+                    end: instant_ns(l.valid_until()),
+                });
+                let _ = m.unlock(l);
+            }
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    drop(cs);
+    overlaps(&holds)
+}
+
+#[test]
+fn a_failover_that_loses_a_grant_gives_no_second_holder() {
+    let found = failover_contender(true);
+    assert!(found.is_empty(), "two holders: {found:?}");
+}
+
+#[test]
+fn control_without_the_restart_guard_the_failover_gives_two_holders() {
+    let found = failover_contender(false);
+    assert!(
+        !found.is_empty(),
+        "the failover did not strike: the test proves nothing"
+    );
+}
+
+#[allow(dead_code)]
+fn assert_send_sync<T: Send + Sync>() {}
+
+#[test]
+fn cluster_urls_and_the_builder_call() {
+    assert_send_sync::<LockManager>();
+    // A cluster whose seeds do not answer builds (its map is read later), and its votes fail.
+    let locks = LockManager::builder()
+        .cluster(["127.0.0.1:1"])
+        .node("127.0.0.1:2")
+        .node("127.0.0.1:3")
+        .config(
+            one_attempt(Duration::from_millis(50)).with_connect_timeout(Duration::from_millis(50)),
+        )
+        .build()
+        .expect("built");
+    assert!(matches!(
+        locks.request("r").once().acquire(),
+        Err(Error::Quorum(_))
+    ));
+}
