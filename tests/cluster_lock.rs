@@ -295,7 +295,7 @@ fn failover_contender(guarded: bool) -> (Vec<(Hold, Hold)>, [bool; 2]) {
     let b = manager(urls.clone(), config(guarded));
     let r = "failing";
     let slot = key_slot(r.as_bytes());
-    let mut acquired_ns = 0;
+    let acquired_ns;
     // The restart guard counts nodes up longer than the window (a few seconds after the clusters started).
     let lock = {
         let mut got = None;

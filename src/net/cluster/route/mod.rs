@@ -125,8 +125,7 @@ impl Plan {
         let n = members.len();
         // First the maps and each member's nodes, then the connections: the members' own first (`0..n`), then
         // every cluster member's other nodes.
-        let mut planned: Vec<Option<(Vec<(String, u16)>, Option<(SlotMap, String)>)>> =
-            Vec::with_capacity(n);
+        let mut planned: Vec<Option<Planned>> = Vec::with_capacity(n);
         for member in &members {
             let MemberAddr::Cluster(cluster) = member else {
                 planned.push(None);
@@ -214,6 +213,10 @@ impl Plan {
         self.tables.iter().any(Option::is_some)
     }
 }
+
+/// A cluster member's nodes (`host`, `port`: every node of its map, or its seeds) and its map with the host it
+/// was read from, if it could be read.
+type Planned = (Vec<(String, u16)>, Option<(SlotMap, String)>);
 
 /// Reads a cluster's map from its seeds: the first seed whose `CLUSTER SHARDS` reads, else whose `CLUSTER SLOTS`
 /// does; with the host of that seed (the origin of empty endpoints).

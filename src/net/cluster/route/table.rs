@@ -138,7 +138,7 @@ impl Table {
             masters.push(conn);
         }
         for &conn in &masters {
-            let before = self.owner.iter().any(|&c| c == conn as u32);
+            let before = self.owner.contains(&(conn as u32));
             if self.mapped && !before && !self.is_master(conn) && !promoted.contains(&conn) {
                 promoted.push(conn);
             }
