@@ -128,14 +128,30 @@ fn locks_across_three_cluster_members() {
                 .expect("guard")
         })
         .collect();
+    // An owned hold's and a fenced lock's renewals name their derived keys in the resource's slot too.
+    let me = a.owner().expect("an owner");
+    let owned = a
+        .request("otree")
+        .owned(&me)
+        .ttl(Duration::from_millis(800))
+        .once()
+        .hold()
+        .expect("owned guard");
+    let fenced = a
+        .request("fjob")
+        .fenced()
+        .ttl(Duration::from_millis(800))
+        .once()
+        .hold()
+        .expect("fenced guard");
     thread::sleep(Duration::from_millis(1_500));
-    for g in &guards {
+    for g in guards.iter().chain([&owned, &fenced]) {
         assert!(!g.is_lost(), "renewed past two leases: {:?}", g.lost());
     }
     for i in 0..6 {
         held(b.request(format!("job:{i}")).once().acquire());
     }
-    for g in guards {
+    for g in guards.into_iter().chain([owned, fenced]) {
         g.release().expect("released");
     }
     // A set on cluster members: one slot or refused before anything is sent.
@@ -149,8 +165,51 @@ fn locks_across_three_cluster_members() {
         Err(Error::Config(msg)) => assert!(msg.to_string().contains("hash slot"), "{msg}"),
         other => panic!("a set over two slots: {other:?}"),
     }
+    // Fenced and owned locks keep their derived keys in the resource's slot: `muxlock:fence:{ledger}`.
+    let first = a
+        .request("ledger")
+        .fenced()
+        .once()
+        .acquire()
+        .expect("fenced");
+    let t1 = first.token().expect("a token");
+    for c in &cs {
+        let owner = c.owner_of(key_slot(b"ledger"));
+        assert!(
+            get(c, owner, "muxlock:fence:{ledger}").is_some(),
+            "the counter beside the key"
+        );
+    }
+    a.unlock(first).expect("released");
+    let second = b
+        .request("ledger")
+        .fenced()
+        .once()
+        .acquire()
+        .expect("fenced");
+    assert!(second.token().expect("a token") > t1, "tokens grow");
+    b.unlock(second).expect("released");
+    let outer = a
+        .request("tree")
+        .owned(&me)
+        .once()
+        .acquire()
+        .expect("owned");
+    let inner = a
+        .request("tree")
+        .owned(&me)
+        .once()
+        .acquire()
+        .expect("owned again");
+    held(b.request("tree").once().acquire());
+    a.unlock(inner).expect("released");
+    held(b.request("tree").once().acquire());
+    a.unlock(outer).expect("released");
+    let free = b.request("tree").once().acquire().expect("free");
+    b.unlock(free).expect("released");
+    // A brace without a hash tag: no way to name its counter in its slot.
     assert!(matches!(
-        a.request("f").fenced().acquire(),
+        a.request("a{b").fenced().once().acquire(),
         Err(Error::Config(_))
     ));
 }

@@ -330,7 +330,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// Refuses, before anything is sent, what cluster members cannot do (issue #27): a set whose names do not
     /// share one hash slot (its all-or-none script must run on one master: tag the names, `{order:7}:a`,
-    /// `{order:7}:b`), and fenced and owned locks, whose derived keys are not yet colocated with the resource.
+    /// `{order:7}:b`), and a fenced or owned lock of a resource with a brace but no hash tag, whose fencing
+    /// counter or hold count cannot be named in its slot ([`derived_key`](crate::redlock::kind::derived_key)).
     /// Nothing is refused on a manager of plain members.
     pub(crate) fn check_routable(
         &self,
@@ -353,14 +354,13 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     )),
                 }
             }
-            Want::Fenced(_) => Err(Error::config(
-                "fenced locks are not supported on cluster members yet (issue #27): the fencing counter is not \
-                 colocated with the resource's slot",
-            )),
-            Want::Owned(..) => Err(Error::config(
-                "owned (reentrant) locks are not supported on cluster members yet (issue #27): the hold count \
-                 is not colocated with the resource's slot",
-            )),
+            Want::Fenced(r) | Want::Owned(_, r) if !crate::redlock::kind::colocatable(r) => {
+                Err(Error::config(
+                    "on cluster members a fenced or owned lock's resource must have a hash tag ({invoice}:42) \
+                     or no brace at all: its counter must lie in the resource's slot",
+                ))
+            }
+            Want::Fenced(_) | Want::Owned(..) => Ok(()),
         }
     }
 

@@ -28,7 +28,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         ttl: Duration,
         ttl_ms: u64,
     ) -> Result<std::result::Result<ReentrantLock, (Failure, Report)>> {
-        let counter = count_key(resource);
+        let counter = count_key(resource, self.fanout.routed());
         let keys: [&[u8]; 2] = [resource, &counter];
         let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
         let round = self
@@ -94,7 +94,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         script: lua::Lua,
     ) -> Result<(usize, bool)> {
         let quorum = self.quorum();
-        let counter = count_key(resource);
+        let counter = count_key(resource, self.fanout.routed());
         let keys: [&[u8]; 2] = [resource, &counter];
         let mut tally = Tally::new(&self.votes, self.fanout.len(), quorum, nodes);
         let mut last = false;

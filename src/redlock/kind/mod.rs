@@ -103,3 +103,26 @@ pub(crate) fn refused(reply: &Reply) -> Option<Refused> {
 pub(crate) fn is_noscript(reply: &Reply) -> bool {
     matches!(reply.as_ref().map(Value::without_attributes), Ok(Value::Error(m)) if m.starts_with(b"NOSCRIPT"))
 }
+
+/// The name of a key derived from `resource` (a fencing counter, a hold count): `prefix + resource` on plain
+/// members, as always. When some member is a Redis Cluster (`routed`), the key must lie in the resource's slot
+/// or its script is `CROSSSLOT`: a resource with a hash tag (`{invoice}:42`) shares it with `prefix + resource`;
+/// an untagged one is wrapped, `prefix + "{" + resource + "}"`, which hashes like the resource itself. A resource
+/// with a brace but no hash tag can be colocated neither way: the engine refuses it on cluster members before
+/// anything is sent ([`Engine::check_routable`](crate::redlock::engine::Engine::check_routable)).
+///
+/// Every client of a deployment must name keys alike: the naming follows the members (a deployment whose
+/// members become clusters starts new counters: fencing tokens restart from the largest any node still holds
+/// under the new name, so change members only with no fenced lock in use).
+pub(crate) fn derived_key(prefix: &[u8], resource: &[u8], routed: bool) -> Vec<u8> {
+    if !routed || crate::net::cluster::hash_tag(resource).len() != resource.len() {
+        return [prefix, resource].concat();
+    }
+    [prefix, b"{", resource, b"}"].concat()
+}
+
+/// Whether `resource`'s derived keys can share its slot ([`derived_key`]): it has a hash tag, or no brace.
+pub(crate) fn colocatable(resource: &[u8]) -> bool {
+    crate::net::cluster::hash_tag(resource).len() != resource.len()
+        || !resource.iter().any(|&b| b == b'{' || b == b'}')
+}
