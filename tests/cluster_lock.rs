@@ -207,6 +207,48 @@ fn locks_across_three_cluster_members() {
     a.unlock(outer).expect("released");
     let free = b.request("tree").once().acquire().expect("free");
     b.unlock(free).expect("released");
+    // A batch: split per master inside each member (one write per connection), released one lock at a time.
+    let names: Vec<String> = (0..20).map(|i| format!("batch:{i}")).collect();
+    let mine: Vec<_> = a
+        .try_lock_batch(&names, Duration::from_secs(5))
+        .into_iter()
+        .map(|r| r.expect("no error").expect("granted"))
+        .collect();
+    for r in b.try_lock_batch(&names, Duration::from_secs(5)) {
+        assert!(r.expect("no error").is_none(), "held by the first batch");
+    }
+    for released in a.unlock_batch(mine) {
+        released.expect("released");
+    }
+    for c in &cs {
+        for n in &names {
+            assert_eq!(
+                get(c, c.owner_of(key_slot(n.as_bytes())), n),
+                None,
+                "{n} released"
+            );
+        }
+    }
+    // Waiting on cluster members: in this process' line (no queue on the nodes), woken at the holder's expiry.
+    let short = a
+        .request("w")
+        .ttl(Duration::from_millis(800))
+        .once()
+        .acquire()
+        .expect("held");
+    let started = Instant::now();
+    let waited = b
+        .request("w")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .expect("after the expiry");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    b.unlock(waited).expect("released");
+    drop(short);
     // A brace without a hash tag: no way to name its counter in its slot.
     assert!(matches!(
         a.request("a{b").fenced().once().acquire(),
