@@ -512,6 +512,49 @@ fn control_without_the_restart_guard_the_failover_gives_two_holders() {
     );
 }
 
+/// The async verbs over cluster members: the routed round polled by tasks (`poll_next`), redirections
+/// included (an `ASK` mid-migration, then `MOVED` after it).
+#[test]
+fn async_verbs_route_and_follow_redirections() {
+    let mut cs = clusters(3, 3, 0);
+    let urls: Vec<String> = cs.iter().map(RedisCluster::seed_url).collect();
+    let a = manager(urls.clone(), one_attempt(ROUND));
+    let b = manager(urls, one_attempt(ROUND));
+    let rt = support::rt::two_workers();
+    let r = "async";
+    let slot = key_slot(r.as_bytes());
+    let migrations: Vec<_> = cs
+        .iter()
+        .map(|c| c.begin_migration(slot, (c.shard_of(slot) + 1) % c.shard_count()))
+        .collect();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let a = a.clone();
+                tokio::spawn(async move {
+                    let name = format!("task:{i}");
+                    let lock = a.request(&name).once().acquire_async().await.expect("acquired");
+                    a.unlock_async(lock).await.expect("released");
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("a task");
+        }
+        let lock = a.request(r).ttl(Duration::from_secs(5)).once().acquire_async().await;
+        let lock = lock.expect("acquired after ASK");
+        assert!(matches!(b.request(r).once().acquire_async().await, Err(Error::Held(_))));
+        a.unlock_async(lock).await.expect("released after ASK");
+    });
+    for (c, m) in cs.iter_mut().zip(migrations) {
+        c.finish_migration(m);
+    }
+    rt.block_on(async {
+        let lock = b.request(r).once().acquire_async().await.expect("after MOVED");
+        b.unlock_async(lock).await.expect("released");
+    });
+}
+
 #[allow(dead_code)]
 fn assert_send_sync<T: Send + Sync>() {}
 
