@@ -533,7 +533,12 @@ fn async_verbs_route_and_follow_redirections() {
                 let a = a.clone();
                 tokio::spawn(async move {
                     let name = format!("task:{i}");
-                    let lock = a.request(&name).once().acquire_async().await.expect("acquired");
+                    let lock = a
+                        .request(&name)
+                        .once()
+                        .acquire_async()
+                        .await
+                        .expect("acquired");
                     a.unlock_async(lock).await.expect("released");
                 })
             })
@@ -541,16 +546,29 @@ fn async_verbs_route_and_follow_redirections() {
         for t in tasks {
             t.await.expect("a task");
         }
-        let lock = a.request(r).ttl(Duration::from_secs(5)).once().acquire_async().await;
+        let lock = a
+            .request(r)
+            .ttl(Duration::from_secs(5))
+            .once()
+            .acquire_async()
+            .await;
         let lock = lock.expect("acquired after ASK");
-        assert!(matches!(b.request(r).once().acquire_async().await, Err(Error::Held(_))));
+        assert!(matches!(
+            b.request(r).once().acquire_async().await,
+            Err(Error::Held(_))
+        ));
         a.unlock_async(lock).await.expect("released after ASK");
     });
     for (c, m) in cs.iter_mut().zip(migrations) {
         c.finish_migration(m);
     }
     rt.block_on(async {
-        let lock = b.request(r).once().acquire_async().await.expect("after MOVED");
+        let lock = b
+            .request(r)
+            .once()
+            .acquire_async()
+            .await
+            .expect("after MOVED");
         b.unlock_async(lock).await.expect("released");
     });
 }
