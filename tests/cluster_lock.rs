@@ -377,6 +377,71 @@ fn ask_mid_migration_sets_an_absent_key_on_the_importing_master() {
     b.unlock(lock).expect("released");
 }
 
+/// The mutual-exclusion checker over cluster members while the resources' slots migrate back and forth on
+/// every member (`ASK` while half-way, `MOVED` after): four workers, each with its own manager, compete for three
+/// resources; every hold is recorded as `[acquired, min(valid_until, unlock)]`; no two may overlap.
+#[test]
+fn no_two_holders_while_slots_migrate() {
+    let mut cs = clusters(3, 3, 0);
+    let urls: Vec<String> = cs.iter().map(RedisCluster::seed_url).collect();
+    let resources = ["mx:a", "mx:b", "mx:c"];
+    let recorder = support::checker::Recorder::default();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let migrations = thread::scope(|s| {
+        for w in 0..4 {
+            let (urls, recorder, stop) = (urls.clone(), recorder.clone(), &stop);
+            s.spawn(move || {
+                let m = manager(urls, one_attempt(ROUND));
+                let mut i = w;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    i += 1;
+                    let r = resources[i % resources.len()];
+                    if let Ok(l) = m
+                        .request(r)
+                        .ttl(Duration::from_millis(400))
+                        .once()
+                        .acquire()
+                    {
+                        let start = mono_ns();
+                        thread::sleep(Duration::from_millis(3));
+                        let end = mono_ns().min(instant_ns(l.valid_until()));
+                        recorder.record(Hold {
+                            resource: r.into(),
+                            holder: format!("w{w}"),
+                            start,
+                            end,
+                        });
+                        let _ = m.unlock(l);
+                    }
+                }
+            });
+        }
+        let mut moved = 0;
+        for round in 0..2 {
+            for r in resources {
+                let slot = key_slot(r.as_bytes());
+                for c in cs.iter_mut() {
+                    let to = (c.shard_of(slot) + 1 + round) % c.shard_count();
+                    let m = c.begin_migration(slot, to);
+                    thread::sleep(Duration::from_millis(30)); // ASK for absent keys meanwhile
+                    c.move_slot_keys(&m);
+                    thread::sleep(Duration::from_millis(30));
+                    c.finish_migration(m);
+                    moved += 1;
+                }
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        moved
+    });
+    let holds = recorder.holds();
+    eprintln!("{} holds over {migrations} migrations", holds.len());
+    assert_eq!(migrations, 18);
+    assert!(holds.len() > 50, "too few holds to judge: {}", holds.len());
+    let found = overlaps(&holds);
+    assert!(found.is_empty(), "two holders: {found:?}");
+}
+
 /// A holder's grant lost in a failover on two of three members: the replicas were paused (so never got the
 /// key) when their masters were killed, then promoted. A contender's grants from the promoted masters must not
 /// count while the holder's lease runs: `guarded` with the restart guard on (0 overlaps), and the control with
