@@ -39,6 +39,22 @@ pub fn start(
     redis_server: Option<&Path>,
     tls: bool,
 ) -> Result<ClusterState, CliError> {
+    start_members(dir, ports, redis_server, tls, None)
+}
+
+/// [`start`], with `shards`: every `shards` nodes in a row form one Redis Cluster (a Redlock member), each with a
+/// bus port of its own and an even share of the 16,384 slots.
+///
+/// # Errors
+///
+/// As [`start`]; also if a cluster does not form in time.
+pub fn start_members(
+    dir: &Path,
+    ports: &[Option<u16>],
+    redis_server: Option<&Path>,
+    tls: bool,
+    shards: Option<u16>,
+) -> Result<ClusterState, CliError> {
     // REDIS_SERVER is read here rather than by clap, so that an empty one means "not set".
     let from_env = std::env::var_os("REDIS_SERVER")
         .filter(|v| !v.is_empty())
@@ -59,13 +75,16 @@ pub fn start(
             .map(|(i, port)| {
                 let (bin, record, files) = (&bin, &record, files.as_ref());
                 scope.spawn(move || {
-                    let node = start_node(
+                    let node = start_cluster_node(
                         bin,
                         &state::data_dir(dir).join(format!("node-{}", i + 1)),
                         *port,
                         files,
+                        shards.is_some(),
                     )?;
-                    provision_marker(node.port, files);
+                    if shards.is_none() {
+                        provision_marker(node.port, files);
+                    }
                     record.add(i, node.clone());
                     Ok(node)
                 })
@@ -87,8 +106,121 @@ pub fn start(
         }
         return Err(CliError::new(exit::CANTCREAT, "cluster", failure));
     }
+    if let Some(k) = shards {
+        let nodes = record.nodes();
+        for member in nodes.chunks(usize::from(k)) {
+            if let Err(e) = form_cluster(member) {
+                record.abandon();
+                return Err(CliError::new(exit::CANTCREAT, "cluster", e));
+            }
+        }
+        record.set_shards(k);
+    }
     let cluster = record.finish()?;
     Ok(cluster)
+}
+
+/// How long a member's nodes may take to agree they form one cluster.
+const FORM_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Makes `nodes` (started with `--cluster-enabled yes`) one Redis Cluster: distinct config epochs, `CLUSTER
+/// MEET` with their bus ports, an even share of the slots each, then waits until every node says
+/// `cluster_state:ok` and knows them all. Then provisions the persistence marker on the master of its slot (the
+/// others get the restart window: the marker key lives in one slot).
+fn form_cluster(nodes: &[(NodeRecord, u16)]) -> Result<(), String> {
+    const SLOTS: usize = 16_384;
+    let k = nodes.len();
+    let client = |port: u16| {
+        Client::connect(port, None, Duration::from_secs(5))
+            .map_err(|e| format!("node on port {port}: {e}"))
+    };
+    let ok = |port: u16, command: &[&[u8]]| -> Result<(), String> {
+        let replies = client(port)?
+            .pipeline(&[command])
+            .map_err(|e| format!("node on port {port}: {e}"))?;
+        match replies.first() {
+            Some(muxlock::resp::Value::SimpleString(s)) if &s[..] == b"OK" => Ok(()),
+            other => Err(format!(
+                "node on port {port}: {} answered {other:?}",
+                String::from_utf8_lossy(command[0])
+            )),
+        }
+    };
+    let range = |i: usize| (i * SLOTS / k, (i + 1) * SLOTS / k - 1);
+    for (i, (node, _)) in nodes.iter().enumerate() {
+        let epoch = (i + 1).to_string();
+        ok(
+            node.port,
+            &[b"CLUSTER", b"SET-CONFIG-EPOCH", epoch.as_bytes()],
+        )?;
+        let (start, end) = range(i);
+        let (start, end) = (start.to_string(), end.to_string());
+        ok(
+            node.port,
+            &[
+                b"CLUSTER",
+                b"ADDSLOTSRANGE",
+                start.as_bytes(),
+                end.as_bytes(),
+            ],
+        )?;
+    }
+    let first = nodes[0].0.port;
+    for (node, bus) in &nodes[1..] {
+        let (port, bus) = (node.port.to_string(), bus.to_string());
+        ok(
+            first,
+            &[
+                b"CLUSTER",
+                b"MEET",
+                b"127.0.0.1",
+                port.as_bytes(),
+                bus.as_bytes(),
+            ],
+        )?;
+    }
+    let deadline = Instant::now() + FORM_TIMEOUT;
+    for (node, _) in nodes {
+        loop {
+            let info = client(node.port)?
+                .pipeline(&[&[b"CLUSTER", b"INFO"]])
+                .ok()
+                .and_then(|r| r.first().and_then(redis::text));
+            let known = info
+                .as_deref()
+                .and_then(|i| redis::info_field(i, "cluster_known_nodes"));
+            let state = info
+                .as_deref()
+                .and_then(|i| redis::info_field(i, "cluster_state"));
+            if state == Some("ok") && known == Some(&k.to_string()[..]) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "the cluster of ports {} did not form within {} (node {}: state {state:?}, {known:?} nodes known)",
+                    nodes
+                        .iter()
+                        .map(|(n, _)| n.port.to_string())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    duration::human(FORM_TIMEOUT),
+                    node.port
+                ));
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let slot = usize::from(muxlock::net::cluster::key_slot(
+        muxlock::redlock::PERSIST_MARKER_KEY.as_bytes(),
+    ));
+    let owner = (0..k).find(|&i| {
+        let (s, e) = range(i);
+        (s..=e).contains(&slot)
+    });
+    if let Some(i) = owner {
+        provision_marker(nodes[i].0.port, None);
+    }
+    Ok(())
 }
 
 /// Writes the restart guard's persistence marker with an old time (`SET NX`: a marker the node reloaded from its
@@ -221,6 +353,30 @@ impl<'a> Recorder<'a> {
         let _ = state::save(self.dir, state);
     }
 
+    /// The nodes started so far, in order, with their bus ports (`--cluster-port`: the port + 10,000 when a node
+    /// has none of its own recorded).
+    fn nodes(&self) -> Vec<(NodeRecord, u16)> {
+        let guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        guard
+            .0
+            .nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.clone(),
+                    bus_port(&n.dir).unwrap_or(n.port.wrapping_add(10_000)),
+                )
+            })
+            .collect()
+    }
+
+    /// Records that every `k` nodes form one cluster member.
+    fn set_shards(&self, k: u16) {
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        guard.0.shards = Some(k);
+        let _ = state::save(self.dir, &guard.0);
+    }
+
     /// Marks the cluster running.
     fn finish(self) -> Result<ClusterState, CliError> {
         let (mut state, _) = self.state.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -271,13 +427,43 @@ pub fn start_node(
     fixed: Option<u16>,
     tls: Option<&TlsFiles>,
 ) -> Result<NodeRecord, String> {
+    start_cluster_node(bin, dir, fixed, tls, bus_port(dir).is_some())
+}
+
+/// The bus port a cluster node in `dir` was started with (written to `bus.port` there), if it is one.
+fn bus_port(dir: &Path) -> Option<u16> {
+    fs::read_to_string(dir.join("bus.port"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// [`start_node`]; with `cluster`, the node is started with `--cluster-enabled yes` and a bus port of its own
+/// (kept in `bus.port` in its directory, so that a restart keeps it).
+fn start_cluster_node(
+    bin: &Path,
+    dir: &Path,
+    fixed: Option<u16>,
+    tls: Option<&TlsFiles>,
+    cluster: bool,
+) -> Result<NodeRecord, String> {
+    let bus = match (cluster, bus_port(dir)) {
+        (false, _) => None,
+        (true, Some(bus)) => Some(bus),
+        (true, None) => {
+            let bus = free_port().map_err(|e| format!("cannot find a free port: {e}"))?;
+            fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            fs::write(dir.join("bus.port"), bus.to_string())
+                .map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
+            Some(bus)
+        }
+    };
     let tries = if fixed.is_some() { 1 } else { PORT_TRIES };
     for _ in 0..tries {
         let port = match fixed {
             Some(p) => p,
             None => free_port().map_err(|e| format!("cannot find a free port: {e}"))?,
         };
-        match spawn(bin, dir, port, tls) {
+        match spawn(bin, dir, port, tls, bus) {
             Ok(node) => return Ok(node),
             Err(Failure::PortTaken) if fixed.is_some() => {
                 return Err(format!(
@@ -333,7 +519,13 @@ fn lacks_tls(text: &str) -> bool {
 }
 
 /// One try: start `redis-server` as a daemon on `port`, and wait until this very process answers.
-fn spawn(bin: &Path, dir: &Path, port: u16, tls: Option<&TlsFiles>) -> Result<NodeRecord, Failure> {
+fn spawn(
+    bin: &Path,
+    dir: &Path,
+    port: u16,
+    tls: Option<&TlsFiles>,
+    bus: Option<u16>,
+) -> Result<NodeRecord, Failure> {
     let other = |m: String| Failure::Other(m);
     fs::create_dir_all(dir).map_err(|e| other(format!("cannot create {}: {e}", dir.display())))?;
     let (pidfile, logfile, errfile) = (
@@ -364,6 +556,17 @@ fn spawn(bin: &Path, dir: &Path, port: u16, tls: Option<&TlsFiles>) -> Result<No
             "--save",
             "",
         ])
+        .args(match bus {
+            Some(bus) => vec![
+                "--cluster-enabled".to_owned(),
+                "yes".to_owned(),
+                "--cluster-config-file".to_owned(),
+                "nodes.conf".to_owned(),
+                "--cluster-port".to_owned(),
+                bus.to_string(),
+            ],
+            None => Vec::new(),
+        })
         .arg("--dir")
         .arg(dir)
         .arg("--pidfile")
