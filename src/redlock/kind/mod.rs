@@ -126,3 +126,30 @@ pub(crate) fn colocatable(resource: &[u8]) -> bool {
     crate::net::cluster::hash_tag(resource).len() != resource.len()
         || !resource.iter().any(|&b| b == b'{' || b == b'}')
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{colocatable, derived_key};
+    use crate::net::cluster::key_slot;
+
+    #[test]
+    fn derived_keys_share_the_resource_slot_on_cluster_members() {
+        // Plain members: today's names.
+        assert_eq!(derived_key(b"p:", b"r", false), b"p:r");
+        assert_eq!(derived_key(b"p:", b"{t}x", false), b"p:{t}x");
+        // Cluster members: an untagged resource is wrapped, a tagged one keeps its tag.
+        for (resource, expected) in [
+            (&b"invoice:42"[..], &b"p:{invoice:42}"[..]),
+            (b"{t}x", b"p:{t}x"),
+        ] {
+            let key = derived_key(b"p:", resource, true);
+            assert_eq!(key, expected);
+            assert_eq!(key_slot(&key), key_slot(resource));
+            assert!(colocatable(resource));
+        }
+        // A brace without a tag cannot be colocated.
+        for resource in [&b"a{b"[..], b"a}b", b"{}x"] {
+            assert!(!colocatable(resource), "{resource:?}");
+        }
+    }
+}
