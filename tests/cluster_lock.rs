@@ -367,9 +367,14 @@ fn ask_mid_migration_sets_an_absent_key_on_the_importing_master() {
     }
     held(b.request(r).once().acquire());
     a.unlock(lock).expect("released after ASK");
-    for (c, m) in cs.iter().zip(&migrations) {
-        assert_eq!(get(c, m.to, r), None, "released on the importing master");
-    }
+    // A release returns once a majority confirmed it: a member whose ASK came after that is not followed (no
+    // one reads the round any more), and its key ends with its lease. So a majority, not every member.
+    let freed = cs
+        .iter()
+        .zip(&migrations)
+        .filter(|(c, m)| get(c, m.to, r).is_none())
+        .count();
+    assert!(freed >= 2, "released on {freed} importing masters");
     for (c, m) in cs.iter_mut().zip(migrations) {
         c.finish_migration(m);
     }

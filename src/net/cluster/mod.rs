@@ -61,8 +61,10 @@
 //!
 //! Not built yet: `WAIT`/`WAITAOF` after grants (which would let a promoted replica count at once); a
 //! per-connection persistence marker (the marker key lives in one slot, so on a cluster member only the master
-//! serving it can prove persistence; the others get the window rule); a redirection met by an unawaited release
-//! (a failed attempt's undo) is not followed, so that key ends with its lease.
+//! serving it can prove persistence; the others get the window rule); a redirection that comes after the
+//! engine stopped reading the round (a failed attempt's unawaited undo, or a release already confirmed by a
+//! majority) is not followed, so that member's key ends with its lease (`tests/cluster_lock.rs` saw it for a
+//! release mid-migration). Following them would need someone to read abandoned rounds (the fanout's driver).
 
 mod key_slot;
 mod redirect;

@@ -234,6 +234,7 @@ impl Members {
 
     /// When connection `conn` was last seen taking over slots it had not served as a master (a promoted
     /// replica, or a node its member's map never showed as one); `None` if never.
+    #[inline]
     pub fn promoted(&self, conn: usize) -> Option<Instant> {
         let routes = self.routes.as_ref()?;
         lock(&routes.promoted).get(conn).copied().flatten()

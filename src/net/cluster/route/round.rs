@@ -70,23 +70,36 @@ struct Sent {
 }
 
 impl<'a> MembersRound<'a> {
+    #[inline]
     pub(super) fn new(members: &'a Members, round: Round<'a>, deadline: Instant) -> Self {
-        let routing = members.routes.as_ref().map(|r| {
-            Box::new(Routing {
-                deadline,
-                wire: (0..r.member_of.len()).map(|_| VecDeque::new()).collect(),
-                queues: (0..members.len()).map(|_| Queue::default()).collect(),
-                ready: VecDeque::new(),
-                sources: (0..members.len()).collect(),
-            })
-        });
+        let routing = match members.routes.is_some() {
+            false => None,
+            true => Some(Routing::new(members, deadline)),
+        };
         MembersRound {
             round,
             members,
             routing,
         }
     }
+}
 
+impl Routing {
+    /// The books of a routed round over `members` (kept out of line: plain managers never call it).
+    #[inline(never)]
+    fn new(members: &Members, deadline: Instant) -> Box<Routing> {
+        let conns = members.routes.as_ref().map_or(0, |r| r.member_of.len());
+        Box::new(Routing {
+            deadline,
+            wire: (0..conns).map(|_| VecDeque::new()).collect(),
+            queues: (0..members.len()).map(|_| Queue::default()).collect(),
+            ready: VecDeque::new(),
+            sources: (0..members.len()).collect(),
+        })
+    }
+}
+
+impl<'a> MembersRound<'a> {
     /// The instant by which every outcome of this round is known.
     pub fn deadline(&self) -> Instant {
         self.round.deadline()
@@ -253,10 +266,15 @@ impl<'a> MembersRound<'a> {
     /// The next outcome, `(member, reply)`; `None` once every request of the round has its outcome. Blocks as
     /// [`Round::next`] does.
     #[allow(clippy::should_implement_trait)] // blocking, with a deadline: not an Iterator
+    #[inline]
     pub fn next(&mut self) -> Option<(usize, Reply)> {
-        if self.routing.is_none() {
-            return self.round.next();
+        match self.routing.is_none() {
+            true => self.round.next(),
+            false => self.next_routed(),
         }
+    }
+
+    fn next_routed(&mut self) -> Option<(usize, Reply)> {
         loop {
             if let Some(out) = self.take_ready() {
                 return Some(out);
@@ -269,10 +287,15 @@ impl<'a> MembersRound<'a> {
     }
 
     /// [`next`](MembersRound::next) for a task: never blocks (see [`Round::poll_next`]).
+    #[inline]
     pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, Reply)>> {
-        if self.routing.is_none() {
-            return self.round.poll_next(cx);
+        match self.routing.is_none() {
+            true => self.round.poll_next(cx),
+            false => self.poll_routed(cx),
         }
+    }
+
+    fn poll_routed(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, Reply)>> {
         loop {
             if let Some(out) = self.take_ready() {
                 return Poll::Ready(Some(out));
