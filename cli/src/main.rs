@@ -28,6 +28,7 @@ mod output;
 mod procs;
 mod redis;
 mod servers;
+mod shards;
 mod state;
 
 use std::panic::{self, AssertUnwindSafe};

@@ -39,6 +39,22 @@ pub fn start(
     redis_server: Option<&Path>,
     tls: bool,
 ) -> Result<ClusterState, CliError> {
+    start_members(dir, ports, redis_server, tls, None)
+}
+
+/// [`start`], with `shards`: every `shards` nodes in a row form one Redis Cluster (a Redlock member), each with a
+/// bus port of its own and an even share of the 16,384 slots.
+///
+/// # Errors
+///
+/// As [`start`]; also if a cluster does not form in time.
+pub fn start_members(
+    dir: &Path,
+    ports: &[Option<u16>],
+    redis_server: Option<&Path>,
+    tls: bool,
+    shards: Option<u16>,
+) -> Result<ClusterState, CliError> {
     // REDIS_SERVER is read here rather than by clap, so that an empty one means "not set".
     let from_env = std::env::var_os("REDIS_SERVER")
         .filter(|v| !v.is_empty())
@@ -59,13 +75,16 @@ pub fn start(
             .map(|(i, port)| {
                 let (bin, record, files) = (&bin, &record, files.as_ref());
                 scope.spawn(move || {
-                    let node = start_node(
+                    let node = start_cluster_node(
                         bin,
                         &state::data_dir(dir).join(format!("node-{}", i + 1)),
                         *port,
                         files,
+                        shards.is_some(),
                     )?;
-                    provision_marker(node.port, files);
+                    if shards.is_none() {
+                        provision_marker(node.port, files);
+                    }
                     record.add(i, node.clone());
                     Ok(node)
                 })
@@ -87,6 +106,16 @@ pub fn start(
         }
         return Err(CliError::new(exit::CANTCREAT, "cluster", failure));
     }
+    if let Some(k) = shards {
+        let nodes = record.nodes();
+        for member in nodes.chunks(usize::from(k)) {
+            if let Err(e) = crate::shards::form_cluster(member) {
+                record.abandon();
+                return Err(CliError::new(exit::CANTCREAT, "cluster", e));
+            }
+        }
+        record.set_shards(k);
+    }
     let cluster = record.finish()?;
     Ok(cluster)
 }
@@ -94,7 +123,7 @@ pub fn start(
 /// Writes the restart guard's persistence marker with an old time (`SET NX`: a marker the node reloaded from its
 /// files stays), so that the new nodes, which hold no lock from before, are trusted at once from their first
 /// second (see `muxlock::redlock::PERSIST_MARKER_KEY`). Best effort: without it they wait one lease first.
-fn provision_marker(port: u16, tls: Option<&TlsFiles>) {
+pub fn provision_marker(port: u16, tls: Option<&TlsFiles>) {
     if let Ok(mut client) = Client::connect(port, tls, Duration::from_secs(2)) {
         let key = muxlock::redlock::PERSIST_MARKER_KEY.as_bytes();
         let _ = client.pipeline(&[&[b"SET", key, b"0 provisioned-by-muxlock-cluster-up", b"NX"]]);
@@ -221,6 +250,30 @@ impl<'a> Recorder<'a> {
         let _ = state::save(self.dir, state);
     }
 
+    /// The nodes started so far, in order, with their bus ports (`--cluster-port`: the port + 10,000 when a node
+    /// has none of its own recorded).
+    fn nodes(&self) -> Vec<(NodeRecord, u16)> {
+        let guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        guard
+            .0
+            .nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.clone(),
+                    bus_port(&n.dir).unwrap_or(n.port.wrapping_add(10_000)),
+                )
+            })
+            .collect()
+    }
+
+    /// Records that every `k` nodes form one cluster member.
+    fn set_shards(&self, k: u16) {
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        guard.0.shards = Some(k);
+        let _ = state::save(self.dir, &guard.0);
+    }
+
     /// Marks the cluster running.
     fn finish(self) -> Result<ClusterState, CliError> {
         let (mut state, _) = self.state.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -271,13 +324,43 @@ pub fn start_node(
     fixed: Option<u16>,
     tls: Option<&TlsFiles>,
 ) -> Result<NodeRecord, String> {
+    start_cluster_node(bin, dir, fixed, tls, bus_port(dir).is_some())
+}
+
+/// The bus port a cluster node in `dir` was started with (written to `bus.port` there), if it is one.
+fn bus_port(dir: &Path) -> Option<u16> {
+    fs::read_to_string(dir.join("bus.port"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// [`start_node`]; with `cluster`, the node is started with `--cluster-enabled yes` and a bus port of its own
+/// (kept in `bus.port` in its directory, so that a restart keeps it).
+fn start_cluster_node(
+    bin: &Path,
+    dir: &Path,
+    fixed: Option<u16>,
+    tls: Option<&TlsFiles>,
+    cluster: bool,
+) -> Result<NodeRecord, String> {
+    let bus = match (cluster, bus_port(dir)) {
+        (false, _) => None,
+        (true, Some(bus)) => Some(bus),
+        (true, None) => {
+            let bus = free_port().map_err(|e| format!("cannot find a free port: {e}"))?;
+            fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            fs::write(dir.join("bus.port"), bus.to_string())
+                .map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
+            Some(bus)
+        }
+    };
     let tries = if fixed.is_some() { 1 } else { PORT_TRIES };
     for _ in 0..tries {
         let port = match fixed {
             Some(p) => p,
             None => free_port().map_err(|e| format!("cannot find a free port: {e}"))?,
         };
-        match spawn(bin, dir, port, tls) {
+        match spawn(bin, dir, port, tls, bus) {
             Ok(node) => return Ok(node),
             Err(Failure::PortTaken) if fixed.is_some() => {
                 return Err(format!(
@@ -333,7 +416,13 @@ fn lacks_tls(text: &str) -> bool {
 }
 
 /// One try: start `redis-server` as a daemon on `port`, and wait until this very process answers.
-fn spawn(bin: &Path, dir: &Path, port: u16, tls: Option<&TlsFiles>) -> Result<NodeRecord, Failure> {
+fn spawn(
+    bin: &Path,
+    dir: &Path,
+    port: u16,
+    tls: Option<&TlsFiles>,
+    bus: Option<u16>,
+) -> Result<NodeRecord, Failure> {
     let other = |m: String| Failure::Other(m);
     fs::create_dir_all(dir).map_err(|e| other(format!("cannot create {}: {e}", dir.display())))?;
     let (pidfile, logfile, errfile) = (
@@ -364,6 +453,17 @@ fn spawn(bin: &Path, dir: &Path, port: u16, tls: Option<&TlsFiles>) -> Result<No
             "--save",
             "",
         ])
+        .args(match bus {
+            Some(bus) => vec![
+                "--cluster-enabled".to_owned(),
+                "yes".to_owned(),
+                "--cluster-config-file".to_owned(),
+                "nodes.conf".to_owned(),
+                "--cluster-port".to_owned(),
+                bus.to_string(),
+            ],
+            None => Vec::new(),
+        })
         .arg("--dir")
         .arg(dir)
         .arg("--pidfile")

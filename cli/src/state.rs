@@ -43,6 +43,10 @@ pub struct ClusterState {
     pub tls: Option<TlsFiles>,
     /// The nodes, in order.
     pub nodes: Vec<NodeRecord>,
+    /// `cluster up --shards K`: each Redlock member is a Redis Cluster of K masters, nodes `i*K..(i+1)*K` (its
+    /// URL is `redis+cluster://`). `None`: every node is a member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u16>,
 }
 
 /// The PEM files of a TLS cluster: the CA that signed everything, the nodes' certificate and key, and the client
@@ -120,16 +124,34 @@ impl ClusterState {
             appendfsync: appendfsync.into(),
             tls,
             nodes: Vec::new(),
+            shards: None,
         }
     }
 
-    /// The URLs of the nodes that are still running.
+    /// The URLs of the members that are still running: each node's, or with `shards`, each cluster's
+    /// (`redis+cluster://` over its nodes still running).
     pub fn live_urls(&self) -> Vec<String> {
-        self.nodes
-            .iter()
-            .filter(|n| n.is_alive())
-            .map(|n| n.url.clone())
-            .collect()
+        let live = |n: &&NodeRecord| n.is_alive();
+        match self.shards.map(usize::from).filter(|&k| k > 0) {
+            None => self
+                .nodes
+                .iter()
+                .filter(live)
+                .map(|n| n.url.clone())
+                .collect(),
+            Some(k) => self
+                .nodes
+                .chunks(k)
+                .filter_map(|member| {
+                    let seeds: Vec<String> = member
+                        .iter()
+                        .filter(live)
+                        .map(|n| format!("127.0.0.1:{}", n.port))
+                        .collect();
+                    (!seeds.is_empty()).then(|| format!("redis+cluster://{}", seeds.join(",")))
+                })
+                .collect(),
+        }
     }
 
     /// Whether the process that is starting this cluster is still at it.

@@ -375,3 +375,36 @@ fn a_tls_cluster_serves_the_lock_commands_without_flags_and_stops_cleanly() {
     assert!(!Path::new(&ca).exists(), "the throwaway CA is removed");
     assert!(!state.path().join("cluster.json").exists());
 }
+
+#[test]
+fn cluster_up_with_shards_starts_cluster_members() {
+    let state = State::new();
+    let up = state
+        .muxlock(&["cluster", "up", "-c", "3", "--shards", "2", "--json"])
+        .run();
+    let doc = up.expect(0).json();
+    assert_eq!(doc["nodes"].as_array().map(Vec::len), Some(6), "{doc}");
+    let members = doc["members"].as_array().expect("members").clone();
+    assert_eq!(members.len(), 3, "{doc}");
+    for m in &members {
+        let url = m.as_str().unwrap();
+        assert!(url.starts_with("redis+cluster://127.0.0.1:"), "{url}");
+        assert_eq!(url.matches(',').count(), 1, "two masters a member: {url}");
+    }
+    // The lock commands use the cluster members (the nodes count once up longer than the 2 s lease).
+    let acquired = state
+        .muxlock(&["acquire", "job", "--ttl", "2s", "--wait", "20s"])
+        .env("MUXLOCK_ROUND_TIMEOUT", "500ms")
+        .run();
+    let value = acquired.expect(0).stdout.trim().to_owned();
+    assert!(!value.is_empty());
+    let again = state
+        .muxlock(&["acquire", "job", "--ttl", "2s", "-n"])
+        .env("MUXLOCK_ROUND_TIMEOUT", "500ms")
+        .run();
+    assert_ne!(again.code(), 0, "held: {again:#?}");
+    let down = state.muxlock(&["cluster", "down"]).run();
+    down.expect(0);
+    assert!(down.stdout.starts_with("stopped 6 of 6 nodes"), "{down:#?}");
+    assert!(processes_under(state.path()).is_empty());
+}

@@ -148,6 +148,10 @@ pub enum NodeError {
     /// A reply grew past [`Options::max_reply_len`](super::Options::max_reply_len) bytes (the limit is given);
     /// the connection was dropped.
     ReplyTooLarge(usize),
+    /// A Redlock member that is a Redis Cluster could not route or follow a command (issue #27): no master serves
+    /// its slot, it was redirected more than twice or to a node the member's map does not show, the redirection
+    /// could not be read, or its keys lie in different slots. A failed vote, like a node that is down.
+    Cluster(String),
 }
 
 impl NodeError {
@@ -188,6 +192,7 @@ impl fmt::Display for NodeError {
             NodeError::ReplyTooLarge(limit) => {
                 write!(f, "protocol error: a reply longer than {limit} bytes")
             }
+            NodeError::Cluster(why) => write!(f, "cluster routing: {why}"),
         }
     }
 }

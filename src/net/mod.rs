@@ -19,11 +19,11 @@
 //!   connect), `read` (the driver's read side);
 //! - `fanout/` (N nodes on one poll, shared by threads: the fanout itself, its `driver`, a `round`, a
 //!   `node_set`), `slots` (rounds' mailboxes), `addr`, `resolve`, `options`, `tls_config`, `stats`, `error`;
-//! - `cluster/` (issue #27, not wired in yet): a Redis Cluster's key slots, slot map, `MOVED`/`ASK` and
-//!   `redis+cluster://` seed URLs, pure.
+//! - `cluster/` (issue #27): a Redis Cluster's key slots, slot map, `MOVED`/`ASK` and `redis+cluster://` seed
+//!   URLs (pure), and `cluster/route/`: a manager's members over one fanout, routed per slot.
 
 mod addr;
-// Issue #27's groundwork: key slots, slot maps, redirections, cluster URLs. Pure; not yet used by the fanout.
+// Issue #27: key slots, slot maps, redirections, cluster URLs, and the members' routing over the fanout.
 #[doc(hidden)]
 pub mod cluster;
 mod conn;

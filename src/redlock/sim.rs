@@ -217,7 +217,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         if !shortening {
             return self.extend(lock, ttl).await;
         }
-        let counter = crate::redlock::kind::reentrant::count_key(&lock.resource);
+        let counter = crate::redlock::kind::reentrant::count_key(&lock.resource, false);
         let resource = lock.resource.clone();
         self.core
             .extend_scripted(

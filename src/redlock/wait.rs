@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use crate::net::{Fanout, NodeError};
+use crate::net::NodeError;
 use crate::redlock::engine::Engine;
 use crate::redlock::engine::any::Want;
-use crate::redlock::engine::seam::{NodeRound, blocking};
+use crate::redlock::engine::seam::{NodeRound, Nodes, blocking};
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::guard::Keeper;
 use crate::redlock::kind::lock::Lock;
@@ -363,14 +363,14 @@ async fn probe(keeper: &Keeper, resource: &[u8]) -> Probe {
 /// answered (a majority is enough: a node hung or down must not cost every probe a round timeout, #24) or the
 /// round ends; returns the errors seen. The nodes not awaited still run the `PTTL` (and arm tracking): a
 /// release is either seen by a reply or pushed, on every node of the answering majority.
-async fn pttl_round(
-    fanout: &Fanout,
+async fn pttl_round<N: Nodes>(
+    fanout: &N,
     request: &[u8],
     left: &mut [Option<u64>],
     wait: Duration,
     enough: usize,
 ) -> Vec<NodeError> {
-    let mut round = fanout.round(later(Instant::now(), wait));
+    let mut round = Nodes::round(fanout, later(Instant::now(), wait));
     let mut nodes = crate::net::NodeSet::EMPTY;
     for (node, l) in left.iter().enumerate() {
         if l.is_none() {

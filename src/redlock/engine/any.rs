@@ -105,7 +105,7 @@ impl<N: Nodes, C: Clock> Drop for Undo<'_, N, C> {
                 );
             }
             Want::Owned(owner, resource) => {
-                let counter = count_key(resource);
+                let counter = count_key(resource, engine.fanout.routed());
                 lua::eval(
                     &mut request,
                     lua::RELEASE_REENTRANT,
@@ -206,7 +206,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 .await
             }
             Kind::Owned { owner, hold, .. } => {
-                let counter = count_key(&lock.resource);
+                let counter = count_key(&lock.resource, self.fanout.routed());
                 let resource = lock.resource.clone();
                 let owner = owner.value;
                 self.extend_scripted(
@@ -284,9 +284,13 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             deadline,
             need,
             |buf, full| lua::eval(buf, script, full, keys, &args),
-            |_, node, reply| {
-                status =
-                    self.extension_vote(node, &reply, Some(acquired), (&mut quorum, &mut outcomes));
+            |_, (node, source), reply| {
+                status = self.extension_vote(
+                    (node, source),
+                    &reply,
+                    Some(acquired),
+                    (&mut quorum, &mut outcomes),
+                );
                 match status {
                     Status::Pending => quorum.votes_to_decide(),
                     _ => 0,

@@ -51,9 +51,23 @@ impl<N: Nodes, C: Clock> Drop for BatchUndo<'_, N, C> {
         if !self.armed {
             return;
         }
+        let mut request = bytes::BytesMut::new();
+        if self.engine.fanout.routed() {
+            // Cluster members: the keys lie in many slots, so one release each (routed to its master).
+            for &i in self.live {
+                request.clear();
+                let nodes = NodeSet::ALL;
+                self.engine.release_unawaited(
+                    &mut request,
+                    nodes,
+                    self.resources[i],
+                    &self.values[i],
+                );
+            }
+            return;
+        }
         let keys: Vec<&[u8]> = self.live.iter().map(|&i| self.resources[i]).collect();
         let args: Vec<&[u8]> = self.live.iter().map(|&i| &self.values[i][..]).collect();
-        let mut request = bytes::BytesMut::new();
         lua::eval(&mut request, lua::RELEASE_BATCH, true, &keys, &args);
         let engine = self.engine;
         let mut round = engine.fanout.release_round(engine.clock.now());
@@ -159,10 +173,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                         encode_command(&args, buf);
                     }
                 },
-                |j, node, reply| {
+                |j, (node, source), reply| {
                     if status[j] == Status::Pending {
                         let now = self.clock.now();
-                        let (vote, outcome) = self.counted(node, set_vote(reply), now, None);
+                        let (vote, outcome) = self.counted_from(source, set_vote(reply), now, None);
                         self.votes[node].count(&outcome);
                         outcomes[j * n + node] = outcome;
                         status[j] = quorums[j].vote(node, vote, now);
@@ -201,7 +215,14 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 }
             });
         }
-        if !failed.is_empty() {
+        if !failed.is_empty() && self.fanout.routed() {
+            // Cluster members: the keys lie in many slots, so one release each (routed to its master).
+            let mut release = bytes::BytesMut::new();
+            for &i in &failed {
+                release.clear();
+                self.release_unawaited(&mut release, nodes, resources[i], &values[i]);
+            }
+        } else if !failed.is_empty() {
             // Released without waiting, wherever the key may have been set.
             let keys: Vec<&[u8]> = failed.iter().map(|&i| resources[i]).collect();
             let vals: Vec<&[u8]> = failed.iter().map(|&i| &values[i][..]).collect();
@@ -240,7 +261,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             deadline,
             quorum,
             |buf, full| lua::eval(buf, lua::RELEASE_BATCH, full, &keys, &vals),
-            |_, node, reply| {
+            |_, (node, _), reply| {
                 let votes = array_votes(&reply, m);
                 for (j, vote) in votes.into_iter().enumerate() {
                     if !locks[j].nodes.contains(node) {

@@ -29,7 +29,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         value: &[u8],
         ttl_ms: u64,
         (nodes, deadline, need): (NodeSet, Instant, usize),
-        mut on_reply: impl FnMut(usize, Reply) -> usize,
+        mut on_reply: impl FnMut((usize, usize), Reply) -> usize,
     ) {
         let mut round = match script {
             Script::Release => self.fanout.release_round(deadline),
@@ -97,7 +97,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 self.restart.natives.note_ran(node, script);
             }
             if !enough {
-                match on_reply(node, compare_reply(script, via, reply)) {
+                match on_reply(
+                    (node, round.source(node)),
+                    compare_reply(script, via, reply),
+                ) {
                     0 => enough = true,
                     more => round.need(more),
                 }

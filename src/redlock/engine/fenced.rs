@@ -11,7 +11,7 @@ use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::{Engine, settle};
 use crate::redlock::error::{Outcome, Report, Result};
 use crate::redlock::kind::fenced::{
-    FencedLock, MAX_CONFIRMS, counter_key, fence_vote, fenced_vote,
+    FencedLock, MAX_CONFIRMS, counter_key_for, fence_vote, fenced_vote,
 };
 use crate::redlock::kind::lock::{Kind as LockKind, Lock};
 use crate::redlock::kind::script_vote;
@@ -32,7 +32,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         ttl_ms: u64,
     ) -> Result<std::result::Result<FencedLock, (Failure, Report)>> {
         let n = self.fanout.len();
-        let counter = counter_key(resource);
+        let counter = counter_key_for(resource, self.fanout.routed());
         let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
         let keys: [&[u8]; 2] = [resource, &counter];
         let round = self
@@ -97,10 +97,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 later(self.clock.now(), self.config.round_timeout).min(valid_until),
                 majority,
                 |buf, full| lua::eval(buf, lua::FENCE, full, &counter_only, &[t.as_bytes()]),
-                |_, node, reply| {
+                |_, (node, source), reply| {
                     let now = self.clock.now();
                     let (vote, outcome, counter) = fence_vote(&reply);
-                    let (vote, outcome) = self.counted(node, (vote, outcome), now, None);
+                    let (vote, outcome) = self.counted_from(source, (vote, outcome), now, None);
                     self.votes[node].count(&outcome);
                     acks[node] = outcome;
                     seen = seen.max(counter);
@@ -144,7 +144,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let quorum = self.quorum();
         let deadline = later(self.clock.now(), self.config.round_timeout);
         let mut tally = Tally::new(&self.votes, self.fanout.len(), quorum, lock.nodes);
-        let counter = counter_key(&lock.resource);
+        let counter = counter_key_for(&lock.resource, self.fanout.routed());
         let keys: [&[u8]; 2] = [&lock.resource, &counter];
         let t = Decimal::new(i64::try_from(token).unwrap_or(i64::MAX));
         self.pipelined(
@@ -162,7 +162,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     &[&lock.value, t.as_bytes()],
                 )
             },
-            |_, node, reply| tally.vote(node, script_vote(&reply)),
+            |_, (node, _), reply| tally.vote(node, script_vote(&reply)),
         )
         .await;
         tally.finish(self, &lock.resource)

@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use crate::net::{Fanout, NodeError, NodeSet, Reply};
+use crate::net::cluster::Members;
+use crate::net::{NodeError, NodeSet, Reply};
 use crate::redlock::config::Config;
 use crate::redlock::engine::release::Tally;
 use crate::redlock::engine::restart::Setup;
@@ -48,7 +49,7 @@ pub(crate) const PATIENT_ROUNDS: u32 = 40;
 /// The engine: the nodes, the clock, the configuration, the lock values' source, the restart guard and the
 /// per-node tallies; every round of every kind of lock is a method of it.
 #[derive(Debug)]
-pub(crate) struct Engine<N = Fanout, C = SystemClock> {
+pub(crate) struct Engine<N = Members, C = SystemClock> {
     /// The nodes, through the seam (`seam.rs`).
     pub(crate) fanout: N,
     /// Where the rounds' time comes from.
@@ -245,8 +246,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             value,
             ttl_ms,
             (nodes, deadline, quorum.votes_to_decide()),
-            |node, reply| {
-                status = self.extension_vote(node, &reply, acquired, (&mut quorum, &mut outcomes));
+            |voter, reply| {
+                status = self.extension_vote(voter, &reply, acquired, (&mut quorum, &mut outcomes));
                 match status {
                     Status::Pending => quorum.votes_to_decide(),
                     _ => 0,
@@ -282,7 +283,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             value,
             0,
             (nodes, deadline, quorum),
-            |node, reply| tally.vote(node, script_vote(&reply)),
+            |(node, _), reply| tally.vote(node, script_vote(&reply)),
         )
         .await;
         tally.finish(self, resource)
@@ -292,13 +293,13 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// (`since`: when the lock was acquired), into the node's tallies, its outcome and the quorum's verdict.
     pub(crate) fn extension_vote(
         &self,
-        node: usize,
+        (node, source): (usize, usize),
         reply: &Reply,
         since: Option<Instant>,
         (quorum, outcomes): (&mut Quorum, &mut [Outcome]),
     ) -> Status {
         let now = self.clock.now();
-        let (vote, outcome) = self.counted(node, script_vote(reply), now, since);
+        let (vote, outcome) = self.counted_from(source, script_vote(reply), now, since);
         self.votes[node].count(&outcome);
         outcomes[node] = outcome;
         quorum.vote(node, vote, now)
@@ -306,17 +307,20 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// A node's vote as it counts: a "yes" from a node the restart guard does not trust yet is no vote. `since`:
     /// for an extension (or a renewal), when the lock was acquired (`None`: an acquisition, or unknown); see
-    /// [`RestartGuard::trusts`](crate::redlock::engine::restart::RestartGuard::trusts).
-    pub(crate) fn counted(
+    /// [`RestartGuard::trusts`](crate::redlock::engine::restart::RestartGuard::trusts). The vote is judged by
+    /// the connection it came on, `source` (the round's [`source`](crate::redlock::engine::seam::NodeRound::source)
+    /// of the outcome: the node itself for a plain node): a cluster member's master by its own server process,
+    /// and not at all for a window after it took over as a promoted replica.
+    pub(crate) fn counted_from(
         &self,
-        node: usize,
+        source: usize,
         (vote, outcome): (Vote, Outcome),
         now: Instant,
         since: Option<Instant>,
     ) -> (Vote, Outcome) {
         match &self.restart.guard {
             Some((guard, info))
-                if vote == Vote::Yes && !guard.trusts(&self.fanout, node, *info, now, since) =>
+                if vote == Vote::Yes && !guard.trusts(&self.fanout, source, *info, now, since) =>
             {
                 (Vote::Failed, Outcome::Quarantined)
             }
@@ -337,6 +341,42 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             start,
             self.config.round_timeout.saturating_mul(PATIENT_ROUNDS),
         )
+    }
+
+    /// Refuses, before anything is sent, what cluster members cannot do (issue #27): a set whose names do not
+    /// share one hash slot (its all-or-none script must run on one master: tag the names, `{order:7}:a`,
+    /// `{order:7}:b`), and a fenced or owned lock of a resource with a brace but no hash tag, whose fencing
+    /// counter or hold count cannot be named in its slot ([`derived_key`](crate::redlock::kind::derived_key)).
+    /// Nothing is refused on a manager of plain members.
+    pub(crate) fn check_routable(
+        &self,
+        want: &crate::redlock::engine::any::Want<'_>,
+    ) -> Result<()> {
+        use crate::net::cluster::key_slot;
+        use crate::redlock::engine::any::Want;
+        if !self.fanout.routed() {
+            return Ok(());
+        }
+        match want {
+            Want::One(_) => Ok(()),
+            Want::Set(names, _) => {
+                let first = names.first().map(|n| key_slot(n));
+                match names.iter().all(|n| Some(key_slot(n)) == first) {
+                    true => Ok(()),
+                    false => Err(Error::config(
+                        "on cluster members a set's names must share one hash slot (its all-or-none script runs \
+                         on one master): give them one hash tag, such as {order:7}:a and {order:7}:b",
+                    )),
+                }
+            }
+            Want::Fenced(r) | Want::Owned(_, r) if !crate::redlock::kind::colocatable(r) => {
+                Err(Error::config(
+                    "on cluster members a fenced or owned lock's resource must have a hash tag ({invoice}:42) \
+                     or no brace at all: its counter must lie in the resource's slot",
+                ))
+            }
+            Want::Fenced(_) | Want::Owned(..) => Ok(()),
+        }
     }
 
     pub(crate) fn check(&self, resource: &[u8], ttl: Duration) -> Result<u64> {
@@ -375,7 +415,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         round.need(quorum.votes_to_decide());
         while let Some((node, reply)) = round.next().await {
             let now = self.clock.now();
-            let (vote, outcome) = self.counted(node, set_vote(reply), now, None);
+            let source = round.source(node);
+            let (vote, outcome) = self.counted_from(source, set_vote(reply), now, None);
             self.votes[node].count(&outcome);
             outcomes[node] = outcome;
             status = quorum.vote(node, vote, now);

@@ -49,7 +49,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         deadline: Instant,
         need: usize,
         encode: impl Fn(&mut BytesMut, bool),
-        mut on_reply: impl FnMut(usize, usize, Reply) -> usize,
+        mut on_reply: impl FnMut(usize, (usize, usize), Reply) -> usize,
     ) -> NodeSet {
         let n = self.fanout.len();
         if k == 0 {
@@ -91,7 +91,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 Some(answered) if answered[j] => continue,
                 _ => {}
             }
-            match on_reply(j, node, reply) {
+            match on_reply(j, (node, round.source(node)), reply) {
                 0 => break,
                 more => round.need(more),
             }
@@ -142,10 +142,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 deadline,
                 need,
                 |buf, full| lua::eval(buf, script, full, keys, args),
-                |_, node, reply| {
+                |_, (node, source), reply| {
                     let now = self.clock.now();
                     let (vote, outcome, number) = classify(&reply);
-                    let (vote, outcome) = self.counted(node, (vote, outcome), now, None);
+                    let (vote, outcome) = self.counted_from(source, (vote, outcome), now, None);
                     self.votes[node].count(&outcome);
                     outcomes[node] = outcome;
                     if vote == Vote::Yes {

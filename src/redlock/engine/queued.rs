@@ -81,8 +81,12 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 continue;
             }
             let now = self.clock.now();
-            let (vote, outcome) =
-                self.counted(node, queue_vote(&reply, node, &mut refusal), now, None);
+            let (vote, outcome) = self.counted_from(
+                round.source(node),
+                queue_vote(&reply, node, &mut refusal),
+                now,
+                None,
+            );
             self.votes[node].count(&outcome);
             outcomes[node] = outcome;
             status = quorum.vote(node, vote, now);

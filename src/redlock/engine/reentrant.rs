@@ -28,7 +28,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         ttl: Duration,
         ttl_ms: u64,
     ) -> Result<std::result::Result<ReentrantLock, (Failure, Report)>> {
-        let counter = count_key(resource);
+        let counter = count_key(resource, self.fanout.routed());
         let keys: [&[u8]; 2] = [resource, &counter];
         let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
         let round = self
@@ -94,7 +94,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         script: lua::Lua,
     ) -> Result<(usize, bool)> {
         let quorum = self.quorum();
-        let counter = count_key(resource);
+        let counter = count_key(resource, self.fanout.routed());
         let keys: [&[u8]; 2] = [resource, &counter];
         let mut tally = Tally::new(&self.votes, self.fanout.len(), quorum, nodes);
         let mut last = false;
@@ -105,7 +105,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             later(self.clock.now(), self.config.round_timeout),
             quorum,
             |buf, full| lua::eval(buf, script, full, &keys, &[owner, hold]),
-            |_, node, reply| {
+            |_, (node, _), reply| {
                 // The holds left (0: the key went), or -1: the key is not the owner's (it expired), so nothing
                 // of this hold is there either. A nested hold removed (holds left > 0) deletes no key but is
                 // this release done on that node: it counts as released.

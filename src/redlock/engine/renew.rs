@@ -60,7 +60,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             if set != NodeSet::EMPTY {
                 request.clear();
                 for r in renewals {
-                    r.encode(&mut request, via);
+                    r.encode(&mut request, via, self.fanout.routed());
                 }
                 round.send_to(set, &request, k);
             }
@@ -91,7 +91,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     {
                         request.clear();
                         for r in renewals {
-                            r.encode(&mut request, next);
+                            r.encode(&mut request, next, self.fanout.routed());
                         }
                         round.send(node, &request, k);
                         batches[node] += 1;
@@ -110,8 +110,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 continue;
             }
             let now = self.clock.now();
-            let (vote, outcome) = self.counted(
-                node,
+            let (vote, outcome) = self.counted_from(
+                round.source(node),
                 compare_vote(Script::Extend, via, &reply),
                 now,
                 Some(renewals[j].acquired),
@@ -165,7 +165,7 @@ impl Renewal<'_> {
     /// The renewal's command, the way `via` says: compare-and-pexpire of its key (native or script), or of every
     /// key of its set together, or its owned hold's extension (always a script: by hash unless `via` is
     /// [`Via::Full`]).
-    fn encode(&self, buf: &mut BytesMut, via: Via) {
+    fn encode(&self, buf: &mut BytesMut, via: Via, routed: bool) {
         let full = via == Via::Full;
         let ttl = crate::resp::Decimal::new(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX));
         match self.kind {
@@ -178,7 +178,7 @@ impl Renewal<'_> {
                 self.ttl_ms,
             ),
             Kind::Owned { hold, .. } => {
-                let counter = count_key(self.resource);
+                let counter = count_key(self.resource, routed);
                 lua::eval(
                     buf,
                     lua::EXTEND_REENTRANT,

@@ -35,6 +35,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use crate::net::cluster::{Members, MembersRound};
 use crate::net::{Fanout, NodeAddr, NodeSet, Reply, Round};
 use crate::resp::Value;
 
@@ -89,10 +90,23 @@ pub trait Nodes {
     fn round(&self, deadline: Instant) -> Self::Round<'_>;
     /// Opens a round for requests that must reach every reachable node (a release).
     fn release_round(&self, deadline: Instant) -> Self::Round<'_>;
-    /// How many connections to `node` have completed their set-up; changes with every new connection.
-    fn sessions(&self, node: usize) -> u64;
-    /// The replies to the set-up commands on `node`'s current connection, in order, each dated when read.
-    fn setup_replies(&self, node: usize) -> Vec<(Value, Instant)>;
+    /// How many connections to `conn` have completed their set-up; changes with every new connection. `conn` is a
+    /// connection: `0..len()` are the members' own (a plain node, a cluster member's first master), a cluster
+    /// member's other masters follow (see [`NodeRound::source`]).
+    fn sessions(&self, conn: usize) -> u64;
+    /// The replies to the set-up commands on `conn`'s current connection, in order, each dated when read.
+    fn setup_replies(&self, conn: usize) -> Vec<(Value, Instant)>;
+    /// When connection `conn` took over slots of a cluster member as a promoted replica (or as a node its map
+    /// never showed serving), as far as this manager saw; `None` for a plain node. The restart guard treats it
+    /// as a restart at that instant (`restart/mod.rs`, "Failovers in a cluster member").
+    fn promoted(&self, _conn: usize) -> Option<Instant> {
+        None
+    }
+    /// Whether some member is a Redis Cluster: a script must then keep its keys in one slot (a multi-key
+    /// release is sent per key instead).
+    fn routed(&self) -> bool {
+        false
+    }
 }
 
 /// One request/reply exchange with some nodes, bounded by a deadline.
@@ -115,6 +129,11 @@ pub trait NodeRound {
     fn patient_until(&mut self, hard: Instant);
     /// The next outcome, `(node, reply)`; `None` once every request of the round has its outcome.
     fn next(&mut self) -> impl Future<Output = Option<(usize, Reply)>>;
+    /// The connection the last outcome [`next`](Self::next) handed out for `node` came from: `node` itself for a
+    /// plain node; for a cluster member, the master that answered (the restart guard judges that server).
+    fn source(&self, node: usize) -> usize {
+        node
+    }
 }
 
 impl Nodes for Fanout {
@@ -185,6 +204,84 @@ impl NodeRound for Round<'_> {
             true => Poll::Ready(Round::next(self)),
             false => self.poll_next(cx),
         })
+    }
+}
+
+impl Nodes for Members {
+    type Round<'a> = MembersRound<'a>;
+
+    #[inline]
+    fn len(&self) -> usize {
+        Members::len(self)
+    }
+
+    #[inline]
+    fn addrs(&self) -> &[NodeAddr] {
+        Members::addrs(self)
+    }
+
+    #[inline]
+    fn round(&self, deadline: Instant) -> MembersRound<'_> {
+        Members::round(self, deadline)
+    }
+
+    #[inline]
+    fn release_round(&self, deadline: Instant) -> MembersRound<'_> {
+        Members::release_round(self, deadline)
+    }
+
+    #[inline]
+    fn sessions(&self, conn: usize) -> u64 {
+        Members::sessions(self, conn)
+    }
+
+    fn setup_replies(&self, conn: usize) -> Vec<(Value, Instant)> {
+        Members::setup_replies(self, conn)
+    }
+
+    fn promoted(&self, conn: usize) -> Option<Instant> {
+        Members::promoted(self, conn)
+    }
+
+    #[inline]
+    fn routed(&self) -> bool {
+        Members::is_routed(self)
+    }
+}
+
+impl NodeRound for MembersRound<'_> {
+    #[inline]
+    fn send_to(&mut self, nodes: NodeSet, request: &[u8], replies: usize) -> NodeSet {
+        MembersRound::send_to(self, nodes, request, replies)
+    }
+
+    #[inline]
+    fn send(&mut self, node: usize, request: &[u8], replies: usize) -> NodeSet {
+        MembersRound::send(self, node, request, replies)
+    }
+
+    #[inline]
+    fn need(&mut self, outcomes: usize) {
+        MembersRound::need(self, outcomes)
+    }
+
+    #[inline]
+    fn patient_until(&mut self, hard: Instant) {
+        MembersRound::patient_until(self, hard)
+    }
+
+    /// As the fanout's round's (above).
+    #[inline]
+    fn next(&mut self) -> impl Future<Output = Option<(usize, Reply)>> {
+        std::future::poll_fn(move |cx| match blocking() {
+            true => Poll::Ready(MembersRound::next(self)),
+            false => self.poll_next(cx),
+        })
+    }
+
+    #[inline]
+    fn source(&self, node: usize) -> usize {
+        MembersRound::source(self, node)
     }
 }
 

@@ -99,7 +99,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             deadline,
             quorum,
             |buf, full| lua::eval(buf, lua::RELEASE_MANY, full, &keys, &[&lock.value]),
-            |_, node, reply| {
+            |_, (node, _), reply| {
                 // The number of keys deleted: any is "released here".
                 let vote = match reply.as_ref().map(Value::without_attributes) {
                     Ok(Value::Integer(k)) if *k > 0 => (Vote::Yes, Outcome::Granted),

@@ -180,7 +180,10 @@ impl Watchdog {
     /// The tracker connections, made on first use: RESP3, client-side tracking on, pushes kept. `None` if they
     /// cannot be had (no event poll, or every node refused tracking before).
     pub(crate) fn tracker(&self, core: &Engine) -> Option<&Fanout> {
-        if self.untracked.load(Ordering::Acquire) {
+        // A manager with cluster members has no tracker (issue #27, not built): its keys live on many masters
+        // per member. Guards are then checked at each renewal, and waiters wake on their timer or on a release in
+        // this process, as with servers that refuse tracking.
+        if self.untracked.load(Ordering::Acquire) || core.fanout.is_routed() {
             return None;
         }
         let tracker = self.tracker.get_or_init(|| {

@@ -80,9 +80,17 @@ use crate::redlock::kind::script_vote;
 use crate::redlock::quorum::Vote;
 use crate::resp::Value;
 
-/// The counter key of `resource`: `muxlock:fence:<resource>`.
+/// The counter key of `resource`: `muxlock:fence:<resource>`. (On a manager with a member that is a Redis
+/// Cluster, an untagged resource's counter is `muxlock:fence:{<resource>}` instead, in the resource's slot: see
+/// the README, "Cluster members".)
 pub fn counter_key(resource: &[u8]) -> Vec<u8> {
     [&b"muxlock:fence:"[..], resource].concat()
+}
+
+/// [`counter_key`] as a manager names it: colocated with the resource's slot when some member is a cluster
+/// (`routed`; see [`derived_key`](crate::redlock::kind::derived_key)).
+pub(crate) fn counter_key_for(resource: &[u8], routed: bool) -> Vec<u8> {
+    crate::redlock::kind::derived_key(b"muxlock:fence:", resource, routed)
 }
 
 /// A lock with its fencing token. Release it with

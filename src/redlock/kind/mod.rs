@@ -112,3 +112,53 @@ fn forbids_a_key(m: &[u8]) -> bool {
 pub(crate) fn is_noscript(reply: &Reply) -> bool {
     matches!(reply.as_ref().map(Value::without_attributes), Ok(Value::Error(m)) if m.starts_with(b"NOSCRIPT"))
 }
+
+/// The name of a key derived from `resource` (a fencing counter, a hold count): `prefix + resource` on plain
+/// members, as always. When some member is a Redis Cluster (`routed`), the key must lie in the resource's slot
+/// or its script is `CROSSSLOT`: a resource with a hash tag (`{invoice}:42`) shares it with `prefix + resource`;
+/// an untagged one is wrapped, `prefix + "{" + resource + "}"`, which hashes like the resource itself. A resource
+/// with a brace but no hash tag can be colocated neither way: the engine refuses it on cluster members before
+/// anything is sent ([`Engine::check_routable`](crate::redlock::engine::Engine::check_routable)).
+///
+/// Every client of a deployment must name keys alike: the naming follows the members (a deployment whose
+/// members become clusters starts new counters: fencing tokens restart from the largest any node still holds
+/// under the new name, so change members only with no fenced lock in use).
+pub(crate) fn derived_key(prefix: &[u8], resource: &[u8], routed: bool) -> Vec<u8> {
+    if !routed || crate::net::cluster::hash_tag(resource).len() != resource.len() {
+        return [prefix, resource].concat();
+    }
+    [prefix, b"{", resource, b"}"].concat()
+}
+
+/// Whether `resource`'s derived keys can share its slot ([`derived_key`]): it has a hash tag, or no brace.
+pub(crate) fn colocatable(resource: &[u8]) -> bool {
+    crate::net::cluster::hash_tag(resource).len() != resource.len()
+        || !resource.iter().any(|&b| b == b'{' || b == b'}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{colocatable, derived_key};
+    use crate::net::cluster::key_slot;
+
+    #[test]
+    fn derived_keys_share_the_resource_slot_on_cluster_members() {
+        // Plain members: today's names.
+        assert_eq!(derived_key(b"p:", b"r", false), b"p:r");
+        assert_eq!(derived_key(b"p:", b"{t}x", false), b"p:{t}x");
+        // Cluster members: an untagged resource is wrapped, a tagged one keeps its tag.
+        for (resource, expected) in [
+            (&b"invoice:42"[..], &b"p:{invoice:42}"[..]),
+            (b"{t}x", b"p:{t}x"),
+        ] {
+            let key = derived_key(b"p:", resource, true);
+            assert_eq!(key, expected);
+            assert_eq!(key_slot(&key), key_slot(resource));
+            assert!(colocatable(resource));
+        }
+        // A brace without a tag cannot be colocated.
+        for resource in [&b"a{b"[..], b"a}b", b"{}x"] {
+            assert!(!colocatable(resource), "{resource:?}");
+        }
+    }
+}

@@ -163,9 +163,10 @@ impl fmt::Debug for ReentrantLock {
     }
 }
 
-/// The hold-count key of `resource`.
-pub(crate) fn count_key(resource: &[u8]) -> Vec<u8> {
-    [&b"muxlock:holds:"[..], resource].concat()
+/// The hold-count key of `resource`, colocated with the resource's slot when some member is a cluster
+/// (`routed`; see [`derived_key`](crate::redlock::kind::derived_key)).
+pub(crate) fn count_key(resource: &[u8], routed: bool) -> Vec<u8> {
+    crate::redlock::kind::derived_key(b"muxlock:holds:", resource, routed)
 }
 
 /// A reentrant acquisition's reply: the count (granted), 0 (another owner), anything else failed.

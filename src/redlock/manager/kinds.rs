@@ -210,10 +210,12 @@ impl LockManager {
     /// As [`unlock_batch`](crate::redlock::LockManager::unlock_batch), per lock.
     pub async fn unlock_batch_async(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
         type Numbered = Vec<(usize, Lock)>;
+        // Cluster members: one release per lock (a batch's keys lie in many slots; no script may span them).
+        let routed = self.engine().fanout.is_routed();
         let (plain, other): (Numbered, Numbered) = locks
             .into_iter()
             .enumerate()
-            .partition(|(_, l)| l.kind == Kind::Plain);
+            .partition(|(_, l)| l.kind == Kind::Plain && !routed);
         let mut results: Vec<Option<Result<usize>>> =
             (0..plain.len() + other.len()).map(|_| None).collect();
         let (at, plain): (Vec<usize>, Vec<Lock>) = plain.into_iter().unzip();

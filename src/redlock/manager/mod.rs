@@ -12,7 +12,8 @@ pub use request::Request;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::net::{Fanout, NodeAddr, Options};
+use crate::net::cluster::{MemberAddr, Members, Plan};
+use crate::net::{NodeAddr, Options};
 use crate::redlock::config::Config;
 use crate::redlock::engine::seam::{SystemClock, block};
 use crate::redlock::engine::{Engine, restart};
@@ -62,15 +63,42 @@ pub struct Builder {
 
 impl Builder {
     /// Adds a node: `redis://[user:pass@]host:port[/db]`, `rediss://...` (TLS: see [`Config::with_tls`]) or
-    /// `host:port` (see [`NodeAddr`]).
+    /// `host:port` (see [`NodeAddr`]); or a member that is a Redis Cluster, `redis+cluster://host:port,host:port`
+    /// (see [`cluster`](Builder::cluster)).
     pub fn node(mut self, url: impl Into<String>) -> Builder {
         self.nodes.push(url.into());
         self
     }
 
-    /// Adds several nodes.
+    /// Adds several nodes (each may be a cluster's `redis+cluster://` URL, as in [`node`](Builder::node)).
     pub fn nodes<S: Into<String>>(mut self, urls: impl IntoIterator<Item = S>) -> Builder {
         self.nodes.extend(urls.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds a member that is a whole Redis Cluster, given by some of its nodes (`host:port`, its *seeds*): the
+    /// same as [`node`](Builder::node) with `redis+cluster://host:port,host:port`. Use the URL form for
+    /// credentials or TLS (`rediss+cluster://user:password@host:port,...`).
+    ///
+    /// The member counts as **one** Redlock vote, given by the master owning the lock's slot; see
+    /// [`Builder::build`] for what building reads, and the README ("Cluster members") for what is supported.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::builder()
+    ///     .cluster(["10.0.1.1:7000", "10.0.1.2:7000"])
+    ///     .cluster(["10.0.2.1:7000", "10.0.2.2:7000"])
+    ///     .node("redis://10.0.3.1:6379") // plain members and cluster members mix
+    ///     .build()?;
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn cluster<S: AsRef<str>>(mut self, seeds: impl IntoIterator<Item = S>) -> Builder {
+        let seeds: Vec<String> = seeds.into_iter().map(|s| s.as_ref().to_owned()).collect();
+        self.nodes
+            .push(format!("redis+cluster://{}", seeds.join(",")));
         self
     }
 
@@ -95,16 +123,39 @@ impl Builder {
             ));
         }
         let mut addrs: Vec<NodeAddr> = Vec::with_capacity(self.nodes.len());
+        let mut members: Vec<MemberAddr> = Vec::with_capacity(self.nodes.len());
         for url in &self.nodes {
-            let addr: NodeAddr = url.parse().map_err(Error::addr)?;
-            if let Some(twin) = addrs.iter().find(|a| same_server(a, &addr)) {
-                return Err(Error::config(format!(
-                    "node {addr} is listed twice (also as {twin}): a majority must span distinct servers"
-                )));
+            let member: MemberAddr = url.parse().map_err(Error::addr)?;
+            // Every node a member may send to: a plain node, or a cluster's seeds.
+            let own: Vec<NodeAddr> = match &member {
+                MemberAddr::Node(node) => vec![node.clone()],
+                MemberAddr::Cluster(c) => c.seeds().to_vec(),
+            };
+            for addr in own {
+                if let Some(twin) = addrs.iter().find(|a| same_server(a, &addr)) {
+                    return Err(Error::config(format!(
+                        "node {addr} is listed twice (also as {twin}): a majority must span distinct servers"
+                    )));
+                }
+                addrs.push(addr);
             }
-            addrs.push(addr);
+            members.push(member);
         }
-        let (setup, restart) = restart::connection_setup(&self.config, addrs.len());
+        // A cluster member's map is read now (waiting up to the connect timeout): it says which connections to
+        // make. Plain members read nothing.
+        let plan =
+            Plan::read(members, self.config.connect_timeout, &self.config.tls).map_err(|e| {
+                Error::Os {
+                    doing: "reading a cluster member's slot map",
+                    error: e.into(),
+                }
+            })?;
+        let (setup, restart) = restart::connection_setup_for(
+            &self.config,
+            plan.members(),
+            plan.connections(),
+            plan.is_routed(),
+        );
         // The scripts' loading, the native probe, `CONFIG GET *append*` and the persistence marker may be refused.
         let optional_setup = restart.optional();
         let opts = Options {
@@ -117,7 +168,7 @@ impl Builder {
             optional_setup,
             ..Options::default()
         };
-        let fanout = Fanout::new(addrs, opts).map_err(|e| match e.kind() {
+        let fanout = Members::new(plan, opts).map_err(|e| match e.kind() {
             // The input is unusable (TLS files, too many nodes): the message names what.
             std::io::ErrorKind::InvalidInput => Error::config(e.to_string()),
             _ => Error::Os {
@@ -125,6 +176,18 @@ impl Builder {
                 error: e.into(),
             },
         })?;
+        let routed = fanout.is_routed();
+        if routed && self.config.fold_releases {
+            return Err(Error::config(
+                "folded releases are not supported on cluster members (their one script spans many slots): \
+                 leave Config::with_fold_releases off",
+            ));
+        }
+        let waits = WaitRoom::default();
+        if routed {
+            // The nodes' queue keys are not colocated with the resource's slot: waits line up in this process.
+            waits.set_unqueued();
+        }
         Ok(LockManager {
             keeper: Arc::new(Keeper {
                 engine: Engine {
@@ -137,7 +200,7 @@ impl Builder {
                     fold: Default::default(),
                 },
                 watchdog: Arc::default(),
-                waits: WaitRoom::default(),
+                waits,
                 activity: Activity::default(),
             }),
         })

@@ -392,6 +392,7 @@ impl<'m> Request<'m> {
                 (want, ttl_ms)
             }
         };
+        engine.check_routable(&want)?;
         let op = observe::start(
             "acquire",
             want.label(),

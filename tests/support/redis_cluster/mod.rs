@@ -210,6 +210,13 @@ impl RedisCluster {
         &self.nodes[i].server
     }
 
+    /// Node `i`'s server, to pause, resume or kill it by hand (the guard's books are not changed: use
+    /// [`fail_over`](Self::fail_over) for a failover).
+    #[track_caller]
+    pub fn node_mut(&mut self, i: usize) -> &mut RedisServer {
+        &mut self.nodes[i].server
+    }
+
     /// Node `i`'s cluster id (40 hex digits).
     #[track_caller]
     pub fn node_id(&self, i: usize) -> &str {

@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::duration;
 use crate::exit::CliError;
 use crate::output;
-use crate::servers::{APPENDFSYNC, start};
+use crate::servers::{APPENDFSYNC, start_members};
 use crate::state::{self, TlsFiles};
 
 /// Start N local redis-server nodes and record them where the other commands find them.
@@ -37,6 +37,12 @@ pub struct Args {
     #[arg(long, value_name = "P", value_parser = clap::value_parser!(u16).range(1..))]
     pub base_port: Option<u16>,
 
+    /// Make each member a Redis Cluster of K masters (K nodes with --cluster-enabled yes, the 16,384 slots split
+    /// evenly), printed as redis+cluster:// URLs: -c members of K masters each, for trying cluster members (a
+    /// Redlock member per cluster; see the README, "Cluster members"). Not with --tls.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub shards: Option<u16>,
+
     /// TLS nodes (rediss://, no plain port) with a throwaway CA: a CA, a server certificate for 127.0.0.1 and
     /// localhost and a client certificate are made in the state directory (cluster/tls/, removed by `cluster
     /// down`). Commands without --nodes pick them up; with --nodes, pass the --tls-ca/--tls-cert/--tls-key that
@@ -61,6 +67,8 @@ struct Started<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     tls: Option<&'a TlsFiles>,
     nodes: Vec<StartedNode<'a>>,
+    /// The Redlock members' URLs (with --shards, one redis+cluster:// URL per cluster).
+    members: &'a [String],
 }
 
 #[derive(Serialize)]
@@ -82,22 +90,36 @@ struct StartedNode<'a> {
 /// [`exit::CANTCREAT`]: crate::exit::CANTCREAT
 /// [`exit::UNAVAILABLE`]: crate::exit::UNAVAILABLE
 pub fn run(args: &Args) -> Result<(), CliError> {
+    if args.shards.is_some() && args.tls {
+        return Err(CliError::usage(
+            "--shards with --tls is not supported yet: leave one out",
+        ));
+    }
+    let per_member = args.shards.unwrap_or(1);
+    let total = args.count.saturating_mul(per_member);
     let ports = match args.base_port {
         Some(base) => {
-            let last = u32::from(base) + u32::from(args.count) - 1;
+            let last = u32::from(base) + u32::from(total) - 1;
             if last > u32::from(u16::MAX) {
                 return Err(CliError::usage(format!(
                     "--base-port {base} leaves no room for {} nodes: the last port would be {last}",
                     args.count
                 )));
             }
-            (0..args.count).map(|i| Some(base + i)).collect()
+            (0..total).map(|i| Some(base + i)).collect()
         }
-        None => vec![None; usize::from(args.count)],
+        None => vec![None; usize::from(total)],
     };
     let dir = state::dir()?;
     let started = Instant::now();
-    let cluster = start(&dir, &ports, args.redis_server.as_deref(), args.tls)?;
+    let cluster = start_members(
+        &dir,
+        &ports,
+        args.redis_server.as_deref(),
+        args.tls,
+        args.shards,
+    )?;
+    let members = cluster.live_urls();
     let doc = Started {
         state_file: state::describe(&dir),
         appendfsync: APPENDFSYNC,
@@ -112,13 +134,10 @@ pub fn run(args: &Args) -> Result<(), CliError> {
                 dir: &n.dir,
             })
             .collect(),
+        members: &members,
     };
     output::emit(args.json, &doc, || {
-        cluster
-            .nodes
-            .iter()
-            .map(|n| format!("{}\n", n.url))
-            .collect()
+        members.iter().map(|m| format!("{m}\n")).collect()
     })?;
     if !args.json {
         output::note(&format!(

@@ -125,6 +125,33 @@
 //!   allowance (`ttl × drift_factor + 2 ms`). The allowance covers a node whose clock runs slower than ours (its
 //!   forgotten keys would have lived longer in real time) and Redis' millisecond expiry granularity.
 //!
+//! # Failovers in a cluster member
+//!
+//! A Redlock member may be a whole Redis Cluster (issue #27); its vote for a lock comes from the master that
+//! owns the lock's slot, and the guard judges *that* connection (its `INFO`, settings and marker, as a plain
+//! node's), not the member's first. Two more cases:
+//!
+//! - **A replica promoted to master** (a failover: the routing layer sees a `MOVED` to a node its map showed as a
+//!   replica, or a node it never saw serve) is treated as a restart at the instant the routing layer saw it take
+//!   over: its "yes" does not count for the window after that, and an extension's "up since the acquisition"
+//!   counts from that instant too. Replication is asynchronous: the replica may lack a grant its master had
+//!   acknowledged, which is exactly the spec's restart without persistence. Unlike a restarted node, **no
+//!   persistence proof lets it count sooner**: `appendfsync always` on the replica makes *its own* writes
+//!   durable, not the ones its master acknowledged before they were replicated, and the persistence marker was
+//!   replicated from the old master, so it is old. (The design in `net/cluster`'s doc and the issue allowed
+//!   "`appendfsync always` and the marker" to count at once: that would trust exactly the replica that lost the
+//!   grant.) What would let it count sooner: `WAIT 1 <timeout>` after each grant (a grant counts only once a
+//!   replica has it), or `WAITAOF 1 1` on Redis >= 7.2 (the replica fsynced it); both cost a round trip per
+//!   grant and are left for later.
+//! - **A slot migrated between masters** (a `MOVED` to a node that was already a master of the map) is trusted
+//!   as before: `MIGRATE` moves a key with its expiry atomically, and the source answers `ASK` for a key only
+//!   once it no longer holds it, so one node at a time serves each key.
+//!
+//! What it does not see: a failover that happened before this manager read the member's map (the promoted
+//! master looks like any master; after a window from a failover no lost grant can still be live, so this
+//! matters only for a manager started within a window of a failover), and a failover it never sees a `MOVED`
+//! or a new map for.
+//!
 //! # What the guard cannot see
 //!
 //! - **A node whose wall clock steps forward** right after it started reports a larger uptime: Redis' uptime is
@@ -148,6 +175,9 @@ use crate::redlock::engine::seam::Nodes;
 use crate::redlock::quorum::drift;
 use crate::resp::{Value, encode_command};
 use crate::sync::lock;
+#[cfg(test)]
+use info::parse_info;
+use info::{reading, was_promoted};
 
 /// A lower bound on a server process's age: it had been up at least `least` at instant `at` (our clock).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,6 +209,9 @@ struct Node {
     settings_qualify: bool,
     /// How old the node's persistence marker is at least, from the last connection's reading; `None` if refused.
     marker: Option<Age>,
+    /// The last reading says this process was promoted from a replica (`second_repl_offset` set): no proof lets
+    /// it count before the window (see "Failovers in a cluster member").
+    promoted: bool,
 }
 
 /// What a [`Node::read`] made of a connection's set-up replies.
@@ -209,7 +242,12 @@ impl Node {
         ) else {
             return Read::Incomplete;
         };
-        let (run_id, age) = reading(info, *read_at, self.run_id.as_ref());
+        let (run_id, mut age) = reading(info, *read_at, self.run_id.as_ref());
+        // A master promoted from a replica at some time unknown: its window starts now, as a restart's does.
+        self.promoted = was_promoted(info);
+        if self.promoted {
+            age.least = Duration::ZERO;
+        }
         let persists = persist::settings_persist(settings);
         let restarted = matches!((&self.run_id, &run_id), (Some(old), Some(new)) if old != new);
         self.settings_qualify = settings_qualify(
@@ -235,7 +273,7 @@ impl Node {
 
     /// Trusted at once at `now`: the settings qualify and the marker is older than `window`.
     fn trusted_at_once(&self, now: Instant, window: Duration) -> bool {
-        self.settings_qualify && self.marker.is_some_and(|m| m.at(now) >= window)
+        !self.promoted && self.settings_qualify && self.marker.is_some_and(|m| m.at(now) >= window)
     }
 
     /// Whether the node's votes count at `now`: trusted at once, or up longer than `window`.
@@ -324,16 +362,30 @@ impl Setup {
 
 /// The commands pipelined on every new connection (the scripts' `SCRIPT LOAD`s, the native probe, then the
 /// restart guard's readings if `config` turns it on), and what reads their replies.
+#[cfg_attr(not(feature = "sim"), allow(dead_code))] // the simulator's engine; a manager uses `_for`
 pub(crate) fn connection_setup(config: &Config, n: usize) -> (Vec<Bytes>, Setup) {
+    connection_setup_for(config, n, n, false)
+}
+
+/// [`connection_setup`] for `n` members over `conns` connections (a cluster member has one per node): the native
+/// commands are read per member (from its own connection), the restart guard per connection (a vote is judged by
+/// the connection it came on). With `cluster` members, `INFO` also reads the replication section: a master that
+/// was promoted from a replica says so (see "Failovers in a cluster member").
+pub(crate) fn connection_setup_for(
+    config: &Config,
+    n: usize,
+    conns: usize,
+    cluster: bool,
+) -> (Vec<Bytes>, Setup) {
     let mut setup = crate::redlock::scripts::setup_commands();
     let mut optional: Vec<usize> = (0..setup.len()).collect();
     setup.push(native::probe_command());
     let natives = Natives::new(n, setup.len() - 1);
     optional.push(setup.len() - 1);
     let guard = config.restart_guard.then(|| {
-        let ids = add_setup_commands(&mut setup);
+        let ids = add_setup_commands_for(&mut setup, cluster);
         optional.extend(ids.optional());
-        let guard = RestartGuard::new(n, config.restart_window, config.drift_factor);
+        let guard = RestartGuard::new(conns, config.restart_window, config.drift_factor);
         (guard, ids)
     });
     (
@@ -348,13 +400,18 @@ pub(crate) fn connection_setup(config: &Config, n: usize) -> (Vec<Bytes>, Setup)
 
 /// Appends `INFO server`, `CONFIG GET *append*` and the marker script to the set-up commands pipelined on every
 /// new connection, and says where each one's reply will be.
-pub(crate) fn add_setup_commands(setup: &mut Vec<Bytes>) -> SetupIds {
+/// With `INFO server replication` for cluster members (Redis >= 7.0 reads several
+/// sections at once).
+pub(crate) fn add_setup_commands_for(setup: &mut Vec<Bytes>, cluster: bool) -> SetupIds {
     let mut push = |command: Bytes| {
         setup.push(command);
         setup.len() - 1
     };
     let mut info = BytesMut::new();
-    encode_command(&[b"INFO", b"server"], &mut info);
+    match cluster {
+        true => encode_command(&[b"INFO", b"server", b"replication"], &mut info),
+        false => encode_command(&[b"INFO", b"server"], &mut info),
+    }
     let [config, marker] = persist::setup_commands();
     SetupIds {
         info: push(info.freeze()),
@@ -432,10 +489,19 @@ impl RestartGuard {
         if !self.refresh(&mut known, fanout, node, ids) {
             return false;
         }
-        known.counts(now, self.window())
+        let window = self.window();
+        // A cluster master that took over as a promoted replica: a restart at that instant, with no proof that
+        // lets it count sooner (see "Failovers in a cluster member").
+        let promoted = fanout.promoted(node);
+        if promoted.is_some_and(|at| now.saturating_duration_since(at) < window) {
+            return false;
+        }
+        known.counts(now, window)
             || since.is_some_and(|since| {
                 let needed = now.saturating_duration_since(since);
-                known.age.is_some_and(|age| age.at(now) >= needed)
+                let age = known.age.map(|age| age.at(now));
+                let served = promoted.map_or(Duration::MAX, |at| now.saturating_duration_since(at));
+                age.is_some_and(|age| age.min(served) >= needed)
             })
     }
 
@@ -478,38 +544,6 @@ fn settings_qualify(seen: bool, restarted: bool, before: (bool, bool), persists:
     }
 }
 
-/// What an `INFO server` reply decoded at `read_at` says of the process's age, given the `run_id` seen on the
-/// node's previous connection. See the module docs for why each bound errs on the young side.
-fn reading(reply: &Value, read_at: Instant, previous: Option<&Bytes>) -> (Option<Bytes>, Age) {
-    let (run_id, uptime) = parse_info(reply);
-    let changed = matches!((previous, &run_id), (Some(old), Some(new)) if old != new);
-    let least = match uptime {
-        // A different process than last time: when it took over is unknown, but it was before this reply.
-        _ if changed => Duration::ZERO,
-        // Two truncated wall-clock seconds: `floor(now) - floor(start) = u` only gives `now - start > u - 1`.
-        Some(u) => Duration::from_secs(u.saturating_sub(1)),
-        None => Duration::ZERO,
-    };
-    (run_id, Age { at: read_at, least })
-}
-
-/// `run_id` and `uptime_in_seconds` from an `INFO server` reply (a bulk string in RESP2, verbatim in RESP3).
-fn parse_info(reply: &Value) -> (Option<Bytes>, Option<u64>) {
-    let text = match reply.without_attributes() {
-        Value::BulkString(b) | Value::Verbatim { data: b, .. } => b,
-        _ => return (None, None),
-    };
-    let (mut run_id, mut uptime) = (None, None);
-    for line in text.split(|&c| c == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if let Some(v) = line.strip_prefix(b"run_id:") {
-            run_id = Some(text.slice_ref(v));
-        } else if let Some(v) = line.strip_prefix(b"uptime_in_seconds:") {
-            uptime = std::str::from_utf8(v).ok().and_then(|s| s.parse().ok());
-        }
-    }
-    (run_id, uptime)
-}
-
+mod info;
 #[cfg(test)]
 mod tests;

@@ -211,3 +211,61 @@ fn a_node_read_as_up_one_second_waits_the_whole_window() {
     assert!(old.at(t0) >= Duration::from_secs(365 * 24 * 3600));
     assert_eq!(old.at(t0 - Duration::from_millis(1)), old.least);
 }
+
+#[test]
+fn a_promoted_master_says_so_in_its_replication_section() {
+    let info = |offset: &str| {
+        Value::BulkString(Bytes::from(format!(
+            "# Server\r\nrun_id:abc\r\nuptime_in_seconds:86400\r\n\r\n# Replication\r\nrole:master\r\n\
+             second_repl_offset:{offset}\r\n"
+        )))
+    };
+    assert!(!was_promoted(&info("-1")), "never a replica");
+    assert!(was_promoted(&info("1234")), "promoted at offset 1234");
+    let server_only = Value::BulkString(Bytes::from("# Server\r\nrun_id:abc\r\n"));
+    assert!(
+        !was_promoted(&server_only),
+        "no replication section: plain members"
+    );
+    // A promoted process read on a new connection: its window starts at that reading, whatever its uptime,
+    // and no persistence proof lets it count sooner.
+    let t0 = Instant::now();
+    let mut node = Node::default();
+    let ids = SetupIds {
+        info: 0,
+        settings: 1,
+        marker: 2,
+    };
+    let settings = Value::Array(
+        [
+            "appendonly",
+            "yes",
+            "appendfsync",
+            "always",
+            "no-appendfsync-on-rewrite",
+            "no",
+        ]
+        .iter()
+        .map(|s| Value::BulkString(Bytes::from(*s)))
+        .collect(),
+    );
+    // A marker a day old (replicated from the old master): it would make a restarted node count at once.
+    let marker = Value::Array(vec![Value::Integer(86_400_000)]);
+    let window = Duration::from_secs(10);
+    let mut never = Node::default();
+    let replies = vec![
+        (info("-1"), t0),
+        (settings.clone(), t0),
+        (marker.clone(), t0),
+    ];
+    assert!(matches!(never.read(1, &replies, ids), Read::New { .. }));
+    assert!(
+        never.trusted_at_once(t0, window),
+        "the control: a node never promoted counts at once"
+    );
+    let replies = vec![(info("1234"), t0), (settings, t0), (marker, t0)];
+    assert!(matches!(node.read(1, &replies, ids), Read::New { .. }));
+    assert!(!node.trusted_at_once(t0, window));
+    assert!(!node.counts(t0 + Duration::from_secs(9), window));
+    assert!(node.counts(t0 + Duration::from_secs(10), window));
+}

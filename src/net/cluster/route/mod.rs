@@ -1,0 +1,354 @@
+//! [`Members`]: a manager's Redlock members over the connections of one [`Fanout`]: a plain member is one
+//! connection, a cluster member one connection per node of its slot map; [`MembersRound`] routes each command of
+//! a round to the master owning its slot, follows `MOVED` and `ASK` within the round's deadline, and hands up
+//! exactly one outcome per command per member, in the order the member was sent them.
+//!
+//! # Layout
+//!
+//! - this file: [`Members`] (and its map refreshes);
+//! - `plan`: [`Plan`], reading the cluster members' maps at build time;
+//! - `round`: [`MembersRound`], one round over the members;
+//! - `command`: a request cut into commands, each with its slot (pure);
+//! - `table`: one cluster member's slot → connection table (pure).
+//!
+//! # Connections
+//!
+//! Connections `0..N` are the members' own, in member order: a plain member's node, or a cluster member's first
+//! master (its first seed if its map could not be read). A cluster member's other nodes follow from `N` on,
+//! masters and replicas alike, all dialled when the manager is built: a replica is there before it is promoted,
+//! so a failover needs no new connection. A manager of plain members only has no routing at all
+//! ([`Members::is_routed`] is false): its rounds are the fanout's rounds, untouched (the engine pays one branch
+//! on an `Option` per call, nothing else: no copy, no allocation).
+//!
+//! # Invariants (what keeps one vote per member)
+//!
+//! - **One outcome per command per member, from exactly one connection.** A command of a cluster member is on
+//!   the wire of one connection at a time: its expectation sits in that connection's FIFO of the round
+//!   (`round.rs`, `wire`), which mirrors the fanout's own order of that connection's outcomes (the fanout hands out
+//!   exactly one outcome per request per connection, in send order). A redirection's reply is consumed by the
+//!   routing layer and never handed up: the command is sent again (to one other connection) only after it came,
+//!   so two masters never answer for the same command, and a late reply of the first is impossible (it *was* the
+//!   redirection). A timed-out request's late reply is dropped by the fanout, as for a plain node.
+//! - **A redirection is never a vote.** `MOVED`/`ASK` are followed at most twice per command; a third, one that
+//!   cannot be read, one to a node this member's map never showed, or one that comes after the round's deadline
+//!   makes the command's outcome a failure ([`NodeError::Cluster`], or [`NodeError::Timeout`] past the
+//!   deadline), which every kind counts as a failed vote.
+//! - **Nothing is sent after the deadline.** A resend is made only before the round's deadline; all sends of a
+//!   round share its fanout round, whose deadline bounds every outcome.
+//! - **Order per member.** Outcomes of a member's commands sent to different masters are handed up in the order
+//!   the commands were sent (later ones wait for earlier ones), so the engine's positional matching (the i-th
+//!   outcome is for the i-th command) holds. Unlike a plain node, a cluster member may hand up a timeout before
+//!   a later command's reply (they went to different masters); the engine never relies on the opposite.
+//! - **The vote's source.** Each outcome handed up is dated by the connection it came from
+//!   ([`MembersRound::source`]): the restart guard judges that connection's server, not the member's first.
+//!
+//! [`NodeError::Cluster`]: crate::net::NodeError::Cluster
+//! [`NodeError::Timeout`]: crate::net::NodeError::Timeout
+
+mod command;
+mod plan;
+mod round;
+mod table;
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use plan::Plan;
+use plan::read_map_from;
+pub use round::MembersRound;
+use table::{Node, Table, Takeover};
+
+use crate::net::cluster::{ClusterAddr, MemberAddr};
+use crate::net::{Fanout, NodeAddr, NodeCounts, Options, TlsConfig};
+use crate::resp::Value;
+use crate::sync::lock;
+
+/// The members of a manager over one fanout's connections (see the module doc).
+#[derive(Debug)]
+pub struct Members {
+    fanout: Fanout,
+    /// Per member, the address its reports name: a plain member's node, a cluster member's first seed.
+    addrs: Vec<NodeAddr>,
+    routes: Option<Box<Routes>>,
+}
+
+/// The routing of a manager with at least one cluster member.
+#[derive(Debug)]
+struct Routes {
+    /// Per member: its cluster, or `None` for a plain node (whose connection is its own index).
+    clusters: Vec<Option<Cluster>>,
+    /// Per connection: its member.
+    member_of: Vec<usize>,
+    /// Per connection: when this manager saw it take over slots it had not served as a master of its member's
+    /// map (a promoted replica); `None`: never.
+    promoted: Arc<Mutex<Vec<Option<Instant>>>>,
+    /// How long a map refresh may wait for its replies (the connect timeout), and the TLS settings to dial with.
+    wait: Duration,
+    tls: TlsConfig,
+}
+
+/// One cluster member: its URL, its table, its map refreshes.
+#[derive(Debug)]
+struct Cluster {
+    addr: ClusterAddr,
+    table: Arc<Mutex<Table>>,
+    /// A refresh is under way (at most one per member).
+    refreshing: Arc<AtomicBool>,
+    /// When the last refresh started (they are at least [`MIN_REFRESH`] apart).
+    last: Mutex<Option<Instant>>,
+}
+
+/// Map refreshes of one member start at least this far apart.
+const MIN_REFRESH: Duration = Duration::from_millis(100);
+
+impl Members {
+    /// The members of `plan` over a fanout of its connections, made with `opts`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Fanout::new`].
+    pub fn new(plan: Plan, opts: Options) -> io::Result<Members> {
+        let Plan {
+            members,
+            conns,
+            tables,
+        } = plan;
+        let addrs: Vec<NodeAddr> = members
+            .iter()
+            .map(|m| match m {
+                MemberAddr::Node(node) => node.clone(),
+                MemberAddr::Cluster(c) => c.seeds()[0].clone(),
+            })
+            .collect();
+        let routed = tables.iter().any(Option::is_some);
+        let nconns = conns.len();
+        let (wait, tls) = (opts.connect_timeout, opts.tls().clone());
+        let fanout = Fanout::new(conns, opts)?;
+        let routes = routed.then(|| {
+            let mut member_of: Vec<usize> = (0..nconns).collect();
+            let clusters: Vec<Option<Cluster>> = members
+                .into_iter()
+                .zip(tables)
+                .enumerate()
+                .map(|(m, (addr, table))| match (addr, table) {
+                    (MemberAddr::Cluster(addr), Some(table)) => {
+                        for (node, _) in &table.nodes {
+                            if let Some(slot) = member_of.get_mut(node.conn) {
+                                *slot = m;
+                            }
+                        }
+                        Some(Cluster {
+                            addr,
+                            table: Arc::new(Mutex::new(table)),
+                            refreshing: Arc::default(),
+                            last: Mutex::new(None),
+                        })
+                    }
+                    _ => None,
+                })
+                .collect();
+            Box::new(Routes {
+                clusters,
+                member_of,
+                promoted: Arc::new(Mutex::new(vec![None; nconns])),
+                wait,
+                tls,
+            })
+        });
+        Ok(Members {
+            fanout,
+            addrs,
+            routes,
+        })
+    }
+
+    /// Whether some member is a cluster (its rounds are routed).
+    #[inline]
+    pub fn is_routed(&self) -> bool {
+        self.routes.is_some()
+    }
+
+    /// Whether member `member` is a cluster.
+    pub fn is_cluster(&self, member: usize) -> bool {
+        self.routes
+            .as_ref()
+            .is_some_and(|r| matches!(r.clusters.get(member), Some(Some(_))))
+    }
+
+    /// The connections.
+    pub fn fanout(&self) -> &Fanout {
+        &self.fanout
+    }
+
+    /// How many members.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.addrs.len()
+    }
+
+    /// Whether there are no members.
+    pub fn is_empty(&self) -> bool {
+        self.addrs.is_empty()
+    }
+
+    /// The members' addresses for reports (a cluster member's first seed).
+    pub fn addrs(&self) -> &[NodeAddr] {
+        &self.addrs
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &Options {
+        self.fanout.options()
+    }
+
+    /// What member `member`'s own connection did so far (a cluster member's first master's; its other
+    /// connections are in [`fanout`](Members::fanout)'s statistics).
+    pub fn stats(&self, member: usize) -> NodeCounts {
+        self.fanout.stats(member)
+    }
+
+    /// A round over the members (see [`Fanout::round`]).
+    #[inline]
+    pub fn round(&self, deadline: Instant) -> MembersRound<'_> {
+        MembersRound::new(self, self.fanout.round(deadline), deadline)
+    }
+
+    /// A release round over the members (see [`Fanout::release_round`]).
+    #[inline]
+    pub fn release_round(&self, deadline: Instant) -> MembersRound<'_> {
+        MembersRound::new(self, self.fanout.release_round(deadline), deadline)
+    }
+
+    /// Connection `conn`'s completed set-ups (see [`Fanout::sessions`]).
+    #[inline]
+    pub fn sessions(&self, conn: usize) -> u64 {
+        self.fanout.sessions(conn)
+    }
+
+    /// Connection `conn`'s set-up replies (see [`Fanout::setup_replies`]).
+    pub fn setup_replies(&self, conn: usize) -> Vec<(Value, Instant)> {
+        self.fanout.setup_replies(conn)
+    }
+
+    /// When connection `conn` was last seen taking over slots it had not served as a master (a promoted
+    /// replica, or a node its member's map never showed as one); `None` if never.
+    #[inline]
+    pub fn promoted(&self, conn: usize) -> Option<Instant> {
+        let routes = self.routes.as_ref()?;
+        lock(&routes.promoted).get(conn).copied().flatten()
+    }
+
+    fn note_promoted(&self, conn: usize, now: Instant) {
+        if let Some(routes) = &self.routes {
+            if let Some(cell) = lock(&routes.promoted).get_mut(conn) {
+                *cell = Some(now);
+            }
+        }
+    }
+
+    /// The cluster of member `member`, if it is one.
+    fn cluster(&self, member: usize) -> Option<&Cluster> {
+        self.routes.as_ref()?.clusters.get(member)?.as_ref()
+    }
+
+    /// The member of connection `conn`.
+    fn member_of(&self, conn: usize) -> usize {
+        self.routes
+            .as_ref()
+            .and_then(|r| r.member_of.get(conn).copied())
+            .unwrap_or(conn)
+    }
+
+    /// Records that `conn` serves `slot` of member `member` now (a `MOVED`), quarantining it if it takes over as
+    /// a promoted replica; and asks for a new map.
+    fn moved(&self, member: usize, slot: u16, conn: usize, now: Instant) {
+        let Some(cluster) = self.cluster(member) else {
+            return;
+        };
+        let takeover = lock(&cluster.table).moved(slot, conn);
+        if takeover == Takeover::Promoted {
+            self.note_promoted(conn, now);
+        }
+        self.refresh(member);
+    }
+
+    /// Records that `conn` answers an `ASK` for member `member`: a node that was no master of its map is
+    /// quarantined as a promoted one would be (the safe side: an importing master is one already).
+    fn asked(&self, member: usize, conn: usize, now: Instant) {
+        let Some(cluster) = self.cluster(member) else {
+            return;
+        };
+        if !lock(&cluster.table).is_master(conn) {
+            self.note_promoted(conn, now);
+        }
+    }
+
+    /// Reads member `member`'s map again, in a thread of its own (so that no round, thread or task waits for it),
+    /// from every node of its table and its seeds; the new map replaces the table when it comes, and the nodes it
+    /// shows taking over as promoted replicas are quarantined from then. At most one refresh per member at a
+    /// time, and [`MIN_REFRESH`] apart; called after a `MOVED`, a failed connection of the member, or a slot no
+    /// master serves.
+    pub(crate) fn refresh(&self, member: usize) {
+        let (Some(routes), Some(cluster)) = (self.routes.as_deref(), self.cluster(member)) else {
+            return;
+        };
+        if cluster.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        {
+            let mut last = lock(&cluster.last);
+            if last.is_some_and(|t| t.elapsed() < MIN_REFRESH) {
+                cluster.refreshing.store(false, Ordering::Release);
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        let tls_member = cluster.addr.seeds()[0].tls();
+        let mut nodes: Vec<NodeAddr> = {
+            let table = lock(&cluster.table);
+            let mut known: Vec<&(Node, bool)> = table.nodes.iter().collect();
+            known.sort_by_key(|(_, master)| !*master); // masters first
+            known
+                .iter()
+                .map(|(n, _)| cluster.addr.node(&n.host, n.port))
+                .collect()
+        };
+        for seed in cluster.addr.seeds() {
+            if !nodes
+                .iter()
+                .any(|n| n.host() == seed.host() && n.port() == seed.port())
+            {
+                nodes.push(seed.clone());
+            }
+        }
+        let table = Arc::clone(&cluster.table);
+        let promoted = Arc::clone(&routes.promoted);
+        let flag = Arc::clone(&cluster.refreshing);
+        let (wait, tls) = (routes.wait, routes.tls.clone());
+        let spawned = std::thread::Builder::new()
+            .name("muxlock-cluster-map".into())
+            .spawn(move || {
+                if let Ok(Some((map, origin))) = read_map_from(nodes, wait, &tls) {
+                    let now = Instant::now();
+                    // The quarantine is noted before the table routes anything to the promoted nodes.
+                    let mut table = lock(&table);
+                    let fresh = table.preview(&map, &origin, tls_member);
+                    {
+                        let mut promoted = lock(&promoted);
+                        for conn in fresh {
+                            if let Some(cell) = promoted.get_mut(conn) {
+                                *cell = Some(now);
+                            }
+                        }
+                    }
+                    table.install(&map, &origin, tls_member);
+                }
+                flag.store(false, Ordering::Release);
+            });
+        if spawned.is_err() {
+            cluster.refreshing.store(false, Ordering::Release);
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! [`Plan`]: a manager's members before their connections exist: each cluster member's slot map read from its
+//! seeds at build time, and the connections to make, in order (see the parent's "Connections").
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+
+use super::table::{Node, Table};
+use crate::net::cluster::{ClusterAddr, MemberAddr, SlotMap};
+use crate::net::{Fanout, NodeAddr, Options, TlsConfig};
+use crate::resp::{Value, encode_command};
+
+/// A manager's members before their connections exist: every cluster member's map read (or not), and the
+/// connections to make, in order.
+#[derive(Debug)]
+pub struct Plan {
+    pub(super) members: Vec<MemberAddr>,
+    /// The connections, `0..members.len()` the members' own.
+    pub(super) conns: Vec<NodeAddr>,
+    /// Per member: for a cluster, its table.
+    pub(super) tables: Vec<Option<Table>>,
+}
+
+impl Plan {
+    /// Reads each cluster member's slot map from its seeds (`CLUSTER SHARDS`, or `CLUSTER SLOTS` where that is
+    /// refused, both pipelined to every seed at once), waiting up to `wait`; plans the connections. A member whose
+    /// map cannot be read within `wait` is planned with its seeds only and votes no (no slot is served) until a
+    /// map is read (a later `MOVED` patches the slots it names). A plan of plain nodes only reads nothing.
+    ///
+    /// # Errors
+    ///
+    /// Only if the OS refuses an event poll, or the TLS settings are unusable (as [`Fanout::new`]).
+    pub fn read(members: Vec<MemberAddr>, wait: Duration, tls: &TlsConfig) -> io::Result<Plan> {
+        let n = members.len();
+        // First the maps and each member's nodes, then the connections: the members' own first (`0..n`), then
+        // every cluster member's other nodes.
+        let mut planned: Vec<Option<Planned>> = Vec::with_capacity(n);
+        for member in &members {
+            let MemberAddr::Cluster(cluster) = member else {
+                planned.push(None);
+                continue;
+            };
+            let map = read_map(cluster, wait, tls)?;
+            // The member's nodes: every node of its map with an address (masters first), else its seeds.
+            let mut nodes: Vec<(String, u16)> = Vec::new();
+            if let Some((map, origin)) = &map {
+                let tls = cluster.seeds()[0].tls();
+                for shard in map.shards() {
+                    for node in std::iter::once(&shard.master).chain(&shard.replicas) {
+                        let port = match tls {
+                            true => node.tls_port.or(node.port),
+                            false => node.port,
+                        };
+                        if let (Some(host), Some(port)) = (node.endpoint.host(origin), port) {
+                            if !nodes.iter().any(|(h, p)| *p == port && h == host) {
+                                nodes.push((host.to_owned(), port));
+                            }
+                        }
+                    }
+                }
+            }
+            if nodes.is_empty() {
+                nodes = cluster
+                    .seeds()
+                    .iter()
+                    .map(|s| (s.host().to_owned(), s.port()))
+                    .collect();
+            }
+            planned.push(Some((nodes, map)));
+        }
+        let mut conns: Vec<NodeAddr> = Vec::with_capacity(n);
+        let mut extra: Vec<NodeAddr> = Vec::new();
+        let mut tables = Vec::with_capacity(n);
+        for (m, (member, plan)) in members.iter().zip(planned).enumerate() {
+            let (MemberAddr::Cluster(cluster), Some((nodes, map))) = (member, plan) else {
+                if let MemberAddr::Node(node) = member {
+                    conns.push(node.clone());
+                }
+                tables.push(None);
+                continue;
+            };
+            let mut table_nodes = Vec::with_capacity(nodes.len());
+            for (i, (host, port)) in nodes.into_iter().enumerate() {
+                let conn = match i {
+                    0 => {
+                        conns.push(cluster.node(&host, port));
+                        m
+                    }
+                    _ => {
+                        extra.push(cluster.node(&host, port));
+                        n + extra.len() - 1
+                    }
+                };
+                table_nodes.push(Node { host, port, conn });
+            }
+            let mut table = Table::unmapped(table_nodes);
+            if let Some((map, origin)) = &map {
+                table.install(map, origin, cluster.seeds()[0].tls());
+            }
+            tables.push(Some(table));
+        }
+        conns.extend(extra);
+        Ok(Plan {
+            members,
+            conns,
+            tables,
+        })
+    }
+
+    /// How many connections the plan makes (the restart guard keeps one record per connection).
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// How many members.
+    pub fn members(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether some member is a cluster.
+    pub fn is_routed(&self) -> bool {
+        self.tables.iter().any(Option::is_some)
+    }
+}
+
+/// A cluster member's nodes (`host`, `port`: every node of its map, or its seeds) and its map with the host it
+/// was read from, if it could be read.
+type Planned = (Vec<(String, u16)>, Option<(SlotMap, String)>);
+
+/// Reads a cluster's map from its seeds: the first seed whose `CLUSTER SHARDS` reads, else whose `CLUSTER SLOTS`
+/// does; with the host of that seed (the origin of empty endpoints).
+fn read_map(
+    cluster: &ClusterAddr,
+    wait: Duration,
+    tls: &TlsConfig,
+) -> io::Result<Option<(SlotMap, String)>> {
+    read_map_from(cluster.seeds().to_vec(), wait, tls)
+}
+
+/// Reads a map from the first of `nodes` whose `CLUSTER SHARDS` reads, else whose `CLUSTER SLOTS` does (both
+/// asked of every node at once), waiting up to `wait`; with the host of that node.
+pub(super) fn read_map_from(
+    nodes: Vec<NodeAddr>,
+    wait: Duration,
+    tls: &TlsConfig,
+) -> io::Result<Option<(SlotMap, String)>> {
+    let opts = Options::default()
+        .with_connect_timeout(wait)
+        .with_tls(tls.clone());
+    let fanout = Fanout::new(nodes, opts)?;
+    let mut request = BytesMut::new();
+    encode_command(&[b"CLUSTER", b"SHARDS"], &mut request);
+    encode_command(&[b"CLUSTER", b"SLOTS"], &mut request);
+    let mut round = fanout.round(crate::time::later(Instant::now(), wait));
+    round.send_all(&request, 2);
+    let mut replies: Vec<[Option<Value>; 2]> = vec![[None, None]; fanout.len()];
+    let mut index = vec![0usize; fanout.len()];
+    while let Some((node, reply)) = round.next() {
+        let (Some(i), Some(r)) = (index.get_mut(node), replies.get_mut(node)) else {
+            continue;
+        };
+        if let (Ok(v), Some(cell)) = (reply, r.get_mut(*i)) {
+            *cell = Some(v);
+        }
+        *i += 1;
+    }
+    drop(round);
+    let host = |node: usize| fanout.addrs()[node].host().to_owned();
+    for (node, [shards, _]) in replies.iter().enumerate() {
+        if let Some(Ok(map)) = shards.as_ref().map(SlotMap::from_shards_reply) {
+            return Ok(Some((map, host(node))));
+        }
+    }
+    for (node, [_, slots]) in replies.iter().enumerate() {
+        if let Some(Ok(map)) = slots.as_ref().map(SlotMap::from_slots_reply) {
+            return Ok(Some((map, host(node))));
+        }
+    }
+    Ok(None)
+}

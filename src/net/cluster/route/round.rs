@@ -1,0 +1,468 @@
+//! [`MembersRound`]: one round over a manager's members: plain members' requests pass through to their
+//! connection; a cluster member's are cut into commands, each sent to the master of its slot, and its outcomes
+//! handed up in send order once final (redirections followed; see the parent's invariants).
+
+use std::collections::VecDeque;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+
+use super::Members;
+use super::command;
+use crate::net::cluster::{Redirect, RedirectKind};
+use crate::net::{NodeError, NodeSet, Reply, Round};
+use crate::resp::Value;
+
+/// A command follows at most this many redirections; the next one is a failed vote.
+pub(crate) const MAX_REDIRECTS: u8 = 2;
+
+/// One round over the members. Dropping it abandons the replies still to come (their requests still run).
+#[derive(Debug)]
+#[must_use = "a round does nothing until requests are sent and replies collected with next()"]
+pub struct MembersRound<'a> {
+    round: Round<'a>,
+    members: &'a Members,
+    /// `None` for a manager of plain members: the round is the fanout's, untouched.
+    routing: Option<Box<Routing>>,
+}
+
+/// What a routed round keeps.
+#[derive(Debug)]
+struct Routing {
+    deadline: Instant,
+    /// Per connection: what this round awaits from it, in the order it was sent (the fanout hands out one outcome
+    /// per expected reply per connection, in that order).
+    wire: Vec<VecDeque<Expect>>,
+    /// Per member: its commands and their outcomes (cluster members only).
+    queues: Vec<Queue>,
+    /// Outcomes ready to hand up: `(member, reply, connection)`.
+    ready: VecDeque<(usize, Reply, usize)>,
+    /// Per member: the connection of the last outcome handed up.
+    sources: Vec<usize>,
+}
+
+/// One awaited reply on a connection.
+#[derive(Debug)]
+enum Expect {
+    /// The reply to command `seq` of cluster member `member`.
+    Reply { member: usize, seq: usize },
+    /// The `+OK` of an `ASKING` sent before a command: swallowed.
+    Asking,
+}
+
+/// A cluster member's commands in this round, and their outcomes not yet handed up.
+#[derive(Debug, Default)]
+struct Queue {
+    commands: Vec<Sent>,
+    /// The first command whose outcome is not handed up yet.
+    next: usize,
+    /// Per command from `next` on: its final outcome once known, with the connection it came from.
+    done: VecDeque<Option<(Reply, usize)>>,
+}
+
+/// One command of a cluster member: its bytes (for a resend) and how often it was redirected.
+#[derive(Debug)]
+struct Sent {
+    bytes: Bytes,
+    slot: u16,
+    redirects: u8,
+}
+
+impl<'a> MembersRound<'a> {
+    #[inline]
+    pub(super) fn new(members: &'a Members, round: Round<'a>, deadline: Instant) -> Self {
+        let routing = match members.routes.is_some() {
+            false => None,
+            true => Some(Routing::new(members, deadline)),
+        };
+        MembersRound {
+            round,
+            members,
+            routing,
+        }
+    }
+}
+
+impl Routing {
+    /// The books of a routed round over `members` (kept out of line: plain managers never call it).
+    #[inline(never)]
+    fn new(members: &Members, deadline: Instant) -> Box<Routing> {
+        let conns = members.routes.as_ref().map_or(0, |r| r.member_of.len());
+        Box::new(Routing {
+            deadline,
+            wire: (0..conns).map(|_| VecDeque::new()).collect(),
+            queues: (0..members.len()).map(|_| Queue::default()).collect(),
+            ready: VecDeque::new(),
+            sources: (0..members.len()).collect(),
+        })
+    }
+}
+
+impl<'a> MembersRound<'a> {
+    /// The instant by which every outcome of this round is known.
+    pub fn deadline(&self) -> Instant {
+        self.round.deadline()
+    }
+
+    /// Makes the round patient ([`Round::patient_until`]): past its deadline the fanout keeps waiting for
+    /// connections still answering, up to `hard`. A cluster member's redirections are still followed only before
+    /// the first deadline (a resend after it would be a new request the deadline was meant to bound), so a
+    /// redirection met later is that member's failed vote, as it was.
+    pub fn patient_until(&mut self, hard: Instant) {
+        self.round.patient_until(hard);
+    }
+
+    /// Sends `request` (encoded commands expecting `replies` replies in all) to the members in `nodes`: to a plain
+    /// member as is, to a cluster member each command to its slot's master (commands for one master in one
+    /// write). Returns the members it was queued for (a cluster member: at least one of its commands).
+    #[inline]
+    pub fn send_to(&mut self, nodes: NodeSet, request: &[u8], replies: usize) -> NodeSet {
+        match self.routing.is_some() {
+            false => self.round.send_to(nodes, request, replies),
+            true => self.send_routed(|m| nodes.contains(m), request, replies),
+        }
+    }
+
+    /// Sends `request` to member `member` only.
+    #[inline]
+    pub fn send(&mut self, member: usize, request: &[u8], replies: usize) -> NodeSet {
+        match self.routing.is_some() {
+            false => self.round.send(member, request, replies),
+            true => self.send_routed(|m| m == member, request, replies),
+        }
+    }
+
+    /// See [`Round::need`]. A routed round is woken for every outcome of its connections: a member's outcome
+    /// may take several (an `ASKING`'s, a redirection's), or none (a command refused before it was sent).
+    #[inline]
+    pub fn need(&mut self, outcomes: usize) {
+        match self.routing.is_some() {
+            false => self.round.need(outcomes),
+            true => self.round.need(1),
+        }
+    }
+
+    /// The connection the last outcome handed up for `member` came from (the member's own index for a plain
+    /// member, or without routing).
+    #[inline]
+    pub fn source(&self, member: usize) -> usize {
+        match &self.routing {
+            None => member,
+            Some(r) => r.sources.get(member).copied().unwrap_or(member),
+        }
+    }
+
+    fn send_routed(
+        &mut self,
+        include: impl Fn(usize) -> bool,
+        request: &[u8],
+        replies: usize,
+    ) -> NodeSet {
+        let mut sent = NodeSet::EMPTY;
+        let mut commands = None;
+        for member in (0..self.members.len()).filter(|&m| include(m)) {
+            if !self.members.is_cluster(member) {
+                // A plain member's connection is its own index; its outcomes pass through.
+                if self.round.send(member, request, replies) != NodeSet::EMPTY {
+                    sent.insert(member);
+                }
+                continue;
+            }
+            // Cut once per call, whatever the number of cluster members.
+            let commands = commands.get_or_insert_with(|| command::split(request));
+            if self.send_cluster(member, request, commands, replies) {
+                sent.insert(member);
+            }
+        }
+        sent
+    }
+
+    /// Sends a cluster member its commands, grouped per master in send order. Returns whether any was queued.
+    fn send_cluster(
+        &mut self,
+        member: usize,
+        request: &[u8],
+        commands: &[command::Command],
+        replies: usize,
+    ) -> bool {
+        let Some(routing) = self.routing.as_deref_mut() else {
+            return false;
+        };
+        let Some(cluster) = self.members.cluster(member) else {
+            return false;
+        };
+        // A request whose commands do not match its replies cannot be matched up: every reply fails.
+        if commands.len() != replies {
+            for _ in 0..replies {
+                let queue = &mut routing.queues[member];
+                let seq = queue.commands.len();
+                queue.commands.push(Sent {
+                    bytes: Bytes::new(),
+                    slot: 0,
+                    redirects: 0,
+                });
+                let why = NodeError::Cluster(format!(
+                    "{} commands for {replies} replies",
+                    commands.len()
+                ));
+                finish(routing, member, seq, Err(why), member);
+            }
+            return false;
+        }
+        let queue = &mut routing.queues[member];
+        let mut groups: Vec<(usize, BytesMut, Vec<usize>)> = Vec::new();
+        let mut refresh = false;
+        let mut failed: Vec<(usize, NodeError)> = Vec::new();
+        {
+            let table = crate::sync::lock(&cluster.table);
+            for c in commands {
+                let seq = queue.commands.len();
+                let bytes = Bytes::copy_from_slice(&request[c.bytes.clone()]);
+                let slot = match c.slot {
+                    Ok(slot) => slot,
+                    Err(why) => {
+                        queue.commands.push(Sent {
+                            bytes,
+                            slot: 0,
+                            redirects: 0,
+                        });
+                        failed.push((seq, NodeError::Cluster(why.describe().to_owned())));
+                        continue;
+                    }
+                };
+                queue.commands.push(Sent {
+                    bytes: bytes.clone(),
+                    slot,
+                    redirects: 0,
+                });
+                let Some(conn) = table.owner(slot) else {
+                    refresh = true;
+                    let why = match table.mapped {
+                        true => format!("no master serves slot {slot}"),
+                        false => "no slot map read yet".to_owned(),
+                    };
+                    failed.push((seq, NodeError::Cluster(why)));
+                    continue;
+                };
+                match groups.iter_mut().find(|g| g.0 == conn) {
+                    Some(g) => {
+                        g.1.extend_from_slice(&bytes);
+                        g.2.push(seq);
+                    }
+                    None => groups.push((conn, BytesMut::from(&bytes[..]), vec![seq])),
+                }
+            }
+        }
+        if refresh {
+            self.members.refresh(member);
+        }
+        let any = !groups.is_empty();
+        for (conn, bytes, seqs) in groups {
+            for &seq in &seqs {
+                routing.wire[conn].push_back(Expect::Reply { member, seq });
+            }
+            // A refusal (down, overloaded) comes back as this connection's outcomes, in order.
+            self.round.send(conn, &bytes, seqs.len());
+        }
+        for (seq, why) in failed {
+            finish(routing, member, seq, Err(why), member);
+        }
+        any
+    }
+
+    /// The next outcome, `(member, reply)`; `None` once every request of the round has its outcome. Blocks as
+    /// [`Round::next`] does.
+    #[allow(clippy::should_implement_trait)] // blocking, with a deadline: not an Iterator
+    #[inline]
+    pub fn next(&mut self) -> Option<(usize, Reply)> {
+        match self.routing.is_none() {
+            true => self.round.next(),
+            false => self.next_routed(),
+        }
+    }
+
+    fn next_routed(&mut self) -> Option<(usize, Reply)> {
+        loop {
+            if let Some(out) = self.take_ready() {
+                return Some(out);
+            }
+            match self.round.next() {
+                Some((conn, reply)) => self.arrived(conn, reply),
+                None => return self.conclude(),
+            }
+        }
+    }
+
+    /// [`next`](MembersRound::next) for a task: never blocks (see [`Round::poll_next`]).
+    #[inline]
+    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, Reply)>> {
+        match self.routing.is_none() {
+            true => self.round.poll_next(cx),
+            false => self.poll_routed(cx),
+        }
+    }
+
+    fn poll_routed(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, Reply)>> {
+        loop {
+            if let Some(out) = self.take_ready() {
+                return Poll::Ready(Some(out));
+            }
+            match self.round.poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some((conn, reply))) => self.arrived(conn, reply),
+                Poll::Ready(None) => return Poll::Ready(self.conclude()),
+            }
+        }
+    }
+
+    fn take_ready(&mut self) -> Option<(usize, Reply)> {
+        let routing = self.routing.as_deref_mut()?;
+        let (member, reply, conn) = routing.ready.pop_front()?;
+        if let Some(s) = routing.sources.get_mut(member) {
+            *s = conn;
+        }
+        Some((member, reply))
+    }
+
+    /// The fanout's round is over: a command still without an outcome (none should be) times out.
+    fn conclude(&mut self) -> Option<(usize, Reply)> {
+        let routing = self.routing.as_deref_mut()?;
+        for member in 0..routing.queues.len() {
+            let q = &routing.queues[member];
+            let open: Vec<usize> = (q.next..q.commands.len())
+                .filter(|&seq| !matches!(q.done.get(seq - q.next), Some(Some(_))))
+                .collect();
+            for seq in open {
+                finish(routing, member, seq, Err(NodeError::Timeout), member);
+            }
+        }
+        self.take_ready()
+    }
+
+    /// An outcome of the fanout's round, from connection `conn`.
+    fn arrived(&mut self, conn: usize, reply: Reply) {
+        let member = self.members.member_of(conn);
+        let Some(routing) = self.routing.as_deref_mut() else {
+            return;
+        };
+        if !self.members.is_cluster(member) {
+            routing.ready.push_back((member, reply, conn));
+            return;
+        }
+        let Some(expect) = routing.wire.get_mut(conn).and_then(VecDeque::pop_front) else {
+            return; // nothing of this round awaited there: cannot happen
+        };
+        let Expect::Reply { member, seq } = expect else {
+            return; // ASKING's +OK (an error there shows in the command's own reply)
+        };
+        let redirect = match &reply {
+            Ok(v) => match v.without_attributes() {
+                Value::Error(text) | Value::BulkError(text) => Some(Redirect::parse(text)),
+                _ => None,
+            },
+            Err(_) => None,
+        };
+        if matches!(&reply, Err(e) if !matches!(e, NodeError::Overloaded | NodeError::Cluster(_))) {
+            // The master may be gone (a failover): a new map, for the next rounds.
+            self.members.refresh(member);
+        }
+        let outcome = match redirect {
+            None | Some(Ok(None)) => reply,
+            Some(Err(e)) => Err(NodeError::Cluster(format!("unreadable redirection: {e}"))),
+            Some(Ok(Some(r))) => match self.follow(member, seq, conn, &r) {
+                Ok(()) => return,
+                Err(why) => Err(why),
+            },
+        };
+        if let Some(routing) = self.routing.as_deref_mut() {
+            finish(routing, member, seq, outcome, conn);
+        }
+    }
+
+    /// Sends command `seq` of `member` where redirection `r` (read from connection `conn`) says, if it may go:
+    /// at most [`MAX_REDIRECTS`] times, before the deadline, to a node of the member's map. `Err`: its outcome.
+    fn follow(
+        &mut self,
+        member: usize,
+        seq: usize,
+        conn: usize,
+        r: &Redirect,
+    ) -> Result<(), NodeError> {
+        let members = self.members;
+        let routing = self.routing.as_deref_mut().ok_or(NodeError::Timeout)?;
+        let cluster = members.cluster(member).ok_or(NodeError::Timeout)?;
+        let sent = routing.queues[member]
+            .commands
+            .get_mut(seq)
+            .ok_or(NodeError::Timeout)?;
+        sent.redirects += 1;
+        if sent.redirects > MAX_REDIRECTS {
+            return Err(NodeError::Cluster(format!(
+                "redirected more than {MAX_REDIRECTS} times (last: {r})"
+            )));
+        }
+        if r.slot != sent.slot {
+            return Err(NodeError::Cluster(format!(
+                "redirected for slot {} where the command's is {} ({r})",
+                r.slot, sent.slot
+            )));
+        }
+        let now = Instant::now();
+        if now >= routing.deadline {
+            return Err(NodeError::Timeout);
+        }
+        let target = {
+            let table = crate::sync::lock(&cluster.table);
+            let origin = table.host_of(conn).unwrap_or_default().to_owned();
+            r.endpoint
+                .host(&origin)
+                .and_then(|h| table.conn_of(h, r.port))
+        };
+        let Some(target) = target else {
+            return Err(NodeError::Cluster(format!(
+                "redirected to a node this member's map did not show ({r})"
+            )));
+        };
+        let bytes = sent.bytes.clone();
+        match r.kind {
+            RedirectKind::Moved => {
+                members.moved(member, r.slot, target, now);
+                routing.wire[target].push_back(Expect::Reply { member, seq });
+                self.round.send(target, &bytes, 1);
+            }
+            RedirectKind::Ask => {
+                members.asked(member, target, now);
+                // `ASKING` and the command in one write: the flag lasts for the next command only.
+                let mut both = BytesMut::with_capacity(20 + bytes.len());
+                crate::resp::encode_command(&[b"ASKING"], &mut both);
+                both.extend_from_slice(&bytes);
+                routing.wire[target].push_back(Expect::Asking);
+                routing.wire[target].push_back(Expect::Reply { member, seq });
+                self.round.send(target, &both, 2);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Records the final outcome of command `seq` of `member`, and moves every outcome now in order to `ready`.
+fn finish(routing: &mut Routing, member: usize, seq: usize, reply: Reply, conn: usize) {
+    let q = &mut routing.queues[member];
+    let Some(at) = seq.checked_sub(q.next) else {
+        return; // already handed up: never twice
+    };
+    while q.done.len() <= at {
+        q.done.push_back(None);
+    }
+    if q.done[at].is_some() {
+        return; // already final: never twice
+    }
+    q.done[at] = Some((reply, conn));
+    while let Some(Some(_)) = q.done.front() {
+        if let Some(Some((reply, conn))) = q.done.pop_front() {
+            routing.ready.push_back((member, reply, conn));
+            q.next += 1;
+        }
+    }
+}

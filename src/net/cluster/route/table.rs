@@ -1,0 +1,240 @@
+//! [`Table`]: one cluster member's routing table: which connection serves each slot, and which connections are
+//! masters (pure bookkeeping; the connections themselves are the fanout's).
+
+use crate::net::cluster::{SLOT_COUNT, SlotMap};
+
+/// No connection serves the slot.
+const NONE: u32 = u32::MAX;
+
+/// A node of the member, as a connection of the fanout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Node {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    /// Its index among the fanout's connections.
+    pub(crate) conn: usize,
+}
+
+/// What a change of a slot's owner means for the restart guard (see the parent's "Failovers").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Takeover {
+    /// The same connection already served it.
+    Same,
+    /// A connection that was a master of the map (a slot migration: keys moved with `MIGRATE`, trusted as before).
+    Master,
+    /// A connection the map showed as a replica, or as no master at all (a failover, or a node this table never
+    /// saw serve): its data may lack acknowledged grants of the master it replaces.
+    Promoted,
+}
+
+/// One cluster member's table: the owner connection of each of the 16,384 slots and every node known.
+#[derive(Debug)]
+pub(crate) struct Table {
+    /// Per slot: the connection serving it, or [`NONE`].
+    owner: Vec<u32>,
+    /// Per known node: whether the table shows it as a master (it serves at least one slot).
+    pub(crate) nodes: Vec<(Node, bool)>,
+    /// The table was read from a map at least once.
+    pub(crate) mapped: bool,
+}
+
+impl Table {
+    /// A table of `nodes` with no slot served (no map read yet).
+    pub(crate) fn unmapped(nodes: Vec<Node>) -> Table {
+        Table {
+            owner: vec![NONE; SLOT_COUNT as usize],
+            nodes: nodes.into_iter().map(|n| (n, false)).collect(),
+            mapped: false,
+        }
+    }
+
+    /// The connection serving `slot`, if any.
+    pub(crate) fn owner(&self, slot: u16) -> Option<usize> {
+        match self.owner.get(slot as usize) {
+            Some(&c) if c != NONE => Some(c as usize),
+            _ => None,
+        }
+    }
+
+    /// The connection of the node at `host:port`, if this member has one.
+    pub(crate) fn conn_of(&self, host: &str, port: u16) -> Option<usize> {
+        self.nodes
+            .iter()
+            .find(|(n, _)| n.port == port && n.host.eq_ignore_ascii_case(host))
+            .map(|(n, _)| n.conn)
+    }
+
+    /// The host a connection dials (the origin of an empty endpoint in its redirections).
+    pub(crate) fn host_of(&self, conn: usize) -> Option<&str> {
+        self.nodes
+            .iter()
+            .find(|(n, _)| n.conn == conn)
+            .map(|(n, _)| n.host.as_str())
+    }
+
+    /// Whether the table shows `conn` as a master.
+    pub(crate) fn is_master(&self, conn: usize) -> bool {
+        self.nodes.iter().any(|(n, m)| n.conn == conn && *m)
+    }
+
+    /// Records that `conn` serves `slot` now (a `MOVED`); says what kind of takeover it is.
+    pub(crate) fn moved(&mut self, slot: u16, conn: usize) -> Takeover {
+        let Some(cell) = self.owner.get_mut(slot as usize) else {
+            return Takeover::Same;
+        };
+        if *cell == conn as u32 {
+            return Takeover::Same;
+        }
+        *cell = conn as u32;
+        let was_master = self.is_master(conn);
+        if let Some((_, m)) = self.nodes.iter_mut().find(|(n, _)| n.conn == conn) {
+            *m = true;
+        }
+        match was_master {
+            true => Takeover::Master,
+            false => Takeover::Promoted,
+        }
+    }
+
+    /// Replaces the slots' owners with `map`'s (read from a node dialled at `origin`); a slot whose master is not
+    /// a known node is left unserved. Returns the connections that took over slots as [`Takeover::Promoted`].
+    pub(crate) fn install(&mut self, map: &SlotMap, origin: &str, tls: bool) -> Vec<usize> {
+        let (owner, masters, promoted) = self.read(map, origin, tls);
+        for (n, m) in &mut self.nodes {
+            *m = masters.contains(&n.conn);
+        }
+        self.owner = owner;
+        self.mapped = true;
+        promoted
+    }
+
+    /// What [`install`](Table::install) would return, without changing the table.
+    pub(crate) fn preview(&self, map: &SlotMap, origin: &str, tls: bool) -> Vec<usize> {
+        self.read(map, origin, tls).2
+    }
+
+    /// `map` read against this table: the owners per slot, the masters, the promoted connections.
+    fn read(&self, map: &SlotMap, origin: &str, tls: bool) -> (Vec<u32>, Vec<usize>, Vec<usize>) {
+        let mut promoted = Vec::new();
+        let mut owner = vec![NONE; SLOT_COUNT as usize];
+        let mut masters = Vec::new();
+        for r in map.ranges() {
+            let Some(shard) = map.shards().get(r.shard) else {
+                continue;
+            };
+            let node = &shard.master;
+            let port = match tls {
+                true => node.tls_port.or(node.port),
+                false => node.port,
+            };
+            let conn = match (node.endpoint.host(origin), port) {
+                (Some(host), Some(port)) => self.conn_of(host, port),
+                _ => None,
+            };
+            let Some(conn) = conn else { continue };
+            for slot in r.start..=r.end {
+                owner[slot as usize] = conn as u32;
+            }
+            masters.push(conn);
+        }
+        for &conn in &masters {
+            let before = self.owner.contains(&(conn as u32));
+            if self.mapped && !before && !self.is_master(conn) && !promoted.contains(&conn) {
+                promoted.push(conn);
+            }
+        }
+        (owner, masters, promoted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::cluster::{ClusterNode, Endpoint, Health, Shard, SlotRange};
+
+    fn node(port: u16) -> ClusterNode {
+        ClusterNode {
+            id: None,
+            endpoint: Endpoint::Host("127.0.0.1".into()),
+            port: Some(port),
+            tls_port: None,
+            health: Health::Online,
+        }
+    }
+
+    fn map(owners: &[(u16, u16, u16)], replicas: &[u16]) -> SlotMap {
+        let mut shards = Vec::new();
+        let mut ranges = Vec::new();
+        for (i, &(start, end, port)) in owners.iter().enumerate() {
+            shards.push(Shard {
+                master: node(port),
+                replicas: replicas.iter().map(|&p| node(p)).collect(),
+            });
+            ranges.push(SlotRange {
+                start,
+                end,
+                shard: i,
+            });
+        }
+        SlotMap::new(shards, ranges).unwrap()
+    }
+
+    fn table() -> Table {
+        Table::unmapped(
+            [7000u16, 7001, 7002]
+                .iter()
+                .enumerate()
+                .map(|(i, &port)| Node {
+                    host: "127.0.0.1".into(),
+                    port,
+                    conn: 10 + i,
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn slots_route_to_their_master_and_a_move_says_what_it_is() {
+        let mut t = table();
+        assert_eq!(t.owner(5), None);
+        let promoted = t.install(
+            &map(&[(0, 8191, 7000), (8192, 16383, 7001)], &[7002]),
+            "x",
+            false,
+        );
+        assert!(promoted.is_empty(), "the first map promotes nobody");
+        assert_eq!(
+            (t.owner(0), t.owner(8192), t.owner(16383)),
+            (Some(10), Some(11), Some(11))
+        );
+        assert_eq!(t.moved(0, 10), Takeover::Same);
+        assert_eq!(
+            t.moved(0, 11),
+            Takeover::Master,
+            "a migration between masters"
+        );
+        assert_eq!(t.moved(1, 12), Takeover::Promoted, "the replica took over");
+        assert_eq!(t.owner(1), Some(12));
+    }
+
+    #[test]
+    fn a_new_map_names_promoted_replicas() {
+        let mut t = table();
+        t.install(
+            &map(&[(0, 8191, 7000), (8192, 16383, 7001)], &[7002]),
+            "x",
+            false,
+        );
+        let promoted = t.install(
+            &map(&[(0, 8191, 7002), (8192, 16383, 7001)], &[]),
+            "x",
+            false,
+        );
+        assert_eq!(promoted, vec![12]);
+        assert_eq!(t.owner(0), Some(12));
+        // Unknown masters leave their slots unserved.
+        let mut u = table();
+        u.install(&map(&[(0, 16383, 9999)], &[]), "x", false);
+        assert_eq!(u.owner(0), None);
+    }
+}

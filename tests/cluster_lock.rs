@@ -1,0 +1,666 @@
+//! Issue #27: Redlock members that are whole Redis Clusters, on real clusters started by the tests
+//! (`tests/support/redis_cluster/`: `redis-server --cluster-enabled yes` on loopback, slots assigned by the test).
+//!
+//! - locking across three members of three masters each: every key lands on its slot's master in every
+//!   member, a contender is refused, a guard renews;
+//! - plain members and a cluster member in one manager;
+//! - `MOVED`: a slot migrated (with its keys) on every member while a guard holds and renews it; a contender
+//!   whose maps are stale follows the redirections and is refused (the deliberate break, a `MOVED` counted as a
+//!   grant, is caught here);
+//! - `ASK`: a slot half-way through its migration: an absent key is set on the importing master after `ASKING`;
+//! - a failover that loses a grant: two members' masters killed before their (paused) replicas received the
+//!   holder's key, the replicas promoted; with the restart guard the promoted masters' grants are quarantined
+//!   and the mutual-exclusion checker finds no overlap; the control (guard off) finds the overlap.
+
+mod support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use muxlock::net::cluster::key_slot;
+use muxlock::{Config, Error, LockManager, Outcome};
+use support::checker::{Hold, instant_ns, mono_ns, overlaps};
+use support::locks::{manager, one_attempt, wait_until};
+use support::wire::show;
+use support::{Failover, RedisCluster, RedisServer};
+
+const ROUND: Duration = Duration::from_millis(500);
+/// For guards: a guard's TTL must leave room for renewals (at least 7 round timeouts).
+const GUARD_ROUND: Duration = Duration::from_millis(100);
+
+/// Starts `count` clusters of `masters` masters at once; the first `with_replicas` get one replica per master.
+fn clusters(count: usize, masters: usize, with_replicas: usize) -> Vec<RedisCluster> {
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..count)
+            .map(|i| {
+                s.spawn(move || {
+                    RedisCluster::builder(masters)
+                        .replicas(usize::from(i < with_replicas))
+                        .start()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a cluster"))
+            .collect()
+    })
+}
+
+/// The value `key` holds on node `i` of `c` (`None`: absent), read with `ASKING` so an importing node answers.
+#[track_caller]
+fn get(c: &RedisCluster, i: usize, key: &str) -> Option<Vec<u8>> {
+    let mut bytes = support::cmd(&["ASKING"]);
+    bytes.extend(support::cmd(&["GET", key]));
+    let raw = c.node(i).raw(&bytes);
+    let rest = raw
+        .strip_prefix(b"+OK\r\n")
+        .unwrap_or_else(|| panic!("ASKING: {}", show(&raw)));
+    // Absent, or not served here (a migrating master answers ASK for a key it does not hold).
+    if rest == b"$-1\r\n" || rest.starts_with(b"-ASK") || rest.starts_with(b"-MOVED") {
+        return None;
+    }
+    let body = rest
+        .splitn(2, |&b| b == b'\n')
+        .nth(1)
+        .unwrap_or_else(|| panic!("GET: {}", show(rest)));
+    Some(body.strip_suffix(b"\r\n").unwrap_or(body).to_vec())
+}
+
+#[track_caller]
+fn held(result: muxlock::Result<muxlock::Lock>) {
+    match result {
+        Err(Error::Held(_)) => {}
+        Err(e) => panic!("expected Held, got {e}"),
+        Ok(l) => panic!(
+            "expected Held, got the lock on {:?}",
+            String::from_utf8_lossy(l.resource())
+        ),
+    }
+}
+
+#[test]
+fn locks_across_three_cluster_members() {
+    let cs = clusters(3, 3, 0);
+    let urls: Vec<String> = cs.iter().map(RedisCluster::seed_url).collect();
+    let a = manager(urls.clone(), one_attempt(GUARD_ROUND));
+    let b = manager(urls, one_attempt(ROUND));
+    let mut masters_used = std::collections::BTreeSet::new();
+    for i in 0..24 {
+        let r = format!("invoice:{i}");
+        let lock = a
+            .request(&r)
+            .ttl(Duration::from_secs(5))
+            .once()
+            .acquire()
+            .expect("acquired");
+        for c in &cs {
+            let owner = c.owner_of(key_slot(r.as_bytes()));
+            masters_used.insert(owner);
+            assert_eq!(
+                get(c, owner, &r).as_deref(),
+                Some(lock.value().as_bytes()),
+                "{r} on its master"
+            );
+        }
+        held(b.request(&r).once().acquire());
+        a.unlock(lock).expect("released");
+        // Confirmed by a majority: the last member's delete may still be on its way.
+        wait_until(Duration::from_secs(2), "released on every member", || {
+            cs.iter()
+                .all(|c| get(c, c.owner_of(key_slot(r.as_bytes())), &r).is_none())
+        });
+    }
+    assert_eq!(
+        masters_used.len(),
+        3,
+        "the resources spread over every master"
+    );
+    // A guard renews across members (renewals pipelined per member, split per master).
+    let guards: Vec<_> = (0..6)
+        .map(|i| {
+            a.request(format!("job:{i}"))
+                .ttl(Duration::from_millis(800))
+                .once()
+                .hold()
+                .expect("guard")
+        })
+        .collect();
+    // An owned hold's and a fenced lock's renewals name their derived keys in the resource's slot too.
+    let me = a.owner().expect("an owner");
+    let owned = a
+        .request("otree")
+        .owned(&me)
+        .ttl(Duration::from_millis(800))
+        .once()
+        .hold()
+        .expect("owned guard");
+    let fenced = a
+        .request("fjob")
+        .fenced()
+        .ttl(Duration::from_millis(800))
+        .once()
+        .hold()
+        .expect("fenced guard");
+    thread::sleep(Duration::from_millis(1_500));
+    for g in guards.iter().chain([&owned, &fenced]) {
+        assert!(!g.is_lost(), "renewed past two leases: {:?}", g.lost());
+    }
+    for i in 0..6 {
+        held(b.request(format!("job:{i}")).once().acquire());
+    }
+    for g in guards.into_iter().chain([owned, fenced]) {
+        g.release().expect("released");
+    }
+    // A set on cluster members: one slot or refused before anything is sent.
+    let set = a
+        .request_all(["{order:7}:a", "{order:7}:b"])
+        .once()
+        .acquire()
+        .expect("one slot");
+    a.unlock(set).expect("released");
+    match a.request_all(["x", "y"]).once().acquire() {
+        Err(Error::Config(msg)) => assert!(msg.to_string().contains("hash slot"), "{msg}"),
+        other => panic!("a set over two slots: {other:?}"),
+    }
+    // Fenced and owned locks keep their derived keys in the resource's slot: `muxlock:fence:{ledger}`.
+    let first = a
+        .request("ledger")
+        .fenced()
+        .once()
+        .acquire()
+        .expect("fenced");
+    let t1 = first.token().expect("a token");
+    for c in &cs {
+        let owner = c.owner_of(key_slot(b"ledger"));
+        assert!(
+            get(c, owner, "muxlock:fence:{ledger}").is_some(),
+            "the counter beside the key"
+        );
+    }
+    a.unlock(first).expect("released");
+    let second = b
+        .request("ledger")
+        .fenced()
+        .once()
+        .acquire()
+        .expect("fenced");
+    assert!(second.token().expect("a token") > t1, "tokens grow");
+    b.unlock(second).expect("released");
+    let outer = a
+        .request("tree")
+        .owned(&me)
+        .once()
+        .acquire()
+        .expect("owned");
+    let inner = a
+        .request("tree")
+        .owned(&me)
+        .once()
+        .acquire()
+        .expect("owned again");
+    held(b.request("tree").once().acquire());
+    a.unlock(inner).expect("released");
+    held(b.request("tree").once().acquire());
+    a.unlock(outer).expect("released");
+    let free = b.request("tree").once().acquire().expect("free");
+    b.unlock(free).expect("released");
+    // A batch: split per master inside each member (one write per connection), released one lock at a time.
+    let names: Vec<String> = (0..20).map(|i| format!("batch:{i}")).collect();
+    let mine: Vec<_> = a
+        .try_lock_batch(&names, Duration::from_secs(5))
+        .into_iter()
+        .map(|r| r.expect("no error").expect("granted"))
+        .collect();
+    for r in b.try_lock_batch(&names, Duration::from_secs(5)) {
+        assert!(r.expect("no error").is_none(), "held by the first batch");
+    }
+    for released in a.unlock_batch(mine) {
+        released.expect("released");
+    }
+    wait_until(
+        Duration::from_secs(2),
+        "the batch released on every member",
+        || {
+            cs.iter().all(|c| {
+                names
+                    .iter()
+                    .all(|n| get(c, c.owner_of(key_slot(n.as_bytes())), n).is_none())
+            })
+        },
+    );
+    // Waiting on cluster members: in this process' line (no queue on the nodes), woken at the holder's expiry.
+    let short = a
+        .request("w")
+        .ttl(Duration::from_millis(800))
+        .once()
+        .acquire()
+        .expect("held");
+    let started = Instant::now();
+    let waited = b
+        .request("w")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .expect("after the expiry");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    b.unlock(waited).expect("released");
+    drop(short);
+    // A brace without a hash tag: no way to name its counter in its slot.
+    assert!(matches!(
+        a.request("a{b").fenced().once().acquire(),
+        Err(Error::Config(_))
+    ));
+}
+
+#[test]
+fn plain_and_cluster_members_mix() {
+    let cs = clusters(1, 3, 0);
+    let (mut p0, p1) = (RedisServer::start(), RedisServer::start());
+    let urls = vec![p0.url(), cs[0].seed_url(), p1.url()];
+    let a = manager(urls.clone(), one_attempt(ROUND));
+    let b = manager(urls, one_attempt(ROUND));
+    let lock = a
+        .request("mixed")
+        .ttl(Duration::from_secs(5))
+        .once()
+        .acquire()
+        .expect("acquired");
+    let owner = cs[0].owner_of(key_slot(b"mixed"));
+    assert_eq!(
+        get(&cs[0], owner, "mixed").as_deref(),
+        Some(lock.value().as_bytes())
+    );
+    let plain = p1.raw(&support::cmd(&["GET", "mixed"]));
+    assert!(
+        plain.ends_with(&[lock.value().as_bytes(), b"\r\n"].concat()),
+        "{}",
+        show(&plain)
+    );
+    held(b.request("mixed").once().acquire());
+    a.unlock(lock).expect("released");
+    // One plain member down: the cluster member and the other plain one are a majority.
+    p0.kill();
+    let lock = b.request("mixed").once().acquire().expect("2 of 3");
+    b.unlock(lock).expect("released");
+}
+
+#[test]
+fn moved_during_a_migration_while_a_guard_holds_and_renews() {
+    let mut cs = clusters(3, 3, 0);
+    let urls: Vec<String> = cs.iter().map(RedisCluster::seed_url).collect();
+    let a = manager(urls.clone(), one_attempt(GUARD_ROUND));
+    // Built before the migration: its maps go stale, so every one of its requests meets a MOVED.
+    let b = manager(urls, one_attempt(ROUND));
+    let r = "moving";
+    let slot = key_slot(r.as_bytes());
+    let guard = a
+        .request(r)
+        .ttl(Duration::from_millis(900))
+        .once()
+        .hold()
+        .expect("guard");
+    for c in &mut cs {
+        let to = (c.shard_of(slot) + 1) % c.shard_count();
+        assert_eq!(
+            c.migrate_slot(slot, to),
+            1,
+            "the lock key moves with the slot"
+        );
+    }
+    // The contender's maps are stale: each member answers MOVED, which it follows to the new master, where
+    // the holder's key is (a MOVED counted as a grant would give it the lock here).
+    held(b.request(r).once().acquire());
+    // Renewals (every 300 ms) meet MOVED on every member, follow it, and keep the lock.
+    thread::sleep(Duration::from_millis(1_200));
+    assert!(
+        !guard.is_lost(),
+        "renewed across the migration: {:?}",
+        guard.lost()
+    );
+    held(b.request(r).once().acquire());
+    guard.release().expect("released");
+    let lock = b
+        .request(r)
+        .once()
+        .acquire()
+        .expect("free after the release");
+    for c in &cs {
+        let owner = c.owner_of(slot);
+        assert_eq!(
+            get(c, owner, r).as_deref(),
+            Some(lock.value().as_bytes()),
+            "on the new master"
+        );
+    }
+    b.unlock(lock).expect("released");
+}
+
+#[test]
+fn ask_mid_migration_sets_an_absent_key_on_the_importing_master() {
+    let mut cs = clusters(3, 3, 0);
+    let urls: Vec<String> = cs.iter().map(RedisCluster::seed_url).collect();
+    let a = manager(urls.clone(), one_attempt(ROUND));
+    let b = manager(urls, one_attempt(ROUND));
+    let r = "asked";
+    let slot = key_slot(r.as_bytes());
+    let migrations: Vec<_> = cs
+        .iter()
+        .map(|c| c.begin_migration(slot, (c.shard_of(slot) + 1) % c.shard_count()))
+        .collect();
+    let lock = a
+        .request(r)
+        .ttl(Duration::from_secs(5))
+        .once()
+        .acquire()
+        .expect("acquired after ASK");
+    for (c, m) in cs.iter().zip(&migrations) {
+        assert_eq!(get(c, m.from, r), None, "not on the migrating master");
+        assert_eq!(
+            get(c, m.to, r).as_deref(),
+            Some(lock.value().as_bytes()),
+            "on the importing master"
+        );
+    }
+    held(b.request(r).once().acquire());
+    a.unlock(lock).expect("released after ASK");
+    // A release returns once a majority confirmed it: a member whose ASK came after that is not followed (no
+    // one reads the round any more), and its key ends with its lease. So a majority, not every member.
+    let freed = cs
+        .iter()
+        .zip(&migrations)
+        .filter(|(c, m)| get(c, m.to, r).is_none())
+        .count();
+    assert!(freed >= 2, "released on {freed} importing masters");
+    for (c, m) in cs.iter_mut().zip(migrations) {
+        c.finish_migration(m);
+    }
+    let lock = b.request(r).once().acquire().expect("after the migration");
+    b.unlock(lock).expect("released");
+}
+
+/// The mutual-exclusion checker over cluster members while the resources' slots migrate back and forth on
+/// every member (`ASK` while half-way, `MOVED` after): four workers, each with its own manager, compete for three
+/// resources; every hold is recorded as `[acquired, min(valid_until, unlock)]`; no two may overlap.
+#[test]
+fn no_two_holders_while_slots_migrate() {
+    let mut cs = clusters(3, 3, 0);
+    let urls: Vec<String> = cs.iter().map(RedisCluster::seed_url).collect();
+    let resources = ["mx:a", "mx:b", "mx:c"];
+    let recorder = support::checker::Recorder::default();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let migrations = thread::scope(|s| {
+        for w in 0..4 {
+            let (urls, recorder, stop) = (urls.clone(), recorder.clone(), &stop);
+            s.spawn(move || {
+                let m = manager(urls, one_attempt(ROUND));
+                let mut i = w;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    i += 1;
+                    let r = resources[i % resources.len()];
+                    if let Ok(l) = m
+                        .request(r)
+                        .ttl(Duration::from_millis(400))
+                        .once()
+                        .acquire()
+                    {
+                        let start = mono_ns();
+                        thread::sleep(Duration::from_millis(3));
+                        let end = mono_ns().min(instant_ns(l.valid_until()));
+                        recorder.record(Hold {
+                            resource: r.into(),
+                            holder: format!("w{w}"),
+                            start,
+                            end,
+                        });
+                        let _ = m.unlock(l);
+                    }
+                }
+            });
+        }
+        let mut moved = 0;
+        for round in 0..2 {
+            for r in resources {
+                let slot = key_slot(r.as_bytes());
+                for c in cs.iter_mut() {
+                    let to = (c.shard_of(slot) + 1 + round) % c.shard_count();
+                    let m = c.begin_migration(slot, to);
+                    thread::sleep(Duration::from_millis(30)); // ASK for absent keys meanwhile
+                    c.move_slot_keys(&m);
+                    thread::sleep(Duration::from_millis(30));
+                    c.finish_migration(m);
+                    moved += 1;
+                }
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        moved
+    });
+    let holds = recorder.holds();
+    eprintln!("{} holds over {migrations} migrations", holds.len());
+    assert_eq!(migrations, 18);
+    assert!(holds.len() > 50, "too few holds to judge: {}", holds.len());
+    let found = overlaps(&holds);
+    assert!(found.is_empty(), "two holders: {found:?}");
+}
+
+/// A holder's grant lost in a failover on two of three members: the replicas were paused (so never got the
+/// key) when their masters were killed, then promoted. A contender's grants from the promoted masters must not
+/// count while the holder's lease runs: `guarded` with the restart guard on (0 overlaps), and the control with
+/// it off must see the overlap (the fault struck).
+fn failover_contender(guarded: bool) -> (Vec<(Hold, Hold)>, [bool; 2]) {
+    let mut cs = clusters(3, 2, 2);
+    let urls: Vec<String> = cs.iter().map(RedisCluster::seed_url).collect();
+    let ttl = Duration::from_secs(3);
+    let config = |guard: bool| {
+        Config::default()
+            .with_retry_count(0)
+            .with_round_timeout(ROUND)
+            .with_restart_guard(guard)
+            .with_restart_window(ttl)
+    };
+    let a = manager(urls.clone(), config(true));
+    let b = manager(urls.clone(), config(guarded));
+    let r = "failing";
+    let slot = key_slot(r.as_bytes());
+    let acquired_ns;
+    // The restart guard counts nodes up longer than the window (a few seconds after the clusters started).
+    let lock = {
+        let mut got = None;
+        wait_until(Duration::from_secs(20), "the nodes to count", || {
+            got = a.request(r).ttl(ttl).once().acquire().ok();
+            if got.is_none() {
+                thread::sleep(Duration::from_millis(200));
+            }
+            got.is_some()
+        });
+        let first = got.expect("acquired");
+        a.unlock(first).expect("released");
+        // Both managers have used the TTL now (their windows cover it).
+        let _ = b
+            .request("warm")
+            .ttl(ttl)
+            .once()
+            .acquire()
+            .map(|l| b.unlock(l));
+        let s: Vec<usize> = cs.iter().take(2).map(|c| c.shard_of(slot)).collect();
+        // Each replica is cut off its master and paused: it cannot reconnect, so never gets what follows.
+        for (c, &s) in cs.iter_mut().zip(&s) {
+            let (master, replica) = (c.master_index(s), c.replica_indexes(s)[0]);
+            c.node_mut(replica).pause();
+            let killed = c.command(master, &["CLIENT", "KILL", "TYPE", "replica"]);
+            assert_eq!(killed, b":1\r\n", "{}", show(&killed));
+        }
+        let lock = a
+            .request(r)
+            .ttl(ttl)
+            .once()
+            .acquire()
+            .expect("the holder's lock");
+        acquired_ns = mono_ns();
+        for (c, &s) in cs.iter_mut().zip(&s) {
+            let (master, replica) = (c.master_index(s), c.replica_indexes(s)[0]);
+            c.node_mut(master).kill();
+            c.node_mut(replica).resume();
+        }
+        for (c, &s) in cs.iter_mut().zip(&s) {
+            let new = c.fail_over(s, Failover::Takeover);
+            assert_eq!(
+                get(c, new, r),
+                None,
+                "the promoted replica never got the grant"
+            );
+        }
+        lock
+    };
+    let holder = Hold {
+        resource: r.into(),
+        holder: "a".into(),
+        start: acquired_ns,
+        end: instant_ns(lock.valid_until()),
+    };
+    // A contender built after the failover (it reads the promoted masters' INFO) and the one built before
+    // (it learns of the failover from failed connections and a new map) try until the holder's lease ends.
+    let c = manager(urls, config(guarded));
+    let mut holds = vec![holder];
+    let until = lock.valid_until();
+    let mut tries = 0;
+    let mut quarantined = [false; 2];
+    while Instant::now() < until && tries < 200 {
+        tries += 1;
+        for (i, (name, m)) in [("b", &b), ("c", &c)].into_iter().enumerate() {
+            match m.request(r).ttl(ttl).once().acquire() {
+                Ok(l) => {
+                    holds.push(Hold {
+                        resource: r.into(),
+                        holder: name.into(),
+                        start: mono_ns(),
+                        end: instant_ns(l.valid_until()),
+                    });
+                    let _ = m.unlock(l);
+                }
+                Err(Error::Held(report) | Error::Quorum(report)) => {
+                    // Grants of the promoted masters, not counted.
+                    let n = report
+                        .nodes()
+                        .iter()
+                        .filter(|(_, o)| *o == Outcome::Quarantined)
+                        .count();
+                    quarantined[i] |= n == 2;
+                }
+                Err(e) => panic!("{name}: {e}"),
+            }
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    drop(cs);
+    (overlaps(&holds), quarantined)
+}
+
+#[test]
+fn a_failover_that_loses_a_grant_gives_no_second_holder() {
+    let (found, quarantined) = failover_contender(true);
+    assert!(found.is_empty(), "two holders: {found:?}");
+    // Both ways of learning of the failover were exercised: the manager that saw it (a new map after failed
+    // connections) and the one built after it (the promoted masters' INFO).
+    assert_eq!(
+        quarantined,
+        [true, true],
+        "the promoted masters' grants were not counted"
+    );
+}
+
+#[test]
+fn control_without_the_restart_guard_the_failover_gives_two_holders() {
+    let (found, _) = failover_contender(false);
+    assert!(
+        !found.is_empty(),
+        "the failover did not strike: the test proves nothing"
+    );
+}
+
+/// The async verbs over cluster members: the routed round polled by tasks (`poll_next`), redirections
+/// included (an `ASK` mid-migration, then `MOVED` after it).
+#[test]
+fn async_verbs_route_and_follow_redirections() {
+    let mut cs = clusters(3, 3, 0);
+    let urls: Vec<String> = cs.iter().map(RedisCluster::seed_url).collect();
+    let a = manager(urls.clone(), one_attempt(ROUND));
+    let b = manager(urls, one_attempt(ROUND));
+    let rt = support::rt::two_workers();
+    let r = "async";
+    let slot = key_slot(r.as_bytes());
+    let migrations: Vec<_> = cs
+        .iter()
+        .map(|c| c.begin_migration(slot, (c.shard_of(slot) + 1) % c.shard_count()))
+        .collect();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let a = a.clone();
+                tokio::spawn(async move {
+                    let name = format!("task:{i}");
+                    let lock = a
+                        .request(&name)
+                        .once()
+                        .acquire_async()
+                        .await
+                        .expect("acquired");
+                    a.unlock_async(lock).await.expect("released");
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("a task");
+        }
+        let lock = a
+            .request(r)
+            .ttl(Duration::from_secs(5))
+            .once()
+            .acquire_async()
+            .await;
+        let lock = lock.expect("acquired after ASK");
+        assert!(matches!(
+            b.request(r).once().acquire_async().await,
+            Err(Error::Held(_))
+        ));
+        a.unlock_async(lock).await.expect("released after ASK");
+    });
+    for (c, m) in cs.iter_mut().zip(migrations) {
+        c.finish_migration(m);
+    }
+    rt.block_on(async {
+        let lock = b
+            .request(r)
+            .once()
+            .acquire_async()
+            .await
+            .expect("after MOVED");
+        b.unlock_async(lock).await.expect("released");
+    });
+}
+
+#[allow(dead_code)]
+fn assert_send_sync<T: Send + Sync>() {}
+
+#[test]
+fn cluster_urls_and_the_builder_call() {
+    assert_send_sync::<LockManager>();
+    // A cluster whose seeds do not answer builds (its map is read later), and its votes fail.
+    let locks = LockManager::builder()
+        .cluster(["127.0.0.1:1"])
+        .node("127.0.0.1:2")
+        .node("127.0.0.1:3")
+        .config(
+            one_attempt(Duration::from_millis(50)).with_connect_timeout(Duration::from_millis(50)),
+        )
+        .build()
+        .expect("built");
+    assert!(matches!(
+        locks.request("r").once().acquire(),
+        Err(Error::Quorum(_))
+    ));
+}
