@@ -415,6 +415,19 @@ impl<'a> Round<'a> {
             if blocked.contains(&h.node) {
                 return true;
             }
+            // The connection the request was held for may have been dropped meanwhile (a reset, a restart, a
+            // hang): its queue emptied, so there is room, but a request queued on a connection that is down has
+            // no bytes on any wire, and the next connection would hand it its first reply (every later reply
+            // shifted by one). As `offer` does: dial anew if the backoff allows, else the node's error is the
+            // request's outcome.
+            let mut out = Filing {
+                slots,
+                wake: &mut wake,
+            };
+            if let Err(e) = conn.ensure(&f.registry, |g| token(h.node, g), &f.opts, now, &mut out) {
+                wake.extend(slots.refuse(self.slot, h.node, h.replies, Err(e)));
+                return false;
+            }
             let room = conn.state.room(h.replies, Priority::Release, &f.opts);
             if room == Room::Yes {
                 conn.state
