@@ -251,7 +251,6 @@ fn hold_never_returns_a_guard_that_is_already_lost() {
 /// deepest overload. Here node 0 answers all along (a byte a millisecond), frees room after ~110 ms, and the
 /// release (first deadline 50 ms, hard bound 3 s) must get its reply.
 #[test]
-#[ignore = "finding 4: a held release is refused at the first deadline, before patience can wait for its node"]
 fn a_patient_release_waits_for_room_on_a_node_that_is_still_answering() {
     let cluster = Cluster::start(2);
     let px = FaultProxy::start(cluster.addrs()[0]);

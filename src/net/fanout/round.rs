@@ -396,7 +396,8 @@ impl<'a> Round<'a> {
         inner
     }
 
-    /// Queues held requests on nodes that now have room; past the deadline, counts the rest as overloaded.
+    /// Queues held requests on nodes that now have room; past the deadline (a patient round's last one), counts
+    /// the rest as overloaded.
     pub(super) fn retry_held(&mut self, mut inner: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
         let Some(mut held) = self.held.take() else {
             return inner;
@@ -435,7 +436,9 @@ impl<'a> Round<'a> {
                 jobs.extend(conn.take_write());
                 return false;
             }
-            if now >= self.deadline {
+            // A patient round may still move its deadline for a node that answers (`time_out_due`): its held
+            // requests wait for room until the round can no longer be extended.
+            if now >= self.deadline && self.hard <= self.deadline {
                 f.stats[h.node].refused(h.replies);
                 let r = Err(NodeError::Overloaded);
                 wake.extend(slots.refuse(self.slot, h.node, h.replies, r));
