@@ -145,7 +145,11 @@ fn slow_cluster(round: Duration) -> (Cluster, Vec<FaultProxy>, muxlock::LockMana
 fn a_guard_drop_waits_for_a_slow_majority_as_documented_not_for_a_hung_one() {
     let round = Duration::from_millis(100);
     let (cluster, proxies, locks) = slow_cluster(round);
-    let guard = locks.request("g").ttl(Duration::from_secs(10)).hold().expect("hold");
+    let guard = locks
+        .request("g")
+        .ttl(Duration::from_secs(10))
+        .hold()
+        .expect("hold");
     for p in &proxies[..2] {
         p.set(Fault::Trickle(Duration::from_millis(80)));
     }
@@ -165,7 +169,11 @@ fn a_guard_drop_waits_for_a_slow_majority_as_documented_not_for_a_hung_one() {
         assert_eq!(reply, b":0\r\n", "the key was left on a node");
     }
 
-    let guard = locks.request("h").ttl(Duration::from_secs(10)).hold().expect("hold");
+    let guard = locks
+        .request("h")
+        .ttl(Duration::from_secs(10))
+        .hold()
+        .expect("hold");
     for p in &proxies[..2] {
         p.set(Fault::BlackHole);
     }
