@@ -228,7 +228,6 @@ fn a_wait_returns_within_max_wait_plus_one_round_timeout_as_documented() {
 /// lost** (its deadline is the lease's end minus a 200 ms margin). `run(work)` would then run `work` without the
 /// lock (its value is dropped afterwards, but what it did is done).
 #[test]
-#[ignore = "finding 3: a patient acquisition may spend the lease; hold() returns a guard already lost"]
 fn hold_never_returns_a_guard_that_is_already_lost() {
     let round = Duration::from_millis(100);
     let (cluster, proxies, locks) = slow_cluster(round);
