@@ -304,3 +304,47 @@ fn a_patient_release_waits_for_room_on_a_node_that_is_still_answering() {
         "the release held for room on a node still answering was not waited for"
     );
 }
+
+/// Held up: a node that never stops sending bytes (a reply that never ends, trickled: bytes a real server never
+/// sends) keeps a patient round waiting, but never past its hard bound, from a thread or from a task.
+#[test]
+fn an_endless_reply_keeps_a_patient_round_no_later_than_its_hard_bound() {
+    let fake = support::FakeServer::start(|cmd| match support::fake::name(cmd).as_deref() {
+        Some("PING") => support::Action::reply("+PONG\r\n"),
+        _ => {
+            let mut endless = b"+".to_vec();
+            endless.extend(std::iter::repeat_n(b'x', 4000));
+            support::Action::Trickle(endless, Duration::from_millis(5))
+        }
+    });
+    let server = support::server::RedisServer::start();
+    let fanout = connected(&[fake.url(), server.url()], Options::default());
+    for task in [false, true] {
+        let started = Instant::now();
+        let mut round = fanout.round(started + Duration::from_millis(50));
+        round.patient_until(started + Duration::from_millis(600));
+        round.send_all(&request(&[b"ECHO", b"mine"]), 1);
+        let out = match task {
+            false => {
+                let mut out = vec![None, None];
+                while let Some((node, reply)) = round.next() {
+                    out[node] = Some(reply);
+                }
+                out
+            }
+            true => smol::block_on(async {
+                let mut out = vec![None, None];
+                while let Some((node, reply)) = round.next_async().await {
+                    out[node] = Some(reply);
+                }
+                out
+            }),
+        };
+        let took = started.elapsed();
+        assert_eq!(out, vec![Some(Err(NodeError::Timeout)), Some(bulk("mine"))]);
+        assert!(
+            took >= Duration::from_millis(550) && took < Duration::from_millis(1000),
+            "task {task}: the round ended after {took:?} (deadline 50 ms, hard bound 600 ms)"
+        );
+    }
+}
