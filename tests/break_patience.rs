@@ -348,3 +348,44 @@ fn an_endless_reply_keeps_a_patient_round_no_later_than_its_hard_bound() {
         );
     }
 }
+
+/// Held up: an async acquisition dropped in the middle of its patient round (past its first deadline, waiting
+/// for a slow majority) leaves no key behind: its undo releases on every node once they answer.
+#[test]
+fn an_acquisition_dropped_while_patient_leaves_no_key() {
+    let round = Duration::from_millis(100);
+    let (cluster, proxies, locks) = slow_cluster(round);
+    for p in &proxies[..2] {
+        p.set(Fault::Trickle(Duration::from_millis(60)));
+    }
+    let started = Instant::now();
+    let got = smol::block_on(smol::future::or(
+        async {
+            Some(
+                locks
+                    .request("c")
+                    .ttl(Duration::from_secs(10))
+                    .once()
+                    .acquire_async()
+                    .await,
+            )
+        },
+        async {
+            smol::Timer::after(Duration::from_millis(180)).await;
+            None
+        },
+    ));
+    assert!(
+        got.is_none(),
+        "the acquisition was decided in {:?}: nothing was tested",
+        started.elapsed()
+    );
+    for p in &proxies {
+        p.set(Fault::None);
+    }
+    for node in cluster.nodes() {
+        locks::wait_until(Duration::from_secs(3), "no key left behind", || {
+            node.raw(&support::wire::cmd(&["EXISTS", "c"])) == b":0\r\n"
+        });
+    }
+}
