@@ -389,3 +389,32 @@ fn an_acquisition_dropped_while_patient_leaves_no_key() {
         });
     }
 }
+
+/// Finding 5 (hang, public `net` API, not new with patience): a round whose `next()` drove the poll keeps the
+/// driver between calls until it ends ("do little between them"). A second round waited on by the same thread
+/// meanwhile sleeps for a poll nobody runs: past its deadline it naps a millisecond at a time, forever. Found by
+/// the first version of finding 1's test, which collected round A's outcome, then round B's, both open.
+#[test]
+#[ignore = "finding 5: a second round waited on by the thread whose open round keeps the driver never ends"]
+fn a_round_waited_on_while_another_round_of_the_thread_drives_still_ends() {
+    let server = support::server::RedisServer::start();
+    let fanout = connected(&[server.url()], Options::default());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let fanout = std::sync::Arc::new(fanout);
+    let f = std::sync::Arc::clone(&fanout);
+    // Left behind if it hangs (a test thread; the process ends with the tests).
+    thread::spawn(move || {
+        let mut a = f.round(Instant::now() + Duration::from_secs(1));
+        a.send(0, &request(&[b"ECHO", b"a"]), 1);
+        let mut b = f.round(Instant::now() + Duration::from_secs(1));
+        b.send(0, &request(&[b"ECHO", b"b"]), 1);
+        let got_a = a.next(); // drives, and keeps the driver: `a` has not ended
+        let got_b = b.next();
+        let _ = tx.send((got_a, got_b));
+    });
+    let got = rx.recv_timeout(Duration::from_secs(5));
+    assert!(
+        got.is_ok(),
+        "round B, deadline 1 s, had not ended after 5 s: nobody polls while round A keeps the driver"
+    );
+}

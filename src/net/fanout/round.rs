@@ -327,7 +327,9 @@ impl<'a> Round<'a> {
     /// that had arrived by the deadline have been read. `None` once every request of the round has its outcome.
     ///
     /// Blocks at most until shortly after the deadline. A round that polls for everyone keeps doing so between
-    /// calls, until it ends: do little between them.
+    /// calls, until it ends: do little between them, and do not wait on another round of the same fanout from
+    /// this thread meanwhile (end or drop this one first): that round would wait for a poll nobody runs, past
+    /// its deadline, for ever.
     #[allow(clippy::should_implement_trait)] // blocking, with a deadline: not an Iterator
     pub fn next(&mut self) -> Option<(usize, Reply)> {
         let f = &*self.fanout.shared;
