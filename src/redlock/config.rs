@@ -83,8 +83,8 @@ settings! {
     ///
     /// A node that is **still answering** at the deadline (bytes came from it within the last `round_timeout`:
     /// under overload, its replies come behind thousands of this client's other requests) is waited for by a plain
-    /// acquisition or release, up to 40 round timeouts in all (2 s at the default) and never past the lease's
-    /// validity, rather than counted as timed out while it answers. A down or hung node is not: it costs one
+    /// acquisition or release, up to 40 round timeouts in all (2 s at the default) and, for an acquisition, never
+    /// past a third of the TTL (so that a guard still has room for its first renewal), rather than counted as timed out while it answers. A down or hung node is not: it costs one
     /// round timeout, or two if it falls silent during the round. Renewals, extensions and the other kinds'
     /// rounds keep the plain deadline (their length is part of other checks, such as a guard's warning before
     /// its lease ends).

@@ -327,7 +327,9 @@ impl<'a> Round<'a> {
     /// that had arrived by the deadline have been read. `None` once every request of the round has its outcome.
     ///
     /// Blocks at most until shortly after the deadline. A round that polls for everyone keeps doing so between
-    /// calls, until it ends: do little between them.
+    /// calls, until it ends: do little between them, and do not wait on another round of the same fanout from
+    /// this thread meanwhile (end or drop this one first): that round would wait for a poll nobody runs, past
+    /// its deadline, for ever.
     #[allow(clippy::should_implement_trait)] // blocking, with a deadline: not an Iterator
     pub fn next(&mut self) -> Option<(usize, Reply)> {
         let f = &*self.fanout.shared;
@@ -396,7 +398,8 @@ impl<'a> Round<'a> {
         inner
     }
 
-    /// Queues held requests on nodes that now have room; past the deadline, counts the rest as overloaded.
+    /// Queues held requests on nodes that now have room; past the deadline (a patient round's last one), counts
+    /// the rest as overloaded.
     pub(super) fn retry_held(&mut self, mut inner: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
         let Some(mut held) = self.held.take() else {
             return inner;
@@ -415,6 +418,19 @@ impl<'a> Round<'a> {
             if blocked.contains(&h.node) {
                 return true;
             }
+            // The connection the request was held for may have been dropped meanwhile (a reset, a restart, a
+            // hang): its queue emptied, so there is room, but a request queued on a connection that is down has
+            // no bytes on any wire, and the next connection would hand it its first reply (every later reply
+            // shifted by one). As `offer` does: dial anew if the backoff allows, else the node's error is the
+            // request's outcome.
+            let mut out = Filing {
+                slots,
+                wake: &mut wake,
+            };
+            if let Err(e) = conn.ensure(&f.registry, |g| token(h.node, g), &f.opts, now, &mut out) {
+                wake.extend(slots.refuse(self.slot, h.node, h.replies, Err(e)));
+                return false;
+            }
             let room = conn.state.room(h.replies, Priority::Release, &f.opts);
             if room == Room::Yes {
                 conn.state
@@ -422,7 +438,9 @@ impl<'a> Round<'a> {
                 jobs.extend(conn.take_write());
                 return false;
             }
-            if now >= self.deadline {
+            // A patient round may still move its deadline for a node that answers (`time_out_due`): its held
+            // requests wait for room until the round can no longer be extended.
+            if now >= self.deadline && self.hard <= self.deadline {
                 f.stats[h.node].refused(h.replies);
                 let r = Err(NodeError::Overloaded);
                 wake.extend(slots.refuse(self.slot, h.node, h.replies, r));

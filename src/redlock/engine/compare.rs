@@ -38,7 +38,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         // A release waits for nodes still answering (overload), a few round lengths; an extension must be decided
         // in its lease and keeps its deadline.
         if script == Script::Release {
-            round.patient_until(self.patient_from(deadline));
+            round.patient_until(self.patient_from(self.clock.now()));
         }
         let mut request = BytesMut::with_capacity(128 + resource.len());
         let sent = self.send_compare(

@@ -407,8 +407,15 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             .fanout
             .round(later(start, self.config.round_timeout).min(quorum.deadline()));
         // Nodes still answering (behind this client's own queue, under overload) are waited for, up to a few
-        // round lengths and never past the lease's validity: a vote after it counts for nothing anyway.
-        round.patient_until(self.patient_from(start).min(quorum.deadline()));
+        // round lengths and never past a third of the lease: a lock that spent more of its lease being acquired
+        // would leave a guard no room for its first renewal (due at a third of the TTL; `check_guard_ttl` allows
+        // for an acquisition of one round timeout), and would be handed to `hold()` already lost. (A vote after
+        // the validity would count for nothing anyway; a third of the TTL always comes first.)
+        round.patient_until(
+            self.patient_from(start)
+                .min(quorum.deadline())
+                .min(later(start, ttl / 3)),
+        );
         let nodes = round.send_all(&request, 1);
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let mut status = Status::Pending;

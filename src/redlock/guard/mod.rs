@@ -55,7 +55,8 @@ impl Drop for Keeper {
     fn drop(&mut self) {
         self.watchdog.stop();
         // Task guards dropped last (a service's end): their queued releases run here, or nobody would run them
-        // (the review of #26, finding 1). Bounded by one round timeout, all of them at once.
+        // (the review of #26, finding 1). All of them at once, bounded by one release round (a plain lock's is
+        // patient: up to 40 round timeouts while nodes answer slowly).
         self.release_all(self.watchdog.take_releases());
     }
 }
@@ -86,7 +87,10 @@ impl Keeper {
     /// Releases the guards `helds` (dropped by tasks) all at once: their rounds go out together and are awaited
     /// together on this thread (a task-style poll, not under `block`: one round trip for all, where one round after
     /// the other starved the renewals of the other guards behind a burst of drops, the review of #26, finding 3).
-    /// Best effort, as a guard's drop is: an error leaves a key to expire with its lease.
+    /// Best effort, as a guard's drop is: an error leaves a key to expire with its lease. Plain locks' releases
+    /// are patient rounds: while a majority's nodes answer slowly this thread (the watchdog's) waits for them, up
+    /// to 40 round timeouts, and renewals due meanwhile wait too (they could not be confirmed by those nodes in a
+    /// round timeout anyway).
     pub(crate) fn release_all(&self, helds: Vec<Arc<Held>>) {
         if helds.is_empty() {
             return;
@@ -460,7 +464,10 @@ impl Held {
 ///
 /// Check [`is_lost`](Guard::is_lost) before each step that needs the lock, or block on
 /// [`wait_lost`](Guard::wait_lost) (or a [`LostWatch`] in another thread) to stop work as soon as it is lost.
-/// Dropping a guard releases the lock (best effort, bounded by the round timeout).
+/// Dropping a guard releases the lock (best effort). The release of a plain lock is a patient round (see
+/// [`Config::round_timeout`](crate::Config::round_timeout)): a down or hung node costs it one round timeout, but
+/// while a majority's nodes are answering slowly (overload) the dropping thread waits for them, up to 40 round
+/// timeouts (2 s at the default); the other kinds' releases take at most one round timeout.
 ///
 /// # Examples
 ///
@@ -618,7 +625,8 @@ impl Drop for Guard {
                 .release_later(Arc::clone(&self.held), Arc::downgrade(&self.keeper));
             return;
         }
-        // Best effort, bounded by the round timeout; an error leaves the key to expire with its lease.
+        // Best effort, bounded by the release's round (a plain lock's is patient: up to 40 round timeouts while
+        // nodes answer slowly); an error leaves the key to expire with its lease.
         let _ = self.keeper.release(&self.held);
     }
 }

@@ -288,7 +288,7 @@ impl<'m> Request<'m> {
     /// so a request for the same resource made at once after it may still find it held: await
     /// [`Guard::release_async`] to release before going on and to see the outcome, and [`Guard::until_lost`] to
     /// learn of a loss. Guards still queued for release when the last handle on the manager goes are released
-    /// then (bounded by one round timeout).
+    /// then (bounded by one release round: up to 40 round timeouts for a plain lock while nodes answer slowly).
     ///
     /// # Errors
     ///
