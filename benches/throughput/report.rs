@@ -6,22 +6,7 @@ use std::time::Duration;
 
 use super::caller::{Step, Tally};
 use super::{Client, GRACE, Settings};
-
-/// User + system CPU time of a process, from `/proc/<pid>/stat` (fields 14 and 15, in clock ticks).
-fn cpu_time(pid: &str) -> Duration {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The command name (field 2) may hold spaces: count fields after its closing parenthesis, from field 3.
-    let after = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let field = |n: usize| {
-        fields
-            .get(n - 3)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    let ticks = field(14) + field(15);
-    Duration::from_secs_f64(ticks as f64 / rustix::param::clock_ticks_per_second() as f64)
-}
+use crate::support::process::cpu_time;
 
 /// The machine's CPU time so far (all fields of `/proc/stat`'s `cpu` line) and the part of it stolen by the
 /// hypervisor (field 8): on a VM whose host is busy, vCPUs are taken away for milliseconds at a time, and any

@@ -157,3 +157,19 @@ pub fn read_lossy_from(path: &Path, offset: u64) -> String {
 pub fn file_len(path: &Path) -> u64 {
     fs::metadata(path).map_or(0, |m| m.len())
 }
+
+/// User + system CPU time of a process (`pid`, or `"self"`), from `/proc/<pid>/stat` (fields 14 and 15, in clock ticks).
+pub fn cpu_time(pid: &str) -> Duration {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name (field 2) may hold spaces: count fields after its closing parenthesis, from field 3.
+    let after = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let field = |n: usize| {
+        fields
+            .get(n - 3)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let ticks = field(14) + field(15);
+    Duration::from_secs_f64(ticks as f64 / rustix::param::clock_ticks_per_second() as f64)
+}

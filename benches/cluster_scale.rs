@@ -1,0 +1,578 @@
+//! Cluster members (issue #27): what a Redlock member made of K Redis Cluster masters costs the servers per lock,
+//! and what it costs a lone caller, beside plain members, in one run.
+//!
+//! The deployments, all started at once and kept for the whole run (`tests/support`: `--save "" --appendonly
+//! no`, no replicas, on loopback):
+//!
+//! - `plain`: 3 plain `redis-server`s, one per member (the reference);
+//! - `3×K`: 3 members, each a Redis Cluster of K masters (`redis-server --cluster-enabled yes`, slots split
+//!   evenly), for each K of `MUXLOCK_CS_MASTERS` (default `1,2,3`).
+//!
+//! Each deployment has its own [`LockManager`] (one attempt per call, no restart guard: these servers have just
+//! started; TTL 30 s), warmed up before anything is measured.
+//!
+//! Two parts, in this order:
+//!
+//! 1. **Server CPU per lock** (`throughput`): T OS threads (default 64) share the deployment's manager, each
+//!    acquiring and releasing its own resources (`cs:<deployment>:<rep>:<thread>:<i>`, counting up, so keys spread
+//!    over every slot and no name comes back). 0.3 s of warm-up, then a window of `MUXLOCK_CS_SECS` (default 2) in
+//!    which cycles are counted and CPU is read from `/proc` at both ends: this process, and each server of the
+//!    deployment. The deployments take turns, `MUXLOCK_CS_REPS` (default 3) repetitions, the first rotating. The
+//!    table gives cycles/s (median, min–max), the servers' CPU per cycle in µs (all servers of the deployment, and
+//!    the busiest master), the client's, and the ratios the goal names: servers' CPU per cycle at 3×K ÷ at 3×1
+//!    ("flat" means within 10 %), and at 3×1 ÷ plain (what cluster mode itself costs a server). On this 2-vCPU
+//!    machine every deployment is bounded by the same two cores, so cycles/s cannot grow with K here; how fast K
+//!    masters per member would go on cores of their own is projected from the busiest master's CPU per cycle
+//!    (`BENCHMARKS.md`, "Cluster members").
+//!    Before the first repetition, each deployment's servers are measured idle for `MUXLOCK_CS_SECS`: what cluster
+//!    upkeep (cron, the cluster bus) costs with no lock at all, as % of one core.
+//! 2. **Lone-caller latency** (`latency`): one thread, one call at a time, acquire and release timed apart in HDR
+//!    histograms; the deployments take turns in batches of 100 calls, `MUXLOCK_CS_CALLS` (default 10,000) calls
+//!    per deployment. It prints p50/p90/p99 and the ratios cluster ÷ plain of the p50s (goal: within 10 %).
+//!
+//! `cargo bench --bench cluster_scale` runs both; `MUXLOCK_CS_PART=throughput` or `=latency` runs one,
+//! `MUXLOCK_CS_THREADS` sets T. `cargo test --benches` (no `--bench` flag) runs K = 1 and 3, 4 threads, one
+//! repetition of 0.2 s, 50 calls, with 2 s round timeouts, and fails if a call failed.
+
+#![allow(missing_docs)] // the bench's own items need no docs
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::env;
+use std::fs;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use muxlock::LockManager;
+use muxlock::redlock::Config;
+use support::process::cpu_time;
+use support::{Cluster, RedisCluster};
+
+/// The lease of every lock.
+const TTL: Duration = Duration::from_secs(30);
+/// Members per deployment.
+const MEMBERS: usize = 3;
+/// Warm-up before each measured window.
+const WARMUP: Duration = Duration::from_millis(300);
+/// Calls per turn of the latency part.
+const BATCH: usize = 100;
+
+struct Settings {
+    quick: bool,
+    masters: Vec<usize>,
+    threads: usize,
+    secs: Duration,
+    reps: usize,
+    calls: usize,
+    throughput: bool,
+    latency: bool,
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match env::var(name) {
+        Err(_) => default,
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?}: not a valid value")),
+    }
+}
+
+impl Settings {
+    fn from_env(quick: bool) -> Settings {
+        let masters: Vec<usize> = env::var("MUXLOCK_CS_MASTERS")
+            .unwrap_or_else(|_| if quick { "1,3" } else { "1,2,3" }.into())
+            .split(',')
+            .map(|k| match k.trim().parse() {
+                Ok(k) if (1..=8).contains(&k) => k,
+                _ => panic!("MUXLOCK_CS_MASTERS: {k:?} is not a count of masters from 1 to 8"),
+            })
+            .collect();
+        let part = env::var("MUXLOCK_CS_PART").unwrap_or_default();
+        assert!(
+            ["", "throughput", "latency"].contains(&part.as_str()),
+            "MUXLOCK_CS_PART={part:?}: throughput or latency"
+        );
+        Settings {
+            quick,
+            masters,
+            threads: env_or("MUXLOCK_CS_THREADS", if quick { 4 } else { 64 }),
+            secs: Duration::from_secs_f64(env_or("MUXLOCK_CS_SECS", if quick { 0.2 } else { 2.0 })),
+            reps: env_or("MUXLOCK_CS_REPS", if quick { 1 } else { 3 }),
+            calls: env_or("MUXLOCK_CS_CALLS", if quick { 50 } else { 10_000 }),
+            throughput: part != "latency",
+            latency: part != "throughput",
+        }
+    }
+
+    /// Test mode must not fail on a slow machine; bench mode keeps the default round timeout (50 ms).
+    fn config(&self) -> Config {
+        let round = if self.quick {
+            Duration::from_secs(2)
+        } else {
+            Config::default().round_timeout()
+        };
+        support::locks::one_attempt(round)
+    }
+}
+
+// ---------------------------------------------------------------- the deployments
+
+struct Deployment {
+    name: String,
+    /// Masters per member (0: plain members).
+    per_member: usize,
+    manager: Arc<LockManager>,
+    /// Every server's PID, member by member.
+    pids: Vec<u32>,
+    /// Kept until the end: dropping them stops the servers.
+    _plain: Option<Cluster>,
+    _members: Vec<RedisCluster>,
+}
+
+impl Deployment {
+    fn start(per_member: usize, config: &Config) -> Deployment {
+        let (plain, members, urls, pids) = if per_member == 0 {
+            let c = Cluster::start(MEMBERS);
+            let pids = c.nodes().iter().map(|n| n.pid()).collect();
+            let urls = c.urls();
+            (Some(c), Vec::new(), urls, pids)
+        } else {
+            let members: Vec<RedisCluster> = thread::scope(|s| {
+                let handles: Vec<_> = (0..MEMBERS)
+                    .map(|_| s.spawn(move || RedisCluster::start(per_member)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("a cluster member"))
+                    .collect()
+            });
+            let urls = members.iter().map(RedisCluster::seed_url).collect();
+            let pids = members
+                .iter()
+                .flat_map(|c| (0..c.len()).map(|i| c.node(i).pid()).collect::<Vec<_>>())
+                .collect();
+            (None, members, urls, pids)
+        };
+        let manager = Arc::new(support::locks::manager(urls, config.clone()));
+        let name = if per_member == 0 {
+            "plain".to_owned()
+        } else {
+            format!("{MEMBERS}×{per_member}")
+        };
+        let d = Deployment {
+            name,
+            per_member,
+            manager,
+            pids,
+            _plain: plain,
+            _members: members,
+        };
+        // Connections set up, maps read, scripts loaded.
+        for i in 0..200 {
+            let lock = d
+                .manager
+                .request(format!("cs:{}:warm:{i}", d.name))
+                .ttl(TTL)
+                .once()
+                .acquire()
+                .unwrap_or_else(|e| panic!("{}: warm-up: {e}", d.name));
+            d.manager
+                .unlock(lock)
+                .unwrap_or_else(|e| panic!("{}: warm-up release: {e}", d.name));
+        }
+        d
+    }
+
+    fn server_cpu(&self) -> Vec<Duration> {
+        self.pids.iter().map(|p| cpu_time(&p.to_string())).collect()
+    }
+}
+
+// ---------------------------------------------------------------- part 1: server CPU per lock
+
+/// One window of one deployment.
+struct Sample {
+    cycles: u64,
+    secs: f64,
+    client: Duration,
+    /// Per server, in the order of [`Deployment::pids`].
+    servers: Vec<Duration>,
+}
+
+/// Every window of one deployment, and its failed calls.
+struct Row {
+    samples: Vec<Sample>,
+    failures: u64,
+    first_error: Option<String>,
+    /// The servers' CPU with no lock, as a share of one core.
+    idle: f64,
+}
+
+fn run_case(d: &Deployment, s: &Settings, rep: usize) -> (Sample, u64, Option<String>) {
+    let start = Instant::now() + WARMUP;
+    let end = start + s.secs;
+    let quorum = d.manager.quorum();
+    thread::scope(|scope| {
+        let callers: Vec<_> = (0..s.threads)
+            .map(|k| {
+                let manager = &d.manager;
+                let name = &d.name;
+                scope.spawn(move || {
+                    let (mut cycles, mut failures, mut first_error) = (0u64, 0u64, None);
+                    for i in 0u64.. {
+                        let t0 = Instant::now();
+                        if t0 >= end {
+                            break;
+                        }
+                        let outcome = manager
+                            .request(format!("cs:{name}:{rep}:{k}:{i}"))
+                            .ttl(TTL)
+                            .once()
+                            .acquire()
+                            .and_then(|lock| manager.unlock(lock));
+                        match outcome {
+                            Ok(n) if n >= quorum => {
+                                let t1 = Instant::now();
+                                if t1 >= start && t1 < end {
+                                    cycles += 1;
+                                }
+                            }
+                            Ok(n) => {
+                                failures += 1;
+                                first_error.get_or_insert(format!("released on {n} members only"));
+                            }
+                            Err(e) => {
+                                failures += 1;
+                                first_error.get_or_insert(e.to_string());
+                            }
+                        }
+                    }
+                    (cycles, failures, first_error)
+                })
+            })
+            .collect();
+        thread::sleep(start.saturating_duration_since(Instant::now()));
+        let (client0, servers0) = (cpu_time("self"), d.server_cpu());
+        let t0 = Instant::now();
+        thread::sleep(end.saturating_duration_since(Instant::now()));
+        let (client1, servers1) = (cpu_time("self"), d.server_cpu());
+        let secs = t0.elapsed().as_secs_f64();
+        let (mut cycles, mut failures, mut first_error) = (0, 0, None);
+        for c in callers {
+            let (n, f, e) = c.join().expect("a caller");
+            cycles += n;
+            failures += f;
+            if first_error.is_none() {
+                first_error = e;
+            }
+        }
+        let servers = servers1
+            .iter()
+            .zip(&servers0)
+            .map(|(a, b)| a.saturating_sub(*b))
+            .collect();
+        (
+            Sample {
+                cycles,
+                secs,
+                client: client1.saturating_sub(client0),
+                servers,
+            },
+            failures,
+            first_error,
+        )
+    })
+}
+
+fn idle_share(d: &Deployment, secs: Duration) -> f64 {
+    let before: Duration = d.server_cpu().iter().sum();
+    thread::sleep(secs);
+    let after: Duration = d.server_cpu().iter().sum();
+    after.saturating_sub(before).as_secs_f64() / secs.as_secs_f64()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn us_per_cycle(cpu: Duration, cycles: u64) -> f64 {
+    cpu.as_secs_f64() * 1e6 / cycles.max(1) as f64
+}
+
+impl Row {
+    fn rate(&self) -> (f64, f64, f64) {
+        let rates: Vec<f64> = self
+            .samples
+            .iter()
+            .map(|s| s.cycles as f64 / s.secs)
+            .collect();
+        let min = rates.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = rates.iter().copied().fold(0.0, f64::max);
+        (median(rates), min, max)
+    }
+
+    fn cycles(&self) -> u64 {
+        self.samples.iter().map(|s| s.cycles).sum()
+    }
+
+    /// All servers' CPU per cycle over every window, µs.
+    fn servers(&self) -> f64 {
+        let cpu = self.samples.iter().flat_map(|s| &s.servers).sum();
+        us_per_cycle(cpu, self.cycles())
+    }
+
+    /// The busiest server's CPU per cycle over every window, µs.
+    fn busiest(&self) -> f64 {
+        let n = self.samples.first().map_or(0, |s| s.servers.len());
+        (0..n)
+            .map(|i| {
+                us_per_cycle(
+                    self.samples.iter().map(|s| s.servers[i]).sum(),
+                    self.cycles(),
+                )
+            })
+            .fold(0.0, f64::max)
+    }
+
+    fn client(&self) -> f64 {
+        us_per_cycle(self.samples.iter().map(|s| s.client).sum(), self.cycles())
+    }
+
+    /// Server CPU per cycle, µs, in each window (for the ratios' ranges).
+    fn servers_each(&self) -> Vec<f64> {
+        self.samples
+            .iter()
+            .map(|s| us_per_cycle(s.servers.iter().sum(), s.cycles))
+            .collect()
+    }
+}
+
+fn throughput(ds: &[Deployment], s: &Settings) {
+    let mut rows: Vec<Row> = ds
+        .iter()
+        .map(|d| Row {
+            samples: Vec::new(),
+            failures: 0,
+            first_error: None,
+            idle: idle_share(d, s.secs),
+        })
+        .collect();
+    for rep in 0..s.reps {
+        for turn in 0..ds.len() {
+            let i = (rep + turn) % ds.len();
+            let (sample, failures, error) = run_case(&ds[i], s, rep);
+            rows[i].samples.push(sample);
+            rows[i].failures += failures;
+            if rows[i].first_error.is_none() {
+                rows[i].first_error = error;
+            }
+        }
+    }
+    println!(
+        "\n### Server CPU per lock: {} threads on one manager, {} × {:.1} s per deployment, load after {}\n",
+        s.threads,
+        s.reps,
+        s.secs.as_secs_f64(),
+        loadavg()
+    );
+    println!(
+        "| deployment | servers | cycles/s (min–max) | servers µs/cycle | busiest server µs/cycle | client µs/cycle | \
+         servers idle, % of a core | failed calls |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (d, r) in ds.iter().zip(&rows) {
+        let (rate, min, max) = r.rate();
+        println!(
+            "| {} | {} | {rate:.0} ({min:.0}–{max:.0}) | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+            d.name,
+            d.pids.len(),
+            r.servers(),
+            r.busiest(),
+            r.client(),
+            100.0 * r.idle,
+            r.failures
+        );
+    }
+    for (d, r) in ds.iter().zip(&rows) {
+        if let Some(e) = &r.first_error {
+            println!("{}: first failure: {e}", d.name);
+        }
+    }
+    let by_k = |k: usize| ds.iter().position(|d| d.per_member == k).map(|i| &rows[i]);
+    if let Some(one) = by_k(1) {
+        for d in ds.iter().filter(|d| d.per_member > 1) {
+            let row = by_k(d.per_member).expect("its row");
+            ratio(
+                &format!("servers µs/cycle {} ÷ {MEMBERS}×1 (flat: ≤ 1.10)", d.name),
+                row,
+                one,
+            );
+        }
+        if let Some(plain) = by_k(0) {
+            ratio(
+                &format!("servers µs/cycle {MEMBERS}×1 ÷ plain (cluster mode's own cost)"),
+                one,
+                plain,
+            );
+        }
+        // On cores of their own, a member's rate is bounded by its busiest master.
+        for (d, r) in ds.iter().zip(&rows).filter(|(d, _)| d.per_member > 0) {
+            println!(
+                "projection: {} on dedicated cores: busiest master {:.1} µs/cycle → {:.0} locks/s per member \
+                 (the client aside)",
+                d.name,
+                r.busiest(),
+                1e6 / r.busiest().max(f64::MIN_POSITIVE)
+            );
+        }
+    }
+    if s.quick {
+        let failed: u64 = rows.iter().map(|r| r.failures).sum();
+        assert_eq!(failed, 0, "calls failed in test mode: see above");
+    }
+}
+
+/// `ours ÷ theirs` over every window, with the range of the per-window ratios (windows paired by repetition).
+fn ratio(label: &str, ours: &Row, theirs: &Row) {
+    let each: Vec<f64> = ours
+        .servers_each()
+        .iter()
+        .zip(theirs.servers_each())
+        .map(|(a, b)| a / b)
+        .collect();
+    let min = each.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = each.iter().copied().fold(0.0, f64::max);
+    println!(
+        "{label}: {:.2} ({min:.2}–{max:.2})",
+        ours.servers() / theirs.servers()
+    );
+}
+
+fn loadavg() -> String {
+    fs::read_to_string("/proc/loadavg").map_or_else(|e| e.to_string(), |s| s.trim().into())
+}
+
+// ---------------------------------------------------------------- part 2: lone-caller latency
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1_000, 60_000_000_000, 3).expect("valid bounds")
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
+}
+
+fn latency(ds: &[Deployment], s: &Settings) {
+    let mut hists: Vec<[Histogram<u64>; 2]> =
+        ds.iter().map(|_| [histogram(), histogram()]).collect();
+    let mut failures = 0u64;
+    let turns = s.calls.div_ceil(BATCH);
+    for turn in 0..turns {
+        for step in 0..ds.len() {
+            let i = (turn + step) % ds.len();
+            let d = &ds[i];
+            for c in 0..BATCH.min(s.calls - turn * BATCH) {
+                let name = format!("cs:lat:{}:{turn}:{c}", d.name);
+                let t0 = Instant::now();
+                let lock = d.manager.request(name).ttl(TTL).once().acquire();
+                let t1 = Instant::now();
+                match lock {
+                    Err(e) => {
+                        failures += 1;
+                        eprintln!("{}: acquire: {e}", d.name);
+                    }
+                    Ok(lock) => {
+                        hists[i][0].saturating_record(nanos(t1 - t0));
+                        let released = d.manager.unlock(lock);
+                        hists[i][1].saturating_record(nanos(t1.elapsed()));
+                        if !matches!(released, Ok(n) if n >= d.manager.quorum()) {
+                            failures += 1;
+                            eprintln!("{}: release: {released:?}", d.name);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    println!(
+        "\n### Lone caller: {} calls per deployment in turns of {BATCH}, load after {}\n",
+        s.calls,
+        loadavg()
+    );
+    println!("| deployment | acquire p50 / p90 / p99 µs | release p50 / p90 / p99 µs |");
+    println!("|---|---:|---:|");
+    let us = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1e3;
+    for (d, h) in ds.iter().zip(&hists) {
+        println!(
+            "| {} | {:.1} / {:.1} / {:.1} | {:.1} / {:.1} / {:.1} |",
+            d.name,
+            us(&h[0], 0.5),
+            us(&h[0], 0.9),
+            us(&h[0], 0.99),
+            us(&h[1], 0.5),
+            us(&h[1], 0.9),
+            us(&h[1], 0.99)
+        );
+    }
+    if let Some(plain) = ds.iter().position(|d| d.per_member == 0) {
+        for (i, d) in ds.iter().enumerate().filter(|(_, d)| d.per_member > 0) {
+            println!(
+                "p50 {} ÷ plain (goal ≤ 1.10): acquire {:.3}, release {:.3}",
+                d.name,
+                us(&hists[i][0], 0.5) / us(&hists[plain][0], 0.5),
+                us(&hists[i][1], 0.5) / us(&hists[plain][1], 0.5)
+            );
+        }
+    }
+    if s.quick {
+        assert_eq!(failures, 0, "calls failed in test mode: see above");
+    }
+}
+
+fn main() {
+    let args: Vec<String> = env::args().collect();
+    let flag = |f: &str| args.iter().any(|a| a == f);
+    if flag("--list") {
+        return;
+    }
+    // Criterion's rule, as in benches/lock.rs: without `--bench` (`cargo test --benches`) or with `--test`, test.
+    let quick = !flag("--bench") || flag("--test");
+    let s = Settings::from_env(quick);
+    let config = s.config();
+    let started = Instant::now();
+    let kinds: Vec<usize> = std::iter::once(0)
+        .chain(s.masters.iter().copied())
+        .collect();
+    let ds: Vec<Deployment> = thread::scope(|scope| {
+        let handles: Vec<_> = kinds
+            .iter()
+            .map(|&k| {
+                let config = &config;
+                scope.spawn(move || Deployment::start(k, config))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a deployment"))
+            .collect()
+    });
+    println!(
+        "cluster_scale: deployments {:?} ({} s to start), round timeout {:?}, load {}",
+        ds.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
+        started.elapsed().as_secs(),
+        config.round_timeout(),
+        loadavg()
+    );
+    if s.throughput {
+        throughput(&ds, &s);
+    }
+    if s.latency {
+        latency(&ds, &s);
+    }
+    // Managers first (in `Deployment`'s field order), servers last.
+    drop(ds);
+}
