@@ -31,7 +31,8 @@
 //!    per deployment. It prints p50/p90/p99 and the ratios cluster ÷ plain of the p50s (goal: within 10 %).
 //!
 //! `cargo bench --bench cluster_scale` runs both; `MUXLOCK_CS_PART=throughput` or `=latency` runs one,
-//! `MUXLOCK_CS_THREADS` sets T. `cargo test --benches` (no `--bench` flag) runs K = 1 and 3, 4 threads, one
+//! `MUXLOCK_CS_THREADS` sets T, `MUXLOCK_CS_SCALE=1` gives a deployment of K masters per member K × T threads
+//! (each master then sees as many callers as the one master of `3×1`: the load that would call for K masters). `cargo test --benches` (no `--bench` flag) runs K = 1 and 3, 4 threads, one
 //! repetition of 0.2 s, 50 calls, with 2 s round timeouts, and fails if a call failed.
 
 #![allow(missing_docs)] // the bench's own items need no docs
@@ -64,6 +65,9 @@ struct Settings {
     quick: bool,
     masters: Vec<usize>,
     threads: usize,
+    /// `MUXLOCK_CS_SCALE=1`: a deployment of K masters per member gets K × T callers (the load that would need
+    /// K masters), so each master sees as many callers as one master of `3×1` does.
+    scale: bool,
     secs: Duration,
     reps: usize,
     calls: usize,
@@ -99,6 +103,7 @@ impl Settings {
             quick,
             masters,
             threads: env_or("MUXLOCK_CS_THREADS", if quick { 4 } else { 64 }),
+            scale: env_or("MUXLOCK_CS_SCALE", 0u8) == 1,
             secs: Duration::from_secs_f64(env_or("MUXLOCK_CS_SECS", if quick { 0.2 } else { 2.0 })),
             reps: env_or("MUXLOCK_CS_REPS", if quick { 1 } else { 3 }),
             calls: env_or("MUXLOCK_CS_CALLS", if quick { 50 } else { 10_000 }),
@@ -108,6 +113,14 @@ impl Settings {
     }
 
     /// Test mode must not fail on a slow machine; bench mode keeps the default round timeout (50 ms).
+    fn threads(&self, d: &Deployment) -> usize {
+        if self.scale {
+            self.threads * d.per_member.max(1)
+        } else {
+            self.threads
+        }
+    }
+
     fn config(&self) -> Config {
         let round = if self.quick {
             Duration::from_secs(2)
@@ -216,7 +229,7 @@ fn run_case(d: &Deployment, s: &Settings, rep: usize) -> (Sample, u64, Option<St
     let end = start + s.secs;
     let quorum = d.manager.quorum();
     thread::scope(|scope| {
-        let callers: Vec<_> = (0..s.threads)
+        let callers: Vec<_> = (0..s.threads(d))
             .map(|k| {
                 let manager = &d.manager;
                 let name = &d.name;
@@ -373,23 +386,29 @@ fn throughput(ds: &[Deployment], s: &Settings) {
         }
     }
     println!(
-        "\n### Server CPU per lock: {} threads on one manager, {} × {:.1} s per deployment, load after {}\n",
+        "\n### Server CPU per lock: {} threads on one manager{}, {} × {:.1} s per deployment, load after {}\n",
         s.threads,
+        if s.scale {
+            " per master of a member"
+        } else {
+            ""
+        },
         s.reps,
         s.secs.as_secs_f64(),
         loadavg()
     );
     println!(
-        "| deployment | servers | cycles/s (min–max) | servers µs/cycle | busiest server µs/cycle | client µs/cycle | \
+        "| deployment | servers | threads | cycles/s (min–max) | servers µs/cycle | busiest server µs/cycle | client µs/cycle | \
          servers idle, % of a core | failed calls |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (d, r) in ds.iter().zip(&rows) {
         let (rate, min, max) = r.rate();
         println!(
-            "| {} | {} | {rate:.0} ({min:.0}–{max:.0}) | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+            "| {} | {} | {} | {rate:.0} ({min:.0}–{max:.0}) | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
             d.name,
             d.pids.len(),
+            s.threads(d),
             r.servers(),
             r.busiest(),
             r.client(),
