@@ -30,6 +30,16 @@
 //!    histograms; the deployments take turns in batches of 100 calls, `MUXLOCK_CS_CALLS` (default 10,000) calls
 //!    per deployment. It prints p50/p90/p99 and the ratios cluster ÷ plain of the p50s (goal: within 10 %).
 //!
+//! `MUXLOCK_CS_RATE=N` paces the callers to N cycles/s together, the same offered load for every deployment,
+//! below saturation: what a lock costs the servers when each master is not batching more requests per wake-up
+//! than another (at saturation, the fewer masters the more requests each reads per wake-up, and the cheaper each
+//! is). The table also gives the servers' CPU per cycle net of their idle upkeep.
+//!
+//! `MUXLOCK_CS_PERF=1` adds the instructions the servers retire per cycle, user and kernel (`perf stat`, which
+//! must be installed and allowed): unlike time, a count that does not depend on how busy the machine is or on
+//! how many processes share its two vCPUs. It slows every context switch of the servers, so such a run's times
+//! are not comparable with another's.
+//!
 //! `cargo bench --bench cluster_scale` runs both; `MUXLOCK_CS_PART=throughput` or `=latency` runs one,
 //! `MUXLOCK_CS_THREADS` sets T, `MUXLOCK_CS_SCALE=1` gives a deployment of K masters per member K × T threads
 //! (each master then sees as many callers as the one master of `3×1`: the load that would call for K masters). `cargo test --benches` (no `--bench` flag) runs K = 1 and 3, 4 threads, one
@@ -68,6 +78,12 @@ struct Settings {
     /// `MUXLOCK_CS_SCALE=1`: a deployment of K masters per member gets K × T callers (the load that would need
     /// K masters), so each master sees as many callers as one master of `3×1` does.
     scale: bool,
+    /// `MUXLOCK_CS_RATE=N`: the callers together start at most N cycles a second, evenly paced (an offered load
+    /// below saturation, the same for every deployment); 0: as fast as they can.
+    rate: f64,
+    /// `MUXLOCK_CS_PERF=1`: count the servers' instructions with `perf stat` (which slows every context switch
+    /// of the processes it watches: times of such a run are not comparable with others).
+    perf: bool,
     secs: Duration,
     reps: usize,
     calls: usize,
@@ -104,6 +120,8 @@ impl Settings {
             masters,
             threads: env_or("MUXLOCK_CS_THREADS", if quick { 4 } else { 64 }),
             scale: env_or("MUXLOCK_CS_SCALE", 0u8) == 1,
+            rate: env_or("MUXLOCK_CS_RATE", 0.0),
+            perf: env_or("MUXLOCK_CS_PERF", 0u8) == 1,
             secs: Duration::from_secs_f64(env_or("MUXLOCK_CS_SECS", if quick { 0.2 } else { 2.0 })),
             reps: env_or("MUXLOCK_CS_REPS", if quick { 1 } else { 3 }),
             calls: env_or("MUXLOCK_CS_CALLS", if quick { 50 } else { 10_000 }),
@@ -199,6 +217,35 @@ impl Deployment {
         d
     }
 
+    /// Every server of the deployment.
+    fn servers(&self) -> Vec<&support::server::RedisServer> {
+        let plain = self._plain.iter().flat_map(|c| c.nodes());
+        let members = self
+            ._members
+            .iter()
+            .flat_map(|c| (0..c.len()).map(move |i| c.node(i)));
+        plain.chain(members).collect()
+    }
+
+    /// The servers' command execution time so far (`INFO commandstats`: the `usec` of every command but `INFO`).
+    fn exec_time(&self) -> Duration {
+        let mut usec = 0u64;
+        for server in self.servers() {
+            let reply = server.raw(&support::cmd(&["INFO", "commandstats"]));
+            for line in String::from_utf8_lossy(&reply).lines() {
+                if line.starts_with("cmdstat_info:") {
+                    continue;
+                }
+                usec += line
+                    .split(',')
+                    .find_map(|f| f.strip_prefix("usec="))
+                    .and_then(|u| u.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+        Duration::from_micros(usec)
+    }
+
     fn server_cpu(&self) -> Vec<Duration> {
         self.pids.iter().map(|p| cpu_time(&p.to_string())).collect()
     }
@@ -211,6 +258,10 @@ struct Sample {
     cycles: u64,
     secs: f64,
     client: Duration,
+    /// The servers' command execution time (`INFO commandstats`).
+    exec: Duration,
+    /// Instructions the servers retired in the window, user and kernel (`perf stat`; `None` without perf).
+    instructions: Option<[u64; 2]>,
     /// Per server, in the order of [`Deployment::pids`].
     servers: Vec<Duration>,
 }
@@ -229,13 +280,23 @@ fn run_case(d: &Deployment, s: &Settings, rep: usize) -> (Sample, u64, Option<St
     let end = start + s.secs;
     let quorum = d.manager.quorum();
     thread::scope(|scope| {
-        let callers: Vec<_> = (0..s.threads(d))
+        let threads = s.threads(d);
+        // Paced: caller k starts a cycle every `threads / rate` seconds, the callers' starts staggered.
+        let every = (s.rate > 0.0).then(|| Duration::from_secs_f64(threads as f64 / s.rate));
+        let callers: Vec<_> = (0..threads)
             .map(|k| {
                 let manager = &d.manager;
                 let name = &d.name;
                 scope.spawn(move || {
                     let (mut cycles, mut failures, mut first_error) = (0u64, 0u64, None);
+                    let mut next =
+                        every.map(|e| Instant::now() + e.mul_f64(k as f64 / threads as f64));
                     for i in 0u64.. {
+                        if let (Some(at), Some(e)) = (next.as_mut(), every) {
+                            thread::sleep(at.saturating_duration_since(Instant::now()));
+                            // Behind schedule: no burst to catch up.
+                            *at = (*at + e).max(Instant::now());
+                        }
                         let t0 = Instant::now();
                         if t0 >= end {
                             break;
@@ -268,10 +329,14 @@ fn run_case(d: &Deployment, s: &Settings, rep: usize) -> (Sample, u64, Option<St
             })
             .collect();
         thread::sleep(start.saturating_duration_since(Instant::now()));
-        let (client0, servers0) = (cpu_time("self"), d.server_cpu());
+        let perf = s
+            .perf
+            .then(|| perf_stat(&d.pids, end.saturating_duration_since(Instant::now())))
+            .flatten();
+        let (client0, servers0, exec0) = (cpu_time("self"), d.server_cpu(), d.exec_time());
         let t0 = Instant::now();
         thread::sleep(end.saturating_duration_since(Instant::now()));
-        let (client1, servers1) = (cpu_time("self"), d.server_cpu());
+        let (client1, servers1, exec1) = (cpu_time("self"), d.server_cpu(), d.exec_time());
         let secs = t0.elapsed().as_secs_f64();
         let (mut cycles, mut failures, mut first_error) = (0, 0, None);
         for c in callers {
@@ -292,12 +357,47 @@ fn run_case(d: &Deployment, s: &Settings, rep: usize) -> (Sample, u64, Option<St
                 cycles,
                 secs,
                 client: client1.saturating_sub(client0),
+                exec: exec1.saturating_sub(exec0),
+                instructions: perf.and_then(perf_result),
                 servers,
             },
             failures,
             first_error,
         )
     })
+}
+
+/// `perf stat` counting the instructions `pids` retire, user and kernel apart, for `secs` (`None`: no perf here).
+fn perf_stat(pids: &[u32], secs: Duration) -> Option<std::process::Child> {
+    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    std::process::Command::new("perf")
+        .args([
+            "stat",
+            "-x",
+            ",",
+            "-e",
+            "instructions:u,instructions:k",
+            "-p",
+        ])
+        .arg(pids.join(","))
+        .args(["--", "sleep"])
+        .arg(format!("{:.3}", secs.as_secs_f64()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .ok()
+}
+
+/// The two counts of [`perf_stat`]'s CSV (`value,unit,event,...`), once it is done.
+fn perf_result(child: std::process::Child) -> Option<[u64; 2]> {
+    let out = child.wait_with_output().ok()?;
+    let text = String::from_utf8_lossy(&out.stderr);
+    let count = |event: &str| {
+        text.lines()
+            .find(|l| l.split(',').nth(2).is_some_and(|e| e.starts_with(event)))
+            .and_then(|l| l.split(',').next()?.parse::<u64>().ok())
+    };
+    Some([count("instructions:u")?, count("instructions:k")?])
 }
 
 fn idle_share(d: &Deployment, secs: Duration) -> f64 {
@@ -351,6 +451,31 @@ impl Row {
             .fold(0.0, f64::max)
     }
 
+    /// [`Row::servers`] less what the servers burn idle (cluster upkeep) over the same windows.
+    fn net_of_idle(&self) -> f64 {
+        let secs: f64 = self.samples.iter().map(|s| s.secs).sum();
+        let cpu: Duration = self.samples.iter().flat_map(|s| &s.servers).sum();
+        let net = (cpu.as_secs_f64() - self.idle * secs).max(0.0);
+        net * 1e6 / self.cycles().max(1) as f64
+    }
+
+    /// The servers' instructions per cycle, thousands, user and kernel (`None` without perf).
+    fn instructions(&self) -> Option<[f64; 2]> {
+        let mut sum = [0u64; 2];
+        for s in &self.samples {
+            let [u, k] = s.instructions?;
+            sum[0] += u;
+            sum[1] += k;
+        }
+        let per = |n: u64| n as f64 / 1e3 / self.cycles().max(1) as f64;
+        Some([per(sum[0]), per(sum[1])])
+    }
+
+    /// The servers' command execution time per cycle, µs.
+    fn exec(&self) -> f64 {
+        us_per_cycle(self.samples.iter().map(|s| s.exec).sum(), self.cycles())
+    }
+
     fn client(&self) -> f64 {
         us_per_cycle(self.samples.iter().map(|s| s.client).sum(), self.cycles())
     }
@@ -386,30 +511,39 @@ fn throughput(ds: &[Deployment], s: &Settings) {
         }
     }
     println!(
-        "\n### Server CPU per lock: {} threads on one manager{}, {} × {:.1} s per deployment, load after {}\n",
+        "\n### Server CPU per lock: {} threads on one manager{}{}, {} × {:.1} s per deployment, load after {}\n",
         s.threads,
         if s.scale {
             " per master of a member"
         } else {
             ""
         },
+        if s.rate > 0.0 {
+            format!(", paced to {:.0} cycles/s", s.rate)
+        } else {
+            String::new()
+        },
         s.reps,
         s.secs.as_secs_f64(),
         loadavg()
     );
     println!(
-        "| deployment | servers | threads | cycles/s (min–max) | servers µs/cycle | busiest server µs/cycle | client µs/cycle | \
-         servers idle, % of a core | failed calls |"
+        "| deployment | servers | threads | cycles/s (min–max) | servers µs/cycle | servers µs/cycle net of idle | \
+         of which executing commands | servers' k-instructions/cycle, user + kernel | busiest server µs/cycle | client µs/cycle | servers idle, % of a core | failed calls |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (d, r) in ds.iter().zip(&rows) {
         let (rate, min, max) = r.rate();
         println!(
-            "| {} | {} | {} | {rate:.0} ({min:.0}–{max:.0}) | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+            "| {} | {} | {} | {rate:.0} ({min:.0}–{max:.0}) | {:.1} | {:.1} | {:.1} | {} | {:.1} | {:.1} | {:.1} | {} |",
             d.name,
             d.pids.len(),
             s.threads(d),
             r.servers(),
+            r.net_of_idle(),
+            r.exec(),
+            r.instructions()
+                .map_or("–".into(), |[u, k]| format!("{u:.0} + {k:.0}")),
             r.busiest(),
             r.client(),
             100.0 * r.idle,
@@ -430,6 +564,20 @@ fn throughput(ds: &[Deployment], s: &Settings) {
                 row,
                 one,
             );
+            println!(
+                "command execution µs/cycle {} ÷ {MEMBERS}×1: {:.2}",
+                d.name,
+                row.exec() / one.exec()
+            );
+            if let (Some(a), Some(b)) = (row.instructions(), one.instructions()) {
+                println!(
+                    "servers' instructions/cycle {} ÷ {MEMBERS}×1: {:.2} (user {:.2}, kernel {:.2})",
+                    d.name,
+                    (a[0] + a[1]) / (b[0] + b[1]),
+                    a[0] / b[0],
+                    a[1] / b[1]
+                );
+            }
         }
         if let Some(plain) = by_k(0) {
             ratio(
