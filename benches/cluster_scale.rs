@@ -260,6 +260,8 @@ struct Sample {
     client: Duration,
     /// The servers' command execution time (`INFO commandstats`).
     exec: Duration,
+    /// This process's system calls and context switches in the window (`perf stat`; `None` without perf).
+    client_events: Option<[u64; 2]>,
     /// Instructions the servers retired in the window, user and kernel (`perf stat`; `None` without perf).
     instructions: Option<[u64; 2]>,
     /// Per server, in the order of [`Deployment::pids`].
@@ -331,7 +333,20 @@ fn run_case(d: &Deployment, s: &Settings, rep: usize) -> (Sample, u64, Option<St
         thread::sleep(start.saturating_duration_since(Instant::now()));
         let perf = s
             .perf
-            .then(|| perf_stat(&d.pids, end.saturating_duration_since(Instant::now())))
+            .then(|| {
+                perf_stat(
+                    &d.pids,
+                    SERVER_EVENTS,
+                    end.saturating_duration_since(Instant::now()),
+                )
+            })
+            .flatten();
+        let own = s
+            .perf
+            .then(|| {
+                let secs = end.saturating_duration_since(Instant::now());
+                perf_stat(&[std::process::id()], CLIENT_EVENTS, secs)
+            })
             .flatten();
         let (client0, servers0, exec0) = (cpu_time("self"), d.server_cpu(), d.exec_time());
         let t0 = Instant::now();
@@ -358,7 +373,8 @@ fn run_case(d: &Deployment, s: &Settings, rep: usize) -> (Sample, u64, Option<St
                 secs,
                 client: client1.saturating_sub(client0),
                 exec: exec1.saturating_sub(exec0),
-                instructions: perf.and_then(perf_result),
+                client_events: own.and_then(|c| perf_result(c, CLIENT_EVENTS)),
+                instructions: perf.and_then(|c| perf_result(c, SERVER_EVENTS)),
                 servers,
             },
             failures,
@@ -367,18 +383,18 @@ fn run_case(d: &Deployment, s: &Settings, rep: usize) -> (Sample, u64, Option<St
     })
 }
 
-/// `perf stat` counting the instructions `pids` retire, user and kernel apart, for `secs` (`None`: no perf here).
-fn perf_stat(pids: &[u32], secs: Duration) -> Option<std::process::Child> {
+/// What `perf stat` counts for the servers: the instructions they retire, user and kernel apart.
+const SERVER_EVENTS: [&str; 2] = ["instructions:u", "instructions:k"];
+/// What it counts for this process (the client): system calls and context switches.
+const CLIENT_EVENTS: [&str; 2] = ["raw_syscalls:sys_enter", "context-switches"];
+
+/// `perf stat` counting `events` in `pids` for `secs` (`None`: no perf here).
+fn perf_stat(pids: &[u32], events: [&str; 2], secs: Duration) -> Option<std::process::Child> {
     let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
     std::process::Command::new("perf")
-        .args([
-            "stat",
-            "-x",
-            ",",
-            "-e",
-            "instructions:u,instructions:k",
-            "-p",
-        ])
+        .args(["stat", "-x", ",", "-e"])
+        .arg(events.join(","))
+        .arg("-p")
         .arg(pids.join(","))
         .args(["--", "sleep"])
         .arg(format!("{:.3}", secs.as_secs_f64()))
@@ -389,7 +405,7 @@ fn perf_stat(pids: &[u32], secs: Duration) -> Option<std::process::Child> {
 }
 
 /// The two counts of [`perf_stat`]'s CSV (`value,unit,event,...`), once it is done.
-fn perf_result(child: std::process::Child) -> Option<[u64; 2]> {
+fn perf_result(child: std::process::Child, events: [&str; 2]) -> Option<[u64; 2]> {
     let out = child.wait_with_output().ok()?;
     let text = String::from_utf8_lossy(&out.stderr);
     let count = |event: &str| {
@@ -397,7 +413,7 @@ fn perf_result(child: std::process::Child) -> Option<[u64; 2]> {
             .find(|l| l.split(',').nth(2).is_some_and(|e| e.starts_with(event)))
             .and_then(|l| l.split(',').next()?.parse::<u64>().ok())
     };
-    Some([count("instructions:u")?, count("instructions:k")?])
+    Some([count(events[0])?, count(events[1])?])
 }
 
 fn idle_share(d: &Deployment, secs: Duration) -> f64 {
@@ -471,6 +487,18 @@ impl Row {
         Some([per(sum[0]), per(sum[1])])
     }
 
+    /// The client's system calls and context switches per cycle (`None` without perf).
+    fn client_events(&self) -> Option<[f64; 2]> {
+        let mut sum = [0u64; 2];
+        for s in &self.samples {
+            let [a, b] = s.client_events?;
+            sum[0] += a;
+            sum[1] += b;
+        }
+        let per = |n: u64| n as f64 / self.cycles().max(1) as f64;
+        Some([per(sum[0]), per(sum[1])])
+    }
+
     /// The servers' command execution time per cycle, µs.
     fn exec(&self) -> f64 {
         us_per_cycle(self.samples.iter().map(|s| s.exec).sum(), self.cycles())
@@ -529,13 +557,13 @@ fn throughput(ds: &[Deployment], s: &Settings) {
     );
     println!(
         "| deployment | servers | threads | cycles/s (min–max) | servers µs/cycle | servers µs/cycle net of idle | \
-         of which executing commands | servers' k-instructions/cycle, user + kernel | busiest server µs/cycle | client µs/cycle | servers idle, % of a core | failed calls |"
+         of which executing commands | servers' k-instructions/cycle, user + kernel | busiest server µs/cycle | client µs/cycle | client syscalls + context switches/cycle | servers idle, % of a core | failed calls |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (d, r) in ds.iter().zip(&rows) {
         let (rate, min, max) = r.rate();
         println!(
-            "| {} | {} | {} | {rate:.0} ({min:.0}–{max:.0}) | {:.1} | {:.1} | {:.1} | {} | {:.1} | {:.1} | {:.1} | {} |",
+            "| {} | {} | {} | {rate:.0} ({min:.0}–{max:.0}) | {:.1} | {:.1} | {:.1} | {} | {:.1} | {:.1} | {} | {:.1} | {} |",
             d.name,
             d.pids.len(),
             s.threads(d),
@@ -546,6 +574,8 @@ fn throughput(ds: &[Deployment], s: &Settings) {
                 .map_or("–".into(), |[u, k]| format!("{u:.0} + {k:.0}")),
             r.busiest(),
             r.client(),
+            r.client_events()
+                .map_or("–".into(), |[a, b]| format!("{a:.1} + {b:.1}")),
             100.0 * r.idle,
             r.failures
         );
