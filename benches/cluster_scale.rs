@@ -155,6 +155,8 @@ struct Deployment {
     name: String,
     /// Masters per member (0: plain members).
     per_member: usize,
+    /// Whether the manager routes to the members as clusters (see [`Deployment::start`]).
+    routed: bool,
     manager: Arc<LockManager>,
     /// Every server's PID, member by member.
     pids: Vec<u32>,
@@ -164,7 +166,9 @@ struct Deployment {
 }
 
 impl Deployment {
-    fn start(per_member: usize, config: &Config) -> Deployment {
+    /// `routed`: the members are given as clusters (`redis+cluster://`); not routed (K = 1 only), each member's
+    /// one master is given as a plain node (`redis://`: it owns every slot, so it serves every key).
+    fn start(per_member: usize, routed: bool, config: &Config) -> Deployment {
         let (plain, members, urls, pids) = if per_member == 0 {
             let c = Cluster::start(MEMBERS);
             let pids = c.nodes().iter().map(|n| n.pid()).collect();
@@ -180,7 +184,10 @@ impl Deployment {
                     .map(|h| h.join().expect("a cluster member"))
                     .collect()
             });
-            let urls = members.iter().map(RedisCluster::seed_url).collect();
+            let urls = match routed {
+                true => members.iter().map(RedisCluster::seed_url).collect(),
+                false => members.iter().map(|c| c.master(0).url()).collect(),
+            };
             let pids = members
                 .iter()
                 .flat_map(|c| (0..c.len()).map(|i| c.node(i).pid()).collect::<Vec<_>>())
@@ -188,14 +195,15 @@ impl Deployment {
             (None, members, urls, pids)
         };
         let manager = Arc::new(support::locks::manager(urls, config.clone()));
-        let name = if per_member == 0 {
-            "plain".to_owned()
-        } else {
-            format!("{MEMBERS}×{per_member}")
+        let name = match (per_member, routed) {
+            (0, _) => "plain".to_owned(),
+            (k, true) => format!("{MEMBERS}×{k}"),
+            (k, false) => format!("{MEMBERS}×{k} as plain"),
         };
         let d = Deployment {
             name,
             per_member,
+            routed,
             manager,
             pids,
             _plain: plain,
@@ -585,7 +593,11 @@ fn throughput(ds: &[Deployment], s: &Settings) {
             println!("{}: first failure: {e}", d.name);
         }
     }
-    let by_k = |k: usize| ds.iter().position(|d| d.per_member == k).map(|i| &rows[i]);
+    let by_k = |k: usize| {
+        ds.iter()
+            .position(|d| d.per_member == k && (d.routed || k == 0))
+            .map(|i| &rows[i])
+    };
     if let Some(one) = by_k(1) {
         for d in ds.iter().filter(|d| d.per_member > 1) {
             let row = by_k(d.per_member).expect("its row");
@@ -616,8 +628,14 @@ fn throughput(ds: &[Deployment], s: &Settings) {
                 plain,
             );
         }
+        if let Some(i) = ds.iter().position(|d| d.per_member == 1 && !d.routed) {
+            println!(
+                "client µs/cycle {MEMBERS}×1 ÷ {MEMBERS}×1 as plain (routing's cost in the client): {:.2}",
+                one.client() / rows[i].client()
+            );
+        }
         // On cores of their own, a member's rate is bounded by its busiest master.
-        for (d, r) in ds.iter().zip(&rows).filter(|(d, _)| d.per_member > 0) {
+        for (d, r) in ds.iter().zip(&rows).filter(|(d, _)| d.routed) {
             println!(
                 "projection: {} on dedicated cores: busiest master {:.1} µs/cycle → {:.0} locks/s per member \
                  (the client aside)",
@@ -741,15 +759,19 @@ fn main() {
     let s = Settings::from_env(quick);
     let config = s.config();
     let started = Instant::now();
-    let kinds: Vec<usize> = std::iter::once(0)
-        .chain(s.masters.iter().copied())
+    // Plain members; with K = 1, the same cluster servers given as plain nodes (what cluster mode costs the
+    // servers, without routing in the client); then the cluster members.
+    let unrouted = s.masters.contains(&1).then_some((1, false));
+    let kinds: Vec<(usize, bool)> = std::iter::once((0, false))
+        .chain(unrouted)
+        .chain(s.masters.iter().map(|&k| (k, true)))
         .collect();
     let ds: Vec<Deployment> = thread::scope(|scope| {
         let handles: Vec<_> = kinds
             .iter()
-            .map(|&k| {
+            .map(|&(k, routed)| {
                 let config = &config;
-                scope.spawn(move || Deployment::start(k, config))
+                scope.spawn(move || Deployment::start(k, routed, config))
             })
             .collect();
         handles

@@ -40,6 +40,23 @@ struct Routing {
     ready: VecDeque<(usize, Reply, usize)>,
     /// Per member: the connection of the last outcome handed up.
     sources: Vec<usize>,
+    /// How many more outcomes the caller needs before it can decide ([`MembersRound::need`]).
+    want: usize,
+}
+
+impl Routing {
+    /// The fewest connection outcomes that can bring the caller the outcomes it [wants](Routing::want): each
+    /// needs one, except those already made (ready to hand up, or waiting behind an earlier command of their
+    /// member). A lower bound, so the caller is never left asleep when it could decide; a redirection or an
+    /// `ASKING`'s reply only wakes it early.
+    fn conn_need(&self) -> usize {
+        let parked: usize = self
+            .queues
+            .iter()
+            .map(|q| q.done.iter().filter(|d| d.is_some()).count())
+            .sum();
+        self.want.saturating_sub(self.ready.len() + parked).max(1)
+    }
 }
 
 /// One awaited reply on a connection.
@@ -95,6 +112,7 @@ impl Routing {
             queues: (0..members.len()).map(|_| Queue::default()).collect(),
             ready: VecDeque::new(),
             sources: (0..members.len()).collect(),
+            want: 1,
         })
     }
 }
@@ -133,13 +151,18 @@ impl<'a> MembersRound<'a> {
         }
     }
 
-    /// See [`Round::need`]. A routed round is woken for every outcome of its connections: a member's outcome
-    /// may take several (an `ASKING`'s, a redirection's), or none (a command refused before it was sent).
+    /// See [`Round::need`]. A routed round asks the fanout for the fewest connection outcomes that can make
+    /// `outcomes` (see `Routing::conn_need`): a member's outcome takes one, or several (a redirection's, an
+    /// `ASKING`'s), or none (a command refused before it was sent, an outcome waiting behind its member's
+    /// earlier command); asked again before each wait.
     #[inline]
     pub fn need(&mut self, outcomes: usize) {
-        match self.routing.is_some() {
-            false => self.round.need(outcomes),
-            true => self.round.need(1),
+        match self.routing.as_deref_mut() {
+            None => self.round.need(outcomes),
+            Some(routing) => {
+                routing.want = outcomes.max(1);
+                self.round.need(routing.conn_need());
+            }
         }
     }
 
@@ -161,30 +184,46 @@ impl<'a> MembersRound<'a> {
     ) -> NodeSet {
         let mut sent = NodeSet::EMPTY;
         let mut commands = None;
+        let mut plain = Vec::new();
+        let mut groups = Vec::new();
         for member in (0..self.members.len()).filter(|&m| include(m)) {
             if !self.members.is_cluster(member) {
                 // A plain member's connection is its own index; its outcomes pass through.
-                if self.round.send(member, request, replies) != NodeSet::EMPTY {
-                    sent.insert(member);
-                }
+                plain.push(member);
                 continue;
             }
             // Cut once per call, whatever the number of cluster members.
             let commands = commands.get_or_insert_with(|| command::split(request));
-            if self.send_cluster(member, request, commands, replies) {
+            if self.send_cluster(member, request, commands, replies, &mut groups) {
                 sent.insert(member);
+            }
+        }
+        // Every connection's bytes in one call: one lock and one pass of writes, as a plain round's `send_to`.
+        let mut each: Vec<(usize, &[u8], usize)> = Vec::with_capacity(plain.len() + groups.len());
+        each.extend(plain.iter().map(|&m| (m, request, replies)));
+        each.extend(
+            groups
+                .iter()
+                .map(|(conn, bytes, n)| (*conn, &bytes[..], *n)),
+        );
+        let queued = self.round.send_each(&each);
+        for m in plain {
+            if queued.contains(m) {
+                sent.insert(m);
             }
         }
         sent
     }
 
-    /// Sends a cluster member its commands, grouped per master in send order. Returns whether any was queued.
+    /// Books a cluster member's commands, grouped per master in send order, and adds the groups to `out` as
+    /// `(connection, bytes, replies)` for the caller to send. Returns whether any was booked.
     fn send_cluster(
         &mut self,
         member: usize,
         request: &[u8],
         commands: &[command::Command],
         replies: usize,
+        out: &mut Vec<(usize, BytesMut, usize)>,
     ) -> bool {
         let Some(routing) = self.routing.as_deref_mut() else {
             return false;
@@ -263,7 +302,7 @@ impl<'a> MembersRound<'a> {
                 routing.wire[conn].push_back(Expect::Reply { member, seq });
             }
             // A refusal (down, overloaded) comes back as this connection's outcomes, in order.
-            self.round.send(conn, &bytes, seqs.len());
+            out.push((conn, bytes, seqs.len()));
         }
         for (seq, why) in failed {
             finish(routing, member, seq, Err(why), member);
@@ -287,6 +326,9 @@ impl<'a> MembersRound<'a> {
             if let Some(out) = self.take_ready() {
                 return Some(out);
             }
+            if let Some(routing) = self.routing.as_deref() {
+                self.round.need(routing.conn_need());
+            }
             match self.round.next() {
                 Some((conn, reply)) => self.arrived(conn, reply),
                 None => return self.conclude(),
@@ -308,6 +350,9 @@ impl<'a> MembersRound<'a> {
             if let Some(out) = self.take_ready() {
                 return Poll::Ready(Some(out));
             }
+            if let Some(routing) = self.routing.as_deref() {
+                self.round.need(routing.conn_need());
+            }
             match self.round.poll_next(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some((conn, reply))) => self.arrived(conn, reply),
@@ -319,6 +364,7 @@ impl<'a> MembersRound<'a> {
     fn take_ready(&mut self) -> Option<(usize, Reply)> {
         let routing = self.routing.as_deref_mut()?;
         let (member, reply, conn) = routing.ready.pop_front()?;
+        routing.want = routing.want.saturating_sub(1).max(1);
         if let Some(s) = routing.sources.get_mut(member) {
             *s = conn;
         }
