@@ -40,6 +40,9 @@
 //! how many processes share its two vCPUs. It slows every context switch of the servers, so such a run's times
 //! are not comparable with another's.
 //!
+//! `MUXLOCK_CS_PIN=1` gives the latency part's names one hash tag: each cluster member then serves every call
+//! from one master (the same routing in the client, no rotation over the servers).
+//!
 //! `cargo bench --bench cluster_scale` runs both; `MUXLOCK_CS_PART=throughput` or `=latency` runs one,
 //! `MUXLOCK_CS_THREADS` sets T, `MUXLOCK_CS_SCALE=1` gives a deployment of K masters per member K × T threads
 //! (each master then sees as many callers as the one master of `3×1`: the load that would call for K masters). `cargo test --benches` (no `--bench` flag) runs K = 1 and 3, 4 threads, one
@@ -84,6 +87,9 @@ struct Settings {
     /// `MUXLOCK_CS_PERF=1`: count the servers' instructions with `perf stat` (which slows every context switch
     /// of the processes it watches: times of such a run are not comparable with others).
     perf: bool,
+    /// `MUXLOCK_CS_PIN=1`: the latency part's names share one hash tag (`{pin}`), so every call of a cluster
+    /// member goes to the same master: the client's routing unchanged, the servers' rotation gone.
+    pin: &'static str,
     secs: Duration,
     reps: usize,
     calls: usize,
@@ -122,6 +128,10 @@ impl Settings {
             scale: env_or("MUXLOCK_CS_SCALE", 0u8) == 1,
             rate: env_or("MUXLOCK_CS_RATE", 0.0),
             perf: env_or("MUXLOCK_CS_PERF", 0u8) == 1,
+            pin: match env_or("MUXLOCK_CS_PIN", 0u8) {
+                1 => "{pin}",
+                _ => "",
+            },
             secs: Duration::from_secs_f64(env_or("MUXLOCK_CS_SECS", if quick { 0.2 } else { 2.0 })),
             reps: env_or("MUXLOCK_CS_REPS", if quick { 1 } else { 3 }),
             calls: env_or("MUXLOCK_CS_CALLS", if quick { 50 } else { 10_000 }),
@@ -691,7 +701,7 @@ fn latency(ds: &[Deployment], s: &Settings) {
             let i = (turn + step) % ds.len();
             let d = &ds[i];
             for c in 0..BATCH.min(s.calls - turn * BATCH) {
-                let name = format!("cs:lat:{}:{turn}:{c}", d.name);
+                let name = format!("{}cs:lat:{}:{turn}:{c}", s.pin, d.name);
                 let t0 = Instant::now();
                 let lock = d.manager.request(name).ttl(TTL).once().acquire();
                 let t1 = Instant::now();
