@@ -668,3 +668,40 @@ fn a_huge_backoff_does_not_panic_when_a_node_fails() {
 fn bulk(s: &str) -> Result<Value, NodeError> {
     Ok(Value::BulkString(s.to_owned().into()))
 }
+
+/// `Round::send_each` (what the cluster routing layer sends a round with): each node gets its own bytes in one
+/// call, and a node's requests keep their order even when the first finds no room: a smaller one behind it
+/// waits too, instead of going on the wire first and taking the first one's replies.
+#[test]
+fn send_each_gives_every_node_its_own_bytes_in_order() {
+    let cluster = Cluster::start(2);
+    let opts = Options::default().with_max_in_flight(2);
+    let fanout = Fanout::new(addrs(&cluster.urls()), opts).unwrap();
+    assert_eq!(
+        round_all(&fanout, &[b"PING"], Duration::from_secs(2)),
+        vec![ok("PONG"), ok("PONG")]
+    );
+    let mut three = request(&[b"ECHO", b"a"]);
+    three.extend_from_slice(&request(&[b"ECHO", b"b"]));
+    three.extend_from_slice(&request(&[b"ECHO", b"c"]));
+    let one = request(&[b"ECHO", b"d"]);
+    let other = request(&[b"ECHO", b"x"]);
+    let mut round = fanout.round(Instant::now() + Duration::from_secs(2));
+    // Three replies do not fit in node 0's two; the one behind them would.
+    let queued = round.send_each(&[(0, &three[..], 3), (1, &other[..], 1), (0, &one[..], 1)]);
+    assert!(queued.contains(0) && queued.contains(1));
+    let mut per_node = vec![Vec::new(); 2];
+    while let Some((node, reply)) = round.next() {
+        per_node[node].push(reply);
+    }
+    assert_eq!(per_node[1], vec![bulk("x")]);
+    assert_eq!(
+        per_node[0],
+        vec![
+            Err(NodeError::Overloaded),
+            Err(NodeError::Overloaded),
+            Err(NodeError::Overloaded),
+            bulk("d")
+        ]
+    );
+}
