@@ -369,16 +369,13 @@ fn a_fold_larger_than_max_in_flight_still_releases_on_native_nodes() {
         failed.len(),
         failed.first()
     );
-    // Gone from a majority at least: a node whose queue stayed full may be left with a key (finding 7).
+    // Gone from every node: a release held for room on a node whose queue stayed full still goes once its round
+    // is over (finding 7).
     locks.inspect("fold:after").expect("the nodes answer");
     for i in 0..QUEUED {
         let key = format!("fold:many:{i}");
         wait_until(Duration::from_secs(5), &key, || {
-            servers
-                .iter()
-                .filter(|s| get(s, &key) == b"$-1\r\n")
-                .count()
-                >= 2
+            servers.iter().all(|s| get(s, &key) == b"$-1\r\n")
         });
     }
 }
@@ -686,15 +683,15 @@ fn a_leader_dropped_just_after_sending_does_not_fail_the_others() {
 }
 
 /// Finding 7 (lost release on a minority of nodes; in the network layer, folding or not): a release round's
-/// request held for room on a node whose queue is full (a release may use twice `max_in_flight`, then waits) is
-/// dropped with its round when the round ends, which it does as soon as a majority confirmed: the node never gets
-/// it and keeps the key until its lease ends, although "dropping a round abandons its replies, not its requests"
+/// request held for room on a node whose queue is full (a release may use twice `max_in_flight`, then waits) was
+/// dropped with its round when the round ended, which it does as soon as a majority confirmed: the node never got
+/// it and kept the key until its lease ended, although "dropping a round abandons its replies, not its requests"
 /// (`seam.rs`) and a release "must reach every reachable node" (`Fanout::release_round`). With folding, a fold
-/// whose keys do not fit a slow node's queue at once leaves all of them there. Here without folding: node 2 is
+/// whose keys do not fit a slow node's queue at once left all of them there. Here without folding: node 2 is
 /// paused while 24 lone releases go out with `max_in_flight` 8; its queue takes 16, the others decide on nodes
-/// 0 and 1, and the last 8 never reach node 2.
+/// 0 and 1, and the last 8 are held for room on node 2. Fixed: a held release whose round ends is detached from
+/// it and sent once the node has room (`net/detached.rs`; more cases in `tests/lost_release.rs`).
 #[test]
-#[ignore = "finding 7: a release held for room on a full node is dropped with its round"]
 fn a_release_held_for_room_still_reaches_the_node() {
     const MAX: usize = 8;
     const RELEASES: usize = 3 * MAX;
@@ -703,13 +700,11 @@ fn a_release_held_for_room_still_reaches_the_node() {
     };
     let config = one_attempt(ROUND).with_max_in_flight(MAX);
     let locks = Arc::new(manager(urls(&servers), config));
+    // Until every node has granted once: its connection's set-up no longer fills its queue.
     wait_until(Duration::from_secs(5), "the connections set up", || {
-        locks
-            .request("held:warm")
-            .ttl(TTL)
-            .once()
-            .acquire()
-            .is_ok_and(|l| locks.unlock(l).is_ok())
+        let lock = locks.request("held:warm").ttl(TTL).once().acquire();
+        lock.is_ok_and(|l| locks.unlock(l).is_ok())
+            && locks.stats().nodes.iter().all(|n| n.granted > 0)
     });
     let taken: Vec<Lock> = (0..RELEASES)
         .map(|i| take(&locks, &format!("held:{i}")))
@@ -726,6 +721,7 @@ fn a_release_held_for_room_still_reaches_the_node() {
         let v = t.join().expect("release");
         assert!(matches!(v, Ok(2)), "{v:?}");
     }
+    assert!(locks.stats().nodes[2].net.detached >= 1, "nothing was held");
     servers[2].resume();
     locks.inspect("held:after").expect("the nodes answer");
     thread::sleep(Duration::from_millis(300));

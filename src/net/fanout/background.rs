@@ -59,6 +59,7 @@ impl Fanout {
 
 impl Drop for Fanout {
     fn drop(&mut self) {
+        self.shared.give_up_detached(&mut lock(&self.shared.inner));
         let Some(Some(handle)) = self.background.take() else {
             return;
         };
@@ -78,7 +79,9 @@ impl Shared {
         let mut linger: Option<Instant> = None;
         let mut inner = lock(&self.inner);
         while !inner.closing {
-            let due = match inner.slots.earliest_task() {
+            // Tasks wait, or releases detached from their rounds (`detach.rs`): drive for them.
+            let detached = inner.detached_due(Instant::now());
+            let due = match inner.slots.earliest_task().into_iter().chain(detached).min() {
                 Some(due) => {
                     linger = None;
                     due

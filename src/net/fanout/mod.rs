@@ -89,6 +89,7 @@
 //! [`NodeError::Overloaded`]: super::NodeError::Overloaded
 
 mod background;
+mod detach;
 mod driver;
 mod node_set;
 mod poll_next;
@@ -103,6 +104,7 @@ use mio::{Poll, Registry, Token, Waker};
 
 use super::addr::NodeAddr;
 use super::conn::{Conn, WriteJob};
+use super::detached::Detached;
 use super::options::Options;
 use super::resolve::Resolved;
 use super::slots::{Slots, Successor, Wake};
@@ -180,6 +182,9 @@ struct Inner {
     /// sets `wanted`, and the background driver gives the driver back after that turn.
     lingering: bool,
     wanted: bool,
+    /// Releases whose round ended while they were held for room, to be placed when their node has room
+    /// (`detach.rs`).
+    detached: Detached,
 }
 
 /// Pushes kept for [`Fanout::recv_pushes`]; more are dropped, and the taker is told.
@@ -198,12 +203,16 @@ pub struct Pushes {
 
 impl Inner {
     /// Who should take the poll that was just put back: a sleeping round's thread, else a thread waiting for pushes
-    /// (pushes arrive only if someone polls), else, if tasks wait, the background driver.
+    /// (pushes arrive only if someone polls), else, if tasks or detached releases wait, the background driver.
     fn successor(&mut self) -> Option<Thread> {
         match self.slots.successor() {
             Successor::Thread(t) => Some(t),
             Successor::Tasks => self.push_waiter.take().or_else(|| self.background.clone()),
-            Successor::Nobody => self.push_waiter.take(),
+            Successor::Nobody => self.push_waiter.take().or_else(|| {
+                self.background
+                    .clone()
+                    .filter(|_| !self.detached.is_empty())
+            }),
         }
     }
 }
@@ -281,6 +290,7 @@ impl Fanout {
                 closing: false,
                 lingering: false,
                 wanted: false,
+                detached: Detached::default(),
             }),
             registry,
             waker,
