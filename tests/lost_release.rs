@@ -229,7 +229,10 @@ fn take_everywhere(manager: &LockManager, servers: &[RedisServer], name: &str) -
     for _ in 0..100 {
         let lock = manager.request(name).ttl(TTL).once().acquire().expect(name);
         let want = format!("${}\r\n{}\r\n", lock.value().len(), lock.value());
-        if servers.iter().all(|s| s.raw(&cmd(&["GET", name])) == want.as_bytes()) {
+        if servers
+            .iter()
+            .all(|s| s.raw(&cmd(&["GET", name])) == want.as_bytes())
+        {
             return lock;
         }
         let _ = manager.unlock(lock);

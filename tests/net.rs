@@ -688,7 +688,11 @@ fn a_request_held_for_room_goes_after_its_round_is_dropped_and_its_reply_is_nobo
         assert_eq!(out[0], bulk(word));
     }
     assert_eq!(fanout.in_flight(0), 0);
-    assert_eq!(cluster.node(0).raw(&support::cmd(&["GET", "held"])), b"$1\r\n1\r\n", "ran once");
+    assert_eq!(
+        cluster.node(0).raw(&support::cmd(&["GET", "held"])),
+        b"$1\r\n1\r\n",
+        "ran once"
+    );
     let counts = fanout.stats(0);
     assert_eq!((counts.detached, counts.given_up), (1, 0), "{counts:?}");
 }
@@ -716,7 +720,10 @@ fn a_request_held_for_room_is_bounded_by_the_hung_timeout() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let counts = fanout.stats(0);
-    assert!(counts.drops >= 1, "the paused node's connection was dropped as hung: {counts:?}");
+    assert!(
+        counts.drops >= 1,
+        "the paused node's connection was dropped as hung: {counts:?}"
+    );
     let get = || cluster.node(0).raw(&support::cmd(&["GET", "held"]));
     // Sent on the next connection (once), or given up (never sent).
     match counts.given_up {

@@ -226,8 +226,14 @@ mod tests {
         let mut d = Detached::default();
         assert!(d.detach(2, b"a".to_vec(), 3, bound, 4));
         assert!(!d.detach(2, b"b".to_vec(), 2, bound, 4), "3 + 2 > 4");
-        assert!(d.detach(1, b"c".to_vec(), 4, bound, 4), "another node's share");
-        assert!(!d.detach(0, b"d".to_vec(), 5, bound, 4), "larger than the cap");
+        assert!(
+            d.detach(1, b"c".to_vec(), 4, bound, 4),
+            "another node's share"
+        );
+        assert!(
+            !d.detach(0, b"d".to_vec(), 5, bound, 4),
+            "larger than the cap"
+        );
         let (queued, _) = place(&mut d, t0, &mut [0, 0, 3]);
         assert_eq!(queued, vec![(2, b"a".to_vec())]);
         assert!(d.detach(2, b"b".to_vec(), 2, bound, 4));
@@ -246,6 +252,9 @@ mod tests {
         d.clear(|node, replies| gone.push((node, replies)));
         assert_eq!(gone, vec![(0, 2)]);
         assert!(d.is_empty());
-        assert!(d.detach(0, b"c".to_vec(), 4, bound, 4), "the share was freed");
+        assert!(
+            d.detach(0, b"c".to_vec(), 4, bound, 4),
+            "the share was freed"
+        );
     }
 }

@@ -81,7 +81,13 @@ impl Shared {
                 // Down and in its backoff: it may be back before the bound. Connecting: bytes queued now would
                 // wait for a poll that nobody may run once none is detached; placed once it is open.
                 let ready = conn
-                    .ensure(&self.registry, |g| token(node, g), &self.opts, now, &mut out)
+                    .ensure(
+                        &self.registry,
+                        |g| token(node, g),
+                        &self.opts,
+                        now,
+                        &mut out,
+                    )
                     .is_ok()
                     && conn.state.is_open();
                 if !ready || conn.state.room(replies, Priority::Release, &self.opts) != Room::Yes {

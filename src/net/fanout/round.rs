@@ -70,7 +70,8 @@ impl Held {
 }
 
 /// One request/reply exchange with some or all nodes, bounded by a deadline. Dropping it abandons the replies still
-/// to come: they are read and dropped when they arrive.
+/// to come: they are read and dropped when they arrive. A release round's requests still held for room go on
+/// their own (see [`Fanout::release_round`]).
 #[derive(Debug)]
 #[must_use = "a round does nothing until requests are sent and replies collected with next()"]
 pub struct Round<'a> {
