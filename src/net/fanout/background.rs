@@ -83,7 +83,7 @@ impl Shared {
         let mut inner = lock(&self.inner);
         while !inner.closing {
             // Tasks wait, or releases detached from their rounds (`detach.rs`): drive for them.
-            let detached = inner.detached_due(Instant::now());
+            let detached = inner.detached_due();
             let due = match inner
                 .slots
                 .earliest_task()

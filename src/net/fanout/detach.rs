@@ -32,10 +32,10 @@ pub(super) const DETACHED_PACE: Duration = Duration::from_millis(10);
 impl Inner {
     /// Until when, at the latest, the driver must come out of its poll for the detached releases; `None` if none
     /// waits.
-    pub(super) fn detached_due(&self, now: Instant) -> Option<Instant> {
+    pub(super) fn detached_due(&self) -> Option<Instant> {
         self.detached
             .earliest()
-            .map(|t| t.min(later(now, DETACHED_PACE)))
+            .map(|t| t.min(later(Instant::now(), DETACHED_PACE)))
     }
 }
 
