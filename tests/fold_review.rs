@@ -644,9 +644,10 @@ fn a_very_large_fold() {
 /// way) gives every other caller of the fold the verdict of the replies counted so far: none, so
 /// `Err(Quorum)`, although every node then deletes their keys. One caller's cancellation turns the others'
 /// successful releases into errors (a guard's drop ignores it; an `unlock` caller is told its lock may still be
-/// held until its lease ends). Alone, their releases would have been confirmed.
+/// held until its lease ends). Alone, their releases would have been confirmed. Fixed where the fold has a
+/// blocking caller (here the thread): it is made the leader, and cannot be dropped part-way; the async caller is
+/// then a follower, whose drop leaves its key to the fold. A fold of tasks alone: see the next test.
 #[test]
-#[ignore = "finding 6: a fold's leader dropped mid-round tells the other callers Quorum though their keys went"]
 fn a_leader_dropped_just_after_sending_does_not_fail_the_others() {
     let mut servers = redis(3);
     let locks = Arc::new(manager(urls(&servers), config()));
@@ -663,10 +664,10 @@ fn a_leader_dropped_just_after_sending_does_not_fail_the_others() {
     thread::sleep(Duration::from_millis(30));
     resume(&mut servers);
     assert!(gate.join().expect("lone").is_ok());
-    // The leader was made; polled once it sends the fold, and goes before any reply is read.
-    if leader.as_mut().poll(&mut cx).is_ready() {
-        eprintln!("inconclusive: the fold's replies were read within its first poll");
-        return;
+    // The batch is made. Were the task its leader, polled once it would send the fold, and go before any reply is
+    // read. It is not (the thread leads): it has its verdict already, or is dropped as a follower.
+    if let std::task::Poll::Ready(v) = leader.as_mut().poll(&mut cx) {
+        assert!(matches!(v, Ok(n) if n >= 2), "{v:?}");
     }
     drop(leader);
     let verdict = follower.join().expect("follower");
@@ -676,6 +677,53 @@ fn a_leader_dropped_just_after_sending_does_not_fail_the_others() {
             .all(|s| get(s, "fold:follower") == b"$-1\r\n" && get(s, "fold:leader") == b"$-1\r\n")
     });
     assert_eq!(locks.stats().releases.folded_rounds, 1);
+    assert!(
+        matches!(verdict, Ok(n) if n >= 2),
+        "the follower's key went on every node, but it was told {verdict:?}"
+    );
+}
+
+/// Finding 6, what is left: in a fold of tasks alone, one is the leader, and dropped just after sending the fold
+/// it still tells the other tasks of the fold `Quorum` though their keys went (see `engine/fold.rs`, Cancel).
+#[test]
+#[ignore = "finding 6 (left): in a fold of tasks alone, a leader dropped mid-round tells the others Quorum"]
+fn a_task_leader_dropped_just_after_sending_does_not_fail_the_other_tasks() {
+    let mut servers = redis(3);
+    let locks = Arc::new(manager(urls(&servers), config()));
+    let lone = take(&locks, "fold:lone");
+    let (led, other) = (take(&locks, "fold:leader"), take(&locks, "fold:follower"));
+    let gate = hold_the_gate(&locks, &mut servers, lone);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut leader = Box::pin(locks.unlock_async(led));
+    assert!(leader.as_mut().poll(&mut cx).is_pending(), "queued first");
+    let mut follower = Box::pin(locks.unlock_async(other));
+    assert!(
+        follower.as_mut().poll(&mut cx).is_pending(),
+        "queued second"
+    );
+    resume(&mut servers);
+    assert!(gate.join().expect("lone").is_ok());
+    if leader.as_mut().poll(&mut cx).is_ready() {
+        eprintln!("inconclusive: the fold's replies were read within its first poll");
+        return;
+    }
+    drop(leader);
+    let started = Instant::now();
+    let verdict = loop {
+        if let std::task::Poll::Ready(v) = follower.as_mut().poll(&mut cx) {
+            break v;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the follower never ended"
+        );
+        thread::sleep(Duration::from_millis(5));
+    };
+    wait_until(Duration::from_secs(5), "the fold ran on every node", || {
+        servers
+            .iter()
+            .all(|s| get(s, "fold:follower") == b"$-1\r\n" && get(s, "fold:leader") == b"$-1\r\n")
+    });
     assert!(
         matches!(verdict, Ok(n) if n >= 2),
         "the follower's key went on every node, but it was told {verdict:?}"
@@ -706,8 +754,23 @@ fn a_release_held_for_room_still_reaches_the_node() {
         lock.is_ok_and(|l| locks.unlock(l).is_ok())
             && locks.stats().nodes.iter().all(|n| n.granted > 0)
     });
+    // Each set on every node (an acquisition refused on a node still behind, its queue this small, goes again).
     let taken: Vec<Lock> = (0..RELEASES)
-        .map(|i| take(&locks, &format!("held:{i}")))
+        .map(|i| {
+            let name = format!("held:{i}");
+            (0..100)
+                .find_map(|_| {
+                    let lock = take(&locks, &name);
+                    let want = format!("${}\r\n{}\r\n", lock.value().len(), lock.value());
+                    if servers.iter().all(|s| get(s, &name) == want.as_bytes()) {
+                        return Some(lock);
+                    }
+                    let _ = locks.unlock(lock);
+                    thread::sleep(Duration::from_millis(10));
+                    None
+                })
+                .unwrap_or_else(|| panic!("{name} never set on every node"))
+        })
         .collect();
     servers[2].pause();
     let threads: Vec<_> = taken
