@@ -76,8 +76,9 @@
 //!   the wire are untouched. Releases may use a reserve of another `max_in_flight` and beyond that wait for room
 //!   until their deadline; one still waiting when its round ends is detached and sent when room comes, within
 //!   `hung_timeout` ([`detached`](super::detached) states its invariants: only releases, which a release round
-//!   carries only, are ever detached; one reply consumed per command written, filed under no round). A connection is dropped only when its node is gone (closed, reset, refused) or hung:
-//!   requests outstanding and no byte received for [`Options::hung_timeout`].
+//!   carries only, are ever detached; one reply consumed per command written, filed under no round). A
+//!   connection is dropped only when its node is gone (closed, reset, refused) or hung: requests outstanding and
+//!   no byte received for [`Options::hung_timeout`].
 //!
 //! # Layout
 //!
@@ -145,7 +146,8 @@ pub use round::Round;
 #[derive(Debug)]
 pub struct Fanout {
     shared: Arc<Shared>,
-    /// The background driver, started by the first task that waits or release detached (`None` inside if it could not be started).
+    /// The background driver, started by the first task that waits or release detached (`None` inside if it could
+    /// not be started).
     background: OnceLock<Option<JoinHandle<()>>>,
 }
 

@@ -489,18 +489,16 @@ impl Drop for Round<'_> {
         let waiter = inner.slots.close(self.slot);
         // Requests still held for room go on their own (`detach.rs`): a release must reach every reachable node,
         // whether or not anybody waits for its reply.
-        let detaching = self.held.is_some();
         if let Some(held) = self.held.take() {
             let now = Instant::now();
             for h in held.requests {
                 f.detach(&mut inner.detached, (h.node, h.request, h.replies), now);
             }
         }
+        // Detached now, or earlier by this round's `retry_held` or another round.
+        let detached = !inner.detached.is_empty();
         let successor = self.leave(&mut inner);
-        let wake_background = detaching
-            && successor.is_none()
-            && inner.driver.is_some()
-            && !inner.detached.is_empty();
+        let wake_background = detached && successor.is_none() && inner.driver.is_some();
         drop(inner);
         // A task's waker is dropped here, never woken (see the parent's "Who wakes whom").
         drop(waiter);
@@ -509,7 +507,7 @@ impl Drop for Round<'_> {
         }
         // Someone must drive while detached releases wait: the background driver, started now if it was not
         // (whoever drives hands it the driver when done, `Inner::successor`).
-        if detaching {
+        if detached {
             match self.fanout.background() {
                 Some(t) if wake_background => t.unpark(),
                 _ => {}
