@@ -697,6 +697,48 @@ fn a_request_held_for_room_goes_after_its_round_is_dropped_and_its_reply_is_nobo
     assert_eq!((counts.detached, counts.given_up), (1, 0), "{counts:?}");
 }
 
+/// A release round that waits for room until its deadline counts the node overloaded, and its held request still
+/// goes once the node has room.
+#[test]
+fn a_request_still_held_at_the_deadline_counts_overloaded_and_still_goes() {
+    let mut cluster = Cluster::start(1);
+    let opts = Options::default().with_max_in_flight(1);
+    let fanout = Fanout::new(addrs(&cluster.urls()), opts).unwrap();
+    assert_eq!(
+        round_all(&fanout, &[b"PING"], Duration::from_secs(2))[0],
+        ok("PONG")
+    );
+    cluster.pause(0);
+    for _ in 0..2 {
+        let mut round = fanout.release_round(Instant::now());
+        round.send_all(&request(&[b"PING"]), 1);
+    }
+    let mut round = fanout.release_round(Instant::now() + Duration::from_millis(100));
+    round.send_all(&request(&[b"INCR", b"late"]), 1);
+    assert_eq!(round.next(), Some((0, Err(NodeError::Overloaded))));
+    assert_eq!(round.next(), None);
+    assert_eq!(fanout.stats(0).detached, 1, "detached at the deadline");
+    drop(round);
+    cluster.resume(0);
+    let until = Instant::now() + Duration::from_secs(5);
+    while cluster.node(0).raw(&support::cmd(&["GET", "late"])) != b"$1\r\n1\r\n" {
+        assert!(Instant::now() < until, "the held request never ran");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The late replies are read and dropped (a round may first find the node full of them: it looks again).
+    loop {
+        match round_all(&fanout, &[b"ECHO", b"mine"], Duration::from_secs(2)).remove(0) {
+            Err(NodeError::Overloaded) => assert!(Instant::now() < until, "never caught up"),
+            reply => {
+                assert_eq!(reply, bulk("mine"));
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(fanout.stats(0).given_up, 0);
+}
+
 /// A detached request waits for room at most `hung_timeout`: a node that stays paused longer has its connection
 /// dropped (its requests fail as hung) and the request goes on the next connection, or is given up; either way
 /// nothing is left waiting, and the next requests get their own replies.
