@@ -8,15 +8,16 @@
 //! used up) is *held for room* by its round: never written, it waits in the round until replies make room
 //! (`Round::retry_held`). The round usually ends first: a release is decided as soon as a majority answered, and
 //! its caller drops the round (or a failed acquisition's partial grants are released unawaited, by a round
-//! dropped at once). Dropped with its round, the held request never reached its node, which kept the key until
-//! its lease ended, although "dropping a round abandons its replies, not its requests" and a release must reach
-//! every reachable node (the review of issue #25, finding 7).
+//! dropped at once), or the round's last deadline passes first. Dropped with its round, the held request never
+//! reached its node, which kept the key until its lease ended, although "dropping a round abandons its replies,
+//! not its requests" and a release must reach every reachable node (the review of issue #25, finding 7).
 //!
 //! # Invariants
 //!
-//! - **Only releases are detached.** Only a release round ([`Fanout::release_round`]) holds a request for room:
-//!   an ordinary round's request finds a full node refused at once, never held. What a release round sends is,
-//!   by that method's contract, a compare-and-delete of a value only its caller holds (`DELIFEQ`, `DELEX`, the
+//! - **Only releases are detached.** Only a release round
+//!   ([`Fanout::release_round`](super::Fanout::release_round)) holds a request for room: an ordinary round's
+//!   request finds a full node refused at once, never held. What a release round sends is, by that method's
+//!   contract, a compare-and-delete of a value only its caller holds (`DELIFEQ`, `DELEX`, the
 //!   release script, `RELEASE_BATCH` and the other kinds' releases, a queue entry's removal): whenever it runs it
 //!   deletes nothing but that value's own key, so it is safe to run after its caller was told the verdict, on a
 //!   later connection to the node, with nobody waiting. An acquisition (`SET NX`) or an extension never goes in a
