@@ -12,9 +12,10 @@
 //! - **Someone drives while any wait.** A round that ends while releases are detached starts the background
 //!   driver if it was not ([`Fanout::background`](super::Fanout::background)) and wakes it if nobody drives;
 //!   whoever puts the driver back hands it to the background driver while releases wait
-//!   ([`Inner::successor`]); the background driver keeps driving while they wait ([`Inner::detached_due`]), looking at least every [`DETACHED_PACE`], and lingers, then gives the
-//!   driver back, once none waits. A release queued is then like any request whose round ended: written in that
-//!   turn's batch, its replies read and dropped by whoever drives next.
+//!   ([`Inner::successor`]); the background driver keeps driving while they wait ([`Inner::detached_due`]),
+//!   looking at least every [`DETACHED_PACE`], and lingers, then gives the driver back, once none waits. A
+//!   release queued is then like any request whose round ended: written in that turn's batch, its replies read
+//!   and dropped by whoever drives next.
 
 use std::time::{Duration, Instant};
 
