@@ -369,16 +369,13 @@ fn a_fold_larger_than_max_in_flight_still_releases_on_native_nodes() {
         failed.len(),
         failed.first()
     );
-    // Gone from a majority at least: a node whose queue stayed full may be left with a key (finding 7).
+    // Gone from every node: a release held for room on a node whose queue stayed full still goes once its round
+    // is over (finding 7).
     locks.inspect("fold:after").expect("the nodes answer");
     for i in 0..QUEUED {
         let key = format!("fold:many:{i}");
         wait_until(Duration::from_secs(5), &key, || {
-            servers
-                .iter()
-                .filter(|s| get(s, &key) == b"$-1\r\n")
-                .count()
-                >= 2
+            servers.iter().all(|s| get(s, &key) == b"$-1\r\n")
         });
     }
 }
@@ -647,9 +644,10 @@ fn a_very_large_fold() {
 /// way) gives every other caller of the fold the verdict of the replies counted so far: none, so
 /// `Err(Quorum)`, although every node then deletes their keys. One caller's cancellation turns the others'
 /// successful releases into errors (a guard's drop ignores it; an `unlock` caller is told its lock may still be
-/// held until its lease ends). Alone, their releases would have been confirmed.
+/// held until its lease ends). Alone, their releases would have been confirmed. Fixed where the fold has a
+/// blocking caller (here the thread): it is made the leader, and cannot be dropped part-way; the async caller is
+/// then a follower, whose drop leaves its key to the fold. A fold of tasks alone: see the next test.
 #[test]
-#[ignore = "finding 6: a fold's leader dropped mid-round tells the other callers Quorum though their keys went"]
 fn a_leader_dropped_just_after_sending_does_not_fail_the_others() {
     let mut servers = redis(3);
     let locks = Arc::new(manager(urls(&servers), config()));
@@ -666,10 +664,10 @@ fn a_leader_dropped_just_after_sending_does_not_fail_the_others() {
     thread::sleep(Duration::from_millis(30));
     resume(&mut servers);
     assert!(gate.join().expect("lone").is_ok());
-    // The leader was made; polled once it sends the fold, and goes before any reply is read.
-    if leader.as_mut().poll(&mut cx).is_ready() {
-        eprintln!("inconclusive: the fold's replies were read within its first poll");
-        return;
+    // The batch is made. Were the task its leader, polled once it would send the fold, and go before any reply is
+    // read. It is not (the thread leads): it has its verdict already, or is dropped as a follower.
+    if let std::task::Poll::Ready(v) = leader.as_mut().poll(&mut cx) {
+        assert!(matches!(v, Ok(n) if n >= 2), "{v:?}");
     }
     drop(leader);
     let verdict = follower.join().expect("follower");
@@ -685,16 +683,63 @@ fn a_leader_dropped_just_after_sending_does_not_fail_the_others() {
     );
 }
 
-/// Finding 7 (lost release on a minority of nodes; in the network layer, folding or not): a release round's
-/// request held for room on a node whose queue is full (a release may use twice `max_in_flight`, then waits) is
-/// dropped with its round when the round ends, which it does as soon as a majority confirmed: the node never gets
-/// it and keeps the key until its lease ends, although "dropping a round abandons its replies, not its requests"
-/// (`seam.rs`) and a release "must reach every reachable node" (`Fanout::release_round`). With folding, a fold
-/// whose keys do not fit a slow node's queue at once leaves all of them there. Here without folding: node 2 is
-/// paused while 24 lone releases go out with `max_in_flight` 8; its queue takes 16, the others decide on nodes
-/// 0 and 1, and the last 8 never reach node 2.
+/// Finding 6, what is left: in a fold of tasks alone, one is the leader, and dropped just after sending the fold
+/// it still tells the other tasks of the fold `Quorum` though their keys went (see `engine/fold.rs`, Cancel).
 #[test]
-#[ignore = "finding 7: a release held for room on a full node is dropped with its round"]
+#[ignore = "finding 6 (left): in a fold of tasks alone, a leader dropped mid-round tells the others Quorum"]
+fn a_task_leader_dropped_just_after_sending_does_not_fail_the_other_tasks() {
+    let mut servers = redis(3);
+    let locks = Arc::new(manager(urls(&servers), config()));
+    let lone = take(&locks, "fold:lone");
+    let (led, other) = (take(&locks, "fold:leader"), take(&locks, "fold:follower"));
+    let gate = hold_the_gate(&locks, &mut servers, lone);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut leader = Box::pin(locks.unlock_async(led));
+    assert!(leader.as_mut().poll(&mut cx).is_pending(), "queued first");
+    let mut follower = Box::pin(locks.unlock_async(other));
+    assert!(
+        follower.as_mut().poll(&mut cx).is_pending(),
+        "queued second"
+    );
+    resume(&mut servers);
+    assert!(gate.join().expect("lone").is_ok());
+    if leader.as_mut().poll(&mut cx).is_ready() {
+        eprintln!("inconclusive: the fold's replies were read within its first poll");
+        return;
+    }
+    drop(leader);
+    let started = Instant::now();
+    let verdict = loop {
+        if let std::task::Poll::Ready(v) = follower.as_mut().poll(&mut cx) {
+            break v;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the follower never ended"
+        );
+        thread::sleep(Duration::from_millis(5));
+    };
+    wait_until(Duration::from_secs(5), "the fold ran on every node", || {
+        servers
+            .iter()
+            .all(|s| get(s, "fold:follower") == b"$-1\r\n" && get(s, "fold:leader") == b"$-1\r\n")
+    });
+    assert!(
+        matches!(verdict, Ok(n) if n >= 2),
+        "the follower's key went on every node, but it was told {verdict:?}"
+    );
+}
+
+/// Finding 7 (lost release on a minority of nodes; in the network layer, folding or not): a release round's
+/// request held for room on a node whose queue is full (a release may use twice `max_in_flight`, then waits) was
+/// dropped with its round when the round ended, which it does as soon as a majority confirmed: the node never got
+/// it and kept the key until its lease ended, although "dropping a round abandons its replies, not its requests"
+/// (`seam.rs`) and a release "must reach every reachable node" (`Fanout::release_round`). With folding, a fold
+/// whose keys do not fit a slow node's queue at once left all of them there. Here without folding: node 2 is
+/// paused while 24 lone releases go out with `max_in_flight` 8; its queue takes 16, the others decide on nodes
+/// 0 and 1, and the last 8 are held for room on node 2. Fixed: a held release whose round ends is detached from
+/// it and sent once the node has room (`net/detached.rs`; more cases in `tests/lost_release.rs`).
+#[test]
 fn a_release_held_for_room_still_reaches_the_node() {
     const MAX: usize = 8;
     const RELEASES: usize = 3 * MAX;
@@ -703,16 +748,29 @@ fn a_release_held_for_room_still_reaches_the_node() {
     };
     let config = one_attempt(ROUND).with_max_in_flight(MAX);
     let locks = Arc::new(manager(urls(&servers), config));
+    // Until every node has granted once: its connection's set-up no longer fills its queue.
     wait_until(Duration::from_secs(5), "the connections set up", || {
-        locks
-            .request("held:warm")
-            .ttl(TTL)
-            .once()
-            .acquire()
-            .is_ok_and(|l| locks.unlock(l).is_ok())
+        let lock = locks.request("held:warm").ttl(TTL).once().acquire();
+        lock.is_ok_and(|l| locks.unlock(l).is_ok())
+            && locks.stats().nodes.iter().all(|n| n.granted > 0)
     });
+    // Each set on every node (an acquisition refused on a node still behind, its queue this small, goes again).
     let taken: Vec<Lock> = (0..RELEASES)
-        .map(|i| take(&locks, &format!("held:{i}")))
+        .map(|i| {
+            let name = format!("held:{i}");
+            (0..100)
+                .find_map(|_| {
+                    let lock = take(&locks, &name);
+                    let want = format!("${}\r\n{}\r\n", lock.value().len(), lock.value());
+                    if servers.iter().all(|s| get(s, &name) == want.as_bytes()) {
+                        return Some(lock);
+                    }
+                    let _ = locks.unlock(lock);
+                    thread::sleep(Duration::from_millis(10));
+                    None
+                })
+                .unwrap_or_else(|| panic!("{name} never set on every node"))
+        })
         .collect();
     servers[2].pause();
     let threads: Vec<_> = taken
@@ -726,6 +784,7 @@ fn a_release_held_for_room_still_reaches_the_node() {
         let v = t.join().expect("release");
         assert!(matches!(v, Ok(2)), "{v:?}");
     }
+    assert!(locks.stats().nodes[2].net.detached >= 1, "nothing was held");
     servers[2].resume();
     locks.inspect("held:after").expect("the nodes answer");
     thread::sleep(Duration::from_millis(300));

@@ -1,14 +1,19 @@
 //! A release that a majority answered but fewer than a majority confirmed is [`Error::LockLost`] on every release
 //! path (issue #23: a result that cannot be mistaken for success), with every node's outcome; fewer than a
 //! majority answering stays [`Error::Quorum`]. A nested reentrant hold's release deletes no key and still counts.
+//! A release held for room on a full node still reaches it after its round was decided (the review of #25,
+//! finding 7).
 
 mod support;
 
+use std::sync::Arc;
+use std::thread;
 use std::time::Duration;
 
-use muxlock::{Error, LockManager};
+use muxlock::{Error, Lock, LockManager};
 use support::locks;
-use support::{Cluster, cmd};
+use support::process::{VALKEY_MISSING, find_valkey};
+use support::{Cluster, RedisServer, cmd};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -143,4 +148,150 @@ fn a_release_a_majority_did_not_answer_stays_a_quorum_error() {
     cluster.kill(2);
     let err = locks.unlock(lock).expect_err("one node answered");
     assert!(err.is_quorum(), "{err}");
+}
+
+/// The review of #25, finding 7, on every release path: node 2 is paused while `3 * MAX` releases go out with
+/// `max_in_flight` `MAX`: its queue takes `2 * MAX` (the release reserve), the others' requests to it are held for
+/// room, and every release is decided on nodes 0 and 1 (`Ok(2)`, or `Ok(n >= 2)` folded) before node 2 answers.
+/// Once it resumes, the held requests, detached from their rounds, still reach it: no key is left there.
+fn releases_held_for_room_reach_the_node(servers: &mut [RedisServer], fold: bool, tasks: bool) {
+    const MAX: usize = 8;
+    const RELEASES: usize = 3 * MAX;
+    let config = locks::one_attempt(Duration::from_secs(2))
+        .with_max_in_flight(MAX)
+        .with_fold_releases(fold);
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let manager = Arc::new(locks::manager(urls, config));
+    // A new connection's set-up fills a queue this small: wait until it is done on every node.
+    let setup = |m: &LockManager| m.stats().nodes.iter().all(|n| n.granted > 0);
+    locks::wait_until(Duration::from_secs(5), "the connections set up", || {
+        let lock = manager.request("held:warm").ttl(TTL).once().acquire();
+        lock.is_ok_and(|l| manager.unlock(l).is_ok()) && setup(&manager)
+    });
+    let names: Vec<String> = (0..RELEASES).map(|i| format!("held:{i}")).collect();
+    let taken: Vec<Lock> = names
+        .iter()
+        .map(|n| take_everywhere(&manager, servers, n))
+        .collect();
+    let before = manager.stats().nodes[2].net.clone();
+    servers[2].pause();
+    let verdicts: Vec<muxlock::Result<usize>> = match tasks {
+        false => taken
+            .into_iter()
+            .map(|lock| {
+                let m = Arc::clone(&manager);
+                thread::spawn(move || m.unlock(lock))
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().expect("release"))
+            .collect(),
+        true => {
+            let rt = support::rt::two_workers();
+            let tasks: Vec<_> = taken
+                .into_iter()
+                .map(|lock| {
+                    let m = Arc::clone(&manager);
+                    rt.spawn(async move { m.unlock_async(lock).await })
+                })
+                .collect();
+            tasks
+                .into_iter()
+                .map(|t| rt.block_on(t).expect("task"))
+                .collect()
+        }
+    };
+    for v in &verdicts {
+        assert!(matches!(v, Ok(n) if *n >= 2), "{v:?}");
+    }
+    let net = manager.stats().nodes[2].net.since(&before);
+    assert!(net.detached >= 1, "no request was held for room: {net:?}");
+    servers[2].resume();
+    // Nobody else uses the manager: the fanout drives for the detached releases on its own.
+    locks::wait_until(Duration::from_secs(5), "every key gone from node 2", || {
+        names
+            .iter()
+            .all(|n| servers[2].raw(&cmd(&["GET", n])) == b"$-1\r\n")
+    });
+    let net = manager.stats().nodes[2].net.since(&before);
+    assert_eq!(net.given_up, 0, "{net:?}");
+    // The late replies are read and dropped, none counted for another command: once they are in, node 2's next
+    // vote is its own `OK` (a release's reply taken for it would be an integer: not a grant).
+    let taken = manager.stats().nodes[2].taken;
+    granted_by_node_2(&manager, "held:after");
+    assert_eq!(manager.stats().nodes[2].taken, taken);
+}
+
+/// `name`'s lock, set on every node (an acquisition refused on a node whose queue was still full of set-up
+/// replies is released and taken again).
+#[track_caller]
+fn take_everywhere(manager: &LockManager, servers: &[RedisServer], name: &str) -> Lock {
+    for _ in 0..100 {
+        let lock = manager.request(name).ttl(TTL).once().acquire().expect(name);
+        let want = format!("${}\r\n{}\r\n", lock.value().len(), lock.value());
+        if servers
+            .iter()
+            .all(|s| s.raw(&cmd(&["GET", name])) == want.as_bytes())
+        {
+            return lock;
+        }
+        let _ = manager.unlock(lock);
+        thread::sleep(Duration::from_millis(10));
+    }
+    panic!("{name} never set on every node");
+}
+
+/// Acquires and releases `name` until node 2 grants it (its queue may still be full of replies unread), for up
+/// to 5 s.
+#[track_caller]
+fn granted_by_node_2(manager: &LockManager, name: &str) {
+    locks::wait_until(Duration::from_secs(5), "node 2 grants again", || {
+        let before = manager.stats().nodes[2].granted;
+        let lock = manager.request(name).ttl(TTL).once().acquire().expect(name);
+        let granted = manager.stats().nodes[2].granted > before;
+        assert!(matches!(manager.unlock(lock), Ok(n) if n >= 2));
+        granted
+    });
+}
+
+fn redis(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
+fn valkeys(n: usize) -> Option<Vec<RedisServer>> {
+    let Some(bin) = find_valkey() else {
+        eprintln!("{VALKEY_MISSING}");
+        return None;
+    };
+    Some(
+        (0..n)
+            .map(|_| RedisServer::builder().binary(bin).start())
+            .collect(),
+    )
+}
+
+/// Plain `unlock` (not folded) by threads, on script nodes (Redis) and native ones (Valkey's `DELIFEQ`).
+#[test]
+fn a_plain_release_held_for_room_still_reaches_a_paused_node() {
+    releases_held_for_room_reach_the_node(&mut redis(3), false, false);
+    if let Some(mut v) = valkeys(3) {
+        releases_held_for_room_reach_the_node(&mut v, false, false);
+    }
+}
+
+/// `unlock_async` from tasks: a task's round is dropped the same way once decided.
+#[test]
+fn an_async_release_held_for_room_still_reaches_a_paused_node() {
+    releases_held_for_room_reach_the_node(&mut redis(3), false, true);
+}
+
+/// Folded releases on native nodes (one `DELIFEQ` per key, one request per fold: a fold larger than the room
+/// left is held whole), by threads and by tasks. (On script nodes a fold is one `RELEASE_BATCH`, one reply: a few
+/// folds never fill a node's queue.)
+#[test]
+fn a_folded_release_held_for_room_still_reaches_a_paused_node() {
+    let Some(mut v) = valkeys(3) else { return };
+    releases_held_for_room_reach_the_node(&mut v, true, false);
+    let Some(mut v) = valkeys(3) else { return };
+    releases_held_for_room_reach_the_node(&mut v, true, true);
 }

@@ -646,6 +646,144 @@ fn a_held_release_request_is_not_replaced_by_an_earlier_held_one() {
     );
 }
 
+/// Fills node 0's release reserve (two requests per `max_in_flight` 1) while it is paused, then sends `request`
+/// in a release round that holds it for room, and drops the round at once (as a decided release does).
+fn detach_one(cluster: &mut Cluster, fanout: &Fanout, request: &[u8]) {
+    assert_eq!(
+        round_all(fanout, &[b"PING"], Duration::from_secs(2))[0],
+        ok("PONG")
+    );
+    cluster.pause(0);
+    for _ in 0..2 {
+        let mut round = fanout.release_round(Instant::now());
+        round.send_all(&self::request(&[b"PING"]), 1);
+    }
+    assert_eq!(fanout.in_flight(0), 2);
+    let mut round = fanout.release_round(Instant::now() + Duration::from_secs(2));
+    assert!(round.send_all(request, 1).contains(0), "held for room");
+    drop(round);
+    assert_eq!(fanout.in_flight(0), 2, "held, not queued");
+    assert_eq!(fanout.stats(0).detached, 1);
+}
+
+/// The review of #25, finding 7: a release round's request held for room on a full node still reaches it once
+/// the node has room, after its round was dropped; its reply is read and dropped, never counted for another
+/// request. (An `INCR` stands for the release: what runs, and how often, can be seen.)
+#[test]
+fn a_request_held_for_room_goes_after_its_round_is_dropped_and_its_reply_is_nobody_s() {
+    let mut cluster = Cluster::start(1);
+    let opts = Options::default().with_max_in_flight(1);
+    let fanout = Fanout::new(addrs(&cluster.urls()), opts).unwrap();
+    detach_one(&mut cluster, &fanout, &request(&[b"INCR", b"held"]));
+    cluster.resume(0);
+    // Nobody waits for a reply: the fanout drives for the detached request on its own.
+    let until = Instant::now() + Duration::from_secs(5);
+    while cluster.node(0).raw(&support::cmd(&["GET", "held"])) != b"$1\r\n1\r\n" {
+        assert!(Instant::now() < until, "the held request never ran");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The late replies (two PINGs, the INCR) are read and dropped: the next requests get their own replies.
+    for word in ["a", "b"] {
+        let out = round_all(&fanout, &[b"ECHO", word.as_bytes()], Duration::from_secs(2));
+        assert_eq!(out[0], bulk(word));
+    }
+    assert_eq!(fanout.in_flight(0), 0);
+    assert_eq!(
+        cluster.node(0).raw(&support::cmd(&["GET", "held"])),
+        b"$1\r\n1\r\n",
+        "ran once"
+    );
+    let counts = fanout.stats(0);
+    assert_eq!((counts.detached, counts.given_up), (1, 0), "{counts:?}");
+}
+
+/// A release round that waits for room until its deadline counts the node overloaded, and its held request still
+/// goes once the node has room.
+#[test]
+fn a_request_still_held_at_the_deadline_counts_overloaded_and_still_goes() {
+    let mut cluster = Cluster::start(1);
+    let opts = Options::default().with_max_in_flight(1);
+    let fanout = Fanout::new(addrs(&cluster.urls()), opts).unwrap();
+    assert_eq!(
+        round_all(&fanout, &[b"PING"], Duration::from_secs(2))[0],
+        ok("PONG")
+    );
+    cluster.pause(0);
+    for _ in 0..2 {
+        let mut round = fanout.release_round(Instant::now());
+        round.send_all(&request(&[b"PING"]), 1);
+    }
+    let mut round = fanout.release_round(Instant::now() + Duration::from_millis(100));
+    round.send_all(&request(&[b"INCR", b"late"]), 1);
+    assert_eq!(round.next(), Some((0, Err(NodeError::Overloaded))));
+    assert_eq!(round.next(), None);
+    assert_eq!(fanout.stats(0).detached, 1, "detached at the deadline");
+    drop(round);
+    cluster.resume(0);
+    let until = Instant::now() + Duration::from_secs(5);
+    while cluster.node(0).raw(&support::cmd(&["GET", "late"])) != b"$1\r\n1\r\n" {
+        assert!(Instant::now() < until, "the held request never ran");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The late replies are read and dropped (a round may first find the node full of them: it looks again).
+    loop {
+        match round_all(&fanout, &[b"ECHO", b"mine"], Duration::from_secs(2)).remove(0) {
+            Err(NodeError::Overloaded) => assert!(Instant::now() < until, "never caught up"),
+            reply => {
+                assert_eq!(reply, bulk("mine"));
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(fanout.stats(0).given_up, 0);
+}
+
+/// A detached request waits for room at most `hung_timeout`: a node that stays paused longer has its connection
+/// dropped (its requests fail as hung) and the request goes on the next connection, or is given up; either way
+/// nothing is left waiting, and the next requests get their own replies.
+#[test]
+fn a_request_held_for_room_is_bounded_by_the_hung_timeout() {
+    let mut cluster = Cluster::start(1);
+    let opts = Options::default()
+        .with_max_in_flight(1)
+        .with_hung_timeout(Duration::from_millis(300));
+    let fanout = Fanout::new(addrs(&cluster.urls()), opts).unwrap();
+    detach_one(&mut cluster, &fanout, &request(&[b"INCR", b"held"]));
+    std::thread::sleep(Duration::from_millis(800));
+    cluster.resume(0);
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let out = round_all(&fanout, &[b"ECHO", b"after"], Duration::from_secs(1));
+        if out[0] == bulk("after") {
+            break;
+        }
+        assert!(Instant::now() < until, "{:?}", out[0]);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let counts = fanout.stats(0);
+    assert!(
+        counts.drops >= 1,
+        "the paused node's connection was dropped as hung: {counts:?}"
+    );
+    let get = || cluster.node(0).raw(&support::cmd(&["GET", "held"]));
+    // Sent on the next connection (once), or given up (never sent).
+    match counts.given_up {
+        0 => {
+            let until = Instant::now() + Duration::from_secs(5);
+            while get() != b"$1\r\n1\r\n" {
+                assert!(Instant::now() < until, "sent but never ran: {:?}", get());
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        1 => {
+            std::thread::sleep(Duration::from_millis(100));
+            assert_eq!(get(), b"$-1\r\n", "given up, yet it ran");
+        }
+        n => panic!("{n} given up"),
+    }
+}
+
 /// The hostile review of #20: a huge backoff (`Options` is not validated) saturates instead of panicking, in the
 /// fanout's lock, when a node's connect fails.
 #[test]

@@ -18,7 +18,8 @@
 //!   `no_tls.rs` standing in without the `tls` feature), `conn` (a node's socket side: dialling, completing a
 //!   connect), `read` (the driver's read side);
 //! - `fanout/` (N nodes on one poll, shared by threads: the fanout itself, its `driver`, a `round`, a
-//!   `node_set`), `slots` (rounds' mailboxes), `addr`, `resolve`, `options`, `tls_config`, `stats`, `error`;
+//!   `node_set`, `detach`), `slots` (rounds' mailboxes), `detached` (releases whose round ended while they were
+//!   held for room, pure), `addr`, `resolve`, `options`, `tls_config`, `stats`, `error`;
 //! - `cluster/` (issue #27): a Redis Cluster's key slots, slot map, `MOVED`/`ASK` and `redis+cluster://` seed
 //!   URLs (pure), and `cluster/route/`: a manager's members over one fanout, routed per slot.
 
@@ -27,6 +28,7 @@ mod addr;
 #[doc(hidden)]
 pub mod cluster;
 mod conn;
+mod detached;
 mod error;
 mod fanout;
 mod inbound;

@@ -9,7 +9,8 @@
 //! [`Inbound`](super::inbound::Inbound), also pure.
 //!
 //! Redis answers the requests of one connection in order, so replies are matched to requests strictly by position.
-//! A request whose caller stopped waiting keeps its place in the FIFO; its reply is read and dropped.
+//! A request whose caller stopped waiting keeps its place in the FIFO; its reply is read and dropped, as are those
+//! of a release queued after its round ended ([`Waiter::Detached`]).
 //!
 //! # Who writes, and when: batches clocked by replies
 //!
@@ -48,6 +49,9 @@ pub(crate) enum Waiter {
     Setup(Step),
     /// A request of a round.
     Round(SlotRef),
+    /// A release whose round ended while it was held for room, queued since (see
+    /// [`detached`](super::detached)): its replies are read and dropped, filed under no round.
+    Detached,
 }
 
 /// The set-up steps pipelined ahead of the first request.
@@ -447,6 +451,8 @@ impl NodeState {
         self.backoff = opts.backoff_min;
         match waiter {
             Waiter::Round(_) => out.file(self.node, waiter, Ok(value)),
+            // Read, and dropped: nobody waits for it.
+            Waiter::Detached => {}
             Waiter::Setup(step) => {
                 let reply = value.without_attributes();
                 if let Value::Error(msg) | Value::BulkError(msg) = reply {

@@ -23,6 +23,8 @@ pub(crate) struct NodeStats {
     drops: AtomicU64,
     timeouts: AtomicU64,
     refused: AtomicU64,
+    detached: AtomicU64,
+    given_up: AtomicU64,
     rtt: Box<[AtomicU64]>,
 }
 
@@ -37,6 +39,8 @@ impl Default for NodeStats {
             drops: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            detached: AtomicU64::new(0),
+            given_up: AtomicU64::new(0),
             rtt: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -98,6 +102,12 @@ impl NodeStats {
     pub(crate) fn refused(&self, n: usize) {
         add(&self.refused, n as u64);
     }
+    pub(crate) fn detached(&self, n: usize) {
+        add(&self.detached, n as u64);
+    }
+    pub(crate) fn given_up(&self, n: usize) {
+        add(&self.given_up, n as u64);
+    }
 
     /// A reply came, `rtt` after its request was queued.
     pub(crate) fn reply(&self, rtt: Duration) {
@@ -118,6 +128,8 @@ impl NodeStats {
             drops: get(&self.drops),
             timeouts: get(&self.timeouts),
             refused: get(&self.refused),
+            detached: get(&self.detached),
+            given_up: get(&self.given_up),
             rtt: self.rtt.iter().map(get).collect(),
         }
     }
@@ -143,6 +155,12 @@ pub struct NodeCounts {
     pub timeouts: u64,
     /// Requests not sent because the node already had too many without replies.
     pub refused: u64,
+    /// Release requests (counted by reply) that were held for room on the node when their round ended, and kept
+    /// to be sent once it has room (see [`Fanout::release_round`](super::Fanout::release_round)).
+    pub detached: u64,
+    /// Of those, the ones given up unsent: no room came within `hung_timeout`, too many were waiting already, or
+    /// the fanout was dropped first.
+    pub given_up: u64,
     rtt: Vec<u64>,
 }
 
@@ -177,6 +195,8 @@ impl NodeCounts {
             drops: self.drops.saturating_sub(earlier.drops),
             timeouts: self.timeouts.saturating_sub(earlier.timeouts),
             refused: self.refused.saturating_sub(earlier.refused),
+            detached: self.detached.saturating_sub(earlier.detached),
+            given_up: self.given_up.saturating_sub(earlier.given_up),
             rtt: self
                 .rtt
                 .iter()

@@ -1,14 +1,17 @@
 //! The background driver: a thread of the fanout's own that drives the poll for tasks (rounds awaited as
-//! futures), which must never wait in it themselves (see the [parent](super)'s "Tasks").
+//! futures), which must never wait in it themselves (see the [parent](super)'s "Tasks"), and for releases
+//! detached from their rounds, which nobody waits for (`detach.rs`).
 //!
 //! # Who holds what
 //!
-//! - The thread is started by the first task that waits ([`Fanout::background`]), once per fanout, and holds an
-//!   `Arc` of the shared state (not the [`Fanout`]): the fanout's drop sets `Inner::closing`, pokes the poll,
-//!   unparks the thread and joins it; the thread puts the driver back, if it has it, and ends.
-//! - It takes the driver only while tasks wait (a task's waker in a slot) and the driver is free; it keeps it
-//!   turn after turn, each poll waiting until the earliest task's wake-up instant at the latest (so a task's round
-//!   times out after a turn that read the sockets at or after its deadline, as a thread's does).
+//! - The thread is started by the first task that waits, or the first round that detaches a release
+//!   ([`Fanout::background`]), once per fanout, and holds an `Arc` of the shared state (not the [`Fanout`]): the
+//!   fanout's drop sets `Inner::closing`, pokes the poll, unparks the thread and joins it; the thread puts the
+//!   driver back, if it has it, and ends.
+//! - It takes the driver only while tasks wait (a task's waker in a slot) or detached releases do, and the
+//!   driver is free; it keeps it turn after turn, each poll waiting until the earliest task's wake-up instant at
+//!   the latest (so a task's round times out after a turn that read the sockets at or after its deadline, as a
+//!   thread's does), or `DETACHED_PACE` while releases are detached.
 //! - When no task waits any more it lingers: it keeps polling for [`LINGER`] (a lone task's next round finds it
 //!   still in the poll, and saves a wake-up: 80-90 µs a round became 65-70 µs, against 50 µs for a lone thread),
 //!   unless a thread asks for the driver: a round that comes to sleep, or a thread waiting for pushes, sets
@@ -59,6 +62,7 @@ impl Fanout {
 
 impl Drop for Fanout {
     fn drop(&mut self) {
+        self.shared.give_up_detached(&mut lock(&self.shared.inner));
         let Some(Some(handle)) = self.background.take() else {
             return;
         };
@@ -78,7 +82,15 @@ impl Shared {
         let mut linger: Option<Instant> = None;
         let mut inner = lock(&self.inner);
         while !inner.closing {
-            let due = match inner.slots.earliest_task() {
+            // Tasks wait, or releases detached from their rounds (`detach.rs`): drive for them.
+            let detached = inner.detached_due();
+            let due = match inner
+                .slots
+                .earliest_task()
+                .into_iter()
+                .chain(detached)
+                .min()
+            {
                 Some(due) => {
                     linger = None;
                     due

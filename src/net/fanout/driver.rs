@@ -116,8 +116,8 @@ impl Shared {
     }
 
     /// Files what the turn read, drops connections that failed or hung, lets the read side forget connections that
-    /// were dropped, and takes the writer role where bytes wait with no writer (a write the socket cut short, a
-    /// connection that just came up).
+    /// were dropped, places detached releases where there is room now, and takes the writer role where bytes wait
+    /// with no writer (a write the socket cut short, a connection that just came up, a batch clocked by replies).
     fn file_turn(&self, inner: &mut Inner, d: &mut Driver, now: Instant, polled: bool) {
         let Inner {
             conns,
@@ -125,6 +125,7 @@ impl Shared {
             pushes: inner_pushes,
             pushes_dropped: inner_dropped,
             push_waiter,
+            detached,
             ..
         } = inner;
         let pushes_before = (inner_pushes.len(), *inner_dropped);
@@ -185,6 +186,11 @@ impl Shared {
             if read.generation != conn.state.generation {
                 read.attach(conn.state.generation, None);
             }
+        }
+        // The room the replies just filed made goes to the releases detached from their rounds first, and they
+        // join this turn's batch (`detach.rs`).
+        self.place_detached((conns, slots, detached), now, &mut d.wake);
+        for conn in conns.iter_mut() {
             d.jobs.extend(conn.take_write());
         }
     }

@@ -31,7 +31,8 @@
 //!   its deadline, or after a millisecond for a release holding requests for room) and the future is pending. The
 //!   driver's turns file and wake it exactly as they unpark a thread, and they poll no longer than its deadline.
 //! - **The background driver** ([`background`](self::background)) is a thread of the fanout's own, started by
-//!   the first task that waits (a fanout only ever used by threads has none) and ended when the fanout is dropped.
+//!   the first task that waits or the first release detached from its round (a fanout only ever used by threads
+//!   that never overload a node has none) and ended when the fanout is dropped.
 //!   It drives whenever tasks wait and no thread drives: it sleeps in the poll until the earliest task's deadline,
 //!   and gives the driver back (waking a sleeping thread, if any, to take over) once no task waits: after a
 //!   linger of a millisecond, or at once when a thread asks for it (it comes to sleep, and pokes). So a lone
@@ -73,8 +74,11 @@
 //! - **Backpressure, not disconnects.** A node with `max_in_flight` requests without replies gets no more
 //!   requests: each further request is that node's failed vote ([`NodeError::Overloaded`]), and the requests on
 //!   the wire are untouched. Releases may use a reserve of another `max_in_flight` and beyond that wait for room
-//!   until their deadline. A connection is dropped only when its node is gone (closed, reset, refused) or hung:
-//!   requests outstanding and no byte received for [`Options::hung_timeout`].
+//!   until their deadline; one still waiting when its round ends is detached and sent when room comes, within
+//!   `hung_timeout` ([`detached`](super::detached) states its invariants: only releases, which a release round
+//!   carries only, are ever detached; one reply consumed per command written, filed under no round). A
+//!   connection is dropped only when its node is gone (closed, reset, refused) or hung: requests outstanding and
+//!   no byte received for [`Options::hung_timeout`].
 //!
 //! # Layout
 //!
@@ -83,12 +87,14 @@
 //! - `driver`: the [`Driver`] (the poll and the read sides) and its turn: poll, read, file, wake;
 //! - `round`: [`Round`], one request/reply exchange: sending (with the release reserve), waiting, sleeping;
 //! - `poll_next`: a round awaited by a task ([`Round::poll_next`]);
-//! - `background`: the background driver thread that drives for tasks;
+//! - `background`: the background driver thread that drives for tasks (and for detached releases);
+//! - `detach`: releases held for room whose round ended, detached and placed as room comes;
 //! - `node_set`: [`NodeSet`], which nodes a request goes to.
 //!
 //! [`NodeError::Overloaded`]: super::NodeError::Overloaded
 
 mod background;
+mod detach;
 mod driver;
 mod node_set;
 mod poll_next;
@@ -103,6 +109,7 @@ use mio::{Poll, Registry, Token, Waker};
 
 use super::addr::NodeAddr;
 use super::conn::{Conn, WriteJob};
+use super::detached::Detached;
 use super::options::Options;
 use super::resolve::Resolved;
 use super::slots::{Slots, Successor, Wake};
@@ -139,7 +146,8 @@ pub use round::Round;
 #[derive(Debug)]
 pub struct Fanout {
     shared: Arc<Shared>,
-    /// The background driver, started by the first task that waits (`None` inside if it could not be started).
+    /// The background driver, started by the first task that waits or release detached (`None` inside if it could
+    /// not be started).
     background: OnceLock<Option<JoinHandle<()>>>,
 }
 
@@ -180,6 +188,9 @@ struct Inner {
     /// sets `wanted`, and the background driver gives the driver back after that turn.
     lingering: bool,
     wanted: bool,
+    /// Releases whose round ended while they were held for room, to be placed when their node has room
+    /// (`detach.rs`).
+    detached: Detached,
 }
 
 /// Pushes kept for [`Fanout::recv_pushes`]; more are dropped, and the taker is told.
@@ -198,12 +209,16 @@ pub struct Pushes {
 
 impl Inner {
     /// Who should take the poll that was just put back: a sleeping round's thread, else a thread waiting for pushes
-    /// (pushes arrive only if someone polls), else, if tasks wait, the background driver.
+    /// (pushes arrive only if someone polls), else, if tasks or detached releases wait, the background driver.
     fn successor(&mut self) -> Option<Thread> {
         match self.slots.successor() {
             Successor::Thread(t) => Some(t),
             Successor::Tasks => self.push_waiter.take().or_else(|| self.background.clone()),
-            Successor::Nobody => self.push_waiter.take(),
+            Successor::Nobody => self.push_waiter.take().or_else(|| {
+                self.background
+                    .clone()
+                    .filter(|_| !self.detached.is_empty())
+            }),
         }
     }
 }
@@ -281,6 +296,7 @@ impl Fanout {
                 closing: false,
                 lingering: false,
                 wanted: false,
+                detached: Detached::default(),
             }),
             registry,
             waker,
@@ -459,7 +475,20 @@ impl Fanout {
 
     /// Opens a round for requests that must reach every reachable node, such as a lock's release: where a node's
     /// queue is full, they use a reserve of another `max_in_flight` requests, and beyond it wait (until
-    /// `deadline`) for replies to make room, rather than being dropped.
+    /// `deadline`) for replies to make room, rather than being dropped. A request still waiting for room when the
+    /// round ends (it is dropped, or counts the node as [`NodeError::Overloaded`] past its deadline) is not
+    /// dropped with it: it is **detached**, and sent on its own once the node has room (within
+    /// [`Options::hung_timeout`], else given up), its replies read and dropped.
+    ///
+    /// # Contract
+    ///
+    /// Only for requests that are safe to run late, with nobody waiting for them, and on a later connection to
+    /// the node: a compare-and-delete of a value only the caller holds (`DELIFEQ`, a release script), which
+    /// deletes nothing but that value's own key whenever it runs. Never an acquisition (`SET NX`) or an
+    /// extension: run late, unawaited, it would make a lock nobody holds. Those go in [`round`](Fanout::round),
+    /// where a full node's request is refused at once and never held.
+    ///
+    /// [`NodeError::Overloaded`]: super::NodeError::Overloaded
     pub fn release_round(&self, deadline: Instant) -> Round<'_> {
         self.open(deadline, Priority::Release)
     }

@@ -70,7 +70,8 @@ impl Held {
 }
 
 /// One request/reply exchange with some or all nodes, bounded by a deadline. Dropping it abandons the replies still
-/// to come: they are read and dropped when they arrive.
+/// to come: they are read and dropped when they arrive. A release round's requests still held for room go on
+/// their own (see [`Fanout::release_round`]).
 #[derive(Debug)]
 #[must_use = "a round does nothing until requests are sent and replies collected with next()"]
 pub struct Round<'a> {
@@ -434,10 +435,15 @@ impl<'a> Round<'a> {
         let now = Instant::now();
         let mut jobs = Vec::new();
         let mut wake = Vec::new();
-        let Inner { conns, slots, .. } = &mut *inner;
+        let Inner {
+            conns,
+            slots,
+            detached,
+            ..
+        } = &mut *inner;
         // Nodes with a request still held in this pass: their later requests wait behind it.
         let mut blocked: Vec<usize> = Vec::new();
-        held.requests.retain(|h| {
+        held.requests.retain_mut(|h| {
             let Some(conn) = conns.get_mut(h.node) else {
                 return false;
             };
@@ -465,11 +471,14 @@ impl<'a> Round<'a> {
                 return false;
             }
             // A patient round may still move its deadline for a node that answers (`time_out_due`): its held
-            // requests wait for room until the round can no longer be extended.
+            // requests wait for room until the round can no longer be extended. Then the round counts the node
+            // as overloaded, and the release goes on its own once the node has room (`detach.rs`).
             if now >= self.deadline && self.hard <= self.deadline {
                 f.stats[h.node].refused(h.replies);
                 let r = Err(NodeError::Overloaded);
                 wake.extend(slots.refuse(self.slot, h.node, h.replies, r));
+                let bytes = std::mem::take(&mut h.request);
+                f.detach(detached, (h.node, bytes, h.replies), now);
                 return false;
             }
             blocked.push(h.node);
@@ -501,14 +510,34 @@ impl<'a> Round<'a> {
 
 impl Drop for Round<'_> {
     fn drop(&mut self) {
-        let mut inner = lock(&self.fanout.shared.inner);
+        let f = &*self.fanout.shared;
+        let mut inner = lock(&f.inner);
         let waiter = inner.slots.close(self.slot);
+        // Requests still held for room go on their own (`detach.rs`): a release must reach every reachable node,
+        // whether or not anybody waits for its reply.
+        if let Some(held) = self.held.take() {
+            let now = Instant::now();
+            for h in held.requests {
+                f.detach(&mut inner.detached, (h.node, h.request, h.replies), now);
+            }
+        }
+        // Detached now, or earlier by this round's `retry_held` or another round.
+        let detached = !inner.detached.is_empty();
         let successor = self.leave(&mut inner);
+        let wake_background = detached && successor.is_none() && inner.driver.is_some();
         drop(inner);
         // A task's waker is dropped here, never woken (see the parent's "Who wakes whom").
         drop(waiter);
         if let Some(t) = successor {
             t.unpark();
+        }
+        // Someone must drive while detached releases wait: the background driver, started now if it was not
+        // (whoever drives hands it the driver when done, `Inner::successor`).
+        if detached {
+            match self.fanout.background() {
+                Some(t) if wake_background => t.unpark(),
+                _ => {}
+            }
         }
     }
 }

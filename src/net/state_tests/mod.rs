@@ -509,3 +509,30 @@ fn a_full_node_refuses_ordinary_requests_and_lets_releases_use_a_reserve() {
         Room::Wait
     );
 }
+
+/// A release queued after its round ended ([`Waiter::Detached`]) takes its places in the FIFO: its replies are
+/// read and dropped, each round request still gets its own, and a connection that fails drops it unfiled.
+#[test]
+fn a_detached_request_s_replies_are_read_and_counted_for_nobody() {
+    let mut node = Node::plain();
+    node.up(0);
+    node.ask(&["ECHO", "before"], 0);
+    let now = node.at(0);
+    let detached = [cmd(&["DELIFEQ", "k", "v"]), cmd(&["DELIFEQ", "l", "v"])].concat();
+    node.state.queue(&detached, Waiter::Detached, 2, now);
+    node.ask(&["ECHO", "after"], 0);
+    assert_eq!(node.state.in_flight(), 4);
+    node.write(0);
+    node.feed(b"$6\r\nbefore\r\n:1\r\n:0\r\n$5\r\nafter\r\n", 1);
+    assert_eq!(node.outcome(), Some(Ok(Value::BulkString("before".into()))));
+    assert_eq!(node.outcome(), Some(Ok(Value::BulkString("after".into()))));
+    assert_eq!(node.outcome(), None);
+    assert_eq!(node.state.in_flight(), 0);
+    assert!(node.state.is_up());
+    // Dropped with its connection: the round's request fails, the detached one is filed nowhere.
+    node.state.queue(&detached, Waiter::Detached, 2, now);
+    node.ask(&["PING"], 2);
+    node.close(3);
+    assert_eq!(node.outcome(), Some(Err(NodeError::Closed)));
+    assert_eq!(node.outcome(), None);
+}

@@ -13,8 +13,9 @@
 //! - **A caller that finds it taken joins the queue** ([`Entry`]: a copy of its key, value and nodes) and waits.
 //! - **When a round ends**, its runner hands the gate on ([`Engine::fold_finish`]): it takes the queue as
 //!   the next batch (its first [`Config::max_in_flight`](crate::redlock::Config::max_in_flight) releases: a
-//!   node's queue could never take more native commands in one request) and makes its first caller still
-//!   waiting the batch's **leader**, which runs the folded round
+//!   node's queue could never take more native commands in one request) and makes one of its callers still
+//!   waiting the batch's **leader** (the first that blocks its thread, if any, else the first: see Cancel),
+//!   which runs the folded round
 //!   ([`Engine::release_folded`]) for everyone in it, itself included, then hands the gate on in turn. An empty
 //!   queue opens the gate. So the batch grows with the load, and a round's latency is what collects the next one.
 //! - **Per node, the cheapest way**: a script node gets one `RELEASE_BATCH` with every key asked of it (by hash;
@@ -61,7 +62,12 @@
 //!   wait for the replies still to come (they are abandoned with the round; its requests still run on the nodes):
 //!   [`Leading`]'s drop gives every other caller of the batch the verdict of the replies counted so far, which is
 //!   never a false success (`Ok` only if a majority confirmed; typically [`Error::Quorum`],
-//!   "unconfirmed"), and hands the gate on. No caller ever waits for a round that nobody runs.
+//!   "unconfirmed"), and hands the gate on. No caller ever waits for a round that nobody runs. So a blocking
+//!   caller of the batch, if there is one, is made its leader ([`Engine::hand_on`]): it cannot be dropped
+//!   part-way, and every caller of its batch gets its true verdict (the review of #25, finding 6). Only a batch
+//!   of tasks alone is led by a task, and its other callers are told "unconfirmed" if that task is dropped
+//!   mid-round: handing the round itself over (its slot, what each outcome answers, the tallies) to another
+//!   caller is left for later.
 //!
 //! Only plain releases fold (`unlock`, `unlock_value`, a plain guard's release or drop); fenced, set and owned
 //! releases have scripts of their own and go alone, as do `unlock_batch` (one script already) and the unawaited
@@ -252,6 +258,11 @@ impl Entry {
             waiter.wake();
         }
         true
+    }
+
+    /// Whether this entry's caller waits by parking its thread (a blocking release), as far as it said so yet.
+    fn blocks(&self) -> bool {
+        matches!(lock(&self.slot).waiter, Some(Waiter::Thread(_)))
     }
 
     /// Marks this entry abandoned if it is still only queued in a batch (not leading, no verdict); returns whether
@@ -483,14 +494,21 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
     }
 
-    /// Gives `batch` to the first of its callers still waiting, to lead; if every one went, sends its releases
-    /// unawaited and goes on with the next batch (or opens the gate).
+    /// Gives `batch` to one of its callers still waiting, to lead: the first that blocks its thread if any, else
+    /// the first; if every one went, sends its releases unawaited and goes on with the next batch (or opens the
+    /// gate).
+    ///
+    /// A blocking caller first: it runs the round to its end on its own thread, where a task may be dropped
+    /// part-way (the other callers would then get the verdict of the replies counted so far, finding 6 of #25's
+    /// review) or not be polled at all (its thread parked in a blocking release, finding 1).
     fn hand_on(&self, mut batch: Vec<Arc<Entry>>) {
         loop {
-            for i in 0..batch.len() {
-                let entry = Arc::clone(&batch[i]);
-                if entry.promote(&mut batch) {
-                    return;
+            for blocking_only in [true, false] {
+                for i in 0..batch.len() {
+                    let entry = Arc::clone(&batch[i]);
+                    if (!blocking_only || entry.blocks()) && entry.promote(&mut batch) {
+                        return;
+                    }
                 }
             }
             let mut request = BytesMut::new();

@@ -16,7 +16,9 @@
 //!   out, so have all its later ones of that round.
 //! - **Every outcome is known by the round's deadline**: after it, [`NodeRound::next`] hands out a timeout for
 //!   each request still unanswered, and `None` once all have their outcome.
-//! - **Dropping a round abandons its replies**, not its requests: what was sent still runs on the node.
+//! - **Dropping a round abandons its replies**, not its requests: what was sent still runs on the node, and so
+//!   does a release round's request still held for room on a full node: it is sent once the node has room
+//!   (bounded; `net/detached.rs`). So a release round carries only compare-and-deletes of the caller's own value.
 //! - **[`Nodes::setup_replies`]** are the replies to the set-up commands the engine gave, in that order, on the
 //!   node's current connection ([`Nodes::sessions`] changes with every new connection), each dated when it was
 //!   read. The restart guard reads them through typed ids (`restart::SetupIds`), not positions.
