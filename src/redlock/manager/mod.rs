@@ -154,8 +154,9 @@ impl Builder {
                 }
             })?;
         // A cluster member's nodes are known now, from its map: no server may vote for two members (a cluster
-        // given twice through different seeds, a plain member that is a node of a cluster member).
-        if let Some((addr, twin)) = shared_server(&plan) {
+        // given twice through different seeds, a plain member that is a node of a cluster member). Plain members
+        // were compared above.
+        if let Some((addr, twin)) = plan.is_routed().then(|| shared_server(&plan)).flatten() {
             return Err(Error::config(format!(
                 "node {addr} is listed twice (also as {twin}, in another member; a cluster member's nodes are \
                  read from its map): a majority must span distinct servers"

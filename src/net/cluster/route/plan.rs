@@ -146,13 +146,16 @@ impl Plan {
 /// was read from, if it could be read.
 type Planned = (Vec<(String, u16)>, Option<(SlotMap, String)>);
 
+/// What reading one cluster member's map gave: the map with the host it was read from, or `None`.
+type MapRead = Option<(SlotMap, String)>;
+
 /// Per member, a cluster member's map as [`read_map`] reads it (`None` for a plain member), every cluster
 /// member's read at once: building waits up to `wait` in all, not once per member.
 fn read_maps(
     members: &[MemberAddr],
     wait: Duration,
     tls: &TlsConfig,
-) -> io::Result<Vec<Option<Option<(SlotMap, String)>>>> {
+) -> io::Result<Vec<Option<MapRead>>> {
     std::thread::scope(|scope| {
         let mut reading = Vec::with_capacity(members.len());
         for member in members {
