@@ -55,7 +55,8 @@
 //!   connection a vote came on), but **no persistence proof lets a promoted replica count sooner**: its
 //!   `appendfsync always` covers its own writes, not those its master acknowledged before replicating them, and
 //!   the persistence marker it holds was replicated from the old master. A promotion is seen at run time (a
-//!   `MOVED` to, or a new map naming, a node the member's map showed as a replica) and by a manager built after
+//!   `MOVED` to, or a new map naming, a node the member's map showed as a replica; every master of the first
+//!   map of a member whose map could not be read at build) and by a manager built after
 //!   it (`INFO server replication` on every connection: a promoted master's `second_repl_offset` is set), and
 //!   either way starts the window. See `redlock::engine::restart`, "Failovers in a cluster member".
 //!

@@ -482,7 +482,15 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 .enumerate()
                 .filter(|(_, o)| **o == Outcome::Quarantined)
                 .map(|(i, _)| {
-                    let s = guard.standing(&self.fanout, i, *info, now);
+                    // A cluster member's grant came on one of its connections (which one is not kept): the one
+                    // that will count last.
+                    let s = self
+                        .fanout
+                        .member_conns(i)
+                        .into_iter()
+                        .map(|conn| guard.standing(&self.fanout, conn, *info, now))
+                        .max_by_key(|s| s.counted_in)
+                        .unwrap_or_default();
                     (
                         i,
                         s.up.unwrap_or_default(),

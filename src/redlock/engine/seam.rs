@@ -109,6 +109,11 @@ pub trait Nodes {
     fn routed(&self) -> bool {
         false
     }
+    /// The connections member `member`'s votes may come on: its own for a plain node; for a cluster member,
+    /// every node of its table (for reports: which of them a quarantined grant came from is not kept).
+    fn member_conns(&self, member: usize) -> Vec<usize> {
+        vec![member]
+    }
 }
 
 /// One request/reply exchange with some nodes, bounded by a deadline.
@@ -243,6 +248,10 @@ impl Nodes for Members {
 
     fn promoted(&self, conn: usize) -> Option<Instant> {
         Members::promoted(self, conn)
+    }
+
+    fn member_conns(&self, member: usize) -> Vec<usize> {
+        Members::member_conns(self, member)
     }
 
     #[inline]

@@ -108,12 +108,15 @@ impl Builder {
         self
     }
 
-    /// Checks everything and starts connecting to the nodes (without waiting for them).
+    /// Checks everything and starts connecting to the nodes (without waiting for them). Cluster members' maps
+    /// are read first, every member's at once, waiting up to the connect timeout
+    /// ([`Config::with_connect_timeout`]) in all: they say which nodes to connect to.
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for no nodes, an invalid address, the same node listed twice, an invalid setting, or TLS
-    /// files ([`Config::with_tls`]) that cannot be read or hold nothing usable.
+    /// [`Error::Config`] for no nodes, an invalid address, the same node listed twice (also a server that two
+    /// members share through a cluster member's map), an invalid setting, or TLS files ([`Config::with_tls`])
+    /// that cannot be read or hold nothing usable.
     /// An even number of nodes is allowed: the majority is then `N/2 + 1`, so 4 nodes tolerate one failure, like 3.
     pub fn build(self) -> Result<LockManager> {
         self.config.validate()?;
@@ -150,6 +153,15 @@ impl Builder {
                     error: e.into(),
                 }
             })?;
+        // A cluster member's nodes are known now, from its map: no server may vote for two members (a cluster
+        // given twice through different seeds, a plain member that is a node of a cluster member). Plain members
+        // were compared above.
+        if let Some((addr, twin)) = plan.is_routed().then(|| shared_server(&plan)).flatten() {
+            return Err(Error::config(format!(
+                "node {addr} is listed twice (also as {twin}, in another member; a cluster member's nodes are \
+                 read from its map): a majority must span distinct servers"
+            )));
+        }
         let (setup, restart) = restart::connection_setup_for(
             &self.config,
             plan.members(),
@@ -220,6 +232,29 @@ fn same_server(a: &NodeAddr, b: &NodeAddr) -> bool {
         (Ok(x), Ok(y)) => x.iter().any(|s| y.contains(s)),
         _ => false,
     }
+}
+
+/// A server that two members of `plan` share, as `(one member's address, the other's)`: names that match, or
+/// that resolve to a common socket address (each resolved once). Names that do not resolve now are compared as
+/// written, as [`same_server`] does.
+fn shared_server(plan: &Plan) -> Option<(NodeAddr, NodeAddr)> {
+    let mut known: Vec<(usize, &NodeAddr, Vec<std::net::SocketAddr>)> = Vec::new();
+    for member in 0..plan.members() {
+        for addr in plan.member_nodes(member) {
+            let resolved = addr.resolve().unwrap_or_default();
+            let twin = known.iter().find(|(owner, other, theirs)| {
+                *owner != member
+                    && other.port() == addr.port()
+                    && (other.host().eq_ignore_ascii_case(addr.host())
+                        || theirs.iter().any(|s| resolved.contains(s)))
+            });
+            if let Some((_, twin, _)) = twin {
+                return Some((addr.clone(), (*twin).clone()));
+            }
+            known.push((member, addr, resolved));
+        }
+    }
+    None
 }
 
 /// Wakes this process' waiters of `resources` when dropped: after a release, finished or abandoned.

@@ -240,6 +240,22 @@ impl Members {
         lock(&routes.promoted).get(conn).copied().flatten()
     }
 
+    /// The connections of member `member`: its own, and for a cluster member every node of its table.
+    pub fn member_conns(&self, member: usize) -> Vec<usize> {
+        let mut conns = vec![member];
+        if let Some(cluster) = self.cluster(member) {
+            let table = lock(&cluster.table);
+            conns.extend(
+                table
+                    .nodes
+                    .iter()
+                    .map(|(node, _)| node.conn)
+                    .filter(|&c| c != member),
+            );
+        }
+        conns
+    }
+
     fn note_promoted(&self, conn: usize, now: Instant) {
         if let Some(routes) = &self.routes {
             if let Some(cell) = lock(&routes.promoted).get_mut(conn) {
@@ -267,9 +283,13 @@ impl Members {
         let Some(cluster) = self.cluster(member) else {
             return;
         };
-        let takeover = lock(&cluster.table).moved(slot, conn);
-        if takeover == Takeover::Promoted {
-            self.note_promoted(conn, now);
+        {
+            // The quarantine is noted before the table lock is let go, so before any round routes a command to
+            // the promoted node (as a refresh does): another thread's grant from it must find it quarantined.
+            let mut table = lock(&cluster.table);
+            if table.moved(slot, conn) == Takeover::Promoted {
+                self.note_promoted(conn, now);
+            }
         }
         self.refresh(member);
     }

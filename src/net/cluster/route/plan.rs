@@ -24,24 +24,29 @@ pub struct Plan {
 
 impl Plan {
     /// Reads each cluster member's slot map from its seeds (`CLUSTER SHARDS`, or `CLUSTER SLOTS` where that is
-    /// refused, both pipelined to every seed at once), waiting up to `wait`; plans the connections. A member whose
-    /// map cannot be read within `wait` is planned with its seeds only and votes no (no slot is served) until a
-    /// map is read (a later `MOVED` patches the slots it names). A plan of plain nodes only reads nothing.
+    /// refused, both pipelined to every seed at once; every member's at once), waiting up to `wait` in all; plans
+    /// the connections. A member whose map cannot be read within `wait` is planned with its seeds only and votes
+    /// no (no slot is served) until a map is read; even then it serves only the slots of masters that are among
+    /// its seeds (a later `MOVED` patches the slots it names, to a seed only): its other nodes were never dialled.
+    /// A plan of plain nodes only reads nothing.
     ///
     /// # Errors
     ///
-    /// Only if the OS refuses an event poll, or the TLS settings are unusable (as [`Fanout::new`]).
+    /// Only if the OS refuses an event poll or a thread, or the TLS settings are unusable (as [`Fanout::new`]).
     pub fn read(members: Vec<MemberAddr>, wait: Duration, tls: &TlsConfig) -> io::Result<Plan> {
         let n = members.len();
+        // Every cluster member's map at once, each on a thread of its own: read one after the other, members
+        // whose seeds are slow would make building wait the connect timeout once per member.
+        let mut maps = read_maps(&members, wait, tls)?;
         // First the maps and each member's nodes, then the connections: the members' own first (`0..n`), then
         // every cluster member's other nodes.
         let mut planned: Vec<Option<Planned>> = Vec::with_capacity(n);
-        for member in &members {
+        for (member, map) in members.iter().zip(&mut maps) {
             let MemberAddr::Cluster(cluster) = member else {
                 planned.push(None);
                 continue;
             };
-            let map = read_map(cluster, wait, tls)?;
+            let map = map.take().flatten();
             // The member's nodes: every node of its map with an address (masters first), else its seeds.
             let mut nodes: Vec<(String, u16)> = Vec::new();
             if let Some((map, origin)) = &map {
@@ -108,6 +113,19 @@ impl Plan {
         })
     }
 
+    /// Every server member `member` may send to: a plain member's node; a cluster member's nodes (those of its
+    /// map, or its seeds if its map could not be read).
+    pub fn member_nodes(&self, member: usize) -> Vec<&NodeAddr> {
+        match self.tables.get(member) {
+            Some(Some(table)) => table
+                .nodes
+                .iter()
+                .filter_map(|(node, _)| self.conns.get(node.conn))
+                .collect(),
+            _ => self.conns.get(member).into_iter().collect(),
+        }
+    }
+
     /// How many connections the plan makes (the restart guard keeps one record per connection).
     pub fn connections(&self) -> usize {
         self.conns.len()
@@ -127,6 +145,41 @@ impl Plan {
 /// A cluster member's nodes (`host`, `port`: every node of its map, or its seeds) and its map with the host it
 /// was read from, if it could be read.
 type Planned = (Vec<(String, u16)>, Option<(SlotMap, String)>);
+
+/// What reading one cluster member's map gave: the map with the host it was read from, or `None`.
+type MapRead = Option<(SlotMap, String)>;
+
+/// Per member, a cluster member's map as [`read_map`] reads it (`None` for a plain member), every cluster
+/// member's read at once: building waits up to `wait` in all, not once per member.
+fn read_maps(
+    members: &[MemberAddr],
+    wait: Duration,
+    tls: &TlsConfig,
+) -> io::Result<Vec<Option<MapRead>>> {
+    std::thread::scope(|scope| {
+        let mut reading = Vec::with_capacity(members.len());
+        for member in members {
+            reading.push(match member {
+                MemberAddr::Cluster(cluster) => Some(
+                    std::thread::Builder::new()
+                        .name("muxlock-cluster-map".into())
+                        .spawn_scoped(scope, move || read_map(cluster, wait, tls))?,
+                ),
+                MemberAddr::Node(_) => None,
+            });
+        }
+        reading
+            .into_iter()
+            .map(|thread| match thread {
+                None => Ok(None),
+                Some(thread) => match thread.join() {
+                    Ok(map) => map.map(Some),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                },
+            })
+            .collect()
+    })
+}
 
 /// Reads a cluster's map from its seeds: the first seed whose `CLUSTER SHARDS` reads, else whose `CLUSTER SLOTS`
 /// does; with the host of that seed (the origin of empty endpoints).

@@ -97,7 +97,10 @@ impl Table {
     }
 
     /// Replaces the slots' owners with `map`'s (read from a node dialled at `origin`); a slot whose master is not
-    /// a known node is left unserved. Returns the connections that took over slots as [`Takeover::Promoted`].
+    /// a known node is left unserved. Returns the connections that took over slots as [`Takeover::Promoted`]: on
+    /// a table that never had a map, every master of `map` (nothing is known of their past: one may have been
+    /// promoted since this manager read its `INFO` as a replica's). The plan's first map, read before any
+    /// connection exists, ignores that: the connections' `INFO` covers a promotion before them.
     pub(crate) fn install(&mut self, map: &SlotMap, origin: &str, tls: bool) -> Vec<usize> {
         let (owner, masters, promoted) = self.read(map, origin, tls);
         for (n, m) in &mut self.nodes {
@@ -139,7 +142,8 @@ impl Table {
         }
         for &conn in &masters {
             let before = self.owner.contains(&(conn as u32));
-            if self.mapped && !before && !self.is_master(conn) && !promoted.contains(&conn) {
+            let unknown = !self.mapped || (!before && !self.is_master(conn));
+            if unknown && !promoted.contains(&conn) {
                 promoted.push(conn);
             }
         }
@@ -202,7 +206,17 @@ mod tests {
             "x",
             false,
         );
-        assert!(promoted.is_empty(), "the first map promotes nobody");
+        assert_eq!(
+            promoted,
+            vec![10, 11],
+            "nothing is known of the first map's masters (the plan ignores it: INFO covers them)"
+        );
+        let again = t.install(
+            &map(&[(0, 8191, 7000), (8192, 16383, 7001)], &[7002]),
+            "x",
+            false,
+        );
+        assert!(again.is_empty(), "the same masters again promote nobody");
         assert_eq!(
             (t.owner(0), t.owner(8192), t.owner(16383)),
             (Some(10), Some(11), Some(11))

@@ -132,7 +132,8 @@
 //! node's), not the member's first. Two more cases:
 //!
 //! - **A replica promoted to master** (a failover: the routing layer sees a `MOVED` to a node its map showed as a
-//!   replica, or a node it never saw serve) is treated as a restart at the instant the routing layer saw it take
+//!   replica, or a node it never saw serve; or every master of a member's first map, when the map could not be
+//!   read at build and the connections' `INFO` may predate a promotion) is treated as a restart at the instant the routing layer saw it take
 //!   over: its "yes" does not count for the window after that, and an extension's "up since the acquisition"
 //!   counts from that instant too. Replication is asynchronous: the replica may lack a grant its master had
 //!   acknowledged, which is exactly the spec's restart without persistence. Unlike a restarted node, **no
@@ -521,10 +522,15 @@ impl RestartGuard {
             return Standing::default();
         }
         let window = self.window();
+        // A promoted cluster master counts a window after the promotion was seen, whatever else it proves.
+        let promoted = fanout
+            .promoted(node)
+            .map(|at| window.saturating_sub(now.saturating_duration_since(at)))
+            .filter(|left| !left.is_zero());
         Standing {
-            trusted_at_once: known.trusted_at_once(now, window),
+            trusted_at_once: known.trusted_at_once(now, window) && promoted.is_none(),
             up: known.age.map(|age| age.at(now)),
-            counted_in: known.counted_in(now, window),
+            counted_in: known.counted_in(now, window).max(promoted),
         }
     }
 }
