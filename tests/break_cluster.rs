@@ -714,10 +714,6 @@ fn contend_after_a_data_loss(move_marker: bool) -> Vec<Hold> {
 }
 
 #[test]
-#[ignore = "finding 8: a persistence marker migrated (with its slot) into a cluster master that lost its files \
-            proves that master kept its data: trusted at once, its grant counts; two holders. Fix: a marker \
-            must name the node that wrote it (its cluster node id, checked by the script), or cluster members \
-            get the window rule after every restart"]
 fn a_persistence_marker_moved_with_its_slot_proves_nothing() {
     let found = overlaps(&contend_after_a_data_loss(true));
     assert!(found.is_empty(), "two holders: {found:?}");

@@ -104,6 +104,12 @@ pub trait Nodes {
     fn promoted(&self, _conn: usize) -> Option<Instant> {
         None
     }
+    /// Whether connection `conn` is a node of a cluster member: its persistence marker proves nothing (a
+    /// migration may have moved the marker's slot to it from another master), so after a restart it gets the
+    /// window rule (`restart/mod.rs`, "Failovers in a cluster member").
+    fn in_cluster(&self, _conn: usize) -> bool {
+        false
+    }
     /// Whether some member is a Redis Cluster: a script must then keep its keys in one slot (a multi-key
     /// release is sent per key instead).
     fn routed(&self) -> bool {
@@ -248,6 +254,10 @@ impl Nodes for Members {
 
     fn promoted(&self, conn: usize) -> Option<Instant> {
         Members::promoted(self, conn)
+    }
+
+    fn in_cluster(&self, conn: usize) -> bool {
+        Members::in_cluster(self, conn)
     }
 
     fn member_conns(&self, member: usize) -> Vec<usize> {

@@ -240,6 +240,11 @@ impl Members {
         lock(&routes.promoted).get(conn).copied().flatten()
     }
 
+    /// Whether connection `conn` is a node of a cluster member (not a plain member's).
+    pub fn in_cluster(&self, conn: usize) -> bool {
+        self.is_cluster(self.member_of(conn))
+    }
+
     /// The connections of member `member`: its own, and for a cluster member every node of its table.
     pub fn member_conns(&self, member: usize) -> Vec<usize> {
         let mut conns = vec![member];

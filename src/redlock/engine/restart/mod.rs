@@ -148,6 +148,11 @@
 //!   as before: `MIGRATE` moves a key with its expiry atomically, and the source answers `ASK` for a key only
 //!   once it no longer holds it, so one node at a time serves each key.
 //!
+//! - **The persistence marker proves nothing on a cluster member's node**: it lives in one slot, and a migration
+//!   may move that slot, marker and all, to a master that lost its files. So a cluster member's node is never
+//!   trusted at once; after a restart it gets the window rule, whatever its settings (`Nodes::in_cluster`;
+//!   `tests/break_cluster.rs`, finding 8).
+//!
 //! What it does not see: a failover that happened before this manager read the member's map (the promoted
 //! master looks like any master; after a window from a failover no lost grant can still be live, so this
 //! matters only for a manager started within a window of a failover), and a failover it never sees a `MOVED`
@@ -272,25 +277,29 @@ impl Node {
         Read::New { restarted }
     }
 
-    /// Trusted at once at `now`: the settings qualify and the marker is older than `window`.
-    fn trusted_at_once(&self, now: Instant, window: Duration) -> bool {
-        !self.promoted && self.settings_qualify && self.marker.is_some_and(|m| m.at(now) >= window)
+    /// Trusted at once at `now`: the settings qualify and the marker is older than `window`. `marker`: whether
+    /// the marker may prove anything here (not on a cluster member's node: see "Failovers in a cluster member").
+    fn trusted_at_once(&self, now: Instant, window: Duration, marker: bool) -> bool {
+        marker
+            && !self.promoted
+            && self.settings_qualify
+            && self.marker.is_some_and(|m| m.at(now) >= window)
     }
 
     /// Whether the node's votes count at `now`: trusted at once, or up longer than `window`.
-    fn counts(&self, now: Instant, window: Duration) -> bool {
-        self.trusted_at_once(now, window) || self.age.is_some_and(|age| age.at(now) >= window)
+    fn counts(&self, now: Instant, window: Duration, marker: bool) -> bool {
+        self.trusted_at_once(now, window, marker) || self.age.is_some_and(|age| age.at(now) >= window)
     }
 
     /// How long until the node counts, if it does not yet (`None` before the first reading).
-    fn counted_in(&self, now: Instant, window: Duration) -> Option<Duration> {
-        if self.counts(now, window) {
+    fn counted_in(&self, now: Instant, window: Duration, marker: bool) -> Option<Duration> {
+        if self.counts(now, window, marker) {
             return None;
         }
         let by_age = window.saturating_sub(self.age?.at(now));
         let by_marker = self
             .marker
-            .filter(|_| self.settings_qualify)
+            .filter(|_| marker && self.settings_qualify)
             .map_or(by_age, |m| window.saturating_sub(m.at(now)));
         Some(by_age.min(by_marker)).filter(|d| !d.is_zero())
     }
@@ -497,7 +506,7 @@ impl RestartGuard {
         if promoted.is_some_and(|at| now.saturating_duration_since(at) < window) {
             return false;
         }
-        known.counts(now, window)
+        known.counts(now, window, !fanout.in_cluster(node))
             || since.is_some_and(|since| {
                 let needed = now.saturating_duration_since(since);
                 let age = known.age.map(|age| age.at(now));
@@ -527,10 +536,11 @@ impl RestartGuard {
             .promoted(node)
             .map(|at| window.saturating_sub(now.saturating_duration_since(at)))
             .filter(|left| !left.is_zero());
+        let marker = !fanout.in_cluster(node);
         Standing {
-            trusted_at_once: known.trusted_at_once(now, window) && promoted.is_none(),
+            trusted_at_once: known.trusted_at_once(now, window, marker) && promoted.is_none(),
             up: known.age.map(|age| age.at(now)),
-            counted_in: known.counted_in(now, window).max(promoted),
+            counted_in: known.counted_in(now, window, marker).max(promoted),
         }
     }
 }

@@ -63,7 +63,7 @@ fn a_connection_gone_before_its_replies_were_read_changes_nothing() {
         node.read(1, &setup("a", DAY, true, old_marker, t0), IDS),
         Read::New { restarted: false }
     );
-    assert!(node.trusted_at_once(t0, window));
+    assert!(node.trusted_at_once(t0, window, true));
     // Session 2 completed its set-up and dropped; session 3's set-up is under way: no replies, or only some.
     assert_eq!(node.read(2, &[], IDS), Read::Incomplete);
     assert_eq!(
@@ -77,7 +77,7 @@ fn a_connection_gone_before_its_replies_were_read_changes_nothing() {
         node.read(3, &setup("b", 0, true, old_marker, t1), IDS),
         Read::New { restarted: true }
     );
-    assert!(node.trusted_at_once(t1, window), "{node:?}");
+    assert!(node.trusted_at_once(t1, window, true), "{node:?}");
     assert_eq!(node.age.map(|a| a.least), Some(Duration::ZERO));
     // The same session again reads nothing.
     assert_eq!(node.read(3, &[], IDS), Read::Same);
@@ -92,35 +92,35 @@ fn only_a_marker_older_than_the_window_proves_nothing_was_lost() {
     let window = Duration::from_secs(30);
     let mut node = Node::default();
     node.read(1, &setup("a", DAY, true, Some(3_600_000), t0), IDS);
-    assert!(node.counts(t0, window) && node.trusted_at_once(t0, window));
+    assert!(node.counts(t0, window, true) && node.trusted_at_once(t0, window, true));
     // Files lost: the new process writes the marker now.
     node.read(2, &setup("b", 0, true, Some(0), t0), IDS);
-    assert!(!node.counts(t0, window), "{node:?}");
-    assert_eq!(node.counted_in(t0, window), Some(window));
+    assert!(!node.counts(t0, window, true), "{node:?}");
+    assert_eq!(node.counted_in(t0, window, true), Some(window));
     // Restarted again 2 s later with its files: the marker predates this process, but is 2 s old.
     let t2 = t0 + Duration::from_secs(2);
     node.read(3, &setup("c", 0, true, Some(2_000), t2), IDS);
-    assert!(!node.counts(t2, window));
+    assert!(!node.counts(t2, window, true));
     assert_eq!(
-        node.counted_in(t2, window),
+        node.counted_in(t2, window, true),
         Some(window - Duration::from_millis(1_999))
     );
     // Once the marker is a window old, trusted at once although the process is young.
     let t3 = t2 + window - Duration::from_millis(1_999);
-    assert!(node.trusted_at_once(t3, window) && node.counts(t3, window));
+    assert!(node.trusted_at_once(t3, window, true) && node.counts(t3, window, true));
     assert!(node.age.is_some_and(|a| a.at(t3) < window));
     // A marker refused (ACL, OOM): the window rule, whatever the settings.
     let mut refused = Node::default();
     refused.read(1, &setup("a", 0, true, None, t0), IDS);
-    assert!(!refused.trusted_at_once(t0 + window * 100, window));
+    assert!(!refused.trusted_at_once(t0 + window * 100, window, true));
     assert!(
-        refused.counts(t0 + window, window),
+        refused.counts(t0 + window, window, true),
         "the window rule still applies"
     );
     // An old marker on a node that does not persist every write: the window rule.
     let mut everysec = Node::default();
     everysec.read(1, &setup("a", 0, false, Some(3_600_000), t0), IDS);
-    assert!(!everysec.counts(t0, window));
+    assert!(!everysec.counts(t0, window, true));
 }
 
 #[test]
@@ -260,12 +260,35 @@ fn a_promoted_master_says_so_in_its_replication_section() {
     ];
     assert!(matches!(never.read(1, &replies, ids), Read::New { .. }));
     assert!(
-        never.trusted_at_once(t0, window),
+        never.trusted_at_once(t0, window, true),
         "the control: a node never promoted counts at once"
     );
     let replies = vec![(info("1234"), t0), (settings, t0), (marker, t0)];
     assert!(matches!(node.read(1, &replies, ids), Read::New { .. }));
-    assert!(!node.trusted_at_once(t0, window));
-    assert!(!node.counts(t0 + Duration::from_secs(9), window));
-    assert!(node.counts(t0 + Duration::from_secs(10), window));
+    assert!(!node.trusted_at_once(t0, window, true));
+    assert!(!node.counts(t0 + Duration::from_secs(9), window, true));
+    assert!(node.counts(t0 + Duration::from_secs(10), window, true));
+}
+
+/// A cluster member's node is never trusted at once by its marker (a migration may have brought the marker's
+/// slot from another master): it gets the window rule, whatever its settings and marker say.
+#[test]
+fn a_marker_proves_nothing_on_a_cluster_members_node() {
+    let t0 = Instant::now();
+    let window = Duration::from_secs(10);
+    let mut node = Node::default();
+    node.settings_qualify = true;
+    node.marker = Some(Age {
+        at: t0,
+        least: window * 100,
+    });
+    node.age = Some(Age {
+        at: t0,
+        least: Duration::ZERO,
+    });
+    assert!(node.trusted_at_once(t0, window, true));
+    assert!(!node.trusted_at_once(t0, window, false));
+    assert!(!node.counts(t0, window, false));
+    assert_eq!(node.counted_in(t0, window, false), Some(window));
+    assert!(node.counts(t0 + window, window, false));
 }
