@@ -185,3 +185,89 @@ fn a_detached_release_survives_a_script_flush_while_it_waits() {
         "released locks still on node 2: {left:?} ({net:?})"
     );
 }
+
+/// Held up: while node 2 drains detached releases (`max_in_flight` 2, three pause/resume cycles), threads of the
+/// same manager race acquisitions of keys another manager holds on every node, and of free keys. No grant of a
+/// held key (a detached release's reply counted as a vote would be one), and every lock granted is set to its
+/// own value on a majority.
+#[test]
+fn votes_stay_their_own_while_detached_releases_drain() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let other = locks::manager(urls, locks::one_attempt(Duration::from_secs(2)));
+    let busy: Vec<Lock> = (0..4)
+        .map(|i| take_everywhere(&other, &servers, &format!("busy:{i}")))
+        .collect();
+
+    let granted = Arc::new(AtomicUsize::new(0));
+    let mut detached_total = 0;
+    for cycle in 0..3 {
+        let (manager, names) = detach_on_paused_node_2(&mut servers, 2);
+        detached_total += manager.stats().nodes[2].net.detached;
+        let stop = Arc::new(AtomicBool::new(false));
+        let contenders: Vec<_> = (0..6)
+            .map(|t| {
+                let (m, stop, granted) = (
+                    Arc::clone(&manager),
+                    Arc::clone(&stop),
+                    Arc::clone(&granted),
+                );
+                thread::spawn(move || {
+                    let mut k = 0usize;
+                    let end = Instant::now() + Duration::from_secs(3);
+                    let mut out = Vec::new();
+                    while !stop.load(Ordering::Relaxed) && Instant::now() < end && k < 10_000 {
+                        k += 1;
+                        let name = match k % 2 {
+                            0 => format!("busy:{}", (k / 2 + t) % 4),
+                            _ => format!("free:{cycle}:{t}:{k}"),
+                        };
+                        if let Ok(lock) = m.request(&name).ttl(TTL).once().acquire() {
+                            granted.fetch_add(1, Ordering::Relaxed);
+                            out.push((name, lock.value().to_string()));
+                            let _ = m.unlock(lock);
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        thread::sleep(Duration::from_millis(50));
+        servers[2].resume();
+        thread::sleep(Duration::from_millis(300));
+        stop.store(true, Ordering::Relaxed);
+        for c in contenders {
+            for (name, _value) in c.join().expect("contender") {
+                assert!(
+                    !name.starts_with("busy:"),
+                    "cycle {cycle}: {name} granted while another manager holds it"
+                );
+            }
+        }
+        locks::wait_until(Duration::from_secs(5), "detached releases drained", || {
+            keys_left(&servers[2], &names).is_empty()
+        });
+        drop(manager);
+    }
+    assert!(detached_total >= 3, "no release detached");
+    assert!(
+        granted.load(Ordering::Relaxed) > 0,
+        "nothing granted at all"
+    );
+    for (i, lock) in busy.into_iter().enumerate() {
+        let name = format!("busy:{i}");
+        let on: Vec<Vec<u8>> = servers
+            .iter()
+            .map(|s| s.raw(&cmd(&["GET", &name])))
+            .collect();
+        let value = lock.value().to_string();
+        let want = format!("${}\r\n{value}\r\n", value.len()).into_bytes();
+        assert!(
+            on.iter().all(|v| *v == want),
+            "{name} ({value}) changed under its holder: {on:?}"
+        );
+        let r = other.unlock(lock);
+        assert!(matches!(r, Ok(n) if n >= 2), "{name}: {r:?}");
+    }
+}
