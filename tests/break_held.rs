@@ -392,3 +392,81 @@ fn routed_rounds_under_overload_grant_no_held_key_and_lose_releases_only_by_the_
         assert!(matches!(other.unlock(lock), Ok(n) if n >= 2));
     }
 }
+
+/// Held up: the mutual-exclusion checker under overload with `max_in_flight` 1 and 2 (folded releases on the
+/// second run), three managers of four threads over three nodes, while node 2 and then node 0 are paused for
+/// 150 ms at a time (releases detached on them): no two holds overlap, no two writers meet, and releases were
+/// detached.
+#[test]
+fn the_checker_finds_no_overlap_under_overload_with_tiny_max_in_flight() {
+    use support::checker::{FreezeMonitor, Recorder, Stats, Work, overlaps, report, worker};
+    for (max, fold) in [(1, false), (2, true)] {
+        let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+        let protected = RedisServer::start();
+        let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+        let config = locks::one_attempt(Duration::from_millis(200))
+            .with_max_in_flight(max)
+            .with_fold_releases(fold)
+            .with_retry_count(2)
+            .with_retry_delay(Duration::from_millis(5));
+        let managers: Vec<Arc<LockManager>> = (0..3)
+            .map(|_| Arc::new(locks::manager(urls.clone(), config.clone())))
+            .collect();
+        let recorder = Recorder::default();
+        let stats = Arc::new(Stats::default());
+        let monitor = FreezeMonitor::start(Arc::clone(&stats));
+        let work = Work {
+            resources: (0..3).map(|i| format!("res{i}")).collect(),
+            ttl: Duration::from_millis(600),
+            until: Instant::now() + Duration::from_secs(3),
+            max_work: Duration::from_millis(2),
+            pause: None,
+            seed: 11,
+            wait: None,
+        };
+        let handles: Vec<_> = managers
+            .iter()
+            .enumerate()
+            .flat_map(|(m, l)| (0..4).map(move |t| (m, t, Arc::clone(l))))
+            .map(|(m, t, l)| {
+                let (recorder, stats, addr) =
+                    (recorder.clone(), Arc::clone(&stats), protected.addr());
+                let work = Work {
+                    seed: work.seed + (m * 100 + t) as u64,
+                    ..work.clone()
+                };
+                thread::spawn(move || {
+                    worker(&format!("m{m}t{t}"), &l, &work, addr, &recorder, &stats)
+                })
+            })
+            .collect();
+        for node in [2, 0, 2, 0] {
+            thread::sleep(Duration::from_millis(300));
+            servers[node].pause();
+            thread::sleep(Duration::from_millis(150));
+            servers[node].resume();
+        }
+        for h in handles {
+            h.join().expect("worker");
+        }
+        drop(monitor);
+        let holds = recorder.holds();
+        let violations = overlaps(&holds);
+        report(
+            &format!("max_in_flight {max}, fold {fold}"),
+            &stats,
+            &holds,
+            &violations,
+        );
+        assert!(violations.is_empty(), "overlapping holds: {violations:?}");
+        assert_eq!(Stats::get(&stats.concurrent_writers), 0, "{stats}");
+        assert!(Stats::get(&stats.acquired) > 0, "{stats}");
+        let detached: u64 = managers
+            .iter()
+            .flat_map(|m| m.stats().nodes)
+            .map(|n| n.net.detached)
+            .sum();
+        eprintln!("max_in_flight {max}, fold {fold}: {detached} detached");
+        assert!(detached > 0, "the pauses detached no release");
+    }
+}
