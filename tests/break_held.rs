@@ -470,3 +470,69 @@ fn the_checker_finds_no_overlap_under_overload_with_tiny_max_in_flight() {
         assert!(detached > 0, "the pauses detached no release");
     }
 }
+
+/// Held up: node 2 behind a proxy that black-holes it while releases go out (`max_in_flight` 2), then resets
+/// every connection to it for 100 ms: the requests in flight die with the connection, the detached ones go on
+/// the next connection (behind its set-up): only keys whose release was in flight or given up by the cap stay, and
+/// node 2's next vote is its own.
+#[test]
+fn detached_releases_go_on_the_connection_after_a_reset() {
+    use support::{Fault, FaultProxy};
+    const MAX: usize = 2;
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let proxy = FaultProxy::start(servers[2].addr());
+    let urls = vec![servers[0].url(), servers[1].url(), proxy.url()];
+    let config = locks::one_attempt(Duration::from_secs(2)).with_max_in_flight(MAX);
+    let manager = Arc::new(locks::manager(urls, config));
+    locks::wait_until(Duration::from_secs(5), "the connections set up", || {
+        let lock = manager.request("held:warm").ttl(TTL).once().acquire();
+        lock.is_ok_and(|l| manager.unlock(l).is_ok())
+            && manager.stats().nodes.iter().all(|n| n.granted > 0)
+    });
+    let names: Vec<String> = (0..4 * MAX).map(|i| format!("held:{i}")).collect();
+    let taken: Vec<Lock> = names
+        .iter()
+        .map(|n| take_everywhere(&manager, &servers, n))
+        .collect();
+    let before = manager.stats().nodes[2].net.clone();
+    proxy.set(Fault::BlackHole);
+    let verdicts: Vec<muxlock::Result<usize>> = taken
+        .into_iter()
+        .map(|lock| {
+            let m = Arc::clone(&manager);
+            thread::spawn(move || m.unlock(lock))
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().expect("release"))
+        .collect();
+    for v in &verdicts {
+        assert!(matches!(v, Ok(n) if *n >= 2), "{v:?}");
+    }
+    let net = manager.stats().nodes[2].net.since(&before);
+    assert!(net.detached >= 1, "no request was held for room: {net:?}");
+    proxy.set(Fault::Refuse);
+    thread::sleep(Duration::from_millis(100));
+    proxy.set(Fault::None);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut left = keys_left(&servers[2], &names);
+    while left.len() > 2 * MAX && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+        left = keys_left(&servers[2], &names);
+    }
+    // Give the last detached ones a moment more, then judge: at most the in-flight ones (the queue and its
+    // release reserve) may be left.
+    thread::sleep(Duration::from_millis(200));
+    let left = keys_left(&servers[2], &names);
+    let net = manager.stats().nodes[2].net.since(&before);
+    // The cap keeps `MAX` replies' worth detached per node; the rest were given up at once (documented).
+    assert!(net.detached > net.given_up, "none kept: {net:?}");
+    assert!(
+        left.len() as u64 <= 2 * MAX as u64 + net.given_up,
+        "left on node 2: {left:?} ({net:?})"
+    );
+    let taken = manager.stats().nodes[2].taken;
+    granted_by_node_2(&manager, "held:after");
+    assert_eq!(manager.stats().nodes[2].taken, taken);
+    eprintln!("left {} of {}: {net:?}", left.len(), names.len());
+}
