@@ -536,3 +536,57 @@ fn detached_releases_go_on_the_connection_after_a_reset() {
     assert_eq!(manager.stats().nodes[2].taken, taken);
     eprintln!("left {} of {}: {net:?}", left.len(), names.len());
 }
+
+/// Held up: async releases dropped mid-round. Nodes 1 and 2 are paused, so no release can be decided; each
+/// `unlock_async` is dropped by a 50 ms timeout while its requests to them are in flight or held for room
+/// (`max_in_flight` 2, six releases: four in flight and two held per paused node). Once both resume, every key
+/// is gone from every node, and nothing was given up.
+#[test]
+fn async_releases_dropped_mid_round_still_reach_paused_nodes() {
+    const MAX: usize = 2;
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let config = locks::one_attempt(Duration::from_secs(2)).with_max_in_flight(MAX);
+    let manager = Arc::new(locks::manager(urls, config));
+    locks::wait_until(Duration::from_secs(5), "the connections set up", || {
+        let lock = manager.request("held:warm").ttl(TTL).once().acquire();
+        lock.is_ok_and(|l| manager.unlock(l).is_ok())
+            && manager.stats().nodes.iter().all(|n| n.granted > 0)
+    });
+    let names: Vec<String> = (0..3 * MAX).map(|i| format!("held:{i}")).collect();
+    let taken: Vec<Lock> = names
+        .iter()
+        .map(|n| take_everywhere(&manager, &servers, n))
+        .collect();
+    servers[1].pause();
+    servers[2].pause();
+    let rt = support::rt::two_workers();
+    let tasks: Vec<_> = taken
+        .into_iter()
+        .map(|lock| {
+            let m = Arc::clone(&manager);
+            rt.spawn(async move {
+                tokio::time::timeout(Duration::from_millis(50), m.unlock_async(lock))
+                    .await
+                    .is_err()
+            })
+        })
+        .collect();
+    for t in tasks {
+        assert!(
+            rt.block_on(t).expect("task"),
+            "a release decided with two nodes paused"
+        );
+    }
+    let detached: u64 = manager.stats().nodes.iter().map(|n| n.net.detached).sum();
+    assert!(detached >= 2, "no request was held for room");
+    servers[1].resume();
+    servers[2].resume();
+    locks::wait_until(
+        Duration::from_secs(5),
+        "every key gone from every node",
+        || servers.iter().all(|s| keys_left(s, &names).is_empty()),
+    );
+    let given_up: u64 = manager.stats().nodes.iter().map(|n| n.net.given_up).sum();
+    assert_eq!(given_up, 0);
+}
