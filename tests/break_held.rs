@@ -602,3 +602,67 @@ fn async_releases_dropped_mid_round_still_reach_paused_nodes() {
     let given_up: u64 = manager.stats().nodes.iter().map(|n| n.net.given_up).sum();
     assert_eq!(given_up, 0);
 }
+
+/// Held up: while releases wait detached for a black-holed node (the background driver then keeps the poll), a
+/// blocking thread's acquisitions on other keys are still decided by the two live nodes, each well within its
+/// round, and the detached ones are given up by `hung_timeout` (500 ms here), after which the driver is
+/// handed back.
+#[test]
+fn blocking_rounds_stay_prompt_while_releases_wait_detached() {
+    use support::{Fault, FaultProxy};
+    const MAX: usize = 2;
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let proxy = FaultProxy::start(servers[2].addr());
+    let urls = vec![servers[0].url(), servers[1].url(), proxy.url()];
+    let round = Duration::from_millis(300);
+    let config = locks::one_attempt(round)
+        .with_max_in_flight(MAX)
+        .with_hung_timeout(Duration::from_millis(500));
+    let manager = Arc::new(locks::manager(urls, config));
+    locks::wait_until(Duration::from_secs(5), "the connections set up", || {
+        let lock = manager.request("held:warm").ttl(TTL).once().acquire();
+        lock.is_ok_and(|l| manager.unlock(l).is_ok())
+            && manager.stats().nodes.iter().all(|n| n.granted > 0)
+    });
+    let taken: Vec<Lock> = (0..3 * MAX)
+        .map(|i| take_everywhere(&manager, &servers, &format!("held:{i}")))
+        .collect();
+    proxy.set(Fault::BlackHole);
+    for lock in taken {
+        assert!(matches!(manager.unlock(lock), Ok(n) if n >= 2));
+    }
+    assert!(manager.stats().nodes[2].net.detached >= 1, "none detached");
+    let (mut slowest, mut ok) = (Duration::ZERO, 0);
+    let end = Instant::now() + Duration::from_secs(1);
+    for i in 0..200 {
+        if Instant::now() >= end {
+            break;
+        }
+        let start = Instant::now();
+        let got = manager
+            .request(&format!("other:{i}"))
+            .ttl(TTL)
+            .once()
+            .acquire();
+        slowest = slowest.max(start.elapsed());
+        if let Ok(lock) = got {
+            ok += 1;
+            let _ = manager.unlock(lock);
+        }
+    }
+    assert!(ok > 0, "no acquisition decided by the two live nodes");
+    assert!(
+        slowest < round + Duration::from_millis(200),
+        "slowest {slowest:?}"
+    );
+    proxy.set(Fault::None);
+    // Given up by now (the connection hung past 500 ms and was dropped): counted, nothing waits.
+    locks::wait_until(
+        Duration::from_secs(3),
+        "the detached releases given up or sent",
+        || {
+            let net = &manager.stats().nodes[2].net;
+            net.given_up >= 1 || keys_left(&servers[2], &["held:0".to_string()]).is_empty()
+        },
+    );
+}
