@@ -640,7 +640,7 @@ fn blocking_rounds_stay_prompt_while_releases_wait_detached() {
         }
         let start = Instant::now();
         let got = manager
-            .request(&format!("other:{i}"))
+            .request(format!("other:{i}"))
             .ttl(TTL)
             .once()
             .acquire();
