@@ -288,7 +288,8 @@ impl Node {
 
     /// Whether the node's votes count at `now`: trusted at once, or up longer than `window`.
     fn counts(&self, now: Instant, window: Duration, marker: bool) -> bool {
-        self.trusted_at_once(now, window, marker) || self.age.is_some_and(|age| age.at(now) >= window)
+        self.trusted_at_once(now, window, marker)
+            || self.age.is_some_and(|age| age.at(now) >= window)
     }
 
     /// How long until the node counts, if it does not yet (`None` before the first reading).
