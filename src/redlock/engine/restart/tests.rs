@@ -276,16 +276,18 @@ fn a_promoted_master_says_so_in_its_replication_section() {
 fn a_marker_proves_nothing_on_a_cluster_members_node() {
     let t0 = Instant::now();
     let window = Duration::from_secs(10);
-    let mut node = Node::default();
-    node.settings_qualify = true;
-    node.marker = Some(Age {
-        at: t0,
-        least: window * 100,
-    });
-    node.age = Some(Age {
-        at: t0,
-        least: Duration::ZERO,
-    });
+    let node = Node {
+        settings_qualify: true,
+        marker: Some(Age {
+            at: t0,
+            least: window * 100,
+        }),
+        age: Some(Age {
+            at: t0,
+            least: Duration::ZERO,
+        }),
+        ..Node::default()
+    };
     assert!(node.trusted_at_once(t0, window, true));
     assert!(!node.trusted_at_once(t0, window, false));
     assert!(!node.counts(t0, window, false));
