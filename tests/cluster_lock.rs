@@ -328,13 +328,18 @@ fn moved_during_a_migration_while_a_guard_holds_and_renews() {
         .once()
         .acquire()
         .expect("free after the release");
-    // Decided at a majority: the last member's SET may still be on its way.
+    // On a majority of members' new masters. Not necessarily all: the guard's release was confirmed by a
+    // majority, and on a loaded machine the last member's delete may meet its `MOVED` after the round was
+    // decided, which is not followed (README "Cluster members", `net/cluster`'s doc): that key ends with its
+    // lease, and this SET NX found it there.
     wait_until(
         Duration::from_secs(2),
-        "on the new master of every member",
+        "on the new master of a majority",
         || {
-            cs.iter()
-                .all(|c| get(c, c.owner_of(slot), r).as_deref() == Some(lock.value().as_bytes()))
+            let on = |c: &&RedisCluster| {
+                get(c, c.owner_of(slot), r).as_deref() == Some(lock.value().as_bytes())
+            };
+            cs.iter().filter(on).count() >= 2
         },
     );
     b.unlock(lock).expect("released");
