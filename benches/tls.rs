@@ -20,6 +20,8 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use support::process::cpu_time;
+
 use std::env;
 use std::time::{Duration, Instant};
 
@@ -42,22 +44,6 @@ fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-/// User + system CPU time of a process, from `/proc/<pid>/stat` (fields 14 and 15, in clock ticks of 10 ms).
-fn cpu_time(pid: &str) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The command name (field 2) may hold spaces: count fields after its closing parenthesis, from field 3.
-    let after = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let field = |n: usize| {
-        fields
-            .get(n - 3)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    let ticks = field(14) + field(15);
-    Duration::from_secs_f64(ticks as f64 / rustix::param::clock_ticks_per_second() as f64)
 }
 
 fn histogram() -> Histogram<u64> {
