@@ -5,7 +5,7 @@
 mod support;
 
 use std::io::Write;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -93,6 +93,14 @@ fn granted_by_node_2(manager: &LockManager, name: &str) {
     });
 }
 
+/// The thread count below is the process's: the test that compares it runs alone (it takes this for writing,
+/// every other test for reading), or other tests' fanouts and servers' readers would move it.
+static ALONE: RwLock<()> = RwLock::new(());
+
+fn others() -> std::sync::RwLockReadGuard<'static, ()> {
+    ALONE.read().unwrap_or_else(|e| e.into_inner())
+}
+
 fn threads() -> usize {
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
     status
@@ -107,6 +115,7 @@ fn threads() -> usize {
 /// connection (whose set-up loads the scripts again), every key is gone, and node 2's next vote is its own.
 #[test]
 fn detached_releases_reach_a_node_restarted_with_its_data_at_max_in_flight_one() {
+    let _others = others();
     let mut servers: Vec<RedisServer> = (0..3)
         .map(|_| RedisServer::builder().persist_every_write().start())
         .collect();
@@ -135,6 +144,7 @@ fn detached_releases_reach_a_node_restarted_with_its_data_at_max_in_flight_one()
 /// them up and joins its background driver), and repeating it leaves no thread behind.
 #[test]
 fn dropping_the_manager_while_releases_are_detached_is_prompt_and_leaks_no_thread() {
+    let _alone = ALONE.write().unwrap_or_else(|e| e.into_inner());
     let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let mut baseline = None;
     for round in 0..3 {
@@ -173,6 +183,7 @@ fn dropping_the_manager_while_releases_are_detached_is_prompt_and_leaks_no_threa
 #[test]
 #[ignore = "finding 1: a detached release goes by EVALSHA with nobody to read NOSCRIPT: a script flush while it waits loses it"]
 fn a_detached_release_survives_a_script_flush_while_it_waits() {
+    let _others = others();
     let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let (manager, names) = detach_on_paused_node_2(&mut servers, 2);
     // Queued in the paused node's socket: it runs when the node resumes, before any detached request is written
@@ -200,6 +211,7 @@ fn a_detached_release_survives_a_script_flush_while_it_waits() {
 /// own value on a majority.
 #[test]
 fn votes_stay_their_own_while_detached_releases_drain() {
+    let _others = others();
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
@@ -298,6 +310,7 @@ fn cluster_get(c: &support::RedisCluster, key: &str) -> Option<Vec<u8>> {
 /// cluster within 5 s.
 #[test]
 fn routed_rounds_under_overload_grant_no_held_key_and_lose_releases_only_by_the_cap() {
+    let _others = others();
     use std::sync::atomic::{AtomicBool, Ordering};
     let plain: Vec<RedisServer> = (0..2).map(|_| RedisServer::start()).collect();
     let mut cluster = support::RedisCluster::start(3);
@@ -407,6 +420,7 @@ fn routed_rounds_under_overload_grant_no_held_key_and_lose_releases_only_by_the_
 /// detached (over both runs).
 #[test]
 fn the_checker_finds_no_overlap_under_overload_with_tiny_max_in_flight() {
+    let _others = others();
     use support::checker::{FreezeMonitor, Recorder, Stats, Work, overlaps, report, worker};
     let mut total_detached = 0;
     for (max, fold) in [(1, false), (2, true)] {
@@ -489,6 +503,7 @@ fn the_checker_finds_no_overlap_under_overload_with_tiny_max_in_flight() {
 /// node 2's next vote is its own.
 #[test]
 fn detached_releases_go_on_the_connection_after_a_reset() {
+    let _others = others();
     use support::{Fault, FaultProxy};
     const MAX: usize = 2;
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
@@ -555,6 +570,7 @@ fn detached_releases_go_on_the_connection_after_a_reset() {
 /// is gone from every node, and nothing was given up.
 #[test]
 fn async_releases_dropped_mid_round_still_reach_paused_nodes() {
+    let _others = others();
     const MAX: usize = 2;
     let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
@@ -609,6 +625,7 @@ fn async_releases_dropped_mid_round_still_reach_paused_nodes() {
 /// handed back.
 #[test]
 fn blocking_rounds_stay_prompt_while_releases_wait_detached() {
+    let _others = others();
     use support::{Fault, FaultProxy};
     const MAX: usize = 2;
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();

@@ -180,7 +180,7 @@ impl Builder {
             optional_setup,
             ..Options::default()
         };
-        let fanout = Members::new(plan, opts).map_err(|e| match e.kind() {
+        let mut fanout = Members::new(plan, opts).map_err(|e| match e.kind() {
             // The input is unusable (TLS files, too many nodes): the message names what.
             std::io::ErrorKind::InvalidInput => Error::config(e.to_string()),
             _ => Error::Os {
@@ -189,6 +189,12 @@ impl Builder {
             },
         })?;
         let routed = fanout.is_routed();
+        if let Some((_, ids)) = &restart.guard {
+            // A cluster node's votes are handed up only after an `INFO replication` read after them shows the
+            // master its connection's set-up read: a failover and failback this manager never saw quarantines
+            // the node before they count (`net/cluster/route/replid.rs`; #27 review, finding 5).
+            fanout.check_replication(ids.info());
+        }
         if routed && self.config.fold_releases {
             return Err(Error::config(
                 "folded releases are not supported on cluster members (their one script spans many slots): \

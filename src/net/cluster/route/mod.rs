@@ -47,6 +47,7 @@
 
 mod command;
 mod plan;
+mod replid;
 mod round;
 mod table;
 
@@ -57,6 +58,7 @@ use std::time::{Duration, Instant};
 
 pub use plan::Plan;
 use plan::read_map_from;
+use replid::ReplCheck;
 pub use round::MembersRound;
 use table::{Node, Table, Takeover};
 
@@ -84,6 +86,8 @@ struct Routes {
     /// Per connection: when this manager saw it take over slots it had not served as a master of its member's
     /// map (a promoted replica); `None`: never.
     promoted: Arc<Mutex<Vec<Option<Instant>>>>,
+    /// The replication check of cluster nodes' votes (`replid.rs`), when on ([`Members::check_replication`]).
+    check: Option<ReplCheck>,
     /// How long a map refresh may wait for its replies (the connect timeout), and the TLS settings to dial with.
     wait: Duration,
     tls: TlsConfig,
@@ -153,6 +157,7 @@ impl Members {
                 clusters,
                 member_of,
                 promoted: Arc::new(Mutex::new(vec![None; nconns])),
+                check: None,
                 wait,
                 tls,
             })
@@ -162,6 +167,17 @@ impl Members {
             addrs,
             routes,
         })
+    }
+
+    /// Follows every command a routed round (not a release round) sends to a cluster node with `INFO
+    /// replication`, and hands its outcome up only once that reply shows the same master as the connection's
+    /// set-up reading, whose reply is the `info_at`-th of [`Options::setup`]'s (an `INFO` with the replication
+    /// section): a failover and failback this manager never saw then quarantines the node as a promoted
+    /// replica before its votes are counted (see `replid.rs`). Nothing for a manager of plain members.
+    pub fn check_replication(&mut self, info_at: usize) {
+        if let Some(routes) = self.routes.as_deref_mut() {
+            routes.check = Some(ReplCheck::new(info_at, routes.member_of.len()));
+        }
     }
 
     /// Whether some member is a cluster (its rounds are routed).
@@ -212,13 +228,14 @@ impl Members {
     /// A round over the members (see [`Fanout::round`]).
     #[inline]
     pub fn round(&self, deadline: Instant) -> MembersRound<'_> {
-        MembersRound::new(self, self.fanout.round(deadline), deadline)
+        MembersRound::new(self, self.fanout.round(deadline), deadline, true)
     }
 
-    /// A release round over the members (see [`Fanout::release_round`]).
+    /// A release round over the members (see [`Fanout::release_round`]). Its commands carry no replication
+    /// check (a release makes no holder).
     #[inline]
     pub fn release_round(&self, deadline: Instant) -> MembersRound<'_> {
-        MembersRound::new(self, self.fanout.release_round(deadline), deadline)
+        MembersRound::new(self, self.fanout.release_round(deadline), deadline, false)
     }
 
     /// Connection `conn`'s completed set-ups (see [`Fanout::sessions`]).
@@ -261,10 +278,11 @@ impl Members {
         conns
     }
 
+    /// Quarantines `conn` as a promoted replica from `now` (or from a later instant already noted).
     fn note_promoted(&self, conn: usize, now: Instant) {
         if let Some(routes) = &self.routes {
             if let Some(cell) = lock(&routes.promoted).get_mut(conn) {
-                *cell = Some(now);
+                *cell = Some(cell.map_or(now, |at| at.max(now)));
             }
         }
     }
@@ -364,7 +382,7 @@ impl Members {
                         let mut promoted = lock(&promoted);
                         for conn in fresh {
                             if let Some(cell) = promoted.get_mut(conn) {
-                                *cell = Some(now);
+                                *cell = Some(cell.map_or(now, |at| at.max(now)));
                             }
                         }
                     }

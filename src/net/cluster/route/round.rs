@@ -10,6 +10,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::Members;
 use super::command;
+use super::replid::{self, Verdict};
 use crate::net::cluster::{Redirect, RedirectKind};
 use crate::net::{NodeError, NodeSet, Reply, Round};
 use crate::resp::Value;
@@ -42,6 +43,11 @@ struct Routing {
     sources: Vec<usize>,
     /// How many more outcomes the caller needs before it can decide ([`MembersRound::need`]).
     want: usize,
+    /// Whether every command sent to a cluster node is followed by the replication check (`replid.rs`).
+    check: bool,
+    /// Per connection, when checking: the outcomes read there that wait for the check sent after them,
+    /// `(member, seq, outcome)` in the order read.
+    held: Vec<Vec<(usize, usize, Reply)>>,
 }
 
 impl Routing {
@@ -55,7 +61,11 @@ impl Routing {
             .iter()
             .map(|q| q.done.iter().filter(|d| d.is_some()).count())
             .sum();
-        self.want.saturating_sub(self.ready.len() + parked).max(1)
+        // An outcome held for its check needs that check's reply only (one per write, for all it covers).
+        let held: usize = self.held.iter().map(Vec::len).sum();
+        self.want
+            .saturating_sub(self.ready.len() + parked + held)
+            .max(1)
     }
 }
 
@@ -66,6 +76,8 @@ enum Expect {
     Reply { member: usize, seq: usize },
     /// The `+OK` of an `ASKING` sent before a command: swallowed.
     Asking,
+    /// The replication check after commands (`replid.rs`): it releases the outcomes held before it.
+    Check,
 }
 
 /// A cluster member's commands in this round, and their outcomes not yet handed up.
@@ -88,10 +100,15 @@ struct Sent {
 
 impl<'a> MembersRound<'a> {
     #[inline]
-    pub(super) fn new(members: &'a Members, round: Round<'a>, deadline: Instant) -> Self {
+    pub(super) fn new(
+        members: &'a Members,
+        round: Round<'a>,
+        deadline: Instant,
+        votes: bool,
+    ) -> Self {
         let routing = match members.routes.is_some() {
             false => None,
-            true => Some(Routing::new(members, deadline)),
+            true => Some(Routing::new(members, deadline, votes)),
         };
         MembersRound {
             round,
@@ -102,10 +119,13 @@ impl<'a> MembersRound<'a> {
 }
 
 impl Routing {
-    /// The books of a routed round over `members` (kept out of line: plain managers never call it).
+    /// The books of a routed round over `members` (kept out of line: plain managers never call it); `votes`:
+    /// whether its outcomes may be votes (not a release round's), which then carry the replication check if
+    /// the members have it on.
     #[inline(never)]
-    fn new(members: &Members, deadline: Instant) -> Box<Routing> {
+    fn new(members: &Members, deadline: Instant, votes: bool) -> Box<Routing> {
         let conns = members.routes.as_ref().map_or(0, |r| r.member_of.len());
+        let check = votes && members.routes.as_ref().is_some_and(|r| r.check.is_some());
         Box::new(Routing {
             deadline,
             wire: (0..conns).map(|_| VecDeque::new()).collect(),
@@ -113,6 +133,11 @@ impl Routing {
             ready: VecDeque::new(),
             sources: (0..members.len()).collect(),
             want: 1,
+            check,
+            held: match check {
+                true => (0..conns).map(|_| Vec::new()).collect(),
+                false => Vec::new(),
+            },
         })
     }
 }
@@ -297,12 +322,18 @@ impl<'a> MembersRound<'a> {
             self.members.refresh(member);
         }
         let any = !groups.is_empty();
-        for (conn, bytes, seqs) in groups {
+        for (conn, mut bytes, seqs) in groups {
             for &seq in &seqs {
                 routing.wire[conn].push_back(Expect::Reply { member, seq });
             }
+            let mut replies = seqs.len();
+            if routing.check {
+                bytes.extend_from_slice(replid::CHECK);
+                routing.wire[conn].push_back(Expect::Check);
+                replies += 1;
+            }
             // A refusal (down, overloaded) comes back as this connection's outcomes, in order.
-            out.push((conn, bytes, seqs.len()));
+            out.push((conn, bytes, replies));
         }
         for (seq, why) in failed {
             finish(routing, member, seq, Err(why), member);
@@ -371,9 +402,15 @@ impl<'a> MembersRound<'a> {
         Some((member, reply))
     }
 
-    /// The fanout's round is over: a command still without an outcome (none should be) times out.
+    /// The fanout's round is over: a command still without an outcome (none should be) times out, and so does
+    /// one still held for its check (never counted unchecked).
     fn conclude(&mut self) -> Option<(usize, Reply)> {
         let routing = self.routing.as_deref_mut()?;
+        for conn in 0..routing.held.len() {
+            for (member, seq, _) in std::mem::take(&mut routing.held[conn]) {
+                finish(routing, member, seq, Err(NodeError::Timeout), conn);
+            }
+        }
         for member in 0..routing.queues.len() {
             let q = &routing.queues[member];
             let open: Vec<usize> = (q.next..q.commands.len())
@@ -399,8 +436,11 @@ impl<'a> MembersRound<'a> {
         let Some(expect) = routing.wire.get_mut(conn).and_then(VecDeque::pop_front) else {
             return; // nothing of this round awaited there: cannot happen
         };
-        let Expect::Reply { member, seq } = expect else {
-            return; // ASKING's +OK (an error there shows in the command's own reply)
+        let (member, seq) = match expect {
+            Expect::Reply { member, seq } => (member, seq),
+            // ASKING's +OK (an error there shows in the command's own reply)
+            Expect::Asking => return,
+            Expect::Check => return self.checked(conn, reply),
         };
         let redirect = match &reply {
             Ok(v) => match v.without_attributes() {
@@ -422,6 +462,52 @@ impl<'a> MembersRound<'a> {
             },
         };
         if let Some(routing) = self.routing.as_deref_mut() {
+            match routing.held.get_mut(conn) {
+                // Handed up once the check sent after it is read.
+                Some(held) if routing.check => held.push((member, seq, outcome)),
+                _ => finish(routing, member, seq, outcome, conn),
+            }
+        }
+    }
+
+    /// The replication check's outcome on `conn`: the outcomes held for it are handed up, after the node is
+    /// quarantined if it shows another history than before, and as failed votes if it proves nothing
+    /// (`replid.rs`).
+    fn checked(&mut self, conn: usize, reply: Reply) {
+        let members = self.members;
+        let Some(routing) = self.routing.as_deref_mut() else {
+            return;
+        };
+        let held = routing
+            .held
+            .get_mut(conn)
+            .map(std::mem::take)
+            .unwrap_or_default();
+        let check = members.routes.as_ref().and_then(|r| r.check.as_ref());
+        let verdict = match (&reply, check) {
+            (Ok(v), Some(check)) => check.judge(
+                conn,
+                members.sessions(conn),
+                || members.setup_replies(conn),
+                v,
+            ),
+            _ => Verdict::Unproven,
+        };
+        if verdict == Verdict::Changed {
+            // Before any outcome is handed up: the restart guard must find the node quarantined.
+            members.note_promoted(conn, Instant::now());
+        }
+        for (member, seq, outcome) in held {
+            let outcome = match (verdict, outcome) {
+                (Verdict::Unproven, Ok(_)) => Err(NodeError::Cluster(format!(
+                    "the node's replication check proved nothing ({})",
+                    match &reply {
+                        Ok(_) => "not a master, or no replication id".to_owned(),
+                        Err(e) => e.to_string(),
+                    }
+                ))),
+                (_, outcome) => outcome,
+            };
             finish(routing, member, seq, outcome, conn);
         }
     }
@@ -474,22 +560,42 @@ impl<'a> MembersRound<'a> {
         match r.kind {
             RedirectKind::Moved => {
                 members.moved(member, r.slot, target, now);
+                let mut out = BytesMut::with_capacity(bytes.len() + replid::CHECK.len());
+                out.extend_from_slice(&bytes);
                 routing.wire[target].push_back(Expect::Reply { member, seq });
-                self.round.send(target, &bytes, 1);
+                send_checked(routing, &mut self.round, target, out, 1);
             }
             RedirectKind::Ask => {
                 members.asked(member, target, now);
                 // `ASKING` and the command in one write: the flag lasts for the next command only.
-                let mut both = BytesMut::with_capacity(20 + bytes.len());
+                let mut both = BytesMut::with_capacity(20 + bytes.len() + replid::CHECK.len());
                 crate::resp::encode_command(&[b"ASKING"], &mut both);
                 both.extend_from_slice(&bytes);
                 routing.wire[target].push_back(Expect::Asking);
                 routing.wire[target].push_back(Expect::Reply { member, seq });
-                self.round.send(target, &both, 2);
+                send_checked(routing, &mut self.round, target, both, 2);
             }
         }
         Ok(())
     }
+}
+
+/// Sends `bytes` (`replies` replies, already expected on `conn`'s wire) to `conn`, followed by the replication
+/// check if the round has it on.
+fn send_checked(
+    routing: &mut Routing,
+    round: &mut Round<'_>,
+    conn: usize,
+    mut bytes: BytesMut,
+    replies: usize,
+) {
+    let mut replies = replies;
+    if routing.check {
+        bytes.extend_from_slice(replid::CHECK);
+        routing.wire[conn].push_back(Expect::Check);
+        replies += 1;
+    }
+    round.send(conn, &bytes, replies);
 }
 
 /// Records the final outcome of command `seq` of `member`, and moves every outcome now in order to `ready`.

@@ -348,6 +348,11 @@ impl SetupIds {
     pub(crate) fn optional(self) -> Vec<usize> {
         vec![self.settings, self.marker]
     }
+    /// Where `INFO` is among the set-up replies (with the replication section on a cluster member's nodes: the
+    /// routing layer's replication check compares with it).
+    pub(crate) fn info(self) -> usize {
+        self.info
+    }
 }
 
 /// What the engine reads from each connection's set-up replies: the restart guard's readings (when it is on) and

@@ -1,0 +1,249 @@
+//! The replication check of a cluster member's votes (#27 review, finding 5): a failover and a failback this
+//! manager never saw.
+//!
+//! # What it closes
+//!
+//! A master M of a cluster member, its replica R. R takes over (M follows it), a client takes a lock on R,
+//! R dies before M has the key, M takes over again: M never had the grant. A manager that sent nothing to that
+//! shard meanwhile sees no `MOVED` and no new map, and its connection to M never dropped (a master turned
+//! replica keeps its clients): nothing says M was promoted, and M's grant would count at once — two holders.
+//!
+//! Every promotion gives the promoted node a new replication id (`master_replid`, random, never reused), and a
+//! replica that syncs takes its master's. So a node whose `master_replid` is the one this connection read at
+//! its set-up (`INFO server replication`, judged by the restart guard then) and that is a master has served
+//! one unbroken history since that reading: it was never promoted in between, and the keys it holds are the
+//! ones it granted.
+//!
+//! # The check
+//!
+//! Every command a routed round sends to a cluster node (a release round's excepted: a release makes no
+//! holder) is followed in the same write by `INFO replication`, and the command's outcome is handed up only
+//! once that reply is read: a reading taken **after** the command ran, on the same connection. Then, per
+//! connection (under one lock, shared by every round):
+//!
+//! - **the same master id** as the one seen before on this connection's set-up: the outcomes stand;
+//! - **another id** (a promotion since, or a sync from another master): the connection is quarantined as a
+//!   promoted replica from the instant the reading is judged (later than the promotion: the safe side), and
+//!   the new id becomes the one to compare with; the restart guard then counts none of its "yes" votes for a
+//!   window, these ones included (they are handed up after the quarantine is noted);
+//! - **no reading** (a timeout, a dropped connection, an error, a node that is not a master now, an id
+//!   missing): the outcomes that were replies become failed votes (`NodeError::Cluster`), never counted.
+//!
+//! The set-up reading is per connection *session* (a reconnection reads `INFO` again, and the restart guard
+//! judges that reading: a master ever promoted, `second_repl_offset` set, waits a window from it). A check
+//! judged after the connection was reset compares against the new session's reading; that cannot hide a
+//! failback before the grant, since the new reading shows the promotion too.
+//!
+//! What it costs: one `INFO replication` per connection per write of a round (~3 µs of a server's time,
+//! ~450 bytes of reply), only on cluster members and only when the restart guard is on (without the guard no
+//! promotion is quarantined anyway).
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::resp::Value;
+use crate::sync::lock;
+
+/// `INFO replication`, encoded.
+pub(super) const CHECK: &[u8] = b"*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n";
+
+/// The check's books, shared by every round of a manager.
+#[derive(Debug)]
+pub(super) struct ReplCheck {
+    /// Where the set-up's `INFO server replication` reply is among a connection's set-up replies.
+    info_at: usize,
+    /// Per connection: the session it was last judged on, and the master id seen last on it.
+    seen: Mutex<Vec<Seen>>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Seen {
+    /// [`Fanout::sessions`](crate::net::Fanout::sessions) when last judged; 0: never.
+    session: u64,
+    replid: Option<Bytes>,
+}
+
+/// What a check's reading says of the connection's master.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// The same master, one unbroken history since the last reading: the outcomes stand.
+    Same,
+    /// Another history: the connection is to be quarantined as a promoted replica.
+    Changed,
+    /// No proof either way (not a master, no id): the outcomes must not count.
+    Unproven,
+}
+
+impl ReplCheck {
+    pub(super) fn new(info_at: usize, conns: usize) -> ReplCheck {
+        ReplCheck {
+            info_at,
+            seen: Mutex::new(vec![Seen::default(); conns]),
+        }
+    }
+
+    /// Judges connection `conn`'s check `reply`: `session` is the connection's session now, `setup` its set-up
+    /// replies (read only when the session changed since the last judgment).
+    pub(super) fn judge(
+        &self,
+        conn: usize,
+        session: u64,
+        setup: impl FnOnce() -> Vec<(Value, Instant)>,
+        reply: &Value,
+    ) -> Verdict {
+        let Some(now) = master_replid(reply) else {
+            return Verdict::Unproven;
+        };
+        let mut seen = lock(&self.seen);
+        let Some(cell) = seen.get_mut(conn) else {
+            return Verdict::Unproven;
+        };
+        if cell.session != session || session == 0 {
+            // A new session: its own set-up reading is the one to compare with (whatever role it showed: a
+            // replica then, a master now, was promoted since).
+            let replies = setup();
+            cell.session = session;
+            cell.replid = replies
+                .get(self.info_at)
+                .and_then(|(v, _)| replication_id(v));
+        }
+        if cell.replid.as_ref() == Some(&now) {
+            Verdict::Same
+        } else {
+            cell.replid = Some(now);
+            Verdict::Changed
+        }
+    }
+}
+
+/// The `master_replid` of an `INFO` reply with the replication section, if it says the node is a master.
+pub(super) fn master_replid(reply: &Value) -> Option<Bytes> {
+    let (role, id) = fields(reply)?;
+    (&role[..] == b"master").then_some(id?)
+}
+
+/// The `master_replid` of an `INFO` reply with the replication section, whatever the node's role.
+fn replication_id(reply: &Value) -> Option<Bytes> {
+    fields(reply)?.1
+}
+
+/// `role` and `master_replid` of an `INFO` reply (a bulk string in RESP2, verbatim in RESP3).
+fn fields(reply: &Value) -> Option<(Bytes, Option<Bytes>)> {
+    let text = match reply.without_attributes() {
+        Value::BulkString(b) | Value::Verbatim { data: b, .. } => b,
+        _ => return None,
+    };
+    let (mut role, mut id) = (None, None);
+    for line in text.split(|&c| c == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(v) = line.strip_prefix(b"role:") {
+            role = Some(text.slice_ref(v));
+        } else if let Some(v) = line.strip_prefix(b"master_replid:") {
+            id = Some(text.slice_ref(v)).filter(|v| !v.is_empty());
+        }
+    }
+    Some((role?, id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(role: &str, id: &str) -> Value {
+        Value::BulkString(Bytes::from(format!(
+            "# Replication\r\nrole:{role}\r\nconnected_slaves:0\r\nmaster_replid:{id}\r\n\
+             master_replid2:0000\r\nmaster_repl_offset:0\r\nsecond_repl_offset:-1\r\n"
+        )))
+    }
+
+    fn setup(id: &str) -> Vec<(Value, Instant)> {
+        vec![
+            (Value::Integer(1), Instant::now()),
+            (info("master", id), Instant::now()),
+        ]
+    }
+
+    #[test]
+    fn a_master_keeping_its_id_is_the_same_and_a_new_id_is_a_change() {
+        let c = ReplCheck::new(1, 2);
+        assert_eq!(
+            c.judge(0, 1, || setup("aa"), &info("master", "aa")),
+            Verdict::Same
+        );
+        assert_eq!(
+            c.judge(0, 1, || setup("aa"), &info("master", "aa")),
+            Verdict::Same
+        );
+        // A failback: another id; then that id is the one compared with.
+        assert_eq!(
+            c.judge(0, 1, || setup("aa"), &info("master", "bb")),
+            Verdict::Changed
+        );
+        assert_eq!(
+            c.judge(0, 1, || setup("aa"), &info("master", "bb")),
+            Verdict::Same
+        );
+        // The other connection has books of its own.
+        assert_eq!(
+            c.judge(1, 1, || setup("cc"), &info("master", "bb")),
+            Verdict::Changed
+        );
+    }
+
+    #[test]
+    fn the_first_check_of_a_session_is_compared_with_that_sessions_set_up_reading() {
+        let c = ReplCheck::new(1, 1);
+        // The failback happened between the set-up and the first check: seen.
+        assert_eq!(
+            c.judge(0, 1, || setup("aa"), &info("master", "bb")),
+            Verdict::Changed
+        );
+        // A new session whose set-up read the new id: the same.
+        assert_eq!(
+            c.judge(0, 2, || setup("dd"), &info("master", "dd")),
+            Verdict::Same
+        );
+        // A replica at set-up (its master's id), a master with a new id now: a change.
+        let replica = || {
+            vec![
+                (Value::Integer(1), Instant::now()),
+                (info("slave", "dd"), Instant::now()),
+            ]
+        };
+        assert_eq!(
+            c.judge(0, 3, replica, &info("master", "ee")),
+            Verdict::Changed
+        );
+        // No set-up reading at all: no id to compare with, a change.
+        assert_eq!(
+            c.judge(0, 4, Vec::new, &info("master", "ee")),
+            Verdict::Changed
+        );
+    }
+
+    #[test]
+    fn no_proof_without_a_master_and_an_id() {
+        let c = ReplCheck::new(1, 1);
+        assert_eq!(
+            c.judge(0, 1, || setup("aa"), &info("slave", "aa")),
+            Verdict::Unproven
+        );
+        assert_eq!(
+            c.judge(0, 1, || setup("aa"), &info("master", "")),
+            Verdict::Unproven
+        );
+        let error = Value::Error(Bytes::from_static(b"NOPERM"));
+        assert_eq!(c.judge(0, 1, || setup("aa"), &error), Verdict::Unproven);
+        assert_eq!(
+            c.judge(5, 1, || setup("aa"), &info("master", "aa")),
+            Verdict::Unproven
+        );
+        let resp3 = Value::Verbatim {
+            format: *b"txt",
+            data: Bytes::from_static(b"role:master\nmaster_replid:aa\n"),
+        };
+        assert_eq!(c.judge(0, 1, || setup("aa"), &resp3), Verdict::Same);
+    }
+}
