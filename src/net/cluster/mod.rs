@@ -58,7 +58,9 @@
 //!   `MOVED` to, or a new map naming, a node the member's map showed as a replica; every master of the first
 //!   map of a member whose map could not be read at build) and by a manager built after
 //!   it (`INFO server replication` on every connection: a promoted master's `second_repl_offset` is set), and
-//!   either way starts the window. See `redlock::engine::restart`, "Failovers in a cluster member".
+//!   either way starts the window. See `redlock::engine::restart`, "Failovers in a cluster member". A
+//!   promotion seen by neither (a failover and failback of a shard this manager sent nothing to meanwhile) is
+//!   seen by the replication check after each vote (`route/replid.rs`): the design had no such check.
 //!
 //! Not built yet: `WAIT`/`WAITAOF` after grants (which would let a promoted replica count at once); a
 //! per-connection persistence marker (the marker key lives in one slot, so on a cluster member only the master

@@ -7,6 +7,7 @@
 //!
 //! - this file: [`Members`] (and its map refreshes);
 //! - `plan`: [`Plan`], reading the cluster members' maps at build time;
+//! - `replid`: the replication check of a cluster node's votes (a failover it did not see);
 //! - `round`: [`MembersRound`], one round over the members;
 //! - `command`: a request cut into commands, each with its slot (pure);
 //! - `table`: one cluster member's slot → connection table (pure).
@@ -41,6 +42,12 @@
 //!   a later command's reply (they went to different masters); the engine never relies on the opposite.
 //! - **The vote's source.** Each outcome handed up is dated by the connection it came from
 //!   ([`MembersRound::source`]): the restart guard judges that connection's server, not the member's first.
+//! - **A vote is checked before it is handed up** (when [`Members::check_replication`] is on, for every round
+//!   but a release round): each write of commands to a cluster node ends with `INFO replication`, and the
+//!   outcomes read before it are held until its reply is judged (`replid.rs`): a master with another
+//!   replication id than before is quarantined first, a reading that proves nothing turns replies into failed
+//!   votes, and an outcome still held when the round ends is a timeout. One check per write: the outcomes it
+//!   covers are exactly those expected before it on that connection's FIFO.
 //!
 //! [`NodeError::Cluster`]: crate::net::NodeError::Cluster
 //! [`NodeError::Timeout`]: crate::net::NodeError::Timeout

@@ -153,10 +153,17 @@
 //!   trusted at once; after a restart it gets the window rule, whatever its settings (`Nodes::in_cluster`;
 //!   `tests/break_cluster.rs`, finding 8).
 //!
+//! - **A failover it never sees a `MOVED` or a new map for** (a failover and a failback of a shard this manager
+//!   sent nothing to meanwhile: the same master on the same connection, without the grants its replica took) is
+//!   seen by the routing layer's replication check: every vote of a cluster node is handed up only after an
+//!   `INFO replication` read after it shows the master id the connection's set-up read; another id quarantines
+//!   the node as promoted before the vote is judged here (`net/cluster/route/replid.rs`; the review of #27,
+//!   finding 5).
+//!
 //! What it does not see: a failover that happened before this manager read the member's map (the promoted
 //! master looks like any master; after a window from a failover no lost grant can still be live, so this
-//! matters only for a manager started within a window of a failover), and a failover it never sees a `MOVED`
-//! or a new map for.
+//! matters only for a manager started within a window of a failover; a master whose connection's `INFO` shows
+//! it was ever promoted, `second_repl_offset` set, waits a window from that reading).
 //!
 //! # What the guard cannot see
 //!
