@@ -30,12 +30,69 @@
 //!   node that sends nothing for that long with requests outstanding is dropped anyway), then it is given up:
 //!   dropped unsent, as it was before this existed, and counted. Per node at most `max_in_flight` replies' worth
 //!   wait; a request past that is given up at once. The fanout's drop gives up whatever still waits.
+//! - **Scripts in full.** Nobody reads a detached request's replies, so no `NOSCRIPT` can be answered by sending
+//!   the script again: an `EVALSHA` of a script the manager knows ([`Options::with_scripts`](super::Options::with_scripts)) is
+//!   detached as `EVAL` of its body ([`in_full`]), which a `SCRIPT FLUSH` while it waits cannot refuse. Not
+//!   covered: a native command refused on a later connection (the node replaced by a server without it), and a
+//!   routed release answered `MOVED`/`ASK`: they end with the key's lease.
 //! - **In order per node.** A node's detached requests are placed in the order they were detached: the first
 //!   that does not fit holds back the node's later ones (a node's requests are all releases; the order only
 //!   keeps a large one from being overtaken for ever by small ones).
 
 use std::collections::VecDeque;
 use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::net::cluster::parse_command;
+use crate::resp::encode_command;
+
+/// `request` with every `EVALSHA` of a script in `scripts` (`(sha1 in hex, body)`) made an `EVAL` of its body,
+/// the other commands as they were; `request` itself if it has none or cannot be read as commands.
+///
+/// Why: a release round sends a script by `EVALSHA` and, on `NOSCRIPT` (the node's script cache flushed), sends
+/// it again in full. Once detached, nobody reads its reply: a `SCRIPT FLUSH` while it waited for room would
+/// leave its key for the whole lease (the review of the detached releases, finding 1). The same command with
+/// the body runs the same script on the same keys and arguments, with one reply: the invariants above hold.
+pub(crate) fn in_full(request: Vec<u8>, scripts: &[(Bytes, Bytes)]) -> Vec<u8> {
+    if scripts.is_empty() {
+        return request;
+    }
+    let mut out = Vec::with_capacity(request.len() + 256);
+    let mut rewrote = false;
+    let mut at = 0;
+    while at < request.len() {
+        let Some((end, args)) = parse_command(&request, at) else {
+            return request; // not commands we can read: as it was, never half rewritten
+        };
+        let arg = |i: usize| args.get(i).map(|r| &request[r.clone()]);
+        let body = arg(0)
+            .filter(|name| name.eq_ignore_ascii_case(b"EVALSHA"))
+            .and(arg(1))
+            .and_then(|sha| {
+                scripts
+                    .iter()
+                    .find(|(known, _)| known.eq_ignore_ascii_case(sha))
+            })
+            .map(|(_, body)| body);
+        match body {
+            Some(body) => {
+                let mut parts: Vec<&[u8]> = vec![b"EVAL", body];
+                parts.extend(args[2..].iter().map(|r| &request[r.clone()]));
+                let mut buf = bytes::BytesMut::new();
+                encode_command(&parts, &mut buf);
+                out.extend_from_slice(&buf);
+                rewrote = true;
+            }
+            None => out.extend_from_slice(&request[at..end]),
+        }
+        at = end;
+    }
+    match rewrote {
+        true => out,
+        false => request,
+    }
+}
 
 /// What became of a detached request offered to its node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,6 +222,48 @@ impl Detached {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    fn command(args: &[&[u8]]) -> Vec<u8> {
+        let mut buf = bytes::BytesMut::new();
+        encode_command(args, &mut buf);
+        buf.to_vec()
+    }
+
+    #[test]
+    fn a_known_script_by_hash_goes_in_full_and_the_rest_as_it_was() {
+        let scripts = vec![
+            (
+                Bytes::from_static(b"abc123"),
+                Bytes::from_static(b"return 1"),
+            ),
+            (
+                Bytes::from_static(b"def456"),
+                Bytes::from_static(b"return 2"),
+            ),
+        ];
+        let mut request = command(&[b"EVALSHA", b"ABC123", b"1", b"k", b"v"]);
+        request.extend(command(&[b"DELIFEQ", b"k2", b"v2"]));
+        request.extend(command(&[b"evalsha", b"def456", b"2", b"a", b"b", b"x"]));
+        request.extend(command(&[b"EVALSHA", b"unknown", b"1", b"k", b"v"]));
+        let mut want = command(&[b"EVAL", b"return 1", b"1", b"k", b"v"]);
+        want.extend(command(&[b"DELIFEQ", b"k2", b"v2"]));
+        want.extend(command(&[b"EVAL", b"return 2", b"2", b"a", b"b", b"x"]));
+        want.extend(command(&[b"EVALSHA", b"unknown", b"1", b"k", b"v"]));
+        assert_eq!(in_full(request, &scripts), want);
+    }
+
+    #[test]
+    fn what_cannot_be_read_as_commands_goes_as_it_was() {
+        let scripts = vec![(Bytes::from_static(b"abc"), Bytes::from_static(b"return 1"))];
+        let mut request = command(&[b"EVALSHA", b"abc", b"1", b"k", b"v"]);
+        request.extend_from_slice(b"*2\r\n$4\r\nGE");
+        assert_eq!(in_full(request.clone(), &scripts), request);
+        let plain = command(&[b"DEL", b"k"]);
+        assert_eq!(in_full(plain.clone(), &scripts), plain);
+        assert_eq!(in_full(Vec::new(), &scripts), Vec::<u8>::new());
+        let known = command(&[b"EVALSHA", b"abc", b"0"]);
+        assert_eq!(in_full(known, &[]), command(&[b"EVALSHA", b"abc", b"0"]));
+    }
 
     /// Places what `room` (replies each node takes now) lets through; returns `(node, bytes)` queued, in order.
     fn place(d: &mut Detached, now: Instant, room: &mut [usize]) -> (Vec<(usize, Vec<u8>)>, usize) {

@@ -35,6 +35,9 @@ pub struct Options {
     pub(crate) optional_setup: Vec<usize>,
     pub(crate) pushes: bool,
     pub(crate) tls: TlsConfig,
+    /// Scripts a detached release may name by `EVALSHA`, as `(sha1 in hex, body)`: it goes out as `EVAL` of the
+    /// body (nobody reads a `NOSCRIPT` once its round is gone; see `net/detached.rs`).
+    pub(crate) scripts: Vec<(Bytes, Bytes)>,
 }
 
 /// A getter and a `with_*` setter per (`Copy`) setting; the setter carries the documentation.
@@ -114,6 +117,15 @@ impl Options {
         self
     }
 
+    /// Sets the scripts a release detached from its round (see [`Fanout::release_round`](super::Fanout::release_round))
+    /// may name by `EVALSHA`, as `(SHA1 in hex, body)` (default none): such a command goes out as `EVAL` of the
+    /// body, since nobody is left to read a `NOSCRIPT` (a `SCRIPT FLUSH` while it waited) and send it again.
+    #[must_use]
+    pub fn with_scripts(mut self, scripts: Vec<(Bytes, Bytes)>) -> Options {
+        self.scripts = scripts;
+        self
+    }
+
     /// Sets the encoded commands pipelined after `AUTH`/`SELECT`/`HELLO` on every new connection (such as
     /// `SCRIPT LOAD`; default none). An error reply to any of them fails the connection, except for those the
     /// lock layer marks optional (their error reply is kept as their reply).
@@ -142,6 +154,7 @@ impl Default for Options {
             optional_setup: Vec::new(),
             pushes: false,
             tls: TlsConfig::default(),
+            scripts: Vec::new(),
         }
     }
 }

@@ -39,6 +39,21 @@ pub(crate) fn setup_commands() -> Vec<Bytes> {
         .collect()
 }
 
+/// Every script the connections load, as `(SHA1 in hex, body)`: a release detached from its round goes with its
+/// script in full (`Options::with_scripts`).
+pub(crate) fn known() -> Vec<(Bytes, Bytes)> {
+    [(RELEASE_SHA1, RELEASE), (EXTEND_SHA1, EXTEND)]
+        .into_iter()
+        .chain(super::lua::ALL.iter().map(|l| (l.sha1, l.body)))
+        .map(|(sha, body)| {
+            (
+                Bytes::from_static(sha.as_bytes()),
+                Bytes::from_static(body.as_bytes()),
+            )
+        })
+        .collect()
+}
+
 /// `SET resource value NX PX ttl_ms`.
 pub(crate) fn acquire(buf: &mut BytesMut, resource: &[u8], value: &[u8], ttl_ms: u64) {
     let ttl = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));

@@ -83,6 +83,7 @@ mod tests;
 pub use key_slot::{SLOT_COUNT, crc16, hash_tag, key_slot};
 pub use redirect::{Redirect, RedirectError, RedirectKind};
 pub use reply::MapError;
+pub(crate) use route::parse_command;
 pub use route::{Members, MembersRound, Plan};
 pub use seeds::{ClusterAddr, MemberAddr};
 pub use slot_map::{ClusterNode, Endpoint, Health, Shard, SlotMap, SlotRange};

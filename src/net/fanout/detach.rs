@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use super::{Inner, Shared, token};
 use crate::net::conn::Conn;
-use crate::net::detached::{Detached, Placed};
+use crate::net::detached::{Detached, Placed, in_full};
 use crate::net::slots::{Slots, Wake};
 use crate::net::state::{Filing, Priority, Room, Waiter};
 use crate::time::later;
@@ -53,6 +53,8 @@ impl Shared {
             return;
         };
         stats.detached(replies);
+        // Scripts in full: nobody will read a `NOSCRIPT` and send them again.
+        let bytes = in_full(bytes, &self.opts.scripts);
         let give_up_at = later(now, self.opts.hung_timeout);
         if !detached.detach(node, bytes, replies, give_up_at, self.opts.max_in_flight) {
             stats.given_up(replies);

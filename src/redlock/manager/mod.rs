@@ -178,6 +178,7 @@ impl Builder {
             setup,
             tls: self.config.tls.clone(),
             optional_setup,
+            scripts: crate::redlock::scripts::known(),
             ..Options::default()
         };
         let mut fanout = Members::new(plan, opts).map_err(|e| match e.kind() {

@@ -139,7 +139,7 @@ fn slot_of(request: &[u8], args: &[Range<usize>]) -> Result<u16, Unroutable> {
 
 /// Parses one RESP array of bulk strings starting at `at`: its end and its arguments' ranges; `None` if the bytes
 /// are not one (or are cut short).
-fn parse(buf: &[u8], at: usize) -> Option<(usize, Vec<Range<usize>>)> {
+pub(crate) fn parse(buf: &[u8], at: usize) -> Option<(usize, Vec<Range<usize>>)> {
     let (count, mut at) = header(buf, at, b'*')?;
     let mut args = Vec::with_capacity(count.min(64));
     for _ in 0..count {

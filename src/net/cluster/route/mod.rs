@@ -63,6 +63,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub(crate) use command::parse as parse_command;
 pub use plan::Plan;
 use plan::read_map_from;
 use replid::ReplCheck;
