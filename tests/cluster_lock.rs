@@ -22,7 +22,7 @@ use muxlock::{Config, Error, LockManager, Outcome};
 use support::checker::{Hold, instant_ns, mono_ns, overlaps};
 use support::locks::{manager, one_attempt, wait_until};
 use support::wire::show;
-use support::{Failover, RedisCluster, RedisServer};
+use support::{Failover, Fault, FaultProxy, RedisCluster, RedisServer};
 
 const ROUND: Duration = Duration::from_millis(500);
 /// For guards: a guard's TTL must leave room for renewals (at least 7 round timeouts).
@@ -286,6 +286,56 @@ fn plain_and_cluster_members_mix() {
     p0.kill();
     let lock = b.request("mixed").once().acquire().expect("2 of 3");
     b.unlock(lock).expect("released");
+}
+
+/// A scale-out: a master added to a cluster member after the manager was built, and given the slot of the
+/// lock's key. The member's vote comes back on its own: the `MOVED` to a node its map never showed is a failed
+/// vote that asks for a new map, which dials the node on one of the member's vacant connections; as a master
+/// the table never knew it is quarantined for the restart window (as a promoted replica), then counts. The
+/// other plain member refuses meanwhile, so the lock needs that vote.
+#[test]
+fn a_master_added_after_build_gets_the_members_vote_after_its_window() {
+    let mut c = RedisCluster::start(2);
+    let p1 = RedisServer::start();
+    let p2 = RedisServer::start();
+    let proxy2 = FaultProxy::start(p2.addr());
+    let ttl = Duration::from_millis(1_500);
+    let config = Config::default()
+        .with_retry_count(0)
+        .with_round_timeout(ROUND)
+        .with_restart_window(ttl);
+    let a = manager(vec![c.seed_url(), p1.url(), proxy2.url()], config);
+    let key = "scale-out";
+    let take = || {
+        let got = a.request(key).ttl(ttl).once().acquire();
+        if got.is_err() {
+            thread::sleep(Duration::from_millis(100));
+        }
+        got.map(|l| a.unlock(l)).is_ok()
+    };
+    // Every node older than the window, and the member's vote needed from here on.
+    wait_until(Duration::from_secs(10), "a first lock", take);
+    proxy2.set(Fault::Refuse);
+    wait_until(
+        Duration::from_secs(10),
+        "a lock with member 2 refusing",
+        take,
+    );
+    let shard = c.add_master();
+    let slot = key_slot(key.as_bytes());
+    c.migrate_slot(slot, shard);
+    let moved = Instant::now();
+    wait_until(Duration::from_secs(15), "the new master's vote", take);
+    let took = moved.elapsed();
+    assert!(
+        took >= ttl,
+        "the new master counted {took:?} after it took the slot, within the window"
+    );
+    // The lock is on the new master (the same lease: a longer one would widen the window).
+    let lock = a.request(key).ttl(ttl).once().acquire().expect("acquired");
+    let new = c.master_index(shard);
+    assert_eq!(get(&c, new, key).as_deref(), Some(lock.value().as_bytes()));
+    a.unlock(lock).expect("released");
 }
 
 #[test]

@@ -843,3 +843,41 @@ fn send_each_gives_every_node_its_own_bytes_in_order() {
         ]
     );
 }
+
+/// A vacant connection (kept for a node not known yet) dials nothing and fails its requests at once; occupied,
+/// it reaches its node like any other; it is occupied once only, and a connection that was never vacant cannot
+/// be given another address.
+#[test]
+fn a_vacant_connection_fails_until_occupied_and_is_occupied_once() {
+    let cluster = Cluster::start(2);
+    let urls = cluster.urls();
+    let mut nodes = addrs(&urls[..1]);
+    // Two vacancies; their placeholder is node 0's address, never dialled.
+    nodes.extend(addrs(&urls[..1]));
+    nodes.extend(addrs(&urls[..1]));
+    let fanout = Fanout::with_vacancies(nodes, 2, Options::default()).unwrap();
+    let out = round_all(&fanout, &[b"PING"], Duration::from_secs(2));
+    assert_eq!(out[0], ok("PONG"));
+    for vacant in &out[1..] {
+        assert!(matches!(vacant, Err(NodeError::Cluster(_))), "{vacant:?}");
+    }
+    let second: NodeAddr = urls[1].parse().unwrap();
+    assert!(fanout.occupy(2, second.clone()));
+    assert!(!fanout.occupy(2, second.clone()), "occupied once");
+    assert!(!fanout.occupy(0, second.clone()), "never vacant");
+    assert!(!fanout.occupy(9, second.clone()), "out of range");
+    assert_eq!(fanout.addr(2), Some(second));
+    // Node 2 answers as the second server: its own keys, not node 0's.
+    let mut round = fanout.round(Instant::now() + Duration::from_secs(2));
+    round.send(0, &request(&[b"SET", b"which", b"first"]), 1);
+    let _ = std::iter::from_fn(|| round.next()).count();
+    drop(round);
+    let out = round_all(&fanout, &[b"GET", b"which"], Duration::from_secs(2));
+    assert_eq!(out[0], Ok(Value::BulkString("first".into())));
+    assert!(matches!(out[1], Err(NodeError::Cluster(_))), "{:?}", out[1]);
+    assert_eq!(out[2], Ok(Value::NullBulk));
+    // The occupier does nothing once the fanout is gone.
+    let occupier = fanout.occupier();
+    drop(fanout);
+    assert!(!occupier.occupy(1, urls[1].parse().unwrap()));
+}

@@ -181,6 +181,22 @@ impl NodeAddr {
         self
     }
 
+    /// Whether `self` and `other` name the same server: host and port match, or they resolve to a common socket
+    /// address (`localhost:6379` and `127.0.0.1:6379`). Names that do not resolve now are compared as written.
+    /// May block on the system resolver.
+    pub(crate) fn same_server(&self, other: &NodeAddr) -> bool {
+        if self.port() != other.port() {
+            return false;
+        }
+        if self.host().eq_ignore_ascii_case(other.host()) {
+            return true;
+        }
+        match (self.resolve(), other.resolve()) {
+            (Ok(x), Ok(y)) => x.iter().any(|s| y.contains(s)),
+            _ => false,
+        }
+    }
+
     /// Resolves the host to socket addresses. IP literals resolve without DNS; names go through the system
     /// resolver, which may block.
     pub fn resolve(&self) -> std::io::Result<Vec<SocketAddr>> {

@@ -36,6 +36,9 @@ pub(crate) struct Conn {
     /// The current connection's transport, shared with its writer and the driver's read side.
     transport: Option<Arc<Transport>>,
     pub(crate) state: NodeState,
+    /// A connection kept for a node not known yet (a cluster member's node added later): never dialled until
+    /// [`occupy`](Conn::occupy) gives it an address.
+    vacant: bool,
 }
 
 impl Conn {
@@ -54,7 +57,46 @@ impl Conn {
             resolved,
             transport: None,
             state: NodeState::new(node, opts, now),
+            vacant: false,
         }
+    }
+
+    /// A connection kept for a node not known yet: it dials nothing, and a request for it fails, until
+    /// [`occupy`](Conn::occupy) gives it an address.
+    pub(crate) fn vacant(node: usize, placeholder: NodeAddr, opts: &Options, now: Instant) -> Conn {
+        Conn {
+            node,
+            tls: None,
+            addr: placeholder,
+            resolved: Resolved::unresolved(),
+            transport: None,
+            state: NodeState::new(node, opts, now),
+            vacant: true,
+        }
+    }
+
+    /// Whether the connection waits for an address ([`vacant`](Conn::vacant)).
+    pub(crate) fn is_vacant(&self) -> bool {
+        self.vacant
+    }
+
+    /// Gives a vacant connection its node's address (resolved by the caller, outside the fanout's lock, with its
+    /// TLS target); it dials at its next [`ensure`](Conn::ensure). `false` if it was not vacant: a connection's
+    /// address never changes once it has one.
+    pub(crate) fn occupy(
+        &mut self,
+        addr: NodeAddr,
+        resolved: Resolved,
+        tls: Option<Target>,
+    ) -> bool {
+        if !self.vacant {
+            return false;
+        }
+        self.addr = addr;
+        self.resolved = resolved;
+        self.tls = tls;
+        self.vacant = false;
+        true
     }
 
     /// The current connection's transport, for the driver's reads.
@@ -73,6 +115,11 @@ impl Conn {
         now: Instant,
         out: &mut Filing<'_>,
     ) -> Result<(), NodeError> {
+        if self.vacant {
+            return Err(NodeError::Cluster(
+                "a connection kept for a node not known yet".into(),
+            ));
+        }
         if !self.state.needs_dial(now)? {
             return Ok(());
         }

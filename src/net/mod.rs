@@ -48,7 +48,7 @@ mod transport;
 
 pub use addr::{AddrError, NodeAddr};
 pub use error::{IoError, NodeError, TlsError};
-pub use fanout::{Fanout, NodeSet, Pushes, Round};
+pub use fanout::{Fanout, NodeSet, Occupier, Pushes, Round};
 pub use options::Options;
 pub use slots::Reply;
 pub use stats::NodeCounts;

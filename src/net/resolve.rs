@@ -30,6 +30,15 @@ impl Resolved {
         }
     }
 
+    /// Nothing to dial yet (a vacant connection's).
+    pub(crate) fn unresolved() -> Resolved {
+        let none = std::io::Error::new(std::io::ErrorKind::NotFound, "no address yet");
+        Resolved {
+            addrs: Err(none.into()),
+            lookup: None,
+        }
+    }
+
     /// The address to dial, taking the result of a finished background lookup first.
     pub(crate) fn current(&mut self) -> Result<SocketAddr, NodeError> {
         if let Some(done) = self.lookup.as_ref().and_then(|l| lock(l).take()) {

@@ -34,10 +34,12 @@
 //!   keyless, `CROSSSLOT`) is a failed vote, never a guess. Plain members never reach it.
 //! - **Every node of a member's map is dialled at build time** (masters and replicas), instead of connections
 //!   added to the fanout at run time: a failover promotes a replica whose connection is already up, and the
-//!   fanout's delicate bookkeeping (`Slots`, the driver's read sides, lock-free `addrs`) stays fixed-size. The
-//!   cost: a node the map never showed (added to the cluster later) is not dialled; a `MOVED` to it, or a new
-//!   map that gives it slots, makes the votes for those slots fail until the manager is built again. Left for
-//!   later (`Fanout::add_node`).
+//!   fanout's delicate bookkeeping (`Slots`, the driver's read sides, lock-free `addrs`) stays fixed-size. A
+//!   node the map never showed (added to the cluster later, or any node of a member unmapped at build) gets one
+//!   of the member's **vacant connections** (`Fanout::with_vacancies`, made at build, never dialled until
+//!   `Fanout::occupy` gives one an address) when a map refresh names it: the number of connections never
+//!   changes, so nothing else had to learn to grow. Once they are used up, a further new node's slots fail
+//!   their votes until the manager is built again.
 //! - **A map refresh runs on a short thread of its own** (`Members::refresh`: `CLUSTER SHARDS`, else `CLUSTER
 //!   SLOTS`, asked of every known node and seed; at most one per member at a time, 100 ms apart), after a
 //!   `MOVED`, a failed connection of the member or a slot no master serves. The design had it as a request on

@@ -161,6 +161,8 @@ struct Shared {
     addrs: Vec<NodeAddr>,
     sessions: Vec<Arc<AtomicU64>>,
     stats: Vec<Arc<NodeStats>>,
+    /// What `rediss://` nodes' sessions are made with (kept for vacant connections occupied later).
+    tls: Option<Connector>,
 }
 
 struct Inner {
@@ -259,6 +261,24 @@ impl Fanout {
     /// a valid server name, or TLS nodes in a build without the `tls` feature. An unreachable node is not an
     /// error: it is a failed vote in each round until it comes back.
     pub fn new(nodes: Vec<NodeAddr>, opts: Options) -> std::io::Result<Fanout> {
+        Fanout::with_vacancies(nodes, 0, opts)
+    }
+
+    /// As [`new`](Fanout::new), but the last `vacant` of `nodes` are *vacant* connections: kept for nodes not
+    /// known yet (a cluster member's node added later), never dialled, each request for one failed
+    /// ([`NodeError::Cluster`](super::NodeError::Cluster)), until [`occupy`](Fanout::occupy) gives it an address.
+    /// Their entries in `nodes` are placeholders (what [`addrs`](Fanout::addrs) shows; their TLS setting counts
+    /// for the TLS configurations built now). The number of connections never changes: every per-node book of
+    /// the fanout and of its users is sized once.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Fanout::new).
+    pub fn with_vacancies(
+        nodes: Vec<NodeAddr>,
+        vacant: usize,
+        opts: Options,
+    ) -> std::io::Result<Fanout> {
         if nodes.len() >= NODE_MASK {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -270,10 +290,14 @@ impl Fanout {
         let registry = poll.registry().try_clone()?;
         let waker = Waker::new(&registry, WAKER)?;
         let now = Instant::now();
+        let first_vacant = nodes.len().saturating_sub(vacant);
         let conns: Vec<Conn> = nodes
             .iter()
             .enumerate()
-            .map(|(i, a)| Conn::new(i, a.clone(), Resolved::now(a), tls.as_ref(), &opts, now))
+            .map(|(i, a)| match i >= first_vacant {
+                true => Conn::vacant(i, a.clone(), &opts, now),
+                false => Conn::new(i, a.clone(), Resolved::now(a), tls.as_ref(), &opts, now),
+            })
             .collect();
         let sessions = conns
             .iter()
@@ -304,12 +328,13 @@ impl Fanout {
             addrs: nodes,
             sessions,
             stats,
+            tls,
         };
         {
             let mut inner = lock(&fanout.inner);
             let Inner { conns, slots, .. } = &mut *inner;
             let mut wake = Vec::new();
-            for (i, conn) in conns.iter_mut().enumerate() {
+            for (i, conn) in conns.iter_mut().enumerate().filter(|(_, c)| !c.is_vacant()) {
                 let mut out = Filing {
                     slots,
                     wake: &mut wake,
@@ -328,6 +353,30 @@ impl Fanout {
             shared: Arc::new(fanout),
             background: OnceLock::new(),
         })
+    }
+
+    /// Gives vacant connection `node` ([`with_vacancies`](Fanout::with_vacancies)) the address `addr`, and dials
+    /// it. The name is resolved first, on the caller's thread (it may block on the system resolver). Returns
+    /// `false`, changing nothing, if `node` is not a vacant connection (out of range, or occupied already: a
+    /// connection's address never changes once it has one, so no reply of one server is ever read as
+    /// another's).
+    pub fn occupy(&self, node: usize, addr: NodeAddr) -> bool {
+        self.shared.occupy(node, addr)
+    }
+
+    /// A handle that occupies this fanout's vacant connections from another thread without keeping the fanout
+    /// alive ([`Occupier::occupy`] does nothing once it is dropped).
+    pub fn occupier(&self) -> Occupier {
+        Occupier(Arc::downgrade(&self.shared))
+    }
+
+    /// The address connection `node` dials now: [`addrs`](Fanout::addrs)' entry, or for a vacant connection
+    /// occupied since, the address it was given; `None` out of range.
+    pub fn addr(&self, node: usize) -> Option<NodeAddr> {
+        lock(&self.shared.inner)
+            .conns
+            .get(node)
+            .map(|c| c.addr.clone())
     }
 
     /// The number of nodes.
@@ -520,5 +569,49 @@ impl Shared {
             unpark_all(&mut wake);
             std::mem::swap(jobs, &mut next);
         }
+    }
+}
+
+/// Occupies a [`Fanout`]'s vacant connections from another thread (a cluster member's map refresh) without
+/// keeping the fanout alive: see [`Fanout::occupier`].
+#[derive(Clone, Debug)]
+pub struct Occupier(std::sync::Weak<Shared>);
+
+impl Occupier {
+    /// [`Fanout::occupy`]; `false` if the fanout is gone.
+    pub fn occupy(&self, node: usize, addr: NodeAddr) -> bool {
+        self.0.upgrade().is_some_and(|s| s.occupy(node, addr))
+    }
+}
+
+impl Shared {
+    fn occupy(&self, node: usize, addr: NodeAddr) -> bool {
+        let resolved = Resolved::now(&addr);
+        let target = self.tls.as_ref().and_then(|c| c.target(&addr));
+        let now = Instant::now();
+        let mut inner = lock(&self.inner);
+        let Inner { conns, slots, .. } = &mut *inner;
+        let Some(conn) = conns.get_mut(node) else {
+            return false;
+        };
+        if !conn.occupy(addr, resolved, target) {
+            return false;
+        }
+        let mut wake = Vec::new();
+        let mut out = Filing {
+            slots,
+            wake: &mut wake,
+        };
+        // A failure is remembered by the connection and reported by the first round, as at build.
+        let _ = conn.ensure(
+            &self.registry,
+            |g| token(node, g),
+            &self.opts,
+            now,
+            &mut out,
+        );
+        drop(inner);
+        unpark_all(&mut wake);
+        true
     }
 }

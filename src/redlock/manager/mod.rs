@@ -135,7 +135,7 @@ impl Builder {
                 MemberAddr::Cluster(c) => c.seeds().to_vec(),
             };
             for addr in own {
-                if let Some(twin) = addrs.iter().find(|a| same_server(a, &addr)) {
+                if let Some(twin) = addrs.iter().find(|a| a.same_server(&addr)) {
                     return Err(Error::config(format!(
                         "node {addr} is listed twice (also as {twin}): a majority must span distinct servers"
                     )));
@@ -226,24 +226,9 @@ impl Builder {
     }
 }
 
-/// Two addresses name the same server if host and port match, or if they resolve to a common socket address
-/// (`localhost:6379` and `127.0.0.1:6379`). Names that do not resolve now are compared as written.
-fn same_server(a: &NodeAddr, b: &NodeAddr) -> bool {
-    if a.port() != b.port() {
-        return false;
-    }
-    if a.host().eq_ignore_ascii_case(b.host()) {
-        return true;
-    }
-    match (a.resolve(), b.resolve()) {
-        (Ok(x), Ok(y)) => x.iter().any(|s| y.contains(s)),
-        _ => false,
-    }
-}
-
 /// A server that two members of `plan` share, as `(one member's address, the other's)`: names that match, or
 /// that resolve to a common socket address (each resolved once). Names that do not resolve now are compared as
-/// written, as [`same_server`] does.
+/// written, as [`NodeAddr::same_server`] does.
 fn shared_server(plan: &Plan) -> Option<(NodeAddr, NodeAddr)> {
     let mut known: Vec<(usize, &NodeAddr, Vec<std::net::SocketAddr>)> = Vec::new();
     for member in 0..plan.members() {

@@ -83,6 +83,48 @@ impl RedisCluster {
         self.wait_converged("the slot migration");
     }
 
+    /// Starts a new, empty master and has it join the cluster (`CLUSTER MEET`), as a scale-out does: a new shard,
+    /// serving no slot until one is migrated to it ([`migrate_slot`](Self::migrate_slot)). Returns its shard
+    /// number. It is stopped with the others, by PID.
+    ///
+    /// # Panics
+    /// If it does not start, a node refuses, or the cluster does not converge in time.
+    #[track_caller]
+    pub fn add_master(&mut self) -> usize {
+        let node = super::start_node(&self.server, self.node_timeout);
+        let i = self.nodes.len();
+        self.nodes.push(node);
+        // An epoch of its own, above every one the cluster may have reached (no collision to resolve).
+        self.command_ok(
+            i,
+            &["CLUSTER", "SET-CONFIG-EPOCH", &(1_000 + i).to_string()],
+        );
+        let (port, bus) = (
+            self.node(i).port().to_string(),
+            self.bus_port(i).to_string(),
+        );
+        self.command_ok(0, &["CLUSTER", "MEET", "127.0.0.1", &port, &bus]);
+        self.shards.push(super::ShardNodes {
+            master: i,
+            replicas: Vec::new(),
+        });
+        let total = self.nodes.len();
+        let live: Vec<usize> = (0..total)
+            .filter(|&n| self.nodes[n].server.is_running())
+            .collect();
+        self.wait_until("the new master to be known by every node", || {
+            for &n in &live {
+                let view = super::parse_nodes(&bulk_text(&self.command(n, &["CLUSTER", "NODES"])));
+                if view.known < total || view.handshaking > 0 {
+                    return Err(format!("node {n} knows {} of {total}", view.known));
+                }
+            }
+            Ok(())
+        });
+        self.wait_converged("a master added");
+        self.shards.len() - 1
+    }
+
     /// Moves `slot` with its keys to shard `to`'s master: the three steps above. Returns how many keys moved.
     #[track_caller]
     pub fn migrate_slot(&mut self, slot: u16, to: usize) -> usize {

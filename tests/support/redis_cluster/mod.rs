@@ -121,6 +121,8 @@ impl RedisClusterBuilder {
             nodes,
             shards,
             owner: vec![0; usize::from(SLOTS)],
+            server: self.server.clone(),
+            node_timeout: self.node_timeout,
         };
         cluster.form();
         cluster
@@ -170,6 +172,9 @@ pub struct RedisCluster {
     shards: Vec<ShardNodes>,
     /// Each slot's owner, a node index, as this guard arranged it.
     owner: Vec<usize>,
+    /// How its nodes were started (for [`add_master`](Self::add_master)).
+    server: RedisServerBuilder,
+    node_timeout: Duration,
 }
 
 impl RedisCluster {

@@ -126,6 +126,7 @@ impl Members {
             members,
             conns,
             tables,
+            vacant,
         } = plan;
         let addrs: Vec<NodeAddr> = members
             .iter()
@@ -137,7 +138,7 @@ impl Members {
         let routed = tables.iter().any(Option::is_some);
         let nconns = conns.len();
         let (wait, tls) = (opts.connect_timeout, opts.tls().clone());
-        let fanout = Fanout::new(conns, opts)?;
+        let fanout = Fanout::with_vacancies(conns, vacant, opts)?;
         let routes = routed.then(|| {
             let mut member_of: Vec<usize> = (0..nconns).collect();
             let clusters: Vec<Option<Cluster>> = members
@@ -146,8 +147,9 @@ impl Members {
                 .enumerate()
                 .map(|(m, (addr, table))| match (addr, table) {
                     (MemberAddr::Cluster(addr), Some(table)) => {
-                        for (node, _) in &table.nodes {
-                            if let Some(slot) = member_of.get_mut(node.conn) {
+                        let vacant = table.vacant.iter().copied();
+                        for conn in table.nodes.iter().map(|(node, _)| node.conn).chain(vacant) {
+                            if let Some(slot) = member_of.get_mut(conn) {
                                 *slot = m;
                             }
                         }
@@ -378,10 +380,32 @@ impl Members {
         let promoted = Arc::clone(&routes.promoted);
         let flag = Arc::clone(&cluster.refreshing);
         let (wait, tls) = (routes.wait, routes.tls.clone());
+        let (occupier, addr) = (self.fanout.occupier(), cluster.addr.clone());
+        // Every other member's servers (a vacant connection's placeholder is its member's seed): a node of this
+        // member's map that is one of them is not dialled, or one server would vote for two members.
+        let others: Vec<NodeAddr> = (0..routes.member_of.len())
+            .filter(|&c| self.member_of(c) != member)
+            .filter_map(|c| self.fanout.addr(c))
+            .collect();
         let spawned = std::thread::Builder::new()
             .name("muxlock-cluster-map".into())
             .spawn(move || {
                 if let Ok(Some((map, origin))) = read_map_from(nodes, wait, &tls) {
+                    // Nodes the table does not know get vacant connections first, so the table can route to
+                    // them; a master among them takes over as a promoted one would (`Table::read`): quarantined.
+                    let unknown = lock(&table).unknown(&map, &origin, tls_member);
+                    for (host, port) in unknown {
+                        let node = addr.node(&host, port);
+                        if others.iter().any(|o| o.same_server(&node)) {
+                            continue;
+                        }
+                        let Some(conn) = lock(&table).vacant.pop() else {
+                            break; // none left: its slots get no vote from this member until a rebuild
+                        };
+                        if occupier.occupy(conn, node) {
+                            lock(&table).add(host, port, conn);
+                        }
+                    }
                     let now = Instant::now();
                     // The quarantine is noted before the table routes anything to the promoted nodes.
                     let mut table = lock(&table);

@@ -20,15 +20,28 @@ pub struct Plan {
     pub(super) conns: Vec<NodeAddr>,
     /// Per member: for a cluster, its table.
     pub(super) tables: Vec<Option<Table>>,
+    /// How many of `conns` (the last ones) are vacant: kept for nodes the members' maps show later.
+    pub(super) vacant: usize,
 }
+
+/// Vacant connections kept per cluster member for nodes its maps show later (a scale-out, a replica added, or
+/// the nodes of a member whose map could not be read at build): as many as its map has nodes, at least
+/// [`MIN_VACANT`] and at most [`MAX_VACANT`]. A vacant connection costs a few hundred bytes and no socket.
+const MIN_VACANT: usize = 8;
+const MAX_VACANT: usize = 64;
 
 impl Plan {
     /// Reads each cluster member's slot map from its seeds (`CLUSTER SHARDS`, or `CLUSTER SLOTS` where that is
     /// refused, both pipelined to every seed at once; every member's at once), waiting up to `wait` in all; plans
     /// the connections. A member whose map cannot be read within `wait` is planned with its seeds only and votes
-    /// no (no slot is served) until a map is read; even then it serves only the slots of masters that are among
-    /// its seeds (a later `MOVED` patches the slots it names, to a seed only): its other nodes were never dialled.
+    /// no (no slot is served) until a map is read; its other nodes are then dialled on vacant connections (below).
     /// A plan of plain nodes only reads nothing.
+    ///
+    /// Each cluster member also gets vacant connections (as many as its map has nodes, at least 8 and at most 64)
+    /// for the nodes its later maps show that this one did not (a scale-out, a replica added, the nodes of a
+    /// member unmapped at build): they are dialled when a map names them (`Members::refresh`). Once a member's
+    /// are used up, a further new node gets no connection and its slots no vote from that member until the
+    /// manager is built again.
     ///
     /// # Errors
     ///
@@ -99,17 +112,35 @@ impl Plan {
                 };
                 table_nodes.push(Node { host, port, conn });
             }
+            let spares = table_nodes.len().clamp(MIN_VACANT, MAX_VACANT);
             let mut table = Table::unmapped(table_nodes);
             if let Some((map, origin)) = &map {
                 table.install(map, origin, cluster.seeds()[0].tls());
             }
-            tables.push(Some(table));
+            tables.push(Some((table, spares, cluster.seeds()[0].clone())));
         }
         conns.extend(extra);
+        // The vacant connections last, each cluster member's in a run; a placeholder address (the member's first
+        // seed: its TLS setting is the member's) until a map names a node for it.
+        let mut vacant = 0;
+        let tables = tables
+            .into_iter()
+            .map(|t| {
+                t.map(|(mut table, spares, seed)| {
+                    for _ in 0..spares {
+                        table.vacant.push(conns.len());
+                        conns.push(seed.clone());
+                        vacant += 1;
+                    }
+                    table
+                })
+            })
+            .collect();
         Ok(Plan {
             members,
             conns,
             tables,
+            vacant,
         })
     }
 

@@ -552,6 +552,8 @@ impl<'a> MembersRound<'a> {
                 .and_then(|h| table.conn_of(h, r.port))
         };
         let Some(target) = target else {
+            // A node added to the member since its last map: the next map gives it a vacant connection.
+            members.refresh(member);
             return Err(NodeError::Cluster(format!(
                 "redirected to a node this member's map did not show ({r})"
             )));

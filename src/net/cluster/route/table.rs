@@ -36,6 +36,8 @@ pub(crate) struct Table {
     pub(crate) nodes: Vec<(Node, bool)>,
     /// The table was read from a map at least once.
     pub(crate) mapped: bool,
+    /// The member's vacant connections not given to a node yet (see `plan.rs`), taken from the back.
+    pub(crate) vacant: Vec<usize>,
 }
 
 impl Table {
@@ -45,7 +47,38 @@ impl Table {
             owner: vec![NONE; SLOT_COUNT as usize],
             nodes: nodes.into_iter().map(|n| (n, false)).collect(),
             mapped: false,
+            vacant: Vec::new(),
         }
+    }
+
+    /// The nodes of `map` (read from a node dialled at `origin`) this table does not know, as `(host, port)`:
+    /// masters first, then replicas, in the map's order.
+    pub(crate) fn unknown(&self, map: &SlotMap, origin: &str, tls: bool) -> Vec<(String, u16)> {
+        let mut out: Vec<(String, u16)> = Vec::new();
+        let masters = map.shards().iter().map(|s| &s.master);
+        let replicas = map.shards().iter().flat_map(|s| &s.replicas);
+        for node in masters.chain(replicas) {
+            let port = match tls {
+                true => node.tls_port.or(node.port),
+                false => node.port,
+            };
+            let (Some(host), Some(port)) = (node.endpoint.host(origin), port) else {
+                continue;
+            };
+            let known = self.conn_of(host, port).is_some()
+                || out
+                    .iter()
+                    .any(|(h, p)| *p == port && h.eq_ignore_ascii_case(host));
+            if !known {
+                out.push((host.to_owned(), port));
+            }
+        }
+        out
+    }
+
+    /// Adds node `host:port` on vacant connection `conn` (not a master until a map or a `MOVED` says so).
+    pub(crate) fn add(&mut self, host: String, port: u16, conn: usize) {
+        self.nodes.push((Node { host, port, conn }, false));
     }
 
     /// The connection serving `slot`, if any.
