@@ -40,6 +40,10 @@
 //! how many processes share its two vCPUs. It slows every context switch of the servers, so such a run's times
 //! are not comparable with another's.
 //!
+//! `MUXLOCK_CS_GUARD=1` turns the restart guard on (muxlock's default; off in the other runs, as in most
+//! benches), and with it the replication check of cluster members' votes (`INFO replication` after each
+//! write of an acquisition); the run first waits out the servers' first window (the 30 s TTL).
+//!
 //! `MUXLOCK_CS_PIN=1` gives the latency part's names one hash tag: each cluster member then serves every call
 //! from one master (the same routing in the client, no rotation over the servers).
 //!
@@ -90,6 +94,10 @@ struct Settings {
     /// `MUXLOCK_CS_PIN=1`: the latency part's names share one hash tag (`{pin}`), so every call of a cluster
     /// member goes to the same master: the client's routing unchanged, the servers' rotation gone.
     pin: &'static str,
+    /// `MUXLOCK_CS_GUARD=1`: the restart guard on (muxlock's default; off otherwise, as in most benches), and
+    /// with it the replication check of cluster members' votes; the run first waits out the servers' first
+    /// window (the TTL).
+    guard: bool,
     secs: Duration,
     reps: usize,
     calls: usize,
@@ -132,6 +140,7 @@ impl Settings {
                 1 => "{pin}",
                 _ => "",
             },
+            guard: env_or("MUXLOCK_CS_GUARD", 0u8) == 1,
             secs: Duration::from_secs_f64(env_or("MUXLOCK_CS_SECS", if quick { 0.2 } else { 2.0 })),
             reps: env_or("MUXLOCK_CS_REPS", if quick { 1 } else { 3 }),
             calls: env_or("MUXLOCK_CS_CALLS", if quick { 50 } else { 10_000 }),
@@ -155,7 +164,7 @@ impl Settings {
         } else {
             Config::default().round_timeout()
         };
-        support::locks::one_attempt(round)
+        support::locks::one_attempt(round).with_restart_guard(self.guard)
     }
 }
 
@@ -179,6 +188,7 @@ impl Deployment {
     /// `routed`: the members are given as clusters (`redis+cluster://`); not routed (K = 1 only), each member's
     /// one master is given as a plain node (`redis://`: it owns every slot, so it serves every key).
     fn start(per_member: usize, routed: bool, config: &Config) -> Deployment {
+        let started = Instant::now();
         let (plain, members, urls, pids) = if per_member == 0 {
             let c = Cluster::start(MEMBERS);
             let pids = c.nodes().iter().map(|n| n.pid()).collect();
@@ -219,6 +229,13 @@ impl Deployment {
             _plain: plain,
             _members: members,
         };
+        if config.restart_guard() {
+            // Servers younger than the window (the longest lease, TTL; uptime is read in whole seconds) do
+            // not count yet: wait it out.
+            if let Some(left) = (TTL + Duration::from_secs(3)).checked_sub(started.elapsed()) {
+                thread::sleep(left);
+            }
+        }
         // Connections set up, maps read, scripts loaded.
         for i in 0..200 {
             let lock = d
@@ -790,12 +807,14 @@ fn main() {
             .collect()
     });
     println!(
-        "cluster_scale: deployments {:?} ({} s to start), round timeout {:?}, load {}",
+        "cluster_scale: deployments {:?} ({} s to start), round timeout {:?}, restart guard {}, load {}",
         ds.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
         started.elapsed().as_secs(),
         config.round_timeout(),
+        if s.guard { "on" } else { "off" },
         loadavg()
     );
+
     if s.throughput {
         throughput(&ds, &s);
     }

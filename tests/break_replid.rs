@@ -19,7 +19,8 @@
 //!    covers the grants its master acknowledged before the promotion, not those the deposed master
 //!    acknowledged after it; the check's reading is taken before the demotion, so it cannot see it either.
 //!    `WAIT 1` after each grant (the deposed master has no replica left) would.
-//! 2. (code review, no test: a race) `round.rs`, `checked`: `ReplCheck::judge` updates the connection's id
+//! 2. (code review, no test: a race; fixed: `judge` runs the quarantine before it lets its lock go, and the
+//!    unit tests check it runs exactly on a change) `round.rs`, `checked`: `ReplCheck::judge` updates the connection's id
 //!    under its lock and lets it go; the quarantine is noted only after (`note_promoted`). Another thread's
 //!    check of the new id judged in between is "the same", and its grant, judged by the restart guard before
 //!    the first thread notes the quarantine, counts. The window is a few instructions (wider if the first

@@ -85,13 +85,16 @@ impl ReplCheck {
     }
 
     /// Judges connection `conn`'s check `reply`: `session` is the connection's session now, `setup` its set-up
-    /// replies (read only when the session changed since the last judgment).
+    /// replies (read only when the session changed since the last judgment). On [`Verdict::Changed`],
+    /// `quarantine` runs before this check's lock is let go: another thread's check of the new id, judged
+    /// `Same` after it, must find the node quarantined already (lock order: this lock, then the quarantine's).
     pub(super) fn judge(
         &self,
         conn: usize,
         session: u64,
         setup: impl FnOnce() -> Vec<(Value, Instant)>,
         reply: &Value,
+        quarantine: impl FnOnce(),
     ) -> Verdict {
         let Some(now) = master_replid(reply) else {
             return Verdict::Unproven;
@@ -113,6 +116,7 @@ impl ReplCheck {
             Verdict::Same
         } else {
             cell.replid = Some(now);
+            quarantine();
             Verdict::Changed
         }
     }
@@ -158,6 +162,24 @@ mod tests {
         )))
     }
 
+    /// A judgment, checking that the quarantine ran exactly when it says the node changed.
+    fn judged(
+        c: &ReplCheck,
+        conn: usize,
+        session: u64,
+        setup: impl FnOnce() -> Vec<(Value, Instant)>,
+        reply: &Value,
+    ) -> Verdict {
+        let mut ran = false;
+        let verdict = c.judge(conn, session, setup, reply, || ran = true);
+        assert_eq!(
+            ran,
+            verdict == Verdict::Changed,
+            "quarantined exactly on a change"
+        );
+        verdict
+    }
+
     fn setup(id: &str) -> Vec<(Value, Instant)> {
         vec![
             (Value::Integer(1), Instant::now()),
@@ -169,25 +191,25 @@ mod tests {
     fn a_master_keeping_its_id_is_the_same_and_a_new_id_is_a_change() {
         let c = ReplCheck::new(1, 2);
         assert_eq!(
-            c.judge(0, 1, || setup("aa"), &info("master", "aa")),
+            judged(&c, 0, 1, || setup("aa"), &info("master", "aa")),
             Verdict::Same
         );
         assert_eq!(
-            c.judge(0, 1, || setup("aa"), &info("master", "aa")),
+            judged(&c, 0, 1, || setup("aa"), &info("master", "aa")),
             Verdict::Same
         );
         // A failback: another id; then that id is the one compared with.
         assert_eq!(
-            c.judge(0, 1, || setup("aa"), &info("master", "bb")),
+            judged(&c, 0, 1, || setup("aa"), &info("master", "bb")),
             Verdict::Changed
         );
         assert_eq!(
-            c.judge(0, 1, || setup("aa"), &info("master", "bb")),
+            judged(&c, 0, 1, || setup("aa"), &info("master", "bb")),
             Verdict::Same
         );
         // The other connection has books of its own.
         assert_eq!(
-            c.judge(1, 1, || setup("cc"), &info("master", "bb")),
+            judged(&c, 1, 1, || setup("cc"), &info("master", "bb")),
             Verdict::Changed
         );
     }
@@ -197,12 +219,12 @@ mod tests {
         let c = ReplCheck::new(1, 1);
         // The failback happened between the set-up and the first check: seen.
         assert_eq!(
-            c.judge(0, 1, || setup("aa"), &info("master", "bb")),
+            judged(&c, 0, 1, || setup("aa"), &info("master", "bb")),
             Verdict::Changed
         );
         // A new session whose set-up read the new id: the same.
         assert_eq!(
-            c.judge(0, 2, || setup("dd"), &info("master", "dd")),
+            judged(&c, 0, 2, || setup("dd"), &info("master", "dd")),
             Verdict::Same
         );
         // A replica at set-up (its master's id), a master with a new id now: a change.
@@ -213,12 +235,12 @@ mod tests {
             ]
         };
         assert_eq!(
-            c.judge(0, 3, replica, &info("master", "ee")),
+            judged(&c, 0, 3, replica, &info("master", "ee")),
             Verdict::Changed
         );
         // No set-up reading at all: no id to compare with, a change.
         assert_eq!(
-            c.judge(0, 4, Vec::new, &info("master", "ee")),
+            judged(&c, 0, 4, Vec::new, &info("master", "ee")),
             Verdict::Changed
         );
     }
@@ -227,23 +249,23 @@ mod tests {
     fn no_proof_without_a_master_and_an_id() {
         let c = ReplCheck::new(1, 1);
         assert_eq!(
-            c.judge(0, 1, || setup("aa"), &info("slave", "aa")),
+            judged(&c, 0, 1, || setup("aa"), &info("slave", "aa")),
             Verdict::Unproven
         );
         assert_eq!(
-            c.judge(0, 1, || setup("aa"), &info("master", "")),
+            judged(&c, 0, 1, || setup("aa"), &info("master", "")),
             Verdict::Unproven
         );
         let error = Value::Error(Bytes::from_static(b"NOPERM"));
-        assert_eq!(c.judge(0, 1, || setup("aa"), &error), Verdict::Unproven);
+        assert_eq!(judged(&c, 0, 1, || setup("aa"), &error), Verdict::Unproven);
         assert_eq!(
-            c.judge(5, 1, || setup("aa"), &info("master", "aa")),
+            judged(&c, 5, 1, || setup("aa"), &info("master", "aa")),
             Verdict::Unproven
         );
         let resp3 = Value::Verbatim {
             format: *b"txt",
             data: Bytes::from_static(b"role:master\nmaster_replid:aa\n"),
         };
-        assert_eq!(c.judge(0, 1, || setup("aa"), &resp3), Verdict::Same);
+        assert_eq!(judged(&c, 0, 1, || setup("aa"), &resp3), Verdict::Same);
     }
 }

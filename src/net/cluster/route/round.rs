@@ -484,19 +484,18 @@ impl<'a> MembersRound<'a> {
             .map(std::mem::take)
             .unwrap_or_default();
         let check = members.routes.as_ref().and_then(|r| r.check.as_ref());
+        // On a change, the node is quarantined before any outcome is handed up (the restart guard must find it
+        // so), and before the check's lock is let go (another thread's check of the new id must too).
         let verdict = match (&reply, check) {
             (Ok(v), Some(check)) => check.judge(
                 conn,
                 members.sessions(conn),
                 || members.setup_replies(conn),
                 v,
+                || members.note_promoted(conn, Instant::now()),
             ),
             _ => Verdict::Unproven,
         };
-        if verdict == Verdict::Changed {
-            // Before any outcome is handed up: the restart guard must find the node quarantined.
-            members.note_promoted(conn, Instant::now());
-        }
         for (member, seq, outcome) in held {
             let outcome = match (verdict, outcome) {
                 (Verdict::Unproven, Ok(_)) => Err(NodeError::Cluster(format!(
