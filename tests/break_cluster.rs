@@ -577,6 +577,9 @@ fn a_failover_and_failback_unseen_by_an_idle_manager_gives_no_second_holder() {
     c.node_mut(m).pause();
     let killed = c.command(rep, &["CLIENT", "KILL", "TYPE", "replica"]);
     assert_eq!(killed, b":1\r\n", "{}", show(&killed));
+    // R forgets M, as if M had been taken out: while R's map shows M as its replica, R's grants wait for M's
+    // acknowledgement (`WAIT`), which a cut-off M never gives (the check's answer to a lost replica).
+    c.command_ok(rep, &["CLUSTER", "FORGET", c.node_id(m)]);
     proxy2.set(Fault::Refuse);
     let mut lock = None;
     wait_until(Duration::from_secs(15), "the holder's lock", || {

@@ -41,9 +41,9 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
-use crate::resp::Value;
+use crate::resp::{Value, encode_command};
 use crate::sync::lock;
 
 /// `INFO replication`, encoded.
@@ -63,6 +63,8 @@ struct Seen {
     /// [`Fanout::sessions`](crate::net::Fanout::sessions) when last judged; 0: never.
     session: u64,
     replid: Option<Bytes>,
+    /// How many replicas the last reading showed online.
+    online: usize,
 }
 
 /// What a check's reading says of the connection's master.
@@ -120,6 +122,43 @@ impl ReplCheck {
             Verdict::Changed
         }
     }
+}
+
+impl ReplCheck {
+    /// How many online replicas connection `conn`'s last reading showed (0 before the first).
+    pub(super) fn online(&self, conn: usize) -> usize {
+        lock(&self.seen).get(conn).map_or(0, |s| s.online)
+    }
+
+    /// Records how many online replicas connection `conn`'s latest reading showed.
+    pub(super) fn note_online(&self, conn: usize, online: usize) {
+        if let Some(s) = lock(&self.seen).get_mut(conn) {
+            s.online = online;
+        }
+    }
+}
+
+/// `WAIT replicas timeout_ms`, encoded.
+pub(super) fn wait_command(replicas: usize, timeout_ms: u64) -> BytesMut {
+    let mut buf = BytesMut::new();
+    let (n, t) = (replicas.to_string(), timeout_ms.to_string());
+    encode_command(&[b"WAIT", n.as_bytes(), t.as_bytes()], &mut buf);
+    buf
+}
+
+/// How many replicas an `INFO replication` reply shows online (`slaveN:...,state=online,...`).
+pub(super) fn online_replicas(reply: &Value) -> usize {
+    let text = match reply.without_attributes() {
+        Value::BulkString(b) | Value::Verbatim { data: b, .. } => b,
+        _ => return 0,
+    };
+    text.split(|&c| c == b'\n')
+        .filter(|line| line.starts_with(b"slave") && contains(line, b"state=online"))
+        .count()
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// The `master_replid` of an `INFO` reply with the replication section, if it says the node is a master.

@@ -48,6 +48,9 @@ struct Routing {
     /// Per connection, when checking: the outcomes read there that wait for the check sent after them,
     /// `(member, seq, outcome)` in the order read.
     held: Vec<Vec<(usize, usize, Reply)>>,
+    /// Per connection, when checking: the `WAIT` read before the coming check, as `(replicas asked, replicas
+    /// that acknowledged)` (`None` inside: its outcome was no count).
+    acks: Vec<Option<(usize, Option<i64>)>>,
 }
 
 impl Routing {
@@ -76,6 +79,8 @@ enum Expect {
     Reply { member: usize, seq: usize },
     /// The `+OK` of an `ASKING` sent before a command: swallowed.
     Asking,
+    /// `WAIT replicas` before the check (`replid.rs`): its count is kept for the check.
+    Wait { replicas: usize },
     /// The replication check after commands (`replid.rs`): it releases the outcomes held before it.
     Check,
 }
@@ -136,6 +141,10 @@ impl Routing {
             check,
             held: match check {
                 true => (0..conns).map(|_| Vec::new()).collect(),
+                false => Vec::new(),
+            },
+            acks: match check {
+                true => vec![None; conns],
                 false => Vec::new(),
             },
         })
@@ -326,12 +335,8 @@ impl<'a> MembersRound<'a> {
             for &seq in &seqs {
                 routing.wire[conn].push_back(Expect::Reply { member, seq });
             }
-            let mut replies = seqs.len();
-            if routing.check {
-                bytes.extend_from_slice(replid::CHECK);
-                routing.wire[conn].push_back(Expect::Check);
-                replies += 1;
-            }
+            let replies =
+                seqs.len() + append_check(routing, self.members, member, conn, &mut bytes);
             // A refusal (down, overloaded) comes back as this connection's outcomes, in order.
             out.push((conn, bytes, replies));
         }
@@ -440,6 +445,16 @@ impl<'a> MembersRound<'a> {
             Expect::Reply { member, seq } => (member, seq),
             // ASKING's +OK (an error there shows in the command's own reply)
             Expect::Asking => return,
+            Expect::Wait { replicas } => {
+                let acked = match &reply {
+                    Ok(Value::Integer(n)) => Some(*n),
+                    _ => None,
+                };
+                if let Some(cell) = routing.acks.get_mut(conn) {
+                    *cell = Some((replicas, acked));
+                }
+                return;
+            }
             Expect::Check => return self.checked(conn, reply),
         };
         let redirect = match &reply {
@@ -483,6 +498,7 @@ impl<'a> MembersRound<'a> {
             .get_mut(conn)
             .map(std::mem::take)
             .unwrap_or_default();
+        let wait = routing.acks.get_mut(conn).and_then(Option::take);
         let check = members.routes.as_ref().and_then(|r| r.check.as_ref());
         // On a change, the node is quarantined before any outcome is handed up (the restart guard must find it
         // so), and before the check's lock is let go (another thread's check of the new id must too).
@@ -496,14 +512,41 @@ impl<'a> MembersRound<'a> {
             ),
             _ => Verdict::Unproven,
         };
+        // The commands before it are on every replica the map shows for this shard, and on every one this
+        // reading shows online: a failover to any of them keeps them (and a deposed master that has not learnt
+        // it yet has lost the replica that took over: it cannot say so).
+        let online = match (&reply, check) {
+            (Ok(v), Some(check)) => {
+                let online = replid::online_replicas(v);
+                check.note_online(conn, online);
+                online
+            }
+            _ => 0,
+        };
+        let (asked, acked) = match wait {
+            None => (0, Some(0)),
+            Some((asked, acked)) => (asked, acked),
+        };
+        let replicated =
+            acked.is_some_and(|n| usize::try_from(n).unwrap_or(0) >= asked.max(online));
+        let why = match (&reply, verdict, replicated) {
+            (Err(e), _, _) => Some(e.to_string()),
+            (Ok(_), Verdict::Unproven, _) => Some("not a master, or no replication id".to_owned()),
+            (Ok(_), Verdict::Same, false) => Some(format!(
+                "{} of {} replicas acknowledged",
+                acked.map_or_else(|| "none".to_owned(), |n| n.to_string()),
+                asked.max(online)
+            )),
+            _ => None,
+        };
+        if why.is_some() {
+            // The map may be behind (a replica gone, a failover): a new one, for the next rounds.
+            members.refresh(members.member_of(conn));
+        }
         for (member, seq, outcome) in held {
-            let outcome = match (verdict, outcome) {
-                (Verdict::Unproven, Ok(_)) => Err(NodeError::Cluster(format!(
-                    "the node's replication check proved nothing ({})",
-                    match &reply {
-                        Ok(_) => "not a master, or no replication id".to_owned(),
-                        Err(e) => e.to_string(),
-                    }
+            let outcome = match (&why, outcome) {
+                (Some(why), Ok(_)) => Err(NodeError::Cluster(format!(
+                    "the node's replication check proved nothing ({why})"
                 ))),
                 (_, outcome) => outcome,
             };
@@ -564,7 +607,8 @@ impl<'a> MembersRound<'a> {
                 let mut out = BytesMut::with_capacity(bytes.len() + replid::CHECK.len());
                 out.extend_from_slice(&bytes);
                 routing.wire[target].push_back(Expect::Reply { member, seq });
-                send_checked(routing, &mut self.round, target, out, 1);
+                let replies = 1 + append_check(routing, members, member, target, &mut out);
+                self.round.send(target, &out, replies);
             }
             RedirectKind::Ask => {
                 members.asked(member, target, now);
@@ -574,29 +618,46 @@ impl<'a> MembersRound<'a> {
                 both.extend_from_slice(&bytes);
                 routing.wire[target].push_back(Expect::Asking);
                 routing.wire[target].push_back(Expect::Reply { member, seq });
-                send_checked(routing, &mut self.round, target, both, 2);
+                let replies = 2 + append_check(routing, members, member, target, &mut both);
+                self.round.send(target, &both, replies);
             }
         }
         Ok(())
     }
 }
 
-/// Sends `bytes` (`replies` replies, already expected on `conn`'s wire) to `conn`, followed by the replication
-/// check if the round has it on.
-fn send_checked(
+/// Appends the replication check to `bytes` going to `conn` of `member`, if the round has it on: `WAIT` for
+/// as many replicas as the member's map shows for that master's shard or its last reading showed online
+/// (if any), then `INFO replication`; expects their replies on `conn`'s wire. Returns how many replies it
+/// added. `WAIT` blocks the connection until they acknowledge: half of what is left of the round, at most.
+fn append_check(
     routing: &mut Routing,
-    round: &mut Round<'_>,
+    members: &Members,
+    member: usize,
     conn: usize,
-    mut bytes: BytesMut,
-    replies: usize,
-) {
-    let mut replies = replies;
-    if routing.check {
-        bytes.extend_from_slice(replid::CHECK);
-        routing.wire[conn].push_back(Expect::Check);
-        replies += 1;
+    bytes: &mut BytesMut,
+) -> usize {
+    if !routing.check {
+        return 0;
     }
-    round.send(conn, &bytes, replies);
+    let Some(check) = members.routes.as_ref().and_then(|r| r.check.as_ref()) else {
+        return 0;
+    };
+    let mapped = members
+        .cluster(member)
+        .map_or(0, |c| crate::sync::lock(&c.table).replicas_of(conn));
+    let replicas = mapped.max(check.online(conn));
+    let mut added = 1;
+    if replicas > 0 {
+        let left = routing.deadline.saturating_duration_since(Instant::now()) / 2;
+        let ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1);
+        bytes.extend_from_slice(&replid::wait_command(replicas, ms));
+        routing.wire[conn].push_back(Expect::Wait { replicas });
+        added += 1;
+    }
+    bytes.extend_from_slice(replid::CHECK);
+    routing.wire[conn].push_back(Expect::Check);
+    added
 }
 
 /// Records the final outcome of command `seq` of `member`, and moves every outcome now in order to `ready`.

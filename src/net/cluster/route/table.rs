@@ -1,7 +1,7 @@
 //! [`Table`]: one cluster member's routing table: which connection serves each slot, and which connections are
 //! masters (pure bookkeeping; the connections themselves are the fanout's).
 
-use crate::net::cluster::{SLOT_COUNT, SlotMap};
+use crate::net::cluster::{Health, SLOT_COUNT, SlotMap};
 
 /// No connection serves the slot.
 const NONE: u32 = u32::MAX;
@@ -38,6 +38,9 @@ pub(crate) struct Table {
     pub(crate) mapped: bool,
     /// The member's vacant connections not given to a node yet (see `plan.rs`), taken from the back.
     pub(crate) vacant: Vec<usize>,
+    /// Per master connection of the last map: how many replicas it showed serving for that master's shard
+    /// (online, or health not reported). The replication check waits for that many (`replid.rs`).
+    replicas: Vec<(usize, usize)>,
 }
 
 impl Table {
@@ -48,7 +51,17 @@ impl Table {
             nodes: nodes.into_iter().map(|n| (n, false)).collect(),
             mapped: false,
             vacant: Vec::new(),
+            replicas: Vec::new(),
         }
+    }
+
+    /// How many replicas the last map showed serving for `conn`'s shard, if `conn` was one of its masters
+    /// (0 otherwise: a master seen only through a `MOVED` since).
+    pub(crate) fn replicas_of(&self, conn: usize) -> usize {
+        self.replicas
+            .iter()
+            .find(|(c, _)| *c == conn)
+            .map_or(0, |(_, n)| *n)
     }
 
     /// The nodes of `map` (read from a node dialled at `origin`) this table does not know, as `(host, port)`:
@@ -139,6 +152,23 @@ impl Table {
         for (n, m) in &mut self.nodes {
             *m = masters.contains(&n.conn);
         }
+        self.replicas = map
+            .shards()
+            .iter()
+            .filter_map(|shard| {
+                let port = match tls {
+                    true => shard.master.tls_port.or(shard.master.port),
+                    false => shard.master.port,
+                };
+                let conn = self.conn_of(shard.master.endpoint.host(origin)?, port?)?;
+                let serving = shard
+                    .replicas
+                    .iter()
+                    .filter(|r| matches!(r.health, Health::Online | Health::Unknown))
+                    .count();
+                Some((conn, serving))
+            })
+            .collect();
         self.owner = owner;
         self.mapped = true;
         promoted
