@@ -322,8 +322,12 @@ fn contend_after_a_failback(reconnect: bool, threads: usize) -> Vec<Hold> {
                                     end: mono_ns().min(valid),
                                 });
                             }
-                            // Member 0 granted (M lacks the key), member 2 too: only the guard refuses.
-                            Err(e) if e.to_string().contains("not counted") => {
+                            // Member 0 granted (M lacks the key), member 2 too: only the guard refuses, or
+                            // the check (M's map still shows R, now dead, as its replica: `WAIT` says 0).
+                            Err(e)
+                                if e.to_string().contains("not counted")
+                                    || e.to_string().contains("replication check") =>
+                            {
                                 granted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             }
                             Err(_) => {}
