@@ -582,6 +582,12 @@ impl Occupier {
     pub fn occupy(&self, node: usize, addr: NodeAddr) -> bool {
         self.0.upgrade().is_some_and(|s| s.occupy(node, addr))
     }
+
+    /// [`Fanout::addr`]; `None` if the fanout is gone.
+    pub fn addr(&self, node: usize) -> Option<NodeAddr> {
+        let shared = self.0.upgrade()?;
+        lock(&shared.inner).conns.get(node).map(|c| c.addr.clone())
+    }
 }
 
 impl Shared {
