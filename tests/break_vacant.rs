@@ -16,13 +16,24 @@
 //!    is extended on that server's "yes" alone, with the third member refusing. Fixed: a refresh reads the other
 //!    members' servers and occupies under one lock (`Routes::occupying`), so the second refresh sees what the
 //!    first dialled (the list taken before the refresh, as it was: extended on one server, caught).
+//! 2. A `rediss://` node given a vacant connection under a host that is no valid TLS server name (an
+//!    all-numeric hostname such as `2130706433`, which the C library resolves to 127.0.0.1, and a node may
+//!    announce) was dialled in plain TCP: `Shared::occupy` took the connector's `None` target as "a plain node",
+//!    where building with the same node is refused. Its set-up (an `AUTH` password) and every command went in
+//!    clear; and once in the member's table, every later map refresh of that member failed (its map read builds
+//!    a fanout of the table's nodes, which refuses the name): no new map for the member again. Fixed: occupying
+//!    with a TLS node that cannot be named is refused (the vacancy kept); the check removed, the plain server
+//!    behind the name answers `PONG`, caught.
 
 mod support;
 
 use std::thread;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use muxlock::net::cluster::key_slot;
+use muxlock::net::{Fanout, NodeAddr, Options};
+use muxlock::resp::{Value, encode_command};
 use muxlock::{Error, LockManager};
 use support::locks::{manager, one_attempt, wait_until};
 use support::wire::show;
@@ -134,4 +145,43 @@ fn two_members_refreshing_at_once_never_dial_the_same_new_node() {
             show(&c.node(m2).raw(&support::cmd(&["PTTL", &key])))
         ),
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Finding 2: a `rediss://` node occupying a vacancy is dialled in clear.
+// ---------------------------------------------------------------------------------------------------------
+
+/// A host that resolves (the C library reads `2130706433` as 127.0.0.1) but is no valid TLS server name (an
+/// all-numeric name is neither a DNS name nor an IP literal to rustls): what a map may name a node by (its
+/// announced hostname), given to a TLS vacancy. Building with it is refused (`Fanout::new`: not a valid TLS
+/// server name); occupying with it dialled plain TCP, sending everything (an `AUTH` password included) in
+/// clear to what should have been a TLS port. A plain server behind it shows it: it answered `PONG`.
+#[test]
+fn a_tls_node_that_cannot_be_named_never_occupies_a_vacancy_in_clear() {
+    let plain = RedisServer::start();
+    let odd: NodeAddr = format!("rediss://2130706433:{}#insecure", plain.port())
+        .parse()
+        .expect("an address");
+    assert!(
+        odd.resolve().is_ok_and(|a| !a.is_empty()),
+        "the name resolves here"
+    );
+    let err = Fanout::new(vec![odd.clone()], Options::default()).expect_err("refused at build");
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
+    // One vacancy whose placeholder is a TLS node (a TLS member's seed): the TLS settings are made at build.
+    let seed: NodeAddr = format!("rediss://127.0.0.1:{}#insecure", plain.port())
+        .parse()
+        .expect("an address");
+    let fanout = Fanout::with_vacancies(vec![seed], 1, Options::default()).expect("a fanout");
+    let occupied = fanout.occupy(0, odd);
+    let mut ping = BytesMut::new();
+    encode_command(&[b"PING"], &mut ping);
+    let mut round = fanout.round(std::time::Instant::now() + Duration::from_secs(1));
+    round.send(0, &ping, 1);
+    let reply = round.next().map(|(_, r)| r);
+    drop(round);
+    assert!(
+        !matches!(reply, Some(Ok(Value::SimpleString(_)))),
+        "a rediss:// node was spoken to in clear (occupied: {occupied}): {reply:?}"
+    );
 }

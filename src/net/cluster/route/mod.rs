@@ -416,8 +416,10 @@ impl Members {
                         let Some(conn) = lock(&table).vacant.pop() else {
                             break; // none left: its slots get no vote from this member until a rebuild
                         };
-                        if occupier.occupy(conn, node) {
-                            lock(&table).add(host, port, conn);
+                        match occupier.occupy(conn, node) {
+                            true => lock(&table).add(host, port, conn),
+                            // Refused (a TLS node it cannot name): kept for the next new node.
+                            false => lock(&table).vacant.push(conn),
                         }
                     }
                     let now = Instant::now();
