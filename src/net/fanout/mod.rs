@@ -359,7 +359,8 @@ impl Fanout {
     /// it. The name is resolved first, on the caller's thread (it may block on the system resolver). Returns
     /// `false`, changing nothing, if `node` is not a vacant connection (out of range, or occupied already: a
     /// connection's address never changes once it has one, so no reply of one server is ever read as
-    /// another's).
+    /// another's), or if `addr` is a `rediss://` node its TLS session cannot be made for (a host that is no valid
+    /// TLS server name, which [`new`](Fanout::new) refuses): it is never dialled in clear.
     pub fn occupy(&self, node: usize, addr: NodeAddr) -> bool {
         self.shared.occupy(node, addr)
     }
@@ -582,12 +583,23 @@ impl Occupier {
     pub fn occupy(&self, node: usize, addr: NodeAddr) -> bool {
         self.0.upgrade().is_some_and(|s| s.occupy(node, addr))
     }
+
+    /// [`Fanout::addr`]; `None` if the fanout is gone.
+    pub fn addr(&self, node: usize) -> Option<NodeAddr> {
+        let shared = self.0.upgrade()?;
+        lock(&shared.inner).conns.get(node).map(|c| c.addr.clone())
+    }
 }
 
 impl Shared {
     fn occupy(&self, node: usize, addr: NodeAddr) -> bool {
-        let resolved = Resolved::now(&addr);
         let target = self.tls.as_ref().and_then(|c| c.target(&addr));
+        if addr.tls() && target.is_none() {
+            // Not a valid TLS server name (refused at build, see `Fanout::new`), or no TLS settings: a `rediss://`
+            // node is never dialled in clear.
+            return false;
+        }
+        let resolved = Resolved::now(&addr);
         let now = Instant::now();
         let mut inner = lock(&self.inner);
         let Inner { conns, slots, .. } = &mut *inner;

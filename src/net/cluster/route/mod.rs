@@ -96,6 +96,9 @@ struct Routes {
     promoted: Arc<Mutex<Vec<Option<Instant>>>>,
     /// The replication check of cluster nodes' votes (`replid.rs`), when on ([`Members::check_replication`]).
     check: Option<ReplCheck>,
+    /// Held by a map refresh while it compares the nodes it dials with the other members' servers and occupies
+    /// vacant connections for them: two members' refreshes at once must not both dial the same new server.
+    occupying: Arc<Mutex<()>>,
     /// How long a map refresh may wait for its replies (the connect timeout), and the TLS settings to dial with.
     wait: Duration,
     tls: TlsConfig,
@@ -168,6 +171,7 @@ impl Members {
                 member_of,
                 promoted: Arc::new(Mutex::new(vec![None; nconns])),
                 check: None,
+                occupying: Arc::default(),
                 wait,
                 tls,
             })
@@ -381,12 +385,7 @@ impl Members {
         let flag = Arc::clone(&cluster.refreshing);
         let (wait, tls) = (routes.wait, routes.tls.clone());
         let (occupier, addr) = (self.fanout.occupier(), cluster.addr.clone());
-        // Every other member's servers (a vacant connection's placeholder is its member's seed): a node of this
-        // member's map that is one of them is not dialled, or one server would vote for two members.
-        let others: Vec<NodeAddr> = (0..routes.member_of.len())
-            .filter(|&c| self.member_of(c) != member)
-            .filter_map(|c| self.fanout.addr(c))
-            .collect();
+        let (occupying, member_of) = (Arc::clone(&routes.occupying), routes.member_of.clone());
         let spawned = std::thread::Builder::new()
             .name("muxlock-cluster-map".into())
             .spawn(move || {
@@ -394,6 +393,21 @@ impl Members {
                     // Nodes the table does not know get vacant connections first, so the table can route to
                     // them; a master among them takes over as a promoted one would (`Table::read`): quarantined.
                     let unknown = lock(&table).unknown(&map, &origin, tls_member);
+                    // Every other member's servers (a vacant connection's placeholder is its member's seed), read
+                    // now, under the lock every refresh occupies under: a node of this member's map that is one
+                    // of them is not dialled, or one server would vote for two members (a list taken before
+                    // another member's refresh occupied would miss what it dials).
+                    let _one_at_a_time = match unknown.is_empty() {
+                        true => None,
+                        false => Some(lock(&occupying)),
+                    };
+                    let others: Vec<NodeAddr> = match unknown.is_empty() {
+                        true => Vec::new(),
+                        false => (0..member_of.len())
+                            .filter(|&c| member_of[c] != member)
+                            .filter_map(|c| occupier.addr(c))
+                            .collect(),
+                    };
                     for (host, port) in unknown {
                         let node = addr.node(&host, port);
                         if others.iter().any(|o| o.same_server(&node)) {
@@ -402,8 +416,10 @@ impl Members {
                         let Some(conn) = lock(&table).vacant.pop() else {
                             break; // none left: its slots get no vote from this member until a rebuild
                         };
-                        if occupier.occupy(conn, node) {
-                            lock(&table).add(host, port, conn);
+                        match occupier.occupy(conn, node) {
+                            true => lock(&table).add(host, port, conn),
+                            // Refused (a TLS node it cannot name): kept for the next new node.
+                            false => lock(&table).vacant.push(conn),
                         }
                     }
                     let now = Instant::now();
