@@ -24,7 +24,9 @@
 //!    a fanout of the table's nodes, which refuses the name): no new map for the member again. Fixed: occupying
 //!    with a TLS node that cannot be named is refused (the vacancy kept); the check removed, the plain server
 //!    behind the name answers `PONG`, caught.
-//! 3. (not fixed) A detached release is always rewritten to `EVAL` of its script (`in_full`), which needs
+//! 3. (decided, not changed: the README's ACL table now says a release detached for room needs `+eval`; the
+//!    safety of the rewrite against a `SCRIPT FLUSH` weighs more than a user without `+eval`, who loses only
+//!    releases held for room on an overloaded node, to their lease) A detached release is always rewritten to `EVAL` of its script (`in_full`), which needs
 //!    `+eval`; the README's permission table says the release needs `+evalsha` and that without `+eval` only
 //!    "the fallback fails" (after a `SCRIPT FLUSH`). For such a user every detached release is refused
 //!    (`NOPERM`) and its key stays for its whole lease: a lost release on every overload, where the `EVALSHA` it
@@ -205,7 +207,7 @@ fn a_tls_node_that_cannot_be_named_never_occupies_a_vacancy_in_clear() {
 /// `EVAL` of its script (`in_full`), which this user may not run (`NOPERM`): its key stays on node 2 for its
 /// whole lease, where the `EVALSHA` it was would have run.
 #[test]
-#[ignore = "finding 3: a detached release goes as EVAL, refused to a user the README allows without +eval"]
+#[ignore = "finding 3, by decision: a release detached for room goes as EVAL, so it needs +eval (README's ACL table says so now); a user without it loses such releases to their lease"]
 fn a_detached_release_reaches_a_node_whose_user_may_run_the_scripts_by_hash_only() {
     let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     for s in &servers {
