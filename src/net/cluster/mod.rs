@@ -64,7 +64,9 @@
 //!   promotion seen by neither (a failover and failback of a shard this manager sent nothing to meanwhile) is
 //!   seen by the replication check after each vote (`route/replid.rs`): the design had no such check.
 //!
-//! Not built yet: `WAIT`/`WAITAOF` after grants (which would let a promoted replica count at once); a
+//! `WAIT` after grants is built, inside the replication check (`route/replid.rs`: every replica of the shard
+//! must have a grant for it to count); a promoted replica still waits out its window (other clients, or
+//! managers with the restart guard off, may have been granted without it). Not built yet: `WAITAOF`; a
 //! per-connection persistence marker (the marker key lives in one slot, so on a cluster member only the master
 //! serving it can prove persistence; the others get the window rule); a redirection that comes after the
 //! engine stopped reading the round (a failed attempt's unawaited undo, or a release already confirmed by a

@@ -1,42 +1,57 @@
-//! The replication check of a cluster member's votes (#27 review, finding 5): a failover and a failback this
-//! manager never saw.
+//! The replication check of a cluster member's votes (#27 review, finding 5, and the review of the check,
+//! finding 1): a grant counts only if the shard's history it was made in is the one this manager knows, and
+//! the replicas that could take over have it.
 //!
 //! # What it closes
 //!
-//! A master M of a cluster member, its replica R. R takes over (M follows it), a client takes a lock on R,
-//! R dies before M has the key, M takes over again: M never had the grant. A manager that sent nothing to that
-//! shard meanwhile sees no `MOVED` and no new map, and its connection to M never dropped (a master turned
-//! replica keeps its clients): nothing says M was promoted, and M's grant would count at once — two holders.
+//! - **A failover and a failback this manager never saw.** A master M of a cluster member, its replica R. R
+//!   takes over (M follows it), a client takes a lock on R, R dies before M has the key, M takes over again:
+//!   M never had the grant. A manager that sent nothing to that shard meanwhile sees no `MOVED` and no new
+//!   map, and its connection to M never dropped (a master turned replica keeps its clients): nothing says M
+//!   was promoted, and M's grant would count at once — two holders.
+//! - **A deposed master that has not learnt it yet.** M stalls (a pause, a partition); R takes over; a
+//!   manager that saw the takeover counts R a window later. M wakes and answers the commands waiting in its
+//!   socket before it reads the news: still a master in its own eyes, with its old id. Its grant is then
+//!   dropped by the full sync that makes it R's replica — two holders. Nothing M says at that moment tells;
+//!   what tells is that the grant never reached R.
 //!
 //! Every promotion gives the promoted node a new replication id (`master_replid`, random, never reused), and a
 //! replica that syncs takes its master's. So a node whose `master_replid` is the one this connection read at
 //! its set-up (`INFO server replication`, judged by the restart guard then) and that is a master has served
-//! one unbroken history since that reading: it was never promoted in between, and the keys it holds are the
-//! ones it granted.
+//! one unbroken history since that reading. And a write that every replica of the shard acknowledged
+//! (`WAIT`) survives a failover to any of them.
 //!
 //! # The check
 //!
 //! Every command a routed round sends to a cluster node (a release round's excepted: a release makes no
-//! holder) is followed in the same write by `INFO replication`, and the command's outcome is handed up only
-//! once that reply is read: a reading taken **after** the command ran, on the same connection. Then, per
-//! connection (under one lock, shared by every round):
+//! holder) is followed in the same write by `WAIT n t` (when `n` > 0) and `INFO replication`, and the command's
+//! outcome is handed up only once both replies are read: readings taken **after** the command ran, on the
+//! same connection. `n` is the larger of the replicas the member's last map shows serving that master's shard
+//! (online, or health not reported) and the replicas online in that connection's last reading; `t` is half of
+//! what is left of the round. Then, per connection (under one lock, shared by every round):
 //!
-//! - **the same master id** as the one seen before on this connection's set-up: the outcomes stand;
+//! - **the same master id** as the one seen before on this connection's set-up, and at least as many
+//!   acknowledgements as `n` and as the replicas this reading shows online: the outcomes stand;
 //! - **another id** (a promotion since, or a sync from another master): the connection is quarantined as a
 //!   promoted replica from the instant the reading is judged (later than the promotion: the safe side), and
-//!   the new id becomes the one to compare with; the restart guard then counts none of its "yes" votes for a
-//!   window, these ones included (they are handed up after the quarantine is noted);
-//! - **no reading** (a timeout, a dropped connection, an error, a node that is not a master now, an id
-//!   missing): the outcomes that were replies become failed votes (`NodeError::Cluster`), never counted.
+//!   before the lock is let go; the new id becomes the one to compare with; the restart guard then counts
+//!   none of its "yes" votes for a window, these ones included (they are handed up after the quarantine);
+//! - **no proof** (a timeout, a dropped connection, an error, a node that is not a master now, an id missing,
+//!   fewer acknowledgements than replicas): the outcomes that were replies become failed votes
+//!   (`NodeError::Cluster`), never counted, and the member's map is read again (a replica gone, a failover).
 //!
 //! The set-up reading is per connection *session* (a reconnection reads `INFO` again, and the restart guard
 //! judges that reading: a master ever promoted, `second_repl_offset` set, waits a window from it). A check
 //! judged after the connection was reset compares against the new session's reading; that cannot hide a
-//! failback before the grant, since the new reading shows the promotion too.
+//! failback before the grant, since the new reading shows the promotion too. A deposed master that turns
+//! replica while a `WAIT` blocks drops the connection: no proof either.
 //!
-//! What it costs: one `INFO replication` per connection per write of a round (~3 µs of a server's time,
-//! ~450 bytes of reply), only on cluster members and only when the restart guard is on (without the guard no
-//! promotion is quarantined anyway).
+//! What it costs: one `INFO replication` per connection per write of a round (~3 µs of a server's time, ~450
+//! bytes of reply), and where a shard has replicas, their acknowledgement (a round trip from the master to its
+//! replicas, during which the connection's later replies wait: `WAIT` blocks its client). A replica that is
+//! down but still shown serving makes its shard's grants fail (`t` each) until the map or the master stops
+//! showing it: the member votes no meanwhile, the safe side. Only on cluster members, and only when the
+//! restart guard is on (without the guard no failover is guarded against anyway).
 
 use std::sync::Mutex;
 use std::time::Instant;

@@ -141,9 +141,9 @@
 //!   durable, not the ones its master acknowledged before they were replicated, and the persistence marker was
 //!   replicated from the old master, so it is old. (The design in `net/cluster`'s doc and the issue allowed
 //!   "`appendfsync always` and the marker" to count at once: that would trust exactly the replica that lost the
-//!   grant.) What would let it count sooner: `WAIT 1 <timeout>` after each grant (a grant counts only once a
-//!   replica has it), or `WAITAOF 1 1` on Redis >= 7.2 (the replica fsynced it); both cost a round trip per
-//!   grant and are left for later.
+//!   grant.) This manager's own grants on cluster nodes now wait for the shard's replicas (`WAIT`, in the
+//!   routing layer's replication check), so the replica that takes over has them; the window stays, for
+//!   grants other clients made without it (another manager with the guard off, another client library).
 //! - **A slot migrated between masters** (a `MOVED` to a node that was already a master of the map) is trusted
 //!   as before: `MIGRATE` moves a key with its expiry atomically, and the source answers `ASK` for a key only
 //!   once it no longer holds it, so one node at a time serves each key.
@@ -158,7 +158,9 @@
 //!   seen by the routing layer's replication check: every vote of a cluster node is handed up only after an
 //!   `INFO replication` read after it shows the master id the connection's set-up read; another id quarantines
 //!   the node as promoted before the vote is judged here (`net/cluster/route/replid.rs`; the review of #27,
-//!   finding 5).
+//!   finding 5). The same check waits for the shard's replicas (`WAIT`): a grant counts only once every
+//!   replica the map shows (and every one the master shows online) has it, so a master deposed while it
+//!   stalled, answering before it learns it, cannot make a grant that the replica that took over lacks count.
 //!
 //! What it does not see: a failover that happened before this manager read the member's map (the promoted
 //! master looks like any master; after a window from a failover no lost grant can still be live, so this
