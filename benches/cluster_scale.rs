@@ -44,6 +44,9 @@
 //! benches), and with it the replication check of cluster members' votes (`INFO replication` after each
 //! write of an acquisition); the run first waits out the servers' first window (the 30 s TTL).
 //!
+//! `MUXLOCK_CS_REPLICAS=R` gives every master of the cluster members R replicas (with `MUXLOCK_CS_GUARD=1`, a
+//! routed grant then waits for their acknowledgement: the replication check's `WAIT`).
+//!
 //! `MUXLOCK_CS_PIN=1` gives the latency part's names one hash tag: each cluster member then serves every call
 //! from one master (the same routing in the client, no rotation over the servers).
 //!
@@ -195,9 +198,18 @@ impl Deployment {
             let urls = c.urls();
             (Some(c), Vec::new(), urls, pids)
         } else {
+            // `MUXLOCK_CS_REPLICAS=R`: R replicas per master (with the restart guard on, a routed grant then
+            // waits for their acknowledgement: `WAIT`).
+            let replicas = env_or("MUXLOCK_CS_REPLICAS", 0usize);
             let members: Vec<RedisCluster> = thread::scope(|s| {
                 let handles: Vec<_> = (0..MEMBERS)
-                    .map(|_| s.spawn(move || RedisCluster::start(per_member)))
+                    .map(|_| {
+                        s.spawn(move || {
+                            RedisCluster::builder(per_member)
+                                .replicas(replicas)
+                                .start()
+                        })
+                    })
                     .collect();
                 handles
                     .into_iter()
