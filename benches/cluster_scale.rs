@@ -205,9 +205,7 @@ impl Deployment {
                 let handles: Vec<_> = (0..MEMBERS)
                     .map(|_| {
                         s.spawn(move || {
-                            RedisCluster::builder(per_member)
-                                .replicas(replicas)
-                                .start()
+                            RedisCluster::builder(per_member).replicas(replicas).start()
                         })
                     })
                     .collect();

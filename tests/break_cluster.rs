@@ -314,7 +314,9 @@ fn contend_after_a_lossy_failover(unmapped: bool) -> Contended {
         .with_retry_count(0)
         .with_round_timeout(ROUND)
         .with_restart_window(ttl);
-    let a = manager(urls.clone(), config.clone());
+    // The holder's grants wait for no replica (its guard, and with it the replication check's `WAIT`, off): a
+    // client whose grant a failover can lose, which `b`'s guard must not count the promoted replica against.
+    let a = manager(urls.clone(), config.clone().with_restart_guard(false));
     // A connection's set-up (its `INFO`) is read by whoever drives the poll: `b` makes one round that waits its
     // whole length (member 2 silent), so that its INFO of R is read now, R a replica. Unmapped, that round's map
     // refresh is refused too, and the table stays unmapped.

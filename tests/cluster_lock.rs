@@ -503,8 +503,56 @@ fn no_two_holders_while_slots_migrate() {
     assert!(found.is_empty(), "two holders: {found:?}");
 }
 
+/// The replication check waits for the shard's replicas: with the replicas of two members' masters paused and
+/// cut off, a grant those masters make would be lost by a failover to them, so it does not count and no lock
+/// is granted; resumed, the replicas catch up and locks are granted again.
+#[test]
+fn a_grant_counts_only_once_the_shards_replicas_have_it() {
+    let mut cs = clusters(3, 1, 3);
+    let urls: Vec<String> = cs.iter().map(RedisCluster::seed_url).collect();
+    let ttl = Duration::from_secs(1);
+    let config = Config::default()
+        .with_retry_count(0)
+        .with_round_timeout(ROUND)
+        .with_restart_window(ttl);
+    let a = manager(urls, config);
+    let r = "replicated";
+    let take = || {
+        let got = a.request(r).ttl(ttl).once().acquire();
+        if got.is_err() {
+            thread::sleep(Duration::from_millis(100));
+        }
+        got.map(|l| a.unlock(l)).is_ok()
+    };
+    // The nodes older than the window (the guard's uptime rule) first.
+    wait_until(Duration::from_secs(15), "a first lock", take);
+    for c in cs.iter_mut().take(2) {
+        let (master, replica) = (c.master_index(0), c.replica_indexes(0)[0]);
+        c.node_mut(replica).pause();
+        let killed = c.command(master, &["CLIENT", "KILL", "TYPE", "replica"]);
+        assert_eq!(killed, b":1\r\n", "{}", show(&killed));
+    }
+    let err = a
+        .request(r)
+        .ttl(ttl)
+        .once()
+        .acquire()
+        .expect_err("no grant without the replicas");
+    assert!(err.to_string().contains("replication check"), "{err}");
+    for c in cs.iter_mut().take(2) {
+        let replica = c.replica_indexes(0)[0];
+        c.node_mut(replica).resume();
+    }
+    wait_until(
+        Duration::from_secs(15),
+        "a lock once the replicas are back",
+        take,
+    );
+}
+
 /// A holder's grant lost in a failover on two of three members: the replicas were paused (so never got the
-/// key) when their masters were killed, then promoted. A contender's grants from the promoted masters must not
+/// key) when their masters were killed, then promoted (the holder's grants wait for no replica: with the
+/// replication check, a grant the replica lacks would not have counted). A contender's grants from the promoted masters must not
 /// count while the holder's lease runs: `guarded` with the restart guard on (0 overlaps), and the control with
 /// it off must see the overlap (the fault struck).
 fn failover_contender(guarded: bool) -> (Vec<(Hold, Hold)>, [bool; 2]) {
@@ -518,7 +566,10 @@ fn failover_contender(guarded: bool) -> (Vec<(Hold, Hold)>, [bool; 2]) {
             .with_restart_guard(guard)
             .with_restart_window(ttl)
     };
-    let a = manager(urls.clone(), config(true));
+    // The holder's grants do not wait for the replicas (its restart guard, and with it the replication check's
+    // `WAIT`, off: a client that makes grants a failover can lose, as any client without the check does); the
+    // contenders' guard must not count the promoted replicas that lost them.
+    let a = manager(urls.clone(), config(false));
     let b = manager(urls.clone(), config(guarded));
     let r = "failing";
     let slot = key_slot(r.as_bytes());

@@ -26,8 +26,8 @@
 //! Every command a routed round sends to a cluster node (a release round's excepted: a release makes no
 //! holder) is followed in the same write by `WAIT n t` (when `n` > 0) and `INFO replication`, and the command's
 //! outcome is handed up only once both replies are read: readings taken **after** the command ran, on the
-//! same connection. `n` is the larger of the replicas the member's last map shows serving that master's shard
-//! (online, or health not reported) and the replicas online in that connection's last reading; `t` is half of
+//! same connection. `n` is the larger of the replicas the member's last map shows for that master's shard
+//! (all but those the cluster marked failed) and the replicas online in that connection's last reading; `t` is half of
 //! what is left of the round. Then, per connection (under one lock, shared by every round):
 //!
 //! - **the same master id** as the one seen before on this connection's set-up, and at least as many

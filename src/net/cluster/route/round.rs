@@ -45,6 +45,8 @@ struct Routing {
     want: usize,
     /// Whether every command sent to a cluster node is followed by the replication check (`replid.rs`).
     check: bool,
+    /// Every member is a cluster (no outcome passes through without a check).
+    clusters_only: bool,
     /// Per connection, when checking: the outcomes read there that wait for the check sent after them,
     /// `(member, seq, outcome)` in the order read.
     held: Vec<Vec<(usize, usize, Reply)>>,
@@ -57,7 +59,9 @@ impl Routing {
     /// The fewest connection outcomes that can bring the caller the outcomes it [wants](Routing::want): each
     /// needs one, except those already made (ready to hand up, or waiting behind an earlier command of their
     /// member). A lower bound, so the caller is never left asleep when it could decide; a redirection or an
-    /// `ASKING`'s reply only wakes it early.
+    /// `ASKING`'s reply only wakes it early. With the replication check and cluster members only, an outcome
+    /// not read yet also needs the check after it: one more at least (a check covers all of its write's
+    /// commands, so not one per outcome); a plain member's outcome needs none, so not with plain members.
     fn conn_need(&self) -> usize {
         let parked: usize = self
             .queues
@@ -66,9 +70,9 @@ impl Routing {
             .sum();
         // An outcome held for its check needs that check's reply only (one per write, for all it covers).
         let held: usize = self.held.iter().map(Vec::len).sum();
-        self.want
-            .saturating_sub(self.ready.len() + parked + held)
-            .max(1)
+        let unread = self.want.saturating_sub(self.ready.len() + parked + held);
+        let check = usize::from(self.check && self.clusters_only && unread > 0);
+        (unread + check).max(1)
     }
 }
 
@@ -139,6 +143,7 @@ impl Routing {
             sources: (0..members.len()).collect(),
             want: 1,
             check,
+            clusters_only: (0..members.len()).all(|m| members.is_cluster(m)),
             held: match check {
                 true => (0..conns).map(|_| Vec::new()).collect(),
                 false => Vec::new(),

@@ -38,8 +38,9 @@ pub(crate) struct Table {
     pub(crate) mapped: bool,
     /// The member's vacant connections not given to a node yet (see `plan.rs`), taken from the back.
     pub(crate) vacant: Vec<usize>,
-    /// Per master connection of the last map: how many replicas it showed serving for that master's shard
-    /// (online, or health not reported). The replication check waits for that many (`replid.rs`).
+    /// Per master connection of the last map: how many replicas it showed for that master's shard, but those
+    /// the cluster marked failed (a replica still loading, or one whose first sync has not happened, may be
+    /// promoted by a `TAKEOVER`). The replication check waits for that many (`replid.rs`).
     replicas: Vec<(usize, usize)>,
 }
 
@@ -164,7 +165,7 @@ impl Table {
                 let serving = shard
                     .replicas
                     .iter()
-                    .filter(|r| matches!(r.health, Health::Online | Health::Unknown))
+                    .filter(|r| r.health != Health::Failed)
                     .count();
                 Some((conn, serving))
             })
