@@ -46,6 +46,10 @@
 //! failback before the grant, since the new reading shows the promotion too. A deposed master that turns
 //! replica while a `WAIT` blocks drops the connection: no proof either.
 //!
+//! After a write whose replicas fell short, that connection's writes skip `WAIT` for a second (their outcomes
+//! prove nothing meanwhile), then one tries again: a replica down but still in the map would otherwise block
+//! its master's connection (and the releases behind it) for half a round per write.
+//!
 //! What it costs: one `INFO replication` per connection per write of a round (~3 µs of a server's time, ~450
 //! bytes of reply), and where a shard has replicas, their acknowledgement (a round trip from the master to its
 //! replicas, during which the connection's later replies wait: `WAIT` blocks its client). A replica that is
@@ -80,7 +84,13 @@ struct Seen {
     replid: Option<Bytes>,
     /// How many replicas the last reading showed online.
     online: usize,
+    /// Until when writes skip `WAIT` after one whose replicas fell short (see [`ReplCheck::is_short`]).
+    short_until: Option<Instant>,
 }
+
+/// After a write whose replicas fell short, how long the next writes on that connection skip `WAIT` (and prove
+/// nothing) before one tries again.
+const SHORT_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What a check's reading says of the connection's master.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,6 +153,27 @@ impl ReplCheck {
     /// How many online replicas connection `conn`'s last reading showed (0 before the first).
     pub(super) fn online(&self, conn: usize) -> usize {
         lock(&self.seen).get(conn).map_or(0, |s| s.online)
+    }
+
+    /// Whether writes on `conn` skip `WAIT` at `now`: its replicas fell short less than [`SHORT_PAUSE`] ago.
+    pub(super) fn is_short(&self, conn: usize, now: Instant) -> bool {
+        lock(&self.seen)
+            .get(conn)
+            .and_then(|s| s.short_until)
+            .is_some_and(|until| now < until)
+    }
+
+    /// Records whether `conn`'s replicas fell short on its latest check (a pause of [`SHORT_PAUSE`] starts,
+    /// unless one runs) or were all there (the pause ends).
+    pub(super) fn note_short(&self, conn: usize, short: bool) {
+        let now = Instant::now();
+        if let Some(s) = lock(&self.seen).get_mut(conn) {
+            s.short_until = match (short, s.short_until) {
+                (false, _) => None,
+                (true, Some(until)) if now < until => Some(until),
+                (true, _) => Some(now + SHORT_PAUSE),
+            };
+        }
     }
 
     /// Records how many online replicas connection `conn`'s latest reading showed.

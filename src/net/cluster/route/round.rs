@@ -50,9 +50,9 @@ struct Routing {
     /// Per connection, when checking: the outcomes read there that wait for the check sent after them,
     /// `(member, seq, outcome)` in the order read.
     held: Vec<Vec<(usize, usize, Reply)>>,
-    /// Per connection, when checking: the `WAIT` read before the coming check, as `(replicas asked, replicas
-    /// that acknowledged)` (`None` inside: its outcome was no count).
-    acks: Vec<Option<(usize, Option<i64>)>>,
+    /// Per connection, when checking: how many replicas acknowledged the `WAIT` read before the coming check
+    /// (`None`: none was sent, or its outcome was no count).
+    acks: Vec<Option<i64>>,
 }
 
 impl Routing {
@@ -83,10 +83,11 @@ enum Expect {
     Reply { member: usize, seq: usize },
     /// The `+OK` of an `ASKING` sent before a command: swallowed.
     Asking,
-    /// `WAIT replicas` before the check (`replid.rs`): its count is kept for the check.
-    Wait { replicas: usize },
-    /// The replication check after commands (`replid.rs`): it releases the outcomes held before it.
-    Check,
+    /// `WAIT` before the check (`replid.rs`): its count is kept for the check.
+    Wait,
+    /// The replication check after commands (`replid.rs`): it releases the outcomes held before it, which
+    /// count only if `replicas` replicas (and every one it shows online) acknowledged them.
+    Check { replicas: usize },
 }
 
 /// A cluster member's commands in this round, and their outcomes not yet handed up.
@@ -450,17 +451,16 @@ impl<'a> MembersRound<'a> {
             Expect::Reply { member, seq } => (member, seq),
             // ASKING's +OK (an error there shows in the command's own reply)
             Expect::Asking => return,
-            Expect::Wait { replicas } => {
-                let acked = match &reply {
-                    Ok(Value::Integer(n)) => Some(*n),
-                    _ => None,
-                };
+            Expect::Wait => {
                 if let Some(cell) = routing.acks.get_mut(conn) {
-                    *cell = Some((replicas, acked));
+                    *cell = match &reply {
+                        Ok(Value::Integer(n)) => Some(*n),
+                        _ => None,
+                    };
                 }
                 return;
             }
-            Expect::Check => return self.checked(conn, reply),
+            Expect::Check { replicas } => return self.checked(conn, reply, replicas),
         };
         let redirect = match &reply {
             Ok(v) => match v.without_attributes() {
@@ -493,7 +493,7 @@ impl<'a> MembersRound<'a> {
     /// The replication check's outcome on `conn`: the outcomes held for it are handed up, after the node is
     /// quarantined if it shows another history than before, and as failed votes if it proves nothing
     /// (`replid.rs`).
-    fn checked(&mut self, conn: usize, reply: Reply) {
+    fn checked(&mut self, conn: usize, reply: Reply, asked: usize) {
         let members = self.members;
         let Some(routing) = self.routing.as_deref_mut() else {
             return;
@@ -528,20 +528,20 @@ impl<'a> MembersRound<'a> {
             }
             _ => 0,
         };
-        let (asked, acked) = match wait {
-            None => (0, Some(0)),
-            Some((asked, acked)) => (asked, acked),
-        };
-        let replicated =
-            acked.is_some_and(|n| usize::try_from(n).unwrap_or(0) >= asked.max(online));
+        let needed = asked.max(online);
+        let acked = wait.map_or(0, |n| usize::try_from(n).unwrap_or(0));
+        let replicated = acked >= needed;
+        if let Some(check) = check {
+            // A replica short: the next writes skip `WAIT` for a while (it would block the connection for
+            // nothing), and prove nothing meanwhile.
+            check.note_short(conn, !replicated && needed > 0);
+        }
         let why = match (&reply, verdict, replicated) {
             (Err(e), _, _) => Some(e.to_string()),
             (Ok(_), Verdict::Unproven, _) => Some("not a master, or no replication id".to_owned()),
-            (Ok(_), Verdict::Same, false) => Some(format!(
-                "{} of {} replicas acknowledged",
-                acked.map_or_else(|| "none".to_owned(), |n| n.to_string()),
-                asked.max(online)
-            )),
+            (Ok(_), Verdict::Same, false) => {
+                Some(format!("{acked} of {needed} replicas acknowledged"))
+            }
             _ => None,
         };
         if why.is_some() {
@@ -653,15 +653,18 @@ fn append_check(
         .map_or(0, |c| crate::sync::lock(&c.table).replicas_of(conn));
     let replicas = mapped.max(check.online(conn));
     let mut added = 1;
-    if replicas > 0 {
+    // After a write whose replicas fell short, `WAIT` is sent again only once in a while (its outcomes prove
+    // nothing meanwhile): a replica down but still in the map must not block its master's connection (and
+    // every release behind it) for half a round per write.
+    if replicas > 0 && !check.is_short(conn, Instant::now()) {
         let left = routing.deadline.saturating_duration_since(Instant::now()) / 2;
         let ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1);
         bytes.extend_from_slice(&replid::wait_command(replicas, ms));
-        routing.wire[conn].push_back(Expect::Wait { replicas });
+        routing.wire[conn].push_back(Expect::Wait);
         added += 1;
     }
     bytes.extend_from_slice(replid::CHECK);
-    routing.wire[conn].push_back(Expect::Check);
+    routing.wire[conn].push_back(Expect::Check { replicas });
     added
 }
 
