@@ -872,17 +872,28 @@ fn a_batch_across_masters_with_one_slot_mid_migration_keeps_each_vote_with_its_l
         .collect();
     for (name, lock) in names.iter().zip(&locks) {
         assert_eq!(lock.resource(), name.as_bytes());
+        // Each member's master holds this lock's own value, or nothing: a batch decided at a majority may
+        // drop its round before the last member's `ASK` is read and followed (a redirection met after the
+        // engine stopped reading is not followed: `net/cluster`'s doc), but never another lock's value.
+        let mut holding = 0;
         for (c, m) in cs.iter().zip(&migrations) {
             let at = match name == moving {
                 true => m.to,
                 false => c.owner_of(key_slot(name.as_bytes())),
             };
-            assert_eq!(
-                get(c, at, name).as_deref(),
-                Some(lock.value().as_bytes()),
-                "{name}'s own value on its master"
-            );
+            match get(c, at, name) {
+                Some(v) => {
+                    assert_eq!(
+                        v,
+                        lock.value().as_bytes(),
+                        "{name}'s own value on its master"
+                    );
+                    holding += 1;
+                }
+                None => assert_eq!(name, moving, "{name} missing on a member"),
+            }
         }
+        assert!(holding >= 2, "{name} on {holding} members' masters");
         expect_held_or_quorum(b.request(name).once().acquire(), name);
     }
     for released in a.unlock_batch(locks) {
