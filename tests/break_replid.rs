@@ -302,10 +302,11 @@ fn contend_after_a_failback(reconnect: bool, threads: usize) -> Vec<Hold> {
         assert!(killed.starts_with(b":"), "{}", show(&killed));
     }
     let granted = std::sync::atomic::AtomicUsize::new(0);
+    let last_refusal = std::sync::Mutex::new(String::new());
     let found: Vec<Hold> = thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
-                let (b, lock, granted) = (&b, &lock, &granted);
+                let (b, lock, granted, last_refusal) = (&b, &lock, &granted, &last_refusal);
                 s.spawn(move || {
                     let mut mine = Vec::new();
                     let mut tries = 0;
@@ -324,13 +325,26 @@ fn contend_after_a_failback(reconnect: bool, threads: usize) -> Vec<Hold> {
                             }
                             // Member 0 granted (M lacks the key), member 2 too: only the guard refuses, or
                             // the check (M's map still shows R, now dead, as its replica: `WAIT` says 0).
-                            Err(e)
-                                if e.to_string().contains("not counted")
-                                    || e.to_string().contains("replication check") =>
-                            {
-                                granted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            // Read from the report's outcome for member 0 (a `Held` error's text names no
+                            // node).
+                            Err(e) => {
+                                let member0 = match &e {
+                                    muxlock::Error::Held(report)
+                                    | muxlock::Error::Quorum(report) => report
+                                        .nodes()
+                                        .first()
+                                        .map(|(_, o)| o.to_string())
+                                        .unwrap_or_default(),
+                                    _ => String::new(),
+                                };
+                                if member0.contains("not counted")
+                                    || member0.contains("replication check")
+                                {
+                                    granted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                } else if let Ok(mut last) = last_refusal.lock() {
+                                    *last = format!("{e}; member 0: {member0}");
+                                }
                             }
-                            Err(_) => {}
                         }
                         thread::sleep(Duration::from_millis(50));
                     }
@@ -347,7 +361,8 @@ fn contend_after_a_failback(reconnect: bool, threads: usize) -> Vec<Hold> {
     // The fault struck: M granted `b` and was not counted.
     assert!(
         granted.into_inner() > 0 || holds.len() > 1,
-        "M never granted b"
+        "M never granted b; the last other refusal: {}",
+        last_refusal.into_inner().unwrap_or_default()
     );
     holds
 }
