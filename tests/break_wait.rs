@@ -21,7 +21,8 @@
 //!    finding 2 is fixed) is the same door; not reproduced here (the deposed master read the takeover first in
 //!    the runs tried). A master's first replica is not a door: Redis gives a master with no backlog a new id
 //!    when its first replica attaches (the check then says "changed", seen).
-//! 2. (fixed here) `CLUSTER SHARDS` says `health` `fail` for a node the cluster marked failed (Redis 7.0.15;
+//! 2. (not merged, by decision for now: the lead kept failed replicas waited for, the safe side of finding 1's
+//!    second door; the parse fix is on branch `break-wait`, 776598b) `CLUSTER SHARDS` says `health` `fail` for a node the cluster marked failed (Redis 7.0.15;
 //!    the docs say `failed`, which `shards.rs` matched alone): such a replica was read as `Unknown` and counted
 //!    as serving, so a shard whose replica died waited for it on every write and never granted again until
 //!    someone `CLUSTER FORGET`s it (the README's "until the map drops it": the map never did). Note that the
@@ -410,7 +411,9 @@ fn healths(c: &RedisCluster, i: usize) -> Vec<String> {
 /// once the skip of `WAIT` is over. Read as `Health::Unknown`, the dead replica is waited for by every write,
 /// and the shard never grants until someone `CLUSTER FORGET`s it.
 #[test]
-#[ignore = "finding 2: CLUSTER SHARDS says `fail`; a failed replica is waited for on every write, the shard never grants"]
+#[ignore = "finding 2, by decision for now: a replica the cluster marked failed is still waited for (safety \
+            first: not waiting for it opens finding 1's second door); its shard votes no until it is back or \
+            forgotten (README)"]
 fn a_replica_marked_failed_is_not_waited_for() {
     let ttl = Duration::from_secs(3);
     let mut cl = RedisCluster::builder(2)
