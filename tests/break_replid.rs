@@ -337,8 +337,11 @@ fn contend_after_a_failback(reconnect: bool, threads: usize) -> Vec<Hold> {
                                         .unwrap_or_default(),
                                     _ => String::new(),
                                 };
+                                // Or held past the round behind another thread's `WAIT` for the dead R (the
+                                // check blocks M's connection up to half a round): M was asked, not counted.
                                 if member0.contains("not counted")
                                     || member0.contains("replication check")
+                                    || member0.contains("timed out")
                                 {
                                     granted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                 } else if let Ok(mut last) = last_refusal.lock() {
