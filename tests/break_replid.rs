@@ -45,58 +45,9 @@ use std::time::{Duration, Instant};
 use muxlock::Config;
 use support::checker::{Hold, instant_ns, mono_ns, overlaps};
 use support::locks::{manager, wait_until};
+use support::redis_cluster::{get_asking as get, link_created, wait_replication};
 use support::wire::show;
 use support::{Fault, FaultProxy, RedisCluster, RedisServer};
-
-/// Waits (30 s at most) until node `i`'s `INFO replication` has the line `line`.
-#[track_caller]
-fn wait_replication(c: &RedisCluster, i: usize, line: &str) {
-    let line = format!("{line}\r\n");
-    wait_until(
-        Duration::from_secs(30),
-        &format!("node {i}: {line:?}"),
-        || {
-            support::redis_cluster::bulk_text(&c.command(i, &["INFO", "replication"]))
-                .contains(&line)
-        },
-    );
-}
-
-/// The value `key` holds on node `i` of `c` (`None`: absent), read with `ASKING`.
-#[track_caller]
-fn get(c: &RedisCluster, i: usize, key: &str) -> Option<Vec<u8>> {
-    let mut bytes = support::cmd(&["ASKING"]);
-    bytes.extend(support::cmd(&["GET", key]));
-    let raw = c.node(i).raw(&bytes);
-    let rest = raw
-        .strip_prefix(b"+OK\r\n")
-        .unwrap_or_else(|| panic!("ASKING: {}", show(&raw)));
-    if rest == b"$-1\r\n" || rest.starts_with(b"-ASK") || rest.starts_with(b"-MOVED") {
-        return None;
-    }
-    let body = rest
-        .splitn(2, |&b| b == b'\n')
-        .nth(1)
-        .unwrap_or_else(|| panic!("GET: {}", show(rest)));
-    Some(body.strip_suffix(b"\r\n").unwrap_or(body).to_vec())
-}
-
-/// The creation time (ms) of node `from`'s outbound cluster-bus link to node `to` (`CLUSTER LINKS`).
-#[track_caller]
-fn link_created(c: &RedisCluster, from: usize, to: usize) -> Option<u64> {
-    let raw = c.command(from, &["CLUSTER", "LINKS"]);
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    // RESP2: an array of flat maps, each value a bulk string but the times: `$9`, `direction`, `$2`, `to`,
-    // `$4`, `node`, `$40`, the id, `$11`, `create-time`, `:<ms>`, ...
-    let lines: Vec<&str> = text.split("\r\n").collect();
-    let id = c.node_id(to);
-    (0..lines.len().saturating_sub(9)).find_map(|i| {
-        let fields = (lines[i], lines[i + 2], lines[i + 6], lines[i + 8]);
-        (fields == ("direction", "to", id, "create-time"))
-            .then(|| lines[i + 9].strip_prefix(':')?.parse().ok())
-            .flatten()
-    })
-}
 
 // ---------------------------------------------------------------------------------------------------------
 // Finding 1: a deposed master grants before it learns it was deposed.

@@ -43,22 +43,8 @@ use std::time::{Duration, Instant};
 use muxlock::Config;
 use support::checker::{Hold, instant_ns, mono_ns, overlaps};
 use support::locks::{manager, wait_until};
-use support::wire::show;
+use support::redis_cluster::{get_asking as get, link_created, wait_replication};
 use support::{Fault, FaultProxy, RedisCluster, RedisServer};
-
-/// Waits (30 s at most) until node `i`'s `INFO replication` has the line `line`.
-#[track_caller]
-fn wait_replication(c: &RedisCluster, i: usize, line: &str) {
-    let line = format!("{line}\r\n");
-    wait_until(
-        Duration::from_secs(30),
-        &format!("node {i}: {line:?}"),
-        || {
-            support::redis_cluster::bulk_text(&c.command(i, &["INFO", "replication"]))
-                .contains(&line)
-        },
-    );
-}
 
 /// Waits (30 s at most) until node `i`'s `INFO replication` contains `part`.
 #[track_caller]
@@ -71,40 +57,6 @@ fn wait_replication_has(c: &RedisCluster, i: usize, part: &str) {
                 .contains(part)
         },
     );
-}
-
-/// The value `key` holds on node `i` of `c` (`None`: absent), read with `ASKING`.
-#[track_caller]
-fn get(c: &RedisCluster, i: usize, key: &str) -> Option<Vec<u8>> {
-    let mut bytes = support::cmd(&["ASKING"]);
-    bytes.extend(support::cmd(&["GET", key]));
-    let raw = c.node(i).raw(&bytes);
-    let rest = raw
-        .strip_prefix(b"+OK\r\n")
-        .unwrap_or_else(|| panic!("ASKING: {}", show(&raw)));
-    if rest == b"$-1\r\n" || rest.starts_with(b"-ASK") || rest.starts_with(b"-MOVED") {
-        return None;
-    }
-    let body = rest
-        .splitn(2, |&b| b == b'\n')
-        .nth(1)
-        .unwrap_or_else(|| panic!("GET: {}", show(rest)));
-    Some(body.strip_suffix(b"\r\n").unwrap_or(body).to_vec())
-}
-
-/// The creation time (ms) of node `from`'s outbound cluster-bus link to node `to` (`CLUSTER LINKS`).
-#[track_caller]
-fn link_created(c: &RedisCluster, from: usize, to: usize) -> Option<u64> {
-    let raw = c.command(from, &["CLUSTER", "LINKS"]);
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let lines: Vec<&str> = text.split("\r\n").collect();
-    let id = c.node_id(to);
-    (0..lines.len().saturating_sub(9)).find_map(|i| {
-        let fields = (lines[i], lines[i + 2], lines[i + 6], lines[i + 8]);
-        (fields == ("direction", "to", id, "create-time"))
-            .then(|| lines[i + 9].strip_prefix(':')?.parse().ok())
-            .flatten()
-    })
 }
 
 // ---------------------------------------------------------------------------------------------------------
