@@ -10,23 +10,25 @@
 //!
 //! Findings:
 //!
-//! 1. (not fixed; two holders) `n` comes from what this manager saw *before* the write — its last map and its
-//!    connection's last reading — and the reading after the write counts only the replicas online *then*. A
-//!    replica that joined the shard after both (moved from another shard, a new replica, an automatic replica
-//!    migration) is in neither; if its link is down (or already closed) when its deposed master answers, `n`
-//!    = 0, no `WAIT` is sent, `INFO` shows no replica online and the same id: "0 of 0", the grant counts. It
-//!    takes over while its master is stalled; the deposed master's grant is lost in the full sync that makes
-//!    it the new master's replica, and a manager that waited out the new master's quarantine takes the lock
-//!    there. A replica the map shows failed that comes back before the map is read again (possible once
-//!    finding 2 is fixed) is the same door; not reproduced here (the deposed master read the takeover first in
-//!    the runs tried). A master's first replica is not a door: Redis gives a master with no backlog a new id
-//!    when its first replica attaches (the check then says "changed", seen).
-//! 2. (not merged, by decision for now: the lead kept failed replicas waited for, the safe side of finding 1's
-//!    second door; the parse fix is on branch `break-wait`, 776598b) `CLUSTER SHARDS` says `health` `fail` for a node the cluster marked failed (Redis 7.0.15;
-//!    the docs say `failed`, which `shards.rs` matched alone): such a replica was read as `Unknown` and counted
-//!    as serving, so a shard whose replica died waited for it on every write and never granted again until
-//!    someone `CLUSTER FORGET`s it (the README's "until the map drops it": the map never did). Note that the
-//!    fix, by the design's rule, opens finding 1's second door (above).
+//! 1. (fixed: the write also asks the master itself for its shard's replicas, `CLUSTER REPLICAS <id>`, and
+//!    a grant needs every replica it lists; a deposed master still lists the one that took over. Removing
+//!    that count gives two holders again, seen.) `n` comes from what this manager saw *before* the write —
+//!    its last map and its connection's last reading — and the reading after the write counts only the
+//!    replicas online *then*. A replica that joined the shard after both (moved from another shard, a new
+//!    replica, an automatic replica migration) is in neither; if its link is down (or already closed) when
+//!    its deposed master answers, `n` = 0, no `WAIT` is sent, `INFO` shows no replica online and the same id:
+//!    "0 of 0", the grant counts. It takes over while its master is stalled; the deposed master's grant is
+//!    lost in the full sync that makes it the new master's replica, and a manager that waited out the new
+//!    master's quarantine takes the lock there. A replica the map shows failed that comes back before the map
+//!    is read again is the same door (closed the same way: the master lists it). A master's first replica is
+//!    not a door: Redis gives a master with no backlog a new id when its first replica attaches (the check
+//!    then says "changed", seen).
+//! 2. (kept, by decision: failed replicas are waited for, the safe side of finding 1's second door; `fail` is
+//!    now read as failed, and both the map and the master's own list count such a replica.) `CLUSTER SHARDS`
+//!    says `health` `fail` for a node the cluster marked failed (Redis 7.0.15; the docs say `failed`, which
+//!    `shards.rs` matched alone): such a replica was read as `Unknown` and counted as serving, so a shard
+//!    whose replica died waits for it on every write and never grants again until it is back or someone
+//!    `CLUSTER FORGET`s it.
 //!
 //! Held up: releases queued behind `WAIT`s for a stalled replica (six threads' writes, or one `WAIT` longer
 //! than `hung_timeout`): the release round is patient, the connection is not judged hung, the key is gone.
@@ -74,7 +76,6 @@ fn wait_replication_has(c: &RedisCluster, i: usize, part: &str) {
 /// `WAIT`, `INFO` shows no replica online, the same id: the grant counts. `b` holds with M and member 1, M
 /// drops the grant in its full sync from R, `c` takes the lock with R and member 2.
 #[test]
-#[ignore = "finding 1: a replica that joined the shard since the map takes over; its deposed master's grant counts (n = 0): two holders"]
 fn a_replica_moved_in_since_the_map_that_takes_over_gives_no_second_holder() {
     let ttl = Duration::from_secs(5);
     let p1 = RedisServer::start();

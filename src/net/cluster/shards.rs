@@ -119,7 +119,8 @@ fn node(value: &Value) -> Result<(ClusterNode, bool), MapError> {
             b"health" => {
                 health = match reply::text(value).map_err(at)? {
                     b"online" => Health::Online,
-                    b"failed" => Health::Failed,
+                    // The docs say `failed`; Redis 7.0 and Valkey 9.1 send `fail`.
+                    b"failed" | b"fail" => Health::Failed,
                     b"loading" => Health::Loading,
                     _ => Health::Unknown,
                 }

@@ -24,20 +24,24 @@
 //! # The check
 //!
 //! Every command a routed round sends to a cluster node (a release round's excepted: a release makes no
-//! holder) is followed in the same write by `WAIT n t` (when `n` > 0) and `INFO replication`, and the command's
-//! outcome is handed up only once both replies are read: readings taken **after** the command ran, on the
-//! same connection. `n` is the larger of the replicas the member's last map shows for that master's shard
-//! (all but those the cluster marked failed) and the replicas online in that connection's last reading; `t` is half of
-//! what is left of the round. Then, per connection (under one lock, shared by every round):
+//! holder) is followed in the same write by `WAIT n t` (when `n` > 0), `CLUSTER REPLICAS <id>` (the node's
+//! id in the member's last map) and `INFO replication`, and the command's outcome is handed up only once
+//! their replies are read: readings taken **after** the command ran, on the same connection. `n` is the
+//! largest of the replicas the member's last map shows for that master's shard (all of them, those the cluster
+//! marked failed too) and the replicas that connection's last check saw (online in its reading, or listed by
+//! the node); `t` is half of what is left of the round. Then, per connection (under one lock, shared by every
+//! round):
 //!
-//! - **the same master id** as the one seen before on this connection's set-up, and at least as many
-//!   acknowledgements as `n` and as the replicas this reading shows online: the outcomes stand;
+//! - **the same master id** as the one seen before on this connection's set-up, the node's own id (its
+//!   set-up's `CLUSTER MYID`) the one its replicas were asked by, and at least as many acknowledgements as
+//!   `n`, as the replicas this reading shows online and as the replicas the node lists: the outcomes stand;
 //! - **another id** (a promotion since, or a sync from another master): the connection is quarantined as a
 //!   promoted replica from the instant the reading is judged (later than the promotion: the safe side), and
 //!   before the lock is let go; the new id becomes the one to compare with; the restart guard then counts
 //!   none of its "yes" votes for a window, these ones included (they are handed up after the quarantine);
-//! - **no proof** (a timeout, a dropped connection, an error, a node that is not a master now, an id missing,
-//!   fewer acknowledgements than replicas): the outcomes that were replies become failed votes
+//! - **no proof** (a timeout, a dropped connection, an error, a node that is not a master now, a replication
+//!   id or node id missing, a node id not the node's own, no replica list, fewer acknowledgements than
+//!   replicas): the outcomes that were replies become failed votes
 //!   (`NodeError::Cluster`), never counted, and the member's map is read again (a replica gone, a failover).
 //!
 //! The set-up reading is per connection *session* (a reconnection reads `INFO` again, and the restart guard
@@ -50,11 +54,17 @@
 //! prove nothing meanwhile), then one tries again: a replica down but still in the map would otherwise block
 //! its master's connection (and the releases behind it) for half a round per write.
 //!
-//! What it costs: one `INFO replication` per connection per write of a round (~3 µs of a server's time, ~450
-//! bytes of reply), and where a shard has replicas, their acknowledgement (a round trip from the master to its
-//! replicas, during which the connection's later replies wait: `WAIT` blocks its client). A replica that is
-//! down but still shown serving makes its shard's grants fail (`t` each) until the map or the master stops
-//! showing it: the member votes no meanwhile, the safe side. Only on cluster members, and only when the
+//! Why the node's own list: the map and the last reading are what this manager saw *before* the write. A
+//! replica that joined the shard since both, its link down, can take over a stalled master whose queued
+//! commands are answered before it learns it was deposed: `n` would be 0, and its grant would count (#27,
+//! `tests/break_wait.rs`, finding 1). The deposed master still lists that replica (it learnt of it when it
+//! joined), so its grant needs an acknowledgement it cannot get.
+//!
+//! What it costs: one `CLUSTER REPLICAS` and one `INFO replication` per connection per write of a round (~3 µs
+//! of a server's time for the `INFO`, ~450 bytes of reply), and where a shard has replicas, their
+//! acknowledgement (a round trip from the master to its replicas, during which the connection's later replies
+//! wait: `WAIT` blocks its client). A replica that is down but still listed makes its shard's grants fail (`t`
+//! each) until it is back or forgotten (`CLUSTER FORGET`): the member votes no meanwhile, the safe side. Only on cluster members, and only when the
 //! restart guard is on (without the guard no failover is guarded against anyway).
 
 use std::sync::Mutex;
@@ -73,6 +83,8 @@ pub(super) const CHECK: &[u8] = b"*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n";
 pub(super) struct ReplCheck {
     /// Where the set-up's `INFO server replication` reply is among a connection's set-up replies.
     info_at: usize,
+    /// Where the set-up's `CLUSTER MYID` reply is among them.
+    myid_at: Option<usize>,
     /// Per connection: the session it was last judged on, and the master id seen last on it.
     seen: Mutex<Vec<Seen>>,
 }
@@ -82,8 +94,10 @@ struct Seen {
     /// [`Fanout::sessions`](crate::net::Fanout::sessions) when last judged; 0: never.
     session: u64,
     replid: Option<Bytes>,
-    /// How many replicas the last reading showed online.
-    online: usize,
+    /// The node's own id, read at that session's set-up (`CLUSTER MYID`).
+    myid: Option<Bytes>,
+    /// How many replicas the last check saw: online in its reading, or listed by the node.
+    replicas: usize,
     /// Until when writes skip `WAIT` after one whose replicas fell short (see [`ReplCheck::is_short`]).
     short_until: Option<Instant>,
 }
@@ -104,9 +118,10 @@ pub(super) enum Verdict {
 }
 
 impl ReplCheck {
-    pub(super) fn new(info_at: usize, conns: usize) -> ReplCheck {
+    pub(super) fn new(info_at: usize, myid_at: Option<usize>, conns: usize) -> ReplCheck {
         ReplCheck {
             info_at,
+            myid_at,
             seen: Mutex::new(vec![Seen::default(); conns]),
         }
     }
@@ -138,6 +153,10 @@ impl ReplCheck {
             cell.replid = replies
                 .get(self.info_at)
                 .and_then(|(v, _)| replication_id(v));
+            cell.myid = self
+                .myid_at
+                .and_then(|at| replies.get(at))
+                .and_then(|(v, _)| node_id(v));
         }
         if cell.replid.as_ref() == Some(&now) {
             Verdict::Same
@@ -150,9 +169,19 @@ impl ReplCheck {
 }
 
 impl ReplCheck {
-    /// How many online replicas connection `conn`'s last reading showed (0 before the first).
-    pub(super) fn online(&self, conn: usize) -> usize {
-        lock(&self.seen).get(conn).map_or(0, |s| s.online)
+    /// Whether `id` is the node id connection `conn`'s current session read at its set-up (`CLUSTER MYID`),
+    /// as last [judged](ReplCheck::judge): the replica list asked by `id` was then the node's own shard's.
+    pub(super) fn is_own_id(&self, conn: usize, id: &[u8]) -> bool {
+        lock(&self.seen)
+            .get(conn)
+            .and_then(|s| s.myid.as_deref())
+            .is_some_and(|own| own == id)
+    }
+
+    /// How many replicas connection `conn`'s last check saw (online in its reading, or listed by the node
+    /// itself; 0 before the first): its next writes wait for as many at least.
+    pub(super) fn seen(&self, conn: usize) -> usize {
+        lock(&self.seen).get(conn).map_or(0, |s| s.replicas)
     }
 
     /// Whether writes on `conn` skip `WAIT` at `now`: its replicas fell short less than [`SHORT_PAUSE`] ago.
@@ -176,10 +205,10 @@ impl ReplCheck {
         }
     }
 
-    /// Records how many online replicas connection `conn`'s latest reading showed.
-    pub(super) fn note_online(&self, conn: usize, online: usize) {
+    /// Records how many replicas connection `conn`'s latest check saw (see [`ReplCheck::seen`]).
+    pub(super) fn note_seen(&self, conn: usize, replicas: usize) {
         if let Some(s) = lock(&self.seen).get_mut(conn) {
-            s.online = online;
+            s.replicas = replicas;
         }
     }
 }
@@ -190,6 +219,30 @@ pub(super) fn wait_command(replicas: usize, timeout_ms: u64) -> BytesMut {
     let (n, t) = (replicas.to_string(), timeout_ms.to_string());
     encode_command(&[b"WAIT", n.as_bytes(), t.as_bytes()], &mut buf);
     buf
+}
+
+/// `CLUSTER REPLICAS id`, encoded.
+pub(super) fn replicas_command(id: &[u8]) -> BytesMut {
+    let mut buf = BytesMut::new();
+    encode_command(&[b"CLUSTER", b"REPLICAS", id], &mut buf);
+    buf
+}
+
+/// How many replicas a `CLUSTER REPLICAS` reply lists (one line each, whatever their flags: `fail`, no link,
+/// handshake); `None` for an error or a reply of another shape.
+pub(super) fn listed_replicas(reply: &Value) -> Option<usize> {
+    match reply.without_attributes() {
+        Value::Array(lines) | Value::Set(lines) => Some(lines.len()),
+        _ => None,
+    }
+}
+
+/// The node id of a `CLUSTER MYID` reply.
+fn node_id(reply: &Value) -> Option<Bytes> {
+    match reply.without_attributes() {
+        Value::BulkString(b) | Value::SimpleString(b) if !b.is_empty() => Some(b.clone()),
+        _ => None,
+    }
 }
 
 /// How many replicas an `INFO replication` reply shows online (`slaveN:...,state=online,...`).
@@ -274,7 +327,7 @@ mod tests {
 
     #[test]
     fn a_master_keeping_its_id_is_the_same_and_a_new_id_is_a_change() {
-        let c = ReplCheck::new(1, 2);
+        let c = ReplCheck::new(1, None, 2);
         assert_eq!(
             judged(&c, 0, 1, || setup("aa"), &info("master", "aa")),
             Verdict::Same
@@ -301,7 +354,7 @@ mod tests {
 
     #[test]
     fn the_first_check_of_a_session_is_compared_with_that_sessions_set_up_reading() {
-        let c = ReplCheck::new(1, 1);
+        let c = ReplCheck::new(1, None, 1);
         // The failback happened between the set-up and the first check: seen.
         assert_eq!(
             judged(&c, 0, 1, || setup("aa"), &info("master", "bb")),
@@ -332,7 +385,7 @@ mod tests {
 
     #[test]
     fn no_proof_without_a_master_and_an_id() {
-        let c = ReplCheck::new(1, 1);
+        let c = ReplCheck::new(1, None, 1);
         assert_eq!(
             judged(&c, 0, 1, || setup("aa"), &info("slave", "aa")),
             Verdict::Unproven
@@ -352,5 +405,50 @@ mod tests {
             data: Bytes::from_static(b"role:master\nmaster_replid:aa\n"),
         };
         assert_eq!(judged(&c, 0, 1, || setup("aa"), &resp3), Verdict::Same);
+    }
+
+    #[test]
+    fn a_replica_list_is_trusted_only_when_asked_by_the_nodes_own_id() {
+        let c = ReplCheck::new(1, Some(2), 1);
+        let myid = |id: &'static [u8]| {
+            let mut s = setup("aa");
+            s.push((Value::BulkString(Bytes::from_static(id)), Instant::now()));
+            s
+        };
+        assert!(!c.is_own_id(0, b"n1"), "no session judged yet");
+        judged(&c, 0, 1, || myid(b"n1"), &info("master", "aa"));
+        assert!(c.is_own_id(0, b"n1"));
+        assert!(!c.is_own_id(0, b"n2"), "another node's id");
+        // A new session on another node at that address: its own id from then on.
+        judged(&c, 0, 2, || myid(b"n2"), &info("master", "aa"));
+        assert!(c.is_own_id(0, b"n2") && !c.is_own_id(0, b"n1"));
+        // `CLUSTER MYID` refused at set-up: no id is the node's own.
+        let refused = || {
+            let mut s = setup("aa");
+            s.push((Value::Error(Bytes::from_static(b"NOPERM")), Instant::now()));
+            s
+        };
+        judged(&c, 0, 3, refused, &info("master", "aa"));
+        assert!(!c.is_own_id(0, b"n2"));
+    }
+
+    #[test]
+    fn every_listed_replica_counts_and_an_error_is_no_list() {
+        let line = |l: &'static str| Value::BulkString(Bytes::from_static(l.as_bytes()));
+        let two = Value::Array(vec![
+            line("r1 127.0.0.1:7004@17004 slave n1 0 0 1 connected"),
+            line("r2 127.0.0.1:7005@17005 slave,fail n1 0 0 1 disconnected"),
+        ]);
+        assert_eq!(listed_replicas(&two), Some(2), "a failed one too");
+        assert_eq!(listed_replicas(&Value::Array(Vec::new())), Some(0));
+        let error = Value::Error(Bytes::from_static(
+            b"ERR The specified node is not a master",
+        ));
+        assert_eq!(listed_replicas(&error), None);
+        assert_eq!(listed_replicas(&Value::Integer(2)), None);
+        assert_eq!(
+            &replicas_command(b"n1")[..],
+            b"*3\r\n$7\r\nCLUSTER\r\n$8\r\nREPLICAS\r\n$2\r\nn1\r\n"
+        );
     }
 }

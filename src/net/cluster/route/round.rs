@@ -53,6 +53,9 @@ struct Routing {
     /// Per connection, when checking: how many replicas acknowledged the `WAIT` read before the coming check
     /// (`None`: none was sent, or its outcome was no count).
     acks: Vec<Option<i64>>,
+    /// Per connection, when checking: how many replicas the node's own `CLUSTER REPLICAS` listed before the
+    /// coming check (`None`: none was sent, or its reply was no list).
+    listed: Vec<Option<usize>>,
 }
 
 impl Routing {
@@ -85,9 +88,12 @@ enum Expect {
     Asking,
     /// `WAIT` before the check (`replid.rs`): its count is kept for the check.
     Wait,
+    /// `CLUSTER REPLICAS <id>` before the check: how many it lists is kept for the check.
+    Replicas,
     /// The replication check after commands (`replid.rs`): it releases the outcomes held before it, which
-    /// count only if `replicas` replicas (and every one it shows online) acknowledged them.
-    Check { replicas: usize },
+    /// count only if `replicas` replicas (and every one it shows online, and every one the node lists for
+    /// node id `id`, which must be its own) acknowledged them.
+    Check { replicas: usize, id: Option<Bytes> },
 }
 
 /// A cluster member's commands in this round, and their outcomes not yet handed up.
@@ -150,6 +156,10 @@ impl Routing {
                 false => Vec::new(),
             },
             acks: match check {
+                true => vec![None; conns],
+                false => Vec::new(),
+            },
+            listed: match check {
                 true => vec![None; conns],
                 false => Vec::new(),
             },
@@ -460,7 +470,13 @@ impl<'a> MembersRound<'a> {
                 }
                 return;
             }
-            Expect::Check { replicas } => return self.checked(conn, reply, replicas),
+            Expect::Replicas => {
+                if let Some(cell) = routing.listed.get_mut(conn) {
+                    *cell = reply.as_ref().ok().and_then(replid::listed_replicas);
+                }
+                return;
+            }
+            Expect::Check { replicas, id } => return self.checked(conn, reply, replicas, id),
         };
         let redirect = match &reply {
             Ok(v) => match v.without_attributes() {
@@ -493,7 +509,7 @@ impl<'a> MembersRound<'a> {
     /// The replication check's outcome on `conn`: the outcomes held for it are handed up, after the node is
     /// quarantined if it shows another history than before, and as failed votes if it proves nothing
     /// (`replid.rs`).
-    fn checked(&mut self, conn: usize, reply: Reply, asked: usize) {
+    fn checked(&mut self, conn: usize, reply: Reply, asked: usize, id: Option<Bytes>) {
         let members = self.members;
         let Some(routing) = self.routing.as_deref_mut() else {
             return;
@@ -504,6 +520,7 @@ impl<'a> MembersRound<'a> {
             .map(std::mem::take)
             .unwrap_or_default();
         let wait = routing.acks.get_mut(conn).and_then(Option::take);
+        let listed = routing.listed.get_mut(conn).and_then(Option::take);
         let check = members.routes.as_ref().and_then(|r| r.check.as_ref());
         // On a change, the node is quarantined before any outcome is handed up (the restart guard must find it
         // so), and before the check's lock is let go (another thread's check of the new id must too).
@@ -519,16 +536,25 @@ impl<'a> MembersRound<'a> {
         };
         // The commands before it are on every replica the map shows for this shard, and on every one this
         // reading shows online: a failover to any of them keeps them (and a deposed master that has not learnt
-        // it yet has lost the replica that took over: it cannot say so).
+        // it yet has lost the replica that took over: it cannot say so). And on every replica the node itself
+        // lists for its shard, whatever the map and the last reading showed (#27 `break_wait.rs` finding 1: a
+        // replica that joined since both, its link down, takes over a stalled master; the deposed master still
+        // lists it), a list trusted only if asked by the node's own id.
+        let own = match (&id, check) {
+            (Some(id), Some(check)) => check.is_own_id(conn, id),
+            _ => false,
+        };
+        let listed = listed.filter(|_| own);
         let online = match (&reply, check) {
             (Ok(v), Some(check)) => {
                 let online = replid::online_replicas(v);
-                check.note_online(conn, online);
+                // The next writes wait for as many (before the map shows them).
+                check.note_seen(conn, online.max(listed.unwrap_or(0)));
                 online
             }
             _ => 0,
         };
-        let needed = asked.max(online);
+        let needed = asked.max(online).max(listed.unwrap_or(0));
         let acked = wait.map_or(0, |n| usize::try_from(n).unwrap_or(0));
         let replicated = acked >= needed;
         if let Some(check) = check {
@@ -539,6 +565,15 @@ impl<'a> MembersRound<'a> {
         let why = match (&reply, verdict, replicated) {
             (Err(e), _, _) => Some(e.to_string()),
             (Ok(_), Verdict::Unproven, _) => Some("not a master, or no replication id".to_owned()),
+            (Ok(_), Verdict::Same, _) if id.is_none() => {
+                Some("the member's map gave no id for the node".to_owned())
+            }
+            (Ok(_), Verdict::Same, _) if !own => {
+                Some("the node's own id (CLUSTER MYID at set-up) is not the map's".to_owned())
+            }
+            (Ok(_), Verdict::Same, _) if listed.is_none() => {
+                Some("no replica list from the node (CLUSTER REPLICAS)".to_owned())
+            }
             (Ok(_), Verdict::Same, false) => {
                 Some(format!("{acked} of {needed} replicas acknowledged"))
             }
@@ -648,10 +683,12 @@ fn append_check(
     let Some(check) = members.routes.as_ref().and_then(|r| r.check.as_ref()) else {
         return 0;
     };
-    let mapped = members
-        .cluster(member)
-        .map_or(0, |c| crate::sync::lock(&c.table).replicas_of(conn));
-    let replicas = mapped.max(check.online(conn));
+    let (mapped, id) = members.cluster(member).map_or((0, None), |c| {
+        let table = crate::sync::lock(&c.table);
+        let id = table.id_of(conn).cloned();
+        (table.replicas_of(conn), id)
+    });
+    let replicas = mapped.max(check.seen(conn));
     let mut added = 1;
     // After a write whose replicas fell short, `WAIT` is sent again only once in a while (its outcomes prove
     // nothing meanwhile): a replica down but still in the map must not block its master's connection (and
@@ -663,8 +700,15 @@ fn append_check(
         routing.wire[conn].push_back(Expect::Wait);
         added += 1;
     }
+    if let Some(id) = &id {
+        // The node's own view of its shard, after the commands and the `WAIT`: a replica the map and the last
+        // reading miss is still listed there (a link down, failed), and must have acknowledged too.
+        bytes.extend_from_slice(&replid::replicas_command(id));
+        routing.wire[conn].push_back(Expect::Replicas);
+        added += 1;
+    }
     bytes.extend_from_slice(replid::CHECK);
-    routing.wire[conn].push_back(Expect::Check { replicas });
+    routing.wire[conn].push_back(Expect::Check { replicas, id });
     added
 }
 

@@ -1,7 +1,9 @@
 //! [`Table`]: one cluster member's routing table: which connection serves each slot, and which connections are
 //! masters (pure bookkeeping; the connections themselves are the fanout's).
 
-use crate::net::cluster::{Health, SLOT_COUNT, SlotMap};
+use bytes::Bytes;
+
+use crate::net::cluster::{ClusterNode, SLOT_COUNT, SlotMap};
 
 /// No connection serves the slot.
 const NONE: u32 = u32::MAX;
@@ -38,10 +40,15 @@ pub(crate) struct Table {
     pub(crate) mapped: bool,
     /// The member's vacant connections not given to a node yet (see `plan.rs`), taken from the back.
     pub(crate) vacant: Vec<usize>,
-    /// Per master connection of the last map: how many replicas it showed for that master's shard, but those
-    /// the cluster marked failed (a replica still loading, or one whose first sync has not happened, may be
-    /// promoted by a `TAKEOVER`). The replication check waits for that many (`replid.rs`).
+    /// Per master connection of the last map: how many replicas it showed for that master's shard, all of
+    /// them (the replication check waits for that many, `replid.rs`). Those the cluster marked failed too, by
+    /// decision: one may come back and take over before the next map is read (`tests/break_wait.rs`, finding
+    /// 2), and a replica still loading, or one whose first sync has not happened, may be promoted by a
+    /// `TAKEOVER`. A shard whose replica died votes no until the replica is back or forgotten.
     replicas: Vec<(usize, usize)>,
+    /// Per connection the last map showed: the node id it gave (the replication check asks the node itself
+    /// for its shard's replicas by it, `CLUSTER REPLICAS <id>`).
+    ids: Vec<(usize, Bytes)>,
 }
 
 impl Table {
@@ -53,7 +60,13 @@ impl Table {
             mapped: false,
             vacant: Vec::new(),
             replicas: Vec::new(),
+            ids: Vec::new(),
         }
+    }
+
+    /// The node id the last map gave for `conn`'s node, if it showed that node with one.
+    pub(crate) fn id_of(&self, conn: usize) -> Option<&Bytes> {
+        self.ids.iter().find(|(c, _)| *c == conn).map(|(_, id)| id)
     }
 
     /// How many replicas the last map showed serving for `conn`'s shard, if `conn` was one of its masters
@@ -72,10 +85,7 @@ impl Table {
         let masters = map.shards().iter().map(|s| &s.master);
         let replicas = map.shards().iter().flat_map(|s| &s.replicas);
         for node in masters.chain(replicas) {
-            let port = match tls {
-                true => node.tls_port.or(node.port),
-                false => node.port,
-            };
+            let port = port_of(node, tls);
             let (Some(host), Some(port)) = (node.endpoint.host(origin), port) else {
                 continue;
             };
@@ -157,17 +167,20 @@ impl Table {
             .shards()
             .iter()
             .filter_map(|shard| {
-                let port = match tls {
-                    true => shard.master.tls_port.or(shard.master.port),
-                    false => shard.master.port,
-                };
+                let port = port_of(&shard.master, tls);
                 let conn = self.conn_of(shard.master.endpoint.host(origin)?, port?)?;
-                let serving = shard
-                    .replicas
-                    .iter()
-                    .filter(|r| r.health != Health::Failed)
-                    .count();
-                Some((conn, serving))
+                Some((conn, shard.replicas.len()))
+            })
+            .collect();
+        let nodes = map
+            .shards()
+            .iter()
+            .flat_map(|shard| std::iter::once(&shard.master).chain(&shard.replicas));
+        self.ids = nodes
+            .filter_map(|node| {
+                let port = port_of(node, tls);
+                let conn = self.conn_of(node.endpoint.host(origin)?, port?)?;
+                Some((conn, Bytes::from(node.id.clone()?)))
             })
             .collect();
         self.owner = owner;
@@ -190,10 +203,7 @@ impl Table {
                 continue;
             };
             let node = &shard.master;
-            let port = match tls {
-                true => node.tls_port.or(node.port),
-                false => node.port,
-            };
+            let port = port_of(node, tls);
             let conn = match (node.endpoint.host(origin), port) {
                 (Some(host), Some(port)) => self.conn_of(host, port),
                 _ => None,
@@ -215,10 +225,18 @@ impl Table {
     }
 }
 
+/// The port a client dials for `node`: its TLS port over TLS when it announces one.
+fn port_of(node: &ClusterNode, tls: bool) -> Option<u16> {
+    match tls {
+        true => node.tls_port.or(node.port),
+        false => node.port,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::cluster::{ClusterNode, Endpoint, Health, Shard, SlotRange};
+    use crate::net::cluster::{Endpoint, Health, Shard, SlotRange};
 
     fn node(port: u16) -> ClusterNode {
         ClusterNode {
@@ -314,5 +332,25 @@ mod tests {
         let mut u = table();
         u.install(&map(&[(0, 16383, 9999)], &[]), "x", false);
         assert_eq!(u.owner(0), None);
+    }
+
+    #[test]
+    fn a_map_gives_each_nodes_id_and_every_replica_counts() {
+        let mut t = table();
+        let mut m = map(&[(0, 16383, 7000)], &[7001, 7002]);
+        let mut shards = m.shards().to_vec();
+        shards[0].master.id = Some("m0".into());
+        shards[0].replicas[0].id = Some("r1".into());
+        shards[0].replicas[1].health = Health::Failed;
+        m = SlotMap::new(shards, m.ranges().to_vec()).unwrap();
+        t.install(&m, "x", false);
+        assert_eq!(t.id_of(10).map(|b| &b[..]), Some(&b"m0"[..]));
+        assert_eq!(t.id_of(11).map(|b| &b[..]), Some(&b"r1"[..]));
+        assert_eq!(t.id_of(12), None, "the map gave none");
+        assert_eq!(
+            t.replicas_of(10),
+            2,
+            "a replica the cluster marked failed is waited for too (it may come back and take over)"
+        );
     }
 }
