@@ -227,6 +227,29 @@ fn until_lost_resolves_when_the_key_goes() {
     });
 }
 
+/// What `left` (as [`keys`] lists them) holds on each node: type, value and `PTTL`, for a failure's message
+/// (a key left by a lost release keeps its lease's TTL; one whose release timed out says so in the release
+/// errors beside it).
+fn describe(cluster: &Cluster, left: &[String]) -> String {
+    let mut out = String::new();
+    for (i, node) in cluster.nodes().iter().enumerate() {
+        for k in left {
+            let show = |args: &[&str]| {
+                String::from_utf8_lossy(&node.raw(&cmd(args)))
+                    .trim_end()
+                    .replace("\r\n", " ")
+            };
+            out += &format!(
+                "\n  node {i} {k}: {} {} pttl {}",
+                show(&["TYPE", k]),
+                show(&["GET", k]),
+                show(&["PTTL", k])
+            );
+        }
+    }
+    out
+}
+
 /// A future that records its longest single `poll` in CPU time of the polling thread (µs): the work a poll does
 /// and any wait on a lock, but not the time the OS gave the CPU to another thread — on this 2-vCPU machine with
 /// 2 workers, a driver, 5 servers and the test itself, wall time mostly measures that.
@@ -258,12 +281,16 @@ fn cancelled_acquisitions_leave_nothing_behind() {
     let cluster = Cluster::start(3);
     let locks = locks::manager(cluster.urls(), config());
     let longest = Arc::new(AtomicU64::new(0));
+    // Releases that reported an error, with when they ended: evidence if a key is left behind.
+    let failed = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let started = Instant::now();
     let rt = two_workers();
     rt.block_on(async {
         let mut tasks = Vec::new();
         for i in 0..400u64 {
             let locks = locks.clone();
             let longest = Arc::clone(&longest);
+            let failed = Arc::clone(&failed);
             tasks.push(tokio::spawn(async move {
                 let owner = locks.owner().expect("owner");
                 let request = match i % 4 {
@@ -279,7 +306,18 @@ fn cancelled_acquisitions_leave_nothing_behind() {
                 // Cancelled somewhere between before the first reply and well after.
                 let cut = Duration::from_micros(50 + (i * 7919) % 3000);
                 if let Ok(Ok(lock)) = tokio::time::timeout(cut, acquire).await {
-                    let _ = locks.unlock_async(lock).await;
+                    let what = format!(
+                        "{} {}",
+                        String::from_utf8_lossy(lock.resource()),
+                        lock.value()
+                    );
+                    if let Err(e) = locks.unlock_async(lock).await {
+                        let at = started.elapsed();
+                        failed
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(format!("{what} at {at:?}: {e}"));
+                    }
                 }
             }));
         }
@@ -292,10 +330,13 @@ fn cancelled_acquisitions_leave_nothing_behind() {
     while !keys(&cluster).is_empty() && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(20));
     }
+    let left = keys(&cluster);
     assert!(
-        keys(&cluster).is_empty(),
-        "keys left behind: {:?}",
-        keys(&cluster)
+        left.is_empty(),
+        "keys left behind: {left:?}{}\nreleases that failed (of {:?} since the start): {:?}",
+        describe(&cluster, &left),
+        started.elapsed(),
+        failed.lock().unwrap_or_else(|e| e.into_inner())
     );
     let longest = longest.load(Ordering::Relaxed);
     println!("longest poll of a cancelled acquisition: {longest} µs of CPU");
@@ -403,10 +444,11 @@ fn cancelled_batches_leave_nothing_behind() {
     while !keys(&cluster).is_empty() && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(20));
     }
+    let left = keys(&cluster);
     assert!(
-        keys(&cluster).is_empty(),
-        "keys left behind: {:?}",
-        keys(&cluster)
+        left.is_empty(),
+        "keys left behind: {left:?}{}",
+        describe(&cluster, &left)
     );
 }
 
