@@ -1,0 +1,245 @@
+//! Cluster members (#27) under faults: three members, each a Redis Cluster of three masters with a replica
+//! each (node timeout 1 s, so a master down or stalled that long is replaced), while nodes are paused (late
+//! replies; a master stalled past the node timeout is deposed while it holds our requests), killed and
+//! restarted at once (a master back empty before anyone replaced it; one member persists every write, so its
+//! nodes also come back with their data), killed long enough to be failed over (then back as replicas), their
+//! clients' connections reset, and the masters of two members wiped at once (a majority's keys lost). The
+//! checker must find no overlapping holds and no concurrent writers, and the managers' counters must show the
+//! faults struck lock rounds. The control runs the wipe with the restart guard off: it must see two holders.
+
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use muxlock::redlock::{Config, LockManager};
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+
+use super::support::checker::Hold;
+use super::support::faults::Struck;
+use super::support::{RedisCluster, RedisServer};
+use super::{assert_safe, managers, run, seconds, work};
+
+/// The scenarios here take turns: each starts 18 nodes (three members of six), and together with the rest of
+/// this file's tests they would starve the 2 vCPUs of the machines this runs on.
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Masters per member (automatic failover needs a majority of masters to elect a replica: 3 survive one loss).
+const MASTERS: usize = 3;
+/// The members' cluster node timeout: a master unreachable this long is failed over.
+const NODE_TIMEOUT: Duration = Duration::from_millis(1_000);
+
+/// Three members started at once; member 2's nodes persist every write (`appendfsync always`).
+fn members() -> Vec<RedisCluster> {
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .map(|i| {
+                s.spawn(move || {
+                    let b = RedisCluster::builder(MASTERS)
+                        .replicas(1)
+                        .node_timeout(NODE_TIMEOUT);
+                    match i {
+                        2 => b.server(RedisServer::builder().persist_every_write()),
+                        _ => b,
+                    }
+                    .start()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a member"))
+            .collect()
+    })
+}
+
+fn config(restart_guard: bool) -> Config {
+    Config::default()
+        .with_retry_count(3)
+        .with_retry_delay(Duration::from_millis(5))
+        .with_retry_jitter(Duration::from_millis(5))
+        .with_round_timeout(Duration::from_millis(100))
+        .with_restart_guard(restart_guard)
+}
+
+/// Whether node `i` of `c` says it is a master now (a node that does not answer: no).
+fn is_master(c: &RedisCluster, i: usize) -> bool {
+    c.node(i)
+        .try_raw(&super::support::cmd(&["ROLE"]), Duration::from_millis(500))
+        .is_ok_and(|r| r.starts_with(b"*3\r\n$6\r\nmaster"))
+}
+
+/// Kills the masters of members `victims` and restarts them at once: keys not persisted are gone from them
+/// (member 2 persists every write), before any replica could be promoted.
+fn wipe(cs: &mut [RedisCluster], victims: [usize; 2]) {
+    let mut killed = Vec::new();
+    for m in victims {
+        let masters: Vec<usize> = (0..cs[m].len()).filter(|&i| is_master(&cs[m], i)).collect();
+        for i in masters {
+            cs[m].node_mut(i).kill();
+            killed.push((m, i));
+        }
+    }
+    for (m, i) in killed {
+        cs[m].node_mut(i).restart();
+    }
+}
+
+/// The fault schedule: one fault at a time, each kind in turn (shuffled), for `until`.
+fn inject(cs: &mut [RedisCluster], until: Instant, seed: u64) -> usize {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut below = |n: u32| rng.next_u32() % n;
+    let mut faults = 0;
+    while Instant::now() < until {
+        let m = below(3) as usize;
+        let i = below(cs[m].len() as u32) as usize;
+        match faults % 5 {
+            0 => {
+                // Late replies; past the node timeout, a stalled master is replaced while it holds requests.
+                cs[m].node_mut(i).pause();
+                thread::sleep(Duration::from_millis(u64::from(200 + below(1_600))));
+                cs[m].node_mut(i).resume();
+            }
+            1 => {
+                // Back at once: a master is still the master, without the keys it did not persist.
+                cs[m].node_mut(i).kill();
+                thread::sleep(Duration::from_millis(u64::from(50 + below(300))));
+                cs[m].node_mut(i).restart();
+            }
+            2 => {
+                // Down past the node timeout: a master's replica takes over; the node comes back as a replica.
+                cs[m].node_mut(i).kill();
+                thread::sleep(NODE_TIMEOUT * 2 + Duration::from_millis(u64::from(below(1_000))));
+                cs[m].node_mut(i).restart();
+            }
+            3 => {
+                // Every client connection of the member's nodes reset (ours among them).
+                for n in 0..cs[m].len() {
+                    let _ = cs[m].node(n).try_raw(
+                        &super::support::cmd(&["CLIENT", "KILL", "TYPE", "normal"]),
+                        Duration::from_millis(500),
+                    );
+                }
+            }
+            _ => wipe(cs, [m, (m + 1) % 3]),
+        }
+        faults += 1;
+        thread::sleep(Duration::from_millis(u64::from(100 + below(300))));
+    }
+    faults
+}
+
+/// Waits (bounded) until `locks` can take a lock on every member: the restart guard trusts nodes only once
+/// they have been up a window.
+fn wait_until_usable(locks: &LockManager, ttl: Duration) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until {
+        if let Ok(lock) = locks.request("warm-up").ttl(ttl).once().acquire() {
+            let _ = locks.unlock(lock);
+            return;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    panic!("the members never became usable");
+}
+
+/// Holds long enough for faults to meet them: every `every`-th hold sleeps `pause` before writing (a GC pause
+/// with the lock held), then writes up to 30 ms.
+fn long_holds(
+    secs: Duration,
+    ttl: Duration,
+    (every, pause): (u64, Duration),
+) -> super::support::checker::Work {
+    super::support::checker::Work {
+        max_work: Duration::from_millis(30),
+        pause: Some((every, pause)),
+        ..work(4, ttl, secs)
+    }
+}
+
+#[test]
+fn cluster_members_killed_paused_reset_and_failed_over_at_random() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cs = members();
+    let protected = RedisServer::start();
+    let urls: Vec<String> = cs.iter().map(RedisCluster::seed_url).collect();
+    let ttl = Duration::from_millis(1_500);
+    let locks = managers(&urls, &config(true), 2);
+    wait_until_usable(&locks[0], ttl);
+    // Every kind of fault at least twice.
+    let secs = seconds().max(Duration::from_secs(16));
+    let w = long_holds(secs, ttl, (2, ttl / 2));
+    let until = w.until;
+    let mut faults = 0;
+    let (stats, _, violations) = run("cluster members", &locks, 2, &w, &protected, || {
+        faults = inject(&mut cs, until, 11);
+    });
+    let struck = Struck::of(locks.iter().map(|l| &**l));
+    println!("  {faults} faults; {struck}");
+    assert_safe(&stats, &violations);
+    assert!(
+        struck.timeouts > 0 && struck.failed > 0 && struck.quarantined > 0 && struck.drops > 0,
+        "the faults did not strike lock rounds in every way: {struck}"
+    );
+}
+
+/// Two members' masters wiped at once (killed, back empty) while one resource is held for most of an 8 s
+/// lease and the other workers keep trying: runs of one wipe each, at most `runs`, until one shows two
+/// holders. Returns the overlaps of the last run and what struck the managers.
+fn wipes(guard: bool, runs: u64) -> (Vec<(Hold, Hold)>, Struck) {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cs = members();
+    let protected = RedisServer::start();
+    let urls: Vec<String> = cs.iter().map(RedisCluster::seed_url).collect();
+    // Leases and holds long enough to outlast the members' return after a wipe (`CLUSTERDOWN` for ~1.5 s,
+    // until the restarted masters are seen again).
+    let ttl = Duration::from_secs(8);
+    let locks: Vec<Arc<LockManager>> = managers(&urls, &config(guard), 2);
+    let mut seen = Vec::new();
+    for run_no in 0..runs {
+        wait_until_usable(&locks[0], ttl);
+        // One resource: while one worker holds it, the others keep trying.
+        let w = super::support::checker::Work {
+            resources: vec!["res0".into()],
+            ..long_holds(Duration::from_secs(7), ttl, (1, Duration::from_secs(6)))
+        };
+        let name = format!("cluster wipe, guard {guard}");
+        let (stats, _, violations) = run(&name, &locks, 2, &w, &protected, || {
+            // One wipe, once holds are under way; the members need a while to serve again after it.
+            thread::sleep(Duration::from_millis(800 + 300 * run_no));
+            wipe(&mut cs, [0, 1]);
+        });
+        if guard {
+            assert_safe(&stats, &violations);
+        }
+        seen = violations;
+        if !seen.is_empty() {
+            break;
+        }
+    }
+    (seen, Struck::of(locks.iter().map(|l| &**l)))
+}
+
+/// With the restart guard, the wiped masters' grants do not count for a window: nobody gets the lock while
+/// its holder's lease runs.
+#[test]
+fn a_wipe_of_two_members_hands_no_lock_out_twice() {
+    let (found, struck) = wipes(true, 1);
+    assert!(found.is_empty(), "two holders: {found:?}");
+    assert!(
+        struck.quarantined > 0,
+        "no wiped master was quarantined: {struck}"
+    );
+}
+
+/// The control: the same wipe with the restart guard off. The holder's keys are gone from a majority, and a
+/// rival gets them while it holds: the checker must see it. The hazard needs the hold to span the wipe: up to
+/// 4 runs.
+#[test]
+fn control_a_wipe_of_two_members_without_the_guard_hands_a_lock_out_twice() {
+    let (found, _) = wipes(false, 4);
+    assert!(
+        !found.is_empty(),
+        "no two holders without the guard: the wipes did not strike"
+    );
+}
