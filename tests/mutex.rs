@@ -91,6 +91,22 @@ fn run(
     protected: &RedisServer,
     inject: impl FnOnce(),
 ) -> (Arc<Stats>, Vec<Hold>, Vec<(Hold, Hold)>) {
+    run_with(scenario, locks, threads, work, protected, inject, worker)
+}
+
+/// One worker's loop: [`worker`] or another of its shape.
+type WorkerFn = fn(&str, &LockManager, &Work, std::net::SocketAddr, &Recorder, &Stats);
+
+/// [`run`] with workers that run `each`.
+fn run_with(
+    scenario: &str,
+    locks: &[Arc<LockManager>],
+    threads: usize,
+    work: &Work,
+    protected: &RedisServer,
+    inject: impl FnOnce(),
+    each: WorkerFn,
+) -> (Arc<Stats>, Vec<Hold>, Vec<(Hold, Hold)>) {
     let recorder = Recorder::default();
     let stats = Arc::new(Stats::default());
     let monitor = FreezeMonitor::start(Arc::clone(&stats));
@@ -107,7 +123,7 @@ fn run(
                 ..work.clone()
             };
             thread::spawn(move || {
-                worker(&format!("m{m}t{t}"), &locks, &work, addr, &recorder, &stats)
+                each(&format!("m{m}t{t}"), &locks, &work, addr, &recorder, &stats)
             })
         })
         .collect();

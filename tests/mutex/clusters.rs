@@ -15,10 +15,10 @@ use muxlock::redlock::{Config, LockManager};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
-use super::support::checker::Hold;
+use super::support::checker::{Hold, Recorder, Stats, Work, guard_worker};
 use super::support::faults::Struck;
 use super::support::{RedisCluster, RedisServer};
-use super::{assert_safe, managers, run, seconds, work};
+use super::{assert_safe, managers, run, run_with, seconds, work};
 
 /// The scenarios here take turns: each starts 18 nodes (three members of six), and together with the rest of
 /// this file's tests they would starve the 2 vCPUs of the machines this runs on.
@@ -145,12 +145,8 @@ fn wait_until_usable(locks: &LockManager, ttl: Duration) {
 
 /// Holds long enough for faults to meet them: every `every`-th hold sleeps `pause` before writing (a GC pause
 /// with the lock held), then writes up to 30 ms.
-fn long_holds(
-    secs: Duration,
-    ttl: Duration,
-    (every, pause): (u64, Duration),
-) -> super::support::checker::Work {
-    super::support::checker::Work {
+fn long_holds(secs: Duration, ttl: Duration, (every, pause): (u64, Duration)) -> Work {
+    Work {
         max_work: Duration::from_millis(30),
         pause: Some((every, pause)),
         ..work(4, ttl, secs)
@@ -183,6 +179,56 @@ fn cluster_members_killed_paused_reset_and_failed_over_at_random() {
     );
 }
 
+/// A guard worker of [`run_with`]'s shape: guards renewed over the members, up to 30 steps of up to 40 ms each
+/// (holds of up to ~1.2 s on a 1 s TTL: they live on renewals).
+fn guards(
+    name: &str,
+    locks: &LockManager,
+    work: &Work,
+    protected: std::net::SocketAddr,
+    recorder: &Recorder,
+    stats: &Stats,
+) {
+    guard_worker(name, locks, (work, 30), protected, recorder, stats);
+}
+
+/// Guards (renewal rounds, checked like acquisitions) under the same random mix of faults: no overlap, no
+/// concurrent writers, and the faults struck.
+#[test]
+fn guards_on_cluster_members_under_the_same_faults() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cs = members();
+    let protected = RedisServer::start();
+    let urls: Vec<String> = cs.iter().map(RedisCluster::seed_url).collect();
+    // A guard's TTL leaves room for renewals (at least 7 round timeouts of 100 ms).
+    let ttl = Duration::from_millis(1_000);
+    let locks = managers(&urls, &config(true), 2);
+    wait_until_usable(&locks[0], ttl);
+    let secs = seconds().max(Duration::from_secs(16));
+    let w = Work {
+        max_work: Duration::from_millis(40),
+        ..work(3, ttl, secs)
+    };
+    let until = w.until;
+    let mut faults = 0;
+    let (stats, _, violations) = run_with(
+        "cluster members, guards",
+        &locks,
+        2,
+        &w,
+        &protected,
+        || faults = inject(&mut cs, until, 23),
+        guards,
+    );
+    let struck = Struck::of(locks.iter().map(|l| &**l));
+    println!("  {faults} faults; {struck}");
+    assert_safe(&stats, &violations);
+    assert!(
+        struck.failed > 0 && struck.drops > 0,
+        "the faults did not strike lock rounds: {struck}"
+    );
+}
+
 /// Two members' masters wiped at once (killed, back empty) while one resource is held for most of an 8 s
 /// lease and the other workers keep trying: runs of one wipe each, at most `runs`, until one shows two
 /// holders. Returns the overlaps of the last run and what struck the managers.
@@ -199,7 +245,7 @@ fn wipes(guard: bool, runs: u64) -> (Vec<(Hold, Hold)>, Struck) {
     for run_no in 0..runs {
         wait_until_usable(&locks[0], ttl);
         // One resource: while one worker holds it, the others keep trying.
-        let w = super::support::checker::Work {
+        let w = Work {
             resources: vec!["res0".into()],
             ..long_holds(Duration::from_secs(7), ttl, (1, Duration::from_secs(6)))
         };
