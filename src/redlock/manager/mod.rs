@@ -194,7 +194,7 @@ impl Builder {
             // A cluster node's votes are handed up only after an `INFO replication` read after them shows the
             // master its connection's set-up read: a failover and failback this manager never saw quarantines
             // the node before they count (`net/cluster/route/replid.rs`; #27 review, finding 5).
-            fanout.check_replication(ids.info(), ids.myid);
+            fanout.check_replication(ids.info());
         }
         if routed && self.config.fold_releases {
             return Err(Error::config(

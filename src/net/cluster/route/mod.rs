@@ -187,12 +187,10 @@ impl Members {
     /// replication`, and hands its outcome up only once that reply shows the same master as the connection's
     /// set-up reading, whose reply is the `info_at`-th of [`Options::setup`]'s (an `INFO` with the replication
     /// section): a failover and failback this manager never saw then quarantines the node as a promoted
-    /// replica before its votes are counted (see `replid.rs`). `myid_at`: where the set-up's `CLUSTER MYID`
-    /// reply is (the check asks a node for its shard's replicas by the id the map gave, and trusts the answer
-    /// only if that id is the node's own). Nothing for a manager of plain members.
-    pub fn check_replication(&mut self, info_at: usize, myid_at: Option<usize>) {
+    /// replica before its votes are counted (see `replid.rs`). Nothing for a manager of plain members.
+    pub fn check_replication(&mut self, info_at: usize) {
         if let Some(routes) = self.routes.as_deref_mut() {
-            routes.check = Some(ReplCheck::new(info_at, myid_at, routes.member_of.len()));
+            routes.check = Some(ReplCheck::new(info_at, routes.member_of.len()));
         }
     }
 

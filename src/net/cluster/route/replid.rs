@@ -32,8 +32,9 @@
 //! the node); `t` is half of what is left of the round. Then, per connection (under one lock, shared by every
 //! round):
 //!
-//! - **the same master id** as the one seen before on this connection's set-up, the node's own id (its
-//!   set-up's `CLUSTER MYID`) the one its replicas were asked by, and at least as many acknowledgements as
+//! - **the same master id** as the one seen before on this connection's set-up, the node's own id (`CLUSTER
+//!   MYID`, asked in the first write of each connection session, and again until answered) the one its
+//!   replicas were asked by, and at least as many acknowledgements as
 //!   `n`, as the replicas this reading shows online and as the replicas the node lists: the outcomes stand;
 //! - **another id** (a promotion since, or a sync from another master): the connection is quarantined as a
 //!   promoted replica from the instant the reading is judged (later than the promotion: the safe side), and
@@ -78,13 +79,14 @@ use crate::sync::lock;
 /// `INFO replication`, encoded.
 pub(super) const CHECK: &[u8] = b"*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n";
 
+/// `CLUSTER MYID`, encoded.
+pub(super) const MYID: &[u8] = b"*2\r\n$7\r\nCLUSTER\r\n$4\r\nMYID\r\n";
+
 /// The check's books, shared by every round of a manager.
 #[derive(Debug)]
 pub(super) struct ReplCheck {
     /// Where the set-up's `INFO server replication` reply is among a connection's set-up replies.
     info_at: usize,
-    /// Where the set-up's `CLUSTER MYID` reply is among them.
-    myid_at: Option<usize>,
     /// Per connection: the session it was last judged on, and the master id seen last on it.
     seen: Mutex<Vec<Seen>>,
 }
@@ -94,7 +96,7 @@ struct Seen {
     /// [`Fanout::sessions`](crate::net::Fanout::sessions) when last judged; 0: never.
     session: u64,
     replid: Option<Bytes>,
-    /// The node's own id, read at that session's set-up (`CLUSTER MYID`).
+    /// The node's own id, read by `CLUSTER MYID` in a write of that session.
     myid: Option<Bytes>,
     /// How many replicas the last check saw: online in its reading, or listed by the node.
     replicas: usize,
@@ -118,10 +120,9 @@ pub(super) enum Verdict {
 }
 
 impl ReplCheck {
-    pub(super) fn new(info_at: usize, myid_at: Option<usize>, conns: usize) -> ReplCheck {
+    pub(super) fn new(info_at: usize, conns: usize) -> ReplCheck {
         ReplCheck {
             info_at,
-            myid_at,
             seen: Mutex::new(vec![Seen::default(); conns]),
         }
     }
@@ -153,10 +154,8 @@ impl ReplCheck {
             cell.replid = replies
                 .get(self.info_at)
                 .and_then(|(v, _)| replication_id(v));
-            cell.myid = self
-                .myid_at
-                .and_then(|at| replies.get(at))
-                .and_then(|(v, _)| node_id(v));
+            // Its node id is asked in its own writes (`CLUSTER MYID`, until one is noted).
+            cell.myid = None;
         }
         if cell.replid.as_ref() == Some(&now) {
             Verdict::Same
@@ -169,13 +168,31 @@ impl ReplCheck {
 }
 
 impl ReplCheck {
-    /// Whether `id` is the node id connection `conn`'s current session read at its set-up (`CLUSTER MYID`),
-    /// as last [judged](ReplCheck::judge): the replica list asked by `id` was then the node's own shard's.
+    /// Whether `id` is the node id noted for connection `conn`'s session last [judged](ReplCheck::judge)
+    /// ([`ReplCheck::note_myid`]): the replica list asked by `id` was then the node's own shard's.
     pub(super) fn is_own_id(&self, conn: usize, id: &[u8]) -> bool {
         lock(&self.seen)
             .get(conn)
             .and_then(|s| s.myid.as_deref())
             .is_some_and(|own| own == id)
+    }
+
+    /// Whether connection `conn`'s session `session` was judged already and its node id is known (asked in
+    /// one of its writes): if not, the next write asks `CLUSTER MYID`.
+    pub(super) fn knows_id(&self, conn: usize, session: u64) -> bool {
+        lock(&self.seen)
+            .get(conn)
+            .is_some_and(|s| s.session == session && s.myid.is_some())
+    }
+
+    /// Records `id`, read by `CLUSTER MYID` in a write of connection `conn`'s session `session`, as that
+    /// session's node id (if that session is the one last judged; a later session reads its own).
+    pub(super) fn note_myid(&self, conn: usize, session: u64, id: Bytes) {
+        if let Some(s) = lock(&self.seen).get_mut(conn) {
+            if s.session == session {
+                s.myid = Some(id);
+            }
+        }
     }
 
     /// How many replicas connection `conn`'s last check saw (online in its reading, or listed by the node
@@ -238,7 +255,7 @@ pub(super) fn listed_replicas(reply: &Value) -> Option<usize> {
 }
 
 /// The node id of a `CLUSTER MYID` reply.
-fn node_id(reply: &Value) -> Option<Bytes> {
+pub(super) fn node_id(reply: &Value) -> Option<Bytes> {
     match reply.without_attributes() {
         Value::BulkString(b) | Value::SimpleString(b) if !b.is_empty() => Some(b.clone()),
         _ => None,
@@ -327,7 +344,7 @@ mod tests {
 
     #[test]
     fn a_master_keeping_its_id_is_the_same_and_a_new_id_is_a_change() {
-        let c = ReplCheck::new(1, None, 2);
+        let c = ReplCheck::new(1, 2);
         assert_eq!(
             judged(&c, 0, 1, || setup("aa"), &info("master", "aa")),
             Verdict::Same
@@ -354,7 +371,7 @@ mod tests {
 
     #[test]
     fn the_first_check_of_a_session_is_compared_with_that_sessions_set_up_reading() {
-        let c = ReplCheck::new(1, None, 1);
+        let c = ReplCheck::new(1, 1);
         // The failback happened between the set-up and the first check: seen.
         assert_eq!(
             judged(&c, 0, 1, || setup("aa"), &info("master", "bb")),
@@ -385,7 +402,7 @@ mod tests {
 
     #[test]
     fn no_proof_without_a_master_and_an_id() {
-        let c = ReplCheck::new(1, None, 1);
+        let c = ReplCheck::new(1, 1);
         assert_eq!(
             judged(&c, 0, 1, || setup("aa"), &info("slave", "aa")),
             Verdict::Unproven
@@ -409,27 +426,38 @@ mod tests {
 
     #[test]
     fn a_replica_list_is_trusted_only_when_asked_by_the_nodes_own_id() {
-        let c = ReplCheck::new(1, Some(2), 1);
-        let myid = |id: &'static [u8]| {
-            let mut s = setup("aa");
-            s.push((Value::BulkString(Bytes::from_static(id)), Instant::now()));
-            s
-        };
-        assert!(!c.is_own_id(0, b"n1"), "no session judged yet");
-        judged(&c, 0, 1, || myid(b"n1"), &info("master", "aa"));
-        assert!(c.is_own_id(0, b"n1"));
+        let c = ReplCheck::new(1, 1);
+        let id = |id: &'static [u8]| Bytes::from_static(id);
+        assert!(
+            !c.knows_id(0, 1) && !c.is_own_id(0, b"n1"),
+            "no session judged yet"
+        );
+        judged(&c, 0, 1, || setup("aa"), &info("master", "aa"));
+        assert!(
+            !c.knows_id(0, 1),
+            "judged, but no id asked yet: the next write asks it"
+        );
+        c.note_myid(0, 1, id(b"n1"));
+        assert!(c.knows_id(0, 1) && c.is_own_id(0, b"n1"));
         assert!(!c.is_own_id(0, b"n2"), "another node's id");
-        // A new session on another node at that address: its own id from then on.
-        judged(&c, 0, 2, || myid(b"n2"), &info("master", "aa"));
-        assert!(c.is_own_id(0, b"n2") && !c.is_own_id(0, b"n1"));
-        // `CLUSTER MYID` refused at set-up: no id is the node's own.
-        let refused = || {
-            let mut s = setup("aa");
-            s.push((Value::Error(Bytes::from_static(b"NOPERM")), Instant::now()));
-            s
-        };
-        judged(&c, 0, 3, refused, &info("master", "aa"));
-        assert!(!c.is_own_id(0, b"n2"));
+        assert!(!c.knows_id(0, 2), "a new session asks again");
+        // A new session (another node at that address, say): the old id is not its own.
+        judged(&c, 0, 2, || setup("aa"), &info("master", "aa"));
+        assert!(!c.is_own_id(0, b"n1"));
+        // An id read on an older session is not noted for the new one.
+        c.note_myid(0, 1, id(b"n1"));
+        assert!(!c.is_own_id(0, b"n1") && !c.knows_id(0, 2));
+        c.note_myid(0, 2, id(b"n2"));
+        assert!(c.is_own_id(0, b"n2"));
+        assert_eq!(node_id(&Value::BulkString(id(b"n3"))), Some(id(b"n3")));
+        let loading = Value::Error(Bytes::from_static(
+            b"LOADING Redis is loading the dataset in memory",
+        ));
+        assert_eq!(
+            node_id(&loading),
+            None,
+            "refused while loading: asked again"
+        );
     }
 
     #[test]

@@ -50,12 +50,19 @@ struct Routing {
     /// Per connection, when checking: the outcomes read there that wait for the check sent after them,
     /// `(member, seq, outcome)` in the order read.
     held: Vec<Vec<(usize, usize, Reply)>>,
-    /// Per connection, when checking: how many replicas acknowledged the `WAIT` read before the coming check
-    /// (`None`: none was sent, or its outcome was no count).
-    acks: Vec<Option<i64>>,
-    /// Per connection, when checking: how many replicas the node's own `CLUSTER REPLICAS` listed before the
-    /// coming check (`None`: none was sent, or its reply was no list).
-    listed: Vec<Option<usize>>,
+    /// Per connection, when checking: the readings of the write's commands before its coming check.
+    readings: Vec<Readings>,
+}
+
+/// The replies read before a write's check (`replid.rs`), taken by that check.
+#[derive(Debug, Default, Clone)]
+struct Readings {
+    /// How many replicas acknowledged the `WAIT` (`None`: none was sent, or its reply was no count).
+    acks: Option<i64>,
+    /// How many replicas the node's own `CLUSTER REPLICAS` listed (`None`: none was sent, or no list).
+    listed: Option<usize>,
+    /// The node's id, when the write asked it (`CLUSTER MYID`: no check of its session has it yet).
+    myid: Option<Bytes>,
 }
 
 impl Routing {
@@ -90,6 +97,8 @@ enum Expect {
     Wait,
     /// `CLUSTER REPLICAS <id>` before the check: how many it lists is kept for the check.
     Replicas,
+    /// `CLUSTER MYID` before the check, when no check of the session has the node's id yet: kept for it.
+    MyId,
     /// The replication check after commands (`replid.rs`): it releases the outcomes held before it, which
     /// count only if `replicas` replicas (and every one it shows online, and every one the node lists for
     /// node id `id`, which must be its own) acknowledged them.
@@ -155,12 +164,8 @@ impl Routing {
                 true => (0..conns).map(|_| Vec::new()).collect(),
                 false => Vec::new(),
             },
-            acks: match check {
-                true => vec![None; conns],
-                false => Vec::new(),
-            },
-            listed: match check {
-                true => vec![None; conns],
+            readings: match check {
+                true => vec![Readings::default(); conns],
                 false => Vec::new(),
             },
         })
@@ -462,8 +467,8 @@ impl<'a> MembersRound<'a> {
             // ASKING's +OK (an error there shows in the command's own reply)
             Expect::Asking => return,
             Expect::Wait => {
-                if let Some(cell) = routing.acks.get_mut(conn) {
-                    *cell = match &reply {
+                if let Some(r) = routing.readings.get_mut(conn) {
+                    r.acks = match &reply {
                         Ok(Value::Integer(n)) => Some(*n),
                         _ => None,
                     };
@@ -471,8 +476,14 @@ impl<'a> MembersRound<'a> {
                 return;
             }
             Expect::Replicas => {
-                if let Some(cell) = routing.listed.get_mut(conn) {
-                    *cell = reply.as_ref().ok().and_then(replid::listed_replicas);
+                if let Some(r) = routing.readings.get_mut(conn) {
+                    r.listed = reply.as_ref().ok().and_then(replid::listed_replicas);
+                }
+                return;
+            }
+            Expect::MyId => {
+                if let Some(r) = routing.readings.get_mut(conn) {
+                    r.myid = reply.as_ref().ok().and_then(replid::node_id);
                 }
                 return;
             }
@@ -519,8 +530,15 @@ impl<'a> MembersRound<'a> {
             .get_mut(conn)
             .map(std::mem::take)
             .unwrap_or_default();
-        let wait = routing.acks.get_mut(conn).and_then(Option::take);
-        let listed = routing.listed.get_mut(conn).and_then(Option::take);
+        let Readings {
+            acks: wait,
+            listed,
+            myid,
+        } = routing
+            .readings
+            .get_mut(conn)
+            .map(std::mem::take)
+            .unwrap_or_default();
         let check = members.routes.as_ref().and_then(|r| r.check.as_ref());
         // On a change, the node is quarantined before any outcome is handed up (the restart guard must find it
         // so), and before the check's lock is let go (another thread's check of the new id must too).
@@ -540,6 +558,12 @@ impl<'a> MembersRound<'a> {
         // lists for its shard, whatever the map and the last reading showed (#27 `break_wait.rs` finding 1: a
         // replica that joined since both, its link down, takes over a stalled master; the deposed master still
         // lists it), a list trusted only if asked by the node's own id.
+        let session = members.sessions(conn);
+        if let (Some(myid), Some(check), Verdict::Same | Verdict::Changed) = (myid, check, verdict)
+        {
+            // Asked in this write: the node's id for the rest of its session.
+            check.note_myid(conn, session, myid);
+        }
         let own = match (&id, check) {
             (Some(id), Some(check)) => check.is_own_id(conn, id),
             _ => false,
@@ -569,7 +593,7 @@ impl<'a> MembersRound<'a> {
                 Some("the member's map gave no id for the node".to_owned())
             }
             (Ok(_), Verdict::Same, _) if !own => {
-                Some("the node's own id (CLUSTER MYID at set-up) is not the map's".to_owned())
+                Some("the node's own id (CLUSTER MYID) is unknown or not the map's".to_owned())
             }
             (Ok(_), Verdict::Same, _) if listed.is_none() => {
                 Some("no replica list from the node (CLUSTER REPLICAS)".to_owned())
@@ -701,6 +725,13 @@ fn append_check(
         added += 1;
     }
     if let Some(id) = &id {
+        if !check.knows_id(conn, members.sessions(conn)) {
+            // No check of this session has the node's id yet (its first write, or the last answer was
+            // `-LOADING`): asked here, until one has it.
+            bytes.extend_from_slice(replid::MYID);
+            routing.wire[conn].push_back(Expect::MyId);
+            added += 1;
+        }
         // The node's own view of its shard, after the commands and the `WAIT`: a replica the map and the last
         // reading miss is still listed there (a link down, failed), and must have acknowledged too.
         bytes.extend_from_slice(&replid::replicas_command(id));

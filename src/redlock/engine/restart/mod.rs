@@ -349,18 +349,13 @@ pub(crate) struct SetupIds {
     settings: usize,
     /// The persistence marker script (may be refused).
     marker: usize,
-    /// `CLUSTER MYID`, with cluster members (refused by a plain member's node): the replication check
-    /// compares the node id it asked by with it.
-    pub(crate) myid: Option<usize>,
 }
 
 impl SetupIds {
     /// The readings that may be refused (an error reply is then their reply, and the node gets the window
     /// rule): the settings and the marker, for `Options::optional_setup`.
     pub(crate) fn optional(self) -> Vec<usize> {
-        let mut steps = vec![self.settings, self.marker];
-        steps.extend(self.myid);
-        steps
+        vec![self.settings, self.marker]
     }
     /// Where `INFO` is among the set-up replies (with the replication section on a cluster member's nodes: the
     /// routing layer's replication check compares with it).
@@ -431,7 +426,7 @@ pub(crate) fn connection_setup_for(
 /// Appends `INFO server`, `CONFIG GET *append*` and the marker script to the set-up commands pipelined on every
 /// new connection, and says where each one's reply will be.
 /// With `INFO server replication` for cluster members (Redis >= 7.0 reads several
-/// sections at once), and then `CLUSTER MYID`.
+/// sections at once).
 pub(crate) fn add_setup_commands_for(setup: &mut Vec<Bytes>, cluster: bool) -> SetupIds {
     let mut push = |command: Bytes| {
         setup.push(command);
@@ -443,17 +438,10 @@ pub(crate) fn add_setup_commands_for(setup: &mut Vec<Bytes>, cluster: bool) -> S
         false => encode_command(&[b"INFO", b"server"], &mut info),
     }
     let [config, marker] = persist::setup_commands();
-    let (info, settings, marker) = (push(info.freeze()), push(config), push(marker));
-    let myid = cluster.then(|| {
-        let mut myid = BytesMut::new();
-        encode_command(&[b"CLUSTER", b"MYID"], &mut myid);
-        push(myid.freeze())
-    });
     SetupIds {
-        info,
-        settings,
-        marker,
-        myid,
+        info: push(info.freeze()),
+        settings: push(config),
+        marker: push(marker),
     }
 }
 

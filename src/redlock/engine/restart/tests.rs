@@ -7,7 +7,6 @@ const IDS: SetupIds = SetupIds {
     info: 0,
     settings: 1,
     marker: 2,
-    myid: None,
 };
 
 fn info(run_id: &str, uptime: &str) -> Value {
@@ -236,7 +235,6 @@ fn a_promoted_master_says_so_in_its_replication_section() {
         info: 0,
         settings: 1,
         marker: 2,
-        myid: None,
     };
     let settings = Value::Array(
         [
