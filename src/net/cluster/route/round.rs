@@ -231,6 +231,8 @@ impl<'a> MembersRound<'a> {
         }
     }
 
+    // Out of line: the plain members' path (the `None` branch of the dispatchers) stays small.
+    #[inline(never)]
     fn send_routed(
         &mut self,
         include: impl Fn(usize) -> bool,
@@ -378,6 +380,8 @@ impl<'a> MembersRound<'a> {
         }
     }
 
+    // Out of line: the plain members' path (the `None` branch of the dispatchers) stays small.
+    #[inline(never)]
     fn next_routed(&mut self) -> Option<(usize, Reply)> {
         loop {
             if let Some(out) = self.take_ready() {
@@ -402,6 +406,8 @@ impl<'a> MembersRound<'a> {
         }
     }
 
+    // Out of line: the plain members' path (the `None` branch of the dispatchers) stays small.
+    #[inline(never)]
     fn poll_routed(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, Reply)>> {
         loop {
             if let Some(out) = self.take_ready() {
