@@ -413,14 +413,18 @@ fn ask_mid_migration_sets_an_absent_key_on_the_importing_master() {
         .once()
         .acquire()
         .expect("acquired after ASK");
+    // An acquisition returns once a majority granted: a member whose `ASK` is read after that is not followed
+    // (seen under load), and has the key nowhere. So its value on a majority's importing masters, and on no
+    // migrating master.
+    let mut set = 0;
     for (c, m) in cs.iter().zip(&migrations) {
         assert_eq!(get(c, m.from, r), None, "not on the migrating master");
-        assert_eq!(
-            get(c, m.to, r).as_deref(),
-            Some(lock.value().as_bytes()),
-            "on the importing master"
-        );
+        if let Some(v) = get(c, m.to, r) {
+            assert_eq!(v, lock.value().as_bytes(), "its own value");
+            set += 1;
+        }
     }
+    assert!(set >= 2, "set on {set} importing masters");
     held(b.request(r).once().acquire());
     a.unlock(lock).expect("released after ASK");
     // A release returns once a majority confirmed it: a member whose ASK came after that is not followed (no
