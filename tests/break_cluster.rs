@@ -49,6 +49,7 @@ use muxlock::{Config, Error, LockManager, Outcome};
 use support::checker::{Hold, instant_ns, mono_ns, overlaps};
 use support::fake::name;
 use support::locks::{manager, one_attempt, wait_until};
+use support::redis_cluster::get_asking as get;
 use support::wire::show;
 use support::{Action, Failover, FakeServer, Fault, FaultProxy, RedisCluster, RedisServer};
 
@@ -65,26 +66,6 @@ fn clusters(count: usize, masters: usize, replicas: usize) -> Vec<RedisCluster> 
             .map(|h| h.join().expect("a cluster"))
             .collect()
     })
-}
-
-/// The value `key` holds on node `i` of `c` (`None`: absent or not served there), read with `ASKING` so that an
-/// importing node answers.
-#[track_caller]
-fn get(c: &RedisCluster, i: usize, key: &str) -> Option<Vec<u8>> {
-    let mut bytes = support::cmd(&["ASKING"]);
-    bytes.extend(support::cmd(&["GET", key]));
-    let raw = c.node(i).raw(&bytes);
-    let rest = raw
-        .strip_prefix(b"+OK\r\n")
-        .unwrap_or_else(|| panic!("ASKING: {}", show(&raw)));
-    if rest == b"$-1\r\n" || rest.starts_with(b"-ASK") || rest.starts_with(b"-MOVED") {
-        return None;
-    }
-    let body = rest
-        .splitn(2, |&b| b == b'\n')
-        .nth(1)
-        .unwrap_or_else(|| panic!("GET: {}", show(rest)));
-    Some(body.strip_suffix(b"\r\n").unwrap_or(body).to_vec())
 }
 
 /// Sends `ACL SETUSER default <rules>` to node `i` of `c`.

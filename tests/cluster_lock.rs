@@ -21,6 +21,7 @@ use muxlock::net::cluster::key_slot;
 use muxlock::{Config, Error, LockManager, Outcome};
 use support::checker::{Hold, instant_ns, mono_ns, overlaps};
 use support::locks::{manager, one_attempt, wait_until};
+use support::redis_cluster::get_asking as get;
 use support::wire::show;
 use support::{Failover, Fault, FaultProxy, RedisCluster, RedisServer};
 
@@ -45,26 +46,6 @@ fn clusters(count: usize, masters: usize, with_replicas: usize) -> Vec<RedisClus
             .map(|h| h.join().expect("a cluster"))
             .collect()
     })
-}
-
-/// The value `key` holds on node `i` of `c` (`None`: absent), read with `ASKING` so an importing node answers.
-#[track_caller]
-fn get(c: &RedisCluster, i: usize, key: &str) -> Option<Vec<u8>> {
-    let mut bytes = support::cmd(&["ASKING"]);
-    bytes.extend(support::cmd(&["GET", key]));
-    let raw = c.node(i).raw(&bytes);
-    let rest = raw
-        .strip_prefix(b"+OK\r\n")
-        .unwrap_or_else(|| panic!("ASKING: {}", show(&raw)));
-    // Absent, or not served here (a migrating master answers ASK for a key it does not hold).
-    if rest == b"$-1\r\n" || rest.starts_with(b"-ASK") || rest.starts_with(b"-MOVED") {
-        return None;
-    }
-    let body = rest
-        .splitn(2, |&b| b == b'\n')
-        .nth(1)
-        .unwrap_or_else(|| panic!("GET: {}", show(rest)));
-    Some(body.strip_suffix(b"\r\n").unwrap_or(body).to_vec())
 }
 
 #[track_caller]
