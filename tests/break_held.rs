@@ -396,7 +396,7 @@ fn routed_rounds_under_overload_grant_no_held_key_and_lose_releases_only_by_the_
         stats.nodes[0].net,
         stats.nodes[2].net
     );
-    // Releases given up by the documented bound (`max_in_flight` replies' worth detached per node) may stay: no
+    // Releases given up by the documented bound (`2 * max_in_flight` replies' worth detached per node) may stay: no
     // more keys than that.
     assert!(
         left.len() as u64 <= stats.nodes[2].net.given_up,
@@ -553,7 +553,7 @@ fn detached_releases_go_on_the_connection_after_a_reset() {
     thread::sleep(Duration::from_millis(200));
     let left = keys_left(&servers[2], &names);
     let net = manager.stats().nodes[2].net.since(&before);
-    // The cap keeps `MAX` replies' worth detached per node; the rest were given up at once (documented).
+    // The cap keeps `2 * MAX` replies' worth detached per node; the rest were given up at once (documented).
     assert!(net.detached > net.given_up, "none kept: {net:?}");
     assert!(
         left.len() as u64 <= 2 * MAX as u64 + net.given_up,

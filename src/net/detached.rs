@@ -28,8 +28,12 @@
 //!   take their places in the connection's FIFO, are read, and dropped; they are filed under no round.
 //! - **Bounded.** A detached request waits for room at most `hung_timeout` from the moment it was detached (a
 //!   node that sends nothing for that long with requests outstanding is dropped anyway), then it is given up:
-//!   dropped unsent, as it was before this existed, and counted. Per node at most `max_in_flight` replies' worth
-//!   wait; a request past that is given up at once. The fanout's drop gives up whatever still waits.
+//!   dropped unsent, as it was before this existed, and counted. Per node at most `2 * max_in_flight` replies'
+//!   worth wait (the release reserve's size: as much as the node's queue takes for releases); a request past
+//!   that is given up at once. The fanout's drop gives up whatever still waits. (The cap was `max_in_flight`
+//!   once: folded releases, up to `max_in_flight` replies each, are held whole when they do not fit the room
+//!   left, so a queue short of full holds back more than `max_in_flight` replies' worth, and a paused node lost
+//!   up to 6 of 24 releases in `lost_release`'s folded case, 1 run in 4.)
 //! - **Scripts in full.** Nobody reads a detached request's replies, so no `NOSCRIPT` can be answered by sending
 //!   the script again: an `EVALSHA` of a script the manager knows ([`Options::with_scripts`](super::Options::with_scripts)) is
 //!   detached as `EVAL` of its body ([`in_full`]), which a `SCRIPT FLUSH` while it waits cannot refuse. Not

@@ -56,7 +56,8 @@ impl Shared {
         // Scripts in full: nobody will read a `NOSCRIPT` and send them again.
         let bytes = in_full(bytes, &self.opts.scripts);
         let give_up_at = later(now, self.opts.hung_timeout);
-        if !detached.detach(node, bytes, replies, give_up_at, self.opts.max_in_flight) {
+        let cap = self.opts.max_in_flight.saturating_mul(2);
+        if !detached.detach(node, bytes, replies, give_up_at, cap) {
             stats.given_up(replies);
         }
     }
