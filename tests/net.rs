@@ -844,6 +844,35 @@ fn send_each_gives_every_node_its_own_bytes_in_order() {
     );
 }
 
+/// The read-only review of #27, finding 1, on real sockets: a node's request refused for room between two it
+/// accepted keeps its place: its outcomes come after the first one's reply and before the last one's. (They came
+/// after both: `d`'s reply was handed out in the place of the refused request's first command.)
+#[test]
+fn a_refusal_between_two_queued_requests_keeps_its_place() {
+    let cluster = Cluster::start(1);
+    let opts = Options::default().with_max_in_flight(2);
+    let fanout = Fanout::new(addrs(&cluster.urls()), opts).unwrap();
+    assert_eq!(
+        round_all(&fanout, &[b"PING"], Duration::from_secs(2)),
+        vec![ok("PONG")]
+    );
+    let first = request(&[b"ECHO", b"a"]);
+    let mut three = request(&[b"ECHO", b"b"]);
+    three.extend_from_slice(&request(&[b"ECHO", b"c"]));
+    three.extend_from_slice(&request(&[b"ECHO", b"e"]));
+    let last = request(&[b"ECHO", b"d"]);
+    let mut round = fanout.round(Instant::now() + Duration::from_secs(2));
+    // `a` fits; three replies never fit in two; `d` fits behind `a`.
+    let queued = round.send_each(&[(0, &first[..], 1), (0, &three[..], 3), (0, &last[..], 1)]);
+    assert!(queued.contains(0));
+    let replies: Vec<_> = std::iter::from_fn(|| round.next()).map(|o| o.1).collect();
+    let over = Err(NodeError::Overloaded);
+    assert_eq!(
+        replies,
+        vec![bulk("a"), over.clone(), over.clone(), over, bulk("d")]
+    );
+}
+
 /// A vacant connection (kept for a node not known yet) dials nothing and fails its requests at once; occupied,
 /// it reaches its node like any other; it is occupied once only, and a connection that was never vacant cannot
 /// be given another address.

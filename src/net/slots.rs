@@ -19,8 +19,13 @@
 //!   are filed, so a late reply is never handed out in the position of the next command. (The bug this rule
 //!   fixed: one timeout per call, so the first command's late reply was filed under the count left for the
 //!   second, and a batch counted a node's `OK` for `r0` as its vote for `r1`.)
-//! - **An outcome decided before the wire's** (a request refused for lack of room, [`Slots::refuse`]) waits
-//!   behind the node's requests still on the wire, and is handed out after them.
+//! - **An outcome decided before the wire's** (a request refused for lack of room, or because its node is
+//!   down, [`Slots::refuse`]) takes its own place in the node's order: it waits behind the node's requests that
+//!   were on the wire when it was refused (it remembers how many outcomes are *ahead* of it), and is handed out
+//!   right after the last of them, before any request accepted later. (It once waited until the node had no
+//!   request of the round on the wire at all: a request accepted after the refusal, a routed round's resend or a
+//!   smaller request that fitted where a larger one did not, was handed out first, its `OK` in the refused
+//!   command's place: the read-only review of #27, finding 1.)
 //!
 //! A release round that holds a request for room on a node holds the round's later requests to that node behind
 //! it, each with its own bytes (`fanout`'s `offer` and `retry_held`), so the order in which requests are
@@ -90,9 +95,10 @@ struct Slot {
     /// Per node: requests reported timed out whose outcome has not come from the wire yet; the next `stale`
     /// outcomes filed for the node are theirs, and are dropped.
     stale: Vec<u32>,
-    /// Outcomes decided before the node's earlier requests were answered, handed out after them: `(node, reply,
-    /// count)`. Rare (a node out of room in the middle of a round), so empty and unallocated almost always.
-    deferred: Vec<(usize, Reply, u32)>,
+    /// Outcomes decided before the node's earlier requests were answered, handed out after them, in the order
+    /// they were decided. Rare (a node out of room in the middle of a round), so empty and unallocated almost
+    /// always.
+    deferred: Vec<Deferred>,
     /// Outcomes not taken yet: the sum of `pending` and of the `deferred` counts.
     outstanding: usize,
     /// The round's deadline; every outcome is known by then.
@@ -108,22 +114,50 @@ struct Slot {
     need: usize,
 }
 
+/// `count` outcomes of one node decided before the wire's, to be handed out after the `ahead` outcomes of the
+/// node's requests that were on the wire when they were decided.
+#[derive(Debug)]
+struct Deferred {
+    node: usize,
+    reply: Reply,
+    count: u32,
+    ahead: u32,
+}
+
 impl Slot {
-    /// Hands out `node`'s deferred outcomes once none of its requests is awaited from the wire any more.
-    fn release_deferred(&mut self, node: usize) {
-        if self.deferred.is_empty() || self.pending.get(node).is_some_and(|&p| p > 0) {
+    /// Hands out an outcome of `node` from the wire (or its timeout), then the deferred outcomes that came right
+    /// after it.
+    fn arrive(&mut self, node: usize, reply: Reply) {
+        self.arrivals.push_back((node, reply));
+        if self.deferred.is_empty() {
             return;
         }
+        for d in self.deferred.iter_mut().filter(|d| d.node == node) {
+            d.ahead = d.ahead.saturating_sub(1);
+        }
+        self.release_deferred(node);
+    }
+
+    /// Hands out `node`'s deferred outcomes that no outcome from the wire is ahead of any more, in the order they
+    /// were decided (a later one never has fewer ahead of it). Invariant: `ahead` is at most the node's `pending`
+    /// (both count down together); all are handed out once nothing is pending, whatever they count, so that no
+    /// outcome can wait for a reply that will never be expected.
+    fn release_deferred(&mut self, node: usize) {
+        let wire_empty = self.pending.get(node).is_none_or(|&p| p == 0);
         let mut i = 0;
         while i < self.deferred.len() {
-            if self.deferred[i].0 != node {
+            let d = &self.deferred[i];
+            if d.node != node {
                 i += 1;
                 continue;
             }
-            let (node, reply, count) = self.deferred.remove(i);
-            self.outstanding -= count as usize;
-            for _ in 0..count {
-                self.arrivals.push_back((node, reply.clone()));
+            if d.ahead > 0 && !wire_empty {
+                return;
+            }
+            let d = self.deferred.remove(i);
+            self.outstanding -= d.count as usize;
+            for _ in 0..d.count {
+                self.arrivals.push_back((d.node, d.reply.clone()));
             }
         }
     }
@@ -257,6 +291,7 @@ impl Slots {
                 let n = u32::try_from(replies).unwrap_or(u32::MAX).min(*p);
                 *p -= n;
                 s.outstanding -= n as usize;
+                s.release_deferred(node);
             }
         }
     }
@@ -278,14 +313,14 @@ impl Slots {
             _ => return None,
         }
         s.outstanding -= 1;
-        s.arrivals.push_back((node, reply));
-        s.release_deferred(node);
+        s.arrive(node, reply);
         s.wake(&mut self.waiting)
     }
 
     /// Files `count` outcomes of `node` for round `r` that are known before the wire's (the node had no room for
-    /// the request): `count` of the node's expected requests, the last ones it was sent. They are handed out after
-    /// the node's earlier requests still awaited from the wire. Returns the round's waiter to wake, if it waits.
+    /// the request, or is down): `count` of the node's expected requests, the last ones it was sent. They are
+    /// handed out right after the node's earlier requests still awaited from the wire, before any sent later.
+    /// Returns the round's waiter to wake, if it waits.
     pub fn refuse(&mut self, r: SlotRef, node: usize, count: usize, reply: Reply) -> Option<Wake> {
         let s = live(&mut self.slots, r)?;
         let p = s.pending.get_mut(node)?;
@@ -294,7 +329,13 @@ impl Slots {
             return None;
         }
         *p -= count;
-        s.deferred.push((node, reply, count));
+        let ahead = *p;
+        s.deferred.push(Deferred {
+            node,
+            reply,
+            count,
+            ahead,
+        });
         s.release_deferred(node);
         s.wake(&mut self.waiting)
     }
@@ -318,7 +359,7 @@ impl Slots {
     }
 
     /// Reports every request of one node of `r` that has had no outcome as timed out: files a
-    /// [`NodeError::Timeout`] for each (then the node's deferred outcomes), and returns the node and how many
+    /// [`NodeError::Timeout`] for each (the node's deferred outcomes each in its place), and returns the node and how many
     /// timed out. Their replies, if they still come, are dropped (see the module doc). The caller calls this only
     /// after the round's deadline, once the replies that had arrived by then were read.
     pub fn time_out_node(&mut self, r: SlotRef) -> Option<(usize, u32)> {
@@ -333,10 +374,10 @@ impl Slots {
         let n = std::mem::take(s.pending.get_mut(node).filter(|p| **p > 0)?);
         s.stale[node] += n;
         s.outstanding -= n as usize;
+        // One at a time: a refusal between two of them keeps its place.
         for _ in 0..n {
-            s.arrivals.push_back((node, Err(NodeError::Timeout)));
+            s.arrive(node, Err(NodeError::Timeout));
         }
-        s.release_deferred(node);
         Some(n)
     }
 

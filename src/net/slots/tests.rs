@@ -180,6 +180,51 @@ fn a_refusal_waits_behind_the_requests_on_the_wire() {
     assert!(slots.settled(r));
 }
 
+/// The read-only review of #27, finding 1: a request accepted after a refusal on the same node (a routed round's
+/// resend after `MOVED`/`ASK`, a `send_each` whose smaller request fits where a larger one did not) has its
+/// outcome after the refusal's, in wire order; the refusal once waited until the node had *nothing* on the wire,
+/// so the later request's `OK` was handed out in the refused command's position (and its `Overloaded` in the
+/// later one's).
+#[test]
+fn a_refusal_keeps_its_place_before_later_requests_of_the_node() {
+    let mut slots = Slots::default();
+    let r = slots.open(1, Instant::now());
+    slots.expect(r, 0, 1); // A, on the wire
+    slots.expect(r, 0, 1); // B, refused
+    slots.refuse(r, 0, 1, Err(NodeError::Overloaded));
+    slots.expect(r, 0, 2); // C, on the wire (two replies)
+    slots.expect(r, 0, 1); // D, refused
+    slots.refuse(r, 0, 1, Err(NodeError::Refused));
+    slots.file(r, 0, ok(1));
+    slots.file(r, 0, ok(3));
+    slots.file(r, 0, ok(4));
+    let order: Vec<_> = std::iter::from_fn(|| slots.take(r)).collect();
+    let want = vec![
+        (0, ok(1)),
+        (0, Err(NodeError::Overloaded)),
+        (0, ok(3)),
+        (0, ok(4)),
+        (0, Err(NodeError::Refused)),
+    ];
+    assert_eq!(order, want);
+    assert!(slots.settled(r));
+    // The same order when the wire's requests time out: each refusal between the timeouts ahead of and behind it.
+    let r = slots.open(1, Instant::now());
+    slots.expect(r, 0, 1);
+    slots.expect(r, 0, 1);
+    slots.refuse(r, 0, 1, Err(NodeError::Overloaded));
+    slots.expect(r, 0, 1);
+    assert_eq!(slots.time_out_node(r), Some((0, 2)));
+    let order: Vec<_> = std::iter::from_fn(|| slots.take(r)).collect();
+    let want = vec![
+        (0, Err(NodeError::Timeout)),
+        (0, Err(NodeError::Overloaded)),
+        (0, Err(NodeError::Timeout)),
+    ];
+    assert_eq!(order, want);
+    assert!(slots.settled(r));
+}
+
 #[test]
 fn sleepers_are_woken_by_their_outcome_their_deadline_or_to_take_over() {
     let mut slots = Slots::default();
