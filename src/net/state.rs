@@ -188,6 +188,12 @@ impl NodeState {
         matches!(self.link, Link::Up)
     }
 
+    /// Whether the connection is up and its set-up answered: a request queued now is answered in the session
+    /// [`sessions`](NodeState::sessions) counts last (else in the next one).
+    pub(crate) fn is_set_up(&self) -> bool {
+        self.is_up() && !self.setting_up()
+    }
+
     /// Whether requests are on the wire without replies yet: then a reply is coming, and the driver will flush
     /// what is queued when it reads it.
     pub(crate) fn busy(&self) -> bool {

@@ -417,6 +417,18 @@ impl Fanout {
             .map_or(0, |s| s.load(Ordering::Acquire))
     }
 
+    /// The session a request queued on `node` now would be answered in: [`sessions`](Fanout::sessions) if its
+    /// connection is up and set up, else the next one (it is down, connecting, or setting up). A guess, not a
+    /// promise: the connection may drop before the request goes, and then its answer comes in a later session.
+    /// Callers compare it with `sessions` when the answer is read, so a wrong guess costs that answer, nothing
+    /// else.
+    pub fn next_session(&self, node: usize) -> u64 {
+        // Both read under the lock: a set-up completes (and `sessions` moves) only under it.
+        let inner = lock(&self.shared.inner);
+        let set_up = inner.conns.get(node).is_some_and(|c| c.state.is_set_up());
+        self.sessions(node) + u64::from(!set_up)
+    }
+
     /// Replies to [`Options::setup`]'s commands on `node`'s current connection, in order, each with the instant
     /// it was read (after the server sent it).
     pub fn setup_replies(&self, node: usize) -> Vec<(Value, Instant)> {

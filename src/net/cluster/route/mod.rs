@@ -258,6 +258,12 @@ impl Members {
         self.fanout.sessions(conn)
     }
 
+    /// The session a request queued on connection `conn` now would be answered in (see
+    /// [`Fanout::next_session`]).
+    pub fn next_session(&self, conn: usize) -> u64 {
+        self.fanout.next_session(conn)
+    }
+
     /// Connection `conn`'s set-up replies (see [`Fanout::setup_replies`]).
     pub fn setup_replies(&self, conn: usize) -> Vec<(Value, Instant)> {
         self.fanout.setup_replies(conn)

@@ -168,13 +168,23 @@ impl ReplCheck {
 }
 
 impl ReplCheck {
-    /// Whether `id` is the node id noted for connection `conn`'s session last [judged](ReplCheck::judge)
-    /// ([`ReplCheck::note_myid`]): the replica list asked by `id` was then the node's own shard's.
-    pub(super) fn is_own_id(&self, conn: usize, id: &[u8]) -> bool {
+    /// Whether `id` is the node id noted for connection `conn`'s session `session`, which must be the one last
+    /// [judged](ReplCheck::judge) ([`ReplCheck::note_myid`]): the replica list asked by `id` in a write of that
+    /// session was then the node's own shard's.
+    pub(super) fn is_own_id(&self, conn: usize, session: u64, id: &[u8]) -> bool {
         lock(&self.seen)
             .get(conn)
+            .filter(|s| s.session == session)
             .and_then(|s| s.myid.as_deref())
             .is_some_and(|own| own == id)
+    }
+
+    /// Forgets the node id noted for connection `conn` (it was not the one asked by): the next write asks
+    /// `CLUSTER MYID` again.
+    pub(super) fn forget_id(&self, conn: usize) {
+        if let Some(s) = lock(&self.seen).get_mut(conn) {
+            s.myid = None;
+        }
     }
 
     /// Whether connection `conn`'s session `session` was judged already and its node id is known (asked in
@@ -429,7 +439,7 @@ mod tests {
         let c = ReplCheck::new(1, 1);
         let id = |id: &'static [u8]| Bytes::from_static(id);
         assert!(
-            !c.knows_id(0, 1) && !c.is_own_id(0, b"n1"),
+            !c.knows_id(0, 1) && !c.is_own_id(0, 1, b"n1"),
             "no session judged yet"
         );
         judged(&c, 0, 1, || setup("aa"), &info("master", "aa"));
@@ -438,17 +448,22 @@ mod tests {
             "judged, but no id asked yet: the next write asks it"
         );
         c.note_myid(0, 1, id(b"n1"));
-        assert!(c.knows_id(0, 1) && c.is_own_id(0, b"n1"));
-        assert!(!c.is_own_id(0, b"n2"), "another node's id");
+        assert!(c.knows_id(0, 1) && c.is_own_id(0, 1, b"n1"));
+        assert!(!c.is_own_id(0, 1, b"n2"), "another node's id");
         assert!(!c.knows_id(0, 2), "a new session asks again");
+        // A write meant for another session than the one judged: its list is not the node's own.
+        assert!(!c.is_own_id(0, 2, b"n1") && !c.is_own_id(0, 0, b"n1"));
         // A new session (another node at that address, say): the old id is not its own.
         judged(&c, 0, 2, || setup("aa"), &info("master", "aa"));
-        assert!(!c.is_own_id(0, b"n1"));
+        assert!(!c.is_own_id(0, 1, b"n1") && !c.is_own_id(0, 2, b"n1"));
         // An id read on an older session is not noted for the new one.
         c.note_myid(0, 1, id(b"n1"));
-        assert!(!c.is_own_id(0, b"n1") && !c.knows_id(0, 2));
+        assert!(!c.is_own_id(0, 2, b"n1") && !c.knows_id(0, 2));
         c.note_myid(0, 2, id(b"n2"));
-        assert!(c.is_own_id(0, b"n2"));
+        assert!(c.is_own_id(0, 2, b"n2") && c.knows_id(0, 2));
+        // Forgotten (it was not the map's id): asked again in the same session.
+        c.forget_id(0);
+        assert!(!c.knows_id(0, 2) && !c.is_own_id(0, 2, b"n2"));
         assert_eq!(node_id(&Value::BulkString(id(b"n3"))), Some(id(b"n3")));
         let loading = Value::Error(Bytes::from_static(
             b"LOADING Redis is loading the dataset in memory",

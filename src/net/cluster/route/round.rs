@@ -101,8 +101,14 @@ enum Expect {
     MyId,
     /// The replication check after commands (`replid.rs`): it releases the outcomes held before it, which
     /// count only if `replicas` replicas (and every one it shows online, and every one the node lists for
-    /// node id `id`, which must be its own) acknowledged them.
-    Check { replicas: usize, id: Option<Bytes> },
+    /// node id `id`, which must be its own) acknowledged them. `session`: the connection session the write
+    /// was meant for ([`Members::next_session`]); readings of the write are the node's own only if it is still
+    /// the connection's session when the check is read.
+    Check {
+        replicas: usize,
+        id: Option<Bytes>,
+        session: u64,
+    },
 }
 
 /// A cluster member's commands in this round, and their outcomes not yet handed up.
@@ -493,7 +499,11 @@ impl<'a> MembersRound<'a> {
                 }
                 return;
             }
-            Expect::Check { replicas, id } => return self.checked(conn, reply, replicas, id),
+            Expect::Check {
+                replicas,
+                id,
+                session,
+            } => return self.checked(conn, reply, replicas, id, session),
         };
         let redirect = match &reply {
             Ok(v) => match v.without_attributes() {
@@ -526,7 +536,14 @@ impl<'a> MembersRound<'a> {
     /// The replication check's outcome on `conn`: the outcomes held for it are handed up, after the node is
     /// quarantined if it shows another history than before, and as failed votes if it proves nothing
     /// (`replid.rs`).
-    fn checked(&mut self, conn: usize, reply: Reply, asked: usize, id: Option<Bytes>) {
+    fn checked(
+        &mut self,
+        conn: usize,
+        reply: Reply,
+        asked: usize,
+        id: Option<Bytes>,
+        written: u64,
+    ) {
         let members = self.members;
         let Some(routing) = self.routing.as_deref_mut() else {
             return;
@@ -564,16 +581,25 @@ impl<'a> MembersRound<'a> {
         // lists for its shard, whatever the map and the last reading showed (#27 `break_wait.rs` finding 1: a
         // replica that joined since both, its link down, takes over a stalled master; the deposed master still
         // lists it), a list trusted only if asked by the node's own id.
-        let session = members.sessions(conn);
+        //
+        // The readings are this session's only if the write was meant for it and it is still the connection's
+        // (the review of #27's `CLUSTER MYID`, finding 2: a reply of session N read after session N+1 began, to
+        // another node at that address, was noted as N+1's id, and that session's votes failed until it
+        // dropped). `note_myid` and `is_own_id` compare `written` with the session `judge` just noted.
         if let (Some(myid), Some(check), Verdict::Same | Verdict::Changed) = (myid, check, verdict)
         {
             // Asked in this write: the node's id for the rest of its session.
-            check.note_myid(conn, session, myid);
+            check.note_myid(conn, written, myid);
         }
         let own = match (&id, check) {
-            (Some(id), Some(check)) => check.is_own_id(conn, id),
+            (Some(id), Some(check)) => check.is_own_id(conn, written, id),
             _ => false,
         };
+        if let (false, Some(_), Some(check)) = (own, &id, check) {
+            // Not the map's id (the node was reset, or the map is behind): asked again in the next write,
+            // whatever was noted (finding 3: a stored id was never asked again within a session).
+            check.forget_id(conn);
+        }
         let listed = listed.filter(|_| own);
         let online = match (&reply, check) {
             (Ok(v), Some(check)) => {
@@ -730,8 +756,9 @@ fn append_check(
         routing.wire[conn].push_back(Expect::Wait);
         added += 1;
     }
+    let session = members.next_session(conn);
     if let Some(id) = &id {
-        if !check.knows_id(conn, members.sessions(conn)) {
+        if !check.knows_id(conn, session) {
             // No check of this session has the node's id yet (its first write, or the last answer was
             // `-LOADING`): asked here, until one has it.
             bytes.extend_from_slice(replid::MYID);
@@ -745,7 +772,11 @@ fn append_check(
         added += 1;
     }
     bytes.extend_from_slice(replid::CHECK);
-    routing.wire[conn].push_back(Expect::Check { replicas, id });
+    routing.wire[conn].push_back(Expect::Check {
+        replicas,
+        id,
+        session,
+    });
     added
 }
 

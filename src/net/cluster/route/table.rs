@@ -64,7 +64,8 @@ impl Table {
         }
     }
 
-    /// The node id the last map gave for `conn`'s node, if it showed that node with one.
+    /// The node id the last map gave for `conn`'s node, if it showed that node with one (a master's, if it
+    /// showed a master and another node at that address).
     pub(crate) fn id_of(&self, conn: usize) -> Option<&Bytes> {
         self.ids.iter().find(|(c, _)| *c == conn).map(|(_, id)| id)
     }
@@ -172,11 +173,12 @@ impl Table {
                 Some((conn, shard.replicas.len()))
             })
             .collect();
-        let nodes = map
-            .shards()
-            .iter()
-            .flat_map(|shard| std::iter::once(&shard.master).chain(&shard.replicas));
-        self.ids = nodes
+        // Masters first: a map may show two nodes at one address (one forgotten, or not yet known as failed),
+        // and the one `id_of` gives is then the one serving slots there.
+        let masters = map.shards().iter().map(|shard| &shard.master);
+        let replicas = map.shards().iter().flat_map(|shard| &shard.replicas);
+        self.ids = masters
+            .chain(replicas)
             .filter_map(|node| {
                 let port = port_of(node, tls);
                 let conn = self.conn_of(node.endpoint.host(origin)?, port?)?;
