@@ -739,6 +739,52 @@ fn a_request_still_held_at_the_deadline_counts_overloaded_and_still_goes() {
     assert_eq!(fanout.stats(0).given_up, 0);
 }
 
+/// A release round's request refused at the deadline (held for room) keeps its place before the round's later
+/// request to the node that was held behind it and then fitted: the node's outcomes come in the order the
+/// requests were sent (the held one behind was counted ahead of the refused one, which came last).
+#[test]
+fn a_held_request_refused_at_the_deadline_keeps_its_place_before_the_one_behind_it() {
+    let mut cluster = Cluster::start(1);
+    // Room for 4 replies in a release round: 3 on the wire, then 2 do not fit, 1 does.
+    let opts = Options::default().with_max_in_flight(2);
+    let fanout = Fanout::new(addrs(&cluster.urls()), opts).unwrap();
+    assert_eq!(
+        round_all(&fanout, &[b"PING"], Duration::from_secs(2))[0],
+        ok("PONG")
+    );
+    cluster.pause(0);
+    let echoes = |n: usize| {
+        let mut out = BytesMut::new();
+        (0..n).for_each(|_| out.extend_from_slice(&request(&[b"ECHO", b"x"])));
+        out
+    };
+    let mut round = fanout.release_round(Instant::now() + Duration::from_millis(100));
+    assert!(round.send(0, &echoes(3), 3).contains(0));
+    assert!(round.send(0, &echoes(2), 2).contains(0), "held for room");
+    assert!(round.send(0, &echoes(1), 1).contains(0), "held behind it");
+    let out: Vec<_> = std::iter::from_fn(|| round.next()).map(|o| o.1).collect();
+    let (t, o) = (Err(NodeError::Timeout), Err(NodeError::Overloaded));
+    assert_eq!(
+        out,
+        vec![t.clone(), t.clone(), t.clone(), o.clone(), o, t],
+        "3 timed out on the wire, 2 refused at the deadline, then the 1 that went"
+    );
+    drop(round);
+    cluster.resume(0);
+    // The late replies are read and dropped, the detached request goes: the next requests get their own.
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        match round_all(&fanout, &[b"ECHO", b"mine"], Duration::from_secs(2)).remove(0) {
+            Err(NodeError::Overloaded) => assert!(Instant::now() < until, "never caught up"),
+            reply => {
+                assert_eq!(reply, bulk("mine"));
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// A detached request waits for room at most `hung_timeout`: a node that stays paused longer has its connection
 /// dropped (its requests fail as hung) and the request goes on the next connection, or is given up; either way
 /// nothing is left waiting, and the next requests get their own replies.

@@ -28,8 +28,11 @@
 //!   command's place: the read-only review of #27, finding 1.)
 //!
 //! A release round that holds a request for room on a node holds the round's later requests to that node behind
-//! it, each with its own bytes (`fanout`'s `offer` and `retry_held`), so the order in which requests are
-//! expected is the order in which they are queued.
+//! it, each with its own bytes, whatever the node's state (`fanout`'s `offer` and `retry_held`), so the order in
+//! which requests are expected is the order in which they are queued. When a held request is refused (past the
+//! deadline, or its node down), the ones still held behind it are not ahead of it: `refuse` is told how many
+//! outcomes they expect (`behind`), and the refusal comes before them whether they go on the wire or are refused
+//! in turn (`tests/net.rs`: 3 on the wire, 2 refused at the deadline, 1 that fitted after them).
 
 use std::collections::{BTreeSet, VecDeque};
 use std::task::Waker;
@@ -318,10 +321,18 @@ impl Slots {
     }
 
     /// Files `count` outcomes of `node` for round `r` that are known before the wire's (the node had no room for
-    /// the request, or is down): `count` of the node's expected requests, the last ones it was sent. They are
-    /// handed out right after the node's earlier requests still awaited from the wire, before any sent later.
+    /// the request, or is down): `count` of the node's expected requests, followed only by `behind` expected
+    /// outcomes of requests still held back (a release round's, held behind this one: not on the wire yet). They
+    /// are handed out right after the node's earlier requests still awaited from the wire, before any sent later.
     /// Returns the round's waiter to wake, if it waits.
-    pub fn refuse(&mut self, r: SlotRef, node: usize, count: usize, reply: Reply) -> Option<Wake> {
+    pub fn refuse(
+        &mut self,
+        r: SlotRef,
+        node: usize,
+        count: usize,
+        behind: usize,
+        reply: Reply,
+    ) -> Option<Wake> {
         let s = live(&mut self.slots, r)?;
         let p = s.pending.get_mut(node)?;
         let count = u32::try_from(count).unwrap_or(u32::MAX).min(*p);
@@ -329,7 +340,7 @@ impl Slots {
             return None;
         }
         *p -= count;
-        let ahead = *p;
+        let ahead = p.saturating_sub(u32::try_from(behind).unwrap_or(u32::MAX));
         s.deferred.push(Deferred {
             node,
             reply,
@@ -371,11 +382,13 @@ impl Slots {
     /// had no outcome as timed out, and returns how many (`None` if it had none pending).
     pub fn time_out(&mut self, r: SlotRef, node: usize) -> Option<u32> {
         let s = self.live(r)?;
-        let n = std::mem::take(s.pending.get_mut(node).filter(|p| **p > 0)?);
+        let n = *s.pending.get(node).filter(|p| **p > 0)?;
         s.stale[node] += n;
         s.outstanding -= n as usize;
-        // One at a time: a refusal between two of them keeps its place.
+        // One at a time, as if from the wire: a refusal between two of them keeps its place (`pending` counts
+        // down with them: a deferred outcome is handed out early once nothing is pending).
         for _ in 0..n {
+            s.pending[node] -= 1;
             s.arrive(node, Err(NodeError::Timeout));
         }
         Some(n)

@@ -260,7 +260,7 @@ impl<'a> Round<'a> {
                         f.stats[node].refused(replies);
                         inner.slots.expect(self.slot, node, replies);
                         let r = Err(NodeError::Overloaded);
-                        wake.extend(inner.slots.refuse(self.slot, node, replies, r));
+                        wake.extend(inner.slots.refuse(self.slot, node, replies, 0, r));
                     }
                 }
             }
@@ -291,15 +291,16 @@ impl<'a> Round<'a> {
             return Offer::Refused;
         };
         slots.expect(self.slot, node, replies);
+        // Behind a request of this round still held for room on the node: held too, whatever the node's state
+        // (`retry_held` judges them in order), so that the node's requests go on the wire, and their outcomes
+        // come out, in the order they were sent (see `slots`).
+        if self.held.as_ref().is_some_and(|h| h.holds(node)) {
+            self.hold(node, request, replies);
+            return Offer::Sent;
+        }
         let mut out = Filing { slots, wake };
         let refused = match conn.ensure(&f.registry, |g| token(node, g), &f.opts, now, &mut out) {
             Err(e) => e,
-            // Behind a request of this round still held for room on the node: held too, so that the node's
-            // requests go on the wire in the order they were sent (see `slots`).
-            Ok(()) if self.held.as_ref().is_some_and(|h| h.holds(node)) => {
-                self.hold(node, request, replies);
-                return Offer::Sent;
-            }
             Ok(()) => match conn.state.room(replies, self.priority, &f.opts) {
                 Room::Yes => {
                     // Written now on an idle node, or by a caller that will not wait for replies (nobody might
@@ -325,7 +326,7 @@ impl<'a> Round<'a> {
         };
         // Behind any request of this round still on the node's wire (see `slots`: a node's outcomes keep their order).
         out.wake
-            .extend(out.slots.refuse(self.slot, node, replies, Err(refused)));
+            .extend(out.slots.refuse(self.slot, node, replies, 0, Err(refused)));
         Offer::Refused
     }
 
@@ -443,7 +444,20 @@ impl<'a> Round<'a> {
         } = &mut *inner;
         // Nodes with a request still held in this pass: their later requests wait behind it.
         let mut blocked: Vec<usize> = Vec::new();
+        // Per node: the replies its held requests expect, less those judged so far in this pass (what is still
+        // held behind the one being judged: not on the wire, so not ahead of it if it is refused).
+        let mut behind: Vec<(usize, usize)> = Vec::new();
+        for h in &held.requests {
+            match behind.iter_mut().find(|b| b.0 == h.node) {
+                Some(b) => b.1 += h.replies,
+                None => behind.push((h.node, h.replies)),
+            }
+        }
         held.requests.retain_mut(|h| {
+            let later = behind.iter_mut().find(|b| b.0 == h.node).map_or(0, |b| {
+                b.1 -= h.replies;
+                b.1
+            });
             let Some(conn) = conns.get_mut(h.node) else {
                 return false;
             };
@@ -460,7 +474,7 @@ impl<'a> Round<'a> {
                 wake: &mut wake,
             };
             if let Err(e) = conn.ensure(&f.registry, |g| token(h.node, g), &f.opts, now, &mut out) {
-                wake.extend(slots.refuse(self.slot, h.node, h.replies, Err(e)));
+                wake.extend(slots.refuse(self.slot, h.node, h.replies, later, Err(e)));
                 return false;
             }
             let room = conn.state.room(h.replies, Priority::Release, &f.opts);
@@ -476,7 +490,7 @@ impl<'a> Round<'a> {
             if now >= self.deadline && self.hard <= self.deadline {
                 f.stats[h.node].refused(h.replies);
                 let r = Err(NodeError::Overloaded);
-                wake.extend(slots.refuse(self.slot, h.node, h.replies, r));
+                wake.extend(slots.refuse(self.slot, h.node, h.replies, later, r));
                 let bytes = std::mem::take(&mut h.request);
                 f.detach(detached, (h.node, bytes, h.replies), now);
                 return false;

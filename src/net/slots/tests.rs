@@ -152,9 +152,13 @@ fn a_refusal_waits_behind_the_requests_on_the_wire() {
     slots.expect(r, 1, 1);
     // Node 0 has no room for the round's second request: its refusal is known now, its first reply later.
     slots.expect(r, 0, 2);
-    assert!(slots.refuse(r, 0, 2, Err(NodeError::Overloaded)).is_none());
+    assert!(
+        slots
+            .refuse(r, 0, 2, 0, Err(NodeError::Overloaded))
+            .is_none()
+    );
     slots.expect(r, 1, 1);
-    slots.refuse(r, 1, 1, Err(NodeError::Overloaded));
+    slots.refuse(r, 1, 1, 0, Err(NodeError::Overloaded));
     assert!(!slots.settled(r));
     slots.file(r, 1, ok(10));
     assert_eq!(slots.take(r), Some((1, ok(10))));
@@ -172,7 +176,7 @@ fn a_refusal_waits_behind_the_requests_on_the_wire() {
     // A refusal on a node with nothing on the wire comes out at once; behind a timeout, after it.
     let r = slots.open(1, Instant::now());
     slots.expect(r, 0, 2);
-    slots.refuse(r, 0, 1, Err(NodeError::Overloaded));
+    slots.refuse(r, 0, 1, 0, Err(NodeError::Overloaded));
     assert_eq!(slots.take(r), None);
     assert_eq!(slots.time_out_node(r), Some((0, 1)));
     assert_eq!(slots.take(r), Some((0, Err(NodeError::Timeout))));
@@ -191,10 +195,10 @@ fn a_refusal_keeps_its_place_before_later_requests_of_the_node() {
     let r = slots.open(1, Instant::now());
     slots.expect(r, 0, 1); // A, on the wire
     slots.expect(r, 0, 1); // B, refused
-    slots.refuse(r, 0, 1, Err(NodeError::Overloaded));
+    slots.refuse(r, 0, 1, 0, Err(NodeError::Overloaded));
     slots.expect(r, 0, 2); // C, on the wire (two replies)
     slots.expect(r, 0, 1); // D, refused
-    slots.refuse(r, 0, 1, Err(NodeError::Refused));
+    slots.refuse(r, 0, 1, 0, Err(NodeError::Refused));
     slots.file(r, 0, ok(1));
     slots.file(r, 0, ok(3));
     slots.file(r, 0, ok(4));
@@ -210,16 +214,43 @@ fn a_refusal_keeps_its_place_before_later_requests_of_the_node() {
     assert!(slots.settled(r));
     // The same order when the wire's requests time out: each refusal between the timeouts ahead of and behind it.
     let r = slots.open(1, Instant::now());
+    slots.expect(r, 0, 2);
     slots.expect(r, 0, 1);
+    slots.refuse(r, 0, 1, 0, Err(NodeError::Overloaded));
     slots.expect(r, 0, 1);
-    slots.refuse(r, 0, 1, Err(NodeError::Overloaded));
-    slots.expect(r, 0, 1);
-    assert_eq!(slots.time_out_node(r), Some((0, 2)));
+    assert_eq!(slots.time_out_node(r), Some((0, 3)));
     let order: Vec<_> = std::iter::from_fn(|| slots.take(r)).collect();
     let want = vec![
         (0, Err(NodeError::Timeout)),
+        (0, Err(NodeError::Timeout)),
         (0, Err(NodeError::Overloaded)),
         (0, Err(NodeError::Timeout)),
+    ];
+    assert_eq!(order, want);
+    assert!(slots.settled(r));
+}
+
+/// A release round holds a node's later requests behind one held for room; when the held one is refused (past
+/// the deadline, or its node down), its outcome comes before theirs, whether they go on the wire after it or are
+/// refused too: the held ones behind it are not ahead of it (`behind`).
+#[test]
+fn a_held_request_refused_comes_before_the_ones_held_behind_it() {
+    let mut slots = Slots::default();
+    let r = slots.open(1, Instant::now());
+    slots.expect(r, 0, 1); // W, on the wire
+    slots.expect(r, 0, 1); // H1, held
+    slots.expect(r, 0, 2); // H2, held behind H1
+    slots.refuse(r, 0, 1, 2, Err(NodeError::Overloaded)); // H1 refused, H2 still held behind it
+    // H2 goes on the wire: its replies come after W's.
+    slots.file(r, 0, ok(1));
+    slots.file(r, 0, ok(2));
+    slots.file(r, 0, ok(3));
+    let order: Vec<_> = std::iter::from_fn(|| slots.take(r)).collect();
+    let want = vec![
+        (0, ok(1)),
+        (0, Err(NodeError::Overloaded)),
+        (0, ok(2)),
+        (0, ok(3)),
     ];
     assert_eq!(order, want);
     assert!(slots.settled(r));
