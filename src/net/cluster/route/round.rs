@@ -63,6 +63,19 @@ struct Readings {
     listed: Option<usize>,
     /// The node's id, when the write asked it (`CLUSTER MYID`: no check of its session has it yet).
     myid: Option<Bytes>,
+    /// The first of those commands the node refused, with its error (`WAIT: NOPERM ...`): said in the check's
+    /// verdict, where it would otherwise read as "0 of n replicas acknowledged" or "no replica list".
+    refused: Option<String>,
+}
+
+/// `command: error` if `reply` is an error reply (a refusal: `NOPERM`, `LOADING`, an unknown command...).
+fn refusal(command: &str, reply: &Reply) -> Option<String> {
+    match reply.as_ref().ok()?.without_attributes() {
+        Value::Error(text) | Value::BulkError(text) => {
+            Some(format!("{command}: {}", String::from_utf8_lossy(text)))
+        }
+        _ => None,
+    }
 }
 
 impl Routing {
@@ -484,18 +497,21 @@ impl<'a> MembersRound<'a> {
                         Ok(Value::Integer(n)) => Some(*n),
                         _ => None,
                     };
+                    r.refused = r.refused.take().or_else(|| refusal("WAIT", &reply));
                 }
                 return;
             }
             Expect::Replicas => {
                 if let Some(r) = routing.readings.get_mut(conn) {
                     r.listed = reply.as_ref().ok().and_then(replid::listed_replicas);
+                    r.refused = (r.refused.take()).or_else(|| refusal("CLUSTER REPLICAS", &reply));
                 }
                 return;
             }
             Expect::MyId => {
                 if let Some(r) = routing.readings.get_mut(conn) {
                     r.myid = reply.as_ref().ok().and_then(replid::node_id);
+                    r.refused = r.refused.take().or_else(|| refusal("CLUSTER MYID", &reply));
                 }
                 return;
             }
@@ -557,6 +573,7 @@ impl<'a> MembersRound<'a> {
             acks: wait,
             listed,
             myid,
+            refused,
         } = routing
             .readings
             .get_mut(conn)
@@ -635,6 +652,11 @@ impl<'a> MembersRound<'a> {
             }
             _ => None,
         };
+        // A refusal says why the reading it stood for is missing.
+        let why = why.map(|why| match &refused {
+            Some(refused) => format!("{why}; {refused}"),
+            None => why,
+        });
         if why.is_some() {
             // The map may be behind (a replica gone, a failover): a new one, for the next rounds.
             members.refresh(members.member_of(conn));
