@@ -422,7 +422,7 @@ impl World {
             self.struck.refused += 1;
             let c = &mut self.clients[client];
             c.slots.expect(r, node, k);
-            c.slots.refuse(r, node, k, Err(NodeError::Refused));
+            c.slots.refuse(r, node, k, 0, Err(NodeError::Refused));
             c.ready = true;
             return false;
         }
