@@ -325,6 +325,13 @@ impl Slots {
     /// outcomes of requests still held back (a release round's, held behind this one: not on the wire yet). They
     /// are handed out right after the node's earlier requests still awaited from the wire, before any sent later.
     /// Returns the round's waiter to wake, if it waits.
+    ///
+    /// The refused outcomes are counted from the node's newest pending ones (less `behind`), so they must still be
+    /// pending: a held request whose node already timed out ([`time_out`](Slots::time_out) took it) is refused
+    /// for nothing, unless a request was expected on that node after the timeout: its place would then be taken
+    /// (its reply dropped as stale, the refusal handed out in its place). No caller expects a request on a node
+    /// after its timeout (a redirection is not followed past the deadline, a `NOSCRIPT` resend needs a reply that
+    /// was not stale).
     pub fn refuse(
         &mut self,
         r: SlotRef,

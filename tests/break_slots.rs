@@ -1,0 +1,117 @@
+//! Hostile review of the order of a node's outcomes when a request is refused before the wire (`src/net/slots.rs`,
+//! commit 91f41a7), end to end over a real Redis Cluster member: a routed round's resend after `MOVED` meets a full
+//! master, and a later resend to the same master fits once room is made.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use muxlock::net::cluster::{MemberAddr, Members, Plan, key_slot};
+use muxlock::net::{NodeError, NodeSet, Options, TlsConfig};
+use muxlock::resp::{Value, encode_command};
+use support::RedisCluster;
+
+/// Busy for `ARGV[1]` ms (the whole server waits), then answers its key's name.
+const SLOW: &str = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
+    while true do local n = redis.call('TIME') \
+    if n[1] * 1000000 + n[2] - s >= tonumber(ARGV[1]) * 1000 then break end end \
+    return KEYS[1]";
+/// A grant's stand-in: answers its key's name.
+const NAME: &str = "return KEYS[1]";
+
+/// A key whose slot shard `shard` of `c` serves, not in `avoid`'s slots.
+fn key_on(c: &RedisCluster, shard: usize, prefix: &str, avoid: &[&str]) -> String {
+    (0..100_000)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|k| {
+            let slot = key_slot(k.as_bytes());
+            c.shard_of(slot) == shard && avoid.iter().all(|a| key_slot(a.as_bytes()) != slot)
+        })
+        .expect("a key")
+}
+
+fn eval(buf: &mut BytesMut, script: &str, key: &str, arg: &str) {
+    encode_command(
+        &[
+            b"EVAL",
+            script.as_bytes(),
+            b"1",
+            key.as_bytes(),
+            arg.as_bytes(),
+        ],
+        buf,
+    );
+}
+
+fn name(s: &str) -> Result<Value, NodeError> {
+    Ok(Value::BulkString(s.to_owned().into()))
+}
+
+/// Member 0 is a cluster of masters A, B, C; its map is read, then `x`'s slot moves from A to B and `z`'s from C
+/// to B (the map is now stale for both). With `max_in_flight` 2, one request of five commands:
+///
+/// - B: `q` (busy 200 ms), then, in a second request of the round, `y` (busy 1.5 s; written once `q` answers, so
+///   that `q`'s reply makes room while `y` runs: Redis writes the replies of one pipelined read only after all of
+///   it ran): B is full until 200 ms;
+/// - A: `x`: `MOVED` to B at once; its resend finds B full and is refused (`Overloaded`);
+/// - C: `s` (busy 500 ms), `z`: `MOVED` to B at 500 ms, when `q` has answered: its resend fits.
+///
+/// B's outcomes must come as `q`, `y`, the refusal (`x`), `z`: the member hands up `x: Overloaded`, `z: z`. With
+/// the refusal held until B had nothing on the wire (before 91f41a7), `z`'s reply came in `x`'s place: `x`
+/// counted `z`'s answer (a grant for another key), and `z` was refused.
+#[test]
+fn a_resend_refused_by_a_full_master_keeps_its_place_before_a_later_resend() {
+    let mut c = RedisCluster::start(3);
+    let q = key_on(&c, 1, "q", &[]);
+    let y = key_on(&c, 1, "y", &[&q]);
+    let x = key_on(&c, 0, "x", &[]);
+    let s = key_on(&c, 2, "s", &[]);
+    let z = key_on(&c, 2, "z", &[&s]);
+    let a = key_on(&c, 0, "a", &[&x]);
+    let member: MemberAddr = c.seed_url().parse().expect("member url");
+    let plan =
+        Plan::read(vec![member], Duration::from_secs(2), &TlsConfig::default()).expect("plan");
+    let members = Members::new(plan, Options::default().with_max_in_flight(2)).expect("members");
+    // Every master's connection set up, away from the slots about to move.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut req = BytesMut::new();
+        for k in [&a, &q, &s] {
+            eval(&mut req, NAME, k, "0");
+        }
+        let mut round = members.round(Instant::now() + Duration::from_secs(2));
+        round.send_to(NodeSet::ALL, &req, 3);
+        let got: Vec<_> = std::iter::from_fn(|| round.next()).map(|o| o.1).collect();
+        if got == vec![name(&a), name(&q), name(&s)] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "warm-up: {got:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.migrate_slot(key_slot(x.as_bytes()), 1);
+    c.migrate_slot(key_slot(z.as_bytes()), 1);
+    let mut first = BytesMut::new();
+    eval(&mut first, SLOW, &q, "200");
+    eval(&mut first, NAME, &x, "0");
+    eval(&mut first, SLOW, &s, "500");
+    eval(&mut first, NAME, &z, "0");
+    let mut second = BytesMut::new();
+    eval(&mut second, SLOW, &y, "1500");
+    let mut round = members.round(Instant::now() + Duration::from_secs(4));
+    assert!(round.send_to(NodeSet::ALL, &first, 4).contains(0));
+    // Queued behind `q` on B (written when `q` answers): B is full until then.
+    assert!(round.send_to(NodeSet::ALL, &second, 1).contains(0));
+    let got: Vec<_> = std::iter::from_fn(|| round.next()).map(|o| o.1).collect();
+    assert_eq!(
+        got,
+        vec![
+            name(&q),
+            Err(NodeError::Overloaded),
+            name(&s),
+            name(&z),
+            name(&y),
+        ],
+        "each command's own outcome (x refused on the full master, z answered)"
+    );
+}
