@@ -630,9 +630,11 @@ impl<'a> MembersRound<'a> {
         let needed = asked.max(online).max(listed.unwrap_or(0));
         let acked = wait.map_or(0, |n| usize::try_from(n).unwrap_or(0));
         let replicated = acked >= needed;
-        if let Some(check) = check {
+        if let (Ok(_), Some(check)) = (&reply, check) {
             // A replica short: the next writes skip `WAIT` for a while (it would block the connection for
-            // nothing), and prove nothing meanwhile.
+            // nothing), and prove nothing meanwhile. Only a check that was answered says so: one refused for
+            // room, timed out or cut by a dropped connection read no replica (the hostile review of the slots'
+            // order, finding 2: one refusal under overload silenced the master's votes for a second).
             check.note_short(conn, !replicated && needed > 0);
         }
         let why = match (&reply, verdict, replicated) {
