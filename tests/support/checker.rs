@@ -370,6 +370,15 @@ impl Work {
     pub fn margin(&self) -> Duration {
         self.max_work + Duration::from_millis(20)
     }
+
+    /// Before the `holds`-th hold's writes: the pause of [`Work::pause`] if this hold is one it falls on.
+    pub fn pause_before(&self, holds: u64) {
+        if let Some((every, pause)) = self.pause {
+            if holds % every == 0 {
+                std::thread::sleep(pause);
+            }
+        }
+    }
 }
 
 /// One worker: acquire a random resource, write to the protected resource while the lease is valid, release;
@@ -424,11 +433,7 @@ pub fn worker(
         let start = mono_ns();
         Stats::add(&stats.acquired);
         holds += 1;
-        if let Some((every, pause)) = work.pause {
-            if holds % every == 0 {
-                std::thread::sleep(pause);
-            }
-        }
+        work.pause_before(holds);
         // A careful client: write only while the lease is valid, leaving a margin for the write itself.
         let margin = work.margin();
         let checked = mono_ns();
