@@ -49,7 +49,7 @@ pub(super) fn batch_worker(
             match result {
                 Ok(Some(lock)) => got.push((r.clone(), lock)),
                 Ok(None) => Stats::add(&stats.held),
-                Err(Error::Quorum(_)) => Stats::add(&stats.quorum),
+                Err(Error::Quorum(report)) => stats.no_quorum(&report),
                 Err(_) => Stats::add(&stats.other),
             }
         }

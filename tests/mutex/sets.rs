@@ -56,8 +56,8 @@ pub(super) fn write_all(
 pub(super) fn failed(e: &Error, stats: &Stats) {
     match e {
         Error::Held(_) => Stats::add(&stats.held),
-        Error::Quorum(_) => {
-            Stats::add(&stats.quorum);
+        Error::Quorum(report) => {
+            stats.no_quorum(report);
             thread::sleep(Duration::from_millis(5));
         }
         _ => Stats::add(&stats.other),

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use muxlock::net::NodeError;
-use muxlock::redlock::{Error, LockManager, Outcome};
+use muxlock::redlock::{Error, LockManager, Outcome, Report};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
@@ -162,6 +162,22 @@ impl Stats {
 
     pub fn add(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an attempt that found no quorum, and what each node that did not grant did.
+    pub fn no_quorum(&self, report: &Report) {
+        Stats::add(&self.quorum);
+        for (_, outcome) in report.nodes() {
+            match outcome {
+                Outcome::Granted | Outcome::Taken | Outcome::NotAwaited => {}
+                Outcome::Failed(NodeError::Timeout) => Stats::add(&self.nodes_timed_out),
+                Outcome::Failed(e) if e.is_connection_failure() => {
+                    Stats::add(&self.nodes_disconnected)
+                }
+                Outcome::Quarantined => Stats::add(&self.nodes_quarantined),
+                _ => Stats::add(&self.nodes_other),
+            }
+        }
     }
 
     /// Counts an overrun that happened in `[checked, left]` (see [`Stats::overruns`]).
@@ -411,18 +427,7 @@ pub fn worker(
                 continue;
             }
             Err(Error::Quorum(report)) => {
-                Stats::add(&stats.quorum);
-                for (_, outcome) in report.nodes() {
-                    match outcome {
-                        Outcome::Granted | Outcome::Taken | Outcome::NotAwaited => {}
-                        Outcome::Failed(NodeError::Timeout) => Stats::add(&stats.nodes_timed_out),
-                        Outcome::Failed(e) if e.is_connection_failure() => {
-                            Stats::add(&stats.nodes_disconnected)
-                        }
-                        Outcome::Quarantined => Stats::add(&stats.nodes_quarantined),
-                        _ => Stats::add(&stats.nodes_other),
-                    }
-                }
+                stats.no_quorum(&report);
                 continue;
             }
             Err(_) => {
