@@ -9,7 +9,8 @@
 //! lock rounds (the managers' own counters, [`Struck`], not only the proxy's or the cluster's), and (3) has a
 //! control: the same faults with the scenario's protection removed (restart guard off, restarts not delayed,
 //! nodes that forget, no watchdog), which must see the hazard. Kinds other than `lock()` are in `mutex/kinds.rs`
-//! (batches, guards) and `mutex/sets.rs` (sets, fenced locks); cluster members (#27) in `mutex/clusters.rs`.
+//! (batches, guards) and `mutex/sets.rs` (sets, fenced locks); cluster members (#27) in `mutex/clusters.rs`
+//! (their other kinds in `mutex/cluster_kinds.rs`).
 
 // The verbs #23 deprecated (one-line wrappers over the request API) are still tested and measured here, as
 // users of the last release call them, until they are removed.

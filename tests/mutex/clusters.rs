@@ -6,6 +6,10 @@
 //! clients' connections reset, and the masters of two members wiped at once (a majority's keys lost). The
 //! checker must find no overlapping holds and no concurrent writers, and the managers' counters must show the
 //! faults struck lock rounds. The control runs the wipe with the restart guard off: it must see two holders.
+//! Batches, sets, fenced locks and reentrant holds under the same faults: `mutex/cluster_kinds.rs`.
+
+#[path = "cluster_kinds.rs"]
+mod kinds;
 
 use std::sync::Arc;
 use std::thread;
@@ -15,7 +19,7 @@ use muxlock::redlock::{Config, LockManager};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
-use super::support::checker::{Hold, Recorder, Stats, Work, guard_worker};
+use super::support::checker::{Hold, Recorder, Stats, Work, guard_worker, mono_ns};
 use super::support::faults::Struck;
 use super::support::{RedisCluster, RedisServer};
 use super::{assert_safe, managers, run, run_with, seconds, work};
@@ -29,7 +33,10 @@ const MASTERS: usize = 3;
 /// The members' cluster node timeout: a master unreachable this long is failed over.
 const NODE_TIMEOUT: Duration = Duration::from_millis(1_000);
 
-/// Three members started at once; member 2's nodes persist every write (`appendfsync always`).
+/// The member whose nodes persist every write: a kill or wipe loses no key there.
+const PERSISTENT: usize = 2;
+
+/// Three members started at once; member [`PERSISTENT`]'s nodes persist every write (`appendfsync always`).
 fn members() -> Vec<RedisCluster> {
     thread::scope(|s| {
         let handles: Vec<_> = (0..3)
@@ -39,7 +46,7 @@ fn members() -> Vec<RedisCluster> {
                         .replicas(1)
                         .node_timeout(NODE_TIMEOUT);
                     match i {
-                        2 => b.server(RedisServer::builder().persist_every_write()),
+                        PERSISTENT => b.server(RedisServer::builder().persist_every_write()),
                         _ => b,
                     }
                     .start()
@@ -85,15 +92,33 @@ fn wipe(cs: &mut [RedisCluster], victims: [usize; 2]) {
     }
 }
 
+/// One fault of [`inject`]'s: which (its place in the schedule's cycle: [`KILLS`] stop nodes, [`WIPE`] is the
+/// last), from when to when ([`mono_ns`]), and the members whose masters may have come back without their keys
+/// (a node killed and back at once may have been one).
+#[derive(Clone, Copy, Debug)]
+struct Injected {
+    what: usize,
+    start: u64,
+    end: u64,
+    forgot: [bool; 3],
+}
+
+/// [`Injected::what`] of the faults that kill nodes: restarted at once, failed over, wiped.
+const KILLS: [usize; 3] = [1, 2, WIPE];
+/// [`Injected::what`] of a wipe of two members' masters.
+const WIPE: usize = 4;
+
 /// The fault schedule: one fault at a time, each kind in turn (shuffled), for `until`.
-fn inject(cs: &mut [RedisCluster], until: Instant, seed: u64) -> usize {
+fn inject(cs: &mut [RedisCluster], until: Instant, seed: u64) -> Vec<Injected> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut below = |n: u32| rng.next_u32() % n;
-    let mut faults = 0;
+    let mut faults = Vec::new();
     while Instant::now() < until {
         let m = below(3) as usize;
         let i = below(cs[m].len() as u32) as usize;
-        match faults % 5 {
+        let (what, start) = (faults.len() % 5, mono_ns());
+        let mut forgot = [false; 3];
+        match what {
             0 => {
                 // Late replies; past the node timeout, a stalled master is replaced while it holds requests.
                 cs[m].node_mut(i).pause();
@@ -105,6 +130,7 @@ fn inject(cs: &mut [RedisCluster], until: Instant, seed: u64) -> usize {
                 cs[m].node_mut(i).kill();
                 thread::sleep(Duration::from_millis(u64::from(50 + below(300))));
                 cs[m].node_mut(i).restart();
+                forgot[m] = m != PERSISTENT;
             }
             2 => {
                 // Down past the node timeout: a master's replica takes over; the node comes back as a replica.
@@ -121,9 +147,19 @@ fn inject(cs: &mut [RedisCluster], until: Instant, seed: u64) -> usize {
                     );
                 }
             }
-            _ => wipe(cs, [m, (m + 1) % 3]),
+            _ => {
+                for v in [m, (m + 1) % 3] {
+                    forgot[v] = v != PERSISTENT;
+                }
+                wipe(cs, [m, (m + 1) % 3]);
+            }
         }
-        faults += 1;
+        faults.push(Injected {
+            what,
+            start,
+            end: mono_ns(),
+            forgot,
+        });
         thread::sleep(Duration::from_millis(u64::from(100 + below(300))));
     }
     faults
@@ -166,12 +202,12 @@ fn cluster_members_killed_paused_reset_and_failed_over_at_random() {
     let secs = seconds().max(Duration::from_secs(16));
     let w = long_holds(secs, ttl, (2, ttl / 2));
     let until = w.until;
-    let mut faults = 0;
+    let mut faults = Vec::new();
     let (stats, _, violations) = run("cluster members", &locks, 2, &w, &protected, || {
         faults = inject(&mut cs, until, 11);
     });
     let struck = Struck::of(locks.iter().map(|l| &**l));
-    println!("  {faults} faults; {struck}");
+    println!("  {} faults; {struck}", faults.len());
     assert_safe(&stats, &violations);
     assert!(
         struck.timeouts > 0 && struck.failed > 0 && struck.quarantined > 0 && struck.drops > 0,
@@ -210,7 +246,7 @@ fn guards_on_cluster_members_under_the_same_faults() {
         ..work(3, ttl, secs)
     };
     let until = w.until;
-    let mut faults = 0;
+    let mut faults = Vec::new();
     let (stats, _, violations) = run_with(
         "cluster members, guards",
         &locks,
@@ -221,7 +257,7 @@ fn guards_on_cluster_members_under_the_same_faults() {
         guards,
     );
     let struck = Struck::of(locks.iter().map(|l| &**l));
-    println!("  {faults} faults; {struck}");
+    println!("  {} faults; {struck}", faults.len());
     assert_safe(&stats, &violations);
     assert!(
         struck.failed > 0 && struck.drops > 0,

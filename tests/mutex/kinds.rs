@@ -22,9 +22,10 @@ use super::support::{Cluster, RedisServer};
 use super::{assert_safe, config, long_work, managers, seconds, wait_until_usable};
 
 /// One batch worker: a random batch of 4 of `work.resources` at a time with `try_lock_batch`; writes to each name
-/// it got while the lease has its margin left, then releases them with `unlock_batch`. Every name acquired is a
-/// hold of its own, `[batch returned, min(valid_until, batch released)]`.
-fn batch_worker(
+/// it got while the lease has its margin left (after [`Work::pause`] if one falls on this batch), then releases
+/// them with `unlock_batch`. Every name acquired is a hold of its own, `[batch returned, min(valid_until, batch
+/// released)]`. Also run over cluster members (`mutex/clusters.rs`).
+pub(super) fn batch_worker(
     name: &str,
     locks: &LockManager,
     work: &Work,
@@ -34,6 +35,7 @@ fn batch_worker(
 ) {
     let mut rng = ChaCha8Rng::seed_from_u64(work.seed);
     let mut writers = Writers::connect(protected);
+    let mut batches = 0;
     while Instant::now() < work.until {
         let mut names = work.resources.clone();
         // A random 4 of them, in a random order.
@@ -47,11 +49,15 @@ fn batch_worker(
             match result {
                 Ok(Some(lock)) => got.push((r.clone(), lock)),
                 Ok(None) => Stats::add(&stats.held),
-                Err(Error::Quorum(_)) => Stats::add(&stats.quorum),
+                Err(Error::Quorum(report)) => stats.no_quorum(&report),
                 Err(_) => Stats::add(&stats.other),
             }
         }
         let start = mono_ns();
+        if !got.is_empty() {
+            batches += 1;
+            work.pause_before(batches);
+        }
         let work_for = work
             .max_work
             .mul_f64(f64::from(rng.next_u32() % 1000) / 1000.0);

@@ -20,7 +20,7 @@ use super::{assert_safe, config, long_work, managers, seconds, wait_until_usable
 
 /// Enters the protected section of every name in `names` with a lease ending at `valid_until`, works up to
 /// `work.max_work`, leaves; counts what it found. The interval in which an overrun would lie is recorded.
-fn write_all(
+pub(super) fn write_all(
     writers: &mut Writers,
     names: &[String],
     valid_until: Instant,
@@ -53,19 +53,20 @@ fn write_all(
 }
 
 /// Counts a failed attempt; sleeps a little after one that found no quorum (a node down: do not spin).
-fn failed(e: &Error, stats: &Stats) {
+pub(super) fn failed(e: &Error, stats: &Stats) {
     match e {
         Error::Held(_) => Stats::add(&stats.held),
-        Error::Quorum(_) => {
-            Stats::add(&stats.quorum);
+        Error::Quorum(report) => {
+            stats.no_quorum(report);
             thread::sleep(Duration::from_millis(5));
         }
         _ => Stats::add(&stats.other),
     }
 }
 
-/// A set worker: 2 of `work.resources` at a time with `lock_many`; each name is a hold.
-fn set_worker(
+/// A set worker: 2 of `work.resources` at a time with `lock_many`; each name is a hold. Every [`Work::pause`]-th
+/// set pauses before its writes. Also run over cluster members (`mutex/clusters.rs`: its names share a hash tag).
+pub(super) fn set_worker(
     name: &str,
     locks: &LockManager,
     work: &Work,
@@ -76,6 +77,7 @@ fn set_worker(
     let mut rng = ChaCha8Rng::seed_from_u64(work.seed);
     let mut writers = Writers::connect(protected);
     let n = work.resources.len();
+    let mut holds = 0;
     while Instant::now() < work.until {
         let a = rng.next_u32() as usize % n;
         let b = (a + 1 + rng.next_u32() as usize % (n - 1)) % n;
@@ -89,6 +91,8 @@ fn set_worker(
         };
         let start = mono_ns();
         Stats::add(&stats.acquired);
+        holds += 1;
+        work.pause_before(holds);
         write_all(
             &mut writers,
             &names,
@@ -112,8 +116,9 @@ fn set_worker(
     }
 }
 
-/// A fenced worker on `work.resources[0]`: each hold is recorded, and its token with its start.
-fn fenced_worker(
+/// A fenced worker on `work.resources[0]`: each hold is recorded, and its token with its start. Every
+/// [`Work::pause`]-th hold pauses before its writes.
+pub(super) fn fenced_worker(
     name: &str,
     locks: &LockManager,
     work: &Work,
@@ -124,6 +129,7 @@ fn fenced_worker(
     let mut rng = ChaCha8Rng::seed_from_u64(work.seed);
     let mut writers = Writers::connect(protected);
     let resource = &work.resources[..1];
+    let mut holds = 0;
     while Instant::now() < work.until {
         let lock = match locks.lock_fenced(&resource[0], work.ttl) {
             Ok(lock) => lock,
@@ -135,6 +141,8 @@ fn fenced_worker(
         let start = mono_ns();
         Stats::add(&stats.acquired);
         tokens.lock().unwrap().push((start, lock.token()));
+        holds += 1;
+        work.pause_before(holds);
         let valid_until = lock.lock().valid_until();
         write_all(&mut writers, resource, valid_until, work, &mut rng, stats);
         recorder.record(Hold {
@@ -150,7 +158,7 @@ fn fenced_worker(
 }
 
 /// Tokens that did not exceed the one granted before them (by the start of the holds).
-fn regressions(tokens: &mut [(u64, u64)]) -> Vec<((u64, u64), (u64, u64))> {
+pub(super) fn regressions(tokens: &mut [(u64, u64)]) -> Vec<((u64, u64), (u64, u64))> {
     tokens.sort_unstable();
     tokens
         .windows(2)

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use muxlock::net::NodeError;
-use muxlock::redlock::{Error, LockManager, Outcome};
+use muxlock::redlock::{Error, LockManager, Outcome, Report};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
@@ -162,6 +162,22 @@ impl Stats {
 
     pub fn add(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an attempt that found no quorum, and what each node that did not grant did.
+    pub fn no_quorum(&self, report: &Report) {
+        Stats::add(&self.quorum);
+        for (_, outcome) in report.nodes() {
+            match outcome {
+                Outcome::Granted | Outcome::Taken | Outcome::NotAwaited => {}
+                Outcome::Failed(NodeError::Timeout) => Stats::add(&self.nodes_timed_out),
+                Outcome::Failed(e) if e.is_connection_failure() => {
+                    Stats::add(&self.nodes_disconnected)
+                }
+                Outcome::Quarantined => Stats::add(&self.nodes_quarantined),
+                _ => Stats::add(&self.nodes_other),
+            }
+        }
     }
 
     /// Counts an overrun that happened in `[checked, left]` (see [`Stats::overruns`]).
@@ -370,6 +386,15 @@ impl Work {
     pub fn margin(&self) -> Duration {
         self.max_work + Duration::from_millis(20)
     }
+
+    /// Before the `holds`-th hold's writes: the pause of [`Work::pause`] if this hold is one it falls on.
+    pub fn pause_before(&self, holds: u64) {
+        if let Some((every, pause)) = self.pause {
+            if holds % every == 0 {
+                std::thread::sleep(pause);
+            }
+        }
+    }
 }
 
 /// One worker: acquire a random resource, write to the protected resource while the lease is valid, release;
@@ -402,18 +427,7 @@ pub fn worker(
                 continue;
             }
             Err(Error::Quorum(report)) => {
-                Stats::add(&stats.quorum);
-                for (_, outcome) in report.nodes() {
-                    match outcome {
-                        Outcome::Granted | Outcome::Taken | Outcome::NotAwaited => {}
-                        Outcome::Failed(NodeError::Timeout) => Stats::add(&stats.nodes_timed_out),
-                        Outcome::Failed(e) if e.is_connection_failure() => {
-                            Stats::add(&stats.nodes_disconnected)
-                        }
-                        Outcome::Quarantined => Stats::add(&stats.nodes_quarantined),
-                        _ => Stats::add(&stats.nodes_other),
-                    }
-                }
+                stats.no_quorum(&report);
                 continue;
             }
             Err(_) => {
@@ -424,11 +438,7 @@ pub fn worker(
         let start = mono_ns();
         Stats::add(&stats.acquired);
         holds += 1;
-        if let Some((every, pause)) = work.pause {
-            if holds % every == 0 {
-                std::thread::sleep(pause);
-            }
-        }
+        work.pause_before(holds);
         // A careful client: write only while the lease is valid, leaving a margin for the write itself.
         let margin = work.margin();
         let checked = mono_ns();
