@@ -115,7 +115,7 @@ struct KindsRound {
 }
 
 /// Fencing tokens granted; of them, not above the one granted before (by the holds' starts); of those, with no
-/// majority of members that may have forgotten their counters in between ([`forgetful`]).
+/// member that may have forgotten its counters in between ([`forgetful`]).
 #[derive(Debug)]
 struct Tokens {
     granted: usize,
@@ -123,18 +123,16 @@ struct Tokens {
     unexplained: usize,
 }
 
-/// Whether faults that ran between `from` and `to` may have wiped the fencing counters off a majority of the
-/// members: then a later token may repeat an earlier one, the limit the fenced design states ("counters must
-/// survive a restart"). A member forgets once one of its masters came back without its keys, and a later
-/// fenced acquisition writes its counter again, so the majority must have forgotten between the two holds.
+/// Whether faults that ran between `from` and `to` may have wiped the fencing counters off a member: then a
+/// later token may repeat an earlier one, the limit the fenced design states ("counters must survive a
+/// restart"). One member is enough with three: the token before was confirmed by a majority, the later one by
+/// another, and two majorities of three may meet in that member alone. (This asked for two members once: a run
+/// with another schedule, `MUXLOCK_FAULT_SEED=2000`, gave 13 then 10 with one member wiped in between.)
 fn forgetful(faults: &[Injected], from: u64, to: u64) -> bool {
-    let mut forgot = [false; 3];
-    for f in faults.iter().filter(|f| f.end > from && f.start < to) {
-        for (m, lost) in f.forgot.iter().enumerate() {
-            forgot[m] |= lost;
-        }
-    }
-    forgot.iter().filter(|&&f| f).count() >= 2
+    faults
+        .iter()
+        .filter(|f| f.end > from && f.start < to)
+        .any(|f| f.forgot.iter().any(|&lost| lost))
 }
 
 /// Every lock kind beyond plain locks and guards at once on the members `urls`, each with 2 managers of its own
@@ -241,7 +239,7 @@ fn kinds_round(
             .count(),
     };
     println!(
-        "  {} faults; fencing tokens {}, not above the one before {} (of them with a majority of counters kept {}) \
+        "  {} faults; fencing tokens {}, not above the one before {} (of them with no member's counters lost in between {}) \
          {:?}; nested holds granted {}, released {}, refused {}",
         faults.len(),
         tokens.granted,
@@ -293,7 +291,7 @@ fn other_kinds_on_cluster_members_under_the_same_faults() {
     assert!(r.tokens.granted > 1, "{:?}", r.tokens);
     assert_eq!(
         r.tokens.unexplained, 0,
-        "fencing tokens went backwards with a majority of members' counters in place: {:?}",
+        "fencing tokens went backwards with every member's counters in place: {:?}",
         r.tokens
     );
     assert!(
