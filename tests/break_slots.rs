@@ -51,11 +51,12 @@ fn name(s: &str) -> Result<Value, NodeError> {
 /// Member 0 is a cluster of masters A, B, C; its map is read, then `x`'s slot moves from A to B and `z`'s from C
 /// to B (the map is now stale for both). With `max_in_flight` 2, one request of five commands:
 ///
-/// - B: `q` (busy 200 ms), then, in a second request of the round, `y` (busy 1.5 s; written once `q` answers, so
+/// - B: `q` (busy 200 ms), then, in a second request of the round, `y` (busy 2.5 s; written once `q` answers, so
 ///   that `q`'s reply makes room while `y` runs: Redis writes the replies of one pipelined read only after all of
 ///   it ran): B is full until 200 ms;
 /// - A: `x`: `MOVED` to B at once; its resend finds B full and is refused (`Overloaded`);
-/// - C: `s` (busy 500 ms), `z`: `MOVED` to B at 500 ms, when `q` has answered: its resend fits.
+/// - C: `s` (busy 1.2 s), `z`: `MOVED` to B at 1.2 s, long after `q` answered: its resend fits. (With `s` busy
+///   500 ms, a loaded machine read `q`'s reply after `z`'s `MOVED` once, and refused `z` too.)
 ///
 /// B's outcomes must come as `q`, `y`, the refusal (`x`), `z`: the member hands up `x: Overloaded`, `z: z`. With
 /// the refusal held until B had nothing on the wire (before 91f41a7), `z`'s reply came in `x`'s place: `x`
@@ -94,11 +95,11 @@ fn a_resend_refused_by_a_full_master_keeps_its_place_before_a_later_resend() {
     let mut first = BytesMut::new();
     eval(&mut first, SLOW, &q, "200");
     eval(&mut first, NAME, &x, "0");
-    eval(&mut first, SLOW, &s, "500");
+    eval(&mut first, SLOW, &s, "1200");
     eval(&mut first, NAME, &z, "0");
     let mut second = BytesMut::new();
-    eval(&mut second, SLOW, &y, "1500");
-    let mut round = members.round(Instant::now() + Duration::from_secs(4));
+    eval(&mut second, SLOW, &y, "2500");
+    let mut round = members.round(Instant::now() + Duration::from_secs(5));
     assert!(round.send_to(NodeSet::ALL, &first, 4).contains(0));
     // Queued behind `q` on B (written when `q` answers): B is full until then.
     assert!(round.send_to(NodeSet::ALL, &second, 1).contains(0));
