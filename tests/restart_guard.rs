@@ -560,5 +560,14 @@ fn an_extension_of_a_lock_is_not_confirmed_by_nodes_restarted_since_its_acquisit
         thread::sleep(Duration::from_millis(50));
     };
     assert!(lock_b.is_valid(), "the history took too long");
-    assert!(quarantined(&e) >= 2, "{e}");
+    // Neither restarted node counts. Once one is quarantined and node 2 answers with B's key, no majority is left
+    // and the round may decide without the other (under load it did, every try for 2 s): each restarted node is
+    // then quarantined or not awaited, never a counted grant.
+    let granted = e.report().map_or(0, |r| {
+        r.nodes()[..2]
+            .iter()
+            .filter(|(_, o)| *o == Outcome::Granted)
+            .count()
+    });
+    assert!(quarantined(&e) >= 1 && granted == 0, "{e}");
 }
