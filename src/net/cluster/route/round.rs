@@ -59,6 +59,9 @@ struct Routing {
 struct Readings {
     /// How many replicas acknowledged the `WAIT` (`None`: none was sent, or its reply was no count).
     acks: Option<i64>,
+    /// Whether the write carried a `WAIT` (answered or not): without one while replicas were asked for, the
+    /// connection's replicas fell short less than a pause ago (`replid.rs`).
+    waited: bool,
     /// How many replicas the node's own `CLUSTER REPLICAS` listed (`None`: none was sent, or no list).
     listed: Option<usize>,
     /// The node's id, when the write asked it (`CLUSTER MYID`: no check of its session has it yet).
@@ -493,6 +496,7 @@ impl<'a> MembersRound<'a> {
             Expect::Asking => return,
             Expect::Wait => {
                 if let Some(r) = routing.readings.get_mut(conn) {
+                    r.waited = true;
                     r.acks = match &reply {
                         Ok(Value::Integer(n)) => Some(*n),
                         _ => None,
@@ -571,6 +575,7 @@ impl<'a> MembersRound<'a> {
             .unwrap_or_default();
         let Readings {
             acks: wait,
+            waited,
             listed,
             myid,
             refused,
@@ -649,6 +654,10 @@ impl<'a> MembersRound<'a> {
             (Ok(_), Verdict::Same, _) if listed.is_none() => {
                 Some("no replica list from the node (CLUSTER REPLICAS)".to_owned())
             }
+            (Ok(_), Verdict::Same, false) if !waited && asked > 0 => Some(format!(
+                "{acked} of {needed} replicas acknowledged: no WAIT sent, this connection's replicas fell \
+                 short less than a second ago"
+            )),
             (Ok(_), Verdict::Same, false) => {
                 Some(format!("{acked} of {needed} replicas acknowledged"))
             }
