@@ -61,14 +61,34 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use muxlock::Config;
+use muxlock::{Config, LockManager};
 use support::locks::{manager, wait_until};
 use support::redis_cluster::{bulk_text, wait_replication};
 use support::wire::{cmd, show};
 use support::{RedisCluster, RedisServer};
 
+/// A manager of the member `cl` alone (one attempt, `round` rounds, the restart guard with `window`), handed
+/// back once the cluster, started at `started`, is `old` old: the guard's uptime rule then trusts its nodes.
+fn guarded(
+    cl: &RedisCluster,
+    started: Instant,
+    round: u64,
+    window: Duration,
+    old: Duration,
+) -> LockManager {
+    let config = Config::default()
+        .with_retry_count(0)
+        .with_round_timeout(Duration::from_millis(round))
+        .with_restart_window(window);
+    let mgr = manager([cl.seed_url()], config);
+    if let Some(left) = old.checked_sub(started.elapsed()) {
+        thread::sleep(left);
+    }
+    mgr
+}
+
 /// Acquires `key` once on `mgr`: `Ok` if granted (then released), else the error's text.
-fn grant(mgr: &muxlock::LockManager, key: &str, ttl: Duration) -> Result<(), String> {
+fn grant(mgr: &LockManager, key: &str, ttl: Duration) -> Result<(), String> {
     match mgr.request(key).ttl(ttl).once().acquire() {
         Ok(l) => {
             let _ = mgr.unlock(l);
@@ -143,15 +163,14 @@ fn a_plain_replica_does_not_stand_in_for_a_listed_replica() {
         "M lists R: {}",
         show(&listed)
     );
-    let config = Config::default()
-        .with_retry_count(0)
-        .with_round_timeout(Duration::from_millis(400))
-        .with_restart_window(window);
-    let mgr = manager([cl.seed_url()], config);
     // Every node up a window (the guard's uptime rule).
-    if let Some(left) = (window + Duration::from_millis(1_500)).checked_sub(started.elapsed()) {
-        thread::sleep(left);
-    }
+    let mgr = guarded(
+        &cl,
+        started,
+        400,
+        window,
+        window + Duration::from_millis(1_500),
+    );
     // The control: R does not acknowledge, no grant.
     let control = grant(&mgr, "{p}control", window);
     assert!(
@@ -214,14 +233,13 @@ fn connections_killed_over_and_over_vote_again_once_the_kills_stop() {
     let started = Instant::now();
     let (m, r) = (cl.master_index(0), cl.replica_indexes(0)[0]);
     wait_replication(&cl, r, "master_link_status:up");
-    let config = Config::default()
-        .with_retry_count(0)
-        .with_round_timeout(Duration::from_millis(300))
-        .with_restart_window(window);
-    let mgr = manager([cl.seed_url()], config);
-    if let Some(left) = (window + Duration::from_millis(1_500)).checked_sub(started.elapsed()) {
-        thread::sleep(left);
-    }
+    let mgr = guarded(
+        &cl,
+        started,
+        300,
+        window,
+        window + Duration::from_millis(1_500),
+    );
     grant(&mgr, "{k}warm", ttl).expect("a grant before the kills");
     let killing = AtomicBool::new(true);
     let granted_during = AtomicUsize::new(0);
@@ -298,14 +316,7 @@ fn the_writes_of_the_skip_wait_pause_say_no_wait_was_sent() {
     for i in 0..cl.len() {
         cl.command_ok(i, &["ACL", "SETUSER", "default", "-wait"]);
     }
-    let config = Config::default()
-        .with_retry_count(0)
-        .with_round_timeout(Duration::from_millis(300))
-        .with_restart_window(ttl);
-    let mgr = manager([cl.seed_url()], config);
-    if let Some(left) = (ttl + Duration::from_millis(500)).checked_sub(started.elapsed()) {
-        thread::sleep(left);
-    }
+    let mgr = guarded(&cl, started, 300, ttl, ttl + Duration::from_millis(500));
     let first = grant(&mgr, "{w}lock", ttl).expect_err("granted without WAIT");
     assert!(first.contains("WAIT: NOPERM"), "{first}");
     let second = grant(&mgr, "{w}lock", ttl).expect_err("granted without WAIT");
@@ -331,14 +342,13 @@ fn a_master_replaced_at_its_address_by_another_id_votes_again() {
     let mut cl = RedisCluster::builder(1).start();
     let started = Instant::now();
     let old_id = cl.node_id(0).to_owned();
-    let config = Config::default()
-        .with_retry_count(0)
-        .with_round_timeout(Duration::from_millis(300))
-        .with_restart_window(window);
-    let mgr = manager([cl.seed_url()], config);
-    if let Some(left) = (window + Duration::from_millis(1_500)).checked_sub(started.elapsed()) {
-        thread::sleep(left);
-    }
+    let mgr = guarded(
+        &cl,
+        started,
+        300,
+        window,
+        window + Duration::from_millis(1_500),
+    );
     grant(&mgr, "{x}before", window).expect("a grant before the replacement");
     let dir = cl.node(0).dir().to_owned();
     cl.node_mut(0).kill();

@@ -697,6 +697,21 @@ fn a_request_held_for_room_goes_after_its_round_is_dropped_and_its_reply_is_nobo
     assert_eq!((counts.detached, counts.given_up), (1, 0), "{counts:?}");
 }
 
+/// Waits (until `until`) for node 0 to answer a round of its own: the late replies ahead of it read and
+/// dropped (a round may first find the node full of them: it looks again), none counted for it.
+fn caught_up(fanout: &Fanout, until: Instant) {
+    loop {
+        match round_all(fanout, &[b"ECHO", b"mine"], Duration::from_secs(2)).remove(0) {
+            Err(NodeError::Overloaded) => assert!(Instant::now() < until, "never caught up"),
+            reply => {
+                assert_eq!(reply, bulk("mine"));
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// A release round that waits for room until its deadline counts the node overloaded, and its held request still
 /// goes once the node has room.
 #[test]
@@ -726,16 +741,7 @@ fn a_request_still_held_at_the_deadline_counts_overloaded_and_still_goes() {
         std::thread::sleep(Duration::from_millis(5));
     }
     // The late replies are read and dropped (a round may first find the node full of them: it looks again).
-    loop {
-        match round_all(&fanout, &[b"ECHO", b"mine"], Duration::from_secs(2)).remove(0) {
-            Err(NodeError::Overloaded) => assert!(Instant::now() < until, "never caught up"),
-            reply => {
-                assert_eq!(reply, bulk("mine"));
-                break;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    caught_up(&fanout, until);
     assert_eq!(fanout.stats(0).given_up, 0);
 }
 
@@ -772,17 +778,7 @@ fn a_held_request_refused_at_the_deadline_keeps_its_place_before_the_one_behind_
     drop(round);
     cluster.resume(0);
     // The late replies are read and dropped, the detached request goes: the next requests get their own.
-    let until = Instant::now() + Duration::from_secs(5);
-    loop {
-        match round_all(&fanout, &[b"ECHO", b"mine"], Duration::from_secs(2)).remove(0) {
-            Err(NodeError::Overloaded) => assert!(Instant::now() < until, "never caught up"),
-            reply => {
-                assert_eq!(reply, bulk("mine"));
-                break;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    caught_up(&fanout, Instant::now() + Duration::from_secs(5));
 }
 
 /// A detached request waits for room at most `hung_timeout`: a node that stays paused longer has its connection
