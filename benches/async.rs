@@ -24,10 +24,8 @@
 //! as in the table), `MUXLOCK_TP_SECS` (default 3) and `MUXLOCK_TP_REPS` (default 3)
 //! change it. `cargo test --benches` runs a few calls and 0.2 s per case with 64 tasks.
 //!
-//! Results and the command: `BENCHMARKS.md`, "Async".
+//! Results and the command: `benchmarks/results/2026-11-27-async.md`.
 
-// The peers (benches/peers) still call the verbs #23 deprecated.
-#![allow(deprecated)]
 #![allow(missing_docs)] // the bench's own items need no docs
 
 #[path = "../tests/support/mod.rs"]

@@ -6,12 +6,9 @@
 //! used meanwhile: this process (user + system) and each redis-server (from `/proc/<pid>/stat`), as a share of one
 //! core. On a machine where the servers' CPU adds up to the cores there are, the nodes are the limit.
 //!
-//! `cargo bench --bench batch` runs it; `cargo test --benches` runs a short smoke run. Results: `BENCHMARKS.md`,
-//! "Batches".
+//! `cargo bench --bench batch` runs it; `cargo test --benches` runs a short smoke run. Results:
+//! `benchmarks/results/2026-11-22-batches.md`.
 
-// The verbs #23 deprecated (one-line wrappers over the request API) are still tested and measured here, as
-// users of the last release call them, until they are removed.
-#![allow(deprecated)]
 #![allow(missing_docs)]
 
 #[path = "../tests/support/mod.rs"]
@@ -76,7 +73,7 @@ fn main() {
         .map(|s| s.pid().to_string())
         .collect();
     // Phases of 1 s (0.1 s in the smoke run) alternate between the batch calls and the same work done one lock at
-    // a time (`try_lock` + `unlock` per resource), so that the machine's noise hits both alike.
+    // a time (`once().acquire()` + `unlock` per resource), so that the machine's noise hits both alike.
     let phase = if quick { 0.1 } else { 1.0 };
     let phases = (secs / phase).ceil().max(1.0) as usize;
     let mut totals = [(0usize, 0.0f64, 0.0f64); 2]; // (locks, wall, client cpu) for batch, single
@@ -103,8 +100,8 @@ fn main() {
                         .count();
                 } else {
                     for name in &names {
-                        match locks.try_lock(name, ttl) {
-                            Ok(Some(lock)) => {
+                        match locks.request(name).ttl(ttl).once().acquire() {
+                            Ok(lock) => {
                                 locked += 1;
                                 missed += usize::from(locks.unlock(lock).is_err());
                             }
@@ -129,7 +126,7 @@ fn main() {
     let rate = |(locked, wall, _): (usize, f64, f64)| locked as f64 / wall;
     println!(
         "batch {batch}, 5 nodes, one thread: {:.0} locks/s acquired+released with try_lock_batch + unlock_batch, \
-         {:.0} locks/s with try_lock + unlock one at a time (x{:.1}); {missed} not acquired or not released",
+         {:.0} locks/s with once().acquire() + unlock one at a time (x{:.1}); {missed} not acquired or not released",
         rate(totals[0]),
         rate(totals[1]),
         rate(totals[0]) / rate(totals[1]),

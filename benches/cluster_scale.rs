@@ -23,7 +23,7 @@
 //!    ("flat" means within 10 %), and at 3×1 ÷ plain (what cluster mode itself costs a server). On this 2-vCPU
 //!    machine every deployment is bounded by the same two cores, so cycles/s cannot grow with K here; how fast K
 //!    masters per member would go on cores of their own is projected from the busiest master's CPU per cycle
-//!    (`BENCHMARKS.md`, "Cluster members").
+//!    (`benchmarks/results/2026-11-28-cluster-members.md`).
 //!    Before the first repetition, each deployment's servers are measured idle for `MUXLOCK_CS_SECS`: what cluster
 //!    upkeep (cron, the cluster bus) costs with no lock at all, as % of one core.
 //! 2. **Lone-caller latency** (`latency`): one thread, one call at a time, acquire and release timed apart in HDR

@@ -1,10 +1,10 @@
 //! Holding and waiting: hand-off latency, fairness between waiters, and what the watchdog costs.
 //!
 //! 1. **Hand-off**: a holder releases; a waiter that was blocked on the resource gets it. The time from `unlock`
-//!    returning in the holder to the waiter's call returning, on 5 local nodes, for muxlock's `lock_wait` with the
+//!    returning in the holder to the waiter's call returning, on 5 local nodes, for muxlock's `.wait(..)` with the
 //!    waiter on the holder's manager (woken in-process) and on another manager (woken by client-side tracking, as
 //!    another process would be), and for `rslock`, which polls (`acquire_no_guard`: tries with a random pause of
-//!    up to 200 ms, its default). Beside them, in the same run, the uncontended acquire (`lock` on a free key).
+//!    up to 200 ms, its default). Beside them, in the same run, the uncontended acquire (`acquire` on a free key).
 //!    The cases take turns in batches, so that the machine's noise hits them alike.
 //! 2. **Fairness**: 8 waiters loop on one resource (acquire, hold 1 ms, release) for `MUXLOCK_FAIR_SECS` seconds
 //!    (default 10): acquisitions per waiter, for 8 threads of one manager and for 8 managers (as 8 processes).
@@ -12,11 +12,8 @@
 //!    renewals per second, renewal rounds (one write per node each), and this process's CPU time.
 //!
 //! `cargo bench --bench hold` runs it all; `cargo test --benches` runs a short version of each part. Results:
-//! `BENCHMARKS.md`, "Holding and waiting".
+//! `benchmarks/results/2026-11-22-holding-and-waiting.md`.
 
-// The verbs #23 deprecated (one-line wrappers over the request API) are still tested and measured here, as
-// users of the last release call them, until they are removed.
-#![allow(deprecated)]
 #![allow(missing_docs)]
 
 #[path = "../tests/support/mod.rs"]
@@ -107,8 +104,11 @@ impl WaitingThread {
                 };
                 for resource in rx {
                     let lock = locks
-                        .lock_wait(&resource, Duration::from_secs(30), Duration::from_secs(10))
-                        .expect("lock_wait");
+                        .request(&resource)
+                        .ttl(Duration::from_secs(30))
+                        .wait(Duration::from_secs(10))
+                        .acquire()
+                        .expect("wait");
                     let _ = tx.send(Instant::now());
                     locks.unlock(lock).expect("unlock");
                 }
@@ -164,7 +164,9 @@ fn handoff(urls: &[String], quick: bool) {
             let resource = format!("free:{n}");
             let t0 = Instant::now();
             let lock = holder
-                .lock(&resource, Duration::from_secs(30))
+                .request(&resource)
+                .ttl(Duration::from_secs(30))
+                .acquire()
                 .expect("lock");
             hists[3]
                 .record(t0.elapsed().as_nanos() as u64)
@@ -181,7 +183,9 @@ fn handoff(urls: &[String], quick: bool) {
                 n += 1;
                 let resource = format!("handoff:{n}").into_bytes();
                 let lock = holder
-                    .lock(&resource, Duration::from_secs(30))
+                    .request(&resource)
+                    .ttl(Duration::from_secs(30))
+                    .acquire()
                     .expect("lock");
                 w.go.send(resource).expect("waiter");
                 // Long enough for the waiter to try, fail and go to sleep.
@@ -211,10 +215,10 @@ fn handoff(urls: &[String], quick: bool) {
     println!("| case | n | p50 µs | p90 µs | p99 µs | p50 from unlock's call µs |");
     println!("|---|---:|---:|---:|---:|---:|");
     let names = [
-        "muxlock lock_wait, same manager",
-        "muxlock lock_wait, other manager (tracking)",
+        "muxlock wait, same manager",
+        "muxlock wait, other manager (tracking)",
         "rslock acquire_no_guard (polls)",
-        "muxlock lock, uncontended (yardstick)",
+        "muxlock acquire, uncontended (yardstick)",
     ];
     for (i, (name, h)) in names.iter().zip(&hists).enumerate() {
         let call = from_call
@@ -263,11 +267,12 @@ fn fairness(urls: &[String], quick: bool) {
                     let mut n = 0u64;
                     start.wait();
                     while !stop.load(Ordering::Relaxed) {
-                        match locks.lock_wait(
-                            "fair",
-                            Duration::from_secs(5),
-                            Duration::from_secs(2),
-                        ) {
+                        match locks
+                            .request("fair")
+                            .ttl(Duration::from_secs(5))
+                            .wait(Duration::from_secs(2))
+                            .acquire()
+                        {
                             Ok(lock) => {
                                 n += 1;
                                 thread::sleep(Duration::from_millis(1));
@@ -326,7 +331,13 @@ fn watchdog_cost(urls: &[String], quick: bool) {
         // A guard needs its renewal confirmed well inside its TTL: 200 ms rounds allow a 3 s TTL.
         let locks = manager_with(urls, Duration::from_millis(200));
         let held: Vec<Guard> = (0..guards)
-            .map(|i| locks.hold(format!("guarded:{i}"), ttl).expect("hold"))
+            .map(|i| {
+                locks
+                    .request(format!("guarded:{i}"))
+                    .ttl(ttl)
+                    .hold()
+                    .expect("hold")
+            })
             .collect();
         // Let the acquisitions' burst and the first checks pass.
         thread::sleep(Duration::from_millis(300));

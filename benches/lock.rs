@@ -17,7 +17,8 @@
 //!    outside the timing, `release` acquires outside it.
 //! 2. a per-call table: every call is recorded in an HDR histogram, and the cases take turns in batches (round
 //!    robin), so that noise from other processes on the machine hits them alike. It prints p50/p90/p99 per case
-//!    and the ratios the goals in `BENCHMARKS.md` name.
+//!    and the ratios the goals name (`benchmarks/results/2026-11-21-lock-latency.md`, "Ratios against the
+//!    goals").
 //!
 //! Every call must succeed: a failed call of muxlock's (raw included) panics at the end, after the table, and a
 //! peer's failures are printed with the table. Resource names cycle over [`NAMES`] per case, so no call meets a
@@ -33,11 +34,8 @@
 //! only a few times, outside criterion, in bench mode: `rslock` with a hung node (about 0.5 s per command, its
 //! response timeout) and the `redlock` crate with a node down (it gives up on the first refused connection).
 //!
-//! Results and the commands that produced them: `BENCHMARKS.md`, "Lock latency".
+//! Results and the commands that produced them: `benchmarks/results/2026-11-21-lock-latency.md`.
 
-// The verbs #23 deprecated (one-line wrappers over the request API) are still tested and measured here, as
-// users of the last release call them, until they are removed.
-#![allow(deprecated)]
 #![allow(missing_docs)] // criterion's macros and the bench's own items need no docs
 
 #[path = "../tests/support/mod.rs"]
@@ -51,7 +49,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use criterion::Criterion;
 use hdrhistogram::Histogram;
-use muxlock::net::{Fanout, NodeAddr, Options};
+use muxlock::net::{CommandId, Fanout, NodeAddr, Options};
 use muxlock::redlock::Config;
 use muxlock::resp::{Value, encode_command};
 use peers::{Locker, Muxlock, RedlockRs, Rslock};
@@ -114,7 +112,7 @@ impl Raw {
         let mut round = self.fanout.round(Instant::now() + self.timeout);
         round.send_all(&self.request, 1);
         let mut good = 0;
-        while let Some((node, reply)) = round.next() {
+        while let Some((CommandId { node, .. }, reply)) = round.next() {
             match reply {
                 Ok(v) if want(&v) => good += 1,
                 reply => return Err(format!("node {node}: unexpected reply {reply:?}")),

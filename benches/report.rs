@@ -1,7 +1,9 @@
 //! `scripts/bench-report`: muxlock against the other Rust Redlock clients, every scenario in one run, as users
 //! compare them. It starts its own `redis-server`s on free loopback ports, runs the scenarios below with every
-//! client, prints the tables, and (unless `--no-write`) rewrites the generated part of `BENCHMARKS.md` (between
-//! the `bench-report:begin`/`end` markers) and the pictures in `benchmarks/`.
+//! client, prints the tables, and (unless `--no-write`) keeps them in a new results file,
+//! `benchmarks/results/<today>-against-other-clients.md` (`…-against-other-clients-quick.md` for a quick run; a
+//! rerun the same day replaces it), listed at the end of `BENCHMARKS.md`; the pictures go where `BENCHMARKS.md`
+//! shows them, the others next to the file (`benches/report/output.rs`).
 //!
 //! Clients (`benches/peers`): muxlock; the `redlock` crate; `rslock`; `redis-rs/single` (no Redlock: `SET NX PX` and
 //! the release script on one node over a plain redis-rs connection); `redis-rs/quorum` (Redlock by hand on one
@@ -20,18 +22,15 @@
 //! 4. **Injected latency**: 5 nodes behind the fault proxy (`tests/support/proxy.rs`), adding 1, 2, 3, 4 and 5 ms
 //!    to a round trip. The floor is one round trip to the third-fastest node: redis-rs/single measures it, pointed
 //!    at that node.
-//! 5. **Contention**: hand-off (a holder releases, a waiter blocked on the resource gets it: muxlock's `lock_wait`
+//! 5. **Contention**: hand-off (a holder releases, a waiter blocked on the resource gets it: muxlock's `.wait(..)`
 //!    against the peers' retry loops) and fairness (8 clients loop on one resource: acquisitions per client).
 //! 6. **TLS against plain TCP**: not in this report yet; `cargo bench --bench tls` measures muxlock's TLS on its own.
 //!
 //! Modes: `cargo bench --bench report` is the full run (under 20 minutes on the 2-vCPU machine), `-- --quick` a
-//! short one (under 2 minutes); `cargo test --benches` (no `--bench` flag) runs a tiny pass of each scenario,
-//! writes nothing, and fails if a muxlock call failed or blocked. `scripts/bench-report [--quick] [--no-write]`
-//! runs the bench mode.
+//! short one (under 2 minutes); `cargo test --benches` (no `--bench` flag) checks the results file's writer, runs a
+//! tiny pass of each scenario, writes nothing, and fails if a muxlock call failed or blocked.
+//! `scripts/bench-report [--quick] [--no-write]` runs the bench mode.
 
-// The verbs #23 deprecated (one-line wrappers over the request API) are still tested and measured here, as
-// users of the last release call them, until they are removed.
-#![allow(deprecated)]
 #![allow(missing_docs)] // the bench's own items need no docs
 
 #[path = "../tests/support/mod.rs"]
@@ -77,9 +76,6 @@ use rates::throughput;
 const TTL: Duration = Duration::from_secs(30);
 /// The node that is hung or down in the fault scenario.
 const FAULTY: usize = 2;
-/// The markers around the generated part of `BENCHMARKS.md`.
-const BEGIN: &str = "<!-- bench-report:begin -->";
-const END: &str = "<!-- bench-report:end -->";
 
 // ---------------------------------------------------------------- plan
 
@@ -186,10 +182,7 @@ fn main() {
     // written: the quick way to compare the hand-off across processes.
     if let Some(i) = args.iter().position(|a| a == "--cross-process") {
         let secs = args.get(i + 1).and_then(|s| s.parse().ok()).unwrap_or(4.0);
-        let mut out = Out {
-            md: String::new(),
-            pictures: Vec::new(),
-        };
+        let mut out = Out::new(format!("{}-cross-process", output::today()));
         let only = args.get(i + 2).cloned();
         crossproc::cross_process(&mut out, 8, secs, &[1, 2], only.as_deref());
         println!("{}", out.md);
@@ -204,13 +197,15 @@ fn main() {
         Mode::Full
     };
     if mode == Mode::Test {
-        output::check_splice();
+        output::check_results_file();
     }
     let plan = Plan::new(mode);
-    let mut out = Out {
-        md: String::new(),
-        pictures: Vec::new(),
+    // The results file is named after the day the run starts.
+    let subject = match mode {
+        Mode::Quick => "against-other-clients-quick",
+        _ => "against-other-clients",
     };
+    let mut out = Out::new(format!("{}-{subject}", output::today()));
     let t0 = Instant::now();
     header(&mut out, &plan);
     let cluster = Cluster::start(5);
@@ -238,7 +233,7 @@ fn main() {
     eprintln!("[{:.0} s] cross-process done", t0.elapsed().as_secs_f64());
     out.line(
         "### 6. TLS against plain TCP\n\nNot in this report yet: muxlock's TLS is measured on its own by \
-         `cargo bench --bench tls` (BENCHMARKS.md, \"TLS (issue #12)\"); the peers' TLS is not measured.\n",
+         `cargo bench --bench tls` (BENCHMARKS.md, the \"TLS\" row); the peers' TLS is not measured.\n",
     );
     goals(&mut out, &plan, &rows, &fault, &cont, t0.elapsed());
     let cpu = Cpu::now(&pids).since(cpu0);
@@ -249,7 +244,6 @@ fn main() {
         load3(),
         cpu.steal_percent()
     ));
-    out.line(END);
     // Test mode: every muxlock call must have succeeded, none blocked.
     let mut bad = Vec::new();
     for c in lat.iter().chain(&fault).chain(&inj) {
@@ -279,7 +273,7 @@ fn main() {
                 r.client, r.overlaps
             ));
         }
-        if r.client.starts_with("muxlock lock_wait")
+        if r.client.starts_with("muxlock wait")
             && (r.quorum_errors > 0 || r.per_process.contains(&0))
         {
             bad.push(format!(
@@ -306,7 +300,13 @@ fn main() {
         return;
     }
     if !flag("--no-write") {
-        if let Err(e) = write_files(&out) {
+        let what = match mode {
+            Mode::Quick => {
+                "`scripts/bench-report --quick`, muxlock against the other Rust Redlock clients"
+            }
+            _ => "`scripts/bench-report`, muxlock against the other Rust Redlock clients",
+        };
+        if let Err(e) = write_files(&out, what) {
             eprintln!("bench-report: {e}");
             std::process::exit(1);
         }

@@ -8,7 +8,8 @@
 //! - redis-rs reads from a `&[u8]` through its own buffer (at most 8 KiB per read) and copies every payload; it has
 //!   no "decode from my buffer" entry point. Its numbers include that copy: it is what a redis-rs user pays.
 //!
-//! Results and the command that produced them: `BENCHMARKS.md`.
+//! Results and the command that produced them: `benchmarks/results/2026-11-21-resp-codec.md` (the current
+//! figures: `BENCHMARKS.md`).
 
 #![allow(missing_docs)] // criterion_group! and criterion_main! generate undocumented items
 

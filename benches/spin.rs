@@ -5,12 +5,9 @@
 //! each it prints the median over bursts of the acquire p50, the median of the per-burst ratio (on ÷ off), and the
 //! process's CPU time per acquire+release (user + system, from `/proc/self/stat`).
 //!
-//! `cargo bench --bench spin` runs it; `cargo test --benches` runs two short rounds. Results: `BENCHMARKS.md`,
-//! "Busy polling".
+//! `cargo bench --bench spin` runs it; `cargo test --benches` runs two short rounds. Results:
+//! `benchmarks/results/2026-11-22-throughput-shared-manager.md`, "Busy polling".
 
-// The verbs #23 deprecated (one-line wrappers over the request API) are still tested and measured here, as
-// users of the last release call them, until they are removed.
-#![allow(deprecated)]
 #![allow(missing_docs)]
 
 #[path = "../tests/support/mod.rs"]
@@ -83,7 +80,11 @@ fn main() {
                 while t0.elapsed() < burst {
                     let name = format!("spin:{n}:{j}:{k}:{}", latency.len());
                     let t = Instant::now();
-                    let lock = m.lock(&name, Duration::from_secs(30)).expect("lock");
+                    let lock = m
+                        .request(&name)
+                        .ttl(Duration::from_secs(30))
+                        .acquire()
+                        .expect("lock");
                     latency.push(t.elapsed().as_secs_f64() * 1e6);
                     m.unlock(lock).expect("unlock");
                 }

@@ -29,7 +29,8 @@
 //!
 //! The cases take turns: each repetition runs every (thread count, client) pair once, the first client rotating, so
 //! that noise from other processes hits the clients alike. The table gives the median cycles/s over repetitions
-//! with the min–max, and the ratios the goals in `BENCHMARKS.md` name, with their range over the repetitions.
+//! with the min–max, and the ratios the goals name (`benchmarks/results/2026-11-22-throughput-shared-manager.md`),
+//! with their range over the repetitions.
 //!
 //! Bounded time: each tokio call runs under a 2 s `tokio::time::timeout` (a failed call); each case has a hard
 //! deadline 6 s after its window, after which a caller that has not reported is counted as blocked (an OS thread
@@ -41,11 +42,8 @@
 //! flag) runs 0.2 s per case, one repetition, 1 and 4 callers, with a 2 s round timeout for muxlock, and fails if a
 //! muxlock call failed or a caller blocked.
 //!
-//! Method and results: `BENCHMARKS.md`, "Throughput (shared manager)".
+//! Method and results: `benchmarks/results/2026-11-22-throughput-shared-manager.md`.
 
-// The verbs #23 deprecated (one-line wrappers over the request API) are still tested and measured here, as
-// users of the last release call them, until they are removed.
-#![allow(deprecated)]
 #![allow(missing_docs)] // the bench's own items need no docs
 
 #[path = "../tests/support/mod.rs"]

@@ -9,12 +9,9 @@
 //! its first reply. It also gives the CPU time per acquire+release of this process and of the servers while
 //! each side ran (`/proc`, 10 ms ticks, summed over all rounds): where TLS's extra time goes.
 //!
-//! `cargo bench --bench tls` runs it; `cargo test --benches` runs two short rounds. Results: `BENCHMARKS.md`,
-//! "TLS".
+//! `cargo bench --bench tls` runs it; `cargo test --benches` runs two short rounds. Results:
+//! `benchmarks/results/2026-11-22-tls.md`.
 
-// The verbs #23 deprecated (one-line wrappers over the request API) are still tested and measured here, as
-// users of the last release call them, until they are removed.
-#![allow(deprecated)]
 #![allow(missing_docs)]
 
 #[path = "../tests/support/mod.rs"]
@@ -70,10 +67,13 @@ impl Side {
         let (mut acquire, mut cycle) = (histogram(), histogram());
         for i in 0..calls {
             let t0 = Instant::now();
-            let Ok(Some(lock)) = self.locks.try_lock(
-                format!("tls-bench:{}:{round}:{i}", self.name),
-                Duration::from_secs(30),
-            ) else {
+            let Ok(lock) = self
+                .locks
+                .request(format!("tls-bench:{}:{round}:{i}", self.name))
+                .ttl(Duration::from_secs(30))
+                .once()
+                .acquire()
+            else {
                 self.failed += 1;
                 continue;
             };
@@ -160,10 +160,13 @@ fn main() {
         let until = Instant::now() + Duration::from_secs(15);
         let mut warm = 0;
         while warm < 200 {
-            if let Ok(Some(lock)) = side.locks.try_lock(
-                format!("warm:{}:{warm}", side.name),
-                Duration::from_secs(30),
-            ) {
+            if let Ok(lock) = side
+                .locks
+                .request(format!("warm:{}:{warm}", side.name))
+                .ttl(Duration::from_secs(30))
+                .once()
+                .acquire()
+            {
                 let _ = side.locks.unlock(lock);
                 warm += 1;
             }

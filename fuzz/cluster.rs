@@ -1,6 +1,6 @@
 //! The fuzz harness for the Redis Cluster parsers (issue #27, `muxlock::net::cluster`): `CLUSTER SHARDS` and
 //! `CLUSTER SLOTS` replies, `MOVED`/`ASK` errors and `redis+cluster://` URLs. Shared by the `cluster` fuzz target
-//! and `tests/fuzz_replay.rs` (both include this file with `#[path]`); it sees only muxlock's public API.
+//! and `tests/codec/fuzz_replay.rs` (both include this file with `#[path]`); it sees only muxlock's public API.
 //!
 //! [`check`] reads the bytes three ways, and panics when a parser breaks a documented guarantee:
 //!

@@ -2,7 +2,7 @@
 //! (`redis_protocol::resp3::decode::streaming::decode_bytes`, driven by [`their_decode`] as a client drives it, so
 //! that RESP3's streamed strings and aggregates are compared too).
 //!
-//! Shared by the `differential` fuzz target and `tests/fuzz_replay.rs` (both include this file with `#[path]`).
+//! Shared by the `differential` fuzz target and `tests/codec/fuzz_replay.rs` (both include this file with `#[path]`).
 //! The same bytes go to both decoders, value after value. When both return a value, the values must be equal
 //! (after converting redis-protocol's frame to a [`Value`]) and span the same bytes. When they disagree, the
 //! disagreement must be one of the intended differences — muxlock is deliberately stricter than

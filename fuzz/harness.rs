@@ -1,6 +1,7 @@
 //! The fuzz harness for the RESP codec: the invariants the `fuzz/` targets (one-liners) check, and that
-//! `tests/fuzz_replay.rs` and `tests/resp_roundtrip.rs` (stable, on every `cargo test`) check on the same inputs.
-//! Not part of the library: each of them includes this file with `#[path]`, so it sees only muxlock's public API.
+//! `tests/codec/fuzz_replay.rs` and `tests/codec/roundtrip.rs` (stable, on every `cargo test`) check on the same
+//! inputs. Not part of the library: the fuzz crate and `tests/codec/main.rs` include this file with `#[path]`, so it
+//! sees only muxlock's public API.
 //!
 //! Every function takes arbitrary bytes, never fails on valid behaviour, and panics (`assert!`) when the codec
 //! breaks one of its documented guarantees: that is how a fuzzer notices.

@@ -63,13 +63,14 @@
 //!
 //! # What is public
 //!
-//! - The lock API, at the crate root: [`LockManager`] (and its [`Builder`]), a [`Request`], the held locks
-//!   ([`Lock`] of every kind, an [`Owner`] for owned ones, [`Guard`] with [`Lost`] and [`LostWatch`]; the
-//!   deprecated verbs' [`LockSet`], [`FencedLock`], [`ReentrantLock`] and [`Unreleased`]), fencing's
-//!   [`counter_key`] and [`FENCED_WRITE`] (a [`Lua`] script for the resource's side), [`Config`] (and [`PERSIST_MARKER_KEY`], what the
-//!   restart guard reads), [`Error`] with its per-node [`Report`] of [`Outcome`]s, [`NodeAddr`], [`NodeError`]
-//!   (with [`TlsError`]), [`TlsConfig`] for `rediss://` nodes, the counters of [`LockManager::stats`], and what
-//!   [`LockManager::inspect`] reads of a key ([`Inspection`], [`KeyState`]). This is the API users rely on.
+//! - The lock API, at the crate root: [`LockManager`] (and its [`Builder`]), a [`Request`], what it hands out
+//!   ([`Lock`] of every kind, an [`Owner`] for owned ones, [`Guard`] with [`Lost`] and [`LostWatch`]), fencing's
+//!   [`counter_key`] and [`FENCED_WRITE`] (a [`Lua`] script for the resource's side), [`Config`] (with
+//!   [`TlsConfig`] for `rediss://` nodes, and [`PERSIST_MARKER_KEY`], what the restart guard reads), [`Error`]
+//!   (and [`Result`]) with its per-node [`Report`] of [`Outcome`]s and what its variants carry ([`ConfigError`],
+//!   [`AddrError`], [`NodeAddr`], [`NodeError`], [`TlsError`], [`IoError`]), the counters of
+//!   [`LockManager::stats`] ([`Stats`], [`NodeStats`], [`NodeCounts`], [`GuardStats`], [`ReleaseStats`]), and
+//!   what [`LockManager::inspect`] reads of a key ([`Inspection`], [`KeyState`]). This is the API users rely on.
 //! - [`resp`]: the RESP2/RESP3 codec, a product of its own (fuzzed, benchmarked, stricter than the common
 //!   parsers): public and documented for use without the rest of muxlock.
 //! - The layers below the lock API are **not** an API: the network layer (`muxlock::net`: the fanout, rounds,
@@ -82,7 +83,7 @@
 //! `rediss://` nodes connect with TLS (see [`TlsConfig`] and [`Config::with_tls`]); `redis://user:password@host`
 //! logs in as an ACL user (`AUTH user password`, or `HELLO 3 AUTH user password` with `?protocol=resp3`). A wrong
 //! password is an [`Error`] naming the node; passwords never appear in `Debug`, `Display` or errors. The least
-//! permissions a muxlock user needs (each one shown necessary in `tests/acl.rs`), with `~lock:*` standing for the
+//! permissions a muxlock user needs (each one shown necessary in `tests/api/acl.rs`), with `~lock:*` standing for the
 //! lock names used:
 //!
 //! ```text
@@ -94,11 +95,11 @@
 //!   `SCRIPT FLUSH`, a restart); `+script|load` loads them on each new connection (saving that first `EVAL`:
 //!   not needed); `+info` feeds the restart guard (`INFO server`; not needed with
 //!   [`Config::with_restart_guard`]`(false)`).
-//! - Nodes with native compare-and-delete (Valkey >= 9.0 `DELIFEQ`, Redis >= 8.4 `DELEX`) release and extend
-//!   without Lua (`DELIFEQ`/`DELEX ... IFEQ`, `SET ... IFEQ ... PX`), learned per node on each connection with
-//!   `COMMAND INFO` (issue #25): add `+command|info` and `+delifeq` or `+delex` there. A user with only `+set
-//!   +delifeq +command|info +info` locks, extends, releases and holds guards on such nodes.
-//! - Guards and waiting ([`LockManager::hold`], [`LockManager::lock_wait`]) add `+client|tracking` (the
+//! - Nodes with native compare-and-delete (Valkey >= 9.0 `DELIFEQ`, Redis >= 8.4 `DELEX`) release and extend without
+//!   Lua (`DELIFEQ`/`DELEX ... IFEQ`, `SET ... IFEQ ... PX`), learned per node on each connection with `COMMAND
+//!   INFO`: add `+command|info` and `+delifeq` or `+delex` there. A user with only `+set +delifeq +command|info
+//!   +info` locks, extends, releases and holds guards on such nodes.
+//! - Guards and waiting ([`Request::hold`], [`Request::wait`]) add `+client|tracking` (the
 //!   watchdog's tracker connections turn client-side tracking on, and read guards' keys with `GET`) and `+pttl`
 //!   (a waiter reads the holder's remaining lease, which also arms the tracking of the key). Without them guards
 //!   and waiters still work, late: a guard whose key was deleted or overwritten is found lost at its next renewal
@@ -108,7 +109,7 @@
 //!   `~muxlock:persist-marker` (the persistence marker, run by `+eval`) let the restart guard trust nodes that
 //!   prove they persist every write at once (without them they get the window rule, never trust); fencing adds
 //!   `~muxlock:fence:*`, reentrant locks `+hset +hdel +hlen +exists +pttl +pexpire` and `~muxlock:holds:*`;
-//!   [`LockManager::lock_wait`]'s fair queue across processes `+zadd +zrange +zrangebyscore +zrank +zrem +incr
+//!   [waiting](Request::wait)'s fair queue across processes `+zadd +zrange +zrangebyscore +zrank +zrem +incr
 //!   +time +pexpire` and `~muxlock:queue:* ~muxlock:queue-deadlines:* ~muxlock:turn:*` (where a majority of
 //!   nodes refuse its script, a manager waits without the queue from then on).
 //!
@@ -143,10 +144,18 @@ mod timer;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+/// The guides' examples (`docs/*.md`), compiled as doc tests for the same reason.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/operations.md")]
+#[doc = include_str!("../docs/acl.md")]
+#[doc = include_str!("../docs/cluster.md")]
+#[doc = include_str!("../docs/async.md")]
+pub struct GuideDoctests;
+
 pub use net::{AddrError, IoError, NodeAddr, NodeCounts, NodeError, TlsConfig, TlsError};
 pub use redlock::lua::{FENCED_WRITE, Lua};
 pub use redlock::{
-    Builder, Config, ConfigError, Error, FencedLock, Guard, GuardStats, Inspection, KeyState, Lock,
-    LockManager, LockSet, Lost, LostWatch, NodeStats, Outcome, Owner, PERSIST_MARKER_KEY,
-    ReentrantLock, ReleaseStats, Report, Request, Result, Stats, Unreleased, counter_key,
+    Builder, Config, ConfigError, Error, Guard, GuardStats, Inspection, KeyState, Lock,
+    LockManager, Lost, LostWatch, NodeStats, Outcome, Owner, PERSIST_MARKER_KEY, ReleaseStats,
+    Report, Request, Result, Stats, counter_key,
 };

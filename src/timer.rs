@@ -9,7 +9,7 @@
 //!   run executor code) or while the thread waits (the condition variable lets it go).
 //! - A pending [`Sleep`] has one entry, whose waker slot it shares: polled again with another waker, it replaces
 //!   the waker in the slot; dropped, it empties the slot, so the entry (popped at its instant) keeps no task alive
-//!   and wakes nobody (the review of #26: a cancelled wait's waker used to stay until its `max_wait`).
+//!   and wakes nobody: a cancelled wait's waker does not stay alive until its `max_wait`.
 //! - The thread is woken (the condition variable) when an entry earlier than every other one is pushed.
 
 use std::cmp::Reverse;

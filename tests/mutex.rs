@@ -8,13 +8,12 @@
 //! Every fault scenario (1) holds long enough for its faults to meet the holds, (2) asserts that the faults struck
 //! lock rounds (the managers' own counters, [`Struck`], not only the proxy's or the cluster's), and (3) has a
 //! control: the same faults with the scenario's protection removed (restart guard off, restarts not delayed,
-//! nodes that forget, no watchdog), which must see the hazard. Kinds other than `lock()` are in `mutex/kinds.rs`
+//! nodes that forget, no watchdog, holders that ignore their lease's end), or where the faults take away no
+//! protection the lock has (node pauses, network faults, mixed faults, several processes) with the lock itself
+//! broken (managers that share no majority), which must see the hazard. The cluster members' random mixes
+//! have none yet (RELIABILITY.md's table says which scenarios have which). Kinds other than a plain lock are in `mutex/kinds.rs`
 //! (batches, guards) and `mutex/sets.rs` (sets, fenced locks); cluster members (#27) in `mutex/clusters.rs`
 //! (their other kinds in `mutex/cluster_kinds.rs`).
-
-// The verbs #23 deprecated (one-line wrappers over the request API) are still tested and measured here, as
-// users of the last release call them, until they are removed.
-#![allow(deprecated)]
 
 #[path = "mutex/clusters.rs"]
 mod clusters;
@@ -72,12 +71,12 @@ fn managers(urls: &[String], config: &Config, n: usize) -> Vec<Arc<LockManager>>
 fn wait_until_usable(locks: &LockManager, ttl: Duration) {
     let until = Instant::now() + Duration::from_secs(15);
     loop {
-        match locks.try_lock("warm-up", ttl) {
-            Ok(Some(lock)) => {
+        match locks.request("warm-up").ttl(ttl).once().acquire() {
+            Ok(lock) => {
                 let _ = locks.unlock(lock);
                 return;
             }
-            Ok(None) | Err(_) => assert!(Instant::now() < until, "the nodes never became usable"),
+            Err(_) => assert!(Instant::now() < until, "the nodes never became usable"),
         }
         thread::sleep(Duration::from_millis(50));
     }
@@ -390,17 +389,65 @@ fn minority_restarts_with_no_protection_hand_locks_out_twice() {
     panic!("4 runs of minority restart bursts without protection never handed a lock out twice");
 }
 
-#[test]
-fn nodes_paused_and_resumed_at_random() {
+/// **The controls' broken configuration where the faults take no protection away** (node pauses, network faults,
+/// mixed faults, several processes): `n` managers that share no majority. Manager `m` knows 3 of the 5 nodes,
+/// `2m, 2m + 1, 2m + 2` (mod 5), and counts 2 of its 3 as a majority: managers 0 and 1 meet on node 2 alone, so
+/// each grants what the other holds. Under the scenario's faults and workers, the checker must report it.
+fn managers_without_a_shared_majority(
+    urls: &[String],
+    config: &Config,
+    n: usize,
+) -> Vec<Arc<LockManager>> {
+    (0..n)
+        .map(|m| {
+            Arc::new(support::locks::manager(
+                three_nodes(urls, m),
+                config.clone(),
+            ))
+        })
+        .collect()
+}
+
+/// The nodes manager `m` of [`managers_without_a_shared_majority`] knows.
+fn three_nodes(urls: &[String], m: usize) -> Vec<String> {
+    (0..3)
+        .map(|i| urls[(2 * m + i) % urls.len()].clone())
+        .collect()
+}
+
+/// The lock managers of a scenario: 3 over all the nodes, or for its control 3 that share no majority.
+fn scenario_managers(
+    urls: &[String],
+    config: &Config,
+    share_a_majority: bool,
+) -> Vec<Arc<LockManager>> {
+    match share_a_majority {
+        true => managers(urls, config, 3),
+        false => managers_without_a_shared_majority(urls, config, 3),
+    }
+}
+
+/// What a run of a random fault scenario gave: its counts, its overlaps, what struck the managers' rounds.
+struct FaultRun {
+    stats: Arc<Stats>,
+    violations: Vec<(Hold, Hold)>,
+    struck: Struck,
+}
+
+/// Up to 2 of 5 nodes paused (SIGSTOP) for 100–500 ms at a time, then resumed, for `secs`; 3 managers × 2
+/// workers, or for the control managers that share no majority.
+fn paused_at_random(scenario: &str, share_a_majority: bool, secs: Duration) -> FaultRun {
     let mut cluster = Cluster::start(5);
     let protected = RedisServer::start();
-    let locks = managers(&cluster.urls(), &config(true), 3);
+    let locks = scenario_managers(&cluster.urls(), &config(true), share_a_majority);
     let ttl = Duration::from_millis(500);
-    wait_until_usable(&locks[0], ttl);
-    let w = work(3, ttl, seconds());
+    for l in &locks {
+        wait_until_usable(l, ttl);
+    }
+    let w = work(3, ttl, secs);
     let until = w.until;
     let mut rng = ChaCha8Rng::seed_from_u64(2);
-    let (stats, _, violations) = run("pause/resume", &locks, 2, &w, &protected, || {
+    let (stats, _, violations) = run(scenario, &locks, 2, &w, &protected, || {
         while Instant::now() < until {
             let victims = [rng.next_u32() as usize % 5, rng.next_u32() as usize % 5];
             for &v in &victims {
@@ -413,34 +460,67 @@ fn nodes_paused_and_resumed_at_random() {
             thread::sleep(Duration::from_millis(100));
         }
     });
-    assert_safe(&stats, &violations);
-    // A paused node answers nothing: the rounds that met it ended before its replies came.
     let struck = Struck::of(locks.iter().map(|l| &**l));
     println!("  {struck}");
+    FaultRun {
+        stats,
+        violations,
+        struck,
+    }
+}
+
+/// Control: [`nodes_paused_at_random_overlap_when_the_managers_share_no_majority`].
+#[test]
+fn nodes_paused_and_resumed_at_random() {
+    let r = paused_at_random("pause/resume", true, seconds());
+    assert_safe(&r.stats, &r.violations);
+    // A paused node answers nothing: the rounds that met it ended before its replies came.
     assert!(
-        struck.timeouts > 0 && struck.failed > 0,
-        "no pause met a lock round: {struck}"
+        r.struck.timeouts > 0 && r.struck.failed > 0,
+        "no pause met a lock round: {}",
+        r.struck
     );
 }
 
+/// The control of [`nodes_paused_and_resumed_at_random`]: the same pauses, managers that share no majority.
 #[test]
-fn network_faults_between_client_and_nodes() {
+fn nodes_paused_at_random_overlap_when_the_managers_share_no_majority() {
+    let r = paused_at_random(
+        "control: pause/resume, no shared majority",
+        false,
+        Duration::from_millis(2000),
+    );
+    assert!(
+        r.struck.timeouts > 0 && r.struck.failed > 0,
+        "no pause met a lock round: {}",
+        r.struck
+    );
+    assert!(
+        !r.violations.is_empty(),
+        "managers without a shared majority never overlapped under pauses"
+    );
+}
+
+/// A fault proxy in front of each of 5 nodes; up to two of them at once get one of: added latency, a black hole,
+/// byte-at-a-time delivery, a reset in the middle of a reply, refused connections; for `secs`. 3 managers × 2
+/// workers, or for the control managers that share no majority.
+fn network_faults(scenario: &str, share_a_majority: bool, secs: Duration) -> FaultRun {
     let cluster = Cluster::start(5);
     let protected = RedisServer::start();
-    // A fault proxy in front of each node: this kernel has no netem, so faults are injected in user space.
+    // This kernel has no netem: faults are injected in user space.
     let proxies: Vec<FaultProxy> = cluster.addrs().into_iter().map(FaultProxy::start).collect();
     let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
-    let locks = managers(&urls, &config(true), 3);
+    let locks = scenario_managers(&urls, &config(true), share_a_majority);
     let ttl = Duration::from_millis(500);
-    wait_until_usable(&locks[0], ttl);
-    let w = work(3, ttl, seconds());
+    for l in &locks {
+        wait_until_usable(l, ttl);
+    }
+    let w = work(3, ttl, secs);
     let until = w.until;
     let mut rng = ChaCha8Rng::seed_from_u64(4);
     let mut injected = [0u32; 5];
-    let (stats, _, violations) = run("network faults", &locks, 2, &w, &protected, || {
+    let (stats, _, violations) = run(scenario, &locks, 2, &w, &protected, || {
         while Instant::now() < until {
-            // Up to two of five nodes at once get one of: added latency, a black hole, byte-at-a-time
-            // delivery, a reset in the middle of a reply, refused connections.
             let victims = [rng.next_u32() as usize % 5, rng.next_u32() as usize % 5];
             for &v in &victims {
                 let kind = rng.next_u32() as usize % 5;
@@ -464,18 +544,49 @@ fn network_faults_between_client_and_nodes() {
         "network faults injected: latency {}, black hole {}, trickle {}, reset {}, refuse {}",
         injected[0], injected[1], injected[2], injected[3], injected[4]
     );
-    assert_safe(&stats, &violations);
     assert!(
         proxies.iter().map(|p| p.stats().resets).sum::<u64>() > 0,
         "no reset was injected"
     );
-    // The faults must have met lock rounds, not only idle connections: votes failed, requests outlived their
-    // round (latency, black hole, trickle), connections dropped (reset, refused).
     let struck = Struck::of(locks.iter().map(|l| &**l));
     println!("  {struck}");
+    FaultRun {
+        stats,
+        violations,
+        struck,
+    }
+}
+
+/// Control: [`network_faults_overlap_when_the_managers_share_no_majority`].
+#[test]
+fn network_faults_between_client_and_nodes() {
+    let r = network_faults("network faults", true, seconds());
+    assert_safe(&r.stats, &r.violations);
+    // The faults must have met lock rounds, not only idle connections: votes failed, requests outlived their
+    // round (latency, black hole, trickle), connections dropped (reset, refused).
     assert!(
-        struck.failed > 0 && struck.timeouts > 0 && struck.drops > 0,
-        "the network faults did not strike lock rounds: {struck}"
+        r.struck.failed > 0 && r.struck.timeouts > 0 && r.struck.drops > 0,
+        "the network faults did not strike lock rounds: {}",
+        r.struck
+    );
+}
+
+/// The control of [`network_faults_between_client_and_nodes`]: the same faults, managers that share no majority.
+#[test]
+fn network_faults_overlap_when_the_managers_share_no_majority() {
+    let r = network_faults(
+        "control: network faults, no shared majority",
+        false,
+        Duration::from_millis(2000),
+    );
+    assert!(
+        r.struck.failed > 0 && r.struck.drops > 0,
+        "the network faults did not strike lock rounds: {}",
+        r.struck
+    );
+    assert!(
+        !r.violations.is_empty(),
+        "managers without a shared majority never overlapped under network faults"
     );
 }
 
@@ -541,7 +652,11 @@ fn majority_restart(restart_guard: bool, timing: Timing) -> RestartRound {
         // A's lock, then the restarts (a few tens of milliseconds), before the second ends.
         sleep_until_fraction(0.75);
     }
-    let lock = holder.lock("res", ttl).expect("fresh cluster, guard off");
+    let lock = holder
+        .request("res")
+        .ttl(ttl)
+        .acquire()
+        .expect("fresh cluster, guard off");
     let a_start = mono_ns();
     let a_end = support::checker::instant_ns(lock.valid_until());
     // A writes for as long as its lease allows, in its own thread, as a careful holder would.
@@ -578,7 +693,7 @@ fn majority_restart(restart_guard: bool, timing: Timing) -> RestartRound {
     let mut b_acquired = false;
     let mut b_after_a = None;
     while Instant::now() < until {
-        if let Ok(Some(b)) = contender.try_lock("res", ttl) {
+        if let Ok(b) = contender.request("res").ttl(ttl).once().acquire() {
             let b_start = mono_ns();
             b_after_a = Some((b_start as i64 - a_end as i64) / 1_000_000);
             let mut writers = Writers::connect(protected.addr());
@@ -708,7 +823,9 @@ fn persistent_majority_loses_its_files(restart_guard: bool) -> LostFiles {
     let ttl = Duration::from_millis(2000);
     let holder = managers(&cluster.urls(), &config(true), 1).remove(0);
     let lock = holder
-        .lock("res", ttl)
+        .request("res")
+        .ttl(ttl)
+        .acquire()
         .expect("provisioned persistent nodes: trusted at once");
     let (a_start, a_end) = (mono_ns(), support::checker::instant_ns(lock.valid_until()));
     let stats = Arc::new(Stats::default());
@@ -736,8 +853,8 @@ fn persistent_majority_loses_its_files(restart_guard: bool) -> LostFiles {
     let (mut b_acquired, mut quarantined) = (false, 0);
     let until = Instant::now() + ttl * 2 + Duration::from_secs(6);
     while Instant::now() < until {
-        match contender.try_lock("res", ttl) {
-            Ok(Some(b)) => {
+        match contender.request("res").ttl(ttl).once().acquire() {
+            Ok(b) => {
                 let b_start = mono_ns();
                 let mut writers = Writers::connect(protected.addr());
                 match writers.enter("res", support::checker::instant_ns(b.valid_until())) {
@@ -762,7 +879,7 @@ fn persistent_majority_loses_its_files(restart_guard: bool) -> LostFiles {
                 b_acquired = true;
                 break;
             }
-            Ok(None) => {}
+            Err(e) if e.is_held() => {}
             Err(e) => {
                 quarantined += usize::from(e.report().is_some_and(|r| {
                     r.nodes()
@@ -834,14 +951,18 @@ fn holders_paused_past_their_lease_lose_it_before_the_next_holder_comes() {
         wait_until_usable(l, ttl);
     }
     // Targeted: a holder sleeps past its TTL (a GC pause); another takes the lock meanwhile.
-    let paused = locks[0].lock("gc", ttl).expect("lock");
+    let paused = locks[0].request("gc").ttl(ttl).acquire().expect("lock");
     let paused_end = support::checker::instant_ns(paused.valid_until());
     thread::sleep(ttl + Duration::from_millis(100));
     assert!(
         !paused.is_valid(),
         "a holder that slept past its TTL must see its lock invalid"
     );
-    let next = locks[1].lock("gc", ttl).expect("expired, so free");
+    let next = locks[1]
+        .request("gc")
+        .ttl(ttl)
+        .acquire()
+        .expect("expired, so free");
     assert!(
         mono_ns() > paused_end,
         "the next holder came after the pause's lease ended"
@@ -865,18 +986,51 @@ fn holders_paused_past_their_lease_lose_it_before_the_next_holder_comes() {
     );
 }
 
-const CHILD_ENV: &str = "MUXLOCK_CHECKER_CHILD";
-
-/// Several OS processes, each with its own manager and threads. The same test function is the parent or, when
-/// started with `MUXLOCK_CHECKER_CHILD`, a child that prints its holds on stdout.
+/// The control of the random GC pauses above: the same pauses, taken by careless holders
+/// ([`support::checker::heedless_worker`]: they write after the pause whatever their lease has left, and take
+/// themselves for the holder until they release). The checker must report their holds overlapping the next
+/// holder's.
 #[test]
-fn several_processes_never_overlap() {
-    if let Ok(spec) = std::env::var(CHILD_ENV) {
-        return child(&spec);
-    }
+fn heedless_holders_paused_past_their_lease_overlap_the_next_holder() {
     let cluster = Cluster::start(5);
     let protected = RedisServer::start();
-    let secs = seconds();
+    let locks = managers(&cluster.urls(), &config(true), 2);
+    let ttl = Duration::from_millis(200);
+    wait_until_usable(&locks[0], ttl);
+    let w = Work {
+        pause: Some((3, ttl.mul_f64(1.5))),
+        ..work(2, ttl, Duration::from_millis(2000))
+    };
+    let (_, _, violations) = run_with(
+        "control: GC pauses past the TTL, heedless holders",
+        &locks,
+        2,
+        &w,
+        &protected,
+        || {},
+        support::checker::heedless_worker,
+    );
+    assert!(
+        !violations.is_empty(),
+        "holders that wrote after pausing past their lease never overlapped the next holder"
+    );
+}
+
+const CHILD_ENV: &str = "MUXLOCK_CHECKER_CHILD";
+
+/// What the child processes of [`processes`] reported.
+struct ProcessRun {
+    holds: Vec<Hold>,
+    acquired: u64,
+    concurrent: u64,
+}
+
+/// Runs 3 child processes of this test binary, each the test `test` with [`CHILD_ENV`] set: each takes locks
+/// with its own manager and 2 threads for `secs` and prints its holds. `share_a_majority: false` gives child
+/// `i` a manager over nodes `2i..2i+2` (mod 5) only (the control: see [`managers_without_a_shared_majority`]).
+fn processes(test: &str, share_a_majority: bool, secs: Duration) -> ProcessRun {
+    let cluster = Cluster::start(5);
+    let protected = RedisServer::start();
     let spec = format!(
         "{}|{}|{}",
         cluster.urls().join(","),
@@ -887,32 +1041,35 @@ fn several_processes_never_overlap() {
     let mut children: Vec<_> = (0..3)
         .map(|i| {
             Command::new(&exe)
-                .args([
-                    "--exact",
-                    "several_processes_never_overlap",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(CHILD_ENV, format!("{spec}|p{i}"))
+                .args(["--exact", test, "--nocapture", "--test-threads=1"])
+                .env(
+                    CHILD_ENV,
+                    format!(
+                        "{spec}|p{i}|{}",
+                        if share_a_majority { "all" } else { "three" }
+                    ),
+                )
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
                 .spawn()
                 .expect("spawn child")
         })
         .collect();
-    let mut holds = Vec::new();
-    let mut acquired = 0;
-    let mut concurrent = 0;
+    let mut run = ProcessRun {
+        holds: Vec::new(),
+        acquired: 0,
+        concurrent: 0,
+    };
     for child in &mut children {
         let out = child.stdout.take().expect("stdout");
         for line in BufReader::new(out).lines().map_while(Result::ok) {
             // The test harness may print its own words in front of a line.
             if let Some(h) = line.find("HOLD ").and_then(|i| Hold::from_line(&line[i..])) {
-                holds.push(h);
+                run.holds.push(h);
             } else if let Some(rest) = line.find("STATS ").map(|i| &line[i + 6..]) {
                 let n: Vec<u64> = rest.split(' ').filter_map(|x| x.parse().ok()).collect();
-                acquired += n[0];
-                concurrent += n[1];
+                run.acquired += n[0];
+                run.concurrent += n[1];
             }
         }
     }
@@ -933,19 +1090,61 @@ fn several_processes_never_overlap() {
             }
         }
     }
-    let violations = overlaps(&holds);
+    run
+}
+
+/// Several OS processes, each with its own manager and threads. The same test function is the parent or, when
+/// started with `MUXLOCK_CHECKER_CHILD`, a child that prints its holds on stdout. Control:
+/// [`several_processes_overlap_when_they_share_no_majority`].
+#[test]
+fn several_processes_never_overlap() {
+    if let Ok(spec) = std::env::var(CHILD_ENV) {
+        return child(&spec);
+    }
+    let run = processes("several_processes_never_overlap", true, seconds());
+    let violations = overlaps(&run.holds);
     println!(
-        "3 processes: {} holds, acquired {acquired}, concurrent writers {concurrent}",
-        holds.len()
+        "3 processes: {} holds, acquired {}, concurrent writers {}",
+        run.holds.len(),
+        run.acquired,
+        run.concurrent
     );
     assert!(violations.is_empty(), "{violations:?}");
-    assert_eq!(concurrent, 0);
-    assert!(acquired > 0 && holds.len() as u64 == acquired);
-    let holders: std::collections::HashSet<_> = holds.iter().map(|h| &h.holder[..2]).collect();
+    assert_eq!(run.concurrent, 0);
+    assert!(run.acquired > 0 && run.holds.len() as u64 == run.acquired);
+    let holders: std::collections::HashSet<_> = run.holds.iter().map(|h| &h.holder[..2]).collect();
     assert_eq!(
         holders.len(),
         3,
         "every process held the lock at some point"
+    );
+}
+
+/// The control of [`several_processes_never_overlap`]: each process's manager knows another 3 of the 5 nodes.
+/// Holds reported by two different processes must be found overlapping (the checker reads them across
+/// processes, on one clock).
+#[test]
+fn several_processes_overlap_when_they_share_no_majority() {
+    if let Ok(spec) = std::env::var(CHILD_ENV) {
+        return child(&spec);
+    }
+    let run = processes(
+        "several_processes_overlap_when_they_share_no_majority",
+        false,
+        Duration::from_millis(2000),
+    );
+    let violations = overlaps(&run.holds);
+    println!(
+        "control: 3 processes, no shared majority: {} holds, concurrent writers {}, overlapping holds {}",
+        run.holds.len(),
+        run.concurrent,
+        violations.len()
+    );
+    assert!(
+        violations
+            .iter()
+            .any(|(a, b)| a.holder[..2] != b.holder[..2]),
+        "no two processes' holds overlapped: {violations:?}"
     );
 }
 
@@ -955,7 +1154,13 @@ fn child(spec: &str) {
     let protected: std::net::SocketAddr = parts[1].parse().expect("addr");
     let secs = Duration::from_secs_f64(parts[2].parse().expect("secs"));
     let name = parts[3];
-    let locks = managers(&urls, &config(true), 1).remove(0);
+    let locks = match parts.get(4) {
+        Some(&"three") => {
+            let i: usize = name[1..].parse().expect("p<i>");
+            managers(&three_nodes(&urls, i), &config(true), 1).remove(0)
+        }
+        _ => managers(&urls, &config(true), 1).remove(0),
+    };
     let stats = Arc::new(Stats::default());
     let recorder = Recorder::default();
     // The restart guard does not trust freshly started nodes for their first window: wait it out first.
@@ -992,18 +1197,21 @@ fn child(spec: &str) {
 
 const GUARD_CHILD_ENV: &str = "MUXLOCK_GUARD_CHECKER_CHILD";
 
-/// Holders under guards in 3 processes, while the parent stops one of them (SIGSTOP) now and then for longer than
-/// the TTL: a stopped process's guards expire and others take the locks; when it runs again, its workers must see
-/// their guards lost before their next step. The checker must find no overlapping holds and no writer beside a
-/// holder whose lease runs (a writer stopped in the middle of a step overruns its lease; that is counted apart).
-#[test]
-fn guards_of_stopped_processes_are_lost_before_the_next_holder_comes() {
-    if let Ok(spec) = std::env::var(GUARD_CHILD_ENV) {
-        return guard_child(&spec);
-    }
+/// What [`stopped_guard_processes`] saw: the children's holds and counts, and how often it stopped one.
+struct GuardRun {
+    holds: Vec<Hold>,
+    acquired: u64,
+    concurrent: u64,
+    lost_seen: u64,
+    stops: u32,
+}
+
+/// Holders under guards in 3 child processes (the test `test` with [`GUARD_CHILD_ENV`] set; `heed: false` runs
+/// [`support::checker::heedless_guard_worker`]s, the control), while this process stops them (SIGSTOP) for
+/// longer than the TTL: first all three for 1 s, then one at a time, for `secs`.
+fn stopped_guard_processes(test: &str, heed: bool, secs: Duration) -> GuardRun {
     let cluster = Cluster::start(3);
     let protected = RedisServer::start();
-    let secs = seconds();
     let spec = format!(
         "{}|{}|{}",
         cluster.urls().join(","),
@@ -1014,13 +1222,11 @@ fn guards_of_stopped_processes_are_lost_before_the_next_holder_comes() {
     let mut children: Vec<_> = (0..3)
         .map(|i| {
             Command::new(&exe)
-                .args([
-                    "--exact",
-                    "guards_of_stopped_processes_are_lost_before_the_next_holder_comes",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(GUARD_CHILD_ENV, format!("{spec}|g{i}"))
+                .args(["--exact", test, "--nocapture", "--test-threads=1"])
+                .env(
+                    GUARD_CHILD_ENV,
+                    format!("{spec}|g{i}|{}", if heed { "heed" } else { "heedless" }),
+                )
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
                 .spawn()
@@ -1043,7 +1249,7 @@ fn guards_of_stopped_processes_are_lost_before_the_next_holder_comes() {
         .collect();
     let mut rng = ChaCha8Rng::seed_from_u64(11);
     let until = Instant::now() + secs;
-    let mut stops = 0;
+    let mut stops = 0u32;
     thread::sleep(Duration::from_millis(300));
     // First all three at once for longer than the TTL (400 ms): whatever guards they hold surely expire. Then one
     // at a time, longer than the TTL or not, while the others take its locks.
@@ -1094,17 +1300,75 @@ fn guards_of_stopped_processes_are_lost_before_the_next_holder_comes() {
             }
         }
     }
-    let violations = overlaps(&holds);
+    GuardRun {
+        holds,
+        acquired,
+        concurrent,
+        lost_seen,
+        stops,
+    }
+}
+
+/// Holders under guards in 3 processes, while the parent stops one of them (SIGSTOP) now and then for longer than
+/// the TTL: a stopped process's guards expire and others take the locks; when it runs again, its workers must see
+/// their guards lost before their next step. The checker must find no overlapping holds and no writer beside a
+/// holder whose lease runs (a writer stopped in the middle of a step overruns its lease; that is counted apart).
+/// Control: [`heedless_guards_of_stopped_processes_overlap_the_next_holder`].
+#[test]
+fn guards_of_stopped_processes_are_lost_before_the_next_holder_comes() {
+    if let Ok(spec) = std::env::var(GUARD_CHILD_ENV) {
+        return guard_child(&spec);
+    }
+    let r = stopped_guard_processes(
+        "guards_of_stopped_processes_are_lost_before_the_next_holder_comes",
+        true,
+        seconds(),
+    );
+    let violations = overlaps(&r.holds);
     println!(
-        "guards, 3 processes stopped {stops} times: {} holds, acquired {acquired}, guards seen lost before a step \
-         {lost_seen}, concurrent writers {concurrent}, overlapping holds {}",
-        holds.len(),
+        "guards, 3 processes stopped {} times: {} holds, acquired {}, guards seen lost before a step {}, \
+         concurrent writers {}, overlapping holds {}",
+        r.stops,
+        r.holds.len(),
+        r.acquired,
+        r.lost_seen,
+        r.concurrent,
         violations.len()
     );
     assert!(violations.is_empty(), "{violations:?}");
-    assert_eq!(concurrent, 0);
-    assert!(acquired > 0 && holds.len() as u64 == acquired);
-    assert!(stops > 0 && lost_seen > 0, "no stop outlasted a guard");
+    assert_eq!(r.concurrent, 0);
+    assert!(r.acquired > 0 && r.holds.len() as u64 == r.acquired);
+    assert!(r.stops > 0 && r.lost_seen > 0, "no stop outlasted a guard");
+}
+
+/// The control of [`guards_of_stopped_processes_are_lost_before_the_next_holder_comes`]: the same stops, with
+/// holders that go on with their steps when their guard is lost. The checker must report their holds
+/// overlapping the next holder's.
+#[test]
+fn heedless_guards_of_stopped_processes_overlap_the_next_holder() {
+    if let Ok(spec) = std::env::var(GUARD_CHILD_ENV) {
+        return guard_child(&spec);
+    }
+    let r = stopped_guard_processes(
+        "heedless_guards_of_stopped_processes_overlap_the_next_holder",
+        false,
+        Duration::from_millis(2500),
+    );
+    let violations = overlaps(&r.holds);
+    println!(
+        "control: heedless guards, 3 processes stopped {} times: {} holds, guards lost {}, concurrent writers {}, \
+         overlapping holds {}",
+        r.stops,
+        r.holds.len(),
+        r.lost_seen,
+        r.concurrent,
+        violations.len()
+    );
+    assert!(r.lost_seen > 0, "no stop outlasted a guard");
+    assert!(
+        !violations.is_empty(),
+        "holders that went on after losing their guard never overlapped the next holder"
+    );
 }
 
 fn guard_child(spec: &str) {
@@ -1113,6 +1377,7 @@ fn guard_child(spec: &str) {
     let protected: std::net::SocketAddr = parts[1].parse().expect("addr");
     let secs = Duration::from_secs_f64(parts[2].parse().expect("secs"));
     let name = parts[3];
+    let heed = parts.get(4) != Some(&"heedless");
     let locks = managers(&urls, &config(false), 1).remove(0);
     let stats = Arc::new(Stats::default());
     let recorder = Recorder::default();
@@ -1128,7 +1393,11 @@ fn guard_child(spec: &str) {
                     seed: t + 100 * u64::from(name.as_bytes()[1]),
                     ..w.clone()
                 };
-                guard_worker(
+                let each = match heed {
+                    true => guard_worker,
+                    false => support::checker::heedless_guard_worker,
+                };
+                each(
                     &format!("{name}t{t}"),
                     locks,
                     (&w, 200),

@@ -272,8 +272,7 @@ fn header(mode: RunMode, args: &[String], sv: &Servers) {
         .unwrap_or_default();
     let vcpus = thread::available_parallelism().map_or(0, usize::from);
     println!(
-        "<!-- written by scripts/bench-alternatives; rerun it instead of editing these tables -->\n\n\
-         **{} run**, {date}: `scripts/bench-alternatives{}`\n",
+        "**{} run**, {date}: `scripts/bench-alternatives{}`\n",
         match mode {
             RunMode::Full => "Full",
             RunMode::Quick => "Quick",
@@ -373,7 +372,7 @@ fn main() {
     let pids = |c: &Cluster| c.nodes().iter().map(RedisServer::pid).collect::<Vec<_>>();
     let mux5 = MuxFactory::new(sv.mux5.urls(), pids(&sv.mux5), Wait::LockWait, false);
     let mux3 = MuxFactory::new(sv.mux3.urls(), pids(&sv.mux3), Wait::LockWait, false);
-    // Hand-off only: the classic retry loop, and lock_wait's in-process queue.
+    // Hand-off only: the classic retry loop, and the waiting request's in-process queue.
     let mux5_retry = MuxFactory::new(sv.mux5.urls(), pids(&sv.mux5), Wait::Retry, false);
     let mux5_one = MuxFactory::new(sv.mux5.urls(), pids(&sv.mux5), Wait::LockWait, true);
     let pg = sv.pg.as_ref().map(|pg| PgFactory {

@@ -1,7 +1,7 @@
 //! The probe of `scripts/latency-ab` (not a cargo bench target: the script builds it as its own package): lone-caller acquire and release latency on the nodes in `NODES` (comma
 //! separated URLs; the first `N`, default 5), `CALLS` calls (default 2000) after 200 warm-up calls. Prints the
-//! acquire and release p50 in nanoseconds. It uses only the API that every revision has, so that the script can
-//! build it against an older one.
+//! acquire and release p50 in nanoseconds. It uses only the API that every revision since the request API has,
+//! so that the script can build it against an older one.
 
 use std::time::{Duration, Instant};
 
@@ -20,8 +20,13 @@ fn main() {
     let until = Instant::now() + Duration::from_secs(15);
     let mut warm = 0;
     while warm < 200 {
-        match locks.try_lock(format!("ab:{tag}:w{warm}"), ttl) {
-            Ok(Some(lock)) => {
+        match locks
+            .request(format!("ab:{tag}:w{warm}"))
+            .ttl(ttl)
+            .once()
+            .acquire()
+        {
+            Ok(lock) => {
                 let _ = locks.unlock(lock);
                 warm += 1;
             }
@@ -33,7 +38,12 @@ fn main() {
     for i in 0..calls {
         let t0 = Instant::now();
         // One attempt: a call that fails (a frozen thread past the 50 ms round) is counted, not timed.
-        let Ok(Some(lock)) = locks.try_lock(format!("ab:{tag}:{i}"), ttl) else {
+        let Ok(lock) = locks
+            .request(format!("ab:{tag}:{i}"))
+            .ttl(ttl)
+            .once()
+            .acquire()
+        else {
             failed += 1;
             continue;
         };

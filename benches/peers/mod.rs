@@ -1,7 +1,7 @@
 //! The clients the lock benches measure, behind one small trait: [`Locker`] (acquire a resource, then release it;
 //! or wait for it). `benches/lock.rs`, `benches/throughput.rs` and `benches/report.rs` share them:
 //!
-//! - [`Muxlock`]: muxlock's [`LockManager`] (`lock`/`unlock`, and `lock_wait` to wait).
+//! - [`Muxlock`]: muxlock's [`LockManager`] (`request(..).acquire()`/`unlock`, and `.wait(..)` to wait).
 //! - [`Rslock`]: the `rslock` crate (async, one redis-rs multiplexed connection per node, `join_all` over the
 //!   nodes), run on a current-thread tokio runtime with `block_on` per call, so that a call costs what it costs a
 //!   caller that waits for it, as muxlock's callers do.
@@ -14,7 +14,7 @@
 //!
 //! All are configured for a single attempt per [`Locker::acquire`] (no retry), so that a failed call is counted
 //! rather than hidden behind a retry's sleep. [`Locker::acquire_wait`] is each client's own way of waiting for a
-//! held resource: muxlock's `lock_wait`, rslock's `acquire_no_guard` with its default retry (3 tries, a random
+//! held resource: muxlock's `.wait(..)`, rslock's `acquire_no_guard` with its default retry (3 tries, a random
 //! pause up to 200 ms), the `redlock` crate's retry pause (random, up to 200 ms), and for the hand-written redis-rs
 //! clients a loop with a random pause up to [`HAND_RETRY`].
 //!
@@ -137,7 +137,9 @@ impl Locker for Muxlock {
     fn acquire(&mut self, resource: &[u8]) -> Result<(), String> {
         let lock = self
             .manager
-            .lock(resource, self.ttl)
+            .request(resource)
+            .ttl(self.ttl)
+            .acquire()
             .map_err(|e| e.to_string())?;
         self.held = Some(lock);
         Ok(())
@@ -155,7 +157,10 @@ impl Locker for Muxlock {
     fn acquire_wait(&mut self, resource: &[u8], max_wait: Duration) -> Result<(), String> {
         let lock = self
             .manager
-            .lock_wait(resource, self.ttl, max_wait)
+            .request(resource)
+            .ttl(self.ttl)
+            .wait(max_wait)
+            .acquire()
             .map_err(|e| e.to_string())?;
         self.held = Some(lock);
         Ok(())

@@ -1,4 +1,4 @@
-//! Scenario 5, contention: hand-off (muxlock's `lock_wait` against the peers' retry loops) and fairness (8
+//! Scenario 5, contention: hand-off (muxlock's `.wait(..)` against the peers' retry loops) and fairness (8
 //! clients on one resource).
 
 use super::*;
@@ -23,11 +23,11 @@ pub fn contenders<'a>(urls: &'a [String], holder: &LockManager) -> Vec<(String, 
     let urls1 = urls.to_vec();
     let mut v: Vec<(String, Maker<'a>)> = vec![
         (
-            "muxlock lock_wait, one manager".into(),
+            "muxlock wait, one manager".into(),
             Box::new(move || Box::new(Muxlock::on(same.clone(), TTL)) as Box<dyn Locker>),
         ),
         (
-            "muxlock lock_wait, own manager".into(),
+            "muxlock wait, own manager".into(),
             Box::new(move || {
                 Box::new(Muxlock::on(waiting_manager(&urls1), TTL)) as Box<dyn Locker>
             }),
@@ -93,7 +93,9 @@ pub fn contention(out: &mut Out, plan: &Plan, urls: &[String]) -> Contention {
             n += 1;
             let t0 = Instant::now();
             let lock = holder
-                .lock(format!("free:{n}"), TTL)
+                .request(format!("free:{n}"))
+                .ttl(TTL)
+                .acquire()
                 .expect("an uncontended lock");
             let t1 = Instant::now();
             holder.unlock(lock).expect("unlock");
@@ -117,7 +119,11 @@ pub fn contention(out: &mut Out, plan: &Plan, urls: &[String]) -> Contention {
                 }
                 n += 1;
                 let resource = format!("handoff:{n}").into_bytes();
-                let lock = holder.lock(&resource, TTL).expect("the holder's lock");
+                let lock = holder
+                    .request(&resource)
+                    .ttl(TTL)
+                    .acquire()
+                    .expect("the holder's lock");
                 w.post(Job::Wait {
                     resource,
                     max_wait: Duration::from_secs(10),
@@ -141,7 +147,7 @@ pub fn contention(out: &mut Out, plan: &Plan, urls: &[String]) -> Contention {
     out.line(format!(
         "### 5. Contention\n\n**Hand-off**: a muxlock holder takes a resource, a waiter starts waiting for it, the \
          holder releases it 3 ms later; the time from the holder's `unlock` returning to the waiter having it. \
-         muxlock waits with `lock_wait` (woken by the release in-process on one manager, by client-side tracking \
+         muxlock waits with `.wait(..)` (woken by the release in-process on one manager, by client-side tracking \
          on another); rslock with `acquire_no_guard` and its default retry (a random pause up to 200 ms); the \
          `redlock` crate with its retry pause (random, up to 200 ms); the hand-written redis-rs clients with a \
          retry loop pausing at random up to {} ms. {} rounds; {:.0} s. Beside them, the uncontended acquire (p50 \

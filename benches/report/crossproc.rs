@@ -23,8 +23,8 @@ const XP_TTL: Duration = Duration::from_secs(2);
 
 /// The clients of this scenario.
 const CLIENTS: [&str; 5] = [
-    "muxlock lock_wait",
-    "muxlock lock",
+    "muxlock wait",
+    "muxlock retry",
     "rslock",
     "redlock",
     "redis-rs/quorum",
@@ -179,11 +179,11 @@ pub fn child(spec: &str) {
     let round = Duration::from_secs(1);
     // (acquire, release): errors as (is a quorum error, message).
     let mut client: Client = match kind {
-        "muxlock lock_wait" | "muxlock lock" => {
+        "muxlock wait" | "muxlock retry" => {
             let mut config = Config::default()
                 .with_restart_guard(false)
                 .with_round_timeout(round);
-            if kind == "muxlock lock_wait" {
+            if kind == "muxlock wait" {
                 config = config.with_retry_count(0);
             }
             let m = LockManager::builder()
@@ -191,15 +191,15 @@ pub fn child(spec: &str) {
                 .config(config)
                 .build()
                 .expect("a manager");
-            let waiting = kind == "muxlock lock_wait";
+            let waiting = kind == "muxlock wait";
             Box::new(move |r: &[u8]| {
                 let until = Instant::now() + MAX_WAIT;
                 let got = if waiting {
-                    m.lock_wait(r, XP_TTL, MAX_WAIT)
+                    m.request(r).ttl(XP_TTL).wait(MAX_WAIT).acquire()
                 } else {
-                    // `lock` with its own retries (10, 200 ± 100 ms apart), again until the wait is up.
+                    // A retrying request (its own 10 retries, 200 ± 100 ms apart), again until the wait is up.
                     loop {
-                        match m.lock(r, XP_TTL) {
+                        match m.request(r).ttl(XP_TTL).acquire() {
                             Err(muxlock::Error::Held(_)) if Instant::now() < until => continue,
                             other => break other,
                         }
@@ -417,8 +417,8 @@ pub fn cross_process(
         "### 7. Contention across processes\n\n{processes} processes (this bench binary re-executed), each with its \
          own client, loop on {} resource(s) of 5 nodes for {secs:.0} s per case: wait for a resource picked at \
          random (at most {} s), hold it {} µs, release it, ask again at once. Faults: node {FAULTY} paused \
-         (SIGSTOP), or killed and restarted empty, for the middle third of the run. muxlock `lock_wait` waits in \
-         the nodes' queue (`src/redlock/wait/handoff.rs`); muxlock `lock` retries with its defaults (10 tries, \
+         (SIGSTOP), or killed and restarted empty, for the middle third of the run. muxlock `.wait(..)` waits in \
+         the nodes' queue (`src/redlock/wait/handoff.rs`); muxlock's retrying request retries with its defaults (10 tries, \
          200 ± 100 ms apart) until the wait is up; rslock and the `redlock` crate with their retries; \
          redis-rs/quorum pauses up to {} ms between tries. Every grant is timestamped on CLOCK_MONOTONIC and \
          checked for overlap. Fairness: fewest ÷ most grants per process; back to the releaser: the share of a \
@@ -549,7 +549,7 @@ fn timeline(rows: &[&XpRow], secs: f64) -> String {
             .map(|(i, v)| format!("{:.1},{:.1}", x(i as f64 + 0.5), y(*v as f64)))
             .collect();
         let c = super::svg::colour(r.client);
-        let dash = if r.client == "muxlock lock" {
+        let dash = if r.client == "muxlock retry" {
             r#" stroke-dasharray="5,3""#
         } else {
             ""

@@ -131,7 +131,7 @@ const BATCH: usize = 100;
 
 /// The batch API (issue #11): callers on one shared muxlock manager locking [`BATCH`] fresh names per
 /// `try_lock_batch` call and releasing them with one `unlock_batch`, against the same callers locking the same
-/// number of names one `lock`/`unlock` at a time; the two take turns, repetitions as the throughput table's. Only
+/// number of names one `acquire`/`unlock` at a time; the two take turns, repetitions as the throughput table's. Only
 /// muxlock has a batch call: the peers' way to lock many names is one call per name (the table above).
 pub fn batch_throughput(out: &mut Out, plan: &Plan, urls: &[String]) {
     let s = &plan.throughput;
@@ -163,7 +163,7 @@ pub fn batch_throughput(out: &mut Out, plan: &Plan, urls: &[String]) {
     }
     out.line(format!(
         "**With the batch API** (muxlock's `try_lock_batch` + `unlock_batch`, {BATCH} fresh names a call, callers \
-         sharing one manager), against the same callers taking the same names one `lock`/`unlock` at a time, in \
+         sharing one manager), against the same callers taking the same names one `acquire`/`unlock` at a time, in \
          turns, {} repetition(s) of {:.1} s; {:.0} s. A lock is one acquisition and its release.\n",
         s.reps,
         s.secs.as_secs_f64(),
@@ -230,7 +230,12 @@ fn batch_case(
                             }
                         } else {
                             for name in &names {
-                                match manager.lock(name, TTL).map(|l| manager.unlock(l)) {
+                                match manager
+                                    .request(name)
+                                    .ttl(TTL)
+                                    .acquire()
+                                    .map(|l| manager.unlock(l))
+                                {
                                     Ok(Ok(n)) if n >= quorum => done += 1,
                                     _ => failed += 1,
                                 }

@@ -109,7 +109,7 @@ pub fn muxlock_caller(manager: &LockManager, mut names: Names, window: Window) -
         if t0 >= window.end {
             return tally;
         }
-        match manager.lock(names.next(), TTL) {
+        match manager.request(names.next()).ttl(TTL).acquire() {
             Err(e) => tally.failed(Step::Acquire, e),
             Ok(lock) => match manager.unlock(lock) {
                 Ok(n) if n >= quorum => tally.done(t0, window),

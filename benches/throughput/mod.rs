@@ -271,7 +271,12 @@ impl Clients {
             let mut last = None;
             for k in 0..5 {
                 let name = format!("tp:warm-up:{i}:{k}");
-                match m.lock(&name, TTL).and_then(|lock| m.unlock(lock)) {
+                match m
+                    .request(&name)
+                    .ttl(TTL)
+                    .acquire()
+                    .and_then(|lock| m.unlock(lock))
+                {
                     Ok(_) => return,
                     Err(e) => last = Some(e),
                 }

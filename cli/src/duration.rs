@@ -1,8 +1,10 @@
 //! Durations on the command line: `500ms`, `10s`, `2m`, `1h`, `1.5s`, `1m30s`; and how they are shown.
 //!
-//! Every number needs a unit: a bare `30` is refused, because flock reads it as seconds and many tools as
-//! milliseconds, and a lock's lease is the wrong place to guess. The one exception is `0`, which is the same in
-//! every unit (`--wait 0` is `--nonblock`).
+//! Waits and the kill delay take a bare number as seconds ([`parse_wait`]), as flock(1)'s `-w 10` and
+//! timeout(1)'s `-k 5` do: a shell user's hands type them so. Leases and round timeouts need a unit ([`parse`]): a
+//! bare `30` is refused there, because Redis' own `PX` and many clients count them in milliseconds, and a lease or
+//! a round timeout read a thousand times too long or too short is the wrong place to guess. `0` is the same in every
+//! unit.
 
 use std::time::Duration;
 
@@ -62,6 +64,20 @@ pub fn parse(input: &str) -> Result<Duration, String> {
     }
     let secs = u64::try_from(nanos / 1_000_000_000).map_err(|_| format!("{s:?} is too long"))?;
     Ok(Duration::new(secs, (nanos % 1_000_000_000) as u32))
+}
+
+/// Parses a wait or a delay: a bare number is seconds (`10`, `0.5`), else as [`parse`] (`500ms`, `2m`).
+///
+/// # Errors
+///
+/// As [`parse`].
+pub fn parse_wait(input: &str) -> Result<Duration, String> {
+    let s = input.trim();
+    let bare = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    match bare {
+        true => parse(&format!("{s}s")).map_err(|_| format!("{s:?} is not a number of seconds")),
+        false => parse(s),
+    }
 }
 
 /// `number` (digits, at most one `.`) times `scale` nanoseconds, rounded down to the nanosecond.
@@ -171,6 +187,30 @@ mod tests {
             ("99999999999999999999999h", "too long"),
         ] {
             let got = parse(input).unwrap_err();
+            assert!(got.contains(want), "{input}: {got}");
+        }
+    }
+
+    #[test]
+    fn a_bare_wait_is_seconds() {
+        let ms = Duration::from_millis;
+        for (input, want) in [
+            ("10", ms(10_000)),
+            ("0.5", ms(500)),
+            (" 2 ", ms(2_000)),
+            ("0", Duration::ZERO),
+            ("500ms", ms(500)),
+            ("1m30s", ms(90_000)),
+        ] {
+            assert_eq!(parse_wait(input), Ok(want), "{input}");
+        }
+        for (input, want) in [
+            ("", "empty"),
+            ("1..5", "not a number of seconds"),
+            ("-1", "negative"),
+            ("10x", "unknown unit"),
+        ] {
+            let got = parse_wait(input).unwrap_err();
             assert!(got.contains(want), "{input}: {got}");
         }
     }

@@ -35,7 +35,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::process::ExitCode;
 
 use clap::error::ErrorKind;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::exit::CliError;
 
@@ -51,7 +51,8 @@ Environment:
   MUXLOCK_STATE_DIR      where `cluster up` records its nodes (~/.local/state/muxlock)
   REDIS_SERVER           the redis-server binary of `cluster up`
 
-Durations: 500ms, 10s, 2m, 1h, 1m30s (a unit is required; 0 alone is zero).
+Durations: 500ms, 10s, 2m, 1h, 1m30s. A bare number is seconds for waits (-w 10, --outage-wait,
+--kill-after), as flock's -w and timeout's -k; a lease (--ttl) and --round-timeout need a unit.
 
 Exit codes:
   0        success
@@ -71,9 +72,20 @@ Exit codes:
 
 -n is --nonblock wherever it appears (as in flock); `cluster up` counts nodes with -c/--count.";
 
+/// What `muxlock -h` ends with (`--help` ends with [`AFTER_HELP`]).
+const AFTER_SHORT_HELP: &str = "\
+Nodes: --nodes URL,... (or MUXLOCK_NODES), else the local cluster of `muxlock cluster up`.
+'muxlock --help': the environment, durations and exit codes. 'muxlock COMMAND -h': its options.";
+
 /// Redlock locks over N independent Redis masters, from the shell.
 #[derive(Parser)]
-#[command(name = "muxlock", version, after_help = AFTER_HELP, arg_required_else_help = true)]
+#[command(
+    name = "muxlock",
+    version,
+    after_help = AFTER_SHORT_HELP,
+    after_long_help = AFTER_HELP,
+    arg_required_else_help = true
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -150,7 +162,10 @@ fn main() -> ExitCode {
             "internal error{place}: {what} (a bug in muxlock: please report it)"
         )));
     }));
-    let cli = match Cli::try_parse() {
+    let cli = match parser()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
         Ok(cli) => cli,
         Err(e) => return ExitCode::from(usage(&e)),
     };
@@ -163,6 +178,35 @@ fn main() -> ExitCode {
         }
         Err(_) => ExitCode::from(exit::SOFTWARE),
     }
+}
+
+/// The command line's parser, each subcommand's usage line fixed to the one its help shows.
+///
+/// clap's usage line in an error names the arguments already given, and an option set by its environment variable
+/// counts as given: with MUXLOCK_NODES set, `muxlock acquire job` would answer `Usage: muxlock acquire --ttl <DUR>
+/// --nodes <URL,...> <RESOURCE>`, as if --nodes were required. The help's usage line names the required ones only.
+fn parser() -> clap::Command {
+    let mut cli = Cli::command();
+    // Built first, so that each subcommand knows its full name (`muxlock cluster up`).
+    cli.build();
+    with_help_usage(cli)
+}
+
+/// `command` with the usage line of each of its subcommands (and theirs) set to the help's.
+fn with_help_usage(mut command: clap::Command) -> clap::Command {
+    let names: Vec<String> = command
+        .get_subcommands()
+        .map(|sub| sub.get_name().to_owned())
+        .collect();
+    for name in names {
+        command = command.mut_subcommand(name, |sub| {
+            let mut sub = with_help_usage(sub);
+            let usage = sub.render_usage().to_string();
+            let usage = usage.strip_prefix("Usage: ").unwrap_or(&usage).to_owned();
+            sub.override_usage(usage)
+        });
+    }
+    command
 }
 
 /// Prints clap's message for a parse failure (or the help or version it was asked for) and returns the exit code:

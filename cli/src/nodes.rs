@@ -23,13 +23,16 @@ pub enum Toggle {
     Off,
 }
 
-/// The connection options of every command that talks to the nodes.
+/// The connection options of every command that talks to the nodes. Only `--nodes` is in the short help (`-h`);
+/// the others are in `--help`. No variable's value is shown in either (`hide_env_values`: a password may be in
+/// one, and clap would show an unset one as `NAME=`).
 #[derive(Args, Clone)]
 pub struct Conn {
-    /// The Redis masters, comma-separated: host:port, redis://host:port, redis://:password@host:port/db,
-    /// redis://user:password@host:port (an ACL user), rediss://... (TLS: see --tls-ca), ?protocol=resp3. Default:
-    /// the local cluster of `muxlock cluster up`, if one is running. The password may instead come from
-    /// MUXLOCK_PASSWORD.
+    /// The Redis masters, comma-separated URLs.
+    ///
+    /// Each is host:port, redis://host:port, redis://:password@host:port/db, redis://user:password@host:port (an
+    /// ACL user) or rediss://... (TLS: see --tls-ca), with ?protocol=resp3 for RESP3. Default: the local cluster of
+    /// `muxlock cluster up`, if one is running. The password may instead come from MUXLOCK_PASSWORD.
     #[arg(
         long,
         env = "MUXLOCK_NODES",
@@ -39,12 +42,15 @@ pub struct Conn {
     )]
     pub nodes: Vec<String>,
 
-    /// How long one round waits for the nodes' replies (the first round also connects). The CLI's default is
-    /// 200ms, where the library's is 50ms: a command connects afresh to every node on each run, and often across
-    /// a network; the guard's margin (and so when SIGTERM and SIGKILL come under `exec`) is at least two round
-    /// timeouts, and a fenced acquisition's token must be written back a round timeout before the lease ends.
+    /// How long one round waits for the nodes' replies.
+    ///
+    /// The first round also connects. The CLI's default is 200ms, where the library's is 50ms: a command connects
+    /// afresh to every node on each run, and often across a network; the guard's margin (and so when SIGTERM and
+    /// SIGKILL come under `exec`) is at least two round timeouts, and a fenced acquisition's token must be
+    /// written back a round timeout before the lease ends. A unit is required (500ms, 1s).
     #[arg(
         long,
+        hide_short_help = true,
         env = "MUXLOCK_ROUND_TIMEOUT",
         hide_env_values = true,
         value_name = "DUR",
@@ -53,10 +59,13 @@ pub struct Conn {
     )]
     pub round_timeout: Duration,
 
-    /// The restart-aware quorum: a node that restarted less than the lease ago does not vote. Turn it off only
-    /// for nodes that persist every write (appendfsync always), or when a lost lock is acceptable.
+    /// The restart-aware quorum: a node that restarted less than the lease ago does not vote.
+    ///
+    /// Turn it off only for nodes that persist every write (appendfsync always), or when a lost lock is
+    /// acceptable.
     #[arg(
         long,
+        hide_short_help = true,
         env = "MUXLOCK_RESTART_GUARD",
         hide_env_values = true,
         value_enum,
@@ -65,17 +74,27 @@ pub struct Conn {
     )]
     pub restart_guard: Toggle,
 
-    /// For rediss:// nodes: the CA certificate(s), PEM, that the nodes' certificates must chain to. Default: the
-    /// local cluster's CA when its nodes are used (cluster up --tls), else the platform's roots (honouring
-    /// SSL_CERT_FILE).
-    #[arg(long, env = "MUXLOCK_TLS_CA", value_name = "FILE")]
+    /// For rediss:// nodes: the CA certificate(s), PEM, that the nodes' certificates must chain to.
+    ///
+    /// Default: the local cluster's CA when its nodes are used (cluster up --tls), else the platform's roots
+    /// (honouring SSL_CERT_FILE).
+    #[arg(
+        long,
+        env = "MUXLOCK_TLS_CA",
+        hide_env_values = true,
+        hide_short_help = true,
+        value_name = "FILE"
+    )]
     pub tls_ca: Option<PathBuf>,
 
-    /// For rediss:// nodes: a client certificate (PEM) to present, as Redis asks by default (tls-auth-clients);
-    /// with --tls-key. Default: the local cluster's, when its nodes are used.
+    /// For rediss:// nodes: a client certificate (PEM) to present, with --tls-key.
+    ///
+    /// Redis asks for one by default (tls-auth-clients). Default: the local cluster's, when its nodes are used.
     #[arg(
         long,
         env = "MUXLOCK_TLS_CERT",
+        hide_env_values = true,
+        hide_short_help = true,
         value_name = "FILE",
         requires = "tls_key"
     )]
@@ -85,6 +104,8 @@ pub struct Conn {
     #[arg(
         long,
         env = "MUXLOCK_TLS_KEY",
+        hide_env_values = true,
+        hide_short_help = true,
         value_name = "FILE",
         requires = "tls_cert"
     )]

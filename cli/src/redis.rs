@@ -166,6 +166,16 @@ fn tls_config(files: &TlsFiles) -> io::Result<ClientConfig> {
         .map_err(|e| bad(&files.client_cert, &e))
 }
 
+/// Writes the restart guard's persistence marker with an old time (`SET NX`: a marker the node reloaded from its
+/// files stays), so that the new nodes, which hold no lock from before, are trusted at once from their first
+/// second (see `muxlock::redlock::PERSIST_MARKER_KEY`). Best effort: without it they wait one lease first.
+pub fn provision_marker(port: u16, tls: Option<&TlsFiles>) {
+    if let Ok(mut client) = Client::connect(port, tls, Duration::from_secs(2)) {
+        let key = muxlock::redlock::PERSIST_MARKER_KEY.as_bytes();
+        let _ = client.pipeline(&[&[b"SET", key, b"0 provisioned-by-muxlock-cluster-up", b"NX"]]);
+    }
+}
+
 /// The text of a string-like reply (simple, bulk or verbatim string); `None` for anything else.
 pub fn text(value: &Value) -> Option<String> {
     match value.without_attributes() {

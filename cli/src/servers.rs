@@ -83,7 +83,7 @@ pub fn start_members(
                         shards.is_some(),
                     )?;
                     if shards.is_none() {
-                        provision_marker(node.port, files);
+                        redis::provision_marker(node.port, files);
                     }
                     record.add(i, node.clone());
                     Ok(node)
@@ -118,16 +118,6 @@ pub fn start_members(
     }
     let cluster = record.finish()?;
     Ok(cluster)
-}
-
-/// Writes the restart guard's persistence marker with an old time (`SET NX`: a marker the node reloaded from its
-/// files stays), so that the new nodes, which hold no lock from before, are trusted at once from their first
-/// second (see `muxlock::redlock::PERSIST_MARKER_KEY`). Best effort: without it they wait one lease first.
-pub fn provision_marker(port: u16, tls: Option<&TlsFiles>) {
-    if let Ok(mut client) = Client::connect(port, tls, Duration::from_secs(2)) {
-        let key = muxlock::redlock::PERSIST_MARKER_KEY.as_bytes();
-        let _ = client.pipeline(&[&[b"SET", key, b"0 provisioned-by-muxlock-cluster-up", b"NX"]]);
-    }
 }
 
 /// The redis-server binary: the given one, else on PATH, else the usual places.

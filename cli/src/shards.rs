@@ -106,7 +106,7 @@ pub fn form_cluster(nodes: &[(NodeRecord, u16)]) -> Result<(), String> {
         (s..=e).contains(&slot)
     });
     if let Some(i) = owner {
-        crate::servers::provision_marker(nodes[i].0.port, None);
+        redis::provision_marker(nodes[i].0.port, None);
     }
     Ok(())
 }

@@ -128,14 +128,14 @@ fn the_command_runs_under_the_lock_and_its_exit_code_passes_through() {
         .expect(126)
         .one_line_error();
     assert_released(&cluster, "job");
-    // No command: a usage error.
+    // No command, or a lease without its unit: a usage error.
     on(&cluster, state.path(), &["exec", "job"])
         .run()
         .expect(64);
     on(
         &cluster,
         state.path(),
-        &["exec", "job", "--kill-after", "5", "--", "true"],
+        &["exec", "--ttl", "5", "job", "true"],
     )
     .run()
     .expect(64);

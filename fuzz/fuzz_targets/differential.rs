@@ -1,6 +1,6 @@
 //! Differential fuzzing: the same bytes into muxlock's decoder and redis-protocol 6's RESP3 decoder. When both
 //! read a value, it must be the same value over the same bytes; when they disagree, it must be one of the intended
-//! differences below, or the target panics. The logic lives in `../differential.rs`, which `tests/fuzz_replay.rs`
+//! differences below, or the target panics. The logic lives in `../differential.rs`, which `tests/codec/fuzz_replay.rs`
 //! shares to replay the seeds on stable.
 //!
 //! redis-protocol reads RESP3's streamed strings and aggregates only in its streaming mode, one part per call; its

@@ -10,7 +10,7 @@
 //! its caller drops the round (or a failed acquisition's partial grants are released unawaited, by a round
 //! dropped at once), or the round's last deadline passes first. Dropped with its round, the held request never
 //! reached its node, which kept the key until its lease ended, although "dropping a round abandons its replies,
-//! not its requests" and a release must reach every reachable node (the review of issue #25, finding 7).
+//! not its requests" and a release must reach every reachable node.
 //!
 //! # Invariants
 //!
@@ -28,75 +28,51 @@
 //!   take their places in the connection's FIFO, are read, and dropped; they are filed under no round.
 //! - **Bounded.** A detached request waits for room at most `hung_timeout` from the moment it was detached (a
 //!   node that sends nothing for that long with requests outstanding is dropped anyway), then it is given up:
-//!   dropped unsent, as it was before this existed, and counted. Per node at most `2 * max_in_flight` replies'
-//!   worth wait (the release reserve's size: as much as the node's queue takes for releases); a request past
-//!   that is given up at once. The fanout's drop gives up whatever still waits. (The cap was `max_in_flight`
-//!   once: folded releases, up to `max_in_flight` replies each, are held whole when they do not fit the room
-//!   left, so a queue short of full holds back more than `max_in_flight` replies' worth, and a paused node lost
-//!   up to 6 of 24 releases in `lost_release`'s folded case, 1 run in 4.)
+//!   dropped unsent, and counted. Per node at most `2 * max_in_flight` replies' worth wait (the release
+//!   reserve's size: as much as the node's queue takes for releases); a request past that is given up at once.
+//!   The fanout's drop gives up whatever still waits. The cap is twice `max_in_flight`, not `max_in_flight`,
+//!   because folded releases (up to `max_in_flight` replies each) are held whole when they do not fit the room
+//!   left: a queue short of full can hold back more than `max_in_flight` replies' worth, and a smaller cap would
+//!   give up releases that a node merely paused for a moment could still take.
 //! - **Scripts in full.** Nobody reads a detached request's replies, so no `NOSCRIPT` can be answered by sending
-//!   the script again: an `EVALSHA` of a script the manager knows ([`Options::with_scripts`](super::Options::with_scripts)) is
-//!   detached as `EVAL` of its body ([`in_full`]), which a `SCRIPT FLUSH` while it waits cannot refuse. Not
-//!   covered: a native command refused on a later connection (the node replaced by a server without it), and a
-//!   routed release answered `MOVED`/`ASK`: they end with the key's lease.
-//! - **In order per node.** A node's detached requests are placed in the order they were detached: the first
-//!   that does not fit holds back the node's later ones (a node's requests are all releases; the order only
-//!   keeps a large one from being overtaken for ever by small ones).
+//!   the script again. muxlock's releases go in full from the start (`redlock/scripts.rs`, "Releases go in
+//!   full": the same holds for every reply of a release round read by nobody), so a detached request is placed
+//!   with the bytes it was sent with, and a `SCRIPT FLUSH` while it waits cannot refuse it. Not covered: a native command
+//!   refused on a later connection (the node replaced by a server without it), and a routed release answered
+//!   `MOVED`/`ASK`: they end with the key's lease.
+//! - **In order per node, and ahead of every later request.** A node's detached requests are placed in the order
+//!   they were detached: the first that does not fit holds back the node's later ones. And no request offered
+//!   to the node after a request was detached goes on its wire before it: a round that offers a request to a
+//!   node with detached requests waiting queues them first, right ahead of its own, if both fit (on a
+//!   connection still connecting or setting up too: they go out behind the set-up, driven by the fanout whether
+//!   or not that round is still there, see "Driven to the end"), and otherwise its request is refused as
+//!   overloaded (an ordinary round) or held behind them (a release round, whose held requests make way the same
+//!   way when retried): `fanout/detach.rs`, `Shared::make_way`. Why it
+//!   matters even though every detached request deletes only its own value: a detached clean-up run after a
+//!   later request of the same value (a retry that reused it) would delete what that request was counted for.
+//!   Values are drawn per attempt so that cannot happen; this order makes the wire agree with the order of the
+//!   calls as well, so a reader of the node's command log sees what the caller did.
+//! - **Placed by the driver only once the set-up went through.** A server restarted with its data accepts
+//!   connections while it loads, and refuses with `-LOADING` whatever needs the data: a release queued behind
+//!   the set-up would be refused with nobody to notice. A set-up refused so fails the connection ("A node that
+//!   is loading" in [`state`](super::state)), and the driver places detached requests only on a connection
+//!   whose set-up was answered (`place_detached`): so they reach the node once it serves its data. A round that
+//!   offers a request to the node meanwhile still queues them ahead of its own behind the set-up (`make_way`:
+//!   the node keeps its votes while it reconnects); if that set-up is refused as loading, they are counted as
+//!   given up (`NodeStats::net.given_up`), as a release that may not have run.
+//! - **Driven to the end.** Once queued on a connection a detached request is no longer here, and nobody waits
+//!   for its reply; yet its bytes leave only with a turn of the driver when the connection is still connecting
+//!   (`make_way` queues them on such a connection, ahead of a round's request: that round usually ends first,
+//!   decided by the other nodes), in its TLS handshake, or when a write was cut short by a full socket; and a
+//!   node that stops answering is dropped as hung only by a turn that read the sockets. So the
+//!   fanout keeps a driver polling until no connection holds one ([`needs_driver`](Detached::needs_driver),
+//!   cleared through [`settled`](Detached::settled) by the background driver): else they sat unsent until the
+//!   fanout's next call, past their bound and often past their key's lease. Bounded: a connection holds them
+//!   until their replies are read, or it is dropped (its connect timeout, `hung_timeout`); dropped before its
+//!   set-up went through (never opened, or refused as loading), they are counted as given up.
 
 use std::collections::VecDeque;
 use std::time::Instant;
-
-use bytes::Bytes;
-
-use crate::net::cluster::parse_command;
-use crate::resp::encode_command;
-
-/// `request` with every `EVALSHA` of a script in `scripts` (`(sha1 in hex, body)`) made an `EVAL` of its body,
-/// the other commands as they were; `request` itself if it has none or cannot be read as commands.
-///
-/// Why: a release round sends a script by `EVALSHA` and, on `NOSCRIPT` (the node's script cache flushed), sends
-/// it again in full. Once detached, nobody reads its reply: a `SCRIPT FLUSH` while it waited for room would
-/// leave its key for the whole lease (the review of the detached releases, finding 1). The same command with
-/// the body runs the same script on the same keys and arguments, with one reply: the invariants above hold.
-pub(crate) fn in_full(request: Vec<u8>, scripts: &[(Bytes, Bytes)]) -> Vec<u8> {
-    if scripts.is_empty() {
-        return request;
-    }
-    let mut out = Vec::with_capacity(request.len() + 256);
-    let mut rewrote = false;
-    let mut at = 0;
-    while at < request.len() {
-        let Some((end, args)) = parse_command(&request, at) else {
-            return request; // not commands we can read: as it was, never half rewritten
-        };
-        let arg = |i: usize| args.get(i).map(|r| &request[r.clone()]);
-        let body = arg(0)
-            .filter(|name| name.eq_ignore_ascii_case(b"EVALSHA"))
-            .and(arg(1))
-            .and_then(|sha| {
-                scripts
-                    .iter()
-                    .find(|(known, _)| known.eq_ignore_ascii_case(sha))
-            })
-            .map(|(_, body)| body);
-        match body {
-            Some(body) => {
-                let mut parts: Vec<&[u8]> = vec![b"EVAL", body];
-                parts.extend(args[2..].iter().map(|r| &request[r.clone()]));
-                let mut buf = bytes::BytesMut::new();
-                encode_command(&parts, &mut buf);
-                out.extend_from_slice(&buf);
-                rewrote = true;
-            }
-            None => out.extend_from_slice(&request[at..end]),
-        }
-        at = end;
-    }
-    match rewrote {
-        true => out,
-        false => request,
-    }
-}
 
 /// What became of a detached request offered to its node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,6 +100,9 @@ pub(crate) struct Detached {
     waiting: VecDeque<Request>,
     /// Per node: the replies its waiting requests expect (for the cap).
     replies: Vec<usize>,
+    /// Some were handed to a connection since [`settled`](Detached::settled) last found none left on one: their
+    /// replies may still be to come, and someone must drive until they are read (see "Driven to the end").
+    placed: bool,
 }
 
 impl Detached {
@@ -166,10 +145,58 @@ impl Detached {
         self.waiting.is_empty()
     }
 
+    /// Whether someone must drive for them: some wait, or some were queued on a connection and may not have been
+    /// read yet (see "Driven to the end").
+    pub(crate) fn needs_driver(&self) -> bool {
+        !self.waiting.is_empty() || self.placed
+    }
+
+    /// Told whether any connection still holds one of them (`on_connections`): if none does, those queued so far
+    /// no longer need a driver.
+    pub(crate) fn settled(&mut self, on_connections: bool) {
+        self.placed = on_connections;
+    }
+
     /// How many wait.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.waiting.len()
+    }
+
+    /// The replies `node`'s waiting requests expect in all (0: none waits for it).
+    pub(crate) fn waiting_on(&self, node: usize) -> usize {
+        self.replies.get(node).copied().unwrap_or(0)
+    }
+
+    /// At `now`: hands every request waiting for `node` to `queue(bytes, replies)`, in the order they were
+    /// detached, and gives up those past their bound (`given_up(replies)` for each): for a caller about to queue a
+    /// request of its own on `node`, which must go behind them (see "In order per node").
+    pub(crate) fn take_node(
+        &mut self,
+        node: usize,
+        now: Instant,
+        mut queue: impl FnMut(&[u8], usize),
+        mut given_up: impl FnMut(usize),
+    ) {
+        if self.waiting_on(node) == 0 {
+            return;
+        }
+        self.waiting.retain(|r| {
+            if r.node != node {
+                return true;
+            }
+            match now >= r.give_up_at {
+                true => given_up(r.replies),
+                false => {
+                    queue(&r.bytes, r.replies);
+                    self.placed = true;
+                }
+            }
+            false
+        });
+        if let Some(n) = self.replies.get_mut(node) {
+            *n = 0;
+        }
     }
 
     /// When the first of them is given up, if any waits.
@@ -189,6 +216,7 @@ impl Detached {
         // Nodes whose earlier request still waits in this pass.
         let mut blocked: Vec<usize> = Vec::new();
         let replies = &mut self.replies;
+        let placed = &mut self.placed;
         self.waiting.retain(|r| {
             let gone = if now >= r.give_up_at {
                 given_up(r.node, r.replies);
@@ -197,7 +225,11 @@ impl Detached {
                 false
             } else {
                 match place(r.node, &r.bytes, r.replies) {
-                    Placed::Queued | Placed::Drop => true,
+                    Placed::Queued => {
+                        *placed = true;
+                        true
+                    }
+                    Placed::Drop => true,
                     Placed::Wait => {
                         blocked.push(r.node);
                         false
@@ -226,48 +258,6 @@ impl Detached {
 mod tests {
     use super::*;
     use std::time::Duration;
-
-    fn command(args: &[&[u8]]) -> Vec<u8> {
-        let mut buf = bytes::BytesMut::new();
-        encode_command(args, &mut buf);
-        buf.to_vec()
-    }
-
-    #[test]
-    fn a_known_script_by_hash_goes_in_full_and_the_rest_as_it_was() {
-        let scripts = vec![
-            (
-                Bytes::from_static(b"abc123"),
-                Bytes::from_static(b"return 1"),
-            ),
-            (
-                Bytes::from_static(b"def456"),
-                Bytes::from_static(b"return 2"),
-            ),
-        ];
-        let mut request = command(&[b"EVALSHA", b"ABC123", b"1", b"k", b"v"]);
-        request.extend(command(&[b"DELIFEQ", b"k2", b"v2"]));
-        request.extend(command(&[b"evalsha", b"def456", b"2", b"a", b"b", b"x"]));
-        request.extend(command(&[b"EVALSHA", b"unknown", b"1", b"k", b"v"]));
-        let mut want = command(&[b"EVAL", b"return 1", b"1", b"k", b"v"]);
-        want.extend(command(&[b"DELIFEQ", b"k2", b"v2"]));
-        want.extend(command(&[b"EVAL", b"return 2", b"2", b"a", b"b", b"x"]));
-        want.extend(command(&[b"EVALSHA", b"unknown", b"1", b"k", b"v"]));
-        assert_eq!(in_full(request, &scripts), want);
-    }
-
-    #[test]
-    fn what_cannot_be_read_as_commands_goes_as_it_was() {
-        let scripts = vec![(Bytes::from_static(b"abc"), Bytes::from_static(b"return 1"))];
-        let mut request = command(&[b"EVALSHA", b"abc", b"1", b"k", b"v"]);
-        request.extend_from_slice(b"*2\r\n$4\r\nGE");
-        assert_eq!(in_full(request.clone(), &scripts), request);
-        let plain = command(&[b"DEL", b"k"]);
-        assert_eq!(in_full(plain.clone(), &scripts), plain);
-        assert_eq!(in_full(Vec::new(), &scripts), Vec::<u8>::new());
-        let known = command(&[b"EVALSHA", b"abc", b"0"]);
-        assert_eq!(in_full(known, &[]), command(&[b"EVALSHA", b"abc", b"0"]));
-    }
 
     /// Places what `room` (replies each node takes now) lets through; returns `(node, bytes)` queued, in order.
     fn place(d: &mut Detached, now: Instant, room: &mut [usize]) -> (Vec<(usize, Vec<u8>)>, usize) {
@@ -344,6 +334,35 @@ mod tests {
     }
 
     #[test]
+    fn taking_a_node_s_requests_hands_them_over_in_order_and_gives_up_those_past_their_bound() {
+        let t0 = Instant::now();
+        let mut d = Detached::default();
+        assert!(d.detach(1, b"a".to_vec(), 2, t0 + Duration::from_millis(10), 8));
+        assert!(d.detach(0, b"b".to_vec(), 1, t0 + Duration::from_secs(5), 8));
+        assert!(d.detach(1, b"c".to_vec(), 1, t0 + Duration::from_secs(5), 8));
+        assert!(d.detach(1, b"d".to_vec(), 3, t0 + Duration::from_secs(5), 8));
+        assert_eq!(
+            (d.waiting_on(0), d.waiting_on(1), d.waiting_on(9)),
+            (1, 6, 0)
+        );
+        let (mut queued, mut given_up) = (Vec::new(), Vec::new());
+        d.take_node(
+            1,
+            t0 + Duration::from_millis(10),
+            |bytes, replies| queued.push((bytes.to_vec(), replies)),
+            |replies| given_up.push(replies),
+        );
+        assert_eq!(queued, vec![(b"c".to_vec(), 1), (b"d".to_vec(), 3)]);
+        assert_eq!(given_up, vec![2], "\"a\" was past its bound");
+        assert_eq!((d.waiting_on(0), d.waiting_on(1), d.len()), (1, 0, 1));
+        // The node's share is free again; the other node's request is untouched.
+        assert!(d.detach(1, b"e".to_vec(), 8, t0 + Duration::from_secs(5), 8));
+        let (mut queued, mut given_up) = (Vec::new(), 0);
+        d.take_node(7, t0, |b, _| queued.push(b.to_vec()), |_| given_up += 1);
+        assert!(queued.is_empty() && given_up == 0 && d.len() == 2);
+    }
+
+    #[test]
     fn a_request_for_a_node_that_is_not_there_is_dropped_and_clear_gives_up_the_rest() {
         let t0 = Instant::now();
         let bound = t0 + Duration::from_secs(5);
@@ -360,5 +379,31 @@ mod tests {
             d.detach(0, b"c".to_vec(), 4, bound, 4),
             "the share was freed"
         );
+    }
+
+    #[test]
+    fn requests_handed_to_a_connection_need_a_driver_until_none_is_left_on_one() {
+        let t0 = Instant::now();
+        let bound = t0 + Duration::from_secs(5);
+        let mut d = Detached::default();
+        assert!(!d.needs_driver());
+        assert!(d.detach(0, b"a".to_vec(), 1, bound, 4));
+        assert!(d.detach(1, b"b".to_vec(), 1, bound, 4));
+        assert!(d.needs_driver(), "waiting");
+        let (queued, _) = place(&mut d, t0, &mut [1, 0]);
+        assert_eq!(queued.len(), 1);
+        let mut taken = Vec::new();
+        d.take_node(1, t0, |bytes, _| taken.push(bytes.to_vec()), |_| {});
+        assert_eq!(taken, vec![b"b".to_vec()]);
+        assert!(d.is_empty());
+        assert!(d.needs_driver(), "queued on connections, replies to come");
+        d.settled(true);
+        assert!(d.needs_driver(), "a connection still holds one");
+        d.settled(false);
+        assert!(!d.needs_driver());
+        // Given up, not queued: nothing left for a driver.
+        assert!(d.detach(0, b"c".to_vec(), 1, t0, 4));
+        d.take_node(0, t0, |_, _| panic!("past its bound"), |_| {});
+        assert!(!d.needs_driver());
     }
 }

@@ -129,12 +129,20 @@ pub enum NodeError {
     Protocol(DecodeError),
     /// A reply came with no request waiting for it; the connection was dropped.
     Unexpected,
+    /// A reply was read for a request while an older request of the same round, queued on the same node
+    /// before it, still had no outcome: the connection's queue and the round's books disagree, so no reply on
+    /// it can be trusted to answer the command it would be counted for. The connection was dropped.
+    OutOfOrder,
     /// `AUTH` (or `HELLO`'s authentication) was refused: the server's message, such as `WRONGPASS ...` or
     /// `NOAUTH ...`.
     Auth(String),
     /// Another step of the connection set-up (`SELECT`, `HELLO 3`, a set-up command) was refused: the command and
     /// the server's message.
     Setup(String),
+    /// A set-up step was refused with `LOADING`: the node restarted and is still loading its data set, and runs
+    /// no command that needs it. The connection was dropped; it is dialled again after its backoff, so that no
+    /// request goes to the node before it serves its data (see `net/state.rs`, "A node that is loading").
+    Loading,
     /// The request was not sent: the node already had [`Options::max_in_flight`](super::Options::max_in_flight)
     /// requests without replies (it is slow, or hung). Its connection and the requests on it are kept.
     Overloaded,
@@ -148,8 +156,8 @@ pub enum NodeError {
     /// A reply grew past [`Options::max_reply_len`](super::Options::max_reply_len) bytes (the limit is given);
     /// the connection was dropped.
     ReplyTooLarge(usize),
-    /// A Redlock member that is a Redis Cluster could not route or follow a command (issue #27): no master serves
-    /// its slot, it was redirected more than twice or to a node the member's map does not show, the redirection
+    /// A Redlock member that is a Redis Cluster could not route or follow a command: no master serves its
+    /// slot, it was redirected more than twice or to a node the member's map does not show, the redirection
     /// could not be read, or its keys lie in different slots. A failed vote, like a node that is down.
     Cluster(String),
 }
@@ -182,8 +190,12 @@ impl fmt::Display for NodeError {
             NodeError::Resolve(e) => write!(f, "cannot resolve host: {e}"),
             NodeError::Protocol(e) => write!(f, "protocol error: {e}"),
             NodeError::Unexpected => f.write_str("protocol error: a reply nobody asked for"),
+            NodeError::OutOfOrder => {
+                f.write_str("a reply out of its request's order on the connection (dropped)")
+            }
             NodeError::Auth(msg) => write!(f, "authentication failed: {msg}"),
             NodeError::Setup(msg) => write!(f, "connection set-up failed: {msg}"),
+            NodeError::Loading => f.write_str("the node is loading its data set (it restarted)"),
             NodeError::Overloaded => {
                 f.write_str("not sent: too many requests already wait for this node's replies")
             }

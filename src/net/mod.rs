@@ -20,11 +20,11 @@
 //! - `fanout/` (N nodes on one poll, shared by threads: the fanout itself, its `driver`, a `round`, a
 //!   `node_set`, `detach`), `slots` (rounds' mailboxes), `detached` (releases whose round ended while they were
 //!   held for room, pure), `addr`, `resolve`, `options`, `tls_config`, `stats`, `error`;
-//! - `cluster/` (issue #27): a Redis Cluster's key slots, slot map, `MOVED`/`ASK` and `redis+cluster://` seed
+//! - `cluster/`: a Redis Cluster's key slots, slot map, `MOVED`/`ASK` and `redis+cluster://` seed
 //!   URLs (pure), and `cluster/route/`: a manager's members over one fanout, routed per slot.
 
 mod addr;
-// Issue #27: key slots, slot maps, redirections, cluster URLs, and the members' routing over the fanout.
+// Key slots, slot maps, redirections, cluster URLs, and the members' routing over the fanout.
 #[doc(hidden)]
 pub mod cluster;
 mod conn;
@@ -50,6 +50,6 @@ pub use addr::{AddrError, NodeAddr};
 pub use error::{IoError, NodeError, TlsError};
 pub use fanout::{Fanout, NodeSet, Occupier, Pushes, Round};
 pub use options::Options;
-pub use slots::Reply;
+pub use slots::{CommandId, Reply};
 pub use stats::NodeCounts;
 pub use tls_config::TlsConfig;

@@ -35,9 +35,6 @@ pub struct Options {
     pub(crate) optional_setup: Vec<usize>,
     pub(crate) pushes: bool,
     pub(crate) tls: TlsConfig,
-    /// Scripts a detached release may name by `EVALSHA`, as `(sha1 in hex, body)`: it goes out as `EVAL` of the
-    /// body (nobody reads a `NOSCRIPT` once its round is gone; see `net/detached.rs`).
-    pub(crate) scripts: Vec<(Bytes, Bytes)>,
 }
 
 /// A getter and a `with_*` setter per (`Copy`) setting; the setter carries the documentation.
@@ -83,7 +80,8 @@ settings! {
     hung_timeout, with_hung_timeout: Duration;
     /// Sets how long the thread that waits for replies polls without blocking before it sleeps (default zero: it
     /// sleeps at once). A few tens of microseconds save the wake-up of a halted CPU when replies come that fast
-    /// (same host or rack), at the cost of a busy CPU meanwhile; see `BENCHMARKS.md`.
+    /// (same host or rack), at the cost of a busy CPU meanwhile; see
+    /// `benchmarks/results/2026-11-22-throughput-shared-manager.md`, "Busy polling".
     spin, with_spin: Duration;
     /// Sets whether RESP3 pushes (invalidations of client-side tracking, pub/sub messages) are kept for
     /// [`Fanout::recv_pushes`](super::Fanout::recv_pushes) (default off: they are read and dropped).
@@ -117,15 +115,6 @@ impl Options {
         self
     }
 
-    /// Sets the scripts a release detached from its round (see [`Fanout::release_round`](super::Fanout::release_round))
-    /// may name by `EVALSHA`, as `(SHA1 in hex, body)` (default none): such a command goes out as `EVAL` of the
-    /// body, since nobody is left to read a `NOSCRIPT` (a `SCRIPT FLUSH` while it waited) and send it again.
-    #[must_use]
-    pub fn with_scripts(mut self, scripts: Vec<(Bytes, Bytes)>) -> Options {
-        self.scripts = scripts;
-        self
-    }
-
     /// Sets the encoded commands pipelined after `AUTH`/`SELECT`/`HELLO` on every new connection (such as
     /// `SCRIPT LOAD`; default none). An error reply to any of them fails the connection, except for those the
     /// lock layer marks optional (their error reply is kept as their reply).
@@ -154,7 +143,6 @@ impl Default for Options {
             optional_setup: Vec::new(),
             pushes: false,
             tls: TlsConfig::default(),
-            scripts: Vec::new(),
         }
     }
 }

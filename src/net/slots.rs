@@ -1,38 +1,31 @@
 //! [`Slots`]: the mailboxes of the rounds in progress, as plain bookkeeping (no sockets, no clock of its own).
 //!
-//! A round owns one slot while it runs. Requests it sends are *expected* per node; each outcome (a reply, a
-//! connection failure, a timeout) is *filed* once, and the round takes it from its arrivals. When the round ends,
-//! its slot is closed: the generation moves on, so outcomes of its requests that come later (a late reply, read
-//! and dropped) are recognised as stale and ignored, and the slot is reused by the next round.
+//! A round owns one slot while it runs. Every reply it expects is named when the request is sent, by a
+//! [`CommandId`]: the node, and the reply's place among all the replies the round expected from that node. Each
+//! outcome (a reply, a connection failure, a refusal, a timeout) is *filed* once, under its id, and the round
+//! takes it from its arrivals with that id. When the round ends, its slot is closed: the generation moves on, so
+//! outcomes of its requests that come later (a late reply, read and dropped) are recognised as stale and ignored,
+//! and the slot is reused by the next round.
 //!
-//! # Invariant: a node's outcomes come out in the order its requests were sent
+//! # Outcomes are matched by identity, never by position
 //!
-//! Callers match outcomes to commands by position (the i-th outcome of a node is for the i-th command sent to
-//! it: a batch's names, a watchdog round's guards, `GET` then `PTTL`), so the slot keeps that order exact.
-//! A slot knows no request by name, only how many of each node's are still awaited; the order holds because:
+//! A caller looks each outcome up by its id (a batch's names, a watchdog round's guards, `GET` then `PTTL`, a
+//! resend after `NOSCRIPT`), so the order in which outcomes are handed out carries no meaning, and no mechanism
+//! below has to keep one:
 //!
-//! - **The wire is a FIFO.** A connection files exactly one outcome per queued request, in queue order (a reply,
-//!   or the error that broke the connection), so the n-th outcome filed for a node is for its n-th request.
-//! - **A timeout takes all of a node's awaited requests at once** ([`Slots::time_out_node`]): replies on a
-//!   connection come in order, so once one request of the round has timed out on a node, every later one has too.
-//!   Their replies may still come (a node that was only slow): they are counted as *stale* and dropped as they
-//!   are filed, so a late reply is never handed out in the position of the next command. (The bug this rule
-//!   fixed: one timeout per call, so the first command's late reply was filed under the count left for the
-//!   second, and a batch counted a node's `OK` for `r0` as its vote for `r1`.)
-//! - **An outcome decided before the wire's** (a request refused for lack of room, or because its node is
-//!   down, [`Slots::refuse`]) takes its own place in the node's order: it waits behind the node's requests that
-//!   were on the wire when it was refused (it remembers how many outcomes are *ahead* of it), and is handed out
-//!   right after the last of them, before any request accepted later. (It once waited until the node had no
-//!   request of the round on the wire at all: a request accepted after the refusal, a routed round's resend or a
-//!   smaller request that fitted where a larger one did not, was handed out first, its `OK` in the refused
-//!   command's place: the read-only review of #27, finding 1.)
+//! - **The wire** names its own: a connection's queue holds, for each reply it waits for, the round and id it is
+//!   for, set when the request was queued. The reply read is filed under the id at the head of that queue.
+//! - **A refusal** (no room, the node down, a held request past its deadline) is filed under the ids of the
+//!   request refused, whatever else of the node is still on the wire.
+//! - **A timeout** files every id of the node still awaited; a reply that comes for one of them later finds its
+//!   id no longer awaited and is dropped. (A node's requests still time out together: a patient round judges a
+//!   node, not a request.)
 //!
-//! A release round that holds a request for room on a node holds the round's later requests to that node behind
-//! it, each with its own bytes, whatever the node's state (`fanout`'s `offer` and `retry_held`), so the order in
-//! which requests are expected is the order in which they are queued. When a held request is refused (past the
-//! deadline, or its node down), the ones still held behind it are not ahead of it: `refuse` is told how many
-//! outcomes they expect (`behind`), and the refusal comes before them whether they go on the wire or are refused
-//! in turn (`tests/net.rs`: 3 on the wire, 2 refused at the deadline, 1 that fitted after them).
+//! One order is still checked, because it is a fact about the wire and not a rule callers rely on: a round's
+//! requests to one node are queued in the order their ids were given (held requests keep it, see `fanout`), so a
+//! reply from the wire is always for the oldest of the node's ids on a wire. A reply filed for any other awaited id
+//! means the books and the wire disagree: [`Slots::file`] reports [`Disorder`], and the connection is dropped
+//! (every request on it fails) rather than one reply being counted for another command.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::task::Waker;
@@ -84,6 +77,30 @@ pub struct SlotRef {
     pub(crate) generation: u64,
 }
 
+/// Names one outcome of a round: the node it comes from, and `seq`, its place among every reply the round expected
+/// from that node (0 for the first reply of the first request sent there; a request of `k` commands takes `k`
+/// places; a request refused or held takes its places as one queued does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CommandId {
+    /// The node (a connection index).
+    pub node: usize,
+    /// The reply's place among the round's replies from that node.
+    pub seq: u32,
+}
+
+/// A reply filed from the wire for an id that is awaited, while an older id of the same round and node is still
+/// awaited on a wire: the connection's queue and the round's books disagree. The connection must be dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Disorder;
+
+/// One reply a round still awaits from a node.
+#[derive(Clone, Copy, Debug)]
+struct Awaited {
+    seq: u32,
+    /// Queued on a connection (its bytes on a wire, or about to be); otherwise held for room or not offered yet.
+    queued: bool,
+}
+
 /// The mailbox of one round.
 #[derive(Debug)]
 struct Slot {
@@ -92,17 +109,12 @@ struct Slot {
     /// Bumped when the round ends.
     generation: u64,
     /// Outcomes filed and not yet taken, in filing order.
-    arrivals: VecDeque<(usize, Reply)>,
-    /// Per node: requests whose outcome has not been filed yet (from the wire, or held back for room).
-    pending: Vec<u32>,
-    /// Per node: requests reported timed out whose outcome has not come from the wire yet; the next `stale`
-    /// outcomes filed for the node are theirs, and are dropped.
-    stale: Vec<u32>,
-    /// Outcomes decided before the node's earlier requests were answered, handed out after them, in the order
-    /// they were decided. Rare (a node out of room in the middle of a round), so empty and unallocated almost
-    /// always.
-    deferred: Vec<Deferred>,
-    /// Outcomes not taken yet: the sum of `pending` and of the `deferred` counts.
+    arrivals: VecDeque<(CommandId, Reply)>,
+    /// Per node: the replies whose outcome has not been filed yet, by `seq` (ascending).
+    awaited: Vec<VecDeque<Awaited>>,
+    /// Per node: the `seq` of the next reply expected.
+    next_seq: Vec<u32>,
+    /// Outcomes not filed yet: the sum of `awaited`'s lengths.
     outstanding: usize,
     /// The round's deadline; every outcome is known by then.
     deadline: Instant,
@@ -117,51 +129,20 @@ struct Slot {
     need: usize,
 }
 
-/// `count` outcomes of one node decided before the wire's, to be handed out after the `ahead` outcomes of the
-/// node's requests that were on the wire when they were decided.
-#[derive(Debug)]
-struct Deferred {
-    node: usize,
-    reply: Reply,
-    count: u32,
-    ahead: u32,
-}
-
 impl Slot {
-    /// Hands out an outcome of `node` from the wire (or its timeout), then the deferred outcomes that came right
-    /// after it.
-    fn arrive(&mut self, node: usize, reply: Reply) {
-        self.arrivals.push_back((node, reply));
-        if self.deferred.is_empty() {
-            return;
-        }
-        for d in self.deferred.iter_mut().filter(|d| d.node == node) {
-            d.ahead = d.ahead.saturating_sub(1);
-        }
-        self.release_deferred(node);
+    /// Where `seq` is in `node`'s awaited replies, if it is there.
+    fn find(&self, node: usize, seq: u32) -> Option<usize> {
+        let q = self.awaited.get(node)?;
+        let at = q.partition_point(|a| a.seq < seq);
+        q.get(at).filter(|a| a.seq == seq).map(|_| at)
     }
 
-    /// Hands out `node`'s deferred outcomes that no outcome from the wire is ahead of any more, in the order they
-    /// were decided (a later one never has fewer ahead of it). Invariant: `ahead` is at most the node's `pending`
-    /// (both count down together); all are handed out once nothing is pending, whatever they count, so that no
-    /// outcome can wait for a reply that will never be expected.
-    fn release_deferred(&mut self, node: usize) {
-        let wire_empty = self.pending.get(node).is_none_or(|&p| p == 0);
-        let mut i = 0;
-        while i < self.deferred.len() {
-            let d = &self.deferred[i];
-            if d.node != node {
-                i += 1;
-                continue;
-            }
-            if d.ahead > 0 && !wire_empty {
-                return;
-            }
-            let d = self.deferred.remove(i);
-            self.outstanding -= d.count as usize;
-            for _ in 0..d.count {
-                self.arrivals.push_back((d.node, d.reply.clone()));
-            }
+    /// Hands out the outcome of `id`, awaited at `at` of its node's list.
+    fn arrive(&mut self, id: CommandId, at: usize, reply: Reply) {
+        if let Some(q) = self.awaited.get_mut(id.node) {
+            q.remove(at);
+            self.outstanding -= 1;
+            self.arrivals.push_back((id, reply));
         }
     }
 
@@ -250,9 +231,8 @@ impl Slots {
                     index: self.slots.len(),
                     generation: 0,
                     arrivals: VecDeque::new(),
-                    pending: vec![0; nodes],
-                    stale: vec![0; nodes],
-                    deferred: Vec::new(),
+                    awaited: Vec::new(),
+                    next_seq: Vec::new(),
                     outstanding: 0,
                     deadline,
                     waiter: None,
@@ -263,6 +243,11 @@ impl Slots {
             }
         };
         let slot = &mut self.slots[index];
+        // Kept cleared by `close`: only grown here (a reused slot of a smaller round, or a first one).
+        if slot.awaited.len() < nodes {
+            slot.awaited.resize_with(nodes, VecDeque::new);
+            slot.next_seq.resize(nodes, 0);
+        }
         slot.deadline = deadline;
         slot.wake_at = deadline;
         slot.need = 1;
@@ -277,85 +262,105 @@ impl Slots {
         live(&mut self.slots, r)
     }
 
-    /// Records that `replies` more outcomes are expected from `node`.
-    pub fn expect(&mut self, r: SlotRef, node: usize, replies: usize) {
-        if let Some(s) = self.live(r) {
-            if let Some(p) = s.pending.get_mut(node) {
-                *p = p.saturating_add(u32::try_from(replies).unwrap_or(u32::MAX));
-                s.outstanding += replies;
+    /// The `seq` the next reply expected from `node` in round `r` will get (0 if the round has ended).
+    pub fn next_seq(&mut self, r: SlotRef, node: usize) -> u32 {
+        self.live(r)
+            .and_then(|s| s.next_seq.get(node).copied())
+            .unwrap_or(0)
+    }
+
+    /// Records that `replies` more outcomes are expected from `node`, not queued yet; returns the `seq` of the
+    /// first (the others follow it).
+    pub fn expect(&mut self, r: SlotRef, node: usize, replies: usize) -> u32 {
+        let Some(s) = self.live(r) else {
+            return 0;
+        };
+        let (Some(q), Some(next)) = (s.awaited.get_mut(node), s.next_seq.get_mut(node)) else {
+            return 0;
+        };
+        let first = *next;
+        let n = u32::try_from(replies).unwrap_or(u32::MAX);
+        *next = next.saturating_add(n);
+        q.extend((0..n).map(|i| Awaited {
+            seq: first.wrapping_add(i),
+            queued: false,
+        }));
+        s.outstanding += n as usize;
+        first
+    }
+
+    /// Records that the `replies` outcomes from `first` on of `node` were queued on its connection: from now on
+    /// they come from the wire, before any of the node's later ones.
+    pub fn queued(&mut self, r: SlotRef, node: usize, first: u32, replies: usize) {
+        let Some(s) = self.live(r) else {
+            return;
+        };
+        let Some(q) = s.awaited.get_mut(node) else {
+            return;
+        };
+        let end = u64::from(first) + replies as u64;
+        let at = q.partition_point(|a| a.seq < first);
+        for a in q.iter_mut().skip(at) {
+            if u64::from(a.seq) >= end {
+                break;
             }
+            a.queued = true;
         }
     }
 
-    /// Takes back an [`expect`](Slots::expect) for a request that was not sent after all.
-    pub fn unexpect(&mut self, r: SlotRef, node: usize, replies: usize) {
-        if let Some(s) = self.live(r) {
-            if let Some(p) = s.pending.get_mut(node) {
-                let n = u32::try_from(replies).unwrap_or(u32::MAX).min(*p);
-                *p -= n;
-                s.outstanding -= n as usize;
-                s.release_deferred(node);
-            }
+    /// Files the outcome read from the wire for `id` of round `r`; returns the round's waiter to wake, if it
+    /// waits. An outcome for a round that has ended, or for an id no longer awaited (timed out, or never
+    /// expected), is dropped. `Err`: `id` is awaited, but an older id of its node was queued and is still
+    /// awaited: the wire and the books disagree, and the caller drops the connection (which files every
+    /// request on it as failed, in order).
+    pub fn file(
+        &mut self,
+        r: SlotRef,
+        id: CommandId,
+        reply: Reply,
+    ) -> Result<Option<Wake>, Disorder> {
+        let Some(s) = live(&mut self.slots, r) else {
+            return Ok(None);
+        };
+        let Some(at) = s.find(id.node, id.seq) else {
+            return Ok(None);
+        };
+        let older_on_a_wire = s.awaited[id.node].iter().take(at).any(|a| a.queued);
+        if older_on_a_wire {
+            return Err(Disorder);
         }
+        s.arrive(id, at, reply);
+        Ok(s.wake(&mut self.waiting))
     }
 
-    /// Files the next outcome from the wire of `node` for round `r`; returns the round's waiter to wake, if it
-    /// waits. An outcome for a round that has ended, one for a request already reported timed out, or one that
-    /// was not expected, is dropped.
-    pub fn file(&mut self, r: SlotRef, node: usize, reply: Reply) -> Option<Wake> {
-        let s = live(&mut self.slots, r)?;
-        match s.stale.get_mut(node) {
-            Some(stale) if *stale > 0 => {
-                *stale -= 1;
-                return None;
-            }
-            _ => {}
-        }
-        match s.pending.get_mut(node) {
-            Some(p) if *p > 0 => *p -= 1,
-            _ => return None,
-        }
-        s.outstanding -= 1;
-        s.arrive(node, reply);
-        s.wake(&mut self.waiting)
-    }
-
-    /// Files `count` outcomes of `node` for round `r` that are known before the wire's (the node had no room for
-    /// the request, or is down): `count` of the node's expected requests, followed only by `behind` expected
-    /// outcomes of requests still held back (a release round's, held behind this one: not on the wire yet). They
-    /// are handed out right after the node's earlier requests still awaited from the wire, before any sent later.
-    /// Returns the round's waiter to wake, if it waits.
-    ///
-    /// The refused outcomes are counted from the node's newest pending ones (less `behind`), so they must still be
-    /// pending: a held request whose node already timed out ([`time_out`](Slots::time_out) took it) is refused
-    /// for nothing, unless a request was expected on that node after the timeout: its place would then be taken
-    /// (its reply dropped as stale, the refusal handed out in its place). No caller expects a request on a node
-    /// after its timeout (a redirection is not followed past the deadline, a `NOSCRIPT` resend needs a reply that
-    /// was not stale).
+    /// Files `reply` for the `count` outcomes of `node` from `first` on, known before the wire's (the node had no
+    /// room for the request, or is down); those no longer awaited are skipped. Returns the round's waiter to wake,
+    /// if it waits.
     pub fn refuse(
         &mut self,
         r: SlotRef,
         node: usize,
+        first: u32,
         count: usize,
-        behind: usize,
         reply: Reply,
     ) -> Option<Wake> {
         let s = live(&mut self.slots, r)?;
-        let p = s.pending.get_mut(node)?;
-        let count = u32::try_from(count).unwrap_or(u32::MAX).min(*p);
-        if count == 0 {
-            return None;
+        let end = u64::from(first) + count as u64;
+        let mut filed = false;
+        loop {
+            let q = s.awaited.get(node)?;
+            let at = q.partition_point(|a| a.seq < first);
+            let Some(a) = q.get(at).filter(|a| u64::from(a.seq) < end) else {
+                break;
+            };
+            let id = CommandId { node, seq: a.seq };
+            s.arrive(id, at, reply.clone());
+            filed = true;
         }
-        *p -= count;
-        let ahead = p.saturating_sub(u32::try_from(behind).unwrap_or(u32::MAX));
-        s.deferred.push(Deferred {
-            node,
-            reply,
-            count,
-            ahead,
-        });
-        s.release_deferred(node);
-        s.wake(&mut self.waiting)
+        match filed {
+            true => s.wake(&mut self.waiting),
+            false => None,
+        }
     }
 
     /// Sets how many outcomes must be waiting before `r`'s sleeping thread is woken (at least 1; all of them, if
@@ -366,8 +371,8 @@ impl Slots {
         }
     }
 
-    /// The next outcome filed for round `r`.
-    pub fn take(&mut self, r: SlotRef) -> Option<(usize, Reply)> {
+    /// The next outcome filed for round `r`, with its id.
+    pub fn take(&mut self, r: SlotRef) -> Option<(CommandId, Reply)> {
         self.live(r)?.arrivals.pop_front()
     }
 
@@ -377,35 +382,33 @@ impl Slots {
     }
 
     /// Reports every request of one node of `r` that has had no outcome as timed out: files a
-    /// [`NodeError::Timeout`] for each (the node's deferred outcomes each in its place), and returns the node and how many
-    /// timed out. Their replies, if they still come, are dropped (see the module doc). The caller calls this only
-    /// after the round's deadline, once the replies that had arrived by then were read.
+    /// [`NodeError::Timeout`] under each of its ids, and returns the node and how many timed out. Their replies,
+    /// if they still come, find their ids no longer awaited and are dropped. The caller calls this only after the
+    /// round's deadline, once the replies that had arrived by then were read.
     pub fn time_out_node(&mut self, r: SlotRef) -> Option<(usize, u32)> {
-        let node = self.live(r)?.pending.iter().position(|&p| p > 0)?;
+        let node = self.live(r)?.awaited.iter().position(|q| !q.is_empty())?;
         self.time_out(r, node).map(|n| (node, n))
     }
 
     /// Like [`time_out_node`](Slots::time_out_node), for `node`: reports every request of `node` in `r` that has
-    /// had no outcome as timed out, and returns how many (`None` if it had none pending).
+    /// had no outcome as timed out, and returns how many (`None` if it had none awaited).
     pub fn time_out(&mut self, r: SlotRef, node: usize) -> Option<u32> {
         let s = self.live(r)?;
-        let n = *s.pending.get(node).filter(|p| **p > 0)?;
-        s.stale[node] += n;
-        s.outstanding -= n as usize;
-        // One at a time, as if from the wire: a refusal between two of them keeps its place (`pending` counts
-        // down with them: a deferred outcome is handed out early once nothing is pending).
-        for _ in 0..n {
-            s.pending[node] -= 1;
-            s.arrive(node, Err(NodeError::Timeout));
+        let q = s.awaited.get_mut(node).filter(|q| !q.is_empty())?;
+        let n = q.len();
+        for a in q.drain(..) {
+            let id = CommandId { node, seq: a.seq };
+            s.arrivals.push_back((id, Err(NodeError::Timeout)));
         }
-        Some(n)
+        s.outstanding -= n;
+        Some(u32::try_from(n).unwrap_or(u32::MAX))
     }
 
-    /// The nodes that still owe `r` an outcome from the wire (requests sent, no reply filed nor timed out).
+    /// The nodes that still owe `r` an outcome (requests queued or held, none filed nor timed out).
     pub fn pending_nodes(&mut self, r: SlotRef) -> impl Iterator<Item = usize> + '_ {
         self.live(r)
             .into_iter()
-            .flat_map(|s| s.pending.iter().enumerate().filter(|(_, p)| **p > 0))
+            .flat_map(|s| s.awaited.iter().enumerate().filter(|(_, q)| !q.is_empty()))
             .map(|(node, _)| node)
     }
 
@@ -519,9 +522,8 @@ impl Slots {
         let s = live(&mut self.slots, r)?;
         s.generation = s.generation.wrapping_add(1);
         s.arrivals.clear();
-        s.pending.iter_mut().for_each(|p| *p = 0);
-        s.stale.iter_mut().for_each(|p| *p = 0);
-        s.deferred.clear();
+        s.awaited.iter_mut().for_each(VecDeque::clear);
+        s.next_seq.iter_mut().for_each(|n| *n = 0);
         s.outstanding = 0;
         let waiter = s.take_waiter(&mut self.waiting);
         self.free.push(r.index);

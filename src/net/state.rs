@@ -8,9 +8,12 @@
 //! [`transport`](super::transport) (moving bytes over plain TCP or TLS); the bytes read are turned into replies by
 //! [`Inbound`](super::inbound::Inbound), also pure.
 //!
-//! Redis answers the requests of one connection in order, so replies are matched to requests strictly by position.
-//! A request whose caller stopped waiting keeps its place in the FIFO; its reply is read and dropped, as are those
-//! of a release queued after its round ended ([`Waiter::Detached`]).
+//! Redis answers the requests of one connection in order, so the FIFO names, for each reply to come, who waits for
+//! it: a set-up step, a round's command by its id ([`Waiter::Round`]: the round's slot and the reply's
+//! [`CommandId`]), or nobody (a release queued after its round ended, [`Waiter::Detached`]). A reply is filed
+//! under the id at the FIFO's head, never under a place counted by the round. A request whose caller stopped
+//! waiting keeps its place in the FIFO; its reply is read and dropped. A reply whose id the round's books show
+//! behind an older one still on a wire fails the connection ([`NodeError::OutOfOrder`], see `slots`).
 //!
 //! # Who writes, and when: batches clocked by replies
 //!
@@ -26,6 +29,18 @@
 //! had to answer first anyway. A write that fills the socket puts the rest back in front of the queue and leaves
 //! the role; the driver resumes it when the socket drains. Over TLS a batch is handed to rustls in one piece, so
 //! its requests share TLS records (one record carries up to 16 KiB of them).
+//!
+//! # A node that is loading
+//!
+//! A server that restarted with its data accepts connections while it loads the data set, answers the set-up's
+//! `HELLO`, `AUTH`, `SELECT` and `INFO`, and refuses everything that needs the data (`SCRIPT LOAD`, `EVAL`,
+//! `SET`) with `-LOADING`. A set-up step refused so fails the connection with [`NodeError::Loading`], whose
+//! backoff keeps growing (a reply does not reset it here): the node is dialled again, and counted as down, until
+//! a set-up goes through. The requests queued behind that set-up fail with it (refused unrun, or run after the
+//! load ended without being counted: a failed vote either way); detached releases among them are counted as
+//! given up, and the driver places detached releases only once a set-up went through (see
+//! [`detached`](super::detached)). Callers whose set-up has a step that needs the data (the Redlock set-up's
+//! `SCRIPT LOAD`s) so never see a loading node as up; a set-up of `HELLO` alone would.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -37,7 +52,7 @@ use bytes::BytesMut;
 use super::addr::NodeAddr;
 use super::error::NodeError;
 use super::options::Options;
-use super::slots::{Reply, SlotRef, Slots, Wake};
+use super::slots::{CommandId, Reply, SlotRef, Slots, Wake};
 use super::stats::NodeStats;
 use crate::resp::{Decimal, Value, encode_command};
 use crate::time::later;
@@ -47,8 +62,9 @@ use crate::time::later;
 pub(crate) enum Waiter {
     /// A step of the connection set-up.
     Setup(Step),
-    /// A request of a round.
-    Round(SlotRef),
+    /// A request of a round: the round, and the id of its first reply (the request's replies take the ids that
+    /// follow it, one per command).
+    Round(SlotRef, u32),
     /// A release whose round ended while it was held for room, queued since (see
     /// [`detached`](super::detached)): its replies are read and dropped, filed under no round.
     Detached,
@@ -92,10 +108,26 @@ pub(crate) struct Filing<'a> {
 }
 
 impl Filing<'_> {
-    pub(crate) fn file(&mut self, node: usize, waiter: Waiter, reply: Reply) {
-        if let Waiter::Round(r) = waiter {
-            self.wake.extend(self.slots.file(r, node, reply));
+    /// Files the outcome of one reply of the wire under the round and id its waiter names. `Err`: the round's
+    /// books disagree with the wire (see [`Slots::file`]): the request fails with [`NodeError::OutOfOrder`]
+    /// instead, and the connection must be dropped.
+    pub(crate) fn file(
+        &mut self,
+        node: usize,
+        waiter: Waiter,
+        reply: Reply,
+    ) -> Result<(), NodeError> {
+        if let Waiter::Round(r, seq) = waiter {
+            match self.slots.file(r, CommandId { node, seq }, reply) {
+                Ok(wake) => self.wake.extend(wake),
+                Err(_) => {
+                    let failed = Err(NodeError::OutOfOrder);
+                    self.wake.extend(self.slots.refuse(r, node, seq, 1, failed));
+                    return Err(NodeError::OutOfOrder);
+                }
+            }
         }
+        Ok(())
     }
 }
 
@@ -127,6 +159,9 @@ pub(crate) struct NodeState {
     pub(crate) generation: u32,
     /// Who waits for each reply, and when the request was queued (for the round-trip statistics).
     fifo: VecDeque<(Waiter, Instant)>,
+    /// How many of the FIFO's waiters are [`Waiter::Detached`]: while any is, the fanout keeps a driver polling
+    /// (see [`holds_detached`](NodeState::holds_detached)).
+    detached: usize,
     /// Bytes queued and not yet taken by a writer.
     wbuf: BytesMut,
     /// How many of the FIFO's requests are still in `wbuf`, not handed to a writer: the others are on the wire
@@ -157,6 +192,7 @@ impl NodeState {
             link: Link::Down { retry_at: now },
             generation: 0,
             fifo: VecDeque::new(),
+            detached: 0,
             wbuf: BytesMut::new(),
             unwritten: 0,
             writing: false,
@@ -182,6 +218,14 @@ impl NodeState {
 
     pub(crate) fn in_flight(&self) -> usize {
         self.fifo.len()
+    }
+
+    /// Whether releases detached from their rounds are queued here with their replies still to come: nobody
+    /// waits for them, so the fanout must keep polling until they are read (or the connection is dropped):
+    /// a connect or TLS handshake under way, a write cut short by a full socket, a node that stopped answering
+    /// (then dropped as hung) all need a turn of the driver (see `fanout/detach.rs`).
+    pub(crate) fn holds_detached(&self) -> bool {
+        self.detached > 0
     }
 
     pub(crate) fn is_up(&self) -> bool {
@@ -379,8 +423,18 @@ impl NodeState {
         self.wbuf.extend_from_slice(bytes);
         self.unwritten += replies;
         self.stats.requests(replies);
-        for _ in 0..replies {
-            self.fifo.push_back((waiter, now));
+        if waiter == Waiter::Detached {
+            self.detached += replies;
+        }
+        for i in 0..replies {
+            let w = match waiter {
+                // One id per command: the request's replies take the ids from its first on.
+                Waiter::Round(r, first) => {
+                    Waiter::Round(r, first.wrapping_add(u32::try_from(i).unwrap_or(u32::MAX)))
+                }
+                w => w,
+            };
+            self.fifo.push_back((w, now));
         }
     }
 
@@ -453,12 +507,20 @@ impl NodeState {
     ) -> Result<(), NodeError> {
         let (waiter, queued) = self.fifo.pop_front().ok_or(NodeError::Unexpected)?;
         self.stats.reply(now.saturating_duration_since(queued));
+        if let Waiter::Setup(_) = waiter {
+            // Not a node that serves yet: its backoff goes on growing while it loads.
+            if let Value::Error(msg) | Value::BulkError(msg) = value.without_attributes() {
+                if msg.starts_with(b"LOADING") {
+                    return Err(NodeError::Loading);
+                }
+            }
+        }
         // A node that answers is alive: the next outage starts its backoff from the beginning.
         self.backoff = opts.backoff_min;
         match waiter {
-            Waiter::Round(_) => out.file(self.node, waiter, Ok(value)),
+            Waiter::Round(..) => out.file(self.node, waiter, Ok(value))?,
             // Read, and dropped: nobody waits for it.
-            Waiter::Detached => {}
+            Waiter::Detached => self.detached = self.detached.saturating_sub(1),
             Waiter::Setup(step) => {
                 let reply = value.without_attributes();
                 if let Value::Error(msg) | Value::BulkError(msg) = reply {
@@ -512,12 +574,21 @@ impl NodeState {
     ) {
         let retry_at = later(now, self.backoff);
         self.backoff = self.backoff.saturating_mul(2).min(opts.backoff_max);
+        // Detached releases on a connection whose set-up never went through (it never opened, or the node was
+        // loading and refused what came behind the set-up) did not run, or not surely: given up, and counted so.
+        // (On one set up they may have been written and run: not counted either way.)
+        let unset = !self.is_open() || self.setting_up() || error == NodeError::Loading;
+        if unset && self.detached > 0 {
+            self.stats.given_up(self.detached);
+        }
+        self.detached = 0;
         self.link = Link::Down { retry_at };
         self.generation = self.generation.wrapping_add(1);
         self.writing = false;
         let node = self.node;
         for (waiter, _) in self.fifo.drain(..) {
-            out.file(node, waiter, Err(error.clone()));
+            // A disorder here is filed as such; the connection is dropped already.
+            let _ = out.file(node, waiter, Err(error.clone()));
         }
         self.wbuf = BytesMut::new();
         self.unwritten = 0;

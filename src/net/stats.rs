@@ -205,6 +205,26 @@ impl NodeCounts {
                 .collect(),
         }
     }
+
+    /// Adds `other`'s counts to these (a cluster member's connections, summed into the member's).
+    pub(crate) fn absorb(&mut self, other: &NodeCounts) {
+        self.requests += other.requests;
+        self.replies += other.replies;
+        self.writes += other.writes;
+        self.reads += other.reads;
+        self.connects += other.connects;
+        self.drops += other.drops;
+        self.timeouts += other.timeouts;
+        self.refused += other.refused;
+        self.detached += other.detached;
+        self.given_up += other.given_up;
+        if self.rtt.len() < other.rtt.len() {
+            self.rtt.resize(other.rtt.len(), 0);
+        }
+        for (a, b) in self.rtt.iter_mut().zip(&other.rtt) {
+            *a += b;
+        }
+    }
 }
 
 impl fmt::Display for NodeCounts {

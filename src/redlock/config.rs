@@ -62,11 +62,11 @@ macro_rules! settings {
 }
 
 settings! {
-    /// Sets the lease of [`LockManager::acquire`](super::LockManager::acquire), which takes no TTL of its own
+    /// Sets the lease of a [request](super::Request) that sets no [`ttl`](super::Request::ttl) of its own
     /// (default 10 s).
     ttl, with_ttl: Duration;
-    /// Sets the further attempts of [`lock`](super::LockManager::lock) after the first fails (default 10).
-    /// [`try_lock`](super::LockManager::try_lock) makes one attempt whatever this says.
+    /// Sets the further attempts of a request that [retries](super::Request::retry) (the default) after the
+    /// first fails (default 10). [`once`](super::Request::once) makes one attempt whatever this says.
     retry_count, with_retry_count: u32;
     /// Sets the pause between two attempts (default 200 ms), to which a random jitter is added.
     retry_delay, with_retry_delay: Duration;
@@ -109,18 +109,18 @@ settings! {
     hung_timeout, with_hung_timeout: Duration;
     /// Sets how long a caller waiting for replies polls without blocking before it sleeps (default zero). On
     /// machines whose idle CPUs halt, a few tens of microseconds of spinning save a wake-up when the nodes answer
-    /// that fast (same host or rack), at the cost of a busy CPU while it spins; see `BENCHMARKS.md` ("Busy
-    /// polling") for when it pays.
+    /// that fast (same host or rack), at the cost of a busy CPU while it spins; see
+    /// `benchmarks/results/2026-11-22-throughput-shared-manager.md` ("Busy polling") for when it pays.
     spin, with_spin: Duration;
-    /// Turns folded releases on or off (default **off**: measured on a loaded 2-vCPU machine, folding cut the
-    /// script calls per release 33× but raised the servers' CPU per cycle 1.4-1.5×, so it waits for a measurement
-    /// on a quiet machine, issue #25). On, a plain release (`unlock`, `unlock_value`, a plain guard's release or
-    /// drop; never a fenced, set or owned lock's, nor `unlock_batch`) asked for while another plain release of
-    /// this manager is in flight waits for that round, then goes out with the releases waiting then (up to
-    /// [`max_in_flight`](Config::with_max_in_flight) of them) as one compare-and-delete script per node for all
-    /// of them (one native command per key pipelined in one write on a node that has `DELIFEQ`/`DELEX`). Under
-    /// load the servers run one script call per fold instead of one per release; a lone caller goes out at once
-    /// either way.
+    /// Turns folded releases on or off (default **off**: folding cuts the servers' script calls per release, but
+    /// their CPU time per lock cycle measured higher with it than without; see
+    /// `benchmarks/results/2026-11-27-folded-releases.md`).
+    /// On, a plain release (`unlock`, `unlock_value`, a plain guard's release or drop; never a fenced, set or owned
+    /// lock's, nor `unlock_batch`) asked for while another plain release of this manager is in flight waits for that
+    /// round, then goes out with the releases waiting then (up to [`max_in_flight`](Config::with_max_in_flight) of
+    /// them) as one compare-and-delete script per node for all of them (one native command per key pipelined in one
+    /// write on a node that has `DELIFEQ`/`DELEX`). Under load the servers run one script call per fold instead of
+    /// one per release; a lone caller goes out at once either way.
     ///
     /// Each caller's verdict is counted from its own key's replies only, and a key another caller's release
     /// cannot read (another type, outside the user's ACL) costs only that caller's release. What differs from a
@@ -352,7 +352,7 @@ mod tests {
             Config::default().with_restart_window(Duration::MAX),
             "restart_window",
         );
-        // Issue #20: these were accepted, and `hold` then panicked on Duration overflow.
+        // Durations so long that `hold` would overflow `Duration` adding them: refused by `validate`.
         for (c, name) in [
             (
                 Config::default().with_round_timeout(Duration::MAX),

@@ -73,7 +73,7 @@ impl Report {
     }
 
     /// How long the other holder's lease still ran when this report was made, if it is known: set when a
-    /// [`LockManager::lock_wait`](super::LockManager::lock_wait) gives up, from the key's remaining TTL on the
+    /// [waiting](super::Request::wait) request gives up, from the key's remaining TTL on the
     /// nodes (the time until a majority of them will have let it expire, unless it is extended).
     pub fn holder_ttl(&self) -> Option<std::time::Duration> {
         self.holder_ttl
@@ -192,7 +192,6 @@ pub enum Error {
     /// Nothing was sent.
     Config(ConfigError),
     /// Another holder has the resource: enough nodes hold its key for someone else that a majority is impossible.
-    /// ([`LockManager::try_lock`](super::LockManager::try_lock) returns `Ok(None)` instead.)
     Held(Box<Report>),
     /// No majority for another reason: too many nodes down, hung, refusing the login or answering errors, or the
     /// round took longer than the lease. The report lists every node's outcome.
@@ -204,8 +203,7 @@ pub enum Error {
     ///
     /// - an extension (`extend` and kin, `extend_value`) that a majority did not confirm because the key no longer
     ///   holds our value;
-    /// - a release (`unlock`, `unlock_value`, `unlock_many`, `unlock_fenced`, `unlock_reentrant`, each entry of
-    ///   `unlock_batch`, [`Guard::release`](super::Guard::release)) that so many nodes answered "not ours" (or
+    /// - a release (`unlock` of a lock of any kind, `unlock_value`, each entry of `unlock_batch`, [`Guard::release`](super::Guard::release)) that so many nodes answered "not ours" (or
     ///   were never reached) that no majority can still have held it (for a reentrant hold: had the hold): it had expired
     ///   or been released already, so **the work it protected may have overlapped another holder's**. The keys
     ///   were deleted where the nodes still held them; nothing else is left to release.
@@ -318,7 +316,8 @@ impl std::error::Error for Error {
     }
 }
 
-/// A one-attempt result as the `try_` verbs give it: `Ok(None)` when another holder has it.
+/// A one-attempt result as the simulator's verbs give it: `Ok(None)` when another holder has it.
+#[cfg(feature = "sim")]
 pub(crate) fn not_held<T>(got: Result<T>) -> Result<Option<T>> {
     match got {
         Ok(got) => Ok(Some(got)),

@@ -3,7 +3,8 @@
 //! a fenced acquisition all-or-nothing.
 //!
 //! Like the spec's scripts they are loaded with `SCRIPT LOAD` on every new connection and called by `EVALSHA`; a
-//! `NOSCRIPT` reply makes the round send them once more in full with `EVAL` (see `Engine::pipelined`).
+//! `NOSCRIPT` reply makes the round send them once more in full with `EVAL` (see `Engine::pipelined`). The
+//! releases among them always go in full (`scripts`, "Releases go in full").
 //!
 //! Counters are compared as Lua numbers (doubles): fencing tokens are exact up to 2^53.
 
@@ -23,19 +24,20 @@ pub struct Lua {
 /// Compare-and-delete for many keys at once (`unlock_batch`): `KEYS[i]` is deleted if it holds `ARGV[i]`.
 /// Returns an array: 1 where deleted, 0 where the key was not ours, and the error where reading the key failed
 /// (`WRONGTYPE`: another application's key of another type under that name), so that one such key costs only its
-/// own release, not the others' (a folded release puts several callers' keys in one call, issue #25).
+/// own release, not the others' (a folded release puts several callers' keys in one call).
 pub const RELEASE_BATCH: Lua = Lua {
     body: r#"local r = {} for i, k in ipairs(KEYS) do local v = redis.pcall("get", k) if v == ARGV[i] then r[i] = redis.call("del", k) elseif type(v) == "table" and v.err then r[i] = v else r[i] = 0 end end return r"#,
     sha1: "87a540a6f6fa803d77722d00adbd7e940617c033",
 };
 
-/// All-or-nothing acquisition of a set (`lock_many`): sets every key to `ARGV[1]` for `ARGV[2]` ms if none of them
-/// holds another value, else touches nothing. A key that already holds `ARGV[1]` (left by this call's own earlier
-/// attempt) does not block: node-redlock's script refuses its own value, so a retry after a partial attempt waited
-/// for its own keys to expire. Returns 1 if set, 0 if some key is held by someone else.
+/// All-or-nothing acquisition of a set (`request_all`): sets every key to `ARGV[1]` for `ARGV[2]` ms if none of them
+/// holds a value, else touches nothing: `SET NX` for the whole set. Any value blocks, this one's too: values are
+/// drawn per attempt (`kind/set.rs`, "A value per attempt"), and a script that let its own value through would
+/// let one server vote twice for a set (one cluster named as two members). Returns 1 if set, 0 if some key is
+/// held.
 pub const ACQUIRE_MANY: Lua = Lua {
-    body: r#"for _, k in ipairs(KEYS) do local v = redis.call("get", k) if v and v ~= ARGV[1] then return 0 end end for _, k in ipairs(KEYS) do redis.call("set", k, ARGV[1], "px", ARGV[2]) end return 1"#,
-    sha1: "2d35f3ef6ae3ebafffd806d8c0fd7aeec09d748a",
+    body: r#"for _, k in ipairs(KEYS) do if redis.call("get", k) then return 0 end end for _, k in ipairs(KEYS) do redis.call("set", k, ARGV[1], "px", ARGV[2]) end return 1"#,
+    sha1: "c4d07709b35e1f1726549035060c84916feccf3c",
 };
 
 /// Extends a set together: every key's expiry to `ARGV[2]` ms if every key still holds `ARGV[1]`, else nothing
@@ -114,10 +116,10 @@ pub const EXTEND_REENTRANT: Lua = Lua {
     sha1: "225a88b5588503988af92d9abdb03718a4cc79f5",
 };
 
-/// **For tests only: the bug this crate had.** A release that counts down *some* hold when the node never saw the
-/// one released (as the hold counter before issue #20 did), so a nested release on a node its acquisition never
-/// reached strips the outer hold. The control of the tests that check [`RELEASE_REENTRANT`]'s attribution; never
-/// loaded on connections (sent in full after `NOSCRIPT`).
+/// **For tests only: a broken release, on purpose.** A release that counts down *some* hold when the node never saw
+/// the one released, so a nested release on a node its acquisition never reached strips the outer hold. The control
+/// of the tests that check [`RELEASE_REENTRANT`]'s attribution; never loaded on connections (sent in full after
+/// `NOSCRIPT`).
 #[doc(hidden)]
 pub const RELEASE_REENTRANT_UNATTRIBUTED: Lua = Lua {
     body: r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then return -1 end if redis.call("hdel", KEYS[2], ARGV[2]) == 0 then local f = redis.call("hkeys", KEYS[2])[1] if f then redis.call("hdel", KEYS[2], f) end end local c = redis.call("hlen", KEYS[2]) if c == 0 then redis.call("del", KEYS[1], KEYS[2]) end return c"#,
@@ -176,10 +178,10 @@ pub(crate) fn eval(buf: &mut BytesMut, lua: Lua, full: bool, keys: &[&[u8]], arg
     encode_command(&parts, buf);
 }
 
-/// The queued acquisition of `lock_wait` (issue #24; the design and its argument are in `wait/handoff.rs`).
-/// `KEYS[1]` the lock key, `KEYS[2]` the resource's queue (a sorted set: waiter id → ticket), `KEYS[3]` the
-/// queue's deadlines (waiter id → this node's clock in ms after which the entry is dead); `ARGV[1]` the lock value,
-/// `ARGV[2]` the TTL in ms, `ARGV[3]` the waiter's id, `ARGV[4]` its ticket, `ARGV[5]` the entry's lease in ms,
+/// The queued acquisition of a waiting plain request (the design and its argument are in `wait/handoff.rs`).
+/// `KEYS[1]` the lock key, `KEYS[2]` the resource's queue (a sorted set: waiter id → ticket), `KEYS[3]` the queue's
+/// deadlines (waiter id → this node's clock in ms after which the entry is dead); `ARGV[1]` the lock value, `ARGV[2]`
+/// the TTL in ms, `ARGV[3]` the waiter's id, `ARGV[4]` its ticket, `ARGV[5]` the entry's lease in ms,
 /// `ARGV[6]` the resource (for the turn keys `muxlock:turn:<id>:<resource>`).
 ///
 /// - Entries past their deadline are dropped first (a waiter that died), when someone else heads the queue.

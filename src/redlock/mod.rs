@@ -4,22 +4,22 @@
 //! ttl` to all N masters at once, and hold the lock if a majority (N/2 + 1) said OK while the lease is still valid;
 //! the validity is the TTL minus the time elapsed minus a clock-drift allowance. Release and extension are
 //! compare-and-delete / compare-and-pexpire Lua scripts, also sent to all N at once, or per node the native
-//! `DELIFEQ` / `DELEX ... IFEQ` and `SET ... IFEQ ... PX` where it has them (issue #25).
+//! `DELIFEQ` / `DELEX ... IFEQ` and `SET ... IFEQ ... PX` where it has them.
 //!
-//! What a user names is re-exported here and at the crate root: [`LockManager`] (every verb), the held locks
-//! ([`Lock`], [`LockSet`], [`FencedLock`], [`ReentrantLock`] with its [`Owner`], [`Guard`] with [`LostWatch`]),
-//! [`Config`], [`Error`] with its per-node [`Report`], [`Unreleased`], [`Inspection`], [`Stats`].
+//! What a user names is re-exported here and at the crate root: [`LockManager`] (every verb) and its
+//! [`Request`], what it hands out ([`Lock`] of every kind with its [`Owner`], [`Guard`] with [`LostWatch`]),
+//! [`Config`], [`Error`] with its per-node [`Report`], [`Inspection`], [`Stats`].
 //!
 //! # Layout
 //!
-//! Rooms, each importing only the ones below it (`tests/layout.rs` checks the direction):
+//! Rooms, each importing only the ones below it (`tests/house/layout.rs` checks the direction):
 //!
 //! ```text
 //! manager/          LockManager + Builder: every public verb (mod.rs: the basic ones; request.rs: the
-//!                   Request, its options, Config cells and terminals; holding.rs and kinds.rs: the verbs
-//!                   deprecated by #23, one-line wrappers); the only room that knows all
+//!                   Request, its options and terminals; holding.rs: cancel_waits, the guards' TTL check;
+//!                   kinds.rs: batches, owners); the only room that knows all
 //!   wait.rs         the waiting loop around any kind's attempt, in this process' lines; probes on the tracker;
-//!                   wait/handoff.rs: the queue across processes of one plain resource (issue #24)
+//!                   wait/handoff.rs: the queue across processes of one plain resource
 //!   guard/          Guard, LostWatch, Lost; Held (a guard's state, its lock's kind); Keeper (what handles and
 //!                   guards share: the engine, the watchdog, the waiters); renew (applies the engine's renewal
 //!                   verdicts); watchdog.rs (the thread: renewals, the tracker connections, invalidation pushes)
@@ -30,11 +30,11 @@
 //!                   compare.rs (compare-and-X requests, native or scripted per node, with refusal fallback),
 //!                   renew.rs (the guards' batched renewal), pipeline.rs (k commands per node), batch.rs,
 //!                   set.rs, fenced.rs, reentrant.rs, queued.rs; restart/ + persist.rs (the restart guard);
-//!                   native.rs (each node's DELIFEQ / DELEX, issue #25); seam.rs (Nodes / NodeRound / Clock)
+//!                   native.rs (each node's DELIFEQ / DELEX); seam.rs (Nodes / NodeRound / Clock)
 //!   kind/           the kinds as values: lock.rs (Lock, one handle with its Kind), set.rs, fenced.rs (and the
 //!                   fencing safety argument), reentrant.rs (Owner), queued.rs; their replies' meaning
 //!   leaves          quorum (the verdict, a pure state machine), schedule, scripts + lua (the scripts and SHA1s),
-//!                   token, config, error, stats, inspect, unreleased
+//!                   token, config, error, stats, inspect
 //! ```
 //!
 //! - **The engine is sans-IO in time and nodes**: it reaches the nodes only through the seam (`engine/seam.rs`;
@@ -55,6 +55,7 @@ mod error;
 mod guard;
 mod inspect;
 mod kind;
+mod lost;
 #[doc(hidden)]
 pub mod lua;
 mod manager;
@@ -69,19 +70,17 @@ pub mod scripts;
 pub mod sim;
 mod stats;
 mod token;
-mod unreleased;
 mod wait;
 mod waiters;
 
 pub use config::Config;
 pub use engine::persist::PERSIST_MARKER_KEY;
 pub use error::{ConfigError, Error, Outcome, Report, Result};
-pub use guard::{Guard, Lost, LostWatch};
+pub use guard::{Guard, LostWatch};
 pub use inspect::{Inspection, KeyState};
-pub use kind::fenced::{FencedLock, counter_key};
+pub use kind::fenced::counter_key;
 pub use kind::lock::Lock;
-pub use kind::reentrant::{Owner, ReentrantLock};
-pub use kind::set::LockSet;
+pub use kind::owner::Owner;
+pub use lost::Lost;
 pub use manager::{Builder, LockManager, Request};
 pub use stats::{GuardStats, NodeStats, ReleaseStats, Stats};
-pub use unreleased::Unreleased;

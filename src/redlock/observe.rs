@@ -1,5 +1,5 @@
-//! Tracing and metrics, each behind an off-by-default cargo feature (issue #26). Without the features every
-//! function here is empty and inlined away: a build without them pays nothing.
+//! Tracing and metrics, each behind an off-by-default cargo feature. Without the features every function here is
+//! empty and inlined away: a build without them pays nothing.
 //!
 //! - **`tracing`**: one span per lock operation, `muxlock.lock` (kind `CLIENT` in OpenTelemetry's terms, via
 //!   `otel.kind`), with `db.system.name = "redis"`, `muxlock.operation` (`acquire`, `extend`, `release`),
@@ -27,7 +27,7 @@ use std::time::Instant;
 #[cfg(any(feature = "tracing", feature = "metrics"))]
 use crate::redlock::error::Error;
 use crate::redlock::error::{Outcome, Result};
-use crate::redlock::guard::Lost;
+use crate::redlock::lost::Lost;
 
 /// What a node's outcomes are labelled with.
 #[derive(Debug, Default, Clone)]

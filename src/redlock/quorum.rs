@@ -164,8 +164,8 @@ impl Quorum {
         let undecided = self.votes.len() - self.yes - self.taken - self.failed;
         if self.yes + undecided < self.quorum {
             // An outage only if the failures block a majority by themselves; otherwise a holder is (also) in the
-            // way, and a waiter should wait for its release, not for nodes to come back (issue #24: 2 "taken", 1
-            // refused and 2 not awaited of 5 was reported as "too many nodes were down").
+            // way, and a waiter should wait for its release, not for nodes to come back (2 "taken", 1 refused
+            // and 2 not awaited of 5 is a held lock, not "too many nodes were down").
             let blocked_by_failures = self.votes.len() - self.failed < self.quorum;
             return Status::Failed(if blocked_by_failures {
                 Failure::Unavailable
@@ -225,7 +225,7 @@ mod tests {
         q.vote(0, Vote::Failed, t0);
         q.vote(1, Vote::Taken, t0);
         assert_eq!(q.vote(2, Vote::Failed, t0), Status::Failed(Failure::Held));
-        // Issue #24's split vote: 2 taken, 1 refused, 2 not awaited.
+        // A split vote: 2 taken, 1 refused, 2 not awaited.
         let mut q = Quorum::new(5, t0, TTL, ms(12));
         q.vote(0, Vote::Taken, t0);
         q.vote(1, Vote::Taken, t0);
@@ -263,7 +263,7 @@ mod tests {
     #[test]
     fn a_round_that_ends_undecided_counts_the_silent_nodes_as_failed() {
         let t0 = Instant::now();
-        // #24: 3 nodes, one hung, two contenders split the other two.
+        // 3 nodes, one hung, two contenders split the other two.
         let mut q = Quorum::new(3, t0, TTL, ms(12));
         q.vote(0, Vote::Yes, t0);
         assert_eq!(q.vote(1, Vote::Taken, t0), Status::Pending);

@@ -1,13 +1,36 @@
 //! The Lua scripts of the Redlock spec and the encoded requests of the hot path.
 //!
-//! Scripts are sent by `EVALSHA`; they are loaded with `SCRIPT LOAD` on every new connection, and a `NOSCRIPT`
-//! reply (after a `SCRIPT FLUSH`, say) falls back to `EVAL` for that node.
+//! Acquisitions and extensions send their scripts by `EVALSHA`; the scripts are loaded with `SCRIPT LOAD` on every
+//! new connection, and a `NOSCRIPT` reply (after a `SCRIPT FLUSH`, say) makes the round send that node the script
+//! in full (`EVAL`).
 //!
-//! Where a node has them (issue #25), the release and the extension go without Lua: `DELIFEQ key value` (Valkey
-//! >= 9.0) or `DELEX key IFEQ value` (Redis >= 8.4) compare-and-delete, and `SET key value IFEQ value PX ttl`
-//! (both) compare-and-extends: a few times less server time than the scripts, and no `+eval`/`+evalsha` in the
-//! user's ACL. Which a node has is learned on each connection (`engine/native.rs`); `Via` names the way one
-//! request goes to one node.
+//! # Releases go in full
+//!
+//! Every release that runs a script (the spec's compare-and-delete, and the other kinds' releases in
+//! [`lua`](super::lua): `RELEASE_MANY`, `RELEASE_BATCH`, `RELEASE_FENCED`, `RELEASE_REENTRANT`, `QUEUE_LEAVE`)
+//! is sent in full, `EVAL` of its body, never by hash (`Script::scripted`, `Kind::Release` in
+//! `engine/pipeline.rs`). Why: a `NOSCRIPT` can be answered only by someone who reads it, and a release's
+//! replies are often read by nobody. A release round ends as soon as a majority confirmed (the other nodes'
+//! replies come after it: a slow node, a paused one); a failed attempt's clean-up is never awaited; an async
+//! release whose future is dropped after its first poll leaves its round; a request held for room is detached
+//! from its round. By hash, a node that lost its scripts answered such a release `NOSCRIPT` to nobody and kept
+//! the key (or an owned hold's field) until its lease ended, though the caller was told "released". In full,
+//! nothing is left to answer: whenever it runs, on whichever connection, the release runs. The request needs
+//! no reply to finish its work, which is what [`Fanout::release_round`](crate::net::Fanout::release_round)
+//! asks of what it carries.
+//!
+//! The cost: the body's bytes on the wire (the spec's release is 101 bytes where its hash is 40) and the node's SHA1
+//! of them before its script-cache look-up: about 2 µs on a lone caller's release round over five local nodes,
+//! acquisitions unchanged (`scripts/latency-ab` against a build that releases by hash). The ACL: a release on a node
+//! without a native compare-and-delete needs `+eval` (README, "Deploying: TLS and ACL users"); a user without it has
+//! every such release refused (`NOPERM`, nothing runs), which an awaited release reports as its error, so the gap
+//! shows at the first release rather than at a flush. Nodes with `DELIFEQ`/`DELEX` release natively and need no Lua.
+//!
+//! Where a node has them, the release and the extension go without Lua: `DELIFEQ key value` (Valkey >= 9.0) or
+//! `DELEX key IFEQ value` (Redis >= 8.4) compare-and-delete, and `SET key value IFEQ value PX ttl` (both)
+//! compare-and-extends: a few times less server time than the scripts, and no `+eval`/`+evalsha` in the user's ACL.
+//! Which a node has is learned on each connection (`engine/native.rs`); `Via` names the way one request goes to one
+//! node.
 
 use bytes::{Bytes, BytesMut};
 
@@ -39,21 +62,6 @@ pub(crate) fn setup_commands() -> Vec<Bytes> {
         .collect()
 }
 
-/// Every script the connections load, as `(SHA1 in hex, body)`: a release detached from its round goes with its
-/// script in full (`Options::with_scripts`).
-pub(crate) fn known() -> Vec<(Bytes, Bytes)> {
-    [(RELEASE_SHA1, RELEASE), (EXTEND_SHA1, EXTEND)]
-        .into_iter()
-        .chain(super::lua::ALL.iter().map(|l| (l.sha1, l.body)))
-        .map(|(sha, body)| {
-            (
-                Bytes::from_static(sha.as_bytes()),
-                Bytes::from_static(body.as_bytes()),
-            )
-        })
-        .collect()
-}
-
 /// `SET resource value NX PX ttl_ms`.
 pub(crate) fn acquire(buf: &mut BytesMut, resource: &[u8], value: &[u8], ttl_ms: u64) {
     let ttl = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
@@ -68,6 +76,19 @@ pub(crate) fn acquire(buf: &mut BytesMut, resource: &[u8], value: &[u8], ttl_ms:
 pub(crate) enum Script {
     Release,
     Extend,
+}
+
+impl Script {
+    /// How this script goes to a node that has no native command for it (or refused it): a release in full
+    /// (`EVAL`), an extension by hash (`EVALSHA`, in full after `NOSCRIPT`). See the module docs, "Releases go in
+    /// full".
+    #[inline]
+    pub(crate) fn scripted(self) -> Via {
+        match self {
+            Script::Release => Via::Full,
+            Script::Extend => Via::Sha,
+        }
+    }
 }
 
 /// A node's native compare-and-delete; either one implies `SET ... IFEQ` (Valkey >= 9.0 has `DELIFEQ` and, from

@@ -19,12 +19,11 @@ use crate::redlock::engine::Engine as Rounds;
 use crate::redlock::engine::any::Want;
 use crate::redlock::engine::restart;
 use crate::redlock::error::Result;
-use crate::redlock::guard::{self, Held, Lost};
-use crate::redlock::kind::fenced::FencedLock;
+use crate::redlock::guard::{self, Held};
 use crate::redlock::kind::lock::{Kind, Lock};
+use crate::redlock::kind::owner::Owner;
 use crate::redlock::kind::queued::Entry;
-use crate::redlock::kind::reentrant::{Owner, ReentrantLock};
-use crate::redlock::kind::set::LockSet;
+use crate::redlock::lost::Lost;
 use crate::redlock::lua;
 use crate::redlock::schedule::{lost_margin, renewal_due};
 use crate::redlock::stats::{Activity, Votes};
@@ -146,7 +145,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         })
     }
 
-    /// `(folded release rounds, releases that went out in them)` so far (issue #25, `engine/fold.rs`).
+    /// `(folded release rounds, releases that went out in them)` so far (`engine/fold.rs`).
     pub fn folds(&self) -> (u64, u64) {
         self.core.fold.counts()
     }
@@ -166,7 +165,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         self.core.quorum()
     }
 
-    /// As [`LockManager::try_lock`](super::LockManager::try_lock).
+    /// As a request's `once().acquire()` (`Ok(None)` when held).
     pub async fn try_lock(&self, resource: &[u8], ttl: Duration) -> Result<Option<Lock>> {
         crate::redlock::error::not_held(
             self.acquire(&Want::One(resource), resource, ttl, false)
@@ -174,7 +173,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         )
     }
 
-    /// As [`LockManager::lock`](super::LockManager::lock) (retries with the clock's pauses).
+    /// As a request's `acquire()` (retries with the clock's pauses).
     pub async fn lock(&self, resource: &[u8], ttl: Duration) -> Result<Lock> {
         self.acquire(&Want::One(resource), resource, ttl, true)
             .await
@@ -259,68 +258,43 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         self.core.unlock_batch(&locks).await
     }
 
-    /// As [`LockManager::lock_many`](super::LockManager::lock_many) (`retry`) or
-    /// [`try_lock_many`](super::LockManager::try_lock_many).
+    /// As a request for a set ([`LockManager::request_all`](super::LockManager::request_all)) with retries
+    /// (`retry`) or one attempt (`Ok(None)` when held): every name or none, as one [`Lock`] (extended by
+    /// [`Engine::extend`], released by [`Engine::unlock`], guarded by [`Engine::guard`]).
     pub async fn lock_many(
         &self,
         resources: &[&[u8]],
         ttl: Duration,
         retry: bool,
-    ) -> Result<Option<LockSet>> {
+    ) -> Result<Option<Lock>> {
         let names = resources.iter().map(|r| r.to_vec()).collect();
         let (sorted, ttl_ms) = self.core.check_set(names, ttl)?;
-        let value = self.core.tokens.draw("drawing the lock value")?;
         let got = self
             .core
-            .acquire_any(&Want::Set(&sorted, value), ttl, ttl_ms, retry)
+            .acquire_any(&Want::Set(&sorted), ttl, ttl_ms, retry)
             .await;
-        let got = match retry {
+        match retry {
             true => got.map(Some),
             false => crate::redlock::error::not_held(got),
-        };
-        got.map(|set| set.map(LockSet::from_lock))
+        }
     }
 
-    /// As [`LockManager::extend_many`](super::LockManager::extend_many).
-    pub async fn extend_many(&self, set: &mut LockSet, ttl: Duration) -> Result<()> {
-        let mut lock = Lock::from(LockSet::of_set(set));
-        self.core.extend_any(&mut lock, ttl).await?;
-        set.valid_until = lock.valid_until;
-        set.extensions = lock.extensions;
-        Ok(())
-    }
-
-    /// As [`LockManager::unlock_many`](super::LockManager::unlock_many).
-    pub async fn unlock_many(&self, set: LockSet) -> Result<usize> {
-        self.core.release(&Lock::from(set)).await
-    }
-
-    /// As [`LockManager::lock_fenced`](super::LockManager::lock_fenced) (`retry`) or
-    /// [`try_lock_fenced`](super::LockManager::try_lock_fenced).
+    /// As a [fenced](super::Request::fenced) request with retries (`retry`) or one attempt (`Ok(None)` when
+    /// held): a [`Lock`] with its token (extended by [`Engine::extend`], released by [`Engine::unlock`] with
+    /// the fenced release).
     pub async fn lock_fenced(
         &self,
         resource: &[u8],
         ttl: Duration,
         retry: bool,
-    ) -> Result<Option<FencedLock>> {
+    ) -> Result<Option<Lock>> {
         let got = self
             .acquire(&Want::Fenced(resource), resource, ttl, retry)
             .await;
-        let got = match retry {
+        match retry {
             true => got.map(Some),
             false => crate::redlock::error::not_held(got),
-        };
-        got.map(|lock| lock.map(FencedLock::from_lock))
-    }
-
-    /// As [`LockManager::extend_fenced`](super::LockManager::extend_fenced).
-    pub async fn extend_fenced(&self, lock: &mut FencedLock, ttl: Duration) -> Result<()> {
-        self.core.extend(&mut lock.lock, ttl).await
-    }
-
-    /// As [`LockManager::unlock_fenced`](super::LockManager::unlock_fenced).
-    pub async fn unlock_fenced(&self, lock: FencedLock) -> Result<usize> {
-        self.core.release(&Lock::from(lock)).await
+        }
     }
 
     /// As [`LockManager::owner`](super::LockManager::owner), from the seeded stream.
@@ -329,7 +303,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         Ok(Owner { value })
     }
 
-    /// A waiter's entry in the nodes' queue of `resource` (`lock_wait`'s hand-off across processes, issue #24):
+    /// A waiter's entry in the nodes' queue of `resource` (a waiting request's hand-off across processes):
     /// a random id from the seeded stream, and `ticket` (when the waiter began, in µs of some wall clock: the
     /// order of the queue).
     pub fn queue_entry(&self, resource: &[u8], ticket: u128) -> QueueEntry {
@@ -341,7 +315,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         ))
     }
 
-    /// One queued attempt, as `lock_wait`'s loop makes it (`engine/queued.rs`): the lock, `Ok(Err(held))`
+    /// One queued attempt, as a waiting request's loop makes it (`engine/queued.rs`): the lock, `Ok(Err(held))`
     /// (`held`: the nodes' refusals said another holder or waiter has it, rather than an outage), or an error.
     /// `joined`: the waiter queued with an earlier attempt (a grant then leaves everywhere).
     pub async fn queued_attempt(
@@ -365,18 +339,6 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             .leave_queue(resource, &entry.0, crate::net::NodeSet::ALL);
     }
 
-    /// As [`LockManager::lock_reentrant`](super::LockManager::lock_reentrant).
-    pub async fn lock_reentrant(
-        &self,
-        owner: &Owner,
-        resource: &[u8],
-        ttl: Duration,
-    ) -> Result<ReentrantLock> {
-        self.lock_owned(owner, resource, ttl)
-            .await
-            .map(ReentrantLock::from_lock)
-    }
-
     /// As a request with [`owned`](super::Request::owned): one hold of `owner`'s reentrant lock, as a [`Lock`]
     /// (extended by [`Engine::extend`], released by [`Engine::unlock`], guarded by [`Engine::guard`]).
     pub async fn lock_owned(&self, owner: &Owner, resource: &[u8], ttl: Duration) -> Result<Lock> {
@@ -384,23 +346,19 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             .await
     }
 
-    /// As [`LockManager::unlock_reentrant`](super::LockManager::unlock_reentrant); `unattributed` releases with
-    /// the script of issue #20's bug ([`lua::RELEASE_REENTRANT_UNATTRIBUTED`]), the simulator's control.
-    pub async fn unlock_reentrant(
-        &self,
-        lock: &ReentrantLock,
-        unattributed: bool,
-    ) -> Result<usize> {
+    /// As [`Engine::unlock`] of an owned hold; `unattributed` releases with the script that counts down some
+    /// hold of the owner, whichever ([`lua::RELEASE_REENTRANT_UNATTRIBUTED`]): the simulator's control. Another
+    /// kind of lock is released as [`Engine::unlock`] releases it.
+    pub async fn unlock_owned(&self, lock: Lock, unattributed: bool) -> Result<usize> {
+        let Kind::Owned { owner, hold, .. } = &lock.kind else {
+            return self.unlock(lock).await;
+        };
         let script = match unattributed {
             true => lua::RELEASE_REENTRANT_UNATTRIBUTED,
             false => lua::RELEASE_REENTRANT,
         };
         self.core
-            .unlock_reentrant(
-                (&lock.resource, lock.nodes),
-                (&lock.owner.value, &lock.hold),
-                script,
-            )
+            .unlock_reentrant((&lock.resource, lock.nodes), (&owner.value, hold), script)
             .await
             .map(|(released, _)| released)
     }
@@ -413,17 +371,6 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             None => lock,
         };
         self.guard_with(lock, ttl)
-    }
-
-    /// Puts a fenced lock under a guard, as [`LockManager::hold_fenced`](super::LockManager::hold_fenced) does
-    /// (released by the fenced release; [`SimGuard::token`] is its token).
-    pub fn guard_fenced(&self, lock: FencedLock, ttl: Duration) -> SimGuard {
-        self.guard_with(Lock::from(lock), ttl)
-    }
-
-    /// Puts a set under one guard, as [`LockManager::hold_many`](super::LockManager::hold_many) does.
-    pub fn guard_set(&self, set: LockSet, ttl: Duration) -> SimGuard {
-        self.guard_with(Lock::from(set), ttl)
     }
 
     fn guard_with(&self, lock: Lock, ttl: Duration) -> SimGuard {

@@ -92,8 +92,7 @@ pub struct GuardStats {
     pub renewal_rounds: u64,
     /// Guards lost (taken, nodes down, or expired before a renewal was confirmed); releases are not counted.
     pub lost: u64,
-    /// Calls that had to wait ([`lock_wait`](super::LockManager::lock_wait) and
-    /// [`hold_wait`](super::LockManager::hold_wait) calls whose first attempt failed).
+    /// Requests that had to [wait](super::Request::wait) (their first attempt failed).
     pub waits: u64,
     /// Times a waiter woke to try again (a release, an invalidation, or its timer).
     pub wakeups: u64,
@@ -101,7 +100,9 @@ pub struct GuardStats {
     pub waits_given_up: u64,
 }
 
-/// One node's figures in a [`Stats`] snapshot.
+/// One node's figures in a [`Stats`] snapshot. For a member that is a Redis Cluster, every figure covers all the
+/// member's connections (each master its votes came from): counts summed, `persists` only if every master read
+/// so far proves it, `counted_in` until the last of them counts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NodeStats {

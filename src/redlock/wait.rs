@@ -1,5 +1,5 @@
-//! Waiting for a lock without polling: the loop of [`LockManager::lock_wait`](super::LockManager::lock_wait)
-//! and its kin around any kind of attempt, on the engine, in this process' line for the resource
+//! Waiting for a lock without polling: the loop of a [waiting](super::Request::wait) request around any kind
+//! of attempt, on the engine, in this process' line for the resource
 //! ([`WaitRoom`](crate::redlock::waiters::WaitRoom), `waiters.rs`), woken by releases and by the watchdog's tracker.
 //!
 //! After a failed attempt the head of the line probes the nodes (`PTTL`, on the tracker connections, which arms
@@ -80,7 +80,7 @@ impl<'a> Line<'a> {
                 probed: vec![r],
                 name: r.to_vec(),
             },
-            Want::Set(names, _) => Line {
+            Want::Set(names) => Line {
                 key: [&b"\0set\0"[..], &names.join(&b"\0"[..])].concat(),
                 grouped: names,
                 probed: names.iter().map(Vec::as_slice).collect(),
@@ -100,7 +100,7 @@ impl<'a> Line<'a> {
 /// across processes (`handoff`), threads and tasks alike; every
 /// other kind (and a plain one on nodes that refuse the queue's script) waits in this process' [`Line`], each
 /// attempt one round of its kind. Under `block` it blocks the thread; polled by an executor it is a future
-/// that never blocks (issue #26), woken as a parked thread would be unparked, and leaves its line when dropped.
+/// that never blocks, woken as a parked thread would be unparked, and leaves its line when dropped.
 pub(crate) async fn acquire_wait(
     keeper: &Arc<Keeper>,
     want: &Want<'_>,
@@ -360,7 +360,7 @@ async fn probe(keeper: &Keeper, resource: &[u8]) -> Probe {
 }
 
 /// One `PTTL` round on `fanout` for the nodes whose entry in `left` is unknown, until `enough` of them have
-/// answered (a majority is enough: a node hung or down must not cost every probe a round timeout, #24) or the
+/// answered (a majority is enough: a node hung or down must not cost every probe a round timeout) or the
 /// round ends; returns the errors seen. The nodes not awaited still run the `PTTL` (and arm tracking): a
 /// release is either seen by a reply or pushed, on every node of the answering majority.
 async fn pttl_round<N: Nodes>(
@@ -382,9 +382,11 @@ async fn pttl_round<N: Nodes>(
     let mut errors = Vec::new();
     let mut answered = 0;
     while answered < enough {
-        let Some((node, reply)) = NodeRound::next(&mut round).await else {
+        // One request per node: its outcome is the node's.
+        let Some((id, reply)) = NodeRound::next(&mut round).await else {
             break;
         };
+        let node = id.node;
         match reply {
             Ok(v) => {
                 if let (Value::Integer(ms), Some(l)) = (v.without_attributes(), left.get_mut(node))

@@ -37,7 +37,7 @@ use crate::sync::lock;
 /// A waiter's place in its resource's line.
 pub(crate) type Ticket = u64;
 
-/// Who waits in a line: a thread (parked) or a task (its waker, updated at each poll; issue #26).
+/// Who waits in a line: a thread (parked) or a task (its waker, updated at each poll).
 #[derive(Debug, Clone)]
 pub(crate) enum Waiter {
     Thread(Thread),

@@ -28,7 +28,7 @@
 //!
 //! RESP3 lets a server send a string or an aggregate before it knows its size: a streamed string is `$?` followed by
 //! chunks `;<len>\r\n<bytes>\r\n` and the empty chunk `;0\r\n`; a streamed array, set or map is `*?`, `~?` or
-//! `%?` followed by its values and `.\r\n`. Redis itself does not send them today, but the spec defines them and
+//! `%?` followed by its values and `.\r\n`. Redis itself does not send them, but the spec defines them and
 //! other servers and proxies may. The decoder reads them:
 //!
 //! - into the same [`Value`]s as the counted forms ([`Value::BulkString`], [`Value::Array`], [`Value::Set`],

@@ -22,8 +22,8 @@ use super::super::support::faults::Struck;
 use super::super::support::{RedisCluster, RedisServer};
 use super::super::{assert_safe, managers, seconds};
 use super::{
-    Injected, KILLS, PERSISTENT, TURN, WIPE, config, inject, long_holds, members,
-    wait_until_usable, wipe,
+    Injected, KILLS, PERSISTENT, RESTART_WINDOW, TURN, WIPE, config, inject, long_holds,
+    members_syncing_at_once, wait_until_usable, wipe,
 };
 
 /// How a reentrant worker's nested holds went.
@@ -166,11 +166,19 @@ fn kinds_round(
     ];
     let locks: Vec<Vec<Arc<LockManager>>> = kinds
         .iter()
-        .map(|_| managers(urls, &config(restart_guard), 2))
+        .map(|_| {
+            let config = config(restart_guard).with_restart_window(RESTART_WINDOW);
+            managers(urls, &config, 2)
+        })
         .collect();
     for l in locks.iter().flatten() {
         wait_until_usable(l, work.ttl);
     }
+    // What the warm-up met (the members' nodes are younger than the restart window at first) is not the faults'.
+    let warmed: Vec<Struck> = locks
+        .iter()
+        .map(|locks| Struck::of(locks.iter().map(|l| &**l)))
+        .collect();
     let work = &Work {
         until: Instant::now() + secs,
         ..work.clone()
@@ -204,8 +212,8 @@ fn kinds_round(
     let kinds = kinds
         .iter()
         .zip(runs)
-        .zip(&locks)
-        .map(|(((kind, _, _), (recorder, stats)), locks)| {
+        .zip(locks.iter().zip(warmed))
+        .map(|(((kind, _, _), (recorder, stats)), (locks, warmed))| {
             // One monitor for every kind: an overrun is excused by a freeze of this process, whoever's it was.
             *stats.freezes.lock().unwrap() = frozen.freezes.lock().unwrap().clone();
             stats
@@ -214,7 +222,7 @@ fn kinds_round(
             let holds = recorder.holds();
             let violations = overlaps(&holds);
             report(&format!("{scenario}, {kind}"), &stats, &holds, &violations);
-            let struck = Struck::of(locks.iter().map(|l| &**l));
+            let struck = Struck::of(locks.iter().map(|l| &**l)).since(warmed);
             let met = holds.iter().filter(|h| met_by(h, &KILLS)).count();
             let wiped = holds.iter().filter(|h| met_by(h, &[WIPE])).count();
             println!("  holds met by a kill {met}, by a wipe {wiped}; {struck}");
@@ -262,7 +270,7 @@ fn kinds_round(
 #[test]
 fn other_kinds_on_cluster_members_under_the_same_faults() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-    let mut cs = members();
+    let mut cs = members_syncing_at_once();
     let urls: Vec<String> = cs.iter().map(RedisCluster::seed_url).collect();
     let ttl = Duration::from_millis(1_500);
     let (secs, w) = (
@@ -307,7 +315,7 @@ fn other_kinds_on_cluster_members_under_the_same_faults() {
 #[test]
 fn control_a_wipe_without_the_guard_hands_every_kind_out_twice() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-    let mut cs = members();
+    let mut cs = members_syncing_at_once();
     let urls: Vec<String> = cs.iter().map(RedisCluster::seed_url).collect();
     let forget = [0, 1];
     assert!(!forget.contains(&PERSISTENT));

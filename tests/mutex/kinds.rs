@@ -1,4 +1,4 @@
-//! The lock kinds beyond a plain `lock()` under faults, each with a control that must see the hazard: batches
+//! The lock kinds beyond a plain lock under faults, each with a control that must see the hazard: batches
 //! (`try_lock_batch` / `unlock_batch`) beside a slow node and a second thread driving the poll, and guards renewed
 //! in batches while another client overwrites their keys.
 
@@ -279,7 +279,7 @@ fn overwritten_round(scenario: &str, guarded: bool, secs: Duration) -> GuardRun 
                 while Instant::now() < until {
                     let plan = Duration::from_millis(300 + u64::from(rng.next_u32() % 1200));
                     let (start, end) = if guarded {
-                        let Ok(guard) = locks.hold(name, GUARD_TTL) else {
+                        let Ok(guard) = locks.request(name).ttl(GUARD_TTL).hold() else {
                             thread::sleep(Duration::from_millis(20));
                             continue;
                         };
@@ -290,7 +290,7 @@ fn overwritten_round(scenario: &str, guarded: bool, secs: Duration) -> GuardRun 
                         let _ = guard.release();
                         (start, end)
                     } else {
-                        let Ok(lock) = locks.lock(name, GUARD_TTL) else {
+                        let Ok(lock) = locks.request(name).ttl(GUARD_TTL).acquire() else {
                             thread::sleep(Duration::from_millis(20));
                             continue;
                         };

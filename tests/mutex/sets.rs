@@ -1,4 +1,4 @@
-//! Sets (`lock_many`) and fenced locks (`lock_fenced`) under node kills and pauses, with a control that must see
+//! Sets (`request_all`) and fenced locks (`.fenced()`) under node kills and pauses, with a control that must see
 //! the hazard: every name of a set is a hold of its own in the interval checker, and every fencing token is
 //! checked to increase strictly in the order the holds began, across all holders.
 
@@ -15,7 +15,7 @@ use super::support::checker::{
     report,
 };
 use super::support::faults::{self, Burst, Struck};
-use super::support::{Cluster, RedisServer};
+use super::support::{Cluster, RedisServer, cmd};
 use super::{assert_safe, config, long_work, managers, seconds, wait_until_usable};
 
 /// Enters the protected section of every name in `names` with a lease ending at `valid_until`, works up to
@@ -64,12 +64,33 @@ pub(super) fn failed(e: &Error, stats: &Stats) {
     }
 }
 
-/// A set worker: 2 of `work.resources` at a time with `lock_many`; each name is a hold. Every [`Work::pause`]-th
+/// How a set worker asks for its sets.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Ask {
+    /// `request_all(..).retry().acquire()`: retried as the configuration says.
+    Retry,
+    /// `request_all(..).wait(1 s).acquire()`: the waiting loop's attempts.
+    Wait,
+}
+
+/// A set worker: 2 of `work.resources` at a time with `request_all(..).acquire()`; each name is a hold. Every [`Work::pause`]-th
 /// set pauses before its writes. Also run over cluster members (`mutex/clusters.rs`: its names share a hash tag).
 pub(super) fn set_worker(
     name: &str,
     locks: &LockManager,
     work: &Work,
+    protected: std::net::SocketAddr,
+    recorder: &Recorder,
+    stats: &Stats,
+) {
+    asking_set_worker(name, locks, (work, Ask::Retry), protected, recorder, stats);
+}
+
+/// [`set_worker`], asking for its sets as `ask` says.
+pub(super) fn asking_set_worker(
+    name: &str,
+    locks: &LockManager,
+    (work, ask): (&Work, Ask),
     protected: std::net::SocketAddr,
     recorder: &Recorder,
     stats: &Stats,
@@ -82,7 +103,12 @@ pub(super) fn set_worker(
         let a = rng.next_u32() as usize % n;
         let b = (a + 1 + rng.next_u32() as usize % (n - 1)) % n;
         let names = [work.resources[a].clone(), work.resources[b].clone()];
-        let set = match locks.lock_many(&names, work.ttl) {
+        let request = locks.request_all(&names).ttl(work.ttl);
+        let got = match ask {
+            Ask::Retry => request.retry().acquire(),
+            Ask::Wait => request.wait(Duration::from_secs(1)).acquire(),
+        };
+        let set = match got {
             Ok(set) => set,
             Err(e) => {
                 failed(&e, stats);
@@ -110,7 +136,7 @@ pub(super) fn set_worker(
                 end,
             });
         }
-        if locks.unlock_many(set).is_err() {
+        if locks.unlock(set).is_err() {
             Stats::add(&stats.release_failed);
         }
     }
@@ -131,7 +157,7 @@ pub(super) fn fenced_worker(
     let resource = &work.resources[..1];
     let mut holds = 0;
     while Instant::now() < work.until {
-        let lock = match locks.lock_fenced(&resource[0], work.ttl) {
+        let lock = match locks.request(&resource[0]).ttl(work.ttl).fenced().acquire() {
             Ok(lock) => lock,
             Err(e) => {
                 failed(&e, stats);
@@ -140,10 +166,13 @@ pub(super) fn fenced_worker(
         };
         let start = mono_ns();
         Stats::add(&stats.acquired);
-        tokens.lock().unwrap().push((start, lock.token()));
+        tokens
+            .lock()
+            .unwrap()
+            .push((start, lock.token().expect("a fenced lock")));
         holds += 1;
         work.pause_before(holds);
-        let valid_until = lock.lock().valid_until();
+        let valid_until = lock.valid_until();
         write_all(&mut writers, resource, valid_until, work, &mut rng, stats);
         recorder.record(Hold {
             resource: resource[0].clone(),
@@ -151,7 +180,7 @@ pub(super) fn fenced_worker(
             start,
             end: mono_ns().min(instant_ns(valid_until)),
         });
-        if locks.unlock_fenced(lock).is_err() {
+        if locks.unlock(lock).is_err() {
             Stats::add(&stats.release_failed);
         }
     }
@@ -306,7 +335,7 @@ fn set_held_twice_directed() -> Vec<(Hold, Hold)> {
     let names = |a: usize, b: usize| [format!("set{a}"), format!("set{b}")];
     cluster.kill(0);
     cluster.kill(1);
-    let first = locks[0].lock_many(&names(0, 1), ttl);
+    let first = locks[0].request_all(names(0, 1)).ttl(ttl).acquire();
     let start_a = mono_ns();
     cluster.restart(0);
     cluster.restart(1);
@@ -317,7 +346,7 @@ fn set_held_twice_directed() -> Vec<(Hold, Hold)> {
     // Bounded: the restarted nodes may take a moment to accept connections again.
     let until = Instant::now() + Duration::from_secs(3);
     let second = loop {
-        match locks[1].lock_many(&names(1, 2), ttl) {
+        match locks[1].request_all(names(1, 2)).ttl(ttl).acquire() {
             Ok(set) => break Ok(set),
             Err(_) if Instant::now() < until => thread::sleep(Duration::from_millis(20)),
             Err(e) => break Err(e),
@@ -339,8 +368,8 @@ fn set_held_twice_directed() -> Vec<(Hold, Hold)> {
             })
         })
         .collect();
-    let _ = locks[0].unlock_many(a);
-    let _ = locks[1].unlock_many(b);
+    let _ = locks[0].unlock(a);
+    let _ = locks[1].unlock(b);
     overlaps(&holds)
 }
 
@@ -387,5 +416,133 @@ fn sets_and_fenced_on_nodes_that_forget_break() {
             .iter()
             .any(|(a, b)| a.resource == "set1" && a.holder != b.holder),
         "the directed history's set1 held by A and B went unseen (random runs found a set held twice: {sets})"
+    );
+}
+
+/// The queue a stalled node's ordinary rounds may fill (releases may use as many again).
+const STALLED_MAX: usize = 32;
+
+/// Sets asked for with retries and with `wait` by 2 managers × 4 threads on 3 nodes, node 0 stalling again and
+/// again (`SIGSTOP` for longer than the hung timeout) with its queue filled by releases (a failed attempt's
+/// clean-up is held for room there and detached) and its accept queue full (backlog 0, one connection queued: the
+/// redial after the hung connection is dropped waits for a SYN retransmission, so the next attempts are queued
+/// on a connection still connecting). However late a clean-up runs, it deletes nothing a later attempt was
+/// counted for: no name is held twice. The stalls must detach clean-ups and drop connections in the managers'
+/// statistics, or the scenario proves nothing.
+#[test]
+fn retried_and_waited_sets_through_a_node_that_stalls_with_its_queue_full() {
+    let mut x = RedisServer::builder().arg("--tcp-backlog").arg("0").start();
+    let (y, z) = (RedisServer::start(), RedisServer::start());
+    let urls = [x.url(), y.url(), z.url()];
+    let config = config(false)
+        .with_retry_delay(Duration::from_millis(100))
+        .with_retry_jitter(Duration::from_millis(50))
+        .with_round_timeout(Duration::from_millis(1300))
+        .with_max_in_flight(STALLED_MAX)
+        .with_hung_timeout(Duration::from_millis(700))
+        .with_connect_timeout(Duration::from_secs(3));
+    let locks = managers(&urls, &config, 2);
+    let protected = RedisServer::start();
+    let w = long_work(4, Duration::ZERO);
+    for l in &locks {
+        wait_until_usable(l, w.ttl);
+    }
+    let before: Vec<_> = locks
+        .iter()
+        .map(|l| l.stats().nodes[0].net.clone())
+        .collect();
+    let w = Work {
+        ttl: Duration::from_secs(4),
+        max_work: Duration::from_millis(1000),
+        ..long_work(4, seconds().max(Duration::from_secs(8)))
+    };
+    let names: Vec<String> = (0..4).map(|i| format!("stall{i}")).collect();
+    let until = w.until;
+    let recorder = Recorder::default();
+    let stats = Arc::new(Stats::default());
+    let monitor = FreezeMonitor::start(Arc::clone(&stats));
+    let mut stalls = 0;
+    thread::scope(|s| {
+        let (recorder, stats, addr) = (&recorder, &*stats, protected.addr());
+        for (m, locks) in locks.iter().enumerate() {
+            for t in 0..4 {
+                let w = Work {
+                    resources: names.clone(),
+                    seed: (m * 10 + t) as u64,
+                    ..w.clone()
+                };
+                let name = format!("stall-m{m}t{t}");
+                s.spawn(move || {
+                    let ask = [Ask::Retry, Ask::Wait][t % 2];
+                    asking_set_worker(&name, locks, (&w, ask), addr, recorder, stats)
+                });
+            }
+        }
+        while Instant::now() + Duration::from_millis(3500) < until {
+            x.pause();
+            stalls += 1;
+            // Node 1 fails every set while node 0 stalls (a key of another type under each name): attempts need
+            // node 0 then.
+            for n in &names {
+                y.raw(&cmd(&["HSET", n, "f", "v"]));
+            }
+            let queued = x.fill_accept_queue();
+            // Releases of values nobody holds fill node 0's queue to twice the room, from many threads at once.
+            let fillers: Vec<_> = locks
+                .iter()
+                .flat_map(|l| (0..2 * STALLED_MAX).map(move |i| (Arc::clone(l), i)))
+                .map(|(l, i)| {
+                    s.spawn(move || {
+                        let _ = l.unlock_value(format!("stall:fill:{i}"), "f".repeat(40));
+                    })
+                })
+                .collect();
+            thread::sleep(Duration::from_millis(1100));
+            x.resume();
+            drop(queued);
+            // The attempts queued on node 0's new connection are answered; then node 1 is free again, and any set
+            // that stands on node 0 and node 2 must still be held there.
+            thread::sleep(Duration::from_millis(900));
+            // Only the obstacles: a holder's key there is its lock.
+            let obstacle = r#"if redis.call("type", KEYS[1]).ok == "hash" then return redis.call("del", KEYS[1]) end return 0"#;
+            for n in &names {
+                y.raw(&cmd(&["EVAL", obstacle, "1", n]));
+            }
+            fillers
+                .into_iter()
+                .for_each(|f| f.join().expect("a filler"));
+            thread::sleep(Duration::from_millis(1500));
+        }
+    });
+    drop(monitor);
+    let holds = recorder.holds();
+    let violations = overlaps(&holds);
+    report(
+        "sets retried and waited through a node stalling with its queue full",
+        &stats,
+        &holds,
+        &violations,
+    );
+    let after: Vec<_> = locks
+        .iter()
+        .map(|l| l.stats().nodes[0].net.clone())
+        .collect();
+    let detached: u64 = after
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| a.detached - b.detached)
+        .sum();
+    let drops: u64 = after
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| a.drops - b.drops)
+        .sum();
+    println!(
+        "  {stalls} stalls of node 0; releases detached there {detached}, connections dropped {drops}"
+    );
+    assert_safe(&stats, &violations);
+    assert!(
+        detached > 0 && drops > 0,
+        "the stalls must detach releases and drop node 0's connections: {detached} detached, {drops} dropped"
     );
 }

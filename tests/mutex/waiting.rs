@@ -1,7 +1,8 @@
-//! `lock_wait` (issue #24's queue across processes) under faults, beside plain `lock` callers: the waiting
+//! Waiting requests (issue #24's queue across processes) under faults, beside plain retrying callers: the waiting
 //! workers of two managers and the plain workers of a third compete for the same resources while nodes restart,
-//! pause and lose their connections. The checker must find no overlap; the control (restarts with no protection)
-//! must find one among the waiters' holds. Added in review (break24).
+//! pause and lose their connections. The checker must find no overlap; the controls (restarts with no
+//! protection; the mixed faults with managers that share no majority) must find one among the waiters' holds.
+//! Added in review (break24).
 
 use std::time::{Duration, Instant};
 
@@ -13,7 +14,8 @@ use super::support::faults::Struck;
 use super::support::proxy::{Fault, FaultProxy};
 use super::support::{Cluster, RedisServer};
 use super::{
-    assert_safe, config, long_work, managers, minority_bursts, run, seconds, wait_until_usable,
+    FaultRun, assert_safe, config, long_work, minority_bursts, run, scenario_managers, seconds,
+    wait_until_usable,
 };
 
 /// How long a waiting worker waits at most.
@@ -31,7 +33,7 @@ fn a_waiter_overlaps(violations: &[(Hold, Hold)]) -> bool {
 #[test]
 fn waiters_in_minority_restart_bursts_keep_safety_with_the_guard() {
     let r = minority_bursts(
-        "lock_wait: minority restart bursts, guard on",
+        "wait: minority restart bursts, guard on",
         true,
         Duration::from_millis(50),
         Duration::from_millis(1200),
@@ -52,9 +54,7 @@ fn waiters_in_minority_restart_bursts_keep_safety_with_the_guard() {
 fn waiters_in_minority_restarts_with_no_protection_overlap() {
     for attempt in 1..=4 {
         let r = minority_bursts(
-            &format!(
-                "control: lock_wait, minority restart bursts, no delay, guard off (run {attempt})"
-            ),
+            &format!("control: wait, minority restart bursts, no delay, guard off (run {attempt})"),
             false,
             Duration::from_millis(50),
             Duration::from_millis(300),
@@ -70,95 +70,123 @@ fn waiters_in_minority_restarts_with_no_protection_overlap() {
     );
 }
 
-/// 5 nodes that persist every write, each behind a fault proxy; waiting and plain workers, restart guard on.
+/// 5 nodes that persist every write, each behind a fault proxy; waiting and plain workers, restart guard on,
+/// for `secs`; for the control, managers that share no majority.
 /// One node at a time (sometimes two): killed and restarted with its data, or without it; paused (SIGSTOP) and
-/// resumed; its connections reset mid-reply, black-holed (late replies) or slowed. No overlap, and the faults
-/// struck lock rounds.
-#[test]
-fn waiters_under_pauses_resets_and_restarts_with_and_without_data() {
+/// resumed; its connections reset mid-reply, black-holed (late replies) or slowed.
+fn mixed_faults(scenario: &str, share_a_majority: bool, secs: Duration) -> FaultRun {
     let mut cluster = Cluster::builder(5)
         .server(RedisServer::builder().persist_every_write())
         .start();
     let protected = RedisServer::start();
     let proxies: Vec<FaultProxy> = cluster.addrs().into_iter().map(FaultProxy::start).collect();
     let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
-    let locks = managers(&urls, &config(true), 3);
+    let locks = scenario_managers(&urls, &config(true), share_a_majority);
     let w = long_work(3, Duration::ZERO);
-    wait_until_usable(&locks[0], w.ttl);
+    for l in &locks {
+        wait_until_usable(l, w.ttl);
+    }
     let w = Work {
         wait: Some(MAX_WAIT),
         max_work: Duration::from_millis(100),
-        ..long_work(3, seconds())
+        ..long_work(3, secs)
     };
     let until = w.until;
     let mut rng = ChaCha8Rng::seed_from_u64(24);
     let mut injected = [0u32; 6];
-    let (stats, _, violations) = run(
-        "lock_wait: pauses, resets, restarts",
-        &locks,
-        2,
-        &w,
-        &protected,
-        || {
-            while Instant::now() < until {
-                let victims: Vec<usize> = match rng.next_u32() % 3 {
-                    0 => vec![rng.next_u32() as usize % 5, rng.next_u32() as usize % 5],
-                    _ => vec![rng.next_u32() as usize % 5],
-                };
-                // Every kind in turn, so that a short run has each of them.
-                let kind = injected.iter().map(|&n| n as usize).sum::<usize>() % 6;
-                injected[kind] += 1;
-                let hold = Duration::from_millis(u64::from(100 + rng.next_u32() % 300));
-                for &v in &victims {
-                    match kind {
-                        0 => cluster.kill(v),
-                        1 => cluster.pause(v),
-                        2 => proxies[v].set(Fault::ResetMidReply),
-                        3 => proxies[v].set(Fault::BlackHole),
-                        4 => proxies[v].set(Fault::Latency(Duration::from_millis(u64::from(
-                            20 + rng.next_u32() % 60,
-                        )))),
-                        _ => cluster.kill(v),
-                    }
+    let (stats, _, violations) = run(scenario, &locks, 2, &w, &protected, || {
+        while Instant::now() < until {
+            let victims: Vec<usize> = match rng.next_u32() % 3 {
+                0 => vec![rng.next_u32() as usize % 5, rng.next_u32() as usize % 5],
+                _ => vec![rng.next_u32() as usize % 5],
+            };
+            // Every kind in turn, so that a short run has each of them.
+            let kind = injected.iter().map(|&n| n as usize).sum::<usize>() % 6;
+            injected[kind] += 1;
+            let hold = Duration::from_millis(u64::from(100 + rng.next_u32() % 300));
+            for &v in &victims {
+                match kind {
+                    0 => cluster.kill(v),
+                    1 => cluster.pause(v),
+                    2 => proxies[v].set(Fault::ResetMidReply),
+                    3 => proxies[v].set(Fault::BlackHole),
+                    4 => proxies[v].set(Fault::Latency(Duration::from_millis(u64::from(
+                        20 + rng.next_u32() % 60,
+                    )))),
+                    _ => cluster.kill(v),
                 }
-                std::thread::sleep(hold);
-                for &v in &victims {
-                    match kind {
-                        0 => {
-                            if !cluster.node_mut(v).is_running() {
-                                cluster.restart(v);
-                            }
-                        }
-                        1 => {
-                            if cluster.node(v).is_paused() {
-                                cluster.resume(v);
-                            }
-                        }
-                        5 => {
-                            if !cluster.node_mut(v).is_running() {
-                                cluster.restart_without_files(v);
-                            }
-                        }
-                        _ => proxies[v].set(Fault::None),
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(100));
             }
-        },
-    );
+            std::thread::sleep(hold);
+            for &v in &victims {
+                match kind {
+                    0 => {
+                        if !cluster.node_mut(v).is_running() {
+                            cluster.restart(v);
+                        }
+                    }
+                    1 => {
+                        if cluster.node(v).is_paused() {
+                            cluster.resume(v);
+                        }
+                    }
+                    5 => {
+                        if !cluster.node_mut(v).is_running() {
+                            cluster.restart_without_files(v);
+                        }
+                    }
+                    _ => proxies[v].set(Fault::None),
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
     println!(
         "injected: kill+restart with data {}, pause {}, reset {}, black hole {}, latency {}, kill+restart without data {}",
         injected[0], injected[1], injected[2], injected[3], injected[4], injected[5]
     );
-    assert_safe(&stats, &violations);
     assert!(
         injected.iter().all(|&n| n > 0),
         "a kind of fault never ran: {injected:?}"
     );
     let struck = Struck::of(locks.iter().map(|l| &**l));
     println!("  {struck}");
+    FaultRun {
+        stats,
+        violations,
+        struck,
+    }
+}
+
+/// The mixed faults of [`mixed_faults`]: no overlap, and the faults struck lock rounds. Control:
+/// [`waiters_under_mixed_faults_overlap_when_the_managers_share_no_majority`].
+#[test]
+fn waiters_under_pauses_resets_and_restarts_with_and_without_data() {
+    let r = mixed_faults("wait: pauses, resets, restarts", true, seconds());
+    assert_safe(&r.stats, &r.violations);
     assert!(
-        struck.failed > 0 && struck.timeouts > 0 && struck.drops > 0,
-        "the faults did not strike lock rounds: {struck}"
+        r.struck.failed > 0 && r.struck.timeouts > 0 && r.struck.drops > 0,
+        "the faults did not strike lock rounds: {}",
+        r.struck
+    );
+}
+
+/// The control of [`waiters_under_pauses_resets_and_restarts_with_and_without_data`]: the same faults, managers
+/// that share no majority. A waiter's hold must be found overlapping (the checker sees the waiting path's
+/// grants under these faults).
+#[test]
+fn waiters_under_mixed_faults_overlap_when_the_managers_share_no_majority() {
+    let r = mixed_faults(
+        "control: wait: pauses, resets, restarts, no shared majority",
+        false,
+        Duration::from_millis(2500),
+    );
+    assert!(
+        r.struck.failed > 0,
+        "the faults did not strike lock rounds: {}",
+        r.struck
+    );
+    assert!(
+        a_waiter_overlaps(&r.violations),
+        "no waiter's hold overlapped another though the managers share no majority"
     );
 }

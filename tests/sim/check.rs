@@ -41,7 +41,7 @@ pub struct History {
     pub holds: Vec<Hold>,
     pub lines: Vec<String>,
     pub ops: u64,
-    /// Grants of queued attempts (`lock_wait`'s queue across processes).
+    /// Grants of queued attempts (the waiting queue across processes).
     pub queued: u64,
     /// The first property found broken as it happened (a guard held by too few nodes), if any.
     pub broken: Option<String>,

@@ -67,7 +67,7 @@ async fn acquire(
                 .await
                 .ok()
                 .flatten()?;
-            let guard = engine.guard_set(set, ttl);
+            let guard = engine.guard(set, ttl, None);
             let keys = guard.resources().unwrap_or_default().to_vec();
             (guard, keys, "set guard")
         }
@@ -78,7 +78,7 @@ async fn acquire(
                 .ok()
                 .flatten()?;
             (
-                engine.guard_fenced(lock, ttl),
+                engine.guard(lock, ttl, None),
                 vec![r.into_bytes()],
                 "fenced guard",
             )

@@ -23,8 +23,13 @@
 //! it still carried, before or after the node ran the command; the next request reconnects and runs the set-up
 //! commands again (new session, new `INFO`).
 //!
+//! Room: in some worlds, nodes take only a few requests in flight per connection (the fanout's `max_in_flight`,
+//! chosen per node by the seed): an ordinary round's request beyond it is refused at once as `Overloaded`, its outcome
+//! filed under its own ids while the node's earlier requests are still on the wire. A release round's never is
+//! (the real fanout holds a release for room, and sends it detached if its round ends first).
+//!
 //! Simplifications: the set-up of a new connection runs at once (even on a paused node); a node's own clock is
-//! exact (drift is per client, within the spec's factor); requests are never refused for room.
+//! exact (drift is per client, within the spec's factor); a release is never held for room.
 
 pub mod check;
 pub mod fold;
@@ -43,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use muxlock::net::slots::{SlotRef, Slots};
-use muxlock::net::{NodeAddr, NodeError, NodeSet, Reply};
+use muxlock::net::{CommandId, NodeAddr, NodeError, NodeSet, Reply};
 use muxlock::redlock::sim::{Clock, NodeRound, Nodes};
 use muxlock::resp::{Value, decode};
 
@@ -127,6 +132,8 @@ pub struct Faults {
     pub spike: (f64, Time),
     /// Probability that a command's connection resets (half before the command runs, half after).
     pub reset: f64,
+    /// Requests an ordinary round may have in flight on one connection to the node (`usize::MAX`: no limit).
+    pub room: usize,
 }
 
 #[derive(Debug)]
@@ -201,7 +208,7 @@ struct Conn {
     session: u64,
     setup: Vec<(Value, Instant)>,
     /// The round of each reply still to come, in order.
-    pending: VecDeque<SlotRef>,
+    pending: VecDeque<(SlotRef, CommandId)>,
     last_deliver: Time,
     last_reply: Time,
     /// Requests sent on this connection, and requests run (or dropped by a reset) on the node: a request runs
@@ -258,6 +265,8 @@ pub struct Struck {
     pub resets_before: u64,
     pub resets_after: u64,
     pub refused: u64,
+    /// Requests of ordinary rounds refused for room (`Overloaded`).
+    pub overloaded: u64,
     pub restarts: u64,
     pub pauses: u64,
     pub noscript: u64,
@@ -409,20 +418,40 @@ impl World {
         conn.epoch += 1;
         conn.setup.clear();
         (conn.sent, conn.ran) = (0, 0);
-        for r in std::mem::take(&mut conn.pending) {
-            c.slots.file(r, node, Err(NodeError::Closed));
+        for (r, id) in std::mem::take(&mut conn.pending) {
+            let filed = c.slots.file(r, id, Err(NodeError::Closed));
+            assert!(
+                filed.is_ok(),
+                "a connection's replies in the order of their ids"
+            );
         }
         c.ready = true;
     }
 
-    /// Queues `cmds` from `client` to `node` for round `r`; false if the node refused the connection.
-    fn send(&mut self, client: usize, node: usize, r: SlotRef, cmds: &[Rc<[Bytes]>]) -> bool {
+    /// Queues `cmds` from `client` to `node` for round `r` (`release`: a release round's); false if the node
+    /// refused the connection, or had no room for an ordinary round's request.
+    fn send(
+        &mut self,
+        (client, node): (usize, usize),
+        (r, release): (SlotRef, bool),
+        cmds: &[Rc<[Bytes]>],
+    ) -> bool {
         let k = cmds.len();
+        let in_flight = self.clients[client].conns[node].pending.len();
+        if !release && in_flight.saturating_add(k) > self.nodes[node].faults.room {
+            self.struck.overloaded += 1;
+            let c = &mut self.clients[client];
+            let first = c.slots.expect(r, node, k);
+            c.slots
+                .refuse(r, node, first, k, Err(NodeError::Overloaded));
+            c.ready = true;
+            return false;
+        }
         if self.nodes[node].down {
             self.struck.refused += 1;
             let c = &mut self.clients[client];
-            c.slots.expect(r, node, k);
-            c.slots.refuse(r, node, k, 0, Err(NodeError::Refused));
+            let first = c.slots.expect(r, node, k);
+            c.slots.refuse(r, node, first, k, Err(NodeError::Refused));
             c.ready = true;
             return false;
         }
@@ -439,11 +468,13 @@ impl World {
             conn.session += 1;
             conn.setup = replies;
         }
-        self.clients[client].slots.expect(r, node, k);
-        for cmd in cmds {
+        let first = self.clients[client].slots.expect(r, node, k);
+        self.clients[client].slots.queued(r, node, first, k);
+        for (i, cmd) in (0u32..).zip(cmds) {
             let lat = self.latency(client, node);
             let conn = &mut self.clients[client].conns[node];
-            conn.pending.push_back(r);
+            let seq = first.wrapping_add(i);
+            conn.pending.push_back((r, CommandId { node, seq }));
             let at = (self.now + lat).max(conn.last_deliver);
             conn.last_deliver = at;
             let epoch = conn.epoch;
@@ -554,11 +585,15 @@ impl World {
                 if c.conns[node].epoch != epoch {
                     return;
                 }
-                if let Some(r) = c.conns[node].pending.pop_front() {
+                if let Some((r, id)) = c.conns[node].pending.pop_front() {
                     // A late reply (its round timed the node out, or was dropped) is dropped by the slots, and
                     // wakes nobody.
                     let late = c.slots.settled(r);
-                    c.slots.file(r, node, Ok(reply));
+                    let filed = c.slots.file(r, id, Ok(reply));
+                    assert!(
+                        filed.is_ok(),
+                        "a connection's replies in the order of their ids"
+                    );
                     c.ready |= !late;
                     self.struck.late += u64::from(late);
                 }
@@ -727,6 +762,10 @@ pub struct Setup {
 /// Builds a world for `seed`: nodes with their faults and a plan of pauses, restarts, flushes and snapshots.
 pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Rc<Sim> {
     let mut rng = Rng::steered(seed, setup.tape.as_ref());
+    // Room from a stream of its own, so that the other choices of a seed stay what they were: in one world of
+    // four, each node takes 2, 4 or 8 requests in flight per connection.
+    let mut room = Rng::new(seed ^ 0x726f_6f6d);
+    let tight = room.chance(0.25);
     let mut nodes = Vec::new();
     for i in 0..setup.nodes {
         let lo = rng.range(50_000, 500_000);
@@ -737,6 +776,10 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Rc<Sim> {
                 rng.range(20, 300) * MS,
             ),
             reset: [0.0, 0.01, 0.05][rng.range(0, 2) as usize],
+            room: match tight {
+                true => [2, 4, 8][room.range(0, 2) as usize],
+                false => usize::MAX,
+            },
         };
         let mut node = Node::new(
             setup.durable || !setup.bursts && rng.chance(0.5),
@@ -1009,6 +1052,8 @@ impl Clock for SimClock {
 pub struct SimRound<'a> {
     nodes: &'a SimNodes,
     slot: SlotRef,
+    /// A release round's: never refused for room.
+    release: bool,
     deadline: Instant,
     /// Nodes timed out so far, and until when the caller last gave way after one.
     timeouts: u32,
@@ -1018,6 +1063,23 @@ pub struct SimRound<'a> {
 /// How long a caller takes between two outcomes after the deadline: the real fanout's other threads may read
 /// replies meanwhile (issue #20.1's late reply needs that gap to be filed between two timeouts).
 const STEP: Time = 20_000;
+
+impl SimNodes {
+    /// A round of this client's (`release`: a release round's).
+    fn open(&self, deadline: Instant, release: bool) -> SimRound<'_> {
+        let mut w = self.sim.world();
+        let n = self.addrs.len();
+        let slot = w.clients[self.me].slots.open(n, deadline);
+        SimRound {
+            nodes: self,
+            slot,
+            release,
+            deadline,
+            timeouts: 0,
+            gave_way: None,
+        }
+    }
+}
 
 impl Nodes for SimNodes {
     type Round<'a> = SimRound<'a>;
@@ -1031,20 +1093,11 @@ impl Nodes for SimNodes {
     }
 
     fn round(&self, deadline: Instant) -> SimRound<'_> {
-        let mut w = self.sim.world();
-        let n = self.addrs.len();
-        let slot = w.clients[self.me].slots.open(n, deadline);
-        SimRound {
-            nodes: self,
-            slot,
-            deadline,
-            timeouts: 0,
-            gave_way: None,
-        }
+        self.open(deadline, false)
     }
 
     fn release_round(&self, deadline: Instant) -> SimRound<'_> {
-        self.round(deadline)
+        self.open(deadline, true)
     }
 
     fn sessions(&self, node: usize) -> u64 {
@@ -1062,7 +1115,8 @@ impl NodeRound for SimRound<'_> {
         let mut w = self.nodes.sim.world();
         let mut sent = NodeSet::EMPTY;
         for node in 0..self.nodes.addrs.len() {
-            if nodes.contains(node) && w.send(self.nodes.me, node, self.slot, &cmds) {
+            let to = (self.nodes.me, node);
+            if nodes.contains(node) && w.send(to, (self.slot, self.release), &cmds) {
                 sent.insert(node);
             }
         }
@@ -1077,6 +1131,12 @@ impl NodeRound for SimRound<'_> {
 
     fn need(&mut self, _outcomes: usize) {}
 
+    fn next_seq(&self, node: usize) -> u32 {
+        self.nodes.sim.world().clients[self.nodes.me]
+            .slots
+            .next_seq(self.slot, node)
+    }
+
     /// The real fanout waits past the deadline only for nodes still answering; here half the patient rounds
     /// (seeded) wait for every node up to `hard`: the contract's widest case, an outcome at any instant until
     /// then, so the engine is checked against votes as late as a patient round can count them.
@@ -1088,7 +1148,7 @@ impl NodeRound for SimRound<'_> {
         }
     }
 
-    fn next(&mut self) -> impl Future<Output = Option<(usize, Reply)>> {
+    fn next(&mut self) -> impl Future<Output = Option<(CommandId, Reply)>> {
         poll_fn(move |_| self.poll_next())
     }
 }
@@ -1096,7 +1156,7 @@ impl NodeRound for SimRound<'_> {
 impl SimRound<'_> {
     /// The next outcome if one is filed (or `None` once the round is settled); else `Pending`, this client
     /// waiting until something is filed for it or until the deadline (or the pause after a timeout).
-    fn poll_next(&mut self) -> Poll<Option<(usize, Reply)>> {
+    fn poll_next(&mut self) -> Poll<Option<(CommandId, Reply)>> {
         let me = self.nodes.me;
         let mut w = self.nodes.sim.world();
         loop {

@@ -22,7 +22,7 @@ pub enum Data {
     /// A hash, fields in insertion order (as a small hash's listpack keeps them: `HKEYS` order matters to the
     /// unattributed release).
     Hash(Vec<(Bytes, Bytes)>),
-    /// A sorted set, kept in Redis' order: by score, then by member (the `lock_wait` queue's scripts).
+    /// A sorted set, kept in Redis' order: by score, then by member (the waiting queue's scripts).
     ZSet(Vec<(i64, Bytes)>),
 }
 
@@ -532,7 +532,7 @@ impl Node {
         }
         if is(lua::ACQUIRE_MANY) {
             for key in keys {
-                if self.get(key, now).is_some_and(|v| v != arg(0)) {
+                if self.get(key, now).is_some() {
                     return int(0);
                 }
             }
@@ -686,7 +686,7 @@ impl Node {
         err("ERR script not simulated")
     }
 
-    /// `lock_wait`'s queue (issue #24), as [`lua::QUEUE_ACQUIRE`] (`acquire`) and [`lua::QUEUE_LEAVE`] do it:
+    /// The waiting queue (issue #24), as [`lua::QUEUE_ACQUIRE`] (`acquire`) and [`lua::QUEUE_LEAVE`] do it:
     /// `KEYS` the lock key, the queue, the deadlines; `ARGV` the value, the TTL, the waiter's id, its ticket, the
     /// entry's lease (ms), the resource. The node's clock for deadlines is its wall clock, as `TIME` reads it.
     fn queue(&mut self, acquire: bool, keys: &[Bytes], argv: &[Bytes], now: Time) -> Value {

@@ -29,7 +29,7 @@ pub struct Options {
     pub plain: bool,
     /// The fuzzer's bytes, which then steer every choice.
     pub tape: Option<Rc<Tape>>,
-    /// Half the plain acquisitions wait in the nodes' queue instead (`lock_wait`'s hand-off across processes,
+    /// Half the plain acquisitions wait in the nodes' queue instead (a waiting request's hand-off across processes,
     /// issue #24): queued attempts until granted or given up, then leaving the queue.
     pub queued: bool,
     /// Nodes with native compare-and-delete and `SET IFEQ` (issue #25), three servers in turn: see `Setup`.
@@ -171,7 +171,7 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
                 }
             }
             0 if queued && rng.chance(0.5) => {
-                // A waiter in the nodes' queue, as `lock_wait` waits (its rounds; the loop's sleeps are drawn):
+                // A waiter in the nodes' queue, as a waiting request waits (its rounds; the loop's sleeps are drawn):
                 // attempts until granted or it gives up, then it leaves the queue everywhere.
                 let ticket = u128::from(now(&sim) / 1_000);
                 let entry = engine.queue_entry(r.as_bytes(), ticket);
@@ -301,14 +301,14 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
                         .collect();
                     clock.sleep(pause(&mut rng, ttl) / 2).await;
                     op(&sim);
-                    if engine.extend_many(&mut set, ttl).await.is_ok() {
+                    if engine.extend(&mut set, ttl).await.is_ok() {
                         held.iter()
                             .for_each(|&i| extended(&sim, i, set.valid_until()));
                     }
                     clock.sleep(pause(&mut rng, ttl) / 2).await;
                     held.iter().for_each(|&i| end(&sim, i));
                     op(&sim);
-                    let _ = engine.unlock_many(set).await;
+                    let _ = engine.unlock(set).await;
                 }
             }
             4 => {
@@ -318,14 +318,14 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
                         &sim,
                         "fenced",
                         r.as_bytes(),
-                        lock.lock().value().as_bytes(),
-                        lock.lock().valid_until(),
-                        Some(lock.token()),
+                        lock.value().as_bytes(),
+                        lock.valid_until(),
+                        lock.token(),
                     );
                     clock.sleep(pause(&mut rng, ttl)).await;
                     end(&sim, i);
                     op(&sim);
-                    let _ = engine.unlock_fenced(lock).await;
+                    let _ = engine.unlock(lock).await;
                 }
             }
             5 if opts.owned || rng.chance(0.5) => {
@@ -347,7 +347,7 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
             _ => {
                 let Some(owner) = &owner else { continue };
                 let since = now(&sim);
-                if let Ok(outer) = engine.lock_reentrant(owner, r.as_bytes(), ttl).await {
+                if let Ok(outer) = engine.lock_owned(owner, r.as_bytes(), ttl).await {
                     let who = owner.as_str().as_bytes();
                     let i = hold(
                         &sim,
@@ -360,10 +360,10 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
                     // Nested hold/release pairs: each must leave the outer hold where it is.
                     for _ in 0..rng.range(1, 4) {
                         op(&sim);
-                        if let Ok(inner) = engine.lock_reentrant(owner, r.as_bytes(), ttl).await {
+                        if let Ok(inner) = engine.lock_owned(owner, r.as_bytes(), ttl).await {
                             clock.sleep(pause(&mut rng, ttl) / 8).await;
                             op(&sim);
-                            let _ = engine.unlock_reentrant(&inner, unattributed).await;
+                            let _ = engine.unlock_owned(inner, unattributed).await;
                         }
                         // While it reports valid, the outer hold is on a majority (issue #22's checker: nested
                         // holds and their releases never strip it).
@@ -375,7 +375,7 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
                     clock.sleep(pause(&mut rng, ttl) / 2).await;
                     end(&sim, i);
                     op(&sim);
-                    let _ = engine.unlock_reentrant(&outer, unattributed).await;
+                    let _ = engine.unlock_owned(outer, unattributed).await;
                 }
             }
         }
@@ -492,7 +492,7 @@ pub fn run_bytes(data: &[u8]) -> Run {
     run(u64::from_le_bytes(seed), &opts)
 }
 
-/// Issue #20.4's history, directed (as `tests/fenced.rs`'s slow-client test on real nodes): counters 10, 1, 1;
+/// Issue #20.4's history, directed (as `tests/api/fenced.rs`'s slow-client test on real nodes): counters 10, 1, 1;
 /// A (round timeout 600 ms) is 200 ms from node 1 and 50 ms from node 2, which someone else holds for 150 ms; B
 /// (6 s) starts at 250 ms and is 2.5 s from node 1; A's messages to node 1 are lost from 500 ms on. Returns A's
 /// and B's tokens: B's must be larger.
@@ -548,7 +548,7 @@ pub fn slow_fence_history() -> (Option<u64>, Option<u64>) {
                 .await
             {
                 let mut t = out.get();
-                t[me] = Some(lock.token());
+                t[me] = lock.token();
                 out.set(t);
             }
         }

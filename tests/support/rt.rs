@@ -1,4 +1,4 @@
-//! For the async tests (`async_api.rs`, `async_threads.rs`, `review_async.rs`): runtimes to poll the futures on,
+//! For the async tests (`tests/api/async_*.rs`, `tests/threads/dropped_managers.rs`): runtimes to poll the futures on,
 //! and the configuration they share.
 
 use std::time::Duration;

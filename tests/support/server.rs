@@ -371,6 +371,14 @@ impl RedisServer {
             .unwrap_or_else(|e| panic!("connect to redis-server at {}: {e}", self.addr()))
     }
 
+    /// For a server started with `--tcp-backlog 0` and [`pause`](Self::pause)d: fills its accept queue (one place),
+    /// so that a new connection to it waits in `SYN_SENT` for a retransmission (a second or more) instead of
+    /// completing at once. Returns the connection that took the place, or `None` if the place was taken already
+    /// (another client dialled meanwhile: the queue is full all the same). Keep it until the server is resumed.
+    pub fn fill_accept_queue(&self) -> Option<TcpStream> {
+        TcpStream::connect_timeout(&self.addr(), Duration::from_millis(500)).ok()
+    }
+
     /// As [`connect`](Self::connect), returning the error, e.g. `ConnectionRefused` once killed.
     pub fn try_connect(&self) -> io::Result<TcpStream> {
         let stream = TcpStream::connect_timeout(&self.addr(), IO_TIMEOUT)?;

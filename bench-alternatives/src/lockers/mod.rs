@@ -6,7 +6,7 @@
 //! - [`maria`]: the seed's database-table locks on MariaDB: a row inserted under a unique key (deleted to release),
 //!   and `SELECT ... FOR UPDATE` in a transaction (committed to release).
 //! - [`zk`]: ZooKeeper's lock recipe: an ephemeral sequential node, a watch on the predecessor.
-//! - [`old`]: the seed's single-instance `SETNX` + `GETSET` timestamp scheme (`tests/old_scheme/scheme.rs`).
+//! - [`old`]: the seed's single-instance `SETNX` + `GETSET` timestamp scheme (`tests/api/old_scheme/scheme.rs`).
 //!
 //! Every call is bounded by [`BOUND`]: a call that has not returned by then is *hung* (the async clients' futures
 //! are dropped at the bound; the blocking ones have socket timeouts of the bound; muxlock, whose calls end by
@@ -15,8 +15,8 @@
 //!
 //! Waiting for a held lock ([`Locker::acquire`]) is done as each alternative's users would: PostgreSQL's
 //! `pg_advisory_lock` and `SELECT ... FOR UPDATE` wait in the server; ZooKeeper waits for the predecessor's
-//! deletion; muxlock, the inserted row and the old scheme poll, every 5 ± 5 ms. A muxlock case built on a
-//! release notification (`lock_wait`, being written) needs only a new [`Locker`] whose `acquire` calls it.
+//! deletion; the inserted row and the old scheme poll, every 5 ± 5 ms; muxlock either waits without polling (a
+//! request that `wait`s, woken by releases) or polls in its retry loop (`mux::Wait`).
 
 pub mod maria;
 pub mod mux;

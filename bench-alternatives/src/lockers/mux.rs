@@ -3,9 +3,9 @@
 //! `Config::default().with_restart_guard(false)`: these nodes have just been started, and the restart guard
 //! (on by default) would not count them for a whole TTL; in the fault scenarios a killed node comes back empty,
 //! which the guard exists to catch, so the figures here are muxlock *without* its restart guard (one node of three
-//! restarting cannot break a majority's lock; see RELIABILITY.md for the guard's own scenarios). `lock` retries
-//! every 5 ± 5 ms (`with_retry_delay`, `with_retry_jitter`) for up to about [`BOUND`]; `try_lock` makes one
-//! attempt. The round timeout is the default 50 ms.
+//! restarting cannot break a majority's lock; see RELIABILITY.md for the guard's own scenarios). A request that
+//! `retry`s does so every 5 ± 5 ms (`with_retry_delay`, `with_retry_jitter`) for up to about [`BOUND`]; `once`
+//! makes one attempt. The round timeout is the default 50 ms.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,9 +26,9 @@ pub fn config() -> Config {
 /// How a muxlock client waits for a held lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
-    /// `lock_wait`: no polling.
+    /// A request that `wait`s: no polling.
     LockWait,
-    /// `lock`: the retry loop.
+    /// A request that `retry`s: the retry loop.
     Retry,
 }
 
@@ -37,7 +37,7 @@ pub struct MuxFactory {
     pub pids: Vec<u32>,
     pub wait: Wait,
     /// Every client uses the one manager, even where a scenario gives each client its own (as separate processes
-    /// would have): the in-process case, where `lock_wait`'s waiters queue first come, first served.
+    /// would have): the in-process case, where waiting requests queue first come, first served.
     pub one_manager: bool,
     shared: Arc<LockManager>,
 }
@@ -69,7 +69,7 @@ impl Factory for MuxFactory {
         match (self.wait, self.one_manager) {
             (Wait::LockWait, false) => format!("muxlock ({n} nodes)"),
             (Wait::LockWait, true) => format!("muxlock ({n} nodes, one manager)"),
-            (Wait::Retry, _) => format!("muxlock ({n} nodes, `lock` retry loop)"),
+            (Wait::Retry, _) => format!("muxlock ({n} nodes, retry loop)"),
         }
     }
 
@@ -105,19 +105,19 @@ pub struct MuxLocker {
 impl MuxLocker {
     /// muxlock's calls end by themselves (round timeout, retry count): one that ended later than the bound is
     /// counted as hung, and a lock it brought back is released.
-    fn judge(&mut self, t0: Instant, result: Result<Option<Lock>, Error>) -> Call<bool> {
+    fn judge(&mut self, t0: Instant, result: Result<Lock, Error>) -> Call<bool> {
         let late = t0.elapsed() > BOUND;
         match result {
-            Ok(Some(lock)) if late => {
+            Ok(lock) if late => {
                 let _ = self.manager.unlock(lock);
                 Call::Hung
             }
             _ if late => Call::Hung,
-            Ok(Some(lock)) => {
+            Ok(lock) => {
                 self.held = Some(lock);
                 Call::Ok(true)
             }
-            Ok(None) | Err(Error::Held(_)) => Call::Ok(false),
+            Err(Error::Held(_)) => Call::Ok(false),
             Err(e) => Call::Failed(e.to_string()),
         }
     }
@@ -126,7 +126,7 @@ impl MuxLocker {
 impl Locker for MuxLocker {
     fn try_acquire(&mut self, name: &str) -> Call<bool> {
         let t0 = Instant::now();
-        let result = self.manager.try_lock(name, self.ttl);
+        let result = self.manager.request(name).ttl(self.ttl).once().acquire();
         self.judge(t0, result)
     }
 
@@ -136,9 +136,11 @@ impl Locker for MuxLocker {
             // Ends by BOUND: max_wait, plus at most one round timeout (50 ms) if an attempt is under way.
             Wait::LockWait => self
                 .manager
-                .lock_wait(name, self.ttl, BOUND - Duration::from_millis(100))
-                .map(Some),
-            Wait::Retry => self.manager.lock(name, self.ttl).map(Some),
+                .request(name)
+                .ttl(self.ttl)
+                .wait(BOUND - Duration::from_millis(100))
+                .acquire(),
+            Wait::Retry => self.manager.request(name).ttl(self.ttl).acquire(),
         };
         self.judge(t0, result)
     }

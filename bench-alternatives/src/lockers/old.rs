@@ -1,14 +1,14 @@
 //! The seed's single-instance `SETNX` + `GETSET` timestamp scheme on one Redis, **as a baseline only**: it is
-//! unsafe (`tests/old_scheme.rs` shows it granting one lock to two holders) and is no part of muxlock. The client
-//! is `tests/old_scheme/scheme.rs`, on a blocking socket whose timeouts are the bench's bound (so a timeout is
+//! unsafe (`tests/api/old_scheme.rs` shows it granting one lock to two holders) and is no part of muxlock. The client
+//! is `tests/api/old_scheme/scheme.rs`, on a blocking socket whose timeouts are the bench's bound (so a timeout is
 //! counted as hung). The lock's timeout is the scenario's TTL; waiting polls.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-// `with_clock_offset` is for tests/old_scheme.rs (clients whose clocks disagree), unused here.
+// `with_clock_offset` is for tests/api/old_scheme.rs (clients whose clocks disagree), unused here.
 #[allow(dead_code)]
-#[path = "../../../tests/old_scheme/scheme.rs"]
+#[path = "../../../tests/api/old_scheme/scheme.rs"]
 mod scheme;
 
 use scheme::{OldLock, OldScheme};

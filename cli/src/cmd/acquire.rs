@@ -17,11 +17,12 @@ use crate::nodes::Conn;
 use crate::output;
 use crate::state::unix_ms;
 
-/// Acquire a lock and print its value on stdout (for scripts: pass it to `extend` and `release`).
+/// Acquire a lock and print its value (for `extend` and `release`).
 ///
-/// Waits up to --wait while another holder has the lock (-n: not at all), then exits 1 (or -E N). While too few
-/// nodes answer, it says so at once and exits 69 after --outage-wait. The lock is held until `muxlock release
-/// RESOURCE VALUE` or the end of its lease.
+/// The value goes to stdout, for a script to pass to `muxlock extend` and `muxlock release`. Waits up to --wait
+/// while another holder has the lock (-n: not at all), then exits 1 (or -E N). While too few nodes answer, it says
+/// so at once and exits 69 after --outage-wait. The lock is held until `muxlock release RESOURCE VALUE` or the end
+/// of its lease.
 #[derive(ClapArgs)]
 #[command(
     after_help = "Example:\n  v=$(muxlock acquire nightly-report --ttl 5m) || exit\n  ... work ...\n  \
@@ -32,7 +33,9 @@ pub struct Args {
     #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub resource: String,
 
-    /// The lease: the lock ends by itself this long after it was taken, unless extended.
+    /// The lease: the lock ends by itself this long after it was taken.
+    ///
+    /// Unless extended (`muxlock extend`). A unit is required (30s, 5m).
     #[arg(long, value_name = "DUR", value_parser = ttl)]
     pub ttl: Duration,
 

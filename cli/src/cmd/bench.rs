@@ -38,15 +38,21 @@ pub struct Args {
     #[arg(long, value_name = "DUR", default_value = "10s", value_parser = positive)]
     pub duration: Duration,
 
-    /// How many resources the threads cycle through. Default: one per thread (no contention).
+    /// How many resources the threads cycle through.
+    ///
+    /// Default: one per thread (no contention).
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub resources: Option<u32>,
 
-    /// The lease of each acquisition (released at once, so it matters only if a release is lost).
+    /// The lease of each acquisition.
+    ///
+    /// Each is released at once, so it matters only if a release is lost.
     #[arg(long, value_name = "DUR", default_value = "10s", value_parser = ttl)]
     pub ttl: Duration,
 
-    /// Print the results as a JSON object (progress still goes to a terminal's stderr).
+    /// Print the results as a JSON object.
+    ///
+    /// Progress still goes to a terminal's stderr.
     #[arg(long)]
     pub json: bool,
 

@@ -23,22 +23,32 @@ use crate::exit;
 /// How to wait while another holder has the lock (`acquire`, `exec`).
 #[derive(Args, Clone, Debug)]
 pub struct Waiting {
-    /// How long to keep trying while another holder has the lock, before giving up with the conflict code.
-    /// Waiting is woken by the holder's release or lease end, not polling.
-    #[arg(short = 'w', long, value_name = "DUR", default_value = "30s", value_parser = duration::parse)]
+    /// How long to wait while the lock is held; 10 = 10s.
+    ///
+    /// While another holder has the lock, muxlock waits for it this long, then gives up with the conflict code
+    /// (-E). The wait is woken by the holder's release or lease end, not polling. A bare number is seconds, as
+    /// flock's -w; 500ms, 2m, 1h work too.
+    #[arg(short = 'w', long, value_name = "DUR", default_value = "30s", value_parser = duration::parse_wait)]
     pub wait: Duration,
 
-    /// How long to keep trying while too few nodes answer for a decision (refused, down, timing out), within
-    /// --wait: the first failure is reported at once with each node's outcome, a line follows every 2s, then exit
-    /// 69. An outage is not a held lock: it is not waited out for all of --wait unless you ask (--outage-wait 30s).
-    #[arg(long, value_name = "DUR", default_value = "3s", value_parser = duration::parse)]
+    /// How long to retry while too few nodes answer.
+    ///
+    /// An outage (nodes refusing, down, timing out: too few answer for a decision) is not a held lock: the first
+    /// failure is reported at once with each node's outcome, a line follows every 2s, and muxlock exits 69 after
+    /// this long (within --wait), not after all of --wait unless you ask (--outage-wait 30s). A bare number is
+    /// seconds.
+    #[arg(long, value_name = "DUR", default_value = "3s", value_parser = duration::parse_wait)]
     pub outage_wait: Duration,
 
-    /// Do not wait: one attempt, and the conflict code at once if the lock is held (same as --wait 0).
+    /// Do not wait: one attempt (same as --wait 0).
+    ///
+    /// If the lock is held, the conflict code at once.
     #[arg(short = 'n', long)]
     pub nonblock: bool,
 
-    /// The exit code when the lock is held by another holder (or stays held for all of --wait).
+    /// The exit code when another holder has the lock.
+    ///
+    /// Also when it stays held for all of --wait. The default, 1, is flock's.
     #[arg(short = 'E', long, value_name = "N", default_value_t = exit::CONFLICT)]
     pub conflict_exit_code: u8,
 }

@@ -13,10 +13,10 @@ use crate::output;
 /// How many characters of a value the table shows.
 const PREFIX: usize = 12;
 
-/// Show who holds a lock: per node, whether the key exists, its value and remaining TTL; and whether a quorum holds
-/// it.
+/// Show who holds a lock, node by node, and whether a majority does.
 ///
-/// Reads only (GET and PTTL): it takes and changes nothing. Exits 0 when a majority of nodes answered (held or
+/// Per node: whether the key exists, its value and remaining TTL; then whether a majority holds one value. Reads
+/// only (GET and PTTL): it takes and changes nothing. Exits 0 when a majority of nodes answered (held or
 /// not), 69 when too few answered to tell.
 #[derive(ClapArgs)]
 #[command(

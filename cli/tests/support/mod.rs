@@ -14,6 +14,8 @@ pub mod cluster;
 pub mod process;
 #[path = "../../../tests/support/server.rs"]
 pub mod server;
+#[path = "../../../tests/support/skip.rs"]
+pub mod skip;
 #[path = "../../../tests/support/wire.rs"]
 pub mod wire;
 

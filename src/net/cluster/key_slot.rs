@@ -145,7 +145,7 @@ mod tests {
 
     #[test]
     fn slots_of_known_keys() {
-        // Read from Redis 7.0.15's CLUSTER KEYSLOT (the integration test tests/cluster_map.rs compares hundreds
+        // Read from Redis 7.0.15's CLUSTER KEYSLOT (the integration test tests/cluster/slot_map.rs compares hundreds
         // more against a live server).
         let cases: &[(&[u8], u16)] = &[
             (b"", 0),

@@ -1,4 +1,4 @@
-//! Redis Cluster members (issue #27): the pure pieces a Redlock member that is a whole Redis Cluster is routed
+//! Redis Cluster members: the pure pieces a Redlock member that is a whole Redis Cluster is routed
 //! with, and the routing itself (`route/`: [`Members`], [`MembersRound`]).
 //!
 //! # Layout
@@ -12,7 +12,7 @@
 //! - `route/`: [`Members`] and [`MembersRound`], the members over one fanout (see "Routing" below).
 //!
 //! Every parser takes any input without panicking (`tests/` feeds them arbitrary and mutated values);
-//! `tests/cluster_map.rs` reads live clusters (started by `tests/support/redis_cluster/`) with them.
+//! `tests/cluster/slot_map.rs` reads live clusters (started by `tests/support/redis_cluster/`) with them.
 //!
 //! # Routing (built: `route/`)
 //!
@@ -24,11 +24,11 @@
 //! redirection never a vote, nothing sent after the deadline, order per member, the vote's source). A manager
 //! of plain members has no routing: its rounds are the fanout's, behind one branch on an `Option`.
 //!
-//! The design written here before it was built, and where the build differs (and why):
+//! The choices a reader might not expect, and why:
 //!
 //! - **The slot is read from the request's bytes**, not handed down by the engine (`send_to(nodes, slot,
 //!   ...)`): every engine path (the guards' pipelined renewals, batches, `inspect`, the undo of a failed
-//!   attempt) sends several keys' commands in one request, and each would have had to be taught to split them.
+//!   attempt) sends several keys' commands in one request, and each would have to be taught to split them.
 //!   `route/command.rs` cuts a cluster member's request into commands and reads each one's keys (`SET`,
 //!   `GET`, `PTTL`, `DEL*`, the declared keys of `EVAL`/`EVALSHA`); a command it cannot route (unknown,
 //!   keyless, `CROSSSLOT`) is a failed vote, never a guess. Plain members never reach it.
@@ -38,22 +38,22 @@
 //!   node the map never showed (added to the cluster later, or any node of a member unmapped at build) gets one
 //!   of the member's **vacant connections** (`Fanout::with_vacancies`, made at build, never dialled until
 //!   `Fanout::occupy` gives one an address) when a map refresh names it: the number of connections never
-//!   changes, so nothing else had to learn to grow. Once they are used up, a further new node's slots fail
+//!   changes, so nothing else has to learn to grow. Once they are used up, a further new node's slots fail
 //!   their votes until the manager is built again.
 //! - **A map refresh runs on a short thread of its own** (`Members::refresh`: `CLUSTER SHARDS`, else `CLUSTER
 //!   SLOTS`, asked of every known node and seed; at most one per member at a time, 100 ms apart), after a
-//!   `MOVED`, a failed connection of the member or a slot no master serves. The design had it as a request on
-//!   the round's fanout: but the engine drops a round the moment it is decided, and with it any reply still to
+//!   `MOVED`, a failed connection of the member or a slot no master serves. It is not a request on the
+//!   round's fanout: the engine drops a round the moment it is decided, and with it any reply still to
 //!   come, so a member whose master died would rarely get its new map while the two others decide. A `MOVED`
 //!   still patches the slot at once.
-//! - **Derived keys are named per manager, not per member**: with a cluster member anywhere, an untagged
-//!   resource's fencing counter and hold count are `prefix{resource}` on every member, plain ones included
-//!   (`redlock::kind::derived_key`): the engine encodes one request for all members. Plain-only managers keep
-//!   today's names. The nodes' waiting queue (whose script builds undeclared turn keys) and the watchdog's
-//!   tracker connections are off on such managers (waits line up in the process and wake at the holder's
-//!   expiry; guards are checked at each renewal), folded releases are refused, and a batch is released one lock
-//!   at a time.
-//! - **The restart guard across failovers** is per connection, as designed (`NodeRound::source` names the
+//! - **Derived keys are named per manager, not per member**: with a cluster member anywhere, an untagged resource's
+//!   fencing counter and hold count are `prefix{resource}` on every member, plain ones included
+//!   (`redlock::kind::derived_key`): the engine encodes one request for all members. Plain-only managers name them
+//!   the prefix followed by the resource, unwrapped. The nodes' waiting queue (whose script builds undeclared turn
+//!   keys) and the watchdog's tracker connections are off on such managers (waits line up in the process and wake at
+//!   the holder's expiry; guards are checked at each renewal), folded releases are refused, and a batch is released
+//!   one lock at a time.
+//! - **The restart guard across failovers** is per connection (`NodeRound::source` names the
 //!   connection a vote came on), but **no persistence proof lets a promoted replica count sooner**: its
 //!   `appendfsync always` covers its own writes, not those its master acknowledged before replicating them, and
 //!   the persistence marker it holds was replicated from the old master. A promotion is seen at run time (a
@@ -70,7 +70,7 @@
 //! per-connection persistence marker (the marker key lives in one slot, so on a cluster member only the master
 //! serving it can prove persistence; the others get the window rule); a redirection that comes after the
 //! engine stopped reading the round (a failed attempt's unawaited undo, or a release already confirmed by a
-//! majority) is not followed, so that member's key ends with its lease (`tests/cluster_lock.rs` saw it for a
+//! majority) is not followed, so that member's key ends with its lease (`tests/cluster/members.rs` saw it for a
 //! release mid-migration). Following them would need someone to read abandoned rounds (the fanout's driver).
 
 mod key_slot;
@@ -87,7 +87,6 @@ mod tests;
 pub use key_slot::{SLOT_COUNT, crc16, hash_tag, key_slot};
 pub use redirect::{Redirect, RedirectError, RedirectKind};
 pub use reply::MapError;
-pub(crate) use route::parse_command;
 pub use route::{Members, MembersRound, Plan};
 pub use seeds::{ClusterAddr, MemberAddr};
 pub use slot_map::{ClusterNode, Endpoint, Health, Shard, SlotMap, SlotRange};

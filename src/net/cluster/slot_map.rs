@@ -32,7 +32,11 @@ impl Endpoint {
             "" => Endpoint::SameHost,
             "?" => Endpoint::Unknown,
             _ => match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-                Some(v6) if v6.contains(':') => Endpoint::Host(v6.to_owned()),
+                // One pair, around an IPv6 literal (which holds no bracket): a host `[[2::]]` is kept as it is,
+                // so that it prints and reads back the same.
+                Some(v6) if v6.contains(':') && !v6.contains(['[', ']']) => {
+                    Endpoint::Host(v6.to_owned())
+                }
                 _ => Endpoint::Host(host.to_owned()),
             },
         }

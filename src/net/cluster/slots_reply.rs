@@ -9,7 +9,7 @@
 //!
 //! The server leaves out failed replicas, and replicas whose replication offset it has not yet seen move from 0
 //! (Redis 7.0's `isReplicaAvailable`: a replica of a master that took no write yet; seen here in
-//! `tests/cluster_map.rs`); `CLUSTER SHARDS` lists every replica, with its health.
+//! `tests/cluster/slot_map.rs`); `CLUSTER SHARDS` lists every replica, with its health.
 
 use super::reply::{self, MapError};
 use super::slot_map::{ClusterNode, Endpoint, Health, Shard, SlotMap, SlotRange};

@@ -5,6 +5,8 @@
 //! - **Detached when** the round is dropped (it decided, or its caller went away) or, past its last deadline,
 //!   counts a held request as overloaded (`Round::retry_held`): the round's outcome for that node is the same as
 //!   before (no reply counted), and the request still goes.
+//! - **Ahead of later requests**: a round offering a request to a node with detached releases waiting queues them
+//!   first, if they fit with its own, else refuses or holds its own (`Shared::make_way`).
 //! - **Placed by the driver**: each turn, once the replies it read are filed (room made) and the hung connections
 //!   dropped, before the turn's writes, so that detached releases take the room first and go out in that turn's
 //!   batch. A node that is down is dialled again if its backoff allows (as a round's request would); a release
@@ -13,15 +15,16 @@
 //!   driver if it was not ([`Fanout::background`](super::Fanout::background)) and wakes it if nobody drives;
 //!   whoever puts the driver back hands it to the background driver while releases wait
 //!   ([`Inner::successor`]); the background driver keeps driving while they wait ([`Inner::detached_due`]),
-//!   looking at least every [`DETACHED_PACE`], and lingers, then gives the driver back, once none waits. A
-//!   release queued is then like any request whose round ended: written in that turn's batch, its replies read
-//!   and dropped by whoever drives next.
+//!   looking at least every [`DETACHED_PACE`], and while a connection holds one queued whose reply is still to
+//!   come (a write cut short may need a turn; see "Driven to the end" in
+//!   [`detached`](crate::net::detached)); then it lingers, and gives the driver back. A release queued is
+//!   otherwise like any request whose round ended: written in that turn's batch, its replies read and dropped.
 
 use std::time::{Duration, Instant};
 
 use super::{Inner, Shared, token};
 use crate::net::conn::Conn;
-use crate::net::detached::{Detached, Placed, in_full};
+use crate::net::detached::{Detached, Placed};
 use crate::net::slots::{Slots, Wake};
 use crate::net::state::{Filing, Priority, Room, Waiter};
 use crate::time::later;
@@ -32,11 +35,18 @@ pub(super) const DETACHED_PACE: Duration = Duration::from_millis(10);
 
 impl Inner {
     /// Until when, at the latest, the driver must come out of its poll for the detached releases; `None` if none
-    /// waits.
-    pub(super) fn detached_due(&self) -> Option<Instant> {
-        self.detached
-            .earliest()
-            .map(|t| t.min(later(Instant::now(), DETACHED_PACE)))
+    /// waits and no connection holds one whose reply is still to come (see "Driven to the end" in
+    /// [`detached`](crate::net::detached)).
+    pub(super) fn detached_due(&mut self) -> Option<Instant> {
+        if self.detached.needs_driver() && self.detached.is_empty() {
+            let held = self.conns.iter().any(|c| c.state.holds_detached());
+            self.detached.settled(held);
+        }
+        let pace = later(Instant::now(), DETACHED_PACE);
+        match self.detached.earliest() {
+            Some(t) => Some(t.min(pace)),
+            None => self.detached.needs_driver().then_some(pace),
+        }
     }
 }
 
@@ -53,8 +63,6 @@ impl Shared {
             return;
         };
         stats.detached(replies);
-        // Scripts in full: nobody will read a `NOSCRIPT` and send them again.
-        let bytes = in_full(bytes, &self.opts.scripts);
         let give_up_at = later(now, self.opts.hung_timeout);
         let cap = self.opts.max_in_flight.saturating_mul(2);
         if !detached.detach(node, bytes, replies, give_up_at, cap) {
@@ -82,8 +90,9 @@ impl Shared {
                     slots: &mut *slots,
                     wake: &mut *wake,
                 };
-                // Down and in its backoff: it may be back before the bound. Connecting: bytes queued now would
-                // wait for a poll that nobody may run once none is detached; placed once it is open.
+                // Down and in its backoff: it may be back before the bound. Connecting, or its set-up not
+                // answered yet: placed once the set-up went through, so that a node still loading its data set
+                // (which fails the set-up, see "A node that is loading" in `state`) never refuses it unread.
                 let ready = conn
                     .ensure(
                         &self.registry,
@@ -93,7 +102,7 @@ impl Shared {
                         &mut out,
                     )
                     .is_ok()
-                    && conn.state.is_open();
+                    && conn.state.is_set_up();
                 if !ready || conn.state.room(replies, Priority::Release, &self.opts) != Room::Yes {
                     return Placed::Wait;
                 }
@@ -106,6 +115,46 @@ impl Shared {
                 }
             },
         );
+    }
+
+    /// Makes way for a request expecting `replies` replies, of `priority`, on `node`, whose connection `conn` can take
+    /// bytes (its `ensure` succeeded: up, or connecting): the room the request has, as [`NodeState::room`] says,
+    /// with the node's detached releases ahead of it. If some wait, they are queued first, and only if they and
+    /// the request fit together (`Room::Yes`); else nothing is queued, and the caller refuses or holds its request
+    /// as for a full node. So a request never overtakes a release detached before it was offered (see
+    /// [`detached`](crate::net::detached), "In order per node"). The caller queues its request right after, in the
+    /// same critical section: on a connection still connecting or setting up, the releases go out with it behind
+    /// the set-up, whether or not its round still waits then (the background driver drives while a connection
+    /// holds them: "Driven to the end" in [`detached`](crate::net::detached)).
+    ///
+    /// [`NodeState::room`]: crate::net::state::NodeState::room
+    pub(super) fn make_way(
+        &self,
+        (conn, detached): (&mut Conn, &mut Detached),
+        (node, replies, priority): (usize, usize, Priority),
+        now: Instant,
+    ) -> Room {
+        let ahead = detached.waiting_on(node);
+        if ahead == 0 {
+            return conn.state.room(replies, priority, &self.opts);
+        }
+        let room = conn
+            .state
+            .room(ahead.saturating_add(replies), priority, &self.opts);
+        if room == Room::Yes {
+            let stats = self.stats.get(node);
+            detached.take_node(
+                node,
+                now,
+                |bytes, r| conn.state.queue(bytes, Waiter::Detached, r, now),
+                |r| {
+                    if let Some(s) = stats {
+                        s.given_up(r);
+                    }
+                },
+            );
+        }
+        room
     }
 
     /// Gives up every detached release (the fanout is dropped).

@@ -57,7 +57,8 @@
 //!   else to a thread waiting for pushes, else, if tasks wait, to the background driver (unparked). A round only
 //!   waits (a thread sleeps, a task registers its waker) while the driver is taken or, for a task, once it has
 //!   made sure the background driver runs and unparked it: so no round waits while nobody will poll. (A driver
-//!   whose thread is descheduled still stalls everyone's replies until it runs: see BENCHMARKS.md, "Steal".)
+//!   whose thread is descheduled still stalls everyone's replies until it runs: see
+//!   `benchmarks/results/2026-11-22-throughput-shared-manager.md`, "Steal".)
 //! - **Who wakes whom.** The driver (whichever thread holds it) wakes a round, thread or task, when it has filed
 //!   as many outcomes as the round needs ([`Round::need`]: a 5-node acquisition cannot decide on fewer than 3) or
 //!   all of them, and, after each turn, the waiting rounds whose deadline (a task's wake-up instant) had passed
@@ -70,7 +71,10 @@
 //! - **Timeouts come last.** A round reports a request as timed out only once a turn has read the sockets at or
 //!   after the round's deadline, so a reply that had arrived by then is counted even if the caller (or the
 //!   driver) ran late: under CPU overload, the deadline is not the first thing to fail. Likewise a node is judged
-//!   hung, or its connect too slow, only right after a turn has read the sockets.
+//!   hung, or its connect too slow, only right after a turn has read the sockets. One exception: a thread's round
+//!   waited on while another round of the same thread keeps the driver between its `next()` calls (a misuse,
+//!   `Inner::kept_by` tells it) would wait for a turn that cannot come, so at its deadline it times out what is
+//!   still due without one ([`Round::next`]).
 //! - **Backpressure, not disconnects.** A node with `max_in_flight` requests without replies gets no more
 //!   requests: each further request is that node's failed vote ([`NodeError::Overloaded`]), and the requests on
 //!   the wire are untouched. Releases may use a reserve of another `max_in_flight` and beyond that wait for room
@@ -102,7 +106,7 @@ mod round;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::thread::{self, JoinHandle, Thread};
+use std::thread::{self, JoinHandle, Thread, ThreadId};
 use std::time::Instant;
 
 use mio::{Poll, Registry, Token, Waker};
@@ -138,8 +142,8 @@ pub use round::Round;
 ///
 /// let mut round = fanout.round(Instant::now() + Duration::from_millis(50));
 /// round.send_all(&request, 1);
-/// while let Some((node, reply)) = round.next() {
-///     println!("node {node}: {reply:?}");
+/// while let Some((id, reply)) = round.next() {
+///     println!("node {}, command {}: {reply:?}", id.node, id.seq);
 /// }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -170,6 +174,9 @@ struct Inner {
     slots: Slots,
     /// The poll and the read side, here while nobody drives.
     driver: Option<Box<Driver>>,
+    /// The thread whose round kept the driver when its `next()` returned (it keeps it until its next call):
+    /// another round waited on from that thread meanwhile can get no reply (see `Round::next`).
+    kept_by: Option<ThreadId>,
     /// While the driver waits in its poll: until when, at the latest.
     polling_until: Option<Instant>,
     /// When the last completed turn read the sockets.
@@ -219,7 +226,7 @@ impl Inner {
             Successor::Nobody => self.push_waiter.take().or_else(|| {
                 self.background
                     .clone()
-                    .filter(|_| !self.detached.is_empty())
+                    .filter(|_| self.detached.needs_driver())
             }),
         }
     }
@@ -310,6 +317,7 @@ impl Fanout {
                 conns,
                 slots: Slots::default(),
                 driver: Some(Box::new(driver)),
+                kept_by: None,
                 polling_until: None,
                 last_read: None,
                 pushes: Default::default(),
@@ -546,9 +554,17 @@ impl Fanout {
     ///
     /// Only for requests that are safe to run late, with nobody waiting for them, and on a later connection to
     /// the node: a compare-and-delete of a value only the caller holds (`DELIFEQ`, a release script), which
-    /// deletes nothing but that value's own key whenever it runs. Never an acquisition (`SET NX`) or an
+    /// deletes nothing but that value's own key whenever it runs — so a value no later request writes: lock
+    /// values are drawn per attempt, never reused by a retry. (A request offered to a node after one of these was
+    /// detached does not overtake it there either: see [`detached`](super::detached), "In order per node".) Never an acquisition (`SET NX`) or an
     /// extension: run late, unawaited, it would make a lock nobody holds. Those go in [`round`](Fanout::round),
     /// where a full node's request is refused at once and never held.
+    ///
+    /// And only requests that finish their work without a reply being read: the round may end (its caller drops
+    /// it once a majority confirmed, or at once for an unawaited clean-up) before a node answers, and nobody
+    /// then reads what that node says. A script must go in full (`EVAL`), not by hash: a `NOSCRIPT` answered to
+    /// nobody is a release that never ran. muxlock's releases go in full from the start (`redlock/scripts.rs`,
+    /// "Releases go in full"); a held request is detached with the bytes it was sent with.
     ///
     /// [`NodeError::Overloaded`]: super::NodeError::Overloaded
     pub fn release_round(&self, deadline: Instant) -> Round<'_> {

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use super::Round;
-use crate::net::slots::Reply;
+use crate::net::slots::{CommandId, Reply};
 use crate::sync::lock;
 use crate::time::later;
 
@@ -23,7 +23,7 @@ impl<'a> Round<'a> {
     /// that waits), or by a thread that drives anyway; without a background driver, one zero-timeout turn.
     ///
     /// Dropping the round (or the future that polls it) at any point abandons its replies, as for a thread.
-    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, Reply)>> {
+    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(CommandId, Reply)>> {
         let f = &*self.fanout.shared;
         let mut inner = lock(&f.inner);
         let mut turned = false;
@@ -43,6 +43,7 @@ impl<'a> Round<'a> {
             // A round moved from `next()` may still have the driver: a task never keeps it.
             if let Some(d) = self.driver.take() {
                 inner.driver = Some(d);
+                inner.kept_by = None;
             }
             // Only without a background driver: with one, a task's poll never reads nor decodes (a turn may find
             // thousands of replies of other rounds, milliseconds of work in one poll); handing the free driver to
@@ -92,7 +93,7 @@ impl<'a> Round<'a> {
     }
 
     /// [`poll_next`](Round::poll_next) as a future: the next outcome, awaited.
-    pub fn next_async(&mut self) -> impl Future<Output = Option<(usize, Reply)>> + '_ {
+    pub fn next_async(&mut self) -> impl Future<Output = Option<(CommandId, Reply)>> + '_ {
         std::future::poll_fn(move |cx| self.poll_next(cx))
     }
 }

@@ -10,7 +10,7 @@ use super::driver::Driver;
 use super::{Fanout, Inner, NodeSet, token, unpark_all};
 use crate::net::conn::WriteJob;
 use crate::net::error::NodeError;
-use crate::net::slots::{Reply, SlotRef, Wake};
+use crate::net::slots::{CommandId, Reply, SlotRef, Wake};
 use crate::net::state::{Filing, Priority, Room, Waiter};
 use crate::sync::lock;
 
@@ -60,6 +60,8 @@ pub(super) struct Held {
 struct HeldRequest {
     node: usize,
     request: Vec<u8>,
+    /// The id of its first reply, and how many it expects.
+    first: u32,
     replies: usize,
 }
 
@@ -222,24 +224,25 @@ impl<'a> Round<'a> {
         let mut jobs = JOBS.with(|j| std::mem::take(&mut *j.borrow_mut()));
         let mut wake = Vec::new();
         let mut sent = NodeSet::EMPTY;
-        let mut full = Vec::new();
+        let mut full: Vec<(usize, &[u8], u32, usize)> = Vec::new();
         let mut inner = lock(&f.inner);
         let now = Instant::now();
         for (node, request, replies) in requests {
             if node >= f.addrs.len() {
                 continue;
             }
-            // Behind a request that found its node full, the node's later ones wait too: a smaller one sent
-            // first would swap their replies.
-            if full.iter().any(|&(n, _, _)| n == node) {
-                full.push((node, request, replies));
+            // Its ids, whatever becomes of it (queued, held, refused).
+            let first = inner.slots.expect(self.slot, node, replies);
+            // Behind a request that found its node full, the node's later ones wait too: a node's requests of a
+            // round are queued in the order of their ids (see `slots`).
+            if full.iter().any(|&(n, ..)| n == node) {
+                full.push((node, request, first, replies));
                 continue;
             }
-            match self.offer(
-                &mut inner, node, request, replies, now, &mut jobs, &mut wake,
-            ) {
+            let ask = (first, replies);
+            match self.offer(&mut inner, node, request, ask, now, &mut jobs, &mut wake) {
                 Offer::Sent => sent.insert(node),
-                Offer::Full => full.push((node, request, replies)),
+                Offer::Full => full.push((node, request, first, replies)),
                 Offer::Refused => {}
             }
         }
@@ -250,17 +253,15 @@ impl<'a> Round<'a> {
                 inner.driver = Some(d);
                 wake.extend(inner.successor().map(Wake::Thread));
             }
-            for (node, request, replies) in full {
-                match self.offer(
-                    &mut inner, node, request, replies, now, &mut jobs, &mut wake,
-                ) {
+            for (node, request, first, replies) in full {
+                let ask = (first, replies);
+                match self.offer(&mut inner, node, request, ask, now, &mut jobs, &mut wake) {
                     Offer::Sent => sent.insert(node),
                     Offer::Refused => {}
                     Offer::Full => {
                         f.stats[node].refused(replies);
-                        inner.slots.expect(self.slot, node, replies);
                         let r = Err(NodeError::Overloaded);
-                        wake.extend(inner.slots.refuse(self.slot, node, replies, 0, r));
+                        wake.extend(inner.slots.refuse(self.slot, node, first, replies, r));
                     }
                 }
             }
@@ -272,74 +273,88 @@ impl<'a> Round<'a> {
         sent
     }
 
-    /// Offers the request to one node: queues it, holds it for room (a release), or files why it was not sent.
-    /// A node without room for an ordinary request is reported `Full` and left to the caller.
+    /// Offers the request (its replies' ids: `replies` from `first` on, already expected) to one node: queues
+    /// it, holds it for room (a release), or files why it was not sent. A node without room for an ordinary
+    /// request is reported `Full` and left to the caller.
     #[allow(clippy::too_many_arguments)]
     fn offer(
         &mut self,
         inner: &mut Inner,
         node: usize,
         request: &[u8],
-        replies: usize,
+        (first, replies): (u32, usize),
         now: Instant,
         jobs: &mut Vec<WriteJob>,
         wake: &mut Vec<Wake>,
     ) -> Offer {
         let f = &*self.fanout.shared;
-        let Inner { conns, slots, .. } = inner;
+        let Inner {
+            conns,
+            slots,
+            detached,
+            ..
+        } = inner;
         let Some(conn) = conns.get_mut(node) else {
             return Offer::Refused;
         };
-        slots.expect(self.slot, node, replies);
         // Behind a request of this round still held for room on the node: held too, whatever the node's state
-        // (`retry_held` judges them in order), so that the node's requests go on the wire, and their outcomes
-        // come out, in the order they were sent (see `slots`).
+        // (`retry_held` judges them in order), so that the node's requests go on the wire in the order of their
+        // ids (see `slots`).
         if self.held.as_ref().is_some_and(|h| h.holds(node)) {
-            self.hold(node, request, replies);
+            self.hold(node, request, first, replies);
             return Offer::Sent;
         }
         let mut out = Filing { slots, wake };
         let refused = match conn.ensure(&f.registry, |g| token(node, g), &f.opts, now, &mut out) {
             Err(e) => e,
-            Ok(()) => match conn.state.room(replies, self.priority, &f.opts) {
+            // Behind the node's detached releases, if any (queued first here, or this request waits too).
+            Ok(()) => match f.make_way((conn, detached), (node, replies, self.priority), now) {
                 Room::Yes => {
                     // Written now on an idle node, or by a caller that will not wait for replies (nobody might
                     // poll); else flushed with the next batch when the node's replies come (see `state`).
                     let idle = !conn.state.busy();
                     conn.state
-                        .queue(request, Waiter::Round(self.slot), replies, now);
+                        .queue(request, Waiter::Round(self.slot, first), replies, now);
+                    out.slots.queued(self.slot, node, first, replies);
                     if idle || self.deadline <= now {
                         jobs.extend(conn.take_write());
                     }
                     return Offer::Sent;
                 }
-                Room::No => {
-                    // Counted again when the caller offers once more, or files the refusal.
-                    out.slots.unexpect(self.slot, node, replies);
-                    return Offer::Full;
-                }
+                // Offered once more by the caller, or refused then.
+                Room::No => return Offer::Full,
                 Room::Wait => {
-                    self.hold(node, request, replies);
+                    self.hold(node, request, first, replies);
                     return Offer::Sent;
                 }
             },
         };
-        // Behind any request of this round still on the node's wire (see `slots`: a node's outcomes keep their order).
+        let r = Err(refused);
         out.wake
-            .extend(out.slots.refuse(self.slot, node, replies, 0, Err(refused)));
+            .extend(out.slots.refuse(self.slot, node, first, replies, r));
         Offer::Refused
     }
 
     /// Holds `request` for room on `node` (a release round), behind the round's other held requests.
-    fn hold(&mut self, node: usize, request: &[u8], replies: usize) {
+    fn hold(&mut self, node: usize, request: &[u8], first: u32, replies: usize) {
         self.held
             .get_or_insert_with(Box::default)
             .requests
             .push(HeldRequest {
                 node,
                 request: request.to_vec(),
+                first,
                 replies,
             });
+    }
+
+    /// The id the next reply expected from `node` will get: its place among every reply this round expected from
+    /// the node (see [`CommandId`]). A caller that sends a node several requests notes it before each, and looks
+    /// each outcome up by the id it comes with.
+    pub fn next_seq(&self, node: usize) -> u32 {
+        lock(&self.fanout.shared.inner)
+            .slots
+            .next_seq(self.slot, node)
     }
 
     /// Sets how many outcomes are worth waiting for before this round's thread is woken, while another thread
@@ -350,16 +365,19 @@ impl<'a> Round<'a> {
         self.need = outcomes.max(1);
     }
 
-    /// The next outcome: `(node, reply)` as replies arrive, in arrival order (a node's replies in request order).
+    /// The next outcome as outcomes are filed, with the id of the command it answers (`id.node`, and its place
+    /// among the replies expected from that node): callers look it up by id, never by the order of arrival.
     /// After the deadline, each request still unanswered comes back as [`NodeError::Timeout`], once the replies
     /// that had arrived by the deadline have been read. `None` once every request of the round has its outcome.
     ///
     /// Blocks at most until shortly after the deadline. A round that polls for everyone keeps doing so between
     /// calls, until it ends: do little between them, and do not wait on another round of the same fanout from
-    /// this thread meanwhile (end or drop this one first): that round would wait for a poll nobody runs, past
-    /// its deadline, for ever.
+    /// this thread meanwhile (end or drop this one first). Such a round can read no reply until the first is
+    /// called again, which cannot happen while this thread waits: it sleeps to its deadline, then reports every
+    /// request still without an outcome as [`NodeError::Timeout`] without reading the sockets (a reply that had
+    /// arrived is dropped when it is read later). Its requests may have reached their nodes.
     #[allow(clippy::should_implement_trait)] // blocking, with a deadline: not an Iterator
-    pub fn next(&mut self) -> Option<(usize, Reply)> {
+    pub fn next(&mut self) -> Option<(CommandId, Reply)> {
         let f = &*self.fanout.shared;
         let mut inner = lock(&f.inner);
         let outcome = loop {
@@ -383,6 +401,7 @@ impl<'a> Round<'a> {
                     inner = f.turn(inner, &mut d, self.deadline);
                     self.driver = Some(d);
                 }
+                None if self.stranded(&inner) => self.time_out_stranded(&mut inner),
                 None => inner = self.sleep(inner),
             }
         };
@@ -395,8 +414,31 @@ impl<'a> Round<'a> {
             if let Some(t) = successor {
                 t.unpark();
             }
+        } else {
+            inner.kept_by = Some(thread::current().id());
         }
         outcome
+    }
+
+    /// Whether this round, past its deadline, waits for a poll that only another round of this very thread
+    /// could run: that round kept the driver when its `next()` returned, and it cannot be called while this
+    /// thread waits here. (If it was moved to another thread since, that thread has had until this deadline to
+    /// call it: timing out then is what a turn would have done.)
+    fn stranded(&self, inner: &Inner) -> bool {
+        inner.driver.is_none()
+            && inner.kept_by == Some(thread::current().id())
+            && Instant::now() >= self.deadline
+    }
+
+    /// Files every outcome still due as [`NodeError::Timeout`], for a [`stranded`](Round::stranded) round: no
+    /// turn will read the sockets for it, so neither the replies that may have arrived nor a patient round's
+    /// signs of life can be known.
+    fn time_out_stranded(&mut self, inner: &mut Inner) {
+        self.hard = self.deadline;
+        let stats = &self.fanout.shared.stats;
+        while let Some((node, n)) = inner.slots.time_out_node(self.slot) {
+            (0..n).for_each(|_| stats[node].timeout());
+        }
     }
 
     /// Waits for another thread's poll to file an outcome, to hand this round the poll, or for the deadline.
@@ -442,22 +484,10 @@ impl<'a> Round<'a> {
             detached,
             ..
         } = &mut *inner;
-        // Nodes with a request still held in this pass: their later requests wait behind it.
+        // Nodes with a request still held in this pass: their later requests wait behind it (a node's requests
+        // go on the wire in the order of their ids).
         let mut blocked: Vec<usize> = Vec::new();
-        // Per node: the replies its held requests expect, less those judged so far in this pass (what is still
-        // held behind the one being judged: not on the wire, so not ahead of it if it is refused).
-        let mut behind: Vec<(usize, usize)> = Vec::new();
-        for h in &held.requests {
-            match behind.iter_mut().find(|b| b.0 == h.node) {
-                Some(b) => b.1 += h.replies,
-                None => behind.push((h.node, h.replies)),
-            }
-        }
         held.requests.retain_mut(|h| {
-            let later = behind.iter_mut().find(|b| b.0 == h.node).map_or(0, |b| {
-                b.1 -= h.replies;
-                b.1
-            });
             let Some(conn) = conns.get_mut(h.node) else {
                 return false;
             };
@@ -467,20 +497,29 @@ impl<'a> Round<'a> {
             // The connection the request was held for may have been dropped meanwhile (a reset, a restart, a
             // hang): its queue emptied, so there is room, but a request queued on a connection that is down has
             // no bytes on any wire, and the next connection would hand it its first reply (every later reply
-            // shifted by one). As `offer` does: dial anew if the backoff allows, else the node's error is the
-            // request's outcome.
+            // shifted by one, each counted for the id at the head of the queue). As `offer` does: dial anew if
+            // the backoff allows, else the node's error is the request's outcome.
             let mut out = Filing {
                 slots,
                 wake: &mut wake,
             };
             if let Err(e) = conn.ensure(&f.registry, |g| token(h.node, g), &f.opts, now, &mut out) {
-                wake.extend(slots.refuse(self.slot, h.node, h.replies, later, Err(e)));
+                wake.extend(slots.refuse(self.slot, h.node, h.first, h.replies, Err(e)));
                 return false;
             }
-            let room = conn.state.room(h.replies, Priority::Release, &f.opts);
+            let room = f.make_way(
+                (conn, detached),
+                (h.node, h.replies, Priority::Release),
+                now,
+            );
             if room == Room::Yes {
-                conn.state
-                    .queue(&h.request, Waiter::Round(self.slot), h.replies, now);
+                conn.state.queue(
+                    &h.request,
+                    Waiter::Round(self.slot, h.first),
+                    h.replies,
+                    now,
+                );
+                slots.queued(self.slot, h.node, h.first, h.replies);
                 jobs.extend(conn.take_write());
                 return false;
             }
@@ -490,7 +529,7 @@ impl<'a> Round<'a> {
             if now >= self.deadline && self.hard <= self.deadline {
                 f.stats[h.node].refused(h.replies);
                 let r = Err(NodeError::Overloaded);
-                wake.extend(slots.refuse(self.slot, h.node, h.replies, later, r));
+                wake.extend(slots.refuse(self.slot, h.node, h.first, h.replies, r));
                 let bytes = std::mem::take(&mut h.request);
                 f.detach(detached, (h.node, bytes, h.replies), now);
                 return false;
@@ -514,6 +553,7 @@ impl<'a> Round<'a> {
     fn leave(&mut self, inner: &mut Inner) -> Option<Thread> {
         if let Some(d) = self.driver.take() {
             inner.driver = Some(d);
+            inner.kept_by = None;
         }
         match inner.driver.is_some() {
             true => inner.successor(),
@@ -535,8 +575,9 @@ impl Drop for Round<'_> {
                 f.detach(&mut inner.detached, (h.node, h.request, h.replies), now);
             }
         }
-        // Detached now, or earlier by this round's `retry_held` or another round.
-        let detached = !inner.detached.is_empty();
+        // Detached now, or earlier by this round's `retry_held` or another round; or queued by `make_way` on a
+        // connection that may need a turn to send them (see "Driven to the end" in `detached`).
+        let detached = inner.detached.needs_driver();
         let successor = self.leave(&mut inner);
         let wake_background = detached && successor.is_none() && inner.driver.is_some();
         drop(inner);

@@ -1,6 +1,6 @@
 //! Unit tests of one node's protocol state and decoding: byte buffers in, outcomes out, on a virtual clock (no
 //! socket, no sleep). What the connection does with bytes a real Redis never sends (garbage, absurd sizes,
-//! replies that never end, refused logins) is checked here; `tests/hostile.rs` keeps what needs a socket and
+//! replies that never end, refused logins) is checked here; `tests/net/hostile_servers.rs` keeps what needs a socket and
 //! time (a hung peer, a close, a trickle, the lock manager above).
 //!
 //! This file holds the harness (a node on a virtual clock) and the tests of a well-behaved peer; `hostile`, the
@@ -38,7 +38,16 @@ fn cmd(args: &[&str]) -> Vec<u8> {
     b.to_vec()
 }
 
+/// What a node restarted with its data answers, while it loads, to a command that needs the data.
+const LOADING: &[u8] = b"-LOADING Redis is loading the dataset in memory\r\n";
+
 impl Node {
+    /// A node at `redis://h:1` whose set-up is one `SCRIPT LOAD` (a step a loading node refuses).
+    fn with_script_load() -> Node {
+        let load = Bytes::from(cmd(&["SCRIPT", "LOAD", "return 1"]));
+        Node::new("redis://h:1", Options::default().with_setup(vec![load]))
+    }
+
     fn new(url: &str, opts: Options) -> Node {
         let t0 = Instant::now();
         let mut slots = Slots::default();
@@ -103,10 +112,11 @@ impl Node {
 
     /// Queues a request of the round at `ms`.
     fn ask(&mut self, args: &[&str], ms: u64) {
-        self.slots.expect(self.slot, 0, 1);
+        let first = self.slots.expect(self.slot, 0, 1);
+        self.slots.queued(self.slot, 0, first, 1);
         let now = self.at(ms);
         self.state
-            .queue(&cmd(args), Waiter::Round(self.slot), 1, now);
+            .queue(&cmd(args), Waiter::Round(self.slot, first), 1, now);
     }
 
     /// The node sends `bytes`, read and filed at `ms`.
@@ -163,8 +173,8 @@ impl Node {
 
     /// The next outcome of the round, if any was filed.
     fn outcome(&mut self) -> Option<Reply> {
-        self.slots.take(self.slot).map(|(node, r)| {
-            assert_eq!(node, 0);
+        self.slots.take(self.slot).map(|(id, r)| {
+            assert_eq!(id.node, 0);
             r
         })
     }
@@ -264,8 +274,7 @@ fn an_error_reply_is_a_reply_except_to_the_connection_set_up() {
             "an error reply does not drop the connection"
         );
     }
-    let load = Bytes::from(cmd(&["SCRIPT", "LOAD", "return 1"]));
-    let mut node = Node::new("redis://h:1", Options::default().with_setup(vec![load]));
+    let mut node = Node::with_script_load();
     node.up(0);
     node.ask(&["PING"], 0);
     node.feed(b"-ERR fake failure\r\n", 1);
@@ -298,6 +307,40 @@ fn a_reply_in_pieces_arrives_whole_and_replies_match_requests_in_order() {
     // A reply nobody asked for drops the connection.
     node.feed(b"+OK\r\n", 30);
     assert!(!node.state.is_up());
+}
+
+/// The connection's queue names the id each reply is for. Books that disagree with it (here: two requests of one
+/// round queued in the reverse of their ids' order, as a fanout that let a later request overtake an earlier one
+/// would) make the first reply a disorder: the connection is dropped and every request on it fails, rather than
+/// the reply being counted for a command it may not answer.
+#[test]
+fn a_reply_for_a_request_behind_an_older_one_of_its_round_drops_the_connection() {
+    let mut node = Node::plain();
+    node.up(0);
+    let first = node.slots.expect(node.slot, 0, 2);
+    node.slots.queued(node.slot, 0, first, 2);
+    let now = node.at(0);
+    node.state.queue(
+        &cmd(&["ECHO", "b"]),
+        Waiter::Round(node.slot, first + 1),
+        1,
+        now,
+    );
+    node.state.queue(
+        &cmd(&["ECHO", "a"]),
+        Waiter::Round(node.slot, first),
+        1,
+        now,
+    );
+    node.write(0);
+    node.feed(b"$1\r\nb\r\n", 1);
+    assert!(!node.state.is_up(), "dropped");
+    let outcomes: Vec<_> = std::iter::from_fn(|| node.outcome()).collect();
+    assert_eq!(
+        outcomes,
+        vec![Err(NodeError::OutOfOrder), Err(NodeError::OutOfOrder)],
+        "no reply handed out; both requests failed with the connection"
+    );
 }
 
 #[test]
@@ -535,4 +578,88 @@ fn a_detached_request_s_replies_are_read_and_counted_for_nobody() {
     node.close(3);
     assert_eq!(node.outcome(), Some(Err(NodeError::Closed)));
     assert_eq!(node.outcome(), None);
+}
+
+/// A connection holds its detached requests (someone must drive for them) until their replies are read or it is
+/// dropped; dropped before it ever opened, they were never sent, and are counted as given up; dropped after,
+/// they may have run, and are not.
+#[test]
+fn detached_requests_are_held_until_read_and_given_up_when_their_connection_never_opened() {
+    let mut node = Node::plain();
+    let release = cmd(&["DELIFEQ", "k", "v"]);
+    // Queued while the connect is under way; it times out.
+    node.dial(0);
+    node.state.queue(&release, Waiter::Detached, 1, node.at(0));
+    assert!(node.state.holds_detached());
+    let timeout = node.opts.connect_timeout.as_millis() as u64;
+    assert!(node.check(timeout));
+    assert!(!node.state.holds_detached());
+    assert_eq!(node.state.stats.snapshot().given_up, 1);
+    // On a connection that opened: held until the reply is read, and not counted as given up.
+    node.up(timeout + 10_000);
+    let t = timeout + 10_000;
+    node.state
+        .queue(&release, Waiter::Detached, 1, node.at(t + 1));
+    node.ask(&["PING"], t + 1);
+    node.write(t + 1);
+    assert!(node.state.holds_detached());
+    node.feed(b":1\r\n", t + 2);
+    assert!(!node.state.holds_detached());
+    node.state
+        .queue(&release, Waiter::Detached, 1, node.at(t + 3));
+    node.close(t + 4);
+    assert!(!node.state.holds_detached());
+    assert_eq!(node.state.stats.snapshot().given_up, 1);
+}
+
+/// A detached release queued behind the set-up of a node that is still loading: the set-up is refused, the
+/// connection dropped, and the release (refused unrun, or not known to have run) is counted as given up.
+#[test]
+fn detached_requests_behind_a_set_up_refused_as_loading_are_given_up() {
+    let mut node = Node::with_script_load();
+    node.up(0);
+    node.state.queue(
+        &cmd(&["DELIFEQ", "k", "v"]),
+        Waiter::Detached,
+        1,
+        node.at(0),
+    );
+    node.feed(LOADING, 1);
+    assert!(!node.state.is_up());
+    assert!(!node.state.holds_detached());
+    assert_eq!(node.state.stats.snapshot().given_up, 1);
+}
+
+/// A node that restarted with its data answers `HELLO` while it loads and refuses the rest with `-LOADING`: a
+/// set-up step refused so drops the connection as [`NodeError::Loading`] (never up, every request behind it
+/// failed with it), and its backoff keeps growing, though the node answered.
+#[test]
+fn a_set_up_refused_while_the_node_loads_drops_the_connection_and_backs_off() {
+    let mut node = Node::with_script_load();
+    let min = node.opts.backoff_min.as_millis() as u64;
+    node.up(0);
+    node.ask(&["SET", "k", "v", "NX"], 0);
+    node.feed(LOADING, 1);
+    assert_eq!(node.outcome(), Some(Err(NodeError::Loading)));
+    assert!(!node.state.is_up());
+    assert_eq!(
+        node.state.needs_dial(node.at(1 + min - 1)),
+        Err(NodeError::Loading)
+    );
+    assert_eq!(node.state.needs_dial(node.at(1 + min)), Ok(true));
+    // Dialled again, still loading: refused again, and the wait doubles.
+    node.up(1 + min);
+    node.feed(LOADING, 2 + min);
+    assert!(!node.state.is_up());
+    assert!(node.state.needs_dial(node.at(2 + 2 * min)).is_err());
+    assert_eq!(node.state.needs_dial(node.at(2 + 3 * min)), Ok(true));
+    // Loaded: the set-up goes through and the connection serves.
+    node.up(2 + 3 * min);
+    node.ask(&["PING"], 2 + 3 * min);
+    node.feed(
+        b"$40\r\ne0e1f9fabfc9d4800c877a703b823ac0578ff8db\r\n+PONG\r\n",
+        3 + 3 * min,
+    );
+    assert_eq!(node.outcome(), Some(Ok(Value::SimpleString("PONG".into()))));
+    assert!(node.state.is_set_up());
 }

@@ -1,6 +1,6 @@
-//! One extension and one release for a [`Lock`] of any kind: the kind decides the round (issue #23), never the
-//! caller. Plain and fenced locks extend by the compare-and-pexpire of their key; sets and owned holds by their
-//! script, in [`Engine::extend_scripted`], the one extension voting loop of the scripted kinds.
+//! One extension and one release for a [`Lock`] of any kind: the kind decides the round, never the caller. Plain and
+//! fenced locks extend by the compare-and-pexpire of their key; sets and owned holds by their script, in
+//! [`Engine::extend_scripted`], the one extension voting loop of the scripted kinds.
 
 use std::time::Duration;
 
@@ -12,7 +12,8 @@ use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::{Engine, settle};
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::kind::lock::{Kind, Lock};
-use crate::redlock::kind::reentrant::{Owner, count_key};
+use crate::redlock::kind::owner::Owner;
+use crate::redlock::kind::reentrant::count_key;
 use crate::redlock::kind::set::{keys, set_name};
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Quorum, Status, Vote, drift};
@@ -26,9 +27,9 @@ use crate::time::later;
 pub(crate) enum Want<'a> {
     /// One resource.
     One(&'a [u8]),
-    /// A set, all or none: its names sorted and deduplicated, and the value drawn once for every attempt of the
-    /// call (its own leftovers never block it: see `kind/set.rs`).
-    Set(&'a [Vec<u8>], token::Value),
+    /// A set, all or none: its names sorted and deduplicated. Each attempt draws its own value, as for one
+    /// resource (see `kind/set.rs`, "A value per attempt").
+    Set(&'a [Vec<u8>]),
     /// One resource with a fencing token.
     Fenced(&'a [u8]),
     /// One hold of `owner`'s reentrant lock.
@@ -50,7 +51,7 @@ impl Want<'_> {
     pub(crate) fn resource(&self) -> &[u8] {
         match self {
             Want::One(r) | Want::Fenced(r) | Want::Owned(_, r) => r,
-            Want::Set(names, _) => names.first().map_or(&[][..], Vec::as_slice),
+            Want::Set(names) => names.first().map_or(&[][..], Vec::as_slice),
         }
     }
 }
@@ -95,13 +96,13 @@ impl<N: Nodes, C: Clock> Drop for Undo<'_, N, C> {
                 engine.release_unawaited(&mut request, NodeSet::ALL, resource, &self.fresh);
                 return;
             }
-            Want::Set(names, value) => {
+            Want::Set(names) => {
                 lua::eval(
                     &mut request,
                     lua::RELEASE_MANY,
                     true,
                     &keys(names),
-                    &[value],
+                    &[&self.fresh],
                 );
             }
             Want::Owned(owner, resource) => {
@@ -136,20 +137,18 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         ttl: Duration,
         ttl_ms: u64,
     ) -> Result<std::result::Result<Lock, (Failure, Report)>> {
-        // A fresh value per attempt (a set's is drawn once per call, in its `Want`); for an owned hold the value
-        // is the owner's and the fresh id is the hold's: an undo that is late (behind a later attempt on some
-        // node) then removes only what the attempt it undoes set.
-        let fresh = match want {
-            Want::Set(_, value) => *value,
-            _ => self
-                .tokens
-                .draw("drawing the lock value from the OS's randomness")?,
-        };
+        // A fresh value per attempt, for every kind (for an owned hold the value is the owner's and the fresh id
+        // is the hold's): the clean-up of a failed attempt is a compare-and-delete of that value, so whenever it
+        // runs, even after a later attempt of the same call on the same node, it removes only what the attempt
+        // it cleans up set (the contract of `Fanout::release_round`).
+        let fresh = self
+            .tokens
+            .draw("drawing the lock value from the OS's randomness")?;
         let mut undo = Undo::new(self, want, fresh);
         let got = match want {
             Want::One(resource) => self.attempt(resource, fresh, ttl, ttl_ms).await,
-            Want::Set(names, value) => self
-                .attempt_many(names, *value, ttl, ttl_ms)
+            Want::Set(names) => self
+                .attempt_many(names, fresh, ttl, ttl_ms)
                 .await
                 .map(Lock::from),
             Want::Fenced(resource) => self

@@ -6,7 +6,7 @@
 //! - **Independent locks, one round.** Each resource of a batch is a lock of its own: its own value, its own
 //!   [`Quorum`] (own votes, own validity, all measured from the one instant before the round's first byte), its own
 //!   result. They share only the round: the batch's `SET resource value NX PX ttl` commands go to each node
-//!   pipelined in one request (one write), and the replies are matched by position (see `Engine::pipelined`).
+//!   pipelined in one request (one write), and each reply is matched to its command by id (see `Engine::pipelined`).
 //! - **The restart guard counts every vote.** A grant from a node the restart guard does not trust yet is no vote
 //!   for any lock of the batch (`Engine::counted`).
 //! - **A failed acquisition is released at once**, without waiting, on every node the batch reached: one
@@ -113,7 +113,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
         let k = live.len();
         if k > 0 {
-            // Cancel-safe (issue #26): a batch dropped part-way releases every key it may have set.
+            // Cancel-safe: a batch dropped part-way releases every key it may have set.
             let mut undo = BatchUndo {
                 engine: self,
                 resources,

@@ -1,7 +1,7 @@
-//! Compare-and-X requests (the release's compare-and-delete, the extension's compare-and-pexpire) as each node
-//! takes them most cheaply and correctly: its native command where it has one (`DELIFEQ`, `DELEX ... IFEQ`,
-//! `SET ... IFEQ ... PX`, issue #25), else the script by hash; a node that refuses one way (a lost script, an ACL
-//! without the command: nothing ran) is sent the next, so no vote is lost to a refusal.
+//! Compare-and-X requests (the release's compare-and-delete, the extension's compare-and-pexpire) as each node takes
+//! them most cheaply and correctly: its native command where it has one (`DELIFEQ`, `DELEX ... IFEQ`, `SET ... IFEQ
+//! ... PX`), else the script by hash; a node that refuses one way (a lost script, an ACL without the command: nothing
+//! ran) is sent the next, so no vote is lost to a refusal.
 
 use std::time::Instant;
 
@@ -67,7 +67,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         // Per node, the ways tried (allocated only if some node refused one: after a SCRIPT FLUSH, on a node whose
         // ACL lacks a command), so that a release or an extension allocates nothing for it.
         let mut tried: Vec<Tried> = Vec::new();
-        while let Some((node, reply)) = round.next().await {
+        // One request awaited per node at a time (a resend goes after its node's refusal): an outcome is its
+        // node's latest request's, sent the way `tried` (or `sent`) last names.
+        while let Some((id, reply)) = round.next().await {
+            let node = id.node;
             let via = tried
                 .get(node)
                 .map_or_else(|| first_via(&sent, node), |t| t.last);
@@ -116,8 +119,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// Releases `resource` (held with `value`) on `nodes` without waiting for the replies (a failed attempt's
     /// partial grants). Nobody sees a refusal there, so a node whose native release has not run yet on its
-    /// connection (its ACL may lack it) is sent the script by hash as well: both compare-and-delete the same
-    /// value, so whichever is allowed deletes the key and the other finds nothing.
+    /// connection (its ACL may lack it) is sent the script (in full, as every release) as well: both
+    /// compare-and-delete the same value, so whichever is allowed deletes the key and the other finds nothing.
     pub(crate) fn release_unawaited(
         &self,
         request: &mut BytesMut,
@@ -143,7 +146,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
         if unsure != NodeSet::EMPTY {
             request.clear();
-            scripts::compare(request, Script::Release, Via::Sha, resource, value, 0);
+            scripts::compare(request, Script::Release, Via::Full, resource, value, 0);
             round.send_to(unsure, request, 1);
         }
     }
@@ -159,7 +162,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         (resource, value, ttl_ms): (&[u8], &[u8], u64),
     ) -> [(Via, NodeSet); 3] {
         let mut ways: [(Via, NodeSet); 3] = [
-            (Via::Sha, NodeSet::EMPTY),
+            (script.scripted(), NodeSet::EMPTY),
             (Via::Native(Native::DelIfEq), NodeSet::EMPTY),
             (Via::Native(Native::DelEx), NodeSet::EMPTY),
         ];
@@ -185,18 +188,18 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     }
 
     /// How `script` goes to `node` first: its native command if its current connection has one, else the script
-    /// by hash.
+    /// ([`Script::scripted`]: a release in full, an extension by hash).
     #[inline]
     pub(crate) fn via(&self, script: Script, node: usize) -> Via {
         match self.restart.natives.of(&self.fanout, node, script) {
             Some(native) => Via::Native(native),
-            None => Via::Sha,
+            None => script.scripted(),
         }
     }
 
     /// The way to try after `node` refused `refused` for `why`, if one is left: a lost script in full; the
     /// script after a refused native command (and the node keeps to the scripts for that connection); the
-    /// node's native command after a refused script (`NOPERM` without `+evalsha`, `EVAL` disabled), read again
+    /// node's native command after a refused script (`NOPERM` without `+eval` or `+evalsha`, Lua disabled), read again
     /// now that its set-up is surely done. Each way is tried once per round.
     pub(crate) fn next_via(
         &self,
@@ -210,10 +213,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             (Via::Sha, Refused::NoScript) => Via::Full,
             (Via::Native(_), _) => {
                 self.restart.natives.refused(node, script);
-                if tried.has(Via::Sha) {
-                    Via::Full
-                } else {
-                    Via::Sha
+                match script.scripted() {
+                    Via::Sha if tried.has(Via::Sha) => Via::Full,
+                    way => way,
                 }
             }
             (Via::Sha | Via::Full, _) => {

@@ -1,7 +1,7 @@
-//! Folded releases (issue #25): plain releases that separate callers of one engine ask for while another
-//! release round is in flight wait in a queue, and go out together as **one** compare-and-delete per node
-//! ([`lua::RELEASE_BATCH`] on the script nodes), so that the servers' cost per release falls with load: a node
-//! runs one script call for the whole fold, not one `EVALSHA` per key. A lone caller goes out exactly as before.
+//! Folded releases: plain releases that separate callers of one engine ask for while another release round is in
+//! flight wait in a queue, and go out together as **one** compare-and-delete per node ([`lua::RELEASE_BATCH`] on the
+//! script nodes), so that the servers' cost per release falls with load: a node runs one script call for the whole
+//! fold, not one `EVALSHA` per key. A lone caller goes out exactly as an unfolded release does.
 //!
 //! # The decision
 //!
@@ -18,26 +18,26 @@
 //!   which runs the folded round
 //!   ([`Engine::release_folded`]) for everyone in it, itself included, then hands the gate on in turn. An empty
 //!   queue opens the gate. So the batch grows with the load, and a round's latency is what collects the next one.
-//! - **Per node, the cheapest way**: a script node gets one `RELEASE_BATCH` with every key asked of it (by hash;
-//!   in full after `NOSCRIPT`); a node with a native compare-and-delete (`DELIFEQ`, `DELEX`; [`Engine::via`])
+//! - **Per node, the cheapest way**: a script node gets one `RELEASE_BATCH` with every key asked of it (in full,
+//!   as every release: `scripts`, "Releases go in full"); a node with a native compare-and-delete (`DELIFEQ`, `DELEX`; [`Engine::via`])
 //!   gets one native command per key, pipelined in one write, which costs it less than a script.
 //!
 //! # Invariants
 //!
 //! - **Each caller gets what a lone release would have given it** (unless its fold's leader is dropped mid-round:
 //!   see Cancel): its own [`Tally`], fed only the replies to
-//!   its own key: a node's outcomes come in the order its requests were sent (the seam's contract), and the
-//!   round keeps per node the list of what each outcome it still expects answers ([`Expect`]: a batch script,
-//!   whose reply is an array with one element per key in the order of its keys; or one key's own command). An
-//!   outcome is counted for the entry it answers and for no other; a reply of another round never reaches this
+//!   its own key: every outcome names the command it answers (the seam's contract), and the round notes, under
+//!   each id it sends, what that outcome answers ([`Expect`] in an [`Awaiting`]: a batch script, whose reply is
+//!   an array with one element per key in the order of its keys; or one key's own command). An outcome is
+//!   counted for the entry its id names and for no other; a reply of another round never reaches this
 //!   one (each round has its own slots). The verdict is [`Tally::finish`]: `Ok(n)`, [`Error::LockLost`] or
 //!   [`Error::Quorum`]. The round ends once every release in it is decided (a
 //!   majority confirmed), or when every outcome is in.
 //! - **A key costs only its own release**: `RELEASE_BATCH` reads each key with `redis.pcall` (a key of another
 //!   type is that key's error), and a batch answered by an error as a whole (`NOPERM`: the ACL checks a
 //!   script's keys before it runs) goes again on that node key by key, each as its own script.
-//! - **A refusal costs no vote**: a batch script refused with `NOSCRIPT` goes again in full (`EVAL`); refused
-//!   otherwise (`NOPERM` without `+evalsha`) it goes as the node's native commands if it has them; a native
+//! - **A refusal costs no vote**: a batch script (in full: it cannot be refused with `NOSCRIPT`) refused
+//!   (`NOPERM` without `+eval`) goes as the node's native commands if it has them; a native
 //!   command refused (an ACL without it) goes again as that key's script ([`Engine::next_via`], each way once per
 //!   key and node). The refused outcome is not counted; the resent request's is. As in `script_round`, nodes sent
 //!   a native command not yet seen to run on their connection are awaited until all of them answered, so a
@@ -49,25 +49,23 @@
 //!   parked thread, or a task's waker), then hands the gate on, which makes the next batch's leader (woken the
 //!   same way). A caller under [`block`](crate::redlock::engine::seam::block) parks its thread (bounded by the
 //!   round timeout, then it looks again); a task registers its waker.
-//! - **Bounded**: a caller waits for the round in flight, then for its own. One whose turn does not come (the
-//!   runner is a task not being polled: its executor's thread is busy, or blocked, perhaps by this very caller
-//!   in a blocking release, which deadlocked before) leaves the queue after one round timeout, or its batch after
-//!   three, and releases alone ([`Follower::give_up`]). Lock order: the fold's queue, then an
-//!   entry's slot, never the other way; neither is held while sending or waiting.
-//! - **Cancel** (an async caller's future dropped, issue #26): a queued caller that goes leaves its entry in the
-//!   queue, marked abandoned: its key is still released with the batch (a release that outlives its caller), and
-//!   its verdict is dropped. A caller made leader that goes before it ran its batch hands the batch to the next
-//!   caller of it still waiting, or, if none is left, sends every key of it unawaited
-//!   ([`Engine::release_unawaited`]) and hands the gate on. A leader dropped in the middle of its round cannot
-//!   wait for the replies still to come (they are abandoned with the round; its requests still run on the nodes):
-//!   [`Leading`]'s drop gives every other caller of the batch the verdict of the replies counted so far, which is
-//!   never a false success (`Ok` only if a majority confirmed; typically [`Error::Quorum`],
-//!   "unconfirmed"), and hands the gate on. No caller ever waits for a round that nobody runs. So a blocking
-//!   caller of the batch, if there is one, is made its leader ([`Engine::hand_on`]): it cannot be dropped
-//!   part-way, and every caller of its batch gets its true verdict (the review of #25, finding 6). Only a batch
-//!   of tasks alone is led by a task, and its other callers are told "unconfirmed" if that task is dropped
-//!   mid-round: handing the round itself over (its slot, what each outcome answers, the tallies) to another
-//!   caller is left for later.
+//! - **Bounded**: a caller waits for the round in flight, then for its own. One whose turn does not come (the runner
+//!   is a task not being polled: its executor's thread is busy, or blocked, perhaps by this very caller in a blocking
+//!   release, which would deadlock if it waited on) leaves the queue after one round timeout, or its batch after
+//!   three, and releases alone ([`Follower::give_up`]). Lock order: the fold's queue, then an entry's slot, never the
+//!   other way; neither is held while sending or waiting.
+//! - **Cancel** (an async caller's future dropped): a queued caller that goes leaves its entry in the queue, marked
+//!   abandoned: its key is still released with the batch (a release that outlives its caller), and its verdict is
+//!   dropped. A caller made leader that goes before it ran its batch hands the batch to the next caller of it still
+//!   waiting, or, if none is left, sends every key of it unawaited ([`Engine::release_unawaited`]) and hands the gate
+//!   on. A leader dropped in the middle of its round cannot wait for the replies still to come (they are abandoned
+//!   with the round; its requests still run on the nodes): [`Leading`]'s drop gives every other caller of the batch
+//!   the verdict of the replies counted so far, which is never a false success (`Ok` only if a majority confirmed;
+//!   typically [`Error::Quorum`], "unconfirmed"), and hands the gate on. No caller ever waits for a round that nobody
+//!   runs. So a blocking caller of the batch, if there is one, is made its leader ([`Engine::hand_on`]): it cannot be
+//!   dropped part-way, and every caller of its batch gets its true verdict. Only a batch of tasks alone is led by a
+//!   task, and its other callers are told "unconfirmed" if that task is dropped mid-round: handing the round itself
+//!   over (its slot, what each outcome answers, the tallies) to another caller is not implemented.
 //!
 //! Only plain releases fold (`unlock`, `unlock_value`, a plain guard's release or drop); fenced, set and owned
 //! releases have scripts of their own and go alone, as do `unlock_batch` (one script already) and the unawaited
@@ -75,7 +73,6 @@
 //! per watchdog turn (`renew.rs`), one compare-and-pexpire per guard pipelined in one write per node (native
 //! `SET IFEQ PX` where the node has it, else one `EVALSHA` per guard): not one multi-key script.
 
-use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
@@ -85,6 +82,7 @@ use bytes::BytesMut;
 
 use crate::net::NodeSet;
 use crate::redlock::engine::Engine;
+use crate::redlock::engine::awaiting::Awaiting;
 use crate::redlock::engine::batch::array_votes;
 use crate::redlock::engine::compare::Tried;
 use crate::redlock::engine::release::Tally;
@@ -499,8 +497,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// gate).
     ///
     /// A blocking caller first: it runs the round to its end on its own thread, where a task may be dropped
-    /// part-way (the other callers would then get the verdict of the replies counted so far, finding 6 of #25's
-    /// review) or not be polled at all (its thread parked in a blocking release, finding 1).
+    /// part-way (the other callers would then get the verdict of the replies counted so far) or not be polled at
+    /// all (its thread parked in a blocking release).
     fn hand_on(&self, mut batch: Vec<Arc<Entry>>) {
         loop {
             for blocking_only in [true, false] {
@@ -540,7 +538,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         // As a lone release: nodes still answering are waited for, a few round lengths.
         round.patient_until(self.patient_from(self.clock.now()));
         let mut request = BytesMut::with_capacity(64 + k * 96);
-        let mut expect: Vec<VecDeque<Expect>> = (0..n).map(|_| VecDeque::new()).collect();
+        // What each outcome answers, by its id.
+        let mut expect: Awaiting<Expect> = Awaiting::new(n);
         // Nodes sent a native command not yet seen to run on their connection: awaited to the end (see above).
         let mut unsure = vec![false; n];
         // One encoding per way and set of members in use (one of each way on a uniform cluster).
@@ -555,6 +554,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 .collect();
             request.clear();
             let replies = encode(&mut request, via, batch, &members[first]);
+            for &o in &group {
+                sent[o] = true;
+                let at = round.next_seq(o);
+                self.expect((&mut expect, at), &mut unsure[o], o, via, &members[o]);
+            }
             if n <= 64 {
                 let mut set = NodeSet::EMPTY;
                 group.iter().for_each(|&o| set.insert(o));
@@ -564,18 +568,15 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     round.send(o, &request, replies);
                 });
             }
-            for &o in &group {
-                sent[o] = true;
-                self.expect(&mut expect[o], &mut unsure[o], o, via, &members[o]);
-            }
         }
         // Per (node, entry): the ways its own command was tried (allocated only after a refusal).
         let mut tried: Vec<Option<Tried>> = Vec::new();
         // Nodes whose batch script was answered by an error and sent again key by key (see below).
         let mut unfolded = vec![false; n];
         round.need(need(tallies, &expect, &unsure));
-        while let Some((node, reply)) = round.next().await {
-            let Some(what) = expect.get_mut(node).and_then(VecDeque::pop_front) else {
+        while let Some((id, reply)) = round.next().await {
+            let node = id.node;
+            let Some(what) = expect.take(id) else {
                 continue; // an outcome nothing was sent for: never happens; count nothing
             };
             match what {
@@ -586,9 +587,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                         {
                             request.clear();
                             let replies = encode(&mut request, next, batch, &members[node]);
+                            let at = round.next_seq(node);
                             round.send(node, &request, replies);
                             self.expect(
-                                &mut expect[node],
+                                (&mut expect, at),
                                 &mut unsure[node],
                                 node,
                                 next,
@@ -603,10 +605,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     // script, as it would alone, and gets its own answer.
                     if !unfolded[node] && members[node].len() > 1 && is_error(&reply) {
                         unfolded[node] = true;
-                        let via = match ways[node].last {
-                            Via::Full => Via::Full,
-                            _ => Via::Sha,
-                        };
+                        let via = Script::Release.scripted();
                         request.clear();
                         for &j in &members[node] {
                             let e = &batch[j];
@@ -619,8 +618,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                                 0,
                             );
                         }
+                        let at = round.next_seq(node);
                         round.send(node, &request, members[node].len());
-                        expect[node].extend(members[node].iter().map(|&j| Expect::Key(j, via)));
+                        let keys = members[node].iter().map(|&j| Expect::Key(j, via));
+                        expect.expect(node, at, keys);
                         round.need(need(tallies, &expect, &unsure));
                         continue;
                     }
@@ -646,8 +647,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                                 &e.value,
                                 0,
                             );
+                            let at = round.next_seq(node);
                             round.send(node, &request, 1);
-                            expect[node].push_back(Expect::Key(j, next));
+                            expect.expect(node, at, [Expect::Key(j, next)]);
                             round.need(need(tallies, &expect, &unsure));
                             continue;
                         }
@@ -665,19 +667,19 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
     }
 
-    /// Notes what `node`'s outcomes will answer after sending it `members`' keys `via` that way.
+    /// Notes what `node`'s outcomes from id `at` on will answer once it is sent `members`' keys `via` that way.
     fn expect(
         &self,
-        expect: &mut VecDeque<Expect>,
+        (expect, at): (&mut Awaiting<Expect>, u32),
         unsure: &mut bool,
         node: usize,
         via: Via,
         members: &[usize],
     ) {
         match via {
-            Via::Sha | Via::Full => expect.push_back(Expect::Batch(via)),
+            Via::Sha | Via::Full => expect.expect(node, at, [Expect::Batch(via)]),
             Via::Native(_) => {
-                expect.extend(members.iter().map(|&j| Expect::Key(j, via)));
+                expect.expect(node, at, members.iter().map(|&j| Expect::Key(j, via)));
                 *unsure |= !self.restart.natives.ran(node, Script::Release);
             }
         }
@@ -722,16 +724,17 @@ fn encode(buf: &mut BytesMut, via: Via, batch: &[Arc<Entry>], members: &[usize])
 /// How many more outcomes are worth waiting for: while some release is undecided, the fewest confirmations one
 /// of them still needs (an outcome is at most one vote for each); then the native commands still unanswered on
 /// nodes that may refuse them; 0 to end the round.
-fn need(tallies: &[Tally<'_>], expect: &[VecDeque<Expect>], unsure: &[bool]) -> usize {
+fn need(tallies: &[Tally<'_>], expect: &Awaiting<Expect>, unsure: &[bool]) -> usize {
     if let Some(fewest) = tallies.iter().map(Tally::needed).filter(|&m| m > 0).min() {
         return fewest;
     }
-    expect
+    unsure
         .iter()
-        .zip(unsure)
+        .enumerate()
         .filter(|(_, unsure)| **unsure)
-        .map(|(e, _)| {
-            e.iter()
+        .map(|(node, _)| {
+            expect
+                .of(node)
                 .filter(|x| matches!(x, Expect::Key(_, Via::Native(_))))
                 .count()
         })

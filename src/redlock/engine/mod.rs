@@ -3,6 +3,7 @@
 //! of guards, the watchdog, waiting or the manager: they call it.
 
 pub(crate) mod any;
+pub(crate) mod awaiting;
 pub(crate) mod batch;
 pub(crate) mod compare;
 pub(crate) mod fenced;
@@ -26,7 +27,7 @@ use crate::net::cluster::Members;
 use crate::net::{NodeError, NodeSet, Reply};
 use crate::redlock::config::Config;
 use crate::redlock::engine::release::Tally;
-use crate::redlock::engine::restart::Setup;
+use crate::redlock::engine::restart::{Setup, Standing};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes, SystemClock};
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::inspect::{Inspection, KeyState, key_state};
@@ -77,19 +78,21 @@ fn check_value(value: &[u8]) -> Result<()> {
 impl Engine {
     /// The nodes' tallies, with `activity` (what the guards and waiters did).
     pub(crate) fn stats(&self, activity: &Activity) -> Stats {
+        let now = self.clock.now();
         let nodes = (0..self.fanout.len())
             .map(|i| {
-                let restarts = self
-                    .restart
-                    .guard
-                    .as_ref()
-                    .map_or(0, |(g, _)| g.restarts(i));
-                let standing = self
-                    .restart
-                    .guard
-                    .as_ref()
-                    .map(|(g, info)| g.standing(&self.fanout, i, *info, self.clock.now()))
-                    .unwrap_or_default();
+                // A cluster member's votes come from any of its masters: what the guard knows of each, together.
+                let conns = self.fanout.member_conns(i);
+                let (restarts, standing) = match &self.restart.guard {
+                    None => (0, Standing::default()),
+                    Some((g, info)) => {
+                        let restarts = conns.iter().map(|&c| g.restarts(c)).sum();
+                        let each = conns
+                            .iter()
+                            .map(|&c| g.standing(&self.fanout, c, *info, now));
+                        (restarts, Standing::of_member(each))
+                    }
+                };
                 NodeStats::new(
                     self.fanout.addrs()[i].clone(),
                     &self.votes[i],
@@ -172,20 +175,18 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             .fanout
             .round(later(self.clock.now(), self.config.round_timeout));
         round.send_all(&request, 2);
-        // A node's replies come in request order: its GET's outcome first, then its PTTL's.
-        let mut gets: Vec<Option<Reply>> = vec![None; n];
-        let mut states: Vec<Option<KeyState>> = vec![None; n];
+        // Per node, by id: the GET's outcome (0) and the PTTL's (1).
+        let mut replies: Vec<[Option<Reply>; 2]> = vec![[None, None]; n];
         let mut pending = 2 * n;
         round.need(pending);
-        while let Some((node, reply)) = round.next().await {
-            let Some(get) = gets.get_mut(node) else {
-                continue;
+        while let Some((id, reply)) = round.next().await {
+            let Some(cell) = replies
+                .get_mut(id.node)
+                .and_then(|r| r.get_mut(id.seq as usize))
+            else {
+                continue; // an id nothing was sent for: never happens; ignore it
             };
-            match get.take() {
-                None if states[node].is_none() => *get = Some(reply),
-                None => continue, // a third outcome for a node: never happens; ignore it
-                Some(first) => states[node] = Some(key_state(first, Some(reply))),
-            }
+            *cell = Some(reply);
             pending = pending.saturating_sub(1);
             round.need(pending);
         }
@@ -195,12 +196,12 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             .addrs()
             .iter()
             .cloned()
-            .zip(states.into_iter().zip(gets))
-            .map(|(addr, (state, get))| {
-                let state = state.unwrap_or_else(|| match get {
-                    Some(first) => key_state(first, None),
+            .zip(replies)
+            .map(|(addr, [get, pttl])| {
+                let state = match get {
+                    Some(get) => key_state(get, pttl),
                     None => KeyState::Failed(Outcome::Failed(NodeError::Timeout)),
-                });
+                };
                 (addr, state)
             })
             .collect();
@@ -343,11 +344,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         )
     }
 
-    /// Refuses, before anything is sent, what cluster members cannot do (issue #27): a set whose names do not
-    /// share one hash slot (its all-or-none script must run on one master: tag the names, `{order:7}:a`,
-    /// `{order:7}:b`), and a fenced or owned lock of a resource with a brace but no hash tag, whose fencing
-    /// counter or hold count cannot be named in its slot ([`derived_key`](crate::redlock::kind::derived_key)).
-    /// Nothing is refused on a manager of plain members.
+    /// Refuses, before anything is sent, what cluster members cannot do: a set whose names do not share one hash slot
+    /// (its all-or-none script must run on one master: tag the names, `{order:7}:a`, `{order:7}:b`), and a fenced or
+    /// owned lock of a resource with a brace but no hash tag, whose fencing counter or hold count cannot be named in
+    /// its slot ([`derived_key`](crate::redlock::kind::derived_key)). Nothing is refused on a manager of plain
+    /// members.
     pub(crate) fn check_routable(
         &self,
         want: &crate::redlock::engine::any::Want<'_>,
@@ -359,7 +360,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
         match want {
             Want::One(_) => Ok(()),
-            Want::Set(names, _) => {
+            Want::Set(names) => {
                 let first = names.first().map(|n| key_slot(n));
                 match names.iter().all(|n| Some(key_slot(n)) == first) {
                     true => Ok(()),
@@ -420,7 +421,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let mut status = Status::Pending;
         round.need(quorum.votes_to_decide());
-        while let Some((node, reply)) = round.next().await {
+        // One request per node: its outcome is the node's vote.
+        while let Some((id, reply)) = round.next().await {
+            let node = id.node;
             let now = self.clock.now();
             let source = round.source(node);
             let (vote, outcome) = self.counted_from(source, set_vote(reply), now, None);
@@ -433,12 +436,13 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             round.need(quorum.votes_to_decide());
         }
         drop(round);
-        // The round is over: nodes that did not answer count as failed (#24: an undecided split is not an outage).
+        // The round is over: nodes that did not answer count as failed (an undecided split is a held lock, not an
+        // outage).
         self.conclude(status, &quorum, start, (resource, value), nodes, outcomes)
     }
 
     /// How an acquisition round of one key ends (plain or queued): a round still undecided is judged closed
-    /// (silent nodes count as failed, #24); the lock if a majority granted it in time, else why, with every
+    /// (silent nodes count as failed); the lock if a majority granted it in time, else why, with every
     /// node's outcome — after releasing at once wherever the key may have been set, without waiting: the spec's
     /// "unlock all the instances", and it keeps a failed attempt from blocking others until the TTL.
     pub(crate) fn conclude(

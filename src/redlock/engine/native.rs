@@ -1,4 +1,4 @@
-//! [`Natives`]: which native compare-and-delete each node has, learned on each of its connections (issue #25).
+//! [`Natives`]: which native compare-and-delete each node has, learned on each of its connections.
 //!
 //! Every new connection pipelines `COMMAND INFO DELEX DELIFEQ` with the rest of its set-up ([`probe_command`]);
 //! the reply has one element per name, null for a command the server does not know (Valkey's and Redis'
@@ -9,7 +9,7 @@
 //! - `DELIFEQ` (Valkey >= 9.0) is preferred to `DELEX` (Redis >= 8.4, Valkey >= 9.2): one argument fewer. Either
 //!   one implies `SET ... IFEQ`, the native extension.
 //! - A refused probe (`NOPERM` without `+command|info`, `COMMAND` renamed) or a node not set up yet: the scripts,
-//!   as before; a script refused there (`NOPERM` without `+evalsha`) makes the round look again, and a node whose
+//!   as before; a script refused there (`NOPERM` without `+eval` for a release, `+evalsha` for an extension) makes the round look again, and a node whose
 //!   native command is refused (its ACL lacks it) goes back to the scripts for the rest of that connection
 //!   (`Engine::script_round`): a refusal means nothing ran, so the other way costs no vote.
 //! - Cheap on the hot path: per node and round, one atomic load of the node's session count compared with the

@@ -12,8 +12,9 @@
 //!   what it logged with it.
 //!
 //! Either reading may be refused (`CONFIG` renamed, an ACL without `+config|get`, `+eval`, `+time`, `+info`,
-//! `+set` or `+get` on `muxlock:persist-marker`, `-OOM`, `-READONLY`, `-LOADING`): the refusal is kept as the
-//! reply, and reads as "not proven" — the node gets the window rule, never trust.
+//! `+set` or `+get` on `muxlock:persist-marker`, `-OOM`, `-READONLY`): the refusal is kept as the reply, and reads
+//! as "not proven" — the node gets the window rule, never trust. (`-LOADING` fails the whole set-up instead: the
+//! node is dialled again until it has loaded, see "A node that is loading" in `net/state.rs`.)
 
 use std::time::Duration;
 

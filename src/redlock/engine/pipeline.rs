@@ -3,13 +3,14 @@
 //!
 //! # Invariants
 //!
-//! - **Replies are matched by position.** A node answers its commands in order, and the round files a node's
-//!   outcomes in request order (replies, or at the deadline a timeout per command still unanswered, or at once a
-//!   refusal per command): the `i`-th outcome from a node is for command `i % k`.
-//! - **`NOSCRIPT` costs one resend, per node.** The first `NOSCRIPT` from a node (it restarted, or someone ran
-//!   `SCRIPT FLUSH`) sends that node the whole request once more with the scripts in full (`EVAL`): its outcomes
-//!   from `k` on answer the resend. A command answered in the first pass (before the flush) is not handed back a
-//!   second time, so a caller sees at most one outcome per (command, node).
+//! - **Replies are matched by id.** Every request to a node is the same `k` commands, so the outcome with id
+//!   `seq` (its place among the node's replies, see the seam's contract) is for command `seq % k` of the node's
+//!   `seq / k`-th request, whatever order outcomes come in (replies, timeouts, refusals).
+//! - **`NOSCRIPT` costs one resend, per node.** A release's scripts go in full from the start (`scripts`,
+//!   "Releases go in full"), so this is for the other rounds. The first `NOSCRIPT` from a node (it restarted, or
+//!   someone ran `SCRIPT FLUSH`) sends that node the whole request once more with the scripts in full (`EVAL`): its outcomes
+//!   from `k` on answer the resend. A command answered by either pass is not handed back a second time, so a
+//!   caller sees at most one outcome per (command, node).
 //! - **The caller decides when to stop.** `on_reply` returns how many more outcomes are worth waiting for, 0 to
 //!   end the round; outcomes not awaited are read and dropped by the fanout when they come.
 
@@ -31,7 +32,7 @@ use crate::time::later;
 pub(crate) enum Kind {
     /// An acquisition or extension: a node with too many requests waiting fails its vote.
     Normal,
-    /// A release: must reach every reachable node (see `Fanout::release_round`).
+    /// A release: must reach every reachable node (see `Fanout::release_round`); its scripts go in full.
     Release,
 }
 
@@ -56,40 +57,49 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             return NodeSet::EMPTY;
         }
         let mut request = BytesMut::with_capacity(64 * k);
-        encode(&mut request, false);
+        // A release goes in full at once: nobody may be left to answer its `NOSCRIPT` (`scripts`, "Releases go
+        // in full").
+        encode(&mut request, kind == Kind::Release);
         let mut round = match kind {
             Kind::Normal => self.fanout.round(deadline),
             Kind::Release => self.fanout.release_round(deadline),
         };
         let sent = round.send_to(nodes, &request, k);
         round.need(need);
-        // Per node: outcomes seen so far. Only for nodes that were sent the scripts in full: which commands were
-        // answered in the first pass (allocated only then: rare).
-        let mut index = vec![0usize; n];
-        let mut resent: Vec<Option<Vec<bool>>> = Vec::new();
-        while let Some((node, reply)) = round.next().await {
-            let Some(at) = index.get_mut(node) else {
+        // Every request to a node is the same `k` commands: the outcome with id `seq` answers command `seq % k`
+        // of the node's `seq / k`-th request (0: the first pass; 1: the pass in full after a `NOSCRIPT`).
+        // `handed`: per node and command, whether its outcome went to `on_reply` (once, from either pass; kept
+        // only for requests of several commands).
+        let mut handed: Vec<bool> = Vec::new();
+        let mut resent: Vec<bool> = Vec::new();
+        while let Some((id, reply)) = round.next().await {
+            let (node, seq) = (id.node, id.seq as usize);
+            if node >= n {
                 continue;
-            };
-            let (j, first) = (*at % k, *at < k);
-            *at += 1;
-            let done = resent.get_mut(node).and_then(Option::as_mut);
-            match done {
-                None if first && is_noscript(&reply) => {
-                    // Everything before this command was answered in the first pass.
-                    let mut answered = vec![false; k];
-                    answered[..j].iter_mut().for_each(|a| *a = true);
-                    resent.resize_with(n, || None);
-                    resent[node] = Some(answered);
+            }
+            let (j, first) = (seq % k, seq < k);
+            if first && is_noscript(&reply) {
+                // The node lost the script: the whole request again in full, once; the commands the first pass
+                // answered are not counted twice.
+                if !resent.get(node).copied().unwrap_or(false) {
+                    resent.resize(n, false);
+                    resent[node] = true;
                     request.clear();
                     encode(&mut request, true);
                     round.send(node, &request, k);
-                    continue;
                 }
-                Some(_) if first && is_noscript(&reply) => continue,
-                Some(answered) if first => answered[j] = true,
-                Some(answered) if answered[j] => continue,
-                _ => {}
+                continue;
+            }
+            // One command per request: its first pass answered it or was a `NOSCRIPT` (not handed), so each
+            // outcome is its command's only one, and no books are kept (no allocation per round).
+            if k > 1 {
+                if handed.is_empty() {
+                    handed = vec![false; n * k];
+                }
+                match handed.get_mut(node * k + j) {
+                    Some(h) if !*h => *h = true,
+                    _ => continue,
+                }
             }
             match on_reply(j, (node, round.source(node)), reply) {
                 0 => break,

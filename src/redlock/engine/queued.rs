@@ -1,5 +1,5 @@
-//! The queued acquisition round (issue #24; the design is `wait/handoff.rs`'s module doc): the spec's `SET NX PX`
-//! behind the nodes' queue ([`lua::QUEUE_ACQUIRE`]), decided by the plain [`Quorum`], and leaving the queue.
+//! The queued acquisition round (the design is `wait/handoff.rs`'s module doc): the spec's `SET NX PX` behind the
+//! nodes' queue ([`lua::QUEUE_ACQUIRE`]), decided by the plain [`Quorum`], and leaving the queue.
 
 use std::time::Duration;
 
@@ -64,7 +64,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut resent: Vec<bool> = Vec::new();
         let mut status = Status::Pending;
         round.need(quorum.votes_to_decide());
-        while let Some((node, reply)) = round.next().await {
+        // One request awaited per node at a time (a resend goes after its node's `NOSCRIPT`): an outcome is
+        // its node's latest request's.
+        while let Some((id, reply)) = round.next().await {
+            let node = id.node;
             if is_noscript(&reply) && !resent.get(node).copied().unwrap_or(false) {
                 resent.resize(n, false);
                 resent[node] = true;
@@ -120,11 +123,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
     }
 
-    /// Takes `entry` off the queue on `nodes` ([`lua::QUEUE_LEAVE`]), without waiting for the replies (a node that
-    /// lost the script keeps the entry until its deadline).
+    /// Takes `entry` off the queue on `nodes` ([`lua::QUEUE_LEAVE`]), without waiting for the replies: in full,
+    /// as every release (nobody reads a `NOSCRIPT` here).
     pub(crate) fn leave_queue(&self, resource: &[u8], entry: &Entry, nodes: NodeSet) {
         let mut request = BytesMut::with_capacity(256 + 4 * resource.len());
-        entry.call(&mut request, lua::QUEUE_LEAVE, false, resource, b"", b"0");
+        entry.call(&mut request, lua::QUEUE_LEAVE, true, resource, b"", b"0");
         let mut round = self.fanout.release_round(self.clock.now());
         round.send_to(nodes, &request, 1);
     }

@@ -10,7 +10,8 @@ use crate::redlock::engine::release::Tally;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::{Engine, settle};
 use crate::redlock::error::{Outcome, Report, Result};
-use crate::redlock::kind::reentrant::{Owner, ReentrantLock, count_key, vote};
+use crate::redlock::kind::owner::Owner;
+use crate::redlock::kind::reentrant::{ReentrantLock, count_key, vote};
 use crate::redlock::kind::script_vote;
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Vote};
@@ -65,9 +66,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         // hold if it is there and nothing otherwise.
         if nodes != NodeSet::EMPTY {
             let mut buf = BytesMut::new();
-            // In full (`EVAL`), not by hash: nobody reads this reply, so a node that lost the script (`SCRIPT
-            // FLUSH`) would refuse a hash unseen and keep this attempt's hold for its whole lease (the review of
-            // #23, finding 9). Undos are rare: only failed attempts pay the script's bytes.
+            // In full (`EVAL`), not by hash: nobody reads this reply, so a node that lost the script (`SCRIPT FLUSH`)
+            // would refuse a hash unseen and keep this attempt's hold for its whole lease. Undos are rare: only
+            // failed attempts pay the script's bytes.
             lua::eval(
                 &mut buf,
                 lua::RELEASE_REENTRANT,

@@ -66,18 +66,20 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             }
         }
         round.need(k);
-        // Per node: how many replies came (the i-th reply is for renewals[i % k], of the batch sent the
-        // (i / k)-th time), and how many batches were sent: a batch refused somewhere (a lost script, a refused
-        // native command) goes again whole, the next way (`next_via`), once per way.
-        let mut index = vec![0; n];
+        // Every request to a node is the whole batch of `k`: the outcome with id `seq` is for renewals[seq % k],
+        // of the batch sent the (seq / k)-th time. Per node, how many batches were sent: a batch refused somewhere
+        // (a lost script, a refused native command) goes again whole, the next way (`next_via`), once per way.
         let mut batches = vec![1; n];
         let mut ways: Vec<Vec<Via>> = tried.iter().map(|t| vec![t.last]).collect();
         let mut outcomes = vec![vec![Outcome::NotAwaited; n]; k];
         let mut status = vec![Status::Pending; k];
         let mut undecided = k;
-        while let Some((node, reply)) = round.next().await {
-            let (j, batch) = (index[node] % k, index[node] / k);
-            index[node] += 1;
+        while let Some((id, reply)) = round.next().await {
+            let node = id.node;
+            let (j, batch) = (id.seq as usize % k, id.seq as usize / k);
+            if node >= n {
+                continue;
+            }
             // The way this reply's request went: a set's or an owned hold's renewal is a script even in a
             // native batch.
             let via = match ways[node].get(batch).copied().unwrap_or(Via::Sha) {

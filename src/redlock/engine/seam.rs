@@ -11,9 +11,10 @@
 //!
 //! # Contract (what the engine relies on, and a simulator must keep)
 //!
-//! - **A node's outcomes come out in the order its requests were sent** (see `net/slots.rs`): exactly one per
-//!   expected reply, a reply or the reason there is none; once one of a node's requests of a round has timed
-//!   out, so have all its later ones of that round.
+//! - **Every outcome names the command it answers** ([`CommandId`]: the node, and the reply's place among every
+//!   reply the round expected from that node, counted as the requests were sent; see `net/slots.rs`): exactly
+//!   one per expected reply, a reply or the reason there is none, in any order. The engine looks each up by its
+//!   id ([`NodeRound::next_seq`] before a send says which ids the request's replies get), never by arrival.
 //! - **Every outcome is known by the round's deadline**: after it, [`NodeRound::next`] hands out a timeout for
 //!   each request still unanswered, and `None` once all have their outcome.
 //! - **Dropping a round abandons its replies**, not its requests: what was sent still runs on the node, and so
@@ -22,14 +23,14 @@
 //! - **[`Nodes::setup_replies`]** are the replies to the set-up commands the engine gave, in that order, on the
 //!   node's current connection ([`Nodes::sessions`] changes with every new connection), each dated when it was
 //!   read. The restart guard reads them through typed ids (`restart::SetupIds`), not positions.
-//! - **Votes are dated by the clock** right after [`NodeRound::next`] returns them, not when the fanout decoded
-//!   them (it dates set-up replies so, not round outcomes). A decision (issue #22 asked for the decode instant):
-//!   the date taken is never earlier than the decode, and later is the safe side of every check a vote meets. A
-//!   vote counts only before the lease's validity ends (`Quorum`: later means fewer votes in time); the restart
-//!   guard's window is judged at that date, and the lock then starts to count only after it, when every lease
-//!   the node knew before its restart has ended; the "up since the acquisition" rule compares the node's
-//!   uptime with the same date on both sides. The simulator's `next` advances its virtual clock to the reply's
-//!   arrival, so there the two are the same; the real fanout pays no per-outcome timestamp.
+//! - **Votes are dated by the clock** right after [`NodeRound::next`] returns them, not when the fanout decoded them
+//!   (it dates set-up replies so, not round outcomes), on purpose: the date taken is never earlier than the decode,
+//!   and later is the safe side of every check a vote meets. A vote counts only before the lease's validity ends
+//!   (`Quorum`: later means fewer votes in time); the restart guard's window is judged at that date, and the lock
+//!   then starts to count only after it, when every lease the node knew before its restart has ended; the "up since
+//!   the acquisition" rule compares the node's uptime with the same date on both sides. The simulator's `next`
+//!   advances its virtual clock to the reply's arrival, so there the two are the same; the real fanout pays no
+//!   per-outcome timestamp.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -38,7 +39,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::net::cluster::{Members, MembersRound};
-use crate::net::{Fanout, NodeAddr, NodeSet, Reply, Round};
+use crate::net::{CommandId, Fanout, NodeAddr, NodeSet, Reply, Round};
 use crate::resp::Value;
 
 /// Where the engine's time comes from: `now` dates rounds and votes, `sleep` is the pause between retries.
@@ -140,8 +141,11 @@ pub trait NodeRound {
     /// nothing else relies on are made patient (a plain acquisition, bounded by its lease's validity; a plain
     /// release).
     fn patient_until(&mut self, hard: Instant);
-    /// The next outcome, `(node, reply)`; `None` once every request of the round has its outcome.
-    fn next(&mut self) -> impl Future<Output = Option<(usize, Reply)>>;
+    /// The id the next reply expected from `node` gets (its request's other replies take the ids after it).
+    fn next_seq(&self, node: usize) -> u32;
+    /// The next outcome, with the id of the command it answers; `None` once every request of the round has its
+    /// outcome.
+    fn next(&mut self) -> impl Future<Output = Option<(CommandId, Reply)>>;
     /// The connection the last outcome [`next`](Self::next) handed out for `node` came from: `node` itself for a
     /// plain node; for a cluster member, the master that answered (the restart guard judges that server).
     fn source(&self, node: usize) -> usize {
@@ -210,9 +214,14 @@ impl NodeRound for Round<'_> {
 
     /// Under [`block`] (a blocking verb), the real round blocks this thread until the outcome is filed (driving
     /// the poll itself or sleeping), and the future is ready at its first poll; under an executor (an `_async`
-    /// verb, issue #26) it is [`Round::poll_next`]: never blocking, woken by whoever files the outcome.
+    /// verb) it is [`Round::poll_next`]: never blocking, woken by whoever files the outcome.
     #[inline]
-    fn next(&mut self) -> impl Future<Output = Option<(usize, Reply)>> {
+    fn next_seq(&self, node: usize) -> u32 {
+        Round::next_seq(self, node)
+    }
+
+    #[inline]
+    fn next(&mut self) -> impl Future<Output = Option<(CommandId, Reply)>> {
         std::future::poll_fn(move |cx| match blocking() {
             true => Poll::Ready(Round::next(self)),
             false => self.poll_next(cx),
@@ -293,7 +302,12 @@ impl NodeRound for MembersRound<'_> {
 
     /// As the fanout's round's (above).
     #[inline]
-    fn next(&mut self) -> impl Future<Output = Option<(usize, Reply)>> {
+    fn next_seq(&self, node: usize) -> u32 {
+        MembersRound::next_seq(self, node)
+    }
+
+    #[inline]
+    fn next(&mut self) -> impl Future<Output = Option<(CommandId, Reply)>> {
         std::future::poll_fn(move |cx| match blocking() {
             true => Poll::Ready(MembersRound::next(self)),
             false => self.poll_next(cx),
@@ -321,13 +335,12 @@ pub(crate) fn blocking() -> bool {
 /// Runs one of the engine's verbs to its end on this thread, for callers that block (the manager's verbs, the
 /// watchdog, the waiting loop).
 ///
-/// The engine's verbs are `async` so that the simulator can run many clients' rounds as tasks on one thread
-/// (each `next()` or `sleep` a point where another client may run), and so that the async API (issue #26) runs
-/// the very same verbs as futures. Under `block` (a thread-local flag says so) every such point of the real seam
-/// blocks inside the call and its future is ready at its first poll, so the verb completes in one poll and this
-/// costs no allocation and no hand-off; polled by an executor instead, the same points never block. Were some
-/// seam to return a pending future here, this polls again after yielding the thread, so it never spins a core
-/// while it waits.
+/// The engine's verbs are `async` so that the simulator can run many clients' rounds as tasks on one thread (each
+/// `next()` or `sleep` a point where another client may run), and so that the async API runs the very same verbs as
+/// futures. Under `block` (a thread-local flag says so) every such point of the real seam blocks inside the call and
+/// its future is ready at its first poll, so the verb completes in one poll and this costs no allocation and no
+/// hand-off; polled by an executor instead, the same points never block. Were some seam to return a pending future
+/// here, this polls again after yielding the thread, so it never spins a core while it waits.
 #[inline]
 pub(crate) fn block<F: Future>(verb: F) -> F::Output {
     /// Puts the thread's mode back when the verb ends (or unwinds).

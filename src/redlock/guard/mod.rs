@@ -16,7 +16,6 @@
 
 pub(crate) mod watchdog;
 
-use std::fmt;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::atomic::AtomicU64;
@@ -28,10 +27,11 @@ use crate::net::NodeSet;
 use crate::redlock::engine::renew::Renewal;
 use crate::redlock::engine::seam::{Clock, Nodes, block};
 use crate::redlock::engine::{Engine, is_gone};
-use crate::redlock::error::{Error, Report, Result};
+use crate::redlock::error::{Error, Result};
 use crate::redlock::guard::watchdog::Watchdog;
 use crate::redlock::kind::lock::{Kind, Lock};
-use crate::redlock::kind::reentrant::Owner;
+use crate::redlock::kind::owner::Owner;
+use crate::redlock::lost::Lost;
 use crate::redlock::observe;
 use crate::redlock::quorum::Failure;
 use crate::redlock::schedule::{GuardId, lost_margin, renewal_due, retry_due};
@@ -54,9 +54,9 @@ pub(crate) struct Keeper {
 impl Drop for Keeper {
     fn drop(&mut self) {
         self.watchdog.stop();
-        // Task guards dropped last (a service's end): their queued releases run here, or nobody would run them
-        // (the review of #26, finding 1). All of them at once, bounded by one release round (a plain lock's is
-        // patient: up to 40 round timeouts while nodes answer slowly).
+        // Task guards dropped last (a service's end): their queued releases run here, or nobody would run them. All
+        // of them at once, bounded by one release round (a plain lock's is patient: up to 40 round timeouts while
+        // nodes answer slowly).
         self.release_all(self.watchdog.take_releases());
     }
 }
@@ -85,8 +85,8 @@ impl Keeper {
     }
 
     /// Releases the guards `helds` (dropped by tasks) all at once: their rounds go out together and are awaited
-    /// together on this thread (a task-style poll, not under `block`: one round trip for all, where one round after
-    /// the other starved the renewals of the other guards behind a burst of drops, the review of #26, finding 3).
+    /// together on this thread (a task-style poll, not under `block`: one round trip for all; one round after the
+    /// other would starve the renewals of the other guards behind a burst of drops).
     /// Best effort, as a guard's drop is: an error leaves a key to expire with its lease. Plain locks' releases
     /// are patient rounds: while a majority's nodes answer slowly this thread (the watchdog's) waits for them, up
     /// to 40 round timeouts, and renewals due meanwhile wait too (they could not be confirmed by those nodes in a
@@ -274,44 +274,6 @@ fn settle<N: Nodes, C: Clock>(
     Some(retry_due(now, g.ttl, engine.config.round_timeout, deadline))
 }
 
-/// Why a guard's lock is lost.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Lost {
-    /// A majority of nodes no longer holds this lock's value: the key was deleted, overwritten, or expired and
-    /// taken by someone else. The report lists every node's outcome in the round that found it.
-    Taken(Box<Report>),
-    /// A renewal found too few nodes still holding the lock for a majority once the nodes that are down are
-    /// counted out: they refuse connections or closed them, and a node that restarts without persistence comes
-    /// back without the key. The report lists every node's outcome in that renewal.
-    Down(Box<Report>),
-    /// The lease ran down to its margin with no renewal confirmed by a majority: nodes hung, slow or partitioned
-    /// away, or this process paused past it. The last renewal's error, if one failed.
-    Expired(Option<Box<Error>>),
-    /// The guard was released.
-    Released,
-}
-
-impl fmt::Display for Lost {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Lost::Taken(r) => write!(f, "too few nodes still hold the lock for a majority ({r})"),
-            Lost::Down(r) => write!(
-                f,
-                "too many nodes holding the lock are down for a majority ({r})"
-            ),
-            Lost::Expired(None) => f.write_str("the lease ran out before a renewal was confirmed"),
-            Lost::Expired(Some(e)) => {
-                write!(
-                    f,
-                    "the lease ran out before a renewal was confirmed (last renewal: {e})"
-                )
-            }
-            Lost::Released => f.write_str("released"),
-        }
-    }
-}
-
 /// Wakes a thread parked in [`Keeper::release_all`].
 struct Unpark(std::thread::Thread);
 
@@ -421,7 +383,7 @@ impl Held {
 
     /// Marks the guard lost (the first reason wins) and wakes whoever waits on it. A first loss is counted in
     /// `counter` before anyone is woken, so that a holder woken by it reads it in
-    /// [`LockManager::stats`](crate::redlock::LockManager::stats) (`tests/rooms.rs` saw the count lag the wake-up).
+    /// [`LockManager::stats`](crate::redlock::LockManager::stats) (`tests/threads/guard_room.rs` saw the count lag the wake-up).
     pub(crate) fn set_lost(&self, lost: Lost, counter: Option<&AtomicU64>) {
         let mut s = lock(&self.state);
         if s.lost.is_none() {
@@ -476,7 +438,7 @@ impl Held {
 /// use muxlock::LockManager;
 ///
 /// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
-/// let guard = locks.hold("nightly-report", Duration::from_secs(30))?;
+/// let guard = locks.request("nightly-report").ttl(Duration::from_secs(30)).hold()?;
 /// for chunk in 0..1_000 {
 ///     if guard.is_lost() {
 ///         eprintln!("lock lost: {}", guard.lost().map(|l| l.to_string()).unwrap_or_default());
@@ -579,7 +541,7 @@ impl Guard {
         self
     }
 
-    /// As [`release`](Guard::release), as a future that never blocks the executor's thread (issue #26).
+    /// As [`release`](Guard::release), as a future that never blocks the executor's thread.
     ///
     /// # Errors
     ///
@@ -593,7 +555,7 @@ impl Guard {
 
     /// A future that completes with why the lock is lost — at once if it is, else when a renewal finds it lost or
     /// its [deadline](Guard::deadline) passes with no renewal confirmed — for `select!` beside the work it
-    /// guards (issue #26). Never blocks; needs no runtime (the crate's timer thread wakes it at the deadline).
+    /// guards. Never blocks; needs no runtime (the crate's timer thread wakes it at the deadline).
     pub fn until_lost(&self) -> impl std::future::Future<Output = Lost> + Send + use<> {
         self.watch().until_lost()
     }

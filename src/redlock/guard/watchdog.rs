@@ -12,7 +12,7 @@
 //!    no longer hold for a majority is lost at once.
 //! 3. **Waits** for the next renewal, in [`Fanout::recv_pushes`] on the tracker connections: an invalidation push
 //!    (the key was deleted, overwritten, or expired and removed) puts a guard's key on the list for step 2, and
-//!    wakes the key's waiters at once (waiters arm the tracking themselves: see `LockManager::lock_wait`);
+//!    wakes the key's waiters at once (waiters arm the tracking themselves: see `Request::wait`);
 //!    [`Watchdog::poke`] wakes it for new work. A tracker connection that was made anew has forgotten what it
 //!    tracked: every guard's key is checked again and every waiter woken.
 //!
@@ -57,7 +57,8 @@ use crate::net::{Fanout, NodeError, Options};
 use crate::redlock::engine::Engine;
 use crate::redlock::engine::seam::{Clock, block};
 use crate::redlock::error::Outcome;
-use crate::redlock::guard::{Held, Keeper, Lost, lose, renew};
+use crate::redlock::guard::{Held, Keeper, lose, renew};
+use crate::redlock::lost::Lost;
 use crate::redlock::schedule::{GuardId, Schedule, renewal_due};
 use crate::resp::{Value, encode_command};
 use crate::sync::lock;
@@ -80,7 +81,7 @@ struct WatchState {
     next_id: GuardId,
     /// Guards' keys to read on the tracker: new guards, invalidated keys.
     check: HashSet<Vec<u8>>,
-    /// Guards dropped by tasks, released here so that no executor thread blocks on a release round (#26).
+    /// Guards dropped by tasks, released here so that no executor thread blocks on a release round.
     releases: Vec<Arc<Held>>,
     stop: bool,
 }
@@ -180,9 +181,9 @@ impl Watchdog {
     /// The tracker connections, made on first use: RESP3, client-side tracking on, pushes kept. `None` if they
     /// cannot be had (no event poll, or every node refused tracking before).
     pub(crate) fn tracker(&self, core: &Engine) -> Option<&Fanout> {
-        // A manager with cluster members has no tracker (issue #27, not built): its keys live on many masters
-        // per member. Guards are then checked at each renewal, and waiters wake on their timer or on a release in
-        // this process, as with servers that refuse tracking.
+        // A manager with cluster members has no tracker: its keys live on many masters per member. Guards are then
+        // checked at each renewal, and waiters wake on their timer or on a release in this process, as with servers
+        // that refuse tracking.
         if self.untracked.load(Ordering::Acquire) || core.fanout.is_routed() {
             return None;
         }
@@ -360,15 +361,17 @@ impl Watchdog {
         let mut round = tracker.round(later(Instant::now(), core.config.round_timeout));
         round.send_all(&request, guards.len());
         round.need(guards.len());
-        let mut index = vec![0; n];
         let mut outcomes = vec![vec![Outcome::NotAwaited; n]; guards.len()];
-        while let Some((node, reply)) = round.next() {
-            let i = index[node];
-            index[node] += 1;
-            let (Some(g), Some(slot)) = (guards.get(i), outcomes.get_mut(i)) else {
+        // One `GET` per guard, in order: the reply with id `i` is guard `i`'s.
+        while let Some((id, reply)) = round.next() {
+            let i = id.seq as usize;
+            let (Some(g), Some(cell)) = (
+                guards.get(i),
+                outcomes.get_mut(i).and_then(|o| o.get_mut(id.node)),
+            ) else {
                 continue;
             };
-            slot[node] = match reply {
+            *cell = match reply {
                 Ok(v) => match v.without_attributes() {
                     Value::BulkString(b) if b[..] == g.value[..] => Outcome::Granted,
                     Value::BulkString(_) | Value::Null | Value::NullBulk => Outcome::Taken,

@@ -1,5 +1,6 @@
-//! Fencing tokens across N masters: [`LockManager::lock_fenced`](crate::redlock::LockManager::lock_fenced),
-//! [`LockManager::hold_fenced`](crate::redlock::LockManager::hold_fenced), [`FencedLock`].
+//! Fencing tokens across N masters, asked with [`Request::fenced`](crate::redlock::Request::fenced): the token
+//! is [`Lock::token`] (and [`Guard::token`](crate::redlock::Guard::token)); [`FencedLock`] is what the engine's
+//! acquisition round gives.
 //!
 //! A fencing token is a number handed out with a lock that strictly increases across every successful
 //! acquisition of the resource, by anyone. The protected resource accepts a write only if its token is at least
@@ -44,11 +45,12 @@
 //! By induction over the holders, in the order the lock's mutual exclusion puts them, every token is larger than
 //! every earlier one. **Nothing in the argument depends on how long any client's rounds take**: a client with a
 //! long round timeout, or one that reads its replies late (descheduled, overloaded), counts only confirmations
-//! that ran after its own lock was held. (The design before issue #20 took the counter in round 1 and relied on
-//! every client bounding its rounds by this manager's round timeout, which nothing enforced:
-//! `tests/fenced.rs` has the history that broke it.)
+//! that ran after its own lock was held. (Taking the counter in round 1 would rely on every client bounding its
+//! rounds by this manager's round timeout, which nothing enforces: `tests/api/fenced.rs`,
+//! `a_slow_client_never_gets_a_smaller_token_than_an_earlier_holder`, runs a history where a slow client then
+//! gets a smaller token than an earlier holder.)
 //!
-//! **A guard** ([`hold_fenced`](crate::redlock::LockManager::hold_fenced)) keeps its token for its whole life: renewals
+//! **A guard** (a fenced request's [`hold`](crate::redlock::Request::hold)) keeps its token for its whole life: renewals
 //! extend the key with the usual compare-and-pexpire and never touch the counter. The argument holds with `T` the
 //! end of the lease as last confirmed, which renewals only move later; the guard's release is the fenced release.
 //!
@@ -71,8 +73,6 @@
 //! one more than a plain lock; a third only when a majority finds the candidate stale (a history like the one
 //! above). The confirmation needs a majority of all N up, as the acquisition does.
 
-use std::fmt;
-
 use crate::net::Reply;
 use crate::redlock::error::Outcome;
 use crate::redlock::kind::lock::{Kind, Lock};
@@ -93,58 +93,19 @@ pub(crate) fn counter_key_for(resource: &[u8], routed: bool) -> Vec<u8> {
     crate::redlock::kind::derived_key(b"muxlock:fence:", resource, routed)
 }
 
-/// A lock with its fencing token. Release it with
-/// [`LockManager::unlock_fenced`](crate::redlock::LockManager::unlock_fenced), which leaves the token on every node it
-/// frees (a plain release would not).
-#[must_use = "a lock that is not used is held until its lease runs out"]
-pub struct FencedLock {
+/// A lock with its fencing token: what the engine's acquisition round gives, handed out as a [`Lock`] of kind
+/// [`Kind::Fenced`] (released by the fenced release, which leaves the token on every node it frees; a plain
+/// release would not).
+#[derive(Debug)]
+pub(crate) struct FencedLock {
     pub(crate) lock: Lock,
     pub(crate) token: u64,
-}
-
-impl FencedLock {
-    /// The fencing token: larger than the token of every earlier successful fenced acquisition of this resource.
-    /// Send it with every write to the protected resource, which must refuse a token smaller than the largest it
-    /// has seen.
-    pub fn token(&self) -> u64 {
-        self.token
-    }
-
-    /// The lock itself (resource, value, validity).
-    pub fn lock(&self) -> &Lock {
-        &self.lock
-    }
-
-    /// Whether the lease has not run out yet.
-    pub fn is_valid(&self) -> bool {
-        self.lock.is_valid()
-    }
-}
-
-impl FencedLock {
-    /// A [`Lock`] of kind [`Kind::Fenced`] as a `FencedLock` (for the old verbs); token 0 for another kind.
-    pub(crate) fn from_lock(lock: Lock) -> FencedLock {
-        let token = lock.token().unwrap_or(0);
-        FencedLock {
-            lock: lock.with_kind(Kind::Plain),
-            token,
-        }
-    }
 }
 
 impl From<FencedLock> for Lock {
     /// The fenced lock as one [`Lock`], its token in its kind.
     fn from(fenced: FencedLock) -> Lock {
         fenced.lock.with_kind(Kind::Fenced(fenced.token))
-    }
-}
-
-impl fmt::Debug for FencedLock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FencedLock")
-            .field("lock", &self.lock)
-            .field("token", &self.token)
-            .finish()
     }
 }
 

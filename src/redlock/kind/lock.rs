@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::net::NodeSet;
-use crate::redlock::kind::reentrant::Owner;
+use crate::redlock::kind::owner::Owner;
 use crate::redlock::token;
 
 /// What kind of lock a [`Lock`] is, and what that kind keeps beside the lease. The kind decides which scripts

@@ -1,17 +1,18 @@
-//! The kinds of lock as values: each knows its handle type, its scripts and how to read their replies; the
-//! engine (`engine/`) runs their rounds.
+//! The kinds of lock as values: each knows what its acquisition round gives, its scripts and how to read their
+//! replies; the engine (`engine/`) runs their rounds. Every kind is handed out as one
+//! [`Lock`](crate::redlock::Lock), its kind inside.
 //!
 //! - `lock`: [`Lock`](crate::redlock::Lock), one resource (`SET NX PX`, the release and extend scripts);
-//! - `set`: [`LockSet`](crate::redlock::LockSet), several resources all or none (one script per node);
-//! - `fenced`: [`FencedLock`](crate::redlock::FencedLock), a lock with a fencing token; its module doc is the safety
-//!   argument;
-//! - `reentrant`: [`Owner`](crate::redlock::Owner) and [`ReentrantLock`](crate::redlock::ReentrantLock), holds counted per owner;
+//! - `set`: several resources all or none (one script per node);
+//! - `fenced`: a lock with a fencing token; its module doc is the safety argument;
+//! - `reentrant`: [`Owner`](crate::redlock::Owner) and its holds, counted per owner;
 //! - batches are plain [`Lock`](crate::redlock::Lock)s acquired together (`engine/batch.rs`).
 //!
 //! Here too, the replies every kind shares: a `SET NX`'s and a compare-and-X script's.
 
 pub(crate) mod fenced;
 pub(crate) mod lock;
+pub(crate) mod owner;
 pub(crate) mod queued;
 pub(crate) mod reentrant;
 pub(crate) mod set;
@@ -143,7 +144,7 @@ mod tests {
 
     #[test]
     fn derived_keys_share_the_resource_slot_on_cluster_members() {
-        // Plain members: today's names.
+        // Plain members: the prefix and the resource, unwrapped.
         assert_eq!(derived_key(b"p:", b"r", false), b"p:r");
         assert_eq!(derived_key(b"p:", b"{t}x", false), b"p:{t}x");
         // Cluster members: an untagged resource is wrapped, a tagged one keeps its tag.

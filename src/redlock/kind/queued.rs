@@ -1,6 +1,6 @@
-//! The queued kind (issue #24): a waiting process's entry in the nodes' per-resource queue, its scripts
-//! ([`lua::QUEUE_ACQUIRE`], [`lua::QUEUE_LEAVE`]) and what their replies mean. The design and its safety
-//! argument are `wait/handoff.rs`'s module doc; the round is `engine/queued.rs`.
+//! The queued kind: a waiting process's entry in the nodes' per-resource queue, its scripts ([`lua::QUEUE_ACQUIRE`],
+//! [`lua::QUEUE_LEAVE`]) and what their replies mean. The design and its safety argument are `wait/handoff.rs`'s
+//! module doc; the round is `engine/queued.rs`.
 
 use std::time::Duration;
 

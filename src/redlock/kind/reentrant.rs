@@ -1,5 +1,5 @@
-//! Reentrant locks, opt-in, by owner: [`Owner`], [`ReentrantLock`],
-//! [`LockManager::lock_reentrant`](crate::redlock::LockManager::lock_reentrant).
+//! Reentrant locks, opt-in, by owner: [`Owner`], asked with [`Request::owned`](crate::redlock::Request::owned);
+//! each hold a [`Lock`] of kind [`Kind::Owned`] ([`ReentrantLock`] is what the engine's acquisition round gives).
 //!
 //! An [`Owner`] is a random token the caller holds and passes to each acquisition: it is the key's value, so
 //! reentrancy works across threads and async tasks (whoever holds the owner), not per thread. A second
@@ -20,15 +20,16 @@
 //!   a majority `M` with at least its TTL to live from before the round started (the Redlock rule). On a node of
 //!   `M` the key goes before that only when its own field is removed (by its own release) or its expiry passes:
 //!   nested holds add fields and never shorten the expiry, their releases remove only their own fields, and
-//!   other owners cannot write the key. So while [`ReentrantLock::is_valid`] (the lease minus drift) holds, `M`
+//!   other owners cannot write the key. So while [`Lock::is_valid`] (the lease minus drift) holds, `M`
 //!   holds the key for the owner, and no other owner can get a majority. (Node restarts without persistence are
 //!   the restart guard's, as for every lock.)
 //! - **Every key the scripts write has an expiry**: the key and the hash share one, set in the same script.
 //!
 //! # Limits
 //!
-//! - **A release not confirmed by a majority hands the hold back** ([`Unreleased`]): release it again; the nodes
-//!   that already released it remove nothing the second time.
+//! - **A release not confirmed by a majority** ([`Error::Quorum`](crate::redlock::Error::Quorum)) leaves the hold
+//!   on the nodes it did not reach until its lease runs out. Releases are idempotent, so the nodes that did
+//!   release it would remove nothing if the same hold's release came again.
 //! - **An acquisition that runs after its own release or undo** (possible only if it waited in a queue the
 //!   release overtook, which one connection per node does not allow) leaves its field: the key then stays until
 //!   it expires, as a lock whose release was lost does. That costs waiting, never safety.
@@ -40,7 +41,7 @@
 //!   give it: conservative, never more than a majority holds. It extends only while the hold's own field is
 //!   there: a released hold cannot keep the key alive.
 
-use std::fmt;
+use crate::redlock::kind::owner::Owner;
 use std::time::Instant;
 
 use crate::net::{NodeSet, Reply};
@@ -50,30 +51,10 @@ use crate::redlock::quorum::Vote;
 use crate::redlock::token;
 use crate::resp::Value;
 
-/// Who holds a reentrant lock: a random value (40 hex digits) shared by every acquisition of one owner. Clone it
-/// into every thread or task that acts as that owner.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Owner {
-    pub(crate) value: token::Value,
-}
-
-impl Owner {
-    /// The owner's value, as stored in the keys it holds.
-    pub fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.value).unwrap_or_default()
-    }
-}
-
-impl fmt::Debug for Owner {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Owner").field(&self.as_str()).finish()
-    }
-}
-
-/// One hold of a reentrant lock. Release each hold with
-/// [`LockManager::unlock_reentrant`](crate::redlock::LockManager::unlock_reentrant); the key goes with the last.
-#[must_use = "a hold that is not released keeps the lock until the lease runs out"]
-pub struct ReentrantLock {
+/// One hold of a reentrant lock: what the engine's acquisition round gives, handed out as a [`Lock`] of kind
+/// [`Kind::Owned`].
+#[derive(Debug)]
+pub(crate) struct ReentrantLock {
     pub(crate) resource: Vec<u8>,
     pub(crate) owner: Owner,
     /// This acquisition's id: its field in the holds hash.
@@ -101,65 +82,6 @@ impl From<ReentrantLock> for Lock {
                 holds: r.holds,
             },
         }
-    }
-}
-
-impl ReentrantLock {
-    /// A [`Lock`] of kind [`Kind::Owned`] as a `ReentrantLock` (for the old verbs). Another kind (never made by
-    /// an owned request) becomes a hold of an owner whose value is the lock's, with no hold id.
-    pub(crate) fn from_lock(lock: Lock) -> ReentrantLock {
-        let (owner, hold, holds) = match lock.kind {
-            Kind::Owned { owner, hold, holds } => (owner, hold, holds),
-            _ => (Owner { value: lock.value }, lock.value, 1),
-        };
-        ReentrantLock {
-            resource: lock.resource,
-            owner,
-            hold,
-            valid_until: lock.valid_until,
-            acquired: lock.acquired,
-            holds,
-            nodes: lock.nodes,
-        }
-    }
-}
-
-impl ReentrantLock {
-    /// The locked resource's name.
-    pub fn resource(&self) -> &[u8] {
-        &self.resource
-    }
-
-    /// The owner.
-    pub fn owner(&self) -> &Owner {
-        &self.owner
-    }
-
-    /// The number of holds the key had after this acquisition, the largest among the nodes counted for the
-    /// majority (1 for an outer hold, 2 for the first nested one, ...). Informative: nodes may differ after
-    /// failures, which is harmless because each release removes only its own hold.
-    pub fn holds(&self) -> u64 {
-        self.holds
-    }
-
-    /// The instant this hold's lease ends, on the monotonic clock.
-    pub fn valid_until(&self) -> Instant {
-        self.valid_until
-    }
-
-    /// Whether this hold's lease has not run out yet.
-    pub fn is_valid(&self) -> bool {
-        Instant::now() < self.valid_until
-    }
-}
-
-impl fmt::Debug for ReentrantLock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReentrantLock")
-            .field("resource", &String::from_utf8_lossy(&self.resource))
-            .field("owner", &self.owner)
-            .field("holds", &self.holds)
-            .finish_non_exhaustive()
     }
 }
 

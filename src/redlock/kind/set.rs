@@ -1,5 +1,6 @@
-//! All-or-nothing sets of resources: [`LockManager::lock_many`](crate::redlock::LockManager::lock_many) and its kin,
-//! and [`LockSet`].
+//! All-or-nothing sets of resources, asked with
+//! [`LockManager::request_all`](crate::redlock::LockManager::request_all): [`LockSet`], what an acquisition
+//! round gives, held as a [`Lock`] of kind [`Kind::Set`].
 //!
 //! # Invariants
 //!
@@ -10,9 +11,14 @@
 //!   in any order is the same request, and two callers with overlapping sets in different orders meet in the same
 //!   key order. (Within one node there is nothing to deadlock on anyway: a script never waits; the sorting keeps
 //!   requests identical and reports stable.)
-//! - **A retry is not blocked by its own leftovers.** One call draws one value and keeps it across its retries, and
-//!   the script accepts keys that already hold it: a key its own failed attempt left behind (a release that has not
-//!   landed yet) does not block the next attempt, as node-redlock's script (which refuses its own value) does.
+//! - **A value per attempt.** Every attempt, the first and each retry (of `acquire` and of `wait`), draws a value of
+//!   its own, as a plain lock's does. A failed attempt's clean-up is a compare-and-delete of *its* value, and may run
+//!   late: held for room on a full node, detached from its round, sent on a later connection. Whenever it runs it
+//!   deletes nothing a later attempt set. (A value reused across attempts would let a clean-up that reaches a node
+//!   after the next attempt was granted there delete that attempt's keys: a set reported held on a node where it no
+//!   longer is, which another client can then take.) The price: a key a failed attempt left behind (its clean-up not
+//!   landed yet) blocks the next attempt on that node until the clean-up lands or the lease ends, as any other
+//!   holder's key would.
 //! - **After an error nothing of the set stays locked on a node that answered.** A failed attempt releases the set
 //!   on every node the attempt was sent to and waits (one round timeout at most) for those releases: a node that
 //!   answered the acquisition has, by the time the error is returned, also answered the release (they travel in
@@ -23,56 +29,23 @@
 //!   every key only where every key still holds our value.
 //! - **The restart guard counts every vote** (`Engine::counted`), as for one key.
 
-use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::net::NodeSet;
 use crate::redlock::kind::lock::{Kind, Lock};
 use crate::redlock::token;
 
-/// A set of resources held together on a majority of the nodes, all with one value, valid until
-/// [`valid_until`](LockSet::valid_until). Dropping it does not release it.
-#[must_use = "a lock that is not used is held until its lease runs out"]
-pub struct LockSet {
+/// A set of resources held together on a majority of the nodes, all with one value: what the engine's
+/// acquisition round gives, handed out as a [`Lock`] of kind [`Kind::Set`].
+#[derive(Debug)]
+pub(crate) struct LockSet {
     pub(crate) resources: Vec<Vec<u8>>,
     pub(crate) value: token::Value,
     pub(crate) valid_until: Instant,
-    /// When the acquisition round started (see [`Lock`](crate::redlock::Lock)'s field of that name).
+    /// When the acquisition round started (see [`Lock`]'s field of that name).
     pub(crate) acquired: Instant,
     pub(crate) extensions: u32,
     pub(crate) nodes: NodeSet,
-}
-
-impl LockSet {
-    /// The resources, sorted, without duplicates.
-    pub fn resources(&self) -> &[Vec<u8>] {
-        &self.resources
-    }
-
-    /// The value every key of the set holds (40 hex digits).
-    pub fn value(&self) -> &str {
-        std::str::from_utf8(&self.value).unwrap_or_default()
-    }
-
-    /// The instant the lease ends, on the monotonic clock.
-    pub fn valid_until(&self) -> Instant {
-        self.valid_until
-    }
-
-    /// The time left on the lease (zero once it has run out).
-    pub fn validity(&self) -> Duration {
-        self.valid_until.saturating_duration_since(Instant::now())
-    }
-
-    /// Whether the lease has not run out yet.
-    pub fn is_valid(&self) -> bool {
-        Instant::now() < self.valid_until
-    }
-
-    /// How many times the set was extended.
-    pub fn extensions(&self) -> u32 {
-        self.extensions
-    }
 }
 
 impl From<LockSet> for Lock {
@@ -87,55 +60,6 @@ impl From<LockSet> for Lock {
             nodes: set.nodes,
             kind: Kind::Set(set.resources),
         }
-    }
-}
-
-impl LockSet {
-    /// A [`Lock`] of kind [`Kind::Set`] as a `LockSet` (for the old verbs); another kind as a set of its one
-    /// resource.
-    pub(crate) fn from_lock(lock: Lock) -> LockSet {
-        let resources = match lock.kind {
-            Kind::Set(names) => names,
-            _ => vec![lock.resource],
-        };
-        LockSet {
-            resources,
-            value: lock.value,
-            valid_until: lock.valid_until,
-            acquired: lock.acquired,
-            extensions: lock.extensions,
-            nodes: lock.nodes,
-        }
-    }
-
-    /// A copy of `set` (for an extension through [`Lock`]).
-    pub(crate) fn of_set(set: &LockSet) -> LockSet {
-        LockSet {
-            resources: set.resources.clone(),
-            value: set.value,
-            valid_until: set.valid_until,
-            acquired: set.acquired,
-            extensions: set.extensions,
-            nodes: set.nodes,
-        }
-    }
-}
-
-impl fmt::Debug for LockSet {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockSet")
-            .field(
-                "resources",
-                &self
-                    .resources
-                    .iter()
-                    .map(|r| String::from_utf8_lossy(r))
-                    .collect::<Vec<_>>(),
-            )
-            .field("value", &self.value())
-            .field("validity", &self.validity())
-            .field("extensions", &self.extensions)
-            .finish()
     }
 }
 

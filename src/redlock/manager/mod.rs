@@ -1,7 +1,7 @@
 //! [`LockManager`]: the lock API, a cheap handle on what its clones and guards share (the guard room's
-//! `Keeper`: the engine, the watchdog, the waiters). Every public verb of every kind of lock is in this room
-//! (here the basic ones, `holding.rs` guards and waiting, `kinds.rs` sets, batches, fenced and reentrant locks):
-//! the only room that knows the engine, the guards and waiting together.
+//! `Keeper`: the engine, the watchdog, the waiters). Every public verb is in this room (here the basic ones,
+//! `request.rs` the [`Request`] and its terminals, `holding.rs` cancelling waits and the guards' TTL check,
+//! `kinds.rs` batches and owners): the only room that knows the engine, the guards and waiting together.
 
 mod holding;
 mod kinds;
@@ -18,7 +18,7 @@ use crate::redlock::config::Config;
 use crate::redlock::engine::seam::{SystemClock, block};
 use crate::redlock::engine::{Engine, restart};
 use crate::redlock::error::{Error, Result};
-use crate::redlock::guard::{Guard, Keeper};
+use crate::redlock::guard::Keeper;
 use crate::redlock::inspect::Inspection;
 use crate::redlock::kind::lock::Lock;
 use crate::redlock::observe;
@@ -43,7 +43,7 @@ use crate::redlock::waiters::WaitRoom;
 /// use muxlock::LockManager;
 ///
 /// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
-/// let lock = locks.lock("invoice:42", Duration::from_secs(10))?;
+/// let lock = locks.request("invoice:42").ttl(Duration::from_secs(10)).acquire()?;
 /// // ... work while lock.is_valid() ...
 /// locks.unlock(lock)?;
 /// # Ok::<(), muxlock::Error>(())
@@ -178,7 +178,6 @@ impl Builder {
             setup,
             tls: self.config.tls.clone(),
             optional_setup,
-            scripts: crate::redlock::scripts::known(),
             ..Options::default()
         };
         let mut fanout = Members::new(plan, opts).map_err(|e| match e.kind() {
@@ -193,7 +192,7 @@ impl Builder {
         if let Some((_, ids)) = &restart.guard {
             // A cluster node's votes are handed up only after an `INFO replication` read after them shows the
             // master its connection's set-up read: a failover and failback this manager never saw quarantines
-            // the node before they count (`net/cluster/route/replid.rs`; #27 review, finding 5).
+            // the node before they count (`net/cluster/route/replid.rs`).
             fanout.check_replication(ids.info());
         }
         if routed && self.config.fold_releases {
@@ -306,42 +305,6 @@ impl LockManager {
         self.engine().quorum()
     }
 
-    /// Acquires `resource` for `ttl`, retrying up to [`Config::retry_count`] times with a jittered delay.
-    ///
-    /// # Errors
-    ///
-    /// - [`Error::Held`] if another holder still had it at the last attempt;
-    /// - [`Error::Quorum`] if too many nodes were down, hung or failing, with every node's outcome;
-    /// - [`Error::Config`] for an empty resource name or an invalid `ttl`.
-    #[deprecated(since = "0.2.0", note = "use `request(resource).ttl(ttl).acquire()`")]
-    pub fn lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Lock> {
-        self.request(resource).ttl(ttl).acquire()
-    }
-
-    /// Acquires `resource` for [`Config::ttl`], retrying as [`lock`](LockManager::lock) does.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](LockManager::lock).
-    #[deprecated(since = "0.2.0", note = "use `request(resource).acquire()`")]
-    pub fn acquire(&self, resource: impl AsRef<[u8]>) -> Result<Lock> {
-        self.request(resource).acquire()
-    }
-
-    /// One attempt to acquire `resource` for `ttl`: `Ok(None)` if another holder has it.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Quorum`] if too many nodes failed to answer for a decision, [`Error::Config`] for invalid
-    /// arguments.
-    #[deprecated(
-        since = "0.2.0",
-        note = "use `request(resource).ttl(ttl).once().acquire()` (`Err(Error::Held)` when held)"
-    )]
-    pub fn try_lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Option<Lock>> {
-        crate::redlock::error::not_held(self.request(resource).ttl(ttl).once().acquire())
-    }
-
     /// Extends `lock`'s lease to `ttl` from now, on all nodes at once. On success the new validity is measured
     /// from the start of this call; on failure `lock` keeps its current validity.
     ///
@@ -356,7 +319,7 @@ impl LockManager {
         block(self.extend_async(lock, ttl))
     }
 
-    /// As [`extend`](LockManager::extend), as a future that never blocks the executor's thread (issue #26; see
+    /// As [`extend`](LockManager::extend), as a future that never blocks the executor's thread (see
     /// [`Request::acquire_async`](super::Request::acquire_async)).
     ///
     /// # Errors
@@ -437,7 +400,7 @@ impl LockManager {
         block(self.unlock_async(lock))
     }
 
-    /// As [`unlock`](LockManager::unlock), as a future that never blocks the executor's thread (issue #26).
+    /// As [`unlock`](LockManager::unlock), as a future that never blocks the executor's thread.
     ///
     /// # Errors
     ///

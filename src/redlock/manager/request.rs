@@ -1,4 +1,4 @@
-//! [`Request`]: one way to ask for a lock (issue #23). What (one resource or a set), for how long, how to wait,
+//! [`Request`]: one way to ask for a lock. What (one resource or a set), for how long, how to wait,
 //! which kind — as values; then a terminal: [`acquire`](Request::acquire) a [`Lock`], [`hold`](Request::hold) a
 //! [`Guard`], or [`run`](Request::run) a closure under a guard.
 //!
@@ -18,9 +18,10 @@ use super::LockManager;
 use crate::redlock::engine::any::Want;
 use crate::redlock::engine::seam::block;
 use crate::redlock::error::{Error, Outcome, Result};
-use crate::redlock::guard::{Guard, Lost};
+use crate::redlock::guard::Guard;
 use crate::redlock::kind::lock::Lock;
-use crate::redlock::kind::reentrant::Owner;
+use crate::redlock::kind::owner::Owner;
+use crate::redlock::lost::Lost;
 use crate::redlock::observe;
 use crate::redlock::wait;
 
@@ -150,12 +151,37 @@ impl<'m> Request<'m> {
         self
     }
 
-    /// Waits for the resource up to `max_wait` in all, without polling: woken by releases in this process, by
-    /// the nodes' client-side tracking (a release, overwrite or expiry by any client), and at the holder's lease
-    /// end; waiters of one resource line up first come, first served (across processes too, for one plain
-    /// resource: see [`LockManager::lock_wait`]). A set waits in a line of its own, woken by a release of any of
-    /// its names and probing them all; an owner's holds in a line of the owner's, so that a nested hold never
-    /// waits behind another owner's waiter. `max_wait` of zero makes one attempt.
+    /// Waits for the resource up to `max_wait` in all (not a number of tries), without polling. The waiter
+    /// sleeps until the key may have come free, and is woken by:
+    /// - a release of the resource in this process (by [`LockManager::unlock`] or a guard), at once;
+    /// - on nodes that speak RESP3 (Redis 6 and later), Redis' client-side tracking: after a failed attempt the
+    ///   waiter reads the key's TTL on the watchdog's *tracker* connections, which tracks the key there, and its
+    ///   release, overwrite or expiry anywhere (by any client) sends an invalidation that wakes the waiter;
+    /// - a timer at the end of the holder's lease as the nodes report it (the time until a majority lets the key
+    ///   expire), plus a little jitter: expiry invalidations can lag the TTL, and RESP2-only servers (Redis 5,
+    ///   or with `HELLO` disabled) send none. With them waiting still works, on this timer and on this process'
+    ///   releases only.
+    ///
+    /// Waiters of this process for one resource line up first come, first served: only the first contends on the
+    /// nodes, the others wait for their turn. One plain resource also lines up in a queue on the nodes, across
+    /// processes (not with cluster members; where a majority of nodes refuse the queue's script, a manager waits
+    /// without it from then on). A set waits in a
+    /// line of its own, woken by a release of any of its names and probing them all; an owner's holds in a line
+    /// of the owner's, so that a nested hold never waits behind another owner's waiter.
+    ///
+    /// Tracking is chosen over pub/sub because it needs nothing from the holder: a release by any Redlock client
+    /// (redsync, node-redlock, a crashed holder's expiry) wakes the waiter, where a channel would only hear
+    /// releases that publish to it. The tracker connections are separate from the lock connections so that
+    /// nobody has to poll the lock connections for pushes between rounds (see the watchdog in the [`Guard`]
+    /// docs).
+    ///
+    /// `max_wait` bounds the wait: the terminal returns by then, plus at most one round timeout if an attempt is
+    /// under way at that moment; [`LockManager::cancel_waits`] ends it early. A `max_wait` of zero makes one
+    /// attempt. When the wait runs out the terminal returns [`Error::Held`], whose
+    /// [`Report::holder_ttl`](crate::redlock::Report::holder_ttl) says how long the holder's lease still ran, if
+    /// the nodes said (a waiter still behind another waiter of this process gets the error of that waiter's last
+    /// attempt). A fenced wait makes each attempt one fenced acquisition (two rounds: the grant, then the
+    /// token's confirmation); its [`Error::Held`] names no node's outcome.
     ///
     /// An async waiter ([`acquire_async`](Request::acquire_async)) takes its turn in the same lines as threads;
     /// **a waiting future must be polled**: one kept alive but not polled while it heads its line (a `select!`
@@ -377,10 +403,7 @@ impl<'m> Request<'m> {
                 }
                 let (s, ttl_ms) = engine.check_set(names, ttl)?;
                 sorted = s;
-                let value = engine
-                    .tokens
-                    .draw("drawing the lock value from the OS's randomness")?;
-                (Want::Set(&sorted, value), ttl_ms)
+                (Want::Set(&sorted), ttl_ms)
             }
             Names::One(ref resource) => {
                 let ttl_ms = engine.check(resource, ttl)?;

@@ -1,4 +1,4 @@
-//! Hand-off across processes: which waiter tries when a lock is released (issue #24).
+//! Hand-off across processes: which waiter tries when a lock is released.
 //!
 //! # The problem
 //!
@@ -21,7 +21,7 @@
 //! bumps the next waiter's *turn key* (`muxlock:turn:<id>:<resource>`). It does not leave in the acquisition
 //! script itself: a grant that turns out partial (the round fails) would have taken it off some nodes' queues
 //! only, and two waiters, each heading one live node of 3, refused each other until an entry expired (found by
-//! `tests/handoff.rs`, 1.5 s stalls).
+//! `tests/api/handoff.rs`, 1.5 s stalls).
 //!
 //! The head of the queue waits on the lock key (it reads it on the tracker connections, as before: a release,
 //! overwrite or expiry wakes it); every other waiter reads only its own turn key on the tracker, so a release
@@ -58,11 +58,11 @@
 //! - The head is decided per node, and a waiter counts as the head if any node says so (an inconsistent queue then
 //!   costs a refused attempt, not a stall); if it is refused although the nodes say the key is free, it looks again
 //!   at once up to three times, then after the retry pause (`Config::retry_delay`).
-//! - Clients that do not queue (`lock`, `try_lock`, other Redlock clients) are not slowed: their `SET NX` wins
+//! - Clients that do not queue (requests that do not wait, other Redlock clients) are not slowed: their `SET NX` wins
 //!   whenever the key is free. Queued waiters then wait on the key again.
 //!
-//! Only [`LockManager::lock_wait`](crate::redlock::LockManager::lock_wait) and what builds on it (`hold_wait`)
-//! queue; `hold_fenced_wait` still waits as before.
+//! Only a plain request for one resource that [waits](crate::redlock::Request::wait) queues (whatever its
+//! terminal); other kinds, and sets, wait in this process' line only.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -130,7 +130,7 @@ impl Drop for Queued<'_> {
     }
 }
 
-/// [`lock_wait`](super::lock_wait)'s loop: as [`wait_for`](super::wait_for), with queued attempts, and a waiter that is not
+/// A waiting plain request's loop: as [`wait_for`](super::wait_for), with queued attempts, and a waiter that is not
 /// the queue's head waits on its turn key instead of the lock key. For threads (under `block`) and tasks alike; a
 /// task's future dropped part-way leaves the nodes' queue (`Queued`) and this process' line (`Place`), and an
 /// attempt cut short releases what it may have been granted (`queued_attempt`).
@@ -266,9 +266,11 @@ async fn arm_turn(keeper: &Keeper, entry: &Entry, seen: &[Option<i64>]) -> (bool
     let mut errors = Vec::new();
     while tracked < enough {
         // Blocks a thread under `block`; a task's poll never blocks (the seam's `next`).
-        let Some((node, reply)) = NodeRound::next(&mut round).await else {
+        // One request per node: its outcome is the node's.
+        let Some((id, reply)) = NodeRound::next(&mut round).await else {
             break;
         };
+        let node = id.node;
         let now = match reply {
             Ok(v) => match v.without_attributes() {
                 Value::BulkString(b) => std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()),

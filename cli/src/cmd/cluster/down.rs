@@ -8,8 +8,10 @@ use crate::output;
 use crate::servers::stop;
 use crate::state;
 
-/// Stop the local cluster: exactly the recorded redis-server processes (by PID and start time, never by name),
-/// then remove their data and the record. Does nothing, successfully, when no cluster is recorded.
+/// Stop the recorded nodes and remove their data and the record.
+///
+/// Stops exactly the recorded redis-server processes (by PID and start time, never by name), then removes their
+/// data and the record. Does nothing, successfully, when no cluster is recorded.
 #[derive(ClapArgs)]
 pub struct Args {
     /// Print a JSON object instead of a sentence.

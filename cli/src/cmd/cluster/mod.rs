@@ -14,14 +14,11 @@ pub mod up;
 
 use clap::Subcommand;
 
-/// The `cluster` subcommands.
+/// The `cluster` subcommands. (Their help is their `Args`' doc: a doc comment here would replace it.)
 #[derive(Subcommand)]
 pub enum Command {
-    /// Start N local redis-server nodes (appendfsync always) and record them for the other commands.
     Up(up::Args),
-    /// Stop the recorded nodes (by PID) and remove their data and the record.
     Down(down::Args),
-    /// List the recorded nodes with their state, uptime, role and persistence.
     Status(status::Args),
 }
 

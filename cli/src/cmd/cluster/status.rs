@@ -12,9 +12,9 @@ use crate::procs;
 use crate::redis::{self, Client};
 use crate::state::{self, NodeRecord, TlsFiles};
 
-/// List the local cluster's nodes: state (up, down, paused, not answering), uptime, role and appendfsync.
+/// List the local cluster's nodes with their state, uptime, role and persistence.
 ///
-/// Exits 0 when every node is up, 69 when some are not (or no cluster is recorded).
+/// State: up, down, paused or not answering; persistence: the node's appendfsync. Exits 0 when every node is up, 69 when some are not (or no cluster is recorded).
 #[derive(ClapArgs)]
 pub struct Args {
     /// Print a JSON object instead of a table.

@@ -12,7 +12,7 @@ use crate::output;
 use crate::servers::{APPENDFSYNC, start_members};
 use crate::state::{self, TlsFiles};
 
-/// Start N local redis-server nodes and record them where the other commands find them.
+/// Start N local redis-server nodes and record them for the other commands.
 ///
 /// Each node listens on 127.0.0.1, keeps its data in the state directory (MUXLOCK_STATE_DIR, else
 /// $XDG_STATE_HOME/muxlock, else ~/.local/state/muxlock) and persists every write before answering (appendonly
@@ -27,30 +27,38 @@ use crate::state::{self, TlsFiles};
                   muxlock cluster up --tls -c 3   # rediss:// nodes, a throwaway CA in the state directory"
 )]
 pub struct Args {
-    /// How many nodes (a majority of them must agree on each lock).
-    /// (-n, as in earlier versions, still works; everywhere else -n is --nonblock.)
+    /// How many nodes.
+    ///
+    /// A majority of them must agree on each lock. -n, as in earlier versions, still works; everywhere else -n is --nonblock.
     #[arg(short = 'c', short_alias = 'n', long = "count", value_name = "N", default_value_t = 5,
           value_parser = clap::value_parser!(u16).range(1..=63))]
     pub count: u16,
 
-    /// The first node's port; the others follow (P, P+1, ...). Default: free ports picked by the system.
+    /// The first node's port; the others follow (P, P+1, ...).
+    ///
+    /// Default: free ports picked by the system.
     #[arg(long, value_name = "P", value_parser = clap::value_parser!(u16).range(1..))]
     pub base_port: Option<u16>,
 
-    /// Make each member a Redis Cluster of K masters (K nodes with --cluster-enabled yes, the 16,384 slots split
-    /// evenly), printed as redis+cluster:// URLs: -c members of K masters each, for trying cluster members (a
-    /// Redlock member per cluster; see the README, "Cluster members"). Not with --tls.
+    /// Make each member a Redis Cluster of K masters.
+    ///
+    /// K nodes with --cluster-enabled yes, the 16,384 slots split evenly, printed as redis+cluster:// URLs: -c
+    /// members of K masters each, for trying cluster members (a Redlock member per cluster; see the README,
+    /// "Cluster members"). Not with --tls.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=16))]
     pub shards: Option<u16>,
 
-    /// TLS nodes (rediss://, no plain port) with a throwaway CA: a CA, a server certificate for 127.0.0.1 and
-    /// localhost and a client certificate are made in the state directory (cluster/tls/, removed by `cluster
-    /// down`). Commands without --nodes pick them up; with --nodes, pass the --tls-ca/--tls-cert/--tls-key that
-    /// `cluster up` prints. Needs a redis-server built with TLS (BUILD_TLS=yes; Debian's is).
+    /// TLS nodes (rediss://, no plain port) with a throwaway CA.
+    ///
+    /// A CA, a server certificate for 127.0.0.1 and localhost and a client certificate are made in the state
+    /// directory (cluster/tls/, removed by `cluster down`). Commands without --nodes pick them up; with --nodes,
+    /// pass the --tls-ca/--tls-cert/--tls-key that `cluster up` prints. Needs a redis-server built with TLS (BUILD_TLS=yes; Debian's is).
     #[arg(long)]
     pub tls: bool,
 
-    /// The redis-server binary. Default: $REDIS_SERVER, else redis-server on PATH, /usr/bin or /usr/local/bin.
+    /// The redis-server binary.
+    ///
+    /// Default: $REDIS_SERVER, else redis-server on PATH, /usr/bin or /usr/local/bin.
     #[arg(long, value_name = "PATH")]
     pub redis_server: Option<PathBuf>,
 

@@ -5,9 +5,9 @@
 //!    `MUXLOCK_NODES`) those nodes are used, and the node faults are skipped: they are not this machine's to kill.
 //! 2. **Workers.** `--threads` threads in this process share one `LockManager`; `--processes` other processes (this
 //!    binary again, with a hidden `--worker DIR`) run two threads each. Every worker loops: pick one of
-//!    `--resources` resources, [`hold_wait`](muxlock::LockManager::hold_wait) for it (no polling), then the
-//!    critical section (a few milliseconds; one in 150 lasts half the lease, so that the guard renews it), then
-//!    release.
+//!    `--resources` resources, wait for it under a guard ([`wait`](muxlock::Request::wait) then
+//!    [`hold`](muxlock::Request::hold): no polling), then the critical section (a few milliseconds; one in 150
+//!    lasts half the lease, so that the guard renews it), then release.
 //! 3. **The protected counter.** Each resource has a counter file that only a holder may touch: the holder creates
 //!    an "inside" marker with `O_EXCL` (finding one already there is a violation: two holders at once), reads the
 //!    counter and the last holder's name (a different one is a hand-off), works a few milliseconds, checks that its
@@ -77,7 +77,8 @@ use worker::{Shared, Tally, counted, scratch_dir, seed, spawn_worker, work, work
 /// percentiles, per-node figures, violations, what the restart guard did). Stops what it started.
 #[derive(ClapArgs)]
 #[command(
-    after_help = "Example:\n  muxlock demo\n  muxlock demo --short   # about 8 s: the CI run\n\n\
+    after_help = "Example:\n  muxlock demo\n  muxlock demo --short   # about 8 s: the CI run",
+    after_long_help = "Example:\n  muxlock demo\n  muxlock demo --short   # about 8 s: the CI run\n\n\
                   Ctrl-C stops early, with a summary, once the workers have stopped; a second Ctrl-C kills them \
                   and exits 130 without one. Either way the nodes this demo started are stopped.\n\n\
                   Exit codes: 0 all checks passed; 70 mutual exclusion was violated (a bug); 69 no lock could be \
@@ -96,7 +97,9 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub threads: u32,
 
-    /// Worker processes besides this one (two threads each), to show locks across processes.
+    /// Worker processes besides this one, two threads each.
+    ///
+    /// They show locks across processes.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=16))]
     pub processes: u32,
 
@@ -104,7 +107,9 @@ pub struct Args {
     #[arg(long, value_name = "K", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub resources: u32,
 
-    /// Each lock's lease (the guard renews it while the work runs).
+    /// Each lock's lease.
+    ///
+    /// The guard renews it while the work runs.
     #[arg(long, value_name = "DUR", default_value = "2s", value_parser = crate::cmd::ttl)]
     pub ttl: Duration,
 

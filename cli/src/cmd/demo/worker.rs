@@ -33,7 +33,7 @@ pub(super) struct Tally {
     pub(super) errors: u64,
     pub(super) lost: u64,
     pub(super) violations: u64,
-    /// Time to acquire (`hold_wait`, waiting for the holder included), in microseconds.
+    /// Time to acquire (`.wait(..).hold()`, waiting for the holder included), in microseconds.
     pub(super) latencies_us: Vec<u64>,
     pub(super) last_error: Option<String>,
 }

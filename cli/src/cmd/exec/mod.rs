@@ -1,4 +1,4 @@
-//! `muxlock exec RESOURCE -- COMMAND [ARGS...]`: runs a command under the lock, kept alive while it runs.
+//! `muxlock exec RESOURCE COMMAND [ARGS...]`: runs a command under the lock, kept alive while it runs.
 //!
 //! **The guarantee: no process of the command's process group runs past the end of the lease it holds** — the
 //! group is SIGKILLed before the lease ends (at the end minus half the guard's margin) unless a renewal was
@@ -60,6 +60,12 @@ use ending::{Notes, code_of, describe, finish_reaper, kill_deadline, short};
 /// process group of its own, renews the lease while it runs, and releases when it exits. Exits with the command's
 /// code, or 128+N if signal N killed it.
 ///
+/// The command line is flock's: muxlock's options, RESOURCE, then the command. The command starts at the first
+/// word after RESOURCE that is not one of muxlock's options, and from there on every word is the command's, even
+/// one that looks like an option of muxlock (`exec job make --ttl 5` passes --ttl to make). `--` before the command
+/// is accepted, and needed only for a command whose name starts with `-`: a word there that starts with `-` and is
+/// not an option of muxlock is refused, so that a mistyped option is never run as a program.
+///
 /// The guarantee: no process of the command's group runs past the lease's end. If the lock is lost, the group gets
 /// SIGTERM before the lease ends and SIGKILL --kill-after later, and in any case before the lease ends; muxlock
 /// exits 75. If muxlock itself is killed (SIGKILL, the OOM killer), a reaper process kills the group at once; if it
@@ -74,50 +80,65 @@ use ending::{Notes, code_of, describe, finish_reaper, kill_deadline, short};
 /// it later) and, with --fenced, MUXLOCK_FENCE_TOKEN. No --json: stdout is the command's.
 #[derive(ClapArgs)]
 #[command(
-    after_help = "Examples:\n  muxlock exec --ttl 30s nightly-report -- ./make-report --since yesterday\n  \
-                  muxlock exec -n backup -- sh -c 'pg_dump db | gzip > db.gz'   # a shell only if you ask\n  \
-                  muxlock exec --fenced ledger -- ./append-entries              # MUXLOCK_FENCE_TOKEN=N\n\n\
-                  The resource's side of --fenced (a Redis key here; any store with a compare works):\n  \
-                  if tonumber(redis.call('GET', KEYS[2]) or 0) > tonumber(ARGV[1]) then return redis.error_reply('stale') end\n  \
-                  redis.call('SET', KEYS[2], ARGV[1]); redis.call('SET', KEYS[1], ARGV[2])   -- ARGV[1]=the token\n\n\
-                  Exit codes: the command's; 128+N if signal N killed it (or interrupted the wait); 1 (or -E N) \
-                  the lock is held; 75 the lock was lost while it ran; 126 cannot run it; 127 not found; 69 no \
-                  quorum; 64 usage; 78 config."
+    after_help = EXAMPLES,
+    after_long_help = concat!(
+        "Examples:\n  muxlock exec --ttl 30s nightly-report ./make-report --since yesterday\n  \
+         muxlock exec -n backup sh -c 'pg_dump db | gzip > db.gz'   # a shell only if you ask\n  \
+         muxlock exec --fenced ledger ./append-entries              # MUXLOCK_FENCE_TOKEN=N\n  \
+         muxlock exec -w 10 job -- ./run                            # -- is optional\n\n\
+         The resource's side of --fenced (a Redis key here; any store with a compare works):\n  \
+         if tonumber(redis.call('GET', KEYS[2]) or 0) > tonumber(ARGV[1]) then return redis.error_reply('stale') end\n  \
+         redis.call('SET', KEYS[2], ARGV[1]); redis.call('SET', KEYS[1], ARGV[2])   -- ARGV[1]=the token\n\n\
+         Exit codes: the command's; 128+N if signal N killed it (or interrupted the wait); 1 (or -E N) \
+         the lock is held; 75 the lock was lost while it ran; 126 cannot run it; 127 not found; 69 no \
+         quorum; 64 usage; 78 config."
+    )
 )]
 pub struct Args {
     /// The resource to lock (the Redis key).
     #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub resource: String,
 
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    /// The command and its arguments: every word from here on.
+    ///
+    /// From the first word after RESOURCE that is not an option of muxlock (or the word after `--`) to the end.
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 
-    /// The lease; the guard renews it (at a third of it) while the command runs, so it is also how long the lock
-    /// outlives muxlock if muxlock dies.
+    /// The lease, renewed while the command runs.
+    ///
+    /// The guard renews it (at a third of it) while the command runs, so it is also how long the lock outlives
+    /// muxlock if muxlock dies. A unit is required (30s, 2m).
     #[arg(long, value_name = "DUR", default_value = "10s", value_parser = ttl)]
     pub ttl: Duration,
 
     #[command(flatten)]
     pub waiting: Waiting,
 
-    /// After SIGTERM to a command whose lock was lost, how long to wait before SIGKILL. It can only make the
-    /// SIGKILL come sooner: the process group is SIGKILLed before the lease ends (at the end minus half the
-    /// guard's margin), whatever this says, and 100 ms after SIGTERM at the most when the lock's key is gone or
-    /// holds another value on enough nodes (another client may hold the lock already).
-    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse)]
+    /// After SIGTERM on a lost lock, how long until SIGKILL.
+    ///
+    /// It can only make the SIGKILL come sooner: the process group is SIGKILLed before the lease ends (at the end
+    /// minus half the guard's margin), whatever this says, and 100 ms after SIGTERM at the most when the lock's
+    /// key is gone or holds another value on enough nodes (another client may hold the lock already). A bare
+    /// number is seconds, as timeout's -k.
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = duration::parse_wait)]
     pub kill_after: Duration,
 
-    /// Acquire with a fencing token and pass it to the command as MUXLOCK_FENCE_TOKEN: a number larger than the
-    /// token of every earlier fenced acquisition of RESOURCE, so that the resource can refuse a stale writer
-    /// (see the examples below). One more round trip to acquire; the nodes should persist every write
-    /// (appendfsync always) for the tokens to survive a restart.
+    /// Pass a fencing token to the command as MUXLOCK_FENCE_TOKEN.
+    ///
+    /// A number larger than the token of every earlier fenced acquisition of RESOURCE, so that the resource can
+    /// refuse a stale writer (see the examples below). One more round trip to acquire; the nodes should persist
+    /// every write (appendfsync always) for the tokens to survive a restart.
     #[arg(long)]
     pub fenced: bool,
 
     #[command(flatten)]
     pub conn: Conn,
 }
+
+/// The examples of `exec -h` (`--help` has them with more).
+const EXAMPLES: &str = "Examples:\n  muxlock exec --ttl 30s nightly-report ./make-report --since yesterday\n  \
+                        muxlock exec -n backup sh -c 'pg_dump db | gzip > db.gz'";
 
 /// What the main loop hears about.
 enum Event {
@@ -158,7 +179,7 @@ const CAUGHT: [i32; 5] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP];
 /// signal N interrupted the acquisition; the codes of [`CliError::lock`] for the acquisition.
 pub fn run(args: &Args) -> Result<u8, CliError> {
     let Some((program, rest)) = args.command.split_first() else {
-        return Err(CliError::usage("no command given after --"));
+        return Err(CliError::usage("no command given"));
     };
     let locks = args.conn.manager(0)?;
     // Caught from before the first round: an interrupt while waiting gives up and leaves nothing held.
@@ -195,8 +216,8 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
     }
     // Granted, then paused past its deadline, or the reaper slow to start (a loaded machine): the lock may be
     // lost, or its kill deadline passed, and a renewal may have moved it. Checked here, right before the command
-    // starts, not before the reaper: a command must never start after its lease (the hostile review of #21
-    // started one 2.5 s into the next holder's).
+    // starts, not before the reaper: a command must never start after its lease, and a reaper slow to start
+    // could otherwise push it seconds into the next holder's.
     let sent_deadline = watch.deadline();
     if guard.is_lost() || kill_by(sent_deadline) <= Instant::now() {
         end_group(group);

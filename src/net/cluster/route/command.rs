@@ -8,12 +8,11 @@
 //! slots, or bytes that are not such arrays is [`Unroutable`]: that command's outcome is a failed vote, never a
 //! guess at a master.
 //!
-//! Why the slot is read from the bytes, not handed down by the engine (the design in the parent's doc had the
-//! engine compute it per request): every path of the engine (the guards' pipelined renewals, the folded
-//! releases, `inspect`, batches) sends several keys' commands in one request, and each would have to be taught
-//! to split them; reading the slots here routes every path the same way, costs only cluster members (plain
-//! members never reach this file), and turns a command that would be `CROSSSLOT` into a refusal before it is
-//! sent.
+//! Why the slot is read from the bytes, not handed down by the engine with each request: every path of the engine
+//! (the guards' pipelined renewals, the folded releases, `inspect`, batches) sends several keys' commands in one
+//! request, and each would have to be taught to split them; reading the slots here routes every path the same way,
+//! costs only cluster members (plain members never reach this file), and turns a command that would be `CROSSSLOT`
+//! into a refusal before it is sent.
 
 use std::ops::Range;
 

@@ -36,10 +36,11 @@
 //!   deadline), which every kind counts as a failed vote.
 //! - **Nothing is sent after the deadline.** A resend is made only before the round's deadline; all sends of a
 //!   round share its fanout round, whose deadline bounds every outcome.
-//! - **Order per member.** Outcomes of a member's commands sent to different masters are handed up in the order
-//!   the commands were sent (later ones wait for earlier ones), so the engine's positional matching (the i-th
-//!   outcome is for the i-th command) holds. Unlike a plain node, a cluster member may hand up a timeout before
-//!   a later command's reply (they went to different masters); the engine never relies on the opposite.
+//! - **Outcomes by identity.** A member's commands are numbered as the caller sent them to the member
+//!   ([`MembersRound::next_seq`]), wherever each was routed or redirected; each outcome is handed up under its
+//!   command's id as soon as it is final, in any order (commands sent to different masters answer independently).
+//!   Below, every reply awaited on a connection (a command's, an `ASKING`'s, a check's readings and verdict) is
+//!   looked up by the id the fanout's round gave it, and a check judges exactly the outcomes of its own write.
 //! - **The vote's source.** Each outcome handed up is dated by the connection it came from
 //!   ([`MembersRound::source`]): the restart guard judges that connection's server, not the member's first.
 //! - **A vote is checked before it is handed up** (when [`Members::check_replication`] is on, for every round
@@ -63,7 +64,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub(crate) use command::parse as parse_command;
 pub use plan::Plan;
 use plan::read_map_from;
 use replid::ReplCheck;
@@ -233,10 +233,14 @@ impl Members {
         self.fanout.options()
     }
 
-    /// What member `member`'s own connection did so far (a cluster member's first master's; its other
-    /// connections are in [`fanout`](Members::fanout)'s statistics).
+    /// What member `member`'s connections did so far: a plain member's own; a cluster member's, every node's of
+    /// its table summed (each one's alone is in [`fanout`](Members::fanout)'s statistics).
     pub fn stats(&self, member: usize) -> NodeCounts {
-        self.fanout.stats(member)
+        let mut counts = self.fanout.stats(member);
+        for conn in self.member_conns(member).into_iter().skip(1) {
+            counts.absorb(&self.fanout.stats(conn));
+        }
+        counts
     }
 
     /// A round over the members (see [`Fanout::round`]).

@@ -239,15 +239,14 @@ pub(super) fn read_map_from(
     let mut round = fanout.round(crate::time::later(Instant::now(), wait));
     round.send_all(&request, 2);
     let mut replies: Vec<[Option<Value>; 2]> = vec![[None, None]; fanout.len()];
-    let mut index = vec![0usize; fanout.len()];
-    while let Some((node, reply)) = round.next() {
-        let (Some(i), Some(r)) = (index.get_mut(node), replies.get_mut(node)) else {
-            continue;
-        };
-        if let (Ok(v), Some(cell)) = (reply, r.get_mut(*i)) {
+    // Each node's two replies by id: `CLUSTER SHARDS`'s is 0, `CLUSTER SLOTS`' 1.
+    while let Some((id, reply)) = round.next() {
+        let cell = replies
+            .get_mut(id.node)
+            .and_then(|r| r.get_mut(id.seq as usize));
+        if let (Ok(v), Some(cell)) = (reply, cell) {
             *cell = Some(v);
         }
-        *i += 1;
     }
     drop(round);
     let host = |node: usize| fanout.addrs()[node].host().to_owned();

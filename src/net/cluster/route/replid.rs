@@ -1,6 +1,5 @@
-//! The replication check of a cluster member's votes (#27 review, finding 5, and the review of the check,
-//! finding 1): a grant counts only if the shard's history it was made in is the one this manager knows, and
-//! the replicas that could take over have it.
+//! The replication check of a cluster member's votes: a grant counts only if the shard's history it was made in
+//! is the one this manager knows, and the replicas that could take over have it.
 //!
 //! # What it closes
 //!
@@ -57,9 +56,9 @@
 //!
 //! Why the node's own list: the map and the last reading are what this manager saw *before* the write. A
 //! replica that joined the shard since both, its link down, can take over a stalled master whose queued
-//! commands are answered before it learns it was deposed: `n` would be 0, and its grant would count (#27,
-//! `tests/break_wait.rs`, finding 1). The deposed master still lists that replica (it learnt of it when it
-//! joined), so its grant needs an acknowledgement it cannot get.
+//! commands are answered before it learns it was deposed: `n` would be 0, and its grant would count. The
+//! deposed master still lists that replica (it learnt of it when it joined), so its grant needs an
+//! acknowledgement it cannot get.
 //!
 //! What it costs: one `CLUSTER REPLICAS` and one `INFO replication` per connection per write of a round (~3 µs
 //! of a server's time for the `INFO`, ~450 bytes of reply), and where a shard has replicas, their

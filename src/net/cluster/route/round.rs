@@ -1,6 +1,12 @@
 //! [`MembersRound`]: one round over a manager's members: plain members' requests pass through to their
-//! connection; a cluster member's are cut into commands, each sent to the master of its slot, and its outcomes
-//! handed up in send order once final (redirections followed; see the parent's invariants).
+//! connection; a cluster member's are cut into commands, each sent to the master of its slot, and each outcome
+//! handed up under its command's id once final (redirections followed, replication checks read; see the parent's
+//! invariants).
+//!
+//! Every reply awaited on a connection is known by the id the fanout's round gave it ([`CommandId`]), never by
+//! its place: a command's reply, an `ASKING`'s, and the readings and verdict of a write's replication check are
+//! each looked up by id, and the check's readings and the outcomes it judges are tied to their write by the
+//! write's number on that connection.
 
 use std::collections::VecDeque;
 use std::task::{Context, Poll};
@@ -12,7 +18,7 @@ use super::Members;
 use super::command;
 use super::replid::{self, Verdict};
 use crate::net::cluster::{Redirect, RedirectKind};
-use crate::net::{NodeError, NodeSet, Reply, Round};
+use crate::net::{CommandId, NodeError, NodeSet, Reply, Round};
 use crate::resp::Value;
 
 /// A command follows at most this many redirections; the next one is a failed vote.
@@ -32,13 +38,17 @@ pub struct MembersRound<'a> {
 #[derive(Debug)]
 struct Routing {
     deadline: Instant,
-    /// Per connection: what this round awaits from it, in the order it was sent (the fanout hands out one outcome
-    /// per expected reply per connection, in that order).
-    wire: Vec<VecDeque<Expect>>,
-    /// Per member: its commands and their outcomes (cluster members only).
+    /// Per connection: what this round awaits from it, by the id the fanout's round gives each reply (ascending).
+    wire: Vec<VecDeque<(u32, Expect)>>,
+    /// Per connection: the id the next reply expected there gets. The fanout's round numbers a connection's
+    /// replies the same way: every request of this round to a cluster member's connection goes through here.
+    next: Vec<u32>,
+    /// Per connection: writes sent there so far (a write's number ties its check to what it judges).
+    writes: Vec<u32>,
+    /// Per member: its commands and whether each has its final outcome (cluster members only).
     queues: Vec<Queue>,
-    /// Outcomes ready to hand up: `(member, reply, connection)`.
-    ready: VecDeque<(usize, Reply, usize)>,
+    /// Outcomes ready to hand up: `(member, command, reply, connection)`.
+    ready: VecDeque<(usize, u32, Reply, usize)>,
     /// Per member: the connection of the last outcome handed up.
     sources: Vec<usize>,
     /// How many more outcomes the caller needs before it can decide ([`MembersRound::need`]).
@@ -47,11 +57,11 @@ struct Routing {
     check: bool,
     /// Every member is a cluster (no outcome passes through without a check).
     clusters_only: bool,
-    /// Per connection, when checking: the outcomes read there that wait for the check sent after them,
-    /// `(member, seq, outcome)` in the order read.
-    held: Vec<Vec<(usize, usize, Reply)>>,
-    /// Per connection, when checking: the readings of the write's commands before its coming check.
-    readings: Vec<Readings>,
+    /// Per connection, when checking: the outcomes read there that wait for their write's check,
+    /// `(write, member, seq, outcome)`.
+    held: Vec<Vec<(u32, usize, usize, Reply)>>,
+    /// Per connection, when checking: the readings of writes whose check is still to come, by write.
+    readings: Vec<Vec<(u32, Readings)>>,
 }
 
 /// The replies read before a write's check (`replid.rs`), taken by that check.
@@ -83,58 +93,55 @@ fn refusal(command: &str, reply: &Reply) -> Option<String> {
 
 impl Routing {
     /// The fewest connection outcomes that can bring the caller the outcomes it [wants](Routing::want): each
-    /// needs one, except those already made (ready to hand up, or waiting behind an earlier command of their
-    /// member). A lower bound, so the caller is never left asleep when it could decide; a redirection or an
+    /// needs one, except those already made (ready to hand up, or held for their write's check). A lower bound, so the caller is never left asleep when it could decide; a redirection or an
     /// `ASKING`'s reply only wakes it early. With the replication check and cluster members only, an outcome
     /// not read yet also needs the check after it: one more at least (a check covers all of its write's
     /// commands, so not one per outcome); a plain member's outcome needs none, so not with plain members.
     fn conn_need(&self) -> usize {
-        let parked: usize = self
-            .queues
-            .iter()
-            .map(|q| q.done.iter().filter(|d| d.is_some()).count())
-            .sum();
         // An outcome held for its check needs that check's reply only (one per write, for all it covers).
         let held: usize = self.held.iter().map(Vec::len).sum();
-        let unread = self.want.saturating_sub(self.ready.len() + parked + held);
+        let unread = self.want.saturating_sub(self.ready.len() + held);
         let check = usize::from(self.check && self.clusters_only && unread > 0);
         (unread + check).max(1)
     }
 }
 
-/// One awaited reply on a connection.
+/// One awaited reply on a connection. `write`: the number of the write it came in on that connection.
 #[derive(Debug)]
 enum Expect {
     /// The reply to command `seq` of cluster member `member`.
-    Reply { member: usize, seq: usize },
+    Reply {
+        member: usize,
+        seq: usize,
+        write: u32,
+    },
     /// The `+OK` of an `ASKING` sent before a command: swallowed.
     Asking,
-    /// `WAIT` before the check (`replid.rs`): its count is kept for the check.
-    Wait,
-    /// `CLUSTER REPLICAS <id>` before the check: how many it lists is kept for the check.
-    Replicas,
+    /// `WAIT` before the check (`replid.rs`): its count is kept for its write's check.
+    Wait { write: u32 },
+    /// `CLUSTER REPLICAS <id>` before the check: how many it lists is kept for its write's check.
+    Replicas { write: u32 },
     /// `CLUSTER MYID` before the check, when no check of the session has the node's id yet: kept for it.
-    MyId,
+    MyId { write: u32 },
     /// The replication check after commands (`replid.rs`): it releases the outcomes held before it, which
     /// count only if `replicas` replicas (and every one it shows online, and every one the node lists for
     /// node id `id`, which must be its own) acknowledged them. `session`: the connection session the write
     /// was meant for ([`Members::next_session`]); readings of the write are the node's own only if it is still
     /// the connection's session when the check is read.
     Check {
+        write: u32,
         replicas: usize,
         id: Option<Bytes>,
         session: u64,
     },
 }
 
-/// A cluster member's commands in this round, and their outcomes not yet handed up.
+/// A cluster member's commands in this round, and which have their final outcome (handed up, never twice).
 #[derive(Debug, Default)]
 struct Queue {
     commands: Vec<Sent>,
-    /// The first command whose outcome is not handed up yet.
-    next: usize,
-    /// Per command from `next` on: its final outcome once known, with the connection it came from.
-    done: VecDeque<Option<(Reply, usize)>>,
+    /// Per command: whether its final outcome was handed up.
+    finished: Vec<bool>,
 }
 
 /// One command of a cluster member: its bytes (for a resend) and how often it was redirected.
@@ -176,6 +183,8 @@ impl Routing {
         Box::new(Routing {
             deadline,
             wire: (0..conns).map(|_| VecDeque::new()).collect(),
+            next: vec![0; conns],
+            writes: vec![0; conns],
             queues: (0..members.len()).map(|_| Queue::default()).collect(),
             ready: VecDeque::new(),
             sources: (0..members.len()).collect(),
@@ -187,10 +196,60 @@ impl Routing {
                 false => Vec::new(),
             },
             readings: match check {
-                true => vec![Readings::default(); conns],
+                true => (0..conns).map(|_| Vec::new()).collect(),
                 false => Vec::new(),
             },
         })
+    }
+
+    /// Expects `what` as the next reply on `conn`, under the id the fanout's round gives it.
+    fn expect(&mut self, conn: usize, what: Expect) {
+        if let (Some(wire), Some(next)) = (self.wire.get_mut(conn), self.next.get_mut(conn)) {
+            wire.push_back((*next, what));
+            *next = next.wrapping_add(1);
+        }
+    }
+
+    /// A new write to `conn`: its number.
+    fn new_write(&mut self, conn: usize) -> u32 {
+        match self.writes.get_mut(conn) {
+            Some(w) => {
+                *w = w.wrapping_add(1);
+                *w
+            }
+            None => 0,
+        }
+    }
+
+    /// Takes what was awaited on `conn` under id `seq` (`None`: nothing of this round, which cannot happen).
+    fn awaited(&mut self, conn: usize, seq: u32) -> Option<Expect> {
+        let wire = self.wire.get_mut(conn)?;
+        let at = wire.partition_point(|(s, _)| *s < seq);
+        match wire.get(at) {
+            Some((s, _)) if *s == seq => wire.remove(at).map(|(_, e)| e),
+            _ => None,
+        }
+    }
+
+    /// Whether the check of `write` on `conn` is still awaited.
+    fn check_awaited(&self, conn: usize, write: u32) -> bool {
+        self.wire.get(conn).is_some_and(|w| {
+            w.iter()
+                .any(|(_, e)| matches!(e, Expect::Check { write: c, .. } if *c == write))
+        })
+    }
+
+    /// The readings gathered so far for `write` on `conn`.
+    fn readings(&mut self, conn: usize, write: u32) -> Option<&mut Readings> {
+        let list = self.readings.get_mut(conn)?;
+        let at = match list.iter().position(|(w, _)| *w == write) {
+            Some(at) => at,
+            None => {
+                list.push((write, Readings::default()));
+                list.len() - 1
+            }
+        };
+        list.get_mut(at).map(|(_, r)| r)
     }
 }
 
@@ -377,12 +436,13 @@ impl<'a> MembersRound<'a> {
         }
         let any = !groups.is_empty();
         for (conn, mut bytes, seqs) in groups {
+            let write = routing.new_write(conn);
             for &seq in &seqs {
-                routing.wire[conn].push_back(Expect::Reply { member, seq });
+                routing.expect(conn, Expect::Reply { member, seq, write });
             }
             let replies =
-                seqs.len() + append_check(routing, self.members, member, conn, &mut bytes);
-            // A refusal (down, overloaded) comes back as this connection's outcomes, in order.
+                seqs.len() + append_check(routing, self.members, member, (conn, write), &mut bytes);
+            // A refusal (down, overloaded) comes back under the ids of this write's replies.
             out.push((conn, bytes, replies));
         }
         for (seq, why) in failed {
@@ -391,11 +451,24 @@ impl<'a> MembersRound<'a> {
         any
     }
 
-    /// The next outcome, `(member, reply)`; `None` once every request of the round has its outcome. Blocks as
-    /// [`Round::next`] does.
+    /// The id the next reply expected from member `member` gets: its place among every reply this round
+    /// expected from the member (a cluster member's commands are numbered as sent to the member, wherever they
+    /// were routed).
+    pub fn next_seq(&self, member: usize) -> u32 {
+        match self.routing.as_deref() {
+            Some(r) if self.members.is_cluster(member) => r
+                .queues
+                .get(member)
+                .map_or(0, |q| u32::try_from(q.commands.len()).unwrap_or(u32::MAX)),
+            _ => self.round.next_seq(member),
+        }
+    }
+
+    /// The next outcome, with the id of the command it answers (`node`: the member); `None` once every request
+    /// of the round has its outcome. Blocks as [`Round::next`] does.
     #[allow(clippy::should_implement_trait)] // blocking, with a deadline: not an Iterator
     #[inline]
-    pub fn next(&mut self) -> Option<(usize, Reply)> {
+    pub fn next(&mut self) -> Option<(CommandId, Reply)> {
         match self.routing.is_none() {
             true => self.round.next(),
             false => self.next_routed(),
@@ -404,7 +477,7 @@ impl<'a> MembersRound<'a> {
 
     // Out of line: the plain members' path (the `None` branch of the dispatchers) stays small.
     #[inline(never)]
-    fn next_routed(&mut self) -> Option<(usize, Reply)> {
+    fn next_routed(&mut self) -> Option<(CommandId, Reply)> {
         loop {
             if let Some(out) = self.take_ready() {
                 return Some(out);
@@ -413,7 +486,7 @@ impl<'a> MembersRound<'a> {
                 self.round.need(routing.conn_need());
             }
             match self.round.next() {
-                Some((conn, reply)) => self.arrived(conn, reply),
+                Some((id, reply)) => self.arrived(id, reply),
                 None => return self.conclude(),
             }
         }
@@ -421,7 +494,7 @@ impl<'a> MembersRound<'a> {
 
     /// [`next`](MembersRound::next) for a task: never blocks (see [`Round::poll_next`]).
     #[inline]
-    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, Reply)>> {
+    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(CommandId, Reply)>> {
         match self.routing.is_none() {
             true => self.round.poll_next(cx),
             false => self.poll_routed(cx),
@@ -430,7 +503,7 @@ impl<'a> MembersRound<'a> {
 
     // Out of line: the plain members' path (the `None` branch of the dispatchers) stays small.
     #[inline(never)]
-    fn poll_routed(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, Reply)>> {
+    fn poll_routed(&mut self, cx: &mut Context<'_>) -> Poll<Option<(CommandId, Reply)>> {
         loop {
             if let Some(out) = self.take_ready() {
                 return Poll::Ready(Some(out));
@@ -440,35 +513,35 @@ impl<'a> MembersRound<'a> {
             }
             match self.round.poll_next(cx) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some((conn, reply))) => self.arrived(conn, reply),
+                Poll::Ready(Some((id, reply))) => self.arrived(id, reply),
                 Poll::Ready(None) => return Poll::Ready(self.conclude()),
             }
         }
     }
 
-    fn take_ready(&mut self) -> Option<(usize, Reply)> {
+    fn take_ready(&mut self) -> Option<(CommandId, Reply)> {
         let routing = self.routing.as_deref_mut()?;
-        let (member, reply, conn) = routing.ready.pop_front()?;
+        let (member, seq, reply, conn) = routing.ready.pop_front()?;
         routing.want = routing.want.saturating_sub(1).max(1);
         if let Some(s) = routing.sources.get_mut(member) {
             *s = conn;
         }
-        Some((member, reply))
+        Some((CommandId { node: member, seq }, reply))
     }
 
     /// The fanout's round is over: a command still without an outcome (none should be) times out, and so does
     /// one still held for its check (never counted unchecked).
-    fn conclude(&mut self) -> Option<(usize, Reply)> {
+    fn conclude(&mut self) -> Option<(CommandId, Reply)> {
         let routing = self.routing.as_deref_mut()?;
         for conn in 0..routing.held.len() {
-            for (member, seq, _) in std::mem::take(&mut routing.held[conn]) {
+            for (_, member, seq, _) in std::mem::take(&mut routing.held[conn]) {
                 finish(routing, member, seq, Err(NodeError::Timeout), conn);
             }
         }
         for member in 0..routing.queues.len() {
             let q = &routing.queues[member];
-            let open: Vec<usize> = (q.next..q.commands.len())
-                .filter(|&seq| !matches!(q.done.get(seq - q.next), Some(Some(_))))
+            let open: Vec<usize> = (0..q.commands.len())
+                .filter(|&seq| !q.finished.get(seq).copied().unwrap_or(false))
                 .collect();
             for seq in open {
                 finish(routing, member, seq, Err(NodeError::Timeout), member);
@@ -477,25 +550,26 @@ impl<'a> MembersRound<'a> {
         self.take_ready()
     }
 
-    /// An outcome of the fanout's round, from connection `conn`.
-    fn arrived(&mut self, conn: usize, reply: Reply) {
+    /// An outcome of the fanout's round: `id.node` is the connection it came from.
+    fn arrived(&mut self, id: CommandId, reply: Reply) {
+        let conn = id.node;
         let member = self.members.member_of(conn);
         let Some(routing) = self.routing.as_deref_mut() else {
             return;
         };
         if !self.members.is_cluster(member) {
-            routing.ready.push_back((member, reply, conn));
+            routing.ready.push_back((member, id.seq, reply, conn));
             return;
         }
-        let Some(expect) = routing.wire.get_mut(conn).and_then(VecDeque::pop_front) else {
-            return; // nothing of this round awaited there: cannot happen
+        let Some(expect) = routing.awaited(conn, id.seq) else {
+            return; // nothing of this round awaited under that id: cannot happen
         };
-        let (member, seq) = match expect {
-            Expect::Reply { member, seq } => (member, seq),
+        let (member, seq, write) = match expect {
+            Expect::Reply { member, seq, write } => (member, seq, write),
             // ASKING's +OK (an error there shows in the command's own reply)
             Expect::Asking => return,
-            Expect::Wait => {
-                if let Some(r) = routing.readings.get_mut(conn) {
+            Expect::Wait { write } => {
+                if let Some(r) = routing.readings(conn, write) {
                     r.waited = true;
                     r.acks = match &reply {
                         Ok(Value::Integer(n)) => Some(*n),
@@ -505,25 +579,26 @@ impl<'a> MembersRound<'a> {
                 }
                 return;
             }
-            Expect::Replicas => {
-                if let Some(r) = routing.readings.get_mut(conn) {
+            Expect::Replicas { write } => {
+                if let Some(r) = routing.readings(conn, write) {
                     r.listed = reply.as_ref().ok().and_then(replid::listed_replicas);
                     r.refused = (r.refused.take()).or_else(|| refusal("CLUSTER REPLICAS", &reply));
                 }
                 return;
             }
-            Expect::MyId => {
-                if let Some(r) = routing.readings.get_mut(conn) {
+            Expect::MyId { write } => {
+                if let Some(r) = routing.readings(conn, write) {
                     r.myid = reply.as_ref().ok().and_then(replid::node_id);
                     r.refused = r.refused.take().or_else(|| refusal("CLUSTER MYID", &reply));
                 }
                 return;
             }
             Expect::Check {
+                write,
                 replicas,
                 id,
                 session,
-            } => return self.checked(conn, reply, replicas, id, session),
+            } => return self.checked((conn, write), reply, replicas, id, session),
         };
         let redirect = match &reply {
             Ok(v) => match v.without_attributes() {
@@ -545,10 +620,22 @@ impl<'a> MembersRound<'a> {
             },
         };
         if let Some(routing) = self.routing.as_deref_mut() {
-            match routing.held.get_mut(conn) {
-                // Handed up once the check sent after it is read.
-                Some(held) if routing.check => held.push((member, seq, outcome)),
-                _ => finish(routing, member, seq, outcome, conn),
+            if !routing.check {
+                return finish(routing, member, seq, outcome, conn);
+            }
+            // Handed up once its write's check is read. A check already read (never so on one wire, whose
+            // replies come in the order sent) judged without it: nothing proves it was replicated.
+            match routing.check_awaited(conn, write) {
+                true => {
+                    if let Some(held) = routing.held.get_mut(conn) {
+                        held.push((write, member, seq, outcome));
+                    }
+                }
+                false => {
+                    let why = "read after its write's replication check".to_owned();
+                    let outcome = outcome.and(Err(NodeError::Cluster(why)));
+                    finish(routing, member, seq, outcome, conn);
+                }
             }
         }
     }
@@ -558,7 +645,7 @@ impl<'a> MembersRound<'a> {
     /// (`replid.rs`).
     fn checked(
         &mut self,
-        conn: usize,
+        (conn, write): (usize, u32),
         reply: Reply,
         asked: usize,
         id: Option<Bytes>,
@@ -568,11 +655,15 @@ impl<'a> MembersRound<'a> {
         let Some(routing) = self.routing.as_deref_mut() else {
             return;
         };
-        let held = routing
-            .held
-            .get_mut(conn)
-            .map(std::mem::take)
-            .unwrap_or_default();
+        // The outcomes of this write's commands, and its readings.
+        let held: Vec<(u32, usize, usize, Reply)> = match routing.held.get_mut(conn) {
+            Some(held) => {
+                let (mine, others) = std::mem::take(held).into_iter().partition(|h| h.0 == write);
+                *held = others;
+                mine
+            }
+            None => Vec::new(),
+        };
         let Readings {
             acks: wait,
             waited,
@@ -582,7 +673,10 @@ impl<'a> MembersRound<'a> {
         } = routing
             .readings
             .get_mut(conn)
-            .map(std::mem::take)
+            .and_then(|list| {
+                let at = list.iter().position(|(w, _)| *w == write)?;
+                Some(list.swap_remove(at).1)
+            })
             .unwrap_or_default();
         let check = members.routes.as_ref().and_then(|r| r.check.as_ref());
         // On a change, the node is quarantined before any outcome is handed up (the restart guard must find it
@@ -600,14 +694,14 @@ impl<'a> MembersRound<'a> {
         // The commands before it are on every replica the map shows for this shard, and on every one this
         // reading shows online: a failover to any of them keeps them (and a deposed master that has not learnt
         // it yet has lost the replica that took over: it cannot say so). And on every replica the node itself
-        // lists for its shard, whatever the map and the last reading showed (#27 `break_wait.rs` finding 1: a
-        // replica that joined since both, its link down, takes over a stalled master; the deposed master still
-        // lists it), a list trusted only if asked by the node's own id.
+        // lists for its shard, whatever the map and the last reading showed (a replica that joined since both,
+        // its link down, can take over a stalled master; the deposed master still lists it), a list trusted only
+        // if asked by the node's own id.
         //
-        // The readings are this session's only if the write was meant for it and it is still the connection's
-        // (the review of #27's `CLUSTER MYID`, finding 2: a reply of session N read after session N+1 began, to
-        // another node at that address, was noted as N+1's id, and that session's votes failed until it
-        // dropped). `note_myid` and `is_own_id` compare `written` with the session `judge` just noted.
+        // The readings are this session's only if the write was meant for it and it is still the connection's:
+        // otherwise a reply of session N read after session N+1 began, to another node at that address, would
+        // be noted as N+1's id, and that session's votes would fail until it dropped. `note_myid` and
+        // `is_own_id` compare `written` with the session `judge` just noted.
         if let (Some(myid), Some(check), Verdict::Same | Verdict::Changed) = (myid, check, verdict)
         {
             // Asked in this write: the node's id for the rest of its session.
@@ -619,7 +713,7 @@ impl<'a> MembersRound<'a> {
         };
         if let (false, Some(_), Some(check)) = (own, &id, check) {
             // Not the map's id (the node was reset, or the map is behind): asked again in the next write,
-            // whatever was noted (finding 3: a stored id was never asked again within a session).
+            // whatever was noted: a stored id that is never asked again within a session would stay wrong.
             check.forget_id(conn);
         }
         let listed = listed.filter(|_| own);
@@ -638,8 +732,8 @@ impl<'a> MembersRound<'a> {
         if let (Ok(_), Some(check)) = (&reply, check) {
             // A replica short: the next writes skip `WAIT` for a while (it would block the connection for
             // nothing), and prove nothing meanwhile. Only a check that was answered says so: one refused for
-            // room, timed out or cut by a dropped connection read no replica (the hostile review of the slots'
-            // order, finding 2: one refusal under overload silenced the master's votes for a second).
+            // room, timed out or cut by a dropped connection read no replica (counted as short, one refusal
+            // under overload would silence the master's votes for a second).
             check.note_short(conn, !replicated && needed > 0);
         }
         let why = match (&reply, verdict, replicated) {
@@ -672,7 +766,7 @@ impl<'a> MembersRound<'a> {
             // The map may be behind (a replica gone, a failover): a new one, for the next rounds.
             members.refresh(members.member_of(conn));
         }
-        for (member, seq, outcome) in held {
+        for (_, member, seq, outcome) in held {
             let outcome = match (&why, outcome) {
                 (Some(why), Ok(_)) => Err(NodeError::Cluster(format!(
                     "the node's replication check proved nothing ({why})"
@@ -730,13 +824,15 @@ impl<'a> MembersRound<'a> {
             )));
         };
         let bytes = sent.bytes.clone();
+        let write = routing.new_write(target);
+        let reply = Expect::Reply { member, seq, write };
         match r.kind {
             RedirectKind::Moved => {
                 members.moved(member, r.slot, target, now);
                 let mut out = BytesMut::with_capacity(bytes.len() + replid::CHECK.len());
                 out.extend_from_slice(&bytes);
-                routing.wire[target].push_back(Expect::Reply { member, seq });
-                let replies = 1 + append_check(routing, members, member, target, &mut out);
+                routing.expect(target, reply);
+                let replies = 1 + append_check(routing, members, member, (target, write), &mut out);
                 self.round.send(target, &out, replies);
             }
             RedirectKind::Ask => {
@@ -745,9 +841,10 @@ impl<'a> MembersRound<'a> {
                 let mut both = BytesMut::with_capacity(20 + bytes.len() + replid::CHECK.len());
                 crate::resp::encode_command(&[b"ASKING"], &mut both);
                 both.extend_from_slice(&bytes);
-                routing.wire[target].push_back(Expect::Asking);
-                routing.wire[target].push_back(Expect::Reply { member, seq });
-                let replies = 2 + append_check(routing, members, member, target, &mut both);
+                routing.expect(target, Expect::Asking);
+                routing.expect(target, reply);
+                let replies =
+                    2 + append_check(routing, members, member, (target, write), &mut both);
                 self.round.send(target, &both, replies);
             }
         }
@@ -763,7 +860,7 @@ fn append_check(
     routing: &mut Routing,
     members: &Members,
     member: usize,
-    conn: usize,
+    (conn, write): (usize, u32),
     bytes: &mut BytesMut,
 ) -> usize {
     if !routing.check {
@@ -786,7 +883,7 @@ fn append_check(
         let left = routing.deadline.saturating_duration_since(Instant::now()) / 2;
         let ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1);
         bytes.extend_from_slice(&replid::wait_command(replicas, ms));
-        routing.wire[conn].push_back(Expect::Wait);
+        routing.expect(conn, Expect::Wait { write });
         added += 1;
     }
     let session = members.next_session(conn);
@@ -795,41 +892,40 @@ fn append_check(
             // No check of this session has the node's id yet (its first write, or the last answer was
             // `-LOADING`): asked here, until one has it.
             bytes.extend_from_slice(replid::MYID);
-            routing.wire[conn].push_back(Expect::MyId);
+            routing.expect(conn, Expect::MyId { write });
             added += 1;
         }
         // The node's own view of its shard, after the commands and the `WAIT`: a replica the map and the last
         // reading miss is still listed there (a link down, failed), and must have acknowledged too.
         bytes.extend_from_slice(&replid::replicas_command(id));
-        routing.wire[conn].push_back(Expect::Replicas);
+        routing.expect(conn, Expect::Replicas { write });
         added += 1;
     }
     bytes.extend_from_slice(replid::CHECK);
-    routing.wire[conn].push_back(Expect::Check {
-        replicas,
-        id,
-        session,
-    });
+    routing.expect(
+        conn,
+        Expect::Check {
+            write,
+            replicas,
+            id,
+            session,
+        },
+    );
     added
 }
 
-/// Records the final outcome of command `seq` of `member`, and moves every outcome now in order to `ready`.
+/// Hands up the final outcome of command `seq` of `member`, read from `conn` (never twice).
 fn finish(routing: &mut Routing, member: usize, seq: usize, reply: Reply, conn: usize) {
-    let q = &mut routing.queues[member];
-    let Some(at) = seq.checked_sub(q.next) else {
-        return; // already handed up: never twice
+    let Some(q) = routing.queues.get_mut(member) else {
+        return;
     };
-    while q.done.len() <= at {
-        q.done.push_back(None);
+    if q.finished.len() <= seq {
+        q.finished.resize(seq + 1, false);
     }
-    if q.done[at].is_some() {
-        return; // already final: never twice
+    if q.finished[seq] {
+        return;
     }
-    q.done[at] = Some((reply, conn));
-    while let Some(Some(_)) = q.done.front() {
-        if let Some(Some((reply, conn))) = q.done.pop_front() {
-            routing.ready.push_back((member, reply, conn));
-            q.next += 1;
-        }
-    }
+    q.finished[seq] = true;
+    let seq = u32::try_from(seq).unwrap_or(u32::MAX);
+    routing.ready.push_back((member, seq, reply, conn));
 }

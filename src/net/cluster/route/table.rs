@@ -22,7 +22,7 @@ pub(crate) struct Node {
 pub(crate) enum Takeover {
     /// The same connection already served it.
     Same,
-    /// A connection that was a master of the map (a slot migration: keys moved with `MIGRATE`, trusted as before).
+    /// A connection that was a master of the map (a slot migration: keys moved with `MIGRATE`, not a restart).
     Master,
     /// A connection the map showed as a replica, or as no master at all (a failover, or a node this table never
     /// saw serve): its data may lack acknowledged grants of the master it replaces.
@@ -40,11 +40,11 @@ pub(crate) struct Table {
     pub(crate) mapped: bool,
     /// The member's vacant connections not given to a node yet (see `plan.rs`), taken from the back.
     pub(crate) vacant: Vec<usize>,
-    /// Per master connection of the last map: how many replicas it showed for that master's shard, all of
-    /// them (the replication check waits for that many, `replid.rs`). Those the cluster marked failed too, by
-    /// decision: one may come back and take over before the next map is read (`tests/break_wait.rs`, finding
-    /// 2), and a replica still loading, or one whose first sync has not happened, may be promoted by a
-    /// `TAKEOVER`. A shard whose replica died votes no until the replica is back or forgotten.
+    /// Per master connection of the last map: how many replicas it showed for that master's shard, all of them (the
+    /// replication check waits for that many, `replid.rs`). Those the cluster marked failed too, by decision: one may
+    /// come back and take over before the next map is read, and a replica still loading, or one whose first sync has
+    /// not happened, may be promoted by a `TAKEOVER`. A shard whose replica died votes no until the replica is back
+    /// or forgotten.
     replicas: Vec<(usize, usize)>,
     /// Per connection the last map showed: the node id it gave (the replication check asks the node itself
     /// for its shard's replicas by it, `CLUSTER REPLICAS <id>`).

@@ -69,25 +69,24 @@
 //!   are outside what the guard can see.
 //! - **Permissions**: the marker script needs `+eval`, `+time`, `+info`, and `+set`/`+get` on
 //!   `~muxlock:persist-marker`; the settings need `+config|get`. Without them the node gets the window rule.
-//! - **What it costs the nodes.** `appendfsync always` puts an `fsync` in every write's path: see BENCHMARKS.md
-//!   ("the cost of appendfsync always") for the figures on this machine. The marker is one small script per
-//!   connection.
+//! - **What it costs the nodes.** `appendfsync always` puts an `fsync` in every write's path: see
+//!   `benchmarks/results/2026-11-22-appendfsync-always.md` for measured figures. The marker is one small script
+//!   per connection.
 //!
 //! # Extensions
 //!
-//! An extension (or a guard's renewal) is a compare-and-pexpire: its "yes" says that the key holds our value on
-//! that node now. That is *not* proof that we still hold the lock there: a node restored from an older snapshot
-//! (Redis' default RDB persistence, or a backup) may hold our value from before the restart while it lost the
-//! key of the holder who came after us (the hostile review of #20: A releases, B acquires, two nodes restart
-//! from a snapshot that has A's key; A's extension then "succeeded" while B held the lock). So an extension's
-//! "yes" counts from a node only if
+//! An extension (or a guard's renewal) is a compare-and-pexpire: its "yes" says that the key holds our value on that
+//! node now. That is *not* proof that we still hold the lock there: a node restored from an older snapshot (Redis'
+//! default RDB persistence, or a backup) may hold our value from before the restart while it lost the key of the
+//! holder who came after us (A releases, B acquires, two nodes restart from a snapshot that has A's key: A's
+//! extension would then "succeed" while B holds the lock). So an extension's "yes" counts from a node only if
 //!
 //! - the window rule trusts the node (as for acquisitions: trusted at once, or up longer than the window), or
-//! - the node's process has been up since **before the lock was acquired** (`uptime` ≥ the time since the
-//!   acquisition round started, with uptime's lower bound): it has not restarted since our `SET`, so the value
-//!   it holds is the one we set, and every key a rival set after ours is still there with it. This is what lets
-//!   `extend` with a lease longer than the nodes' uptime succeed on nodes that were up when the lock was taken
-//!   (issue #20: `muxlock extend --ttl 60s` on nodes up 57 s was refused).
+//! - the node's process has been up since **before the lock was acquired** (`uptime` ≥ the time since the acquisition
+//!   round started, with uptime's lower bound): it has not restarted since our `SET`, so the value it holds is the
+//!   one we set, and every key a rival set after ours is still there with it. This is what lets `extend` with a lease
+//!   longer than the nodes' uptime succeed on nodes that were up when the lock was taken (`muxlock extend --ttl 60s`
+//!   on nodes up 57 s, which the window rule alone refuses).
 //!
 //! An extension *by value* ([`LockManager::extend_value`](crate::redlock::LockManager::extend_value), `muxlock extend`)
 //! does not know when the lock was acquired, so only the window rule applies to it. An extension notes its TTL
@@ -102,11 +101,11 @@
 //! each is taken so that the error makes the node look younger, never older:
 //!
 //! - **`uptime_in_seconds` is truncated twice.** Redis computes it as `unixtime - stat_starttime`, two wall-clock
-//!   times in *whole* seconds (the start as `time(NULL)`, the present as its cached clock). A server that started
-//!   at 12.98 s and answers at 13.01 s reports 1 after 30 ms. From `floor(t) - floor(s) = u` follows only
-//!   `t - s > u - 1`: the guard takes `u - 1` seconds (0 for a reading of 0 or 1). Taking `u` itself trusted
-//!   a node up to a whole second too early (issue #15: a contender got the lock 0.16–0.9 s before the holder's
-//!   lease ended, after a majority restarted just before a second ended).
+//!   times in *whole* seconds (the start as `time(NULL)`, the present as its cached clock). A server that started at
+//!   12.98 s and answers at 13.01 s reports 1 after 30 ms. From `floor(t) - floor(s) = u` follows only
+//!   `t - s > u - 1`: the guard takes `u - 1` seconds (0 for a reading of 0 or 1). Taking `u` itself would trust a
+//!   node up to a whole second too early: after a majority restarted just before a second ended, a contender could
+//!   get the lock up to a second before the holder's lease ended.
 //! - **Redis' cached clock lags.** `unixtime` is refreshed by the event loop, so it may be older than the moment
 //!   the reply is built: that makes `u` smaller, the safe way.
 //! - **The moment the reading is true.** The lower bound holds at the instant the server built the reply; the
@@ -114,8 +113,9 @@
 //!   reply), which is later. A later date makes the start look later: safe. (Dating it at the request's send
 //!   would not be: the server may build the reply after that.)
 //! - **Time since then is measured on `Instant`**, the monotonic clock, and compared as a duration: no instant is
-//!   computed by subtracting an uptime, which could not be represented on a client that booted after the node
-//!   (the old code then trusted the node at once, whatever the window).
+//!   computed by subtracting an uptime, which could not be represented on a client that booted after the node (a
+//!   client that cannot represent the start would have to guess, and a guess of "long ago" trusts the node at once,
+//!   whatever the window).
 //! - **A changed `run_id`** means another server process answers at this address (a restart, a failover to a
 //!   replica that may lack recent writes): its uptime says nothing about when it took over, so the window counts
 //!   from the decoding of the new connection's `INFO`, by which time the takeover had happened.
@@ -127,40 +127,38 @@
 //!
 //! # Failovers in a cluster member
 //!
-//! A Redlock member may be a whole Redis Cluster (issue #27); its vote for a lock comes from the master that
-//! owns the lock's slot, and the guard judges *that* connection (its `INFO`, settings and marker, as a plain
-//! node's), not the member's first. Two more cases:
+//! A Redlock member may be a whole Redis Cluster; its vote for a lock comes from the master that owns the lock's
+//! slot, and the guard judges *that* connection (its `INFO`, settings and marker, as a plain node's), not the
+//! member's first. Two more cases:
 //!
 //! - **A replica promoted to master** (a failover: the routing layer sees a `MOVED` to a node its map showed as a
-//!   replica, or a node it never saw serve; or every master of a member's first map, when the map could not be
-//!   read at build and the connections' `INFO` may predate a promotion) is treated as a restart at the instant the routing layer saw it take
-//!   over: its "yes" does not count for the window after that, and an extension's "up since the acquisition"
-//!   counts from that instant too. Replication is asynchronous: the replica may lack a grant its master had
-//!   acknowledged, which is exactly the spec's restart without persistence. Unlike a restarted node, **no
-//!   persistence proof lets it count sooner**: `appendfsync always` on the replica makes *its own* writes
-//!   durable, not the ones its master acknowledged before they were replicated, and the persistence marker was
-//!   replicated from the old master, so it is old. (The design in `net/cluster`'s doc and the issue allowed
-//!   "`appendfsync always` and the marker" to count at once: that would trust exactly the replica that lost the
-//!   grant.) This manager's own grants on cluster nodes now wait for the shard's replicas (`WAIT`, in the
-//!   routing layer's replication check), so the replica that takes over has them; the window stays, for
-//!   grants other clients made without it (another manager with the guard off, another client library).
-//! - **A slot migrated between masters** (a `MOVED` to a node that was already a master of the map) is trusted
-//!   as before: `MIGRATE` moves a key with its expiry atomically, and the source answers `ASK` for a key only
-//!   once it no longer holds it, so one node at a time serves each key.
+//!   replica, or a node it never saw serve; or every master of a member's first map, when the map could not be read
+//!   at build and the connections' `INFO` may predate a promotion) is treated as a restart at the instant the routing
+//!   layer saw it take over: its "yes" does not count for the window after that, and an extension's "up since the
+//!   acquisition" counts from that instant too. Replication is asynchronous: the replica may lack a grant its master
+//!   had acknowledged, which is exactly the spec's restart without persistence. Unlike a restarted node, **no
+//!   persistence proof lets it count sooner**: `appendfsync always` on the replica makes *its own* writes durable,
+//!   not the ones its master acknowledged before they were replicated, and the persistence marker was replicated from
+//!   the old master, so it is old. (Letting "`appendfsync always` and the marker" count at once would trust exactly
+//!   the replica that lost the grant.) This manager's own grants on cluster nodes wait for the shard's replicas
+//!   (`WAIT`, in the routing layer's replication check), so the replica that takes over has them; the window stays,
+//!   for grants other clients made without it (another manager with the guard off, another client library).
+//! - **A slot migrated between masters** (a `MOVED` to a node that was already a master of the map) is not treated as
+//!   a restart: `MIGRATE` moves a key with its expiry atomically, and the source answers `ASK` for a key only once it
+//!   no longer holds it, so one node at a time serves each key.
 //!
-//! - **The persistence marker proves nothing on a cluster member's node**: it lives in one slot, and a migration
-//!   may move that slot, marker and all, to a master that lost its files. So a cluster member's node is never
-//!   trusted at once; after a restart it gets the window rule, whatever its settings (`Nodes::in_cluster`;
-//!   `tests/break_cluster.rs`, finding 8).
+//! - **The persistence marker proves nothing on a cluster member's node**: it lives in one slot, and a migration may
+//!   move that slot, marker and all, to a master that lost its files. So a cluster member's node is never trusted at
+//!   once; after a restart it gets the window rule, whatever its settings (`Nodes::in_cluster`).
 //!
-//! - **A failover it never sees a `MOVED` or a new map for** (a failover and a failback of a shard this manager
-//!   sent nothing to meanwhile: the same master on the same connection, without the grants its replica took) is
-//!   seen by the routing layer's replication check: every vote of a cluster node is handed up only after an
-//!   `INFO replication` read after it shows the master id the connection's set-up read; another id quarantines
-//!   the node as promoted before the vote is judged here (`net/cluster/route/replid.rs`; the review of #27,
-//!   finding 5). The same check waits for the shard's replicas (`WAIT`): a grant counts only once every
-//!   replica the map shows (and every one the master shows online) has it, so a master deposed while it
-//!   stalled, answering before it learns it, cannot make a grant that the replica that took over lacks count.
+//! - **A failover it never sees a `MOVED` or a new map for** (a failover and a failback of a shard this manager sent
+//!   nothing to meanwhile: the same master on the same connection, without the grants its replica took) is seen by
+//!   the routing layer's replication check: every vote of a cluster node is handed up only after an `INFO
+//!   replication` read after it shows the master id the connection's set-up read; another id quarantines the node as
+//!   promoted before the vote is judged here (`net/cluster/route/replid.rs`). The same check waits for the shard's
+//!   replicas (`WAIT`): a grant counts only once every replica the map shows (and every one the master shows online)
+//!   has it, so a master deposed while it stalled, answering before it learns it, cannot make a grant that the
+//!   replica that took over lacks count.
 //!
 //! What it does not see: a failover that happened before this manager read the member's map (the promoted
 //! master looks like any master; after a window from a failover no lost grant can still be live, so this
@@ -245,7 +243,7 @@ impl Node {
     /// Reads connection `session`'s set-up replies (`INFO server`, the settings and the marker, where `ids`
     /// says), if that is a connection this node was not read on yet. Only a whole reading changes what is
     /// known: a connection that dropped right after its set-up (its replies already cleared for the next one)
-    /// must not wipe the `run_id`, or the next process would not be seen as another one (issue #20).
+    /// must not wipe the `run_id`, or the next process would not be seen as another one.
     fn read(&mut self, session: u64, replies: &[(Value, Instant)], ids: SetupIds) -> Read {
         if self.session == session {
             return Read::Same;
@@ -325,6 +323,22 @@ pub(crate) struct Standing {
     pub(crate) up: Option<Duration>,
     /// How long until its grants count, if they do not yet.
     pub(crate) counted_in: Option<Duration>,
+}
+
+impl Standing {
+    /// A cluster member's standing from its connections': trusted at once if every connection read so far is
+    /// (and one was); counted once the last of them counts; up as long as the youngest read.
+    pub(crate) fn of_member(each: impl IntoIterator<Item = Standing>) -> Standing {
+        let read: Vec<Standing> = each
+            .into_iter()
+            .filter(|s| *s != Standing::default())
+            .collect();
+        Standing {
+            trusted_at_once: !read.is_empty() && read.iter().all(|s| s.trusted_at_once),
+            up: read.iter().filter_map(|s| s.up).min(),
+            counted_in: read.iter().filter_map(|s| s.counted_in).max(),
+        }
+    }
 }
 
 /// Tracks restarts per node and the window in force.

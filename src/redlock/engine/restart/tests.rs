@@ -50,9 +50,9 @@ fn setup(
 
 const DAY: u64 = 86_400;
 
-/// Issue #20: a connection that dropped right after its set-up leaves no replies to read (the next connection's
-/// set-up has cleared them). That reading must change nothing: before, it wiped the `run_id`, so the next
-/// process was not seen as another one, and a persistent node lost "trusted at once" for good.
+/// A connection that dropped right after its set-up leaves no replies to read (the next connection's set-up has
+/// cleared them). That reading must change nothing: were it to wipe the `run_id`, the next process would not be
+/// seen as another one, and a persistent node would lose "trusted at once" for good.
 #[test]
 fn a_connection_gone_before_its_replies_were_read_changes_nothing() {
     let t0 = Instant::now();
@@ -197,7 +197,7 @@ fn a_changed_run_id_counts_from_the_new_connection_whatever_the_uptime() {
 }
 
 /// On a virtual clock: a node that reports "up 1 s" is trusted a full window after the reading, not a window
-/// minus a second (what the guard did before issue #15).
+/// minus a second (the uptime's whole seconds may hide up to a second since the restart).
 #[test]
 fn a_node_read_as_up_one_second_waits_the_whole_window() {
     let t0 = Instant::now();
@@ -293,4 +293,30 @@ fn a_marker_proves_nothing_on_a_cluster_members_node() {
     assert!(!node.counts(t0, window, false));
     assert_eq!(node.counted_in(t0, window, false), Some(window));
     assert!(node.counts(t0 + window, window, false));
+}
+
+/// A cluster member's standing from its masters': the connections never read say nothing; trusted at once only if
+/// every one read is; counted once the last of them counts.
+#[test]
+fn a_cluster_members_standing_covers_every_master_read() {
+    let s = |trusted, up: Option<u64>, left: Option<u64>| Standing {
+        trusted_at_once: trusted,
+        up: up.map(Duration::from_secs),
+        counted_in: left.map(Duration::from_secs),
+    };
+    let member = Standing::of_member([
+        s(true, Some(90), None),
+        Standing::default(),
+        s(false, Some(2), Some(3)),
+        s(false, Some(1), Some(4)),
+    ]);
+    assert_eq!(member, s(false, Some(1), Some(4)));
+    let all_trusted = Standing::of_member([s(true, Some(90), None), s(true, Some(50), None)]);
+    assert_eq!(all_trusted, s(true, Some(50), None));
+    assert_eq!(
+        Standing::of_member([Standing::default()]),
+        Standing::default()
+    );
+    let one = s(false, Some(7), Some(1));
+    assert_eq!(Standing::of_member([one]), one, "a plain member's own");
 }

@@ -1,0 +1,486 @@
+//! Hand-off across lock managers: several managers (each with its own connections and tracker, as
+//! separate processes have) loop on one resource with `.wait(..)`, on real redis-servers, with and without a node
+//! paused or killed. Every grant is timestamped on CLOCK_MONOTONIC and checked for overlap; the counts say whether
+//! the queue shares the lock fairly and whether a node down turns the waiters greedy or the verdict into an outage.
+
+use crate::support;
+
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use muxlock::{Config, Error, LockManager};
+use support::checker::{Hold, mono_ns, overlaps};
+use support::wire::cmd;
+use support::{Cluster, locks};
+
+const ROUND: Duration = Duration::from_millis(200);
+
+fn config() -> Config {
+    Config::default()
+        .with_restart_guard(false)
+        .with_round_timeout(ROUND)
+        .with_retry_delay(Duration::from_millis(20))
+        .with_retry_jitter(Duration::from_millis(10))
+}
+
+/// What one contention run gave.
+#[derive(Debug, Default)]
+struct Run {
+    holds: Vec<Hold>,
+    per_manager: Vec<u64>,
+    /// `Error::Quorum`s, `Error::Held`s (waits given up), other errors.
+    quorum: u64,
+    held: u64,
+    other: u64,
+    /// The longest time from asking to having the lock.
+    longest_wait: Duration,
+}
+
+impl Run {
+    fn fairness(&self) -> f64 {
+        let min = self.per_manager.iter().min().copied().unwrap_or(0);
+        let max = self.per_manager.iter().max().copied().unwrap_or(0);
+        min as f64 / max.max(1) as f64
+    }
+
+    /// The share of hand-offs in which the releaser got the lock again.
+    fn back_to_releaser(&self) -> f64 {
+        let mut holds: Vec<&Hold> = self.holds.iter().collect();
+        holds.sort_by_key(|h| h.start);
+        let same = holds
+            .windows(2)
+            .filter(|w| w[0].holder == w[1].holder)
+            .count();
+        same as f64 / holds.len().saturating_sub(1).max(1) as f64
+    }
+
+    /// The longest time between one grant's release and the next grant, after `from` (mono ns).
+    fn longest_gap_after(&self, from: u64) -> Duration {
+        let mut holds: Vec<&Hold> = self.holds.iter().filter(|h| h.start >= from).collect();
+        holds.sort_by_key(|h| h.start);
+        let (gap, at) = holds
+            .windows(2)
+            .map(|w| {
+                (
+                    w[1].start.saturating_sub(w[0].end),
+                    w[0].end.saturating_sub(from),
+                )
+            })
+            .max()
+            .unwrap_or((0, 0));
+        println!(
+            "the longest gap began {:?} after the fault",
+            Duration::from_nanos(at)
+        );
+        Duration::from_nanos(gap)
+    }
+
+    fn line(&self, what: &str) -> String {
+        format!(
+            "{what}: {} grants {:?}, fairness {:.2}, back to the releaser {:.0} %, longest wait {:?}, \
+             quorum errors {}, waits given up {}, other errors {}",
+            self.holds.len(),
+            self.per_manager,
+            self.fairness(),
+            100.0 * self.back_to_releaser(),
+            self.longest_wait,
+            self.quorum,
+            self.held,
+            self.other
+        )
+    }
+}
+
+/// `managers` managers, one thread each, loop for `secs` on one resource: `.wait(..)` (at most 3 s), hold 200 µs,
+/// `unlock`. `fault` runs meanwhile on this thread with the cluster.
+fn contend(
+    cluster: &mut Cluster,
+    managers: usize,
+    secs: Duration,
+    fault: impl FnOnce(&mut Cluster),
+) -> Run {
+    let urls = cluster.urls();
+    let ms: Vec<LockManager> = (0..managers)
+        .map(|_| locks::manager(urls.clone(), config()))
+        .collect();
+    // Connected and tracking before the clock starts.
+    for m in &ms {
+        let l = m
+            .request("warm")
+            .ttl(Duration::from_secs(2))
+            .wait(Duration::from_secs(2))
+            .acquire()
+            .expect("warm-up");
+        m.unlock(l).expect("warm-up");
+    }
+    let run = Mutex::new(Run {
+        per_manager: vec![0; managers],
+        ..Run::default()
+    });
+    let until = Instant::now() + secs;
+    thread::scope(|s| {
+        for (i, m) in ms.iter().enumerate() {
+            let run = &run;
+            s.spawn(move || {
+                let mut mine = Vec::new();
+                let (mut quorum, mut held, mut other) = (0, 0, 0);
+                let mut longest = Duration::ZERO;
+                while Instant::now() < until {
+                    let asked = Instant::now();
+                    match m
+                        .request("handoff")
+                        .ttl(Duration::from_secs(2))
+                        .wait(Duration::from_secs(3))
+                        .acquire()
+                    {
+                        Ok(lock) => {
+                            longest = longest.max(asked.elapsed());
+                            let start = mono_ns();
+                            let spin = Instant::now();
+                            while spin.elapsed() < Duration::from_micros(200) {
+                                std::hint::spin_loop();
+                            }
+                            let end = mono_ns();
+                            // Only a hold inside its validity is the lock's; one that outlived it is not counted.
+                            if lock.is_valid() {
+                                mine.push(Hold {
+                                    resource: "handoff".into(),
+                                    holder: format!("m{i}"),
+                                    start,
+                                    end,
+                                });
+                            }
+                            let _ = m.unlock(lock);
+                        }
+                        Err(Error::Quorum(_)) => quorum += 1,
+                        Err(Error::Held(_)) => held += 1,
+                        Err(_) => other += 1,
+                    }
+                }
+                let mut r = run.lock().expect("run");
+                r.per_manager[i] = mine.len() as u64;
+                r.holds.extend(mine);
+                r.quorum += quorum;
+                r.held += held;
+                r.other += other;
+                r.longest_wait = r.longest_wait.max(longest);
+            });
+        }
+        fault(cluster);
+    });
+    run.into_inner().expect("run")
+}
+
+#[track_caller]
+fn assert_shared(run: &Run, managers: usize) {
+    let violations = overlaps(&run.holds);
+    assert!(violations.is_empty(), "overlapping holds: {violations:?}");
+    assert!(run.holds.len() > 100, "too few grants");
+    assert!(run.fairness() >= 0.5, "unfair");
+    // The goal is 1/P + 10 %; the test leaves room for a loaded machine.
+    let bound = 1.0 / managers as f64 + 0.2;
+    assert!(
+        run.back_to_releaser() <= bound,
+        "greedy: back to the releaser above {bound:.2}"
+    );
+    assert_eq!(run.quorum, 0, "a node down of 5 is no outage");
+    assert_eq!(run.other, 0);
+}
+
+#[test]
+fn managers_share_one_resource_in_turn() {
+    let mut cluster = Cluster::start(5);
+    let run = contend(&mut cluster, 6, Duration::from_secs(2), |_| {});
+    println!("{}", run.line("6 managers, 5 nodes"));
+    assert_shared(&run, 6);
+    assert_eq!(run.held, 0, "no wait gave up");
+}
+
+#[test]
+fn a_node_paused_or_killed_does_not_make_the_releaser_greedy() {
+    for kill in [false, true] {
+        let mut cluster = Cluster::start(5);
+        let secs = Duration::from_secs(3);
+        let run = contend(&mut cluster, 6, secs, |c| {
+            thread::sleep(secs / 3);
+            match kill {
+                true => c.kill(2),
+                false => c.pause(2),
+            }
+            thread::sleep(secs / 3);
+            if !kill {
+                c.resume(2);
+            }
+        });
+        println!(
+            "{}",
+            run.line(if kill {
+                "node 2 of 5 killed"
+            } else {
+                "node 2 of 5 paused"
+            })
+        );
+        assert_shared(&run, 6);
+    }
+}
+
+#[test]
+fn a_paused_node_among_three_stalls_no_hand_off_beyond_a_round_timeout() {
+    let mut cluster = Cluster::start(3);
+    let secs = Duration::from_secs(3);
+    let mut paused_at = 0;
+    let run = contend(&mut cluster, 4, secs, |c| {
+        thread::sleep(secs / 3);
+        paused_at = mono_ns();
+        c.pause(1);
+        thread::sleep(secs / 2);
+        c.resume(1);
+    });
+    println!("{}", run.line("node 1 of 3 paused"));
+    let gap = run.longest_gap_after(paused_at);
+    println!("longest gap between grants after the pause: {gap:?}");
+    assert!(overlaps(&run.holds).is_empty());
+    assert_eq!(run.quorum, 0);
+    // The goal: no stall longer than the round timeout plus one hand-off (the test allows 100 ms for the
+    // hand-off on a loaded machine).
+    assert!(gap <= ROUND + Duration::from_millis(100), "stalled {gap:?}");
+}
+
+/// A waiter that dies in the queue holds the others up for one entry lease (1 s with these settings) plus a
+/// quarter, not longer; and the queue is honoured meanwhile (nobody jumps it).
+#[test]
+fn a_dead_waiter_at_the_head_of_the_queue_holds_the_others_up_for_one_lease() {
+    let cluster = Cluster::start(3);
+    let m = locks::manager(
+        cluster.urls(),
+        config().with_round_timeout(Duration::from_millis(50)),
+    );
+    // A waiter that joined and died: at the head (ticket 1), its deadline one lease from now on each node's clock.
+    for node in cluster.nodes() {
+        let reply = node.raw(&cmd(&[
+            "EVAL",
+            r#"local t = redis.call("time") redis.call("zadd", KEYS[1], 1, "deaddeaddeaddead") return redis.call("zadd", KEYS[2], t[1] * 1000 + math.floor(t[2] / 1000) + 1000, "deaddeaddeaddead")"#,
+            "2",
+            "muxlock:queue:dead",
+            "muxlock:queue-deadlines:dead",
+        ]));
+        assert_eq!(reply, b":1\r\n");
+    }
+    let t0 = Instant::now();
+    let lock = m
+        .request("dead")
+        .ttl(Duration::from_secs(2))
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .expect("the dead waiter is dropped after its lease");
+    let waited = t0.elapsed();
+    println!("waited {waited:?} behind a dead waiter");
+    assert!(
+        waited >= Duration::from_millis(800),
+        "jumped the queue after {waited:?}"
+    );
+    assert!(
+        waited <= Duration::from_millis(1250 + 500),
+        "held up {waited:?}"
+    );
+    m.unlock(lock).expect("unlock");
+    // A plain request that does not wait does not queue: the queue only decides among waiters.
+    for node in cluster.nodes() {
+        node.raw(&cmd(&[
+            "ZADD",
+            "muxlock:queue:dead2",
+            "1",
+            "deaddeaddeaddead",
+        ]));
+    }
+    let lock = m
+        .request("dead2")
+        .ttl(Duration::from_secs(2))
+        .acquire()
+        .expect("lock ignores the queue");
+    m.unlock(lock).expect("unlock");
+}
+
+// ---- Waiters cut off, hung or giving up ----
+
+/// A waiter cut off from a majority of the nodes is alive, and heads the queue of the node it still reaches (its
+/// ticket is the oldest). With one node of 3 down besides, the others need that node: they get it once the cut-off
+/// waiter's entry lapses there, which it does, since its attempts on the free key are grants (partial, released),
+/// which do not refresh its deadline. So the hand-off takes at most about one entry lease (1 s here), not the
+/// cut-off waiter's whole `max_wait`.
+#[test]
+fn a_waiter_cut_off_from_a_majority_does_not_block_the_others_with_one_node_down() {
+    use support::proxy::{Fault, FaultProxy};
+    let mut cluster = Cluster::start(3);
+    let urls = cluster.urls();
+    // The cut-off waiter reaches node 0 only: nodes 1 and 2 are behind black holes for it.
+    let holes: Vec<FaultProxy> = cluster.addrs()[1..]
+        .iter()
+        .copied()
+        .map(FaultProxy::start)
+        .collect();
+    let cut_urls = vec![urls[0].clone(), holes[0].url(), holes[1].url()];
+    let holder = locks::manager(urls.clone(), config());
+    let cut = locks::manager(cut_urls, config());
+    let other = locks::manager(urls.clone(), config());
+    // The other waiter is connected and tracking before the faults.
+    let warm = other
+        .request("warm")
+        .ttl(Duration::from_secs(2))
+        .wait(Duration::from_secs(2))
+        .acquire()
+        .expect("warm-up");
+    other.unlock(warm).expect("warm-up");
+    for h in &holes {
+        h.set(Fault::BlackHole);
+    }
+    let lock = holder
+        .request("cut")
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .expect("the holder");
+    thread::scope(|s| {
+        let cut = &cut;
+        // Waits first (the oldest ticket), for longer than the test: it can never win, and it stays alive.
+        let waiter = s.spawn(move || {
+            let t = Instant::now();
+            let r = cut
+                .request("cut")
+                .ttl(Duration::from_secs(2))
+                .wait(Duration::from_secs(6))
+                .acquire();
+            println!("cut-off waiter returned after {:?}", t.elapsed());
+            r
+        });
+        thread::sleep(Duration::from_millis(500));
+        cluster.kill(2);
+        let t0 = Instant::now();
+        let got = thread::scope(|s2| {
+            let other = &other;
+            let h = s2.spawn(move || {
+                other
+                    .request("cut")
+                    .ttl(Duration::from_secs(2))
+                    .wait(Duration::from_secs(3))
+                    .acquire()
+            });
+            thread::sleep(Duration::from_millis(300));
+            for i in 0..2 {
+                let q = cluster.node(i).raw(&cmd(&[
+                    "ZRANGE",
+                    "muxlock:queue:cut",
+                    "0",
+                    "-1",
+                    "WITHSCORES",
+                ]));
+                println!(
+                    "node {i} queue: {}",
+                    String::from_utf8_lossy(&q).replace("\r\n", " ")
+                );
+            }
+            holder.unlock(lock).expect("unlock");
+            h.join().expect("the other waiter")
+        });
+        let waited = t0.elapsed();
+        println!(
+            "the other waiter: {:?} after {waited:?}",
+            got.as_ref().map(|_| ())
+        );
+        // What plain Redlock says meanwhile: the key is free on the 2 live nodes.
+        let plain = holder
+            .request("cut-plain")
+            .ttl(Duration::from_secs(1))
+            .once()
+            .acquire();
+        assert!(plain.is_ok(), "plain SET NX gets 2 of 3: {plain:?}");
+        match got {
+            Ok(l) => {
+                let _ = other.unlock(l);
+            }
+            Err(e) => panic!(
+                "the wait failed with only node 2 of 3 down and the key free on nodes 0 and 1, after {waited:?}: {e}"
+            ),
+        }
+        // Released 300 ms after t0; one lease (1 s) and a quarter, and room for a loaded machine.
+        assert!(
+            waited <= Duration::from_millis(300 + 1250 + 500),
+            "held up {waited:?}"
+        );
+        for h in &holes {
+            h.set(Fault::None);
+        }
+        let w = waiter.join().expect("the cut-off waiter");
+        println!("the cut-off waiter: {:?}", w.as_ref().map(|_| ()));
+    });
+}
+
+/// Hazard: a waiter that gives up leaving the queue only if some attempt's reply showed it queued (`joined`).
+/// When every node is hung (a pause, a network stall) its attempts end with no reply read, it gives up with
+/// `Error::Quorum`, and would leave nothing; the nodes then run the buffered `QUEUE_ACQUIRE`s and queue it, at the
+/// head (the key is held), for a whole entry lease: the next waiter held up by a waiter that gave up long before,
+/// contrary to "a waiter that gives up leaves the queue on every node at once".
+#[test]
+fn a_waiter_that_gives_up_while_the_nodes_hang_leaves_no_entry_behind() {
+    let mut cluster = Cluster::start(3);
+    let urls = cluster.urls();
+    let holder = locks::manager(urls.clone(), config());
+    let gave_up = locks::manager(urls.clone(), config());
+    let next = locks::manager(urls.clone(), config());
+    for m in [&gave_up, &next] {
+        let warm = m
+            .request("warm")
+            .ttl(Duration::from_secs(2))
+            .wait(Duration::from_secs(2))
+            .acquire()
+            .expect("warm-up");
+        m.unlock(warm).expect("warm-up");
+    }
+    let lock = holder
+        .request("gaveup")
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .expect("the holder");
+    for i in 0..3 {
+        cluster.pause(i);
+    }
+    let got = gave_up
+        .request("gaveup")
+        .ttl(Duration::from_secs(2))
+        .wait(Duration::from_millis(500))
+        .acquire();
+    assert!(got.is_err(), "every node is paused: {got:?}");
+    println!(
+        "gave up: {}",
+        got.err().map(|e| e.to_string()).unwrap_or_default()
+    );
+    for i in 0..3 {
+        cluster.resume(i);
+    }
+    thread::sleep(Duration::from_millis(100));
+    let left: Vec<String> = (0..3)
+        .map(|i| {
+            let q = cluster
+                .node(i)
+                .raw(&cmd(&["ZCARD", "muxlock:queue:gaveup"]));
+            String::from_utf8_lossy(&q).trim().to_string()
+        })
+        .collect();
+    println!("entries left on the nodes: {left:?}");
+    holder.unlock(lock).expect("unlock");
+    let t0 = Instant::now();
+    let l = next
+        .request("gaveup")
+        .ttl(Duration::from_secs(2))
+        .wait(Duration::from_secs(3))
+        .acquire()
+        .expect("the next waiter");
+    let waited = t0.elapsed();
+    next.unlock(l).expect("unlock");
+    println!("the next waiter, on a free key, waited {waited:?}");
+    assert!(
+        left.iter().all(|z| z == ":0"),
+        "a waiter that gave up is still queued: ZCARD {left:?}; the next waiter waited {waited:?}"
+    );
+    assert!(waited < Duration::from_millis(300), "held up {waited:?}");
+}

@@ -1,0 +1,565 @@
+//! The lock API against real redis-server masters: 1, 3 and 5 nodes, failures, contention.
+
+use crate::support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use muxlock::redlock::scripts::{EXTEND, EXTEND_SHA1, RELEASE, RELEASE_SHA1};
+use muxlock::redlock::{Config, Error, LockManager, Outcome};
+use support::locks;
+use support::{Cluster, cmd};
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// A manager without the restart guard: these servers have just started, and the guard would not count them for
+/// a whole TTL (the guard has its own test below).
+fn manager(cluster: &Cluster, config: Config) -> LockManager {
+    locks::manager(cluster.urls(), config.with_restart_guard(false))
+}
+
+fn quick() -> Config {
+    locks::one_attempt(Duration::from_millis(500))
+}
+
+/// The value stored under `key` on node `i`, read with a raw command.
+fn get(cluster: &Cluster, i: usize, key: &str) -> Vec<u8> {
+    cluster.node(i).raw(&cmd(&["GET", key]))
+}
+
+fn bulk(s: &str) -> Vec<u8> {
+    format!("${}\r\n{s}\r\n", s.len()).into_bytes()
+}
+
+#[test]
+fn lock_extend_unlock_on_1_3_and_5_nodes() {
+    for n in [1, 3, 5] {
+        let cluster = Cluster::start(n);
+        let locks = manager(&cluster, quick());
+        assert_eq!(locks.quorum(), n / 2 + 1);
+        let mut lock = locks
+            .request("res")
+            .ttl(TTL)
+            .acquire()
+            .expect("free resource");
+        assert_eq!(lock.resource(), b"res");
+        assert_eq!(lock.value().len(), 40);
+        assert!(
+            lock.is_valid()
+                && lock.validity() > TTL - Duration::from_secs(1)
+                && lock.validity() <= TTL
+        );
+        // The key holds our value on (at least) a majority; normally on all.
+        let holding = (0..n)
+            .filter(|&i| get(&cluster, i, "res") == bulk(lock.value()))
+            .count();
+        assert!(holding >= locks.quorum(), "{holding} of {n}");
+        // A second client cannot take it.
+        let other = manager(&cluster, quick());
+        assert!(
+            other
+                .request("res")
+                .ttl(TTL)
+                .once()
+                .acquire()
+                .expect_err("nodes up")
+                .is_held()
+        );
+        let err = other.request("res").ttl(TTL).acquire().expect_err("held");
+        assert!(err.is_held(), "{err}");
+        // Extend: new validity from now, counted.
+        std::thread::sleep(Duration::from_millis(20));
+        let before = lock.valid_until();
+        locks
+            .extend(&mut lock, Duration::from_secs(20))
+            .expect("extend");
+        assert!(lock.valid_until() > before + Duration::from_secs(9));
+        assert_eq!(lock.extensions(), 1);
+        let pttl = cluster.node(0).raw(&cmd(&["PTTL", "res"]));
+        let pttl: u64 = std::str::from_utf8(&pttl[1..pttl.len() - 2])
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(pttl > 15_000, "pttl {pttl}");
+        // Release: a majority confirmed; then the other client gets it.
+        let released = locks.unlock(lock).expect("release");
+        assert!(released >= locks.quorum(), "{released}");
+        let lock2 = other
+            .request("res")
+            .ttl(TTL)
+            .once()
+            .acquire()
+            .expect("free again");
+        let released = other.unlock(lock2).expect("release");
+        assert!((n / 2 + 1..=n).contains(&released), "{released}");
+    }
+}
+
+#[test]
+fn an_expired_lock_cannot_be_released_or_extended_and_spares_the_next_holder() {
+    let cluster = Cluster::start(3);
+    let locks = manager(&cluster, quick());
+    let mut old = locks
+        .request("res")
+        .ttl(Duration::from_millis(100))
+        .acquire()
+        .expect("lock");
+    std::thread::sleep(Duration::from_millis(150));
+    assert!(!old.is_valid());
+    assert_eq!(old.validity(), Duration::ZERO);
+    assert_eq!(locks.extend(&mut old, TTL), Err(Error::Expired));
+    let next = locks
+        .request("res")
+        .ttl(TTL)
+        .acquire()
+        .expect("expired, so free");
+    assert_ne!(
+        next.value(),
+        old.value(),
+        "values are unique per acquisition"
+    );
+    // The old holder's release deletes nothing: every node answers "not ours", and the caller hears the lock
+    // was lost (its work may have overlapped the next holder's).
+    let err = locks.unlock(old).unwrap_err();
+    assert!(
+        matches!(&err, Error::LockLost(r) if r.taken() == 3 && r.granted() == 0),
+        "{err}"
+    );
+    assert!(err.is_lost());
+    for i in 0..3 {
+        assert_eq!(get(&cluster, i, "res"), bulk(next.value()), "node {i}");
+    }
+    assert!(locks.unlock(next).expect("release") >= 2);
+}
+
+#[test]
+fn an_extension_never_recreates_a_lost_key() {
+    let cluster = Cluster::start(3);
+    let locks = manager(&cluster, quick());
+    let mut lock = locks.request("res").ttl(TTL).acquire().expect("lock");
+    // The keys vanish behind our back (eviction, FLUSHALL, failover): the extension reports the loss.
+    cluster.flush_all();
+    let err = locks.extend(&mut lock, TTL).expect_err("lost");
+    assert!(matches!(err, Error::LockLost(_)), "{err}");
+    for i in 0..3 {
+        assert_eq!(get(&cluster, i, "res"), b"$-1\r\n".to_vec());
+    }
+}
+
+#[test]
+fn two_of_five_down_still_locks_three_down_is_a_quorum_error_in_time() {
+    let mut cluster = Cluster::start(5);
+    let config = Config::default()
+        .with_retry_count(0)
+        .with_round_timeout(Duration::from_millis(200));
+    let locks = manager(&cluster, config);
+    locks
+        .unlock(locks.request("warm").ttl(TTL).acquire().expect("all up"))
+        .expect("release");
+    cluster.kill(0);
+    cluster.kill(3);
+    let lock = locks
+        .request("a")
+        .ttl(TTL)
+        .acquire()
+        .expect("3 of 5 are enough");
+    locks.unlock(lock).expect("release");
+    cluster.kill(4);
+    let started = Instant::now();
+    let err = locks.request("b").ttl(TTL).acquire().expect_err("2 of 5");
+    assert!(
+        started.elapsed() < Duration::from_millis(200) + Duration::from_millis(150),
+        "{:?}",
+        started.elapsed()
+    );
+    let Error::Quorum(report) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(report.quorum(), 3);
+    assert_eq!(report.nodes().len(), 5);
+    for i in [0, 3, 4] {
+        assert!(matches!(report.nodes()[i].1, Outcome::Failed(_)), "{err}");
+    }
+    // The message names every node and what happened to it.
+    let msg = err.to_string();
+    for node in cluster.urls() {
+        assert!(msg.contains(&node), "{msg}");
+    }
+    assert!(
+        msg.contains("granted") && (msg.contains("refused") || msg.contains("closed")),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_hung_node_does_not_slow_acquisition_and_a_restarted_node_is_used_again() {
+    let mut cluster = Cluster::start(5);
+    let config = Config::default()
+        .with_retry_count(0)
+        .with_round_timeout(Duration::from_secs(2));
+    let locks = manager(&cluster, config);
+    locks
+        .unlock(locks.request("warm").ttl(TTL).acquire().expect("all up"))
+        .expect("release");
+    cluster.pause(2);
+    for i in 0..20 {
+        let started = Instant::now();
+        let lock = locks
+            .request(format!("r{i}"))
+            .ttl(TTL)
+            .acquire()
+            .expect("4 of 5 answer");
+        locks.unlock(lock).expect("release");
+        // Far below the 2 s round deadline: nobody waited for the hung node.
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "round {i}: {:?}",
+            started.elapsed()
+        );
+    }
+    cluster.resume(2);
+    cluster.kill(1);
+    cluster.restart(1);
+    // Used again without the user doing anything: within a bounded time, a lock lands on node 1 too.
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let lock = locks.request("back").ttl(TTL).acquire().expect("lock");
+        std::thread::sleep(Duration::from_millis(20)); // slower replies land after the quorum
+        let on_node_1 = get(&cluster, 1, "back") == bulk(lock.value());
+        locks.unlock(lock).expect("release");
+        if on_node_1 {
+            break;
+        }
+        assert!(Instant::now() < until, "node 1 never used again");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn contention_loses_no_update() {
+    let cluster = Cluster::start(3);
+    let config = Config::default()
+        .with_retry_count(10_000)
+        .with_retry_delay(Duration::from_millis(1))
+        .with_retry_jitter(Duration::from_millis(1))
+        .with_round_timeout(Duration::from_millis(500));
+    let managers = [
+        Arc::new(manager(&cluster, config.clone())),
+        Arc::new(manager(&cluster, config)),
+    ];
+    let counter = Arc::new(AtomicU64::new(0));
+    const THREADS: usize = 8;
+    const ROUNDS: u64 = 250;
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let locks = Arc::clone(&managers[t % 2]);
+            let counter = Arc::clone(&counter);
+            std::thread::spawn(move || {
+                for _ in 0..ROUNDS {
+                    let lock = locks.request("counter").ttl(TTL).acquire().expect("lock");
+                    // Non-atomic read-modify-write, with a yield in the middle to invite a lost update.
+                    let v = counter.load(Ordering::SeqCst);
+                    std::thread::yield_now();
+                    counter.store(v + 1, Ordering::SeqCst);
+                    assert!(lock.is_valid());
+                    locks.unlock(lock).expect("release");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("worker");
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), THREADS as u64 * ROUNDS);
+}
+
+#[test]
+fn script_hashes_match_the_server_and_noscript_falls_back_to_eval() {
+    let cluster = Cluster::start(3);
+    for (script, sha) in [(RELEASE, RELEASE_SHA1), (EXTEND, EXTEND_SHA1)] {
+        assert_eq!(
+            cluster.node(0).raw(&cmd(&["SCRIPT", "LOAD", script])),
+            bulk(sha)
+        );
+    }
+    let locks = manager(&cluster, quick());
+    let mut lock = locks.request("res").ttl(TTL).acquire().expect("lock");
+    // The scripts vanish from the servers' caches: EVALSHA gets NOSCRIPT, EVAL takes over.
+    for i in 0..3 {
+        assert_eq!(
+            cluster.node(i).raw(&cmd(&["SCRIPT", "FLUSH"])),
+            b"+OK\r\n".to_vec()
+        );
+    }
+    locks
+        .extend(&mut lock, TTL)
+        .expect("extend after SCRIPT FLUSH");
+    assert!(locks.unlock(lock).expect("release after SCRIPT FLUSH") >= 2);
+}
+
+#[test]
+fn bad_configuration_is_refused_at_build_time() {
+    let cluster = Cluster::start(1);
+    let url = cluster.urls()[0].clone();
+    let cases: Vec<(Vec<String>, Config, &str)> = vec![
+        (vec![], Config::default(), "no nodes"),
+        (
+            vec!["redis://h:notaport".into()],
+            Config::default(),
+            "port is not a number",
+        ),
+        (
+            vec![url.clone(), url.clone()],
+            Config::default(),
+            "listed twice",
+        ),
+        (
+            vec![url.clone(), url.replace("127.0.0.1", "localhost")],
+            Config::default(),
+            "listed twice",
+        ),
+        (
+            vec![url.clone()],
+            Config::default().with_ttl(Duration::ZERO),
+            "ttl",
+        ),
+        (
+            vec![url.clone()],
+            Config::default().with_drift_factor(-1.0),
+            "drift_factor",
+        ),
+    ];
+    for (nodes, config, want) in cases {
+        let err = LockManager::builder()
+            .nodes(nodes.clone())
+            .config(config)
+            .build()
+            .expect_err("invalid");
+        assert!(err.is_config(), "{nodes:?}: {err}");
+        assert!(err.to_string().contains(want), "{nodes:?}: {err}");
+    }
+    let locks = manager(&cluster, Config::default());
+    for (resource, ttl, want) in [
+        ("", TTL, "resource name is empty"),
+        ("r", Duration::ZERO, "ttl must be more than zero"),
+        (
+            "r",
+            Config::MAX_TTL + Duration::from_secs(1),
+            "longer than the maximum",
+        ),
+    ] {
+        let err = locks
+            .request(resource)
+            .ttl(ttl)
+            .once()
+            .acquire()
+            .expect_err("invalid");
+        assert!(err.is_config() && err.to_string().contains(want), "{err}");
+    }
+    // Resource names are bytes: not UTF-8 is fine.
+    let lock = locks
+        .request([0xff, 0xfe, 0x00])
+        .ttl(TTL)
+        .once()
+        .acquire()
+        .expect("free");
+    assert_eq!(lock.resource(), &[0xff, 0xfe, 0x00]);
+    assert_eq!(locks.unlock(lock), Ok(1));
+}
+
+#[test]
+fn the_restart_guard_ignores_grants_of_fresh_and_restarted_nodes_until_the_window_passed() {
+    let mut cluster = Cluster::start(3);
+    let window = Duration::from_millis(1500);
+    let config = Config::default()
+        .with_retry_count(0)
+        .with_restart_window(window);
+    assert!(config.restart_guard(), "on by default");
+    let locks = LockManager::builder()
+        .nodes(cluster.urls())
+        .config(config)
+        .build()
+        .expect("valid");
+    let ttl = Duration::from_millis(500);
+    // The servers are seconds old: their grants do not count.
+    let err = locks
+        .request("r")
+        .ttl(ttl)
+        .acquire()
+        .expect_err("quarantined");
+    let report = err.report().expect("a report");
+    // Each node that answered granted, but not one counted; two were enough to make a majority impossible.
+    let quarantined = report
+        .nodes()
+        .iter()
+        .filter(|(_, o)| *o == Outcome::Quarantined)
+        .count();
+    assert!(quarantined >= 2 && report.granted() == 0, "{err}");
+    assert!(err.to_string().contains("not counted yet"), "{err}");
+    // Once they have been up longer than the window (uptime counts whole seconds), they do.
+    let until = Instant::now() + Duration::from_secs(10);
+    let lock = loop {
+        match locks.request("r").ttl(ttl).acquire() {
+            Ok(lock) => break lock,
+            Err(e) => assert!(Instant::now() < until, "never trusted: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    locks.unlock(lock).expect("release");
+    // Node 0 restarts without persistence: it is not trusted again. With node 1 down too, the majority would
+    // need node 0's grant, so there is no lock, and the report says why.
+    cluster.restart(0);
+    cluster.kill(1);
+    let until = Instant::now() + Duration::from_secs(5);
+    let report = loop {
+        let err = locks
+            .request("r")
+            .ttl(ttl)
+            .acquire()
+            .expect_err("no majority without node 0");
+        let report = err.report().expect("a report").clone();
+        // The first attempt may still find the old connection broken; wait for the reconnect.
+        if report.nodes()[0].1 == Outcome::Quarantined {
+            break report;
+        }
+        assert!(Instant::now() < until, "node 0 never reconnected: {err}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        matches!(report.nodes()[1].1, Outcome::Failed(_)),
+        "{report}"
+    );
+}
+
+#[test]
+fn public_types_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<LockManager>();
+    assert_send_sync::<muxlock::Lock>();
+    assert_send_sync::<Error>();
+    assert_send_sync::<muxlock::net::Fanout>();
+}
+
+/// What a caller matches on is at the crate root, and errors keep what caused them: a logging crate walking
+/// `source()` reaches the address error or the OS error.
+#[test]
+fn errors_keep_their_sources_and_their_types_are_at_the_root() {
+    use muxlock::{AddrError, NodeAddr, NodeError, Outcome, Report};
+    use std::error::Error as _;
+
+    let err = LockManager::new(["redis://host:99999"]).expect_err("a bad port");
+    assert!(err.is_config(), "{err}");
+    let addr = err
+        .source()
+        .and_then(|s| s.source())
+        .and_then(|s| s.downcast_ref::<AddrError>())
+        .expect("the address error is the source of the config error");
+    assert_eq!(addr.reason(), "port is not a number from 1 to 65535");
+
+    // Nothing listens on port 1: the report names the node, and its outcome is a `NodeError` at the root.
+    let locks = support::locks::manager(["127.0.0.1:1"], quick());
+    let err = locks
+        .request("r")
+        .ttl(TTL)
+        .once()
+        .acquire()
+        .expect_err("no node");
+    let report: &Report = err.report().expect("a report");
+    let (node, outcome): &(NodeAddr, Outcome) = &report.nodes()[0];
+    assert_eq!(node.port(), 1);
+    assert_eq!(*outcome, Outcome::Failed(NodeError::Refused));
+
+    // An OS error inside a node error is kept whole, comparable and cloneable like the error around it.
+    let reset = std::io::Error::from_raw_os_error(104); // ECONNRESET
+    let node_err = NodeError::Io(reset.into());
+    let os = node_err
+        .source()
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .expect("the io::Error is the source");
+    assert_eq!(os.raw_os_error(), Some(104));
+    assert_eq!(node_err.clone(), node_err);
+}
+
+#[test]
+fn huge_timeouts_are_accepted_without_overflow() {
+    // The longest accepted (a year; longer is refused by `Config::validate`): deadlines saturate.
+    let config = Config::default()
+        .with_retry_count(0)
+        .with_round_timeout(Config::MAX_TTL)
+        .with_connect_timeout(Config::MAX_TTL);
+    // Nothing listens on port 1: refused at once, whatever the timeouts.
+    let locks = LockManager::builder()
+        .node("127.0.0.1:1")
+        .config(config)
+        .build()
+        .expect("valid");
+    let err = locks
+        .request("r")
+        .ttl(TTL)
+        .once()
+        .acquire()
+        .expect_err("refused");
+    assert!(err.is_quorum(), "{err}");
+}
+
+/// An even number of nodes is allowed: the majority is N/2 + 1, so 4 nodes tolerate one failure, like 3.
+#[test]
+fn an_even_number_of_nodes_needs_n_over_2_plus_1() {
+    let mut cluster = Cluster::start(4);
+    let locks = manager(&cluster, quick());
+    assert_eq!(locks.quorum(), 3);
+    cluster.kill(0);
+    let lock = locks
+        .request("even")
+        .ttl(TTL)
+        .acquire()
+        .expect("3 of 4 are a majority");
+    locks.unlock(lock).expect("release");
+    cluster.kill(1);
+    let err = locks
+        .request("even")
+        .ttl(TTL)
+        .acquire()
+        .expect_err("2 of 4 are not");
+    assert!(err.is_quorum(), "{err}");
+    // Decided as soon as two failures made 3 grants impossible.
+    assert!(
+        err.to_string().contains("of 4 nodes granted, 3 needed"),
+        "{err}"
+    );
+}
+
+/// The longest timeouts `Config::validate` accepts never make a call panic on `Duration` arithmetic
+/// (`hold` with `round_timeout` = `Duration::MAX`, say); longer ones are refused when the manager is built.
+#[test]
+fn the_longest_accepted_timeouts_never_panic_and_longer_ones_are_refused() {
+    let cluster = Cluster::start(1);
+    let max = Config::MAX_TTL;
+    let config = Config::default()
+        .with_round_timeout(max)
+        .with_connect_timeout(max)
+        .with_hung_timeout(max)
+        .with_retry_delay(Duration::from_millis(1))
+        .with_retry_count(0)
+        .with_restart_guard(false);
+    let locks = locks::manager(cluster.urls(), config);
+    let err = locks
+        .request("r")
+        .ttl(Duration::from_secs(10))
+        .hold()
+        .unwrap_err();
+    assert!(err.is_config(), "{err}");
+    let lock = locks
+        .request("r")
+        .ttl(Duration::from_secs(10))
+        .wait(Duration::from_millis(100))
+        .acquire()
+        .expect("a free lock");
+    locks.unlock(lock).expect("released");
+    let built = LockManager::builder()
+        .nodes(cluster.urls())
+        .config(Config::default().with_round_timeout(Duration::MAX))
+        .build();
+    assert!(built.unwrap_err().is_config());
+}

@@ -1,0 +1,580 @@
+//! The source tree keeps its layout. The rooms of `src/redlock/` keep their direction (`src/redlock/mod.rs`'s
+//! `# Layout`): the engine and the kinds know nothing of guards, waiting or the manager; the kinds know nothing
+//! of the engine; every `impl LockManager` is in `manager/` and every `impl Engine` in `engine/`; the engine
+//! reads time only through its clock; no file of `src/` or `cli/src/` reaches itself through the files it takes
+//! names from. `src/`, `cli/src/` and the test binaries filed by behaviour cite no issues, findings, reviews or
+//! commits: a comment states a contract, the story is in the commit message. And no test file is named after a
+//! review. A change that breaks one of these fails here, naming the file and the line.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+fn redlock() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src/redlock")
+}
+
+/// Every `.rs` file under `dir`, with its path relative to `src/redlock`.
+fn files(dir: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in fs::read_dir(&d).expect("read src/redlock") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let name = path
+                    .strip_prefix(redlock())
+                    .expect("under src/redlock")
+                    .to_string_lossy()
+                    .into_owned();
+                out.push((name, fs::read_to_string(&path).expect("read file")));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The code lines of a file, numbered from 1: without comments and without its `#[cfg(test)]` module (unit
+/// tests may use the real clock).
+fn code(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l))
+        .take_while(|(_, l)| !l.starts_with("#[cfg(test)]"))
+        .filter(|(_, l)| !l.trim_start().starts_with("//"))
+}
+
+/// Lines of the files under `room` that mention one of `forbidden`.
+fn breaches(room: &str, forbidden: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (name, text) in files(&redlock()) {
+        // Unit tests may use the real clock (a `tests.rs` module is one).
+        if !name.starts_with(room) || name.ends_with("/tests.rs") {
+            continue;
+        }
+        for (n, line) in code(&text) {
+            for f in forbidden {
+                if line.contains(f) {
+                    found.push(format!(
+                        "src/redlock/{name}:{n}: {} (mentions {f})",
+                        line.trim()
+                    ));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_engine_knows_no_guard_waiting_or_manager() {
+    let found = breaches(
+        "engine",
+        &[
+            "redlock::guard",
+            "redlock::wait",
+            "redlock::manager",
+            "LockManager",
+            "Keeper",
+            "Watchdog",
+            "WaitRoom",
+        ],
+    );
+    assert!(
+        found.is_empty(),
+        "the engine reaches up:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_kinds_know_no_engine_guard_waiting_or_manager() {
+    let found = breaches(
+        "kind",
+        &[
+            "redlock::engine",
+            "redlock::guard",
+            "redlock::wait",
+            "redlock::manager",
+            "LockManager",
+            "Engine",
+        ],
+    );
+    assert!(found.is_empty(), "a kind reaches up:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_guard_room_knows_no_waiting_loop_or_manager() {
+    let found = breaches(
+        "guard",
+        &["redlock::wait::", "redlock::manager", "LockManager"],
+    );
+    assert!(
+        found.is_empty(),
+        "the guard room reaches up:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn impl_blocks_live_in_their_homes() {
+    let mut found = Vec::new();
+    for (name, text) in files(&redlock()) {
+        for (n, line) in code(&text) {
+            let l = line.trim_start();
+            if !l.starts_with("impl") {
+                continue;
+            }
+            if l.contains("LockManager {") && !name.starts_with("manager/") {
+                found.push(format!("src/redlock/{name}:{n}: {l}"));
+            }
+            // The simulator's wrapper (`sim.rs`) is a type of its own, also named `Engine`.
+            let engine = l.contains(" Engine<") || l.contains(" Engine {");
+            if engine && !name.starts_with("engine") && name != "sim.rs" {
+                found.push(format!("src/redlock/{name}:{n}: {l}"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "impl blocks away from home:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_engine_reads_time_only_through_its_clock() {
+    let mut found = breaches(
+        "engine",
+        &["Instant::now()", "thread::sleep", "SystemTime::now"],
+    );
+    found.retain(|l| !l.starts_with("src/redlock/engine/seam.rs"));
+    assert!(
+        found.is_empty(),
+        "the engine reads the real clock:\n{}",
+        found.join("\n")
+    );
+}
+
+/// Every `.rs` file under `dir` (relative to the crate root), with its path relative to the crate root.
+fn rs_files(dir: &str) -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out = Vec::new();
+    let mut stack = vec![root.join(dir)];
+    while let Some(d) = stack.pop() {
+        for entry in fs::read_dir(&d).unwrap_or_else(|e| panic!("read {}: {e}", d.display())) {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let name = path
+                    .strip_prefix(root)
+                    .expect("under the crate root")
+                    .to_string_lossy()
+                    .into_owned();
+                out.push((name, fs::read_to_string(&path).expect("read file")));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// What in `line` cites an issue, a finding or a review, if anything: `issue #N` or a bare `#N`, `word#N`
+/// (`owner/repo#N` is allowed: a full upstream reference, such as `redis/redis#416`; so is an upper-case
+/// name such as `PKCS#8`), `finding N`, `review of`.
+fn reference(line: &str) -> Option<String> {
+    let lower = line.to_ascii_lowercase();
+    if lower.contains("review of") {
+        return Some("\"review of\"".to_owned());
+    }
+    for (i, _) in lower.match_indices("finding") {
+        let rest = lower[i + "finding".len()..].trim_start();
+        if rest.starts_with(|c: char| c.is_ascii_digit()) {
+            return Some("a finding number".to_owned());
+        }
+    }
+    let bytes = line.as_bytes();
+    for (i, _) in line.match_indices('#') {
+        if !bytes.get(i + 1).is_some_and(u8::is_ascii_digit) {
+            continue;
+        }
+        // The word the `#` is glued to: `owner/repo`, `PKCS`, or nothing (a bare `#N`).
+        let word: &str = {
+            let start = line[..i]
+                .rfind(|c: char| !(c.is_ascii_alphanumeric() || "/-_.".contains(c)))
+                .map_or(0, |j| j + 1);
+            &line[start..i]
+        };
+        let upstream = word.contains('/') && !word.starts_with('/') && !word.ends_with('/');
+        let upper = !word.is_empty()
+            && word
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit());
+        if !upstream && !upper {
+            let n: String = line[i..]
+                .chars()
+                .take_while(|&c| c == '#' || c.is_ascii_digit())
+                .collect();
+            return Some(format!(
+                "{word}{n} (write a full upstream reference, owner/repo#N, or none)"
+            ));
+        }
+    }
+    None
+}
+
+/// A word of a comment that looks like an abbreviated commit hash (7 to 12 lower-case hex digits, letters and
+/// digits both), if any.
+fn commit_hash(comment: &str) -> Option<&str> {
+    comment
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .find(|w| {
+            (7..=12).contains(&w.len())
+                && w.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+                && w.bytes().any(|b| b.is_ascii_digit())
+                && w.bytes().any(|b| b.is_ascii_lowercase())
+        })
+}
+
+/// A comment line's text without its `//`, `///` or `//!`; `None` for a line that is not a comment.
+fn comment_text(line: &str) -> Option<&str> {
+    let t = line.trim_start().strip_prefix("//")?;
+    Some(t.trim_start_matches(['/', '!']).trim())
+}
+
+#[test]
+fn the_sources_cite_no_issues_findings_reviews_or_commits() {
+    let mut found = Vec::new();
+    // The test binaries filed by behaviour too (`tests/house/` quotes references on purpose, in the check below).
+    for dir in [
+        "src",
+        "cli/src",
+        "tests/api",
+        "tests/cluster",
+        "tests/codec",
+        "tests/net",
+        "tests/threads",
+    ] {
+        for (name, text) in rs_files(dir) {
+            let lines: Vec<&str> = text.lines().collect();
+            for (i, line) in lines.iter().enumerate() {
+                let n = i + 1;
+                if let Some(what) = reference(line) {
+                    found.push(format!("{name}:{n}: {} (cites {what})", line.trim()));
+                    continue;
+                }
+                if let Some(hash) = comment_text(line).and_then(commit_hash) {
+                    found.push(format!("{name}:{n}: {} (cites commit {hash})", line.trim()));
+                    continue;
+                }
+                // A reference a comment wraps across two lines: "... finding" / "4 ...", "... review" / "of ...".
+                let (Some(this), Some(next)) = (
+                    comment_text(line),
+                    lines.get(i + 1).and_then(|l| comment_text(l)),
+                ) else {
+                    continue;
+                };
+                let (this, next) = (this.to_ascii_lowercase(), next.to_ascii_lowercase());
+                let wrapped = (this.ends_with("finding")
+                    && next.starts_with(|c: char| c.is_ascii_digit()))
+                    || (this.ends_with("review") && next.starts_with("of "));
+                if wrapped {
+                    found.push(format!(
+                        "{name}:{n}: {} (cites a finding or a review across two lines)",
+                        line.trim()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "issue, finding, review or commit references in the sources (a comment states the contract; the story goes in \
+         the commit message):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_reference_check_tells_references_from_upstream_links() {
+    for cited in [
+        "// issue #27: key slots",
+        "//! (the review of the check)",
+        "/// (#24: 3 nodes)",
+        "// see muxlock#25",
+        "// tests/cluster/replication_wait.rs, finding 1",
+        "// Finding 12 of the audit",
+    ] {
+        assert!(reference(cited).is_some(), "not caught: {cited}");
+    }
+    for clean in [
+        "// redis/redis#416 explains the expiry",
+        "// https://github.com/redis/redis/issues/416",
+        "/// (PEM: PKCS#8, PKCS#1 or SEC1)",
+        "#[derive(Debug)]",
+        "//! an \"inside\" marker (finding one already there is a violation)",
+        "let s = r#\"local r = {}\"#;",
+        "// a review, in general",
+    ] {
+        assert_eq!(reference(clean), None, "flagged: {clean}");
+    }
+    assert_eq!(
+        commit_hash("catches the order before 91f41a7 within"),
+        Some("91f41a7")
+    );
+    for clean in [
+        "a 1234567 ms lease",
+        "deadbeef",
+        "0x9e37_79b9_7f4a_7c15",
+        "SHA1 of a 40-digit value",
+    ] {
+        assert_eq!(commit_hash(clean), None, "flagged: {clean}");
+    }
+}
+
+/// Every `.rs` file of a crate's source tree `root` (`src`, `cli/src`), with its module path (`redlock::guard`
+/// for `src/redlock/guard/mod.rs`), but unit-test modules (`tests.rs`, `*_tests/`): they import their parent.
+fn modules(root: &Path) -> Vec<(Vec<String>, PathBuf)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in fs::read_dir(&d).expect("read a source dir") {
+            let path = entry.expect("dir entry").path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if path.is_dir() {
+                if !name.ends_with("_tests") && name != "tests" {
+                    stack.push(path);
+                }
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") || name == "tests.rs" {
+                continue;
+            }
+            let rel = path
+                .strip_prefix(root)
+                .expect("under root")
+                .with_extension("");
+            let mut segs: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if matches!(
+                segs.last().map(String::as_str),
+                Some("mod" | "lib" | "main")
+            ) {
+                segs.pop();
+            }
+            out.push((segs, path));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The module paths a line of code names with `crate::` or `super::` (absolute, from the crate root), group
+/// items included (`crate::a::{b, c::D}` names `a`, `a::b` and `a::c`).
+fn named_modules(line: &str, here: &[String]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let bytes = line.as_bytes();
+    let mut i = 0;
+    while i < line.len() {
+        let rest = &line[i..];
+        let (mut path, skip) = if rest.starts_with("crate::") {
+            (Vec::new(), "crate::".len())
+        } else if rest.starts_with("super::") && (i == 0 || !bytes[i - 1].is_ascii_alphanumeric()) {
+            let mut p = here.to_vec();
+            let mut j = 0;
+            while line[i + j..].starts_with("super::") {
+                p.pop();
+                j += "super::".len();
+            }
+            (p, j)
+        } else {
+            i += rest.chars().next().map_or(1, char::len_utf8);
+            continue;
+        };
+        if i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_') {
+            i += skip;
+            continue;
+        }
+        i += skip;
+        // Segments: lowercase identifiers followed by `::`, then a group or a name.
+        loop {
+            let seg: String = line[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            if seg.is_empty() {
+                break;
+            }
+            i += seg.len();
+            path.push(seg);
+            if line[i..].starts_with("::") {
+                i += 2;
+                continue;
+            }
+            break;
+        }
+        out.push(path.clone());
+        if line[i..].starts_with('{') {
+            let close = line[i..].find('}').map_or(line.len(), |c| i + c);
+            for item in line[i + 1..close].split([',', '{']) {
+                let first: String = item
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                if !first.is_empty() && first != "self" {
+                    let mut p = path.clone();
+                    p.push(first);
+                    out.push(p);
+                }
+            }
+            i = close;
+        }
+    }
+    out
+}
+
+/// The circles among the files of the crate at `root`: sets of two or more files each of which reaches every
+/// other through the files it takes names from (however many steps). A file taking names from its own
+/// ancestors (a child module from its parent's `mod.rs`) is not counted: that is its home.
+fn circles(root: &Path) -> Vec<Vec<String>> {
+    let mods = modules(root);
+    let index = |segs: &[String]| {
+        // The file of the longest module prefix that is a file of its own (not the crate root).
+        (1..=segs.len())
+            .rev()
+            .find_map(|k| mods.iter().position(|(m, _)| m[..] == segs[..k]))
+    };
+    let mut edges: Vec<Vec<usize>> = vec![Vec::new(); mods.len()];
+    for (from, (here, path)) in mods.iter().enumerate() {
+        let text = fs::read_to_string(path).expect("read a source file");
+        for (_, line) in code(&text) {
+            for named in named_modules(line, here) {
+                // A module's own ancestors are its home (an `impl Engine` in `engine/any.rs` is the engine's),
+                // not a room it stands on.
+                let Some(to) = index(&named).filter(|&to| !here.starts_with(&mods[to].0)) else {
+                    continue;
+                };
+                if !edges[from].contains(&to) {
+                    edges[from].push(to);
+                }
+            }
+        }
+    }
+    let reach = |start: usize| {
+        let mut seen = vec![false; mods.len()];
+        let mut stack = vec![start];
+        while let Some(n) = stack.pop() {
+            for &m in &edges[n] {
+                if !seen[m] {
+                    seen[m] = true;
+                    stack.push(m);
+                }
+            }
+        }
+        seen
+    };
+    let reaches: Vec<Vec<bool>> = (0..mods.len()).map(reach).collect();
+    let mut done = vec![false; mods.len()];
+    let mut found = Vec::new();
+    for a in 0..mods.len() {
+        if done[a] || !reaches[a][a] {
+            continue;
+        }
+        let members: Vec<usize> = (0..mods.len())
+            .filter(|&b| reaches[a][b] && reaches[b][a])
+            .collect();
+        members.iter().for_each(|&b| done[b] = true);
+        if members.len() > 1 {
+            found.push(
+                members
+                    .iter()
+                    .map(|&b| mods[b].1.display().to_string())
+                    .collect(),
+            );
+        }
+    }
+    found
+}
+
+/// No file of the library or of the command reaches itself through the files it takes names from: the rooms
+/// stand on each other, none runs back up (a circle through eight files is as much a circle as one through two).
+#[test]
+fn no_file_reaches_itself_through_its_imports() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for tree in ["src", "cli/src"] {
+        let found = circles(&root.join(tree));
+        assert!(found.is_empty(), "circles in {tree}/: {found:#?}");
+    }
+}
+
+/// The circle check sees a circle through several files and through group imports, and none in a chain.
+#[test]
+fn the_circle_check_follows_imports_through_groups_and_supers() {
+    let here = vec!["redlock".to_owned(), "guard".to_owned()];
+    let named = named_modules(
+        "use crate::redlock::{lost::Lost, kind::{lock, owner}};",
+        &here,
+    );
+    assert!(named.contains(&vec!["redlock".to_owned(), "lost".to_owned()]));
+    assert!(named.contains(&vec!["redlock".to_owned(), "kind".to_owned()]));
+    let sup = named_modules("use super::watchdog::Watchdog;", &here);
+    assert_eq!(sup, vec![vec!["redlock".to_owned(), "watchdog".to_owned()]]);
+    let dir = std::env::temp_dir().join(format!("muxlock-layout-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(dir.join("a")).expect("temp dir");
+    fs::write(dir.join("lib.rs"), "mod a;\nmod c;\n").expect("write");
+    fs::write(dir.join("a/mod.rs"), "use crate::a::b::X;\n").expect("write");
+    fs::write(dir.join("a/b.rs"), "use crate::c::{Y};\n").expect("write");
+    fs::write(dir.join("c.rs"), "// use crate::a::Z;\nfn f() {}\n").expect("write");
+    assert!(circles(&dir).is_empty(), "a chain is no circle");
+    fs::write(dir.join("c.rs"), "use crate::a::Z;\n").expect("write");
+    let found = circles(&dir);
+    let _ = fs::remove_dir_all(&dir);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].len(), 3, "{found:?}");
+}
+
+/// Whether a test file's name says when or why it was written rather than what it checks.
+fn named_after_a_review(stem: &str) -> bool {
+    stem.starts_with("break_")
+        || stem.starts_with("review_")
+        || stem.ends_with("_review")
+        || stem == "hostile"
+}
+
+#[test]
+fn no_test_file_is_named_after_a_review() {
+    let named: Vec<String> = rs_files("tests")
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| {
+            Path::new(name)
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .is_some_and(named_after_a_review)
+        })
+        .collect();
+    assert!(
+        named.is_empty(),
+        "test files named after a review (name them for what they check):\n{}",
+        named.join("\n")
+    );
+    for review in ["break_held", "review_async", "fold_review", "hostile"] {
+        assert!(named_after_a_review(review), "not caught: {review}");
+    }
+    for behaviour in [
+        "detached_releases",
+        "async_edges",
+        "hostile_servers",
+        "fold",
+    ] {
+        assert!(!named_after_a_review(behaviour), "flagged: {behaviour}");
+    }
+}
