@@ -7,8 +7,9 @@
 //!
 //! Each command answers a payload that names it alone. A reply counted for another command, an id handed out
 //! twice or never, or an `OutOfOrder` (no request here is ever queued out of its ids' order) fails the test.
-//! Seen to fail: with `Round::retry_held` queueing a held release without re-dialling a dropped connection (a
-//! throw-away patch), the reset connections hand commands other rounds' replies within seconds.
+//! This is a broad net, its catches depend on timing: with `Round::retry_held` queueing a held release without
+//! re-dialling a dropped connection, it fails in most runs, not all. The check that catches that bug every time
+//! is `patience_edges::a_held_release_is_never_queued_on_a_dropped_connection` (`.ci/breaks/`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
