@@ -1,6 +1,5 @@
-//! Issue #26's goals: muxlock's async API beside its sync API and the async peers, on the same 5 local
-//! `redis-server`s in one run. Ratios between cases of one run are the result; absolute figures on this shared
-//! 2-vCPU machine are not.
+//! muxlock's async API beside its sync API and the async peers, on the same 5 local `redis-server`s in one run.
+//! Ratios between cases of one run are the result; absolute figures on this shared 2-vCPU machine are not.
 //!
 //! 1. **Lone caller**: acquire + release latency of one caller, sync (an OS thread: `acquire`, `unlock`) against
 //!    async (`acquire_async`, `unlock_async`) on a tokio current-thread runtime (`block_on`), as a task on a
@@ -12,8 +11,8 @@
 //!    manager, with the throughput engine of `benches/throughput.rs` (`benches/throughput/`): `muxlock/async`
 //!    (tasks on a 2-worker tokio runtime), `muxlock/shared` (OS threads, 64 only), `redis-rs/quorum` (Redlock by
 //!    hand on one multiplexed connection per node, deciding at the majority), `redis-rs/quorum-all` (the same,
-//!    waiting for every node: issue #26's harness) and `rslock` (its tokio API), each tokio client on a
-//!    2-worker runtime. Goals: `muxlock/async` ≥ 1.5× `redis-rs/quorum-all` at 64 and 1,000 tasks; 10,000 tasks
+//!    waiting for every node: the simplest correct async client) and `rslock` (its tokio API), each tokio client
+//!    on a 2-worker runtime. Goals: `muxlock/async` ≥ 1.5× `redis-rs/quorum-all` at 64 and 1,000 tasks; 10,000 tasks
 //!    complete with 0 errors at a rate at least `muxlock/shared`'s at 64 threads.
 //!
 //! Every muxlock manager uses the library's defaults except `.with_restart_guard(false)` (these servers have just

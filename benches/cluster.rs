@@ -1,4 +1,4 @@
-//! What routing to a Redis Cluster member will pay per request and per map refresh (issue #27): the slot of a key
+//! What routing to a Redis Cluster member will pay per request and per map refresh: the slot of a key
 //! (`key_slot`: CRC16 of the key or its hash tag), a slot's owner in a map (`SlotMap::master_of`), reading a
 //! `MOVED` error, and reading a slot map from `CLUSTER SHARDS` / `CLUSTER SLOTS` replies of a live Redis 7.0.15
 //! cluster of three masters with a replica each (the fuzz seeds, decoded outside the timing).

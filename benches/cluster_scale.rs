@@ -1,4 +1,4 @@
-//! Cluster members (issue #27): what a Redlock member made of K Redis Cluster masters costs the servers per lock,
+//! Cluster members: what a Redlock member made of K Redis Cluster masters costs the servers per lock,
 //! and what it costs a lone caller, beside plain members, in one run.
 //!
 //! The deployments, all started at once and kept for the whole run (`tests/support`: `--save "" --appendonly

@@ -144,7 +144,8 @@ fn handoff(urls: &[String], quick: bool) {
         .map(|_| Histogram::new_with_bounds(1, 10_000_000_000, 3).expect("histogram"))
         .collect();
     // The same hand-offs timed from the holder's call to `unlock`: when the holder thread is descheduled after
-    // the release's replies arrive, the waiter can return before `unlock` does, and the measure reads 0.
+    // the release's replies arrive, the waiter can return before `unlock` does, and the measure from `unlock`'s
+    // return reads 0.
     let mut from_call: Vec<Histogram<u64>> = (0..3)
         .map(|_| Histogram::new_with_bounds(1, 10_000_000_000, 3).expect("histogram"))
         .collect();

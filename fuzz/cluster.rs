@@ -1,4 +1,4 @@
-//! The fuzz harness for the Redis Cluster parsers (issue #27, `muxlock::net::cluster`): `CLUSTER SHARDS` and
+//! The fuzz harness for the Redis Cluster parsers (`muxlock::net::cluster`): `CLUSTER SHARDS` and
 //! `CLUSTER SLOTS` replies, `MOVED`/`ASK` errors and `redis+cluster://` URLs. Shared by the `cluster` fuzz target
 //! and `tests/codec/fuzz_replay.rs` (both include this file with `#[path]`); it sees only muxlock's public API.
 //!

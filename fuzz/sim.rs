@@ -1,5 +1,5 @@
-//! The `sim` target's harness: the fuzzer's bytes drive muxlock's deterministic simulator (`tests/sim/`, issue
-//! #22): the first 8 bytes seed it, every later byte decides one choice (the world's shape, which fault strikes
+//! The `sim` target's harness: the fuzzer's bytes drive muxlock's deterministic simulator (`tests/sim/`): the
+//! first 8 bytes seed it, every later byte decides one choice (the world's shape, which fault strikes
 //! when, which client runs, which verb it calls and how long it waits), so that coverage guides the search for
 //! histories no random seed reaches. Any property the checker finds broken (two holders, tokens out of order, a
 //! key without expiry) is a crash, printed with the history's last events.

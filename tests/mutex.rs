@@ -12,7 +12,7 @@
 //! protection the lock has (node pauses, network faults, mixed faults, several processes) with the lock itself
 //! broken (managers that share no majority), which must see the hazard. The cluster members' random mixes
 //! have none yet (RELIABILITY.md's table says which scenarios have which). Kinds other than a plain lock are in `mutex/kinds.rs`
-//! (batches, guards) and `mutex/sets.rs` (sets, fenced locks); cluster members (#27) in `mutex/clusters.rs`
+//! (batches, guards) and `mutex/sets.rs` (sets, fenced locks); cluster members in `mutex/clusters.rs`
 //! (their other kinds in `mutex/cluster_kinds.rs`).
 
 #[path = "mutex/clusters.rs"]
@@ -158,8 +158,8 @@ fn work(resources: usize, ttl: Duration, secs: Duration) -> Work {
 /// (a stolen vCPU, not the lock's doing) or the lease it was given was wrong. Each overrun is recorded with its own
 /// interval, and is excused only if the freeze monitor measured this process frozen for at least half that spare
 /// time *within that interval* (half: the monitor samples every 1 ms and records freezes of 5 ms and more, so it
-/// may see less of a freeze than the worker lost). A freeze elsewhere in the run excuses nothing; the old check,
-/// which skipped every overrun once any freeze anywhere exceeded the margin, could not fail on a busy machine.
+/// may see less of a freeze than the worker lost). A freeze elsewhere in the run excuses nothing: a check that
+/// skipped every overrun once any freeze anywhere exceeded the margin could not fail on a busy machine.
 #[track_caller]
 fn assert_safe(stats: &Stats, violations: &[(Hold, Hold)]) {
     assert!(violations.is_empty(), "overlapping holds: {violations:?}");
@@ -809,7 +809,7 @@ struct LostFiles {
     b_acquired: bool,
 }
 
-/// Issue #20: nodes that persist every write (`appendfsync always`), provisioned and so trusted at once, lose their
+/// Nodes that persist every write (`appendfsync always`), provisioned and so trusted at once, lose their
 /// files (an ephemeral disk) while A holds a lock: a majority restarts empty. A writes to the protected resource for
 /// its whole lease; B, a fresh client, tries until it gets the lock. With the guard, B must wait for the new
 /// markers (or processes) to be a window old, by which time A's lease is over; without it (the control), B gets

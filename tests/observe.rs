@@ -1,4 +1,4 @@
-//! The `tracing` and `metrics` features (issue #26) against real redis-servers: one span per lock operation with
+//! The `tracing` and `metrics` features against real redis-servers: one span per lock operation with
 //! its outcome, an event per node outcome named as OpenTelemetry's Redis conventions name them, counters and
 //! histograms through the `metrics` facade — and no resource name anywhere.
 

@@ -1,4 +1,4 @@
-//! Deterministic simulation of the lock engine (issue #22, first stage): many clients run the real engine's
+//! Deterministic simulation of the lock engine: many clients run the real engine's
 //! verbs through the seam against simulated nodes with faults chosen by a seed, on a virtual clock, and a checker
 //! judges each history (see `tests/sim/`).
 //!
@@ -7,8 +7,9 @@
 //! - `MUXLOCK_SIM_WORLDS=natives` (or `queued`) runs them in the worlds of `native_nodes_keep_every_property`
 //!   (or `queued_waiters_keep_every_property`), to replay one of their seeds; `owned` makes half the verbs owned
 //!   sessions (`sim/owned.rs`), a search aimed at them;
-//! - `MUXLOCK_SIM_CONTROL=unattributed` releases reentrant holds with issue #20's unattributed script: the
-//!   checker must then find two holders (`control_unattributed_release_is_caught` does it by itself);
+//! - `MUXLOCK_SIM_CONTROL=unattributed` releases reentrant holds with the unattributed script (it counts down
+//!   some hold of the owner, whichever): the checker must then find two holders
+//!   (`control_unattributed_release_is_caught` does it by itself);
 //! - `MUXLOCK_SIM_CONTROL=ignore-lost`: guard holders never look at `lost_at` and work on past their guards'
 //!   deadlines: the checker must catch them (`control_guard_holders_ignoring_lost_are_caught`);
 //! - `MUXLOCK_SIM_CONTROL=shortening`: owned holds are extended by a script that cuts the key's expiry to the
@@ -51,8 +52,9 @@ fn fail(seed: u64, run: &Run) -> ! {
     );
 }
 
-/// Seeds with waiters in the nodes' queue (issue #24's hand-off: `QUEUE_ACQUIRE` / `QUEUE_LEAVE` on every node,
-/// decided by the plain quorum) beside every other verb: the same properties, and queued grants among the holds.
+/// Seeds with waiters in the nodes' queue (a waiting request's hand-off across processes: `QUEUE_ACQUIRE` /
+/// `QUEUE_LEAVE` on every node, decided by the plain quorum) beside every other verb: the same properties, and
+/// queued grants among the holds.
 #[test]
 fn queued_waiters_keep_every_property() {
     let seeds = env_u64("MUXLOCK_SIM_QUEUED_SEEDS").unwrap_or(QUEUED_SEEDS);
@@ -82,9 +84,9 @@ fn queued_waiters_keep_every_property() {
     );
 }
 
-/// Seeds whose nodes are three servers in turn (issue #25: none, `DELIFEQ`, `DELEX`, and `SET IFEQ PX` on the
-/// last two), so that releases and extensions go natively where a node has them and by script elsewhere, in one
-/// manager: the same properties.
+/// Seeds whose nodes are three servers in turn (native compare-and-delete: none, `DELIFEQ`, `DELEX`, and
+/// `SET IFEQ PX` on the last two), so that releases and extensions go natively where a node has them and by script
+/// elsewhere, in one manager: the same properties.
 #[test]
 fn native_nodes_keep_every_property() {
     let seeds = env_u64("MUXLOCK_SIM_NATIVE_SEEDS").unwrap_or(NATIVE_SEEDS);
@@ -110,13 +112,13 @@ fn native_nodes_keep_every_property() {
     );
     assert!(
         native > 0,
-        "no native command ran: the worlds do not exercise #25"
+        "no native command ran: the worlds do not exercise the native commands"
     );
 }
 
 /// As `folded_releases_keep_every_property`, with about a third of the releases' futures dropped after their
-/// first, second or third poll (an async caller giving up while queued, while leading its fold, or alone; review
-/// of #25): every property still holds, and no release whose key had expired on every node is confirmed.
+/// first, second or third poll (an async caller giving up while queued, while leading its fold, or alone): every
+/// property still holds, and no release whose key had expired on every node is confirmed.
 #[test]
 fn cancelled_folded_releases_keep_every_property() {
     let seeds = env_u64("MUXLOCK_SIM_FOLD_SEEDS").unwrap_or(FOLD_SEEDS);
@@ -146,7 +148,7 @@ fn cancelled_folded_releases_keep_every_property() {
 }
 
 /// Seeds whose clients half the time release a few locks together, as separate callers of one engine, so that
-/// the releases fold (issue #25): every property, and no fold confirms a release of a key that had expired on
+/// the releases fold: every property, and no fold confirms a release of a key that had expired on
 /// every node (`sim/fold.rs`). Half the seeds on mixed nodes (scripts, `DELIFEQ`, `DELEX`).
 #[test]
 fn folded_releases_keep_every_property() {
@@ -271,7 +273,7 @@ fn seeds_keep_every_property() {
         // Reentrant outer holds were checked on the nodes after their nested holds came and went (the owned
         // search turns every reentrant verb into an owned session).
         assert!(total.reentrant_checks > 0 || worlds == "owned", "{total:?}");
-        // Owned holds (issue #23) were relied on and checked, extended, let go as lost or expired, and outer
+        // Owned holds were relied on and checked, extended, let go as lost or expired, and outer
         // holds released before nested ones.
         assert!(
             total.owned_checks >= seeds.len() as u64
@@ -313,7 +315,7 @@ fn search_from(
     })
 }
 
-/// The control: with issue #20's unattributed reentrant release, the checker must find two holders. CI starts
+/// The control: with the unattributed reentrant release, the checker must find two holders. CI starts
 /// at the seed that found it (RELIABILITY.md), so it runs in a fraction of a second; if the workload changes and
 /// that seed no longer breaks, the search goes on (bounded) until one does. `MUXLOCK_SIM_FROM=0` searches from
 /// the start, to see after how long.
@@ -495,9 +497,10 @@ fn the_checker_catches_a_falling_token_before_a_counter_loss_only() {
     assert_eq!(history.tokens_before(15), 1);
 }
 
-/// Issue #20.4's history, directed (`tests/api/fenced.rs`'s slow-client test, on simulated nodes): a slow client
-/// must not get a smaller token than an earlier holder. With the old fencing design put back (80b5dd5 reversed)
-/// B gets token 3 after A's 11; the random seeds do not reach this history yet (RELIABILITY.md).
+/// A slow client's history, directed (`tests/api/fenced.rs`'s slow-client test, on simulated nodes): a slow
+/// client must not get a smaller token than an earlier holder. With a fencing design that takes the counter in the
+/// acquisition and counts a write-back by the lease's end minus its own round timeout, B gets token 3 after A's
+/// 11; the random seeds do not reach this history yet (RELIABILITY.md).
 #[test]
 fn a_slow_client_gets_a_larger_token_directed() {
     let (a, b) = workload::slow_fence_history();

@@ -11,8 +11,8 @@
 //!   reply (the node restarted or was flushed) loads it again on that node and retries, as `redis::Script` does.
 //! - **Value**: 20 random bytes per acquisition from a ChaCha8 stream per handle, seeded by the OS.
 //!
-//! With [`RedisQuorum::waiting_for_all`] it waits instead for every node's reply before it decides (issue #26's
-//! harness: the simplest correct client, `join_all` over the nodes).
+//! With [`RedisQuorum::waiting_for_all`] it waits instead for every node's reply before it decides (the
+//! simplest correct client, `join_all` over the nodes).
 //!
 //! The replies of the nodes not awaited are left to redis-rs, which drops them when they arrive. Clone a client with
 //! [`RedisQuorum::handle`]: the connections are shared (redis-rs pipelines the handles' requests on them), the

@@ -1,4 +1,4 @@
-//! Scenario 7, contention across processes (issue #24): P processes (this bench binary, re-executed as children),
+//! Scenario 7, contention across processes: P processes (this bench binary, re-executed as children),
 //! each with its own client, loop on one or two resources: wait for one (at most [`MAX_WAIT`]), hold it 100 µs,
 //! release it, ask again at once. Every grant is timestamped on CLOCK_MONOTONIC (the same clock in every process)
 //! and the parent checks them all for overlap. Faults: none; node [`FAULTY`] paused (SIGSTOP) for the middle third

@@ -336,7 +336,7 @@ pub fn check_results_file() {
     assert!(list_run("# Benchmarks\n", "c.md", "third").is_err());
 }
 
-/// The goals earlier issues set that this run measures, with verdicts: a miss is written as a miss.
+/// The project's performance targets that this run measures, with verdicts: a miss is written as a miss.
 pub fn goals(
     out: &mut Out,
     plan: &Plan,
@@ -353,7 +353,7 @@ pub fn goals(
         120.0
     };
     lines.push((
-        format!("the run's time, {:?} mode, build excluded (#13)", plan.mode),
+        format!("the run's time, {:?} mode, build excluded", plan.mode),
         format!("{:.0} s", elapsed.as_secs_f64()),
         format!("< {limit:.0} s"),
         Some(elapsed.as_secs_f64() < limit),
@@ -372,7 +372,7 @@ pub fn goals(
             .zip(median(t, peer))
             .map(|(a, b)| a / b);
         lines.push((
-            format!("{t} threads: muxlock/shared ÷ {} (#7)", peer.name()),
+            format!("{t} threads: muxlock/shared ÷ {}", peer.name()),
             v.map_or("—".into(), |v| format!("{v:.2}")),
             format!("≥ {goal}"),
             v.map(|v| v >= goal),
@@ -384,7 +384,7 @@ pub fn goals(
         .map(throughput::report::Row::failures)
         .sum();
     lines.push((
-        "muxlock failed calls, throughput on healthy nodes (#7)".into(),
+        "muxlock failed calls, throughput on healthy nodes".into(),
         failed.to_string(),
         "0".into(),
         Some(failed == 0),
@@ -404,7 +404,7 @@ pub fn goals(
         .filter(|(n, _)| n.starts_with("muxlock"))
     {
         lines.push((
-            format!("hand-off p50 ÷ uncontended acquire, {name} (#9)"),
+            format!("hand-off p50 ÷ uncontended acquire, {name}"),
             format!("{r:.2}"),
             "< 3".into(),
             r.is_finite().then_some(*r < 3.0),
@@ -416,7 +416,7 @@ pub fn goals(
         .filter(|(n, ..)| n.starts_with("muxlock"))
     {
         lines.push((
-            format!("fairness, least ÷ most served, {name} (#9)"),
+            format!("fairness, least ÷ most served, {name}"),
             format!("{r:.2}"),
             "≥ 0.5".into(),
             Some(*r >= 0.5 && s.failed == 0 && !s.blocked),
@@ -424,7 +424,7 @@ pub fn goals(
     }
     out.line("### Goals\n");
     out.line(format!(
-        "Targets set by earlier issues, measured in this run{}.\n",
+        "The project's targets, measured in this run{}.\n",
         if plan.mode == Mode::Quick {
             " (a quick run: too few samples to settle a verdict)"
         } else {

@@ -129,7 +129,7 @@ pub fn throughput(out: &mut Out, plan: &Plan, cluster: &Cluster) -> Vec<throughp
 /// Names per `try_lock_batch` call.
 const BATCH: usize = 100;
 
-/// The batch API (issue #11): callers on one shared muxlock manager locking [`BATCH`] fresh names per
+/// The batch API: callers on one shared muxlock manager locking [`BATCH`] fresh names per
 /// `try_lock_batch` call and releasing them with one `unlock_batch`, against the same callers locking the same
 /// number of names one `acquire`/`unlock` at a time; the two take turns, repetitions as the throughput table's. Only
 /// muxlock has a batch call: the peers' way to lock many names is one call per name (the table above).

@@ -44,16 +44,17 @@ pub enum Client {
     Redlock,
     /// No Redlock: one redis-rs sync connection per caller thread to node 0.
     Single,
-    /// muxlock's async API (issue #26): tasks on a 2-worker multi-thread tokio runtime of its own, sharing the
+    /// muxlock's async API: tasks on a 2-worker multi-thread tokio runtime of its own, sharing the
     /// manager of `muxlock/shared`.
     Async,
-    /// [`RedisQuorum`] deciding each round only once every node answered (issue #26's harness).
+    /// [`RedisQuorum`] deciding each round only once every node answered (the async bench's harness,
+    /// `benches/async.rs`).
     QuorumAll,
-    /// No compare at all (issue #25's floor): muxlock's own fanout, shared like `muxlock/shared`, sends `SET NX PX`
-    /// then a plain `DEL` to every node, each decided by a majority. What a cycle would cost the servers if the
-    /// release needed no compare.
+    /// No compare at all (the floor for native compare-and-delete): muxlock's own fanout, shared like
+    /// `muxlock/shared`, sends `SET NX PX` then a plain `DEL` to every node, each decided by a majority. What a
+    /// cycle would cost the servers if the release needed no compare.
     Floor,
-    /// `muxlock/shared` with folded releases on (`Config::with_fold_releases(true)`, issue #25; off by default):
+    /// `muxlock/shared` with folded releases on (`Config::with_fold_releases(true)`; off by default):
     /// releases asked for while another is in flight go out together, one script call per fold on a script node.
     /// Named only with `MUXLOCK_TP_CLIENTS`, to weigh the fold in one run.
     Folded,
@@ -195,7 +196,7 @@ pub struct Clients {
     rslock_rt: Runtime,
     quorum: RedisQuorum,
     pub quorum_rt: Runtime,
-    /// `muxlock/async`'s runtime: 2 workers, as issue #26 names.
+    /// `muxlock/async`'s runtime: 2 workers, as `benches/async.rs` runs every tokio client.
     async_rt: Runtime,
     urls: Vec<String>,
     floor: Arc<muxlock::net::Fanout>,

@@ -104,7 +104,7 @@ fn bare_numbers_for_waits_are_seconds_as_in_flock() {
     )
     .run()
     .expect(1);
-    // A lease still needs its unit: a bare number there is refused with the fix.
+    // A lease still needs its unit: a bare number there is refused.
     let run = on(&cluster, state.path(), &["acquire", "job", "--ttl", "30"]).run();
     run.expect(64);
     assert!(run.stderr.contains("write 30s"), "{run:#?}");

@@ -360,7 +360,7 @@ fn signals_to_muxlock_reach_the_command_and_the_lock_is_released() {
     assert_released(&cluster, "job");
 }
 
-// ---- The command never outlives the lease (issue #21) ----
+// ---- The command never outlives the lease ----
 
 /// `muxlock exec --ttl TTL job` of a command that writes heartbeats (and ignores SIGTERM with `ignore_term`), set
 /// up further by `tweak`, started, and beating: the running muxlock, the heartbeat file, and the guard that kills
@@ -398,8 +398,8 @@ fn wait_beating(hb: &Path) {
 
 #[test]
 fn a_command_that_ignores_sigterm_is_killed_before_another_client_gets_the_lock() {
-    // Before #21: SIGKILL came --kill-after (5 s by default) after SIGTERM, whatever the lease had left; the last
-    // heartbeat was seconds after the other client's grant.
+    // SIGKILL must come before the lease ends, not --kill-after (5 s by default) after SIGTERM whatever the lease
+    // has left: that would put the last heartbeat seconds after the other client's grant.
     let mut cluster = Cluster::start(3);
     let state = TempDir::new();
     let (run, hb, _strays) = beating_exec(&cluster, state.path(), "3s", true, |m| m);
@@ -438,8 +438,8 @@ fn a_command_that_ignores_sigterm_is_killed_before_another_client_gets_the_lock(
 
 #[test]
 fn the_rest_of_the_group_dies_when_the_leader_exits_after_a_loss() {
-    // Before #21: the leader's exit ended muxlock's loop at once, and no SIGKILL was sent: a TERM-ignoring
-    // member of the group ran on with no lock.
+    // The leader's exit must not end muxlock's watch of the group before SIGKILL: a TERM-ignoring member of the
+    // group would run on with no lock.
     let cluster = Cluster::start(3);
     let state = TempDir::new();
     let dir = state.path();
@@ -505,7 +505,7 @@ fn earliest_expiry(cluster: &Cluster, key: &str) -> u128 {
 
 #[test]
 fn the_command_dies_with_a_killed_muxlock() {
-    // Before #21: nothing tied the command's life to muxlock's; it ran on after the lease ended.
+    // The command's life is tied to muxlock's (its reaper sees muxlock go): it must not run on after the lease.
     let cluster = Cluster::start(3);
     let state = TempDir::new();
     let (run, hb, _strays) = beating_exec(&cluster, state.path(), "3s", false, |m| m);
@@ -533,8 +533,8 @@ fn the_command_dies_with_a_killed_muxlock() {
 
 #[test]
 fn the_command_dies_at_the_lease_end_when_muxlock_is_stopped() {
-    // SIGSTOP cannot be caught: a stopped muxlock cannot renew, and its reaper kills the command at the lease end.
-    // Before #21 the command ran on.
+    // SIGSTOP cannot be caught: a stopped muxlock cannot renew, and its reaper kills the command at the lease end
+    // (else the command would run on).
     let cluster = Cluster::start(3);
     let state = TempDir::new();
     let (run, hb, _strays) = beating_exec(&cluster, state.path(), "3s", false, |m| m);
@@ -559,8 +559,8 @@ fn the_command_dies_at_the_lease_end_when_muxlock_is_stopped() {
 
 #[test]
 fn ctrl_z_does_not_stop_a_holder() {
-    // Before #21 SIGTSTP stopped muxlock (not caught): no renewals, the lock expired and another client got it
-    // while the command ran.
+    // SIGTSTP is caught: a stopped muxlock would send no renewals, and the lock would expire and go to another
+    // client while the command ran.
     let cluster = Cluster::start(3);
     let state = TempDir::new();
     let (run, hb, _strays) = beating_exec(
@@ -598,7 +598,8 @@ fn ctrl_z_does_not_stop_a_holder() {
 
 #[test]
 fn an_interrupt_while_waiting_gives_up_and_leaves_no_key() {
-    // Before #21 the signal handlers came after the acquisition: SIGINT while waiting killed muxlock.
+    // The signal handlers are in place before the acquisition: SIGINT while waiting gives up cleanly instead of
+    // killing muxlock.
     let mut cluster = Cluster::start(3);
     let state = TempDir::new();
     let ran = state.path().join("ran");
@@ -655,7 +656,8 @@ fn an_interrupt_while_waiting_gives_up_and_leaves_no_key() {
 
 #[test]
 fn an_outage_is_said_at_once_and_ends_in_69_within_seconds() {
-    // Before #21, with every node refusing connections, `exec` waited all of --wait (30 s) in silence.
+    // With every node refusing connections, `exec` says so at once instead of waiting all of --wait (30 s) in
+    // silence.
     let mut cluster = Cluster::start(3);
     let state = TempDir::new();
     let urls = cluster.urls();

@@ -1,6 +1,7 @@
-//! A hostile review of `muxlock exec` (issue #21's guarantee: no process of the command's group runs past the
-//! lease; the command dies with muxlock; the lock is released when muxlock exits cleanly). Each test here is a
-//! finding of that review, failing on the code it reviewed and fixed since.
+//! `muxlock exec` never starts the command once the lock is lost (part of its guarantee: no process of the
+//! command's group runs past the lease), even when the loss falls while its reaper starts and its stderr blocks.
+//! The reaper is held stopped by an `LD_PRELOAD` shim while a majority of nodes stall past the lease, and another
+//! client takes the lock before the reaper goes on.
 // `std::io::pipe` (1.87) in a test of the CLI: the tests run on the project's own toolchain, not the library's MSRV.
 #![allow(clippy::incompatible_msrv)]
 
@@ -117,13 +118,14 @@ impl Blocked {
     }
 }
 
-// Found by the review (fixed): the command was started after the lease ended and another client was granted the lock. `exec` checked
-// `guard.lost()` only *before* it starts the reaper (and waits up to 10 s for it to be ready), never again before
-// it spawns the command; the reaper's first kill deadline, computed before that wait, has passed, so nothing stops
-// the spawn. The reaper kills its group (100 ms after its note, if stderr blocks) and muxlock's loop kills it after
-// writing a note to stderr: with stderr blocked (a terminal after Ctrl-S, a stuck log reader), the command runs.
-// The fix: after `Reaper::start`, `guard.lost()` and the kill deadline are checked again and the current deadline
-// is sent to the reaper before the spawn; muxlock's loop kills before any note, and writes notes from a thread.
+/// The command is never started once the lock is lost, however long the reaper took to start. `exec` waits up to
+/// 10 s for its reaper to be ready; a lock lost meanwhile (and granted to another client) must be seen after that
+/// wait, before the spawn: `guard.lost()` and the kill deadline are checked again once `Reaper::start` returns,
+/// and the current deadline is sent to the reaper. A check made only before the reaper starts, with a kill
+/// deadline computed before the wait, lets the command start after the lease ended. With stderr blocked (a
+/// terminal after Ctrl-S, a stuck log reader), a note written before a kill would block the kill: muxlock's loop
+/// kills before any note and writes its notes from a thread; the reaper gives its note 100 ms at most before it
+/// kills its group. Both variants: stderr with room for the reaper's note only, and stderr full.
 #[test]
 fn the_command_never_starts_after_the_lock_was_lost_while_the_reaper_started() {
     // stderr: room for the reaper's note (168 bytes) but not for muxlock's next one; full.

@@ -202,8 +202,8 @@ fn tokens_strictly_increase_across_kills_and_restarts() {
 /// The token's order must not depend on every client bounding its rounds by this one's
 /// round timeout. A (round timeout 600 ms) and B (6 s, or any client that reads a reply late) share three nodes,
 /// each through proxies of its own. B's acquisition runs on node 2 before A's write-back reaches it, and on node
-/// 1 after A's key expired there, and A's write-back never reached node 1: the old design (the counter taken in
-/// the acquisition, write-back by the lease's end minus one round timeout) gave B token 3 after A's 11.
+/// 1 after A's key expired there, and A's write-back never reached node 1: a design that takes the counter in the
+/// acquisition and counts a write-back by the lease's end minus one round timeout gives B token 3 after A's 11.
 ///
 /// The history is timed in hundreds of milliseconds on real sockets: on a machine too busy to keep that schedule
 /// A's own acquisition misses (a reply later than its 600 ms round), which proves nothing either way. Such a run

@@ -876,8 +876,8 @@ fn a_fold_through_every_fallback_at_once() {
 
 /// The hang of a blocking release behind an async one, in a batch: on a current-thread runtime, a task queues its
 /// release, then a blocking release on the runtime's thread queues behind it; when the round before them ends, the task
-/// is made the fold's leader but cannot run (its thread is parked in the blocking release, in the same fold): before
-/// the fix, for ever. The blocking caller now leaves the fold after three round timeouts and releases alone; the task
+/// is made the fold's leader but cannot run (its thread is parked in the blocking release, in the same fold), which
+/// would last for ever. The blocking caller leaves the fold after three round timeouts and releases alone; the task
 /// then runs the fold without it.
 #[test]
 fn a_blocking_release_in_a_fold_led_by_a_stuck_task_is_bounded() {

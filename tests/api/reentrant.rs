@@ -416,9 +416,10 @@ fn a_release_that_reached_a_minority_can_be_retried() {
     all_gone(&cluster, "m");
 }
 
-/// Every key the reentrant scripts leave has an expiry, even when a node lost the holds hash under a key it
-/// kept (evicted, deleted by hand: the old counter's `INCR` then made a key that never expired). Such a node no
-/// longer knows its holds, so it keeps the key until it expires instead of letting a nested release free it.
+/// Every key the reentrant scripts leave has an expiry, even when a node lost the holds hash under a key it kept
+/// (evicted, deleted by hand: a counter kept by a bare `INCR` would then make a key that never expires). Such a
+/// node no longer knows its holds, so it keeps the key until it expires instead of letting a nested release free
+/// it.
 #[test]
 fn every_key_the_scripts_write_has_an_expiry() {
     let cluster = Cluster::start(3);

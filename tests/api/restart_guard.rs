@@ -296,8 +296,8 @@ fn other_nodes_wait_the_window_and_the_error_says_why_in_words() {
 /// Settings are no proof that the *files* survive. Persistent nodes lose their files (an ephemeral
 /// disk, a pod rescheduled without its volume) while a lock is held: they come back empty, with the same
 /// settings. Neither the holder's manager nor a fresh one (which never saw the old processes) may count them at
-/// once: their new marker is younger than the window. Before the fix both were trusted at once and the fresh
-/// client got the lock with 29.9 s of the first lease left.
+/// once: their new marker is younger than the window. Trusting them at once would give the fresh client the lock
+/// with 29.9 s of the first lease left.
 #[test]
 fn persistent_nodes_that_lost_their_files_are_not_trusted_at_once_by_anyone() {
     let mut cluster = persistent(3);
@@ -374,8 +374,8 @@ fn persistent_nodes_that_lost_their_files_are_not_trusted_at_once_by_anyone() {
 }
 
 /// `no-appendfsync-on-rewrite yes` skips the `fsync` while a `BGSAVE` or AOF rewrite runs: a write acknowledged
-/// then may be lost by a crash. Such nodes are not trusted at once (before the fix, only `appendonly` and
-/// `appendfsync` were read, and they were).
+/// then may be lost by a crash. Such nodes are not trusted at once: `appendonly` and `appendfsync` alone do not
+/// make a node safe to trust.
 #[test]
 fn nodes_that_skip_the_fsync_during_rewrites_are_not_trusted_at_once() {
     let cluster = support::Cluster::builder(3)

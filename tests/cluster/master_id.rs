@@ -22,7 +22,7 @@
 //!    under its lock and lets it go; the quarantine is noted only after (`note_promoted`). Another thread's
 //!    check of the new id judged in between is "the same", and its grant, judged by the restart guard before
 //!    the first thread notes the quarantine, counts. The window is a few instructions (wider if the first
-//!    thread is descheduled or waits on the `promoted` lock); the fix is to note the quarantine before the
+//!    thread is descheduled or waits on the `promoted` lock); closing it takes noting the quarantine before the
 //!    `seen` lock is let go, as `moved()` does under the table's lock (hazard 7 of `tests/cluster/member_edges.rs`).
 //!
 //! What holds (tests below, each shown to fail with its protection removed): many threads of one manager

@@ -512,7 +512,7 @@ fn a_member_unmapped_at_build_serves_every_master_once_its_map_is_read() {
 /// A routine sequence (a failover, and later the failback, e.g. a rolling upgrade whose new master then
 /// crashes), for a client that did not touch that shard in between. Fixed: every vote of a cluster node is
 /// handed up only after an `INFO replication` read after it shows the master id its connection's set-up read
-/// (`net/cluster/route/replid.rs`); M's new id quarantines it for a window. The fix's verdict ignored (the
+/// (`net/cluster/route/replid.rs`); M's new id quarantines it for a window. The check's verdict ignored (the
 /// quarantine not noted) fails this test with `b` holding beside `a`.
 #[test]
 fn a_failover_and_failback_unseen_by_an_idle_manager_gives_no_second_holder() {

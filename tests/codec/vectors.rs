@@ -762,7 +762,7 @@ fn a_streamed_string_of_one_chunk_is_a_slice_of_the_read_buffer() {
     }
 }
 
-/// Found by the fuzzer: a fast path must not inherit the line-end search position of an earlier partial line.
+/// A fast path must not inherit the line-end search position of an earlier partial line.
 #[test]
 fn a_value_after_a_partial_line_is_scanned_from_its_own_start() {
     let mut decoder = Decoder::new();

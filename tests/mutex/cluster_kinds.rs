@@ -1,4 +1,4 @@
-//! The lock kinds beyond plain locks and guards on cluster members (#27), under the faults of `mutex/clusters.rs`:
+//! The lock kinds beyond plain locks and guards on cluster members, under the faults of `mutex/clusters.rs`:
 //! batches, sets, fenced locks and reentrant holds at once on one deployment, each kind with managers of its own.
 //! The checker must find no name held twice in any kind, no fencing token that fell back while a majority of
 //! members kept their counters, and the faults must have struck every kind's rounds and met its holds. The
@@ -36,7 +36,7 @@ struct Nested {
 
 /// A reentrant worker: an owner of its own takes a random one of `work.resources`, nests a second hold of it
 /// (one attempt), writes, releases the nested hold, and writes again under the outer one, which the nested
-/// release must have left in place (issue #20: a release counted down where its hold never was deletes the
+/// release must have left in place (a release counted down where its hold never was deletes the
 /// outer hold's key). A hold is the outer one's, `[acquired, min(released, lease end)]`; every
 /// [`Work::pause`]-th pauses before its writes.
 fn reentrant_worker(

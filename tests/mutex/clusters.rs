@@ -1,4 +1,4 @@
-//! Cluster members (#27) under faults: three members, each a Redis Cluster of three masters with a replica
+//! Cluster members under faults: three members, each a Redis Cluster of three masters with a replica
 //! each (node timeout 1 s, so a master down or stalled that long is replaced), while nodes are paused (late
 //! replies; a master stalled past the node timeout is deposed while it holds our requests), killed and
 //! restarted at once (a master back empty before anyone replaced it; one member persists every write, so its

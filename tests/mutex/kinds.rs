@@ -192,7 +192,7 @@ fn batches_round(scenario: &str, restart_guard: bool, quiet: Duration, secs: Dur
 
 /// Batches under a slow node, a second thread driving the poll, a rival holding some names, and minority restart
 /// bursts: no name is ever held twice. The batch counts every vote through the restart guard (`Engine::counted`);
-/// the slow node's late replies must never be counted for another lock of the batch (#20.1). Control:
+/// the slow node's late replies must never be counted for another lock of the batch. Control:
 /// [`batches_with_the_restart_guard_off_hand_names_out_twice`].
 #[test]
 fn batches_beside_a_slow_node_and_a_second_driver() {

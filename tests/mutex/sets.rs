@@ -375,9 +375,9 @@ fn set_held_twice_directed() -> Vec<(Hold, Hold)> {
 
 /// The control: the same on nodes that forget everything when they restart (no persistence), trusted at once as
 /// the guard trusts persistent ones (guard off): a set's name must be handed out twice, and a fenced lock too or a
-/// token must fall back (up to 5 runs, the findings added up). A set held twice needs a second set to find both
-/// its names free while an exposed set still runs, which some runs never meet (a CI run on Valkey nodes missed it
-/// in all 5); so the set half also has a directed history, [`set_held_twice_directed`], whose overlap the
+/// token must fall back (up to 5 runs, what each saw added up). A set held twice needs a second set to find both
+/// its names free while an exposed set still runs, which a run may never meet (all 5 can miss it); so the set
+/// half also has a directed history, [`set_held_twice_directed`], whose overlap the
 /// checker must report.
 #[test]
 fn sets_and_fenced_on_nodes_that_forget_break() {

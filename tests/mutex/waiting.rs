@@ -1,8 +1,7 @@
-//! Waiting requests (issue #24's queue across processes) under faults, beside plain retrying callers: the waiting
-//! workers of two managers and the plain workers of a third compete for the same resources while nodes restart,
-//! pause and lose their connections. The checker must find no overlap; the controls (restarts with no
+//! Waiting requests (the nodes' queue, shared across processes) under faults, beside plain retrying callers: the
+//! waiting workers of two managers and the plain workers of a third compete for the same resources while nodes
+//! restart, pause and lose their connections. The checker must find no overlap; the controls (restarts with no
 //! protection; the mixed faults with managers that share no majority) must find one among the waiters' holds.
-//! Added in review (break24).
 
 use std::time::{Duration, Instant};
 

@@ -11,7 +11,7 @@
 //! - **A reentrant owner's outer hold stays on a majority while it reports valid**: after each nested hold and
 //!   its release, a majority of nodes hold the owner's value on the key, or came back without their data since
 //!   the outer hold was taken (checked on the nodes by the workload, recorded by [`History::breaks`]).
-//! - **An owned hold is on a majority whenever its holder relies on it** (issue #23, `owned.rs`): at each look, every
+//! - **An owned hold is on a majority whenever its holder relies on it** (`owned.rs`): at each look, every
 //!   hold of an owner that is not lost (a guard) or still valid (a bare `Lock`) has the owner's value on a majority
 //!   of nodes, or on nodes that came back without their data since it was taken (recorded by [`History::breaks`]).
 //! - **Fencing tokens** strictly increase in grant order, per resource.

@@ -1,4 +1,4 @@
-//! The workload's folded releases (issue #25, `engine/fold.rs`): a client takes two to four locks of the
+//! The workload's folded releases (`engine/fold.rs`): a client takes two to four locks of the
 //! contended resources, works, and releases them all at once, as separate callers of one engine would: one
 //! future each, polled together ([`join_all`]), so that the first release goes alone and the others queue and go
 //! out folded in one round (`RELEASE_BATCH` on the script nodes, one native command per key elsewhere).

@@ -284,7 +284,7 @@ pub struct Struck {
     pub guard_renewals: u64,
     /// Times a reentrant owner's outer hold was checked on the nodes while it reported valid.
     pub reentrant_checks: u64,
-    /// Owned holders' sessions (issue #23: an outer owned hold, bare or guarded, with nested holds, extensions
+    /// Owned holders' sessions (an outer owned hold, bare or guarded, with nested holds, extensions
     /// and releases in any order), times one of their holds was relied on and checked on the nodes, confirmed
     /// extensions of bare owned holds, holds let go as lost or expired, and outer holds released while nested
     /// ones lived on.
@@ -293,12 +293,12 @@ pub struct Struck {
     pub owned_extensions: u64,
     pub owned_lost: u64,
     pub outer_released_first: u64,
-    /// Native compare-and-delete / `SET IFEQ` commands the nodes ran (issue #25's worlds).
+    /// Native compare-and-delete / `SET IFEQ` commands the nodes ran (the native worlds).
     pub native_calls: u64,
-    /// Fenced grants whose tokens the checker compared (the seam review found the check skipped on 195 of 200
-    /// seeds when any counter loss turned it off for the whole history).
+    /// Fenced grants whose tokens the checker compared: a count that shows the check ran (a check turned off for
+    /// the whole history by any counter loss would skip nearly every seed).
     pub tokens_checked: u64,
-    /// Folded release rounds (issue #25, `sim/fold.rs`), the releases that went out in them, and releases of
+    /// Folded release rounds (`sim/fold.rs`), the releases that went out in them, and releases of
     /// locks whose keys had expired on every node (their verdict must not be `Ok`).
     pub folded_rounds: u64,
     pub folded: u64,
@@ -754,7 +754,7 @@ pub struct Setup {
     pub durable: bool,
     /// The fuzzer's bytes, if it drives the run.
     pub tape: Option<Rc<Tape>>,
-    /// Nodes of three servers in turn (issue #25): node `i` has no native compare-and-delete (Redis 7.0), `DELIFEQ`
+    /// Nodes of three servers in turn: node `i` has no native compare-and-delete (Redis 7.0), `DELIFEQ`
     /// (Valkey ≥ 9) or `DELEX` (Redis ≥ 8.4) as `i % 3` says, so one manager meets all three. Off: all Redis 7.0.
     pub natives: bool,
 }
@@ -872,7 +872,7 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Rc<Sim> {
     }
     if setup.durable {
         // Counters that differ between nodes (as lost confirmations leave them), and a slow link for each client:
-        // the history of issue #20.4 needs both.
+        // the slow client's history (`slow_fence_history`) needs both.
         for n in &mut w.nodes {
             for r in ["r0", "r1", "r2"] {
                 let c = rng.range(0, 12);
@@ -1061,7 +1061,8 @@ pub struct SimRound<'a> {
 }
 
 /// How long a caller takes between two outcomes after the deadline: the real fanout's other threads may read
-/// replies meanwhile (issue #20.1's late reply needs that gap to be filed between two timeouts).
+/// replies meanwhile (a late reply that must not be counted for another request of the round needs that gap to
+/// be filed between two timeouts).
 const STEP: Time = 20_000;
 
 impl SimNodes {

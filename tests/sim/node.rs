@@ -54,7 +54,7 @@ pub struct Node {
     /// `appendonly yes`, `appendfsync always`, `no-appendfsync-on-rewrite no`.
     pub aof_always: bool,
     snapshot: Option<BTreeMap<Bytes, Entry>>,
-    /// The server's native compare-and-delete (issue #25): none (Redis 7.0: scripts only), `DELIFEQ` (Valkey ≥ 9,
+    /// The server's native compare-and-delete: none (Redis 7.0: scripts only), `DELIFEQ` (Valkey ≥ 9,
     /// also `SET ... IFEQ`), or `DELEX key IFEQ` (Redis ≥ 8.4, also `SET ... IFEQ`).
     pub native: Native,
     /// Native compare-and-delete or `SET IFEQ` commands this node ran (kept across restarts: a count for the run).
@@ -686,7 +686,7 @@ impl Node {
         err("ERR script not simulated")
     }
 
-    /// The waiting queue (issue #24), as [`lua::QUEUE_ACQUIRE`] (`acquire`) and [`lua::QUEUE_LEAVE`] do it:
+    /// The waiting queue, as [`lua::QUEUE_ACQUIRE`] (`acquire`) and [`lua::QUEUE_LEAVE`] do it:
     /// `KEYS` the lock key, the queue, the deadlines; `ARGV` the value, the TTL, the waiter's id, its ticket, the
     /// entry's lease (ms), the resource. The node's clock for deadlines is its wall clock, as `TIME` reads it.
     fn queue(&mut self, acquire: bool, keys: &[Bytes], argv: &[Bytes], now: Time) -> Value {

@@ -1,4 +1,4 @@
-//! The workload's owned holder (issue #23): one owner's holds of one resource, taken through the one retry loop
+//! The workload's owned holder: one owner's holds of one resource, taken through the one retry loop
 //! as [`Lock`]s of kind owned. The outer hold is under a [`SimGuard`] half the time (renewed when due by the
 //! guard's own round, `EXTEND_REENTRANT`); then, step by step, the holder takes nested holds (half of them under
 //! guards), extends the unguarded ones with [`Engine::extend`] (TTLs drawn afresh: often shorter than what the

@@ -18,7 +18,8 @@ pub const HORIZON: Time = 8_000 * MS;
 /// How a run is made, besides its seed.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// Release reentrant holds with issue #20's unattributed script (the control).
+    /// Release reentrant holds with the unattributed script, which counts down some hold of the owner, whichever
+    /// (the control).
     pub unattributed: bool,
     /// Guard holders that never look at `lost_at` and work on past their guards' deadlines (the guards'
     /// control, `sim/guards.rs`).
@@ -29,18 +30,18 @@ pub struct Options {
     pub plain: bool,
     /// The fuzzer's bytes, which then steer every choice.
     pub tape: Option<Rc<Tape>>,
-    /// Half the plain acquisitions wait in the nodes' queue instead (a waiting request's hand-off across processes,
-    /// issue #24): queued attempts until granted or given up, then leaving the queue.
+    /// Half the plain acquisitions wait in the nodes' queue instead (a waiting request's hand-off across
+    /// processes): queued attempts until granted or given up, then leaving the queue.
     pub queued: bool,
-    /// Nodes with native compare-and-delete and `SET IFEQ` (issue #25), three servers in turn: see `Setup`.
+    /// Nodes with native compare-and-delete and `SET IFEQ`, three servers in turn: see `Setup`.
     pub natives: bool,
     /// Extend owned holds with a script that sets the expiry to the extension's TTL even when that cuts a
     /// longer one (the owned holds' control, `sim/owned.rs`).
     pub shortening: bool,
-    /// Owned sessions half the time, and every reentrant verb one (a search aimed at issue #23's paths).
+    /// Owned sessions half the time, and every reentrant verb one (a search aimed at the owned holds' paths).
     pub owned: bool,
     /// Half the time, a few locks released together by separate callers of the engine, so that their releases
-    /// fold (issue #25, `sim/fold.rs`).
+    /// fold (`sim/fold.rs`).
     pub folds: bool,
     /// With `folds`: about a third of the folded releases' futures are dropped after their first, second or
     /// third poll (an async caller giving up: queued, leading its fold before or after sending, or running alone).
@@ -59,11 +60,11 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
     let mut config = Config::default()
         .with_retry_count(2)
         .with_restart_window(Duration::from_millis(2_500))
-        // Off by default (issue #25: not yet shown to save server time); the simulator runs it where it folds.
+        // Off by default (not shown to save server time); the simulator runs it where it folds.
         .with_fold_releases(opts.folds);
     if fencing {
         // Round timeouts that differ between clients, one far longer than the others: fencing's order must
-        // not depend on other clients' round timeouts (issue #20.4).
+        // not depend on other clients' round timeouts.
         let longest = match me {
             0 => 3_000,
             _ => 600,
@@ -365,8 +366,8 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
                             op(&sim);
                             let _ = engine.unlock_owned(inner, unattributed).await;
                         }
-                        // While it reports valid, the outer hold is on a majority (issue #22's checker: nested
-                        // holds and their releases never strip it).
+                        // While it reports valid, the outer hold is on a majority (the checker's property:
+                        // nested holds and their releases never strip it).
                         if clock.now() < outer.valid_until() {
                             outer_on_majority(&sim, r.as_bytes(), who, since);
                         }
@@ -492,7 +493,7 @@ pub fn run_bytes(data: &[u8]) -> Run {
     run(u64::from_le_bytes(seed), &opts)
 }
 
-/// Issue #20.4's history, directed (as `tests/api/fenced.rs`'s slow-client test on real nodes): counters 10, 1, 1;
+/// A slow client's history, directed (as `tests/api/fenced.rs`'s slow-client test on real nodes): counters 10, 1, 1;
 /// A (round timeout 600 ms) is 200 ms from node 1 and 50 ms from node 2, which someone else holds for 150 ms; B
 /// (6 s) starts at 250 ms and is 2.5 s from node 1; A's messages to node 1 are lost from 500 ms on. Returns A's
 /// and B's tokens: B's must be larger.

@@ -376,8 +376,8 @@ pub struct Work {
     /// Before writing, sleep this long with the lock held once every `pause_every` holds (a GC pause).
     pub pause: Option<(u64, Duration)>,
     pub seed: u64,
-    /// [`worker`] acquires with `.wait(..)` at most this long (the cross-process queue of #24), instead of
-    /// retrying.
+    /// [`worker`] acquires with `.wait(..)` at most this long (the nodes' queue, shared across processes),
+    /// instead of retrying.
     pub wait: Option<Duration>,
 }
 

@@ -7,7 +7,7 @@
 //!   they are not a Redis Cluster).
 //! - [`redis_cluster`]: [`RedisCluster`], a real Redis Cluster (`--cluster-enabled yes`) of K masters and R
 //!   replicas each, built by the test (MEET, ADDSLOTSRANGE, REPLICATE), with slot migration (`ASK`, `MOVED`) and
-//!   failover helpers (issue #27).
+//!   failover helpers.
 //! - [`certs`]: [`certs::Certs`], a throwaway CA with server and client certificates (rcgen, with subject
 //!   alternative names), for servers started with [`RedisServerBuilder::tls`].
 //! - [`process`]: finding the binary, free ports, temp dirs, signals, `/proc` states.

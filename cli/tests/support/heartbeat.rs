@@ -1,5 +1,5 @@
-//! Heartbeat files written by the commands `exec` runs, and the processes they started: how the tests of issue
-//! #21 see whether a command ran past its lease.
+//! Heartbeat files written by the commands `exec` runs, and the processes they started: how the tests of `exec`
+//! see whether a command ran past its lease.
 
 use std::fs;
 use std::path::{Path, PathBuf};

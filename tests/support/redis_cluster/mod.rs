@@ -466,7 +466,7 @@ pub fn even_range(n: usize, count: usize) -> (u16, u16) {
     )
 }
 
-// What the reviews of cluster members (`tests/break_*.rs`) read from a live cluster.
+// What the cluster members' tests read from a live cluster: replication, keys read with `ASKING`, bus links.
 
 /// Waits (30 s at most) until node `i`'s `INFO replication` has the line `line`.
 #[track_caller]
