@@ -2,9 +2,11 @@
 //! `# Layout`): the engine and the kinds know nothing of guards, waiting or the manager; the kinds know nothing
 //! of the engine; every `impl LockManager` is in `manager/` and every `impl Engine` in `engine/`; the engine
 //! reads time only through its clock; no file of `src/` or `cli/src/` reaches itself through the files it takes
-//! names from. `src/`, `cli/src/` and the test binaries filed by behaviour cite no issues, findings, reviews or
-//! commits: a comment states a contract, the story is in the commit message. And no test file is named after a
-//! review. A change that breaks one of these fails here, naming the file and the line.
+//! names from. `src/`, `cli/src/`, the tests (all of `tests/` but this file, which quotes references on purpose),
+//! the command's tests, the benches, the fuzz harnesses and targets and the examples cite no issues, findings,
+//! reviews or commits: a comment states a contract, the story is in the commit message. And no test file, the
+//! library's or the command's, is named after a review. A change that breaks one of these fails here, naming the
+//! file and the line.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -160,6 +162,12 @@ fn the_engine_reads_time_only_through_its_clock() {
 
 /// Every `.rs` file under `dir` (relative to the crate root), with its path relative to the crate root.
 fn rs_files(dir: &str) -> Vec<(String, String)> {
+    rs_files_under(dir, true)
+}
+
+/// The `.rs` files of `dir` (relative to the crate root), under its subdirectories too if `deep`, with their
+/// paths relative to the crate root.
+fn rs_files_under(dir: &str, deep: bool) -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut out = Vec::new();
     let mut stack = vec![root.join(dir)];
@@ -167,7 +175,9 @@ fn rs_files(dir: &str) -> Vec<(String, String)> {
         for entry in fs::read_dir(&d).unwrap_or_else(|e| panic!("read {}: {e}", d.display())) {
             let path = entry.expect("dir entry").path();
             if path.is_dir() {
-                stack.push(path);
+                if deep {
+                    stack.push(path);
+                }
             } else if path.extension().is_some_and(|e| e == "rs") {
                 let name = path
                     .strip_prefix(root)
@@ -184,7 +194,7 @@ fn rs_files(dir: &str) -> Vec<(String, String)> {
 
 /// What in `line` cites an issue, a finding or a review, if anything: `issue #N` or a bare `#N`, `word#N`
 /// (`owner/repo#N` is allowed: a full upstream reference, such as `redis/redis#416`; so is an upper-case
-/// name such as `PKCS#8`), `finding N`, `review of`.
+/// name such as `PKCS#8`, and a quoted colour such as `"#555"`), `finding N`, `review of`.
 fn reference(line: &str) -> Option<String> {
     let lower = line.to_ascii_lowercase();
     if lower.contains("review of") {
@@ -199,6 +209,15 @@ fn reference(line: &str) -> Option<String> {
     let bytes = line.as_bytes();
     for (i, _) in line.match_indices('#') {
         if !bytes.get(i + 1).is_some_and(u8::is_ascii_digit) {
+            continue;
+        }
+        // A colour in quotes (an SVG attribute, `fill="#555"`): 3, 4, 6 or 8 hex digits between the quotes.
+        let hex = line[i + 1..]
+            .bytes()
+            .take_while(u8::is_ascii_hexdigit)
+            .count();
+        let quoted = |at: usize| matches!(bytes.get(at), Some(b'"' | b'\''));
+        if i > 0 && quoted(i - 1) && quoted(i + 1 + hex) && [3, 4, 6, 8].contains(&hex) {
             continue;
         }
         // The word the `#` is glued to: `owner/repo`, `PKCS`, or nothing (a bare `#N`).
@@ -246,48 +265,80 @@ fn comment_text(line: &str) -> Option<&str> {
     Some(t.trim_start_matches(['/', '!']).trim())
 }
 
-#[test]
-fn the_sources_cite_no_issues_findings_reviews_or_commits() {
-    let mut found = Vec::new();
-    // The test binaries filed by behaviour too (`tests/house/` quotes references on purpose, in the check below).
+/// The files the reference check reads: every `.rs` file of the library, the command, their tests (but this
+/// file, which quotes references on purpose, in the check's self-test), the benches, the fuzz harnesses and
+/// targets (not `fuzz/`'s build or corpus directories) and the examples.
+fn checked_sources() -> Vec<(String, String)> {
+    let mut files = Vec::new();
     for dir in [
         "src",
         "cli/src",
-        "tests/api",
-        "tests/cluster",
-        "tests/codec",
-        "tests/net",
-        "tests/threads",
+        "cli/tests",
+        "tests",
+        "benches",
+        "fuzz/fuzz_targets",
+        "examples",
     ] {
-        for (name, text) in rs_files(dir) {
-            let lines: Vec<&str> = text.lines().collect();
-            for (i, line) in lines.iter().enumerate() {
-                let n = i + 1;
-                if let Some(what) = reference(line) {
-                    found.push(format!("{name}:{n}: {} (cites {what})", line.trim()));
-                    continue;
-                }
-                if let Some(hash) = comment_text(line).and_then(commit_hash) {
-                    found.push(format!("{name}:{n}: {} (cites commit {hash})", line.trim()));
-                    continue;
-                }
-                // A reference a comment wraps across two lines: "... finding" / "4 ...", "... review" / "of ...".
-                let (Some(this), Some(next)) = (
-                    comment_text(line),
-                    lines.get(i + 1).and_then(|l| comment_text(l)),
-                ) else {
-                    continue;
-                };
-                let (this, next) = (this.to_ascii_lowercase(), next.to_ascii_lowercase());
-                let wrapped = (this.ends_with("finding")
-                    && next.starts_with(|c: char| c.is_ascii_digit()))
-                    || (this.ends_with("review") && next.starts_with("of "));
-                if wrapped {
-                    found.push(format!(
-                        "{name}:{n}: {} (cites a finding or a review across two lines)",
-                        line.trim()
-                    ));
-                }
+        files.extend(rs_files(dir));
+    }
+    files.extend(rs_files_under("fuzz", false));
+    files.retain(|(name, _)| name != "tests/house/layout.rs");
+    files
+}
+
+#[test]
+fn the_sources_cite_no_issues_findings_reviews_or_commits() {
+    let mut found = Vec::new();
+    let files = checked_sources();
+    // A file of each place named above is read: a walk that skipped a place would fail here, not pass quietly.
+    for place in [
+        "src/lib.rs",
+        "cli/src/main.rs",
+        "cli/tests/exec.rs",
+        "tests/api/main.rs",
+        "tests/mutex.rs",
+        "tests/mutex/sets.rs",
+        "tests/sim/mod.rs",
+        "tests/support/mod.rs",
+        "tests/house/docs.rs",
+        "benches/lock.rs",
+        "fuzz/harness.rs",
+        "fuzz/fuzz_targets/sim.rs",
+        "examples/first_lock.rs",
+    ] {
+        assert!(
+            files.iter().any(|(name, _)| name == place),
+            "the reference check does not read {place}"
+        );
+    }
+    for (name, text) in files {
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let n = i + 1;
+            if let Some(what) = reference(line) {
+                found.push(format!("{name}:{n}: {} (cites {what})", line.trim()));
+                continue;
+            }
+            if let Some(hash) = comment_text(line).and_then(commit_hash) {
+                found.push(format!("{name}:{n}: {} (cites commit {hash})", line.trim()));
+                continue;
+            }
+            // A reference a comment wraps across two lines: "... finding" / "4 ...", "... review" / "of ...".
+            let (Some(this), Some(next)) = (
+                comment_text(line),
+                lines.get(i + 1).and_then(|l| comment_text(l)),
+            ) else {
+                continue;
+            };
+            let (this, next) = (this.to_ascii_lowercase(), next.to_ascii_lowercase());
+            let wrapped = (this.ends_with("finding")
+                && next.starts_with(|c: char| c.is_ascii_digit()))
+                || (this.ends_with("review") && next.starts_with("of "));
+            if wrapped {
+                found.push(format!(
+                    "{name}:{n}: {} (cites a finding or a review across two lines)",
+                    line.trim()
+                ));
             }
         }
     }
@@ -308,6 +359,7 @@ fn the_reference_check_tells_references_from_upstream_links() {
         "// see muxlock#25",
         "// tests/cluster/replication_wait.rs, finding 1",
         "// Finding 12 of the audit",
+        "// a bare number in parentheses (#555)",
     ] {
         assert!(reference(cited).is_some(), "not caught: {cited}");
     }
@@ -319,6 +371,7 @@ fn the_reference_check_tells_references_from_upstream_links() {
         "//! an \"inside\" marker (finding one already there is a violation)",
         "let s = r#\"local r = {}\"#;",
         "// a review, in general",
+        r##"r#"<text fill="#555" stroke='#00aa00'>"#"##,
     ] {
         assert_eq!(reference(clean), None, "flagged: {clean}");
     }
@@ -551,8 +604,9 @@ fn named_after_a_review(stem: &str) -> bool {
 
 #[test]
 fn no_test_file_is_named_after_a_review() {
-    let named: Vec<String> = rs_files("tests")
+    let named: Vec<String> = ["tests", "cli/tests"]
         .into_iter()
+        .flat_map(rs_files)
         .map(|(name, _)| name)
         .filter(|name| {
             Path::new(name)
@@ -566,7 +620,13 @@ fn no_test_file_is_named_after_a_review() {
         "test files named after a review (name them for what they check):\n{}",
         named.join("\n")
     );
-    for review in ["break_held", "review_async", "fold_review", "hostile"] {
+    for review in [
+        "break_held",
+        "review_async",
+        "fold_review",
+        "exec_review",
+        "hostile",
+    ] {
         assert!(named_after_a_review(review), "not caught: {review}");
     }
     for behaviour in [
