@@ -4,7 +4,7 @@ use crate::support;
 
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -382,21 +382,53 @@ enum Asked {
     Wait,
 }
 
-/// The sequence: node 0 stalls (`SIGSTOP`, its accept queue full so that a new connection to it takes a SYN
-/// retransmission, about a second) with its queue full; node 1 fails every attempt at the set (a key of
+/// Runs of the sequence at most: a run whose steps did not fall in the order the sequence needs (a machine too
+/// busy to queue the fillers within the first attempt's round) proves nothing either way and is run again; at
+/// least one run must get through.
+const STALL_RUNS: usize = 3;
+
+/// The sequence: node 0 stalls (`SIGSTOP`, its accept queue full so that a new connection to it waits for a SYN
+/// retransmission, about a second, or until it is resumed); node 1 fails every attempt at the set (a key of
 /// another type); node 2 grants. A call asks for the set, with retries:
 ///
-/// 1. The first attempt is sent to node 0 (room for ordinary requests: `STALL_MAX - 1` queued), fails (node 0 silent,
-///    node 1 an error); meanwhile releases fill node 0's queue to twice `STALL_MAX`, so its clean-up is held for room
-///    there, then detached when its round ends.
+/// 1. The first attempt is queued on node 0 (its first request: the node's hung clock starts there) and fails
+///    (node 0 silent, node 1 an error) when its round ends. Meanwhile releases fill node 0's queue to twice
+///    `STALL_MAX`, so its clean-up is held for room there, then detached when the clean-up's round ends.
 /// 2. Node 0's connection is dropped as hung; the redial waits in the full accept queue.
-/// 3. The second attempt is offered to node 0 while it connects; node 0 is resumed, the connection completes,
-///    the second attempt is granted by nodes 0 and 2 (a majority), and the detached clean-up goes too.
+/// 3. The next attempt is offered to node 0 while it connects; only then is node 0 resumed: the connection
+///    completes, the attempt is granted by nodes 0 and 2 (a majority), and the detached clean-up goes too.
 ///
-/// Whatever the order, the set the call returns must stand on a majority once the clean-up ran: a clean-up
-/// deletes only its own attempt's value. Then another client must not get the set while it is held. Node 0's
-/// statistics show the sequence happened (a clean-up detached, a reconnect).
+/// Each step waits for the event it needs, seen in node 0's and node 2's counters (`stats().nodes[i].net`):
+/// nothing is timed by the test. The library's own schedule (`STALL_ROUND`, `STALL_RETRY`, `STALL_HUNG`) puts
+/// the events in order; a run that finds them in another order starts again (`STALL_RUNS`).
+///
+/// Whatever the order on node 0's new connection, the set the call returns must stand on a majority once the
+/// clean-up ran: a clean-up deletes only its own attempt's value. Then another client must not get the set
+/// while it is held. Node 0's statistics show the sequence happened (a clean-up detached, a reconnect).
+///
+/// Two protections keep the clean-up from deleting the retry's grant: each attempt draws a value of its own
+/// (`kind/set.rs`, "A value per attempt"), and a node's detached releases go on its wire ahead of any request
+/// offered after them (`net/detached.rs`, "In order per node"). Either alone suffices; with both removed, the
+/// clean-up runs after the retry on node 0, and the set stands on node 2 alone: this test fails.
 fn stalled_clean_up_then_retry(asked: Asked) {
+    let mut missed = Vec::new();
+    for _ in 0..STALL_RUNS {
+        match stalled_run(asked) {
+            Ok(()) => return,
+            Err(why) => {
+                println!("{asked:?}: the sequence did not happen, run again: {why}");
+                missed.push(why);
+            }
+        }
+    }
+    panic!("{asked:?}: the sequence never happened in {STALL_RUNS} runs: {missed:?}");
+}
+
+/// One run of [`stalled_clean_up_then_retry`]'s sequence: `Err` (why) if its steps came in another order.
+fn stalled_run(asked: Asked) -> Result<(), String> {
+    /// The releases that fill node 0's queue behind the first attempt: to twice `STALL_MAX`, its room for
+    /// releases.
+    const FILL: usize = 2 * STALL_MAX - 1;
     let mut x = RedisServer::builder().arg("--tcp-backlog").arg("0").start();
     let y = RedisServer::start();
     let z = RedisServer::start();
@@ -422,30 +454,23 @@ fn stalled_clean_up_then_retry(asked: Asked) {
     }
     // Node 1: a key of another type fails every attempt at the set there (an error, not another holder).
     assert_eq!(y.raw(&cmd(&["HSET", "stall:a", "f", "v"])), b":1\r\n");
+    let node = |i: usize| ours.stats().nodes[i].net.clone();
+    // Releases of values nobody holds, started together once the first attempt is queued on node 0.
+    let go = Arc::new(Barrier::new(FILL + 1));
+    let fillers: Vec<_> = (0..FILL)
+        .map(|i| {
+            let (ours, go) = (Arc::clone(&ours), Arc::clone(&go));
+            thread::spawn(move || {
+                go.wait();
+                let _ = ours.unlock_value(format!("stall:fill:{i}"), "f".repeat(40));
+            })
+        })
+        .collect();
 
     x.pause();
     // Node 0's accept queue is filled, so a redial hangs until it is resumed.
     let filler = x.fill_accept_queue();
-    // Releases of values nobody holds, queued on node 0 at once (each waits for node 0 for a round).
-    let mut fillers = Vec::new();
-    let mut release = |count: usize| {
-        let queued = ours.stats().nodes[0].net.requests;
-        for i in 0..count {
-            let ours = Arc::clone(&ours);
-            let name = format!("stall:fill:{}:{i}", fillers.len());
-            fillers.push(thread::spawn(move || {
-                let _ = ours.unlock_value(name, "f".repeat(40));
-            }));
-        }
-        locks::wait_until(
-            Duration::from_secs(2),
-            "the releases queued on node 0",
-            || ours.stats().nodes[0].net.requests >= queued + count as u64,
-        );
-    };
-    release(STALL_MAX - 1);
-    let before = ours.stats().nodes[0].net.clone();
-    let started = Instant::now();
+    let before = node(0);
     let caller = {
         let ours = Arc::clone(&ours);
         thread::spawn(move || {
@@ -456,23 +481,87 @@ fn stalled_clean_up_then_retry(asked: Asked) {
             }
         })
     };
-    // While the first attempt waits for node 0: its queue filled to twice the room, for its clean-up to be held.
-    thread::sleep(STALL_ROUND / 4);
-    release(STALL_MAX);
-    // The second attempt is offered at 2 rounds and the retry pause; node 0 comes back before its redial's SYN
-    // is sent again (the redial went at `STALL_HUNG`).
-    let resume_at = 2 * STALL_ROUND + STALL_RETRY + Duration::from_millis(250);
-    thread::sleep(resume_at.saturating_sub(started.elapsed()));
+    // A run that cannot go on resumes node 0 and lets the call end before it is tried again.
+    let give_up = |mut x: RedisServer, caller: thread::JoinHandle<_>, why: String| {
+        x.resume();
+        if let Ok(set) = caller.join().expect("the caller") {
+            let _ = ours.unlock(set);
+        }
+        Err(why)
+    };
+
+    // 1. The first attempt is on node 0's queue; the releases fill it behind the attempt.
+    locks::wait_until(
+        Duration::from_secs(5),
+        "the first attempt queued on node 0",
+        || node(0).requests > before.requests,
+    );
+    go.wait();
+    fillers
+        .into_iter()
+        .for_each(|f| f.join().expect("a release"));
+    // Every release queued and none held, on the connection the attempt went on: the queue was full before the
+    // attempt's round ended, so its clean-up (offered when the round ends) is held. Had the clean-up come first,
+    // it would have been queued and a release held (and detached when its round ended, before its caller
+    // returned, unless node 0 was dropped as hung first).
+    let full = node(0);
+    let queued = full.requests == before.requests + 1 + FILL as u64;
+    let same = full.connects == before.connects && full.drops == before.drops;
+    if !queued || !same || full.detached != before.detached {
+        drop(filler);
+        return give_up(
+            x,
+            caller,
+            format!(
+                "node 0's queue was not full behind the first attempt alone: {before:?} -> {full:?}"
+            ),
+        );
+    }
+    // The clean-up detached when its round ended, before node 0 was dropped as hung (had it been dropped first,
+    // the clean-up would have been queued on the new connection, not detached).
+    let mut seen = full.clone();
+    locks::wait_until(
+        Duration::from_secs(10),
+        "the first attempt's clean-up detached on node 0",
+        || {
+            seen = node(0);
+            seen.detached > before.detached || seen.connects > before.connects
+        },
+    );
+    if seen.detached == before.detached {
+        drop(filler);
+        return give_up(
+            x,
+            caller,
+            "node 0 was dialled again before the clean-up was detached".to_owned(),
+        );
+    }
+    let sent = node(2).requests;
+    // 2. Node 0 dropped as hung, and dialled again: the dial waits in the full accept queue.
+    locks::wait_until(Duration::from_secs(10), "node 0 dialled again", || {
+        node(0).connects > before.connects
+    });
+    let dialled = node(0);
+    if node(2).requests > sent {
+        drop(filler);
+        return give_up(
+            x,
+            caller,
+            "the next attempt came before node 0 was dialled again".to_owned(),
+        );
+    }
+    // 3. The next attempt is offered to node 0 while it connects (a round's offers to the nodes are queued
+    //    together: node 2's count shows node 0's offer); then node 0 comes back.
+    locks::wait_until(Duration::from_secs(10), "the next attempt offered", || {
+        node(2).requests > sent
+    });
     x.resume();
     let set = caller
         .join()
         .expect("the caller")
         .expect("the set, on nodes 0 and 2");
     drop(filler);
-    fillers
-        .into_iter()
-        .for_each(|f| f.join().expect("a release"));
-    let after = ours.stats().nodes[0].net.clone();
+    let after = node(0);
     assert!(
         after.detached > before.detached,
         "the first attempt's clean-up was detached on node 0: {before:?} -> {after:?}"
@@ -481,10 +570,18 @@ fn stalled_clean_up_then_retry(asked: Asked) {
         after.connects > before.connects,
         "node 0 was reconnected: {before:?} -> {after:?}"
     );
-    // The detached clean-up went right after the attempt on the new connection: its reply is in soon after.
-    thread::sleep(Duration::from_millis(500));
+    // Node 0 answered every request of its new connection, the detached clean-up's included (the old
+    // connection's requests, up to `full`, are never answered).
+    locks::wait_until(
+        Duration::from_secs(5),
+        "node 0 answered its new connection's requests",
+        || {
+            let n = node(0);
+            n.replies - dialled.replies >= n.requests - full.requests
+        },
+    );
     assert_eq!(
-        ours.stats().nodes[0].net.given_up,
+        node(0).given_up,
         before.given_up,
         "the clean-up was sent, not given up"
     );
@@ -510,6 +607,7 @@ fn stalled_clean_up_then_retry(asked: Asked) {
         "{asked:?}: two holders of the set: ours on {holding:?}, another client's too"
     );
     let _ = ours.unlock(set);
+    Ok(())
 }
 
 /// A set asked for with retries (`acquire`): a failed attempt's clean-up that runs late, after the next
