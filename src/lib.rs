@@ -87,18 +87,19 @@
 //! lock names used:
 //!
 //! ```text
-//! ACL SETUSER locker on >s3cret ~lock:* +set +get +del +pexpire +eval +evalsha +script|load +info +pttl +client|tracking
+//! ACL SETUSER locker on >s3cret ~lock:* +set +get +del +pexpire +eval +evalsha +script|load +info +time +pttl +client|tracking
 //! ```
 //!
 //! - `+set` takes a lock; `+evalsha` runs the release and extend scripts (a guard's renewals are the extend
 //!   script), which call `+get`, `+del` and `+pexpire`; `+eval` runs them in full when a node has lost them (a
 //!   `SCRIPT FLUSH`, a restart); `+script|load` loads them on each new connection (saving that first `EVAL`:
 //!   not needed); `+info` feeds the restart guard (`INFO server`; not needed with
-//!   [`Config::with_restart_guard`]`(false)`).
+//!   [`Config::with_restart_guard`]`(false)`); `+time` the clock check (`TIME` with each acquisition and
+//!   extension; not needed with [`Config::with_clock_check`]`(false)`).
 //! - Nodes with native compare-and-delete (Valkey >= 9.0 `DELIFEQ`, Redis >= 8.4 `DELEX`) release and extend without
 //!   Lua (`DELIFEQ`/`DELEX ... IFEQ`, `SET ... IFEQ ... PX`), learned per node on each connection with `COMMAND
 //!   INFO`: add `+command|info` and `+delifeq` or `+delex` there. A user with only `+set +delifeq +command|info
-//!   +info` locks, extends, releases and holds guards on such nodes.
+//!   +info +time` locks, extends, releases and holds guards on such nodes.
 //! - Guards and waiting ([`Request::hold`], [`Request::wait`]) add `+client|tracking` (the
 //!   watchdog's tracker connections turn client-side tracking on, and read guards' keys with `GET`) and `+pttl`
 //!   (a waiter reads the holder's remaining lease, which also arms the tracking of the key). Without them guards

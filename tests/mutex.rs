@@ -15,6 +15,8 @@
 //! (batches, guards) and `mutex/sets.rs` (sets, fenced locks); cluster members in `mutex/clusters.rs`
 //! (their other kinds in `mutex/cluster_kinds.rs`).
 
+#[path = "mutex/clocks.rs"]
+mod clocks;
 #[path = "mutex/clusters.rs"]
 mod clusters;
 #[path = "mutex/kinds.rs"]

@@ -160,13 +160,18 @@ pub enum NodeError {
     /// slot, it was redirected more than twice or to a node the member's map does not show, the redirection
     /// could not be read, or its keys lie in different slots. A failed vote, like a node that is down.
     Cluster(String),
+    /// The node's wall clock could not be shown to agree with this client's (the lock's clock check, see
+    /// [`Config::with_clock_check`](crate::Config::with_clock_check)): the command ran, but its reply is not
+    /// counted. The message says how far off the node's clock was, or why it could not be read.
+    Clock(String),
 }
 
 impl NodeError {
     /// Whether the request was never sent or surely failed at the connection level, so that retrying it on a new
-    /// connection cannot do harm. (A `Timeout` leaves the outcome on the node unknown.)
+    /// connection cannot do harm. (A `Timeout` leaves the outcome on the node unknown; after a `Clock` failure the
+    /// command ran.)
     pub fn is_connection_failure(&self) -> bool {
-        !matches!(self, NodeError::Timeout)
+        !matches!(self, NodeError::Timeout | NodeError::Clock(_))
     }
 
     pub(crate) fn from_io(e: io::Error) -> NodeError {
@@ -205,6 +210,7 @@ impl fmt::Display for NodeError {
                 write!(f, "protocol error: a reply longer than {limit} bytes")
             }
             NodeError::Cluster(why) => write!(f, "cluster routing: {why}"),
+            NodeError::Clock(why) => write!(f, "clock check: {why}"),
         }
     }
 }

@@ -37,6 +37,8 @@ pub struct Config {
     pub(crate) fold_releases: bool,
     pub(crate) restart_guard: bool,
     pub(crate) restart_window: Duration,
+    pub(crate) clock_check: bool,
+    pub(crate) clock_tolerance: Duration,
     pub(crate) tls: TlsConfig,
 }
 
@@ -97,11 +99,12 @@ settings! {
     /// Sets how many times one lock may be extended with [`extend`](super::LockManager::extend) (default 1,000).
     /// The spec asks for a bound so that a holder cannot keep a resource forever by mistake.
     max_extensions, with_max_extensions: u32;
-    /// Sets how many requests a node may have without replies (default 16,384). Past it, an acquisition does not
+    /// Sets how many commands a node may have without replies (default 32,768; an acquisition or extension is
+    /// three with the [clock check](Config::with_clock_check) on: its command between two `TIME`s). Past it, an acquisition does not
     /// send to that node (its vote fails as overloaded) while the requests on the wire are kept; releases use a
     /// reserve of as many again, then wait for room. A slow node is never dropped for being slow. The default lets
-    /// 10,000 tasks or threads share one manager, each with a request on every node, without a refusal (a request
-    /// in flight costs its bytes and a slot: about 2 MB per node at the bound).
+    /// 10,000 tasks or threads share one manager, each with an acquisition on every node, without a refusal (a
+    /// command in flight costs its bytes and a slot: about 4 MB per node at the bound).
     max_in_flight, with_max_in_flight: usize;
     /// Sets how long a node may have requests without replies and send nothing at all before its connection is
     /// dropped as hung, failing those requests (default 5 s). Catches hosts that vanished without closing their
@@ -172,6 +175,28 @@ settings! {
     /// manager has used (acquired or extended to), plus the drift allowance: set it to the longest TTL that *any*
     /// client of these nodes acquires or extends to.
     restart_window, with_restart_window: Duration;
+    /// Turns the clock check on or off (default on): a node's grant or extension counts only if its wall clock
+    /// agrees with this client's, within the [tolerance](Config::with_clock_tolerance). Redis and Valkey expire
+    /// keys by the wall clock, so a node whose clock steps forward (or runs fast) ends the leases it holds early,
+    /// and a majority of such nodes would hand a lock to a second holder while the first still counts its lease
+    /// live; the drift allowance covers clocks that tick at slightly different rates, not steps.
+    ///
+    /// Each request that sets or extends a lease goes between two `TIME`s (two more short replies in the same
+    /// packet). With `T` the tolerance, `s` this client's wall clock when the round started and `r` when the reply
+    /// was read, a node's vote counts only if its clock read `≥ s − T` before the request and `≤ r + T` after it,
+    /// and every lease's validity is `2T` shorter. The argument, and what it cannot see, are in
+    /// `src/redlock/engine/clock.rs`: it assumes the clients' own wall clocks are right (NTP) and that a node's
+    /// clock is not set back between two grants (one that jumped forward and was set back meanwhile reads right
+    /// at both). On cluster members the check does not run yet.
+    ///
+    /// Turn it off only if the nodes' clocks cannot be kept within the tolerance of the clients' (a node in a VM
+    /// whose clock is seconds off): the error names each node whose clock is off, and by how much.
+    clock_check, with_clock_check: bool;
+    /// Sets how far a node's wall clock may be from this client's (default 25 ms); every lease's validity is
+    /// shortened by twice this. Clients of the same nodes must use the same tolerance (or the largest one's):
+    /// the argument covers a node whose clock was off by `T` one way at one client's grant and by `T` the other
+    /// way at another's.
+    clock_tolerance, with_clock_tolerance: Duration;
 }
 
 impl Config {
@@ -239,6 +264,7 @@ impl Config {
             ("hung_timeout", self.hung_timeout),
             ("retry_delay", self.retry_delay),
             ("retry_jitter", self.retry_jitter),
+            ("clock_tolerance", self.clock_tolerance),
         ] {
             if d > Config::MAX_TTL {
                 return Err(Error::config(format!(
@@ -249,6 +275,12 @@ impl Config {
         }
         if self.max_in_flight == 0 {
             return Err(Error::config("max_in_flight must be at least 1"));
+        }
+        if self.clock_check && self.max_in_flight < 3 {
+            return Err(Error::config(
+                "max_in_flight must be at least 3 with the clock check on: an acquisition or extension is its \
+                 command between the check's two TIMEs",
+            ));
         }
         if self.hung_timeout.is_zero() {
             return Err(Error::config("hung_timeout must be more than zero"));
@@ -264,6 +296,16 @@ impl Config {
     }
 
     /// Checks a lease and returns it in whole milliseconds (rounded up: Redis' `PX` counts milliseconds).
+    /// What a lease of `ttl` loses to clocks: the spec's drift allowance, and twice the clock tolerance when the
+    /// clock check is on (`engine/clock.rs`).
+    pub(crate) fn allowance(&self, ttl: Duration) -> Duration {
+        let steps = match self.clock_check {
+            true => self.clock_tolerance.saturating_mul(2),
+            false => Duration::ZERO,
+        };
+        drift(ttl, self.drift_factor).saturating_add(steps)
+    }
+
     pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<u64> {
         if ttl.is_zero() {
             return Err(Error::config("ttl must be more than zero"));
@@ -274,10 +316,11 @@ impl Config {
                 Config::MAX_TTL
             )));
         }
-        let allowance = drift(ttl, self.drift_factor);
+        let allowance = self.allowance(ttl);
         if ttl <= allowance {
             return Err(Error::config(format!(
-                "ttl {ttl:?} leaves no validity after the clock-drift allowance of {allowance:?}"
+                "ttl {ttl:?} leaves no validity after the clock allowance of {allowance:?} (drift, and twice the \
+                 clock tolerance)"
             )));
         }
         let ms = ttl.as_millis();
@@ -296,12 +339,14 @@ impl Default for Config {
             round_timeout: Duration::from_millis(50),
             connect_timeout: Duration::from_secs(1),
             max_extensions: 1000,
-            max_in_flight: 16_384,
+            max_in_flight: 32_768,
             hung_timeout: Duration::from_secs(5),
             spin: Duration::ZERO,
             fold_releases: false,
             restart_guard: true,
             restart_window: Duration::ZERO,
+            clock_check: true,
+            clock_tolerance: Duration::from_millis(25),
             tls: TlsConfig::default(),
         }
     }

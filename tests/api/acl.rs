@@ -18,10 +18,11 @@ use support::{Cluster, RedisServer, cmd, locks};
 /// What locks need: the lock (`SET`), the release script in full (`EVAL`: releases always go in full), the
 /// extend script by hash and, after a `SCRIPT FLUSH` or a restart, in full (`EVALSHA`, `EVAL`), with the
 /// commands they call (`GET`, `DEL`, `PEXPIRE`), loading them on each connection (`SCRIPT LOAD`) and the
-/// restart guard's `INFO`. `AUTH` and `HELLO` need no permission;
+/// restart guard's `INFO`, and the clock check's `TIME` with every acquisition and extension. `AUTH` and `HELLO`
+/// need no permission;
 /// `SELECT` is needed only with a database in the URL (`+select`).
 const FOR_LOCKS: &[&str] = &[
-    "+set", "+get", "+del", "+pexpire", "+eval", "+evalsha", "+info",
+    "+set", "+get", "+del", "+pexpire", "+eval", "+evalsha", "+info", "+time",
 ];
 /// What saves a round trip but is not needed (the `SCRIPT LOAD`s are optional set-up steps, for users
 /// without Lua): without it each script's first call on a connection gets `NOSCRIPT` and goes in full (`EVAL`).

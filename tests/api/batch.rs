@@ -202,3 +202,37 @@ fn every_new_round_counts_only_nodes_the_restart_guard_trusts() {
         })
     });
 }
+
+/// A batch awaited as a task, one node of three hung (`SIGSTOP`): the two others decide every lock, so the batch
+/// ends as soon as their replies are in, not at the round's deadline. With the clock check and without it alike:
+/// the check's `TIME` after each node's request must not make the task wait for the hung node.
+#[test]
+fn an_async_batch_is_decided_by_a_majority_without_waiting_for_a_hung_node() {
+    let mut cluster = Cluster::start(3);
+    let rt = support::rt::current_thread();
+    let round = Duration::from_secs(3);
+    let names: Vec<String> = (0..10).map(|i| format!("hung:{i}")).collect();
+    for check in [false, true] {
+        let locks = locks::manager_of(&cluster, locks::one_attempt(round).with_clock_check(check));
+        // Connections and scripts in place on every node first.
+        let warm = rt.block_on(locks.try_lock_batch_async(&["warm"], TTL));
+        let warm: Vec<_> = warm.into_iter().filter_map(|r| r.ok().flatten()).collect();
+        rt.block_on(locks.unlock_batch_async(warm));
+        cluster.pause(2);
+        let t0 = std::time::Instant::now();
+        let got = rt.block_on(locks.try_lock_batch_async(&names, TTL));
+        let took = t0.elapsed();
+        cluster.resume(2);
+        let got: Vec<_> = got
+            .into_iter()
+            .map(|r| r.expect("a majority is up").expect("free"))
+            .collect();
+        assert!(
+            took < round / 2,
+            "clock check {check}: the batch took {took:?}, waiting for the hung node (round {round:?})"
+        );
+        for r in rt.block_on(locks.unlock_batch_async(got)) {
+            r.expect("released");
+        }
+    }
+}

@@ -260,6 +260,7 @@ fn a_key_outside_the_acl_in_a_fold_fails_only_its_own_release() {
             "+evalsha",
             "+script|load",
             "+info",
+            "+time",
             "+pttl",
         ],
     );
@@ -294,7 +295,7 @@ fn a_key_outside_the_acl_in_a_fold_fails_only_its_own_release() {
 /// Hazard (lost release, every later one on the connection; not the fold's own: the lone path does the same):
 /// a `NOPERM` for a *key* (a release by value of a name outside `~lock:*`) is read as a refusal of the native
 /// *command*: the node is switched to the scripts for the rest of its connection. For the README's Lua-free user
-/// (`+set +delifeq +command|info +info`), every later release on those connections then fails with `NOPERM`
+/// (`+set +delifeq +command|info +info +time`), every later release on those connections then fails with `NOPERM`
 /// (no `+evalsha`), until they reconnect: locks stay until their lease ends.
 #[test]
 fn a_key_outside_the_acl_does_not_turn_a_node_off_its_native_release() {
@@ -302,7 +303,7 @@ fn a_key_outside_the_acl_does_not_turn_a_node_off_its_native_release() {
     set_user(
         &servers,
         "nolua",
-        &["+set", "+delifeq", "+command|info", "+info"],
+        &["+set", "+delifeq", "+command|info", "+info", "+time"],
     );
     let locks = manager(user_urls(&servers, "nolua"), config());
     let warm = take(&locks, "lock:warm");
@@ -829,6 +830,7 @@ fn a_fold_through_every_fallback_at_once() {
         "lua",
         &[
             "+set",
+            "+time",
             "+get",
             "+del",
             "+pexpire",

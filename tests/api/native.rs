@@ -214,7 +214,7 @@ fn user_urls(servers: &[RedisServer], user: &str) -> Vec<String> {
 
 /// A user without any Lua (`+eval`, `+evalsha`, `+script|load`) locks, extends, releases and holds guards on
 /// Valkey nodes: the set-up's `SCRIPT LOAD`s are refused and kept as replies, the probe (`+command|info`) finds
-/// `DELIFEQ`. With the restart guard on (`+info`).
+/// `DELIFEQ`. With the restart guard on (`+info`) and the clock check (`+time`).
 #[test]
 fn lua_free_user_on_valkey() {
     let Some(nodes) = valkeys(3) else { return };
@@ -222,7 +222,7 @@ fn lua_free_user_on_valkey() {
         set_user(
             node,
             "nolua",
-            &["+set", "+delifeq", "+command|info", "+info"],
+            &["+set", "+delifeq", "+command|info", "+info", "+time"],
         );
     }
     let locks = manager(
@@ -253,7 +253,7 @@ fn lua_free_user_on_valkey() {
     }
     // Without the native command either, nothing is left: the release fails with the server's NOPERM.
     for node in &nodes {
-        set_user(node, "bare", &["+set", "+command|info", "+info"]);
+        set_user(node, "bare", &["+set", "+command|info", "+info", "+time"]);
     }
     let bare = manager(user_urls(&nodes, "bare"), one_attempt(ROUND));
     let lock = bare
@@ -277,6 +277,7 @@ fn refused_native_falls_back_without_a_lost_vote() {
             "lua",
             &[
                 "+set",
+                "+time",
                 "+get",
                 "+del",
                 "+pexpire",

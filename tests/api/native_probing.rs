@@ -83,6 +83,7 @@ fn failed_attempt_leaves_no_grant_when_delifeq_is_refused() {
             "lua",
             &[
                 "+set",
+                "+time",
                 "+get",
                 "+del",
                 "+pexpire",

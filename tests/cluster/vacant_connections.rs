@@ -216,6 +216,7 @@ fn script_user(servers: &[RedisServer], eval: bool) -> Vec<String> {
             "+evalsha",
             "+script|load",
             "+info",
+            "+time",
             "+ping",
         ];
         if eval {

@@ -1,6 +1,6 @@
 //! The network layer against real and hostile servers: the fanout, patient rounds, every outcome under its
 //! command's id, servers that send what they should not, and the test support itself (the fault proxy, the
-//! server guards).
+//! server guards, the servers' fake clock).
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -11,4 +11,5 @@ mod hostile_servers;
 mod outcomes_by_id;
 mod patience;
 mod patience_edges;
+mod server_clock;
 mod test_support;

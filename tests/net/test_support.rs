@@ -218,6 +218,16 @@ fn failed_start_reports_the_log() {
 }
 
 #[test]
+#[should_panic(expected = "started without")]
+fn a_server_without_its_preloaded_library_fails_to_start() {
+    // The loader skips a library it cannot open (it says so on stderr) and starts the server anyway.
+    let dir = make_temp_dir();
+    let missing = dir.join("no-such-library.so");
+    let _ = std::fs::remove_dir(&dir);
+    let _server = RedisServer::builder().preload(missing).start();
+}
+
+#[test]
 #[should_panic(expected = "redis-server not found")]
 fn missing_binary_is_explained() {
     let _server = RedisServer::builder()
@@ -527,7 +537,7 @@ fn the_skip_summary_names_each_test_and_fails_ci_on_valkey_or_cluster() {
     use skip::Kind::{Cluster, Faketime, Valkey};
     let valkey = skip::line(Valkey, "native::a", "no valkey-server");
     let cluster = skip::line(Cluster, "clusters::b", "no cluster mode");
-    let faketime = skip::line(Faketime, "clock::c", "no libfaketime");
+    let faketime = skip::line(Faketime, "clock::c", "no C compiler");
     let all = [
         valkey.clone(),
         valkey.clone(),

@@ -1024,6 +1024,12 @@ impl Clock for SimClock {
         w.instant(self.me, w.now)
     }
 
+    /// The client's wall clock: right, as NTP keeps it (its monotonic clock is the one that drifts).
+    fn wall(&self) -> Duration {
+        let w = self.sim.world();
+        Duration::from_millis(node::WALL_START_MS) + Duration::from_nanos(w.now)
+    }
+
     /// Pending until `pause` (of this client's clock) has passed in virtual time; always gives way once, even
     /// for a zero pause (another client may run first), as the real thread's sleep may be descheduled.
     fn sleep(&self, pause: Duration) -> impl Future<Output = ()> {

@@ -14,7 +14,7 @@ pub type Time = u64;
 pub const MS: Time = 1_000_000;
 
 /// A node's wall clock at virtual time 0 (Unix ms), for `TIME` and `INFO`'s uptime.
-const WALL_START_MS: u64 = 1_700_000_000_000;
+pub const WALL_START_MS: u64 = 1_700_000_000_000;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Data {
@@ -458,6 +458,14 @@ impl Node {
                     b(fsync),
                     b("no-appendfsync-on-rewrite"),
                     b("no"),
+                ])
+            }
+            b"TIME" => {
+                // The node's wall clock, to the microsecond (the clock check compares it with the client's).
+                let us = WALL_START_MS * 1000 + now / (MS / 1000);
+                Value::Array(vec![
+                    Value::BulkString(Bytes::from((us / 1_000_000).to_string())),
+                    Value::BulkString(Bytes::from((us % 1_000_000).to_string())),
                 ])
             }
             b"EVAL" if a(3) == PERSIST_MARKER_KEY.as_bytes() => {

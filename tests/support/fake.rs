@@ -260,7 +260,7 @@ where
 ///   `redlock::lua::ALL` (`-ERR` for any other script: this server cannot hash);
 /// - `INFO [section]`: a bulk string with `run_id:`[`RUN_ID`] and `uptime_in_seconds:1000000`;
 /// - `COMMAND INFO <names>`: a null per name (Redis 7.0 has neither `DELEX` nor `DELIFEQ`);
-/// - `PING`: `+PONG`; `AUTH`, `SELECT`: `+OK`;
+/// - `PING`: `+PONG`; `AUTH`, `SELECT`: `+OK`; `TIME`: this machine's wall clock;
 /// - `HELLO 3`: a small RESP3 map (`server`, `version`, `proto`); `HELLO` otherwise: the same as
 ///   a RESP2 flat array.
 pub fn setup_reply(cmd: &[Bytes]) -> Option<Action> {
@@ -290,6 +290,17 @@ pub fn setup_reply(cmd: &[Bytes]) -> Option<Action> {
             Action::reply(format!("*{names}\r\n{}", "$-1\r\n".repeat(names)))
         }
         "PING" => Action::reply("+PONG\r\n"),
+        // This machine's wall clock, as a node beside the client would read it (the clock check's `TIME`).
+        "TIME" => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            let (secs, micros) = (now.as_secs().to_string(), now.subsec_micros().to_string());
+            let mut out = b"*2\r\n".to_vec();
+            out.extend_from_slice(&bulk(secs.as_bytes()));
+            out.extend_from_slice(&bulk(micros.as_bytes()));
+            Action::reply(out)
+        }
         "AUTH" | "SELECT" => Action::reply("+OK\r\n"),
         "HELLO" if arg(1) == b"3" => Action::reply(
             "%3\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n\

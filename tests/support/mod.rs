@@ -8,6 +8,8 @@
 //! - [`redis_cluster`]: [`RedisCluster`], a real Redis Cluster (`--cluster-enabled yes`) of K masters and R
 //!   replicas each, built by the test (MEET, ADDSLOTSRANGE, REPLICATE), with slot migration (`ASK`, `MOVED`) and
 //!   failover helpers.
+//! - [`clock`]: [`FakeClock`], a wall clock a test moves (jumps, steps back, runs fast or slow) under running
+//!   servers ([`RedisServerBuilder::fake_clock`]), through a preload shim built at run time.
 //! - [`certs`]: [`certs::Certs`], a throwaway CA with server and client certificates (rcgen, with subject
 //!   alternative names), for servers started with [`RedisServerBuilder::tls`].
 //! - [`process`]: finding the binary, free ports, temp dirs, signals, `/proc` states.
@@ -41,6 +43,7 @@
 pub mod acceptor;
 pub mod certs;
 pub mod checker;
+pub mod clock;
 pub mod cluster;
 pub mod fake;
 pub mod faults;
@@ -54,6 +57,8 @@ pub mod skip;
 pub mod wire;
 
 // Re-exports for short paths; a test binary that uses none of them must still build cleanly.
+#[allow(unused_imports)]
+pub use clock::FakeClock;
 #[allow(unused_imports)]
 pub use cluster::{Cluster, ClusterBuilder};
 #[allow(unused_imports)]

@@ -32,7 +32,7 @@ const RAW_TIMEOUT: Duration = Duration::from_secs(10);
 const NOT_FOUND: &str = "redis-server not found: run scripts/test (it installs it when root) \
                          or `apt-get install redis-server`";
 
-/// Options for a [`RedisServer`]: extra command-line arguments.
+/// Options for a [`RedisServer`]: extra command-line arguments, environment variables, a preloaded library.
 ///
 /// # Examples
 /// ```ignore
@@ -43,6 +43,8 @@ pub struct RedisServerBuilder {
     args: Vec<OsString>,
     binary: Option<PathBuf>,
     tls: Option<Vec<OsString>>,
+    env: Vec<(OsString, OsString)>,
+    preload: Option<PathBuf>,
 }
 
 impl RedisServerBuilder {
@@ -105,6 +107,21 @@ impl RedisServerBuilder {
         ])
     }
 
+    /// Sets an environment variable of the server process (on every start and restart).
+    pub fn env(mut self, name: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+
+    /// Loads `library` into the server with `LD_PRELOAD` (replacing any `LD_PRELOAD` of the test's environment),
+    /// on every start and restart, and checks that it is mapped once the server answers: a library the loader
+    /// passed over (a static binary, a library built for another machine) fails the start instead of leaving
+    /// the server as it would be without it.
+    pub fn preload(mut self, library: impl Into<PathBuf>) -> Self {
+        self.preload = Some(library.into());
+        self
+    }
+
     /// Uses this binary instead of looking one up.
     pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
         self.binary = Some(path.into());
@@ -135,6 +152,8 @@ impl RedisServerBuilder {
             tls_port: None,
             tls_args: self.tls.clone().unwrap_or_default(),
             args: self.args,
+            env: self.env,
+            preload: self.preload,
             password,
             dir: make_temp_dir(),
             bin,
@@ -168,6 +187,8 @@ pub struct RedisServer {
     tls_port: Option<u16>,
     tls_args: Vec<OsString>,
     args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    preload: Option<PathBuf>,
     password: Option<String>,
     dir: PathBuf,
     bin: PathBuf,
@@ -179,6 +200,8 @@ enum Failure {
     Exited(ExitStatus),
     Timeout,
     Io(io::Error),
+    /// The library given to [`RedisServerBuilder::preload`] is not in the ready process' memory map.
+    NotPreloaded(PathBuf),
 }
 
 impl RedisServer {
@@ -445,7 +468,12 @@ impl RedisServer {
         let stderr = fs::File::create(self.dir.join("stderr.log")).map_err(Failure::Io)?;
         // Only this run's part of the log tells why this run failed.
         let log_start = process::file_len(&self.log_path());
-        let child = Command::new(&self.bin)
+        let mut command = Command::new(&self.bin);
+        command.envs(self.env.iter().map(|(name, value)| (name, value)));
+        if let Some(library) = &self.preload {
+            command.env("LD_PRELOAD", library);
+        }
+        let child = command
             .arg("--port")
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
@@ -468,7 +496,9 @@ impl RedisServer {
         self.pid = child.id();
         self.child = Some(child);
         self.paused = false;
-        let result = self.wait_ready(log_start);
+        let result = self
+            .wait_ready(log_start)
+            .and_then(|()| self.check_preloaded());
         if result.is_err() {
             self.kill();
         }
@@ -503,6 +533,24 @@ impl RedisServer {
         }
     }
 
+    /// With a [`preload`](RedisServerBuilder::preload)ed library, whether the process has it mapped.
+    fn check_preloaded(&self) -> Result<(), Failure> {
+        let Some(library) = &self.preload else {
+            return Ok(());
+        };
+        // The loader maps the file by the path given (made canonical), as `/proc/<pid>/maps` shows it.
+        let wanted = fs::canonicalize(library).unwrap_or_else(|_| library.clone());
+        let maps = process::read_lossy(Path::new(&format!("/proc/{}/maps", self.pid)));
+        if maps
+            .lines()
+            .any(|line| line.ends_with(&*wanted.to_string_lossy()))
+        {
+            Ok(())
+        } else {
+            Err(Failure::NotPreloaded(library.clone()))
+        }
+    }
+
     /// `Ok(true)` once `PING` gets `+PONG` from our own process, `Ok(false)` if another
     /// process answers on the port.
     fn probe(&self, stream: &mut TcpStream, deadline: Instant) -> io::Result<bool> {
@@ -530,6 +578,11 @@ impl RedisServer {
             Failure::Exited(status) => format!("exited during start-up ({status})"),
             Failure::Timeout => format!("did not answer PING within {READY_TIMEOUT:?}"),
             Failure::Io(e) => format!("could not be started: {e}"),
+            Failure::NotPreloaded(library) => format!(
+                "started without {} loaded (LD_PRELOAD): it is not in /proc/{}/maps",
+                library.display(),
+                self.pid
+            ),
         };
         panic!(
             "redis-server {} on port {} {what}\nargs: {:?}\n--- log ({}) ---\n{}",

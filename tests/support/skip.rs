@@ -27,7 +27,7 @@ pub enum Kind {
     Valkey,
     /// A server that runs in cluster mode (`--cluster-enabled yes`).
     Cluster,
-    /// libfaketime, to move a node's clock.
+    /// A C compiler, to build the shim that moves a node's wall clock (`support::clock`).
     Faketime,
 }
 

@@ -1,6 +1,9 @@
 //! Detached releases (releases held for room on a full node, handed to the fanout when their
 //! round ends): what they survive (a node restarted with its data while they wait, `max_in_flight` 1, the
 //! manager dropped while they wait) and what they do not (a script cache flushed while they wait).
+//!
+//! Queues here are counted in requests of one command: the managers run without the clock check, whose `TIME`
+//! makes each acquisition two (and needs `max_in_flight` 2 at least).
 
 use crate::support;
 
@@ -40,7 +43,9 @@ fn detach_on_paused_node_2(
     servers: &mut [RedisServer],
     max: usize,
 ) -> (Arc<LockManager>, Vec<String>) {
-    let config = locks::one_attempt(Duration::from_secs(2)).with_max_in_flight(max);
+    let config = locks::one_attempt(Duration::from_secs(2))
+        .with_max_in_flight(max)
+        .with_clock_check(false);
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let manager = Arc::new(locks::manager(urls, config));
     locks::wait_until(Duration::from_secs(5), "the connections set up", || {
@@ -379,7 +384,9 @@ fn routed_rounds_under_overload_grant_no_held_key_and_lose_releases_only_by_the_
         .collect();
     let manager = Arc::new(locks::manager(
         urls,
-        locks::one_attempt(round).with_max_in_flight(2),
+        locks::one_attempt(round)
+            .with_max_in_flight(2)
+            .with_clock_check(false),
     ));
     let stop = Arc::new(AtomicBool::new(false));
     let workers: Vec<_> = (0..6)
@@ -478,6 +485,7 @@ fn the_checker_finds_no_overlap_under_overload_with_tiny_max_in_flight() {
         let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
         let config = locks::one_attempt(Duration::from_millis(200))
             .with_max_in_flight(max)
+            .with_clock_check(false)
             .with_fold_releases(fold)
             .with_retry_count(2)
             .with_retry_delay(Duration::from_millis(5));
@@ -558,7 +566,9 @@ fn detached_releases_go_on_the_connection_after_a_reset() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let proxy = FaultProxy::start(servers[2].addr());
     let urls = vec![servers[0].url(), servers[1].url(), proxy.url()];
-    let config = locks::one_attempt(Duration::from_secs(2)).with_max_in_flight(MAX);
+    let config = locks::one_attempt(Duration::from_secs(2))
+        .with_max_in_flight(MAX)
+        .with_clock_check(false);
     let manager = Arc::new(locks::manager(urls, config));
     locks::wait_until(Duration::from_secs(5), "the connections set up", || {
         let lock = manager.request("held:warm").ttl(TTL).once().acquire();
@@ -623,7 +633,9 @@ fn async_releases_dropped_mid_round_still_reach_paused_nodes() {
     const MAX: usize = 2;
     let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
-    let config = locks::one_attempt(Duration::from_secs(2)).with_max_in_flight(MAX);
+    let config = locks::one_attempt(Duration::from_secs(2))
+        .with_max_in_flight(MAX)
+        .with_clock_check(false);
     let manager = Arc::new(locks::manager(urls, config));
     locks::wait_until(Duration::from_secs(5), "the connections set up", || {
         let lock = manager.request("held:warm").ttl(TTL).once().acquire();
@@ -683,6 +695,7 @@ fn blocking_rounds_stay_prompt_while_releases_wait_detached() {
     let round = Duration::from_millis(300);
     let config = locks::one_attempt(round)
         .with_max_in_flight(MAX)
+        .with_clock_check(false)
         .with_hung_timeout(Duration::from_millis(500));
     let manager = Arc::new(locks::manager(urls, config));
     locks::wait_until(Duration::from_secs(5), "the connections set up", || {

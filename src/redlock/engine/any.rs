@@ -16,7 +16,7 @@ use crate::redlock::kind::owner::Owner;
 use crate::redlock::kind::reentrant::count_key;
 use crate::redlock::kind::set::{keys, set_name};
 use crate::redlock::lua;
-use crate::redlock::quorum::{Failure, Quorum, Status, Vote, drift};
+use crate::redlock::quorum::{Failure, Quorum, Status, Vote};
 use crate::redlock::token;
 use crate::resp::Decimal;
 use crate::time::later;
@@ -258,8 +258,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             return Err(Error::Expired);
         }
         let n = self.fanout.len();
-        let mut quorum = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor))
-            .decide_by(lock.valid_until);
+        let mut quorum =
+            Quorum::new(n, start, ttl, self.config.allowance(ttl)).decide_by(lock.valid_until);
         self.note_ttl(ttl_ms);
         let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
         let mut outcomes = vec![Outcome::NotAwaited; n];

@@ -31,7 +31,7 @@ use crate::redlock::error::{Error, Outcome, Result};
 use crate::redlock::kind::lock::{Kind as LockKind, Lock};
 use crate::redlock::kind::set_vote;
 use crate::redlock::lua;
-use crate::redlock::quorum::{Failure, Quorum, Status, Vote, drift};
+use crate::redlock::quorum::{Failure, Quorum, Status, Vote};
 use crate::resp::{Decimal, Value, encode_command};
 use crate::time::later;
 
@@ -146,7 +146,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         self.note_ttl(ttl_ms);
         // The clock starts before the first byte is sent, as the spec requires; every lock shares it.
         let start = self.clock.now();
-        let first = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor));
+        let first = Quorum::new(n, start, ttl, self.config.allowance(ttl));
         let deadline = later(start, self.config.round_timeout).min(first.deadline());
         let need = k * first.votes_to_decide();
         let mut quorums = vec![first; k];

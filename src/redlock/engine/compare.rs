@@ -32,8 +32,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         mut on_reply: impl FnMut((usize, usize), Reply) -> usize,
     ) {
         let mut round = match script {
-            Script::Release => self.fanout.release_round(deadline),
-            Script::Extend => self.fanout.round(deadline),
+            Script::Release => self.unchecked(self.fanout.release_round(deadline)),
+            Script::Extend => self.lease_round(deadline),
         };
         // A release waits for nodes still answering (overload), a few round lengths; an extension must be decided
         // in its lease and keeps its deadline.
@@ -155,7 +155,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// per way in use (one of each on a uniform cluster). Returns which nodes were sent which way.
     pub(crate) fn send_compare(
         &self,
-        round: &mut N::Round<'_>,
+        round: &mut impl NodeRound,
         request: &mut BytesMut,
         script: Script,
         nodes: NodeSet,

@@ -5,6 +5,7 @@
 pub(crate) mod any;
 pub(crate) mod awaiting;
 pub(crate) mod batch;
+pub(crate) mod clock;
 pub(crate) mod compare;
 pub(crate) mod fenced;
 pub(crate) mod fold;
@@ -26,6 +27,7 @@ use bytes::BytesMut;
 use crate::net::cluster::Members;
 use crate::net::{NodeError, NodeSet, Reply};
 use crate::redlock::config::Config;
+use crate::redlock::engine::clock::Timed;
 use crate::redlock::engine::release::Tally;
 use crate::redlock::engine::restart::{Setup, Standing};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes, SystemClock};
@@ -33,7 +35,7 @@ use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::inspect::{Inspection, KeyState, key_state};
 use crate::redlock::kind::lock::{Kind, Lock};
 use crate::redlock::kind::{script_vote, set_vote};
-use crate::redlock::quorum::{Failure, Quorum, Status, Vote, drift};
+use crate::redlock::quorum::{Failure, Quorum, Status, Vote};
 use crate::redlock::scripts;
 use crate::redlock::scripts::Script;
 use crate::redlock::stats::{Activity, NodeStats, Stats, Votes};
@@ -225,8 +227,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     ) -> Result<Instant> {
         let ttl_ms = self.config.check_ttl(ttl)?;
         let start = self.clock.now();
-        let drift = drift(ttl, self.config.drift_factor);
-        let mut quorum = Quorum::new(self.fanout.len(), start, ttl, drift);
+        let mut quorum = Quorum::new(self.fanout.len(), start, ttl, self.config.allowance(ttl));
         if let Some(instant) = decide_by {
             quorum = quorum.decide_by(instant);
         }
@@ -329,6 +330,25 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
     }
 
+    /// A round that sets or extends leases: each request carries `TIME`, and a node whose clock disagrees with
+    /// this client's counts for nothing (`clock.rs`). Not checked: when the configuration turns the check off,
+    /// and over cluster members (`clock.rs`, "What it assumes").
+    pub(crate) fn lease_round(&self, deadline: Instant) -> Timed<'_, N::Round<'_>, C> {
+        let tolerance = (self.config.clock_check && !self.fanout.routed())
+            .then_some(self.config.clock_tolerance);
+        Timed::new(
+            self.fanout.round(deadline),
+            self.fanout.len(),
+            &self.clock,
+            tolerance,
+        )
+    }
+
+    /// A round that sets no lease (a release), with the type of [`lease_round`](Self::lease_round)'s.
+    pub(crate) fn unchecked<'a>(&'a self, round: N::Round<'a>) -> Timed<'a, N::Round<'a>, C> {
+        Timed::new(round, self.fanout.len(), &self.clock, None)
+    }
+
     pub(crate) fn note_ttl(&self, ttl_ms: u64) {
         if let Some((guard, _)) = &self.restart.guard {
             guard.note_ttl(ttl_ms);
@@ -403,10 +423,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         self.note_ttl(ttl_ms);
         // The clock starts before the first byte is sent, as the spec requires.
         let start = self.clock.now();
-        let mut quorum = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor));
-        let mut round = self
-            .fanout
-            .round(later(start, self.config.round_timeout).min(quorum.deadline()));
+        let mut quorum = Quorum::new(n, start, ttl, self.config.allowance(ttl));
+        let mut round =
+            self.lease_round(later(start, self.config.round_timeout).min(quorum.deadline()));
         // Nodes still answering (behind this client's own queue, under overload) are waited for, up to a few
         // round lengths and never past a third of the lease: a lock that spent more of its lease being acquired
         // would leave a guard no room for its first renewal (due at a third of the TTL; `check_guard_ttl` allows

@@ -24,7 +24,7 @@ use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::error::Outcome;
 use crate::redlock::kind::is_noscript;
 use crate::redlock::lua;
-use crate::redlock::quorum::{Quorum, Status, Vote, drift};
+use crate::redlock::quorum::{Quorum, Status, Vote};
 use crate::time::later;
 
 /// How a pipelined round's requests are queued.
@@ -61,8 +61,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         // in full").
         encode(&mut request, kind == Kind::Release);
         let mut round = match kind {
-            Kind::Normal => self.fanout.round(deadline),
-            Kind::Release => self.fanout.release_round(deadline),
+            Kind::Normal => self.lease_round(deadline),
+            Kind::Release => self.unchecked(self.fanout.release_round(deadline)),
         };
         let sent = round.send_to(nodes, &request, k);
         round.need(need);
@@ -138,7 +138,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let n = self.fanout.len();
         self.note_ttl(ttl_ms);
         let start = self.clock.now();
-        let mut quorum = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor));
+        let mut quorum = Quorum::new(n, start, ttl, self.config.allowance(ttl));
         let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let mut status = Status::Pending;

@@ -14,7 +14,7 @@ use crate::redlock::kind::is_noscript;
 use crate::redlock::kind::lock::Lock;
 use crate::redlock::kind::queued::{Entry, Refusal, queue_vote};
 use crate::redlock::lua;
-use crate::redlock::quorum::{Failure, Quorum, Status, drift};
+use crate::redlock::quorum::{Failure, Quorum, Status};
 use crate::resp::Decimal;
 use crate::time::later;
 
@@ -51,10 +51,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         self.note_ttl(ttl_ms);
         // The clock starts before the first byte is sent, as the spec requires.
         let start = self.clock.now();
-        let mut quorum = Quorum::new(n, start, ttl, drift(ttl, self.config.drift_factor));
-        let mut round = self
-            .fanout
-            .round(later(start, self.config.round_timeout).min(quorum.deadline()));
+        let mut quorum = Quorum::new(n, start, ttl, self.config.allowance(ttl));
+        let mut round =
+            self.lease_round(later(start, self.config.round_timeout).min(quorum.deadline()));
         let nodes = round.send_all(&request, 1);
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let mut refusal = Refusal {

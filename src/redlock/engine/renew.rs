@@ -14,7 +14,7 @@ use crate::redlock::kind::lock::Kind;
 use crate::redlock::kind::reentrant::count_key;
 use crate::redlock::kind::{compare_vote, refused};
 use crate::redlock::lua;
-use crate::redlock::quorum::{Failure, Quorum, Status, drift};
+use crate::redlock::quorum::{Failure, Quorum, Status};
 use crate::redlock::scripts::{self, Native, Script, Via};
 use crate::time::later;
 
@@ -33,8 +33,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut quorums: Vec<Quorum> = renewals
             .iter()
             .map(|r| {
-                Quorum::new(n, start, r.ttl, drift(r.ttl, self.config.drift_factor))
-                    .decide_by(r.decide_by)
+                Quorum::new(n, start, r.ttl, self.config.allowance(r.ttl)).decide_by(r.decide_by)
             })
             .collect();
         for r in renewals {
@@ -45,7 +44,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut tried: Vec<Tried> = (0..n)
             .map(|node| Tried::new(self.via(Script::Extend, node)))
             .collect();
-        let mut round = self.fanout.round(later(start, self.config.round_timeout));
+        let mut round = self.lease_round(later(start, self.config.round_timeout));
         let mut request = BytesMut::with_capacity(k * 128);
         for via in [Via::Sha, Via::Native(Native::DelIfEq)] {
             let mut set = NodeSet::EMPTY;

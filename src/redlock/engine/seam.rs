@@ -46,6 +46,9 @@ use crate::resp::Value;
 pub trait Clock {
     /// The current instant.
     fn now(&self) -> Instant;
+    /// The wall clock: the time since the Unix epoch (zero for a clock set before it). Only the clock check
+    /// (`clock.rs`) reads it, to compare the nodes' wall clocks with this client's.
+    fn wall(&self) -> Duration;
     /// Waits for `pause` (the jittered retry delay).
     fn sleep(&self, pause: Duration) -> impl Future<Output = ()>;
 }
@@ -58,6 +61,12 @@ impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> Instant {
         Instant::now()
+    }
+
+    fn wall(&self) -> Duration {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO)
     }
 
     /// Under [`block`], [`std::thread::sleep`]; under an executor, a future woken by the crate's timer thread.

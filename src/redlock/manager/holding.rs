@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use super::LockManager;
 use crate::redlock::error::{Error, Result};
-use crate::redlock::quorum::drift;
 use crate::redlock::schedule::lost_margin;
 
 impl LockManager {
@@ -26,7 +25,7 @@ impl LockManager {
         config.check_ttl(ttl)?;
         let margin = lost_margin(ttl, config.round_timeout);
         let room = ttl
-            .saturating_sub(drift(ttl, config.drift_factor))
+            .saturating_sub(config.allowance(ttl))
             .saturating_sub(margin);
         if room <= (ttl / 3).saturating_add(config.round_timeout) {
             return Err(Error::config(format!(
