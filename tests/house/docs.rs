@@ -237,3 +237,20 @@ fn the_extraction_reads_paths_as_the_documents_write_them() {
     );
     assert!(exists("engine/restart/mod.rs") && !exists("engine/restart.rs"));
 }
+
+#[test]
+fn no_document_holds_a_merge_conflict() {
+    let mut found = Vec::new();
+    for doc in documents() {
+        for (i, line) in read(&root().join(&doc)).lines().enumerate() {
+            if ["<<<<<<< ", ">>>>>>> "].iter().any(|m| line.starts_with(m)) || line == "=======" {
+                found.push(format!("{}:{}: {line}", doc.display(), i + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "merge conflict markers:\n{}",
+        found.join("\n")
+    );
+}
