@@ -6,7 +6,7 @@
 //! - `MUXLOCK_SIM_SEEDS=N` runs seeds `0..N` (default: a bounded number for CI);
 //! - `MUXLOCK_SIM_WORLDS=natives` (or `queued`) runs them in the worlds of `native_nodes_keep_every_property`
 //!   (or `queued_waiters_keep_every_property`), to replay one of their seeds; `owned` makes half the verbs owned
-//!   sessions (`sim/owned.rs`), a search aimed at them;
+//!   sessions (`sim/owned.rs`), a search aimed at them; `clocks` puts clock faults in every world;
 //! - `MUXLOCK_SIM_CONTROL=unattributed` releases reentrant holds with the unattributed script (it counts down
 //!   some hold of the owner, whichever): the checker must then find two holders
 //!   (`control_unattributed_release_is_caught` does it by itself);
@@ -14,6 +14,11 @@
 //!   deadlines: the checker must catch them (`control_guard_holders_ignoring_lost_are_caught`);
 //! - `MUXLOCK_SIM_CONTROL=shortening`: owned holds are extended by a script that cuts the key's expiry to the
 //!   extension's TTL: the checker must catch it (`control_shortening_owned_extension_is_caught`);
+//! - one world in four has clock faults (nodes' wall clocks stepped, run fast or stopped: `sim/mod.rs`'s
+//!   `plan_clocks`), which the clients' clock check must meet; `MUXLOCK_SIM_CONTROL=unchecked-clocks` puts them in
+//!   every world and turns the check off: the checker must find two holders (`control_unchecked_clocks_are_caught`);
+//!   `MUXLOCK_SIM_CONTROL=steps-back` puts them in every world and steps clocks back as planned instead of stopping
+//!   them until they have lost the step: hazards the check cannot see (`sim/mod.rs`'s `Setup::steps_back`);
 //! - `a_search_past_the_default_seeds_finds_no_violation` runs 50 seeds past those in CI; with `MUXLOCK_SIM_FROM=0`
 //!   and `MUXLOCK_SIM_SEEDS=N`, it searches for a bug put back by hand (RELIABILITY.md's table);
 //! - the workload lives in `sim/workload.rs`, shared with the `sim` fuzz target, whose checked-in inputs
@@ -26,6 +31,7 @@ mod sim;
 use std::time::Instant;
 
 use sim::Struck;
+use sim::directed::{self, Shape};
 use sim::workload::{self, Options, Run};
 
 /// Seeds of `native_nodes_keep_every_property` in CI.
@@ -188,6 +194,7 @@ fn seeds_keep_every_property() {
     let control = std::env::var("MUXLOCK_SIM_CONTROL").unwrap_or_default();
     let (unattributed, ignore_lost) = (control == "unattributed", control == "ignore-lost");
     let shortening = control == "shortening";
+    let (unchecked_clocks, steps_back) = (control == "unchecked-clocks", control == "steps-back");
     // The worlds of the other seed tests, to replay their seeds: `natives` or `queued`.
     let worlds = std::env::var("MUXLOCK_SIM_WORLDS").unwrap_or_default();
     let seeds: Vec<u64> = match env_u64("MUXLOCK_SIM_SEED") {
@@ -204,9 +211,12 @@ fn seeds_keep_every_property() {
                 unattributed,
                 ignore_lost,
                 shortening,
+                unchecked_clocks,
+                steps_back,
                 natives: worlds == "natives",
                 queued: worlds == "queued",
                 owned: worlds == "owned",
+                clocks: worlds == "clocks",
                 ..Options::default()
             },
         );
@@ -241,6 +251,12 @@ fn seeds_keep_every_property() {
         total.owned_extensions += s.owned_extensions;
         total.owned_lost += s.owned_lost;
         total.outer_released_first += s.outer_released_first;
+        total.clock_changes += s.clock_changes;
+        total.clock_slews += s.clock_slews;
+        total.time_ahead += s.time_ahead;
+        total.time_behind += s.time_behind;
+        total.time_off_majority += s.time_off_majority;
+        total.time_within += s.time_within;
     }
     println!(
         "{} seeds, {ops} lock operations in {:?}; faults that struck rounds: {total:?}",
@@ -282,6 +298,16 @@ fn seeds_keep_every_property() {
                 && total.outer_released_first > 0,
             "{total:?}"
         );
+        // Nodes' clocks were stepped and ran fast or stopped, and lock rounds met them: nodes ahead and behind by
+        // more than the tolerance (a majority of them at times), and nodes off by less.
+        assert!(
+            total.clock_changes > 0
+                && total.time_ahead > 0
+                && total.time_behind > 0
+                && total.time_off_majority > 0
+                && total.time_within > 0,
+            "{total:?}"
+        );
         // Tokens are compared in many histories, not only in those where no counter was ever lost.
         assert!(
             total.tokens_checked >= seeds.len() as u64,
@@ -300,7 +326,7 @@ fn one_seed_gives_one_history() {
 }
 
 /// The first seed that finds the control's bug (searched from 0 with `MUXLOCK_SIM_FROM=0`).
-const CONTROL_SEED: u64 = 51;
+const CONTROL_SEED: u64 = 78;
 
 /// Runs `seeds` seeds from `from` until one breaks a property; returns the seed, the time taken and the violation.
 fn search_from(
@@ -393,6 +419,58 @@ fn control_shortening_owned_extension_is_caught() {
         }
         other => panic!("shortening owned extensions were not caught in 2000 seeds: {other:?}"),
     }
+}
+
+/// The seed that finds the clock check's control first (RELIABILITY.md).
+const CLOCK_CONTROL_SEED: u64 = 20;
+
+/// The clock check's control: in worlds with clock faults (every world here), clients with the clock check off
+/// must be caught handing a lock out twice (a majority's clocks ran ahead and expired a holder's keys early). As
+/// the other controls, CI starts at the seed that found it and searches on (bounded) if the workload moves it.
+#[test]
+fn control_unchecked_clocks_are_caught() {
+    let opts = Options {
+        unchecked_clocks: true,
+        ..Options::default()
+    };
+    match search_from(
+        &opts,
+        env_u64("MUXLOCK_SIM_FROM").unwrap_or(CLOCK_CONTROL_SEED),
+        2_000,
+    ) {
+        Some((seed, took, v)) if v.starts_with("two holders") => {
+            println!("found by seed {seed} after {took:?}: {v}")
+        }
+        other => panic!("clients without the clock check were not caught in 2000 seeds: {other:?}"),
+    }
+}
+
+/// A majority's clocks jump 5 s ahead while A holds (their copies of A's key expire) and are set right 300 ms
+/// later by a stop until right (a slew): with the check, B, trying before A's lease ends, gets nothing.
+#[test]
+fn clocks_that_jump_ahead_and_are_slewed_back_hand_no_lock_out_twice_directed() {
+    let v = directed::history(Shape::JumpAhead, false, true);
+    assert_eq!(v.violation, None);
+    assert!(!v.b_got, "B got the lock while A held it");
+}
+
+/// The directed histories' control: the same clocks with the check off give B the lock while A holds it.
+#[test]
+fn control_clocks_that_jump_ahead_hand_a_lock_out_twice_without_the_check_directed() {
+    let v = directed::history(Shape::JumpAhead, false, false);
+    assert!(v.b_got, "without the check, B gets the lock");
+    let violation = v.violation.expect("two holders");
+    assert!(violation.starts_with("two holders of r0"), "{violation}");
+}
+
+/// A majority's clocks are set back 3 s (slewed: stopped until they have lost it) while A holds, A's extension
+/// runs on them (refused by the check: their clocks are behind), and they are set right: A's copies there still
+/// expire no earlier than the grant set, and B gets nothing.
+#[test]
+fn clocks_slewed_back_under_an_extension_hand_no_lock_out_twice_directed() {
+    let v = directed::history(Shape::StepBackAndExtend, false, true);
+    assert_eq!(v.violation, None);
+    assert!(!v.b_got, "B got the lock while A held it");
 }
 
 /// The `sim` fuzz target's checked-in inputs (`fuzz/seeds/sim/`, and `fuzz/regressions/sim/` once it has

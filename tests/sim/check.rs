@@ -16,6 +16,10 @@
 //!   of nodes, or on nodes that came back without their data since it was taken (recorded by [`History::breaks`]).
 //! - **Fencing tokens** strictly increase in grant order, per resource.
 //! - **No key without expiry** is left on a node, except the fence counters and the persistence marker.
+//!
+//! The majority checks also excuse a node whose wall clock moved ahead of real time since the hold was taken (a
+//! step forward, a fast run): its copies expire early, and the clock check, not the keys, keeps the lock safe
+//! (`World::holding`). Mutual exclusion excuses nothing.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -47,7 +51,7 @@ pub struct History {
     pub broken: Option<String>,
 }
 
-fn ms(t: Time) -> String {
+pub fn ms(t: Time) -> String {
     format!("{}.{:03}ms", t / MS, (t % MS) / 1000)
 }
 

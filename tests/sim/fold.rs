@@ -5,9 +5,10 @@
 //!
 //! Besides every property of the checker (a fold that deleted a key it does not hold would let two holders
 //! overlap), each verdict is checked against the nodes: a lock released only after its key expired on every node
-//! (virtual time past its acquisition's reply plus its TTL: a node's clock is exact and it set the key no
-//! earlier) cannot be confirmed released by any node, so its verdict must not be `Ok`. A fold that counts a
-//! reply for the wrong key gives such a lock a neighbour's confirmation.
+//! (virtual time past its acquisition's reply plus its TTL: a node set the key no earlier, and its clock advanced
+//! at least as fast as real time since, unless a clock fault held it back) cannot be confirmed released by any
+//! node, so its verdict must not be `Ok`. A fold that counts a reply for the wrong key gives such a lock a
+//! neighbour's confirmation.
 
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
@@ -99,6 +100,7 @@ pub async fn hold(engine: &SimEngine, sim: &Sim, rng: &mut Rng, me: usize, cut: 
         let name = format!("r{r}");
         let ttl = Duration::from_millis(rng.range(100, 1_500));
         sim.world().history.ops += 1;
+        let asked = sim.world().now;
         if let Ok(Some(lock)) = engine.try_lock(name.as_bytes(), ttl).await {
             let mut w = sim.world();
             let (from, until) = (w.now, w.time(me, lock.valid_until()));
@@ -111,9 +113,9 @@ pub async fn hold(engine: &SimEngine, sim: &Sim, rng: &mut Rng, me: usize, cut: 
                 until,
                 token: None,
             });
-            // Gone from every node by then: set no earlier than the round began, for `ttl` of exact time.
+            // Gone from every node by then: set no earlier than the round began, for `ttl` of the node's clock.
             let expired_at = from + ttl.as_nanos() as Time + MS;
-            held.push((lock, i, expired_at));
+            held.push((lock, i, expired_at, asked));
         }
     }
     if held.is_empty() {
@@ -128,9 +130,13 @@ pub async fn hold(engine: &SimEngine, sim: &Sim, rng: &mut Rng, me: usize, cut: 
     let now = sim.world().now;
     let mut names = Vec::new();
     let mut releases: Vec<MaybeCut<'_>> = Vec::new();
-    for (lock, i, expired_at) in held {
-        sim.world().history.end(i, now);
-        names.push((lock.resource().to_vec(), now >= expired_at));
+    for (lock, i, expired_at, asked) in held {
+        let mut w = sim.world();
+        w.history.end(i, now);
+        // A clock held back (stepped back, stopped) since the key was set may keep it: not judged then.
+        let paced = !w.nodes.iter().any(|n| n.clock_held_back_since(asked));
+        drop(w);
+        names.push((lock.resource().to_vec(), now >= expired_at && paced));
         let release: Release<'_> = Box::pin(engine.unlock(lock));
         // Cut after this many polls (an async caller that gave up), or never.
         let polls = match cut && rng.chance(0.35) {

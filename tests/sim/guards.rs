@@ -122,7 +122,7 @@ fn relied_on(sim: &Sim, g: &Guarded, until: Time) {
             let client = w.history.holds[i].client;
             let what = format!(
                 "a guard held by too few nodes: c{client}'s guard of {} relied on at {} ms, held by {holding} \
-                 of {} nodes ({excused} came back without their data)",
+                 of {} nodes ({excused} came back without their data or had their clocks moved ahead)",
                 String::from_utf8_lossy(key),
                 now / MS,
                 w.nodes.len(),

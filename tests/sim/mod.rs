@@ -19,7 +19,8 @@
 //! A client's rounds file their outcomes through the real `net::slots::Slots` (the fanout's own bookkeeping), so
 //! a node's outcomes keep their order and a late reply after a timeout is dropped as the real fanout drops it. Each
 //! client has one connection per node: requests are delivered after a latency, run by the node in order, and
-//! answered after another latency, FIFO per connection. A connection that resets files `Closed` for every request
+//! answered after another latency, FIFO per connection (the clock check's `TIME` arrives with the command it
+//! follows, and runs right after it). A connection that resets files `Closed` for every request
 //! it still carried, before or after the node ran the command; the next request reconnects and runs the set-up
 //! commands again (new session, new `INFO`).
 //!
@@ -28,10 +29,15 @@
 //! filed under its own ids while the node's earlier requests are still on the wire. A release round's never is
 //! (the real fanout holds a release for room, and sends it detached if its round ends first).
 //!
-//! Simplifications: the set-up of a new connection runs at once (even on a paused node); a node's own clock is
-//! exact (drift is per client, within the spec's factor); a release is never held for room.
+//! Clocks: each client's monotonic clock drifts (within the spec's factor) and its wall clock is right (NTP); each
+//! node has a wall clock of its own ([`node::NodeClock`]), by which it expires keys and answers `TIME`, right
+//! unless the world has clock faults ([`Setup::clocks`]): steps forward and back, fast and stopped runs.
+//!
+//! Simplifications: the set-up of a new connection runs at once (even on a paused node); a release is never held
+//! for room.
 
 pub mod check;
+pub mod directed;
 pub mod fold;
 pub mod guards;
 pub mod node;
@@ -52,7 +58,7 @@ use muxlock::net::{CommandId, NodeAddr, NodeError, NodeSet, Reply};
 use muxlock::redlock::sim::{Clock, NodeRound, Nodes};
 use muxlock::resp::{Value, decode};
 
-use node::{MS, Node, Restart, Time};
+use node::{MS, Node, RIGHT_RATE, Restart, Time};
 
 /// SplitMix64: small, fast, and the same everywhere; optionally steered by a tape of bytes (a fuzzer's input).
 #[derive(Clone, Debug)]
@@ -177,6 +183,23 @@ enum Event {
         node: usize,
         epoch: u64,
     },
+    /// A node's wall clock is stepped or changes its rate.
+    Clock {
+        node: usize,
+        change: ClockChange,
+    },
+}
+
+/// A change to a node's wall clock (the fault plan's, `plan_clocks`).
+#[derive(Clone, Copy, Debug)]
+enum ClockChange {
+    /// Stepped by this many nanoseconds (negative: back), as `date -s` or NTP stepping it.
+    Step(i64),
+    /// Runs at this many thousandths of the right rate from now on (0: stopped).
+    Rate(u64),
+    /// Set right again (NTP): a clock behind is stepped forward; one ahead is stepped back (see
+    /// [`Setup::steps_back`]).
+    Right,
 }
 
 /// When an event is due, and where it waits (`World::slab`): the heap orders these small keys, earliest first
@@ -256,6 +279,37 @@ pub struct NodeSim {
     down: bool,
     paused_until: Time,
     faults: Faults,
+    /// When its wall clock last moved ahead of real time (a step forward; the end of a fast run, or now while
+    /// it runs fast: `node.clock`'s rate): its keys may have expired early since.
+    moved_ahead_at: Option<Time>,
+    /// When its wall clock last fell back against real time (a step back; the end of a slow or stopped run, or
+    /// now while it runs slow): its keys may have lived longer than their TTL since.
+    held_back_at: Option<Time>,
+}
+
+impl NodeSim {
+    /// Its wall clock moved ahead of real time at `since` or later (see [`NodeSim::moved_ahead_at`]).
+    pub fn clock_moved_ahead_since(&self, since: Time) -> bool {
+        self.node.clock.rate() > RIGHT_RATE || self.moved_ahead_at.is_some_and(|t| t >= since)
+    }
+
+    /// Its wall clock fell back against real time at `since` or later (see [`NodeSim::held_back_at`]).
+    pub fn clock_held_back_since(&self, since: Time) -> bool {
+        self.node.clock.rate() < RIGHT_RATE || self.held_back_at.is_some_and(|t| t >= since)
+    }
+
+    /// Steps its clock by `step` and sets its rate to `rate` at `now`, keeping the marks above.
+    fn change_clock(&mut self, now: Time, step: i64, rate: u64) {
+        let clock = self.node.clock;
+        if clock.rate() > RIGHT_RATE || step > 0 {
+            self.moved_ahead_at = Some(now);
+        }
+        if clock.rate() < RIGHT_RATE || step < 0 {
+            self.held_back_at = Some(now);
+        }
+        self.node.expire_all(now);
+        self.node.clock.change(now, step, rate);
+    }
 }
 
 /// What struck the rounds, to show the faults mattered.
@@ -305,6 +359,18 @@ pub struct Struck {
     pub expired_released: u64,
     /// Folded releases whose futures were dropped part-way (`Options::cut_folds`).
     pub cut_releases: u64,
+    /// Steps and rate changes of nodes' wall clocks (the clock-fault worlds), and steps back made stops (slews)
+    /// instead (worlds without [`Setup::steps_back`]).
+    pub clock_changes: u64,
+    pub clock_slews: u64,
+    /// `TIME` replies, one per request of each round that sets or extends a lease, from a node whose clock was
+    /// more than the clock tolerance ahead of real time, or behind it (votes the clock check must refuse); how
+    /// many of those came while a majority of the nodes were that far off; and replies from a node whose clock
+    /// was off by less than the tolerance (votes that count, which the leases' `2T` margin must cover).
+    pub time_ahead: u64,
+    pub time_behind: u64,
+    pub time_off_majority: u64,
+    pub time_within: u64,
 }
 
 /// Everything the simulation shares: nodes, clients' connections and rounds, events, time, the history.
@@ -322,6 +388,10 @@ pub struct World {
     setup: Vec<Rc<[Bytes]>>,
     base: Instant,
     runs: u64,
+    /// The clients' clock tolerance (the clock check's `T`), for the counts.
+    tolerance: Time,
+    /// Clocks step back as planned (see [`Setup::steps_back`]).
+    steps_back: bool,
     pub struck: Struck,
     pub history: check::History,
 }
@@ -383,6 +453,17 @@ impl World {
         self.clients[client].slow = None;
         let faults = &mut self.nodes[node].faults;
         (faults.spike, faults.reset) = ((0.0, 0), 0.0);
+    }
+
+    /// Directed histories: at `at`, `node`'s wall clock is stepped by `step_ms` (negative: back), or with `None`
+    /// set right again ([`ClockChange::Right`]); a step back is a stop (a slew) unless the world has
+    /// [`Setup::steps_back`].
+    pub fn move_clock(&mut self, node: usize, at: Time, step_ms: Option<i64>) {
+        let change = match step_ms {
+            Some(ms) => ClockChange::Step(ms * MS as i64),
+            None => ClockChange::Right,
+        };
+        self.push(at, Event::Clock { node, change });
     }
 
     /// From `from` until `until`, what `client` sends to `node` is lost in flight (a partition of that link).
@@ -471,7 +552,13 @@ impl World {
         let first = self.clients[client].slots.expect(r, node, k);
         self.clients[client].slots.queued(r, node, first, k);
         for (i, cmd) in (0u32..).zip(cmds) {
-            let lat = self.latency(client, node);
+            // The clock check's `TIME` goes in the same write as the command before it, so arrives with it (and
+            // runs right after it: nothing comes between two events due at one instant, pushed one after the
+            // other). Apart, a clock step could fall between them, which the check cannot see (`clock.rs`).
+            let lat = match &cmd[..] {
+                [time] if &time[..] == b"TIME" => 0,
+                _ => self.latency(client, node),
+            };
             let conn = &mut self.clients[client].conns[node];
             let seq = first.wrapping_add(i);
             conn.pending.push_back((r, CommandId { node, seq }));
@@ -556,6 +643,9 @@ impl World {
                 if matches!(&reply, Value::Error(m) if m.starts_with(b"NOSCRIPT")) {
                     self.struck.noscript += 1;
                 }
+                if cmd.first().is_some_and(|c| &c[..] == b"TIME") {
+                    self.count_time(node);
+                }
                 if self.rng.chance(reset / 2.0) {
                     self.struck.resets_after += 1;
                     self.reset(client, node);
@@ -629,6 +719,8 @@ impl World {
                 n.node.restart(now, kind, run);
                 n.down = false;
                 n.paused_until = 0;
+                let line = format!("{} node {node} is back ({kind:?})", check::ms(now));
+                self.history.note(line);
             }
             Event::Flush { node } => self.nodes[node].node.flush_scripts(),
             Event::Snapshot { node } => self.nodes[node].node.take_snapshot(),
@@ -641,19 +733,77 @@ impl World {
                     self.reset(client, node);
                 }
             }
+            Event::Clock { node, change } => self.change_clock(node, change),
+        }
+    }
+
+    /// Applies a change to a node's clock now.
+    fn change_clock(&mut self, node: usize, change: ClockChange) {
+        let now = self.now;
+        let clock = self.nodes[node].node.clock;
+        let (mut step, mut rate) = match change {
+            ClockChange::Step(step) => (step, clock.rate()),
+            ClockChange::Rate(rate) => (0, rate),
+            ClockChange::Right => (-clock.offset(now), RIGHT_RATE),
+        };
+        if step < 0 && !self.steps_back {
+            // Slewed instead: stopped until it has lost the step, then at the rate it was to have.
+            self.struck.clock_slews += 1;
+            let back = step.unsigned_abs();
+            self.push(
+                now + back,
+                Event::Clock {
+                    node,
+                    change: ClockChange::Rate(rate),
+                },
+            );
+            (step, rate) = (0, 0);
+        }
+        self.struck.clock_changes += 1;
+        self.nodes[node].change_clock(now, step, rate);
+        let after = self.nodes[node].node.clock.offset(now);
+        self.history.note(format!(
+            "{} node {node}'s clock {change:?}: {:+.1} ms ahead, rate {}‰",
+            check::ms(now),
+            after as f64 / MS as f64,
+            rate
+        ));
+    }
+
+    /// Counts a `TIME` reply of `node` now by how far off its clock is (see [`Struck::time_ahead`]).
+    fn count_time(&mut self, node: usize) {
+        let (now, tolerance) = (self.now, self.tolerance as i64);
+        let off = |n: &NodeSim| n.node.clock.offset(now);
+        let far = self
+            .nodes
+            .iter()
+            .filter(|n| off(n).abs() > tolerance)
+            .count();
+        let offset = off(&self.nodes[node]);
+        let s = &mut self.struck;
+        match offset {
+            o if o > tolerance => s.time_ahead += 1,
+            o if o < -tolerance => s.time_behind += 1,
+            0 => return,
+            _ => s.time_within += 1,
+        }
+        if offset.abs() > tolerance && far > self.nodes.len() / 2 {
+            s.time_off_majority += 1;
         }
     }
 
     /// How many nodes hold `value` on `key` now, and how many are excused for not holding it: they came back
     /// without their data (a snapshot, or nothing) at `since` or later, a fault a guard learns of only at its
-    /// next renewal (the restart guard, not the keys, keeps the lock safe meanwhile).
+    /// next renewal (the restart guard, not the keys, keeps the lock safe meanwhile), or their clocks moved ahead
+    /// of real time since (keys expire early there; the clock check, not the keys, keeps the lock safe).
     pub fn holding(&mut self, key: &[u8], value: &[u8], since: Time) -> (usize, usize) {
         let now = self.now;
         let (mut holding, mut excused) = (0, 0);
         for n in &mut self.nodes {
             if n.node.holds(key, value, now) {
                 holding += 1;
-            } else if n.lost_data_at.is_some_and(|t| t >= since) {
+            } else if n.lost_data_at.is_some_and(|t| t >= since) || n.clock_moved_ahead_since(since)
+            {
                 excused += 1;
             }
         }
@@ -757,6 +907,19 @@ pub struct Setup {
     /// Nodes of three servers in turn: node `i` has no native compare-and-delete (Redis 7.0), `DELIFEQ`
     /// (Valkey ≥ 9) or `DELEX` (Redis ≥ 8.4) as `i % 3` says, so one manager meets all three. Off: all Redis 7.0.
     pub natives: bool,
+    /// Clock faults (`plan_clocks`): every 0.2–2 s, a minority or a majority of the nodes have their wall clocks
+    /// stepped forward past any lease or by about the clock tolerance, stepped back (a stop until the step is lost,
+    /// unless `steps_back`), run twice as fast or stopped for a while (and, half the time, set right again 0.1–1.5 s
+    /// later), or set right again.
+    pub clocks: bool,
+    /// With `clocks`: clocks step back as planned (`date -s`, NTP stepping a clock that is ahead). Off, a step back
+    /// is a stop until the clock has lost the step (a slew, as NTP corrects small offsets, and chrony all but the
+    /// first): the nodes' clocks never go back. The clock check's argument (`src/redlock/engine/clock.rs`) holds
+    /// for clocks that never go back; with clocks that do, a lock can be handed out twice with the check on: a key
+    /// that expired early while its clock ran ahead stays expired when the clock comes back, and an extension that
+    /// ran on a clock set back (refused or not) makes the key expire earlier than its grant did, which a later
+    /// step forward brings on. Neither shows on the side that acquires.
+    pub steps_back: bool,
 }
 
 /// Builds a world for `seed`: nodes with their faults and a plan of pauses, restarts, flushes and snapshots.
@@ -798,6 +961,8 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Rc<Sim> {
             down: false,
             paused_until: 0,
             faults,
+            moved_ahead_at: None,
+            held_back_at: None,
         });
     }
     let clients = (0..setup.clients)
@@ -830,6 +995,8 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Rc<Sim> {
             .collect(),
         base: Instant::now(),
         runs: 0,
+        tolerance: muxlock::Config::default().clock_tolerance().as_nanos() as Time,
+        steps_back: setup.steps_back,
         struck: Struck::default(),
         history: check::History::default(),
     };
@@ -916,10 +1083,68 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Rc<Sim> {
             }
         }
     }
+    if setup.clocks {
+        plan_clocks(&mut w, seed, setup);
+    }
     Rc::new(Sim {
         clients: setup.clients,
         world: RefCell::new(w),
     })
+}
+
+/// The clock faults of a world (see [`Setup::clocks`]), from a stream of their own: the seed's other choices stay
+/// what they were.
+fn plan_clocks(w: &mut World, seed: u64, setup: &Setup) {
+    let mut rng = Rng::new(seed ^ 0x636c_6f63_6b73);
+    let n = setup.nodes;
+    let ms = |m: u64| (m * MS) as i64;
+    let mut t = 0;
+    loop {
+        t += rng.range(200, 2_000) * MS;
+        if t >= setup.horizon {
+            break;
+        }
+        let k = match rng.chance(0.5) {
+            true => n / 2 + 1,
+            false => rng.range(1, (n as u64 - 1) / 2) as usize,
+        };
+        let first = rng.range(0, n as u64 - 1) as usize;
+        let kind = rng.range(0, 5);
+        let (change, lasts) = match kind {
+            // Past any lease (the workload's are 4 s at most).
+            0 => (ClockChange::Step(ms(rng.range(4_100, 6_000))), None),
+            // About the tolerance (25 ms by default): some counted, some refused.
+            1 => (ClockChange::Step(ms(rng.range(5, 60))), None),
+            2 => {
+                let back = match rng.chance(0.5) {
+                    true => rng.range(5, 60),
+                    false => rng.range(200, 3_000),
+                };
+                (ClockChange::Step(-ms(back)), None)
+            }
+            3 => (
+                ClockChange::Rate(2 * RIGHT_RATE),
+                Some(rng.range(200, 2_000) * MS),
+            ),
+            4 => (ClockChange::Rate(0), Some(rng.range(50, 1_500) * MS)),
+            _ => (ClockChange::Right, None),
+        };
+        // Half the time, a clock moved is set right soon after its fault (NTP noticing).
+        let right = (kind < 5 && rng.chance(0.5))
+            .then(|| t + lasts.unwrap_or(0) + rng.range(100, 1_500) * MS);
+        for j in 0..k {
+            let node = (first + j) % n;
+            w.push(t, Event::Clock { node, change });
+            if let Some(span) = lasts {
+                let change = ClockChange::Rate(RIGHT_RATE);
+                w.push(t + span, Event::Clock { node, change });
+            }
+            if let Some(at) = right {
+                let change = ClockChange::Right;
+                w.push(at, Event::Clock { node, change });
+            }
+        }
+    }
 }
 
 /// A client's task: its workload as a future, polled by [`run`] whenever the client is picked.
@@ -1027,7 +1252,7 @@ impl Clock for SimClock {
     /// The client's wall clock: right, as NTP keeps it (its monotonic clock is the one that drifts).
     fn wall(&self) -> Duration {
         let w = self.sim.world();
-        Duration::from_millis(node::WALL_START_MS) + Duration::from_nanos(w.now)
+        Duration::from_nanos(node::true_wall(w.now))
     }
 
     /// Pending until `pause` (of this client's clock) has passed in virtual time; always gives way once, even

@@ -1,7 +1,7 @@
-//! One simulated Redis node: a keyspace with expiries on the virtual clock, muxlock's own scripts implemented in
-//! Rust (recognised by their SHA1s, or by their bodies under `EVAL`), the set-up commands a connection runs
-//! (`SCRIPT LOAD`, `INFO server`, `CONFIG GET *append*`, the persistence-marker script), and process restarts
-//! with or without data.
+//! One simulated Redis node: a keyspace with expiries on the node's own wall clock ([`NodeClock`]: as Redis
+//! expires keys, by the wall clock, whatever it does), muxlock's own scripts implemented in Rust (recognised by
+//! their SHA1s, or by their bodies under `EVAL`), the set-up commands a connection runs (`SCRIPT LOAD`, `INFO
+//! server`, `CONFIG GET *append*`, the persistence-marker script), and process restarts with or without data.
 
 use std::collections::BTreeMap;
 
@@ -13,8 +13,65 @@ use muxlock::resp::Value;
 pub type Time = u64;
 pub const MS: Time = 1_000_000;
 
-/// A node's wall clock at virtual time 0 (Unix ms), for `TIME` and `INFO`'s uptime.
+/// A right wall clock at virtual time 0 (Unix ms): the clients' wall clocks, and a node's until its clock is moved.
 pub const WALL_START_MS: u64 = 1_700_000_000_000;
+
+/// Time on a node's wall clock: nanoseconds since the Unix epoch. Everything a node times (expiries, `TIME`, its
+/// uptime, the persistence marker's age, the queue's deadlines) is on its wall clock, as a Redis server's is.
+pub type Wall = u64;
+
+/// What a right wall clock reads at virtual time `t` (the clients' do: NTP keeps them right).
+pub fn true_wall(t: Time) -> Wall {
+    WALL_START_MS * MS + t
+}
+
+/// A node's wall clock, its machine's (a restart keeps it): it read `wall` at virtual time `at`, and has advanced
+/// `rate` thousandths of a nanosecond per nanosecond since (1,000: right; 0: stopped; 2,000: twice as fast). The
+/// fault plan steps it and changes its rate (`Event::Clock`).
+#[derive(Clone, Copy, Debug)]
+pub struct NodeClock {
+    wall: Wall,
+    at: Time,
+    rate: u64,
+}
+
+/// A clock's rate when it runs right, in thousandths.
+pub const RIGHT_RATE: u64 = 1_000;
+
+impl NodeClock {
+    /// A right clock.
+    pub fn right() -> NodeClock {
+        NodeClock {
+            wall: true_wall(0),
+            at: 0,
+            rate: RIGHT_RATE,
+        }
+    }
+
+    /// What it reads at virtual time `now` (not before its last change).
+    pub fn read(&self, now: Time) -> Wall {
+        self.wall + now.saturating_sub(self.at) * self.rate / 1_000
+    }
+
+    /// How far ahead of a right clock it is at `now`, in nanoseconds (negative: behind).
+    pub fn offset(&self, now: Time) -> i64 {
+        self.read(now) as i64 - true_wall(now) as i64
+    }
+
+    /// Its rate now, in thousandths.
+    pub fn rate(&self) -> u64 {
+        self.rate
+    }
+
+    /// From `now` on: stepped by `step` nanoseconds (negative: back), then running at `rate` thousandths.
+    pub fn change(&mut self, now: Time, step: i64, rate: u64) {
+        *self = NodeClock {
+            wall: self.read(now).saturating_add_signed(step),
+            at: now,
+            rate,
+        };
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Data {
@@ -29,8 +86,8 @@ pub enum Data {
 #[derive(Clone, Debug)]
 pub struct Entry {
     pub data: Data,
-    /// Absolute virtual time of expiry.
-    pub expires: Option<Time>,
+    /// When it expires, on the node's wall clock.
+    pub expires: Option<Wall>,
 }
 
 /// What a restart keeps.
@@ -50,7 +107,10 @@ pub struct Node {
     /// The scripts loaded, by their index in [`all_scripts`].
     scripts: u64,
     pub run: u64,
-    pub started: Time,
+    /// When this process started, on the node's wall clock (its uptime is counted on it, as Redis counts it).
+    pub started: Wall,
+    /// The machine's wall clock.
+    pub clock: NodeClock,
     /// `appendonly yes`, `appendfsync always`, `no-appendfsync-on-rewrite no`.
     pub aof_always: bool,
     snapshot: Option<BTreeMap<Bytes, Entry>>,
@@ -127,7 +187,8 @@ impl Node {
             keys,
             scripts: 0,
             run,
-            started: 0,
+            started: true_wall(0),
+            clock: NodeClock::right(),
             aof_always,
             snapshot: None,
             native: Native::None,
@@ -151,13 +212,14 @@ impl Node {
     /// Sets `key` to `value` for `ttl` from time 0 (directed histories: someone else holds it).
     pub fn hold(&mut self, key: &[u8], value: &[u8], ttl: Time) {
         let data = Data::Str(Bytes::copy_from_slice(value));
-        let expires = Some(ttl);
+        let expires = Some(self.clock.read(0) + ttl);
         self.keys
             .insert(Bytes::copy_from_slice(key), Entry { data, expires });
     }
 
-    /// `key` holds `value` at `now` (a live string key).
+    /// `key` holds `value` at virtual time `now` (a live string key).
     pub fn holds(&mut self, key: &[u8], value: &[u8], now: Time) -> bool {
+        let now = self.clock.read(now);
         self.get(key, now).is_some_and(|v| v == value)
     }
 
@@ -165,8 +227,9 @@ impl Node {
         self.snapshot = Some(self.keys.clone());
     }
 
-    /// A new process at `now`, with a new run id.
+    /// A new process at virtual time `now`, with a new run id.
     pub fn restart(&mut self, now: Time, kind: Restart, run: u64) {
+        let now = self.clock.read(now);
         match kind {
             Restart::KeepAll => {}
             Restart::LoseAll => self.keys.clear(),
@@ -181,7 +244,15 @@ impl Node {
         self.scripts = 0;
     }
 
-    fn live(&mut self, key: &[u8], now: Time) -> Option<&mut Entry> {
+    /// Removes every key expired by virtual time `now`, as the server's active expiry does ten times a second:
+    /// run before each change of the node's clock, so that a key the clock expired stays gone when the clock
+    /// steps back (a key read after expiring is removed by [`Node::live`], as Redis removes it on access).
+    pub fn expire_all(&mut self, now: Time) {
+        let now = self.clock.read(now);
+        self.keys.retain(|_, e| e.expires.is_none_or(|t| t > now));
+    }
+
+    fn live(&mut self, key: &[u8], now: Wall) -> Option<&mut Entry> {
         if self
             .keys
             .get(key)
@@ -192,7 +263,7 @@ impl Node {
         self.keys.get_mut(key)
     }
 
-    fn get(&mut self, key: &[u8], now: Time) -> Option<Bytes> {
+    fn get(&mut self, key: &[u8], now: Wall) -> Option<Bytes> {
         match self.live(key, now) {
             Some(Entry {
                 data: Data::Str(v), ..
@@ -201,7 +272,7 @@ impl Node {
         }
     }
 
-    fn set(&mut self, key: &[u8], value: &[u8], px: Option<i64>, now: Time) {
+    fn set(&mut self, key: &[u8], value: &[u8], px: Option<i64>, now: Wall) {
         let expires = px.map(|ms| now + (ms.max(0) as u64) * MS);
         self.keys.insert(
             Bytes::copy_from_slice(key),
@@ -212,13 +283,13 @@ impl Node {
         );
     }
 
-    fn del(&mut self, key: &[u8], now: Time) -> i64 {
+    fn del(&mut self, key: &[u8], now: Wall) -> i64 {
         let had = self.live(key, now).is_some();
         self.keys.remove(key);
         i64::from(had)
     }
 
-    fn pexpire(&mut self, key: &[u8], ms: i64, now: Time) -> i64 {
+    fn pexpire(&mut self, key: &[u8], ms: i64, now: Wall) -> i64 {
         match self.live(key, now) {
             Some(e) => {
                 e.expires = Some(now + (ms.max(0) as u64) * MS);
@@ -228,7 +299,7 @@ impl Node {
         }
     }
 
-    fn pttl(&mut self, key: &[u8], now: Time) -> i64 {
+    fn pttl(&mut self, key: &[u8], now: Wall) -> i64 {
         match self.live(key, now) {
             None => -2,
             Some(Entry { expires: None, .. }) => -1,
@@ -238,7 +309,7 @@ impl Node {
         }
     }
 
-    fn hash(&mut self, key: &[u8], now: Time) -> Option<&mut Vec<(Bytes, Bytes)>> {
+    fn hash(&mut self, key: &[u8], now: Wall) -> Option<&mut Vec<(Bytes, Bytes)>> {
         match self.live(key, now) {
             Some(Entry {
                 data: Data::Hash(h),
@@ -248,7 +319,7 @@ impl Node {
         }
     }
 
-    fn hset(&mut self, key: &[u8], field: &[u8], now: Time) {
+    fn hset(&mut self, key: &[u8], field: &[u8], now: Wall) {
         if self.hash(key, now).is_none() {
             self.keys.insert(
                 Bytes::copy_from_slice(key),
@@ -265,7 +336,7 @@ impl Node {
         }
     }
 
-    fn zset(&mut self, key: &[u8], now: Time) -> Option<&mut Vec<(i64, Bytes)>> {
+    fn zset(&mut self, key: &[u8], now: Wall) -> Option<&mut Vec<(i64, Bytes)>> {
         match self.live(key, now) {
             Some(Entry {
                 data: Data::ZSet(z),
@@ -276,7 +347,7 @@ impl Node {
     }
 
     /// `ZADD key score member` (a new score moves the member).
-    fn zadd(&mut self, key: &[u8], score: i64, member: &[u8], now: Time) {
+    fn zadd(&mut self, key: &[u8], score: i64, member: &[u8], now: Wall) {
         if self.zset(key, now).is_none() {
             self.keys.insert(
                 Bytes::copy_from_slice(key),
@@ -294,7 +365,7 @@ impl Node {
     }
 
     /// `ZREM`; an emptied sorted set goes, as in Redis.
-    fn zrem(&mut self, key: &[u8], member: &[u8], now: Time) {
+    fn zrem(&mut self, key: &[u8], member: &[u8], now: Wall) {
         let Some(z) = self.zset(key, now) else {
             return;
         };
@@ -305,13 +376,13 @@ impl Node {
     }
 
     /// The first member (`ZRANGE key 0 0`).
-    fn zhead(&mut self, key: &[u8], now: Time) -> Option<Bytes> {
+    fn zhead(&mut self, key: &[u8], now: Wall) -> Option<Bytes> {
         self.zset(key, now)
             .and_then(|z| z.first().map(|(_, m)| m.clone()))
     }
 
     /// `INCR` of a counter key (kept as a string).
-    fn incr(&mut self, key: &[u8], now: Time) {
+    fn incr(&mut self, key: &[u8], now: Wall) {
         let n = self.get(key, now).map_or(0, |v| num(&v)) + 1;
         let expires = self.live(key, now).and_then(|e| e.expires);
         self.keys.insert(
@@ -324,7 +395,7 @@ impl Node {
     }
 
     /// `HDEL`; an emptied hash goes, as in Redis.
-    fn hdel(&mut self, key: &[u8], field: &[u8], now: Time) -> i64 {
+    fn hdel(&mut self, key: &[u8], field: &[u8], now: Wall) -> i64 {
         let Some(h) = self.hash(key, now) else {
             return 0;
         };
@@ -337,17 +408,20 @@ impl Node {
         removed as i64
     }
 
-    fn hlen(&mut self, key: &[u8], now: Time) -> i64 {
+    fn hlen(&mut self, key: &[u8], now: Wall) -> i64 {
         self.hash(key, now).map_or(0, |h| h.len() as i64)
     }
 
-    fn uptime_s(&self, now: Time) -> u64 {
-        let wall = |t: Time| (WALL_START_MS + t / MS) / 1000;
-        wall(now) - wall(self.started)
+    /// `uptime_in_seconds`: as Redis computes it, the difference of two wall-clock readings in whole seconds
+    /// (negative after the clock stepped back past the start).
+    fn uptime_s(&self, now: Wall) -> i64 {
+        let s = |t: Wall| (t / (1_000 * MS)) as i64;
+        s(now) - s(self.started)
     }
 
-    /// Runs one command at `now`.
+    /// Runs one command at virtual time `now`.
     pub fn exec(&mut self, cmd: &[Bytes], now: Time) -> Value {
+        let now = self.clock.read(now);
         let Some(verb) = cmd.first() else {
             return err("ERR empty command");
         };
@@ -462,14 +536,14 @@ impl Node {
             }
             b"TIME" => {
                 // The node's wall clock, to the microsecond (the clock check compares it with the client's).
-                let us = WALL_START_MS * 1000 + now / (MS / 1000);
+                let us = now / (MS / 1000);
                 Value::Array(vec![
                     Value::BulkString(Bytes::from((us / 1_000_000).to_string())),
                     Value::BulkString(Bytes::from((us % 1_000_000).to_string())),
                 ])
             }
             b"EVAL" if a(3) == PERSIST_MARKER_KEY.as_bytes() => {
-                let wall = WALL_START_MS + now / MS;
+                let wall = now / MS;
                 if self.get(a(3), now).is_none() {
                     let v = format!("{wall} {:x}", self.run);
                     self.set(a(3), v.as_bytes(), None, now);
@@ -504,7 +578,7 @@ impl Node {
     }
 
     /// Runs the script `sha` with `cmd`'s keys and arguments (`EVAL/EVALSHA script numkeys keys... args...`).
-    fn script(&mut self, sha: &str, cmd: &[Bytes], now: Time) -> Value {
+    fn script(&mut self, sha: &str, cmd: &[Bytes], now: Wall) -> Value {
         let numkeys = cmd.get(2).map_or(0, |n| num(n)).max(0) as usize;
         let keys = cmd.get(3..).unwrap_or_default();
         let keys = &keys[..numkeys.min(keys.len())];
@@ -697,13 +771,13 @@ impl Node {
     /// The waiting queue, as [`lua::QUEUE_ACQUIRE`] (`acquire`) and [`lua::QUEUE_LEAVE`] do it:
     /// `KEYS` the lock key, the queue, the deadlines; `ARGV` the value, the TTL, the waiter's id, its ticket, the
     /// entry's lease (ms), the resource. The node's clock for deadlines is its wall clock, as `TIME` reads it.
-    fn queue(&mut self, acquire: bool, keys: &[Bytes], argv: &[Bytes], now: Time) -> Value {
+    fn queue(&mut self, acquire: bool, keys: &[Bytes], argv: &[Bytes], now: Wall) -> Value {
         let k = |i: usize| keys.get(i).map_or(&b""[..], |b| &b[..]);
         let arg = |i: usize| argv.get(i).map_or(&b""[..], |b| &b[..]);
         let (q, d, id) = (k(1), k(2), arg(2));
         let lease = num(arg(4));
         let turn = |m: &[u8]| [&b"muxlock:turn:"[..], m, b":", arg(5)].concat();
-        let wall = (WALL_START_MS + now / MS) as i64;
+        let wall = (now / MS) as i64;
         let signal = |node: &mut Node, m: &[u8]| {
             let t = turn(m);
             node.incr(&t, now);
@@ -762,8 +836,10 @@ impl Node {
         Value::Array(vec![int(rank as i64), int(turn_value)])
     }
 
-    /// Keys alive at `now` that have no expiry, except the documented ones (the marker, fence counters).
+    /// Keys alive at virtual time `now` that have no expiry, except the documented ones (the marker, fence
+    /// counters).
     pub fn keys_without_expiry(&mut self, now: Time) -> Vec<Bytes> {
+        let now = self.clock.read(now);
         let names: Vec<Bytes> = self.keys.keys().cloned().collect();
         names
             .into_iter()

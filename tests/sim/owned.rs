@@ -139,7 +139,7 @@ fn relied_on(sim: &Sim, o: &Owned, resource: &[u8], owner: &[u8], until: Time) {
         let h = &w.history.holds[o.hold];
         let what = format!(
             "an owned hold held by too few nodes: c{}'s {} of {} relied on at {} ms, held by {holding} of {} \
-             nodes ({excused} came back without their data)",
+             nodes ({excused} came back without their data or had their clocks moved ahead)",
             h.client,
             h.kind,
             String::from_utf8_lossy(resource),

@@ -46,7 +46,17 @@ pub struct Options {
     /// With `folds`: about a third of the folded releases' futures are dropped after their first, second or
     /// third poll (an async caller giving up: queued, leading its fold before or after sending, or running alone).
     pub cut_folds: bool,
+    /// Clock faults in every world, not one in four (a search aimed at them).
+    pub clocks: bool,
+    /// Clock faults in every world, and clients with the clock check off (the clock check's control).
+    pub unchecked_clocks: bool,
+    /// Clock faults in every world, and clocks that step back (`Setup::steps_back`): hazards the clock check
+    /// cannot see.
+    pub steps_back: bool,
 }
+
+/// The share of worlds with clock faults (`Setup::clocks`), drawn from a stream of their own.
+const CLOCK_WORLDS: f64 = 0.25;
 
 /// What one client does: a random mix of every engine-level verb on a few contended resources.
 async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, world: (bool, bool)) {
@@ -61,7 +71,8 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
         .with_retry_count(2)
         .with_restart_window(Duration::from_millis(2_500))
         // Off by default (not shown to save server time); the simulator runs it where it folds.
-        .with_fold_releases(opts.folds);
+        .with_fold_releases(opts.folds)
+        .with_clock_check(!opts.unchecked_clocks);
     if fencing {
         // Round timeouts that differ between clients, one far longer than the others: fencing's order must
         // not depend on other clients' round timeouts.
@@ -394,7 +405,7 @@ fn outer_on_majority(sim: &Sim, key: &[u8], owner: &[u8], since: Time) {
     if holding + excused < quorum {
         let what = format!(
             "a reentrant outer hold of {} valid at {} ms but on {holding} of {} nodes ({excused} came back \
-             without their data)",
+             without their data or had their clocks moved ahead)",
             String::from_utf8_lossy(key),
             w.now / MS,
             w.nodes.len()
@@ -429,6 +440,11 @@ pub fn run(seed: u64, opts: &Options) -> Run {
         durable: false,
         tape: opts.tape.clone(),
         natives: opts.natives,
+        clocks: opts.clocks
+            || opts.unchecked_clocks
+            || opts.steps_back
+            || Rng::new(seed ^ 0x636c_6f63).chance(CLOCK_WORLDS),
+        steps_back: opts.steps_back,
     };
     // Three kinds of world: plain (4 in 10), restore bursts (3 in 10), durable with fencing clients of
     // different round timeouts (3 in 10).
@@ -507,6 +523,8 @@ pub fn slow_fence_history() -> (Option<u64>, Option<u64>) {
         durable: true,
         tape: None,
         natives: false,
+        clocks: false,
+        steps_back: false,
     };
     let config = Config::default();
     let sim = super::world(0, &setup, &muxlock::redlock::sim::setup_commands(&config));

@@ -1,0 +1,141 @@
+//! Directed histories of a holder and a contender: three nodes on fixed links, and the faults placed by hand
+//! where the random worlds meet them by chance (or never). Each history is judged by the checker.
+//!
+//! A (client 0) takes `r0` for 2 s at 0 and holds it until 1.8 s, extending it once in some histories; B (client 1)
+//! tries `r0` later, for 1 s. The restart guard is off (beside the point here, as in `tests/mutex/clocks.rs`).
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use muxlock::Config;
+use muxlock::redlock::sim::{Clock, Engine};
+
+use super::check::Hold;
+use super::node::{MS, Time};
+use super::{Setup, Sim};
+
+/// What happens to the nodes' clocks and links, and what A does, while A holds.
+#[derive(Clone, Copy, Debug)]
+pub enum Shape {
+    /// At 300 ms the clocks of nodes 0 and 1 jump 5 s ahead (their copies of A's key expire), at 600 ms they are
+    /// set right; B tries at 800 ms.
+    JumpAhead,
+    /// At 300 ms the clocks of nodes 0 and 1 step 3 s back; at 400 ms A extends to 2 s (nodes 0 and 1 run it on
+    /// their clocks, far behind: refused by the check, their copies now expire 2.6 s earlier on their clocks than
+    /// the grant set); at 600 ms they are set right; B tries at 800 ms.
+    StepBackAndExtend,
+}
+
+/// What a directed history gave: the checker's verdict, and whether B got the lock.
+#[derive(Debug)]
+pub struct Verdict {
+    pub violation: Option<String>,
+    pub b_got: bool,
+}
+
+/// Runs `shape`: the nodes' clocks step back as planned with `steps_back`, else a step back is a stop until the
+/// clock has lost the step (`Setup::steps_back`); `check` turns the clients' clock check on.
+pub fn history(shape: Shape, steps_back: bool, check: bool) -> Verdict {
+    let setup = Setup {
+        nodes: 3,
+        clients: 2,
+        horizon: 1,
+        bursts: false,
+        durable: true,
+        tape: None,
+        natives: false,
+        clocks: false,
+        steps_back,
+    };
+    // The clocks' step (ms), A's extension (when, to what TTL), and when B tries.
+    let (step, extend, b_at) = match shape {
+        Shape::JumpAhead => (Some(5_000), None, 800),
+        Shape::StepBackAndExtend => (Some(-3_000), Some((400, 2_000)), 800),
+    };
+    let config = Config::default();
+    let sim = super::world(0, &setup, &muxlock::redlock::sim::setup_commands(&config));
+    {
+        let mut w = sim.world();
+        for c in 0..2 {
+            for n in 0..3 {
+                w.fix_link(c, n, MS / 10);
+            }
+        }
+        for n in 0..2 {
+            if step.is_some() {
+                w.move_clock(n, 300 * MS, step);
+                w.move_clock(n, 600 * MS, None);
+            }
+        }
+    }
+    let b_got = Rc::new(Cell::new(false));
+    super::run(&sim, |nodes, clock| {
+        let b_got = Rc::clone(&b_got);
+        async move {
+            let me = clock.me();
+            let sim = Rc::clone(clock.sim());
+            let config = Config::default()
+                .with_retry_count(0)
+                .with_restart_guard(false)
+                .with_clock_check(check);
+            let Ok(engine) = Engine::new(nodes, clock, config, [me as u8 + 1; 32]) else {
+                return;
+            };
+            let (start, ttl, until) = match me {
+                0 => (0, 2_000, 1_800),
+                _ => (b_at, 1_000, b_at + 100),
+            };
+            let clock = engine.clock();
+            sleep_until(&sim, clock, start).await;
+            let Ok(Some(mut lock)) = engine.try_lock(b"r0", Duration::from_millis(ttl)).await
+            else {
+                return;
+            };
+            let i = hold(&sim, me, lock.value().as_bytes(), lock.valid_until());
+            b_got.set(me == 1);
+            if let (0, Some((at, ttl))) = (me, extend) {
+                sleep_until(&sim, clock, at).await;
+                let extended = engine.extend(&mut lock, Duration::from_millis(ttl)).await;
+                if extended.is_ok() {
+                    // The hold runs to the new validity, shorter or longer.
+                    let mut w = sim.world();
+                    let until = w.time(me, lock.valid_until());
+                    w.history.holds[i].until = until;
+                    w.history
+                        .note(format!("c{me} extended r0 until {until} ns"));
+                }
+            }
+            sleep_until(&sim, clock, until).await;
+            let now = sim.world().now;
+            sim.world().history.end(i, now);
+            let _ = engine.unlock(lock).await;
+        }
+    });
+    let w = sim.world();
+    Verdict {
+        violation: w.history.violation(Time::MAX),
+        b_got: b_got.get(),
+    }
+}
+
+/// Records client `me`'s hold of `r0` by `value` from now until `until`.
+fn hold(sim: &Sim, me: usize, value: &[u8], until: std::time::Instant) -> usize {
+    let mut w = sim.world();
+    let (from, until) = (w.now, w.time(me, until));
+    w.history.hold(Hold {
+        client: me,
+        kind: "lock",
+        resource: b"r0".to_vec(),
+        holder: value.to_vec(),
+        from,
+        until,
+        token: None,
+    })
+}
+
+/// Sleeps until virtual time `ms` (at once if it has passed).
+async fn sleep_until(sim: &Sim, clock: &impl Clock, ms: u64) {
+    let left = (ms * MS).saturating_sub(sim.world().now);
+    clock.sleep(Duration::from_nanos(left)).await;
+}
