@@ -74,6 +74,17 @@ fn assert_refused_among(e: &Error, off: &[usize]) {
     );
 }
 
+/// Both locks report valid at once: two holders.
+#[track_caller]
+fn assert_two_holders(a: &muxlock::Lock, b: &muxlock::Lock) {
+    assert!(
+        a.is_valid() && b.is_valid(),
+        "two holders at once: A for {:?} more, B for {:?}",
+        a.validity(),
+        b.validity()
+    );
+}
+
 /// What the second client got while the first held: `Ok` is a second holder.
 fn second_try(b: &LockManager) -> Result<muxlock::Lock, Error> {
     b.request("clock:r").ttl(TTL).once().acquire()
@@ -131,12 +142,7 @@ fn control_a_majority_whose_clocks_jump_forward_hands_a_lock_out_twice_without_t
     let held = held_everywhere(&a, &servers, TTL);
     move_clocks(&clocks, &[0, 1], |c| c.jump(JUMP));
     let second = second_try(&b).expect("without the check, B gets the lock");
-    assert!(
-        held.is_valid() && second.is_valid(),
-        "two holders at once: A for {:?} more, B for {:?}",
-        held.validity(),
-        second.validity()
-    );
+    assert_two_holders(&held, &second);
 }
 
 /// One node's clock jumps: it is not counted while its clock is off, and the lock stands on the two others: A
@@ -212,12 +218,7 @@ fn fast_clocks(check: bool) {
         }
         false => {
             let second = second.expect("without the check, B gets the lock");
-            assert!(
-                held.is_valid() && second.is_valid(),
-                "two holders at once: A for {:?} more, B for {:?}",
-                held.validity(),
-                second.validity()
-            );
+            assert_two_holders(&held, &second);
         }
     }
 }
@@ -242,12 +243,7 @@ fn a_clock_excursion_undone_before_the_next_grant_is_not_seen() {
     }
     move_clocks(&clocks, &[0, 1], |c| c.set_offset_ms(0));
     let second = second_try(&b).expect("the limit: B gets the lock");
-    assert!(
-        held.is_valid() && second.is_valid(),
-        "two holders at once: A for {:?} more, B for {:?}",
-        held.validity(),
-        second.validity()
-    );
+    assert_two_holders(&held, &second);
 }
 
 /// A known limit, shown (as above): a majority's clocks run fast while A holds, and are stepped back to the right
@@ -274,12 +270,7 @@ fn fast_clocks_stepped_back_before_the_next_grant_are_not_seen() {
         .once()
         .acquire()
         .expect("the limit: B gets the lock");
-    assert!(
-        held.is_valid() && second.is_valid(),
-        "two holders at once: A for {:?} more, B for {:?}",
-        held.validity(),
-        second.validity()
-    );
+    assert_two_holders(&held, &second);
 }
 
 /// How many keys [`big_set`] has.
