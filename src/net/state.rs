@@ -27,7 +27,10 @@
 //! writing each at once would cost a system call on both sides per request (on loopback, a write also runs the
 //! server's receive path). A request waits at most for the replies of the batch ahead of it, which the server
 //! had to answer first anyway. A write that fills the socket puts the rest back in front of the queue and leaves
-//! the role; the driver resumes it when the socket drains. Over TLS a batch is handed to rustls in one piece, so
+//! the role; the driver resumes it when the socket drains. Bytes queued behind a connect or a set-up wait for
+//! the driver too. The rounds that queued them may all end first (a majority answered, a task was cancelled): a
+//! driver then keeps turning until they are written (`Inner::needs_driver`), since a release among them must
+//! reach its node whoever still waits. Over TLS a batch is handed to rustls in one piece, so
 //! its requests share TLS records (one record carries up to 16 KiB of them).
 //!
 //! # A node that is loading
@@ -226,6 +229,13 @@ impl NodeState {
     /// (then dropped as hung) all need a turn of the driver (see `fanout/detach.rs`).
     pub(crate) fn holds_detached(&self) -> bool {
         self.detached > 0
+    }
+
+    /// Whether bytes wait here to be written: queued behind a connect, a set-up or a batch on the wire, or the
+    /// rest of a write the socket cut short. Only a writer takes them, and once the rounds that queued them have
+    /// ended, only a driver's turn does (see `Inner::needs_driver`).
+    pub(crate) fn holds_unwritten(&self) -> bool {
+        !self.wbuf.is_empty()
     }
 
     pub(crate) fn is_up(&self) -> bool {

@@ -1017,3 +1017,68 @@ fn a_vacant_connection_fails_until_occupied_and_is_occupied_once() {
     drop(fanout);
     assert!(!occupier.occupy(1, urls[1].parse().unwrap()));
 }
+
+/// Waits up to 5 s for `key` to read `1` on the cluster's node 0: the request that increments it ran there.
+fn ran_once(cluster: &Cluster, key: &str) -> bool {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        if cluster.node(0).raw(&support::cmd(&["GET", key])) == b"$1\r\n1\r\n" {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A release queued on a connection whose connect is still under way goes out once it completes, though its
+/// round was dropped at once and nobody calls the fanout again. (An `INCR` stands for the release.)
+#[test]
+fn a_release_queued_behind_a_connect_goes_out_with_nobody_calling() {
+    let cluster = Cluster::start(1);
+    let fanout = Fanout::new(addrs(&cluster.urls()), Options::default()).unwrap();
+    // The node was dialled as the fanout was made; nobody has driven since, so the connect is not seen done.
+    let mut round = fanout.release_round(Instant::now());
+    assert!(
+        round
+            .send_all(&request(&[b"INCR", b"behind-connect"]), 1)
+            .contains(0)
+    );
+    drop(round);
+    assert!(
+        ran_once(&cluster, "behind-connect"),
+        "the release never went out"
+    );
+}
+
+/// A release queued on a busy connection (a batch on the wire ahead of it, so it waits to go with the next
+/// batch) goes out once the replies ahead come, though its round was dropped (a majority of other nodes
+/// confirmed) and nobody calls the fanout again.
+#[test]
+fn a_release_queued_behind_a_batch_goes_out_with_nobody_calling() {
+    let mut cluster = Cluster::start(1);
+    let fanout = Fanout::new(addrs(&cluster.urls()), Options::default()).unwrap();
+    assert_eq!(
+        round_all(&fanout, &[b"PING"], Duration::from_secs(2))[0],
+        ok("PONG")
+    );
+    cluster.pause(0);
+    // An acquisition goes out at once on the idle connection, and its caller gives up before the reply.
+    let mut acquire = fanout.round(Instant::now() + Duration::from_secs(2));
+    acquire.send_all(&request(&[b"SET", b"key", b"v", b"NX"]), 1);
+    drop(acquire);
+    // A release round that waits for replies: its request waits behind the acquisition for the next batch.
+    let mut release = fanout.release_round(Instant::now() + Duration::from_secs(2));
+    assert!(
+        release
+            .send_all(&request(&[b"INCR", b"behind-batch"]), 1)
+            .contains(0)
+    );
+    drop(release);
+    cluster.resume(0);
+    assert!(
+        ran_once(&cluster, "behind-batch"),
+        "the release never went out"
+    );
+}

@@ -8,8 +8,9 @@
 //!   ([`Fanout::background`]), once per fanout, and holds an `Arc` of the shared state (not the [`Fanout`]): the
 //!   fanout's drop sets `Inner::closing`, pokes the poll, unparks the thread and joins it; the thread puts the
 //!   driver back, if it has it, and ends.
-//! - It takes the driver only while tasks wait (a task's waker in a slot) or detached releases do, and the
-//!   driver is free; it keeps it turn after turn, each poll waiting until the earliest task's wake-up instant at
+//! - It takes the driver only while tasks wait (a task's waker in a slot), detached releases do, or bytes wait
+//!   unwritten on a connection after the rounds that queued them ended (`Inner::needs_driver`), and the driver
+//!   is free; it keeps it turn after turn, each poll waiting until the earliest task's wake-up instant at
 //!   the latest (so a task's round times out after a turn that read the sockets at or after its deadline, as a
 //!   thread's does), or `DETACHED_PACE` while releases are detached.
 //! - When no task waits any more it lingers: it keeps polling for [`LINGER`] (a lone task's next round finds it

@@ -17,8 +17,10 @@
 //!   ([`Inner::successor`]); the background driver keeps driving while they wait ([`Inner::detached_due`]),
 //!   looking at least every [`DETACHED_PACE`], and while a connection holds one queued whose reply is still to
 //!   come (a write cut short may need a turn; see "Driven to the end" in
-//!   [`detached`](crate::net::detached)); then it lingers, and gives the driver back. A release queued is
-//!   otherwise like any request whose round ended: written in that turn's batch, its replies read and dropped.
+//!   [`detached`](crate::net::detached)), or holds any bytes not written yet ([`Inner::needs_driver`]: a
+//!   round's release queued behind a connect or a batch, its round ended); then it lingers, and gives the
+//!   driver back. A release queued is otherwise like any request whose round ended: written in that turn's
+//!   batch, its replies read and dropped.
 
 use std::time::{Duration, Instant};
 
@@ -45,7 +47,7 @@ impl Inner {
         let pace = later(Instant::now(), DETACHED_PACE);
         match self.detached.earliest() {
             Some(t) => Some(t.min(pace)),
-            None => self.detached.needs_driver().then_some(pace),
+            None => self.needs_driver().then_some(pace),
         }
     }
 }

@@ -223,12 +223,21 @@ impl Inner {
         match self.slots.successor() {
             Successor::Thread(t) => Some(t),
             Successor::Tasks => self.push_waiter.take().or_else(|| self.background.clone()),
-            Successor::Nobody => self.push_waiter.take().or_else(|| {
-                self.background
-                    .clone()
-                    .filter(|_| self.detached.needs_driver())
-            }),
+            Successor::Nobody => self
+                .push_waiter
+                .take()
+                .or_else(|| self.background.clone().filter(|_| self.needs_driver())),
         }
+    }
+
+    /// Whether someone must drive though no round may: releases detached from their rounds wait, or are queued
+    /// with their replies to come (see `detach.rs`), or a connection holds bytes not yet written. Those go out
+    /// only in a driver's turn (behind a connect or a set-up, or with the batch after the one on the wire), and a
+    /// release among them must reach its node whether or not its round still waits: a cancelled acquisition's
+    /// clean-up, the minority's share of a release a majority confirmed. The rounds that queued them may all
+    /// have ended, and nobody may call the fanout again for a long time.
+    fn needs_driver(&self) -> bool {
+        self.detached.needs_driver() || self.conns.iter().any(|c| c.state.holds_unwritten())
     }
 }
 

@@ -576,8 +576,9 @@ impl Drop for Round<'_> {
             }
         }
         // Detached now, or earlier by this round's `retry_held` or another round; or queued by `make_way` on a
-        // connection that may need a turn to send them (see "Driven to the end" in `detached`).
-        let detached = inner.detached.needs_driver();
+        // connection that may need a turn to send them (see "Driven to the end" in `detached`); or this round's
+        // requests (or others') queued and not written yet (`Inner::needs_driver`).
+        let detached = inner.needs_driver();
         let successor = self.leave(&mut inner);
         let wake_background = detached && successor.is_none() && inner.driver.is_some();
         drop(inner);
