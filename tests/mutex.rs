@@ -19,6 +19,8 @@
 mod clocks;
 #[path = "mutex/clusters.rs"]
 mod clusters;
+#[path = "mutex/extensions.rs"]
+mod extensions;
 #[path = "mutex/kinds.rs"]
 mod kinds;
 #[path = "mutex/sets.rs"]

@@ -192,7 +192,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
     }
 
-    /// Extends `lock`'s lease to `ttl` from now, as its kind is extended. On failure the lock keeps its lease.
+    /// Extends `lock`'s lease to `ttl` from now, as its kind is extended. On failure the lock keeps its lease, cut
+    /// to what the attempt may have left on the nodes if `ttl` is shorter ([`Engine::after_failed_extension`]).
     pub(crate) async fn extend_any(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
         match lock.kind.clone() {
             Kind::Plain | Kind::Fenced(_) => self.extend(lock, ttl).await,
@@ -304,6 +305,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 Ok(())
             }
             Err(failure) => {
+                lock.valid_until = self.after_failed_extension(lock.valid_until, start, ttl);
                 let report =
                     Box::new(self.report(&set_name(lock.resources()), outcomes, quorum.quorum()));
                 Err(match failure {

@@ -120,10 +120,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         if lock.extensions >= self.config.max_extensions {
             return Err(Error::ExtendLimit(lock.extensions));
         }
-        if self.clock.now() >= lock.valid_until {
+        let start = self.clock.now();
+        if start >= lock.valid_until {
             return Err(Error::Expired);
         }
-        lock.valid_until = self
+        let extended = self
             .extend_on(
                 &lock.resource,
                 &lock.value,
@@ -131,9 +132,32 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 ttl,
                 Some(lock.valid_until),
             )
-            .await?;
-        lock.extensions += 1;
-        Ok(())
+            .await;
+        match extended {
+            Ok(valid_until) => {
+                lock.valid_until = valid_until;
+                lock.extensions += 1;
+                Ok(())
+            }
+            Err(e) => {
+                lock.valid_until = self.after_failed_extension(lock.valid_until, start, ttl);
+                Err(e)
+            }
+        }
+    }
+
+    /// A lock's validity after an extension to `ttl`, begun at `start`, failed: the extension may still have run
+    /// on any node it reached (a reply too late to count, a node that ran it and then failed), and set the key
+    /// there to expire `ttl` after it ran. A `ttl` shorter than what was left of the lease so shortens the keys
+    /// on nodes the holder counts on, so the lease ends no later than an extension granted at `start` would
+    /// have (less the same allowance); a longer `ttl` leaves it as it was.
+    pub(crate) fn after_failed_extension(
+        &self,
+        valid_until: Instant,
+        start: Instant,
+        ttl: Duration,
+    ) -> Instant {
+        valid_until.min(later(start, ttl.saturating_sub(self.config.allowance(ttl))))
     }
 
     /// [`LockManager::extend_value`](crate::redlock::LockManager::extend_value): an extension on every node, by value.

@@ -230,6 +230,11 @@ fn settle<N: Nodes, C: Clock>(
     let quorum = engine.quorum();
     let now = engine.clock.now();
     let mut s = lock(&g.state);
+    if verdict.is_err() {
+        // The renewal may have run on nodes whose replies did not count: never a shorter lease than the guard's
+        // (it renews to its own TTL, later than the lease it has), but the rule is the extension's.
+        s.valid_until = engine.after_failed_extension(s.valid_until, start, g.ttl);
+    }
     let deadline = g.deadline_of(&s);
     match verdict {
         // Confirmed in time, and nobody can have seen the guard lost yet (that is decided under this lock).

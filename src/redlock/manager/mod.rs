@@ -306,7 +306,10 @@ impl LockManager {
     }
 
     /// Extends `lock`'s lease to `ttl` from now, on all nodes at once. On success the new validity is measured
-    /// from the start of this call; on failure `lock` keeps its current validity.
+    /// from the start of this call. On failure `lock` keeps its current validity, or less: the extension may
+    /// still have run on nodes whose replies did not count, so a `ttl` shorter than the time left cuts the
+    /// validity to `ttl` (less the drift allowance) from the start of this call, which is when those nodes may
+    /// now let the key go.
     ///
     /// # Errors
     ///
@@ -346,7 +349,9 @@ impl LockManager {
     /// compare-and-pexpire script, which only extends a key that still holds `value`: **an extension by value
     /// cannot revive an expired key**, and never touches another holder's. Unlike `extend`, it does not know when
     /// the lease ends, so it cannot refuse an expired lock before sending; the nodes refuse it instead
-    /// ([`Error::LockLost`]). It is not counted against [`Config::max_extensions`].
+    /// ([`Error::LockLost`]). It is not counted against [`Config::max_extensions`]. A failed extension may still
+    /// have run on some nodes: with a `ttl` shorter than the time left, count the lease as ending `ttl` after
+    /// the call began (less the drift allowance) at the latest.
     ///
     /// # Errors
     ///
