@@ -95,6 +95,22 @@ impl History {
         self.lines.push(line);
     }
 
+    /// An extension, granted or failed, told its holder at `now` that its lease ends at `until`: the hold runs
+    /// until then, earlier or later than before (an extension to a shorter TTL, granted, or failed after it may
+    /// have run on nodes, shortens it).
+    pub fn counts(&mut self, i: usize, now: Time, until: Time) {
+        let h = &mut self.holds[i];
+        h.until = until;
+        let line = format!(
+            "{} c{} counts {} until {}",
+            ms(now),
+            h.client,
+            show(&h.resource),
+            ms(until)
+        );
+        self.lines.push(line);
+    }
+
     /// A guard told its holder at `now` that it may rely on it until `until`: its hold runs until then, if that
     /// is later (logged only when it moves: after a renewal).
     pub fn rely(&mut self, i: usize, now: Time, until: Time) {

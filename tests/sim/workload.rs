@@ -113,6 +113,20 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
         let (t, u) = (w.now, w.time(me, until));
         w.history.extend(i, t, u);
     };
+    // What a holder counts after an extension of its `Lock`, granted or not.
+    let counts = |sim: &Sim, i: usize, until: Instant| {
+        let mut w = sim.world();
+        let (t, u) = (w.now, w.time(me, until));
+        w.history.counts(i, t, u);
+    };
+    // Extensions' TTLs, from a stream of their own (the seed's other choices stay what they were): half the
+    // lock's own, half drawn afresh, often shorter than what is left, so that an extension that fails after
+    // it ran on nodes shortens the keys there.
+    let mut extensions = Rng::new(seed ^ ((me as u64 + 1) << 40) ^ 0x6578_7465);
+    let mut extension = move |ttl: Duration| match extensions.chance(0.5) {
+        true => ttl,
+        false => Duration::from_millis(extensions.range(100, ttl.as_millis() as u64 + 1)),
+    };
     let op = |sim: &Sim| sim.world().history.ops += 1;
     let clock = engine.clock();
     // How long a holder works: half the time briefly (up to a tenth of the TTL: many holds and releases, the
@@ -240,9 +254,8 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
                     clock.sleep(pause(&mut rng, ttl) / 2).await;
                     if rng.chance(0.5) {
                         op(&sim);
-                        if engine.extend(&mut lock, ttl).await.is_ok() {
-                            extended(&sim, i, lock.valid_until());
-                        }
+                        let _ = engine.extend(&mut lock, extension(ttl)).await;
+                        counts(&sim, i, lock.valid_until());
                         clock.sleep(pause(&mut rng, ttl) / 2).await;
                     }
                     end(&sim, i);
@@ -313,10 +326,9 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
                         .collect();
                     clock.sleep(pause(&mut rng, ttl) / 2).await;
                     op(&sim);
-                    if engine.extend(&mut set, ttl).await.is_ok() {
-                        held.iter()
-                            .for_each(|&i| extended(&sim, i, set.valid_until()));
-                    }
+                    let _ = engine.extend(&mut set, extension(ttl)).await;
+                    held.iter()
+                        .for_each(|&i| counts(&sim, i, set.valid_until()));
                     clock.sleep(pause(&mut rng, ttl) / 2).await;
                     held.iter().for_each(|&i| end(&sim, i));
                     op(&sim);
