@@ -21,8 +21,9 @@ use crate::state::unix_ms;
 ///
 /// The value goes to stdout, for a script to pass to `muxlock extend` and `muxlock release`. Waits up to --wait
 /// while another holder has the lock (-n: not at all), then exits 1 (or -E N). While too few nodes answer, it says
-/// so at once and exits 69 after --outage-wait. The lock is held until `muxlock release RESOURCE VALUE` or the end
-/// of its lease.
+/// so at once and exits 69 after --outage-wait; nodes too young to count (the restart guard) are said at once, with
+/// the time left, and waited for only if they count within --outage-wait. The lock is held until `muxlock release
+/// RESOURCE VALUE` or the end of its lease.
 #[derive(ClapArgs)]
 #[command(
     after_help = "Example:\n  v=$(muxlock acquire nightly-report --ttl 5m) || exit\n  ... work ...\n  \
