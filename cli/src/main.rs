@@ -75,6 +75,9 @@ Exit codes:
            127 not found; 75 lock lost while it ran
   128+N    acquire, exec: signal N (SIGINT: 130) interrupted the wait; nothing is held
 
+A verb that succeeds with nodes failing (unreachable, refusing the login, not counted yet) says so in one
+warning line on stderr, and in --json's \"degraded\" list.
+
 -n is --nonblock wherever it appears (as in flock); `cluster up` counts nodes with -c/--count.";
 
 /// What `muxlock -h` ends with (`--help` ends with [`AFTER_HELP`]).

@@ -1,6 +1,6 @@
 //! What the CLI writes: results on stdout (text for people, one JSON document per line with `--json`), errors as
-//! one line on stderr (with a line per node under it when nodes are to blame), and nothing that could show a
-//! password.
+//! one line on stderr (with a line per node under it when nodes are to blame), warnings, and nothing that could
+//! show a password.
 //!
 //! Passwords reach the CLI in node URLs (`redis://:secret@host`) and in `MUXLOCK_PASSWORD`. muxlock's own types
 //! never display them (`NodeAddr` shows `***`), clap is told not to show environment values, and every line of an
@@ -11,7 +11,7 @@ use std::io::{self, IsTerminal, Write};
 use serde::Serialize;
 
 use crate::exit::{self, CliError};
-use crate::verdict::NodeLine;
+use crate::verdict::{self, Degraded, NodeLine};
 
 /// Hides the credentials of every `scheme://user:password@host` in `text`: `scheme://***@host`.
 pub fn scrub(text: &str) -> String {
@@ -154,6 +154,13 @@ pub fn note_with_nodes(text: &str, nodes: &[NodeLine]) {
     let mut err = io::stderr().lock();
     let _ = writeln!(err, "muxlock: {}", scrub(&one_line(text)));
     let _ = err.write_all(node_lines(nodes).as_bytes());
+}
+
+/// The warning line of a degraded quorum on stderr, if any node failed: `what` is what the others did.
+pub fn warn_degraded(degraded: &[Degraded], locks: &muxlock::LockManager, what: &str) {
+    if let Some(line) = verdict::warning(degraded, locks.nodes().len(), locks.quorum(), what) {
+        note(&line);
+    }
 }
 
 /// Joins the lines of a multi-line message, so that an error is always one line.

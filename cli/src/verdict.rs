@@ -1,5 +1,5 @@
-//! What a round did, in words: the cause that decided a failed verb, one line per node, and what a failed
-//! extension left on the nodes.
+//! What a round did, in words: the cause that decided a failed verb, one line per node, what a failed
+//! extension left on the nodes, and the nodes that failed under a verb that succeeded (a degraded quorum).
 //!
 //! - **The headline names the cause that decided**, in this order: another holder ([`Cause::Held`]); a value no
 //!   majority holds any more ([`Cause::Lost`]); refused logins, when their votes could have made the majority
@@ -9,10 +9,14 @@
 //!   counted*, *refused* or got *no answer*. The lock scripts answer 0 both for an absent key and for a key that
 //!   holds another value; after a refused extension or release a read of the key ([`LockManager::inspect`])
 //!   tells the two apart, so that a node is called "held by another value" only when it is.
+//! - **A degraded quorum**: the nodes that failed (or were not counted) in a verb's round although the verb
+//!   succeeded, found from the manager's per-node tallies before and after the verb ([`Mark`]), and why (a read
+//!   of those nodes gives each one's error). A node that had not answered when the majority decided is not
+//!   judged: nothing is known of it.
 
 use std::time::Duration;
 
-use muxlock::{Error, Inspection, KeyState, NodeError, Outcome, Report};
+use muxlock::{Error, Inspection, KeyState, LockManager, NodeError, Outcome, Report};
 use serde::Serialize;
 
 use crate::duration::{self, millis};
@@ -386,6 +390,106 @@ impl After {
     }
 }
 
+/// A node that failed (or was not counted) in a verb that succeeded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Degraded {
+    pub node: String,
+    pub why: String,
+}
+
+/// The manager's per-node tallies at one moment: a verb's round is what changed them since.
+#[derive(Clone, Debug)]
+pub struct Mark(Vec<(u64, u64)>);
+
+impl Mark {
+    /// The tallies now.
+    pub fn now(locks: &LockManager) -> Mark {
+        Mark(
+            locks
+                .stats()
+                .nodes
+                .iter()
+                .map(|n| (n.failed, n.quarantined))
+                .collect(),
+        )
+    }
+
+    /// The nodes that failed or were not counted since the mark, and why: for a failed node, its error in a
+    /// read of `resource` (one round, made only when some node failed).
+    pub fn degraded(&self, locks: &LockManager, resource: &str) -> Vec<Degraded> {
+        let stats = locks.stats();
+        let changed: Vec<(usize, bool, Option<Duration>)> = stats
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| {
+                let (failed, quarantined) = self.0.get(i).copied().unwrap_or_default();
+                let failed = n.failed > failed;
+                (failed || n.quarantined > quarantined).then_some((i, failed, n.counted_in))
+            })
+            .collect();
+        if changed.is_empty() {
+            return Vec::new();
+        }
+        let seen = match changed.iter().any(|&(_, failed, _)| failed) {
+            true => locks.inspect(resource).ok(),
+            false => None,
+        };
+        changed
+            .into_iter()
+            .map(|(i, failed, counted_in)| {
+                let why = match (failed, seen.as_ref().and_then(|s| s.nodes().get(i))) {
+                    (true, Some((_, KeyState::Failed(o)))) => o.to_string(),
+                    (true, _) => "failed in the round (it answers now)".to_owned(),
+                    (false, _) => format!(
+                        "young: granted, not counted for {} more (restart guard)",
+                        duration::human(counted_in.unwrap_or_default())
+                    ),
+                };
+                Degraded {
+                    node: stats.nodes[i].addr.to_string(),
+                    why,
+                }
+            })
+            .collect()
+    }
+}
+
+/// The nodes of an inspection that gave no usable answer (for `status`).
+pub fn degraded_in(seen: &Inspection) -> Vec<Degraded> {
+    seen.nodes()
+        .iter()
+        .filter_map(|(addr, k)| match k {
+            KeyState::Failed(o) => Some(Degraded {
+                node: addr.to_string(),
+                why: o.to_string(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The warning line of a degraded quorum: `what` is what the majority did ("acquired", "read").
+pub fn warning(degraded: &[Degraded], nodes: usize, quorum: usize, what: &str) -> Option<String> {
+    if degraded.is_empty() {
+        return None;
+    }
+    let k = degraded.len();
+    let list: Vec<String> = degraded
+        .iter()
+        .map(|d| format!("{}: {}", d.node, d.why))
+        .collect();
+    let spare = nodes.saturating_sub(k).saturating_sub(quorum);
+    let margin = match spare {
+        0 => "one more failing node and no majority is left".to_owned(),
+        s => format!("{} more failing nodes and no majority is left", s + 1),
+    };
+    Some(format!(
+        "warning: degraded: {k} of {nodes} nodes failing ({}); {what} by the others, {margin}",
+        list.join("; ")
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -425,5 +529,25 @@ mod tests {
         assert!(may_have_run(&NodeError::Closed));
         assert!(!may_have_run(&NodeError::Refused));
         assert!(!may_have_run(&NodeError::Auth("WRONGPASS".into())));
+    }
+
+    #[test]
+    fn a_degraded_quorum_says_how_many_more_failures_it_takes() {
+        let d = |n: &str| Degraded {
+            node: n.into(),
+            why: "connection refused".into(),
+        };
+        assert_eq!(warning(&[], 3, 2, "acquired"), None);
+        let w = warning(&[d("a")], 3, 2, "acquired").unwrap();
+        assert_eq!(
+            w,
+            "warning: degraded: 1 of 3 nodes failing (a: connection refused); acquired by the others, one more \
+             failing node and no majority is left"
+        );
+        let w = warning(&[d("a")], 5, 3, "released").unwrap();
+        assert!(
+            w.ends_with("2 more failing nodes and no majority is left"),
+            "{w}"
+        );
     }
 }

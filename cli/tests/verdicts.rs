@@ -1,6 +1,7 @@
 //! What the commands say a round did, against real redis-server nodes: an extension applied on young nodes but
-//! not counted (exit 3, each node's line, what stands after it); an absent key told from another holder's; young
-//! nodes said once, with the time left and what to do; refused logins named when they decided.
+//! not counted (exit 3, each node's line, what stands after it); an absent key told from another holder's; the
+//! warning and `--json` list of a degraded quorum; young nodes said once, with the time left and what to do;
+//! refused logins named when they decided.
 
 mod support;
 
@@ -144,6 +145,74 @@ fn release_and_extend_tell_an_absent_key_from_another_holders() {
     // Another holder's key is never touched.
     assert_eq!(get(cluster.node(0), "job"), "$12\r\nsomeone-else\r\n");
     assert!(pttl(cluster.node(0), "job") > 30_000);
+}
+
+#[test]
+fn a_verb_that_succeeds_with_nodes_failing_warns_in_one_line_and_lists_them_in_json() {
+    let mut cluster = Cluster::start(4);
+    let state = TempDir::new();
+    cluster.kill(3);
+    let down = cluster.node(3).url();
+    // Five nodes: three up, one down, one whose name does not resolve (`.invalid` never does, RFC 6761).
+    let unresolvable = "redis://nohost.invalid:6379";
+    let nodes = [cluster.urls(), vec![unresolvable.to_owned()]]
+        .concat()
+        .join(",");
+    let run = |args: &[&str]| {
+        Muxlock::new(state.path(), args)
+            .env("MUXLOCK_NODES", &nodes)
+            .env("MUXLOCK_RESTART_GUARD", "off")
+            .env("MUXLOCK_ROUND_TIMEOUT", "500ms")
+            .run()
+    };
+    let check = |run: &Run, what: &str| {
+        run.expect(0);
+        let lines: Vec<&str> = run.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "one warning line: {run:#?}");
+        for says in [
+            "muxlock: warning: degraded: 2 of 5 nodes failing",
+            &format!("{down}: connection refused"),
+            &format!("{unresolvable}: cannot resolve host"),
+            what,
+            "one more failing node and no majority is left",
+        ] {
+            assert!(lines[0].contains(says), "{says:?}: {run:#?}");
+        }
+        let doc = run.json();
+        let degraded = doc["degraded"].as_array().expect("a degraded list");
+        let named: Vec<&str> = degraded
+            .iter()
+            .map(|d| d["node"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(named, [down.as_str(), unresolvable], "{run:#?}");
+        assert!(
+            degraded[0]["why"]
+                .as_str()
+                .is_some_and(|w| w.contains("refused")),
+            "{run:#?}"
+        );
+    };
+    let acquired = run(&["acquire", "job", "--ttl", "30s", "--json"]);
+    check(&acquired, "acquired by the others");
+    let value = acquired.json()["value"].as_str().unwrap().to_owned();
+    check(
+        &run(&["extend", "job", &value, "--ttl", "30s", "--json"]),
+        "extended by the others",
+    );
+    check(&run(&["status", "job", "--json"]), "read by the others");
+    check(
+        &run(&["release", "job", &value, "--json"]),
+        "released by the others",
+    );
+
+    // Every node answering: no warning, an empty list.
+    let healthy = Muxlock::new(state.path(), ["acquire", "job", "--ttl", "1s", "--json"])
+        .env("MUXLOCK_NODES", cluster.urls()[..3].join(","))
+        .env("MUXLOCK_RESTART_GUARD", "off")
+        .run();
+    healthy.expect(0);
+    assert_eq!(healthy.stderr, "", "{healthy:#?}");
+    assert_eq!(healthy.json()["degraded"], serde_json::json!([]));
 }
 
 #[test]

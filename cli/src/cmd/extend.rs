@@ -12,7 +12,7 @@ use crate::exit::{self, CliError};
 use crate::nodes::Conn;
 use crate::output;
 use crate::state::unix_ms;
-use crate::verdict::{self, After, Cause, Verb};
+use crate::verdict::{self, After, Cause, Degraded, Mark, Verb};
 
 /// Extend a lock by its value: its lease ends --ttl from now.
 ///
@@ -50,6 +50,8 @@ struct Extended<'a> {
     ttl_ms: u64,
     validity_ms: u64,
     deadline_unix_ms: u64,
+    /// The nodes that failed or were not counted although a majority extended.
+    degraded: &'a [Degraded],
 }
 
 /// Runs the command.
@@ -61,18 +63,22 @@ struct Extended<'a> {
 /// error says what each node did and, from a read of the key after the round, what stands of the lock.
 pub fn run(args: &Args) -> Result<(), CliError> {
     let locks = args.conn.manager(0)?;
+    let mark = Mark::now(&locks);
     let valid_until = match locks.extend_value(&args.resource, &args.value, args.ttl) {
         Ok(valid_until) => valid_until,
         Err(e) if e.report().is_some() => return Err(failed(args, &locks, &e)),
         Err(e) => return Err(e.into()),
     };
+    let degraded = mark.degraded(&locks, &args.resource);
     let validity = valid_until.saturating_duration_since(Instant::now());
     let doc = Extended {
         resource: &args.resource,
         ttl_ms: millis(args.ttl),
         validity_ms: millis(validity),
         deadline_unix_ms: unix_ms(SystemTime::now() + validity),
+        degraded: &degraded,
     };
+    output::warn_degraded(&degraded, &locks, "extended");
     output::emit(args.json, &doc, || {
         format!(
             "extended {:?}: valid for {} more\n",

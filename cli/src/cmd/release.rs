@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::exit::{self, CliError};
 use crate::nodes::Conn;
 use crate::output;
-use crate::verdict::{self, Verb};
+use crate::verdict::{self, Degraded, Mark, Verb};
 
 /// Release a lock by its value (as printed by `muxlock acquire`).
 ///
@@ -40,6 +40,8 @@ struct Released<'a> {
     released: usize,
     nodes: usize,
     quorum: usize,
+    /// The nodes that failed although a majority released.
+    degraded: &'a [Degraded],
 }
 
 /// Runs the command.
@@ -52,17 +54,21 @@ struct Released<'a> {
 pub fn run(args: &Args) -> Result<(), CliError> {
     let locks = args.conn.manager(0)?;
     let (nodes, quorum) = (locks.nodes().len(), locks.quorum());
+    let mark = Mark::now(&locks);
     let released = match locks.unlock_value(&args.resource, &args.value) {
         Ok(released) => released,
         Err(e) if e.report().is_some() => return Err(failed(args, &locks, &e)),
         Err(e) => return Err(e.into()),
     };
+    let degraded = mark.degraded(&locks, &args.resource);
     let doc = Released {
         resource: &args.resource,
         released,
         nodes,
         quorum,
+        degraded: &degraded,
     };
+    output::warn_degraded(&degraded, &locks, "released");
     output::emit(args.json, &doc, || {
         format!(
             "released {:?} ({released} of {nodes} nodes confirmed, {quorum} needed)\n",
