@@ -50,6 +50,7 @@ Environment:
   MUXLOCK_PASSWORD       the password of node URLs that have none (never shown)
   MUXLOCK_ROUND_TIMEOUT  --round-timeout
   MUXLOCK_RESTART_GUARD  --restart-guard
+  MUXLOCK_RESTART_WINDOW --restart-window
   MUXLOCK_TLS_CA, MUXLOCK_TLS_CERT, MUXLOCK_TLS_KEY   --tls-ca, --tls-cert, --tls-key (rediss:// nodes)
   MUXLOCK_STATE_DIR      where `cluster up` records its nodes (~/.local/state/muxlock)
   REDIS_SERVER           the redis-server binary of `cluster up`

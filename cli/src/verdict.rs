@@ -318,7 +318,7 @@ fn young_headline(r: &Report, resource: &str) -> String {
         .unwrap_or_default();
     format!(
         "no quorum for lock {resource:?}: young nodes: {} of {n} nodes granted but started less than {} ago \
-         (the restart window: the longest lease) and may have forgotten locks in a restart, so the restart guard \
+         (the restart window: the lease, or --restart-window if longer) and may have forgotten locks in a restart, so the restart guard \
          counts them in {}. Use nodes that persist every write (appendonly yes, appendfsync always: `muxlock \
          cluster up` starts such nodes), or retry in {}",
         young.len(),

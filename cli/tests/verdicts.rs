@@ -1,7 +1,7 @@
 //! What the commands say a round did, against real redis-server nodes: an extension applied on young nodes but
 //! not counted (exit 3, each node's line, what stands after it); an absent key told from another holder's; the
 //! warning and `--json` list of a degraded quorum; young nodes said once, with the time left and what to do;
-//! refused logins named when they decided.
+//! refused logins named when they decided; `--restart-window`.
 
 mod support;
 
@@ -317,4 +317,84 @@ fn refused_logins_are_the_headline_only_when_they_decided() {
     let run = acquire();
     run.expect(69).error_with_nodes(3);
     assert_eq!(run.json()["error"]["cause"], "unreachable", "{run:#?}");
+}
+
+#[test]
+fn the_restart_window_is_a_setting_and_a_longer_lease_is_said() {
+    let cluster = Cluster::start(3);
+    let state = TempDir::new();
+    // The window holds these seconds-old nodes back for its length, even for a short lease: by flag, and from
+    // the environment.
+    for run in [
+        guarded(
+            &cluster,
+            state.path(),
+            &[
+                "acquire",
+                "job",
+                "--ttl",
+                "100ms",
+                "-n",
+                "--json",
+                "--restart-window",
+                "10m",
+            ],
+        )
+        .run(),
+        guarded(
+            &cluster,
+            state.path(),
+            &["acquire", "job", "--ttl", "100ms", "-n", "--json"],
+        )
+        .env("MUXLOCK_RESTART_WINDOW", "10m")
+        .run(),
+    ] {
+        run.expect(69);
+        assert_eq!(run.json()["error"]["cause"], "young", "{run:#?}");
+        assert!(
+            run.stderr
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .contains("10m"),
+            "{run:#?}"
+        );
+    }
+    // A lease longer than the window: said, with what to set.
+    let run = guarded(
+        &cluster,
+        state.path(),
+        &[
+            "acquire",
+            "job",
+            "--ttl",
+            "1m",
+            "-n",
+            "--restart-window",
+            "30s",
+        ],
+    )
+    .run();
+    let note = run.stderr.lines().next().unwrap_or_default();
+    assert!(
+        note.contains("longer than --restart-window") && note.contains("at least 1m"),
+        "{run:#?}"
+    );
+    // Without the guard there is no window to speak of.
+    let run = on(
+        &cluster,
+        state.path(),
+        &[
+            "acquire",
+            "other",
+            "--ttl",
+            "1m",
+            "-n",
+            "--restart-window",
+            "30s",
+        ],
+    )
+    .run();
+    run.expect(0);
+    assert_eq!(run.stderr, "", "{run:#?}");
 }

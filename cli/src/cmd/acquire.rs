@@ -72,6 +72,7 @@ struct Acquired<'a> {
 pub fn run(args: &Args) -> Result<(), CliError> {
     // Waiting is the request's `wait`: woken by releases (client-side tracking) and at the holder's lease end, no polling.
     let locks = args.conn.manager(0)?;
+    args.conn.note_lease(args.ttl);
     // An interrupt while waiting gives up and releases whatever the attempt under way got.
     let interrupts = Interrupts::install(&[SIGINT, SIGTERM, SIGHUP, SIGQUIT], &locks)?;
     // The nodes' tallies before the attempt that got the lock: what its round changed is the degraded quorum.

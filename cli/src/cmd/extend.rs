@@ -63,6 +63,7 @@ struct Extended<'a> {
 /// error says what each node did and, from a read of the key after the round, what stands of the lock.
 pub fn run(args: &Args) -> Result<(), CliError> {
     let locks = args.conn.manager(0)?;
+    args.conn.note_lease(args.ttl);
     let mark = Mark::now(&locks);
     let valid_until = match locks.extend_value(&args.resource, &args.value, args.ttl) {
         Ok(valid_until) => valid_until,

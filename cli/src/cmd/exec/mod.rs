@@ -183,6 +183,7 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
         return Err(CliError::usage("no command given"));
     };
     let locks = args.conn.manager(0)?;
+    args.conn.note_lease(args.ttl);
     // Caught from before the first round: an interrupt while waiting gives up and leaves nothing held.
     let mut interrupts = Interrupts::install(&CAUGHT, &locks)?;
     // The nodes' tallies before the attempt that got the lock: what its round changed is the degraded quorum.
