@@ -8,10 +8,16 @@ use std::fmt;
 
 use muxlock::Error;
 
+use crate::verdict::{self, Cause, NodeLine, Verb};
+
 /// Success.
 pub const OK: u8 = 0;
 /// The resource is held by another holder (`acquire -n`, or `--wait` ran out while it was held). `-E N` changes it.
 pub const CONFLICT: u8 = 1;
+/// `extend`: the new lease was applied on a majority of nodes but not counted (the restart guard does not count
+/// young nodes yet): the lock stands on the nodes, unconfirmed, until up to `--ttl` from now. Not a lost lock
+/// (75), nor one the nodes never saw (69): release it, or extend it again.
+pub const UNCONFIRMED: u8 = 3;
 /// EX_USAGE: bad arguments (unknown option, missing argument, a duration without a unit...).
 pub const USAGE: u8 = 64;
 /// EX_UNAVAILABLE: no quorum (too many nodes down, hung, refusing, or not counted yet after a restart); a node of
@@ -30,7 +36,8 @@ pub const IOERR: u8 = 74;
 /// EX_TEMPFAIL: the lock is lost: `extend`/`release` found that a majority no longer holds the value (it expired or
 /// was released); `exec`: the lock was lost while the command ran, and the command was terminated.
 pub const LOST: u8 = 75;
-/// EX_NOPERM: a node refused the login (wrong or missing password) and the quorum failed for it.
+/// EX_NOPERM: nodes refused the login (wrong or missing password) and the quorum failed for it: their votes
+/// would have made the majority.
 pub const NOPERM: u8 = 77;
 /// EX_CONFIG: no nodes to use (no `--nodes`, no `MUXLOCK_NODES`, no running local cluster), an invalid node URL,
 /// or an invalid setting.
@@ -45,13 +52,21 @@ pub const NOT_FOUND: u8 = 127;
 pub struct CliError {
     /// The exit code.
     pub code: u8,
-    /// A stable word for machines (`--json`): `conflict`, `quorum`, `lost`, `auth`, `config`, `usage`,
-    /// `unavailable`, `os`, `io`, `cluster`, `internal`.
+    /// A stable word for machines (`--json`): `conflict`, `quorum`, `lost`, `auth`, `unconfirmed`, `config`,
+    /// `usage`, `unavailable`, `os`, `io`, `cluster`, `internal`.
     pub kind: &'static str,
-    /// The message, one line, naming the node and the cause where nodes are to blame.
+    /// For an error from a round, the cause that decided ([`Cause::word`]).
+    pub cause: Option<&'static str>,
+    /// The headline, one line, naming the cause where nodes are to blame.
     pub message: String,
-    /// Per node, its outcome, when the error came from a round (for `--json`).
-    pub nodes: Vec<(String, String)>,
+    /// Per node, what it did, when the error came from a round: a line each on stderr under the headline, and in
+    /// `--json`.
+    pub nodes: Vec<NodeLine>,
+    /// The node lines were printed on stderr already (with the first failure of a retried acquisition): the
+    /// headline is not followed by them again.
+    pub nodes_shown: bool,
+    /// More fields of the `--json` error object (a failed extension's `applied` and `after`).
+    pub extra: serde_json::Map<String, serde_json::Value>,
     /// The command printed its whole result before failing (`status` with too few nodes answering): with
     /// `--json`, no error object follows it, so that stdout stays one document.
     pub after_output: bool,
@@ -63,8 +78,11 @@ impl CliError {
         CliError {
             code,
             kind,
+            cause: None,
             message: message.into(),
             nodes: Vec::new(),
+            nodes_shown: false,
+            extra: serde_json::Map::new(),
             after_output: false,
         }
     }
@@ -86,31 +104,48 @@ impl CliError {
         CliError::new(CONFIG, "config", message)
     }
 
-    /// A lock error, with `conflict` as the exit code of [`Error::Held`].
+    /// A lock error of an acquisition, with `conflict` as the exit code of [`Error::Held`].
     pub fn lock(e: &Error, conflict: u8) -> CliError {
-        let (code, kind) = match e {
-            Error::Held(_) => (conflict, "conflict"),
-            Error::Quorum(_) if e.is_auth() => (NOPERM, "auth"),
-            Error::Quorum(_) => (UNAVAILABLE, "quorum"),
-            Error::Expired | Error::LockLost(_) | Error::ExtendLimit(_) => (LOST, "lost"),
-            Error::Config(_) => (CONFIG, "config"),
-            Error::Os { .. } => (OSERR, "os"),
+        CliError::round(e, conflict, Verb::Acquire, None)
+    }
+
+    /// A lock error of a round of `verb`, with `conflict` as the exit code of [`Error::Held`]: the headline names
+    /// the cause that decided, and the code follows it; `seen` (a read of the key after the round) and the
+    /// lock's value word the nodes that answered "not ours".
+    pub fn round(
+        e: &Error,
+        conflict: u8,
+        verb: Verb,
+        seen: Option<(&muxlock::Inspection, &[u8])>,
+    ) -> CliError {
+        let cause = verdict::cause(e);
+        let (code, kind) = match (e, cause) {
+            (Error::Held(_), _) => (conflict, "conflict"),
+            (Error::Quorum(_), Some(Cause::Auth)) => (NOPERM, "auth"),
+            (Error::Quorum(_), _) => (UNAVAILABLE, "quorum"),
+            (Error::Expired | Error::LockLost(_) | Error::ExtendLimit(_), _) => (LOST, "lost"),
+            (Error::Config(_), _) => (CONFIG, "config"),
+            (Error::Os { .. }, _) => (OSERR, "os"),
             _ => (SOFTWARE, "internal"),
         };
-        let nodes = e
-            .report()
-            .map(|r| {
-                r.nodes()
-                    .iter()
-                    .map(|(addr, outcome)| (addr.to_string(), outcome.to_string()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let (message, nodes) = match e.report() {
+            Some(r) => {
+                let resource = String::from_utf8_lossy(r.resource()).into_owned();
+                (
+                    verdict::headline(e, verb, &resource),
+                    verdict::node_lines(r, verb, seen.map(|s| s.0), seen.map(|s| s.1)),
+                )
+            }
+            None => (e.to_string(), Vec::new()),
+        };
         CliError {
             code,
             kind,
-            message: e.to_string(),
+            cause: cause.map(Cause::word),
+            message,
             nodes,
+            nodes_shown: false,
+            extra: serde_json::Map::new(),
             after_output: false,
         }
     }
@@ -137,6 +172,7 @@ mod tests {
         let codes = [
             OK,
             CONFLICT,
+            UNCONFIRMED,
             USAGE,
             UNAVAILABLE,
             SOFTWARE,

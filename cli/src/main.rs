@@ -8,11 +8,13 @@
 //! - `state`: where the local cluster is recorded; `certs`: the throwaway CA of `cluster up --tls`. `servers`:
 //!   local redis-server nodes started and stopped (`cluster up`, `demo`). `procs`: processes by PID. `redis`: a
 //!   small blocking client (plain or TLS) for the cluster's housekeeping.
-//! - `duration`: `500ms`, `10s`, `2m`. `exit`: the exit codes. `output`: stdout, `--json`, one-line errors, and no
-//!   password in any of them.
+//! - `duration`: `500ms`, `10s`, `2m`. `exit`: the exit codes. `output`: stdout, `--json`, errors, and no
+//!   password in any of them. `verdict`: what a round did, in words: the cause that decided, each node's line,
+//!   a degraded quorum.
 //!
-//! Nothing a user can do ends in a panic message or a backtrace: errors are one line on stderr with an exit code
-//! from `exit`; a bug still ends as one line ("internal error") and EX_SOFTWARE.
+//! Nothing a user can do ends in a panic message or a backtrace: an error is one line on stderr (followed, when
+//! nodes are to blame, by one line per node) with an exit code from `exit`; a bug still ends as one line
+//! ("internal error") and EX_SOFTWARE.
 #![cfg_attr(
     not(test),
     warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)
@@ -30,6 +32,7 @@ mod redis;
 mod servers;
 mod shards;
 mod state;
+mod verdict;
 
 use std::panic::{self, AssertUnwindSafe};
 use std::process::ExitCode;
@@ -47,6 +50,7 @@ Environment:
   MUXLOCK_PASSWORD       the password of node URLs that have none (never shown)
   MUXLOCK_ROUND_TIMEOUT  --round-timeout
   MUXLOCK_RESTART_GUARD  --restart-guard
+  MUXLOCK_RESTART_WINDOW --restart-window
   MUXLOCK_TLS_CA, MUXLOCK_TLS_CERT, MUXLOCK_TLS_KEY   --tls-ca, --tls-cert, --tls-key (rediss:// nodes)
   MUXLOCK_STATE_DIR      where `cluster up` records its nodes (~/.local/state/muxlock)
   REDIS_SERVER           the redis-server binary of `cluster up`
@@ -57,6 +61,8 @@ Durations: 500ms, 10s, 2m, 1h, 1m30s. A bare number is seconds for waits (-w 10,
 Exit codes:
   0        success
   1        the lock is held by another holder (-E N changes it)
+  3        extend: applied on a majority of nodes but not counted (young nodes): the lock
+           stands, unconfirmed, up to --ttl from now; release it or extend again
   64       usage error (bad arguments)
   69       no quorum (nodes down, refusing, not counted yet); demo: no lock at all
   70       internal error (a bug); demo: mutual exclusion violated
@@ -64,11 +70,14 @@ Exit codes:
   73       cannot create the local cluster (one is running, a node did not start)
   74       cannot write the output
   75       the lock is lost, or not held with this value
-  77       authentication refused
+  77       authentication refused (by enough nodes to fail the quorum)
   78       no nodes, or a bad node URL or setting
   exec:    the command's own code; 128+N if signal N killed it; 126 cannot run it,
            127 not found; 75 lock lost while it ran
   128+N    acquire, exec: signal N (SIGINT: 130) interrupted the wait; nothing is held
+
+A verb that succeeds with nodes failing (unreachable, refusing the login, not counted yet) says so in one
+warning line on stderr, and in --json's \"degraded\" list.
 
 -n is --nonblock wherever it appears (as in flock); `cluster up` counts nodes with -c/--count.";
 

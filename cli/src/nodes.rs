@@ -74,6 +74,22 @@ pub struct Conn {
     )]
     pub restart_guard: Toggle,
 
+    /// The restart guard's least window: a node up less than this (or than the lease, if longer) does not vote.
+    ///
+    /// Set it to the longest lease that any client of these nodes takes or extends to: a node that restarted
+    /// may have forgotten a lock as long as that lock's lease runs, and a client with shorter leases than
+    /// another's would otherwise count that node too early. A lease longer than the window is said on stderr.
+    /// Default: the lease of the command. A unit is required (5m, 1h).
+    #[arg(
+        long,
+        hide_short_help = true,
+        env = "MUXLOCK_RESTART_WINDOW",
+        hide_env_values = true,
+        value_name = "DUR",
+        value_parser = restart_window
+    )]
+    pub restart_window: Option<Duration>,
+
     /// For rediss:// nodes: the CA certificate(s), PEM, that the nodes' certificates must chain to.
     ///
     /// Default: the local cluster's CA when its nodes are used (cluster up --tls), else the platform's roots
@@ -119,7 +135,34 @@ fn round_timeout(s: &str) -> Result<Duration, String> {
     }
 }
 
+fn restart_window(s: &str) -> Result<Duration, String> {
+    match duration::parse(s)? {
+        d if d > Config::MAX_TTL => Err(format!("{s:?} is longer than the longest lease, a year")),
+        d => Ok(d),
+    }
+}
+
 impl Conn {
+    /// A note on stderr when `ttl` is longer than the `--restart-window` given: every client of the nodes
+    /// should count a restarted node only after the longest lease any of them takes, and this one's is longer
+    /// than the window the others were told. (This command itself waits for the longer of the two.)
+    pub fn note_lease(&self, ttl: Duration) {
+        if let (Toggle::On, Some(window)) = (self.restart_guard, self.restart_window) {
+            if ttl > window {
+                crate::output::note(&format!(
+                    "the lease ({}) is longer than --restart-window ({}): this command counts a restarted node \
+                     only after {}, but a client with the {} window counts one that may have forgotten this lock; \
+                     set --restart-window (MUXLOCK_RESTART_WINDOW) to at least {} on every client of these nodes",
+                    duration::human(ttl),
+                    duration::human(window),
+                    duration::human(ttl),
+                    duration::human(window),
+                    duration::human(ttl),
+                ));
+            }
+        }
+    }
+
     /// The URLs to use, with `$MUXLOCK_PASSWORD` applied to given URLs without a password.
     ///
     /// # Errors
@@ -186,6 +229,7 @@ impl Conn {
             .with_retry_count(retry_count)
             .with_round_timeout(self.round_timeout)
             .with_restart_guard(self.restart_guard == Toggle::On)
+            .with_restart_window(self.restart_window.unwrap_or_default())
             .with_tls(conn.tls());
         Ok(LockManager::builder().nodes(urls).config(config).build()?)
     }

@@ -1,5 +1,6 @@
 //! What the CLI writes: results on stdout (text for people, one JSON document per line with `--json`), errors as
-//! one line on stderr, and nothing that could show a password.
+//! one line on stderr (with a line per node under it when nodes are to blame), warnings, and nothing that could
+//! show a password.
 //!
 //! Passwords reach the CLI in node URLs (`redis://:secret@host`) and in `MUXLOCK_PASSWORD`. muxlock's own types
 //! never display them (`NodeAddr` shows `***`), clap is told not to show environment values, and every line of an
@@ -10,6 +11,7 @@ use std::io::{self, IsTerminal, Write};
 use serde::Serialize;
 
 use crate::exit::{self, CliError};
+use crate::verdict::{self, Degraded, NodeLine};
 
 /// Hides the credentials of every `scheme://user:password@host` in `text`: `scheme://***@host`.
 pub fn scrub(text: &str) -> String {
@@ -96,30 +98,68 @@ pub fn note(text: &str) {
     let _ = writeln!(io::stderr().lock(), "muxlock: {}", scrub(text));
 }
 
-/// Reports `error`: one line on stderr, and with `json` an object on stdout as well (unless the command printed its
-/// result already):
-/// `{"error":{"code":69,"kind":"quorum","message":"...","nodes":[{"node":"...","outcome":"..."}]}}`.
+/// Reports `error`: its headline on stderr, then a line per node when nodes are to blame (unless they were shown
+/// already), and with `json` an object on stdout as well (unless the command printed its result already):
+/// `{"error":{"code":69,"kind":"quorum","cause":"unreachable","message":"...","nodes":[{"node":"...",
+/// "outcome":"...","state":"..."}]}}`.
 pub fn report(error: &CliError, json: bool) {
     let message = scrub(&one_line(&error.message));
-    let _ = writeln!(io::stderr().lock(), "muxlock: {message}");
+    let nodes: Vec<NodeLine> = error
+        .nodes
+        .iter()
+        .map(|line| NodeLine {
+            node: scrub(&line.node),
+            outcome: scrub(&one_line(&line.outcome)),
+            state: line.state,
+        })
+        .collect();
+    {
+        let mut err = io::stderr().lock();
+        let _ = writeln!(err, "muxlock: {message}");
+        if !error.nodes_shown {
+            let _ = err.write_all(node_lines(&nodes).as_bytes());
+        }
+    }
     if json && !error.after_output {
-        let nodes: Vec<NodeOutcome> = error
-            .nodes
-            .iter()
-            .map(|(node, outcome)| NodeOutcome {
-                node: scrub(node),
-                outcome: scrub(outcome),
-            })
-            .collect();
         let doc = ErrorDoc {
             error: ErrorBody {
                 code: error.code,
                 kind: error.kind,
+                cause: error.cause,
                 message: &message,
                 nodes,
+                extra: &error.extra,
             },
         };
         let _ = print_json(&doc);
+    }
+}
+
+/// The lines under a headline, one per node: `muxlock:   NODE: OUTCOME`.
+pub fn node_lines(nodes: &[NodeLine]) -> String {
+    nodes
+        .iter()
+        .map(|l| {
+            format!(
+                "muxlock:   {}: {}\n",
+                scrub(&l.node),
+                scrub(&one_line(&l.outcome))
+            )
+        })
+        .collect()
+}
+
+/// A note with the node lines under it, as an error's, on stderr.
+pub fn note_with_nodes(text: &str, nodes: &[NodeLine]) {
+    let mut err = io::stderr().lock();
+    let _ = writeln!(err, "muxlock: {}", scrub(&one_line(text)));
+    let _ = err.write_all(node_lines(nodes).as_bytes());
+}
+
+/// The warning line of a degraded quorum on stderr, if any node failed: `what` is what the others did.
+pub fn warn_degraded(degraded: &[Degraded], locks: &muxlock::LockManager, what: &str) {
+    if let Some(line) = verdict::warning(degraded, locks.nodes().len(), locks.quorum(), what) {
+        note(&line);
     }
 }
 
@@ -147,14 +187,12 @@ struct ErrorDoc<'a> {
 struct ErrorBody<'a> {
     code: u8,
     kind: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cause: Option<&'a str>,
     message: &'a str,
-    nodes: Vec<NodeOutcome>,
-}
-
-#[derive(Serialize)]
-struct NodeOutcome {
-    node: String,
-    outcome: String,
+    nodes: Vec<NodeLine>,
+    #[serde(flatten)]
+    extra: &'a serde_json::Map<String, serde_json::Value>,
 }
 
 #[cfg(test)]

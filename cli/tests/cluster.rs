@@ -360,7 +360,7 @@ fn a_tls_cluster_serves_the_lock_commands_without_flags_and_stops_cleanly() {
     };
     let no_ca = given(&[]);
     assert_ne!(no_ca.code(), 0, "{no_ca:#?}");
-    no_ca.one_line_error();
+    no_ca.error_with_nodes(3);
     let flag_args: Vec<&str> = flags.split(' ').collect();
     given(&flag_args).expect(0);
 

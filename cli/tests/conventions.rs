@@ -192,6 +192,7 @@ fn the_help_names_each_variable_without_its_value() {
         ("MUXLOCK_NODES", "redis://:hunter2@10.9.8.7:6379"),
         ("MUXLOCK_ROUND_TIMEOUT", "321ms"),
         ("MUXLOCK_RESTART_GUARD", "off"),
+        ("MUXLOCK_RESTART_WINDOW", "17m"),
         ("MUXLOCK_TLS_CA", "/etc/secret-ca.pem"),
         ("MUXLOCK_TLS_CERT", "/etc/secret-cert.pem"),
         ("MUXLOCK_TLS_KEY", "/etc/secret-key.pem"),

@@ -155,7 +155,7 @@ fn nonblock_on_a_held_lock_exits_with_the_conflict_code_at_once() {
         &["exec", "-n", "job", "--", "sh", "-c", &touch],
     )
     .run();
-    run.expect(1).one_line_error();
+    run.expect(1).error_with_nodes(3);
     assert!(run.took < Duration::from_secs(3), "{run:#?}");
     on(
         &cluster,
@@ -671,20 +671,30 @@ fn an_outage_is_said_at_once_and_ends_in_69_within_seconds() {
         let run = on(&cluster, state.path(), args).run();
         run.expect(69);
         assert!(run.took < Duration::from_secs(10), "{run:#?}");
-        // The first line names every node and why; then the final error.
+        // The first line says the outage and the wait, a line under it per node names it and why; then the
+        // final error.
         let lines: Vec<&str> = run.stderr.lines().collect();
-        assert!(lines.len() >= 2, "{run:#?}");
+        assert!(lines.len() >= 5, "{run:#?}");
         assert!(lines[0].contains("outage-wait"), "{run:#?}");
-        for url in &urls {
-            assert!(lines[0].contains(url.as_str()), "{url} not named: {run:#?}");
+        for (url, line) in urls.iter().zip(&lines[1..4]) {
+            assert!(
+                line.starts_with(&format!("muxlock:   {url}: ")),
+                "{url} not named: {run:#?}"
+            );
         }
-        assert!(lines[0].contains("refused"), "{run:#?}");
+        assert!(lines[1].contains("refused"), "{run:#?}");
+        assert!(
+            lines
+                .last()
+                .is_some_and(|l| l.starts_with("muxlock: no quorum")),
+            "{run:#?}"
+        );
     }
-    // -n: one attempt, one line.
+    // -n: one attempt: the headline and a line per node.
     on(&cluster, state.path(), &["exec", "-n", "job", "--", "true"])
         .run()
         .expect(69)
-        .one_line_error();
+        .error_with_nodes(3);
 }
 
 #[test]

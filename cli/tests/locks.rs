@@ -70,7 +70,7 @@ fn a_held_lock_gives_the_conflict_code_at_once_and_after_the_wait() {
         &["acquire", "res", "--ttl", "30s", "-n"],
     )
     .run();
-    at_once.expect(1).one_line_error();
+    at_once.expect(1).error_with_nodes(3);
     assert!(at_once.stdout.is_empty());
     assert!(
         at_once.stderr.contains("held by another holder"),
@@ -252,11 +252,11 @@ fn extend_and_release_by_value_and_what_they_say_when_the_lock_is_gone() {
     )
     .run()
     .expect(75)
-    .one_line_error();
+    .error_with_nodes(3);
     on(&cluster, state.path(), &["release", "job", &wrong])
         .run()
         .expect(75)
-        .one_line_error();
+        .error_with_nodes(3);
     assert_eq!(get(cluster.node(0), "job"), format!("$40\r\n{value}\r\n"));
 
     let released = on(
@@ -323,7 +323,7 @@ fn no_quorum_is_69_and_names_each_node() {
         &["acquire", "job", "--ttl", "10s", "-n"],
     )
     .run();
-    run.expect(69).one_line_error();
+    run.expect(69).error_with_nodes(3);
     assert!(run.stderr.contains("no quorum"), "{run:#?}");
     for i in 0..2 {
         assert!(
@@ -624,6 +624,6 @@ fn bench_measures_and_reports() {
         ["bench", "--nodes", "127.0.0.1:1", "--duration", "1s"],
     )
     .run();
-    down.expect(69).one_line_error();
+    down.expect(69).error_with_nodes(1);
     assert!(down.stderr.contains("connection refused"), "{down:#?}");
 }

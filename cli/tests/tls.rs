@@ -74,10 +74,10 @@ fn tls_nodes_with_a_ca_and_a_client_certificate() {
     run.expect(0);
     assert_eq!(run.stdout, "job\n");
 
-    // No client certificate: the node refuses the handshake; one line naming the node, no lock.
+    // No client certificate: the node refuses the handshake; the headline and a line naming the node, no lock.
     let run = muxlock(&["acquire", "-n", "job", "--ttl", "10s", "--tls-ca", &ca]).run();
     assert_ne!(run.code(), 0, "{run:#?}");
-    run.one_line_error();
+    run.error_with_nodes(1);
     assert!(run.stderr.contains(&url), "{run:#?}");
     // The wrong CA: the node's certificate is refused.
     let other = path("other-ca.crt");
@@ -96,7 +96,7 @@ fn tls_nodes_with_a_ca_and_a_client_certificate() {
     ])
     .run();
     assert_ne!(run.code(), 0, "{run:#?}");
-    run.one_line_error();
+    run.error_with_nodes(1);
     // A certificate without its key: a usage error before anything is sent.
     muxlock(&["acquire", "job", "--ttl", "10s", "--tls-cert", &cert])
         .run()

@@ -16,13 +16,15 @@ use crate::exit::{self, CliError};
 use crate::nodes::Conn;
 use crate::output;
 use crate::state::unix_ms;
+use crate::verdict::{Degraded, Mark};
 
 /// Acquire a lock and print its value (for `extend` and `release`).
 ///
 /// The value goes to stdout, for a script to pass to `muxlock extend` and `muxlock release`. Waits up to --wait
 /// while another holder has the lock (-n: not at all), then exits 1 (or -E N). While too few nodes answer, it says
-/// so at once and exits 69 after --outage-wait. The lock is held until `muxlock release RESOURCE VALUE` or the end
-/// of its lease.
+/// so at once and exits 69 after --outage-wait; nodes too young to count (the restart guard) are said at once, with
+/// the time left, and waited for only if they count within --outage-wait. The lock is held until `muxlock release
+/// RESOURCE VALUE` or the end of its lease. Nodes that failed while a majority granted are named in a warning.
 #[derive(ClapArgs)]
 #[command(
     after_help = "Example:\n  v=$(muxlock acquire nightly-report --ttl 5m) || exit\n  ... work ...\n  \
@@ -57,6 +59,8 @@ struct Acquired<'a> {
     ttl_ms: u64,
     validity_ms: u64,
     deadline_unix_ms: u64,
+    /// The nodes that failed or were not counted although a majority granted.
+    degraded: &'a [Degraded],
 }
 
 /// Runs the command.
@@ -68,17 +72,24 @@ struct Acquired<'a> {
 pub fn run(args: &Args) -> Result<(), CliError> {
     // Waiting is the request's `wait`: woken by releases (client-side tracking) and at the holder's lease end, no polling.
     let locks = args.conn.manager(0)?;
+    args.conn.note_lease(args.ttl);
     // An interrupt while waiting gives up and releases whatever the attempt under way got.
     let interrupts = Interrupts::install(&[SIGINT, SIGTERM, SIGHUP, SIGQUIT], &locks)?;
+    // The nodes' tallies before the attempt that got the lock: what its round changed is the degraded quorum.
+    let mut mark = Mark::now(&locks);
     let lock = acquiring::acquire(
         &args.resource,
         &args.waiting,
         &interrupts,
-        |wait| acquiring::within(locks.request(&args.resource).ttl(args.ttl), wait).acquire(),
+        |wait| {
+            mark = Mark::now(&locks);
+            acquiring::within(locks.request(&args.resource).ttl(args.ttl), wait).acquire()
+        },
         |lock| {
             let _ = locks.unlock(lock);
         },
     )?;
+    let degraded = mark.degraded(&locks, &args.resource);
     let validity = lock.validity();
     let deadline = SystemTime::now() + validity;
     let doc = Acquired {
@@ -87,7 +98,9 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         ttl_ms: millis(args.ttl),
         validity_ms: millis(validity),
         deadline_unix_ms: unix_ms(deadline),
+        degraded: &degraded,
     };
+    output::warn_degraded(&degraded, &locks, "acquired");
     let written = if args.json {
         output::print_json(&doc)
     } else {

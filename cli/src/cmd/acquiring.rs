@@ -5,8 +5,13 @@
 //!   128 + the signal, as if it had killed muxlock, and no key of this attempt is left on any node.
 //! - **An outage is not a held lock.** `--wait` is the time to wait *while another holder has the lock*. When too
 //!   few nodes answer for a decision (refused, down, timing out), the first failed attempt is reported on stderr
-//!   at once, with each node's outcome, and muxlock keeps trying for `--outage-wait` (3 s by default, within
-//!   `--wait`), with a line every few seconds, then exits 69.
+//!   at once, with each node's outcome (a line each), and muxlock keeps trying for `--outage-wait` (3 s by
+//!   default, within `--wait`), with a line every few seconds, then exits 69; the node lines are not repeated
+//!   under the final error unless they changed.
+//! - **Young nodes are said once.** When the grants not counted by the restart guard would have made the
+//!   majority, nothing changes until those nodes count: if that comes within `--outage-wait` (and `--wait`),
+//!   muxlock says so and waits for it; otherwise it exits 69 at once with one line saying how long and what to
+//!   do. A refused login that decided the round ends it at once (77).
 //! - Waiting for a held lock is the library's (woken by releases and at the holder's lease end, no polling), in
 //!   slices of a few seconds so that an outage that starts while waiting is seen within a slice.
 
@@ -24,6 +29,7 @@ use crate::cmd::Waiting;
 use crate::duration;
 use crate::exit::{self, CliError};
 use crate::output;
+use crate::verdict::{self, Cause, NodeLine};
 
 /// The longest one wait of the library lasts before the loop looks at the nodes' state again.
 const SLICE: Duration = Duration::from_secs(2);
@@ -31,6 +37,9 @@ const SLICE: Duration = Duration::from_secs(2);
 const OUTAGE_RETRY: Duration = Duration::from_millis(250);
 /// How often a line says the outage goes on.
 const OUTAGE_LINE: Duration = Duration::from_secs(2);
+/// Beyond the time the young nodes' report says they count in: their uptime is read in whole seconds and dated
+/// when read, so the guard may count them a little later than said.
+const YOUNG_MARGIN: Duration = Duration::from_millis(50);
 
 /// What SIGTSTP (Ctrl-Z) gets while a lock is waited for or held.
 const NO_STOP: &str = "Ctrl-Z (SIGTSTP) ignored: a stopped muxlock could not renew the lock, and the command \
@@ -149,6 +158,9 @@ pub fn acquire<T>(
         .unwrap_or(start + Duration::from_secs(86_400 * 365));
     // (since when, when the last line was printed)
     let mut outage: Option<(Instant, Instant)> = None;
+    // The node lines printed on stderr last (each failure's are printed once, not again under the final error).
+    let mut shown: Option<Vec<NodeLine>> = None;
+    let mut young_waited = false;
     let mut held = false;
     loop {
         if let Some(signal) = interrupts.interrupted() {
@@ -180,6 +192,7 @@ pub fn acquire<T>(
             }
             Err(e) => e,
         };
+        let cause = verdict::cause(&e);
         match &e {
             Error::Held(_) => {
                 outage = None;
@@ -188,25 +201,57 @@ pub fn acquire<T>(
                     return Err(CliError::lock(&e, conflict));
                 }
             }
-            Error::Quorum(_) if !e.is_auth() => {
+            Error::Quorum(report) if cause == Some(Cause::Young) => {
+                // Nothing changes until the young nodes count: wait for that once, if it comes within
+                // --outage-wait (and --wait), saying so; else the one explanation, at once.
+                held = false;
+                let limit = waiting.outage_wait;
+                let (since, _) = *outage.get_or_insert((now, now));
+                let wait = report.restart_wait().unwrap_or_default() + YOUNG_MARGIN;
+                let mut error = CliError::lock(&e, conflict);
+                let fits = now + wait <= until && now.duration_since(since) + wait <= limit;
+                if young_waited || !fits {
+                    error.nodes_shown = shown.as_ref() == Some(&error.nodes);
+                    return Err(error);
+                }
+                output::note_with_nodes(
+                    &format!(
+                        "{}; waiting {} for them to count (within --outage-wait {})",
+                        error.message,
+                        duration::human(wait),
+                        duration::human(limit)
+                    ),
+                    &error.nodes,
+                );
+                shown = Some(error.nodes);
+                young_waited = true;
+                interrupts.sleep(wait);
+            }
+            Error::Quorum(_) if cause != Some(Cause::Auth) => {
                 held = false;
                 let limit = waiting.outage_wait;
                 let (since, last_line) = *outage.get_or_insert((now, now));
                 let out_of_time = now >= until || now.duration_since(since) >= limit;
+                let mut error = CliError::lock(&e, conflict);
                 if out_of_time {
-                    return Err(outage_error(&e, since, now, limit));
+                    error.nodes_shown = shown.as_ref() == Some(&error.nodes);
+                    return Err(outage_error(error, since, now, limit));
                 }
                 if since == last_line && now == since {
-                    output::note(&format!(
-                        "{}; trying again for up to --outage-wait {}",
-                        output::scrub(&e.to_string()),
-                        duration::human(limit)
-                    ));
+                    output::note_with_nodes(
+                        &format!(
+                            "{}; trying again for up to --outage-wait {}",
+                            error.message,
+                            duration::human(limit)
+                        ),
+                        &error.nodes,
+                    );
+                    shown = Some(error.nodes);
                 } else if now.duration_since(last_line) >= OUTAGE_LINE {
                     output::note(&format!(
                         "still no quorum after {} ({})",
                         duration::human(now.duration_since(since)),
-                        output::scrub(&e.to_string())
+                        error.message
                     ));
                     outage = Some((since, now));
                 }
@@ -217,9 +262,8 @@ pub fn acquire<T>(
     }
 }
 
-/// The error when no quorum answered: the library's (with each node's outcome), and for how long.
-fn outage_error(e: &Error, since: Instant, now: Instant, limit: Duration) -> CliError {
-    let mut error = CliError::lock(e, exit::CONFLICT);
+/// The error when no quorum answered: the round's (with each node's outcome), and for how long.
+fn outage_error(mut error: CliError, since: Instant, now: Instant, limit: Duration) -> CliError {
     if now > since {
         error.message = format!(
             "{} (no quorum for {}; --outage-wait {})",

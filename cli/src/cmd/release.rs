@@ -2,12 +2,13 @@
 //! holder's lock is never touched).
 
 use clap::Args as ClapArgs;
-use muxlock::Error;
+use muxlock::{Error, LockManager, Outcome};
 use serde::Serialize;
 
 use crate::exit::{self, CliError};
 use crate::nodes::Conn;
 use crate::output;
+use crate::verdict::{self, Degraded, Mark, Verb};
 
 /// Release a lock by its value (as printed by `muxlock acquire`).
 ///
@@ -39,42 +40,82 @@ struct Released<'a> {
     released: usize,
     nodes: usize,
     quorum: usize,
+    /// The nodes that failed although a majority released.
+    degraded: &'a [Degraded],
 }
 
 /// Runs the command.
 ///
 /// # Errors
 ///
-/// [`exit::LOST`] if fewer than a majority deleted the key; the codes of [`CliError::lock`] otherwise.
+/// [`exit::LOST`] if fewer than a majority deleted the key; the codes of [`CliError::round`] otherwise. The error
+/// says what each node did; a node that did not hold the value is told apart (absent, or another value) by a read
+/// of the key after the round.
 pub fn run(args: &Args) -> Result<(), CliError> {
     let locks = args.conn.manager(0)?;
     let (nodes, quorum) = (locks.nodes().len(), locks.quorum());
+    let mark = Mark::now(&locks);
     let released = match locks.unlock_value(&args.resource, &args.value) {
         Ok(released) => released,
-        // A majority answered, fewer than a majority deleted the key: the library's lost lock. Exit 75 with
-        // every node's outcome (for `--json`), in the command's own words.
-        Err(e @ Error::LockLost(_)) => {
-            let deleted = e.report().map_or(0, |r| r.granted());
-            let mut lost = CliError::lock(&e, exit::LOST);
-            lost.message = format!(
-                "lock {:?} was not held with this value by a majority: deleted on {deleted} of {nodes} nodes, \
-                 {quorum} needed (its lease had run out, or it was released already)",
-                args.resource,
-            );
-            return Err(lost);
-        }
+        Err(e) if e.report().is_some() => return Err(failed(args, &locks, &e)),
         Err(e) => return Err(e.into()),
     };
+    let degraded = mark.degraded(&locks, &args.resource);
     let doc = Released {
         resource: &args.resource,
         released,
         nodes,
         quorum,
+        degraded: &degraded,
     };
+    output::warn_degraded(&degraded, &locks, "released");
     output::emit(args.json, &doc, || {
         format!(
             "released {:?} ({released} of {nodes} nodes confirmed, {quorum} needed)\n",
             args.resource
         )
     })
+}
+
+/// The error of a failed release, each node's line worded from a read of the key after it.
+fn failed(args: &Args, locks: &LockManager, e: &Error) -> CliError {
+    let value = args.value.as_bytes();
+    // Nodes that answered "not ours" are read again: the key absent, or another holder's.
+    let refused = e
+        .report()
+        .is_some_and(|r| r.nodes().iter().any(|(_, o)| *o == Outcome::Taken));
+    let seen = match refused {
+        true => locks.inspect(&args.resource).ok(),
+        false => None,
+    };
+    let mut error = CliError::round(
+        e,
+        exit::LOST,
+        Verb::Release,
+        seen.as_ref().map(|s| (s, value)),
+    );
+    if let Error::LockLost(_) = e {
+        // A majority answered, fewer than a majority deleted the key: the library's lost lock, in the command's
+        // own words.
+        let (nodes, quorum) = (locks.nodes().len(), locks.quorum());
+        let deleted = e.report().map_or(0, |r| r.granted());
+        let (absent, other) = verdict::absent_and_other(&error.nodes);
+        let mut why = Vec::new();
+        if absent > 0 || seen.is_none() {
+            why.push(match absent {
+                0 => "its lease had run out, or it was released already".to_owned(),
+                n => format!("absent on {n}: its lease had run out, or it was released already"),
+            });
+        }
+        if other > 0 {
+            why.push(format!("another value on {other}: another holder has it"));
+        }
+        error.message = format!(
+            "lock {:?} was not held with this value by a majority: deleted on {deleted} of {nodes} nodes, \
+             {quorum} needed ({})",
+            args.resource,
+            why.join("; ")
+        );
+    }
+    error
 }

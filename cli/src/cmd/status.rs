@@ -9,6 +9,7 @@ use crate::duration::{self, millis};
 use crate::exit::{self, CliError};
 use crate::nodes::Conn;
 use crate::output;
+use crate::verdict::{self, Degraded};
 
 /// How many characters of a value the table shows.
 const PREFIX: usize = 12;
@@ -44,6 +45,8 @@ struct Status<'a> {
     answered: usize,
     quorum: usize,
     nodes: Vec<Node>,
+    /// The nodes that gave no usable answer.
+    degraded: Vec<Degraded>,
 }
 
 #[derive(Serialize)]
@@ -112,7 +115,11 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         answered: seen.answered(),
         quorum: seen.quorum(),
         nodes,
+        degraded: verdict::degraded_in(&seen),
     };
+    if doc.answered >= doc.quorum {
+        output::warn_degraded(&doc.degraded, &locks, "read");
+    }
     output::emit(args.json, &doc, || table(&doc))?;
     if doc.answered < doc.quorum {
         return Err(CliError::new(

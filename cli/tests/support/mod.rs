@@ -84,6 +84,29 @@ impl Run {
         self
     }
 
+    /// Asserts that an error from a round is its headline, one line starting `muxlock: `, then one line per node
+    /// (`muxlock:   NODE: OUTCOME`), `nodes` of them, and nothing else.
+    #[track_caller]
+    pub fn error_with_nodes(&self, nodes: usize) -> &Run {
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert_eq!(
+            lines.len(),
+            1 + nodes,
+            "not a headline and {nodes} node lines: {self:#?}"
+        );
+        assert!(
+            lines[0].starts_with("muxlock: ") && !lines[0].starts_with("muxlock:   "),
+            "{self:#?}"
+        );
+        for line in &lines[1..] {
+            assert!(
+                line.starts_with("muxlock:   "),
+                "not a node line: {line:?} in {self:#?}"
+            );
+        }
+        self
+    }
+
     /// stdout parsed as JSON.
     #[track_caller]
     pub fn json(&self) -> serde_json::Value {

@@ -323,6 +323,13 @@ pub(super) fn spawn_worker(
         } else {
             "off"
         })
+        // The same window as this process': a worker told a shorter one would count a restarted node too early.
+        .args(
+            conn.restart_window
+                .map(|w| ["--restart-window".to_owned(), format!("{}ms", millis(w))])
+                .into_iter()
+                .flatten(),
+        )
         // The nodes (passwords included) go through the environment, not the command line that `ps` shows.
         .env("MUXLOCK_NODES", conn.nodes.join(","))
         .envs(

@@ -49,6 +49,7 @@ use crate::nodes::Conn;
 use crate::output;
 use crate::procs;
 use crate::state::unix_ms;
+use crate::verdict::Mark;
 
 mod ending;
 
@@ -182,13 +183,17 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
         return Err(CliError::usage("no command given"));
     };
     let locks = args.conn.manager(0)?;
+    args.conn.note_lease(args.ttl);
     // Caught from before the first round: an interrupt while waiting gives up and leaves nothing held.
     let mut interrupts = Interrupts::install(&CAUGHT, &locks)?;
+    // The nodes' tallies before the attempt that got the lock: what its round changed is the degraded quorum.
+    let mut mark = Mark::now(&locks);
     let guard = acquiring::acquire(
         &args.resource,
         &args.waiting,
         &interrupts,
         |wait| {
+            mark = Mark::now(&locks);
             let request = locks.request(&args.resource).ttl(args.ttl);
             let request = match args.fenced {
                 true => request.fenced(),
@@ -198,6 +203,7 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
         },
         drop,
     )?;
+    output::warn_degraded(&mark.degraded(&locks, &args.resource), &locks, "acquired");
     let watch = guard.watch();
     let (ttl, round_timeout) = (args.ttl, args.conn.round_timeout);
     let kill_by = move |deadline: Instant| kill_deadline(deadline, ttl, round_timeout);
