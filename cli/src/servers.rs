@@ -325,7 +325,8 @@ fn bus_port(dir: &Path) -> Option<u16> {
 }
 
 /// [`start_node`]; with `cluster`, the node is started with `--cluster-enabled yes` and a bus port of its own
-/// (kept in `bus.port` in its directory, so that a restart keeps it).
+/// (kept in `bus.port` in its directory, so that a restart keeps it). A new node's two ports are picked together,
+/// and picked again together if either was taken before redis bound it (another cluster's node may listen there).
 fn start_cluster_node(
     bin: &Path,
     dir: &Path,
@@ -333,31 +334,33 @@ fn start_cluster_node(
     tls: Option<&TlsFiles>,
     cluster: bool,
 ) -> Result<NodeRecord, String> {
-    let bus = match (cluster, bus_port(dir)) {
-        (false, _) => None,
-        (true, Some(bus)) => Some(bus),
-        (true, None) => {
-            let bus = free_port().map_err(|e| format!("cannot find a free port: {e}"))?;
-            fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-            fs::write(dir.join("bus.port"), bus.to_string())
-                .map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
-            Some(bus)
-        }
-    };
+    let kept_bus = bus_port(dir);
     let tries = if fixed.is_some() { 1 } else { PORT_TRIES };
+    let free = || free_port().map_err(|e| format!("cannot find a free port: {e}"));
     for _ in 0..tries {
+        let bus = match (cluster, kept_bus) {
+            (false, _) => None,
+            (true, Some(bus)) => Some(bus),
+            (true, None) => Some(free()?),
+        };
         let port = match fixed {
             Some(p) => p,
-            None => free_port().map_err(|e| format!("cannot find a free port: {e}"))?,
+            None => free()?,
         };
         match spawn(bin, dir, port, tls, bus) {
-            Ok(node) => return Ok(node),
+            Ok(node) => {
+                if let (Some(bus), None) = (bus, kept_bus) {
+                    fs::write(dir.join("bus.port"), bus.to_string())
+                        .map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
+                }
+                return Ok(node);
+            }
             Err(Failure::PortTaken) if fixed.is_some() => {
                 return Err(format!(
                     "port {port} is in use: choose another --base-port, or leave it out to use free ports"
                 ));
             }
-            // Someone took the free port between our look and redis' bind: pick another.
+            // Someone took a free port between our look and redis' bind: pick others.
             Err(Failure::PortTaken) => {}
             Err(Failure::Other(message)) => return Err(message),
         }
