@@ -5,7 +5,7 @@ set -eu
 
 v=$(muxlock acquire nightly-report --ttl 5m) || exit # 1: someone else has it; 69: no quorum
 echo "step 1 under the lock"
-muxlock extend nightly-report "$v" --ttl 5m || exit # 75: the lease ran out meanwhile
+muxlock extend nightly-report "$v" --ttl 5m || exit # 75: the lease ran out meanwhile; 3: applied, not confirmed
 echo "step 2 under the lock"
 muxlock release nightly-report "$v"
 
