@@ -204,13 +204,16 @@ fn the_checker_catches_overlaps_and_only_overlaps() {
     assert_eq!(Hold::from_line(&line), Some(h("x", 3, 4)));
 }
 
-/// An overrun is excused only by a freeze measured within its own interval, not by one elsewhere in the run.
+/// An overrun is excused only by a freeze measured within its own interval, not by one elsewhere in the run, or
+/// by its worker's own wait for a CPU within it.
 #[test]
-fn the_checker_excuses_an_overrun_only_by_a_freeze_within_it() {
+fn the_checker_excuses_an_overrun_only_by_a_freeze_or_a_wait_for_a_cpu_within_it() {
     let ms = 1_000_000;
     let stats = Stats::default();
-    stats.overran_in(100 * ms, 150 * ms);
-    stats.overran_in(300 * ms, 340 * ms);
+    stats.overran((100 * ms, 150 * ms), Duration::ZERO);
+    stats.overran((300 * ms, 340 * ms), Duration::ZERO);
+    stats.overran((500 * ms, 600 * ms), Duration::from_millis(90));
+    stats.overran((700 * ms, 800 * ms), Duration::from_millis(2));
     // A long freeze elsewhere, and one that covers most of the second overrun.
     stats
         .freezes
@@ -219,7 +222,7 @@ fn the_checker_excuses_an_overrun_only_by_a_freeze_within_it() {
         .extend([(0, 90 * ms), (310 * ms, 330 * ms)]);
     assert_eq!(
         stats.unexplained_overruns(SPARE / 2),
-        [(100 * ms, 150 * ms)]
+        [(100 * ms, 150 * ms), (700 * ms, 800 * ms)]
     );
     assert_eq!(
         stats.frozen_during(0, 1000 * ms),

@@ -12,8 +12,8 @@ use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
 use super::support::checker::{
-    Entry, FreezeMonitor, Hold, Recorder, Stats, Work, Writers, instant_ns, mono_ns, overlaps,
-    report, worker,
+    Checked, Entry, FreezeMonitor, Hold, Recorder, Stats, Work, Writers, instant_ns, mono_ns,
+    overlaps, report, worker,
 };
 use super::support::faults::{self, Burst, Struck};
 use super::support::proxy::{Fault, FaultProxy};
@@ -61,7 +61,7 @@ pub(super) fn batch_worker(
         let work_for = work
             .max_work
             .mul_f64(f64::from(rng.next_u32() % 1000) / 1000.0);
-        let checked = mono_ns();
+        let checked = Checked::now();
         let usable: Vec<bool> = got
             .iter()
             .map(|(_, l)| l.validity() > work.margin())

@@ -11,8 +11,8 @@ use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
 use super::support::checker::{
-    Entry, FreezeMonitor, Hold, Recorder, Stats, Work, Writers, instant_ns, mono_ns, overlaps,
-    report,
+    Checked, Entry, FreezeMonitor, Hold, Recorder, Stats, Work, Writers, instant_ns, mono_ns,
+    overlaps, report,
 };
 use super::support::faults::{self, Burst, Struck};
 use super::support::{Cluster, RedisServer, cmd};
@@ -28,7 +28,7 @@ pub(super) fn write_all(
     rng: &mut ChaCha8Rng,
     stats: &Stats,
 ) {
-    let checked = mono_ns();
+    let checked = Checked::now();
     if valid_until.saturating_duration_since(Instant::now()) <= work.margin() {
         Stats::add(&stats.expired_unused);
         return;

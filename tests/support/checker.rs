@@ -138,8 +138,37 @@ pub struct Stats {
     /// [`mono_ns`] clock (at most [`MAX_RECORDED`] of them).
     pub freezes: Mutex<Vec<(u64, u64)>>,
     /// Each overrun counted in `overran`, as the interval `[validity checked, section left]` on the [`mono_ns`]
-    /// clock in which the worker lost more time than its margin allowed (at most [`MAX_RECORDED`]).
-    pub overruns: Mutex<Vec<(u64, u64)>>,
+    /// clock in which the worker lost more time than its margin allowed, with how long the worker's thread waited
+    /// to run meanwhile ([`run_queue_wait`]: runnable, the CPUs busy with others) (at most [`MAX_RECORDED`]).
+    pub overruns: Mutex<Vec<(u64, u64, Duration)>>,
+}
+
+/// How long the calling thread has waited, runnable, for a CPU since it started (the kernel's scheduler
+/// statistics, `/proc/thread-self/schedstat`); zero where the kernel does not keep them. On a loaded machine a
+/// thread may wait there for a long time while the others (the [`FreezeMonitor`]'s among them) run.
+pub fn run_queue_wait() -> Duration {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+        .map_or(Duration::ZERO, Duration::from_nanos)
+}
+
+/// A worker's look at its lease's validity: when (on the [`mono_ns`] clock), and its thread's
+/// [`run_queue_wait`] then.
+#[derive(Clone, Copy, Debug)]
+pub struct Checked {
+    pub at: u64,
+    waited: Duration,
+}
+
+impl Checked {
+    /// Now, on the calling thread (the one that then works under the lease).
+    pub fn now() -> Checked {
+        Checked {
+            at: mono_ns(),
+            waited: run_queue_wait(),
+        }
+    }
 }
 
 /// The shortest freeze [`FreezeMonitor`] records as an interval: shorter ones are scheduling noise, and no worker's
@@ -148,7 +177,7 @@ pub const FREEZE_RECORDED: Duration = Duration::from_millis(5);
 /// Bound on the intervals kept in [`Stats::freezes`] and [`Stats::overruns`].
 pub const MAX_RECORDED: usize = 100_000;
 
-fn push_bounded(list: &Mutex<Vec<(u64, u64)>>, interval: (u64, u64)) {
+fn push_bounded<T>(list: &Mutex<Vec<T>>, interval: T) {
     let mut list = list.lock().unwrap_or_else(|e| e.into_inner());
     if list.len() < MAX_RECORDED {
         list.push(interval);
@@ -181,9 +210,15 @@ impl Stats {
     }
 
     /// Counts an overrun that happened in `[checked, left]` (see [`Stats::overruns`]).
-    pub fn overran_in(&self, checked: u64, left: u64) {
+    pub fn overran_in(&self, checked: Checked, left: u64) {
+        let waited = run_queue_wait().saturating_sub(checked.waited);
+        self.overran((checked.at, left), waited);
+    }
+
+    /// Counts an overrun in `[start, end]` during which the worker's thread waited `waited` for a CPU.
+    pub fn overran(&self, (start, end): (u64, u64), waited: Duration) {
         Stats::add(&self.overran);
-        push_bounded(&self.overruns, (checked, left));
+        push_bounded(&self.overruns, (start, end, waited));
     }
 
     /// How much of `[start, end]` the [`FreezeMonitor`] saw this process frozen (freezes of at least
@@ -197,9 +232,10 @@ impl Stats {
         Duration::from_nanos(ns)
     }
 
-    /// The overruns that no measured freeze explains: in each, the worker lost more than `slack` beyond its work
+    /// The overruns that no measured delay explains: in each, the worker lost more than `slack` beyond its work
     /// (its margin's spare time), and unless the freeze monitor saw this process frozen for at least `slack`
-    /// within that very interval, the time was lost somewhere a freeze does not account for: by the lock.
+    /// within that very interval, or the worker's own thread waited that long for a CPU in it, the time was lost
+    /// somewhere neither accounts for: by the lock.
     pub fn unexplained_overruns(&self, slack: Duration) -> Vec<(u64, u64)> {
         let overruns = self
             .overruns
@@ -208,7 +244,8 @@ impl Stats {
             .clone();
         overruns
             .into_iter()
-            .filter(|&(s, e)| self.frozen_during(s, e) < slack)
+            .filter(|&(s, e, waited)| self.frozen_during(s, e) < slack && waited < slack)
+            .map(|(s, e, _)| (s, e))
             .collect()
     }
 }
@@ -467,7 +504,7 @@ fn worker_heeding(
         work.pause_before(holds);
         // A careful client: write only while the lease is valid, leaving a margin for the write itself.
         let margin = work.margin();
-        let checked = mono_ns();
+        let checked = Checked::now();
         if !heed || lock.validity() > margin {
             match writers.enter(resource, instant_ns(lock.valid_until())) {
                 Entry::Alone => {}
@@ -581,7 +618,7 @@ fn guard_worker_heeding(
         Stats::add(&stats.acquired);
         let mut end = start;
         for _ in 0..=(rng.next_u32() % steps) {
-            let checked = mono_ns();
+            let checked = Checked::now();
             let deadline = instant_ns(guard.deadline());
             if guard.is_lost() {
                 Stats::add(&stats.expired_unused);
