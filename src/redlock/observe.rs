@@ -233,6 +233,7 @@ pub(crate) fn lost(why: &Lost) {
         let cause = match why {
             Lost::Taken(_) => "taken",
             Lost::Down(_) => "down",
+            Lost::Clock(_) => "clock",
             Lost::Expired(_) => "expired",
             Lost::Released => return,
         };

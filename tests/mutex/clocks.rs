@@ -391,3 +391,42 @@ fn a_long_grant_on_nodes_whose_clocks_are_behind_hands_no_lock_out_twice() {
         Err(e) => assert!(e.is_held(), "{}", outcomes(&e)),
     }
 }
+
+/// A guard whose lock stands on a majority whose clocks jump ahead by less than its lease (their copies of the
+/// key will expire early, not yet): its next renewal sees the clocks off and reports the guard lost for that
+/// reason ([`Lost::Clock`](muxlock::Lost::Clock)) at once, well before the guard's deadline (a guard only renewed
+/// in vain is lost by time, at the deadline), and a second client is refused meanwhile. (A jump past the lease
+/// expires the keys, and the guard learns of it sooner still, as [`Lost::Taken`](muxlock::Lost::Taken), from the
+/// keys' invalidations: the key is gone.)
+#[test]
+fn a_guard_whose_majority_clocks_jump_ahead_is_lost_for_its_clocks_before_its_deadline() {
+    let Some((clocks, servers)) = nodes() else {
+        return;
+    };
+    let (a, b) = (manager(&servers, true), manager(&servers, true));
+    let ttl = Duration::from_secs(6);
+    let guard = a.request("clock:r").ttl(ttl).hold().expect("A's guard");
+    for s in &servers {
+        locks::wait_until(Duration::from_secs(2), "A's key on every node", || {
+            s.raw(&crate::support::cmd(&["EXISTS", "clock:r"])) == b":1\r\n"
+        });
+    }
+    let deadline = guard.deadline();
+    move_clocks(&clocks, &[0, 1], |c| c.jump(Duration::from_secs(2)));
+    assert!(
+        guard.wait_lost(ttl),
+        "the guard was never reported lost (its deadline: {:?} from now)",
+        deadline.saturating_duration_since(std::time::Instant::now())
+    );
+    let lost = guard.lost().expect("lost");
+    assert!(
+        matches!(lost, muxlock::Lost::Clock(_)),
+        "lost for another reason: {lost}"
+    );
+    assert!(
+        std::time::Instant::now() < deadline,
+        "lost only at its deadline: {lost}"
+    );
+    let e = second_try(&b).expect_err("B must not get the lock while the clocks are off");
+    assert_refused_among(&e, &[0, 1]);
+}

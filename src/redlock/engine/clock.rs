@@ -39,6 +39,14 @@
 //! node's time when it ran, plus the TTL). A node that runs a request late (paused, behind a full queue, a long
 //! script) reads times between `s` and `r`: pauses cost nothing, only a clock that disagrees fails.
 //!
+//! # Holders
+//!
+//! A guard's renewals are checked rounds too: a renewal that finds the nodes still holding the lock too few for a
+//! majority once those whose clocks are off are counted out reports the guard lost at once, as
+//! [`Lost::Clock`](crate::Lost::Clock), not at its deadline (a clock ahead lets the key expire early there). A
+//! jump past the lease expires the keys, which a guard learns from their invalidations as
+//! [`Lost::Taken`](crate::Lost::Taken). A lock held without a guard learns nothing until its next call.
+//!
 //! # What it assumes, and cannot see
 //!
 //! - **A node's clock does not go back between two grants.** One that jumps forward (its keys expire) and is set

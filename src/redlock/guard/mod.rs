@@ -6,7 +6,8 @@
 //! - **At once**, when the watchdog learns that too few nodes still hold the guard's value for a majority: a
 //!   renewal found the key gone or overwritten, or (on nodes that speak RESP3) an invalidation from client-side
 //!   tracking led to a check that found it so ([`Lost::Taken`]); or a renewal found the nodes that still hold it
-//!   too few once those that are down are counted out ([`Lost::Down`]).
+//!   too few once those that are down are counted out ([`Lost::Down`]), or once those whose clocks disagree with
+//!   this client's are ([`Lost::Clock`]: the clock check saw a jump, a clock running fast, or one behind).
 //! - **By time**, at [`Guard::deadline`]: the end of the lease as last confirmed, minus a margin, if no renewal has
 //!   confirmed a majority by then (nodes down or unreachable, or the holder's process paused past it).
 //!   [`Lost::Expired`]. This needs no thread to fire: a holder that wakes from a pause sees
@@ -23,11 +24,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use crate::net::NodeSet;
+use crate::net::{NodeError, NodeSet};
 use crate::redlock::engine::renew::Renewal;
 use crate::redlock::engine::seam::{Clock, Nodes, block};
 use crate::redlock::engine::{Engine, is_gone};
-use crate::redlock::error::{Error, Result};
+use crate::redlock::error::{Error, Outcome, Result};
 use crate::redlock::guard::watchdog::Watchdog;
 use crate::redlock::kind::lock::{Kind, Lock};
 use crate::redlock::kind::owner::Owner;
@@ -267,6 +268,19 @@ fn settle<N: Nodes, C: Clock>(
     if taken + gone > n - quorum {
         drop(s);
         lose(activity, g, Lost::Down(report));
+        return None;
+    }
+    // Clocks that disagree: a copy of the key on a node whose clock jumped forward or runs fast may expire early
+    // (it may have already), so the lock is not counted on there; nothing says it comes back before the lease
+    // ends, and another client's acquisition does not count those nodes either.
+    let clocks = report
+        .nodes
+        .iter()
+        .filter(|(_, o)| matches!(o, Outcome::Failed(NodeError::Clock(_))))
+        .count();
+    if clocks > 0 && taken + gone + clocks > n - quorum {
+        drop(s);
+        lose(activity, g, Lost::Clock(report));
         return None;
     }
     s.last_error = Some(Error::Quorum(report));

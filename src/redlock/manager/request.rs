@@ -450,7 +450,7 @@ fn lost_error(locks: &LockManager, resource: &[u8], lost: Lost) -> Error {
         ))
     };
     match lost {
-        Lost::Taken(report) | Lost::Down(report) => Error::LockLost(report),
+        Lost::Taken(report) | Lost::Down(report) | Lost::Clock(report) => Error::LockLost(report),
         Lost::Expired(Some(e)) => match *e {
             Error::Quorum(report) | Error::LockLost(report) => Error::LockLost(report),
             _ => Error::LockLost(unknown()),

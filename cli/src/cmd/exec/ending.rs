@@ -85,6 +85,7 @@ pub(super) fn short(lost: &Lost) -> &'static str {
     match lost {
         Lost::Taken(_) => "too few nodes still held it",
         Lost::Down(_) => "too many of its nodes went down",
+        Lost::Clock(_) => "too many of its nodes' clocks disagreed with this host's",
         Lost::Expired(_) => "no renewal was confirmed before its deadline",
         Lost::Released => "released",
         _ => "lost",
