@@ -98,8 +98,8 @@ pub fn command_line(cmd: &str, args: &[&str]) -> String {
 
 /// `name version` of the peers, from `Cargo.lock`.
 pub fn versions() -> String {
-    let lock =
-        fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock")).unwrap_or_default();
+    let lock = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.lock"))
+        .unwrap_or_default();
     // Every version of `name` in the lock file (the peers bring older redis-rs versions of their own).
     let version = |name: &str| {
         let needle = format!("name = \"{name}\"\nversion = \"");
@@ -206,7 +206,7 @@ pub fn header(out: &mut Out, plan: &Plan) {
 
 /// `BENCHMARKS.md`: the current figures, and the list of every run's results file at its end.
 fn index_path() -> String {
-    concat!(env!("CARGO_MANIFEST_DIR"), "/BENCHMARKS.md").to_string()
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../BENCHMARKS.md").to_string()
 }
 
 /// Today's date (UTC) from the system clock, `YYYY-MM-DD`: the results file's name starts with it.
@@ -246,7 +246,7 @@ fn picture_place(index: &str, stem: &str, file: &str) -> (String, String) {
 /// Writes the run to `benchmarks/results/<stem>.md` (a rerun the same day replaces it) and its pictures (see
 /// [`picture_place`]), and lists the file at the end of `BENCHMARKS.md` unless it is listed already.
 pub fn write_files(out: &Out, what: &str) -> Result<(), String> {
-    let bench = concat!(env!("CARGO_MANIFEST_DIR"), "/benchmarks");
+    let bench = concat!(env!("CARGO_MANIFEST_DIR"), "/../benchmarks");
     let index_path = index_path();
     let index = fs::read_to_string(&index_path).map_err(|e| format!("{index_path}: {e}"))?;
     let name = format!("{}.md", out.stem);
