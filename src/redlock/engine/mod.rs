@@ -121,34 +121,31 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             return Err(Error::ExtendLimit(lock.extensions));
         }
         let start = self.clock.now();
-        if start >= lock.valid_until {
+        let current = lock.valid_until;
+        if start >= current {
             return Err(Error::Expired);
         }
-        let extended = self
+        // The failure's validity before anything is sent: a future dropped part-way (an async caller that gave
+        // up) leaves the lock so, and the requests it wrote still run on the nodes.
+        lock.valid_until = self.after_failed_extension(current, start, ttl);
+        let valid_until = self
             .extend_on(
                 &lock.resource,
                 &lock.value,
                 (lock.nodes, Some(lock.acquired)),
                 ttl,
-                Some(lock.valid_until),
+                Some(current),
             )
-            .await;
-        match extended {
-            Ok(valid_until) => {
-                lock.valid_until = valid_until;
-                lock.extensions += 1;
-                Ok(())
-            }
-            Err(e) => {
-                lock.valid_until = self.after_failed_extension(lock.valid_until, start, ttl);
-                Err(e)
-            }
-        }
+            .await?;
+        lock.valid_until = valid_until;
+        lock.extensions += 1;
+        Ok(())
     }
 
-    /// A lock's validity after an extension to `ttl`, begun at `start`, failed: the extension may still have run
-    /// on any node it reached (a reply too late to count, a node that ran it and then failed), and set the key
-    /// there to expire `ttl` after it ran. A `ttl` shorter than what was left of the lease so shortens the keys
+    /// A lock's validity after an extension to `ttl`, begun at `start`, failed or was abandoned (its future
+    /// dropped before the verdict: the lock is set to this before anything is sent): the extension may still
+    /// have run on any node it reached (a reply too late to count, a node that ran it and then failed), and set
+    /// the key there to expire `ttl` after it ran. A `ttl` shorter than what was left of the lease so shortens the keys
     /// on nodes the holder counts on, so the lease ends no later than an extension granted at `start` would
     /// have (less the same allowance); a longer `ttl` leaves it as it was.
     pub(crate) fn after_failed_extension(

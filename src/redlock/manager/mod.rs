@@ -323,7 +323,8 @@ impl LockManager {
     }
 
     /// As [`extend`](LockManager::extend), as a future that never blocks the executor's thread (see
-    /// [`Request::acquire_async`](super::Request::acquire_async)).
+    /// [`Request::acquire_async`](super::Request::acquire_async)). Dropped before it ends, it leaves `lock` as
+    /// a failed extension does: the requests it sent may still run on the nodes.
     ///
     /// # Errors
     ///
