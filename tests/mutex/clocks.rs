@@ -430,3 +430,37 @@ fn a_guard_whose_majority_clocks_jump_ahead_is_lost_for_its_clocks_before_its_de
     let e = second_try(&b).expect_err("B must not get the lock while the clocks are off");
     assert_refused_among(&e, &[0, 1]);
 }
+
+/// Two of three nodes answer slowly for a while (their replies trickle in, a byte every 2 ms, through a proxy):
+/// a renewal meanwhile reads each request's first `TIME` and its reply within the round, its second `TIME`
+/// after it. Their clocks agree with this client's all along: the guard is not lost for its clocks, and once
+/// the replies come at speed again a renewal confirms it, well within its lease.
+#[test]
+fn a_guard_whose_majority_answers_slowly_for_a_while_is_not_lost_for_its_clocks() {
+    use crate::support::proxy::{Fault, FaultProxy};
+    let cluster = crate::support::Cluster::start(3);
+    let proxies: Vec<FaultProxy> = cluster.addrs().into_iter().map(FaultProxy::start).collect();
+    let a = locks::manager(
+        proxies.iter().map(FaultProxy::url),
+        locks::one_attempt(Duration::from_millis(100)),
+    );
+    let ttl = Duration::from_secs(3);
+    let guard = a.request("slow:r").ttl(ttl).hold().expect("A's guard");
+    // Slow from before the first renewal (due a third of the TTL in) until past it.
+    for p in &proxies[1..] {
+        p.set(Fault::Trickle(Duration::from_millis(2)));
+    }
+    thread::sleep(ttl / 3 + Duration::from_millis(300));
+    for p in &proxies[1..] {
+        p.set(Fault::None);
+    }
+    let lost_while_slow = guard.lost();
+    // Past the lease the acquisition gave: only a renewal confirmed since keeps the guard.
+    thread::sleep(ttl - ttl / 3);
+    assert!(
+        lost_while_slow.is_none() && !guard.is_lost(),
+        "a slow majority lost the guard: {}",
+        guard.lost().map(|l| l.to_string()).unwrap_or_default()
+    );
+    assert!(guard.renewals() > 0, "never renewed");
+}

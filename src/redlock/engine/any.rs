@@ -9,7 +9,7 @@ use bytes::BytesMut;
 use crate::net::NodeSet;
 use crate::redlock::engine::pipeline::Kind as Pipe;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
-use crate::redlock::engine::{Engine, settle};
+use crate::redlock::engine::{Engine, answered, settle};
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::kind::lock::{Kind, Lock};
 use crate::redlock::kind::owner::Owner;
@@ -192,8 +192,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
     }
 
-    /// Extends `lock`'s lease to `ttl` from now, as its kind is extended. On failure the lock keeps its lease, cut
-    /// to what the attempt may have left on the nodes if `ttl` is shorter ([`Engine::after_failed_extension`]).
+    /// Extends `lock`'s lease to `ttl` from now, as its kind is extended. On failure (or if this future is dropped
+    /// before it ends) the lock keeps its lease, cut to what the attempt may have left on the nodes if `ttl` is
+    /// shorter ([`Engine::after_failed_extension`]).
     pub(crate) async fn extend_any(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
         match lock.kind.clone() {
             Kind::Plain | Kind::Fenced(_) => self.extend(lock, ttl).await,
@@ -261,6 +262,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let n = self.fanout.len();
         let mut quorum =
             Quorum::new(n, start, ttl, self.config.allowance(ttl)).decide_by(lock.valid_until);
+        // The failure's validity before anything is sent: a future dropped part-way leaves the lock so.
+        lock.valid_until = self.after_failed_extension(lock.valid_until, start, ttl);
+        let before = Engine::<N, C>::pending(lock, ttl);
         self.note_ttl(ttl_ms);
         let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
         let mut outcomes = vec![Outcome::NotAwaited; n];
@@ -298,14 +302,16 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             },
         )
         .await;
+        if outcomes.iter().all(answered) {
+            lock.pending_ttl = before;
+        }
         match settle(status, &quorum, self.clock.now()) {
             Ok(valid_until) => {
-                lock.valid_until = valid_until;
+                lock.valid_until = self.bounded(lock, valid_until, start);
                 lock.extensions += 1;
                 Ok(())
             }
             Err(failure) => {
-                lock.valid_until = self.after_failed_extension(lock.valid_until, start, ttl);
                 let report =
                     Box::new(self.report(&set_name(lock.resources()), outcomes, quorum.quorum()));
                 Err(match failure {

@@ -23,9 +23,11 @@
 //! ```
 //!
 //! and every lease's validity is `2T` shorter (`Config::allowance`). A request whose node's clock is off, or
-//! whose `TIME`s have no reply (refused, timed out, `NOPERM`), gets [`NodeError::Clock`] for each of its
-//! commands instead of their replies (a failed vote, with the reason in the report); the server's own error
-//! replies and failures are kept as they are.
+//! whose `TIME`s have no reply (refused, `NOPERM`, the connection failed), gets [`NodeError::Clock`] for each of
+//! its commands instead of their replies (a failed vote, with the reason in the report); one whose second `TIME`
+//! did not come within the round (a slow node: its replies came in part) gets [`NodeError::Timeout`], as if none
+//! had come: its clock was not read, not seen off. The server's own error replies and failures are kept as they
+//! are.
 //!
 //! # Why that is enough
 //!
@@ -142,7 +144,7 @@ struct Sent {
     replies: u32,
     /// The node's clock before the request, once read.
     before: Option<Result<Duration, String>>,
-    verdict: Option<Result<(), String>>,
+    verdict: Option<Result<(), NodeError>>,
     /// Outcomes that came before the `TIME`'s, by the caller's id (the first apart: most requests are one
     /// command, and then nothing is allocated).
     held: Option<(u32, Reply)>,
@@ -242,9 +244,17 @@ impl<'c, R: NodeRound, C: Clock> Timed<'c, R, C> {
             .before
             .take()
             .unwrap_or_else(|| Err("its clock could not be read before the request".to_string()));
-        let verdict = before.and_then(|b| {
-            node_time(&reply).and_then(|a| judge((b, a), self.opened, self.clock.wall(), tolerance))
-        });
+        let verdict = match reply {
+            // The request ran, but its second `TIME` did not come within the round: the node is slow, its clock
+            // unread and not seen off. Its replies time out as a request does whose replies all come late.
+            Err(NodeError::Timeout) => Err(NodeError::Timeout),
+            reply => before
+                .and_then(|b| {
+                    node_time(&reply)
+                        .and_then(|a| judge((b, a), self.opened, self.clock.wall(), tolerance))
+                })
+                .map_err(NodeError::Clock),
+        };
         for (outer, r) in q.held_more.drain(..) {
             self.ready.push_back(out(outer, checked(&verdict, r)));
         }
@@ -354,13 +364,14 @@ fn with_time(request: &[u8]) -> BytesMut {
     timed
 }
 
-/// A reply as it counts after its request's clock verdict.
+/// A reply as it counts after its request's clock verdict: [`NodeError::Clock`], or the failure of its second
+/// `TIME` (a timeout) when the clock went unread for that.
 /// Failures and the server's error replies stay what they are (they count for nothing either way, and say more).
-fn checked(verdict: &Result<(), String>, reply: Reply) -> Reply {
+fn checked(verdict: &Result<(), NodeError>, reply: Reply) -> Reply {
     match (verdict, reply) {
         (Ok(()), r) => r,
         (Err(_), r @ (Err(_) | Ok(Value::Error(_) | Value::BulkError(_)))) => r,
-        (Err(why), Ok(_)) => Err(NodeError::Clock(why.clone())),
+        (Err(e), Ok(_)) => Err(e.clone()),
     }
 }
 
@@ -424,7 +435,7 @@ mod tests {
 
     #[test]
     fn a_verdict_turns_counted_replies_into_clock_failures_and_keeps_the_rest() {
-        let off = Err("off".to_string());
+        let off = Err(NodeError::Clock("off".into()));
         assert_eq!(
             checked(&off, Ok(Value::SimpleString(Bytes::from_static(b"OK")))),
             Err(NodeError::Clock("off".into()))
@@ -437,5 +448,10 @@ mod tests {
         assert_eq!(checked(&off, error.clone()), error);
         let ok = Ok(Value::Integer(1));
         assert_eq!(checked(&Ok(()), ok.clone()), ok);
+        // A second `TIME` that timed out: the reply that came times out too.
+        assert_eq!(
+            checked(&Err(NodeError::Timeout), ok),
+            Err(NodeError::Timeout)
+        );
     }
 }

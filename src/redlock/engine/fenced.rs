@@ -123,6 +123,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                         valid_until,
                         acquired: start,
                         extensions: 0,
+                        pending_ttl: None,
                         nodes,
                         kind: LockKind::Plain,
                     },

@@ -121,34 +121,54 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             return Err(Error::ExtendLimit(lock.extensions));
         }
         let start = self.clock.now();
-        if start >= lock.valid_until {
+        let current = lock.valid_until;
+        if start >= current {
             return Err(Error::Expired);
         }
-        let extended = self
+        // The failure's validity before anything is sent: a future dropped part-way (an async caller that gave
+        // up) leaves the lock so, and the requests it wrote still run on the nodes.
+        lock.valid_until = self.after_failed_extension(current, start, ttl);
+        let before = Engine::<N, C>::pending(lock, ttl);
+        let (extended, answered) = self
             .extend_on(
                 &lock.resource,
                 &lock.value,
                 (lock.nodes, Some(lock.acquired)),
                 ttl,
-                Some(lock.valid_until),
+                Some(current),
             )
             .await;
-        match extended {
-            Ok(valid_until) => {
-                lock.valid_until = valid_until;
-                lock.extensions += 1;
-                Ok(())
-            }
-            Err(e) => {
-                lock.valid_until = self.after_failed_extension(lock.valid_until, start, ttl);
-                Err(e)
-            }
+        if answered {
+            lock.pending_ttl = before;
+        }
+        lock.valid_until = self.bounded(lock, extended?, start);
+        lock.extensions += 1;
+        Ok(())
+    }
+
+    /// Notes, before an extension to `ttl` is sent, that its requests may run late ([`Lock`]'s `pending_ttl`);
+    /// returns the bound before it, put back once every node answered the extension.
+    pub(crate) fn pending(lock: &mut Lock, ttl: Duration) -> Option<Duration> {
+        let before = lock.pending_ttl;
+        lock.pending_ttl = Some(before.map_or(ttl, |t| t.min(ttl)));
+        before
+    }
+
+    /// The validity an extension granted with `valid_until`, begun at `start`, may count: no longer than the
+    /// shortest extension that may still run late allows. That one, run on a node after this one, sets the
+    /// key's expiry to its TTL from then, which is after `start`; the allowance covers the clocks as for any
+    /// lease.
+    pub(crate) fn bounded(&self, lock: &Lock, valid_until: Instant, start: Instant) -> Instant {
+        match lock.pending_ttl {
+            Some(t) => valid_until.min(later(start, t.saturating_sub(self.config.allowance(t)))),
+            None => valid_until,
         }
     }
 
-    /// A lock's validity after an extension to `ttl`, begun at `start`, failed: the extension may still have run
-    /// on any node it reached (a reply too late to count, a node that ran it and then failed), and set the key
-    /// there to expire `ttl` after it ran. A `ttl` shorter than what was left of the lease so shortens the keys
+    /// A lock's validity after an extension to `ttl`, begun at `start`, failed or was abandoned (its future
+    /// dropped before the verdict: the lock is set to this before anything is sent): the extension may still
+    /// have run on any node it reached (a reply too late to count, a node that ran it and then failed), and set
+    /// the key there to expire `ttl` after it ran. A `ttl` shorter than what was left of the lease so shortens the keys
     /// on nodes the holder counts on, so the lease ends no later than an extension granted at `start` would
     /// have (less the same allowance); a longer `ttl` leaves it as it was.
     pub(crate) fn after_failed_extension(
@@ -171,6 +191,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         check_value(value)?;
         self.extend_on(resource, value, (NodeSet::ALL, None), ttl, None)
             .await
+            .0
     }
 
     pub(crate) async fn unlock(&self, lock: &Lock) -> Result<usize> {
@@ -240,7 +261,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// The extension round shared by `extend` and `extend_value`: compare-and-pexpire on `nodes`, decided by a
     /// majority before the new lease's validity and before `decide_by` (the current lease's end, when known).
-    /// Returns the new lease's end.
+    /// Returns the new lease's end, and whether every node sent to answered (none may still run it late).
     async fn extend_on(
         &self,
         resource: &[u8],
@@ -248,8 +269,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         (nodes, acquired): (NodeSet, Option<Instant>),
         ttl: Duration,
         decide_by: Option<Instant>,
-    ) -> Result<Instant> {
-        let ttl_ms = self.config.check_ttl(ttl)?;
+    ) -> (Result<Instant>, bool) {
+        let ttl_ms = match self.config.check_ttl(ttl) {
+            Ok(ms) => ms,
+            Err(e) => return (Err(e), true),
+        };
         let start = self.clock.now();
         let mut quorum = Quorum::new(self.fanout.len(), start, ttl, self.config.allowance(ttl));
         if let Some(instant) = decide_by {
@@ -281,14 +305,16 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             },
         )
         .await;
-        settle(status, &quorum, self.clock.now()).map_err(|failure| {
+        let answered = outcomes.iter().all(answered);
+        let verdict = settle(status, &quorum, self.clock.now()).map_err(|failure| {
             let report = Box::new(self.report(resource, outcomes, quorum.quorum()));
             if failure == Failure::Held {
                 Error::LockLost(report)
             } else {
                 Error::Quorum(report)
             }
-        })
+        });
+        (verdict, answered)
     }
 
     /// The lone release round of `unlock` and `unlock_value` (one that found no other in flight, see `fold.rs`):
@@ -509,6 +535,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 valid_until,
                 acquired: start,
                 extensions: 0,
+                pending_ttl: None,
                 nodes,
                 kind: Kind::Plain,
             }),
@@ -576,6 +603,19 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
 /// Whether a node's outcome means it no longer holds the key: it is down (refuses connections, or closed or reset
 /// the connection), so it holds nothing unless it persisted its keys, which a lock cannot count on.
+/// Whether a node's outcome in an extension round means its reply was read (or nothing was sent to it): the
+/// request cannot run there later. Anything else (not awaited, timed out, dropped) may still run late.
+pub(crate) fn answered(outcome: &Outcome) -> bool {
+    matches!(
+        outcome,
+        Outcome::Granted
+            | Outcome::Taken
+            | Outcome::ErrorReply(_)
+            | Outcome::Quarantined
+            | Outcome::NotSent
+    )
+}
+
 pub(crate) fn is_gone(outcome: &Outcome) -> bool {
     matches!(
         outcome,

@@ -380,6 +380,7 @@ impl Held {
             valid_until: s.valid_until,
             acquired: self.acquired,
             extensions: 0,
+            pending_ttl: None,
             nodes: s.nodes,
             kind: self.kind.clone(),
         }

@@ -48,6 +48,12 @@ pub struct Lock {
     /// guard trusts it (see `restart.rs`, "Extensions").
     pub(crate) acquired: Instant,
     pub(crate) extensions: u32,
+    /// The shortest TTL of an extension that some node may still run: a request of it whose reply was never read
+    /// (the round was decided without it, timed out, was abandoned, or its connection dropped: bytes already
+    /// sent may still arrive). Run after a later, longer extension it shortens the key there to this TTL from
+    /// when it runs, so no later extension counts a lease longer than this TTL from its own start
+    /// (`Engine::bounded`). `None` until an extension leaves one unanswered.
+    pub(crate) pending_ttl: Option<Duration>,
     /// The nodes the acquisition's `SET` was queued for: the others cannot hold the key, so releases and
     /// extensions skip them.
     pub(crate) nodes: NodeSet,

@@ -75,6 +75,7 @@ impl From<ReentrantLock> for Lock {
             valid_until: r.valid_until,
             acquired: r.acquired,
             extensions: 0,
+            pending_ttl: None,
             nodes: r.nodes,
             kind: Kind::Owned {
                 owner: r.owner,

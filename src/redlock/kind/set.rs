@@ -57,6 +57,7 @@ impl From<LockSet> for Lock {
             valid_until: set.valid_until,
             acquired: set.acquired,
             extensions: set.extensions,
+            pending_ttl: None,
             nodes: set.nodes,
             kind: Kind::Set(set.resources),
         }

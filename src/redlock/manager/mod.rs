@@ -309,7 +309,9 @@ impl LockManager {
     /// from the start of this call. On failure `lock` keeps its current validity, or less: the extension may
     /// still have run on nodes whose replies did not count, so a `ttl` shorter than the time left cuts the
     /// validity to `ttl` (less the drift allowance) from the start of this call, which is when those nodes may
-    /// now let the key go.
+    /// now let the key go. An extension that some node did not answer (a round decided without it, a timeout)
+    /// may also run there after a later one: from then on no extension counts a lease longer than the shortest
+    /// such `ttl` from its own start. Extending always to the same `ttl` (as a guard renews) loses nothing.
     ///
     /// # Errors
     ///
@@ -323,7 +325,8 @@ impl LockManager {
     }
 
     /// As [`extend`](LockManager::extend), as a future that never blocks the executor's thread (see
-    /// [`Request::acquire_async`](super::Request::acquire_async)).
+    /// [`Request::acquire_async`](super::Request::acquire_async)). Dropped before it ends, it leaves `lock` as
+    /// a failed extension does: the requests it sent may still run on the nodes.
     ///
     /// # Errors
     ///
