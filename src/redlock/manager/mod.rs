@@ -354,7 +354,10 @@ impl LockManager {
     /// the lease ends, so it cannot refuse an expired lock before sending; the nodes refuse it instead
     /// ([`Error::LockLost`]). It is not counted against [`Config::max_extensions`]. A failed extension may still
     /// have run on some nodes: with a `ttl` shorter than the time left, count the lease as ending `ttl` after
-    /// the call began (less the drift allowance) at the latest.
+    /// the call began (less the drift allowance) at the latest. And since an extension some node did not answer
+    /// may run there after a later one, a caller that extends with different TTLs should count every later
+    /// lease as at most the shortest of them from its own call's start (a [`Lock`] extended with
+    /// [`extend`](LockManager::extend) keeps that count itself).
     ///
     /// # Errors
     ///
