@@ -281,10 +281,12 @@ impl fmt::Display for Stats {
 pub enum Entry {
     /// Nobody else was inside.
     Alone,
-    /// Another writer was inside whose lease had already ended: it overran its lease (a pause, a frozen thread),
-    /// which the lock cannot prevent; not a violation of the lock.
+    /// Another writer was inside, and one of the two had overrun its lease: the one inside (its lease had already
+    /// ended), or this one (its own lease had ended when it entered: it was paused, a process stopped, between
+    /// its check of the lease and its entry). The lock cannot prevent that; not a violation of the lock.
     WithOverrunner,
-    /// Another writer was inside whose lease had not ended: two holders at once, a violation.
+    /// Another writer was inside whose lease had not ended, and this one's had not either: two holders at once, a
+    /// violation.
     WithHolder,
 }
 
@@ -300,11 +302,13 @@ pub struct Writers {
 }
 
 /// `KEYS[1]`: the resource's writers (a hash: writer → lease end). `ARGV`: this writer, its lease end, now.
-/// Returns 0 (alone), 1 (only writers whose lease had ended) or 2 (a writer with a running lease).
+/// Returns 0 (alone), 1 (others inside, and either they or this writer had overrun their lease) or 2 (a writer
+/// with a running lease inside, and this one's running too).
 const ENTER: &str = "local found = 0 \
+    local live = tonumber(ARGV[2]) > tonumber(ARGV[3]) \
     local inside = redis.call('HGETALL', KEYS[1]) \
     for i = 2, #inside, 2 do \
-        if tonumber(inside[i]) > tonumber(ARGV[3]) then found = 2 elseif found == 0 then found = 1 end \
+        if live and tonumber(inside[i]) > tonumber(ARGV[3]) then found = 2 elseif found == 0 then found = 1 end \
     end \
     redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) \
     return found";
