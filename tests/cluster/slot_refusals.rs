@@ -66,7 +66,8 @@ fn name(s: &str) -> Result<Value, NodeError> {
 /// - C: `s` (busy 1.2 s), `z`: `MOVED` to B at 1.2 s, long after `q` answered: its resend fits. (With `s` busy
 ///   500 ms, a loaded machine read `q`'s reply after `z`'s `MOVED` once, and refused `z` too.)
 ///
-/// The member hands up each command's own outcome under its id: `x: Overloaded`, `z: z`. Matched by position
+/// The member hands up each command's own outcome under its id: `x: Overloaded`, `z: z` (or `Overloaded`, if
+/// `q`'s reply was read after `z`'s `MOVED`). Matched by position
 /// instead, a refusal handed out after a later resend's reply puts `z`'s answer in `x`'s place: `x` counts a grant
 /// for another key, and `z` is refused.
 #[test]
@@ -112,15 +113,16 @@ fn a_resend_refused_by_a_full_master_and_a_later_resend_each_get_their_own_outco
     // Queued behind `q` on B (written when `q` answers): B is full until then.
     assert!(round.send_to(NodeSet::ALL, &second, 1).contains(0));
     let got = by_id(std::iter::from_fn(|| round.next()).collect());
-    assert_eq!(
-        got,
-        vec![
-            name(&q),
-            Err(NodeError::Overloaded),
-            name(&s),
-            name(&z),
-            name(&y),
-        ],
-        "each command's own outcome (x refused on the full master, z answered)"
+    // `z`'s resend fits once `q`'s reply was read; on a loaded machine the driver may read it after `z`'s `MOVED`,
+    // and `z` is refused too. Either way each outcome is its own command's: never another key's reply.
+    let z_own = got.get(3) == Some(&name(&z)) || got.get(3) == Some(&Err(NodeError::Overloaded));
+    assert!(
+        got.len() == 5
+            && got[0] == name(&q)
+            && got[1] == Err(NodeError::Overloaded)
+            && got[2] == name(&s)
+            && z_own
+            && got[4] == name(&y),
+        "each command's own outcome (x refused on the full master, z answered or refused): {got:?}"
     );
 }
