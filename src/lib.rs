@@ -5,6 +5,20 @@
 //! ("Distributed locks with Redis", the Redlock algorithm). A node that is down or hung costs nothing unless the
 //! majority needs it.
 //!
+//! # Start here
+//!
+//! - [`LockManager`]: the nodes and their connections, one per process, shared by every thread and task
+//!   ([`LockManager::new`] with the node URLs, or [`LockManager::builder`]).
+//! - [`Request`]: what to lock, for how long, how to wait and of which kind, from [`LockManager::request`].
+//! - [`Lock`]: a lock held, valid until its lease runs out; [`LockManager::extend`] and [`LockManager::unlock`].
+//! - [`Guard`]: a lock whose lease is renewed in the background, which says ([`Guard::is_lost`],
+//!   [`Guard::until_lost`]) when it can no longer be relied on.
+//! - [`Error`]: why a call failed, with each node's [`Outcome`] in a [`Report`] when nodes are to blame.
+//! - [`Config`]: timeouts, retries, the restart guard, TLS; the defaults (50 ms rounds) suit nodes on one network.
+//!
+//! Guides: [`acl`] (TLS and the least ACL permissions); in the repository, `docs/operations.md` (nodes, the
+//! restart guard, failures), `docs/cluster.md` (cluster members as nodes) and `docs/async.md` (executors).
+//!
 //! # Examples
 //!
 //! Typical use, against three Redis masters:
@@ -61,64 +75,47 @@
 //! # Ok::<(), muxlock::Error>(())
 //! ```
 //!
-//! # What is public
+//! # The first run: young nodes
 //!
-//! - The lock API, at the crate root: [`LockManager`] (and its [`Builder`]), a [`Request`], what it hands out
-//!   ([`Lock`] of every kind, an [`Owner`] for owned ones, [`Guard`] with [`Lost`] and [`LostWatch`]), fencing's
-//!   [`counter_key`] and [`FENCED_WRITE`] (a [`Lua`] script for the resource's side), [`Config`] (with
-//!   [`TlsConfig`] for `rediss://` nodes, and [`PERSIST_MARKER_KEY`], what the restart guard reads), [`Error`]
-//!   (and [`Result`]) with its per-node [`Report`] of [`Outcome`]s and what its variants carry ([`ConfigError`],
-//!   [`AddrError`], [`NodeAddr`], [`NodeError`], [`TlsError`], [`IoError`]), the counters of
-//!   [`LockManager::stats`] ([`Stats`], [`NodeStats`], [`NodeCounts`], [`GuardStats`], [`ReleaseStats`]), and
-//!   what [`LockManager::inspect`] reads of a key ([`Inspection`], [`KeyState`]). This is the API users rely on.
-//! - [`resp`]: the RESP2/RESP3 codec, a product of its own (fuzzed, benchmarked, stricter than the common
-//!   parsers): public and documented for use without the rest of muxlock.
-//! - The layers below the lock API are **not** an API: the network layer (`muxlock::net`: the fanout, rounds,
-//!   connection options) and the Redlock internals (`muxlock::redlock::quorum`, `muxlock::redlock::scripts`) are
-//!   reachable for the project's own tests and benches but hidden from the docs, and may change in any release.
-//!   (A round, for one, trusts its caller's count of replies per request; the lock API never gets it wrong.)
+//! A node that restarted without its data may have forgotten the locks it granted, and a node just started looks
+//! the same, so by default (the restart guard, [`Config::restart_guard`]) its grants count once it has been up
+//! longer than the longest lease in use. On freshly started nodes a first [`once`](Request::once) acquisition fails
+//! with [`Error::Quorum`], whose [`Report::restart_wait`] says how long until the nodes count; a
+//! [`wait`](Request::wait) waits that long (and says so, with the `tracing` feature). Nodes that persist every
+//! write (`appendonly yes`, `appendfsync always`) count at once: `muxlock cluster up` starts them so.
 //!
 //! # TLS and ACL users
 //!
-//! `rediss://` nodes connect with TLS (see [`TlsConfig`] and [`Config::with_tls`]); `redis://user:password@host`
-//! logs in as an ACL user (`AUTH user password`, or `HELLO 3 AUTH user password` with `?protocol=resp3`). A wrong
-//! password is an [`Error`] naming the node; passwords never appear in `Debug`, `Display` or errors. The least
-//! permissions a muxlock user needs (each one shown necessary in `tests/api/acl.rs`), with `~lock:*` standing for the
-//! lock names used:
-//!
-//! ```text
-//! ACL SETUSER locker on >s3cret ~lock:* +set +get +del +pexpire +eval +evalsha +script|load +info +time +pttl +client|tracking
-//! ```
-//!
-//! - `+set` takes a lock; `+evalsha` runs the release and extend scripts (a guard's renewals are the extend
-//!   script), which call `+get`, `+del` and `+pexpire`; `+eval` runs them in full when a node has lost them (a
-//!   `SCRIPT FLUSH`, a restart); `+script|load` loads them on each new connection (saving that first `EVAL`:
-//!   not needed); `+info` feeds the restart guard (`INFO server`; not needed with
-//!   [`Config::with_restart_guard`]`(false)`); `+time` the clock check (`TIME` with each acquisition and
-//!   extension; not needed with [`Config::with_clock_check`]`(false)`).
-//! - Nodes with native compare-and-delete (Valkey >= 9.0 `DELIFEQ`, Redis >= 8.4 `DELEX`) release and extend without
-//!   Lua (`DELIFEQ`/`DELEX ... IFEQ`, `SET ... IFEQ ... PX`), learned per node on each connection with `COMMAND
-//!   INFO`: add `+command|info` and `+delifeq` or `+delex` there. A user with only `+set +delifeq +command|info
-//!   +info +time` locks, extends, releases and holds guards on such nodes.
-//! - Guards and waiting ([`Request::hold`], [`Request::wait`]) add `+client|tracking` (the
-//!   watchdog's tracker connections turn client-side tracking on, and read guards' keys with `GET`) and `+pttl`
-//!   (a waiter reads the holder's remaining lease, which also arms the tracking of the key). Without them guards
-//!   and waiters still work, late: a guard whose key was deleted or overwritten is found lost at its next renewal
-//!   instead of at once, and a waiter polls at the retry delay instead of waking on the release.
-//! - `AUTH` and `HELLO` need no permission; add `+select` if a URL names a database.
-//! - Not in that set (and not yet tested): `+config|get`, `+time`, and `+set`/`+get` on
-//!   `~muxlock:persist-marker` (the persistence marker, run by `+eval`) let the restart guard trust nodes that
-//!   prove they persist every write at once (without them they get the window rule, never trust); fencing adds
-//!   `~muxlock:fence:*`, reentrant locks `+hset +hdel +hlen +exists +pttl +pexpire` and `~muxlock:holds:*`;
-//!   [waiting](Request::wait)'s fair queue across processes `+zadd +zrange +zrangebyscore +zrank +zrem +incr
-//!   +time +pexpire` and `~muxlock:queue:* ~muxlock:queue-deadlines:* ~muxlock:turn:*` (where a majority of
-//!   nodes refuse its script, a manager waits without the queue from then on).
+//! `rediss://` nodes connect with TLS ([`TlsConfig`], [`Config::with_tls`]); `redis://user:password@host` logs in
+//! as an ACL user. Passwords never appear in `Debug`, `Display` or errors. The least permissions a muxlock user
+//! needs, command by command, are on the [`acl`] page.
 //!
 //! # Features
 //!
 //! - `tls` (on by default): `rediss://` nodes, over rustls (with the `ring` provider) on the same non-blocking
 //!   sockets as plain ones; see [`TlsConfig`] and [`Config::with_tls`]. Without it, muxlock has no TLS
 //!   dependency and a `rediss://` node is an [`Error::Config`].
+//! - `tracing` (off by default): a span per lock operation and an event per node outcome, a guard's renewals and
+//!   losses, and a wait held back by young nodes, through the `tracing` facade. Resource names never appear.
+//! - `metrics` (off by default): counters and histograms of operations, renewals, losses and node errors through
+//!   the `metrics` facade.
+//!
+//! Without `tracing` and `metrics` nothing of either is compiled in. No public item is gated by a feature: the
+//! API is the same whichever are on.
+//!
+//! # What is public
+//!
+//! - The lock API, at the crate root: the types above, and what they hand out or carry: [`Builder`], [`Owner`]
+//!   for owned locks, [`Lost`] and [`LostWatch`] for guards, fencing's [`counter_key`] and [`FENCED_WRITE`] (a
+//!   [`Lua`] script for the resource's side), [`PERSIST_MARKER_KEY`] (what the restart guard reads), [`Result`],
+//!   what errors carry ([`ConfigError`], [`AddrError`], [`NodeAddr`], [`NodeError`], [`TlsError`], [`IoError`]),
+//!   the counters of [`LockManager::stats`] ([`Stats`], [`NodeStats`], [`NodeCounts`], [`GuardStats`],
+//!   [`ReleaseStats`]), and what [`LockManager::inspect`] reads of a key ([`Inspection`], [`KeyState`]).
+//! - [`resp`]: the RESP2/RESP3 codec, a product of its own (fuzzed, benchmarked, stricter than the common
+//!   parsers): public and documented for use without the rest of muxlock.
+//! - The layers below the lock API are **not** an API: the network layer (`muxlock::net`) and the Redlock
+//!   internals (`muxlock::redlock::quorum`, `muxlock::redlock::scripts`) are reachable for the project's own
+//!   tests and benches but hidden from the docs, and may change in any release.
 //!
 //! # Layout
 //!
@@ -127,6 +124,7 @@
 //!   callers' requests share writes, replies are read as they arrive.
 //! - [`redlock`]: the Redlock algorithm and the lock API ([`LockManager`], [`Lock`], [`Config`], [`Error`],
 //!   [`Stats`]).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(
     not(test),
     warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)
@@ -136,6 +134,11 @@
 pub mod net;
 pub mod redlock;
 pub mod resp;
+
+/// TLS and ACL users: certificates, logins and the least permissions muxlock needs, command by command
+/// (`docs/acl.md`; its examples compile as this page's doc tests).
+#[doc = include_str!("../docs/acl.md")]
+pub mod acl {}
 mod sync;
 mod time;
 mod timer;
@@ -148,13 +151,13 @@ pub struct ReadmeDoctests;
 /// The guides' examples (`docs/*.md`), compiled as doc tests for the same reason.
 #[cfg(doctest)]
 #[doc = include_str!("../docs/operations.md")]
-#[doc = include_str!("../docs/acl.md")]
 #[doc = include_str!("../docs/cluster.md")]
 #[doc = include_str!("../docs/async.md")]
 pub struct GuideDoctests;
 
 pub use net::{AddrError, IoError, NodeAddr, NodeCounts, NodeError, TlsConfig, TlsError};
 pub use redlock::lua::{FENCED_WRITE, Lua};
+#[doc(inline)]
 pub use redlock::{
     Builder, Config, ConfigError, Error, Guard, GuardStats, Inspection, KeyState, Lock,
     LockManager, Lost, LostWatch, NodeStats, Outcome, Owner, PERSIST_MARKER_KEY, ReleaseStats,

@@ -17,6 +17,8 @@
 
 #[path = "mutex/clocks.rs"]
 mod clocks;
+#[path = "mutex/cluster_clocks.rs"]
+mod cluster_clocks;
 #[path = "mutex/clusters.rs"]
 mod clusters;
 #[path = "mutex/extensions.rs"]

@@ -196,3 +196,78 @@ fn node_errors_are_counted_per_node() {
         "{snapshot:?}"
     );
 }
+
+/// A waiting request on nodes younger than the restart window (fresh servers that do not persist every write)
+/// says it waits for them: an event naming each node and the time until its grants count, once per wait. A wait
+/// that ends first says the same in its error's report; a longer one gets the lock once they count.
+#[test]
+fn a_wait_held_back_by_young_nodes_says_for_whom_and_how_long() {
+    let out = trace();
+    let cluster = Cluster::start(3);
+    let ttl = Duration::from_secs(2);
+    let config = muxlock::Config::default()
+        .with_round_timeout(Duration::from_millis(500))
+        .with_restart_window(ttl);
+    assert!(config.restart_guard(), "on by default");
+    let locks = locks::manager(cluster.urls(), config);
+    let e = locks
+        .request("secret:young")
+        .ttl(ttl)
+        .wait(Duration::from_millis(600))
+        .acquire()
+        .expect_err("no node counts yet");
+    assert!(e.is_quorum(), "{e}");
+    let report = e.report().expect("a report");
+    let left = report
+        .restart_wait()
+        .expect("the wait for young nodes is in the report");
+    assert!(left > Duration::ZERO && left <= ttl, "{left:?}");
+    assert!(report.not_counted().count() >= 2, "{e}");
+    let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+    let events: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("waiting for young nodes"))
+        .collect();
+    // Once for the first young nodes, then again only when a node joins them (an attempt whose replies from
+    // one node came too late names the others only): never twice for the same nodes.
+    assert!(!events.is_empty(), "no event for the wait");
+    let named =
+        |addr: &str, events: &[&str]| events.iter().any(|e| e.contains(&format!("{addr} up ")));
+    for (i, event) in events.iter().enumerate() {
+        for needle in [
+            "INFO",
+            "muxlock.wait=\"young nodes\"",
+            "muxlock.counted_in_ms=",
+            "counted in ",
+        ] {
+            assert!(event.contains(needle), "no {needle:?} in {event}");
+        }
+        assert!(!event.contains("secret"), "a resource name leaked: {event}");
+        let new = cluster
+            .urls()
+            .iter()
+            .map(|url| url.trim_start_matches("redis://").to_owned())
+            .any(|addr| named(&addr, &events[i..=i]) && !named(&addr, &events[..i]));
+        assert!(new, "an event names no node new to the wait: {events:#?}");
+    }
+    for (addr, ..) in report.not_counted() {
+        assert!(
+            named(&addr.to_string(), &events),
+            "{addr} not named: {events:#?}"
+        );
+    }
+    // Waiting long enough, the nodes count and the lock is granted.
+    let start = std::time::Instant::now();
+    let lock = locks
+        .request("secret:young")
+        .ttl(ttl)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .expect("granted once the nodes count");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    locks.unlock(lock).expect("released");
+}

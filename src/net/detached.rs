@@ -1,6 +1,6 @@
 //! [`Detached`]: releases that were held for room on a full node when their round ended, kept until the node has
 //! room for them (then queued like any request, their replies read and dropped) or until they are given up. Plain
-//! bookkeeping, no sockets and no clock of its own: the fanout places them (`fanout/detach.rs`).
+//! bookkeeping, no sockets and no clock of its own: the fanout's machine places them (`machine/detach.rs`).
 //!
 //! # Why
 //!
@@ -47,7 +47,7 @@
 //!   connection still connecting or setting up too: they go out behind the set-up, driven by the fanout whether
 //!   or not that round is still there, see "Driven to the end"), and otherwise its request is refused as
 //!   overloaded (an ordinary round) or held behind them (a release round, whose held requests make way the same
-//!   way when retried): `fanout/detach.rs`, `Shared::make_way`. Why it
+//!   way when retried): `machine/detach.rs`, `Machine::make_way`. Why it
 //!   matters even though every detached request deletes only its own value: a detached clean-up run after a
 //!   later request of the same value (a retry that reused it) would delete what that request was counted for.
 //!   Values are drawn per attempt so that cannot happen; this order makes the wire agree with the order of the

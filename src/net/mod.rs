@@ -14,12 +14,15 @@
 //!
 //! - `state` (one node's protocol state, pure) and `inbound` (its bytes decoded, pure): no socket, unit-tested
 //!   with byte buffers and a virtual clock;
+//! - `machine/` (the fanout's state machine, sans-IO: the nodes' states, the rounds' slots, offering, holding,
+//!   detaching, patience, filing, hung connections), driven by `fanout/` on `mio` and by the simulator through
+//!   `sim` (feature `sim`);
 //! - `transport/` (one connection's bytes on its `mio` socket: `tcp`, and `tls`, rustls driven sans-IO, with
 //!   `no_tls.rs` standing in without the `tls` feature), `conn` (a node's socket side: dialling, completing a
 //!   connect), `read` (the driver's read side);
-//! - `fanout/` (N nodes on one poll, shared by threads: the fanout itself, its `driver`, a `round`, a
-//!   `node_set`, `detach`), `slots` (rounds' mailboxes), `detached` (releases whose round ended while they were
-//!   held for room, pure), `addr`, `resolve`, `options`, `tls_config`, `stats`, `error`;
+//! - `fanout/` (the machine on one poll, shared by threads: the fanout itself, its `driver`, a `round`, the
+//!   `background` driver), `node_set` (which nodes a request goes to), `slots` (rounds' mailboxes), `detached` (releases whose round ended
+//!   while they were held for room, pure), `addr`, `resolve`, `options`, `tls_config`, `stats`, `error`;
 //! - `cluster/`: a Redis Cluster's key slots, slot map, `MOVED`/`ASK` and `redis+cluster://` seed
 //!   URLs (pure), and `cluster/route/`: a manager's members over one fanout, routed per slot.
 
@@ -32,9 +35,15 @@ mod detached;
 mod error;
 mod fanout;
 mod inbound;
+mod machine;
+mod node_set;
 mod options;
 mod read;
 mod resolve;
+// The deterministic simulator in tests/sim/ drives the fanout's machine through it (feature `sim`).
+#[cfg(feature = "sim")]
+#[doc(hidden)]
+pub mod sim;
 // The simulator in tests/sim/ files its rounds' outcomes through the real bookkeeping (feature `sim`).
 #[cfg(feature = "sim")]
 #[doc(hidden)]
@@ -48,7 +57,8 @@ mod transport;
 
 pub use addr::{AddrError, NodeAddr};
 pub use error::{IoError, NodeError, TlsError};
-pub use fanout::{Fanout, NodeSet, Occupier, Pushes, Round};
+pub use fanout::{Fanout, Occupier, Pushes, Round};
+pub use node_set::NodeSet;
 pub use options::Options;
 pub use slots::{CommandId, Reply};
 pub use stats::NodeCounts;

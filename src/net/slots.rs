@@ -219,9 +219,30 @@ pub struct Slots {
     slots: Vec<Slot>,
     free: Vec<usize>,
     waiting: Waiting,
+    /// Outcomes read from the wire and dropped: their round had ended, or their id was no longer awaited. Read by
+    /// the simulator only.
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    late: u64,
+    /// Outcomes filed so far (replies, refusals, timeouts). Read by the simulator only.
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    filed: u64,
 }
 
 impl Slots {
+    /// How many outcomes read from the wire were dropped so far: late replies (their round had ended, or had
+    /// timed their node out).
+    #[cfg(feature = "sim")]
+    pub fn late(&self) -> u64 {
+        self.late
+    }
+
+    /// How many outcomes were filed so far (replies, refusals, timeouts): a driver that wakes rounds itself (the
+    /// simulator's) tells by it whether anything came.
+    #[cfg(feature = "sim")]
+    pub fn filed(&self) -> u64 {
+        self.filed
+    }
+
     /// Opens a slot for a round over `nodes` nodes that ends by `deadline`.
     pub fn open(&mut self, nodes: usize, deadline: Instant) -> SlotRef {
         let index = match self.free.pop() {
@@ -319,10 +340,9 @@ impl Slots {
         id: CommandId,
         reply: Reply,
     ) -> Result<Option<Wake>, Disorder> {
-        let Some(s) = live(&mut self.slots, r) else {
-            return Ok(None);
-        };
-        let Some(at) = s.find(id.node, id.seq) else {
+        let found = live(&mut self.slots, r).and_then(|s| Some((s.find(id.node, id.seq)?, s)));
+        let Some((at, s)) = found else {
+            self.late += 1;
             return Ok(None);
         };
         let older_on_a_wire = s.awaited[id.node].iter().take(at).any(|a| a.queued);
@@ -330,6 +350,7 @@ impl Slots {
             return Err(Disorder);
         }
         s.arrive(id, at, reply);
+        self.filed += 1;
         Ok(s.wake(&mut self.waiting))
     }
 
@@ -355,6 +376,7 @@ impl Slots {
             };
             let id = CommandId { node, seq: a.seq };
             s.arrive(id, at, reply.clone());
+            self.filed += 1;
             filed = true;
         }
         match filed {
@@ -401,6 +423,7 @@ impl Slots {
             s.arrivals.push_back((id, Err(NodeError::Timeout)));
         }
         s.outstanding -= n;
+        self.filed += n as u64;
         Some(u32::try_from(n).unwrap_or(u32::MAX))
     }
 

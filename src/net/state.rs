@@ -29,7 +29,7 @@
 //! had to answer first anyway. A write that fills the socket puts the rest back in front of the queue and leaves
 //! the role; the driver resumes it when the socket drains. Bytes queued behind a connect or a set-up wait for
 //! the driver too. The rounds that queued them may all end first (a majority answered, a task was cancelled): a
-//! driver then keeps turning until they are written (`Inner::needs_driver`), since a release among them must
+//! driver then keeps turning until they are written (`Machine::needs_driver`), since a release among them must
 //! reach its node whoever still waits. Over TLS a batch is handed to rustls in one piece, so
 //! its requests share TLS records (one record carries up to 16 KiB of them).
 //!
@@ -226,14 +226,14 @@ impl NodeState {
     /// Whether releases detached from their rounds are queued here with their replies still to come: nobody
     /// waits for them, so the fanout must keep polling until they are read (or the connection is dropped):
     /// a connect or TLS handshake under way, a write cut short by a full socket, a node that stopped answering
-    /// (then dropped as hung) all need a turn of the driver (see `fanout/detach.rs`).
+    /// (then dropped as hung) all need a turn of the driver (see `machine/detach.rs`).
     pub(crate) fn holds_detached(&self) -> bool {
         self.detached > 0
     }
 
     /// Whether bytes wait here to be written: queued behind a connect, a set-up or a batch on the wire, or the
     /// rest of a write the socket cut short. Only a writer takes them, and once the rounds that queued them have
-    /// ended, only a driver's turn does (see `Inner::needs_driver`).
+    /// ended, only a driver's turn does (see `Machine::needs_driver`).
     pub(crate) fn holds_unwritten(&self) -> bool {
         !self.wbuf.is_empty()
     }

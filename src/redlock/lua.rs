@@ -110,7 +110,7 @@ pub const RELEASE_REENTRANT: Lua = Lua {
 /// ms): if `KEYS[1]` holds the owner and the hold is there (or the node no longer knows the holds: `KEYS[2]`
 /// missing, the key is the owner's all the same), makes both keys live at least `ARGV[3]` ms more — never less
 /// than they had: another hold of the owner may rely on a longer lease (the invariant of
-/// `kind/reentrant.rs`). Returns 1 if extended, 0 if the key or the hold is not there (it expired, was released).
+/// `kind/owned.rs`). Returns 1 if extended, 0 if the key or the hold is not there (it expired, was released).
 pub const EXTEND_REENTRANT: Lua = Lua {
     body: r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 end if redis.call("exists", KEYS[2]) == 1 and redis.call("hexists", KEYS[2], ARGV[2]) == 0 then return 0 end local t = redis.call("pttl", KEYS[1]) if t < tonumber(ARGV[3]) then t = tonumber(ARGV[3]) redis.call("pexpire", KEYS[1], t) end redis.call("pexpire", KEYS[2], t) return 1"#,
     sha1: "225a88b5588503988af92d9abdb03718a4cc79f5",

@@ -12,7 +12,7 @@
 //!
 //! # Layout
 //!
-//! Rooms, each importing only the ones below it (`tests/house/layout.rs` checks the direction):
+//! Rooms, each reaching only the ones below it, however many steps away (`tests/house/imports.rs` checks it):
 //!
 //! ```text
 //! manager/          LockManager + Builder: every public verb (mod.rs: the basic ones; request.rs: the
@@ -20,21 +20,24 @@
 //!                   kinds.rs: batches, owners); the only room that knows all
 //!   wait.rs         the waiting loop around any kind's attempt, in this process' lines; probes on the tracker;
 //!                   wait/handoff.rs: the queue across processes of one plain resource
-//!   guard/          Guard, LostWatch, Lost; Held (a guard's state, its lock's kind); Keeper (what handles and
+//!   guard/          Guard, LostWatch; Held (a guard's state, its lock's kind); Keeper (what handles and
 //!                   guards share: the engine, the watchdog, the waiters); renew (applies the engine's renewal
 //!                   verdicts); watchdog.rs (the thread: renewals, the tracker connections, invalidation pushes)
 //!   waiters.rs      WaitRoom: this process' lines of waiters (a resource's, a set's, an owner's), who wakes whom
-//!   engine/         Engine<N = Fanout, C = SystemClock>: every round of every kind, nothing else
-//!                   mod.rs (the plain rounds, inspect, reports), any.rs (a Lock of any kind: the one retry
-//!                   loop `acquire_any`, `extend_any`, `release`), release.rs (Tally: the one release verdict),
+//!   kind/           each kind in one file: its value, its replies' meaning, its rounds. mod.rs: Kind (the one
+//!                   enum that says which kind), Lock (a lease and its kind), the dispatch of each verb to the
+//!                   kind's file; plain.rs, set.rs, fenced.rs (and the fencing safety argument), owned.rs
+//!                   (Owner, reentrant holds), queued.rs (a plain attempt behind the nodes' queue)
+//!   engine/         Engine<N = Fanout, C = SystemClock>: the machinery every kind runs on, knowing no kind
+//!                   mod.rs (compare-and-X extension and release of a Lease, inspect, reports, the retry
+//!                   loop), lease.rs (Lease), scripted.rs (a scripted kind's acquisition and extension),
+//!                   release.rs (Tally: the one release verdict), reply.rs (the shared replies' meaning),
 //!                   compare.rs (compare-and-X requests, native or scripted per node, with refusal fallback),
 //!                   renew.rs (the guards' batched renewal), pipeline.rs (k commands per node), batch.rs,
-//!                   set.rs, fenced.rs, reentrant.rs, queued.rs; restart/ + persist.rs (the restart guard);
-//!                   native.rs (each node's DELIFEQ / DELEX); seam.rs (Nodes / NodeRound / Clock)
-//!   kind/           the kinds as values: lock.rs (Lock, one handle with its Kind), set.rs, fenced.rs (and the
-//!                   fencing safety argument), reentrant.rs (Owner), queued.rs; their replies' meaning
+//!                   fold.rs, awaiting.rs; restart/ + persist.rs (the restart guard); clock.rs (the clock
+//!                   check); native.rs (each node's DELIFEQ / DELEX); seam.rs (Nodes / NodeRound / Clock)
 //!   leaves          quorum (the verdict, a pure state machine), schedule, scripts + lua (the scripts and SHA1s),
-//!                   token, config, error, stats, inspect
+//!                   token, config, error, lost, stats, observe, inspect
 //! ```
 //!
 //! - **The engine is sans-IO in time and nodes**: it reaches the nodes only through the seam (`engine/seam.rs`;
@@ -78,9 +81,9 @@ pub use engine::persist::PERSIST_MARKER_KEY;
 pub use error::{ConfigError, Error, Outcome, Report, Result};
 pub use guard::{Guard, LostWatch};
 pub use inspect::{Inspection, KeyState};
+pub use kind::Lock;
 pub use kind::fenced::counter_key;
-pub use kind::lock::Lock;
-pub use kind::owner::Owner;
+pub use kind::owned::Owner;
 pub use lost::Lost;
 pub use manager::{Builder, LockManager, Request};
 pub use stats::{GuardStats, NodeStats, ReleaseStats, Stats};

@@ -9,8 +9,11 @@
 //!   nodes that said yes, for a failure). Inside it, one event per node outcome: `server.address`,
 //!   `server.port`, `db.system.name`, `muxlock.vote` (`granted`, `taken`, `failed`, `quarantined`) and, for an
 //!   error reply, `db.response.status_code` (its prefix: `ERR`, `NOPERM`, `READONLY`, ...). A guard's renewal
-//!   and loss are events too (`muxlock.guard`). Resource names never appear: they may be user data; the span
-//!   carries none.
+//!   and loss are events too (`muxlock.guard`). A [waiting](super::Request::wait) request held back by the
+//!   restart guard says so at `INFO`, once per wait and again when more nodes hold it back: `muxlock.wait =
+//!   "young nodes"`, `muxlock.young` (each such node, how long it has been up and until its grants count) and
+//!   `muxlock.counted_in_ms` (until the last of them counts). Resource names never appear: they may be user
+//!   data; the span carries none.
 //! - **`metrics`**, through the `metrics` facade (bring any recorder/exporter): counter
 //!   `muxlock_operations_total{operation, kind, outcome}`, histograms `muxlock_operation_seconds{operation,
 //!   kind}` and `muxlock_validity_seconds{kind}` (the lease left after an acquisition), counters
@@ -26,7 +29,7 @@ use std::time::Instant;
 
 #[cfg(any(feature = "tracing", feature = "metrics"))]
 use crate::redlock::error::Error;
-use crate::redlock::error::{Outcome, Result};
+use crate::redlock::error::{Outcome, Report, Result};
 use crate::redlock::lost::Lost;
 
 /// What a node's outcomes are labelled with.
@@ -241,5 +244,35 @@ pub(crate) fn lost(why: &Lost) {
         tracing::warn!(muxlock.guard = "lost", muxlock.cause = cause, "{why}");
         #[cfg(feature = "metrics")]
         metrics::counter!("muxlock_losses_total", "cause" => cause).increment(1);
+    }
+}
+
+/// A waiting request's attempt failed with grants the restart guard did not count (nodes younger than the
+/// window): the wait goes on, and says for whom and for how long.
+#[inline]
+#[allow(unused_variables)]
+pub(crate) fn waiting_for_young(report: &Report) {
+    #[cfg(feature = "tracing")]
+    {
+        let young = report
+            .not_counted()
+            .map(|(addr, up, left)| {
+                format!(
+                    "{addr} up {:.1}s, counted in {:.1}s",
+                    up.as_secs_f64(),
+                    left.as_secs_f64()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let left = report.restart_wait().unwrap_or_default();
+        tracing::info!(
+            muxlock.wait = "young nodes",
+            muxlock.young = %young,
+            muxlock.counted_in_ms = left.as_millis() as u64,
+            "waiting for young nodes: their grants count in {:.1}s (the restart guard; nodes that persist every \
+             write are trusted at once)",
+            left.as_secs_f64()
+        );
     }
 }

@@ -8,7 +8,7 @@
 //!
 //! Every release that runs a script (the spec's compare-and-delete, and the other kinds' releases in
 //! [`lua`](super::lua): `RELEASE_MANY`, `RELEASE_BATCH`, `RELEASE_FENCED`, `RELEASE_REENTRANT`, `QUEUE_LEAVE`)
-//! is sent in full, `EVAL` of its body, never by hash (`Script::scripted`, `Kind::Release` in
+//! is sent in full, `EVAL` of its body, never by hash (`Script::scripted`, `Purpose::Release` in
 //! `engine/pipeline.rs`). Why: a `NOSCRIPT` can be answered only by someone who reads it, and a release's
 //! replies are often read by nobody. A release round ends as soon as a majority confirmed (the other nodes'
 //! replies come after it: a slow node, a paused one); a failed attempt's clean-up is never awaited; an async
@@ -120,7 +120,7 @@ pub(crate) struct NoExpiry;
 
 /// `SET resource value IFEQ value PX ttl_ms`: extends the key's expiry to `ttl_ms` only if it still holds
 /// `value`; never creates the key (`IFEQ` on a missing key does nothing). Replies `+OK` if extended, nil if not
-/// (read by `kind::compare_vote`).
+/// (read by `engine::reply::compare_vote`).
 ///
 /// # Errors
 ///

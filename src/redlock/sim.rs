@@ -12,17 +12,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-
 use crate::redlock::config::Config;
 use crate::redlock::engine::Engine as Rounds;
-use crate::redlock::engine::any::Want;
 use crate::redlock::engine::restart;
 use crate::redlock::error::Result;
 use crate::redlock::guard::{self, Held};
-use crate::redlock::kind::lock::{Kind, Lock};
-use crate::redlock::kind::owner::Owner;
-use crate::redlock::kind::queued::Entry;
+use crate::redlock::kind::Lock;
+use crate::redlock::kind::owned::{self, Owner};
+use crate::redlock::kind::queued::{self, Entry};
+use crate::redlock::kind::{self, Kind};
 use crate::redlock::lost::Lost;
 use crate::redlock::lua;
 use crate::redlock::schedule::{lost_margin, renewal_due};
@@ -81,10 +79,7 @@ impl SimGuard {
 
     /// The fencing token of a fenced guard.
     pub fn token(&self) -> Option<u64> {
-        match self.held.kind {
-            Kind::Fenced(token) => Some(token),
-            _ => None,
-        }
+        self.held.kind.token()
     }
 
     /// Every resource of a guarded set.
@@ -97,10 +92,7 @@ impl SimGuard {
 
     /// The owner of a guarded owned (reentrant) hold.
     pub fn owner(&self) -> Option<&Owner> {
-        match &self.held.kind {
-            Kind::Owned { owner, .. } => Some(owner),
-            _ => None,
-        }
+        self.held.kind.owner()
     }
 
     /// Confirmed renewals so far.
@@ -113,11 +105,13 @@ impl SimGuard {
 #[derive(Debug)]
 pub struct QueueEntry(Entry);
 
-/// The commands a connection runs before its first request, in order (the scripts' `SCRIPT LOAD`s, then the
-/// restart guard's readings if `config` turns it on): a simulated node runs them on every new connection and
-/// [`Nodes::setup_replies`] hands back their replies.
-pub fn setup_commands(config: &Config) -> Vec<Bytes> {
-    restart::connection_setup(config, 0).0
+/// The fanout options a manager of `config` over `nodes` nodes runs with: the commands a connection runs before
+/// its first request (the scripts' `SCRIPT LOAD`s, the native probe, then the restart guard's readings if
+/// `config` turns it on), which of them may be refused, the room and timeouts. A simulated client's fanout runs
+/// them on every new connection, and [`Nodes::setup_replies`] hands back their replies.
+pub fn options(config: &Config, nodes: usize) -> crate::net::Options {
+    let (setup, restart) = restart::connection_setup(config, nodes);
+    crate::redlock::manager::fanout_options(config, setup, &restart)
 }
 
 impl<N: Nodes, C: Clock> Engine<N, C> {
@@ -167,38 +161,34 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// As a request's `once().acquire()` (`Ok(None)` when held).
     pub async fn try_lock(&self, resource: &[u8], ttl: Duration) -> Result<Option<Lock>> {
-        crate::redlock::error::not_held(
-            self.acquire(&Want::One(resource), resource, ttl, false)
-                .await,
-        )
+        crate::redlock::error::not_held(self.acquire(Kind::Plain, resource, ttl, false).await)
     }
 
     /// As a request's `acquire()` (retries with the clock's pauses).
     pub async fn lock(&self, resource: &[u8], ttl: Duration) -> Result<Lock> {
-        self.acquire(&Want::One(resource), resource, ttl, true)
-            .await
+        self.acquire(Kind::Plain, resource, ttl, true).await
     }
 
     /// As a request's `acquire` (`retry`: with retries, else one attempt): the one retry loop of every kind.
     async fn acquire(
         &self,
-        want: &Want<'_>,
+        kind: Kind,
         resource: &[u8],
         ttl: Duration,
         retry: bool,
     ) -> Result<Lock> {
-        let ttl_ms = self.core.check(resource, ttl)?;
-        self.core.acquire_any(want, ttl, ttl_ms, retry).await
+        let ask = kind.check(resource.to_vec(), &self.core, ttl)?;
+        kind::acquire(&self.core, &ask, retry).await
     }
 
     /// As [`LockManager::extend`](super::LockManager::extend): a lock of any kind.
     pub async fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
-        self.core.extend_any(lock, ttl).await
+        kind::extend(&self.core, lock, ttl).await
     }
 
     /// As [`LockManager::unlock`](super::LockManager::unlock): a lock of any kind.
     pub async fn unlock(&self, lock: Lock) -> Result<usize> {
-        self.core.release(&lock).await
+        kind::release(&self.core, &lock).await
     }
 
     /// As [`Engine::extend`]; `shortening` extends an owned hold with
@@ -210,22 +200,22 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         ttl: Duration,
         shortening: bool,
     ) -> Result<()> {
-        let Kind::Owned { owner, hold, .. } = lock.kind.clone() else {
+        let Kind::Owned(_, hold) = &lock.kind else {
             return self.extend(lock, ttl).await;
         };
         if !shortening {
             return self.extend(lock, ttl).await;
         }
-        let counter = crate::redlock::kind::reentrant::count_key(&lock.resource, false);
-        let resource = lock.resource.clone();
+        let script = owned::extension_by(
+            lua::EXTEND_REENTRANT_SHORTENING,
+            &lock.lease.resource,
+            &lock.lease.value,
+            hold.as_ref(),
+            false,
+        );
+        let name = lock.lease.resource.clone();
         self.core
-            .extend_scripted(
-                lock,
-                ttl,
-                lua::EXTEND_REENTRANT_SHORTENING,
-                &[&resource, &counter],
-                |ttl| vec![owner.value.to_vec(), hold.to_vec(), ttl.to_vec()],
-            )
+            .extend_scripted(&mut lock.lease, ttl, &script, &name)
             .await
     }
 
@@ -250,12 +240,17 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         resources: &[&[u8]],
         ttl: Duration,
     ) -> Vec<Result<Option<Lock>>> {
-        self.core.try_lock_batch(resources, ttl).await
+        let leases = self.core.try_lock_batch(resources, ttl).await;
+        leases
+            .into_iter()
+            .map(|r| r.map(|lease| lease.map(|lease| Lock::new(lease, Kind::Plain))))
+            .collect()
     }
 
     /// As [`LockManager::unlock_batch`](super::LockManager::unlock_batch).
     pub async fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
-        self.core.unlock_batch(&locks).await
+        let leases: Vec<_> = locks.iter().map(|l| &l.lease).collect();
+        self.core.unlock_batch(&leases).await
     }
 
     /// As a request for a set ([`LockManager::request_all`](super::LockManager::request_all)) with retries
@@ -268,15 +263,32 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         retry: bool,
     ) -> Result<Option<Lock>> {
         let names = resources.iter().map(|r| r.to_vec()).collect();
-        let (sorted, ttl_ms) = self.core.check_set(names, ttl)?;
-        let got = self
-            .core
-            .acquire_any(&Want::Set(&sorted), ttl, ttl_ms, retry)
-            .await;
+        let ask = Kind::Set(names).check(Vec::new(), &self.core, ttl)?;
+        let got = kind::acquire(&self.core, &ask, retry).await;
         match retry {
             true => got.map(Some),
             false => crate::redlock::error::not_held(got),
         }
+    }
+
+    /// As [`Engine::lock_many`] with retries, every attempt with the first one's value, where a request draws a
+    /// value per attempt (`kind/set.rs`, "A value per attempt"): a failed attempt's clean-up, a compare-and-delete
+    /// of that value, then deletes the retry's keys if it runs after the retry on a node. The simulator's aim at
+    /// the other rule that keeps them apart: a node's detached releases go on its wire ahead of any request offered
+    /// after them (`net/machine/detach.rs`, `Machine::make_way`), so a retry never overtakes its clean-up.
+    pub async fn lock_many_one_value(&self, resources: &[&[u8]], ttl: Duration) -> Result<Lock> {
+        let names = resources.iter().map(|r| r.to_vec()).collect();
+        let ask = Kind::Set(names).check(Vec::new(), &self.core, ttl)?;
+        let Kind::Set(sorted) = &ask.kind else {
+            return Err(crate::redlock::Error::config("a set was asked"));
+        };
+        let value = self.core.tokens.draw("drawing the lock value")?;
+        let ttl = (ask.ttl, ask.ttl_ms);
+        self.core
+            .retrying(true, || async {
+                Ok(kind::set::attempt(&self.core, sorted, value, ttl).await)
+            })
+            .await
     }
 
     /// As a [fenced](super::Request::fenced) request with retries (`retry`) or one attempt (`Ok(None)` when
@@ -288,9 +300,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         ttl: Duration,
         retry: bool,
     ) -> Result<Option<Lock>> {
-        let got = self
-            .acquire(&Want::Fenced(resource), resource, ttl, retry)
-            .await;
+        let got = self.acquire(Kind::Fenced(None), resource, ttl, retry).await;
         match retry {
             true => got.map(Some),
             false => crate::redlock::error::not_held(got),
@@ -315,7 +325,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         ))
     }
 
-    /// One queued attempt, as a waiting request's loop makes it (`engine/queued.rs`): the lock, `Ok(Err(held))`
+    /// One queued attempt, as a waiting request's loop makes it (`kind/queued.rs`): the lock, `Ok(Err(held))`
     /// (`held`: the nodes' refusals said another holder or waiter has it, rather than an outage), or an error.
     /// `joined`: the waiter queued with an earlier attempt (a grant then leaves everywhere).
     pub async fn queued_attempt(
@@ -326,23 +336,22 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         joined: bool,
     ) -> Result<std::result::Result<Lock, bool>> {
         let ttl_ms = self.core.check(resource, ttl)?;
-        Ok(self
-            .core
-            .queued_attempt(resource, ttl, ttl_ms, &entry.0, joined)
-            .await?
-            .map_err(|(failure, _, _)| failure == crate::redlock::quorum::Failure::Held))
+        Ok(
+            queued::attempt(&self.core, resource, ttl, ttl_ms, &entry.0, joined)
+                .await?
+                .map_err(|(failure, _, _)| failure == crate::redlock::quorum::Failure::Held),
+        )
     }
 
     /// Takes `entry` off the queue on every node (sent, not awaited), as a waiter does with the lock or giving up.
     pub fn leave_queue(&self, resource: &[u8], entry: &QueueEntry) {
-        self.core
-            .leave_queue(resource, &entry.0, crate::net::NodeSet::ALL);
+        queued::leave(&self.core, resource, &entry.0, crate::net::NodeSet::ALL);
     }
 
     /// As a request with [`owned`](super::Request::owned): one hold of `owner`'s reentrant lock, as a [`Lock`]
     /// (extended by [`Engine::extend`], released by [`Engine::unlock`], guarded by [`Engine::guard`]).
     pub async fn lock_owned(&self, owner: &Owner, resource: &[u8], ttl: Duration) -> Result<Lock> {
-        self.acquire(&Want::Owned(owner, resource), resource, ttl, true)
+        self.acquire(Kind::Owned(owner.clone(), None), resource, ttl, true)
             .await
     }
 
@@ -350,15 +359,14 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// hold of the owner, whichever ([`lua::RELEASE_REENTRANT_UNATTRIBUTED`]): the simulator's control. Another
     /// kind of lock is released as [`Engine::unlock`] releases it.
     pub async fn unlock_owned(&self, lock: Lock, unattributed: bool) -> Result<usize> {
-        let Kind::Owned { owner, hold, .. } = &lock.kind else {
+        let Kind::Owned(_, hold) = &lock.kind else {
             return self.unlock(lock).await;
         };
         let script = match unattributed {
             true => lua::RELEASE_REENTRANT_UNATTRIBUTED,
             false => lua::RELEASE_REENTRANT,
         };
-        self.core
-            .unlock_reentrant((&lock.resource, lock.nodes), (&owner.value, hold), script)
+        owned::release(&self.core, &lock.lease, hold.as_ref(), script)
             .await
             .map(|(released, _)| released)
     }
@@ -367,7 +375,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// fenced lock's token, for a lock that lost it on the way).
     pub fn guard(&self, lock: Lock, ttl: Duration, fence: Option<u64>) -> SimGuard {
         let lock = match fence {
-            Some(token) => lock.with_kind(Kind::Fenced(token)),
+            Some(token) => lock.with_kind(Kind::Fenced(Some(token))),
             None => lock,
         };
         self.guard_with(lock, ttl)

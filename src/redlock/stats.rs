@@ -9,7 +9,6 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::net::{NodeAddr, NodeCounts};
-use crate::redlock::engine::restart::Standing;
 use crate::redlock::error::Outcome;
 use crate::redlock::observe::{self, Server};
 
@@ -125,6 +124,10 @@ pub struct NodeStats {
     /// How long until the node's grants count, if they do not yet (it started less than the restart window ago and
     /// does not persist every write); `None` when they count, or before the first connection.
     pub counted_in: Option<std::time::Duration>,
+    /// The node's `INFO server` says its monotonic clock is broken (`monotonic_clock` shows a rate that is not a
+    /// finite number from 1 to 100,000 ticks/us): its grants are not counted while its server process runs
+    /// (false with the restart guard off, which reads it, or before the first connection).
+    pub broken_clock: bool,
     /// The connections' own figures: requests, writes, reconnects, timeouts, round-trip percentiles.
     pub net: NodeCounts,
 }
@@ -172,7 +175,7 @@ impl NodeStats {
         addr: NodeAddr,
         votes: &Votes,
         restarts: u64,
-        standing: Standing,
+        (persists, counted_in, broken_clock): (bool, Option<std::time::Duration>, bool),
         net: NodeCounts,
     ) -> NodeStats {
         NodeStats {
@@ -182,8 +185,9 @@ impl NodeStats {
             failed: votes.failed.load(Relaxed),
             quarantined: votes.quarantined.load(Relaxed),
             restarts,
-            persists: standing.trusted_at_once,
-            counted_in: standing.counted_in,
+            persists,
+            counted_in,
+            broken_clock,
             net,
         }
     }
@@ -230,6 +234,14 @@ impl fmt::Display for Stats {
                 n.restarts,
                 q(0.5),
                 q(0.99)
+            )?;
+        }
+        for n in self.nodes.iter().filter(|n| n.broken_clock) {
+            writeln!(
+                f,
+                "{}: its INFO server shows a broken monotonic clock: its grants are not counted while its \
+                 process runs",
+                n.addr
             )?;
         }
         let g = &self.guards;

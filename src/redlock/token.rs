@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use rand_chacha::ChaCha20Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
+use crate::redlock::error::{Error, Result};
 use crate::sync::lock;
 
 /// The random bytes behind one value.
@@ -62,10 +63,10 @@ impl Tokens {
         Ok(hex(&raw))
     }
 
-    /// A fresh value, or [`Error::Os`](crate::redlock::Error::Os) saying what it was for (`doing`) if the OS
+    /// A fresh value, or [`Error::Os`] saying what it was for (`doing`) if the OS
     /// cannot provide a seed: what every lock value, owner and hold id is drawn with.
-    pub(crate) fn draw(&self, doing: &'static str) -> crate::redlock::Result<Value> {
-        self.next().map_err(|e| crate::redlock::Error::Os {
+    pub(crate) fn draw(&self, doing: &'static str) -> Result<Value> {
+        self.next().map_err(|e| Error::Os {
             doing,
             error: std::io::Error::from(e).into(),
         })

@@ -16,12 +16,13 @@ use bytes::BytesMut;
 
 use crate::net::NodeError;
 use crate::redlock::engine::Engine;
-use crate::redlock::engine::any::Want;
 use crate::redlock::engine::seam::{NodeRound, Nodes, blocking};
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::guard::Keeper;
-use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::Lock;
 use crate::redlock::kind::set::set_name;
+use crate::redlock::kind::{self, Ask, Kind};
+use crate::redlock::observe;
 use crate::redlock::quorum::Failure;
 use crate::redlock::stats::Activity;
 use crate::redlock::waiters::{Ticket, WaitRoom, Waiter};
@@ -51,6 +52,36 @@ struct Probe {
     tracked: usize,
 }
 
+/// The nodes a wait has said it waits for (their grants not counted by the restart guard): it says so when a
+/// node joins them (from the 64th node on, only the first time), not at every attempt.
+pub(super) struct Young {
+    told: bool,
+    nodes: crate::net::NodeSet,
+}
+
+impl Young {
+    /// A wait's, before its first attempt.
+    pub(super) fn new() -> Young {
+        Young {
+            told: false,
+            nodes: crate::net::NodeSet::EMPTY,
+        }
+    }
+
+    /// Notes a failed attempt's report, and tells of the nodes it waits for if one is new to this wait.
+    pub(super) fn note(&mut self, report: &Report) {
+        let mut new = false;
+        for &(node, ..) in &report.not_counted {
+            new |= !self.told || !self.nodes.contains(node);
+            self.nodes.insert(node);
+        }
+        if new {
+            self.told = true;
+            observe::waiting_for_young(report);
+        }
+    }
+}
+
 /// After this many attempts in a row that failed although the nodes then said the key was free (a race with
 /// other clients), the head pauses as after a failure.
 const FREE_STREAK: u32 = 3;
@@ -69,24 +100,25 @@ struct Line<'a> {
 }
 
 impl<'a> Line<'a> {
-    /// The line of `want`: one resource (plain or fenced) lines up on its name; a set on all its names together
+    /// The line of `ask`: one resource (plain or fenced) lines up on its name; a set on all its names together
     /// (not blocking the waiters of one of them, woken by a release of any); an owner's hold in a line of the
     /// owner's for the resource (a nested hold never waits behind a waiter for the lock its owner holds).
-    fn of(want: &'a Want<'a>, one: &'a [Vec<u8>]) -> Line<'a> {
-        match want {
-            Want::One(r) | Want::Fenced(r) => Line {
+    fn of(ask: &'a Ask, one: &'a [Vec<u8>]) -> Line<'a> {
+        let r = &ask.resource;
+        match &ask.kind {
+            Kind::Plain | Kind::Fenced(_) => Line {
                 key: r.to_vec(),
                 grouped: &[],
                 probed: vec![r],
                 name: r.to_vec(),
             },
-            Want::Set(names) => Line {
+            Kind::Set(names) => Line {
                 key: [&b"\0set\0"[..], &names.join(&b"\0"[..])].concat(),
                 grouped: names,
                 probed: names.iter().map(Vec::as_slice).collect(),
                 name: set_name(names),
             },
-            Want::Owned(owner, r) => Line {
+            Kind::Owned(owner, _) => Line {
                 key: [&b"\0owned"[..], &owner.value[..], r].concat(),
                 grouped: one,
                 probed: vec![r],
@@ -96,21 +128,19 @@ impl<'a> Line<'a> {
     }
 }
 
-/// Acquires `want` (checked), waiting for it up to `max_wait`. One plain resource waits in the nodes' queue
+/// Acquires `ask` (checked), waiting for it up to `max_wait`. One plain resource waits in the nodes' queue
 /// across processes (`handoff`), threads and tasks alike; every
 /// other kind (and a plain one on nodes that refuse the queue's script) waits in this process' [`Line`], each
 /// attempt one round of its kind. Under `block` it blocks the thread; polled by an executor it is a future
 /// that never blocks, woken as a parked thread would be unparked, and leaves its line when dropped.
 pub(crate) async fn acquire_wait(
     keeper: &Arc<Keeper>,
-    want: &Want<'_>,
-    (ttl, ttl_ms): (Duration, u64),
+    ask: &Ask,
     max_wait: Duration,
 ) -> Result<Lock> {
     let until = later(Instant::now(), max_wait);
-    if let Want::One(resource) = want
-        && !keeper.waits.unqueued()
-    {
+    let (resource, ttl, ttl_ms) = (&ask.resource[..], ask.ttl, ask.ttl_ms);
+    if ask.kind == Kind::Plain && !keeper.waits.unqueued() {
         // Queued across processes: see `handoff`.
         match handoff::queued_wait(keeper, resource, ttl, ttl_ms, max_wait).await {
             Ok(got) => return got,
@@ -120,8 +150,8 @@ pub(crate) async fn acquire_wait(
         }
     }
     let left = until.saturating_duration_since(Instant::now());
-    let one = [want.resource().to_vec()];
-    wait_for(keeper, &Line::of(want, &one), left, want, (ttl, ttl_ms)).await
+    let one = [ask.resource.clone()];
+    wait_for(keeper, &Line::of(ask, &one), left, ask).await
 }
 
 /// The waiting loop around any kind's attempt, for threads and tasks alike: the head of the line attempts,
@@ -130,8 +160,7 @@ async fn wait_for(
     keeper: &Arc<Keeper>,
     line: &Line<'_>,
     max_wait: Duration,
-    want: &Want<'_>,
-    (ttl, ttl_ms): (Duration, u64),
+    ask: &Ask,
 ) -> Result<Lock> {
     let until = later(Instant::now(), max_wait);
     let cancels = keeper.waits.cancels();
@@ -149,6 +178,7 @@ async fn wait_for(
     let mut last: Option<Error> = None;
     let mut free_streak = 0;
     let mut waited = false;
+    let mut young = Young::new();
     let activity = &keeper.activity;
     loop {
         let (head, generation) = keeper.waits.head(resource, ticket);
@@ -166,10 +196,11 @@ async fn wait_for(
             park(&keeper.waits, (resource, ticket, None), until).await;
             continue;
         }
-        let (failure, mut report) = match keeper.engine.attempt_any(want, ttl, ttl_ms).await? {
+        let (failure, mut report) = match kind::attempt(&keeper.engine, ask).await? {
             Ok(lock) => return Ok(lock),
             Err(failed) => failed,
         };
+        young.note(&report);
         let now = Instant::now();
         let wake = match failure {
             Failure::Held => {

@@ -419,7 +419,7 @@ fn owned_renewal_and_extension_survive_script_flush() {
 }
 
 /// Hazard (lost release, minority): a failed owned attempt's undo is sent by `EVALSHA` with no `NOSCRIPT`
-/// fallback (`engine/reentrant.rs` `attempt_reentrant`: `lua::eval(.., false, ..)` on a bare `release_round`,
+/// fallback (`kind/owned.rs` `attempt`: `lua::eval(.., false, ..)` on a bare `release_round`,
 /// not awaited). After `SCRIPT FLUSH` the acquisition itself is resent in full (`pipelined`) and granted on the
 /// free node, but `EVAL` caches only the acquisition's script, so the undo is refused there and the failed
 /// attempt's hold stays on that node for the whole TTL (no later release can remove it: its hold id is gone).

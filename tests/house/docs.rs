@@ -87,6 +87,29 @@ const ROOTS: &[&str] = &[
 ];
 
 /// The documents whose paths are checked, relative to the repository.
+/// The README is for a user deciding and starting: short, its two set-up commands near the top. Reference
+/// material goes to rustdoc and `docs/`.
+#[test]
+fn the_readme_stays_short_with_its_set_up_near_the_top() {
+    let readme = read(&root().join("README.md"));
+    let words = readme.split_whitespace().count();
+    assert!(
+        words <= 1_800,
+        "README.md has {words} words (at most 1,800): move reference material to rustdoc or docs/"
+    );
+    for command in ["scripts/demo", "scripts/test"] {
+        let line = readme
+            .lines()
+            .position(|l| l.contains(&format!("`{command}`")))
+            .unwrap_or_else(|| panic!("README.md does not name `{command}`"));
+        assert!(
+            line < 30,
+            "README.md names `{command}` first at line {}: the set-up goes near the top",
+            line + 1
+        );
+    }
+}
+
 fn documents() -> Vec<PathBuf> {
     let mut docs: Vec<PathBuf> = ["README.md", "DESIGN.md", "RELIABILITY.md", "BENCHMARKS.md"]
         .iter()

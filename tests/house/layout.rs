@@ -1,12 +1,10 @@
-//! The source tree keeps its layout. The rooms of `src/redlock/` keep their direction (`src/redlock/mod.rs`'s
-//! `# Layout`): the engine and the kinds know nothing of guards, waiting or the manager; the kinds know nothing
-//! of the engine; every `impl LockManager` is in `manager/` and every `impl Engine` in `engine/`; the engine
-//! reads time only through its clock; no file of `src/` or `cli/src/` reaches itself through the files it takes
-//! names from. `src/`, `cli/src/`, the tests (all of `tests/` but this file, which quotes references on purpose),
-//! the command's tests, the benches, the fuzz harnesses and targets and the examples cite no issues, findings,
-//! reviews or commits: a comment states a contract, the story is in the commit message. And no test file, the
-//! library's or the command's, is named after a review. A change that breaks one of these fails here, naming the
-//! file and the line.
+//! The source tree keeps its layout: every `impl LockManager` is in `manager/` and every `impl Engine` in
+//! `engine/`; the engine reads time only through its clock. (Which room may reach which is `imports.rs`'s.)
+//! `src/`, `cli/src/`, the tests (all of `tests/` but this file, which quotes references on purpose), the
+//! command's tests, the benches, the fuzz harnesses and targets and the examples cite no issues, findings, reviews
+//! or commits: a comment states a contract, the story is in the commit message. And no test file, the library's
+//! or the command's, is named after a review. A change that breaks one of these fails here, naming the file and
+//! the line.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -68,56 +66,6 @@ fn breaches(room: &str, forbidden: &[&str]) -> Vec<String> {
         }
     }
     found
-}
-
-#[test]
-fn the_engine_knows_no_guard_waiting_or_manager() {
-    let found = breaches(
-        "engine",
-        &[
-            "redlock::guard",
-            "redlock::wait",
-            "redlock::manager",
-            "LockManager",
-            "Keeper",
-            "Watchdog",
-            "WaitRoom",
-        ],
-    );
-    assert!(
-        found.is_empty(),
-        "the engine reaches up:\n{}",
-        found.join("\n")
-    );
-}
-
-#[test]
-fn the_kinds_know_no_engine_guard_waiting_or_manager() {
-    let found = breaches(
-        "kind",
-        &[
-            "redlock::engine",
-            "redlock::guard",
-            "redlock::wait",
-            "redlock::manager",
-            "LockManager",
-            "Engine",
-        ],
-    );
-    assert!(found.is_empty(), "a kind reaches up:\n{}", found.join("\n"));
-}
-
-#[test]
-fn the_guard_room_knows_no_waiting_loop_or_manager() {
-    let found = breaches(
-        "guard",
-        &["redlock::wait::", "redlock::manager", "LockManager"],
-    );
-    assert!(
-        found.is_empty(),
-        "the guard room reaches up:\n{}",
-        found.join("\n")
-    );
 }
 
 #[test]
@@ -294,7 +242,7 @@ fn the_sources_cite_no_issues_findings_reviews_or_commits() {
     for place in [
         "src/lib.rs",
         "cli/src/main.rs",
-        "cli/tests/exec.rs",
+        "cli/tests/cli/exec.rs",
         "tests/api/main.rs",
         "tests/mutex.rs",
         "tests/mutex/sets.rs",
@@ -387,211 +335,6 @@ fn the_reference_check_tells_references_from_upstream_links() {
     ] {
         assert_eq!(commit_hash(clean), None, "flagged: {clean}");
     }
-}
-
-/// Every `.rs` file of a crate's source tree `root` (`src`, `cli/src`), with its module path (`redlock::guard`
-/// for `src/redlock/guard/mod.rs`), but unit-test modules (`tests.rs`, `*_tests/`): they import their parent.
-fn modules(root: &Path) -> Vec<(Vec<String>, PathBuf)> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in fs::read_dir(&d).expect("read a source dir") {
-            let path = entry.expect("dir entry").path();
-            let name = path.file_name().unwrap_or_default().to_string_lossy();
-            if path.is_dir() {
-                if !name.ends_with("_tests") && name != "tests" {
-                    stack.push(path);
-                }
-                continue;
-            }
-            if path.extension().is_none_or(|e| e != "rs") || name == "tests.rs" {
-                continue;
-            }
-            let rel = path
-                .strip_prefix(root)
-                .expect("under root")
-                .with_extension("");
-            let mut segs: Vec<String> = rel
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect();
-            if matches!(
-                segs.last().map(String::as_str),
-                Some("mod" | "lib" | "main")
-            ) {
-                segs.pop();
-            }
-            out.push((segs, path));
-        }
-    }
-    out.sort();
-    out
-}
-
-/// The module paths a line of code names with `crate::` or `super::` (absolute, from the crate root), group
-/// items included (`crate::a::{b, c::D}` names `a`, `a::b` and `a::c`).
-fn named_modules(line: &str, here: &[String]) -> Vec<Vec<String>> {
-    let mut out = Vec::new();
-    let bytes = line.as_bytes();
-    let mut i = 0;
-    while i < line.len() {
-        let rest = &line[i..];
-        let (mut path, skip) = if rest.starts_with("crate::") {
-            (Vec::new(), "crate::".len())
-        } else if rest.starts_with("super::") && (i == 0 || !bytes[i - 1].is_ascii_alphanumeric()) {
-            let mut p = here.to_vec();
-            let mut j = 0;
-            while line[i + j..].starts_with("super::") {
-                p.pop();
-                j += "super::".len();
-            }
-            (p, j)
-        } else {
-            i += rest.chars().next().map_or(1, char::len_utf8);
-            continue;
-        };
-        if i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_') {
-            i += skip;
-            continue;
-        }
-        i += skip;
-        // Segments: lowercase identifiers followed by `::`, then a group or a name.
-        loop {
-            let seg: String = line[i..]
-                .chars()
-                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
-                .collect();
-            if seg.is_empty() {
-                break;
-            }
-            i += seg.len();
-            path.push(seg);
-            if line[i..].starts_with("::") {
-                i += 2;
-                continue;
-            }
-            break;
-        }
-        out.push(path.clone());
-        if line[i..].starts_with('{') {
-            let close = line[i..].find('}').map_or(line.len(), |c| i + c);
-            for item in line[i + 1..close].split([',', '{']) {
-                let first: String = item
-                    .trim()
-                    .chars()
-                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
-                    .collect();
-                if !first.is_empty() && first != "self" {
-                    let mut p = path.clone();
-                    p.push(first);
-                    out.push(p);
-                }
-            }
-            i = close;
-        }
-    }
-    out
-}
-
-/// The circles among the files of the crate at `root`: sets of two or more files each of which reaches every
-/// other through the files it takes names from (however many steps). A file taking names from its own
-/// ancestors (a child module from its parent's `mod.rs`) is not counted: that is its home.
-fn circles(root: &Path) -> Vec<Vec<String>> {
-    let mods = modules(root);
-    let index = |segs: &[String]| {
-        // The file of the longest module prefix that is a file of its own (not the crate root).
-        (1..=segs.len())
-            .rev()
-            .find_map(|k| mods.iter().position(|(m, _)| m[..] == segs[..k]))
-    };
-    let mut edges: Vec<Vec<usize>> = vec![Vec::new(); mods.len()];
-    for (from, (here, path)) in mods.iter().enumerate() {
-        let text = fs::read_to_string(path).expect("read a source file");
-        for (_, line) in code(&text) {
-            for named in named_modules(line, here) {
-                // A module's own ancestors are its home (an `impl Engine` in `engine/any.rs` is the engine's),
-                // not a room it stands on.
-                let Some(to) = index(&named).filter(|&to| !here.starts_with(&mods[to].0)) else {
-                    continue;
-                };
-                if !edges[from].contains(&to) {
-                    edges[from].push(to);
-                }
-            }
-        }
-    }
-    let reach = |start: usize| {
-        let mut seen = vec![false; mods.len()];
-        let mut stack = vec![start];
-        while let Some(n) = stack.pop() {
-            for &m in &edges[n] {
-                if !seen[m] {
-                    seen[m] = true;
-                    stack.push(m);
-                }
-            }
-        }
-        seen
-    };
-    let reaches: Vec<Vec<bool>> = (0..mods.len()).map(reach).collect();
-    let mut done = vec![false; mods.len()];
-    let mut found = Vec::new();
-    for a in 0..mods.len() {
-        if done[a] || !reaches[a][a] {
-            continue;
-        }
-        let members: Vec<usize> = (0..mods.len())
-            .filter(|&b| reaches[a][b] && reaches[b][a])
-            .collect();
-        members.iter().for_each(|&b| done[b] = true);
-        if members.len() > 1 {
-            found.push(
-                members
-                    .iter()
-                    .map(|&b| mods[b].1.display().to_string())
-                    .collect(),
-            );
-        }
-    }
-    found
-}
-
-/// No file of the library or of the command reaches itself through the files it takes names from: the rooms
-/// stand on each other, none runs back up (a circle through eight files is as much a circle as one through two).
-#[test]
-fn no_file_reaches_itself_through_its_imports() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for tree in ["src", "cli/src"] {
-        let found = circles(&root.join(tree));
-        assert!(found.is_empty(), "circles in {tree}/: {found:#?}");
-    }
-}
-
-/// The circle check sees a circle through several files and through group imports, and none in a chain.
-#[test]
-fn the_circle_check_follows_imports_through_groups_and_supers() {
-    let here = vec!["redlock".to_owned(), "guard".to_owned()];
-    let named = named_modules(
-        "use crate::redlock::{lost::Lost, kind::{lock, owner}};",
-        &here,
-    );
-    assert!(named.contains(&vec!["redlock".to_owned(), "lost".to_owned()]));
-    assert!(named.contains(&vec!["redlock".to_owned(), "kind".to_owned()]));
-    let sup = named_modules("use super::watchdog::Watchdog;", &here);
-    assert_eq!(sup, vec![vec!["redlock".to_owned(), "watchdog".to_owned()]]);
-    let dir = std::env::temp_dir().join(format!("muxlock-layout-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(dir.join("a")).expect("temp dir");
-    fs::write(dir.join("lib.rs"), "mod a;\nmod c;\n").expect("write");
-    fs::write(dir.join("a/mod.rs"), "use crate::a::b::X;\n").expect("write");
-    fs::write(dir.join("a/b.rs"), "use crate::c::{Y};\n").expect("write");
-    fs::write(dir.join("c.rs"), "// use crate::a::Z;\nfn f() {}\n").expect("write");
-    assert!(circles(&dir).is_empty(), "a chain is no circle");
-    fs::write(dir.join("c.rs"), "use crate::a::Z;\n").expect("write");
-    let found = circles(&dir);
-    let _ = fs::remove_dir_all(&dir);
-    assert_eq!(found.len(), 1, "{found:?}");
-    assert_eq!(found[0].len(), 3, "{found:?}");
 }
 
 /// Whether a test file's name says when or why it was written rather than what it checks.

@@ -246,6 +246,42 @@ fn a_clock_excursion_undone_before_the_next_grant_is_not_seen() {
     assert_two_holders(&held, &second);
 }
 
+/// A majority's clocks jump past the lease while A holds; B's attempt sees them ahead and is refused; then the
+/// clocks are set right before B tries again. They read right now, but their copies of A's key expired during
+/// the jump: B remembers what it saw and does not count them for the longest lease in use after, and says so.
+/// C, a client that never read them while they were ahead, is the limit above and this test's control: it gets
+/// the lock while A counts its lease live.
+#[test]
+fn clocks_seen_ahead_and_set_right_again_are_not_counted_by_the_client_that_saw_them() {
+    let Some((clocks, servers)) = nodes() else {
+        return;
+    };
+    let (a, b, c) = (
+        manager(&servers, true),
+        manager(&servers, true),
+        manager(&servers, true),
+    );
+    let held = held_everywhere(&a, &servers, TTL);
+    move_clocks(&clocks, &[0, 1], |c| c.jump(JUMP));
+    for s in &servers[..2] {
+        locks::wait_until(Duration::from_secs(2), "the jump expired A's key", || {
+            s.raw(&crate::support::cmd(&["EXISTS", "clock:r"])) == b":0\r\n"
+        });
+    }
+    let seen = second_try(&b).expect_err("nodes 0 and 1 are a minute ahead");
+    assert_refused_among(&seen, &[0, 1]);
+    move_clocks(&clocks, &[0, 1], |c| c.set_offset_ms(0));
+    let e = second_try(&b).expect_err("B saw nodes 0 and 1 ahead while A holds");
+    assert_refused_among(&e, &[0, 1]);
+    assert!(
+        e.to_string().contains("was seen") && e.to_string().contains("ahead"),
+        "{e}"
+    );
+    assert!(held.is_valid(), "A's lease is live as A counts it");
+    let third = second_try(&c).expect("the limit: C never saw the clocks ahead");
+    assert_two_holders(&held, &third);
+}
+
 /// A known limit, shown (as above): a majority's clocks run fast while A holds, and are stepped back to the right
 /// time (NTP correcting them) before B asks: their copies of A's key expired early, and at B's grant their
 /// clocks agree with B's.
@@ -271,6 +307,90 @@ fn fast_clocks_stepped_back_before_the_next_grant_are_not_seen() {
         .acquire()
         .expect("the limit: B gets the lock");
     assert_two_holders(&held, &second);
+}
+
+/// The `monotonic_clock` line of `server`'s `INFO server`.
+fn monotonic_clock(server: &RedisServer) -> String {
+    let info = String::from_utf8_lossy(&server.raw(&crate::support::cmd(&["INFO", "server"])))
+        .into_owned();
+    info.lines()
+        .find_map(|l| l.strip_prefix("monotonic_clock:"))
+        .unwrap_or_else(|| panic!("no monotonic_clock in {info}"))
+        .trim()
+        .to_owned()
+}
+
+/// Two of three nodes start with a crawling `CLOCK_MONOTONIC` (the shim, at 500 millionths of real speed).
+/// Valkey calibrates its processor counter against it (10 ms sleeps measured as a few µs): `INFO server` shows
+/// millions of ticks a microsecond, a broken rate, and the server's timers crawl. With the restart guard, which
+/// reads that line on every connection, those nodes do not count, and the report quotes it. There is no
+/// control that hands a lock out wrong: on Valkey 9.1.2 a crawling clock (`8388608.00 ticks/us` here) still let
+/// a 1 s key expire when touched, so the hazard valkey-io/valkey#4345 reports (keys that never expire, with a
+/// clock calibrated to a standstill, which 9.1.2 no longer keeps) is not reproduced here; the refusal stands on
+/// the reading alone. A server whose clock is the kernel's (`POSIX clock_gettime`: Redis 7.0 here) names no
+/// rate: it is not judged, and counts.
+#[test]
+fn nodes_whose_info_shows_a_broken_monotonic_clock_do_not_count() {
+    let Some(clocks) = (0..3)
+        .map(|_| FakeClock::new_or_skip())
+        .collect::<Option<Vec<_>>>()
+    else {
+        return;
+    };
+    let servers: Vec<RedisServer> = clocks
+        .iter()
+        .enumerate()
+        .map(|(i, c)| match i {
+            0 | 1 => RedisServer::builder().crawling_monotonic(c, 500).start(),
+            _ => RedisServer::builder().fake_clock(c).start(),
+        })
+        .collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let ttl = Duration::from_secs(1);
+    let line = monotonic_clock(&servers[0]);
+    // The clock check is off: a crawling server's `TIME` may lag, and this test is about the `INFO` reading.
+    let guarded = |guard: bool| {
+        locks::manager(
+            urls.clone(),
+            locks::one_attempt(Duration::from_millis(500))
+                .with_clock_check(false)
+                .with_restart_guard(guard)
+                .with_restart_window(Duration::ZERO),
+        )
+    };
+    if !line.contains("ticks/us") {
+        // No counter to calibrate: the crawl does not show, and nothing is judged.
+        assert_eq!(monotonic_clock(&servers[2]), line);
+        thread::sleep(Duration::from_secs(3));
+        let a = guarded(true);
+        let held = a
+            .request("mono:r")
+            .ttl(ttl)
+            .once()
+            .acquire()
+            .unwrap_or_else(|e| panic!("{line} is not judged: {e}"));
+        a.unlock(held).expect("A's release");
+        return;
+    }
+    assert!(
+        line.contains("X86 TSC @ ") || line.contains("ARM CNTVCT @ "),
+        "a counter: {line}"
+    );
+    let e = guarded(true)
+        .request("mono:r")
+        .ttl(ttl)
+        .once()
+        .acquire()
+        .expect_err("nodes 0 and 1 must not count");
+    let broken: Vec<usize> = clock_refused(&e);
+    assert!(
+        !broken.is_empty() && broken.iter().all(|i| [0, 1].contains(i)),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains(&format!("monotonic_clock:{line}")),
+        "{e}"
+    );
 }
 
 /// How many keys [`big_set`] has.
@@ -311,6 +431,8 @@ fn wall_ms() -> i64 {
 /// the clock was behind when the first key's lease began; once the clock is set right, that key expires early,
 /// and B takes it while A counts its lease live. The lease's base is the node's time when the command ran, not
 /// when its `TIME` ran: the check must bound the former (the lock must be refused, or B must not get the key).
+/// A server that bases every key of a script on the script's start (Valkey 9.1) has no such gap: the test
+/// says so and ends once its calibration shows it.
 #[test]
 fn a_long_grant_on_nodes_whose_clocks_are_behind_hands_no_lock_out_twice() {
     let Some((clocks, servers)) = nodes() else {
@@ -346,6 +468,11 @@ fn a_long_grant_on_nodes_whose_clocks_are_behind_hands_no_lock_out_twice() {
     let first = expiry_ms(&servers[0], &calibration[0]) - ttl_ms - s;
     let last = expiry_ms(&servers[0], calibration.last().expect("names")) - ttl_ms - s;
     a.unlock(cal).expect("calibration release");
+    if first == last && took > Duration::from_millis(100) {
+        // The server bases every key a script sets on one time, the script's start (Valkey 9.1 does): the `TIME`
+        // before the script bounds that base, and the gap this test looks for does not exist.
+        return;
+    }
     // The drift allowance and twice the tolerance: what A takes off its lease.
     let allowance = ttl_ms / 100 + 2 + 2 * tolerance;
     // Behind by more than the allowance (and the first key's delay): that key expires before A's lease ends once

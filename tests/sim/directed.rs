@@ -44,9 +44,13 @@ pub fn history(shape: Shape, steps_back: bool, check: bool) -> Verdict {
         bursts: false,
         durable: true,
         tape: None,
+        threads: false,
+        per_process: None,
         natives: false,
         clocks: false,
         steps_back,
+        net: false,
+        unchecked: false,
     };
     // The clocks' step (ms), A's extension (when, to what TTL), and when B tries.
     let (step, extend, b_at) = match shape {
@@ -54,7 +58,11 @@ pub fn history(shape: Shape, steps_back: bool, check: bool) -> Verdict {
         Shape::StepBackAndExtend => (Some(-3_000), Some((400, 2_000)), 800),
     };
     let config = Config::default();
-    let sim = super::world(0, &setup, &muxlock::redlock::sim::setup_commands(&config));
+    let sim = super::world(
+        0,
+        &setup,
+        &muxlock::redlock::sim::options(&config, setup.nodes),
+    );
     {
         let mut w = sim.world();
         for c in 0..2 {

@@ -14,38 +14,54 @@
 //! come from a seeded stream, and every random choice (latency, fault, client, workload) comes from a seeded RNG:
 //! one seed, one history.
 //!
-//! # What a round sees
+//! # Processes and tasks
 //!
-//! A client's rounds file their outcomes through the real `net::slots::Slots` (the fanout's own bookkeeping), so
-//! a node's outcomes keep their order and a late reply after a timeout is dropped as the real fanout drops it. Each
-//! client has one connection per node: requests are delivered after a latency, run by the node in order, and
-//! answered after another latency, FIFO per connection (the clock check's `TIME` arrives with the command it
-//! follows, and runs right after it). A connection that resets files `Closed` for every request
-//! it still carried, before or after the node ran the command; the next request reconnects and runs the set-up
-//! commands again (new session, new `INFO`).
+//! A client is a task of a process ([`Proc`]): the process has the fanout, the links and the clock, shared by its
+//! tasks as a manager is by a process's threads. With [`Setup::threads`], one world in three puts two or three
+//! clients in each process, so their rounds meet on one connection per node (a straggler of one round's request
+//! before another's, a release held or detached before another task's acquisition); otherwise each client is a
+//! process of its own. A process's tasks are woken when its fanout files an outcome.
 //!
-//! Room: in some worlds, nodes take only a few requests in flight per connection (the fanout's `max_in_flight`,
-//! chosen per node by the seed): an ordinary round's request beyond it is refused at once as `Overloaded`, its outcome
-//! filed under its own ids while the node's earlier requests are still on the wire. A release round's never is
-//! (the real fanout holds a release for room, and sends it detached if its round ends first).
+//! # What a round sees: the real network machine
+//!
+//! Each process has the fanout's own state machine (`muxlock::net::sim::SimFanout` over `net/machine/`): its
+//! rounds' requests are offered, queued, refused for room, held and detached, timed out, made patient, and their
+//! outcomes filed by id, by the code the threaded fanout runs; connections are dialled, set up (the engine's
+//! set-up commands go over the wire ahead of the first request, their replies are what the restart guard
+//! reads), dropped as hung and dialled again by it too. This world is its wire: a dial takes the node's round trip
+//! and is refused by a node that is down; each write's bytes reach the node after a latency, in order on their
+//! connection (a paused node runs nothing, and a write never overtakes an earlier one), its commands run one
+//! after the other and their replies' bytes go back after another latency, now and then split across two reads.
+//! A connection that resets (before or after a write ran, a node going down, a partition ending) fails every
+//! request it carried, on the client's side, and what was on its way to the node never runs. A client's fanout
+//! that asks to be looked at (detached releases, bytes behind a connect, hung connections) gets a tick.
+//!
+//! Room: in one world of four, each process's fanout takes only 2, 4 or 8 requests in flight per connection
+//! (`max_in_flight`, chosen per process by the seed; releases a reserve of as many again, then held for room and
+//! detached if their round ends first), so ordinary rounds' requests are refused as `Overloaded` while earlier
+//! ones are on the wire.
 //!
 //! Clocks: each client's monotonic clock drifts (within the spec's factor) and its wall clock is right (NTP); each
 //! node has a wall clock of its own ([`node::NodeClock`]), by which it expires keys and answers `TIME`, right
 //! unless the world has clock faults ([`Setup::clocks`]): steps forward and back, fast and stopped runs.
 //!
-//! Simplifications: the set-up of a new connection runs at once (even on a paused node); a release is never held
-//! for room.
+//! A connection the client drops by itself (hung, a slow connect, a protocol error) stays open on the node's side
+//! until the client dials again: what was on its way still runs there, and its replies are read by nobody.
+//! Simplification: a connect completes after the node's base latency, not a slow client's own extra.
 
 pub mod check;
+pub mod cleanup;
 pub mod directed;
 pub mod fold;
 pub mod guards;
 pub mod node;
 pub mod owned;
+pub mod seeds;
+pub mod wire;
 pub mod workload;
 
 use std::cell::{Cell, RefCell, RefMut};
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::BinaryHeap;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::rc::Rc;
@@ -53,10 +69,10 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use muxlock::net::slots::{SlotRef, Slots};
-use muxlock::net::{CommandId, NodeAddr, NodeError, NodeSet, Reply};
+use muxlock::net::sim::{Io, SimFanout, SimRound as Exchange, Step};
+use muxlock::net::{CommandId, NodeAddr, NodeError, NodeSet, Options as NetOptions, Reply};
 use muxlock::redlock::sim::{Clock, NodeRound, Nodes};
-use muxlock::resp::{Value, decode};
+use muxlock::resp::{Value, encode};
 
 use node::{MS, Node, RIGHT_RATE, Restart, Time};
 
@@ -136,27 +152,38 @@ pub struct Faults {
     pub latency: (Time, Time),
     /// Probability and upper bound of a latency spike (a reply late after the round's deadline).
     pub spike: (f64, Time),
-    /// Probability that a command's connection resets (half before the command runs, half after).
+    /// Probability that a write's connection resets (half before its commands run, half after).
     pub reset: f64,
-    /// Requests an ordinary round may have in flight on one connection to the node (`usize::MAX`: no limit).
-    pub room: usize,
 }
 
 #[derive(Debug)]
 enum Event {
+    /// A write's commands reach the node (TCP: together, after what was written before on the connection).
     Deliver {
         client: usize,
         node: usize,
-        epoch: u64,
-        cmd: Rc<[Bytes]>,
-        /// The request's place on its connection (a connection runs its requests in order).
+        generation: u32,
+        /// The write's bytes, read into commands when they run (`wire`).
+        bytes: Bytes,
+        /// The write's place on its connection (a connection runs its writes in order).
         n: u64,
     },
+    /// Bytes of replies reach the client.
     Reply {
         client: usize,
         node: usize,
-        epoch: u64,
-        reply: Value,
+        generation: u32,
+        bytes: Bytes,
+    },
+    /// A connect the client's fanout dialled completes, or is refused (the node is down).
+    Connect {
+        client: usize,
+        node: usize,
+        generation: u32,
+    },
+    /// The client's fanout asked to be looked at (detached releases, unwritten bytes, hung connections).
+    Tick {
+        client: usize,
     },
     Pause {
         node: usize,
@@ -181,7 +208,7 @@ enum Event {
     Mend {
         client: usize,
         node: usize,
-        epoch: u64,
+        generation: u32,
     },
     /// A node's wall clock is stepped or changes its rate.
     Clock {
@@ -224,18 +251,15 @@ impl Ord for Due {
     }
 }
 
+/// The wire of one client's connection to a node, as the simulator carries it: the connection the client's
+/// fanout dialled last (`generation`) while the node side still serves it.
 #[derive(Debug, Default)]
-struct Conn {
-    up: bool,
-    epoch: u64,
-    session: u64,
-    setup: Vec<(Value, Instant)>,
-    /// The round of each reply still to come, in order.
-    pending: VecDeque<(SlotRef, CommandId)>,
+struct Line {
+    generation: Option<u32>,
     last_deliver: Time,
     last_reply: Time,
-    /// Requests sent on this connection, and requests run (or dropped by a reset) on the node: a request runs
-    /// only when every earlier one has, as on a TCP connection, however pauses held them back.
+    /// Writes sent on this connection, and writes run (or dropped by a reset) on the node: a write runs only when
+    /// every earlier one has, as on a TCP connection, however pauses held them back.
     sent: u64,
     ran: u64,
 }
@@ -248,27 +272,43 @@ enum State {
     Done,
 }
 
+/// A simulated client process: one fanout (the real machine), its links, its clock; shared by its tasks, as a
+/// manager is by the threads of a process.
 #[derive(Debug)]
-struct Client {
-    slots: Slots,
-    conns: Vec<Conn>,
-    state: State,
-    /// Something was filed for this client since it began to wait.
-    ready: bool,
-    /// What wakes a waiting client: virtual time reaching `until`, or (unless it sleeps) something filed.
-    until: Time,
-    sleeping: bool,
-    /// This client's clock rate (drift).
+struct Proc {
+    /// The real fanout's machine, driven by this world's wire.
+    fanout: SimFanout,
+    lines: Vec<Line>,
+    /// When a tick is due for the fanout, if one is pushed.
+    tick_at: Option<Time>,
+    /// Outcomes its fanout had filed when its tasks were last woken.
+    filed: u64,
+    /// The tasks (clients) that share it.
+    tasks: Vec<usize>,
+    /// Its clock rate (drift).
     rate: f64,
-    /// A slow link of this client's own: to node `.0`, `.1` more each way (a client far away, or one that
+    /// A slow link of this process's own: to node `.0`, `.1` more each way (a client far away, or one that
     /// reads its replies late), in durable worlds.
     slow: Option<(usize, Time)>,
     /// Directed histories only: a fixed one-way latency to each node (replacing the drawn one), and the instant
     /// from which messages to a node are lost (a black hole: the round times out).
     fixed: Vec<Option<Time>>,
-    /// Partitions of this client's link to each node, `[from, until)`: a request arriving then is lost in flight,
+    /// Partitions of this process's link to each node, `[from, until)`: a request arriving then is lost in flight,
     /// and the connection resets when the partition ends (as TCP gives up on it).
     cuts: Vec<Vec<(Time, Time)>>,
+}
+
+/// A simulated client: a task of a process, running one workload (its rounds go through its process's fanout).
+#[derive(Debug)]
+struct Client {
+    /// Its process (`World::procs`).
+    process: usize,
+    state: State,
+    /// Something was filed for this client's process since it began to wait.
+    ready: bool,
+    /// What wakes a waiting client: virtual time reaching `until`, or (unless it sleeps) something filed.
+    until: Time,
+    sleeping: bool,
 }
 
 #[derive(Debug)]
@@ -371,7 +411,14 @@ pub struct Struck {
     pub time_behind: u64,
     pub time_off_majority: u64,
     pub time_within: u64,
+    /// Connections the clients' fanouts dialled after their first to a node (reconnects, each with its set-up),
+    /// and release requests (counted by reply) held for room when their round ended and detached.
+    pub redials: u64,
+    pub detached: u64,
 }
+
+/// What a write's replies are encoded into at first: enough for most (a set-up's are about 1 KiB).
+const REPLY_CAPACITY: usize = 1024;
 
 /// Everything the simulation shares: nodes, clients' connections and rounds, events, time, the history.
 #[derive(Debug)]
@@ -385,7 +432,8 @@ pub struct World {
     free: Vec<usize>,
     seq: u64,
     clients: Vec<Client>,
-    setup: Vec<Rc<[Bytes]>>,
+    procs: Vec<Proc>,
+    addrs: Rc<[NodeAddr]>,
     base: Instant,
     runs: u64,
     /// The clients' clock tolerance (the clock check's `T`), for the counts.
@@ -394,24 +442,6 @@ pub struct World {
     steps_back: bool,
     pub struck: Struck,
     pub history: check::History,
-}
-
-/// Decodes a request into its commands (arrays of bulk strings).
-fn commands(request: &[u8]) -> Vec<Rc<[Bytes]>> {
-    let mut buf = BytesMut::from(request);
-    let mut out = Vec::new();
-    while let Ok(Some(Value::Array(items))) = decode(&mut buf) {
-        out.push(
-            items
-                .into_iter()
-                .map(|v| match v {
-                    Value::BulkString(b) => b,
-                    _ => Bytes::new(),
-                })
-                .collect(),
-        );
-    }
-    out
 }
 
 impl World {
@@ -434,23 +464,45 @@ impl World {
         });
     }
 
+    /// Counts what the clients' fanouts did into [`Struck::redials`] and [`Struck::detached`] (at the end).
+    pub fn count_net(&mut self) {
+        for p in &self.procs {
+            for node in 0..self.nodes.len() {
+                let c = p.fanout.counts(node);
+                self.struck.redials += c.connects.saturating_sub(1);
+                self.struck.detached += c.detached;
+            }
+        }
+    }
+
     /// A client's instant for virtual time `t`.
     pub fn instant(&self, client: usize, t: Time) -> Instant {
-        let rate = self.clients[client].rate;
-        self.base + Duration::from_nanos((t as f64 * rate) as u64)
+        self.at(self.clients[client].process, t)
     }
 
     /// The virtual time of a client's instant.
     pub fn time(&self, client: usize, at: Instant) -> Time {
-        let rate = self.clients[client].rate;
+        self.time_of(self.clients[client].process, at)
+    }
+
+    /// Process `p`'s instant for virtual time `t`.
+    fn at(&self, p: usize, t: Time) -> Instant {
+        let rate = self.procs[p].rate;
+        self.base + Duration::from_nanos((t as f64 * rate) as u64)
+    }
+
+    /// The virtual time of process `p`'s instant.
+    fn time_of(&self, p: usize, at: Instant) -> Time {
+        let rate = self.procs[p].rate;
         (at.saturating_duration_since(self.base).as_nanos() as f64 / rate) as Time
     }
 
     /// Directed histories: every message between `client` and `node` takes exactly `latency`, and the node's own
     /// faults (spikes, resets) are off.
     pub fn fix_link(&mut self, client: usize, node: usize, latency: Time) {
-        self.clients[client].fixed[node] = Some(latency);
-        self.clients[client].slow = None;
+        let p = &mut self.procs[self.clients[client].process];
+        p.fixed[node] = Some(latency);
+        p.slow = None;
         let faults = &mut self.nodes[node].faults;
         (faults.spike, faults.reset) = ((0.0, 0), 0.0);
     }
@@ -468,14 +520,15 @@ impl World {
 
     /// From `from` until `until`, what `client` sends to `node` is lost in flight (a partition of that link).
     pub fn cut(&mut self, client: usize, node: usize, from: Time, until: Time) {
-        self.clients[client].cuts[node].push((from, until));
+        let p = self.clients[client].process;
+        self.procs[p].cuts[node].push((from, until));
     }
 
-    fn latency(&mut self, client: usize, node: usize) -> Time {
-        if let Some(fixed) = self.clients[client].fixed[node] {
+    fn latency(&mut self, p: usize, node: usize) -> Time {
+        if let Some(fixed) = self.procs[p].fixed[node] {
             return fixed;
         }
-        let extra = match self.clients[client].slow {
+        let extra = match self.procs[p].slow {
             // Anywhere up to the link's bound, message by message: a request may be quick and its successor
             // late (a reply read late by a descheduled client looks the same).
             Some((slow, extra)) if slow == node => self.rng.range(0, extra),
@@ -492,93 +545,102 @@ impl World {
         self.rng.range(f.latency.0, f.latency.1)
     }
 
+    /// Resets `client`'s connection to `node`, on both sides: what it carried fails ([`NodeError::Closed`]), and
+    /// what was on its way to the node never runs.
     fn reset(&mut self, client: usize, node: usize) {
-        let c = &mut self.clients[client];
-        let conn = &mut c.conns[node];
-        conn.up = false;
-        conn.epoch += 1;
-        conn.setup.clear();
-        (conn.sent, conn.ran) = (0, 0);
-        for (r, id) in std::mem::take(&mut conn.pending) {
-            let filed = c.slots.file(r, id, Err(NodeError::Closed));
-            assert!(
-                filed.is_ok(),
-                "a connection's replies in the order of their ids"
-            );
-        }
-        c.ready = true;
+        let Some(generation) = self.procs[client].lines[node].generation.take() else {
+            return;
+        };
+        let at = self.at(client, self.now);
+        self.procs[client].fanout.reset(node, generation, at);
+        self.pump(client);
     }
 
-    /// Queues `cmds` from `client` to `node` for round `r` (`release`: a release round's); false if the node
-    /// refused the connection, or had no room for an ordinary round's request.
-    fn send(
-        &mut self,
-        (client, node): (usize, usize),
-        (r, release): (SlotRef, bool),
-        cmds: &[Rc<[Bytes]>],
-    ) -> bool {
-        let k = cmds.len();
-        let in_flight = self.clients[client].conns[node].pending.len();
-        if !release && in_flight.saturating_add(k) > self.nodes[node].faults.room {
-            self.struck.overloaded += 1;
-            let c = &mut self.clients[client];
-            let first = c.slots.expect(r, node, k);
-            c.slots
-                .refuse(r, node, first, k, Err(NodeError::Overloaded));
-            c.ready = true;
-            return false;
-        }
-        if self.nodes[node].down {
-            self.struck.refused += 1;
-            let c = &mut self.clients[client];
-            let first = c.slots.expect(r, node, k);
-            c.slots.refuse(r, node, first, k, Err(NodeError::Refused));
-            c.ready = true;
-            return false;
-        }
-        if !self.clients[client].conns[node].up {
-            let now = self.now;
-            let at = self.instant(client, now);
-            let setup = self.setup.clone();
-            let replies: Vec<(Value, Instant)> = setup
-                .iter()
-                .map(|cmd| (self.nodes[node].node.exec(cmd, now), at))
-                .collect();
-            let conn = &mut self.clients[client].conns[node];
-            conn.up = true;
-            conn.session += 1;
-            conn.setup = replies;
-        }
-        let first = self.clients[client].slots.expect(r, node, k);
-        self.clients[client].slots.queued(r, node, first, k);
-        for (i, cmd) in (0u32..).zip(cmds) {
-            // The clock check's `TIME` goes in the same write as the command before it, so arrives with it (and
-            // runs right after it: nothing comes between two events due at one instant, pushed one after the
-            // other). Apart, a clock step could fall between them, which the check cannot see (`clock.rs`).
-            let lat = match &cmd[..] {
-                [time] if &time[..] == b"TIME" => 0,
-                _ => self.latency(client, node),
-            };
-            let conn = &mut self.clients[client].conns[node];
-            let seq = first.wrapping_add(i);
-            conn.pending.push_back((r, CommandId { node, seq }));
-            let at = (self.now + lat).max(conn.last_deliver);
-            conn.last_deliver = at;
-            let epoch = conn.epoch;
-            let n = conn.sent;
-            conn.sent += 1;
-            self.push(
-                at,
-                Event::Deliver {
-                    client,
+    /// Carries out what `client`'s fanout asked of the wire since last time (dials, writes), pushes its next
+    /// tick if it asked to be looked at, and marks the client ready (an outcome may have been filed).
+    fn pump(&mut self, client: usize) {
+        let now = self.now;
+        let io = self.procs[client].fanout.take_io();
+        for io in io {
+            match io {
+                Io::Dial { node, generation } => {
+                    // A new connection: the node side of the one before is gone (a fanout dials again only after
+                    // it dropped it).
+                    self.procs[client].lines[node] = Line {
+                        generation: Some(generation),
+                        last_deliver: now,
+                        last_reply: now,
+                        sent: 0,
+                        ran: 0,
+                    };
+                    // The handshake takes the node's base latency (not a slow client's own extra, which models
+                    // a late reader).
+                    let lat = self.node_latency(node);
+                    let event = Event::Connect {
+                        client,
+                        node,
+                        generation,
+                    };
+                    self.push(now + lat, event);
+                }
+                Io::Write {
                     node,
-                    epoch,
-                    cmd: Rc::clone(cmd),
-                    n,
-                },
-            );
+                    generation,
+                    bytes,
+                } => {
+                    if self.procs[client].lines[node].generation != Some(generation) {
+                        continue;
+                    }
+                    let lat = self.latency(client, node);
+                    let line = &mut self.procs[client].lines[node];
+                    let at = (now + lat).max(line.last_deliver);
+                    line.last_deliver = at;
+                    let n = line.sent;
+                    line.sent += 1;
+                    let event = Event::Deliver {
+                        client,
+                        node,
+                        generation,
+                        bytes,
+                        n,
+                    };
+                    self.push(at, event);
+                }
+            }
         }
-        true
+        let at = self.at(client, now);
+        let due = self.procs[client].fanout.due(at);
+        if let Some(due) = due.map(|d| self.time_of(client, d).max(now + 1)) {
+            let c = &mut self.procs[client];
+            if c.tick_at.is_none_or(|t| t > due) {
+                c.tick_at = Some(due);
+                self.push(due, Event::Tick { client });
+            }
+        }
+        // Its tasks look again if anything was filed (for any of their rounds).
+        let filed = self.procs[client].fanout.filed();
+        if filed != self.procs[client].filed {
+            self.procs[client].filed = filed;
+            for i in 0..self.procs[client].tasks.len() {
+                let task = self.procs[client].tasks[i];
+                self.clients[task].ready = true;
+            }
+        }
+    }
+
+    /// Sends `bytes` of replies from `node` back to `client` after the link's latency, in order on the connection.
+    fn reply(&mut self, client: usize, node: usize, generation: u32, bytes: Bytes) {
+        let lat = self.latency(client, node);
+        let line = &mut self.procs[client].lines[node];
+        let at = (self.now + lat).max(line.last_reply);
+        line.last_reply = at;
+        let event = Event::Reply {
+            client,
+            node,
+            generation,
+            bytes,
+        };
+        self.push(at, event);
     }
 
     fn apply(&mut self, event: Event) {
@@ -587,15 +649,15 @@ impl World {
             Event::Deliver {
                 client,
                 node,
-                epoch,
-                cmd,
+                generation,
+                bytes,
                 n,
             } => {
-                let conn = &self.clients[client].conns[node];
-                if conn.epoch != epoch || self.nodes[node].down {
+                let line = &self.procs[client].lines[node];
+                if line.generation != Some(generation) || self.nodes[node].down {
                     return;
                 }
-                let cut = self.clients[client].cuts[node]
+                let cut = self.procs[client].cuts[node]
                     .iter()
                     .find(|&&(from, until)| from <= now && now < until)
                     .copied();
@@ -604,89 +666,104 @@ impl World {
                     // connection resets when the partition ends, unless something reset it before.
                     self.struck.lost += 1;
                     if until < Time::MAX {
-                        self.push(
-                            until,
-                            Event::Mend {
-                                client,
-                                node,
-                                epoch,
-                            },
-                        );
+                        let event = Event::Mend {
+                            client,
+                            node,
+                            generation,
+                        };
+                        self.push(until, event);
                     }
                     return;
                 }
-                // A paused node runs nothing, and a request never overtakes an earlier one of its connection
-                // (one a pause held back): it waits until the pause ends, or behind the earlier one (requeued
-                // at the same instant, it comes after it).
+                // A paused node runs nothing, and a write never overtakes an earlier one of its connection (one a
+                // pause held back): it waits until the pause ends, or behind the earlier one (requeued at the same
+                // instant, it comes after it).
                 let paused_until = self.nodes[node].paused_until;
-                if paused_until > now || n != conn.ran {
-                    self.push(
-                        paused_until.max(now),
-                        Event::Deliver {
-                            client,
-                            node,
-                            epoch,
-                            cmd,
-                            n,
-                        },
-                    );
+                if paused_until > now || n != line.ran {
+                    let event = Event::Deliver {
+                        client,
+                        node,
+                        generation,
+                        bytes,
+                        n,
+                    };
+                    self.push(paused_until.max(now), event);
                     return;
                 }
-                self.clients[client].conns[node].ran += 1;
+                self.procs[client].lines[node].ran += 1;
                 let reset = self.nodes[node].faults.reset;
                 if self.rng.chance(reset / 2.0) {
                     self.struck.resets_before += 1;
                     self.reset(client, node);
                     return;
                 }
-                let reply = self.nodes[node].node.exec(&cmd, now);
-                if matches!(&reply, Value::Error(m) if m.starts_with(b"NOSCRIPT")) {
-                    self.struck.noscript += 1;
-                }
-                if cmd.first().is_some_and(|c| &c[..] == b"TIME") {
-                    self.count_time(node);
-                }
+                let mut out = BytesMut::with_capacity(REPLY_CAPACITY);
+                wire::each_command(&bytes, |cmd| {
+                    if cmd.first().is_some_and(|c| c == b"TIME") {
+                        self.count_time(node);
+                        self.nodes[node].node.time_reply(now, &mut out);
+                        return;
+                    }
+                    let reply = self.nodes[node].node.exec(cmd, now);
+                    if matches!(&reply, Value::Error(m) if m.starts_with(b"NOSCRIPT")) {
+                        self.struck.noscript += 1;
+                    }
+                    encode(&reply, &mut out);
+                });
                 if self.rng.chance(reset / 2.0) {
                     self.struck.resets_after += 1;
                     self.reset(client, node);
                     return;
                 }
-                let lat = self.latency(client, node);
-                let conn = &mut self.clients[client].conns[node];
-                let at = (now + lat).max(conn.last_reply);
-                conn.last_reply = at;
-                self.push(
-                    at,
-                    Event::Reply {
-                        client,
-                        node,
-                        epoch,
-                        reply,
-                    },
-                );
+                let mut bytes = out.freeze();
+                // Now and then the replies arrive in two reads, cut anywhere (a reply split across them).
+                if bytes.len() > 1 && self.rng.chance(0.1) {
+                    let at = self.rng.range(1, bytes.len() as u64 - 1) as usize;
+                    let first = bytes.split_to(at);
+                    self.reply(client, node, generation, first);
+                }
+                self.reply(client, node, generation, bytes);
             }
             Event::Reply {
                 client,
                 node,
-                epoch,
-                reply,
+                generation,
+                bytes,
             } => {
-                let c = &mut self.clients[client];
-                if c.conns[node].epoch != epoch {
+                let at = self.at(client, now);
+                let fanout = &mut self.procs[client].fanout;
+                let late = fanout.late();
+                fanout.read(node, generation, &bytes, at);
+                self.struck.late += fanout.late() - late;
+                self.pump(client);
+            }
+            Event::Connect {
+                client,
+                node,
+                generation,
+            } => {
+                if self.procs[client].lines[node].generation != Some(generation) {
                     return;
                 }
-                if let Some((r, id)) = c.conns[node].pending.pop_front() {
-                    // A late reply (its round timed the node out, or was dropped) is dropped by the slots, and
-                    // wakes nobody.
-                    let late = c.slots.settled(r);
-                    let filed = c.slots.file(r, id, Ok(reply));
-                    assert!(
-                        filed.is_ok(),
-                        "a connection's replies in the order of their ids"
-                    );
-                    c.ready |= !late;
-                    self.struck.late += u64::from(late);
+                let at = self.at(client, now);
+                if self.nodes[node].down {
+                    self.struck.refused += 1;
+                    self.procs[client].lines[node].generation = None;
+                    let fanout = &mut self.procs[client].fanout;
+                    fanout.connect_failed(node, generation, NodeError::Refused, at);
+                } else {
+                    self.procs[client].fanout.connected(node, generation, at);
                 }
+                self.pump(client);
+            }
+            Event::Tick { client } => {
+                if self.procs[client].tick_at != Some(now) {
+                    return;
+                }
+                self.procs[client].tick_at = None;
+                let at = self.at(client, now);
+                self.procs[client].fanout.turn(at);
+                self.pump(client);
             }
             Event::Pause { node, span } => {
                 self.struck.pauses += 1;
@@ -699,10 +776,8 @@ impl World {
                 }
                 self.struck.restarts += 1;
                 self.nodes[node].down = true;
-                for c in 0..self.clients.len() {
-                    if self.clients[c].conns[node].up {
-                        self.reset(c, node);
-                    }
+                for p in 0..self.procs.len() {
+                    self.reset(p, node);
                 }
                 self.push(now + span, Event::Up { node, kind });
             }
@@ -727,9 +802,9 @@ impl World {
             Event::Mend {
                 client,
                 node,
-                epoch,
+                generation,
             } => {
-                if self.clients[client].conns[node].epoch == epoch {
+                if self.procs[client].lines[node].generation == Some(generation) {
                     self.reset(client, node);
                 }
             }
@@ -904,6 +979,23 @@ pub struct Setup {
     pub durable: bool,
     /// The fuzzer's bytes, if it drives the run.
     pub tape: Option<Rc<Tape>>,
+    /// Clients may share a process (its fanout, links and clock), as threads share a manager: in one world of
+    /// three, two or three per process, whose rounds then meet on one connection per node.
+    pub threads: bool,
+    /// Directed histories: this many clients to a process (the first ones together), whatever `threads` says.
+    pub per_process: Option<usize>,
+    /// A hostile network, aimed at the fanout's machine: every process's fanout takes 2–4 requests in flight per
+    /// connection (its set-up waits for room too; releases twice that, then held, and detached when their round
+    /// ends), drops a connection after 30–300 ms
+    /// without a byte while requests wait (`hung_timeout`), its clients three to a process (all, with `threads`
+    /// off), and 5–15 % of writes reset their connection. Rounds meet refusals, holds, detaches, reconnects with
+    /// their set-up and late replies all the time.
+    pub net: bool,
+    /// The clients run without the clock check, and in durable worlds without the restart guard too (every
+    /// restart keeps every write there: the guard has nothing to guard), so that nothing but the fanout's machine
+    /// keeps a reply of the wire from counting for another command; with a hostile network, 1–5 % of writes reset
+    /// instead of 5–15 %.
+    pub unchecked: bool,
     /// Nodes of three servers in turn: node `i` has no native compare-and-delete (Redis 7.0), `DELIFEQ`
     /// (Valkey ≥ 9) or `DELEX` (Redis ≥ 8.4) as `i % 3` says, so one manager meets all three. Off: all Redis 7.0.
     pub natives: bool,
@@ -923,12 +1015,18 @@ pub struct Setup {
 }
 
 /// Builds a world for `seed`: nodes with their faults and a plan of pauses, restarts, flushes and snapshots.
-pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Rc<Sim> {
+pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
     let mut rng = Rng::steered(seed, setup.tape.as_ref());
     // Room from a stream of its own, so that the other choices of a seed stay what they were: in one world of
-    // four, each node takes 2, 4 or 8 requests in flight per connection.
+    // four, each client's fanout takes 2, 4 or 8 requests in flight per connection (releases twice that).
     let mut room = Rng::new(seed ^ 0x726f_6f6d);
     let tight = room.chance(0.25);
+    // The hostile network's resets and patience for silence, from a stream of their own.
+    let mut hostile = Rng::new(seed ^ 0x686f_7374);
+    let addrs: Rc<[NodeAddr]> = (0..setup.nodes)
+        .map(|i| format!("sim-node-{i}:6379").parse().expect("address"))
+        .collect();
+    let base = Instant::now();
     let mut nodes = Vec::new();
     for i in 0..setup.nodes {
         let lo = rng.range(50_000, 500_000);
@@ -939,10 +1037,18 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Rc<Sim> {
                 rng.range(20, 300) * MS,
             ),
             reset: [0.0, 0.01, 0.05][rng.range(0, 2) as usize],
-            room: match tight {
-                true => [2, 4, 8][room.range(0, 2) as usize],
-                false => usize::MAX,
+        };
+        let faults = match setup.net {
+            true => Faults {
+                // Without the clients' checks, fewer: a connection lives long enough for several rounds to meet on
+                // it (a reply counted one place off is one request's reply counted for the next one's).
+                reset: match setup.unchecked {
+                    true => 0.01 + hostile.range(0, 4) as f64 / 100.0,
+                    false => 0.05 + hostile.range(0, 10) as f64 / 100.0,
+                },
+                ..faults
             },
+            false => faults,
         };
         let mut node = Node::new(
             setup.durable || !setup.bursts && rng.chance(0.5),
@@ -965,16 +1071,58 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Rc<Sim> {
             held_back_at: None,
         });
     }
-    let clients = (0..setup.clients)
-        .map(|_| Client {
-            slots: Slots::default(),
-            conns: (0..setup.nodes).map(|_| Conn::default()).collect(),
+    // Tasks that share a process (threads sharing a manager), from a stream of their own: in one world of three
+    // with `threads`, two or three clients per process.
+    let mut threads = Rng::new(seed ^ 0x7468_7265_6164);
+    let per_process = match setup.threads && threads.chance(1.0 / 3.0) {
+        true => threads.range(2, 3) as usize,
+        false => 1,
+    };
+    let per_process = match (setup.per_process, setup.net) {
+        (Some(n), _) => n.max(1),
+        (None, true) => 3,
+        (None, false) => per_process,
+    };
+    let opts = &match setup.net {
+        true => opts
+            .clone()
+            .with_max_in_flight(hostile.range(2, 4) as usize)
+            .with_hung_timeout(Duration::from_millis(hostile.range(30, 300))),
+        false => opts.clone(),
+    };
+    let clients: Vec<Client> = (0..setup.clients)
+        .map(|i| Client {
+            process: i / per_process,
             state: State::NotStarted,
             ready: false,
             until: 0,
             sleeping: false,
-            // Within ±0.4 %: two clients differ by less than the 1 % drift factor.
-            rate: 1.0 + (rng.range(0, 800) as f64 - 400.0) / 100_000.0,
+        })
+        .collect();
+    // Within ±0.4 %: two clients differ by less than the 1 % drift factor (drawn per client; a process runs at
+    // its first client's).
+    let rates: Vec<f64> = (0..setup.clients)
+        .map(|_| 1.0 + (rng.range(0, 800) as f64 - 400.0) / 100_000.0)
+        .collect();
+    let procs: Vec<Proc> = (0..setup.clients.div_ceil(per_process))
+        .map(|p| Proc {
+            fanout: SimFanout::new(
+                &addrs,
+                match tight && !setup.net {
+                    true => opts
+                        .clone()
+                        .with_max_in_flight([2, 4, 8][room.range(0, 2) as usize]),
+                    false => opts.clone(),
+                },
+                base,
+            ),
+            lines: (0..setup.nodes).map(|_| Line::default()).collect(),
+            tick_at: None,
+            filed: 0,
+            tasks: (0..setup.clients)
+                .filter(|&i| i / per_process == p)
+                .collect(),
+            rate: rates[p * per_process],
             slow: None,
             fixed: vec![None; setup.nodes],
             cuts: vec![Vec::new(); setup.nodes],
@@ -989,11 +1137,9 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Rc<Sim> {
         free: Vec::new(),
         seq: 0,
         clients,
-        setup: connection_setup
-            .iter()
-            .map(|c| commands(c).into_iter().next().unwrap_or_default())
-            .collect(),
-        base: Instant::now(),
+        procs,
+        addrs,
+        base,
         runs: 0,
         tolerance: muxlock::Config::default().clock_tolerance().as_nanos() as Time,
         steps_back: setup.steps_back,
@@ -1047,8 +1193,14 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Rc<Sim> {
             }
         }
         for c in 0..w.clients.len() {
+            // Drawn per client (a process keeps its first client's).
+            let p = w.clients[c].process;
+            let first = w.procs[p].tasks[0] == c;
             let node = rng.range(0, setup.nodes as u64 - 1) as usize;
-            w.clients[c].slow = Some((node, rng.range(100, 1_500) * MS));
+            let slow = Some((node, rng.range(100, 1_500) * MS));
+            if first {
+                w.procs[p].slow = slow;
+            }
             // Partitions of the client's links, now and then: what is in flight is lost (a write-back too).
             let mut t = 0;
             loop {
@@ -1058,7 +1210,9 @@ pub fn world(seed: u64, setup: &Setup, connection_setup: &[Bytes]) -> Rc<Sim> {
                 }
                 let node = rng.range(0, setup.nodes as u64 - 1) as usize;
                 let until = t + rng.range(20, 1_500) * MS;
-                w.clients[c].cuts[node].push((t, until));
+                if first {
+                    w.procs[p].cuts[node].push((t, until));
+                }
             }
         }
     }
@@ -1160,10 +1314,7 @@ where
     F: Fn(SimNodes, SimClock) -> T,
     T: Future<Output = ()> + 'static,
 {
-    let n_nodes = sim.world().nodes.len();
-    let addrs: Rc<[NodeAddr]> = (0..n_nodes)
-        .map(|i| format!("sim-node-{i}:6379").parse().expect("address"))
-        .collect();
+    let addrs = Rc::clone(&sim.world().addrs);
     let mut tasks: Vec<Option<Task>> = (0..sim.clients)
         .map(|me| {
             let nodes = SimNodes {
@@ -1260,7 +1411,7 @@ impl Clock for SimClock {
     fn sleep(&self, pause: Duration) -> impl Future<Output = ()> {
         let until = {
             let w = self.sim.world();
-            let rate = w.clients[self.me].rate;
+            let rate = w.procs[w.clients[self.me].process].rate;
             // Rounded up, and a nanosecond more: this client's clock reads at least `pause` later when it
             // wakes (`instant` rounds down).
             w.now + (pause.as_nanos() as f64 / rate).ceil() as Time + 1
@@ -1278,36 +1429,32 @@ impl Clock for SimClock {
     }
 }
 
-/// A round of one client.
+/// A round of one client: the machine's round, driven on this client's fanout.
 #[derive(Debug)]
 pub struct SimRound<'a> {
     nodes: &'a SimNodes,
-    slot: SlotRef,
-    /// A release round's: never refused for room.
-    release: bool,
-    deadline: Instant,
-    /// Nodes timed out so far, and until when the caller last gave way after one.
-    timeouts: u32,
+    /// `None` once closed.
+    exchange: Option<Exchange>,
+    /// The last outcome handed out was a timeout: the caller gives way before the next one (the real fanout's
+    /// other threads may read replies meanwhile; a late reply must not be counted for another request of the
+    /// round), and until when.
+    timed_out: bool,
     gave_way: Option<Time>,
 }
 
-/// How long a caller takes between two outcomes after the deadline: the real fanout's other threads may read
-/// replies meanwhile (a late reply that must not be counted for another request of the round needs that gap to
-/// be filed between two timeouts).
+/// How long a caller takes between two outcomes after a timeout (see [`SimRound::timed_out`]).
 const STEP: Time = 20_000;
 
 impl SimNodes {
     /// A round of this client's (`release`: a release round's).
     fn open(&self, deadline: Instant, release: bool) -> SimRound<'_> {
         let mut w = self.sim.world();
-        let n = self.addrs.len();
-        let slot = w.clients[self.me].slots.open(n, deadline);
+        let p = w.clients[self.me].process;
+        let exchange = w.procs[p].fanout.round(deadline, release);
         SimRound {
             nodes: self,
-            slot,
-            release,
-            deadline,
-            timeouts: 0,
+            exchange: Some(exchange),
+            timed_out: false,
             gave_way: None,
         }
     }
@@ -1333,25 +1480,35 @@ impl Nodes for SimNodes {
     }
 
     fn sessions(&self, node: usize) -> u64 {
-        self.sim.world().clients[self.me].conns[node].session
+        {
+            let w = self.sim.world();
+            w.procs[w.clients[self.me].process].fanout.sessions(node)
+        }
     }
 
     fn setup_replies(&self, node: usize) -> Vec<(Value, Instant)> {
-        self.sim.world().clients[self.me].conns[node].setup.clone()
+        {
+            let w = self.sim.world();
+            w.procs[w.clients[self.me].process]
+                .fanout
+                .setup_replies(node)
+        }
     }
 }
 
 impl NodeRound for SimRound<'_> {
-    fn send_to(&mut self, nodes: NodeSet, request: &[u8], _replies: usize) -> NodeSet {
-        let cmds = commands(request);
+    fn send_to(&mut self, nodes: NodeSet, request: &[u8], replies: usize) -> NodeSet {
+        let me = self.nodes.me;
         let mut w = self.nodes.sim.world();
-        let mut sent = NodeSet::EMPTY;
-        for node in 0..self.nodes.addrs.len() {
-            let to = (self.nodes.me, node);
-            if nodes.contains(node) && w.send(to, (self.slot, self.release), &cmds) {
-                sent.insert(node);
-            }
-        }
+        let Some(exchange) = self.exchange.as_mut() else {
+            return NodeSet::EMPTY;
+        };
+        let at = w.instant(me, w.now);
+        let p = w.clients[me].process;
+        let sent = w.procs[p]
+            .fanout
+            .send(exchange, nodes, (request, replies), at);
+        w.pump(p);
         sent
     }
 
@@ -1364,19 +1521,23 @@ impl NodeRound for SimRound<'_> {
     fn need(&mut self, _outcomes: usize) {}
 
     fn next_seq(&self, node: usize) -> u32 {
-        self.nodes.sim.world().clients[self.nodes.me]
-            .slots
-            .next_seq(self.slot, node)
+        let mut w = self.nodes.sim.world();
+        match self.exchange.as_ref() {
+            Some(exchange) => {
+                let p = w.clients[self.nodes.me].process;
+                w.procs[p].fanout.next_seq(exchange, node)
+            }
+            None => 0,
+        }
     }
 
-    /// The real fanout waits past the deadline only for nodes still answering; here half the patient rounds
-    /// (seeded) wait for every node up to `hard`: the contract's widest case, an outcome at any instant until
-    /// then, so the engine is checked against votes as late as a patient round can count them.
     fn patient_until(&mut self, hard: Instant) {
+        let me = self.nodes.me;
         let mut w = self.nodes.sim.world();
-        if hard > self.deadline && w.rng.chance(0.5) {
-            self.deadline = hard;
-            w.clients[self.nodes.me].slots.extend(self.slot, hard);
+        let at = w.instant(me, w.now);
+        if let Some(exchange) = self.exchange.as_mut() {
+            let p = w.clients[me].process;
+            w.procs[p].fanout.patient_until(exchange, hard, at);
         }
     }
 
@@ -1387,40 +1548,44 @@ impl NodeRound for SimRound<'_> {
 
 impl SimRound<'_> {
     /// The next outcome if one is filed (or `None` once the round is settled); else `Pending`, this client
-    /// waiting until something is filed for it or until the deadline (or the pause after a timeout).
+    /// waiting until something is read for it or until the instant the machine names.
     fn poll_next(&mut self) -> Poll<Option<(CommandId, Reply)>> {
         let me = self.nodes.me;
         let mut w = self.nodes.sim.world();
-        loop {
-            if let Some(outcome) = w.clients[me].slots.take(self.slot) {
-                return Poll::Ready(Some(outcome));
-            }
-            if w.clients[me].slots.settled(self.slot) {
-                return Poll::Ready(None);
-            }
-            let deadline = w.time(me, self.deadline);
-            if w.now < deadline {
-                w.wait(me, deadline, true);
-                return Poll::Pending;
-            }
-            if self.timeouts > 0 && self.gave_way.is_none_or(|t| w.now < t) {
-                // Usually quick; now and then the caller is descheduled for a while.
-                let step = match w.rng.chance(0.2) {
-                    true => w.rng.range(STEP, 5 * MS),
-                    false => STEP,
-                };
-                let until = w.now + step;
-                self.gave_way = Some(until);
-                w.wait(me, until, true);
-                return Poll::Pending;
-            }
-            self.gave_way = None;
-            match w.clients[me].slots.time_out_node(self.slot) {
-                Some((_, n)) => {
-                    self.timeouts += 1;
-                    w.struck.timeouts += u64::from(n);
+        if self.timed_out && self.gave_way.is_none_or(|t| w.now < t) {
+            // Usually quick; now and then the caller is descheduled for a while.
+            let step = match w.rng.chance(0.2) {
+                true => w.rng.range(STEP, 5 * MS),
+                false => STEP,
+            };
+            let until = w.now + step;
+            self.gave_way = Some(until);
+            w.wait(me, until, true);
+            return Poll::Pending;
+        }
+        self.gave_way = None;
+        let Some(exchange) = self.exchange.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let at = w.instant(me, w.now);
+        let p = w.clients[me].process;
+        let step = w.procs[p].fanout.poll(exchange, at);
+        w.pump(p);
+        match step {
+            Step::Outcome(id, reply) => {
+                self.timed_out = matches!(reply, Err(NodeError::Timeout));
+                match &reply {
+                    Err(NodeError::Timeout) => w.struck.timeouts += 1,
+                    Err(NodeError::Overloaded) => w.struck.overloaded += 1,
+                    _ => {}
                 }
-                None => return Poll::Ready(None),
+                Poll::Ready(Some((id, reply)))
+            }
+            Step::Done => Poll::Ready(None),
+            Step::Wait(until) => {
+                let until = w.time(me, until).max(w.now + 1);
+                w.wait(me, until, true);
+                Poll::Pending
             }
         }
     }
@@ -1428,7 +1593,13 @@ impl SimRound<'_> {
 
 impl Drop for SimRound<'_> {
     fn drop(&mut self) {
+        let me = self.nodes.me;
         let mut w = self.nodes.sim.world();
-        w.clients[self.nodes.me].slots.close(self.slot);
+        if let Some(exchange) = self.exchange.take() {
+            let at = w.instant(me, w.now);
+            let p = w.clients[me].process;
+            w.procs[p].fanout.close(exchange, at);
+            w.pump(p);
+        }
     }
 }

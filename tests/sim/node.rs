@@ -5,9 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use muxlock::redlock::{PERSIST_MARKER_KEY, lua, scripts};
-use muxlock::resp::Value;
+use muxlock::resp::{Decimal, Value, encode_command};
 
 /// Virtual time, in nanoseconds from the start of the run.
 pub type Time = u64;
@@ -165,6 +165,13 @@ fn err(msg: &str) -> Value {
     Value::Error(Bytes::from(msg.to_owned()))
 }
 
+/// `TIME` at `now` on a node's wall clock: seconds and microseconds (the clock check compares it with the
+/// client's).
+fn time(now: Wall) -> [u64; 2] {
+    let us = now / (MS / 1000);
+    [us / 1_000_000, us % 1_000_000]
+}
+
 fn num(b: &[u8]) -> i64 {
     std::str::from_utf8(b)
         .ok()
@@ -263,11 +270,12 @@ impl Node {
         self.keys.get_mut(key)
     }
 
-    fn get(&mut self, key: &[u8], now: Wall) -> Option<Bytes> {
+    /// A live string key's value (compared in place: most reads only compare it).
+    fn get(&mut self, key: &[u8], now: Wall) -> Option<&[u8]> {
         match self.live(key, now) {
             Some(Entry {
                 data: Data::Str(v), ..
-            }) => Some(v.clone()),
+            }) => Some(v),
             _ => None,
         }
     }
@@ -383,7 +391,7 @@ impl Node {
 
     /// `INCR` of a counter key (kept as a string).
     fn incr(&mut self, key: &[u8], now: Wall) {
-        let n = self.get(key, now).map_or(0, |v| num(&v)) + 1;
+        let n = self.get(key, now).map_or(0, num) + 1;
         let expires = self.live(key, now).and_then(|e| e.expires);
         self.keys.insert(
             Bytes::copy_from_slice(key),
@@ -419,8 +427,15 @@ impl Node {
         s(now) - s(self.started)
     }
 
+    /// Appends the reply to `TIME` at virtual time `now` to `out`, encoded: the bytes of [`Node::exec`]'s reply,
+    /// without the reply in between (every request of a lease's round reads `TIME`).
+    pub fn time_reply(&self, now: Time, out: &mut BytesMut) {
+        let [s, us] = time(self.clock.read(now)).map(|n| Decimal::new(n as i64));
+        encode_command(&[s.as_bytes(), us.as_bytes()], out);
+    }
+
     /// Runs one command at virtual time `now`.
-    pub fn exec(&mut self, cmd: &[Bytes], now: Time) -> Value {
+    pub fn exec(&mut self, cmd: &[&[u8]], now: Time) -> Value {
         let now = self.clock.read(now);
         let Some(verb) = cmd.first() else {
             return err("ERR empty command");
@@ -454,7 +469,7 @@ impl Node {
                         return err("ERR syntax error");
                     }
                     self.native_calls += 1;
-                    if self.get(a(1), now).as_deref() != Some(a(i + 1)) {
+                    if self.get(a(1), now) != Some(a(i + 1)) {
                         return Value::NullBulk;
                     }
                     self.set(a(1), a(2), px, now);
@@ -468,14 +483,14 @@ impl Node {
             }
             b"DELIFEQ" if self.native == Native::DelIfEq => {
                 self.native_calls += 1;
-                if self.get(a(1), now).as_deref() == Some(a(2)) {
+                if self.get(a(1), now) == Some(a(2)) {
                     return int(self.del(a(1), now));
                 }
                 int(0)
             }
             b"DELEX" if self.native == Native::DelEx && a(2).eq_ignore_ascii_case(b"IFEQ") => {
                 self.native_calls += 1;
-                if self.get(a(1), now).as_deref() == Some(a(3)) {
+                if self.get(a(1), now) == Some(a(3)) {
                     return int(self.del(a(1), now));
                 }
                 int(0)
@@ -497,9 +512,9 @@ impl Node {
                     .collect();
                 Value::Array(entries)
             }
-            b"GET" => self
-                .get(a(1), now)
-                .map_or(Value::NullBulk, Value::BulkString),
+            b"GET" => self.get(a(1), now).map_or(Value::NullBulk, |v| {
+                Value::BulkString(Bytes::copy_from_slice(v))
+            }),
             b"PTTL" => int(self.pttl(a(1), now)),
             b"DEL" => int(cmd[1..].iter().map(|k| self.del(k, now)).sum()),
             b"SCRIPT" if a(1).eq_ignore_ascii_case(b"LOAD") => {
@@ -534,21 +549,21 @@ impl Node {
                     b("no"),
                 ])
             }
-            b"TIME" => {
-                // The node's wall clock, to the microsecond (the clock check compares it with the client's).
-                let us = now / (MS / 1000);
-                Value::Array(vec![
-                    Value::BulkString(Bytes::from((us / 1_000_000).to_string())),
-                    Value::BulkString(Bytes::from((us % 1_000_000).to_string())),
-                ])
-            }
+            b"TIME" => Value::Array(
+                time(now)
+                    .iter()
+                    .map(|n| Value::BulkString(Bytes::from(n.to_string())))
+                    .collect(),
+            ),
             b"EVAL" if a(3) == PERSIST_MARKER_KEY.as_bytes() => {
                 let wall = now / MS;
                 if self.get(a(3), now).is_none() {
                     let v = format!("{wall} {:x}", self.run);
                     self.set(a(3), v.as_bytes(), None, now);
                 }
-                let v = self.get(a(3), now).unwrap_or_default();
+                let v = self
+                    .get(a(3), now)
+                    .map_or_else(Bytes::new, Bytes::copy_from_slice);
                 let w = num(v.split(|&c| c == b' ').next().unwrap_or(b"0"));
                 Value::Array(vec![int(wall as i64 - w), Value::BulkString(v)])
             }
@@ -578,7 +593,7 @@ impl Node {
     }
 
     /// Runs the script `sha` with `cmd`'s keys and arguments (`EVAL/EVALSHA script numkeys keys... args...`).
-    fn script(&mut self, sha: &str, cmd: &[Bytes], now: Wall) -> Value {
+    fn script(&mut self, sha: &str, cmd: &[&[u8]], now: Wall) -> Value {
         let numkeys = cmd.get(2).map_or(0, |n| num(n)).max(0) as usize;
         let keys = cmd.get(3..).unwrap_or_default();
         let keys = &keys[..numkeys.min(keys.len())];
@@ -587,13 +602,13 @@ impl Node {
         let arg = |i: usize| argv.get(i).map_or(&b""[..], |b| &b[..]);
         let is = |l: lua::Lua| same_sha(l.sha1.as_bytes(), sha.as_bytes());
         if same_sha(sha.as_bytes(), scripts::RELEASE_SHA1.as_bytes()) {
-            if self.get(k(0), now).as_deref() == Some(arg(0)) {
+            if self.get(k(0), now) == Some(arg(0)) {
                 return int(self.del(k(0), now));
             }
             return int(0);
         }
         if same_sha(sha.as_bytes(), scripts::EXTEND_SHA1.as_bytes()) {
-            if self.get(k(0), now).as_deref() == Some(arg(0)) {
+            if self.get(k(0), now) == Some(arg(0)) {
                 return int(self.pexpire(k(0), num(arg(1)), now));
             }
             return int(0);
@@ -603,7 +618,7 @@ impl Node {
                 .iter()
                 .enumerate()
                 .map(|(i, key)| {
-                    if self.get(key, now).as_deref() == Some(arg(i)) {
+                    if self.get(key, now) == Some(arg(i)) {
                         int(self.del(key, now))
                     } else {
                         int(0)
@@ -624,10 +639,7 @@ impl Node {
             return int(1);
         }
         if is(lua::EXTEND_MANY) {
-            if keys
-                .iter()
-                .any(|key| self.get(key, now).as_deref() != Some(arg(0)))
-            {
+            if keys.iter().any(|key| self.get(key, now) != Some(arg(0))) {
                 return int(0);
             }
             for key in keys {
@@ -638,7 +650,7 @@ impl Node {
         if is(lua::RELEASE_MANY) {
             let mut n = 0;
             for key in keys {
-                if self.get(key, now).as_deref() == Some(arg(0)) {
+                if self.get(key, now) == Some(arg(0)) {
                     n += self.del(key, now);
                 }
             }
@@ -647,13 +659,13 @@ impl Node {
         if is(lua::ACQUIRE_FENCED) {
             if self.live(k(0), now).is_none() {
                 self.set(k(0), arg(0), Some(num(arg(1))), now);
-                let c = self.get(k(1), now).map_or(0, |c| num(&c));
+                let c = self.get(k(1), now).map_or(0, num);
                 return int(c + 1);
             }
             return int(0);
         }
         if is(lua::FENCE) {
-            let c = self.get(k(0), now).map_or(0, |c| num(&c));
+            let c = self.get(k(0), now).map_or(0, num);
             if c < num(arg(0)) {
                 self.set(k(0), arg(0), None, now);
                 return int(1);
@@ -661,10 +673,10 @@ impl Node {
             return int(-c);
         }
         if is(lua::RELEASE_FENCED) {
-            if self.get(k(0), now).as_deref() != Some(arg(0)) {
+            if self.get(k(0), now) != Some(arg(0)) {
                 return int(0);
             }
-            let c = self.get(k(1), now).map_or(0, |c| num(&c));
+            let c = self.get(k(1), now).map_or(0, num);
             if c < num(arg(1)) {
                 self.set(k(1), arg(1), None, now);
             }
@@ -696,7 +708,7 @@ impl Node {
             return int(self.hlen(k(1), now));
         }
         if is(lua::RELEASE_REENTRANT) {
-            if self.get(k(0), now).as_deref() != Some(arg(0)) {
+            if self.get(k(0), now) != Some(arg(0)) {
                 return int(-1);
             }
             if self.live(k(1), now).is_none() {
@@ -711,7 +723,7 @@ impl Node {
             return int(c);
         }
         if is(lua::EXTEND_REENTRANT) {
-            if self.get(k(0), now).as_deref() != Some(arg(0)) {
+            if self.get(k(0), now) != Some(arg(0)) {
                 return int(0);
             }
             if let Some(holds) = self.hash(k(1), now)
@@ -730,7 +742,7 @@ impl Node {
         }
         if is(lua::EXTEND_REENTRANT_SHORTENING) {
             // The control: as `EXTEND_REENTRANT`, but both expiries set to `ARGV[3]` whatever they had.
-            if self.get(k(0), now).as_deref() != Some(arg(0)) {
+            if self.get(k(0), now) != Some(arg(0)) {
                 return int(0);
             }
             if let Some(holds) = self.hash(k(1), now)
@@ -744,7 +756,7 @@ impl Node {
             return int(1);
         }
         if is(lua::RELEASE_REENTRANT_UNATTRIBUTED) {
-            if self.get(k(0), now).as_deref() != Some(arg(0)) {
+            if self.get(k(0), now) != Some(arg(0)) {
                 return int(-1);
             }
             if self.hdel(k(1), arg(1), now) == 0 {
@@ -771,7 +783,7 @@ impl Node {
     /// The waiting queue, as [`lua::QUEUE_ACQUIRE`] (`acquire`) and [`lua::QUEUE_LEAVE`] do it:
     /// `KEYS` the lock key, the queue, the deadlines; `ARGV` the value, the TTL, the waiter's id, its ticket, the
     /// entry's lease (ms), the resource. The node's clock for deadlines is its wall clock, as `TIME` reads it.
-    fn queue(&mut self, acquire: bool, keys: &[Bytes], argv: &[Bytes], now: Wall) -> Value {
+    fn queue(&mut self, acquire: bool, keys: &[&[u8]], argv: &[&[u8]], now: Wall) -> Value {
         let k = |i: usize| keys.get(i).map_or(&b""[..], |b| &b[..]);
         let arg = |i: usize| argv.get(i).map_or(&b""[..], |b| &b[..]);
         let (q, d, id) = (k(1), k(2), arg(2));
@@ -832,7 +844,7 @@ impl Node {
             .and_then(|z| z.iter().position(|(_, m)| &m[..] == id))
             .unwrap_or(0);
         let t = turn(id);
-        let turn_value = self.get(&t, now).map_or(0, |v| num(&v));
+        let turn_value = self.get(&t, now).map_or(0, num);
         Value::Array(vec![int(rank as i64), int(turn_value)])
     }
 

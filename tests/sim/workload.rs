@@ -53,14 +53,47 @@ pub struct Options {
     /// Clock faults in every world, and clocks that step back (`Setup::steps_back`): hazards the clock check
     /// cannot see.
     pub steps_back: bool,
+    /// A hostile network in every world, not one in five (`Setup::net`: a search aimed at the fanout's machine).
+    pub net: bool,
+    /// Clients without the clock check in every world, and no clock faults: the network layer alone keeps a reply
+    /// from being counted for another command (see [`UNCHECKED_WORLDS`]).
+    pub unchecked: bool,
 }
 
 /// The share of worlds with clock faults (`Setup::clocks`), drawn from a stream of their own.
 const CLOCK_WORLDS: f64 = 0.25;
 
+/// The share of worlds with a hostile network (`Setup::net`), drawn from a stream of their own.
+const NET_WORLDS: f64 = 0.2;
+
+/// The share of worlds whose clients run without the checks that read what the nodes reply besides the fanout
+/// (`Setup::unchecked`: the clock check off, and the restart guard where every restart keeps every write, both
+/// choices users have), among the worlds without clock faults, drawn from a stream of its own: half the
+/// hostile-network worlds and one in ten of the others. The clock check sends each acquisition and extension as
+/// `TIME; command; TIME`, so a reply of the wire counted for another command is almost always a `TIME` where none
+/// is expected, or none where one is: a refused vote. The restart guard does not trust a new connection whose
+/// set-up replies it cannot read for its window. With them on, the fanout's own bookkeeping is not what keeps such
+/// a reply from counting. (Clock faults with the clock check off are the clock check's control, not these.)
+const UNCHECKED_WORLDS: (f64, f64) = (0.5, 0.1);
+
+/// The clients' checks of what the nodes reply, besides the fanout's own bookkeeping.
+#[derive(Clone, Copy, Debug)]
+struct Checks {
+    /// `Config::with_clock_check`.
+    clock: bool,
+    /// `Config::with_restart_guard`.
+    restart: bool,
+}
+
 /// What one client does: a random mix of every engine-level verb on a few contended resources.
-async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, world: (bool, bool)) {
-    let (bursts, fencing) = world;
+async fn client(
+    nodes: SimNodes,
+    clock: SimClock,
+    seed: u64,
+    opts: Options,
+    world: (bool, bool, Checks),
+) {
+    let (bursts, fencing, checks) = world;
     let unattributed = opts.unattributed;
     let queued = opts.queued;
     let horizon = opts.horizon;
@@ -72,7 +105,8 @@ async fn client(nodes: SimNodes, clock: SimClock, seed: u64, opts: Options, worl
         .with_restart_window(Duration::from_millis(2_500))
         // Off by default (not shown to save server time); the simulator runs it where it folds.
         .with_fold_releases(opts.folds)
-        .with_clock_check(!opts.unchecked_clocks);
+        .with_clock_check(checks.clock)
+        .with_restart_guard(checks.restart);
     if fencing {
         // Round timeouts that differ between clients, one far longer than the others: fencing's order must
         // not depend on other clients' round timeouts.
@@ -434,6 +468,9 @@ pub struct Run {
     pub ops: u64,
     /// Grants of queued attempts.
     pub queued: u64,
+    /// Whether the clients ran with the clock check, and with the restart guard.
+    pub clock_check: bool,
+    pub restart_guard: bool,
     pub history: String,
 }
 
@@ -451,34 +488,54 @@ pub fn run(seed: u64, opts: &Options) -> Run {
         bursts: false,
         durable: false,
         tape: opts.tape.clone(),
+        threads: true,
+        per_process: None,
         natives: opts.natives,
-        clocks: opts.clocks
-            || opts.unchecked_clocks
-            || opts.steps_back
-            || Rng::new(seed ^ 0x636c_6f63).chance(CLOCK_WORLDS),
+        clocks: !opts.unchecked
+            && (opts.clocks
+                || opts.unchecked_clocks
+                || opts.steps_back
+                || Rng::new(seed ^ 0x636c_6f63).chance(CLOCK_WORLDS)),
         steps_back: opts.steps_back,
+        net: opts.net || Rng::new(seed ^ 0x6e65_7477).chance(NET_WORLDS),
+        unchecked: false,
     };
+    // The clients' checks off (`Setup::unchecked`) in a share of the worlds without clock faults.
+    let share = match setup.net {
+        true => UNCHECKED_WORLDS.0,
+        false => UNCHECKED_WORLDS.1,
+    };
+    setup.unchecked =
+        opts.unchecked || !setup.clocks && Rng::new(seed ^ 0x0075_6e63_6865_636b).chance(share);
     // Three kinds of world: plain (4 in 10), restore bursts (3 in 10), durable with fencing clients of
-    // different round timeouts (3 in 10).
+    // different round timeouts (3 in 10). Without the clients' checks, plain worlds are durable too, so that the
+    // restart guard is off in 7 in 10.
     match rng.range(0, 9) {
         _ if opts.plain => {}
         0..=2 => setup.bursts = true,
         3..=5 => setup.durable = true,
+        _ if setup.unchecked => setup.durable = true,
         _ => {}
     }
-    let bursts = setup.bursts;
-    let fencing = setup.durable;
-    let config = Config::default();
+    let (bursts, fencing) = (setup.bursts, setup.durable);
+    // The restart guard's reading of a new connection's set-up would hold back a connection whose replies are one
+    // place off for its window (a reading it cannot parse is a process just started).
+    let checks = Checks {
+        clock: !opts.unchecked_clocks && !setup.unchecked,
+        restart: !(setup.unchecked && setup.durable),
+    };
+    let config = Config::default().with_restart_guard(checks.restart);
     let sim = super::world(
         seed,
         &setup,
-        &muxlock::redlock::sim::setup_commands(&config),
+        &muxlock::redlock::sim::options(&config, setup.nodes),
     );
     super::run(&sim, |nodes, clock| {
-        client(nodes, clock, seed, opts.clone(), (bursts, fencing))
+        client(nodes, clock, seed, opts.clone(), (bursts, fencing, checks))
     });
     let mut w = sim.world();
     let now = w.now;
+    w.count_net();
     let tokens_before = w.struck.counters_lost_at.unwrap_or(Time::MAX);
     w.struck.tokens_checked = w.history.tokens_before(tokens_before);
     let mut violation = w.history.violation(tokens_before);
@@ -500,6 +557,8 @@ pub fn run(seed: u64, opts: &Options) -> Run {
         struck,
         ops: w.history.ops,
         queued: w.history.queued,
+        clock_check: checks.clock,
+        restart_guard: checks.restart,
         history: w.history.tail(80),
     }
 }
@@ -534,12 +593,20 @@ pub fn slow_fence_history() -> (Option<u64>, Option<u64>) {
         bursts: false,
         durable: true,
         tape: None,
+        threads: false,
+        per_process: None,
         natives: false,
         clocks: false,
         steps_back: false,
+        net: false,
+        unchecked: false,
     };
     let config = Config::default();
-    let sim = super::world(0, &setup, &muxlock::redlock::sim::setup_commands(&config));
+    let sim = super::world(
+        0,
+        &setup,
+        &muxlock::redlock::sim::options(&config, setup.nodes),
+    );
     {
         let mut w = sim.world();
         let near: Time = MS / 10;

@@ -153,6 +153,31 @@ pub fn run_queue_wait() -> Duration {
         .map_or(Duration::ZERO, Duration::from_nanos)
 }
 
+/// The ids of this process's threads named `name` (read from `/proc/self/task/*/comm`).
+pub fn threads_named(name: &str) -> Vec<u64> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let e = e.ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        (comm.trim_end() == name).then(|| e.file_name().to_str()?.parse().ok())?
+    })
+    .collect()
+}
+
+/// The [`run_queue_wait`] so far of each thread of `tids` (zero for one that is gone).
+pub fn queued_of(tids: &[u64]) -> Vec<Duration> {
+    tids.iter()
+        .map(|tid| {
+            std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
+                .ok()
+                .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+                .map_or(Duration::ZERO, Duration::from_nanos)
+        })
+        .collect()
+}
+
 /// A worker's look at its lease's validity: when (on the [`mono_ns`] clock), and its thread's
 /// [`run_queue_wait`] then.
 #[derive(Clone, Copy, Debug)]

@@ -290,6 +290,14 @@ impl RedisServerBuilder {
     pub fn fake_clock(self, clock: &FakeClock) -> Self {
         self.preload(&clock.shim).env(FILE_VAR, &clock.file)
     }
+
+    /// [`fake_clock`](Self::fake_clock), with the server's `CLOCK_MONOTONIC` running at `ppm` millionths of real
+    /// speed from its first read: a server that calibrates its processor counter against it at start (Valkey on
+    /// a TSC) calibrates it wrong, as valkey-io/valkey#4345's servers did, and its timers crawl.
+    pub fn crawling_monotonic(self, clock: &FakeClock, ppm: u32) -> Self {
+        self.fake_clock(clock)
+            .env("MUXLOCK_MONOTONIC_PPM", ppm.to_string())
+    }
 }
 
 /// The shim, built once per test process (and cached across runs), or `None` when there is no C compiler.

@@ -4,7 +4,8 @@
  *
  * Overrides gettimeofday(), time() and clock_gettime() for CLOCK_REALTIME and CLOCK_REALTIME_COARSE.
  * Every other clock (CLOCK_MONOTONIC, CLOCK_BOOTTIME, the CPU-time clocks...) goes to the real
- * clock_gettime untouched, so the server's timers and latency figures stay real.
+ * clock_gettime untouched, so the server's timers and latency figures stay real (CLOCK_MONOTONIC unless
+ * asked otherwise: see the end of this comment).
  *
  * The fake wall clock is read from the file named by $MUXLOCK_CLOCK_FILE, on every call (three
  * system calls: a change is seen by the very next call, and there is no cache to keep coherent
@@ -19,6 +20,10 @@
  * i.e. `real + offset` at the anchor, running at rate/1e6 real speed from there. The writer replaces the
  * file whole (a temporary file, then rename), so a read sees the old line or the new one, never half.
  * With no variable, or a file that cannot be read or parsed, the clock is the real one.
+ *
+ * One more, for a server whose monotonic clock is broken: with $MUXLOCK_MONOTONIC_PPM set to a rate in parts
+ * per million, CLOCK_MONOTONIC runs at that rate from its first read in the process (a crawl: Valkey calibrates
+ * its processor counter against it at start, and so calibrates it wrong). Without it, CLOCK_MONOTONIC is real.
  *
  * No allocation and no dlsym() inside an override: jemalloc (Debian's redis-server) reads the clock while
  * it initialises, before this library's constructor may have run; an override called then reaches the
@@ -76,6 +81,52 @@ static int call_real(clockid_t id, struct timespec *ts) {
         return real(id, ts);
     }
     return (int)syscall(SYS_clock_gettime, id, ts);
+}
+
+/* $MUXLOCK_MONOTONIC_PPM's rate; mono_state is 1 once it is read, -1 without one, 0 before the first look. */
+static int64_t mono_ppm;
+static int mono_state;
+/* The first real CLOCK_MONOTONIC reading (ns) of the process, once taken; the crawl starts there. */
+static int64_t mono_origin = INT64_MIN;
+
+static int parse_i64(const char **p, const char *end, int64_t *out);
+
+static void load_mono(void) {
+    const char *v = getenv("MUXLOCK_MONOTONIC_PPM");
+    const char *end = v;
+    while (end && *end) {
+        end++;
+    }
+    int64_t ppm;
+    const char *p = v;
+    if (v && parse_i64(&p, end, &ppm) && ppm >= 0) {
+        mono_ppm = ppm;
+        __atomic_store_n(&mono_state, 1, __ATOMIC_RELEASE);
+    } else {
+        __atomic_store_n(&mono_state, -1, __ATOMIC_RELEASE);
+    }
+}
+
+/* CLOCK_MONOTONIC, crawling if $MUXLOCK_MONOTONIC_PPM says so. */
+static int monotonic(clockid_t id, struct timespec *ts) {
+    int rc = call_real(id, ts);
+    int state = __atomic_load_n(&mono_state, __ATOMIC_ACQUIRE);
+    if (state == 0) {
+        load_mono();
+        state = __atomic_load_n(&mono_state, __ATOMIC_ACQUIRE);
+    }
+    if (rc != 0 || state != 1) {
+        return rc;
+    }
+    int64_t real = (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+    int64_t origin = INT64_MIN;
+    if (__atomic_compare_exchange_n(&mono_origin, &origin, real, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        origin = real;
+    }
+    int64_t fake = origin + (int64_t)((__int128)(real - origin) * mono_ppm / 1000000);
+    ts->tv_sec = fake / 1000000000;
+    ts->tv_nsec = fake % 1000000000;
+    return 0;
 }
 
 /* Parses a signed decimal integer at *p, skipping leading blanks; 0 if there is none. */
@@ -160,6 +211,9 @@ static int fake_realtime(clockid_t id, struct timespec *ts) {
 int clock_gettime(clockid_t id, struct timespec *ts) {
     if (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE) {
         return fake_realtime(id, ts);
+    }
+    if (id == CLOCK_MONOTONIC) {
+        return monotonic(id, ts);
     }
     return call_real(id, ts);
 }

@@ -229,7 +229,7 @@ fn dropping_the_manager_while_releases_are_detached_is_prompt_and_leaks_no_threa
 /// detached release) and keeps the key for its whole lease, where the round, still waiting, would have sent the
 /// script in full (`next_via`). The requests in flight during the pause, sent before the flush ran, are not
 /// lost: only the detached ones, which go out later (up to `hung_timeout` later). The undo paths nobody awaits
-/// already send scripts in full for this reason (`engine/reentrant.rs`). The same class:
+/// already send scripts in full for this reason (`kind/owned.rs`). The same class:
 /// a detached native command refused on a later connection (the node now another server), and a routed release
 /// answered `MOVED`/`ASK` (slot migrated while it waited): the round's fallbacks are gone once it is detached.
 /// Fixed for scripts: every release goes in full from the start (`redlock/scripts.rs`, "Releases go in full"),

@@ -1,6 +1,6 @@
 //! The background driver: a thread of the fanout's own that drives the poll for tasks (rounds awaited as
 //! futures), which must never wait in it themselves (see the [parent](super)'s "Tasks"), and for releases
-//! detached from their rounds, which nobody waits for (`detach.rs`).
+//! detached from their rounds, which nobody waits for (`machine/detach.rs`).
 //!
 //! # Who holds what
 //!
@@ -9,7 +9,7 @@
 //!   fanout's drop sets `Inner::closing`, pokes the poll, unparks the thread and joins it; the thread puts the
 //!   driver back, if it has it, and ends.
 //! - It takes the driver only while tasks wait (a task's waker in a slot), detached releases do, or bytes wait
-//!   unwritten on a connection after the rounds that queued them ended (`Inner::needs_driver`), and the driver
+//!   unwritten on a connection after the rounds that queued them ended (`Machine::needs_driver`), and the driver
 //!   is free; it keeps it turn after turn, each poll waiting until the earliest task's wake-up instant at
 //!   the latest (so a task's round times out after a turn that read the sockets at or after its deadline, as a
 //!   thread's does), or `DETACHED_PACE` while releases are detached.
@@ -63,7 +63,7 @@ impl Fanout {
 
 impl Drop for Fanout {
     fn drop(&mut self) {
-        self.shared.give_up_detached(&mut lock(&self.shared.inner));
+        lock(&self.shared.inner).m.give_up_detached();
         let Some(Some(handle)) = self.background.take() else {
             return;
         };
@@ -83,9 +83,10 @@ impl Shared {
         let mut linger: Option<Instant> = None;
         let mut inner = lock(&self.inner);
         while !inner.closing {
-            // Tasks wait, or releases detached from their rounds (`detach.rs`): drive for them.
-            let detached = inner.detached_due();
+            // Tasks wait, or releases detached from their rounds (`machine/detach.rs`): drive for them.
+            let detached = inner.m.detached_due(Instant::now());
             let due = match inner
+                .m
                 .slots
                 .earliest_task()
                 .into_iter()
@@ -101,7 +102,7 @@ impl Shared {
                     let until = *linger.get_or_insert_with(|| later(now, LINGER));
                     // A thread that sleeps or waits for pushes wants the driver: give it back at once.
                     let wanted = std::mem::take(&mut inner.wanted)
-                        || inner.slots.earliest_sleeper().is_some()
+                        || inner.m.slots.earliest_sleeper().is_some()
                         || inner.push_waiter.is_some();
                     if driver.is_none() || wanted || now >= until {
                         linger = None;

@@ -10,10 +10,10 @@ use mio::{Events, Poll};
 use super::{Inner, MAX_PUSHES, NODE_BITS, NODE_MASK, Shared, WAKER, unpark_all};
 use crate::net::conn::WriteJob;
 use crate::net::inbound::Item;
+use crate::net::machine::Link;
 use crate::net::options::Options;
 use crate::net::read::ReadSide;
 use crate::net::slots::Wake;
-use crate::net::state::Filing;
 use crate::net::stats::NodeStats;
 use crate::net::transport::READ_CHUNK;
 use crate::sync::lock;
@@ -39,7 +39,7 @@ pub(super) struct Driver {
 impl std::fmt::Debug for WriteJob {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WriteJob")
-            .field("node", &self.node)
+            .field("node", &self.write.node)
             .finish_non_exhaustive()
     }
 }
@@ -55,6 +55,7 @@ impl Shared {
     ) -> MutexGuard<'g, Inner> {
         let now = Instant::now();
         let until = inner
+            .m
             .slots
             .earliest_sleeper()
             .map_or(deadline, |t| t.min(deadline));
@@ -78,8 +79,7 @@ impl Shared {
         inner.polling_until = None;
         self.file_turn(&mut inner, d, read_at, polled);
         if polled {
-            inner.last_read = Some(read_at);
-            inner.slots.wake_due(read_at, &mut d.wake);
+            inner.m.slots.wake_due(read_at, &mut d.wake);
         }
         if d.wake.is_empty() && d.jobs.is_empty() {
             return inner;
@@ -92,22 +92,26 @@ impl Shared {
 
     /// Events of connections the read side does not follow yet: completes their connect and follows them.
     fn follow_new_connections(&self, inner: &mut Inner, d: &mut Driver, now: Instant) {
-        let Inner { conns, slots, .. } = inner;
-        let mut out = Filing {
-            slots,
-            wake: &mut d.wake,
-        };
+        let m = &mut inner.m;
         for &(node, generation, closed) in &d.fresh {
-            let Some(conn) = conns
+            let Some(conn) = m
+                .conns
                 .get_mut(node)
                 .filter(|c| c.state.generation == generation)
             else {
                 continue; // an event of a connection since replaced
             };
-            conn.on_connect_event(&self.opts, now, &mut out);
+            if conn.state.is_connecting() {
+                match conn.link.connect_outcome() {
+                    Ok(None) => {}
+                    Ok(Some(tls)) => m.connected(node, generation, tls, now),
+                    Err(e) => m.connect_failed(node, generation, e, now, &mut d.wake),
+                }
+            }
+            let conn = &m.conns[node];
             // Connected: read it from now on (a TLS connection's first read sends its ClientHello).
             if conn.state.generation == generation && conn.state.is_open() {
-                d.reads[node].attach(generation, conn.transport());
+                d.reads[node].attach(generation, conn.link.handle());
                 d.ready.push((node, closed));
             } else {
                 d.reads[node].attach(generation, None);
@@ -115,84 +119,55 @@ impl Shared {
         }
     }
 
-    /// Files what the turn read, drops connections that failed or hung, lets the read side forget connections that
-    /// were dropped, places detached releases where there is room now, and takes the writer role where bytes wait
-    /// with no writer (a write the socket cut short, a connection that just came up, a batch clocked by replies).
+    /// Files what the turn read (the machine files replies, drops connections that failed or hung, places detached
+    /// releases where there is room now), keeps the pushes, lets the read side forget connections that were
+    /// dropped, and takes the writer role where bytes wait with no writer (a write the socket cut short, a
+    /// connection that just came up, a batch clocked by replies).
     fn file_turn(&self, inner: &mut Inner, d: &mut Driver, now: Instant, polled: bool) {
         let Inner {
-            conns,
-            slots,
+            m,
             pushes: inner_pushes,
             pushes_dropped: inner_dropped,
             push_waiter,
-            detached,
             ..
         } = inner;
         let pushes_before = (inner_pushes.len(), *inner_dropped);
         // Replies are dated when decoded, after the server sent them (a set-up reply such as INFO's uptime needs
         // its date to be late, never early).
         let decoded_at = Instant::now();
-        let mut out = Filing {
-            slots,
-            wake: &mut d.wake,
-        };
         for &(node, generation) in &d.progressed {
-            if let Some(conn) = conns
-                .get_mut(node)
-                .filter(|c| c.state.generation == generation)
-            {
-                conn.state.progress(now);
-            }
+            m.progress(node, generation, now);
         }
         for (node, generation, item) in d.items.drain(..) {
-            let Some(conn) = conns
-                .get_mut(node)
-                .filter(|c| c.state.generation == generation)
-            else {
-                continue; // bytes of a connection since dropped
-            };
-            let failed = match item {
-                Item::Secured => {
-                    conn.state.secured(now);
-                    None
-                }
-                Item::Reply(value) => {
-                    conn.deliver(value, &self.opts, decoded_at, &mut out);
-                    None
-                }
+            match item {
                 Item::Push(value) => {
-                    if self.opts.pushes {
+                    if self.opts.pushes
+                        && m.conns
+                            .get(node)
+                            .is_some_and(|c| c.state.generation == generation)
+                    {
                         if inner_pushes.len() < MAX_PUSHES {
                             inner_pushes.push_back((node, value));
                         } else {
                             *inner_dropped = true;
                         }
                     }
-                    None
                 }
-                Item::Failed(e) => Some(e),
-            };
-            if let Some(e) = failed {
-                conn.fail(e, &self.opts, now, &mut out);
+                item => m.read((node, generation), item, decoded_at, &mut d.wake),
             }
         }
         if (inner_pushes.len(), *inner_dropped) != pushes_before {
-            out.wake.extend(push_waiter.take().map(Wake::Thread));
+            d.wake.extend(push_waiter.take().map(Wake::Thread));
         }
-        for (conn, read) in conns.iter_mut().zip(&mut d.reads) {
-            if polled {
-                conn.check(&self.opts, now, &mut out);
-            }
+        m.after_read(now, polled, &mut d.wake);
+        for (conn, read) in m.conns.iter().zip(&mut d.reads) {
             if read.generation != conn.state.generation {
                 read.attach(conn.state.generation, None);
             }
         }
-        // The room the replies just filed made goes to the releases detached from their rounds first, and they
-        // join this turn's batch (`detach.rs`).
-        self.place_detached((conns, slots, detached), now, &mut d.wake);
-        for conn in conns.iter_mut() {
-            d.jobs.extend(conn.take_write());
-        }
+        let mut writes = Vec::new();
+        m.take_writes(&mut writes);
+        d.jobs.extend(writes.into_iter().map(WriteJob::new));
     }
 }
 

@@ -86,21 +86,18 @@
 //!
 //! # Layout
 //!
-//! - this file: [`Fanout`] itself, what its threads share (`Shared`, and under the lock `Inner`), building it,
-//!   what it tells about its nodes, [`Pushes`], and running the writer role's jobs;
+//! - this file: [`Fanout`] itself, what its threads share (`Shared`, and under the lock `Inner`: the
+//!   [`machine`](super::machine), sans-IO, and the threads' places), building it, what it tells about its nodes,
+//!   [`Pushes`], and running the writer role's jobs;
 //! - `driver`: the [`Driver`] (the poll and the read sides) and its turn: poll, read, file, wake;
 //! - `round`: [`Round`], one request/reply exchange: sending (with the release reserve), waiting, sleeping;
 //! - `poll_next`: a round awaited by a task ([`Round::poll_next`]);
 //! - `background`: the background driver thread that drives for tasks (and for detached releases);
-//! - `detach`: releases held for room whose round ended, detached and placed as room comes;
-//! - `node_set`: [`NodeSet`], which nodes a request goes to.
 //!
 //! [`NodeError::Overloaded`]: super::NodeError::Overloaded
 
 mod background;
-mod detach;
 mod driver;
-mod node_set;
 mod poll_next;
 mod round;
 
@@ -109,21 +106,21 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{self, JoinHandle, Thread, ThreadId};
 use std::time::Instant;
 
-use mio::{Poll, Registry, Token, Waker};
+use mio::{Poll, Token, Waker};
 
 use super::addr::NodeAddr;
-use super::conn::{Conn, WriteJob};
-use super::detached::Detached;
+use super::conn::{MioLink, NODE_BITS, NODE_MASK, WriteJob};
+use super::machine::{Link, Machine};
+pub use super::node_set::NodeSet;
 use super::options::Options;
 use super::resolve::Resolved;
-use super::slots::{Slots, Successor, Wake};
-use super::state::{Filing, Priority};
+use super::slots::{Successor, Wake};
+use super::state::Priority;
 use super::stats::{NodeCounts, NodeStats};
 use super::transport::Connector;
 use crate::resp::Value;
 use crate::sync::lock;
 use driver::Driver;
-pub use node_set::NodeSet;
 pub use round::Round;
 
 /// Connections to N Redis nodes, multiplexed on one poll, shared by threads (`Send + Sync`).
@@ -159,7 +156,6 @@ pub struct Fanout {
 #[derive(Debug)]
 struct Shared {
     inner: Mutex<Inner>,
-    registry: Registry,
     waker: Waker,
     opts: Options,
     addrs: Vec<NodeAddr>,
@@ -170,8 +166,8 @@ struct Shared {
 }
 
 struct Inner {
-    conns: Vec<Conn>,
-    slots: Slots,
+    /// The connections, the rounds' slots, the detached releases: the state machine the threads take turns at.
+    m: Machine<MioLink>,
     /// The poll and the read side, here while nobody drives.
     driver: Option<Box<Driver>>,
     /// The thread whose round kept the driver when its `next()` returned (it keeps it until its next call):
@@ -179,8 +175,6 @@ struct Inner {
     kept_by: Option<ThreadId>,
     /// While the driver waits in its poll: until when, at the latest.
     polling_until: Option<Instant>,
-    /// When the last completed turn read the sockets.
-    last_read: Option<Instant>,
     /// RESP3 pushes read and not yet taken (only with [`Options::with_pushes`]), oldest first, at most
     /// [`MAX_PUSHES`]; whether some were dropped for lack of room since the last take.
     pushes: std::collections::VecDeque<(usize, Value)>,
@@ -197,9 +191,6 @@ struct Inner {
     /// sets `wanted`, and the background driver gives the driver back after that turn.
     lingering: bool,
     wanted: bool,
-    /// Releases whose round ended while they were held for room, to be placed when their node has room
-    /// (`detach.rs`).
-    detached: Detached,
 }
 
 /// Pushes kept for [`Fanout::recv_pushes`]; more are dropped, and the taker is told.
@@ -220,45 +211,28 @@ impl Inner {
     /// Who should take the poll that was just put back: a sleeping round's thread, else a thread waiting for pushes
     /// (pushes arrive only if someone polls), else, if tasks or detached releases wait, the background driver.
     fn successor(&mut self) -> Option<Thread> {
-        match self.slots.successor() {
+        match self.m.slots.successor() {
             Successor::Thread(t) => Some(t),
             Successor::Tasks => self.push_waiter.take().or_else(|| self.background.clone()),
             Successor::Nobody => self
                 .push_waiter
                 .take()
-                .or_else(|| self.background.clone().filter(|_| self.needs_driver())),
+                .or_else(|| self.background.clone().filter(|_| self.m.needs_driver())),
         }
-    }
-
-    /// Whether someone must drive though no round may: releases detached from their rounds wait, or are queued
-    /// with their replies to come (see `detach.rs`), or a connection holds bytes not yet written. Those go out
-    /// only in a driver's turn (behind a connect or a set-up, or with the batch after the one on the wire), and a
-    /// release among them must reach its node whether or not its round still waits: a cancelled acquisition's
-    /// clean-up, the minority's share of a release a majority confirmed. The rounds that queued them may all
-    /// have ended, and nobody may call the fanout again for a long time.
-    fn needs_driver(&self) -> bool {
-        self.detached.needs_driver() || self.conns.iter().any(|c| c.state.holds_unwritten())
     }
 }
 
 impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Inner")
-            .field("nodes", &self.conns.len())
+            .field("nodes", &self.m.conns.len())
             .field("driving", &self.driver.is_none())
             .finish_non_exhaustive()
     }
 }
 
-/// Up to 2^16 - 1 nodes; the rest of the token tells a node's successive connections apart.
-const NODE_BITS: u32 = 16;
-const NODE_MASK: usize = (1 << NODE_BITS) - 1;
 /// The poll's waker: a node index no node has.
 const WAKER: Token = Token(NODE_MASK);
-
-fn token(node: usize, generation: u32) -> Token {
-    Token(((generation as usize) << NODE_BITS) | node)
-}
 
 fn unpark_all(waiters: &mut Vec<Wake>) {
     for w in waiters.drain(..) {
@@ -303,32 +277,35 @@ impl Fanout {
         }
         let tls = Connector::new(&opts.tls, &nodes)?;
         let poll = Poll::new()?;
-        let registry = poll.registry().try_clone()?;
+        let registry = Arc::new(poll.registry().try_clone()?);
         let waker = Waker::new(&registry, WAKER)?;
         let now = Instant::now();
         let first_vacant = nodes.len().saturating_sub(vacant);
-        let conns: Vec<Conn> = nodes
+        let links: Vec<MioLink> = nodes
             .iter()
             .enumerate()
             .map(|(i, a)| match i >= first_vacant {
-                true => Conn::vacant(i, a.clone(), &opts, now),
-                false => Conn::new(i, a.clone(), Resolved::now(a), tls.as_ref(), &opts, now),
+                true => MioLink::vacant(i, a.clone(), &registry),
+                false => MioLink::new(i, a.clone(), Resolved::now(a), tls.as_ref(), &registry),
             })
             .collect();
-        let sessions = conns
+        let mut m = Machine::new(links, opts.clone(), now);
+        let sessions = m
+            .conns
             .iter()
             .map(|c| Arc::clone(&c.state.sessions))
             .collect();
-        let stats: Vec<Arc<NodeStats>> = conns.iter().map(|c| Arc::clone(&c.state.stats)).collect();
+        let stats: Vec<Arc<NodeStats>> =
+            m.conns.iter().map(|c| Arc::clone(&c.state.stats)).collect();
+        let mut wake = Vec::new();
+        m.dial_all(now, &mut wake);
         let driver = Driver::new(poll, nodes.len(), &opts, &stats);
         let fanout = Shared {
             inner: Mutex::new(Inner {
-                conns,
-                slots: Slots::default(),
+                m,
                 driver: Some(Box::new(driver)),
                 kept_by: None,
                 polling_until: None,
-                last_read: None,
                 pushes: Default::default(),
                 pushes_dropped: false,
                 push_waiter: None,
@@ -337,9 +314,7 @@ impl Fanout {
                 closing: false,
                 lingering: false,
                 wanted: false,
-                detached: Detached::default(),
             }),
-            registry,
             waker,
             opts,
             addrs: nodes,
@@ -347,25 +322,6 @@ impl Fanout {
             stats,
             tls,
         };
-        {
-            let mut inner = lock(&fanout.inner);
-            let Inner { conns, slots, .. } = &mut *inner;
-            let mut wake = Vec::new();
-            for (i, conn) in conns.iter_mut().enumerate().filter(|(_, c)| !c.is_vacant()) {
-                let mut out = Filing {
-                    slots,
-                    wake: &mut wake,
-                };
-                // A failure is remembered by the connection and reported by the first round.
-                let _ = conn.ensure(
-                    &fanout.registry,
-                    |g| token(i, g),
-                    &fanout.opts,
-                    now,
-                    &mut out,
-                );
-            }
-        }
         Ok(Fanout {
             shared: Arc::new(fanout),
             background: OnceLock::new(),
@@ -392,9 +348,10 @@ impl Fanout {
     /// occupied since, the address it was given; `None` out of range.
     pub fn addr(&self, node: usize) -> Option<NodeAddr> {
         lock(&self.shared.inner)
+            .m
             .conns
             .get(node)
-            .map(|c| c.addr.clone())
+            .map(|c| c.link.addr().clone())
     }
 
     /// The number of nodes.
@@ -420,6 +377,7 @@ impl Fanout {
     /// Whether node `node` has an established connection now.
     pub fn is_up(&self, node: usize) -> bool {
         lock(&self.shared.inner)
+            .m
             .conns
             .get(node)
             .is_some_and(|c| c.state.is_up())
@@ -442,7 +400,7 @@ impl Fanout {
     pub fn next_session(&self, node: usize) -> u64 {
         // Both read under the lock: a set-up completes (and `sessions` moves) only under it.
         let inner = lock(&self.shared.inner);
-        let set_up = inner.conns.get(node).is_some_and(|c| c.state.is_set_up());
+        let set_up = inner.m.conns.get(node).is_some_and(|c| c.state.is_set_up());
         self.sessions(node) + u64::from(!set_up)
     }
 
@@ -450,6 +408,7 @@ impl Fanout {
     /// it was read (after the server sent it).
     pub fn setup_replies(&self, node: usize) -> Vec<(Value, Instant)> {
         lock(&self.shared.inner)
+            .m
             .conns
             .get(node)
             .map(|c| c.state.setup_replies.clone())
@@ -468,6 +427,7 @@ impl Fanout {
     /// Requests sent to `node` whose replies have not arrived yet (including those nobody waits for any more).
     pub fn in_flight(&self, node: usize) -> usize {
         lock(&self.shared.inner)
+            .m
             .conns
             .get(node)
             .map_or(0, |c| c.state.in_flight())
@@ -593,15 +553,14 @@ impl Shared {
             }
             let mut inner = lock(&self.inner);
             let now = Instant::now();
-            let Inner { conns, slots, .. } = &mut *inner;
-            let mut out = Filing {
-                slots,
-                wake: &mut wake,
-            };
             for job in jobs.drain(..) {
-                if let Some(conn) = conns.get_mut(job.node) {
-                    next.extend(conn.written(job, &self.opts, now, &mut out));
-                }
+                let (write, outcome) = job.finish();
+                next.extend(
+                    inner
+                        .m
+                        .written(write, outcome, now, &mut wake)
+                        .map(WriteJob::new),
+                );
             }
             drop(inner);
             unpark_all(&mut wake);
@@ -624,7 +583,11 @@ impl Occupier {
     /// [`Fanout::addr`]; `None` if the fanout is gone.
     pub fn addr(&self, node: usize) -> Option<NodeAddr> {
         let shared = self.0.upgrade()?;
-        lock(&shared.inner).conns.get(node).map(|c| c.addr.clone())
+        lock(&shared.inner)
+            .m
+            .conns
+            .get(node)
+            .map(|c| c.link.addr().clone())
     }
 }
 
@@ -639,26 +602,15 @@ impl Shared {
         let resolved = Resolved::now(&addr);
         let now = Instant::now();
         let mut inner = lock(&self.inner);
-        let Inner { conns, slots, .. } = &mut *inner;
-        let Some(conn) = conns.get_mut(node) else {
+        let Some(conn) = inner.m.conns.get_mut(node) else {
             return false;
         };
-        if !conn.occupy(addr, resolved, target) {
+        if !conn.link.occupy(addr, resolved, target) {
             return false;
         }
         let mut wake = Vec::new();
-        let mut out = Filing {
-            slots,
-            wake: &mut wake,
-        };
         // A failure is remembered by the connection and reported by the first round, as at build.
-        let _ = conn.ensure(
-            &self.registry,
-            |g| token(node, g),
-            &self.opts,
-            now,
-            &mut out,
-        );
+        let _ = inner.m.ensure(node, now, &mut wake);
         drop(inner);
         unpark_all(&mut wake);
         true

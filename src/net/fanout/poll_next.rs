@@ -28,16 +28,16 @@ impl<'a> Round<'a> {
         let mut inner = lock(&f.inner);
         let mut turned = false;
         let outcome = loop {
-            if self.held.is_some() {
+            if self.state.holds() {
                 inner = self.retry_held(inner);
             }
-            if let Some(arrival) = inner.slots.take(self.slot) {
+            if let Some(arrival) = inner.m.slots.take(self.state.slot) {
                 break Some(arrival);
             }
-            if inner.slots.settled(self.slot) {
+            if inner.m.slots.settled(self.state.slot) {
                 break None;
             }
-            if self.time_out_due(&mut inner) {
+            if self.state.time_out_due(&mut inner.m) {
                 continue;
             }
             // A round moved from `next()` may still have the driver: a task never keeps it.
@@ -59,12 +59,12 @@ impl<'a> Round<'a> {
                 }
             }
             // Wait, as a sleeping thread does (see `Round::sleep`).
-            inner.slots.need(self.slot, self.need);
-            let wake_at = match self.held.is_some() {
+            inner.m.slots.need(self.state.slot, self.need);
+            let wake_at = match self.state.holds() {
                 true => later(Instant::now(), HELD_RETRY),
-                false => self.deadline,
+                false => self.state.deadline,
             };
-            let replaced = inner.slots.wait(self.slot, cx.waker(), wake_at);
+            let replaced = inner.m.slots.wait(self.state.slot, cx.waker(), wake_at);
             let poke = inner.polling_until.is_some_and(|until| until > wake_at);
             let free = inner.driver.is_some();
             drop(inner);

@@ -8,7 +8,7 @@
 //!   result. They share only the round: the batch's `SET resource value NX PX ttl` commands go to each node
 //!   pipelined in one request (one write), and each reply is matched to its command by id (see `Engine::pipelined`).
 //! - **The restart guard counts every vote.** A grant from a node the restart guard does not trust yet is no vote
-//!   for any lock of the batch (`Engine::counted`).
+//!   for any lock of the batch (`Engine::counted_from`).
 //! - **A failed acquisition is released at once**, without waiting, on every node the batch reached: one
 //!   compare-and-delete script per node for all the batch's failures ([`lua::RELEASE_BATCH`] sent in full, so a
 //!   node that lost its scripts still runs it). A lock of the batch is never left to block others until its TTL.
@@ -23,13 +23,13 @@
 use std::time::Duration;
 
 use crate::net::{NodeSet, Reply};
-use crate::redlock::engine::pipeline::Kind;
+use crate::redlock::engine::lease::Lease;
+use crate::redlock::engine::pipeline::Purpose;
 use crate::redlock::engine::release::Tally;
+use crate::redlock::engine::reply::set_vote;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::{Engine, settle};
 use crate::redlock::error::{Error, Outcome, Result};
-use crate::redlock::kind::lock::{Kind as LockKind, Lock};
-use crate::redlock::kind::set_vote;
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Quorum, Status, Vote};
 use crate::resp::{Decimal, Value, encode_command};
@@ -80,7 +80,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         &self,
         resources: &[&[u8]],
         ttl: Duration,
-    ) -> Vec<Result<Option<Lock>>> {
+    ) -> Vec<Result<Option<Lease>>> {
         let m = resources.len();
         let all = |e: Error| (0..m).map(|_| Err(e.clone())).collect();
         let ttl_ms = match self.config.check_ttl(ttl) {
@@ -102,7 +102,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 });
             }
         };
-        let mut results: Vec<Option<Result<Option<Lock>>>> = (0..m).map(|_| None).collect();
+        let mut results: Vec<Option<Result<Option<Lease>>>> = (0..m).map(|_| None).collect();
         // The resources that go out; an empty name gets its error and is not sent.
         let mut live = Vec::with_capacity(m);
         for (i, r) in resources.iter().enumerate() {
@@ -139,7 +139,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         live: &[usize],
         ttl: Duration,
         ttl_ms: u64,
-        results: &mut [Option<Result<Option<Lock>>>],
+        results: &mut [Option<Result<Option<Lease>>>],
     ) {
         let (n, k) = (self.fanout.len(), live.len());
         let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
@@ -155,7 +155,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut undecided = k;
         let nodes = self
             .pipelined(
-                Kind::Normal,
+                Purpose::Lease,
                 NodeSet::ALL,
                 k,
                 deadline,
@@ -192,16 +192,12 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut failed: Vec<usize> = Vec::new();
         for (j, &i) in live.iter().enumerate() {
             results[i] = Some(match settle(status[j], &quorums[j], self.clock.now()) {
-                Ok(valid_until) => Ok(Some(Lock {
-                    resource: resources[i].to_vec(),
-                    value: values[i],
-                    valid_until,
-                    acquired: start,
-                    extensions: 0,
-                    pending_ttl: None,
+                Ok(valid_until) => Ok(Some(Lease::new(
+                    resources[i].to_vec(),
+                    values[i],
+                    (start, valid_until),
                     nodes,
-                    kind: LockKind::Plain,
-                })),
+                ))),
                 Err(failure) => {
                     failed.push(i);
                     let mine = outcomes[j * n..(j + 1) * n].to_vec();
@@ -234,7 +230,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
     }
 
-    pub(crate) async fn unlock_batch(&self, locks: &[Lock]) -> Vec<Result<usize>> {
+    pub(crate) async fn unlock_batch(&self, locks: &[&Lease]) -> Vec<Result<usize>> {
         let (n, m) = (self.fanout.len(), locks.len());
         if m == 0 {
             return Vec::new();
@@ -256,7 +252,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let vals: Vec<&[u8]> = locks.iter().map(|l| &l.value[..]).collect();
         let deadline = later(self.clock.now(), self.config.round_timeout);
         self.pipelined(
-            Kind::Release,
+            Purpose::Release,
             union,
             1,
             deadline,

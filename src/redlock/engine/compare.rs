@@ -9,8 +9,8 @@ use bytes::BytesMut;
 
 use crate::net::{NodeSet, Reply};
 use crate::redlock::engine::Engine;
+use crate::redlock::engine::reply::{Refused, compare_vote, refused};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
-use crate::redlock::kind::{Refused, compare_vote, refused};
 use crate::redlock::quorum::Vote;
 use crate::redlock::scripts::{self, Native, Script, Via};
 use crate::resp::Value;

@@ -1,24 +1,24 @@
-//! [`Engine`]: the engine. The Redlock rounds themselves (acquire, extend, release, inspect, the guards' batched
-//! renewal) over the nodes behind the seam (`seam.rs`), on the time of the clock it is given. It knows nothing
-//! of guards, the watchdog, waiting or the manager: they call it.
+//! [`Engine`]: the engine. The machinery of the Redlock rounds (quorum rounds, compare-and-X extensions and
+//! releases, scripted acquisitions and extensions, pipelining, batches, folded releases, the guards' batched
+//! renewal, the restart guard, the clock check, inspection) over the nodes behind the seam (`seam.rs`), on the
+//! time of the clock it is given, on [`Lease`]s. It knows no kind of lock by name (each kind is a file of `kind/`
+//! that runs its rounds on this machinery), nor guards, the watchdog, waiting or the manager: they call it.
 
-pub(crate) mod any;
 pub(crate) mod awaiting;
 pub(crate) mod batch;
 pub(crate) mod clock;
 pub(crate) mod compare;
-pub(crate) mod fenced;
 pub(crate) mod fold;
+pub(crate) mod lease;
 pub(crate) mod native;
 pub(crate) mod persist;
 pub(crate) mod pipeline;
-pub(crate) mod queued;
-pub(crate) mod reentrant;
 pub(crate) mod release;
 pub(crate) mod renew;
+pub(crate) mod reply;
 pub(crate) mod restart;
+pub(crate) mod scripted;
 pub(crate) mod seam;
-pub(crate) mod set;
 
 use std::time::{Duration, Instant};
 
@@ -28,15 +28,14 @@ use crate::net::cluster::Members;
 use crate::net::{NodeError, NodeSet, Reply};
 use crate::redlock::config::Config;
 use crate::redlock::engine::clock::Timed;
+use crate::redlock::engine::lease::Lease;
 use crate::redlock::engine::release::Tally;
+use crate::redlock::engine::reply::script_vote;
 use crate::redlock::engine::restart::{Setup, Standing};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes, SystemClock};
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::inspect::{Inspection, KeyState, key_state};
-use crate::redlock::kind::lock::{Kind, Lock};
-use crate::redlock::kind::{script_vote, set_vote};
 use crate::redlock::quorum::{Failure, Quorum, Status, Vote};
-use crate::redlock::scripts;
 use crate::redlock::scripts::Script;
 use crate::redlock::stats::{Activity, NodeStats, Stats, Votes};
 use crate::redlock::token::Tokens;
@@ -50,7 +49,7 @@ use crate::time::later;
 pub(crate) const PATIENT_ROUNDS: u32 = 40;
 
 /// The engine: the nodes, the clock, the configuration, the lock values' source, the restart guard and the
-/// per-node tallies; every round of every kind of lock is a method of it.
+/// per-node tallies; the machinery every kind of lock runs its rounds on.
 #[derive(Debug)]
 pub(crate) struct Engine<N = Members, C = SystemClock> {
     /// The nodes, through the seam (`seam.rs`).
@@ -99,7 +98,11 @@ impl Engine {
                     self.fanout.addrs()[i].clone(),
                     &self.votes[i],
                     restarts,
-                    standing,
+                    (
+                        standing.trusted_at_once,
+                        standing.counted_in,
+                        standing.broken_clock,
+                    ),
                     self.fanout.stats(i),
                 )
             })
@@ -115,7 +118,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         self.fanout.len() / 2 + 1
     }
 
-    pub(crate) async fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
+    /// Extends `lock` to `ttl` from now by the compare-and-pexpire of its key (native or scripted per node). On
+    /// failure (or if this future is dropped before it ends) the lease is cut to what the attempt may have left on
+    /// the nodes if `ttl` is shorter ([`Engine::after_failed_extension`]).
+    pub(crate) async fn extend(&self, lock: &mut Lease, ttl: Duration) -> Result<()> {
         self.config.check_ttl(ttl)?;
         if lock.extensions >= self.config.max_extensions {
             return Err(Error::ExtendLimit(lock.extensions));
@@ -146,9 +152,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         Ok(())
     }
 
-    /// Notes, before an extension to `ttl` is sent, that its requests may run late ([`Lock`]'s `pending_ttl`);
+    /// Notes, before an extension to `ttl` is sent, that its requests may run late ([`Lease`]'s `pending_ttl`);
     /// returns the bound before it, put back once every node answered the extension.
-    pub(crate) fn pending(lock: &mut Lock, ttl: Duration) -> Option<Duration> {
+    pub(crate) fn pending(lock: &mut Lease, ttl: Duration) -> Option<Duration> {
         let before = lock.pending_ttl;
         lock.pending_ttl = Some(before.map_or(ttl, |t| t.min(ttl)));
         before
@@ -158,7 +164,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// shortest extension that may still run late allows. That one, run on a node after this one, sets the
     /// key's expiry to its TTL from then, which is after `start`; the allowance covers the clocks as for any
     /// lease.
-    pub(crate) fn bounded(&self, lock: &Lock, valid_until: Instant, start: Instant) -> Instant {
+    pub(crate) fn bounded(&self, lock: &Lease, valid_until: Instant, start: Instant) -> Instant {
         match lock.pending_ttl {
             Some(t) => valid_until.min(later(start, t.saturating_sub(self.config.allowance(t)))),
             None => valid_until,
@@ -194,7 +200,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             .0
     }
 
-    pub(crate) async fn unlock(&self, lock: &Lock) -> Result<usize> {
+    /// Releases `lock` by the compare-and-delete of its key (folded with other releases in flight, `fold.rs`).
+    pub(crate) async fn unlock(&self, lock: &Lease) -> Result<usize> {
         self.release_folding(&lock.resource, &lock.value, lock.nodes)
             .await
     }
@@ -357,7 +364,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         quorum.vote(node, vote, now)
     }
 
-    /// A node's vote as it counts: a "yes" from a node the restart guard does not trust yet is no vote. `since`:
+    /// A node's vote as it counts: a "yes" from a node the restart guard does not trust yet is no vote, nor one
+    /// from a node whose `INFO` shows a broken monotonic clock (a clock check failure, with why). `since`:
     /// for an extension (or a renewal), when the lock was acquired (`None`: an acquisition, or unknown); see
     /// [`RestartGuard::trusts`](crate::redlock::engine::restart::RestartGuard::trusts). The vote is judged by
     /// the connection it came on, `source` (the round's [`source`](crate::redlock::engine::seam::NodeRound::source)
@@ -370,36 +378,55 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         now: Instant,
         since: Option<Instant>,
     ) -> (Vote, Outcome) {
-        match &self.restart.guard {
-            Some((guard, info))
-                if vote == Vote::Yes && !guard.trusts(&self.fanout, source, *info, now, since) =>
-            {
-                (Vote::Failed, Outcome::Quarantined)
-            }
-            _ => (vote, outcome),
+        let Some((guard, info)) = &self.restart.guard else {
+            return (vote, outcome);
+        };
+        if vote != Vote::Yes {
+            return (vote, outcome);
+        }
+        // A server whose monotonic clock is broken keeps its keys forever (`restart/mod.rs`).
+        if let Some(why) = guard.broken_clock(&self.fanout, source, *info) {
+            return (Vote::Failed, Outcome::Failed(NodeError::Clock(why)));
+        }
+        match guard.trusts(&self.fanout, source, *info, now, since) {
+            true => (vote, outcome),
+            false => (Vote::Failed, Outcome::Quarantined),
         }
     }
 
     /// A round that sets or extends leases: each request carries `TIME`, and a node whose clock disagrees with
-    /// this client's counts for nothing (`clock.rs`). Not checked: when the configuration turns the check off,
-    /// and over cluster members (`clock.rs`, "What it assumes").
+    /// this client's counts for nothing (`clock.rs`); over cluster members the routing layer brackets each write
+    /// to a cluster node itself (`clock.rs`, "Cluster members"). Not checked when the configuration turns the
+    /// check off.
     pub(crate) fn lease_round(&self, deadline: Instant) -> Timed<'_, N::Round<'_>, C> {
-        let tolerance = (self.config.clock_check && !self.fanout.routed())
+        let tolerance = self
+            .config
+            .clock_check
             .then_some(self.config.clock_tolerance);
-        Timed::new(
+        let timed = Timed::new(
             self.fanout.round(deadline),
             self.fanout.len(),
-            &self.clock,
+            (&self.clock, &self.restart.clocks),
             tolerance,
-        )
+        );
+        match self.fanout.routed() {
+            false => timed,
+            true => timed.bracketing_clusters(),
+        }
     }
 
     /// A round that sets no lease (a release), with the type of [`lease_round`](Self::lease_round)'s.
     pub(crate) fn unchecked<'a>(&'a self, round: N::Round<'a>) -> Timed<'a, N::Round<'a>, C> {
-        Timed::new(round, self.fanout.len(), &self.clock, None)
+        Timed::new(
+            round,
+            self.fanout.len(),
+            (&self.clock, &self.restart.clocks),
+            None,
+        )
     }
 
     pub(crate) fn note_ttl(&self, ttl_ms: u64) {
+        self.restart.clocks.note_ttl(ttl_ms);
         if let Some((guard, _)) = &self.restart.guard {
             guard.note_ttl(ttl_ms);
         }
@@ -414,100 +441,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         )
     }
 
-    /// Refuses, before anything is sent, what cluster members cannot do: a set whose names do not share one hash slot
-    /// (its all-or-none script must run on one master: tag the names, `{order:7}:a`, `{order:7}:b`), and a fenced or
-    /// owned lock of a resource with a brace but no hash tag, whose fencing counter or hold count cannot be named in
-    /// its slot ([`derived_key`](crate::redlock::kind::derived_key)). Nothing is refused on a manager of plain
-    /// members.
-    pub(crate) fn check_routable(
-        &self,
-        want: &crate::redlock::engine::any::Want<'_>,
-    ) -> Result<()> {
-        use crate::net::cluster::key_slot;
-        use crate::redlock::engine::any::Want;
-        if !self.fanout.routed() {
-            return Ok(());
-        }
-        match want {
-            Want::One(_) => Ok(()),
-            Want::Set(names) => {
-                let first = names.first().map(|n| key_slot(n));
-                match names.iter().all(|n| Some(key_slot(n)) == first) {
-                    true => Ok(()),
-                    false => Err(Error::config(
-                        "on cluster members a set's names must share one hash slot (its all-or-none script runs \
-                         on one master): give them one hash tag, such as {order:7}:a and {order:7}:b",
-                    )),
-                }
-            }
-            Want::Fenced(r) | Want::Owned(_, r) if !crate::redlock::kind::colocatable(r) => {
-                Err(Error::config(
-                    "on cluster members a fenced or owned lock's resource must have a hash tag ({invoice}:42) \
-                     or no brace at all: its counter must lie in the resource's slot",
-                ))
-            }
-            Want::Fenced(_) | Want::Owned(..) => Ok(()),
-        }
-    }
-
     pub(crate) fn check(&self, resource: &[u8], ttl: Duration) -> Result<u64> {
         if resource.is_empty() {
             return Err(Error::config("the resource name is empty"));
         }
         self.config.check_ttl(ttl)
-    }
-
-    /// One acquisition round. `Err` carries why it failed and every node's outcome; partial grants have been
-    /// released by then.
-    #[allow(clippy::type_complexity)]
-    pub(crate) async fn attempt(
-        &self,
-        resource: &[u8],
-        value: crate::redlock::token::Value,
-        ttl: Duration,
-        ttl_ms: u64,
-    ) -> std::result::Result<Lock, (Failure, Report)> {
-        let n = self.fanout.len();
-        let mut request = BytesMut::with_capacity(64 + resource.len());
-        scripts::acquire(&mut request, resource, &value, ttl_ms);
-        self.note_ttl(ttl_ms);
-        // The clock starts before the first byte is sent, as the spec requires.
-        let start = self.clock.now();
-        let mut quorum = Quorum::new(n, start, ttl, self.config.allowance(ttl));
-        let mut round =
-            self.lease_round(later(start, self.config.round_timeout).min(quorum.deadline()));
-        // Nodes still answering (behind this client's own queue, under overload) are waited for, up to a few
-        // round lengths and never past a third of the lease: a lock that spent more of its lease being acquired
-        // would leave a guard no room for its first renewal (due at a third of the TTL; `check_guard_ttl` allows
-        // for an acquisition of one round timeout), and would be handed to `hold()` already lost. (A vote after
-        // the validity would count for nothing anyway; a third of the TTL always comes first.)
-        round.patient_until(
-            self.patient_from(start)
-                .min(quorum.deadline())
-                .min(later(start, ttl / 3)),
-        );
-        let nodes = round.send_all(&request, 1);
-        let mut outcomes = vec![Outcome::NotAwaited; n];
-        let mut status = Status::Pending;
-        round.need(quorum.votes_to_decide());
-        // One request per node: its outcome is the node's vote.
-        while let Some((id, reply)) = round.next().await {
-            let node = id.node;
-            let now = self.clock.now();
-            let source = round.source(node);
-            let (vote, outcome) = self.counted_from(source, set_vote(reply), now, None);
-            self.votes[node].count(&outcome);
-            outcomes[node] = outcome;
-            status = quorum.vote(node, vote, now);
-            if status != Status::Pending {
-                break; // decided: slower replies are drained later; a release covers them
-            }
-            round.need(quorum.votes_to_decide());
-        }
-        drop(round);
-        // The round is over: nodes that did not answer count as failed (an undecided split is a held lock, not an
-        // outage).
-        self.conclude(status, &quorum, start, (resource, value), nodes, outcomes)
     }
 
     /// How an acquisition round of one key ends (plain or queued): a round still undecided is judged closed
@@ -522,23 +460,19 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         (resource, value): (&[u8], crate::redlock::token::Value),
         nodes: NodeSet,
         outcomes: Vec<Outcome>,
-    ) -> std::result::Result<Lock, (Failure, Report)> {
+    ) -> std::result::Result<Lease, (Failure, Report)> {
         let now = self.clock.now();
         let status = match status {
             Status::Pending => quorum.closed(now),
             decided => decided,
         };
         match settle(status, quorum, now) {
-            Ok(valid_until) => Ok(Lock {
-                resource: resource.to_vec(),
+            Ok(valid_until) => Ok(Lease::new(
+                resource.to_vec(),
                 value,
-                valid_until,
-                acquired: start,
-                extensions: 0,
-                pending_ttl: None,
+                (start, valid_until),
                 nodes,
-                kind: Kind::Plain,
-            }),
+            )),
             Err(failure) => {
                 let mut release = BytesMut::new();
                 self.release_unawaited(&mut release, nodes, resource, &value);
@@ -581,6 +515,35 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             quorum,
             holder_ttl: None,
             not_counted,
+        }
+    }
+
+    /// Acquires by `attempt`: once, or (`retry`) up to [`Config::retry_count`](crate::redlock::Config) more
+    /// times after a jittered pause — the one retry loop of every kind. [`Error::Held`] if another holder had it
+    /// at the last attempt, [`Error::Quorum`] for any other failure, each with the last attempt's report.
+    pub(crate) async fn retrying<T, F>(
+        &self,
+        retry: bool,
+        mut attempt: impl FnMut() -> F,
+    ) -> Result<T>
+    where
+        F: Future<Output = Result<std::result::Result<T, (Failure, Report)>>>,
+    {
+        let mut tries = 0;
+        loop {
+            let (failure, report) = match attempt().await? {
+                Ok(got) => return Ok(got),
+                Err(failed) => failed,
+            };
+            if !retry || tries >= self.config.retry_count {
+                let report = Box::new(report);
+                return Err(match failure {
+                    Failure::Held => Error::Held(report),
+                    _ => Error::Quorum(report),
+                });
+            }
+            tries += 1;
+            self.clock.sleep(self.retry_pause()).await;
         }
     }
 

@@ -1,5 +1,5 @@
 //! `Engine::pipelined`: one round that carries `k` commands per node in one request, and hands each reply back
-//! tagged with the command it answers. The rounds of batches, sets and fencing are built on it.
+//! tagged with the command it answers. The rounds of batches and of the scripted kinds are built on it.
 //!
 //! # Invariants
 //!
@@ -14,24 +14,21 @@
 //! - **The caller decides when to stop.** `on_reply` returns how many more outcomes are worth waiting for, 0 to
 //!   end the round; outcomes not awaited are read and dropped by the fanout when they come.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::BytesMut;
 
 use crate::net::{NodeSet, Reply};
 use crate::redlock::engine::Engine;
+use crate::redlock::engine::reply::is_noscript;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
-use crate::redlock::error::Outcome;
-use crate::redlock::kind::is_noscript;
-use crate::redlock::lua;
-use crate::redlock::quorum::{Quorum, Status, Vote};
-use crate::time::later;
 
-/// How a pipelined round's requests are queued.
+/// What a pipelined round is for, which decides how its requests are queued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// An acquisition or extension: a node with too many requests waiting fails its vote.
-    Normal,
+pub(crate) enum Purpose {
+    /// An acquisition or extension (a round that sets a lease, its clocks checked): a node with too many requests
+    /// waiting fails its vote.
+    Lease,
     /// A release: must reach every reachable node (see `Fanout::release_round`); its scripts go in full.
     Release,
 }
@@ -44,7 +41,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn pipelined(
         &self,
-        kind: Kind,
+        purpose: Purpose,
         nodes: NodeSet,
         k: usize,
         deadline: Instant,
@@ -59,10 +56,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut request = BytesMut::with_capacity(64 * k);
         // A release goes in full at once: nobody may be left to answer its `NOSCRIPT` (`scripts`, "Releases go
         // in full").
-        encode(&mut request, kind == Kind::Release);
-        let mut round = match kind {
-            Kind::Normal => self.lease_round(deadline),
-            Kind::Release => self.unchecked(self.fanout.release_round(deadline)),
+        encode(&mut request, purpose == Purpose::Release);
+        let mut round = match purpose {
+            Purpose::Lease => self.lease_round(deadline),
+            Purpose::Release => self.unchecked(self.fanout.release_round(deadline)),
         };
         let sent = round.send_to(nodes, &request, k);
         round.need(need);
@@ -107,76 +104,5 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             }
         }
         sent
-    }
-}
-
-/// What one scripted acquisition round ([`Engine::acquire_scripted`]) found.
-pub(crate) struct Acquired {
-    /// When the round started: the lease is counted from here.
-    pub(crate) start: Instant,
-    pub(crate) quorum: Quorum,
-    pub(crate) status: Status,
-    /// Every node's outcome (those the round did not wait for: `NotAwaited`).
-    pub(crate) outcomes: Vec<Outcome>,
-    /// The nodes the script was sent to.
-    pub(crate) nodes: NodeSet,
-    /// The largest number that a counted grant carried (a fencing token, a hold count; 0 if none).
-    pub(crate) count: u64,
-}
-
-impl<N: Nodes, C: Clock> Engine<N, C> {
-    /// One acquisition round of `script` on every node, in Redlock's way: sent at once, each reply classified by
-    /// `classify` into a vote, an outcome and a number, votes counted through the restart guard, the round ended
-    /// as soon as the quorum's verdict is certain. Shared by sets, fencing and reentrant locks.
-    pub(crate) async fn acquire_scripted(
-        &self,
-        script: lua::Lua,
-        (keys, args): (&[&[u8]], &[&[u8]]),
-        (ttl, ttl_ms): (Duration, u64),
-        classify: impl Fn(&Reply) -> (Vote, Outcome, u64),
-    ) -> Acquired {
-        let n = self.fanout.len();
-        self.note_ttl(ttl_ms);
-        let start = self.clock.now();
-        let mut quorum = Quorum::new(n, start, ttl, self.config.allowance(ttl));
-        let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
-        let mut outcomes = vec![Outcome::NotAwaited; n];
-        let mut status = Status::Pending;
-        let mut count = 0;
-        let need = quorum.votes_to_decide();
-        let nodes = self
-            .pipelined(
-                Kind::Normal,
-                NodeSet::ALL,
-                1,
-                deadline,
-                need,
-                |buf, full| lua::eval(buf, script, full, keys, args),
-                |_, (node, source), reply| {
-                    let now = self.clock.now();
-                    let (vote, outcome, number) = classify(&reply);
-                    let (vote, outcome) = self.counted_from(source, (vote, outcome), now, None);
-                    self.votes[node].count(&outcome);
-                    outcomes[node] = outcome;
-                    if vote == Vote::Yes {
-                        // Only counted grants: a node the restart guard does not trust may have lost its counters.
-                        count = count.max(number);
-                    }
-                    status = quorum.vote(node, vote, now);
-                    match status {
-                        Status::Pending => quorum.votes_to_decide(),
-                        _ => 0,
-                    }
-                },
-            )
-            .await;
-        Acquired {
-            start,
-            quorum,
-            status,
-            outcomes,
-            nodes,
-            count,
-        }
     }
 }

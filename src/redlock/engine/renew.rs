@@ -7,13 +7,11 @@ use bytes::BytesMut;
 
 use crate::net::NodeSet;
 use crate::redlock::engine::compare::Tried;
+use crate::redlock::engine::reply::{compare_vote, refused};
+use crate::redlock::engine::scripted::Scripted;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::{Engine, settle};
 use crate::redlock::error::Outcome;
-use crate::redlock::kind::lock::Kind;
-use crate::redlock::kind::reentrant::count_key;
-use crate::redlock::kind::{compare_vote, refused};
-use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Quorum, Status};
 use crate::redlock::scripts::{self, Native, Script, Via};
 use crate::time::later;
@@ -59,7 +57,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             if set != NodeSet::EMPTY {
                 request.clear();
                 for r in renewals {
-                    r.encode(&mut request, via, self.fanout.routed());
+                    r.encode(&mut request, via);
                 }
                 round.send_to(set, &request, k);
             }
@@ -79,8 +77,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             if node >= n {
                 continue;
             }
-            // The way this reply's request went: a set's or an owned hold's renewal is a script even in a
-            // native batch.
+            // The way this reply's request went: a scripted renewal is a script even in a native batch.
             let via = match ways[node].get(batch).copied().unwrap_or(Via::Sha) {
                 Via::Native(_) if renewals[j].scripted() => Via::Sha,
                 via => via,
@@ -92,7 +89,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     {
                         request.clear();
                         for r in renewals {
-                            r.encode(&mut request, next, self.fanout.routed());
+                            r.encode(&mut request, next);
                         }
                         round.send(node, &request, k);
                         batches[node] += 1;
@@ -142,13 +139,14 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     }
 }
 
-/// One lease to renew in [`Engine::renew`]: a lock's key (or every key of a set, or an owned hold) and value.
+/// One lease to renew in [`Engine::renew`]: a key and its value, extended by compare-and-pexpire or by its kind's
+/// script.
 pub(crate) struct Renewal<'a> {
     pub(crate) resource: &'a [u8],
-    /// The lock's kind: a set's keys are renewed together (`resource` is the first), an owned hold by its
-    /// script; plain and fenced locks by the compare-and-pexpire of their key.
-    pub(crate) kind: &'a Kind,
     pub(crate) value: &'a [u8],
+    /// The kind's extension script (a set's keys together, an owned hold), or `None`: the compare-and-pexpire of
+    /// `resource`, native or scripted per node.
+    pub(crate) script: Option<Scripted>,
     pub(crate) ttl: Duration,
     pub(crate) ttl_ms: u64,
     /// When the lock was acquired (the restart guard's `since`).
@@ -158,19 +156,16 @@ pub(crate) struct Renewal<'a> {
 }
 
 impl Renewal<'_> {
-    /// Whether its renewal is a script whatever way its node takes (a set, an owned hold).
+    /// Whether its renewal is a script whatever way its node takes.
     fn scripted(&self) -> bool {
-        matches!(self.kind, Kind::Set(_) | Kind::Owned { .. })
+        self.script.is_some()
     }
 
-    /// The renewal's command, the way `via` says: compare-and-pexpire of its key (native or script), or of every
-    /// key of its set together, or its owned hold's extension (always a script: by hash unless `via` is
-    /// [`Via::Full`]).
-    fn encode(&self, buf: &mut BytesMut, via: Via, routed: bool) {
-        let full = via == Via::Full;
-        let ttl = crate::resp::Decimal::new(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX));
-        match self.kind {
-            Kind::Plain | Kind::Fenced(_) => scripts::compare(
+    /// The renewal's command, the way `via` says: the compare-and-pexpire of its key (native or script), or its
+    /// kind's script (always a script: by hash unless `via` is [`Via::Full`]).
+    fn encode(&self, buf: &mut BytesMut, via: Via) {
+        match &self.script {
+            None => scripts::compare(
                 buf,
                 Script::Extend,
                 via,
@@ -178,25 +173,9 @@ impl Renewal<'_> {
                 self.value,
                 self.ttl_ms,
             ),
-            Kind::Owned { hold, .. } => {
-                let counter = count_key(self.resource, routed);
-                lua::eval(
-                    buf,
-                    lua::EXTEND_REENTRANT,
-                    full,
-                    &[self.resource, &counter],
-                    &[self.value, hold, ttl.as_bytes()],
-                );
-            }
-            Kind::Set(set) => {
-                let keys: Vec<&[u8]> = set.iter().map(|k| &k[..]).collect();
-                crate::redlock::lua::eval(
-                    buf,
-                    crate::redlock::lua::EXTEND_MANY,
-                    full,
-                    &keys,
-                    &[self.value, ttl.as_bytes()],
-                );
+            Some(script) => {
+                let ttl = crate::resp::Decimal::new(i64::try_from(self.ttl_ms).unwrap_or(i64::MAX));
+                script.encode(buf, via == Via::Full, ttl.as_bytes());
             }
         }
     }

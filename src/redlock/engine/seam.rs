@@ -1,8 +1,8 @@
 //! The seam between the rounds and the nodes: [`Nodes`] (rounds to a set of nodes), [`NodeRound`] (one such
 //! round) and [`Clock`] (now, and the pause between retries).
 //!
-//! The engine's rounds (acquire, extend, release, pipelined; `core`, `pipeline`, `batch`, `many`, `fenced`,
-//! `reentrant`) and the restart guard reach the nodes and the time only through these traits. The real
+//! The engine's rounds (acquire, extend, release, pipelined, batched, and each kind's own in `kind/`, run on
+//! the engine) and the restart guard reach the nodes and the time only through these traits. The real
 //! [`Fanout`] and [`SystemClock`] implement them, and so does the deterministic simulator in the test tree
 //! (`tests/sim/`), which runs the same rounds against in-memory nodes on a virtual clock.
 //!
@@ -38,7 +38,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use crate::net::cluster::{Members, MembersRound};
+use crate::net::cluster::{Bracket, Members, MembersRound};
 use crate::net::{CommandId, Fanout, NodeAddr, NodeSet, Reply, Round};
 use crate::resp::Value;
 
@@ -159,6 +159,18 @@ pub trait NodeRound {
     /// plain node; for a cluster member, the master that answered (the restart guard judges that server).
     fn source(&self, node: usize) -> usize {
         node
+    }
+    /// Brackets every write to a cluster member's node with `TIME`, in the round below the caller (the clock
+    /// check's, `clock.rs`: a routed request's commands go to several nodes, and a redirected one to another);
+    /// call before anything is sent. Returns, per node, whether it is so bracketed (its outcomes then come with
+    /// [`take_bracket`](Self::take_bracket)); empty by default: plain nodes, bracketed by the caller.
+    fn time_writes(&mut self) -> Vec<bool> {
+        Vec::new()
+    }
+    /// The clock readings around the last outcome [`next`](Self::next) handed out for `node`, a node
+    /// [`time_writes`](Self::time_writes) bracketed: `None` if it ran in no bracketed write.
+    fn take_bracket(&mut self, _node: usize) -> Option<Bracket> {
+        None
     }
 }
 
@@ -326,6 +338,14 @@ impl NodeRound for MembersRound<'_> {
     #[inline]
     fn source(&self, node: usize) -> usize {
         MembersRound::source(self, node)
+    }
+
+    fn time_writes(&mut self) -> Vec<bool> {
+        MembersRound::time_writes(self)
+    }
+
+    fn take_bracket(&mut self, node: usize) -> Option<Bracket> {
+        MembersRound::take_bracket(self, node)
     }
 }
 

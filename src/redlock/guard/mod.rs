@@ -25,13 +25,15 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::net::{NodeError, NodeSet};
+use crate::redlock::engine::lease::Lease;
 use crate::redlock::engine::renew::Renewal;
 use crate::redlock::engine::seam::{Clock, Nodes, block};
 use crate::redlock::engine::{Engine, is_gone};
 use crate::redlock::error::{Error, Outcome, Result};
 use crate::redlock::guard::watchdog::Watchdog;
-use crate::redlock::kind::lock::{Kind, Lock};
-use crate::redlock::kind::owner::Owner;
+use crate::redlock::kind::Lock;
+use crate::redlock::kind::owned::Owner;
+use crate::redlock::kind::{self, Kind};
 use crate::redlock::lost::Lost;
 use crate::redlock::observe;
 use crate::redlock::quorum::Failure;
@@ -135,10 +137,10 @@ impl Keeper {
         );
         let released = op.instrument(end(engine, held)).await;
         op.finish(&released, None);
-        match &held.kind {
-            Kind::Set(set) => set.iter().for_each(|r| self.waits.notify(r)),
-            _ => self.waits.notify(&held.resource),
-        }
+        held.kind
+            .resources(&held.resource)
+            .iter()
+            .for_each(|r| self.waits.notify(r));
         released
     }
 }
@@ -147,7 +149,7 @@ impl Keeper {
 /// engine directly, as its kind is released. Generic over the seam, as [`renew`] is.
 pub(crate) async fn end<N: Nodes, C: Clock>(engine: &Engine<N, C>, held: &Held) -> Result<usize> {
     held.set_lost(Lost::Released, None);
-    engine.release(&held.lock()).await
+    kind::release(engine, &held.lock()).await
 }
 
 /// Marks a guard lost, and counts it.
@@ -193,8 +195,8 @@ pub(crate) async fn renew<N: Nodes, C: Clock>(
             let g = &guards[i];
             Renewal {
                 resource: &g.resource,
-                kind: &g.kind,
                 value: &g.value,
+                script: kind::extension(&g.kind, &g.resource, &g.value, engine.fanout.routed()),
                 ttl: g.ttl,
                 ttl_ms: g.ttl_ms,
                 acquired: g.acquired,
@@ -344,18 +346,19 @@ impl Held {
         ttl_ms: u64,
         margin: Duration,
     ) -> Held {
+        let Lock { lease, kind } = lock;
         Held {
             id,
-            resource: lock.resource,
-            value: lock.value,
+            resource: lease.resource,
+            value: lease.value,
             ttl,
             ttl_ms,
-            acquired: lock.acquired,
+            acquired: lease.acquired,
             margin,
-            kind: lock.kind,
+            kind,
             state: Mutex::new(HeldState {
-                valid_until: lock.valid_until,
-                nodes: lock.nodes,
+                valid_until: lease.valid_until,
+                nodes: lease.nodes,
                 lost: None,
                 renewals: 0,
                 last_error: None,
@@ -374,16 +377,15 @@ impl Held {
     /// The lock as it stands: the lease last confirmed, on the nodes its acquisition was sent to.
     pub(crate) fn lock(&self) -> Lock {
         let s = lock(&self.state);
-        Lock {
-            resource: self.resource.clone(),
-            value: self.value,
-            valid_until: s.valid_until,
-            acquired: self.acquired,
-            extensions: 0,
-            pending_ttl: None,
-            nodes: s.nodes,
-            kind: self.kind.clone(),
-        }
+        Lock::new(
+            Lease::new(
+                self.resource.clone(),
+                self.value,
+                (self.acquired, s.valid_until),
+                s.nodes,
+            ),
+            self.kind.clone(),
+        )
     }
 
     /// Until when the holder may rely on the lock: the confirmed lease minus the margin.
@@ -488,19 +490,13 @@ impl Guard {
 
     /// Every resource: the one resource, or a set's names (sorted, without duplicates).
     pub fn resources(&self) -> &[Vec<u8>] {
-        match &self.held.kind {
-            Kind::Set(names) => names,
-            _ => std::slice::from_ref(&self.held.resource),
-        }
+        self.held.kind.resources(&self.held.resource)
     }
 
     /// The owner of a guard over an [owned](crate::redlock::Request::owned) (reentrant) hold, `None` for other
     /// kinds.
     pub fn owner(&self) -> Option<&Owner> {
-        match &self.held.kind {
-            Kind::Owned { owner, .. } => Some(owner),
-            _ => None,
-        }
+        self.held.kind.owner()
     }
 
     /// The value stored in the key on each node (40 hex digits): this acquisition's own, unique; for an owned
@@ -544,10 +540,7 @@ impl Guard {
     /// The fencing token of a guard over a [fenced](crate::redlock::Request::fenced) lock, `None` for other
     /// kinds. Renewals do not change it.
     pub fn token(&self) -> Option<u64> {
-        match self.held.kind {
-            Kind::Fenced(token) => Some(token),
-            _ => None,
-        }
+        self.held.kind.token()
     }
 
     /// How many times the watchdog has renewed the lease.

@@ -1,6 +1,6 @@
 //! Fencing tokens across N masters, asked with [`Request::fenced`](crate::redlock::Request::fenced): the token
-//! is [`Lock::token`] (and [`Guard::token`](crate::redlock::Guard::token)); [`FencedLock`] is what the engine's
-//! acquisition round gives.
+//! is [`Lock::token`] (and [`Guard::token`](crate::redlock::Guard::token)), held as a [`Lock`] of kind
+//! [`Kind::Fenced`]. Here the counters' keys, the rounds and what their replies mean.
 //!
 //! A fencing token is a number handed out with a lock that strictly increases across every successful
 //! acquisition of the resource, by anyone. The protected resource accepts a write only if its token is at least
@@ -73,12 +73,26 @@
 //! one more than a plain lock; a third only when a majority finds the candidate stale (a history like the one
 //! above). The confirmation needs a majority of all N up, as the acquisition does.
 
-use crate::net::Reply;
-use crate::redlock::error::Outcome;
-use crate::redlock::kind::lock::{Kind, Lock};
-use crate::redlock::kind::script_vote;
-use crate::redlock::quorum::Vote;
-use crate::resp::Value;
+use std::time::Duration;
+
+use bytes::BytesMut;
+
+use crate::net::{NodeSet, Reply};
+use crate::redlock::engine::Engine;
+use crate::redlock::engine::lease::Lease;
+use crate::redlock::engine::pipeline::Purpose;
+use crate::redlock::engine::release::Tally;
+use crate::redlock::engine::reply::script_vote;
+use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
+use crate::redlock::engine::settle;
+use crate::redlock::error::{Outcome, Report, Result};
+use crate::redlock::kind::{Kind, Lock};
+use crate::redlock::lua;
+use crate::redlock::quorum::{Failure, Vote};
+use crate::redlock::scripts::{self, Script};
+use crate::redlock::token;
+use crate::resp::{Decimal, Value};
+use crate::time::later;
 
 /// The counter key of `resource`: `muxlock:fence:<resource>`. (On a manager with a member that is a Redis
 /// Cluster, an untagged resource's counter is `muxlock:fence:{<resource>}` instead, in the resource's slot: see
@@ -91,22 +105,6 @@ pub fn counter_key(resource: &[u8]) -> Vec<u8> {
 /// (`routed`; see [`derived_key`](crate::redlock::kind::derived_key)).
 pub(crate) fn counter_key_for(resource: &[u8], routed: bool) -> Vec<u8> {
     crate::redlock::kind::derived_key(b"muxlock:fence:", resource, routed)
-}
-
-/// A lock with its fencing token: what the engine's acquisition round gives, handed out as a [`Lock`] of kind
-/// [`Kind::Fenced`] (released by the fenced release, which leaves the token on every node it frees; a plain
-/// release would not).
-#[derive(Debug)]
-pub(crate) struct FencedLock {
-    pub(crate) lock: Lock,
-    pub(crate) token: u64,
-}
-
-impl From<FencedLock> for Lock {
-    /// The fenced lock as one [`Lock`], its token in its kind.
-    fn from(fenced: FencedLock) -> Lock {
-        fenced.lock.with_kind(Kind::Fenced(fenced.token))
-    }
 }
 
 /// A fenced acquisition's reply: the incremented counter (granted), 0 (held), anything else failed.
@@ -135,4 +133,144 @@ pub(crate) fn fence_vote(reply: &Reply) -> (Vote, Outcome, u64) {
             (vote, outcome, 0)
         }
     }
+}
+
+/// One fenced acquisition: the grant (round 1), then the token's confirmation (round 2, again while a majority
+/// finds the candidate stale). On a failure the key is released where the attempt was sent.
+pub(crate) async fn attempt<N: Nodes, C: Clock>(
+    engine: &Engine<N, C>,
+    resource: &[u8],
+    value: token::Value,
+    (ttl, ttl_ms): (Duration, u64),
+) -> std::result::Result<Lock, (Failure, Report)> {
+    let n = engine.fanout.len();
+    let counter = counter_key_for(resource, engine.fanout.routed());
+    let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+    let keys: [&[u8]; 2] = [resource, &counter];
+    let round = engine
+        .acquire_scripted(
+            lua::ACQUIRE_FENCED,
+            (&keys, &[&value, ttl_arg.as_bytes()]),
+            (ttl, ttl_ms),
+            fenced_vote,
+        )
+        .await;
+    let (start, quorum, status, outcomes, nodes, token) = (
+        round.start,
+        round.quorum,
+        round.status,
+        round.outcomes,
+        round.nodes,
+        round.count,
+    );
+    let release = |token: u64| {
+        let mut buf = BytesMut::new();
+        let t = Decimal::new(i64::try_from(token).unwrap_or(i64::MAX));
+        lua::eval(
+            &mut buf,
+            lua::RELEASE_FENCED,
+            true,
+            &keys,
+            &[&value, t.as_bytes()],
+        );
+        let mut round = engine.fanout.release_round(engine.clock.now());
+        round.send_to(nodes, &buf, 1);
+    };
+    let valid_until = match settle(status, &quorum, engine.clock.now()) {
+        Ok(valid_until) => valid_until,
+        Err(failure) => {
+            let mut buf = BytesMut::new();
+            scripts::call(&mut buf, Script::Release, true, resource, &value, 0);
+            let mut round = engine.fanout.release_round(engine.clock.now());
+            round.send_to(nodes, &buf, 1);
+            return Err((failure, engine.report(resource, outcomes, quorum.quorum())));
+        }
+    };
+    // Round 2 (again while a majority finds the candidate stale): the confirmation, by a majority of
+    // all N before the lease's end. See the module docs for why that is all the argument needs.
+    let majority = engine.quorum();
+    let counter_only: [&[u8]; 1] = [&counter];
+    let mut token = token.max(1);
+    let mut acks = vec![Outcome::NotAwaited; n];
+    for _ in 0..MAX_CONFIRMS {
+        if engine.clock.now() >= valid_until {
+            break;
+        }
+        let t = Decimal::new(i64::try_from(token).unwrap_or(i64::MAX));
+        let (mut yes, mut no, mut seen) = (0usize, 0usize, 0u64);
+        acks.iter_mut().for_each(|a| *a = Outcome::NotAwaited);
+        engine
+            .pipelined(
+                Purpose::Lease,
+                NodeSet::ALL,
+                1,
+                later(engine.clock.now(), engine.config.round_timeout).min(valid_until),
+                majority,
+                |buf, full| lua::eval(buf, lua::FENCE, full, &counter_only, &[t.as_bytes()]),
+                |_, (node, source), reply| {
+                    let now = engine.clock.now();
+                    let (vote, outcome, counter) = fence_vote(&reply);
+                    let (vote, outcome) = engine.counted_from(source, (vote, outcome), now, None);
+                    engine.votes[node].count(&outcome);
+                    acks[node] = outcome;
+                    seen = seen.max(counter);
+                    // Only a confirmation read before the lease's end counts: it ran on the node before then.
+                    yes += usize::from(vote == Vote::Yes && now < valid_until);
+                    no += usize::from(vote != Vote::Yes || now >= valid_until);
+                    if yes >= majority || n - no < majority {
+                        0
+                    } else {
+                        majority - yes
+                    }
+                },
+            )
+            .await;
+        if yes >= majority && engine.clock.now() < valid_until {
+            return Ok(Lock::new(
+                Lease::new(resource.to_vec(), value, (start, valid_until), nodes),
+                Kind::Fenced(Some(token)),
+            ));
+        }
+        if seen < token {
+            break; // not a stale candidate: nodes failed or were too slow; a new candidate would not help
+        }
+        token = seen.saturating_add(1);
+    }
+    release(token);
+    let failure = Failure::Unavailable;
+    Err((failure, engine.report(resource, acks, majority)))
+}
+
+/// Releases a fenced lock: every node that deletes the key raises the counter to the token first.
+pub(crate) async fn release<N: Nodes, C: Clock>(
+    engine: &Engine<N, C>,
+    lock: &Lease,
+    token: u64,
+) -> Result<usize> {
+    let quorum = engine.quorum();
+    let deadline = later(engine.clock.now(), engine.config.round_timeout);
+    let mut tally = Tally::new(&engine.votes, engine.fanout.len(), quorum, lock.nodes);
+    let counter = counter_key_for(&lock.resource, engine.fanout.routed());
+    let keys: [&[u8]; 2] = [&lock.resource, &counter];
+    let t = Decimal::new(i64::try_from(token).unwrap_or(i64::MAX));
+    engine
+        .pipelined(
+            Purpose::Release,
+            lock.nodes,
+            1,
+            deadline,
+            quorum,
+            |buf, full| {
+                lua::eval(
+                    buf,
+                    lua::RELEASE_FENCED,
+                    full,
+                    &keys,
+                    &[&lock.value, t.as_bytes()],
+                )
+            },
+            |_, (node, _), reply| tally.vote(node, script_vote(&reply)),
+        )
+        .await;
+    tally.finish(engine, &lock.resource)
 }

@@ -1,117 +1,421 @@
-//! The kinds of lock as values: each knows what its acquisition round gives, its scripts and how to read their
-//! replies; the engine (`engine/`) runs their rounds. Every kind is handed out as one
-//! [`Lock`](crate::redlock::Lock), its kind inside.
+//! The kinds of lock, each in a file of its own: its value, what its replies mean and its rounds, run on the
+//! engine's machinery (`engine/`), which knows no kind by name. [`Kind`] says which kind: a request chooses it,
+//! a [`Lock`](crate::redlock::Lock) and a guard keep it, and the functions here hand each verb to the kind's
+//! file.
 //!
-//! - `lock`: [`Lock`](crate::redlock::Lock), one resource (`SET NX PX`, the release and extend scripts);
-//! - `set`: several resources all or none (one script per node);
+//! - `plain`: one resource, the spec's `SET NX PX`, the compare-and-X extension and release;
+//! - `set`: several resources, all or none (one script per node);
 //! - `fenced`: a lock with a fencing token; its module doc is the safety argument;
-//! - `reentrant`: [`Owner`](crate::redlock::Owner) and its holds, counted per owner;
-//! - batches are plain [`Lock`](crate::redlock::Lock)s acquired together (`engine/batch.rs`).
+//! - `owned`: [`Owner`](crate::redlock::Owner) and its holds of a reentrant lock, counted per owner;
+//! - `queued`: a plain resource's attempt behind the nodes' queue, for a waiting request (`wait/handoff.rs`).
 //!
-//! Here too, the replies every kind shares: a `SET NX`'s and a compare-and-X script's.
+//! Here too [`Lock`], what every kind is handed out as: a lease (`engine/lease.rs`) and its kind.
+//!
+//! Adding a kind: its file here, its variant of [`Kind`] with an arm in each function below, and its option on
+//! the request (`manager/request.rs`).
 
 pub(crate) mod fenced;
-pub(crate) mod lock;
-pub(crate) mod owner;
+pub(crate) mod owned;
+pub(crate) mod plain;
 pub(crate) mod queued;
-pub(crate) mod reentrant;
 pub(crate) mod set;
 
-use crate::net::Reply;
-use crate::redlock::error::Outcome;
-use crate::redlock::quorum::Vote;
-use crate::redlock::scripts::{Script, Via};
-use crate::resp::Value;
+use std::fmt;
+use std::time::{Duration, Instant};
 
-/// What a round's reply means for the vote.
-pub(crate) fn set_vote(reply: Reply) -> (Vote, Outcome) {
-    match reply {
-        Ok(v) => match v.without_attributes() {
-            Value::SimpleString(s) if &s[..] == b"OK" => (Vote::Yes, Outcome::Granted),
-            Value::NullBulk | Value::Null => (Vote::Taken, Outcome::Taken),
-            other => (Vote::Failed, unexpected(other)),
-        },
-        Err(e) => (Vote::Failed, Outcome::Failed(e)),
-    }
+use crate::redlock::engine::Engine;
+use crate::redlock::engine::lease::Lease;
+use crate::redlock::engine::scripted::Scripted;
+use crate::redlock::engine::seam::{Clock, Nodes};
+use crate::redlock::error::{Error, Report, Result};
+use crate::redlock::kind::owned::{Hold, Owner};
+use crate::redlock::quorum::Failure;
+use crate::redlock::token;
+
+/// Which kind of lock, with what the kind keeps beside the lease. A request sets it as asked (a set's names, an
+/// owner); the kind's acquisition fills in what it learns (a token, a hold); a lock and a guard keep it, and it
+/// decides which rounds extend and release them, never the caller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// One resource: `SET NX`, the compare-and-delete / compare-and-pexpire scripts (or native commands).
+    Plain,
+    /// Every name of a set (sorted, without duplicates once checked; the lock's resource is the first),
+    /// acquired, extended and released together.
+    Set(Vec<Vec<u8>>),
+    /// A fencing token (`None` until one is handed out); released by the fenced release, which leaves the token
+    /// on every node it frees.
+    Fenced(Option<u64>),
+    /// One hold of an owner's reentrant lock: the owner is the key's value (the lease's `value`); the hold
+    /// (`None` until acquired) is this acquisition's field in the holds hash and the count after it.
+    Owned(Owner, Option<Hold>),
 }
 
-fn unexpected(v: &Value) -> Outcome {
-    match v {
-        Value::Error(msg) | Value::BulkError(msg) => {
-            Outcome::ErrorReply(String::from_utf8_lossy(msg).into_owned())
+impl Kind {
+    /// The kind's name in traces and metrics.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Kind::Plain => "plain",
+            Kind::Set(_) => "set",
+            Kind::Fenced(_) => "fenced",
+            Kind::Owned(..) => "owned",
         }
-        other => Outcome::ErrorReply(format!("unexpected reply {other:?}")),
+    }
+
+    /// Every resource of a lock of this kind on `resource`: the one resource, or a set's names.
+    pub(crate) fn resources<'a>(&'a self, resource: &'a Vec<u8>) -> &'a [Vec<u8>] {
+        match self {
+            Kind::Set(names) => names,
+            _ => std::slice::from_ref(resource),
+        }
+    }
+
+    /// A fenced lock's token, once handed out.
+    pub(crate) fn token(&self) -> Option<u64> {
+        match self {
+            Kind::Fenced(token) => *token,
+            _ => None,
+        }
+    }
+
+    /// An owned hold's owner.
+    pub(crate) fn owner(&self) -> Option<&Owner> {
+        match self {
+            Kind::Owned(owner, _) => Some(owner),
+            _ => None,
+        }
+    }
+
+    /// Checks a request of this kind for `resource` (a set's names are in the kind) before anything is sent:
+    /// names not empty, a valid TTL, a set sorted and deduplicated, and what cluster members cannot do refused
+    /// ([`check_routable`]).
+    pub(crate) fn check<N: Nodes, C: Clock>(
+        self,
+        resource: Vec<u8>,
+        engine: &Engine<N, C>,
+        ttl: Duration,
+    ) -> Result<Ask> {
+        let (resource, kind, ttl_ms) = match self {
+            Kind::Set(names) => {
+                let (sorted, ttl_ms) = set::check(names, &engine.config, ttl)?;
+                let first = sorted.first().cloned().unwrap_or_default();
+                (first, Kind::Set(sorted), ttl_ms)
+            }
+            kind => {
+                let ttl_ms = engine.check(&resource, ttl)?;
+                (resource, kind, ttl_ms)
+            }
+        };
+        let ask = Ask {
+            resource,
+            kind,
+            ttl,
+            ttl_ms,
+        };
+        check_routable(engine, &ask)?;
+        Ok(ask)
     }
 }
 
-/// What a compare-and-X script's reply means: 1 is done for us, 0 is "the key is not ours", anything else failed.
-pub(crate) fn script_vote(reply: &Reply) -> (Vote, Outcome) {
-    match reply {
-        Ok(v) => match v.without_attributes() {
-            Value::Integer(1) => (Vote::Yes, Outcome::Granted),
-            Value::Integer(0) => (Vote::Taken, Outcome::Taken),
-            other => (Vote::Failed, unexpected(other)),
-        },
-        Err(e) => (Vote::Failed, Outcome::Failed(e.clone())),
+/// A lock held on a majority of the nodes, valid until [`valid_until`](Lock::valid_until): one resource, a set of
+/// them, a fenced lock ([`token`](Lock::token)) or one hold of an owner's reentrant lock ([`owner`](Lock::owner)),
+/// as its [request](crate::redlock::Request) asked. Every kind is extended with
+/// [`LockManager::extend`](crate::redlock::LockManager::extend) and released with
+/// [`LockManager::unlock`](crate::redlock::LockManager::unlock).
+///
+/// Dropping a `Lock` does not release it: the keys expire at the end of the lease.
+///
+/// Validity is measured on this process' monotonic clock from the instant *before* the acquiring requests were
+/// sent, minus the drift allowance, so that the lock expires here no later than on the nodes. Check
+/// [`is_valid`](Lock::is_valid) before acting on the protected resource: a process that was paused (GC, swap,
+/// SIGSTOP) may wake up holding a lock that has expired.
+#[must_use = "a lock that is not used is held until its lease runs out"]
+pub struct Lock {
+    pub(crate) lease: Lease,
+    pub(crate) kind: Kind,
+}
+
+impl Lock {
+    /// A lease held as `kind`.
+    pub(crate) fn new(lease: Lease, kind: Kind) -> Lock {
+        Lock { lease, kind }
+    }
+
+    /// This lock as `kind`.
+    #[cfg(feature = "sim")]
+    pub(crate) fn with_kind(mut self, kind: Kind) -> Lock {
+        self.kind = kind;
+        self
+    }
+
+    /// The locked resource's name (the Redis key); for a set, the first of its names (sorted).
+    pub fn resource(&self) -> &[u8] {
+        &self.lease.resource
+    }
+
+    /// Every locked resource: the one resource, or a set's names (sorted, without duplicates).
+    pub fn resources(&self) -> &[Vec<u8>] {
+        self.kind.resources(&self.lease.resource)
+    }
+
+    /// The fencing token of a [fenced](crate::redlock::Request::fenced) lock: larger than the token of every
+    /// earlier fenced acquisition of the resource. Send it with every write to the protected resource, which
+    /// must refuse a token below the largest it has seen. `None` for other kinds.
+    pub fn token(&self) -> Option<u64> {
+        self.kind.token()
+    }
+
+    /// The owner of an [owned](crate::redlock::Request::owned) (reentrant) hold, `None` for other kinds.
+    pub fn owner(&self) -> Option<&Owner> {
+        self.kind.owner()
+    }
+
+    /// For an owned hold, the number of holds the key had after this acquisition (1 for an outer hold, 2 for
+    /// the first nested one, ...; the largest among the nodes counted); `None` for other kinds.
+    pub fn holds(&self) -> Option<u64> {
+        match &self.kind {
+            Kind::Owned(_, hold) => hold.as_ref().map(|h| h.holds),
+            _ => None,
+        }
+    }
+
+    /// This acquisition's unique value (40 hex digits), stored in the key on each node (for an owned hold, the
+    /// owner's value, shared by its holds).
+    pub fn value(&self) -> &str {
+        // Hex digits are ASCII; the fallback is never taken.
+        std::str::from_utf8(&self.lease.value).unwrap_or_default()
+    }
+
+    /// The instant the lease ends, on the monotonic clock.
+    pub fn valid_until(&self) -> Instant {
+        self.lease.valid_until
+    }
+
+    /// The time left on the lease (zero once it has run out).
+    pub fn validity(&self) -> Duration {
+        self.lease
+            .valid_until
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the lease has not run out yet, on the monotonic clock. That clock stops while the machine is
+    /// suspended: after a system suspend and resume a lock can report valid although its keys expired (see the
+    /// README's "A lock is a lease").
+    pub fn is_valid(&self) -> bool {
+        Instant::now() < self.lease.valid_until
+    }
+
+    /// How many times the lock was extended.
+    pub fn extensions(&self) -> u32 {
+        self.lease.extensions
     }
 }
 
-/// What a compare-and-X reply means, by the way it went: the scripts and `DELIFEQ`/`DELEX` reply 1 or 0, the
-/// native extension (`SET IFEQ PX`) `+OK` or nil.
-pub(crate) fn compare_vote(script: Script, via: Via, reply: &Reply) -> (Vote, Outcome) {
-    match (script, via) {
-        (Script::Extend, Via::Native(_)) => match reply {
-            Ok(v) => match v.without_attributes() {
-                Value::SimpleString(s) if &s[..] == b"OK" => (Vote::Yes, Outcome::Granted),
-                Value::NullBulk | Value::Null => (Vote::Taken, Outcome::Taken),
-                other => (Vote::Failed, unexpected(other)),
-            },
-            Err(e) => (Vote::Failed, Outcome::Failed(e.clone())),
-        },
-        _ => script_vote(reply),
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Lock");
+        match &self.kind {
+            Kind::Set(names) => d.field(
+                "resources",
+                &names
+                    .iter()
+                    .map(|r| String::from_utf8_lossy(r))
+                    .collect::<Vec<_>>(),
+            ),
+            _ => d.field("resource", &String::from_utf8_lossy(&self.lease.resource)),
+        };
+        d.field("value", &self.value());
+        match &self.kind {
+            Kind::Fenced(Some(token)) => d.field("token", token),
+            Kind::Owned(_, Some(hold)) => d.field("holds", &hold.holds),
+            _ => &mut d,
+        };
+        d.field("validity", &self.validity())
+            .field("extensions", &self.lease.extensions)
+            .finish()
     }
 }
 
-/// Why a node refused to run a compare-and-X request at all (nothing ran: the key is untouched), so that it
-/// may go another way on that node without costing its vote.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Refused {
-    /// `NOSCRIPT`: the node has lost the script; send it in full.
-    NoScript,
-    /// `ERR unknown command` (no such command, or `EVAL` disabled), `NOPERM` (the user's ACL), or `ERR syntax
-    /// error` (a `SET` that does not know `IFEQ`): refused before anything ran.
-    Command,
+/// A checked request for a lock: its resource (a set's first name), its [`Kind`] as asked, and its TTL.
+#[derive(Debug)]
+pub(crate) struct Ask {
+    pub(crate) resource: Vec<u8>,
+    pub(crate) kind: Kind,
+    pub(crate) ttl: Duration,
+    pub(crate) ttl_ms: u64,
 }
 
-/// Whether `reply` is a refusal (see [`Refused`]), and which.
-pub(crate) fn refused(reply: &Reply) -> Option<Refused> {
-    let Ok(Value::Error(m) | Value::BulkError(m)) = reply.as_ref().map(Value::without_attributes)
-    else {
-        return None;
+/// Refuses, before anything is sent, what cluster members cannot do: a set whose names do not share one hash slot
+/// (its all-or-none script must run on one master: tag the names, `{order:7}:a`, `{order:7}:b`), and a fenced or
+/// owned lock of a resource with a brace but no hash tag, whose fencing counter or hold count cannot be named in
+/// its slot ([`derived_key`]). Nothing is refused on a manager of plain members.
+fn check_routable<N: Nodes, C: Clock>(engine: &Engine<N, C>, ask: &Ask) -> Result<()> {
+    use crate::net::cluster::key_slot;
+    if !engine.fanout.routed() {
+        return Ok(());
+    }
+    match &ask.kind {
+        Kind::Plain => Ok(()),
+        Kind::Set(names) => {
+            let first = names.first().map(|n| key_slot(n));
+            match names.iter().all(|n| Some(key_slot(n)) == first) {
+                true => Ok(()),
+                false => Err(Error::config(
+                    "on cluster members a set's names must share one hash slot (its all-or-none script runs \
+                     on one master): give them one hash tag, such as {order:7}:a and {order:7}:b",
+                )),
+            }
+        }
+        Kind::Fenced(_) | Kind::Owned(..) if !colocatable(&ask.resource) => Err(Error::config(
+            "on cluster members a fenced or owned lock's resource must have a hash tag ({invoice}:42) \
+             or no brace at all: its counter must lie in the resource's slot",
+        )),
+        Kind::Fenced(_) | Kind::Owned(..) => Ok(()),
+    }
+}
+
+/// One acquisition round of `ask`'s kind: the lock, or why not with every node's outcome (partial grants are
+/// released by then, as each kind does it).
+///
+/// **Cancel-safe**: if this future is dropped before the round concludes (an async caller gave up), an
+/// [`Undo`] releases whatever the attempt may have been granted, on every node, at once and unawaited (each
+/// kind's release is a compare-and-delete of this attempt's own value or hold id: a node that never granted
+/// removes nothing). On the blocking seam the future is never dropped part-way; the guard costs a flag.
+pub(crate) async fn attempt<N: Nodes, C: Clock>(
+    engine: &Engine<N, C>,
+    ask: &Ask,
+) -> Result<std::result::Result<Lock, (Failure, Report)>> {
+    // A fresh value per attempt, for every kind (for an owned hold the value is the owner's and the fresh id is
+    // the hold's): the clean-up of a failed attempt is a compare-and-delete of that value, so whenever it runs,
+    // even after a later attempt of the same call on the same node, it removes only what the attempt it cleans
+    // up set (the contract of `Fanout::release_round`).
+    let fresh = engine
+        .tokens
+        .draw("drawing the lock value from the OS's randomness")?;
+    let mut undo = Undo::new(engine, &ask.resource, &ask.kind, fresh);
+    let (resource, ttl) = (&ask.resource[..], (ask.ttl, ask.ttl_ms));
+    let got = match &ask.kind {
+        Kind::Plain => plain::attempt(engine, resource, fresh, ttl).await,
+        Kind::Set(names) => set::attempt(engine, names, fresh, ttl).await,
+        Kind::Fenced(_) => fenced::attempt(engine, resource, fresh, ttl).await,
+        Kind::Owned(owner, _) => owned::attempt(engine, owner, resource, fresh, ttl).await,
     };
-    if m.starts_with(b"NOSCRIPT") {
-        Some(Refused::NoScript)
-    } else if (m.starts_with(b"NOPERM") && !forbids_a_key(m))
-        || m.starts_with(b"ERR unknown command")
-        || m.starts_with(b"ERR syntax error")
-    {
-        Some(Refused::Command)
-    } else {
-        None
+    undo.disarm();
+    Ok(got)
+}
+
+/// Acquires `ask`: one attempt, or (`retry`) up to [`Config::retry_count`](crate::redlock::Config) more after a
+/// jittered pause ([`Engine::retrying`]).
+pub(crate) async fn acquire<N: Nodes, C: Clock>(
+    engine: &Engine<N, C>,
+    ask: &Ask,
+    retry: bool,
+) -> Result<Lock> {
+    engine.retrying(retry, || attempt(engine, ask)).await
+}
+
+/// The kind's extension script of a lease of `resource` holding `value`, or `None` for the compare-and-pexpire
+/// of the key (plain and fenced locks). Shared by [`extend`] and the guards' renewal.
+pub(crate) fn extension(
+    kind: &Kind,
+    resource: &[u8],
+    value: &[u8],
+    routed: bool,
+) -> Option<Scripted> {
+    match kind {
+        Kind::Plain | Kind::Fenced(_) => None,
+        Kind::Set(names) => Some(set::extension(names, value)),
+        Kind::Owned(_, hold) => Some(owned::extension(resource, value, hold.as_ref(), routed)),
     }
 }
 
-/// Whether a `NOPERM` is for a key (the user's key patterns: Redis' "no permissions to access one of the keys",
-/// Valkey's "No permissions to access a key"), not for the command: no other way of sending the request would be
-/// allowed, and the node's native command is not to blame (read as a refusal, it turned the node off its native
-/// release for the rest of the connection, so a user without Lua could release nothing there any more).
-fn forbids_a_key(m: &[u8]) -> bool {
-    let has = |w: &[u8]| m.windows(w.len()).any(|x| x.eq_ignore_ascii_case(w));
-    has(b"key") && !has(b"command")
+/// Extends `lock`'s lease to `ttl` from now, as its kind is extended. On failure (or if this future is dropped
+/// before it ends) the lock keeps its lease, cut to what the attempt may have left on the nodes if `ttl` is
+/// shorter ([`Engine::after_failed_extension`]).
+pub(crate) async fn extend<N: Nodes, C: Clock>(
+    engine: &Engine<N, C>,
+    lock: &mut Lock,
+    ttl: Duration,
+) -> Result<()> {
+    let routed = engine.fanout.routed();
+    match extension(&lock.kind, &lock.lease.resource, &lock.lease.value, routed) {
+        None => engine.extend(&mut lock.lease, ttl).await,
+        Some(script) => {
+            let name = set::set_name(lock.resources());
+            engine
+                .extend_scripted(&mut lock.lease, ttl, &script, &name)
+                .await
+        }
+    }
 }
 
-pub(crate) fn is_noscript(reply: &Reply) -> bool {
-    matches!(reply.as_ref().map(Value::without_attributes), Ok(Value::Error(m)) if m.starts_with(b"NOSCRIPT"))
+/// Releases `lock` as its kind is released; the number of nodes that confirmed.
+pub(crate) async fn release<N: Nodes, C: Clock>(
+    engine: &Engine<N, C>,
+    lock: &Lock,
+) -> Result<usize> {
+    match &lock.kind {
+        // A fenced lock without a token handed out has no counter to raise.
+        Kind::Plain | Kind::Fenced(None) => engine.unlock(&lock.lease).await,
+        Kind::Fenced(Some(token)) => fenced::release(engine, &lock.lease, *token).await,
+        Kind::Set(names) => set::release(engine, &lock.lease, names).await,
+        Kind::Owned(_, hold) => owned::release(
+            engine,
+            &lock.lease,
+            hold.as_ref(),
+            crate::redlock::lua::RELEASE_REENTRANT,
+        )
+        .await
+        .map(|(released, _)| released),
+    }
+}
+
+/// An acquisition round under way, undone if its future is dropped before the round concludes: see [`attempt`]
+/// (and the queued attempt, `queued.rs`). `fresh` is the attempt's value (an owned hold's id).
+pub(crate) struct Undo<'a, N: Nodes, C: Clock> {
+    engine: &'a Engine<N, C>,
+    resource: &'a [u8],
+    kind: &'a Kind,
+    fresh: token::Value,
+    armed: bool,
+}
+
+impl<'a, N: Nodes, C: Clock> Undo<'a, N, C> {
+    /// Armed: dropped as it is, it releases what an attempt at `resource` of `kind` with the value `fresh` may
+    /// have set.
+    pub(crate) fn new(
+        engine: &'a Engine<N, C>,
+        resource: &'a [u8],
+        kind: &'a Kind,
+        fresh: token::Value,
+    ) -> Self {
+        Undo {
+            engine,
+            resource,
+            kind,
+            fresh,
+            armed: true,
+        }
+    }
+
+    /// The round concluded (its own failure path releases partial grants): nothing to undo.
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl<N: Nodes, C: Clock> Drop for Undo<'_, N, C> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (engine, fresh) = (self.engine, &self.fresh);
+        match self.kind {
+            // A fenced attempt's key holds its value too; the counter is left alone (no token was handed out).
+            Kind::Plain | Kind::Fenced(_) => plain::undo(engine, self.resource, fresh),
+            Kind::Set(names) => set::undo(engine, names, fresh),
+            Kind::Owned(owner, _) => owned::undo(engine, self.resource, owner, fresh),
+        }
+    }
 }
 
 /// The name of a key derived from `resource` (a fencing counter, a hold count): `prefix + resource` on plain
@@ -119,7 +423,7 @@ pub(crate) fn is_noscript(reply: &Reply) -> bool {
 /// or its script is `CROSSSLOT`: a resource with a hash tag (`{invoice}:42`) shares it with `prefix + resource`;
 /// an untagged one is wrapped, `prefix + "{" + resource + "}"`, which hashes like the resource itself. A resource
 /// with a brace but no hash tag can be colocated neither way: the engine refuses it on cluster members before
-/// anything is sent ([`Engine::check_routable`](crate::redlock::engine::Engine::check_routable)).
+/// anything is sent ([`Kind::check`]).
 ///
 /// Every client of a deployment must name keys alike: the naming follows the members (a deployment whose
 /// members become clusters starts new counters: fencing tokens restart from the largest any node still holds

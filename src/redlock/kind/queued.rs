@@ -1,16 +1,22 @@
-//! The queued kind: a waiting process's entry in the nodes' per-resource queue, its scripts ([`lua::QUEUE_ACQUIRE`],
-//! [`lua::QUEUE_LEAVE`]) and what their replies mean. The design and its safety argument are `wait/handoff.rs`'s
-//! module doc; the round is `engine/queued.rs`.
+//! A plain resource's attempt behind the nodes' queue, for a waiting request: a waiting process's entry in the
+//! nodes' per-resource queue, its scripts ([`lua::QUEUE_ACQUIRE`], [`lua::QUEUE_LEAVE`]), what their replies mean,
+//! and the queued acquisition round: the spec's `SET NX PX` behind the queue, decided by the plain [`Quorum`].
+//! The design and its safety argument are `wait/handoff.rs`'s module doc.
 
 use std::time::Duration;
 
 use bytes::BytesMut;
 
-use crate::net::Reply;
-use crate::redlock::error::Outcome;
+use crate::net::{NodeSet, Reply};
+use crate::redlock::engine::Engine;
+use crate::redlock::engine::reply::is_noscript;
+use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
+use crate::redlock::error::{Outcome, Report, Result};
+use crate::redlock::kind::{Kind, Lock, Undo};
 use crate::redlock::lua::{self, Lua};
-use crate::redlock::quorum::Vote;
+use crate::redlock::quorum::{Failure, Quorum, Status, Vote};
 use crate::resp::{Decimal, Value};
+use crate::time::later;
 
 /// The start of every turn key: `muxlock:turn:<16 hex digits of the waiter's id>:<resource>`.
 pub(crate) const TURN_PREFIX: &[u8] = b"muxlock:turn:";
@@ -131,6 +137,122 @@ pub(crate) fn queue_vote(reply: &Reply, node: usize, refusal: &mut Refusal) -> (
         },
         Err(e) => (Vote::Failed, Outcome::Failed(e.clone())),
     }
+}
+
+/// One queued acquisition round ([`lua::QUEUE_ACQUIRE`] on every node), decided by the plain [`Quorum`]. On a
+/// failure, partial grants are released at once, as a plain attempt does; the queue is left as it was.
+#[allow(clippy::type_complexity)]
+pub(crate) async fn attempt<N: Nodes, C: Clock>(
+    engine: &Engine<N, C>,
+    resource: &[u8],
+    ttl: Duration,
+    ttl_ms: u64,
+    entry: &Entry,
+    joined: bool,
+) -> Result<std::result::Result<Lock, (Failure, Report, Refusal)>> {
+    let value = engine
+        .tokens
+        .draw("drawing the lock value from the OS's randomness")?;
+    // A task's future dropped before the round is decided releases what the round may have set (as an
+    // acquisition attempt does, `kind/mod.rs`); once decided, `conclude` releases a failure's partial grants.
+    let mut undo = Undo::new(engine, resource, &Kind::Plain, value);
+    let n = engine.fanout.len();
+    let ttl_digits = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+    let mut request = BytesMut::with_capacity(256 + 4 * resource.len());
+    entry.call(
+        &mut request,
+        lua::QUEUE_ACQUIRE,
+        false,
+        resource,
+        &value,
+        ttl_digits.as_bytes(),
+    );
+    engine.note_ttl(ttl_ms);
+    // The clock starts before the first byte is sent, as the spec requires.
+    let start = engine.clock.now();
+    let mut quorum = Quorum::new(n, start, ttl, engine.config.allowance(ttl));
+    let mut round =
+        engine.lease_round(later(start, engine.config.round_timeout).min(quorum.deadline()));
+    let nodes = round.send_all(&request, 1);
+    let mut outcomes = vec![Outcome::NotAwaited; n];
+    let mut refusal = Refusal {
+        head: false,
+        turns: vec![None; n],
+    };
+    let mut resent: Vec<bool> = Vec::new();
+    let mut status = Status::Pending;
+    round.need(quorum.votes_to_decide());
+    // One request awaited per node at a time (a resend goes after its node's `NOSCRIPT`): an outcome is
+    // its node's latest request's.
+    while let Some((id, reply)) = round.next().await {
+        let node = id.node;
+        if is_noscript(&reply) && !resent.get(node).copied().unwrap_or(false) {
+            resent.resize(n, false);
+            resent[node] = true;
+            request.clear();
+            entry.call(
+                &mut request,
+                lua::QUEUE_ACQUIRE,
+                true,
+                resource,
+                &value,
+                ttl_digits.as_bytes(),
+            );
+            round.send(node, &request, 1);
+            continue;
+        }
+        let now = engine.clock.now();
+        let (vote, outcome) = engine.counted_from(
+            round.source(node),
+            queue_vote(&reply, node, &mut refusal),
+            now,
+            None,
+        );
+        engine.votes[node].count(&outcome);
+        outcomes[node] = outcome;
+        status = quorum.vote(node, vote, now);
+        if status != Status::Pending {
+            break;
+        }
+        round.need(quorum.votes_to_decide());
+    }
+    drop(round);
+    undo.disarm();
+    // A waiter that never queued may have been queued by this very round on the nodes that did not grant
+    // (not awaited, or refused: another waiter headed them a moment ago): with the lock, it leaves there, or
+    // its entry would head those nodes' queues, unattended, for a lease. (A waiter that queued before leaves
+    // everywhere as its `Queued` drops.)
+    let mut others = NodeSet::EMPTY;
+    if !joined {
+        for (node, o) in outcomes.iter().enumerate() {
+            if !matches!(o, Outcome::Granted | Outcome::Quarantined) && nodes.contains(node) {
+                others.insert(node);
+            }
+        }
+    }
+    match engine.conclude(status, &quorum, start, (resource, value), nodes, outcomes) {
+        Ok(lease) => {
+            if others != NodeSet::EMPTY {
+                leave(engine, resource, entry, others);
+            }
+            Ok(Ok(Lock::new(lease, Kind::Plain)))
+        }
+        Err((failure, report)) => Ok(Err((failure, report, refusal))),
+    }
+}
+
+/// Takes `entry` off the queue on `nodes` ([`lua::QUEUE_LEAVE`]), without waiting for the replies: in full,
+/// as every release (nobody reads a `NOSCRIPT` here).
+pub(crate) fn leave<N: Nodes, C: Clock>(
+    engine: &Engine<N, C>,
+    resource: &[u8],
+    entry: &Entry,
+    nodes: NodeSet,
+) {
+    let mut request = BytesMut::with_capacity(256 + 4 * resource.len());
+    entry.call(&mut request, lua::QUEUE_LEAVE, true, resource, b"", b"0");
+    let mut round = engine.fanout.release_round(engine.clock.now());
+    round.send_to(nodes, &request, 1);
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! All-or-nothing sets of resources, asked with
-//! [`LockManager::request_all`](crate::redlock::LockManager::request_all): [`LockSet`], what an acquisition
-//! round gives, held as a [`Lock`] of kind [`Kind::Set`].
+//! [`LockManager::request_all`](crate::redlock::LockManager::request_all), held as a [`Lock`] of kind
+//! [`Kind::Set`]: the names, their rounds and what their replies mean.
 //!
 //! # Invariants
 //!
@@ -27,41 +27,127 @@
 //!   persisted the keys, and then they expire with the TTL.
 //! - **Released and extended together**, by [`lua::RELEASE_MANY`] and [`lua::EXTEND_MANY`]: an extension extends
 //!   every key only where every key still holds our value.
-//! - **The restart guard counts every vote** (`Engine::counted`), as for one key.
+//! - **The restart guard counts every vote** (`Engine::counted_from`), as for one key.
 
-use std::time::Instant;
+use std::time::Duration;
+
+use bytes::BytesMut;
 
 use crate::net::NodeSet;
-use crate::redlock::kind::lock::{Kind, Lock};
+use crate::redlock::config::Config;
+use crate::redlock::engine::Engine;
+use crate::redlock::engine::lease::Lease;
+use crate::redlock::engine::pipeline::Purpose;
+use crate::redlock::engine::release::Tally;
+use crate::redlock::engine::reply::script_vote;
+use crate::redlock::engine::scripted::Scripted;
+use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
+use crate::redlock::engine::settle;
+use crate::redlock::error::{Error, Outcome, Report, Result};
+use crate::redlock::kind::{Kind, Lock};
+use crate::redlock::lua;
+use crate::redlock::quorum::{Failure, Vote};
 use crate::redlock::token;
+use crate::resp::{Decimal, Value};
+use crate::time::later;
 
-/// A set of resources held together on a majority of the nodes, all with one value: what the engine's
-/// acquisition round gives, handed out as a [`Lock`] of kind [`Kind::Set`].
-#[derive(Debug)]
-pub(crate) struct LockSet {
-    pub(crate) resources: Vec<Vec<u8>>,
-    pub(crate) value: token::Value,
-    pub(crate) valid_until: Instant,
-    /// When the acquisition round started (see [`Lock`]'s field of that name).
-    pub(crate) acquired: Instant,
-    pub(crate) extensions: u32,
-    pub(crate) nodes: NodeSet,
+/// Checks, sorts and deduplicates a set's names (in place: the caller's own copy).
+pub(crate) fn check(
+    mut sorted: Vec<Vec<u8>>,
+    config: &Config,
+    ttl: Duration,
+) -> Result<(Vec<Vec<u8>>, u64)> {
+    let ttl_ms = config.check_ttl(ttl)?;
+    if sorted.is_empty() {
+        return Err(Error::config("the set of resources is empty"));
+    }
+    if sorted.iter().any(Vec::is_empty) {
+        return Err(Error::config("a resource name in the set is empty"));
+    }
+    sorted.sort_unstable();
+    sorted.dedup();
+    Ok((sorted, ttl_ms))
 }
 
-impl From<LockSet> for Lock {
-    /// The set as one [`Lock`]: its first name as the resource, every name in its kind.
-    fn from(set: LockSet) -> Lock {
-        Lock {
-            resource: set.resources.first().cloned().unwrap_or_default(),
-            value: set.value,
-            valid_until: set.valid_until,
-            acquired: set.acquired,
-            extensions: set.extensions,
-            pending_ttl: None,
-            nodes: set.nodes,
-            kind: Kind::Set(set.resources),
+/// One acquisition round of the set `sorted` ([`lua::ACQUIRE_MANY`] on every node); on a failure the set is
+/// released everywhere it was sent, and those releases awaited.
+pub(crate) async fn attempt<N: Nodes, C: Clock>(
+    engine: &Engine<N, C>,
+    sorted: &[Vec<u8>],
+    value: token::Value,
+    (ttl, ttl_ms): (Duration, u64),
+) -> std::result::Result<Lock, (Failure, Report)> {
+    let names = keys(sorted);
+    let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+    let round = engine
+        .acquire_scripted(
+            lua::ACQUIRE_MANY,
+            (&names, &[&value, ttl_arg.as_bytes()]),
+            (ttl, ttl_ms),
+            |reply| {
+                let (vote, outcome) = script_vote(reply);
+                (vote, outcome, 0)
+            },
+        )
+        .await;
+    let (quorum, outcomes, nodes, start) = (round.quorum, round.outcomes, round.nodes, round.start);
+    match settle(round.status, &quorum, engine.clock.now()) {
+        Ok(valid_until) => Ok(Lock::new(
+            Lease::new(
+                sorted.first().cloned().unwrap_or_default(),
+                value,
+                (start, valid_until),
+                nodes,
+            ),
+            Kind::Set(sorted.to_vec()),
+        )),
+        Err(failure) => {
+            // Nothing of the set may stay: release everywhere it was sent, and wait for those replies.
+            let mut release = BytesMut::new();
+            lua::eval(&mut release, lua::RELEASE_MANY, true, &names, &[&value]);
+            let mut round = engine
+                .fanout
+                .release_round(later(engine.clock.now(), engine.config.round_timeout));
+            round.send_to(nodes, &release, 1);
+            while round.next().await.is_some() {}
+            drop(round);
+            Err((
+                failure,
+                engine.report(&set_name(sorted), outcomes, quorum.quorum()),
+            ))
         }
     }
+}
+
+/// Releases the set `lock` holds (`names`: every key of it) where its acquisition was sent.
+pub(crate) async fn release<N: Nodes, C: Clock>(
+    engine: &Engine<N, C>,
+    lock: &Lease,
+    names: &[Vec<u8>],
+) -> Result<usize> {
+    let quorum = engine.quorum();
+    let deadline = later(engine.clock.now(), engine.config.round_timeout);
+    let mut tally = Tally::new(&engine.votes, engine.fanout.len(), quorum, lock.nodes);
+    let keys = keys(names);
+    engine
+        .pipelined(
+            Purpose::Release,
+            lock.nodes,
+            1,
+            deadline,
+            quorum,
+            |buf, full| lua::eval(buf, lua::RELEASE_MANY, full, &keys, &[&lock.value]),
+            |_, (node, _), reply| {
+                // The number of keys deleted: any is "released here".
+                let vote = match reply.as_ref().map(Value::without_attributes) {
+                    Ok(Value::Integer(k)) if *k > 0 => (Vote::Yes, Outcome::Granted),
+                    _ => script_vote(&reply),
+                };
+                tally.vote(node, vote)
+            },
+        )
+        .await;
+    tally.finish(engine, &set_name(names))
 }
 
 /// The names of a set as reports show them: joined by `", "`.
@@ -72,4 +158,32 @@ pub(crate) fn set_name(resources: &[Vec<u8>]) -> Vec<u8> {
 /// The keys and the two arguments (value, ttl) of a set's scripts.
 pub(crate) fn keys(resources: &[Vec<u8>]) -> Vec<&[u8]> {
     resources.iter().map(|r| &r[..]).collect()
+}
+
+/// The set's extension ([`lua::EXTEND_MANY`]): every key, only where every key still holds `value`.
+pub(crate) fn extension(names: &[Vec<u8>], value: &[u8]) -> Scripted {
+    Scripted {
+        lua: lua::EXTEND_MANY,
+        keys: names.to_vec(),
+        args: vec![value.to_vec()],
+    }
+}
+
+/// Releases, unawaited and on every node, what an attempt at the set `names` with `value` may have set (its
+/// [`Undo`](super::Undo)).
+pub(crate) fn undo<N: Nodes, C: Clock>(
+    engine: &Engine<N, C>,
+    names: &[Vec<u8>],
+    value: &token::Value,
+) {
+    let mut request = BytesMut::new();
+    lua::eval(
+        &mut request,
+        lua::RELEASE_MANY,
+        true,
+        &keys(names),
+        &[value],
+    );
+    let mut round = engine.fanout.release_round(engine.clock.now());
+    round.send_to(NodeSet::ALL, &request, 1);
 }

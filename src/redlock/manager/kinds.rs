@@ -6,8 +6,9 @@ use std::time::Duration;
 use super::LockManager;
 use crate::redlock::engine::seam::block;
 use crate::redlock::error::{Error, Result};
-use crate::redlock::kind::lock::{Kind, Lock};
-use crate::redlock::kind::owner::Owner;
+use crate::redlock::kind::Kind;
+use crate::redlock::kind::Lock;
+use crate::redlock::kind::owned::Owner;
 
 impl LockManager {
     /// One attempt to acquire each of `resources` for `ttl`, all in one round: the `SET NX` commands of the
@@ -61,7 +62,12 @@ impl LockManager {
         ttl: Duration,
     ) -> Vec<Result<Option<Lock>>> {
         let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
-        self.engine().try_lock_batch(&names, ttl).await
+        let leases = self.engine().try_lock_batch(&names, ttl).await;
+        // Batches are plain locks acquired together.
+        leases
+            .into_iter()
+            .map(|r| r.map(|lease| lease.map(|lease| Lock::new(lease, Kind::Plain))))
+            .collect()
     }
 
     /// Releases `locks` in one round: one compare-and-delete script per node for all of them. Returns, per lock
@@ -100,10 +106,11 @@ impl LockManager {
         let mut results: Vec<Option<Result<usize>>> =
             (0..plain.len() + other.len()).map(|_| None).collect();
         let (at, plain): (Vec<usize>, Vec<Lock>) = plain.into_iter().unzip();
-        let released = self.engine().unlock_batch(&plain).await;
+        let leases: Vec<_> = plain.iter().map(|l| &l.lease).collect();
+        let released = self.engine().unlock_batch(&leases).await;
         plain
             .iter()
-            .for_each(|l| self.keeper.waits.notify(&l.resource));
+            .for_each(|l| self.keeper.waits.notify(l.resource()));
         for (i, r) in at.into_iter().zip(released) {
             results[i] = Some(r);
         }
@@ -141,12 +148,13 @@ impl LockManager {
     #[cfg(feature = "sim")]
     #[doc(hidden)]
     pub fn unlock_reentrant_unattributed(&self, lock: Lock) -> Result<usize> {
-        let Kind::Owned { owner, hold, .. } = &lock.kind else {
+        let Kind::Owned(_, hold) = &lock.kind else {
             return self.unlock(lock);
         };
-        let released = block(self.engine().unlock_reentrant(
-            (&lock.resource, lock.nodes),
-            (&owner.value, hold),
+        let released = block(crate::redlock::kind::owned::release(
+            self.engine(),
+            &lock.lease,
+            hold.as_ref(),
             crate::redlock::lua::RELEASE_REENTRANT_UNATTRIBUTED,
         ));
         // This process' waiters look if some node deleted the key, or if the release failed (it may have).

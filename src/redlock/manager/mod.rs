@@ -20,7 +20,7 @@ use crate::redlock::engine::{Engine, restart};
 use crate::redlock::error::{Error, Result};
 use crate::redlock::guard::Keeper;
 use crate::redlock::inspect::Inspection;
-use crate::redlock::kind::lock::Lock;
+use crate::redlock::kind::{self, Lock};
 use crate::redlock::observe;
 use crate::redlock::stats::{Activity, Stats, Votes};
 use crate::redlock::token::Tokens;
@@ -168,18 +168,7 @@ impl Builder {
             plan.connections(),
             plan.is_routed(),
         );
-        // The scripts' loading, the native probe, `CONFIG GET *append*` and the persistence marker may be refused.
-        let optional_setup = restart.optional();
-        let opts = Options {
-            connect_timeout: self.config.connect_timeout,
-            max_in_flight: self.config.max_in_flight,
-            hung_timeout: self.config.hung_timeout,
-            spin: self.config.spin,
-            setup,
-            tls: self.config.tls.clone(),
-            optional_setup,
-            ..Options::default()
-        };
+        let opts = fanout_options(&self.config, setup, &restart);
         let mut fanout = Members::new(plan, opts).map_err(|e| match e.kind() {
             // The input is unusable (TLS files, too many nodes): the message names what.
             std::io::ErrorKind::InvalidInput => Error::config(e.to_string()),
@@ -339,7 +328,7 @@ impl LockManager {
             engine.fanout.len(),
             engine.quorum(),
         );
-        let extended = op.instrument(engine.extend_any(lock, ttl)).await;
+        let extended = op.instrument(kind::extend(engine, lock, ttl)).await;
         op.finish(&extended, extended.is_ok().then(|| lock.validity()));
         extended
     }
@@ -430,7 +419,7 @@ impl LockManager {
             waits: &self.keeper.waits,
             resources: lock.resources(),
         };
-        let released = op.instrument(engine.release(&lock)).await;
+        let released = op.instrument(kind::release(engine, &lock)).await;
         op.finish(&released, None);
         released
     }
@@ -510,5 +499,25 @@ impl LockManager {
     /// ```
     pub fn inspect(&self, resource: impl AsRef<[u8]>) -> Result<Inspection> {
         block(self.engine().inspect(resource.as_ref()))
+    }
+}
+
+/// The fanout's options for a manager of `config` whose connections run `setup` first (the restart guard's
+/// `restart` says which of those commands may be refused).
+pub(crate) fn fanout_options(
+    config: &Config,
+    setup: Vec<bytes::Bytes>,
+    restart: &restart::Setup,
+) -> Options {
+    Options {
+        connect_timeout: config.connect_timeout,
+        max_in_flight: config.max_in_flight,
+        hung_timeout: config.hung_timeout,
+        spin: config.spin,
+        setup,
+        tls: config.tls.clone(),
+        // The scripts' loading, the native probe, `CONFIG GET *append*` and the persistence marker may be refused.
+        optional_setup: restart.optional(),
+        ..Options::default()
     }
 }

@@ -15,12 +15,12 @@
 use std::time::Duration;
 
 use super::LockManager;
-use crate::redlock::engine::any::Want;
 use crate::redlock::engine::seam::block;
 use crate::redlock::error::{Error, Outcome, Result};
 use crate::redlock::guard::Guard;
-use crate::redlock::kind::lock::Lock;
-use crate::redlock::kind::owner::Owner;
+use crate::redlock::kind::Lock;
+use crate::redlock::kind::owned::Owner;
+use crate::redlock::kind::{self, Kind};
 use crate::redlock::lost::Lost;
 use crate::redlock::observe;
 use crate::redlock::wait;
@@ -36,20 +36,14 @@ enum Waiting {
     Wait(Duration),
 }
 
-/// What a request locks: one resource, or a set (all or none).
-#[derive(Debug)]
-enum Names {
-    One(Vec<u8>),
-    Set(Vec<Vec<u8>>),
-}
+/// Why a fenced set is refused.
+const FENCED_SET: &str = "a fenced set is not supported: the fencing counter is per resource, and no script \
+                          confirms one token across a set's counters (fence each resource, or lock the set and \
+                          fence one resource that stands for it)";
 
-/// The kind asked for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Asked {
-    Plain,
-    Fenced,
-    Owned(Owner),
-}
+/// Why an owned set is refused.
+const OWNED_SET: &str = "an owned (reentrant) set is not supported: holds are counted per resource, and no script \
+                         adds a hold to a set's keys together";
 
 /// A request for a lock, made by [`LockManager::request`] (one resource) or [`LockManager::request_all`] (a set,
 /// all or none): set its options, then call a terminal. Nothing is sent before the terminal.
@@ -95,17 +89,21 @@ enum Asked {
 #[must_use = "a request does nothing until a terminal (acquire, hold, run) is called"]
 pub struct Request<'m> {
     locks: &'m LockManager,
-    names: Names,
+    /// The resource (empty for a set: its names are in its kind).
+    resource: Vec<u8>,
     ttl: Option<Duration>,
     waiting: Waiting,
-    asked: Asked,
+    /// The kind asked for: [`Kind::Plain`] or [`Kind::Set`] as made, then as an option says.
+    kind: Kind,
+    /// Why the kind asked for cannot be had (an option a set cannot take), refused at the terminal.
+    refused: Option<&'static str>,
 }
 
 impl LockManager {
     /// A request for a lock on `resource`: set its options, then [`acquire`](Request::acquire),
     /// [`hold`](Request::hold) or [`run`](Request::run).
     pub fn request(&self, resource: impl AsRef<[u8]>) -> Request<'_> {
-        Request::new(self, Names::One(resource.as_ref().to_vec()))
+        Request::new(self, resource.as_ref().to_vec(), Kind::Plain)
     }
 
     /// A request for a set of resources, all or none, with one value and one lease: one script per node carries
@@ -116,19 +114,29 @@ impl LockManager {
         resources: impl IntoIterator<Item = R>,
     ) -> Request<'_> {
         let names = resources.into_iter().map(|r| r.as_ref().to_vec()).collect();
-        Request::new(self, Names::Set(names))
+        Request::new(self, Vec::new(), Kind::Set(names))
     }
 }
 
 impl<'m> Request<'m> {
-    fn new(locks: &'m LockManager, names: Names) -> Request<'m> {
+    fn new(locks: &'m LockManager, resource: Vec<u8>, kind: Kind) -> Request<'m> {
         Request {
             locks,
-            names,
+            resource,
             ttl: None,
             waiting: Waiting::Retry,
-            asked: Asked::Plain,
+            kind,
+            refused: None,
         }
+    }
+
+    /// The request as `kind`, asked by an option: a set cannot take it (`why`, at the terminal).
+    fn asking(mut self, kind: Kind, why: &'static str) -> Request<'m> {
+        match self.kind {
+            Kind::Set(_) => self.refused = Some(why),
+            _ => self.kind = kind,
+        }
+        self
     }
 
     /// The lease: how long the lock outlives this process if it dies (default
@@ -183,6 +191,13 @@ impl<'m> Request<'m> {
     /// attempt). A fenced wait makes each attempt one fenced acquisition (two rounds: the grant, then the
     /// token's confirmation); its [`Error::Held`] names no node's outcome.
     ///
+    /// On nodes younger than the restart window (freshly started, not proven to persist every write: see
+    /// [`Config::restart_guard`](crate::redlock::Config::restart_guard)) the wait goes on until their grants count.
+    /// It says so as it waits, with the `tracing` feature: an `INFO` event "waiting for young nodes" naming them
+    /// and the time left (`muxlock.wait = "young nodes"`). A wait that runs out first returns [`Error::Quorum`],
+    /// whose [`Report::restart_wait`](crate::redlock::Report::restart_wait) and
+    /// [`Report::not_counted`](crate::redlock::Report::not_counted) say the same.
+    ///
     /// An async waiter ([`acquire_async`](Request::acquire_async)) takes its turn in the same lines as threads;
     /// **a waiting future must be polled**: one kept alive but not polled while it heads its line (a `select!`
     /// branch left pending, a busy executor) holds up this process' other waiters of the resource, threads
@@ -196,17 +211,15 @@ impl<'m> Request<'m> {
     /// acquisition of the resource, by any client, whatever the majorities and round timeouts. Costs a second
     /// round trip (the token's confirmation); counters must survive restarts (`appendfsync always`). The
     /// release leaves the token on every node it frees. Not for a set ([`Error::Config`]).
-    pub fn fenced(mut self) -> Request<'m> {
-        self.asked = Asked::Fenced;
-        self
+    pub fn fenced(self) -> Request<'m> {
+        self.asking(Kind::Fenced(None), FENCED_SET)
     }
 
     /// One hold of `owner`'s reentrant lock ([`LockManager::owner`] makes one): if `owner` already holds the
     /// resource (in any thread: clone the owner into it), the acquisition adds a hold instead of failing; each hold is released
     /// on its own, and the key goes with the last. Not for a set ([`Error::Config`]).
-    pub fn owned(mut self, owner: &Owner) -> Request<'m> {
-        self.asked = Asked::Owned(owner.clone());
-        self
+    pub fn owned(self, owner: &Owner) -> Request<'m> {
+        self.asking(Kind::Owned(owner.clone(), None), OWNED_SET)
     }
 
     /// Acquires the lock as asked.
@@ -382,53 +395,23 @@ impl<'m> Request<'m> {
         if guarded {
             self.locks.check_guard_ttl(ttl)?;
         }
-        let sorted;
-        let (want, ttl_ms) = match self.names {
-            Names::Set(names) => {
-                match &self.asked {
-                    Asked::Plain => {}
-                    Asked::Fenced => {
-                        return Err(Error::config(
-                            "a fenced set is not supported: the fencing counter is per resource, and no script \
-                             confirms one token across a set's counters (fence each resource, or lock the set \
-                             and fence one resource that stands for it)",
-                        ));
-                    }
-                    Asked::Owned(_) => {
-                        return Err(Error::config(
-                            "an owned (reentrant) set is not supported: holds are counted per resource, and no \
-                             script adds a hold to a set's keys together",
-                        ));
-                    }
-                }
-                let (s, ttl_ms) = engine.check_set(names, ttl)?;
-                sorted = s;
-                (Want::Set(&sorted), ttl_ms)
-            }
-            Names::One(ref resource) => {
-                let ttl_ms = engine.check(resource, ttl)?;
-                let want = match &self.asked {
-                    Asked::Plain => Want::One(resource),
-                    Asked::Fenced => Want::Fenced(resource),
-                    Asked::Owned(owner) => Want::Owned(owner, resource),
-                };
-                (want, ttl_ms)
-            }
-        };
-        engine.check_routable(&want)?;
+        if let Some(why) = self.refused {
+            return Err(Error::config(why));
+        }
+        let ask = self.kind.check(self.resource, engine, ttl)?;
         let op = observe::start(
             "acquire",
-            want.label(),
+            ask.kind.label(),
             engine.fanout.len(),
             engine.quorum(),
         );
         let got = op
             .instrument(async {
                 match self.waiting {
-                    Waiting::Once => engine.acquire_any(&want, ttl, ttl_ms, false).await,
-                    Waiting::Retry => engine.acquire_any(&want, ttl, ttl_ms, true).await,
+                    Waiting::Once => kind::acquire(engine, &ask, false).await,
+                    Waiting::Retry => kind::acquire(engine, &ask, true).await,
                     Waiting::Wait(max_wait) => {
-                        wait::acquire_wait(&self.locks.keeper, &want, (ttl, ttl_ms), max_wait).await
+                        wait::acquire_wait(&self.locks.keeper, &ask, max_wait).await
                     }
                 }
             })

@@ -69,14 +69,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::BytesMut;
 
-use super::{FREE_STREAK, Place, give_up, note_wait, park, sleep, wake_for_holder};
+use super::{FREE_STREAK, Place, Young, give_up, note_wait, park, sleep, wake_for_holder};
 use crate::net::NodeSet;
 use crate::redlock::engine::Engine;
 use crate::redlock::engine::seam::NodeRound;
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::guard::Keeper;
-use crate::redlock::kind::lock::Lock;
-use crate::redlock::kind::queued::Entry;
+use crate::redlock::kind::Lock;
+use crate::redlock::kind::queued::{self, Entry};
 use crate::redlock::quorum::Failure;
 use crate::resp::{Value, encode_command};
 use crate::time::later;
@@ -125,7 +125,7 @@ struct Queued<'a> {
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
         if let (true, Some(entry)) = (self.joined, &self.entry) {
-            self.engine.leave_queue(self.resource, entry, NodeSet::ALL);
+            queued::leave(self.engine, self.resource, entry, NodeSet::ALL);
         }
     }
 }
@@ -133,7 +133,7 @@ impl Drop for Queued<'_> {
 /// A waiting plain request's loop: as [`wait_for`](super::wait_for), with queued attempts, and a waiter that is not
 /// the queue's head waits on its turn key instead of the lock key. For threads (under `block`) and tasks alike; a
 /// task's future dropped part-way leaves the nodes' queue (`Queued`) and this process' line (`Place`), and an
-/// attempt cut short releases what it may have been granted (`queued_attempt`).
+/// attempt cut short releases what it may have been granted (`kind/queued.rs`, `attempt`).
 pub(super) async fn queued_wait(
     keeper: &Arc<Keeper>,
     resource: &[u8],
@@ -159,6 +159,7 @@ pub(super) async fn queued_wait(
     let mut last: Option<Error> = None;
     let mut free_streak = 0;
     let mut waited = false;
+    let mut young = Young::new();
     let activity = &keeper.activity;
     let quorum = engine.quorum();
     loop {
@@ -182,7 +183,7 @@ pub(super) async fn queued_wait(
             .entry
             .get_or_insert_with(|| new_entry(engine, resource));
         let (failure, mut report, refusal) =
-            match (engine.queued_attempt(resource, ttl, ttl_ms, entry, queued.joined)).await {
+            match (queued::attempt(engine, resource, ttl, ttl_ms, entry, queued.joined)).await {
                 // Held by a majority now: `queued` leaves the queue on every node as it drops (the next waiter's
                 // turn comes with it).
                 Ok(Ok(lock)) => return Ok(Ok(lock)),
@@ -192,6 +193,7 @@ pub(super) async fn queued_wait(
         if refuses_the_queue(&report, quorum) {
             return Err(Refused);
         }
+        young.note(&report);
         // The request may have queued this waiter on any node it reached, whether or not its reply was read (a
         // node hung past the round runs it when it resumes): from the first failed attempt on, the waiter leaves
         // everywhere as it goes, with the lock or without.

@@ -58,6 +58,8 @@ pub struct RedisClusterBuilder {
     replicas: usize,
     node_timeout: Duration,
     server: RedisServerBuilder,
+    /// Nodes started with other options than `server`'s, by node index.
+    own: Vec<(usize, RedisServerBuilder)>,
 }
 
 impl RedisClusterBuilder {
@@ -79,6 +81,13 @@ impl RedisClusterBuilder {
         self
     }
 
+    /// Node `i`'s other options instead of [`server`](Self::server)'s (a clock of its own, say): nodes are
+    /// numbered as [`RedisCluster`]'s.
+    pub fn node_server(mut self, i: usize, server: RedisServerBuilder) -> Self {
+        self.own.push((i, server));
+        self
+    }
+
     /// Starts the nodes in parallel, builds the cluster and waits until it has converged.
     ///
     /// # Panics
@@ -90,7 +99,11 @@ impl RedisClusterBuilder {
         let total = self.masters * (1 + self.replicas);
         let started: Vec<thread::Result<Node>> = thread::scope(|scope| {
             let handles: Vec<_> = (0..total)
-                .map(|_| scope.spawn(|| start_node(&self.server, self.node_timeout)))
+                .map(|i| {
+                    let server = (self.own.iter().rev().find(|(n, _)| *n == i))
+                        .map_or(&self.server, |(_, own)| own);
+                    scope.spawn(move || start_node(server, self.node_timeout))
+                })
                 .collect();
             handles.into_iter().map(|h| h.join()).collect()
         });
@@ -191,6 +204,7 @@ impl RedisCluster {
             replicas: 0,
             node_timeout: Duration::from_secs(3),
             server: RedisServer::builder(),
+            own: Vec::new(),
         }
     }
 

@@ -20,6 +20,10 @@
 //! 5. **Output.** A live line per second (redrawn in place on a terminal, one line per second otherwise), a line per
 //!    event, and a summary: acquisitions, hand-offs, latency percentiles, per-node figures, violations, and what the
 //!    restart guard did. `--json` prints the summary as one JSON object on stdout (the live lines go to stderr).
+//!    A second that completes less than half the locks of the seconds before says why it may be: how many of
+//!    this process' workers are waiting for a lock, and the last fault. The last line is the verdict: `PASS` or
+//!    `FAIL`, with the counts. The picture (`--svg`, `muxlock-demo.svg` by default): locks per second over time,
+//!    the faults marked.
 //!
 //! 6. **Interrupts.** Ctrl-C (SIGINT) or SIGTERM stops the run early: the threads here stop (a waiting one gives
 //!    up at once, one inside a critical section finishes it), the worker processes see the stop file (they also
@@ -27,7 +31,7 @@
 //!    s), the summary is printed, and what the demo started is stopped. A second one skips the waiting: worker
 //!    processes still running are killed (SIGKILL), unfinished threads are left to end with the process, no
 //!    summary; the nodes this demo started are still stopped, then exit 130. That wait is short unless a worker
-//!    is stuck (stopped with SIGSTOP, or hung) or a section is long (`--ttl` large): `cli/tests/demo.rs` stops a
+//!    is stuck (stopped with SIGSTOP, or hung) or a section is long (`--ttl` large): `cli/tests/nodes/demo.rs` stops a
 //!    worker process to show it.
 //!
 //! Exit codes: 0 when every check passed; 70 if a violation was seen (a bug: please report it); 69 if no lock was
@@ -41,9 +45,11 @@
 //! - `worker`: the worker loop and its check (the protected counter), and the worker processes;
 //! - `cluster`: the nodes under the demo (given, running or started here), their faults, and the clean-up;
 //! - `screen`: where the live line and the events go;
+//! - `plot`: the picture of the run, as SVG text;
 //! - `summary`: the figures at the end, as text or JSON.
 
 mod cluster;
+mod plot;
 mod screen;
 mod summary;
 mod worker;
@@ -64,7 +70,8 @@ use crate::exit::{self, CliError};
 use crate::nodes::Conn;
 use crate::output;
 
-use cluster::{Cluster, fault_plan};
+use cluster::{Cluster, Fault, fault_plan};
+use plot::{Mark, Second};
 use screen::{Screen, live_line};
 use summary::Event;
 use worker::{Shared, Tally, counted, scratch_dir, seed, spawn_worker, work, worker_process};
@@ -117,6 +124,12 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
 
+    /// Where to write the picture (SVG).
+    ///
+    /// Locks per second over time, with the kill, restart, pause and resume marked.
+    #[arg(long, value_name = "FILE", default_value = "muxlock-demo.svg")]
+    pub svg: PathBuf,
+
     /// Internal: run as a worker process of another demo, in this directory.
     #[arg(long, hide = true, value_name = "DIR")]
     pub worker: Option<PathBuf>,
@@ -149,6 +162,22 @@ struct Demo<'a> {
     duration: Duration,
     screen: Screen,
     events: Vec<Event>,
+    /// Locks completed in each second of the run, in all processes.
+    seconds: Vec<Second>,
+    /// The faults, for the picture.
+    marks: Vec<Mark>,
+    /// The last line: PASS or FAIL with the counts, once the run has a summary.
+    verdict: Option<String>,
+}
+
+/// A fault's short name, for the picture and the live line.
+fn label(fault: Fault) -> String {
+    match fault {
+        Fault::Kill(i) => format!("node {} killed", i + 1),
+        Fault::Restart(i) => format!("node {} restarted", i + 1),
+        Fault::Pause(i) => format!("node {} paused", i + 1),
+        Fault::Resume(i) => format!("node {} resumed", i + 1),
+    }
 }
 
 impl Demo<'_> {
@@ -173,6 +202,9 @@ impl Demo<'_> {
                 live_shown: false,
             },
             events: Vec::new(),
+            seconds: Vec::new(),
+            marks: Vec::new(),
+            verdict: None,
         };
         // Ctrl-C or SIGTERM: stop early, and clean up all the same. A second one: stop now (the workers are
         // killed rather than waited for, no summary), still stopping the nodes this demo started.
@@ -203,6 +235,9 @@ impl Demo<'_> {
         // Clean up whatever happened: nodes resumed and restarted, the cluster stopped if it is ours.
         demo.clean_up(&mut cluster);
         let _ = fs::remove_dir_all(&work_dir);
+        if let Some(verdict) = demo.verdict.take() {
+            demo.screen.write(&format!("{verdict}\n"));
+        }
         result
     }
 
@@ -229,6 +264,7 @@ impl Demo<'_> {
             ttl: args.ttl,
             stop: AtomicBool::new(false),
             acquisitions: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
             tally: Mutex::new(Tally::default()),
         });
 
@@ -293,6 +329,10 @@ impl Demo<'_> {
                     done[i] = true;
                     let what = self.fault(cluster, *fault);
                     self.event(&what);
+                    self.marks.push(Mark {
+                        at_ms: millis(self.screen.start.elapsed()),
+                        label: label(*fault),
+                    });
                 }
             }
             if now >= next_live {
@@ -303,8 +343,14 @@ impl Demo<'_> {
                     .map(|(_, n, _)| n.load(Ordering::Relaxed))
                     .sum();
                 let total = here + there;
-                let line = live_line(&shared, total, total - last_count, cluster);
+                let this_second = total - last_count;
+                let mut line = live_line(&shared, total, this_second, cluster);
+                line.push_str(&self.slower(this_second, &shared, args.threads));
                 last_count = total;
+                self.seconds.push(Second {
+                    at_ms: millis(self.screen.start.elapsed()),
+                    locks: this_second,
+                });
                 self.screen.live(&line);
             }
             thread::sleep(Duration::from_millis(20));
@@ -364,8 +410,18 @@ impl Demo<'_> {
             + counters.saturating_sub(tally.acquisitions);
         let violations = tally.violations + if missing == 0 { lost_updates } else { 0 };
         let stats = locks.stats();
-        let summary = self.summary(&tally, violations, counters, first_lock, &stats, cluster)?;
+        let mut summary =
+            self.summary(&tally, violations, counters, first_lock, &stats, cluster)?;
+        summary.per_second.clone_from(&self.seconds);
+        summary.svg = self.write_svg();
+        let verdict = self.verdict_line(&tally, violations, missing);
+        summary.verdict = if verdict.starts_with("PASS") {
+            "pass"
+        } else {
+            "fail"
+        };
         self.print_summary(&summary, &stats, cluster, missing, &tally)?;
+        self.verdict = Some(verdict);
         if missing > 0 {
             return Err(CliError::new(
                 exit::SOFTWARE,
@@ -399,6 +455,86 @@ impl Demo<'_> {
             ));
         }
         Ok(())
+    }
+
+    /// What the live line adds when this second completed less than half the locks of the seconds before: how
+    /// many workers here wait for a lock (for a holder, or for a majority to answer), and the last fault.
+    fn slower(&self, this_second: u64, shared: &Shared, threads: u32) -> String {
+        let before: Vec<u64> = self.seconds.iter().rev().take(5).map(|s| s.locks).collect();
+        if before.len() < 2 {
+            return String::new();
+        }
+        let mean = before.iter().sum::<u64>() as f64 / before.len() as f64;
+        if this_second as f64 >= mean / 2.0 {
+            return String::new();
+        }
+        let waiting = shared.waiting.load(Ordering::Relaxed);
+        let after = self
+            .marks
+            .last()
+            .map(|m| {
+                let ago = self
+                    .screen
+                    .start
+                    .elapsed()
+                    .saturating_sub(Duration::from_millis(m.at_ms));
+                format!(", {} after {}", duration::human(ago), m.label)
+            })
+            .unwrap_or_default();
+        format!(
+            "  (slower: {waiting} of {threads} threads here waiting for a lock{after}; each waits for its holder's \
+             release or lease, or for a majority of nodes to answer)"
+        )
+    }
+
+    /// Writes the picture to `--svg`; the path, or why not (said on the screen).
+    fn write_svg(&mut self) -> Option<String> {
+        let title = format!(
+            "muxlock demo: locks per second, {} threads and {} process(es), {} resource(s)",
+            self.args.threads, self.args.processes, self.args.resources
+        );
+        let text = plot::svg(&title, &self.seconds, &self.marks);
+        match fs::write(&self.args.svg, text) {
+            Ok(()) => Some(self.args.svg.display().to_string()),
+            Err(e) => {
+                self.screen.line(&format!(
+                    "could not write the picture to {}: {e}",
+                    self.args.svg.display()
+                ));
+                None
+            }
+        }
+    }
+
+    /// PASS when every check passed, else FAIL and why; with the counts either way.
+    fn verdict_line(&self, tally: &Tally, violations: u64, missing: usize) -> String {
+        let faults: Vec<&str> = self.marks.iter().map(|m| m.label.as_str()).collect();
+        let counts = format!(
+            "{} locks in {}, {violations} violations, {} waits gave up, {} errors, {} guards lost{}",
+            tally.acquisitions,
+            duration::human(self.duration),
+            tally.waits_timed_out,
+            tally.errors,
+            tally.lost,
+            if faults.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", faults.join(", "))
+            }
+        );
+        let fail = if missing > 0 {
+            Some(format!("{missing} worker process(es) did not report"))
+        } else if violations > 0 {
+            Some("mutual exclusion was violated".to_owned())
+        } else if tally.acquisitions == 0 {
+            Some("no lock was granted".to_owned())
+        } else {
+            None
+        };
+        match fail {
+            None => format!("PASS  {counts}"),
+            Some(why) => format!("FAIL  {why}: {counts}"),
+        }
     }
 
     fn event(&mut self, what: &str) {

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::Demo;
 use super::cluster::Cluster;
+use super::plot::Second;
 use super::worker::{MAX_WAIT, Tally};
 use crate::duration::{self, millis};
 use crate::exit::{self, CliError};
@@ -40,6 +41,12 @@ pub(super) struct Summary {
     nodes: Vec<NodeSummary>,
     restart_guard: RestartSummary,
     events: Vec<Event>,
+    /// Locks completed in each second, in all processes.
+    pub(super) per_second: Vec<Second>,
+    /// Where the picture was written, if it was.
+    pub(super) svg: Option<String>,
+    /// `pass` when every check passed, else `fail`.
+    pub(super) verdict: &'static str,
 }
 
 #[derive(Clone, Serialize)]
@@ -142,6 +149,9 @@ impl Demo<'_> {
                 grants_not_counted: stats.nodes.iter().map(|n| n.quarantined).sum(),
             },
             events: Vec::new(),
+            per_second: Vec::new(),
+            svg: None,
+            verdict: "fail",
         })
     }
 
@@ -256,6 +266,11 @@ impl Demo<'_> {
                 String::new()
             }
         ));
+        if let Some(path) = &summary.svg {
+            t.push_str(&format!(
+                "picture: {path} (locks per second over time, the faults marked)\n"
+            ));
+        }
         self.screen.write(&t);
         Ok(())
     }

@@ -60,6 +60,8 @@ pub(super) struct Shared {
     pub(super) ttl: Duration,
     pub(super) stop: AtomicBool,
     pub(super) acquisitions: AtomicU64,
+    /// The workers of this process waiting for a lock now.
+    pub(super) waiting: AtomicU64,
     pub(super) tally: Mutex<Tally>,
 }
 
@@ -77,7 +79,10 @@ pub(super) fn work(locks: &LockManager, shared: &Shared, me: &str, seed: u64) {
         let k = next() % u64::from(shared.resources);
         let key = format!("muxlock-demo:{k}");
         let asked = Instant::now();
-        match locks.request(&key).ttl(shared.ttl).wait(MAX_WAIT).hold() {
+        shared.waiting.fetch_add(1, Ordering::Relaxed);
+        let got = locks.request(&key).ttl(shared.ttl).wait(MAX_WAIT).hold();
+        shared.waiting.fetch_sub(1, Ordering::Relaxed);
+        match got {
             Ok(guard) => {
                 mine.latencies_us
                     .push(u64::try_from(asked.elapsed().as_micros()).unwrap_or(u64::MAX));
@@ -227,6 +232,7 @@ pub(super) fn worker_process(args: &Args, dir: &Path) -> Result<(), CliError> {
         ttl: args.ttl,
         stop: AtomicBool::new(false),
         acquisitions: AtomicU64::new(0),
+        waiting: AtomicU64::new(0),
         tally: Mutex::new(Tally::default()),
     });
     let me = format!("p{}", std::process::id());

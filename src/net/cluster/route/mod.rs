@@ -7,6 +7,7 @@
 //!
 //! - this file: [`Members`] (and its map refreshes);
 //! - `plan`: [`Plan`], reading the cluster members' maps at build time;
+//! - `clock`: the clock bracket of a cluster node's writes (`TIME` around them, read for the engine's clock check);
 //! - `replid`: the replication check of a cluster node's votes (a failover it did not see);
 //! - `round`: [`MembersRound`], one round over the members;
 //! - `command`: a request cut into commands, each with its slot (pure);
@@ -49,10 +50,16 @@
 //!   replication id than before is quarantined first, a reading that proves nothing turns replies into failed
 //!   votes, and an outcome still held when the round ends is a timeout. One check per write: the outcomes it
 //!   covers are exactly those expected before it on that connection's FIFO.
+//! - **A vote carries the clock of the node it ran on** (when the round asks, [`MembersRound::time_writes`]: a
+//!   lease round with the clock check on): each write of commands to a cluster node is `TIME`, the commands,
+//!   `TIME` (then the replication check), and its outcomes are handed up with both readings once the last of them
+//!   is read (`clock.rs`); a redirected command's resend is a write of its own, bracketed again on its node.
 //!
 //! [`NodeError::Cluster`]: crate::net::NodeError::Cluster
 //! [`NodeError::Timeout`]: crate::net::NodeError::Timeout
 
+mod clock;
+pub(crate) use clock::TIME;
 mod command;
 mod plan;
 mod replid;
@@ -64,6 +71,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub use clock::Bracket;
 pub use plan::Plan;
 use plan::read_map_from;
 use replid::ReplCheck;

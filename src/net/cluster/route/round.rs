@@ -15,6 +15,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 
 use super::Members;
+use super::clock::{self, Bracket};
 use super::command;
 use super::replid::{self, Verdict};
 use crate::net::cluster::{Redirect, RedirectKind};
@@ -47,22 +48,32 @@ struct Routing {
     writes: Vec<u32>,
     /// Per member: its commands and whether each has its final outcome (cluster members only).
     queues: Vec<Queue>,
-    /// Outcomes ready to hand up: `(member, command, reply, connection)`.
-    ready: VecDeque<(usize, u32, Reply, usize)>,
+    /// Outcomes ready to hand up: `(member, command, reply, connection, clock bracket)`.
+    ready: VecDeque<Ready>,
     /// Per member: the connection of the last outcome handed up.
     sources: Vec<usize>,
+    /// Per member, when bracketing: the clock readings around the last outcome handed up (taken once).
+    brackets: Vec<Option<Bracket>>,
+    /// Whether its outcomes may be votes (not a release round's).
+    votes: bool,
+    /// Whether every write to a cluster node goes between two `TIME`s (`clock.rs`).
+    clock: bool,
     /// How many more outcomes the caller needs before it can decide ([`MembersRound::need`]).
     want: usize,
     /// Whether every command sent to a cluster node is followed by the replication check (`replid.rs`).
     check: bool,
     /// Every member is a cluster (no outcome passes through without a check).
     clusters_only: bool,
-    /// Per connection, when checking: the outcomes read there that wait for their write's check,
-    /// `(write, member, seq, outcome)`.
+    /// Per connection, when checking or bracketing: the outcomes read there that wait for their write's check
+    /// (or its second `TIME`, without the check), `(write, member, seq, outcome)`.
     held: Vec<Vec<(u32, usize, usize, Reply)>>,
-    /// Per connection, when checking: the readings of writes whose check is still to come, by write.
+    /// Per connection, when checking or bracketing: the readings of writes whose check (or second `TIME`) is
+    /// still to come, by write.
     readings: Vec<Vec<(u32, Readings)>>,
 }
+
+/// An outcome ready to hand up: `(member, command, reply, connection, clock bracket)`.
+type Ready = (usize, u32, Reply, usize, Option<Bracket>);
 
 /// The replies read before a write's check (`replid.rs`), taken by that check.
 #[derive(Debug, Default, Clone)]
@@ -79,6 +90,9 @@ struct Readings {
     /// The first of those commands the node refused, with its error (`WAIT: NOPERM ...`): said in the check's
     /// verdict, where it would otherwise read as "0 of n replicas acknowledged" or "no replica list".
     refused: Option<String>,
+    /// The replies of the `TIME`s before and after the write's commands, when bracketing (`clock.rs`).
+    time_before: Option<Reply>,
+    time_after: Option<Reply>,
 }
 
 /// `command: error` if `reply` is an error reply (a refusal: `NOPERM`, `LOADING`, an unknown command...).
@@ -102,7 +116,9 @@ impl Routing {
         let held: usize = self.held.iter().map(Vec::len).sum();
         let unread = self.want.saturating_sub(self.ready.len() + held);
         let check = usize::from(self.check && self.clusters_only && unread > 0);
-        (unread + check).max(1)
+        // Likewise the second `TIME` of a bracketed write (its first may have been read already).
+        let time = usize::from(self.clock && self.clusters_only && unread > 0);
+        (unread + check + time).max(1)
     }
 }
 
@@ -123,6 +139,11 @@ enum Expect {
     Replicas { write: u32 },
     /// `CLUSTER MYID` before the check, when no check of the session has the node's id yet: kept for it.
     MyId { write: u32 },
+    /// The `TIME` before a bracketed write's commands (`clock.rs`): kept for the outcomes of the write.
+    TimeBefore { write: u32 },
+    /// The `TIME` after them: kept for the check after it, or, without one, it releases the outcomes held
+    /// before it with both readings.
+    TimeAfter { write: u32 },
     /// The replication check after commands (`replid.rs`): it releases the outcomes held before it, which
     /// count only if `replicas` replicas (and every one it shows online, and every one the node lists for
     /// node id `id`, which must be its own) acknowledged them. `session`: the connection session the write
@@ -188,6 +209,9 @@ impl Routing {
             queues: (0..members.len()).map(|_| Queue::default()).collect(),
             ready: VecDeque::new(),
             sources: (0..members.len()).collect(),
+            brackets: Vec::new(),
+            votes,
+            clock: false,
             want: 1,
             check,
             clusters_only: (0..members.len()).all(|m| members.is_cluster(m)),
@@ -231,12 +255,38 @@ impl Routing {
         }
     }
 
-    /// Whether the check of `write` on `conn` is still awaited.
-    fn check_awaited(&self, conn: usize, write: u32) -> bool {
+    /// Whether what releases the outcomes of `write` on `conn` is still awaited: its check, or without one
+    /// its second `TIME`.
+    fn release_awaited(&self, conn: usize, write: u32) -> bool {
+        let check = self.check;
         self.wire.get(conn).is_some_and(|w| {
-            w.iter()
-                .any(|(_, e)| matches!(e, Expect::Check { write: c, .. } if *c == write))
+            w.iter().any(|(_, e)| match e {
+                Expect::Check { write: c, .. } => check && *c == write,
+                Expect::TimeAfter { write: c } => !check && *c == write,
+                _ => false,
+            })
         })
+    }
+
+    /// Opens a write of `write` on `conn` in `bytes`: its first `TIME`, when bracketing. Returns the replies added.
+    fn open_write(&mut self, conn: usize, write: u32, bytes: &mut BytesMut) -> usize {
+        if !self.clock {
+            return 0;
+        }
+        clock::append_time(bytes);
+        self.expect(conn, Expect::TimeBefore { write });
+        1
+    }
+
+    /// Closes the commands of `write` on `conn` in `bytes`: its second `TIME`, when bracketing. Returns the
+    /// replies added.
+    fn close_write(&mut self, conn: usize, write: u32, bytes: &mut BytesMut) -> usize {
+        if !self.clock {
+            return 0;
+        }
+        clock::append_time(bytes);
+        self.expect(conn, Expect::TimeAfter { write });
+        1
     }
 
     /// The readings gathered so far for `write` on `conn`.
@@ -312,6 +362,38 @@ impl<'a> MembersRound<'a> {
         }
     }
 
+    /// Brackets every write of this round to a cluster node with `TIME` (`clock.rs`), if the round's outcomes
+    /// may be votes (not a release round's): each outcome of a cluster member is then handed up with the clock
+    /// readings of the node it ran on, around it ([`take_bracket`](MembersRound::take_bracket)). Call before
+    /// anything is sent. Returns the members so bracketed (the cluster members; none without routing, or in a
+    /// release round), as a flag per member: a plain member's requests pass through as ever, their caller
+    /// brackets them itself.
+    pub fn time_writes(&mut self) -> Vec<bool> {
+        let members = self.members;
+        let Some(routing) = self.routing.as_deref_mut().filter(|r| r.votes) else {
+            return Vec::new();
+        };
+        routing.clock = true;
+        let conns = routing.wire.len();
+        if routing.held.is_empty() {
+            routing.held = (0..conns).map(|_| Vec::new()).collect();
+            routing.readings = (0..conns).map(|_| Vec::new()).collect();
+        }
+        routing.brackets = vec![None; members.len()];
+        (0..members.len()).map(|m| members.is_cluster(m)).collect()
+    }
+
+    /// The clock readings around the last outcome handed up for `member` (see
+    /// [`time_writes`](MembersRound::time_writes)), once: `None` if that outcome ran in no bracketed write (it is
+    /// a failure or a timeout then, or the round brackets nothing).
+    pub fn take_bracket(&mut self, member: usize) -> Option<Bracket> {
+        self.routing
+            .as_deref_mut()?
+            .brackets
+            .get_mut(member)?
+            .take()
+    }
+
     // Out of line: the plain members' path (the `None` branch of the dispatchers) stays small.
     #[inline(never)]
     fn send_routed(
@@ -383,7 +465,7 @@ impl<'a> MembersRound<'a> {
                     "{} commands for {replies} replies",
                     commands.len()
                 ));
-                finish(routing, member, seq, Err(why), member);
+                finish(routing, member, seq, Err(why), (member, None));
             }
             return false;
         }
@@ -435,18 +517,21 @@ impl<'a> MembersRound<'a> {
             self.members.refresh(member);
         }
         let any = !groups.is_empty();
-        for (conn, mut bytes, seqs) in groups {
+        for (conn, commands, seqs) in groups {
             let write = routing.new_write(conn);
+            let mut bytes = BytesMut::with_capacity(commands.len() + 2 * clock::TIME.len());
+            let mut replies = routing.open_write(conn, write, &mut bytes) + seqs.len();
+            bytes.extend_from_slice(&commands);
             for &seq in &seqs {
                 routing.expect(conn, Expect::Reply { member, seq, write });
             }
-            let replies =
-                seqs.len() + append_check(routing, self.members, member, (conn, write), &mut bytes);
+            replies += routing.close_write(conn, write, &mut bytes);
+            replies += append_check(routing, self.members, member, (conn, write), &mut bytes);
             // A refusal (down, overloaded) comes back under the ids of this write's replies.
             out.push((conn, bytes, replies));
         }
         for (seq, why) in failed {
-            finish(routing, member, seq, Err(why), member);
+            finish(routing, member, seq, Err(why), (member, None));
         }
         any
     }
@@ -521,10 +606,13 @@ impl<'a> MembersRound<'a> {
 
     fn take_ready(&mut self) -> Option<(CommandId, Reply)> {
         let routing = self.routing.as_deref_mut()?;
-        let (member, seq, reply, conn) = routing.ready.pop_front()?;
+        let (member, seq, reply, conn, bracket) = routing.ready.pop_front()?;
         routing.want = routing.want.saturating_sub(1).max(1);
         if let Some(s) = routing.sources.get_mut(member) {
             *s = conn;
+        }
+        if let Some(b) = routing.brackets.get_mut(member) {
+            *b = bracket;
         }
         Some((CommandId { node: member, seq }, reply))
     }
@@ -535,7 +623,7 @@ impl<'a> MembersRound<'a> {
         let routing = self.routing.as_deref_mut()?;
         for conn in 0..routing.held.len() {
             for (_, member, seq, _) in std::mem::take(&mut routing.held[conn]) {
-                finish(routing, member, seq, Err(NodeError::Timeout), conn);
+                finish(routing, member, seq, Err(NodeError::Timeout), (conn, None));
             }
         }
         for member in 0..routing.queues.len() {
@@ -544,7 +632,13 @@ impl<'a> MembersRound<'a> {
                 .filter(|&seq| !q.finished.get(seq).copied().unwrap_or(false))
                 .collect();
             for seq in open {
-                finish(routing, member, seq, Err(NodeError::Timeout), member);
+                finish(
+                    routing,
+                    member,
+                    seq,
+                    Err(NodeError::Timeout),
+                    (member, None),
+                );
             }
         }
         self.take_ready()
@@ -558,7 +652,7 @@ impl<'a> MembersRound<'a> {
             return;
         };
         if !self.members.is_cluster(member) {
-            routing.ready.push_back((member, id.seq, reply, conn));
+            routing.ready.push_back((member, id.seq, reply, conn, None));
             return;
         }
         let Some(expect) = routing.awaited(conn, id.seq) else {
@@ -593,6 +687,22 @@ impl<'a> MembersRound<'a> {
                 }
                 return;
             }
+            Expect::TimeBefore { write } => {
+                if let Some(r) = routing.readings(conn, write) {
+                    r.time_before = Some(reply);
+                }
+                return;
+            }
+            Expect::TimeAfter { write } => {
+                if routing.check {
+                    // Read before the check after it, which hands the outcomes up with both readings.
+                    if let Some(r) = routing.readings(conn, write) {
+                        r.time_after = Some(reply);
+                    }
+                    return;
+                }
+                return self.timed((conn, write), reply);
+            }
             Expect::Check {
                 write,
                 replicas,
@@ -620,21 +730,25 @@ impl<'a> MembersRound<'a> {
             },
         };
         if let Some(routing) = self.routing.as_deref_mut() {
-            if !routing.check {
-                return finish(routing, member, seq, outcome, conn);
+            if !routing.check && !routing.clock {
+                return finish(routing, member, seq, outcome, (conn, None));
             }
-            // Handed up once its write's check is read. A check already read (never so on one wire, whose
-            // replies come in the order sent) judged without it: nothing proves it was replicated.
-            match routing.check_awaited(conn, write) {
+            // Handed up once its write's check (or second `TIME`) is read. One already read (never so on one
+            // wire, whose replies come in the order sent) judged without it: nothing proves it was replicated,
+            // or that the node's clock was read after it.
+            match routing.release_awaited(conn, write) {
                 true => {
                     if let Some(held) = routing.held.get_mut(conn) {
                         held.push((write, member, seq, outcome));
                     }
                 }
                 false => {
-                    let why = "read after its write's replication check".to_owned();
-                    let outcome = outcome.and(Err(NodeError::Cluster(why)));
-                    finish(routing, member, seq, outcome, conn);
+                    let why = match routing.check {
+                        true => "read after its write's replication check",
+                        false => "read after its write's second TIME",
+                    };
+                    let outcome = outcome.and(Err(NodeError::Cluster(why.to_owned())));
+                    finish(routing, member, seq, outcome, (conn, None));
                 }
             }
         }
@@ -670,6 +784,8 @@ impl<'a> MembersRound<'a> {
             listed,
             myid,
             refused,
+            time_before,
+            time_after,
         } = routing
             .readings
             .get_mut(conn)
@@ -766,6 +882,7 @@ impl<'a> MembersRound<'a> {
             // The map may be behind (a replica gone, a failover): a new one, for the next rounds.
             members.refresh(members.member_of(conn));
         }
+        let bracket = routing.clock.then(|| Bracket::of(time_before, time_after));
         for (_, member, seq, outcome) in held {
             let outcome = match (&why, outcome) {
                 (Some(why), Ok(_)) => Err(NodeError::Cluster(format!(
@@ -773,7 +890,31 @@ impl<'a> MembersRound<'a> {
                 ))),
                 (_, outcome) => outcome,
             };
-            finish(routing, member, seq, outcome, conn);
+            finish(routing, member, seq, outcome, (conn, bracket.clone()));
+        }
+    }
+
+    /// The second `TIME` of a bracketed write on `conn`, without the replication check: the outcomes held for
+    /// it are handed up with the node's clock readings around them (`clock.rs`), to be judged above.
+    fn timed(&mut self, (conn, write): (usize, u32), after: Reply) {
+        let Some(routing) = self.routing.as_deref_mut() else {
+            return;
+        };
+        let held: Vec<(u32, usize, usize, Reply)> = match routing.held.get_mut(conn) {
+            Some(held) => {
+                let (mine, others) = std::mem::take(held).into_iter().partition(|h| h.0 == write);
+                *held = others;
+                mine
+            }
+            None => Vec::new(),
+        };
+        let before = routing.readings.get_mut(conn).and_then(|list| {
+            let at = list.iter().position(|(w, _)| *w == write)?;
+            list.swap_remove(at).1.time_before
+        });
+        let bracket = Bracket::of(before, Some(after));
+        for (_, member, seq, outcome) in held {
+            finish(routing, member, seq, outcome, (conn, Some(bracket.clone())));
         }
     }
 
@@ -827,24 +968,31 @@ impl<'a> MembersRound<'a> {
         let write = routing.new_write(target);
         let reply = Expect::Reply { member, seq, write };
         match r.kind {
+            // A write of its own, bracketed again: the node it goes to is read around it (`clock.rs`).
             RedirectKind::Moved => {
                 members.moved(member, r.slot, target, now);
-                let mut out = BytesMut::with_capacity(bytes.len() + replid::CHECK.len());
+                let room = bytes.len() + replid::CHECK.len() + 2 * clock::TIME.len();
+                let mut out = BytesMut::with_capacity(room);
+                let mut replies = routing.open_write(target, write, &mut out) + 1;
                 out.extend_from_slice(&bytes);
                 routing.expect(target, reply);
-                let replies = 1 + append_check(routing, members, member, (target, write), &mut out);
+                replies += routing.close_write(target, write, &mut out);
+                replies += append_check(routing, members, member, (target, write), &mut out);
                 self.round.send(target, &out, replies);
             }
             RedirectKind::Ask => {
                 members.asked(member, target, now);
-                // `ASKING` and the command in one write: the flag lasts for the next command only.
-                let mut both = BytesMut::with_capacity(20 + bytes.len() + replid::CHECK.len());
+                // `ASKING` and the command in one write, nothing between them: the flag lasts for the next
+                // command only (so the first `TIME` goes before `ASKING`).
+                let room = 20 + bytes.len() + replid::CHECK.len() + 2 * clock::TIME.len();
+                let mut both = BytesMut::with_capacity(room);
+                let mut replies = routing.open_write(target, write, &mut both) + 2;
                 crate::resp::encode_command(&[b"ASKING"], &mut both);
                 both.extend_from_slice(&bytes);
                 routing.expect(target, Expect::Asking);
                 routing.expect(target, reply);
-                let replies =
-                    2 + append_check(routing, members, member, (target, write), &mut both);
+                replies += routing.close_write(target, write, &mut both);
+                replies += append_check(routing, members, member, (target, write), &mut both);
                 self.round.send(target, &both, replies);
             }
         }
@@ -914,8 +1062,15 @@ fn append_check(
     added
 }
 
-/// Hands up the final outcome of command `seq` of `member`, read from `conn` (never twice).
-fn finish(routing: &mut Routing, member: usize, seq: usize, reply: Reply, conn: usize) {
+/// Hands up the final outcome of command `seq` of `member`, read from `conn` with the clock readings `bracket`
+/// around it (never twice).
+fn finish(
+    routing: &mut Routing,
+    member: usize,
+    seq: usize,
+    reply: Reply,
+    (conn, bracket): (usize, Option<Bracket>),
+) {
     let Some(q) = routing.queues.get_mut(member) else {
         return;
     };
@@ -927,5 +1082,5 @@ fn finish(routing: &mut Routing, member: usize, seq: usize, reply: Reply, conn: 
     }
     q.finished[seq] = true;
     let seq = u32::try_from(seq).unwrap_or(u32::MAX);
-    routing.ready.push_back((member, seq, reply, conn));
+    routing.ready.push_back((member, seq, reply, conn, bracket));
 }

@@ -165,6 +165,27 @@
 //! matters only for a manager started within a window of a failover; a master whose connection's `INFO` shows
 //! it was ever promoted, `second_repl_offset` set, waits a window from that reading).
 //!
+//! # A broken monotonic clock
+//!
+//! The same `INFO server` reading says which monotonic clock the server process runs its timers on
+//! (`monotonic_clock`, Redis and Valkey since 6.2): `POSIX clock_gettime`, or a processor counter and the rate
+//! it was calibrated at (`X86 TSC @ 2444.95 ticks/us`, `ARM CNTVCT @ 24 ticks/us`). A calibration that went
+//! wrong (valkey-io/valkey#4345, Valkey 9.1.0: `X86 TSC @ inf ticks/us`) leaves a clock that stands still or
+//! crawls: `serverCron` and every timer stop or crawl with it, and the issue reports keys that never expire.
+//! Such a node may hold a lock forever (a liveness hazard), and what its keys mean once the process is
+//! restarted or its clock moves again is anyone's guess (a safety one). (Made to crawl here, by calibrating
+//! Valkey 9.1.2 against a slowed `CLOCK_MONOTONIC`, `tests/mutex/clocks.rs`, a 1 s key still expired when
+//! touched: the standstill of the issue, which 9.1.2 no longer calibrates to, was not reproduced.) So a node
+//! whose reading shows a broken rate does not count: every
+//! vote it gives for us is [`NodeError::Clock`](crate::net::NodeError::Clock), with the `INFO` line in the
+//! report (a vote against is kept: the key is there), for as long as the process runs (the rate is fixed at
+//! its start; a restart is a new connection, and a new reading). [`Stats`](crate::redlock::Stats) says it per
+//! node. Broken means: a counter rate that is not a finite number from 1 to 100,000 ticks a microsecond (1 MHz,
+//! the slowest counter Redis uses, to 100 GHz, beyond any processor's); `POSIX clock_gettime`, a missing line
+//! and any other text without a rate are not. The reading rides on the restart guard's `INFO`: with the guard
+//! off it is not made (the clock check's `TIME`s still see a clock that stands still, once it is more than the
+//! tolerance behind).
+//!
 //! # What the guard cannot see
 //!
 //! - **A node whose wall clock steps forward** right after it started reports a larger uptime: Redis' uptime is
@@ -182,6 +203,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 
 use crate::redlock::config::Config;
+use crate::redlock::engine::clock::Seen;
 use crate::redlock::engine::native::{self, Natives};
 use crate::redlock::engine::persist;
 use crate::redlock::engine::seam::Nodes;
@@ -190,7 +212,7 @@ use crate::resp::{Value, encode_command};
 use crate::sync::lock;
 #[cfg(test)]
 use info::parse_info;
-use info::{reading, was_promoted};
+use info::{broken_monotonic, reading, was_promoted};
 
 /// A lower bound on a server process's age: it had been up at least `least` at instant `at` (our clock).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -225,6 +247,8 @@ struct Node {
     /// The last reading says this process was promoted from a replica (`second_repl_offset` set): no proof lets
     /// it count before the window (see "Failovers in a cluster member").
     promoted: bool,
+    /// The last reading says this process's monotonic clock is broken: why (see "A broken monotonic clock").
+    broken_clock: Option<String>,
 }
 
 /// What a [`Node::read`] made of a connection's set-up replies.
@@ -258,6 +282,7 @@ impl Node {
         let (run_id, mut age) = reading(info, *read_at, self.run_id.as_ref());
         // A master promoted from a replica at some time unknown: its window starts now, as a restart's does.
         self.promoted = was_promoted(info);
+        self.broken_clock = broken_monotonic(info);
         if self.promoted {
             age.least = Duration::ZERO;
         }
@@ -323,6 +348,8 @@ pub(crate) struct Standing {
     pub(crate) up: Option<Duration>,
     /// How long until its grants count, if they do not yet.
     pub(crate) counted_in: Option<Duration>,
+    /// Its `INFO` says its monotonic clock is broken: its grants do not count while its process runs.
+    pub(crate) broken_clock: bool,
 }
 
 impl Standing {
@@ -337,6 +364,7 @@ impl Standing {
             trusted_at_once: !read.is_empty() && read.iter().all(|s| s.trusted_at_once),
             up: read.iter().filter_map(|s| s.up).min(),
             counted_in: read.iter().filter_map(|s| s.counted_in).max(),
+            broken_clock: read.iter().any(|s| s.broken_clock),
         }
     }
 }
@@ -388,6 +416,9 @@ pub(crate) struct Setup {
     pub(crate) natives: Natives,
     /// The set-up steps whose refusal is kept as their reply (`Options::optional_setup`).
     optional: Vec<usize>,
+    /// What the clock check remembers of each member between rounds (`clock.rs`, "A clock seen ahead"): kept
+    /// here, beside the other per-node knowledge every engine is built with.
+    pub(crate) clocks: Seen,
 }
 
 impl Setup {
@@ -433,6 +464,8 @@ pub(crate) fn connection_setup_for(
             guard,
             natives,
             optional,
+            // Per connection: a cluster member's nodes each have a clock of their own.
+            clocks: Seen::new(conns, config),
         },
     )
 }
@@ -544,6 +577,23 @@ impl RestartGuard {
             })
     }
 
+    /// Why node `node`'s votes do not count while its current server process runs, if its `INFO` says its
+    /// monotonic clock is broken (see "A broken monotonic clock"); `None` otherwise, and while its connection's
+    /// reading is incomplete (the node is not trusted then anyway).
+    pub(crate) fn broken_clock(
+        &self,
+        fanout: &impl Nodes,
+        node: usize,
+        ids: SetupIds,
+    ) -> Option<String> {
+        let slot = self.nodes.get(node)?;
+        let mut known = lock(slot);
+        if !self.refresh(&mut known, fanout, node, ids) {
+            return None;
+        }
+        known.broken_clock.clone()
+    }
+
     /// What the guard knows of `node` at `now`, from its current connection's set-up replies (nothing is sent).
     pub(crate) fn standing(
         &self,
@@ -570,6 +620,7 @@ impl RestartGuard {
             trusted_at_once: known.trusted_at_once(now, window, marker) && promoted.is_none(),
             up: known.age.map(|age| age.at(now)),
             counted_in: known.counted_in(now, window, marker).max(promoted),
+            broken_clock: known.broken_clock.is_some(),
         }
     }
 }

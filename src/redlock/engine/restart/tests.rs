@@ -303,6 +303,7 @@ fn a_cluster_members_standing_covers_every_master_read() {
         trusted_at_once: trusted,
         up: up.map(Duration::from_secs),
         counted_in: left.map(Duration::from_secs),
+        broken_clock: false,
     };
     let member = Standing::of_member([
         s(true, Some(90), None),
@@ -319,4 +320,104 @@ fn a_cluster_members_standing_covers_every_master_read() {
     );
     let one = s(false, Some(7), Some(1));
     assert_eq!(Standing::of_member([one]), one, "a plain member's own");
+    let broken = Standing {
+        broken_clock: true,
+        ..s(true, Some(90), None)
+    };
+    assert!(
+        Standing::of_member([one, broken]).broken_clock,
+        "one broken master"
+    );
+}
+
+/// `INFO server` as the servers here answer it, with its `monotonic_clock` line (`None`: without one, as before
+/// Redis 6.2), in the protocol's two forms.
+fn info_with_clock(line: Option<&str>) -> [Value; 2] {
+    let clock = line.map_or(String::new(), |l| format!("monotonic_clock:{l}\r\n"));
+    let text = format!(
+        "# Server\r\nredis_version:7.2.4\r\nvalkey_version:9.1.2\r\nredis_mode:standalone\r\n\
+         {clock}multiplexing_api:epoll\r\nrun_id:ab12\r\nuptime_in_seconds:1\r\n"
+    );
+    [
+        Value::BulkString(Bytes::from(text.clone())),
+        Value::Verbatim {
+            format: *b"txt",
+            data: Bytes::from(text),
+        },
+    ]
+}
+
+/// The monotonic clocks servers report: the kernel's (Redis 7.0 here), a processor counter at its calibrated
+/// rate (Valkey 9.1.2 here: `X86 TSC @ 2444.95 ticks/us`; Redis prints whole ticks, and ARM's counter at 24 MHz
+/// or 1 GHz), none (before Redis 6.2): working. A rate that is infinite or not a number (a calibration that
+/// measured no time), zero, or in the millions (the smallest non-zero multiplier of a calibration gone wrong):
+/// broken, and the reason quotes the line.
+#[test]
+fn a_monotonic_clock_is_broken_only_when_its_rate_is_not_a_counters() {
+    for working in [
+        Some("POSIX clock_gettime"),
+        Some("X86 TSC @ 2500 ticks/us"),
+        Some("X86 TSC @ 2444.95 ticks/us"),
+        Some("ARM CNTVCT @ 24 ticks/us"),
+        Some("ARM CNTVCT @ 1000 ticks/us"),
+        Some("ARM CNTVCT @ 1 ticks/us"),
+        Some("some future clock"),
+        Some("X86 TSC @ 2500 MHz"),
+        None,
+    ] {
+        for info in info_with_clock(working) {
+            assert_eq!(info::broken_monotonic(&info), None, "{working:?}");
+        }
+    }
+    for broken in [
+        "X86 TSC @ inf ticks/us",
+        "X86 TSC @ -inf ticks/us",
+        "X86 TSC @ nan ticks/us",
+        "X86 TSC @ -nan ticks/us",
+        "X86 TSC @ 0 ticks/us",
+        "X86 TSC @ 0.00 ticks/us",
+        "ARM CNTVCT @ 0 ticks/us",
+        "X86 TSC @ 16777216.00 ticks/us",
+        "X86 TSC @ -2500 ticks/us",
+        "X86 TSC @ ? ticks/us",
+    ] {
+        for info in info_with_clock(Some(broken)) {
+            let why =
+                info::broken_monotonic(&info).unwrap_or_else(|| panic!("{broken} read as working"));
+            assert!(why.contains(&format!("monotonic_clock:{broken}")), "{why}");
+        }
+    }
+    assert_eq!(info::broken_monotonic(&Value::Integer(1)), None);
+}
+
+/// A node's reading of a broken monotonic clock lasts as long as its process: a new connection to the same
+/// process keeps it, a restart into a working one clears it.
+#[test]
+fn a_broken_monotonic_clock_is_known_until_another_process_answers() {
+    let t0 = Instant::now();
+    // `setup`'s replies with `INFO` showing `clock`.
+    let with = |run_id: &str, uptime: u64, clock: &str| {
+        let mut replies = setup(run_id, uptime, false, None, t0);
+        let text = format!(
+            "# Server\r\nrun_id:{run_id}\r\nmonotonic_clock:{clock}\r\nuptime_in_seconds:{uptime}\r\n"
+        );
+        replies[0].0 = Value::BulkString(Bytes::from(text));
+        replies
+    };
+    let mut node = Node::default();
+    let broken = "X86 TSC @ inf ticks/us";
+    node.read(1, &with("a", DAY, broken), IDS);
+    assert!(
+        node.broken_clock
+            .as_deref()
+            .is_some_and(|w| w.contains(broken))
+    );
+    node.read(2, &with("a", DAY, broken), IDS);
+    assert!(node.broken_clock.is_some(), "the same process, read again");
+    let working = "X86 TSC @ 2444.95 ticks/us";
+    assert_eq!(
+        node.read(3, &with("b", 0, working), IDS),
+        Read::New { restarted: true }
+    );
+    assert_eq!(node.broken_clock, None, "another process, working");
 }

@@ -2,7 +2,7 @@
 //! runs (its process group terminated before the lease ends), signals forwarded, and two `exec`s on one resource
 //! taking turns.
 
-mod support;
+use crate::support;
 
 use std::fs;
 use std::path::{Path, PathBuf};

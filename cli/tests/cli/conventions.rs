@@ -3,7 +3,7 @@
 //! help without their values, usage lines true whatever the environment sets, and the reference's tables
 //! rendering as tables.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -254,7 +254,7 @@ fn usage_lines_do_not_show_options_the_environment_sets_as_required() {
 
 #[test]
 fn the_reference_tables_render_as_markdown_tables() {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     let lines: Vec<&str> = readme.lines().collect();
     let mut tables = 0;
     let mut i = 0;

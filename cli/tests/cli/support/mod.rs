@@ -6,17 +6,17 @@
 
 #![allow(dead_code, unused_imports)]
 
-#[path = "../../../tests/support/acceptor.rs"]
+#[path = "../../../../tests/support/acceptor.rs"]
 pub mod acceptor;
-#[path = "../../../tests/support/cluster.rs"]
+#[path = "../../../../tests/support/cluster.rs"]
 pub mod cluster;
-#[path = "../../../tests/support/process.rs"]
+#[path = "../../../../tests/support/process.rs"]
 pub mod process;
-#[path = "../../../tests/support/server.rs"]
+#[path = "../../../../tests/support/server.rs"]
 pub mod server;
-#[path = "../../../tests/support/skip.rs"]
+#[path = "../../../../tests/support/skip.rs"]
 pub mod skip;
-#[path = "../../../tests/support/wire.rs"]
+#[path = "../../../../tests/support/wire.rs"]
 pub mod wire;
 
 pub mod heartbeat;

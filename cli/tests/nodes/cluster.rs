@@ -1,7 +1,7 @@
 //! `muxlock cluster up|down|status` with real redis-server processes: the nodes are recorded, found by the other
 //! commands, persist every write, and `cluster down` leaves no process behind.
 
-mod support;
+use crate::support;
 
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;

@@ -22,4 +22,9 @@ impl NodeSet {
     pub fn contains(&self, node: usize) -> bool {
         node >= 64 || self.0 & (1 << node) != 0
     }
+
+    /// The nodes in either set.
+    pub(crate) fn union(self, other: NodeSet) -> NodeSet {
+        NodeSet(self.0 | other.0)
+    }
 }

@@ -1,7 +1,7 @@
 //! The `muxlock` binary against real redis-server nodes: acquire, release, extend, status and bench, their exit
 //! codes and outputs; usage errors; passwords never shown; `exec --help` (exec itself: exec.rs; demo: demo.rs).
 
-mod support;
+use crate::support;
 
 use std::fs;
 use std::process::Stdio;

@@ -5,7 +5,7 @@
 // `std::io::pipe` (1.87) in a test of the CLI: the tests run on the project's own toolchain, not the library's MSRV.
 #![allow(clippy::incompatible_msrv)]
 
-mod support;
+use crate::support;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! restarted and paused, locks from the first second, and nothing left behind; and a second Ctrl-C cuts a slow
 //! shutdown short (exit 130) with every node it started stopped.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -28,7 +28,9 @@ fn left_under(dir: &Path, limit: Duration) -> Vec<u32> {
 fn the_short_demo_runs_to_the_end_with_no_violation_and_cleans_up() {
     support::become_subreaper();
     let state = TempDir::new();
-    let run = Muxlock::new(state.path(), ["demo", "--short"]).run();
+    let svg = state.path().join("demo.svg");
+    let svg_arg = svg.to_str().unwrap().to_owned();
+    let run = Muxlock::new(state.path(), ["demo", "--short", "--svg", &svg_arg]).run();
     // Whatever happened, no node may outlive the test.
     let left = left_under(state.path(), Duration::from_secs(15));
     if !left.is_empty() {
@@ -81,6 +83,36 @@ fn the_short_demo_runs_to_the_end_with_no_violation_and_cleans_up() {
         .unwrap_or(0);
     assert!(acquisitions >= 20, "{run:#?}");
     assert!(run.took < Duration::from_secs(30), "{:?}", run.took);
+    // The verdict is the last line, with the counts.
+    let verdict = out.lines().last().unwrap_or("");
+    assert!(
+        verdict.starts_with("PASS  ") && verdict.contains(" 0 violations"),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains(&format!("{acquisitions} locks in 8s")),
+        "{verdict}"
+    );
+    // The picture: locks per second, a point per second, the four faults marked.
+    assert!(out.contains(&format!("picture: {svg_arg}")), "{run:#?}");
+    let picture = std::fs::read_to_string(&svg).expect("the picture was written");
+    assert!(picture.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+    assert!(picture.trim_end().ends_with("</svg>"));
+    assert_eq!(picture.matches("class=\"mark\"").count(), 4, "{picture}");
+    for label in [
+        "node 2 killed",
+        "node 2 restarted",
+        "node 4 paused",
+        "node 4 resumed",
+    ] {
+        assert!(picture.contains(label), "{label} not marked");
+    }
+    let points = picture
+        .split("points=\"")
+        .nth(1)
+        .and_then(|p| p.split('"').next())
+        .unwrap_or("");
+    assert!(points.split(' ').count() >= 6, "{points}");
 }
 
 /// The worker processes of demo `pid` (its children started with `--worker`).

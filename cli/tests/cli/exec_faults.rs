@@ -3,7 +3,7 @@
 //! the check sees an overlap when there is one, and the run asserts that the faults struck (locks were lost: when the random schedule struck no held
 //! lock, a last strike pauses a majority past the lease while a command runs).
 
-mod support;
+use crate::support;
 
 use std::fs;
 use std::path::Path;

@@ -1,13 +1,13 @@
 //! `--tls-ca`, `--tls-cert`, `--tls-key` (and `MUXLOCK_TLS_*`) against a real redis-server speaking TLS and asking
 //! for a client certificate, with a CA made for the run.
 
-mod support;
+use crate::support;
 
 /// The root's certificate maker needs `make_temp_dir` where it expects it.
 mod process {
     pub use super::support::process::*;
 }
-#[path = "../../tests/support/certs.rs"]
+#[path = "../../../tests/support/certs.rs"]
 mod certs;
 
 use certs::Certs;

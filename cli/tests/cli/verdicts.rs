@@ -3,7 +3,7 @@
 //! warning and `--json` list of a degraded quorum; young nodes said once, with the time left and what to do;
 //! refused logins named when they decided; `--restart-window`.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -99,7 +99,7 @@ fn an_extension_applied_on_young_nodes_but_not_counted_exits_3_and_says_what_sta
         help.expect(0).stdout.contains("\n  3        extend:"),
         "{help:#?}"
     );
-    assert!(include_str!("../README.md").contains("\n| 3 | `extend`:"));
+    assert!(include_str!("../../README.md").contains("\n| 3 | `extend`:"));
 }
 
 #[test]

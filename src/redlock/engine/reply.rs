@@ -1,0 +1,100 @@
+//! What the nodes' replies to the shared requests mean: a `SET NX`'s, a compare-and-X script's (or its native
+//! command's), and a refusal to run a request at all (`NOSCRIPT`, an unknown or forbidden command). Every round
+//! reads them; a kind's own scripts' replies are read in the kind's file.
+
+use crate::net::Reply;
+use crate::redlock::error::Outcome;
+use crate::redlock::quorum::Vote;
+use crate::redlock::scripts::{Script, Via};
+use crate::resp::Value;
+
+/// What a round's reply means for the vote.
+pub(crate) fn set_vote(reply: Reply) -> (Vote, Outcome) {
+    match reply {
+        Ok(v) => match v.without_attributes() {
+            Value::SimpleString(s) if &s[..] == b"OK" => (Vote::Yes, Outcome::Granted),
+            Value::NullBulk | Value::Null => (Vote::Taken, Outcome::Taken),
+            other => (Vote::Failed, unexpected(other)),
+        },
+        Err(e) => (Vote::Failed, Outcome::Failed(e)),
+    }
+}
+
+fn unexpected(v: &Value) -> Outcome {
+    match v {
+        Value::Error(msg) | Value::BulkError(msg) => {
+            Outcome::ErrorReply(String::from_utf8_lossy(msg).into_owned())
+        }
+        other => Outcome::ErrorReply(format!("unexpected reply {other:?}")),
+    }
+}
+
+/// What a compare-and-X script's reply means: 1 is done for us, 0 is "the key is not ours", anything else failed.
+pub(crate) fn script_vote(reply: &Reply) -> (Vote, Outcome) {
+    match reply {
+        Ok(v) => match v.without_attributes() {
+            Value::Integer(1) => (Vote::Yes, Outcome::Granted),
+            Value::Integer(0) => (Vote::Taken, Outcome::Taken),
+            other => (Vote::Failed, unexpected(other)),
+        },
+        Err(e) => (Vote::Failed, Outcome::Failed(e.clone())),
+    }
+}
+
+/// What a compare-and-X reply means, by the way it went: the scripts and `DELIFEQ`/`DELEX` reply 1 or 0, the
+/// native extension (`SET IFEQ PX`) `+OK` or nil.
+pub(crate) fn compare_vote(script: Script, via: Via, reply: &Reply) -> (Vote, Outcome) {
+    match (script, via) {
+        (Script::Extend, Via::Native(_)) => match reply {
+            Ok(v) => match v.without_attributes() {
+                Value::SimpleString(s) if &s[..] == b"OK" => (Vote::Yes, Outcome::Granted),
+                Value::NullBulk | Value::Null => (Vote::Taken, Outcome::Taken),
+                other => (Vote::Failed, unexpected(other)),
+            },
+            Err(e) => (Vote::Failed, Outcome::Failed(e.clone())),
+        },
+        _ => script_vote(reply),
+    }
+}
+
+/// Why a node refused to run a compare-and-X request at all (nothing ran: the key is untouched), so that it
+/// may go another way on that node without costing its vote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// `NOSCRIPT`: the node has lost the script; send it in full.
+    NoScript,
+    /// `ERR unknown command` (no such command, or `EVAL` disabled), `NOPERM` (the user's ACL), or `ERR syntax
+    /// error` (a `SET` that does not know `IFEQ`): refused before anything ran.
+    Command,
+}
+
+/// Whether `reply` is a refusal (see [`Refused`]), and which.
+pub(crate) fn refused(reply: &Reply) -> Option<Refused> {
+    let Ok(Value::Error(m) | Value::BulkError(m)) = reply.as_ref().map(Value::without_attributes)
+    else {
+        return None;
+    };
+    if m.starts_with(b"NOSCRIPT") {
+        Some(Refused::NoScript)
+    } else if (m.starts_with(b"NOPERM") && !forbids_a_key(m))
+        || m.starts_with(b"ERR unknown command")
+        || m.starts_with(b"ERR syntax error")
+    {
+        Some(Refused::Command)
+    } else {
+        None
+    }
+}
+
+/// Whether a `NOPERM` is for a key (the user's key patterns: Redis' "no permissions to access one of the keys",
+/// Valkey's "No permissions to access a key"), not for the command: no other way of sending the request would be
+/// allowed, and the node's native command is not to blame (read as a refusal, it turned the node off its native
+/// release for the rest of the connection, so a user without Lua could release nothing there any more).
+fn forbids_a_key(m: &[u8]) -> bool {
+    let has = |w: &[u8]| m.windows(w.len()).any(|x| x.eq_ignore_ascii_case(w));
+    has(b"key") && !has(b"command")
+}
+
+pub(crate) fn is_noscript(reply: &Reply) -> bool {
+    matches!(reply.as_ref().map(Value::without_attributes), Ok(Value::Error(m)) if m.starts_with(b"NOSCRIPT"))
+}

@@ -1,0 +1,192 @@
+//! The rounds a scripted kind runs (a set, a fenced lock, an owned hold: one script per node carries the kind's
+//! request): the acquisition ([`Engine::acquire_scripted`]), decided by the quorum with each reply read by the
+//! kind, and the extension ([`Engine::extend_scripted`]) of a [`Scripted`] extension, which the guards' renewal
+//! (`renew.rs`) sends too.
+
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+
+use crate::net::{NodeSet, Reply};
+use crate::redlock::engine::lease::Lease;
+use crate::redlock::engine::pipeline::Purpose;
+use crate::redlock::engine::seam::{Clock, Nodes};
+use crate::redlock::engine::{Engine, answered, settle};
+use crate::redlock::error::{Error, Outcome, Result};
+use crate::redlock::lua::{self, Lua};
+use crate::redlock::quorum::{Failure, Quorum, Status, Vote};
+use crate::resp::Decimal;
+use crate::time::later;
+
+/// A kind's extension script: `lua` with `keys` and `args`, and the new TTL in milliseconds as its last
+/// argument. 1 is extended, 0 is not ours any more.
+#[derive(Debug)]
+pub(crate) struct Scripted {
+    pub(crate) lua: Lua,
+    pub(crate) keys: Vec<Vec<u8>>,
+    pub(crate) args: Vec<Vec<u8>>,
+}
+
+impl Scripted {
+    /// The script's call with the TTL `ttl_ms` (digits), by hash, or in full (`full`).
+    pub(crate) fn encode(&self, buf: &mut BytesMut, full: bool, ttl_ms: &[u8]) {
+        let keys: Vec<&[u8]> = self.keys.iter().map(Vec::as_slice).collect();
+        let args: Vec<&[u8]> = self
+            .args
+            .iter()
+            .map(Vec::as_slice)
+            .chain([ttl_ms])
+            .collect();
+        lua::eval(buf, self.lua, full, &keys, &args);
+    }
+}
+
+/// What one scripted acquisition round ([`Engine::acquire_scripted`]) found.
+pub(crate) struct Acquired {
+    /// When the round started: the lease is counted from here.
+    pub(crate) start: Instant,
+    pub(crate) quorum: Quorum,
+    pub(crate) status: Status,
+    /// Every node's outcome (those the round did not wait for: `NotAwaited`).
+    pub(crate) outcomes: Vec<Outcome>,
+    /// The nodes the script was sent to.
+    pub(crate) nodes: NodeSet,
+    /// The largest number that a counted grant carried (a fencing token, a hold count; 0 if none).
+    pub(crate) count: u64,
+}
+
+impl<N: Nodes, C: Clock> Engine<N, C> {
+    /// One acquisition round of `script` on every node, in Redlock's way: sent at once, each reply classified by
+    /// `classify` into a vote, an outcome and a number, votes counted through the restart guard, the round ended
+    /// as soon as the quorum's verdict is certain. Shared by sets, fencing and reentrant locks.
+    pub(crate) async fn acquire_scripted(
+        &self,
+        script: lua::Lua,
+        (keys, args): (&[&[u8]], &[&[u8]]),
+        (ttl, ttl_ms): (Duration, u64),
+        classify: impl Fn(&Reply) -> (Vote, Outcome, u64),
+    ) -> Acquired {
+        let n = self.fanout.len();
+        self.note_ttl(ttl_ms);
+        let start = self.clock.now();
+        let mut quorum = Quorum::new(n, start, ttl, self.config.allowance(ttl));
+        let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
+        let mut outcomes = vec![Outcome::NotAwaited; n];
+        let mut status = Status::Pending;
+        let mut count = 0;
+        let need = quorum.votes_to_decide();
+        let nodes = self
+            .pipelined(
+                Purpose::Lease,
+                NodeSet::ALL,
+                1,
+                deadline,
+                need,
+                |buf, full| lua::eval(buf, script, full, keys, args),
+                |_, (node, source), reply| {
+                    let now = self.clock.now();
+                    let (vote, outcome, number) = classify(&reply);
+                    let (vote, outcome) = self.counted_from(source, (vote, outcome), now, None);
+                    self.votes[node].count(&outcome);
+                    outcomes[node] = outcome;
+                    if vote == Vote::Yes {
+                        // Only counted grants: a node the restart guard does not trust may have lost its counters.
+                        count = count.max(number);
+                    }
+                    status = quorum.vote(node, vote, now);
+                    match status {
+                        Status::Pending => quorum.votes_to_decide(),
+                        _ => 0,
+                    }
+                },
+            )
+            .await;
+        Acquired {
+            start,
+            quorum,
+            status,
+            outcomes,
+            nodes,
+            count,
+        }
+    }
+
+    /// The extension round of a scripted kind: `script` on every node the acquisition was sent to, decided by a majority (1 = extended, 0 = not ours any more) before the
+    /// new lease's validity and before the current lease ends. A lock past its lease or its extension limit is
+    /// refused before anything is sent: an extension never revives an expired lock.
+    /// Failures are reported under `name` (a set's names, joined).
+    pub(crate) async fn extend_scripted(
+        &self,
+        lock: &mut Lease,
+        ttl: Duration,
+        script: &Scripted,
+        name: &[u8],
+    ) -> Result<()> {
+        let ttl_ms = self.config.check_ttl(ttl)?;
+        if lock.extensions >= self.config.max_extensions {
+            return Err(Error::ExtendLimit(lock.extensions));
+        }
+        let start = self.clock.now();
+        if start >= lock.valid_until {
+            return Err(Error::Expired);
+        }
+        let n = self.fanout.len();
+        let mut quorum =
+            Quorum::new(n, start, ttl, self.config.allowance(ttl)).decide_by(lock.valid_until);
+        // The failure's validity before anything is sent: a future dropped part-way leaves the lock so.
+        lock.valid_until = self.after_failed_extension(lock.valid_until, start, ttl);
+        let before = Engine::<N, C>::pending(lock, ttl);
+        self.note_ttl(ttl_ms);
+        let deadline = later(start, self.config.round_timeout).min(quorum.deadline());
+        let mut outcomes = vec![Outcome::NotAwaited; n];
+        let mut status = Status::Pending;
+        // Nodes the acquisition never reached hold nothing of ours: their vote is "not ours", unasked.
+        for (node, outcome) in outcomes.iter_mut().enumerate() {
+            if !lock.nodes.contains(node) {
+                *outcome = Outcome::NotSent;
+                status = quorum.vote(node, Vote::Taken, start);
+            }
+        }
+        let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+        let need = quorum.votes_to_decide();
+        let acquired = lock.acquired;
+        self.pipelined(
+            Purpose::Lease,
+            lock.nodes,
+            1,
+            deadline,
+            need,
+            |buf, full| script.encode(buf, full, ttl_arg.as_bytes()),
+            |_, (node, source), reply| {
+                status = self.extension_vote(
+                    (node, source),
+                    &reply,
+                    Some(acquired),
+                    (&mut quorum, &mut outcomes),
+                );
+                match status {
+                    Status::Pending => quorum.votes_to_decide(),
+                    _ => 0,
+                }
+            },
+        )
+        .await;
+        if outcomes.iter().all(answered) {
+            lock.pending_ttl = before;
+        }
+        match settle(status, &quorum, self.clock.now()) {
+            Ok(valid_until) => {
+                lock.valid_until = self.bounded(lock, valid_until, start);
+                lock.extensions += 1;
+                Ok(())
+            }
+            Err(failure) => {
+                let report = Box::new(self.report(name, outcomes, quorum.quorum()));
+                Err(match failure {
+                    Failure::Held => Error::LockLost(report),
+                    _ => Error::Quorum(report),
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! The plain kind: one resource, the spec's own lock. An acquisition is `SET resource value NX PX ttl` on every
+//! node at once, held if a majority granted it in time; an extension is the compare-and-pexpire of the key and a
+//! release its compare-and-delete, each native or scripted per node (the engine's compare-and-X rounds,
+//! `engine/compare.rs`; releases in flight go out folded, `engine/fold.rs`). Batches of plain locks are acquired
+//! and released together (`engine/batch.rs`); a waiting request for one plain resource queues on the nodes
+//! (`queued.rs`).
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+
+use crate::net::NodeSet;
+use crate::redlock::engine::Engine;
+use crate::redlock::engine::reply::set_vote;
+use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
+use crate::redlock::error::{Outcome, Report};
+use crate::redlock::kind::{Kind, Lock};
+use crate::redlock::quorum::{Failure, Quorum, Status};
+use crate::redlock::scripts;
+use crate::redlock::token;
+use crate::time::later;
+
+/// One acquisition round. `Err` carries why it failed and every node's outcome; partial grants have been
+/// released by then.
+pub(crate) async fn attempt<N: Nodes, C: Clock>(
+    engine: &Engine<N, C>,
+    resource: &[u8],
+    value: token::Value,
+    (ttl, ttl_ms): (Duration, u64),
+) -> std::result::Result<Lock, (Failure, Report)> {
+    let n = engine.fanout.len();
+    let mut request = BytesMut::with_capacity(64 + resource.len());
+    scripts::acquire(&mut request, resource, &value, ttl_ms);
+    engine.note_ttl(ttl_ms);
+    // The clock starts before the first byte is sent, as the spec requires.
+    let start = engine.clock.now();
+    let mut quorum = Quorum::new(n, start, ttl, engine.config.allowance(ttl));
+    let mut round =
+        engine.lease_round(later(start, engine.config.round_timeout).min(quorum.deadline()));
+    // Nodes still answering (behind this client's own queue, under overload) are waited for, up to a few
+    // round lengths and never past a third of the lease: a lock that spent more of its lease being acquired
+    // would leave a guard no room for its first renewal (due at a third of the TTL; `check_guard_ttl` allows
+    // for an acquisition of one round timeout), and would be handed to `hold()` already lost. (A vote after
+    // the validity would count for nothing anyway; a third of the TTL always comes first.)
+    round.patient_until(
+        engine
+            .patient_from(start)
+            .min(quorum.deadline())
+            .min(later(start, ttl / 3)),
+    );
+    let nodes = round.send_all(&request, 1);
+    let mut outcomes = vec![Outcome::NotAwaited; n];
+    let mut status = Status::Pending;
+    round.need(quorum.votes_to_decide());
+    // One request per node: its outcome is the node's vote.
+    while let Some((id, reply)) = round.next().await {
+        let node = id.node;
+        let now = engine.clock.now();
+        let source = round.source(node);
+        let (vote, outcome) = engine.counted_from(source, set_vote(reply), now, None);
+        engine.votes[node].count(&outcome);
+        outcomes[node] = outcome;
+        status = quorum.vote(node, vote, now);
+        if status != Status::Pending {
+            break; // decided: slower replies are drained later; a release covers them
+        }
+        round.need(quorum.votes_to_decide());
+    }
+    drop(round);
+    // The round is over: nodes that did not answer count as failed (an undecided split is a held lock, not an
+    // outage).
+    engine
+        .conclude(status, &quorum, start, (resource, value), nodes, outcomes)
+        .map(|lease| Lock::new(lease, Kind::Plain))
+}
+
+/// Releases, unawaited and on every node, what an attempt at `resource` with `value` may have set (its [`Undo`](super::Undo)).
+pub(crate) fn undo<N: Nodes, C: Clock>(
+    engine: &Engine<N, C>,
+    resource: &[u8],
+    value: &token::Value,
+) {
+    let mut request = BytesMut::new();
+    engine.release_unawaited(&mut request, NodeSet::ALL, resource, value);
+}
