@@ -81,8 +81,12 @@ fn a_replica_forced_to_take_over_before_it_synced_can_grant_a_second_holder() {
     let p1 = RedisServer::start();
     let p2 = RedisServer::start();
     let proxy2 = FaultProxy::start(p2.addr());
+    // Replicas start a full sync at once (`repl-diskless-sync-delay 0`): M, R's replica once awake, acknowledges
+    // nothing until its sync is done, and with the default 5 s delay that outlasts `b`'s lease, so `c`'s votes on
+    // R fail its replication check until `b`'s grant ends and nothing would be shown.
     let mut cl = RedisCluster::builder(2)
         .node_timeout(Duration::from_millis(1_000))
+        .server(RedisServer::builder().args(["--repl-diskless-sync-delay", "0"]))
         .start();
     let new_shard = cl.add_master();
     let started = Instant::now();
