@@ -302,7 +302,7 @@ fn sets_and_fenced(scenario: &str, persist: bool, restart_guard: bool, secs: Dur
 }
 
 /// Sets and fenced locks on nodes that persist every write, killed (with their data) and paused: no name held
-/// twice, every token above the one before. Control: [`sets_and_fenced_on_nodes_that_forget_break`].
+/// twice, every token above the one before. Control: [`sets_and_fenced_on_nodes_that_forget_are_handed_out_twice`].
 #[test]
 fn sets_and_fenced_locks_under_kills_and_pauses() {
     let r = sets_and_fenced(
@@ -380,7 +380,7 @@ fn set_held_twice_directed() -> Vec<(Hold, Hold)> {
 /// half also has a directed history, [`set_held_twice_directed`], whose overlap the
 /// checker must report.
 #[test]
-fn sets_and_fenced_on_nodes_that_forget_break() {
+fn sets_and_fenced_on_nodes_that_forget_are_handed_out_twice() {
     let (mut sets, mut fenced) = (false, false);
     let runs = 5;
     for attempt in 1..=runs {
