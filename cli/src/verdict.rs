@@ -163,7 +163,7 @@ fn line(
         (Extend, Outcome::Granted) => ("applied", "applied".into()),
         (Release, Outcome::Granted) => ("released", "released".into()),
         (Acquire, Outcome::Taken) => ("held", "held by another holder".into()),
-        (_, Outcome::Taken) => not_ours(verb, key, value),
+        (_, Outcome::Taken | Outcome::NotHeld) => not_ours(verb, key, value),
         (Acquire, Outcome::Quarantined) => {
             ("not_counted", format!("granted, not counted: {young}"))
         }

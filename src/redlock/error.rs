@@ -11,8 +11,12 @@ use crate::net::{AddrError, IoError, NodeAddr, NodeError};
 pub enum Outcome {
     /// The node granted (or extended, or released) the key for us.
     Granted,
-    /// The node holds the key for another holder (or, for an extension, no longer holds ours).
+    /// The node holds the key for another holder: an acquisition found it taken, or a read found another value.
     Taken,
+    /// The node does not hold this lock: an extension, release or confirmation compared the key with this lock's
+    /// value and found another holder's or none (the reply does not tell which; a read of the key does, as
+    /// [`LockManager::inspect`](super::LockManager::inspect) gives).
+    NotHeld,
     /// The node answered with an error reply (`-READONLY ...`, `-OOM ...`, `-NOPERM ...`): the server's message.
     ErrorReply(String),
     /// The node gave no reply: down, hung, refused the login, sent garbage, ...
@@ -32,6 +36,7 @@ impl fmt::Display for Outcome {
         match self {
             Outcome::Granted => f.write_str("granted"),
             Outcome::Taken => f.write_str("held by another holder"),
+            Outcome::NotHeld => f.write_str("not held by this lock (another holder's, or gone)"),
             Outcome::ErrorReply(msg) => write!(f, "error reply: {msg}"),
             Outcome::Failed(e) => e.fmt(f),
             Outcome::NotAwaited => f.write_str("not awaited (decided without it)"),
@@ -98,9 +103,10 @@ impl Report {
         self.count(|o| *o == Outcome::Granted)
     }
 
-    /// How many nodes hold the key for someone else.
+    /// How many nodes voted against: they hold the key for someone else ([`Outcome::Taken`]) or, asked to compare
+    /// it with this lock's value, found another holder's or none ([`Outcome::NotHeld`]).
     pub fn taken(&self) -> usize {
-        self.count(|o| *o == Outcome::Taken)
+        self.count(|o| matches!(o, Outcome::Taken | Outcome::NotHeld))
     }
 
     fn count(&self, f: impl Fn(&Outcome) -> bool) -> usize {
@@ -208,7 +214,7 @@ pub enum Error {
     ///   or been released already, so **the work it protected may have overlapped another holder's**. The keys
     ///   were deleted where the nodes still held them; nothing else is left to release.
     ///
-    /// The report has every node's outcome: [`Outcome::Granted`] where the node confirmed, [`Outcome::Taken`]
+    /// The report has every node's outcome: [`Outcome::Granted`] where the node confirmed, [`Outcome::NotHeld`]
     /// where it no longer held our value.
     LockLost(Box<Report>),
     /// The lock was already extended the maximum number of times

@@ -176,6 +176,7 @@ pub(crate) fn node(server: &Server, outcome: &Outcome) {
         let vote = match outcome {
             Outcome::Granted => "granted",
             Outcome::Taken => "taken",
+            Outcome::NotHeld => "not_held",
             Outcome::Quarantined => "quarantined",
             Outcome::ErrorReply(_) | Outcome::Failed(_) => "failed",
             Outcome::NotAwaited | Outcome::NotSent => return,

@@ -37,7 +37,7 @@ impl Votes {
         observe::node(&self.server, outcome);
         let counter = match outcome {
             Outcome::Granted => &self.granted,
-            Outcome::Taken => &self.taken,
+            Outcome::Taken | Outcome::NotHeld => &self.taken,
             Outcome::Quarantined => &self.quarantined,
             Outcome::ErrorReply(_) | Outcome::Failed(_) => &self.failed,
             Outcome::NotAwaited | Outcome::NotSent => return,

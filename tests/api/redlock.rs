@@ -127,9 +127,38 @@ fn an_expired_lock_cannot_be_released_or_extended_and_spares_the_next_holder() {
         "{err}"
     );
     assert!(err.is_lost());
+    let report = err.report().expect("a report");
+    assert!(
+        report.nodes().iter().all(|(_, o)| *o == Outcome::NotHeld),
+        "a compare tells no absent key from another holder's: {report:?}"
+    );
+    assert!(
+        err.to_string().contains("another holder's, or gone"),
+        "{err}"
+    );
     for i in 0..3 {
         assert_eq!(get(&cluster, i, "res"), bulk(next.value()), "node {i}");
     }
+    // An acquisition refused by a key that exists is told as exactly that.
+    let refused = locks
+        .request("res")
+        .ttl(TTL)
+        .once()
+        .acquire()
+        .expect_err("held");
+    let report = refused.report().expect("a report");
+    assert!(
+        report.taken() >= 2
+            && report
+                .nodes()
+                .iter()
+                .all(|(_, o)| matches!(o, Outcome::Taken | Outcome::NotAwaited)),
+        "{report:?}"
+    );
+    assert!(
+        refused.to_string().contains("held by another holder"),
+        "{refused}"
+    );
     assert!(locks.unlock(next).expect("release") >= 2);
 }
 
@@ -142,6 +171,10 @@ fn an_extension_never_recreates_a_lost_key() {
     cluster.flush_all();
     let err = locks.extend(&mut lock, TTL).expect_err("lost");
     assert!(matches!(err, Error::LockLost(_)), "{err}");
+    assert!(
+        !err.to_string().contains("held by another holder"),
+        "no node holds the key, for anybody: {err}"
+    );
     for i in 0..3 {
         assert_eq!(get(&cluster, i, "res"), b"$-1\r\n".to_vec());
     }

@@ -223,7 +223,7 @@ impl Stats {
         Stats::add(&self.quorum);
         for (_, outcome) in report.nodes() {
             match outcome {
-                Outcome::Granted | Outcome::Taken | Outcome::NotAwaited => {}
+                Outcome::Granted | Outcome::Taken | Outcome::NotHeld | Outcome::NotAwaited => {}
                 Outcome::Failed(NodeError::Timeout) => Stats::add(&self.nodes_timed_out),
                 Outcome::Failed(e) if e.is_connection_failure() => {
                     Stats::add(&self.nodes_disconnected)

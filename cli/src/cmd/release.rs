@@ -81,9 +81,11 @@ pub fn run(args: &Args) -> Result<(), CliError> {
 fn failed(args: &Args, locks: &LockManager, e: &Error) -> CliError {
     let value = args.value.as_bytes();
     // Nodes that answered "not ours" are read again: the key absent, or another holder's.
-    let refused = e
-        .report()
-        .is_some_and(|r| r.nodes().iter().any(|(_, o)| *o == Outcome::Taken));
+    let refused = e.report().is_some_and(|r| {
+        r.nodes()
+            .iter()
+            .any(|(_, o)| matches!(o, Outcome::Taken | Outcome::NotHeld))
+    });
     let seen = match refused {
         true => locks.inspect(&args.resource).ok(),
         false => None,

@@ -302,7 +302,7 @@ pub(crate) fn array_votes(reply: &Reply, m: usize) -> Vec<(Vote, Outcome)> {
         .iter()
         .map(|v| match v.without_attributes() {
             Value::Integer(1) => (Vote::Yes, Outcome::Granted),
-            Value::Integer(0) => (Vote::Taken, Outcome::Taken),
+            Value::Integer(0) => (Vote::Taken, Outcome::NotHeld),
             other => (
                 Vote::Failed,
                 Outcome::ErrorReply(format!("unexpected reply {other:?}")),

@@ -573,6 +573,7 @@ pub(crate) fn answered(outcome: &Outcome) -> bool {
         outcome,
         Outcome::Granted
             | Outcome::Taken
+            | Outcome::NotHeld
             | Outcome::ErrorReply(_)
             | Outcome::Quarantined
             | Outcome::NotSent

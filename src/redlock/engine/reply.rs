@@ -29,12 +29,21 @@ fn unexpected(v: &Value) -> Outcome {
     }
 }
 
-/// What a compare-and-X script's reply means: 1 is done for us, 0 is "the key is not ours", anything else failed.
+/// What an acquisition script's reply means: 1 is granted, 0 is "held by another holder", anything else failed.
+pub(crate) fn grant_vote(reply: &Reply) -> (Vote, Outcome) {
+    match script_vote(reply) {
+        (Vote::Taken, Outcome::NotHeld) => (Vote::Taken, Outcome::Taken),
+        other => other,
+    }
+}
+
+/// What a compare-and-X script's reply means: 1 is done for us, 0 is "the key is not ours" (another holder's or
+/// gone), anything else failed.
 pub(crate) fn script_vote(reply: &Reply) -> (Vote, Outcome) {
     match reply {
         Ok(v) => match v.without_attributes() {
             Value::Integer(1) => (Vote::Yes, Outcome::Granted),
-            Value::Integer(0) => (Vote::Taken, Outcome::Taken),
+            Value::Integer(0) => (Vote::Taken, Outcome::NotHeld),
             other => (Vote::Failed, unexpected(other)),
         },
         Err(e) => (Vote::Failed, Outcome::Failed(e.clone())),
@@ -48,7 +57,7 @@ pub(crate) fn compare_vote(script: Script, via: Via, reply: &Reply) -> (Vote, Ou
         (Script::Extend, Via::Native(_)) => match reply {
             Ok(v) => match v.without_attributes() {
                 Value::SimpleString(s) if &s[..] == b"OK" => (Vote::Yes, Outcome::Granted),
-                Value::NullBulk | Value::Null => (Vote::Taken, Outcome::Taken),
+                Value::NullBulk | Value::Null => (Vote::Taken, Outcome::NotHeld),
                 other => (Vote::Failed, unexpected(other)),
             },
             Err(e) => (Vote::Failed, Outcome::Failed(e.clone())),

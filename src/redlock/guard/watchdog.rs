@@ -374,7 +374,8 @@ impl Watchdog {
             *cell = match reply {
                 Ok(v) => match v.without_attributes() {
                     Value::BulkString(b) if b[..] == g.value[..] => Outcome::Granted,
-                    Value::BulkString(_) | Value::Null | Value::NullBulk => Outcome::Taken,
+                    Value::BulkString(_) => Outcome::Taken,
+                    Value::Null | Value::NullBulk => Outcome::NotHeld,
                     other => Outcome::ErrorReply(format!("unexpected reply {other:?}")),
                 },
                 Err(e) => Outcome::Failed(e),
@@ -387,7 +388,10 @@ impl Watchdog {
         }));
         let quorum = core.quorum();
         for (g, outcomes) in guards.iter().zip(outcomes) {
-            let taken = outcomes.iter().filter(|o| **o == Outcome::Taken).count();
+            let taken = outcomes
+                .iter()
+                .filter(|o| matches!(o, Outcome::Taken | Outcome::NotHeld))
+                .count();
             if taken > n - quorum {
                 lose(
                     &keeper.activity,

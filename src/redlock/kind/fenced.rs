@@ -82,7 +82,7 @@ use crate::redlock::engine::Engine;
 use crate::redlock::engine::lease::Lease;
 use crate::redlock::engine::pipeline::Purpose;
 use crate::redlock::engine::release::Tally;
-use crate::redlock::engine::reply::script_vote;
+use crate::redlock::engine::reply::{grant_vote, script_vote};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::settle;
 use crate::redlock::error::{Outcome, Report, Result};
@@ -112,7 +112,7 @@ pub(crate) fn fenced_vote(reply: &Reply) -> (Vote, Outcome, u64) {
     match reply.as_ref().map(Value::without_attributes) {
         Ok(Value::Integer(c)) if *c > 0 => (Vote::Yes, Outcome::Granted, c.unsigned_abs()),
         _ => {
-            let (vote, outcome) = script_vote(reply);
+            let (vote, outcome) = grant_vote(reply);
             (vote, outcome, 0)
         }
     }

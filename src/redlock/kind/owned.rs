@@ -222,7 +222,7 @@ pub(crate) async fn release<N: Nodes, C: Clock>(
                         last |= *c == 0;
                         (Vote::Yes, Outcome::Granted)
                     }
-                    Ok(Value::Integer(_)) => (Vote::Taken, Outcome::Taken),
+                    Ok(Value::Integer(_)) => (Vote::Taken, Outcome::NotHeld),
                     _ => script_vote(&reply),
                 };
                 tally.vote(node, vote)

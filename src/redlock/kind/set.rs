@@ -39,7 +39,7 @@ use crate::redlock::engine::Engine;
 use crate::redlock::engine::lease::Lease;
 use crate::redlock::engine::pipeline::Purpose;
 use crate::redlock::engine::release::Tally;
-use crate::redlock::engine::reply::script_vote;
+use crate::redlock::engine::reply::{grant_vote, script_vote};
 use crate::redlock::engine::scripted::Scripted;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::settle;
@@ -85,7 +85,7 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
             (&names, &[&value, ttl_arg.as_bytes()]),
             (ttl, ttl_ms),
             |reply| {
-                let (vote, outcome) = script_vote(reply);
+                let (vote, outcome) = grant_vote(reply);
                 (vote, outcome, 0)
             },
         )
