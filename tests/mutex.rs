@@ -3,7 +3,7 @@
 //! concurrent writers, except where safety is broken on purpose.
 //!
 //! Each scenario runs for `MUXLOCK_FAULT_SECS` seconds (default 3; CI runs the default) and prints one line of
-//! counts; RELIABILITY.md collects them.
+//! counts; dated runs are kept in `benchmarks/results/`, and RELIABILITY.md's fault matrix names each test.
 //!
 //! Every fault scenario (1) holds long enough for its faults to meet the holds, (2) asserts that the faults struck
 //! lock rounds (the managers' own counters, [`Struck`], not only the proxy's or the cluster's), and (3) has a

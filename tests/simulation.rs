@@ -26,7 +26,7 @@
 //!   `MUXLOCK_SIM_CONTROL=steps-back` puts them in every world and steps clocks back as planned instead of stopping
 //!   them until they have lost the step: hazards the check cannot see (`sim/mod.rs`'s `Setup::steps_back`);
 //! - `a_search_past_the_default_seeds_finds_no_violation` runs 50 seeds past those in CI; with `MUXLOCK_SIM_FROM=0`
-//!   and `MUXLOCK_SIM_SEEDS=N`, it searches for a bug put back by hand (RELIABILITY.md's table);
+//!   and `MUXLOCK_SIM_SEEDS=N`, it searches for a bug put back by hand (`docs/simulator.md`, "Bugs put back");
 //! - the workload lives in `sim/workload.rs`, shared with the `sim` fuzz target, whose checked-in inputs
 //!   `fuzz_inputs_replay` runs.
 //!
@@ -456,7 +456,7 @@ fn search_from(
 }
 
 /// The control: with the unattributed reentrant release, the checker must find two holders. CI starts
-/// at the seed that found it (RELIABILITY.md), so it runs in a fraction of a second; if the workload changes and
+/// at the seed that found it (`docs/simulator.md`), so it runs in a fraction of a second; if the workload changes and
 /// that seed no longer breaks, the search goes on (bounded) until one does. `MUXLOCK_SIM_FROM=0` searches from
 /// the start, to see after how long.
 #[test]
@@ -481,7 +481,7 @@ fn control_unattributed_release_is_caught() {
     }
 }
 
-/// The seed that finds the guards' control first (RELIABILITY.md).
+/// The seed that finds the guards' control first (`docs/simulator.md`, Controls).
 const GUARD_CONTROL_SEED: u64 = 1;
 
 /// The guards' control: holders that never look at `lost_at` and work on past their guards' deadlines must be
@@ -507,7 +507,7 @@ fn control_guard_holders_ignoring_lost_are_caught() {
     }
 }
 
-/// The seed that finds the owned holds' control first (RELIABILITY.md).
+/// The seed that finds the owned holds' control first (`docs/simulator.md`, Controls).
 const SHORTENING_CONTROL_SEED: u64 = 20;
 
 /// The owned holds' control: extensions of owned holds by a script that sets the expiry to the extension's TTL
@@ -535,7 +535,7 @@ fn control_shortening_owned_extension_is_caught() {
     }
 }
 
-/// The seed that finds the clock check's control first (RELIABILITY.md).
+/// The seed that finds the clock check's control first (`docs/simulator.md`, Controls).
 const CLOCK_CONTROL_SEED: u64 = 20;
 
 /// The clock check's control: in worlds with clock faults (every world here), clients with the clock check off
@@ -712,7 +712,7 @@ fn the_checker_catches_a_falling_token_before_a_counter_loss_only() {
 /// A slow client's history, directed (`tests/api/fenced.rs`'s slow-client test, on simulated nodes): a slow
 /// client must not get a smaller token than an earlier holder. With a fencing design that takes the counter in the
 /// acquisition and counts a write-back by the lease's end minus its own round timeout, B gets token 3 after A's
-/// 11; the random seeds do not reach this history yet (RELIABILITY.md).
+/// 11; the random seeds do not reach this history yet (`docs/simulator.md`).
 #[test]
 fn a_slow_client_gets_a_larger_token_directed() {
     let (a, b) = workload::slow_fence_history();

@@ -10,6 +10,28 @@
 //! with a message saying what it did. Memory is
 //! measured where a declared size could tempt an allocation: the resident set may not grow by more than
 //! [`RSS_BOUND`].
+//!
+//! What each case gives (one fake node among real ones; nothing panics, and the other nodes keep the lock usable):
+//!
+//! | the fake sends | outcome | when |
+//! |---|---|---|
+//! | garbage (HTTP, TLS alert, ...) | `protocol error: invalid RESP: unknown type byte at byte 0` (and similar, naming the byte) | at once |
+//! | an unknown type byte | `unknown type byte at byte N` | at once |
+//! | a bulk length of 2^62 | `bulk length above the limit at byte 1` | at once, nothing allocated |
+//! | an array of 2^31 elements | `aggregate length above the limit at byte 1` | at once |
+//! | nesting 10,000 deep | `aggregates nested deeper than the limit at byte 128` | at once |
+//! | a reply one byte per write with pauses | the right value | when complete |
+//! | a reply that never ends | `line longer than the limit` / `a reply longer than 4194304 bytes` | at the limit, bounded memory |
+//! | a connection closed mid-reply | `connection closed by the server` | at once |
+//! | `-ERR` for every command | `error reply: ERR ...` (a set-up command: `connection set-up failed: SCRIPT LOAD: ERR ...`) | at once |
+//! | `-NOSCRIPT` | falls back to `EVAL`, the node counts (releases never get it: they go in full) | one more round trip |
+//! | `-NOAUTH` / `-WRONGPASS` | `authentication failed: WRONGPASS ...`, `Error::is_auth()` | at once |
+//! | a RESP3 push among replies | skipped; replies still match their requests | — |
+//! | nothing (hung) | `timed out` at the round deadline, only when the majority needs it | deadline |
+//!
+//! Three cases have a test of their own: a close arriving with the last bytes of a half reply is a close, not a
+//! timeout; a valid reply that never ends (each header within the limits) is bounded by `Options::max_reply_len`
+//! and a read budget per event; `NOAUTH` during connection set-up is an authentication error.
 
 use crate::support;
 

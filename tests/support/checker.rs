@@ -6,6 +6,16 @@
 //! section. Workers behave as a careful client should: they check [`Lock::is_valid`] before writing and leave the
 //! protected section before the lease ends, so a violation means the *lock* failed, not the worker.
 //!
+//! A worker that overran its lease anyway (a pause, a thread the hypervisor froze) is counted apart, as is a
+//! writer that found only overrunners inside ([`Stats::entered_with_overrunner`]): that is the process-pause hazard
+//! no lease can prevent, not a failure of the lock. The scenarios fail on an overrun unless the [`FreezeMonitor`]
+//! measured this process frozen, or the worker's own thread waited for a CPU ([`run_queue_wait`]), within that
+//! worker's own interval; a freeze elsewhere in the run excuses nothing (`tests/mutex.rs` asserts it).
+//!
+//! Controls use careless workers, [`heedless_worker`] and [`heedless_guard_worker`], which act whatever their
+//! lease has left and take themselves for the holder until they release: where holders outlive their leases,
+//! the checker must see them.
+//!
 //! Reusable by benches and the CLI's bench: `#[path = "../tests/support/mod.rs"] mod support;`.
 
 use std::collections::BTreeMap;

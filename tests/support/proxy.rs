@@ -2,7 +2,9 @@
 //! real `redis-server`, switched on and off while a test runs.
 //!
 //! This machine's kernel has no `netem`, so latency, partitions, slow links and resets are
-//! simulated here, in userspace, one proxy per Redis node.
+//! simulated here, in userspace, one proxy per Redis node. Written rather than taken from the
+//! `noxious` crate: a few hundred lines of std threads, no async runtime, and exact control over
+//! resets (`SO_LINGER 0` through `socket2`).
 //!
 //! # Design
 //! One acceptor thread, and per connection and direction (client→server "up", server→client
