@@ -198,8 +198,8 @@ impl Lock {
     }
 
     /// Whether the lease has not run out yet, on the monotonic clock. That clock stops while the machine is
-    /// suspended: after a system suspend and resume a lock can report valid although its keys expired (see the
-    /// README's "A lock is a lease").
+    /// suspended: after a system suspend and resume a lock can report valid although its keys expired (see
+    /// "When nodes fail" in `docs/operations.md`).
     pub fn is_valid(&self) -> bool {
         Instant::now() < self.lease.valid_until
     }
