@@ -1,6 +1,7 @@
 //! Lock latency: muxlock's acquire and release on 1, 3 and 5 local nodes, next to a raw `SET ... NX PX` round trip
 //! on muxlock's own connection and next to the `rslock` and `redlock` crates, on the same nodes in the same run;
-//! then the 5-node calls again with one node hung (SIGSTOP) and with one node down (killed). Ratios between cases
+//! then the 5-node calls again with one node hung (SIGSTOP) and with one node down (killed), and (in the table) with
+//! the clock check off (`muxlock/no-clock-check`: what the check's two `TIME`s per node cost). Ratios between cases
 //! of one run are the result; absolute times on this shared 2-core machine are not.
 //!
 //! The raw cases: `raw/set` and `raw/set+del` are one `SET`, then one `DEL`, on the fanout with one node (the floor
@@ -477,7 +478,11 @@ fn table_part(bench_: &mut Bench, calls: u64) {
         ("muxlock/down/acquire", "muxlock/acquire/5", "≤ 1.5"),
         ("muxlock/down/release", "muxlock/release/5", "≤ 1.5"),
         // The clock check's two `TIME`s per node ride in the acquisition's own write: no round trip of their own.
-        ("muxlock/acquire/5", "muxlock/no-clock-check/acquire", "≤ 1.05"),
+        (
+            "muxlock/acquire/5",
+            "muxlock/no-clock-check/acquire",
+            "≤ 1.05",
+        ),
         ("raw/set/5", "raw/set", ""),
         ("muxlock/acquire/5", "raw/set/5", ""),
         ("muxlock/acquire+release/5", "raw/set+del/5", ""),
