@@ -396,3 +396,42 @@ fn releases_detached_on_a_reconnecting_node_still_reach_it_after_the_round_that_
     assert_eq!(net.given_up, 0, "{net:?}");
     let _ = manager.unlock(other);
 }
+
+/// The servers close idle client connections (`timeout 1`, as deployments set to shed forgotten clients; a NAT
+/// or a load balancer that drops idle flows does the same): a lock is taken, then the manager is left idle until
+/// every node has closed its connection, then the lock is released. Every node is up and answers; the release
+/// must reach each of them (a majority confirming, the key gone everywhere), not be written into connections the
+/// nodes had already closed and be lost there, the keys left until their lease ends.
+#[test]
+fn a_release_on_connections_the_servers_closed_as_idle_still_deletes_the_keys() {
+    let servers: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::builder().arg("--timeout").arg("1").start())
+        .collect();
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let manager = locks::manager(urls, locks::one_attempt(Duration::from_millis(200)));
+    let lock = manager
+        .request("idle:a")
+        .ttl(Duration::from_secs(30))
+        .once()
+        .acquire()
+        .expect("granted by the three nodes");
+    // Each node closed the manager's connection: the only client left is the one asking.
+    locks::wait_until(
+        Duration::from_secs(10),
+        "the nodes closed the idle connections",
+        || {
+            servers.iter().all(|s| {
+                String::from_utf8_lossy(&s.raw(&cmd(&["INFO", "clients"])))
+                    .contains("connected_clients:1\r\n")
+            })
+        },
+    );
+    let released = manager.unlock(lock);
+    let left: Vec<usize> = (0..3)
+        .filter(|&i| servers[i].raw(&cmd(&["EXISTS", "idle:a"])) == b":1\r\n")
+        .collect();
+    assert!(
+        matches!(released, Ok(n) if n >= 2) && left.is_empty(),
+        "the release of a lock held on three live nodes: {released:?}; the key left on nodes {left:?}"
+    );
+}
