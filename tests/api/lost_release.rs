@@ -435,3 +435,52 @@ fn a_release_on_connections_the_servers_closed_as_idle_still_deletes_the_keys() 
         "the release of a lock held on three live nodes: {released:?}; the key left on nodes {left:?}"
     );
 }
+
+/// Node 2 restarts with its data (every write on disk) while the manager is idle, as in a rolling restart: the
+/// lock taken before stays on node 2. Its release is confirmed by nodes 0 and 1, and must reach node 2 as well,
+/// which is up and answers ("nodes that had not answered still delete it when the request reaches them",
+/// `unlock`'s contract): not be written into the connection node 2's old process closed, and be lost there with
+/// no error, the key left until its lease ends.
+#[test]
+fn a_release_after_a_node_restarted_with_its_data_while_idle_reaches_it() {
+    let mut servers: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::builder().persist_every_write().start())
+        .collect();
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let manager = locks::manager(urls, locks::one_attempt(Duration::from_millis(200)));
+    let lock = manager
+        .request("restarted:a")
+        .ttl(Duration::from_secs(30))
+        .once()
+        .acquire()
+        .expect("granted by the three nodes");
+    let value = lock.value().to_owned();
+    locks::wait_until(Duration::from_secs(2), "node 2 granted", || {
+        String::from_utf8_lossy(&servers[2].raw(&cmd(&["GET", "restarted:a"]))).contains(&value)
+    });
+    servers[2].restart();
+    assert!(
+        String::from_utf8_lossy(&servers[2].raw(&cmd(&["GET", "restarted:a"]))).contains(&value),
+        "node 2 kept the key across its restart"
+    );
+    let released = manager.unlock(lock);
+    assert!(
+        matches!(released, Ok(n) if n >= 2),
+        "released by a majority: {released:?}"
+    );
+    // Whatever became of the release on node 2 is settled once node 2 answers a later round.
+    locks::wait_until(Duration::from_secs(5), "node 2 answers again", || {
+        manager.inspect("restarted:other").is_ok_and(|seen| {
+            seen.nodes()
+                .get(2)
+                .is_some_and(|(_, state)| !matches!(state, muxlock::KeyState::Failed(_)))
+        })
+    });
+    let left = servers[2].raw(&cmd(&["GET", "restarted:a"]));
+    assert!(
+        !String::from_utf8_lossy(&left).contains(&value),
+        "released (confirmed by nodes 0 and 1), yet node 2 keeps the key for its lease: {:?}; node 2: {:?}",
+        String::from_utf8_lossy(&left),
+        manager.stats().nodes[2].net
+    );
+}
