@@ -396,3 +396,91 @@ fn releases_detached_on_a_reconnecting_node_still_reach_it_after_the_round_that_
     assert_eq!(net.given_up, 0, "{net:?}");
     let _ = manager.unlock(other);
 }
+
+/// The servers close idle client connections (`timeout 1`, as deployments set to shed forgotten clients; a NAT
+/// or a load balancer that drops idle flows does the same): a lock is taken, then the manager is left idle until
+/// every node has closed its connection, then the lock is released. Every node is up and answers; the release
+/// must reach each of them (a majority confirming, the key gone everywhere), not be written into connections the
+/// nodes had already closed and be lost there, the keys left until their lease ends.
+#[test]
+fn a_release_on_connections_the_servers_closed_as_idle_still_deletes_the_keys() {
+    let servers: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::builder().arg("--timeout").arg("1").start())
+        .collect();
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let manager = locks::manager(urls, locks::one_attempt(Duration::from_millis(200)));
+    let lock = manager
+        .request("idle:a")
+        .ttl(Duration::from_secs(30))
+        .once()
+        .acquire()
+        .expect("granted by the three nodes");
+    // Each node closed the manager's connection: the only client left is the one asking.
+    locks::wait_until(
+        Duration::from_secs(10),
+        "the nodes closed the idle connections",
+        || {
+            servers.iter().all(|s| {
+                String::from_utf8_lossy(&s.raw(&cmd(&["INFO", "clients"])))
+                    .contains("connected_clients:1\r\n")
+            })
+        },
+    );
+    let released = manager.unlock(lock);
+    let left: Vec<usize> = (0..3)
+        .filter(|&i| servers[i].raw(&cmd(&["EXISTS", "idle:a"])) == b":1\r\n")
+        .collect();
+    assert!(
+        matches!(released, Ok(n) if n >= 2) && left.is_empty(),
+        "the release of a lock held on three live nodes: {released:?}; the key left on nodes {left:?}"
+    );
+}
+
+/// Node 2 restarts with its data (every write on disk) while the manager is idle, as in a rolling restart: the
+/// lock taken before stays on node 2. Its release is confirmed by nodes 0 and 1, and must reach node 2 as well,
+/// which is up and answers ("nodes that had not answered still delete it when the request reaches them",
+/// `unlock`'s contract): not be written into the connection node 2's old process closed, and be lost there with
+/// no error, the key left until its lease ends.
+#[test]
+fn a_release_after_a_node_restarted_with_its_data_while_idle_reaches_it() {
+    let mut servers: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::builder().persist_every_write().start())
+        .collect();
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let manager = locks::manager(urls, locks::one_attempt(Duration::from_millis(200)));
+    let lock = manager
+        .request("restarted:a")
+        .ttl(Duration::from_secs(30))
+        .once()
+        .acquire()
+        .expect("granted by the three nodes");
+    let value = lock.value().to_owned();
+    locks::wait_until(Duration::from_secs(2), "node 2 granted", || {
+        String::from_utf8_lossy(&servers[2].raw(&cmd(&["GET", "restarted:a"]))).contains(&value)
+    });
+    servers[2].restart();
+    assert!(
+        String::from_utf8_lossy(&servers[2].raw(&cmd(&["GET", "restarted:a"]))).contains(&value),
+        "node 2 kept the key across its restart"
+    );
+    let released = manager.unlock(lock);
+    assert!(
+        matches!(released, Ok(n) if n >= 2),
+        "released by a majority: {released:?}"
+    );
+    // Whatever became of the release on node 2 is settled once node 2 answers a later round.
+    locks::wait_until(Duration::from_secs(5), "node 2 answers again", || {
+        manager.inspect("restarted:other").is_ok_and(|seen| {
+            seen.nodes()
+                .get(2)
+                .is_some_and(|(_, state)| !matches!(state, muxlock::KeyState::Failed(_)))
+        })
+    });
+    let left = servers[2].raw(&cmd(&["GET", "restarted:a"]));
+    assert!(
+        !String::from_utf8_lossy(&left).contains(&value),
+        "released (confirmed by nodes 0 and 1), yet node 2 keeps the key for its lease: {:?}; node 2: {:?}",
+        String::from_utf8_lossy(&left),
+        manager.stats().nodes[2].net
+    );
+}

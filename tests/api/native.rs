@@ -428,3 +428,121 @@ fn fake_redis_70_knows_no_native_command() {
     ];
     assert!(setup_reply(&c) == Some(Action::reply("*2\r\n$-1\r\n$-1\r\n")));
 }
+
+/// Node 2 of a Lua-free user's three Valkey nodes is still setting up its first connection (stopped): a lock is
+/// granted by nodes 0 and 1, its `SET` waiting on node 2 behind the set-up, and released at once. The release is
+/// confirmed by nodes 0 and 1; node 2 has no probe read yet, so it gets the release by script, which its user may
+/// not run. Once node 2 is resumed and has answered everything it was sent, the key must be gone there too: a
+/// release confirmed by a majority reaches every node it was sent to ("Nodes that had not answered still delete
+/// it when the request reaches them", `unlock`'s contract), rather than being refused there with nobody reading
+/// the refusal, the key left until its lease ends.
+#[test]
+fn a_release_sent_to_a_lua_free_node_before_its_set_up_still_deletes_the_key_there() {
+    let Some(mut nodes) = valkeys(3) else { return };
+    for node in &nodes {
+        set_user(
+            node,
+            "nolua",
+            &["+set", "+delifeq", "+command|info", "+info", "+time"],
+        );
+    }
+    nodes[2].pause();
+    let locks = manager(user_urls(&nodes, "nolua"), one_attempt(ROUND));
+    // Nodes 0 and 1 set up, their native release seen to run.
+    wait_until(Duration::from_secs(5), "nodes 0 and 1 set up", || {
+        locks
+            .request("lock:warm")
+            .ttl(TTL)
+            .once()
+            .acquire()
+            .is_ok_and(|l| locks.unlock(l).is_ok())
+    });
+    let lock = locks
+        .request("lock:left")
+        .ttl(Duration::from_secs(30))
+        .once()
+        .acquire()
+        .expect("granted by nodes 0 and 1");
+    let value = lock.value().to_owned();
+    assert!(
+        locks.unlock(lock).expect("released by nodes 0 and 1") >= 2,
+        "a majority released"
+    );
+    nodes[2].resume();
+    // Node 2's replies are read by the next round to it: an inspection, until every request was answered.
+    wait_until(
+        Duration::from_secs(5),
+        "node 2 answered every request",
+        || {
+            let _ = locks.inspect("lock:other");
+            let n = &locks.stats().nodes[2].net;
+            n.requests > 0 && n.replies >= n.requests
+        },
+    );
+    let left = nodes[2].raw(&cmd(&["GET", "lock:left"]));
+    assert!(
+        !String::from_utf8_lossy(&left).contains(&value),
+        "released (confirmed by a majority), yet node 2 keeps the key for its lease: {:?}, PTTL {} ms; \
+         an EVAL refused there: {}",
+        String::from_utf8_lossy(&left),
+        pttl(&nodes[2], "lock:left"),
+        String::from_utf8_lossy(&nodes[2].raw(&cmd(&["ACL", "LOG"]))).contains("\r\neval\r\n")
+    );
+}
+
+/// A Lua-free user's batch (`try_lock_batch`: `SET NX PX` per key, no script) on three Valkey nodes where another
+/// client holds the key on nodes 1 and 2: node 0 grants it, the call says "held by another" (`Ok(None)`), and
+/// releases node 0's grant unawaited. Once node 0 answered everything, our grant must be gone there: a lock the
+/// call did not hand out must not stay on a node for its lease ("a lock of the batch is never left to block
+/// others until its TTL", `engine/batch.rs`), whatever the user may run (the release script is refused to a user
+/// without `+eval`; its native release is not).
+#[test]
+fn a_lua_free_user_s_failed_batch_lock_leaves_no_grant() {
+    let Some(nodes) = valkeys(3) else { return };
+    for node in &nodes {
+        set_user(
+            node,
+            "nolua",
+            &["+set", "+delifeq", "+command|info", "+info", "+time"],
+        );
+    }
+    let locks = manager(user_urls(&nodes, "nolua"), one_attempt(ROUND));
+    wait_until(Duration::from_secs(5), "every node set up", || {
+        locks
+            .request("lock:warm")
+            .ttl(TTL)
+            .once()
+            .acquire()
+            .is_ok_and(|l| locks.unlock(l).is_ok())
+    });
+    // Every node answered (its set-up read, its natives known): an inspection waits for all three.
+    let _ = locks.inspect("lock:warm");
+    for node in &nodes[1..] {
+        assert_eq!(
+            node.raw(&cmd(&["SET", "lock:batch", "theirs", "PX", "30000"])),
+            b"+OK\r\n"
+        );
+    }
+    let got = locks.try_lock_batch(&["lock:batch"], Duration::from_secs(30));
+    assert!(
+        matches!(got.as_slice(), [Ok(None)]),
+        "held by another on nodes 1 and 2: {got:?}"
+    );
+    // The clean-up's reply is read by the next round to node 0.
+    wait_until(
+        Duration::from_secs(5),
+        "node 0 answered every request",
+        || {
+            let _ = locks.inspect("lock:other");
+            let n = &locks.stats().nodes[0].net;
+            n.replies >= n.requests
+        },
+    );
+    let left = nodes[0].raw(&cmd(&["GET", "lock:batch"]));
+    assert!(
+        left == b"$-1\r\n",
+        "the batch did not hand out the lock, yet node 0 keeps our grant ({:?}, PTTL {} ms)",
+        String::from_utf8_lossy(&left),
+        pttl(&nodes[0], "lock:batch")
+    );
+}

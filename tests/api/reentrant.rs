@@ -693,3 +693,24 @@ fn owners_nesting_under_resets_overlap_with_unattributed_releases() {
         "the control saw no overlap: the scenario cannot catch the bug"
     );
 }
+
+/// An owned hold asked for with retries (`acquire`): its value is the owner's, shared by every attempt, so only
+/// the hold id (one per attempt) tells a failed attempt's clean-up from the next attempt's grant. A clean-up that
+/// runs late on a node, after the next attempt was granted there (`support::stall`), removes only its own hold:
+/// the hold the call returns stays on a majority, and no other client gets the lock meanwhile.
+#[test]
+fn a_retried_hold_stays_held_where_a_late_clean_up_of_its_failed_attempt_ran() {
+    support::stall::late_clean_up_then_retry(
+        support::stall::Held::Owned,
+        support::stall::Asked::Acquire,
+    );
+}
+
+/// The same for an owned hold asked for with `wait`, whose attempts are the waiting loop's.
+#[test]
+fn a_waited_hold_stays_held_where_a_late_clean_up_of_its_failed_attempt_ran() {
+    support::stall::late_clean_up_then_retry(
+        support::stall::Held::Owned,
+        support::stall::Asked::Wait,
+    );
+}

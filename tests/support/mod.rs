@@ -22,6 +22,8 @@
 //! - [`checker`]: the mutual-exclusion checker: workers, recorded holds, overlap detection, a protected resource.
 //! - [`faults`]: bursts of minority restarts, and what faults did to the lock managers' rounds ([`faults::Struck`]).
 //! - [`locks`]: lock managers with the settings tests use, and bounded waits ([`locks::wait_until`]).
+//! - [`stall`]: a failed attempt's clean-up detached on a stalled node, and the same call's next attempt there
+//!   while it reconnects (the directed sequence, for sets and owned holds).
 //! - [`skip`](mod@skip): [`skip()`], the one way a test says it skips because a kind of server is missing
 //!   (counted and named by `scripts/test`).
 //!
@@ -54,6 +56,7 @@ pub mod redis_cluster;
 pub mod rt;
 pub mod server;
 pub mod skip;
+pub mod stall;
 pub mod wire;
 
 // Re-exports for short paths; a test binary that uses none of them must still build cleanly.
