@@ -160,6 +160,22 @@ impl Link for MioLink {
         self.resolved.refresh(&self.addr);
     }
 
+    /// A non-blocking peek: end of stream or an error (a reset) is closed; no byte waiting, or bytes waiting (a
+    /// push, a TLS record), is not (the driver's read side takes those).
+    fn peer_closed(&self) -> bool {
+        let Some(transport) = self.transport.as_ref() else {
+            return false;
+        };
+        match transport.socket().peek(&mut [0u8; 1]) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ),
+        }
+    }
+
     fn handle(&self) -> Option<Arc<Transport>> {
         self.transport.clone()
     }

@@ -238,6 +238,27 @@ impl NodeState {
         !self.wbuf.is_empty()
     }
 
+    /// Whether the connection is set up and idle: up, nothing in flight, nothing to write, no writer.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.is_up() && self.fifo.is_empty() && self.wbuf.is_empty() && !self.writing
+    }
+
+    /// Whether the connection is up with replies due whose requests were all written at least `idle` before `now`
+    /// and nothing read since: replies of rounds that ended may wait unread in the socket (nobody polls), with
+    /// the server's close of the connection behind them.
+    pub(crate) fn awaits_unread(&self, now: Instant, idle: Duration) -> bool {
+        self.is_up()
+            && !self.fifo.is_empty()
+            && self.wbuf.is_empty()
+            && !self.writing
+            && now.saturating_duration_since(self.last_progress) >= idle
+    }
+
+    /// Whether the connection has been idle (see [`is_idle`](Self::is_idle)) for at least `idle` at `now`.
+    pub(crate) fn idle_for(&self, now: Instant, idle: Duration) -> bool {
+        self.is_idle() && now.saturating_duration_since(self.last_progress) >= idle
+    }
+
     pub(crate) fn is_up(&self) -> bool {
         matches!(self.link, Link::Up)
     }
@@ -575,6 +596,11 @@ impl NodeState {
 
     /// Drops the connection: every request in flight fails with `error`, and the node stays down until its backoff
     /// (doubling up to the cap) has passed. The caller closes the socket.
+    ///
+    /// A connection closed or reset by its peer while set up and idle (nothing in flight, nothing to write) is no
+    /// failure of the node's: servers close idle clients (`timeout`), and a restart closes every connection. It
+    /// may be dialled again at once, its backoff unchanged, so that the next request (a release among them) goes
+    /// out on a new connection instead of failing for the backoff.
     pub(crate) fn fail(
         &mut self,
         error: NodeError,
@@ -582,8 +608,15 @@ impl NodeState {
         now: Instant,
         out: &mut Filing<'_>,
     ) {
-        let retry_at = later(now, self.backoff);
-        self.backoff = self.backoff.saturating_mul(2).min(opts.backoff_max);
+        let closed = matches!(error, NodeError::Closed | NodeError::Io(_));
+        let retry_at = match closed && self.is_idle() {
+            true => now,
+            false => {
+                let at = later(now, self.backoff);
+                self.backoff = self.backoff.saturating_mul(2).min(opts.backoff_max);
+                at
+            }
+        };
         // Detached releases on a connection whose set-up never went through (it never opened, or the node was
         // loading and refused what came behind the set-up) did not run, or not surely: given up, and counted so.
         // (On one set up they may have been written and run: not counted either way.)

@@ -427,12 +427,23 @@ fn a_release_on_connections_the_servers_closed_as_idle_still_deletes_the_keys() 
         },
     );
     let released = manager.unlock(lock);
-    let left: Vec<usize> = (0..3)
-        .filter(|&i| servers[i].raw(&cmd(&["EXISTS", "idle:a"])) == b":1\r\n")
-        .collect();
     assert!(
-        matches!(released, Ok(n) if n >= 2) && left.is_empty(),
-        "the release of a lock held on three live nodes: {released:?}; the key left on nodes {left:?}"
+        matches!(released, Ok(n) if n >= 2),
+        "the release of a lock held on three live nodes: {released:?}"
+    );
+    // A node that did not answer within the round still deletes the key when the request reaches it (on a
+    // connection dialled again, behind its set-up), soon after.
+    let holding = || -> Vec<usize> {
+        (0..3)
+            .filter(|&i| servers[i].raw(&cmd(&["EXISTS", "idle:a"])) == b":1\r\n")
+            .collect()
+    };
+    within(Duration::from_secs(3), || holding().is_empty());
+    let left = holding();
+    assert!(
+        left.is_empty(),
+        "released ({released:?}), yet the key is left on nodes {left:?}: {:?}",
+        manager.stats().nodes
     );
 }
 
@@ -468,19 +479,22 @@ fn a_release_after_a_node_restarted_with_its_data_while_idle_reaches_it() {
         matches!(released, Ok(n) if n >= 2),
         "released by a majority: {released:?}"
     );
-    // Whatever became of the release on node 2 is settled once node 2 answers a later round.
-    locks::wait_until(Duration::from_secs(5), "node 2 answers again", || {
-        manager.inspect("restarted:other").is_ok_and(|seen| {
-            seen.nodes()
-                .get(2)
-                .is_some_and(|(_, state)| !matches!(state, muxlock::KeyState::Failed(_)))
-        })
-    });
-    let left = servers[2].raw(&cmd(&["GET", "restarted:a"]));
+    // Node 2 was not awaited: its request reaches it on a new connection, behind the set-up, soon after.
+    let read = || servers[2].raw(&cmd(&["GET", "restarted:a"]));
+    within(Duration::from_secs(3), || read() == b"$-1\r\n");
+    let left = read();
     assert!(
         !String::from_utf8_lossy(&left).contains(&value),
         "released (confirmed by nodes 0 and 1), yet node 2 keeps the key for its lease: {:?}; node 2: {:?}",
         String::from_utf8_lossy(&left),
         manager.stats().nodes[2].net
     );
+}
+
+/// Waits until `done` or `limit` passes, looking every 10 ms.
+fn within(limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(10));
+    }
 }

@@ -130,7 +130,18 @@ impl<'a> Round<'a> {
         let mut wake = Vec::new();
         let mut full = Vec::new();
         let mut inner = lock(&f.inner);
-        let now = Instant::now();
+        let mut now = Instant::now();
+        if inner.m.has_unread(now) {
+            // Replies of ended rounds wait unread (nobody polled since), perhaps with the server's close of the
+            // connection behind them (`timeout`, a restart): read them first, so that this round's requests go on
+            // a connection dialled again rather than into one the server closed.
+            if let Some(mut d) = inner.driver.take() {
+                inner = f.turn(inner, &mut d, now);
+                inner.driver = Some(d);
+                wake.extend(inner.successor().map(Wake::Thread));
+                now = Instant::now();
+            }
+        }
         let out = (&mut writes, &mut wake);
         let mut sent = self
             .state

@@ -29,7 +29,7 @@
 mod detach;
 mod round;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
@@ -41,6 +41,11 @@ use super::options::Options;
 use super::slots::{Slots, Wake};
 use super::state::{Filing, NodeState};
 pub(crate) use round::RoundState;
+
+/// How long a connection must have been idle before a request asks whether its peer closed it meanwhile: a
+/// caller that runs rounds back to back pays nothing; one after a pause pays one non-blocking system call per
+/// node (servers close idle clients after whole seconds).
+const IDLE_PROBE: Duration = Duration::from_millis(1);
 
 /// The outside world of one node's connection: what opens and closes it. The bytes themselves go through
 /// [`Write`]s and come back as decoded replies, handed to the machine by its driver.
@@ -57,6 +62,11 @@ pub(crate) trait Link {
     fn dial(&mut self, generation: u32) -> Result<(), NodeError>;
     /// Closes the current connection, if any.
     fn close(&mut self);
+    /// Whether the peer has closed the current connection (its end of stream or a reset waits unread): asked,
+    /// without blocking, of a connection idle for a while before a request is queued on it.
+    fn peer_closed(&self) -> bool {
+        false
+    }
     /// A connect failed or timed out: the name may now resolve elsewhere.
     fn connect_failed(&mut self) {}
     /// The current connection's handle, if it has one.
@@ -139,6 +149,18 @@ impl<L: Link> Machine<L> {
             return Err(NodeError::Cluster(
                 "a connection kept for a node not known yet".into(),
             ));
+        }
+        // A connection idle for a while may have been closed by its server meanwhile (`timeout`, a restart) with
+        // nobody reading: a request written on it would be lost unread, so it is dialled again first (the FIN came
+        // before these bytes: the server never read them).
+        if conn.state.idle_for(now, IDLE_PROBE) && conn.link.peer_closed() {
+            let mut out = Filing {
+                slots: &mut self.slots,
+                wake,
+            };
+            conn.state
+                .fail(NodeError::Closed, &self.opts, now, &mut out);
+            close(conn);
         }
         if !conn.state.needs_dial(now)? {
             return Ok(());
@@ -338,6 +360,16 @@ impl<L: Link> Machine<L> {
             handle,
             bytes,
         })
+    }
+
+    /// Whether a connection may hold replies nobody read for a while (see [`NodeState::awaits_unread`]), and a
+    /// server's close behind them: a driver's turn before queueing more reads them, so that a request is not
+    /// written into a connection its server has closed (lost unread), and an idle connection can be asked
+    /// whether its peer closed it (see [`ensure`](Machine::ensure)).
+    pub(crate) fn has_unread(&self, now: Instant) -> bool {
+        self.conns
+            .iter()
+            .any(|c| c.state.awaits_unread(now, IDLE_PROBE))
     }
 
     /// Whether someone must drive though no round may: releases detached from their rounds wait, or are queued

@@ -630,6 +630,33 @@ fn detached_requests_behind_a_set_up_refused_as_loading_are_given_up() {
     assert_eq!(node.state.stats.snapshot().given_up, 1);
 }
 
+/// A server closes a connection that is set up and idle (`timeout`, a restart): no failure of the node's, so it
+/// may be dialled again at once, its backoff unchanged; one closed with a request in flight backs off.
+#[test]
+fn a_connection_closed_while_idle_is_dialled_again_at_once_and_one_closed_busy_backs_off() {
+    let mut node = Node::plain();
+    let min = node.opts.backoff_min.as_millis() as u64;
+    node.up(0);
+    assert!(node.state.is_idle(), "no set-up step: idle once up");
+    node.close(5);
+    assert_eq!(
+        node.state.needs_dial(node.at(5)),
+        Ok(true),
+        "dialled again at once"
+    );
+    node.up(5);
+    node.ask(&["PING"], 6);
+    node.write(6);
+    assert!(!node.state.is_idle());
+    node.close(7);
+    assert_eq!(node.outcome(), Some(Err(NodeError::Closed)));
+    assert!(
+        node.state.needs_dial(node.at(7 + min - 1)).is_err(),
+        "closed with a request in flight: it backs off"
+    );
+    assert_eq!(node.state.needs_dial(node.at(7 + min)), Ok(true));
+}
+
 /// A node that restarted with its data answers `HELLO` while it loads and refuses the rest with `-LOADING`: a
 /// set-up step refused so drops the connection as [`NodeError::Loading`] (never up, every request behind it
 /// failed with it), and its backoff keeps growing, though the node answered.

@@ -32,6 +32,7 @@ use crate::redlock::engine::{Engine, settle};
 use crate::redlock::error::{Error, Outcome, Result};
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Quorum, Status, Vote};
+use crate::redlock::scripts::{self, Native, Script, Via};
 use crate::resp::{Decimal, Value, encode_command};
 use crate::time::later;
 
@@ -68,10 +69,8 @@ impl<N: Nodes, C: Clock> Drop for BatchUndo<'_, N, C> {
         }
         let keys: Vec<&[u8]> = self.live.iter().map(|&i| self.resources[i]).collect();
         let args: Vec<&[u8]> = self.live.iter().map(|&i| &self.values[i][..]).collect();
-        lua::eval(&mut request, lua::RELEASE_BATCH, true, &keys, &args);
-        let engine = self.engine;
-        let mut round = engine.fanout.release_round(engine.clock.now());
-        round.send_to(NodeSet::ALL, &request, 1);
+        self.engine
+            .release_keys_unawaited(NodeSet::ALL, &keys, &args);
     }
 }
 
@@ -223,10 +222,54 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             // Released without waiting, wherever the key may have been set.
             let keys: Vec<&[u8]> = failed.iter().map(|&i| resources[i]).collect();
             let vals: Vec<&[u8]> = failed.iter().map(|&i| &values[i][..]).collect();
-            let mut release = bytes::BytesMut::new();
-            lua::eval(&mut release, lua::RELEASE_BATCH, true, &keys, &vals);
-            let mut round = self.fanout.release_round(self.clock.now());
-            round.send_to(nodes, &release, 1);
+            self.release_keys_unawaited(nodes, &keys, &vals);
+        }
+    }
+
+    /// Releases `keys` (each held with its value in `vals`) on `nodes` without waiting: one request per node, the
+    /// way the node takes it. A node with a native compare-and-delete on its connection gets one per key (a user
+    /// without `+eval` may not run the script, and nobody would read its refusal); the others get
+    /// [`lua::RELEASE_BATCH`] in full (a node that lost its scripts still runs it).
+    fn release_keys_unawaited(&self, nodes: NodeSet, keys: &[&[u8]], vals: &[&[u8]]) {
+        let mut ways = [
+            (None, NodeSet::EMPTY),
+            (Some(Native::DelIfEq), NodeSet::EMPTY),
+            (Some(Native::DelEx), NodeSet::EMPTY),
+        ];
+        for node in (0..self.fanout.len()).filter(|&n| nodes.contains(n)) {
+            let i = match self.via(Script::Release, node) {
+                Via::Native(Native::DelIfEq) => 1,
+                Via::Native(Native::DelEx) => 2,
+                Via::Sha | Via::Full => 0,
+            };
+            ways[i].1.insert(node);
+        }
+        let mut round = self.fanout.release_round(self.clock.now());
+        let mut request = bytes::BytesMut::new();
+        for (native, set) in ways {
+            if set == NodeSet::EMPTY {
+                continue;
+            }
+            request.clear();
+            match native {
+                None => {
+                    lua::eval(&mut request, lua::RELEASE_BATCH, true, keys, vals);
+                    round.send_to(set, &request, 1);
+                }
+                Some(native) => {
+                    for (key, value) in keys.iter().zip(vals) {
+                        scripts::compare(
+                            &mut request,
+                            Script::Release,
+                            Via::Native(native),
+                            key,
+                            value,
+                            0,
+                        );
+                    }
+                    round.send_to(set, &request, keys.len());
+                }
+            }
         }
     }
 

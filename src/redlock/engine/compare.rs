@@ -55,12 +55,22 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         // its lease ends, and be sent the refused command again next time. The cost: a node that hangs at its
         // first native command holds that one round to its deadline (once per connection: a timeout counts as
         // "ran").
+        // Nodes sent the script before their set-up was read (`blind`) may refuse it (a user without `+eval`): a
+        // refusal read in the round is followed by their native command; one not read (the round decided first,
+        // the node is slow) by their native commands after the round (below).
         let mut unsure: u64 = 0;
         for (_, set) in &sent[1..] {
             for node in (0..self.fanout.len().min(64)).filter(|&n| set.contains(n)) {
                 if !self.restart.natives.ran(node, script) {
                     unsure |= 1 << node;
                 }
+            }
+        }
+        let natives = &self.restart.natives;
+        let mut blind: u64 = 0;
+        for node in (0..self.fanout.len().min(64)).filter(|&n| sent[0].1.contains(n)) {
+            if natives.unknown(&self.fanout, node) {
+                blind |= 1 << node;
             }
         }
         let mut enough = false;
@@ -77,6 +87,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             let why = refused(&reply);
             if node < 64 {
                 unsure &= !(1 << node);
+                // Answered: a refusal is followed here. Timed out or dropped: it may run later, refused.
+                if reply.is_ok() {
+                    blind &= !(1 << node);
+                }
             }
             if let Some(why) = why {
                 if tried.is_empty() {
@@ -113,6 +127,30 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     break;
                 }
                 round.need(unsure.count_ones() as usize);
+            }
+        }
+        // A release sent by script to a node whose set-up was not read, and not answered in the round (a node
+        // slow to set up, paused): it may refuse the script unread (a user without `+eval`). Its native releases
+        // follow, unawaited: each compares and deletes the same value, so whichever the node allows deletes the
+        // key, and the others find nothing or are refused (a server without them answers an error).
+        if script == Script::Release && blind != 0 {
+            drop(round);
+            let mut nodes = NodeSet::EMPTY;
+            (0..64)
+                .filter(|n| blind & (1 << n) != 0)
+                .for_each(|n| nodes.insert(n));
+            let mut late = self.fanout.release_round(self.clock.now());
+            for native in [Native::DelIfEq, Native::DelEx] {
+                request.clear();
+                scripts::compare(
+                    &mut request,
+                    script,
+                    Via::Native(native),
+                    resource,
+                    value,
+                    0,
+                );
+                late.send_to(nodes, &request, 1);
             }
         }
     }

@@ -149,6 +149,16 @@ impl Natives {
         }
     }
 
+    /// Whether what node `node` has is not known yet: its current connection's set-up (with the probe) is not
+    /// read, so [`of`](Self::of) said "none" for want of knowing. A node sent the script then may refuse it (a
+    /// user without `+eval`) and have a native command after all.
+    pub(crate) fn unknown(&self, fanout: &impl Nodes, node: usize) -> bool {
+        let session = fanout.sessions(node);
+        self.nodes
+            .get(node)
+            .is_some_and(|k| session == 0 || k.session.load(Ordering::Acquire) != session)
+    }
+
     /// Whether node `node` has run `script`'s native command on its connection: later ones will not be refused.
     #[inline]
     pub(crate) fn ran(&self, node: usize, script: Script) -> bool {
