@@ -160,6 +160,6 @@ pub use redlock::lua::{FENCED_WRITE, Lua};
 #[doc(inline)]
 pub use redlock::{
     Builder, Config, ConfigError, Error, Guard, GuardStats, Inspection, KeyState, Lock,
-    LockManager, Lost, LostWatch, NodeStats, Outcome, Owner, PERSIST_MARKER_KEY, ReleaseStats,
-    Report, Request, Result, Stats, counter_key,
+    LockManager, Lost, LostWatch, MAX_PERMITS, NodeStats, Outcome, Owner, PERSIST_MARKER_KEY,
+    ReleaseStats, Report, Request, Result, Stats, counter_key, permit_key,
 };
