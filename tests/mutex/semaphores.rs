@@ -2,7 +2,9 @@
 //! killed, restarted without their data and paused. The checker counts per kind: at most [`PERMITS`] holders of a
 //! name at once ([`over_capacity`]), at most one holder of each permit ([`overlaps`] of the permits' holds), and
 //! at most [`PERMITS`] writers with running leases in the protected section ([`Writers::enter_among`]). The
-//! control is the same faults with the restart guard off, which must see more holders than permits.
+//! control is the same faults with the restart guard off, which must see more holders than permits; and on three
+//! nodes whose links are cut one per client, the majority-of-counters construction admits three holders of two
+//! permits where the per-permit count admits two.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,6 +20,8 @@ use super::support::checker::{
     most_at_once, over_capacity, overlaps, report,
 };
 use super::support::faults::{self, Burst, Struck};
+use super::support::locks::{manager, one_attempt};
+use super::support::proxy::{Fault, FaultProxy};
 use super::support::{Cluster, RedisServer};
 use super::{SPARE, config, long_work, managers, seconds, wait_until_usable};
 
@@ -288,4 +292,62 @@ fn semaphore_with_the_restart_guard_off_admits_more_holders_than_permits() {
         }
     }
     panic!("4 runs of restart bursts without the guard never admitted more holders than permits");
+}
+
+/// Three nodes, a semaphore of 2 permits, three clients one after the other (leases of 10 s, so every holder
+/// holds to the end), each behind proxies of its own with one link refused: A cannot reach node 2, B node 0, C
+/// node 1. Returns every client's hold of the name. Counted per node, A is admitted by {0, 1}, B by {1, 2}, C by
+/// {0, 2}: three holders. Counted per permit, A holds permit 0 on {0, 1}, B permit 1 on {1, 2}, and C's two nodes
+/// grant different permits: refused.
+fn crossed_links(counted_per_node: bool) -> Vec<Hold> {
+    let cluster = Cluster::start(3);
+    let cut = [2, 0, 1];
+    let proxies: Vec<Vec<FaultProxy>> = (0..3)
+        .map(|_| cluster.addrs().into_iter().map(FaultProxy::start).collect())
+        .collect();
+    let ttl = Duration::from_secs(10);
+    let mut holds = Vec::new();
+    for (c, links) in proxies.iter().enumerate() {
+        links[cut[c]].set(Fault::Refuse);
+        let urls: Vec<String> = links.iter().map(FaultProxy::url).collect();
+        let locks = manager(urls, one_attempt(Duration::from_millis(500)));
+        let start = mono_ns();
+        let got = match counted_per_node {
+            true => locks.acquire_permit_counted_per_node("pool", PERMITS, ttl),
+            false => locks
+                .request("pool")
+                .ttl(ttl)
+                .permits(PERMITS)
+                .once()
+                .acquire(),
+        };
+        match got {
+            Ok(lock) => holds.push(Hold {
+                resource: "pool".to_owned(),
+                holder: format!("c{c}"),
+                start,
+                end: instant_ns(lock.valid_until()),
+            }),
+            Err(Error::Held(_)) => {}
+            Err(e) => panic!("client {c}: {e}"),
+        }
+    }
+    holds
+}
+
+/// The per-permit count on real servers, against the construction it replaces: with each client cut off from a
+/// different node, the majority-of-counters semaphore (the control) admits three holders of two permits, and the
+/// semaphore admits two.
+#[test]
+fn crossed_links_admit_three_holders_of_two_permits_only_counted_per_node() {
+    let control = crossed_links(true);
+    assert_eq!(control.len(), 3, "{control:?}");
+    assert_eq!(
+        over_capacity(&control, PERMITS as usize).len(),
+        1,
+        "{control:?}"
+    );
+    let held = crossed_links(false);
+    assert_eq!(held.len(), 2, "{held:?}");
+    assert!(over_capacity(&held, PERMITS as usize).is_empty());
 }
