@@ -20,8 +20,6 @@ use super::support::checker::{
     most_at_once, over_capacity, overlaps, report,
 };
 use super::support::faults::{self, Burst, Struck};
-use super::support::locks::{manager, one_attempt};
-use super::support::proxy::{Fault, FaultProxy};
 use super::support::{Cluster, RedisServer};
 use super::{SPARE, config, long_work, managers, seconds, wait_until_usable};
 
@@ -294,60 +292,68 @@ fn semaphore_with_the_restart_guard_off_admits_more_holders_than_permits() {
     panic!("4 runs of restart bursts without the guard never admitted more holders than permits");
 }
 
-/// Three nodes, a semaphore of 2 permits, three clients one after the other (leases of 10 s, so every holder
-/// holds to the end), each behind proxies of its own with one link refused: A cannot reach node 2, B node 0, C
-/// node 1. Returns every client's hold of the name. Counted per node, A is admitted by {0, 1}, B by {1, 2}, C by
-/// {0, 2}: three holders. Counted per permit, A holds permit 0 on {0, 1}, B permit 1 on {1, 2}, and C's two nodes
-/// grant different permits: refused.
-fn crossed_links(counted_per_node: bool) -> Vec<Hold> {
-    let cluster = Cluster::start(3);
-    let cut = [2, 0, 1];
-    let proxies: Vec<Vec<FaultProxy>> = (0..3)
-        .map(|_| cluster.addrs().into_iter().map(FaultProxy::start).collect())
-        .collect();
-    let ttl = Duration::from_secs(10);
-    let mut holds = Vec::new();
-    for (c, links) in proxies.iter().enumerate() {
-        links[cut[c]].set(Fault::Refuse);
-        let urls: Vec<String> = links.iter().map(FaultProxy::url).collect();
-        let locks = manager(urls, one_attempt(Duration::from_millis(500)));
-        let start = mono_ns();
-        let got = match counted_per_node {
-            true => locks.acquire_permit_counted_per_node("pool", PERMITS, ttl),
-            false => locks
-                .request("pool")
-                .ttl(ttl)
-                .permits(PERMITS)
-                .once()
-                .acquire(),
-        };
-        match got {
-            Ok(lock) => holds.push(Hold {
-                resource: "pool".to_owned(),
-                holder: format!("c{c}"),
-                start,
-                end: instant_ns(lock.valid_until()),
-            }),
-            Err(Error::Held(_)) => {}
-            Err(e) => panic!("client {c}: {e}"),
-        }
-    }
-    holds
-}
+/// The majority-of-counters construction on real servers: it needs the `sim` feature's unsafe acquisition.
+#[cfg(feature = "sim")]
+mod counted_per_node {
+    use super::*;
+    use crate::support::locks::{manager, one_attempt};
+    use crate::support::proxy::{Fault, FaultProxy};
 
-/// The per-permit count on real servers, against the construction it replaces: with each client cut off from a
-/// different node, the majority-of-counters semaphore (the control) admits three holders of two permits, and the
-/// semaphore admits two.
-#[test]
-fn crossed_links_admit_three_holders_of_two_permits_only_counted_per_node() {
-    let control = crossed_links(true);
-    assert_eq!(control.len(), 3, "{control:?}");
-    assert_eq!(
-        over_capacity(&control, PERMITS as usize).len(),
-        1,
-        "{control:?}"
-    );
-    let held = crossed_links(false);
-    assert_eq!(held.len(), 2, "{held:?}");
-    assert!(over_capacity(&held, PERMITS as usize).is_empty());
+    /// Three nodes, a semaphore of 2 permits, three clients one after the other (leases of 10 s, so every holder
+    /// holds to the end), each behind proxies of its own with one link refused: A cannot reach node 2, B node 0, C
+    /// node 1. Returns every client's hold of the name. Counted per node, A is admitted by {0, 1}, B by {1, 2}, C by
+    /// {0, 2}: three holders. Counted per permit, A holds permit 0 on {0, 1}, B permit 1 on {1, 2}, and C's two nodes
+    /// grant different permits: refused.
+    fn crossed_links(counted_per_node: bool) -> Vec<Hold> {
+        let cluster = Cluster::start(3);
+        let cut = [2, 0, 1];
+        let proxies: Vec<Vec<FaultProxy>> = (0..3)
+            .map(|_| cluster.addrs().into_iter().map(FaultProxy::start).collect())
+            .collect();
+        let ttl = Duration::from_secs(10);
+        let mut holds = Vec::new();
+        for (c, links) in proxies.iter().enumerate() {
+            links[cut[c]].set(Fault::Refuse);
+            let urls: Vec<String> = links.iter().map(FaultProxy::url).collect();
+            let locks = manager(urls, one_attempt(Duration::from_millis(500)));
+            let start = mono_ns();
+            let got = match counted_per_node {
+                true => locks.acquire_permit_counted_per_node("pool", PERMITS, ttl),
+                false => locks
+                    .request("pool")
+                    .ttl(ttl)
+                    .permits(PERMITS)
+                    .once()
+                    .acquire(),
+            };
+            match got {
+                Ok(lock) => holds.push(Hold {
+                    resource: "pool".to_owned(),
+                    holder: format!("c{c}"),
+                    start,
+                    end: instant_ns(lock.valid_until()),
+                }),
+                Err(Error::Held(_)) => {}
+                Err(e) => panic!("client {c}: {e}"),
+            }
+        }
+        holds
+    }
+
+    /// The per-permit count on real servers, against the construction it replaces: with each client cut off from a
+    /// different node, the majority-of-counters semaphore (the control) admits three holders of two permits, and the
+    /// semaphore admits two.
+    #[test]
+    fn crossed_links_admit_three_holders_of_two_permits_only_counted_per_node() {
+        let control = crossed_links(true);
+        assert_eq!(control.len(), 3, "{control:?}");
+        assert_eq!(
+            over_capacity(&control, PERMITS as usize).len(),
+            1,
+            "{control:?}"
+        );
+        let held = crossed_links(false);
+        assert_eq!(held.len(), 2, "{held:?}");
+        assert!(over_capacity(&held, PERMITS as usize).is_empty());
+    }
 }
