@@ -17,9 +17,10 @@
 //!    on every index. The attempt holds permit `i` if a majority granted `i` before the lease's validity
 //!    (`start + ttl - drift`, counted from before the first byte was sent), exactly as a mutex on that key. The
 //!    round ends as soon as some index is held or none can be, and keeps the **lowest** index held then.
-//! 3. **Give back the rest**: every other permit the attempt may have taken (on any node it was sent to) is
-//!    released at once, unawaited, by compare-and-delete of the attempt's value ([`lua::RELEASE_MANY`]); a failed
-//!    attempt gives back all of them so. (Skipped when every node answered and none took another index.)
+//! 3. **Give back the rest**: every other permit the attempt may have taken is released at once, unawaited, by
+//!    compare-and-delete of the attempt's value ([`lua::RELEASE_MANY`]), on every node that listed another permit
+//!    and every node sent to whose list was not read (it may have taken any); a failed attempt gives back all of
+//!    them so.
 //!
 //! From then on the lock is a plain lock of its permit's key: extended by the compare-and-pexpire of that key,
 //! released by its compare-and-delete (folded with other releases), renewed so under a guard.
@@ -74,7 +75,6 @@
 //! - **One `k` per name.** The bound is the largest `k` any client asks with for the name: a client asking for
 //!   more permits takes indices past the others' count. Lowering `k` takes effect as holders of the indices past
 //!   it release.
-//! - At most [`MAX_PERMITS`] permits.
 
 use std::time::Duration;
 
@@ -187,8 +187,9 @@ struct Offer {
     outcomes: Vec<Outcome>,
     /// The nodes the offer was queued for.
     nodes: NodeSet,
-    /// Per node, the indices it took (counted or not: what the give-back must cover).
-    took: Vec<Vec<u32>>,
+    /// Per node, the indices it took, as its reply said (counted or not: what the give-back must cover); `None`
+    /// where no list was read (no reply, a failure, an error reply): the node may have taken any permit.
+    took: Vec<Option<Vec<u32>>>,
 }
 
 /// The verdict of the quorums `permits` at `now`: the lowest index held, with its validity end; or why none can
@@ -219,7 +220,7 @@ fn verdict(permits: &[Quorum], now: std::time::Instant, closed: bool) -> Verdict
     }
 }
 
-/// A semaphore offer's verdict.
+/// A semaphore offer's verdict: pending, the permit held until when, or why none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Verdict {
     Pending,
@@ -245,7 +246,7 @@ async fn offer<N: Nodes, C: Clock>(
     #[cfg(feature = "sim")]
     let mut admitted = quorum.clone();
     let mut outcomes = vec![Outcome::NotAwaited; n];
-    let mut took = vec![Vec::new(); n];
+    let mut took = vec![None; n];
     let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
     let want_arg = Decimal::new(i64::from(want));
     let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
@@ -260,6 +261,10 @@ async fn offer<N: Nodes, C: Clock>(
             |buf, full| lua::eval(buf, lua::ACQUIRE_PERMITS, full, &key_refs, &args),
             |_, (node, source), reply| {
                 let now = engine.clock.now();
+                let listed = matches!(
+                    reply.as_ref().map(Value::without_attributes),
+                    Ok(Value::Array(_))
+                );
                 let (vote, outcome, taken) = offer_vote(&reply, count);
                 let (vote, outcome) = engine.counted_from(source, (vote, outcome), now, None);
                 engine.votes[node].count(&outcome);
@@ -272,7 +277,7 @@ async fn offer<N: Nodes, C: Clock>(
                     };
                     q.vote(node, v, now);
                 }
-                took[node] = taken;
+                took[node] = listed.then_some(taken);
                 match rule {
                     Rule::PerPermit => match verdict(&permits, now, false) {
                         Verdict::Pending => permits
@@ -322,21 +327,22 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
         Verdict::Pending => Err(Failure::Unavailable),
     };
     let keep = kept.as_ref().ok().map(|&(i, _)| i);
-    // Every node sent to that did not answer may have taken any permit; one that answered took what it said.
-    let unread = offer.outcomes.iter().enumerate().any(|(node, o)| {
-        offer.nodes.contains(node) && !matches!(o, Outcome::Granted | Outcome::Taken)
-    });
-    let extra = offer
-        .took
-        .iter()
-        .any(|t| t.iter().any(|&i| Some(i) != keep));
-    if unread || extra {
-        let rest: Vec<&[u8]> = (0..count)
-            .filter(|&i| Some(i) != keep)
-            .map(|i| &keys[i as usize][..])
-            .collect();
-        give_back(engine, &rest, &value, offer.nodes);
+    // The give-back goes where the attempt may hold a permit besides the one kept: every node sent to whose list
+    // of permits taken was not read (it may have taken any), and every node that listed another.
+    let mut back = NodeSet::EMPTY;
+    for (node, took) in offer.took.iter().enumerate() {
+        let other = took
+            .as_ref()
+            .is_none_or(|t| t.iter().any(|&i| Some(i) != keep));
+        if offer.nodes.contains(node) && other {
+            back.insert(node);
+        }
     }
+    let rest: Vec<&[u8]> = (0..count)
+        .filter(|&i| Some(i) != keep)
+        .map(|i| &keys[i as usize][..])
+        .collect();
+    give_back(engine, &rest, &value, back);
     match kept {
         Ok((i, valid_until)) => Ok(Lock::new(
             Lease::new(
@@ -408,7 +414,7 @@ fn give_back<N: Nodes, C: Clock>(
     value: &token::Value,
     nodes: NodeSet,
 ) {
-    if keys.is_empty() {
+    if keys.is_empty() || nodes == NodeSet::EMPTY {
         return;
     }
     let mut request = BytesMut::new();
