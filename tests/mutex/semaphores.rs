@@ -45,7 +45,8 @@ impl PermitRun {
     }
 }
 
-/// One permit worker: one of [`PERMITS`] permits of a random name of `work.resources`; writes to the protected
+/// One permit worker: one of [`PERMITS`] permits of a random name of `work.resources` (with retries, or waiting
+/// up to `work.wait` in this process' line, woken by releases and invalidations of any permit); writes to the protected
 /// section (shared by up to [`PERMITS`] writers) while the lease has its margin left, then releases. Each hold is
 /// recorded for the name and for its permit, `[acquired, min(valid_until, released)]`.
 fn permit_worker(
@@ -61,11 +62,11 @@ fn permit_worker(
     let mut holds = 0;
     while Instant::now() < work.until {
         let resource = &work.resources[(rng.next_u32() as usize) % work.resources.len()];
-        let got = locks
-            .request(resource)
-            .ttl(work.ttl)
-            .permits(PERMITS)
-            .acquire();
+        let request = locks.request(resource).ttl(work.ttl).permits(PERMITS);
+        let got = match work.wait {
+            Some(max_wait) => request.wait(max_wait).acquire(),
+            None => request.acquire(),
+        };
         let lock = match got {
             Ok(lock) => lock,
             Err(Error::Held(_)) => {
@@ -124,8 +125,8 @@ fn permit_worker(
     }
 }
 
-/// 3 managers × 2 permit workers on 5 nodes without persistence, one semaphore of [`PERMITS`] permits (six
-/// workers for two permits), while [`Burst`]s of minority restarts run, each followed by `quiet` with a pause
+/// 3 managers × 2 permit workers (one retrying, one waiting) on 5 nodes without persistence, one semaphore of
+/// [`PERMITS`] permits (six workers for two permits), while [`Burst`]s of minority restarts run, each followed by `quiet` with a pause
 /// (SIGSTOP) of a node for 200 ms in it; for `secs`.
 fn bursts_and_pauses(
     scenario: &str,
@@ -151,8 +152,10 @@ fn bursts_and_pauses(
     thread::scope(|s| {
         for (m, locks) in locks.iter().enumerate() {
             for t in 0..2 {
+                // One worker of each manager waits for a permit, the other retries.
                 let work = Work {
                     seed: w.seed + (m * 100 + t) as u64,
+                    wait: (t == 1).then_some(w.ttl * 2),
                     ..w.clone()
                 };
                 let (names, permits, stats) = (&names, &permits, &stats);
