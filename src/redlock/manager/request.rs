@@ -191,7 +191,8 @@ impl<'m> Request<'m> {
     /// processes (not with cluster members; where a majority of nodes refuse the queue's script, a manager waits
     /// without it from then on). A set waits in a
     /// line of its own, woken by a release of any of its names and probing them all; an owner's holds in a line
-    /// of the owner's, so that a nested hold never waits behind another owner's waiter.
+    /// of the owner's, so that a nested hold never waits behind another owner's waiter; a semaphore's in a line of
+    /// its name, woken by a release of any of its permits.
     ///
     /// Tracking is chosen over pub/sub because it needs nothing from the holder: a release by any Redlock client
     /// (redsync, node-redlock, a crashed holder's expiry) wakes the waiter, where a channel would only hear
@@ -239,11 +240,17 @@ impl<'m> Request<'m> {
     }
 
     /// One of `k` permits of a counting semaphore named by the resource: at most `k` holders at once, across
-    /// processes, each holding a permit whose index is [`Lock::permit`] (or [`Guard::permit`]). Each permit is a
-    /// Redlock mutex of its own key ([`permit_key`](crate::redlock::permit_key)); an acquisition is one round that
-    /// offers every node every permit and keeps the lowest index a majority granted (the argument is in the
-    /// module docs of the kind, and in the README). Extended, renewed and released as a plain lock of that key.
-    /// Every client must ask for a name with the same `k`.
+    /// processes, each holding a permit whose index is [`Lock::permit`] (or [`Guard::permit`]). Extended, renewed
+    /// and released as a plain lock of the permit's key ([`permit_key`](crate::redlock::permit_key)). Every
+    /// client must ask for a name with the same `k`.
+    ///
+    /// **Why at most `k`**: each permit is a Redlock mutex of its own key, so under the mutex's assumptions no two
+    /// holders of one permit overlap, and every holder holds exactly one of the `k`. An acquisition is one round:
+    /// every node takes every permit free there (`SET NX PX` each, in one script), the grants are counted per
+    /// permit, the lowest permit a majority granted within the lease's validity is kept, and the others are given
+    /// back at once (compare-and-delete of this attempt's value). Counting holders per node instead (each node
+    /// admits `k`, a majority of admissions holds) is unsafe: with 3 nodes and `k = 2`, A admitted on {1, 2}, B
+    /// on {2, 3} and C on {1, 3} would all hold. Cost: one round trip, plus `O(k)` script work per node.
     ///
     /// [`wait`](Request::wait) waits in this process' line, woken by a release or an invalidation of any
     /// permit (not in the nodes' queue of a plain lock). `k` must be between 1 and
