@@ -8,9 +8,9 @@
 //! [`permit_key`]`(name, 0..k)`, `{name}:permit:0` to `{name}:permit:<k-1>` (one hash tag, so that on a cluster
 //! member they lie in one slot and one script may touch them all).
 //!
-//! 1. **Offer** (one round): every node runs [`lua::ACQUIRE_PERMITS`], which takes every permit free on that
-//!    node, lowest index first, each by `SET permit value NX PX ttl`, atomically, and answers with the indices it
-//!    took. The value is drawn afresh for the attempt, as every kind's is.
+//! 1. **Offer** (one round): every node runs [`lua::ACQUIRE_PERMITS`], which takes the lowest permit free on
+//!    that node by `SET permit value NX PX ttl`, atomically, and answers with the index it took (or none). The
+//!    value is drawn afresh for the attempt, as every kind's is.
 //! 2. **Count per permit**: each permit index has a quorum of its own ([`Quorum`], the mutex's): a node's reply is
 //!    a "yes" for the indices it took and a "taken" for the others; a node that failed (down, timed out, an error
 //!    reply), that the restart guard does not trust yet, or whose clock the clock check rejects, votes "failed"
@@ -22,6 +22,12 @@
 //!    and every node sent to whose list was not read (it may have taken any); a failed attempt gives back all of
 //!    them so.
 //!
+//! 4. **Offer again, once, on a split**: if no permit reached a majority although a majority of the nodes took
+//!    one (their grants split between permits: concurrent attempts reached the nodes in different orders, or
+//!    the nodes' states differ), a second offer, with a value of its own, asks every node to take *every* permit
+//!    free there; it is counted and given back as the first. It succeeds whenever some permit is free on a
+//!    majority of the nodes.
+//!
 //! From then on the lock is a plain lock of its permit's key: extended by the compare-and-pexpire of that key,
 //! released by its compare-and-delete (folded with other releases), renewed so under a guard.
 //!
@@ -31,13 +37,14 @@
 //! majority of the nodes within its validity, and counts it only until then, so, under the mutex's own
 //! assumptions (bounded clock drift, the restart guard for nodes that come back without their data, the clock
 //! check for nodes whose clocks jump), no two holders of permit `i` overlap. Every holder holds exactly one index
-//! of `0..k`, so at most `k` hold at once. Nothing else is needed: the offer taking several permits on one node,
-//! the give-back running late, and other clients' counts of other indices change no permit's mutual exclusion,
-//! because a permit's grant is only ever counted for the index it was granted for.
+//! of `0..k`, so at most `k` hold at once. Nothing else is needed: an offer taking several permits on one node,
+//! a second offer, the give-back running late, and other clients' counts of other indices change no permit's
+//! mutual exclusion, because a permit's grant is only ever counted for the index it was granted for, by the
+//! offer that asked for it.
 //!
-//! The **value per attempt** keeps the give-back and a failed attempt's clean-up from freeing anything a later
-//! attempt took: each is a compare-and-delete of *its* attempt's value, so whenever it runs (held for room on a
-//! full node, detached from its round: `net/machine/detach.rs`) it removes only keys that attempt set. It also
+//! The **value per offer** keeps the give-back and a failed attempt's clean-up from freeing anything a later
+//! offer took: each is a compare-and-delete of *its* attempt's value, so whenever it runs (held for room on a
+//! full node, detached from its round: `net/machine/detach.rs`) it removes only keys that offer set. It also
 //! never frees the permit kept: that key is not among those it names.
 //!
 //! **What the obvious construction gets wrong** (and why the count is per index): a counter of holders per node,
@@ -49,18 +56,20 @@
 //!
 //! # Cost
 //!
-//! One round trip to acquire, like a plain lock; each node runs one script that tries every permit (`O(k)` work
-//! per node, hence [`MAX_PERMITS`]), then the give-back follows unawaited. Release and extension cost what a
-//! plain lock's do.
+//! One round trip to acquire, like a plain lock: each node runs one script that looks for its lowest free permit
+//! (`O(k)` at worst, hence [`MAX_PERMITS`]); a give-back follows, unawaited, only to nodes whose reply was not
+//! read or that took another permit than the one kept. A split costs a second round, whose script tries every
+//! permit. Release and extension cost what a plain lock's do.
 //!
 //! # Contention, waiting and fairness
 //!
-//! Taking every free permit on a node is what lets an attempt succeed whenever some permit is free on a majority
-//! of the nodes, even when the nodes' states differ (a permit held on one node by an expired holder's leftover,
-//! another on another node): a node that took only its lowest free permit could answer index 0 where its peers
-//! answer index 1, and no index would reach a majority. The price: attempts that overlap in time (within a round
-//! trip, before the give-back lands) find the permits taken by each other on the nodes they reach second, and one
-//! of them retries, as contenders for a mutex do.
+//! Taking one permit per node lets attempts that overlap in time succeed together: each node hands them distinct
+//! permits in the order they reach it, and with nodes that agree on that order each gets a permit of its own in
+//! one round. Where the orders or the nodes' states differ (a permit held on one node by an expired holder's
+//! leftover, another on another node), a node may answer index 0 where its peers answer index 1: the split the
+//! second offer is for, which takes every free permit so that any permit free on a majority is found. (Taking
+//! every free permit from the start would make overlapping attempts find the permits taken by each other on the
+//! nodes they reach second, and all but one retry, as contenders for a mutex do.)
 //!
 //! [`retry`](crate::redlock::Request::retry) retries with the mutex's jittered pause.
 //! [`wait`](crate::redlock::Request::wait) waits in this process' line for the semaphore, woken by a release of
@@ -87,7 +96,7 @@ use crate::redlock::engine::pipeline::Purpose;
 use crate::redlock::engine::reply::script_vote;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::error::{Error, Outcome, Report, Result};
-use crate::redlock::kind::{Kind, Lock};
+use crate::redlock::kind::{Kind, Lock, Undo};
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Quorum, Status, Vote};
 use crate::redlock::token;
@@ -187,6 +196,9 @@ struct Offer {
     outcomes: Vec<Outcome>,
     /// The nodes the offer was queued for.
     nodes: NodeSet,
+    /// How many nodes took some permit, counted (trusted, read in time): a majority of them without a permit
+    /// held is a split.
+    granting: usize,
     /// Per node, the indices it took, as its reply said (counted or not: what the give-back must cover); `None`
     /// where no list was read (no reply, a failure, an error reply): the node may have taken any permit.
     took: Vec<Option<Vec<u32>>>,
@@ -247,6 +259,7 @@ async fn offer<N: Nodes, C: Clock>(
     let mut admitted = quorum.clone();
     let mut outcomes = vec![Outcome::NotAwaited; n];
     let mut took = vec![None; n];
+    let mut granting = 0;
     let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
     let want_arg = Decimal::new(i64::from(want));
     let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
@@ -278,6 +291,7 @@ async fn offer<N: Nodes, C: Clock>(
                     q.vote(node, v, now);
                 }
                 took[node] = listed.then_some(taken);
+                granting += usize::from(vote == Vote::Yes);
                 match rule {
                     Rule::PerPermit => match verdict(&permits, now, false) {
                         Verdict::Pending => permits
@@ -304,13 +318,14 @@ async fn offer<N: Nodes, C: Clock>(
         admitted,
         outcomes,
         nodes,
+        granting,
         took,
     }
 }
 
-/// One acquisition of a permit of the semaphore `name` of `count` permits: the offer, counted per permit; the
-/// lowest index a majority granted is kept and every other permit the attempt took is given back (all of them
-/// on a failure).
+/// One acquisition of a permit of the semaphore `name` of `count` permits: the offer (each node its lowest free
+/// permit), counted per permit; on a split, once more with a value of its own (each node every free permit). The
+/// lowest index a majority granted is kept; every other permit an offer took is given back.
 pub(crate) async fn attempt<N: Nodes, C: Clock>(
     engine: &Engine<N, C>,
     name: &[u8],
@@ -319,16 +334,50 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
     ttl: (Duration, u64),
 ) -> std::result::Result<Lock, (Failure, Report)> {
     let keys = permit_keys(name, count);
-    let offer = offer(engine, &keys, &value, ttl, (count, Rule::PerPermit)).await;
-    let now = engine.clock.now();
-    let kept = match verdict(&offer.permits, now, true) {
+    let first = offer(engine, &keys, &value, ttl, (1, Rule::PerPermit)).await;
+    let split = first.granting >= engine.quorum();
+    let (failure, report) = match settle(engine, first, (&keys, name), value) {
+        Ok(lock) => return Ok(lock),
+        Err(failed) => failed,
+    };
+    if !split || count == 1 {
+        return Err((failure, report));
+    }
+    // The second offer's value is its own: the first's give-back, whenever it runs, frees nothing of it. Its
+    // own undo covers it if this future is dropped meanwhile (the caller's covers the first's).
+    let Ok(again) = engine
+        .tokens
+        .draw("drawing the lock value from the OS's randomness")
+    else {
+        return Err((failure, report));
+    };
+    let kind = Kind::Semaphore(Permits {
+        name: name.to_vec(),
+        count,
+        index: None,
+    });
+    let mut undo = Undo::new(engine, name, &kind, again);
+    let second = offer(engine, &keys, &again, ttl, (count, Rule::PerPermit)).await;
+    undo.disarm();
+    settle(engine, second, (&keys, name), again)
+}
+
+/// How an offer ends: the lowest permit held, or why none; every other permit it may have taken is given back
+/// where it may have been taken: on every node sent to whose list was not read (it may have taken any), and every
+/// node that listed another.
+fn settle<N: Nodes, C: Clock>(
+    engine: &Engine<N, C>,
+    offer: Offer,
+    (keys, name): (&[Vec<u8>], &[u8]),
+    value: token::Value,
+) -> std::result::Result<Lock, (Failure, Report)> {
+    let count = keys.len() as u32;
+    let kept = match verdict(&offer.permits, engine.clock.now(), true) {
         Verdict::Held(i, valid_until) => Ok((i, valid_until)),
         Verdict::Failed(f) => Err(f),
         Verdict::Pending => Err(Failure::Unavailable),
     };
     let keep = kept.as_ref().ok().map(|&(i, _)| i);
-    // The give-back goes where the attempt may hold a permit besides the one kept: every node sent to whose list
-    // of permits taken was not read (it may have taken any), and every node that listed another.
     let mut back = NodeSet::EMPTY;
     for (node, took) in offer.took.iter().enumerate() {
         let other = took
