@@ -246,11 +246,12 @@ impl<'m> Request<'m> {
     ///
     /// **Why at most `k`**: each permit is a Redlock mutex of its own key, so under the mutex's assumptions no two
     /// holders of one permit overlap, and every holder holds exactly one of the `k`. An acquisition is one round:
-    /// every node takes every permit free there (`SET NX PX` each, in one script), the grants are counted per
-    /// permit, the lowest permit a majority granted within the lease's validity is kept, and the others are given
-    /// back at once (compare-and-delete of this attempt's value). Counting holders per node instead (each node
-    /// admits `k`, a majority of admissions holds) is unsafe: with 3 nodes and `k = 2`, A admitted on {1, 2}, B
-    /// on {2, 3} and C on {1, 3} would all hold. Cost: one round trip, plus `O(k)` script work per node.
+    /// every node takes its lowest free permit (`SET NX PX`, in a script), the grants are counted per permit, the
+    /// lowest permit a majority granted within the lease's validity is kept, and any other permit taken is given
+    /// back at once (compare-and-delete of the offer's value); if the grants split between permits, a second
+    /// round takes every free permit on each node. Counting holders per node instead (each node admits `k`, a
+    /// majority of admissions holds) is unsafe: with 3 nodes and `k = 2`, A admitted on {1, 2}, B on {2, 3} and C
+    /// on {1, 3} would all hold. Cost: one round trip (two on a split), `O(k)` script work per node at worst.
     ///
     /// [`wait`](Request::wait) waits in this process' line, woken by a release or an invalidation of any
     /// permit (not in the nodes' queue of a plain lock). `k` must be between 1 and
