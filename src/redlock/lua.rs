@@ -148,8 +148,18 @@ pub const FENCED_WRITE: Lua = Lua {
     sha1: "73268b957259cb6e0a0fc23d76f5974dfd14f218",
 };
 
+/// The offer of a semaphore's permits (`kind/semaphore.rs`): `KEYS` are the permits' keys in index order,
+/// `ARGV[1]` the value, `ARGV[2]` the TTL in ms, `ARGV[3]` how many permits to take at most. Takes free permits
+/// lowest index first, each by `SET key value NX PX ttl` (any value blocks, this one's too, as in
+/// [`ACQUIRE_MANY`]), until it has taken `ARGV[3]` of them. Returns the 0-based indices it took (an empty array:
+/// none was free).
+pub const ACQUIRE_PERMITS: Lua = Lua {
+    body: r#"local got = {} local want = tonumber(ARGV[3]) for i, k in ipairs(KEYS) do if #got >= want then break end if redis.call("set", k, ARGV[1], "nx", "px", ARGV[2]) then got[#got + 1] = i - 1 end end return got"#,
+    sha1: "fb377b89c49e1009fc4bbbe5775fb4584ec0155f",
+};
+
 /// Every script the lock rounds use, for `SCRIPT LOAD` on new connections and for the tests.
-pub const ALL: [Lua; 12] = [
+pub const ALL: [Lua; 13] = [
     RELEASE_BATCH,
     ACQUIRE_MANY,
     EXTEND_MANY,
@@ -162,6 +172,7 @@ pub const ALL: [Lua; 12] = [
     EXTEND_REENTRANT,
     QUEUE_ACQUIRE,
     QUEUE_LEAVE,
+    ACQUIRE_PERMITS,
 ];
 
 /// `EVALSHA sha numkeys keys... args...`, or `EVAL script ...` when `full`.

@@ -27,7 +27,8 @@
 //!   kind/           each kind in one file: its value, its replies' meaning, its rounds. mod.rs: Kind (the one
 //!                   enum that says which kind), Lock (a lease and its kind), the dispatch of each verb to the
 //!                   kind's file; plain.rs, set.rs, fenced.rs (and the fencing safety argument), owned.rs
-//!                   (Owner, reentrant holds), queued.rs (a plain attempt behind the nodes' queue)
+//!                   (Owner, reentrant holds), queued.rs (a plain attempt behind the nodes' queue),
+//!                   semaphore.rs (one of k permits, and the argument that at most k hold)
 //!   engine/         Engine<N = Fanout, C = SystemClock>: the machinery every kind runs on, knowing no kind
 //!                   mod.rs (compare-and-X extension and release of a Lease, inspect, reports, the retry
 //!                   loop), lease.rs (Lease), scripted.rs (a scripted kind's acquisition and extension),
@@ -84,6 +85,7 @@ pub use inspect::{Inspection, KeyState};
 pub use kind::Lock;
 pub use kind::fenced::counter_key;
 pub use kind::owned::Owner;
+pub use kind::semaphore::{MAX_PERMITS, permit_key};
 pub use lost::Lost;
 pub use manager::{Builder, LockManager, Request};
 pub use stats::{GuardStats, NodeStats, ReleaseStats, Stats};

@@ -20,6 +20,7 @@ use crate::redlock::guard::{self, Held};
 use crate::redlock::kind::Lock;
 use crate::redlock::kind::owned::{self, Owner};
 use crate::redlock::kind::queued::{self, Entry};
+use crate::redlock::kind::semaphore;
 use crate::redlock::kind::{self, Kind};
 use crate::redlock::lost::Lost;
 use crate::redlock::lua;
@@ -301,6 +302,47 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         retry: bool,
     ) -> Result<Option<Lock>> {
         let got = self.acquire(Kind::Fenced(None), resource, ttl, retry).await;
+        match retry {
+            true => got.map(Some),
+            false => crate::redlock::error::not_held(got),
+        }
+    }
+
+    /// As a request with [`permits`](super::Request::permits)`(count)` of `name`, with retries (`retry`) or one
+    /// attempt (`Ok(None)` when held): a [`Lock`] of one permit ([`Lock::permit`]), extended by
+    /// [`Engine::extend`], released by [`Engine::unlock`], guarded by [`Engine::guard`]. `counted_per_node`:
+    /// **the control, unsafe on purpose**: each node takes one free permit, whichever, and a majority of nodes
+    /// that took one is a hold, with no index (the majority-of-counters construction of `kind/semaphore.rs`);
+    /// released by [`Engine::unlock`], which gives back every permit holding its value.
+    pub async fn lock_permit(
+        &self,
+        name: &[u8],
+        count: u32,
+        ttl: Duration,
+        (retry, counted_per_node): (bool, bool),
+    ) -> Result<Option<Lock>> {
+        let kind = Kind::Semaphore(semaphore::Permits {
+            name: name.to_vec(),
+            count,
+            index: None,
+        });
+        let got =
+            match counted_per_node {
+                false => self.acquire(kind, name, ttl, retry).await,
+                true => {
+                    let ask = kind.check(name.to_vec(), &self.core, ttl)?;
+                    let ttl = (ask.ttl, ask.ttl_ms);
+                    self.core
+                        .retrying(retry, || async {
+                            let value = self.core.tokens.draw("drawing the lock value")?;
+                            Ok(semaphore::attempt_counted_per_node(
+                                &self.core, name, count, value, ttl,
+                            )
+                            .await)
+                        })
+                        .await
+                }
+            };
         match retry {
             true => got.map(Some),
             false => crate::redlock::error::not_held(got),

@@ -20,6 +20,7 @@ use crate::redlock::engine::seam::{NodeRound, Nodes, blocking};
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::guard::Keeper;
 use crate::redlock::kind::Lock;
+use crate::redlock::kind::semaphore;
 use crate::redlock::kind::set::set_name;
 use crate::redlock::kind::{self, Ask, Kind};
 use crate::redlock::observe;
@@ -97,13 +98,18 @@ struct Line<'a> {
     probed: Vec<&'a [u8]>,
     /// The name reports give.
     name: Vec<u8>,
+    /// Whether any one probed key coming free may let the head in (a semaphore's permits), rather than all of
+    /// them (a set).
+    any: bool,
 }
 
 impl<'a> Line<'a> {
     /// The line of `ask`: one resource (plain or fenced) lines up on its name; a set on all its names together
     /// (not blocking the waiters of one of them, woken by a release of any); an owner's hold in a line of the
     /// owner's for the resource (a nested hold never waits behind a waiter for the lock its owner holds).
-    fn of(ask: &'a Ask, one: &'a [Vec<u8>]) -> Line<'a> {
+    /// A semaphore lines up on its name, woken by a release of any of its `permits` (their keys), and probes
+    /// them all for the earliest to come free.
+    fn of(ask: &'a Ask, one: &'a [Vec<u8>], permits: &'a [Vec<u8>]) -> Line<'a> {
         let r = &ask.resource;
         match &ask.kind {
             Kind::Plain | Kind::Fenced(_) => Line {
@@ -111,18 +117,28 @@ impl<'a> Line<'a> {
                 grouped: &[],
                 probed: vec![r],
                 name: r.to_vec(),
+                any: false,
             },
             Kind::Set(names) => Line {
                 key: [&b"\0set\0"[..], &names.join(&b"\0"[..])].concat(),
                 grouped: names,
                 probed: names.iter().map(Vec::as_slice).collect(),
                 name: set_name(names),
+                any: false,
             },
             Kind::Owned(owner, _) => Line {
                 key: [&b"\0owned"[..], &owner.value[..], r].concat(),
                 grouped: one,
                 probed: vec![r],
                 name: r.to_vec(),
+                any: false,
+            },
+            Kind::Semaphore(_) => Line {
+                key: [&b"\0semaphore\0"[..], r].concat(),
+                grouped: permits,
+                probed: permits.iter().map(Vec::as_slice).collect(),
+                name: r.to_vec(),
+                any: true,
             },
         }
     }
@@ -151,7 +167,11 @@ pub(crate) async fn acquire_wait(
     }
     let left = until.saturating_duration_since(Instant::now());
     let one = [ask.resource.clone()];
-    wait_for(keeper, &Line::of(ask, &one), left, ask).await
+    let permits = match &ask.kind {
+        Kind::Semaphore(p) => semaphore::permit_keys(&p.name, p.count),
+        _ => Vec::new(),
+    };
+    wait_for(keeper, &Line::of(ask, &one, &permits), left, ask).await
 }
 
 /// The waiting loop around any kind's attempt, for threads and tasks alike: the head of the line attempts,
@@ -206,7 +226,14 @@ async fn wait_for(
             Failure::Held => {
                 // Tracking needs the watchdog to listen for the invalidations the probe arms.
                 keeper.watchdog.ensure_started(Arc::downgrade(keeper));
-                wake_for_holder(keeper, &line.probed, &mut report, &mut free_streak, now).await
+                wake_for_holder(
+                    keeper,
+                    (&line.probed, line.any),
+                    &mut report,
+                    &mut free_streak,
+                    now,
+                )
+                .await
             }
             Failure::Unavailable | Failure::TooLate => later(now, keeper.engine.retry_pause()),
         };
@@ -306,20 +333,27 @@ fn note_wait(waited: &mut bool, activity: &Activity) {
 /// servers, nodes down): then it looks again as a polling client would. The probe's reading goes in `report`.
 async fn wake_for_holder(
     keeper: &Keeper,
-    probed: &[&[u8]],
+    (probed, any): (&[&[u8]], bool),
     report: &mut Report,
     free_streak: &mut u32,
     now: Instant,
 ) -> Instant {
     let engine = &keeper.engine;
-    // Every key must be free (a set): the latest to come free, tracked where all of them are.
+    // Every key must be free (a set): the latest to come free, tracked where all of them are. Any one key
+    // (a semaphore's permits): the earliest to come free among those the nodes answered for.
     let mut probe = Probe {
-        free_in: Some(Duration::ZERO),
+        free_in: (!any).then_some(Duration::ZERO),
         tracked: usize::MAX,
     };
     for resource in probed {
         let p = self::probe(keeper, resource).await;
-        probe.free_in = probe.free_in.zip(p.free_in).map(|(a, b)| a.max(b));
+        probe.free_in = match any {
+            false => probe.free_in.zip(p.free_in).map(|(a, b)| a.max(b)),
+            true => match (probe.free_in, p.free_in) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        };
         probe.tracked = probe.tracked.min(p.tracked);
     }
     let probe = Probe {

@@ -26,5 +26,6 @@ mod reentrant;
 mod request_edges;
 mod requests;
 mod restart_guard;
+mod semaphore;
 #[cfg(feature = "tls")]
 mod tls;

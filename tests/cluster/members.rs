@@ -2,7 +2,8 @@
 //! (`tests/support/redis_cluster/`: `redis-server --cluster-enabled yes` on loopback, slots assigned by the test).
 //!
 //! - locking across three members of three masters each: every key lands on its slot's master in every
-//!   member, a contender is refused, a guard renews;
+//!   member, a contender is refused, a guard renews; a semaphore's permits share the name's slot (a name that
+//!   cannot have one is refused);
 //! - plain members and a cluster member in one manager;
 //! - `MOVED`: a slot migrated (with its keys) on every member while a guard holds and renews it; a contender
 //!   whose maps are stale follows the redirections and is refused (the deliberate break, a `MOVED` counted as a
@@ -188,6 +189,37 @@ fn locks_across_three_cluster_members() {
     a.unlock(outer).expect("released");
     let free = b.request("tree").once().acquire().expect("free");
     b.unlock(free).expect("released");
+    // A semaphore on cluster members: every permit lies in the name's slot, so one script offers them all.
+    let p = a
+        .request("pool")
+        .permits(2)
+        .once()
+        .acquire()
+        .expect("a permit");
+    let q = b
+        .request("pool")
+        .permits(2)
+        .once()
+        .acquire()
+        .expect("the other");
+    assert_ne!(p.permit(), q.permit());
+    held(a.request("pool").permits(2).once().acquire());
+    for lock in [&p, &q] {
+        assert_eq!(key_slot(lock.resource()), key_slot(b"pool"));
+        let key = String::from_utf8_lossy(lock.resource()).into_owned();
+        for c in &cs {
+            assert!(
+                get(c, c.owner_of(key_slot(b"pool")), &key).is_some(),
+                "{key}"
+            );
+        }
+    }
+    a.unlock(p).expect("released");
+    b.unlock(q).expect("released");
+    match a.request("a{b").permits(2).once().acquire() {
+        Err(Error::Config(msg)) => assert!(msg.to_string().contains("one slot"), "{msg}"),
+        other => panic!("permits of a name with a brace and no tag: {other:?}"),
+    }
     // A batch: split per master inside each member (one write per connection), released one lock at a time.
     let names: Vec<String> = (0..20).map(|i| format!("batch:{i}")).collect();
     let mine: Vec<_> = a

@@ -15,6 +15,8 @@
 //!   hold of an owner that is not lost (a guard) or still valid (a bare `Lock`) has the owner's value on a majority
 //!   of nodes, or on nodes that came back without their data since it was taken (recorded by [`History::breaks`]).
 //! - **Fencing tokens** strictly increase in grant order, per resource.
+//! - **At most `k` holders of a semaphore** of `k` permits at any instant, and at most one per permit index
+//!   ([`Permit`]; a permit is judged apart from the locks' holds: `k` holders of one name are no violation).
 //! - **No key without expiry** is left on a node, except the fence counters and the persistence marker.
 //!
 //! The majority checks also excuse a node whose wall clock moved ahead of real time since the hold was taken (a
@@ -39,6 +41,19 @@ pub struct Hold {
     pub token: Option<u64>,
 }
 
+/// One holder of a semaphore's permit: its claim on one of the `permits` of `name` (at the permit `index`; none
+/// for the majority-of-counters control, whose holds have no index).
+#[derive(Clone, Debug)]
+pub struct Permit {
+    pub client: usize,
+    pub name: Vec<u8>,
+    pub permits: u32,
+    pub index: Option<u32>,
+    pub holder: Vec<u8>,
+    pub from: Time,
+    pub until: Time,
+}
+
 /// Everything that happened, for the checks and for a readable report.
 #[derive(Debug, Default)]
 pub struct History {
@@ -49,6 +64,8 @@ pub struct History {
     pub queued: u64,
     /// The first property found broken as it happened (a guard held by too few nodes), if any.
     pub broken: Option<String>,
+    /// Holders of semaphores' permits.
+    pub permits: Vec<Permit>,
 }
 
 pub fn ms(t: Time) -> String {
@@ -132,6 +149,88 @@ impl History {
         self.lines.push(line);
     }
 
+    /// Records a holder of a semaphore's permit; returns its index, to end it or move its end
+    /// ([`History::permit_until`]).
+    pub fn permit(&mut self, p: Permit) -> usize {
+        self.lines.push(format!(
+            "{} c{} permit {:?} of {} ({}) granted until {} (holder {})",
+            ms(p.from),
+            p.client,
+            p.index,
+            show(&p.name),
+            p.permits,
+            ms(p.until),
+            show(&p.holder[..8.min(p.holder.len())]),
+        ));
+        self.permits.push(p);
+        self.permits.len() - 1
+    }
+
+    /// A permit's holder was told at `now` that it holds until `until` (an extension's verdict, a guard's
+    /// deadline), or released it (`until` = `now`).
+    pub fn permit_until(&mut self, i: usize, now: Time, until: Time) {
+        let p = &mut self.permits[i];
+        p.until = until;
+        let line = format!(
+            "{} c{} counts permit {:?} of {} until {}",
+            ms(now),
+            p.client,
+            p.index,
+            show(&p.name),
+            ms(until)
+        );
+        self.lines.push(line);
+    }
+
+    /// The first instant some semaphore had more holders than permits, or one permit index two holders.
+    pub fn too_many_permits(&self) -> Option<String> {
+        let mut by_name: BTreeMap<&[u8], Vec<&Permit>> = BTreeMap::new();
+        for p in self.permits.iter().filter(|p| p.from < p.until) {
+            by_name.entry(&p.name).or_default().push(p);
+        }
+        for (name, mut holds) in by_name {
+            holds.sort_by_key(|p| (p.from, p.until));
+            let k = holds.iter().map(|p| p.permits).min().unwrap_or(0) as usize;
+            for (i, a) in holds.iter().enumerate() {
+                // Everyone holding at `a.from` (holds are half-open: one that ends then does not count).
+                let at: Vec<&&Permit> = holds[..=i].iter().filter(|b| b.until > a.from).collect();
+                if let Some(b) = at
+                    .iter()
+                    .find(|b| b.index.is_some() && b.index == a.index && b.holder != a.holder)
+                {
+                    return Some(format!(
+                        "two holders of permit {:?} of {}: c{} [{}, {}) and c{} [{}, {})",
+                        a.index,
+                        show(name),
+                        b.client,
+                        ms(b.from),
+                        ms(b.until),
+                        a.client,
+                        ms(a.from),
+                        ms(a.until)
+                    ));
+                }
+                let mut holders: Vec<&[u8]> = at.iter().map(|b| &b.holder[..]).collect();
+                holders.sort_unstable();
+                holders.dedup();
+                if holders.len() > k {
+                    let who: Vec<String> = at
+                        .iter()
+                        .map(|b| format!("c{} [{}, {})", b.client, ms(b.from), ms(b.until)))
+                        .collect();
+                    return Some(format!(
+                        "{} holders of a semaphore of {k} permits, {} at {}: {}",
+                        holders.len(),
+                        show(name),
+                        ms(a.from),
+                        who.join(", ")
+                    ));
+                }
+            }
+        }
+        None
+    }
+
     /// How many fenced grants came before `before` (the ones whose tokens [`violation`](History::violation)
     /// compares).
     pub fn tokens_before(&self, before: Time) -> u64 {
@@ -147,6 +246,9 @@ impl History {
     pub fn violation(&self, tokens_before: Time) -> Option<String> {
         if let Some(broken) = &self.broken {
             return Some(broken.clone());
+        }
+        if let Some(too_many) = self.too_many_permits() {
+            return Some(too_many);
         }
         let mut by_resource: BTreeMap<&[u8], Vec<&Hold>> = BTreeMap::new();
         for h in &self.holds {

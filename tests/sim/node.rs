@@ -638,6 +638,20 @@ impl Node {
             }
             return int(1);
         }
+        if is(lua::ACQUIRE_PERMITS) {
+            let want = num(arg(2)).max(0) as usize;
+            let mut took = Vec::new();
+            for (i, key) in keys.iter().enumerate() {
+                if took.len() >= want {
+                    break;
+                }
+                if self.live(key, now).is_none() {
+                    self.set(key, arg(0), Some(num(arg(1))), now);
+                    took.push(int(i as i64));
+                }
+            }
+            return Value::Array(took);
+        }
         if is(lua::EXTEND_MANY) {
             if keys.iter().any(|key| self.get(key, now) != Some(arg(0))) {
                 return int(0);

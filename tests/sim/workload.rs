@@ -10,7 +10,7 @@ use muxlock::redlock::sim::{Clock, Engine};
 
 use super::check::Hold;
 use super::node::{MS, Time};
-use super::{Rng, Setup, Sim, SimClock, SimNodes, Struck, Tape, fold, guards, owned};
+use super::{Rng, Setup, Sim, SimClock, SimNodes, Struck, Tape, fold, guards, owned, semaphore};
 
 /// Virtual time each client works for, by default.
 pub const HORIZON: Time = 8_000 * MS;
@@ -58,6 +58,10 @@ pub struct Options {
     /// Clients without the clock check in every world, and no clock faults: the network layer alone keeps a reply
     /// from being counted for another command (see [`UNCHECKED_WORLDS`]).
     pub unchecked: bool,
+    /// Half the time, a semaphore holder (`sim/semaphore.rs`): one permit of `s1`, `s2` or `s3`.
+    pub semaphores: bool,
+    /// With `semaphores`: permits taken by the majority-of-counters construction (the semaphores' control).
+    pub counted_per_node: bool,
 }
 
 /// The share of worlds with clock faults (`Setup::clocks`), drawn from a stream of their own.
@@ -184,6 +188,11 @@ async fn client(
         op(&sim);
         if opts.folds && rng.chance(0.5) {
             fold::hold(&engine, &sim, &mut rng, me, opts.cut_folds).await;
+            continue;
+        }
+        if opts.semaphores && rng.chance(0.5) {
+            semaphore::hold(&engine, &sim, &mut rng, ttl, opts.counted_per_node).await;
+            clock.sleep(Duration::from_millis(rng.range(0, 5))).await;
             continue;
         }
         // Under restore bursts, half the time the verb that needs them.
@@ -468,6 +477,8 @@ pub struct Run {
     pub ops: u64,
     /// Grants of queued attempts.
     pub queued: u64,
+    /// Holders of semaphores' permits.
+    pub permits: u64,
     /// Whether the clients ran with the clock check, and with the restart guard.
     pub clock_check: bool,
     pub restart_guard: bool,
@@ -557,6 +568,7 @@ pub fn run(seed: u64, opts: &Options) -> Run {
         struck,
         ops: w.history.ops,
         queued: w.history.queued,
+        permits: w.history.permits.len() as u64,
         clock_check: checks.clock,
         restart_guard: checks.restart,
         history: w.history.tail(80),

@@ -119,6 +119,43 @@ pub fn overlaps(holds: &[Hold]) -> Vec<(Hold, Hold)> {
     found
 }
 
+/// Every instant some resource had more than `k` holders at once (a semaphore of `k` permits), as the holds
+/// running then: per resource, the first such set after each hold that starts one.
+pub fn over_capacity(holds: &[Hold], k: usize) -> Vec<Vec<Hold>> {
+    let mut by_resource: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
+    for h in holds.iter().filter(|h| h.start < h.end) {
+        by_resource.entry(&h.resource).or_default().push(h);
+    }
+    let mut found = Vec::new();
+    for list in by_resource.values_mut() {
+        list.sort_by_key(|h| h.start);
+        // The most holders at once is reached at some hold's start: count the holds running then (half-open).
+        for (i, h) in list.iter().enumerate() {
+            let running: Vec<Hold> = list[..=i]
+                .iter()
+                .filter(|o| o.end > h.start)
+                .map(|&o| o.clone())
+                .collect();
+            let mut holders: Vec<&str> = running.iter().map(|o| &o.holder[..]).collect();
+            holders.sort_unstable();
+            holders.dedup();
+            if holders.len() > k {
+                found.push(running);
+            }
+        }
+    }
+    found
+}
+
+/// The most holders any resource had at once.
+pub fn most_at_once(holds: &[Hold]) -> usize {
+    let mut k = 0;
+    while !over_capacity(holds, k).is_empty() {
+        k += 1;
+    }
+    k
+}
+
 /// Counts of what happened, shared by workers.
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -348,6 +385,21 @@ const ENTER: &str = "local found = 0 \
     redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) \
     return found";
 
+/// [`ENTER`] for a section that admits `ARGV[4]` writers at once (a semaphore's): 2 if this writer's lease runs
+/// and at least that many others' leases run too, 1 if that many others are inside but some overran, else 0.
+const ENTER_AMONG: &str = "local live, others = 0, 0 \
+    local mine = tonumber(ARGV[2]) > tonumber(ARGV[3]) \
+    local inside = redis.call('HGETALL', KEYS[1]) \
+    for i = 2, #inside, 2 do \
+        others = others + 1 \
+        if tonumber(inside[i]) > tonumber(ARGV[3]) then live = live + 1 end \
+    end \
+    redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) \
+    local k = tonumber(ARGV[4]) \
+    if mine and live >= k then return 2 end \
+    if others >= k then return 1 end \
+    return 0";
+
 impl Writers {
     #[track_caller]
     pub fn connect(addr: SocketAddr) -> Writers {
@@ -384,6 +436,19 @@ impl Writers {
         let (end, now) = (lease_end.to_string(), mono_ns().to_string());
         let id = self.id.clone();
         match self.call(&["EVAL", ENTER, "1", &key, &id, &end, &now]) {
+            0 => Entry::Alone,
+            1 => Entry::WithOverrunner,
+            _ => Entry::WithHolder,
+        }
+    }
+
+    /// As [`Writers::enter`], for a section `k` writers may share (the holders of a semaphore of `k` permits):
+    /// [`Entry::WithHolder`] only if `k` others with running leases are inside.
+    pub fn enter_among(&mut self, resource: &str, lease_end: u64, k: usize) -> Entry {
+        let key = format!("writers:{resource}");
+        let (end, now) = (lease_end.to_string(), mono_ns().to_string());
+        let (id, k) = (self.id.clone(), k.to_string());
+        match self.call(&["EVAL", ENTER_AMONG, "1", &key, &id, &end, &now, &k]) {
             0 => Entry::Alone,
             1 => Entry::WithOverrunner,
             _ => Entry::WithHolder,

@@ -543,6 +543,12 @@ impl Guard {
         self.held.kind.token()
     }
 
+    /// The index of the permit held by a guard over a semaphore's [permit](crate::redlock::Request::permits),
+    /// `None` for other kinds.
+    pub fn permit(&self) -> Option<u32> {
+        self.held.kind.permit()
+    }
+
     /// How many times the watchdog has renewed the lease.
     pub fn renewals(&self) -> u64 {
         lock(&self.held.state).renewals

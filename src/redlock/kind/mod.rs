@@ -7,7 +7,8 @@
 //! - `set`: several resources, all or none (one script per node);
 //! - `fenced`: a lock with a fencing token; its module doc is the safety argument;
 //! - `owned`: [`Owner`](crate::redlock::Owner) and its holds of a reentrant lock, counted per owner;
-//! - `queued`: a plain resource's attempt behind the nodes' queue, for a waiting request (`wait/handoff.rs`).
+//! - `queued`: a plain resource's attempt behind the nodes' queue, for a waiting request (`wait/handoff.rs`);
+//! - `semaphore`: one of `k` permits, each a mutex of its own; its module doc is the safety argument.
 //!
 //! Here too [`Lock`], what every kind is handed out as: a lease (`engine/lease.rs`) and its kind.
 //!
@@ -18,6 +19,7 @@ pub(crate) mod fenced;
 pub(crate) mod owned;
 pub(crate) mod plain;
 pub(crate) mod queued;
+pub(crate) mod semaphore;
 pub(crate) mod set;
 
 use std::fmt;
@@ -29,6 +31,7 @@ use crate::redlock::engine::scripted::Scripted;
 use crate::redlock::engine::seam::{Clock, Nodes};
 use crate::redlock::error::{Error, Report, Result};
 use crate::redlock::kind::owned::{Hold, Owner};
+use crate::redlock::kind::semaphore::Permits;
 use crate::redlock::quorum::Failure;
 use crate::redlock::token;
 
@@ -48,6 +51,9 @@ pub(crate) enum Kind {
     /// One hold of an owner's reentrant lock: the owner is the key's value (the lease's `value`); the hold
     /// (`None` until acquired) is this acquisition's field in the holds hash and the count after it.
     Owned(Owner, Option<Hold>),
+    /// One permit of a semaphore: its name, its number of permits and (once acquired) the index held. The
+    /// lease's key is that permit's key, extended and released as a plain lock's.
+    Semaphore(Permits),
 }
 
 impl Kind {
@@ -58,6 +64,7 @@ impl Kind {
             Kind::Set(_) => "set",
             Kind::Fenced(_) => "fenced",
             Kind::Owned(..) => "owned",
+            Kind::Semaphore(_) => "semaphore",
         }
     }
 
@@ -73,6 +80,14 @@ impl Kind {
     pub(crate) fn token(&self) -> Option<u64> {
         match self {
             Kind::Fenced(token) => *token,
+            _ => None,
+        }
+    }
+
+    /// A semaphore lock's permit index, once held.
+    pub(crate) fn permit(&self) -> Option<u32> {
+        match self {
+            Kind::Semaphore(p) => p.index,
             _ => None,
         }
     }
@@ -100,6 +115,11 @@ impl Kind {
                 let first = sorted.first().cloned().unwrap_or_default();
                 (first, Kind::Set(sorted), ttl_ms)
             }
+            Kind::Semaphore(p) => {
+                semaphore::check(p.count)?;
+                let ttl_ms = engine.check(&resource, ttl)?;
+                (resource, Kind::Semaphore(p), ttl_ms)
+            }
             kind => {
                 let ttl_ms = engine.check(&resource, ttl)?;
                 (resource, kind, ttl_ms)
@@ -117,8 +137,8 @@ impl Kind {
 }
 
 /// A lock held on a majority of the nodes, valid until [`valid_until`](Lock::valid_until): one resource, a set of
-/// them, a fenced lock ([`token`](Lock::token)) or one hold of an owner's reentrant lock ([`owner`](Lock::owner)),
-/// as its [request](crate::redlock::Request) asked. Every kind is extended with
+/// them, a fenced lock ([`token`](Lock::token)), one hold of an owner's reentrant lock ([`owner`](Lock::owner)) or
+/// one permit of a semaphore ([`permit`](Lock::permit)), as its [request](crate::redlock::Request) asked. Every kind is extended with
 /// [`LockManager::extend`](crate::redlock::LockManager::extend) and released with
 /// [`LockManager::unlock`](crate::redlock::LockManager::unlock).
 ///
@@ -147,7 +167,8 @@ impl Lock {
         self
     }
 
-    /// The locked resource's name (the Redis key); for a set, the first of its names (sorted).
+    /// The locked resource's name (the Redis key); for a set, the first of its names (sorted); for a semaphore,
+    /// the key of the permit held ([`permit_key`](crate::redlock::permit_key)).
     pub fn resource(&self) -> &[u8] {
         &self.lease.resource
     }
@@ -167,6 +188,13 @@ impl Lock {
     /// The owner of an [owned](crate::redlock::Request::owned) (reentrant) hold, `None` for other kinds.
     pub fn owner(&self) -> Option<&Owner> {
         self.kind.owner()
+    }
+
+    /// The index of the permit held, in `0..k`, for a lock of a semaphore of `k`
+    /// [permits](crate::redlock::Request::permits); `None` for other kinds. No other holder holds this index
+    /// while the lock is valid.
+    pub fn permit(&self) -> Option<u32> {
+        self.kind.permit()
     }
 
     /// For an owned hold, the number of holds the key had after this acquisition (1 for an outer hold, 2 for
@@ -227,6 +255,7 @@ impl fmt::Debug for Lock {
         match &self.kind {
             Kind::Fenced(Some(token)) => d.field("token", token),
             Kind::Owned(_, Some(hold)) => d.field("holds", &hold.holds),
+            Kind::Semaphore(p) => d.field("permit", &p.index).field("permits", &p.count),
             _ => &mut d,
         };
         d.field("validity", &self.validity())
@@ -270,6 +299,11 @@ fn check_routable<N: Nodes, C: Clock>(engine: &Engine<N, C>, ask: &Ask) -> Resul
              or no brace at all: its counter must lie in the resource's slot",
         )),
         Kind::Fenced(_) | Kind::Owned(..) => Ok(()),
+        Kind::Semaphore(_) if !colocatable(&ask.resource) => Err(Error::config(
+            "on cluster members a semaphore's name must have a hash tag ({pool}:db) or no brace at all: \
+             its permits must lie in one slot",
+        )),
+        Kind::Semaphore(_) => Ok(()),
     }
 }
 
@@ -298,6 +332,7 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
         Kind::Set(names) => set::attempt(engine, names, fresh, ttl).await,
         Kind::Fenced(_) => fenced::attempt(engine, resource, fresh, ttl).await,
         Kind::Owned(owner, _) => owned::attempt(engine, owner, resource, fresh, ttl).await,
+        Kind::Semaphore(p) => semaphore::attempt(engine, resource, p.count, fresh, ttl).await,
     };
     undo.disarm();
     Ok(got)
@@ -322,7 +357,7 @@ pub(crate) fn extension(
     routed: bool,
 ) -> Option<Scripted> {
     match kind {
-        Kind::Plain | Kind::Fenced(_) => None,
+        Kind::Plain | Kind::Fenced(_) | Kind::Semaphore(_) => None,
         Kind::Set(names) => Some(set::extension(names, value)),
         Kind::Owned(_, hold) => Some(owned::extension(resource, value, hold.as_ref(), routed)),
     }
@@ -356,6 +391,16 @@ pub(crate) async fn release<N: Nodes, C: Clock>(
     match &lock.kind {
         // A fenced lock without a token handed out has no counter to raise.
         Kind::Plain | Kind::Fenced(None) => engine.unlock(&lock.lease).await,
+        // A permit is a plain key; a lock without an index (the simulator's control) gives back every permit.
+        Kind::Semaphore(p) if p.index.is_some() => engine.unlock(&lock.lease).await,
+        Kind::Semaphore(p) => {
+            set::release(
+                engine,
+                &lock.lease,
+                &semaphore::permit_keys(&p.name, p.count),
+            )
+            .await
+        }
         Kind::Fenced(Some(token)) => fenced::release(engine, &lock.lease, *token).await,
         Kind::Set(names) => set::release(engine, &lock.lease, names).await,
         Kind::Owned(_, hold) => owned::release(
@@ -414,6 +459,7 @@ impl<N: Nodes, C: Clock> Drop for Undo<'_, N, C> {
             Kind::Plain | Kind::Fenced(_) => plain::undo(engine, self.resource, fresh),
             Kind::Set(names) => set::undo(engine, names, fresh),
             Kind::Owned(owner, _) => owned::undo(engine, self.resource, owner, fresh),
+            Kind::Semaphore(p) => semaphore::undo(engine, self.resource, p.count, fresh),
         }
     }
 }

@@ -163,4 +163,38 @@ impl LockManager {
         }
         released.map(|(released, _)| released)
     }
+
+    /// **For the project's tests only (the `sim` feature): an unsafe semaphore, on purpose.** One attempt at a
+    /// permit of `name` (of `permits`) by the majority-of-counters construction: each node takes one free
+    /// permit, whichever, and a majority of nodes that took one is a hold, with no index
+    /// (`kind/semaphore.rs`'s module doc: it admits more than `permits` holders). The control the fault tests
+    /// must catch; released by [`unlock`](crate::redlock::LockManager::unlock).
+    ///
+    /// # Errors
+    ///
+    /// As [`Request::acquire`](crate::redlock::Request::acquire) of [`permits`](crate::redlock::Request::permits)
+    /// with [`once`](crate::redlock::Request::once).
+    #[cfg(feature = "sim")]
+    #[doc(hidden)]
+    pub fn acquire_permit_counted_per_node(
+        &self,
+        name: impl AsRef<[u8]>,
+        permits: u32,
+        ttl: Duration,
+    ) -> Result<Lock> {
+        use crate::redlock::kind::semaphore::{self, Permits};
+        let engine = self.engine();
+        let name = name.as_ref();
+        let kind = Kind::Semaphore(Permits {
+            name: name.to_vec(),
+            count: permits,
+            index: None,
+        });
+        let ask = kind.check(name.to_vec(), engine, ttl)?;
+        let ttl = (ask.ttl, ask.ttl_ms);
+        block(engine.retrying(false, || async {
+            let value = engine.tokens.draw("drawing the lock value")?;
+            Ok(semaphore::attempt_counted_per_node(engine, name, permits, value, ttl).await)
+        }))
+    }
 }

@@ -7,10 +7,12 @@
 //! Every waiting policy (once, retry, wait) works with every kind and every terminal, except two kinds of sets
 //! the nodes have no script for, which are an [`Error::Config`] before anything is sent:
 //!
-//! | | plain | fenced | owned (reentrant) |
-//! |---|---|---|---|
-//! | one resource | ✓ | ✓ | ✓ |
-//! | a set | ✓ | `Error::Config`: the fencing counter is per resource | `Error::Config`: holds are counted per resource |
+//! | | plain | fenced | owned (reentrant) | permits (semaphore) |
+//! |---|---|---|---|---|
+//! | one resource | ✓ | ✓ | ✓ | ✓ |
+//! | a set | ✓ | `Error::Config`: the fencing counter is per resource | `Error::Config`: holds are counted per resource | `Error::Config`: permits are per name |
+//!
+//! The kinds do not combine: a semaphore's permits with a fencing token or an owner is an [`Error::Config`].
 
 use std::time::Duration;
 
@@ -20,6 +22,7 @@ use crate::redlock::error::{Error, Outcome, Result};
 use crate::redlock::guard::Guard;
 use crate::redlock::kind::Lock;
 use crate::redlock::kind::owned::Owner;
+use crate::redlock::kind::semaphore::Permits;
 use crate::redlock::kind::{self, Kind};
 use crate::redlock::lost::Lost;
 use crate::redlock::observe;
@@ -41,6 +44,14 @@ const FENCED_SET: &str = "a fenced set is not supported: the fencing counter is 
                           confirms one token across a set's counters (fence each resource, or lock the set and \
                           fence one resource that stands for it)";
 
+/// Why a semaphore of a set is refused.
+const SEMAPHORE_SET: &str = "a semaphore over a set is not supported: permits are per name (ask for permits of one \
+                             name that stands for the set)";
+
+/// Why a semaphore combined with another kind is refused.
+const SEMAPHORE_KIND: &str = "a semaphore's permits do not combine with a fencing token or an owner: each permit \
+                              is a plain lock of its own key";
+
 /// Why an owned set is refused.
 const OWNED_SET: &str = "an owned (reentrant) set is not supported: holds are counted per resource, and no script \
                          adds a hold to a set's keys together";
@@ -52,7 +63,7 @@ const OWNED_SET: &str = "an owned (reentrant) set is not supported: holds are co
 /// |---|---|---|
 /// | [`ttl`](Request::ttl) | [`Config::ttl`](crate::redlock::Config::ttl) | the lease (for a guard: each renewal's) |
 /// | [`once`](Request::once) / [`retry`](Request::retry) / [`wait`](Request::wait) | `retry` | one attempt; [`Config::retry_count`](crate::redlock::Config::retry_count) more; wait without polling |
-/// | [`fenced`](Request::fenced) / [`owned`](Request::owned) | plain | a fencing token; one hold of an owner's reentrant lock |
+/// | [`fenced`](Request::fenced) / [`owned`](Request::owned) / [`permits`](Request::permits) | plain | a fencing token; one hold of an owner's reentrant lock; one of `k` permits |
 ///
 /// | terminal | gives | |
 /// |---|---|---|
@@ -60,7 +71,7 @@ const OWNED_SET: &str = "an owned (reentrant) set is not supported: holds are co
 /// | [`hold`](Request::hold) | [`Guard`] | renewed in the background until dropped or released; says before expiry when it is lost |
 /// | [`run`](Request::run) | the closure's value | the closure runs under a guard; an error if the guard was lost meanwhile |
 ///
-/// A combination the nodes cannot do — a fenced set, an owned set — is an [`Error::Config`] naming why, before
+/// A combination the nodes cannot do — a fenced set, an owned set, a semaphore of a set or with a token — is an [`Error::Config`] naming why, before
 /// anything is sent.
 ///
 /// # Examples
@@ -130,10 +141,15 @@ impl<'m> Request<'m> {
         }
     }
 
-    /// The request as `kind`, asked by an option: a set cannot take it (`why`, at the terminal).
+    /// The request as `kind`, asked by an option: a set cannot take it (`why`, at the terminal), nor does a
+    /// semaphore combine with another kind ([`SEMAPHORE_KIND`]); otherwise the last option asked wins.
     fn asking(mut self, kind: Kind, why: &'static str) -> Request<'m> {
-        match self.kind {
-            Kind::Set(_) => self.refused = Some(why),
+        match (&self.kind, &kind) {
+            (Kind::Set(_), _) => self.refused = Some(why),
+            (Kind::Plain, _) | (Kind::Semaphore(_), Kind::Semaphore(_)) => self.kind = kind,
+            (Kind::Semaphore(_), _) | (_, Kind::Semaphore(_)) => {
+                self.refused = Some(SEMAPHORE_KIND)
+            }
             _ => self.kind = kind,
         }
         self
@@ -175,7 +191,8 @@ impl<'m> Request<'m> {
     /// processes (not with cluster members; where a majority of nodes refuse the queue's script, a manager waits
     /// without it from then on). A set waits in a
     /// line of its own, woken by a release of any of its names and probing them all; an owner's holds in a line
-    /// of the owner's, so that a nested hold never waits behind another owner's waiter.
+    /// of the owner's, so that a nested hold never waits behind another owner's waiter; a semaphore's in a line of
+    /// its name, woken by a release of any of its permits.
     ///
     /// Tracking is chosen over pub/sub because it needs nothing from the holder: a release by any Redlock client
     /// (redsync, node-redlock, a crashed holder's expiry) wakes the waiter, where a channel would only hear
@@ -220,6 +237,49 @@ impl<'m> Request<'m> {
     /// on its own, and the key goes with the last. Not for a set ([`Error::Config`]).
     pub fn owned(self, owner: &Owner) -> Request<'m> {
         self.asking(Kind::Owned(owner.clone(), None), OWNED_SET)
+    }
+
+    /// One of `k` permits of a counting semaphore named by the resource: at most `k` holders at once, across
+    /// processes, each holding a permit whose index is [`Lock::permit`] (or [`Guard::permit`]). Extended, renewed
+    /// and released as a plain lock of the permit's key ([`permit_key`](crate::redlock::permit_key)). Every
+    /// client must ask for a name with the same `k`.
+    ///
+    /// **Why at most `k`**: each permit is a Redlock mutex of its own key, so under the mutex's assumptions no two
+    /// holders of one permit overlap, and every holder holds exactly one of the `k`. An acquisition is one round:
+    /// every node takes its lowest free permit (`SET NX PX`, in a script), the grants are counted per permit, the
+    /// lowest permit a majority granted within the lease's validity is kept, and any other permit taken is given
+    /// back at once (compare-and-delete of the offer's value); if the grants split between permits, a second
+    /// round takes every free permit on each node. Counting holders per node instead (each node admits `k`, a
+    /// majority of admissions holds) is unsafe: with 3 nodes and `k = 2`, A admitted on {1, 2}, B on {2, 3} and C
+    /// on {1, 3} would all hold. Cost: one round trip (two on a split), `O(k)` script work per node at worst.
+    ///
+    /// [`wait`](Request::wait) waits in this process' line, woken by a release or an invalidation of any
+    /// permit (not in the nodes' queue of a plain lock). `k` must be between 1 and
+    /// [`MAX_PERMITS`](crate::redlock::MAX_PERMITS); not for a set, nor with [`fenced`](Request::fenced) or
+    /// [`owned`](Request::owned) ([`Error::Config`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+    /// // At most 4 exports at once, across every process.
+    /// let permit = locks.request("exports").permits(4).acquire()?;
+    /// let index = permit.permit(); // Some(0..4)
+    /// locks.unlock(permit)?;
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn permits(self, k: u32) -> Request<'m> {
+        let name = self.resource.clone();
+        self.asking(
+            Kind::Semaphore(Permits {
+                name,
+                count: k,
+                index: None,
+            }),
+            SEMAPHORE_SET,
+        )
     }
 
     /// Acquires the lock as asked.

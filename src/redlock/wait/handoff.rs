@@ -206,7 +206,14 @@ pub(super) async fn queued_wait(
                 keeper.watchdog.ensure_started(Arc::downgrade(keeper));
                 if refusal.head {
                     // Our turn: wait for the lock key, as a lone waiter does.
-                    wake_for_holder(keeper, &[resource], &mut report, &mut free_streak, now).await
+                    wake_for_holder(
+                        keeper,
+                        (&[resource], false),
+                        &mut report,
+                        &mut free_streak,
+                        now,
+                    )
+                    .await
                 } else {
                     // Another waiter's turn: wait for ours (or refresh the entry).
                     let (changed, tracked) = arm_turn(keeper, entry, &refusal.turns).await;

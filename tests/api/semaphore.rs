@@ -1,0 +1,189 @@
+//! Semaphores (`Request::permits`) on real redis-server nodes: distinct permits up to `k` and a refusal past
+//! it, the per-permit count that refuses the crossed majorities a per-node count would admit, guards and
+//! waiting, the async form, and the combinations refused before anything is sent.
+
+use crate::support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use muxlock::{Error, permit_key};
+use support::Cluster;
+use support::locks::{manager_of, one_attempt, wait_until};
+use support::wire::cmd;
+
+fn steady() -> muxlock::Config {
+    one_attempt(Duration::from_secs(1))
+}
+
+/// The key of permit `i` of `name`, as a string for raw commands.
+fn key(name: &str, i: u32) -> String {
+    String::from_utf8(permit_key(name.as_bytes(), i)).expect("an ASCII name")
+}
+
+#[test]
+fn k_holders_get_distinct_permits_and_the_next_is_refused() {
+    let cluster = Cluster::start(3);
+    let locks = manager_of(&cluster, steady());
+    let held: Vec<_> = (0..3)
+        .map(|_| {
+            locks
+                .request("exports")
+                .permits(3)
+                .acquire()
+                .expect("a free permit")
+        })
+        .collect();
+    let mut permits: Vec<u32> = held.iter().map(|l| l.permit().expect("an index")).collect();
+    permits.sort_unstable();
+    assert_eq!(permits, [0, 1, 2]);
+    let refused = locks.request("exports").permits(3).once().acquire();
+    assert!(matches!(refused, Err(Error::Held(_))), "{refused:?}");
+    // Giving one back frees that permit for the next holder; the others stay.
+    let mut held = held;
+    let freed = held.remove(1);
+    let index = freed.permit();
+    locks.unlock(freed).expect("released");
+    let next = locks
+        .request("exports")
+        .permits(3)
+        .acquire()
+        .expect("the freed permit");
+    assert_eq!(next.permit(), index);
+    // Each holder's permit is its own key, holding its value on every node.
+    for node in cluster.nodes() {
+        for l in held.iter().chain([&next]) {
+            let got = node.raw(&cmd(&["GET", &key("exports", l.permit().unwrap_or(9))]));
+            assert!(
+                got.ends_with(format!("{}\r\n", l.value()).as_bytes()),
+                "{}",
+                String::from_utf8_lossy(&got)
+            );
+        }
+    }
+    for l in held.into_iter().chain([next]) {
+        locks.unlock(l).expect("released");
+    }
+}
+
+/// Three nodes, two permits: A holds permit 0 on nodes 0 and 1, B holds permit 1 on nodes 1 and 2 (each on a
+/// majority; each missed one node). Node 0 still has permit 1 free and node 2 permit 0: a majority of nodes
+/// has room, so a count of holders per node would admit a third holder. Counted per permit, no permit is free
+/// on a majority: refused.
+#[test]
+fn crossed_majorities_are_refused_counted_per_permit() {
+    let cluster = Cluster::start(3);
+    for (node, i, holder) in [(0, 0, "A"), (1, 0, "A"), (1, 1, "B"), (2, 1, "B")] {
+        let reply = cluster
+            .node(node)
+            .raw(&cmd(&["SET", &key("pool", i), holder, "PX", "30000"]));
+        assert_eq!(reply, b"+OK\r\n");
+    }
+    let locks = manager_of(&cluster, steady());
+    let third = locks.request("pool").permits(2).once().acquire();
+    assert!(matches!(third, Err(Error::Held(_))), "{third:?}");
+    // Its grants are given back (unawaited): nodes 0 and 2 come to hold only what they held.
+    for (node, free) in [(0, 1), (2, 0)] {
+        wait_until(Duration::from_secs(2), "the give-back", || {
+            cluster
+                .node(node)
+                .raw(&cmd(&["EXISTS", &key("pool", free)]))
+                == b":0\r\n"
+        });
+    }
+}
+
+#[test]
+fn a_guarded_permit_is_renewed_and_a_waiter_gets_it_when_released() {
+    let cluster = Cluster::start(3);
+    // Rounds short enough for a 2 s guard (renewed every 2/3 s).
+    let locks = manager_of(&cluster, one_attempt(Duration::from_millis(200)));
+    let guard = locks
+        .request("crawl")
+        .permits(1)
+        .ttl(Duration::from_secs(2))
+        .hold()
+        .expect("the permit");
+    assert_eq!(guard.permit(), Some(0));
+    let waiter = manager_of(&cluster, steady());
+    let released_at = thread::scope(|s| {
+        let w = s.spawn(|| {
+            let lock = waiter
+                .request("crawl")
+                .permits(1)
+                .wait(Duration::from_secs(10))
+                .acquire();
+            (lock, Instant::now())
+        });
+        // Held past two renewals, then released: the waiter gets the permit then, not at a lease's end.
+        thread::sleep(Duration::from_millis(1_500));
+        assert!(!guard.is_lost());
+        assert!(guard.renewals() >= 1, "{}", guard.renewals());
+        let at = Instant::now();
+        guard.release().expect("released");
+        let (lock, got_at) = w.join().expect("the waiter");
+        let lock = lock.expect("the permit after the release");
+        assert_eq!(lock.permit(), Some(0));
+        waiter.unlock(lock).expect("released");
+        got_at.duration_since(at)
+    });
+    assert!(released_at < Duration::from_secs(1), "{released_at:?}");
+}
+
+#[test]
+fn an_async_permit_is_acquired_and_released() {
+    let cluster = Cluster::start(3);
+    let locks = manager_of(&cluster, steady());
+    let rt = support::rt::current_thread();
+    rt.block_on(async {
+        let a = locks
+            .request("jobs")
+            .permits(2)
+            .acquire_async()
+            .await
+            .expect("one");
+        let b = locks
+            .request("jobs")
+            .permits(2)
+            .acquire_async()
+            .await
+            .expect("two");
+        assert_ne!(a.permit(), b.permit());
+        let c = locks
+            .request("jobs")
+            .permits(2)
+            .once()
+            .acquire_async()
+            .await;
+        assert!(matches!(c, Err(Error::Held(_))), "{c:?}");
+        locks.unlock_async(a).await.expect("released");
+        locks.unlock_async(b).await.expect("released");
+    });
+}
+
+#[test]
+fn permits_combine_with_neither_a_set_nor_a_token_nor_an_owner() {
+    let cluster = Cluster::start(3);
+    let locks = manager_of(&cluster, steady());
+    let owner = locks.owner().expect("an owner");
+    let refused = [
+        locks.request_all(["a", "b"]).permits(2).acquire(),
+        locks.request("a").permits(2).fenced().acquire(),
+        locks.request("a").fenced().permits(2).acquire(),
+        locks.request("a").owned(&owner).permits(2).acquire(),
+        locks.request("a").permits(0).acquire(),
+        locks
+            .request("a")
+            .permits(muxlock::MAX_PERMITS + 1)
+            .acquire(),
+    ];
+    for (i, r) in refused.into_iter().enumerate() {
+        assert!(matches!(r, Err(Error::Config(_))), "case {i}: {r:?}");
+    }
+    // Nothing was sent: no permit key anywhere.
+    for node in cluster.nodes() {
+        for i in 0..2 {
+            assert_eq!(node.raw(&cmd(&["EXISTS", &key("a", i)])), b":0\r\n");
+        }
+    }
+}
