@@ -155,6 +155,10 @@ fn a_replica_forced_to_take_over_before_it_synced_can_grant_a_second_holder() {
         .once()
         .acquire()
         .map(|l| c.unlock(l));
+    // An inspection waits for every node: R's set-up replies (its promotion, which `c`'s guard quarantines for a
+    // window) are read now, not at `c`'s first try, which would date them then and keep R uncounted through
+    // `b`'s whole lease.
+    let _ = c.inspect("warm-c");
     thread::sleep(ttl + Duration::from_millis(1_500));
     // What b's restart guard knows of each member right before it asks (named if b's grant is not counted).
     let standing_before = b.stats().nodes;
