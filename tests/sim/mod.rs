@@ -51,6 +51,7 @@
 
 pub mod check;
 pub mod cleanup;
+pub mod cluster;
 pub mod directed;
 pub mod fold;
 pub mod guards;
@@ -69,8 +70,13 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use muxlock::net::cluster::{
+    ConnRound, Conns, MapDone, MemberAddr, Members, Plan, SlotMap, Vacancies,
+};
 use muxlock::net::sim::{Io, SimFanout, SimRound as Exchange, Step};
-use muxlock::net::{CommandId, NodeAddr, NodeError, NodeSet, Options as NetOptions, Reply};
+use muxlock::net::{
+    CommandId, NodeAddr, NodeCounts, NodeError, NodeSet, Options as NetOptions, Reply, TlsConfig,
+};
 use muxlock::redlock::sim::{Clock, NodeRound, Nodes};
 use muxlock::resp::{Value, encode};
 
@@ -215,6 +221,33 @@ enum Event {
         node: usize,
         change: ClockChange,
     },
+    /// A cluster event (`cluster.rs`): a slot migration's start, one key moved, its end; a failover; a
+    /// replica's link down or up again.
+    Cluster {
+        cluster: usize,
+        change: ClusterChange,
+    },
+    /// A client's map read (`Conns::read_map`) is answered: the callback waiting in `World::maps`.
+    Map {
+        client: usize,
+        cluster: usize,
+        done: usize,
+    },
+}
+
+/// A change to a simulated cluster (see [`Event::Cluster`]).
+#[derive(Clone, Copy, Debug)]
+pub enum ClusterChange {
+    /// Slot `slot` starts migrating from its master to master `to` (index in the cluster).
+    Migrate { slot: u16, to: usize },
+    /// One key of the migrating slot moves (`MIGRATE`).
+    MoveKey,
+    /// The migration ends: the remaining keys move, and the slot is the new master's.
+    Settle,
+    /// Replica `replica` takes over from its master.
+    Failover { replica: usize },
+    /// Replica `replica`'s link goes down (`false`) or comes back with a full sync (`true`).
+    Link { replica: usize, up: bool },
 }
 
 /// A change to a node's wall clock (the fault plan's, `plan_clocks`).
@@ -262,6 +295,8 @@ struct Line {
     /// every earlier one has, as on a TCP connection, however pauses held them back.
     sent: u64,
     ran: u64,
+    /// The connection sent `ASKING` just before (a cluster node serves the next command of an importing slot).
+    asking: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -415,6 +450,13 @@ pub struct Struck {
     /// and release requests (counted by reply) held for room when their round ended and detached.
     pub redials: u64,
     pub detached: u64,
+    /// Cluster members: `-MOVED` and `-ASK` replies, slot migrations begun, failovers (and those to a replica
+    /// that lacked its master's latest writes), replication checks' `WAIT`s.
+    pub moved: u64,
+    pub asked: u64,
+    pub migrations: u64,
+    pub failovers: u64,
+    pub failovers_lacking: u64,
 }
 
 /// What a write's replies are encoded into at first: enough for most (a set-up's are about 1 KiB).
@@ -442,6 +484,39 @@ pub struct World {
     steps_back: bool,
     pub struck: Struck,
     pub history: check::History,
+    /// The members the clients' managers have: plain nodes, or simulated clusters (`cluster.rs`).
+    pub members: Vec<Member>,
+    pub clusters: Vec<cluster::Cluster>,
+    /// Per node: its cluster and its place there.
+    pub cluster_of: Vec<Option<(usize, usize)>>,
+    /// Map reads waiting for their answer ([`Event::Map`]).
+    maps: Vec<MapWait>,
+    /// The options every client's fanout starts from.
+    opts: Rc<NetOptions>,
+    /// The members' layout, in worlds with cluster members.
+    layout: Option<Rc<cluster::Layout>>,
+}
+
+/// A map read waiting for its answer (taken when answered).
+struct MapWait(Option<MapDone>);
+
+impl std::fmt::Debug for MapWait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "MapWait"
+        } else {
+            "MapWait(answered)"
+        })
+    }
+}
+
+/// A member of the clients' managers.
+#[derive(Clone, Copy, Debug)]
+pub enum Member {
+    /// A plain node.
+    Node(usize),
+    /// A simulated cluster.
+    Cluster(usize),
 }
 
 impl World {
@@ -572,6 +647,7 @@ impl World {
                         last_reply: now,
                         sent: 0,
                         ran: 0,
+                        asking: false,
                     };
                     // The handshake takes the node's base latency (not a slow client's own extra, which models
                     // a late reader).
@@ -698,13 +774,17 @@ impl World {
                     return;
                 }
                 let mut out = BytesMut::with_capacity(REPLY_CAPACITY);
+                let in_cluster = self.cluster_of.get(node).copied().flatten();
                 wire::each_command(&bytes, |cmd| {
                     if cmd.first().is_some_and(|c| c == b"TIME") {
                         self.count_time(node);
                         self.nodes[node].node.time_reply(now, &mut out);
                         return;
                     }
-                    let reply = self.nodes[node].node.exec(cmd, now);
+                    let reply = match in_cluster {
+                        None => self.nodes[node].node.exec(cmd, now),
+                        Some(at) => self.cluster_exec(client, node, at, cmd),
+                    };
                     if matches!(&reply, Value::Error(m) if m.starts_with(b"NOSCRIPT")) {
                         self.struck.noscript += 1;
                     }
@@ -794,6 +874,9 @@ impl World {
                 n.node.restart(now, kind, run);
                 n.down = false;
                 n.paused_until = 0;
+                if let Some((c, i)) = self.cluster_of.get(node).copied().flatten() {
+                    self.cluster_restarted(c, i);
+                }
                 let line = format!("{} node {node} is back ({kind:?})", check::ms(now));
                 self.history.note(line);
             }
@@ -809,6 +892,257 @@ impl World {
                 }
             }
             Event::Clock { node, change } => self.change_clock(node, change),
+            Event::Cluster { cluster, change } => self.change_cluster(cluster, change),
+            Event::Map {
+                client,
+                cluster,
+                done,
+            } => {
+                let Some(done) = self.maps.get_mut(done).and_then(|m| m.0.take()) else {
+                    return;
+                };
+                let c = &self.clusters[cluster];
+                let up = c.nodes.iter().copied().find(|&n| !self.nodes[n].down);
+                let map = up.and_then(|n| {
+                    let map = SlotMap::from_slots_reply(&c.slots_reply()).ok()?;
+                    Some((map, cluster::host(n)))
+                });
+                let at = self.at(client, now);
+                done(map, &|| at);
+            }
+        }
+    }
+
+    /// Runs `cmd` on `node`, place `at` (cluster, index) of a simulated cluster, for `client`'s connection: the
+    /// cluster's routing first (`cluster.rs`), then the node, then the effects copied to its linked replicas.
+    fn cluster_exec(
+        &mut self,
+        client: usize,
+        node: usize,
+        at: (usize, usize),
+        cmd: &[&[u8]],
+    ) -> Value {
+        let now = self.now;
+        let asking = std::mem::take(&mut self.procs[client].lines[node].asking);
+        let (c, i) = at;
+        let route = {
+            let (clusters, nodes) = (&self.clusters, &mut self.nodes);
+            let n = &mut nodes[node].node;
+            clusters[c].route(i, cmd, asking, |k| n.has(k, now))
+        };
+        match route {
+            cluster::Route::Reply(v) => {
+                if cmd
+                    .first()
+                    .is_some_and(|v| v.eq_ignore_ascii_case(b"ASKING"))
+                {
+                    self.procs[client].lines[node].asking = true;
+                }
+                if let Value::Error(e) = &v {
+                    if e.starts_with(b"MOVED") {
+                        self.struck.moved += 1;
+                    } else if e.starts_with(b"ASK") {
+                        self.struck.asked += 1;
+                    }
+                }
+                v
+            }
+            cluster::Route::Run(keys) => {
+                let reply = self.nodes[node].node.exec(cmd, now);
+                if cmd.first().is_some_and(|v| v.eq_ignore_ascii_case(b"INFO")) {
+                    if let Value::BulkString(text) = &reply {
+                        let more = self.clusters[c].info_replication(i);
+                        let mut all = String::from_utf8_lossy(text).into_owned();
+                        all.push_str(&more);
+                        return Value::BulkString(Bytes::from(all));
+                    }
+                }
+                if !keys.is_empty() {
+                    self.replicate(c, i, &keys);
+                }
+                reply
+            }
+        }
+    }
+
+    /// Node `i` of cluster `c` is back: a replica syncs from its master (if linked); a master has a new
+    /// replication id, and its linked replicas sync from it.
+    fn cluster_restarted(&mut self, c: usize, i: usize) {
+        let cl = &self.clusters[c];
+        match cl.replica_of[i] {
+            Some(m) => {
+                let (from, to) = (cl.nodes[m], cl.nodes[i]);
+                if cl.linked[i] && !self.nodes[from].down {
+                    self.full_sync(from, to);
+                }
+            }
+            None => {
+                let from = cl.nodes[i];
+                let replicas: Vec<usize> = cl
+                    .replicas(i)
+                    .filter(|&r| cl.linked[r])
+                    .map(|r| cl.nodes[r])
+                    .collect();
+                let fresh = format!("{:040x}", self.rng.next() as u128 * 0x9e37_79b9);
+                self.clusters[c].replid[i] = fresh;
+                self.clusters[c].replid2[i] = None;
+                for r in replicas {
+                    if !self.nodes[r].down {
+                        self.full_sync(from, r);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copies `keys` as master `i` of cluster `c` has them to its linked replicas (effects replication).
+    fn replicate(&mut self, c: usize, i: usize, keys: &[Bytes]) {
+        let replicas: Vec<usize> = {
+            let cl = &self.clusters[c];
+            cl.replicas(i)
+                .filter(|&r| cl.linked[r])
+                .map(|r| cl.nodes[r])
+                .collect()
+        };
+        let from = self.clusters[c].nodes[i];
+        for r in replicas {
+            for k in keys {
+                let entry = self.nodes[from].node.keys.get(k).cloned();
+                let to = &mut self.nodes[r].node.keys;
+                match entry {
+                    Some(e) => {
+                        to.insert(k.clone(), e);
+                    }
+                    None => {
+                        to.remove(k);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Node `to` takes `from`'s whole keyspace (a full sync).
+    fn full_sync(&mut self, from: usize, to: usize) {
+        let keys = self.nodes[from].node.keys.clone();
+        self.nodes[to].node.keys = keys;
+    }
+
+    /// Applies a change to cluster `c` now.
+    fn change_cluster(&mut self, c: usize, change: ClusterChange) {
+        let now = self.now;
+        match change {
+            ClusterChange::Migrate { slot, to } => {
+                let cl = &mut self.clusters[c];
+                let from = cl.owner[slot as usize] as usize;
+                if cl.migrating.is_some() || from == to || cl.replica_of[to].is_some() {
+                    return;
+                }
+                cl.migrating = Some((slot, from, to));
+                self.struck.migrations += 1;
+            }
+            ClusterChange::MoveKey | ClusterChange::Settle => {
+                let Some((slot, from, to)) = self.clusters[c].migrating else {
+                    return;
+                };
+                let (a, b) = (self.clusters[c].nodes[from], self.clusters[c].nodes[to]);
+                let keys: Vec<Bytes> = self.nodes[a]
+                    .node
+                    .keys
+                    .keys()
+                    .filter(|k| muxlock::net::cluster::key_slot(k) == slot)
+                    .cloned()
+                    .collect();
+                let take = match change {
+                    ClusterChange::MoveKey => keys.len().min(1),
+                    _ => keys.len(),
+                };
+                for k in &keys[..take] {
+                    // `MIGRATE`: the key with its expiry, gone from the source.
+                    self.nodes[a].node.expire_all(now);
+                    if let Some(e) = self.nodes[a].node.keys.remove(k) {
+                        self.nodes[b].node.keys.insert(k.clone(), e);
+                    }
+                }
+                self.replicate(c, from, &keys[..take]);
+                self.replicate(c, to, &keys[..take]);
+                if let ClusterChange::Settle = change {
+                    let cl = &mut self.clusters[c];
+                    cl.owner[slot as usize] = to as u8;
+                    cl.migrating = None;
+                }
+            }
+            ClusterChange::Failover { replica } => {
+                let cl = &self.clusters[c];
+                let Some(m) = cl.replica_of[replica] else {
+                    return;
+                };
+                if cl.migrating.is_some_and(|(_, f, t)| f == m || t == m) {
+                    return;
+                }
+                let (rn, mn) = (cl.nodes[replica], cl.nodes[m]);
+                if self.nodes[rn].down {
+                    return;
+                }
+                self.struck.failovers += 1;
+                let fresh = format!(
+                    "{:040x}",
+                    self.rng.next() as u128 * 0x9e37_79b9 + now as u128
+                );
+                let lacking = !cl.linked[replica];
+                if lacking {
+                    self.struck.failovers_lacking += 1;
+                    // It lacks writes its master took: as a node back without its data, for the checker.
+                    self.nodes[rn].lost_data_at = Some(now);
+                }
+                let cl = &mut self.clusters[c];
+                cl.replid2[replica] = Some(cl.replid[m].clone());
+                cl.replid[replica] = fresh;
+                cl.replica_of[replica] = None;
+                cl.linked[replica] = true;
+                for s in cl.owner.iter_mut() {
+                    if *s as usize == m {
+                        *s = replica as u8;
+                    }
+                }
+                // The old master and its other replicas follow the new one, with a full sync.
+                let followers: Vec<usize> = (0..cl.nodes.len())
+                    .filter(|&k| k == m || cl.replica_of[k] == Some(m))
+                    .collect();
+                for &k in &followers {
+                    cl.replica_of[k] = Some(replica);
+                    cl.replid2[k] = None;
+                }
+                let linked: Vec<usize> = followers
+                    .iter()
+                    .filter(|&&k| cl.linked[k] || k == m)
+                    .map(|&k| cl.nodes[k])
+                    .collect();
+                self.clusters[c].linked[m] = !self.nodes[mn].down;
+                for k in linked {
+                    if !self.nodes[k].down {
+                        self.full_sync(rn, k);
+                    }
+                }
+                self.history.note(format!(
+                    "{} cluster {c}: node {rn} takes over from node {mn}{}",
+                    check::ms(now),
+                    match lacking {
+                        true => " without its latest writes",
+                        false => "",
+                    }
+                ));
+            }
+            ClusterChange::Link { replica, up } => {
+                let cl = &mut self.clusters[c];
+                let Some(m) = cl.replica_of[replica] else {
+                    return;
+                };
+                cl.linked[replica] = up;
+                let (rn, mn) = (cl.nodes[replica], cl.nodes[m]);
+                if up && !self.nodes[rn].down && !self.nodes[mn].down {
+                    self.full_sync(mn, rn);
+                }
+            }
         }
     }
 
@@ -871,14 +1205,34 @@ impl World {
     /// without their data (a snapshot, or nothing) at `since` or later, a fault a guard learns of only at its
     /// next renewal (the restart guard, not the keys, keeps the lock safe meanwhile), or their clocks moved ahead
     /// of real time since (keys expire early there; the clock check, not the keys, keeps the lock safe).
+    /// A cluster member counts as one: it holds the key if one of its masters does (the slot's owner, or
+    /// during a migration the node the key moved to), and is excused if one of them is.
     pub fn holding(&mut self, key: &[u8], value: &[u8], since: Time) -> (usize, usize) {
         let now = self.now;
         let (mut holding, mut excused) = (0, 0);
-        for n in &mut self.nodes {
-            if n.node.holds(key, value, now) {
-                holding += 1;
-            } else if n.lost_data_at.is_some_and(|t| t >= since) || n.clock_moved_ahead_since(since)
+        for m in 0..self.members.len() {
+            let nodes: Vec<usize> = match self.members[m] {
+                Member::Node(n) => vec![n],
+                Member::Cluster(c) => {
+                    let cl = &self.clusters[c];
+                    let slot = muxlock::net::cluster::key_slot(key);
+                    let mut at = vec![cl.nodes[cl.owner[slot as usize] as usize]];
+                    if let Some((s, _, to)) = cl.migrating.filter(|m| m.0 == slot) {
+                        let _ = s;
+                        at.push(cl.nodes[to]);
+                    }
+                    at
+                }
+            };
+            if nodes
+                .iter()
+                .any(|&n| self.nodes[n].node.holds(key, value, now))
             {
+                holding += 1;
+            } else if nodes.iter().any(|&n| {
+                let n = &self.nodes[n];
+                n.lost_data_at.is_some_and(|t| t >= since) || n.clock_moved_ahead_since(since)
+            }) {
                 excused += 1;
             }
         }
@@ -1012,6 +1366,8 @@ pub struct Setup {
     /// ran on a clock set back (refused or not) makes the key expire earlier than its grant did, which a later
     /// step forward brings on. Neither shows on the side that acquires.
     pub steps_back: bool,
+    /// Cluster members (`cluster.rs`): the members, some of them simulated clusters, and their nodes.
+    pub layout: Option<Rc<cluster::Layout>>,
 }
 
 /// Builds a world for `seed`: nodes with their faults and a plan of pauses, restarts, flushes and snapshots.
@@ -1023,9 +1379,17 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
     let tight = room.chance(0.25);
     // The hostile network's resets and patience for silence, from a stream of their own.
     let mut hostile = Rng::new(seed ^ 0x686f_7374);
-    let addrs: Rc<[NodeAddr]> = (0..setup.nodes)
-        .map(|i| format!("sim-node-{i}:6379").parse().expect("address"))
-        .collect();
+    let addrs: Rc<[NodeAddr]> = match &setup.layout {
+        Some(layout) => layout.plan().conns().iter().cloned().collect(),
+        None => (0..setup.nodes)
+            .map(|i| format!("sim-node-{i}:6379").parse().expect("address"))
+            .collect(),
+    };
+    let conns = addrs.len();
+    let setup = &Setup {
+        nodes: setup.layout.as_ref().map_or(setup.nodes, |l| l.nodes),
+        ..setup.clone()
+    };
     let base = Instant::now();
     let mut nodes = Vec::new();
     for i in 0..setup.nodes {
@@ -1116,7 +1480,7 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
                 },
                 base,
             ),
-            lines: (0..setup.nodes).map(|_| Line::default()).collect(),
+            lines: (0..conns).map(|_| Line::default()).collect(),
             tick_at: None,
             filed: 0,
             tasks: (0..setup.clients)
@@ -1124,8 +1488,8 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
                 .collect(),
             rate: rates[p * per_process],
             slow: None,
-            fixed: vec![None; setup.nodes],
-            cuts: vec![Vec::new(); setup.nodes],
+            fixed: vec![None; conns],
+            cuts: vec![Vec::new(); conns],
         })
         .collect();
     let mut w = World {
@@ -1145,7 +1509,27 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
         steps_back: setup.steps_back,
         struck: Struck::default(),
         history: check::History::default(),
+        members: match &setup.layout {
+            Some(l) => l.kinds.clone(),
+            None => (0..setup.nodes).map(Member::Node).collect(),
+        },
+        clusters: setup
+            .layout
+            .as_ref()
+            .map_or_else(Vec::new, |l| l.clusters.clone()),
+        cluster_of: vec![None; setup.nodes],
+        maps: Vec::new(),
+        opts: Rc::new(opts.clone()),
+        layout: setup.layout.clone(),
     };
+    for c in 0..w.clusters.len() {
+        for (i, &n) in w.clusters[c].nodes.iter().enumerate() {
+            w.cluster_of[n] = Some((c, i));
+        }
+    }
+    if setup.layout.is_some() {
+        plan_clusters(&mut w, seed, setup);
+    }
     // The fault plan.
     for node in 0..setup.nodes {
         let mut t = 0;
@@ -1246,6 +1630,98 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
     })
 }
 
+/// The cluster events of a world with cluster members, from a stream of their own: per cluster, every 0.2–1.5 s
+/// a slot of one of the resources migrates to the other master over 5–300 ms (its keys moved one at a time), a
+/// replica's link goes down for 50–1,500 ms, or a replica takes over (half of them while their link is down:
+/// without their master's latest writes).
+fn plan_clusters(w: &mut World, seed: u64, setup: &Setup) {
+    let mut rng = Rng::new(seed ^ 0x636c_7573_7465_72);
+    let slots: Vec<u16> = [&b"r0"[..], b"r1", b"r2"]
+        .iter()
+        .map(|r| muxlock::net::cluster::key_slot(r))
+        .collect();
+    for c in 0..w.clusters.len() {
+        let mut t = 0;
+        loop {
+            t += rng.range(200, 1_500) * MS;
+            if t >= setup.horizon {
+                break;
+            }
+            let cl = &w.clusters[c];
+            let replicas: Vec<usize> = (0..cl.nodes.len())
+                .filter(|&i| cl.replica_of[i].is_some())
+                .collect();
+            let kind = match replicas.is_empty() {
+                true => 0,
+                false => rng.range(0, 3),
+            };
+            match kind {
+                0 | 1 => {
+                    // To whichever master does not serve the slot then (decided when it starts).
+                    let slot = slots[rng.range(0, 2) as usize];
+                    let to = rng.range(0, cl.nodes.len() as u64 - 1) as usize;
+                    let span = rng.range(5, 300) * MS;
+                    w.push(
+                        t,
+                        Event::Cluster {
+                            cluster: c,
+                            change: ClusterChange::Migrate { slot, to },
+                        },
+                    );
+                    let moves = rng.range(0, 3);
+                    for _ in 0..moves {
+                        let at = t + rng.range(0, span);
+                        w.push(
+                            at,
+                            Event::Cluster {
+                                cluster: c,
+                                change: ClusterChange::MoveKey,
+                            },
+                        );
+                    }
+                    w.push(
+                        t + span,
+                        Event::Cluster {
+                            cluster: c,
+                            change: ClusterChange::Settle,
+                        },
+                    );
+                }
+                2 => {
+                    let replica = replicas[rng.range(0, replicas.len() as u64 - 1) as usize];
+                    let span = rng.range(50, 1_500) * MS;
+                    let link = |up| Event::Cluster {
+                        cluster: c,
+                        change: ClusterChange::Link { replica, up },
+                    };
+                    w.push(t, link(false));
+                    w.push(t + span, link(true));
+                    if rng.chance(0.5) {
+                        let at = t + rng.range(0, span);
+                        w.push(
+                            at,
+                            Event::Cluster {
+                                cluster: c,
+                                change: ClusterChange::Failover { replica },
+                            },
+                        );
+                    }
+                }
+                _ => {
+                    let replica = replicas[rng.range(0, replicas.len() as u64 - 1) as usize];
+                    w.push(
+                        t,
+                        Event::Cluster {
+                            cluster: c,
+                            change: ClusterChange::Failover { replica },
+                        },
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// The clock faults of a world (see [`Setup::clocks`]), from a stream of their own: the seed's other choices stay
 /// what they were.
 fn plan_clocks(w: &mut World, seed: u64, setup: &Setup) {
@@ -1321,6 +1797,7 @@ where
                 sim: Rc::clone(sim),
                 me,
                 addrs: Rc::clone(&addrs),
+                opts: Rc::clone(&sim.world().opts),
             };
             let clock = SimClock {
                 sim: Rc::clone(sim),
@@ -1376,6 +1853,7 @@ pub struct SimNodes {
     sim: Rc<Sim>,
     me: usize,
     addrs: Rc<[NodeAddr]>,
+    opts: Rc<NetOptions>,
 }
 
 /// One client's clock (the seam's `Clock`): virtual time at the client's rate.
@@ -1446,6 +1924,22 @@ pub struct SimRound<'a> {
 const STEP: Time = 20_000;
 
 impl SimNodes {
+    /// This client's members over its fanout, as a manager of `config` builds them (`Members`): plain nodes
+    /// pass through it untouched, cluster members are routed by the library's routing.
+    pub fn members(self, config: &muxlock::Config) -> Members<SimNodes> {
+        let plan = match &self.sim.world().layout {
+            Some(layout) => layout.plan(),
+            None => Plan::with_maps(
+                self.addrs
+                    .iter()
+                    .map(|a| MemberAddr::Node(a.clone()))
+                    .collect(),
+                Vec::new(),
+            ),
+        };
+        muxlock::redlock::sim::members(plan, self, config)
+    }
+
     /// A round of this client's (`release`: a release round's).
     fn open(&self, deadline: Instant, release: bool) -> SimRound<'_> {
         let mut w = self.sim.world();
@@ -1515,7 +2009,7 @@ impl NodeRound for SimRound<'_> {
     fn send(&mut self, node: usize, request: &[u8], replies: usize) -> NodeSet {
         let mut only = NodeSet::EMPTY;
         only.insert(node);
-        self.send_to(only, request, replies)
+        NodeRound::send_to(self, only, request, replies)
     }
 
     fn need(&mut self, _outcomes: usize) {}
@@ -1601,5 +2095,145 @@ impl Drop for SimRound<'_> {
             w.procs[p].fanout.close(exchange, at);
             w.pump(p);
         }
+    }
+}
+
+/// The routing's connections ([`Conns`]): a client's fanout, as the members of a manager run over it
+/// (`muxlock::net::cluster::Members`). The same rounds as [`Nodes`]; the time is the client's; a map read is
+/// answered after a few milliseconds from the cluster's state then ([`Event::Map`]).
+impl Conns for SimNodes {
+    type Round<'a> = SimRound<'a>;
+
+    fn round(&self, deadline: Instant) -> SimRound<'_> {
+        self.open(deadline, false)
+    }
+
+    fn release_round(&self, deadline: Instant) -> SimRound<'_> {
+        self.open(deadline, true)
+    }
+
+    fn options(&self) -> &NetOptions {
+        &self.opts
+    }
+
+    fn stats(&self, conn: usize) -> NodeCounts {
+        let w = self.sim.world();
+        w.procs[w.clients[self.me].process].fanout.counts(conn)
+    }
+
+    fn sessions(&self, conn: usize) -> u64 {
+        Nodes::sessions(self, conn)
+    }
+
+    fn next_session(&self, conn: usize) -> u64 {
+        let w = self.sim.world();
+        w.procs[w.clients[self.me].process]
+            .fanout
+            .next_session(conn)
+    }
+
+    fn setup_replies(&self, conn: usize) -> Vec<(Value, Instant)> {
+        Nodes::setup_replies(self, conn)
+    }
+
+    fn now(&self) -> Instant {
+        let w = self.sim.world();
+        w.instant(self.me, w.now)
+    }
+
+    fn read_map(
+        &self,
+        nodes: Vec<NodeAddr>,
+        _wait: Duration,
+        _tls: &TlsConfig,
+        done: MapDone,
+    ) -> Result<(), ()> {
+        let mut w = self.sim.world();
+        let cluster = nodes.iter().find_map(|a| {
+            let i = w.addrs.iter().position(|b| b.host() == a.host())?;
+            w.cluster_of.get(i).copied().flatten().map(|(c, _)| c)
+        });
+        let Some(cluster) = cluster else {
+            return Err(());
+        };
+        let process = w.clients[self.me].process;
+        w.maps.push(MapWait(Some(done)));
+        let done = w.maps.len() - 1;
+        let at = w.now + w.rng.range(MS, 5 * MS);
+        w.push(
+            at,
+            Event::Map {
+                client: process,
+                cluster,
+                done,
+            },
+        );
+        Ok(())
+    }
+
+    /// A simulated cluster keeps its nodes: a map never names one the first did not.
+    fn vacancies(&self) -> Box<dyn Vacancies> {
+        Box::new(NoVacancies)
+    }
+}
+
+/// The vacant connections of a simulated cluster's member: never needed (see [`SimNodes::vacancies`]).
+struct NoVacancies;
+
+impl Vacancies for NoVacancies {
+    fn occupy(&self, _conn: usize, _addr: NodeAddr) -> bool {
+        false
+    }
+
+    fn addr(&self, _conn: usize) -> Option<NodeAddr> {
+        None
+    }
+}
+
+impl ConnRound for SimRound<'_> {
+    fn deadline(&self) -> Instant {
+        self.exchange
+            .as_ref()
+            .map_or_else(|| Conns::now(self.nodes), Exchange::deadline)
+    }
+
+    fn patient_until(&mut self, hard: Instant) {
+        NodeRound::patient_until(self, hard)
+    }
+
+    fn send(&mut self, conn: usize, request: &[u8], replies: usize) -> NodeSet {
+        NodeRound::send(self, conn, request, replies)
+    }
+
+    fn send_to(&mut self, conns: NodeSet, request: &[u8], replies: usize) -> NodeSet {
+        NodeRound::send_to(self, conns, request, replies)
+    }
+
+    fn send_each(&mut self, requests: &[(usize, &[u8], usize)]) -> NodeSet {
+        let me = self.nodes.me;
+        let mut w = self.nodes.sim.world();
+        let Some(exchange) = self.exchange.as_mut() else {
+            return NodeSet::EMPTY;
+        };
+        let at = w.instant(me, w.now);
+        let p = w.clients[me].process;
+        let sent = w.procs[p].fanout.send_each(exchange, requests, at);
+        w.pump(p);
+        sent
+    }
+
+    fn need(&mut self, _outcomes: usize) {}
+
+    fn next_seq(&self, conn: usize) -> u32 {
+        NodeRound::next_seq(self, conn)
+    }
+
+    /// Never called: the simulator's clients are tasks, and poll.
+    fn next(&mut self) -> Option<(CommandId, Reply)> {
+        unreachable!("a simulated round is polled, never blocked on")
+    }
+
+    fn poll_next(&mut self, _cx: &mut Context<'_>) -> Poll<Option<(CommandId, Reply)>> {
+        SimRound::poll_next(self)
     }
 }
