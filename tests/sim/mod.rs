@@ -1376,7 +1376,9 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
     // Room from a stream of its own, so that the other choices of a seed stay what they were: in one world of
     // four, each client's fanout takes 2, 4 or 8 requests in flight per connection (releases twice that).
     let mut room = Rng::new(seed ^ 0x726f_6f6d);
-    let tight = room.chance(0.25);
+    // Not with cluster members: a routed write carries up to seven replies (`TIME`, the command, `TIME`, `WAIT`,
+    // `CLUSTER MYID`, `CLUSTER REPLICAS`, `INFO`), more than the room of 2–8.
+    let tight = room.chance(0.25) && setup.layout.is_none();
     // The hostile network's resets and patience for silence, from a stream of their own.
     let mut hostile = Rng::new(seed ^ 0x686f_7374);
     let addrs: Rc<[NodeAddr]> = match &setup.layout {
@@ -1529,6 +1531,15 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
     }
     if setup.layout.is_some() {
         plan_clusters(&mut w, seed, setup);
+        let members: Vec<String> = w
+            .members
+            .iter()
+            .map(|m| match *m {
+                Member::Node(n) => format!("node {n}"),
+                Member::Cluster(c) => format!("cluster {c} (nodes {:?})", w.clusters[c].nodes),
+            })
+            .collect();
+        w.history.note(format!("members: {}", members.join(", ")));
     }
     // The fault plan.
     for node in 0..setup.nodes {
@@ -1630,7 +1641,7 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
     })
 }
 
-/// The cluster events of a world with cluster members, from a stream of their own: per cluster, every 0.2–1.5 s
+/// The cluster events of a world with cluster members, from a stream of their own: per cluster, every 0.4–2.5 s
 /// a slot of one of the resources migrates to the other master over 5–300 ms (its keys moved one at a time), a
 /// replica's link goes down for 50–1,500 ms, or a replica takes over (half of them while their link is down:
 /// without their master's latest writes).
@@ -1643,7 +1654,7 @@ fn plan_clusters(w: &mut World, seed: u64, setup: &Setup) {
     for c in 0..w.clusters.len() {
         let mut t = 0;
         loop {
-            t += rng.range(200, 1_500) * MS;
+            t += rng.range(400, 2_500) * MS;
             if t >= setup.horizon {
                 break;
             }
