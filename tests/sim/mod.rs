@@ -1021,10 +1021,15 @@ impl World {
         }
     }
 
-    /// Node `to` takes `from`'s whole keyspace (a full sync).
+    /// Node `to` takes `from`'s whole keyspace (a full sync), and with it what `from` lost: if `from` came back
+    /// without its data, so did `to`, for the checker.
     fn full_sync(&mut self, from: usize, to: usize) {
         let keys = self.nodes[from].node.keys.clone();
         self.nodes[to].node.keys = keys;
+        let lost = self.nodes[from]
+            .lost_data_at
+            .max(self.nodes[to].lost_data_at);
+        self.nodes[to].lost_data_at = lost;
     }
 
     /// Applies a change to cluster `c` now.
@@ -1034,7 +1039,15 @@ impl World {
             ClusterChange::Migrate { slot, to } => {
                 let cl = &mut self.clusters[c];
                 let from = cl.owner[slot as usize] as usize;
-                if cl.migrating.is_some() || from == to || cl.replica_of[to].is_some() {
+                // To the master drawn, else to another one.
+                let other = |k: usize| k != from && cl.replica_of[k].is_none();
+                let Some(to) = Some(to)
+                    .filter(|&k| other(k))
+                    .or_else(|| (0..cl.nodes.len()).find(|&k| other(k)))
+                else {
+                    return;
+                };
+                if cl.migrating.is_some() {
                     return;
                 }
                 cl.migrating = Some((slot, from, to));
@@ -1642,7 +1655,8 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
 }
 
 /// The cluster events of a world with cluster members, from a stream of their own: per cluster, every 0.4–2.5 s
-/// a slot of one of the resources migrates to the other master over 5–300 ms (its keys moved one at a time), a
+/// a slot of one of the resources migrates to the other master over 20–800 ms (its keys moved one at a time, 1–4
+/// of them before the end), a
 /// replica's link goes down for 50–1,500 ms, or a replica takes over (half of them while their link is down:
 /// without their master's latest writes).
 fn plan_clusters(w: &mut World, seed: u64, setup: &Setup) {
@@ -1671,7 +1685,7 @@ fn plan_clusters(w: &mut World, seed: u64, setup: &Setup) {
                     // To whichever master does not serve the slot then (decided when it starts).
                     let slot = slots[rng.range(0, 2) as usize];
                     let to = rng.range(0, cl.nodes.len() as u64 - 1) as usize;
-                    let span = rng.range(5, 300) * MS;
+                    let span = rng.range(20, 800) * MS;
                     w.push(
                         t,
                         Event::Cluster {
@@ -1679,7 +1693,7 @@ fn plan_clusters(w: &mut World, seed: u64, setup: &Setup) {
                             change: ClusterChange::Migrate { slot, to },
                         },
                     );
-                    let moves = rng.range(0, 3);
+                    let moves = rng.range(1, 4);
                     for _ in 0..moves {
                         let at = t + rng.range(0, span);
                         w.push(
