@@ -1660,7 +1660,7 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
 /// replica's link goes down for 50–1,500 ms, or a replica takes over (half of them while their link is down:
 /// without their master's latest writes).
 fn plan_clusters(w: &mut World, seed: u64, setup: &Setup) {
-    let mut rng = Rng::new(seed ^ 0x636c_7573_7465_72);
+    let mut rng = Rng::new(seed ^ 0x0063_6c75_7374_6572);
     let slots: Vec<u16> = [&b"r0"[..], b"r1", b"r2"]
         .iter()
         .map(|r| muxlock::net::cluster::key_slot(r))

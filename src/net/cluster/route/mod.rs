@@ -6,6 +6,8 @@
 //! # Layout
 //!
 //! - this file: [`Members`] (and its map refreshes);
+//! - `conns`: [`Conns`] and [`ConnRound`], what the routing needs of the connections it drives: the threaded
+//!   [`Fanout`], or the deterministic simulator's machine (`tests/sim/`), which so runs this very routing;
 //! - `plan`: [`Plan`], reading the cluster members' maps at build time;
 //! - `clock`: the clock bracket of a cluster node's writes (`TIME` around them, read for the engine's clock check);
 //! - `replid`: the replication check of a cluster node's votes (a failover it did not see);
