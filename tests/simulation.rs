@@ -53,7 +53,7 @@ const QUEUED_SEEDS: u64 = 800;
 const DEFAULT_SEEDS: u64 = 12_000;
 
 /// Seeds of `cluster_members_keep_every_property` in CI.
-const CLUSTER_SEEDS: u64 = 250;
+const CLUSTER_SEEDS: u64 = 300;
 
 /// Seeds of `hostile_networks_keep_every_property` in CI.
 const HOSTILE_SEEDS: u64 = 300;

@@ -1389,9 +1389,13 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
     // Room from a stream of its own, so that the other choices of a seed stay what they were: in one world of
     // four, each client's fanout takes 2, 4 or 8 requests in flight per connection (releases twice that).
     let mut room = Rng::new(seed ^ 0x726f_6f6d);
-    // Not with cluster members: a routed write carries up to seven replies (`TIME`, the command, `TIME`, `WAIT`,
-    // `CLUSTER MYID`, `CLUSTER REPLICAS`, `INFO`), more than the room of 2–8.
-    let tight = room.chance(0.25) && setup.layout.is_none();
+    let tight = room.chance(0.25);
+    // With cluster members, four times as much: a routed write carries up to seven replies (`TIME`, the command,
+    // `TIME`, `WAIT`, `CLUSTER MYID`, `CLUSTER REPLICAS`, `INFO`), more than a room of 2–4 ever takes.
+    let scale = match setup.layout {
+        Some(_) => 4,
+        None => 1,
+    };
     // The hostile network's resets and patience for silence, from a stream of their own.
     let mut hostile = Rng::new(seed ^ 0x686f_7374);
     let addrs: Rc<[NodeAddr]> = match &setup.layout {
@@ -1465,7 +1469,7 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
     let opts = &match setup.net {
         true => opts
             .clone()
-            .with_max_in_flight(hostile.range(2, 4) as usize)
+            .with_max_in_flight(scale * hostile.range(2, 4) as usize)
             .with_hung_timeout(Duration::from_millis(hostile.range(30, 300))),
         false => opts.clone(),
     };
@@ -1490,7 +1494,7 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
                 match tight && !setup.net {
                     true => opts
                         .clone()
-                        .with_max_in_flight([2, 4, 8][room.range(0, 2) as usize]),
+                        .with_max_in_flight(scale * [2, 4, 8][room.range(0, 2) as usize]),
                     false => opts.clone(),
                 },
                 base,
@@ -1657,8 +1661,8 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
 /// The cluster events of a world with cluster members, from a stream of their own: per cluster, every 0.4–2.5 s
 /// a slot of one of the resources migrates to the other master over 20–800 ms (its keys moved one at a time, 1–4
 /// of them before the end), a
-/// replica's link goes down for 50–1,500 ms, or a replica takes over (half of them while their link is down:
-/// without their master's latest writes).
+/// replica's link goes down for 50–1,500 ms (3 times in 4 with a failover meanwhile, to that replica: without its
+/// master's latest writes), or a linked replica takes over.
 fn plan_clusters(w: &mut World, seed: u64, setup: &Setup) {
     let mut rng = Rng::new(seed ^ 0x0063_6c75_7374_6572);
     let slots: Vec<u16> = [&b"r0"[..], b"r1", b"r2"]
@@ -1721,7 +1725,7 @@ fn plan_clusters(w: &mut World, seed: u64, setup: &Setup) {
                     };
                     w.push(t, link(false));
                     w.push(t + span, link(true));
-                    if rng.chance(0.5) {
+                    if rng.chance(0.75) {
                         let at = t + rng.range(0, span);
                         w.push(
                             at,

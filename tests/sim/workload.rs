@@ -528,7 +528,6 @@ pub fn run(seed: u64, opts: &Options) -> Run {
         // without its master's latest writes is what it guards against), no queue or folds (a manager with
         // cluster members has neither).
         (setup.bursts, setup.durable, setup.clocks, setup.unchecked) = (false, false, false, false);
-        setup.net = false;
         let mut rng = Rng::new(seed ^ 0x6c61_796f_7574);
         let layout = super::cluster::Layout::draw(&mut rng, setup.nodes);
         setup.layout = Some(Rc::new(layout));
