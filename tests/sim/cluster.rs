@@ -12,7 +12,9 @@
 //!   until it is linked again (a full sync);
 //! - a failover promotes a replica, with or without the writes its link missed: it gets a new replication id
 //!   (the old one as its second), takes the master's slots, and the old master becomes its replica and syncs
-//!   from it, losing what the new master lacks; a replica's `master_replid` is its master's;
+//!   from it, losing what the new master lacks; a replica's `master_replid` is its master's; a master deposed
+//!   while it stalled may learn of it only later ([`Stale`]): until then it serves its old slots as a master
+//!   with its old replication id, still lists its old replicas, and no replica acknowledges its writes;
 //! - `CLUSTER MYID`, `CLUSTER REPLICAS id` (one line per replica), `INFO replication` (role, `slaveN` lines,
 //!   `master_replid`, `second_repl_offset`); the map is read as `CLUSTER SLOTS` (by the library's parser).
 
@@ -39,6 +41,17 @@ pub struct Cluster {
     pub owner: Vec<u8>,
     /// A slot migrating: `(slot, from, to)` (indices into `nodes`).
     pub migrating: Option<(u16, usize, usize)>,
+    /// Per node: a deposed master that has not learnt it yet, and what it still believes.
+    pub unaware: Vec<Option<Stale>>,
+}
+
+/// What a deposed master still believes until it learns of its replica's takeover: it serves the slots it
+/// served, as a master with its old replication id, and lists its old replicas, none of which follows it now.
+#[derive(Debug, Clone)]
+pub struct Stale {
+    pub owner: Vec<u8>,
+    pub replicas: Vec<usize>,
+    pub replid: String,
 }
 
 /// What the cluster layer makes of a command on one node.
@@ -103,6 +116,9 @@ impl Cluster {
         let Some(verb) = cmd.first().map(|v| v.to_ascii_uppercase()) else {
             return Route::Run(Vec::new());
         };
+        if let Some(stale) = &self.unaware[i] {
+            return self.route_stale(i, stale, cmd, &verb);
+        }
         match &verb[..] {
             b"ASKING" => return Route::Reply(Value::SimpleString(Bytes::from_static(b"OK"))),
             b"CLUSTER" => return Route::Reply(self.cluster_command(i, cmd)),
@@ -147,6 +163,53 @@ impl Cluster {
             return Route::Run(owned);
         }
         Route::Reply(err(format!("MOVED {slot} {}", self.addr(owner))))
+    }
+
+    /// [`Cluster::route`] on a deposed master that has not learnt it: its old slots, no replica acknowledging.
+    fn route_stale(&self, i: usize, stale: &Stale, cmd: &[&[u8]], verb: &[u8]) -> Route {
+        match verb {
+            b"ASKING" => return Route::Reply(Value::SimpleString(Bytes::from_static(b"OK"))),
+            b"WAIT" => return Route::Reply(Value::Integer(0)),
+            b"CLUSTER" => {
+                let sub = cmd
+                    .get(1)
+                    .map(|s| s.to_ascii_uppercase())
+                    .unwrap_or_default();
+                let own = cmd.get(2).is_some_and(|id| *id == self.ids[i].as_bytes());
+                if sub == b"REPLICAS" && own {
+                    return Route::Reply(Value::Array(
+                        stale
+                            .replicas
+                            .iter()
+                            .map(|&r| {
+                                bulk(format!(
+                                    "{} {}@16379 slave {} 0 0 1 disconnected",
+                                    self.ids[r],
+                                    self.addr(r),
+                                    self.ids[i]
+                                ))
+                            })
+                            .collect(),
+                    ));
+                }
+                return Route::Reply(self.cluster_command(i, cmd));
+            }
+            _ => {}
+        }
+        let Some(keys) = keys(cmd) else {
+            return Route::Run(Vec::new());
+        };
+        let slot = key_slot(keys[0]);
+        if keys.iter().any(|k| key_slot(k) != slot) {
+            return Route::Reply(err(
+                "CROSSSLOT Keys in request don't hash to the same slot".into()
+            ));
+        }
+        let owner = stale.owner[slot as usize] as usize;
+        match owner == i {
+            true => Route::Run(keys.iter().map(|k| Bytes::copy_from_slice(k)).collect()),
+            false => Route::Reply(err(format!("MOVED {slot} {}", self.addr(owner)))),
+        }
     }
 
     fn cluster_command(&self, i: usize, cmd: &[&[u8]]) -> Value {
@@ -214,6 +277,14 @@ impl Cluster {
 
     /// The replication section of `INFO` for node `i`.
     pub fn info_replication(&self, i: usize) -> String {
+        if let Some(stale) = &self.unaware[i] {
+            return format!(
+                "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_replid:{}\r\nmaster_replid2:{}\r\n\
+                 master_repl_offset:0\r\nsecond_repl_offset:-1\r\n",
+                stale.replid,
+                "0".repeat(40)
+            );
+        }
         match self.replica_of[i] {
             None => {
                 let mut s = String::from("# Replication\r\nrole:master\r\n");
@@ -322,6 +393,7 @@ impl Layout {
                     .map(|s| if s < half { 0 } else { second as u8 })
                     .collect(),
                 migrating: None,
+                unaware: vec![None; n],
                 replica_of,
                 nodes,
             };

@@ -244,8 +244,14 @@ pub enum ClusterChange {
     MoveKey,
     /// The migration ends: the remaining keys move, and the slot is the new master's.
     Settle,
-    /// Replica `replica` takes over from its master.
-    Failover { replica: usize },
+    /// Replica `replica` takes over from its master (`unaware`: the old master, paused, learns of it only at that
+    /// instant, and serves its old slots as a master meanwhile).
+    Failover {
+        replica: usize,
+        unaware: Option<Time>,
+    },
+    /// A deposed master learns of the takeover: it follows the new master, with a full sync.
+    Learn { node: usize },
     /// Replica `replica`'s link goes down (`false`) or comes back with a full sync (`true`).
     Link { replica: usize, up: bool },
 }
@@ -988,6 +994,8 @@ impl World {
     /// Node `i` of cluster `c` is back: a replica syncs from its master (if linked); a master has a new
     /// replication id, and its linked replicas sync from it.
     fn cluster_restarted(&mut self, c: usize, i: usize) {
+        // A deposed master learns of it as it comes back.
+        self.clusters[c].unaware[i] = None;
         let cl = &self.clusters[c];
         match cl.replica_of[i] {
             Some(m) => {
@@ -1067,7 +1075,7 @@ impl World {
                 else {
                     return;
                 };
-                if cl.migrating.is_some() {
+                if cl.migrating.is_some() || cl.unaware.iter().any(Option::is_some) {
                     return;
                 }
                 // Not from or to a master that came back without its data lately (see `LOSS_MIGRATES`).
@@ -1123,14 +1131,22 @@ impl World {
                     self.history.note(line);
                 }
             }
-            ClusterChange::Failover { replica } => {
+            ClusterChange::Failover { replica, unaware } => {
                 let cl = &self.clusters[c];
                 let Some(m) = cl.replica_of[replica] else {
                     return;
                 };
-                if cl.migrating.is_some_and(|(_, f, t)| f == m || t == m) {
+                if cl.migrating.is_some_and(|(_, f, t)| f == m || t == m)
+                    || cl.unaware.iter().any(Option::is_some)
+                {
                     return;
                 }
+                // A deposed master that has not learnt it yet keeps what it believes (its slots, its replicas).
+                let stale = unaware.map(|_| cluster::Stale {
+                    owner: cl.owner.clone(),
+                    replicas: cl.replicas(m).collect(),
+                    replid: cl.replid[m].clone(),
+                });
                 let (rn, mn) = (cl.nodes[replica], cl.nodes[m]);
                 if self.nodes[rn].down {
                     return;
@@ -1166,9 +1182,20 @@ impl World {
                 }
                 let linked: Vec<usize> = followers
                     .iter()
-                    .filter(|&&k| cl.linked[k] || k == m)
+                    .filter(|&&k| cl.linked[k] || k == m && stale.is_none())
                     .map(|&k| cl.nodes[k])
                     .collect();
+                if let (Some(stale), Some(at)) = (stale, unaware) {
+                    cl.unaware[m] = Some(stale);
+                    let learn = ClusterChange::Learn { node: m };
+                    self.push(
+                        at.max(now + 1),
+                        Event::Cluster {
+                            cluster: c,
+                            change: learn,
+                        },
+                    );
+                }
                 self.clusters[c].linked[m] = !self.nodes[mn].down;
                 for k in linked {
                     if !self.nodes[k].down {
@@ -1176,19 +1203,45 @@ impl World {
                     }
                 }
                 self.history.note(format!(
-                    "{} cluster {c}: node {rn} takes over from node {mn}{}",
+                    "{} cluster {c}: node {rn} takes over from node {mn}{}{}",
                     check::ms(now),
                     match lacking {
                         true => " without its latest writes",
                         false => "",
+                    },
+                    match unaware {
+                        Some(at) => format!(", which learns it at {}", check::ms(at)),
+                        None => String::new(),
                     }
                 ));
+            }
+            ClusterChange::Learn { node } => {
+                let cl = &mut self.clusters[c];
+                if cl.unaware[node].take().is_none() {
+                    return;
+                }
+                let Some(m) = cl.replica_of[node] else {
+                    return;
+                };
+                let (from, to) = (cl.nodes[m], cl.nodes[node]);
+                cl.linked[node] = true;
+                if !self.nodes[from].down && !self.nodes[to].down {
+                    self.full_sync(from, to);
+                }
+                let line = format!(
+                    "{} cluster {c}: node {to} learns it follows node {from}",
+                    check::ms(now)
+                );
+                self.history.note(line);
             }
             ClusterChange::Link { replica, up } => {
                 let cl = &mut self.clusters[c];
                 let Some(m) = cl.replica_of[replica] else {
                     return;
                 };
+                if cl.unaware[replica].is_some() {
+                    return;
+                }
                 cl.linked[replica] = up;
                 let (rn, mn) = (cl.nodes[replica], cl.nodes[m]);
                 let line = format!(
@@ -1727,7 +1780,7 @@ fn plan_clusters(w: &mut World, seed: u64, setup: &Setup) {
                 .collect();
             let kind = match replicas.is_empty() {
                 true => 0,
-                false => rng.range(0, 3),
+                false => rng.range(0, 4),
             };
             match kind {
                 0 | 1 => {
@@ -1776,20 +1829,38 @@ fn plan_clusters(w: &mut World, seed: u64, setup: &Setup) {
                             at,
                             Event::Cluster {
                                 cluster: c,
-                                change: ClusterChange::Failover { replica },
+                                change: ClusterChange::Failover {
+                                    replica,
+                                    unaware: None,
+                                },
                             },
                         );
                     }
                 }
-                _ => {
+                3 => {
                     let replica = replicas[rng.range(0, replicas.len() as u64 - 1) as usize];
-                    w.push(
-                        t,
-                        Event::Cluster {
-                            cluster: c,
-                            change: ClusterChange::Failover { replica },
-                        },
-                    );
+                    let change = ClusterChange::Failover {
+                        replica,
+                        unaware: None,
+                    };
+                    w.push(t, Event::Cluster { cluster: c, change });
+                }
+                _ => {
+                    // The master stalls (a pause of 50–400 ms), its replica takes over meanwhile, and the master
+                    // learns of it 0–2 s after it wakes, answering as a master until then.
+                    let replica = replicas[rng.range(0, replicas.len() as u64 - 1) as usize];
+                    let Some(m) = w.clusters[c].replica_of[replica] else {
+                        continue;
+                    };
+                    let node = w.clusters[c].nodes[m];
+                    let span = rng.range(50, 400) * MS;
+                    w.push(t, Event::Pause { node, span });
+                    let learn = t + span + rng.range(0, 2_000) * MS;
+                    let change = ClusterChange::Failover {
+                        replica,
+                        unaware: Some(learn),
+                    };
+                    w.push(t + span / 2, Event::Cluster { cluster: c, change });
                 }
             }
         }
