@@ -465,8 +465,8 @@ pub struct Struck {
     pub failovers_lacking: u64,
 }
 
-/// How long after a node came back without its data no slot migrates from or to it, and while a slot migrates
-/// its masters do not restart losing data. Not modelled on purpose: the loss would move with the slot to a master
+/// How long after a node came back without its data no slot migrates from or to it (nor while it is down), and
+/// while a slot migrates its masters do not restart losing data. Not modelled on purpose: the loss would move with the slot to a master
 /// the restart guard has no reason to watch (its votes count at once), a hazard of the library's (found here,
 /// seed 6947 before this rule), not of the simulator's.
 const LOSS_MIGRATES: Time = 5_000 * MS;
@@ -1081,9 +1081,10 @@ impl World {
                 // Not from or to a master that came back without its data lately (see `LOSS_MIGRATES`).
                 let (a, b) = (cl.nodes[from], cl.nodes[to]);
                 let lost = |n: usize| {
-                    self.nodes[n]
-                        .lost_data_at
-                        .is_some_and(|t| now < t + LOSS_MIGRATES)
+                    self.nodes[n].down
+                        || self.nodes[n]
+                            .lost_data_at
+                            .is_some_and(|t| now < t + LOSS_MIGRATES)
                 };
                 if lost(a) || lost(b) {
                     return;
