@@ -57,6 +57,8 @@ const DEFAULT_SEEDS: u64 = 12_000;
 
 /// Seeds of `semaphores_keep_every_property` in CI.
 const SEMAPHORE_SEEDS: u64 = 600;
+/// Seeds of `cluster_members_keep_every_property` in CI.
+const CLUSTER_SEEDS: u64 = 300;
 
 /// Seeds of `hostile_networks_keep_every_property` in CI.
 const HOSTILE_SEEDS: u64 = 300;
@@ -183,6 +185,64 @@ fn queued_waiters_keep_every_property() {
         queued > 0,
         "no queued attempt was granted: the verb did not run"
     );
+}
+
+/// Seeds whose members are simulated Redis Clusters and plain nodes (`sim/cluster.rs`), routed by the
+/// library's own routing (`net/cluster/route/`) over each client's fanout machine: slot migrations (`MOVED`,
+/// `ASK`), replicas' links down, failovers (to replicas with or without their masters' latest writes), under the
+/// usual faults. Every property holds, and redirections, migrations and failovers struck.
+/// `MUXLOCK_SIM_WORLDS=clusters` replays one of its seeds; `MUXLOCK_SIM_CLUSTER_SEEDS` sets the count,
+/// `MUXLOCK_SIM_FROM` the first.
+#[test]
+fn cluster_members_keep_every_property() {
+    let seeds = env_u64("MUXLOCK_SIM_CLUSTER_SEEDS").unwrap_or(CLUSTER_SEEDS);
+    let from = env_u64("MUXLOCK_SIM_FROM").unwrap_or(0);
+    let started = Instant::now();
+    let mut total = Struck::default();
+    let mut ops = 0;
+    let runs = seeds::in_order(from..from + seeds, |seed| {
+        workload::run(
+            seed,
+            &Options {
+                clusters: true,
+                ..Options::default()
+            },
+        )
+    });
+    for (seed, run) in runs {
+        if run.violation.is_some() {
+            fail(seed, &run, "clusters");
+        }
+        ops += run.ops;
+        let s = &run.struck;
+        total.moved += s.moved;
+        total.asked += s.asked;
+        total.migrations += s.migrations;
+        total.failovers += s.failovers;
+        total.failovers_lacking += s.failovers_lacking;
+        total.guard_checks += s.guard_checks;
+    }
+    println!(
+        "{seeds} seeds with cluster members: {ops} ops, {} MOVED, {} ASK, {} migrations, {} failovers ({} \
+         without the latest writes), {} guard checks, {:.1} s",
+        total.moved,
+        total.asked,
+        total.migrations,
+        total.failovers,
+        total.failovers_lacking,
+        total.guard_checks,
+        started.elapsed().as_secs_f64()
+    );
+    if seeds >= 10 {
+        assert!(
+            total.moved > 0 && total.asked > 0,
+            "no redirection struck: {total:?}"
+        );
+        assert!(
+            total.migrations > 0 && total.failovers_lacking > 0,
+            "no cluster event struck: {total:?}"
+        );
+    }
 }
 
 /// Seeds whose nodes are three servers in turn (native compare-and-delete: none, `DELIFEQ`, `DELEX`, and
@@ -325,6 +385,7 @@ fn seeds_keep_every_property() {
                 unchecked: hostile,
                 semaphores: kind == "semaphores",
                 counted_per_node,
+                clusters: kind == "clusters",
                 ..Options::default()
             },
         )

@@ -187,6 +187,34 @@ impl SimFanout {
         sent
     }
 
+    /// Sends several requests at once, each `(node, request, replies)`, in this order, as
+    /// [`Round::send_each`](super::Round::send_each) does. Returns the nodes at least one was queued (or held) for.
+    pub fn send_each(
+        &mut self,
+        r: &mut SimRound,
+        requests: &[(usize, &[u8], usize)],
+        now: Instant,
+    ) -> NodeSet {
+        let (mut writes, mut wake) = (Vec::new(), Vec::new());
+        let mut full = Vec::new();
+        let items = requests.iter().copied();
+        let out = (&mut writes, &mut wake);
+        let mut sent = r.state.offer_each(&mut self.m, items, now, out, &mut full);
+        if !full.is_empty() {
+            let out = (&mut writes, &mut wake);
+            sent = sent.union(r.state.offer_again(&mut self.m, full, now, out));
+        }
+        self.flush(writes, now);
+        sent
+    }
+
+    /// The session a request queued on `node` now would be answered in (see
+    /// [`Fanout::next_session`](super::Fanout::next_session)).
+    pub fn next_session(&self, node: usize) -> u64 {
+        let set_up = self.m.conns.get(node).is_some_and(|c| c.state.is_set_up());
+        self.sessions(node) + u64::from(!set_up)
+    }
+
     /// The id the next reply expected from `node` gets in round `r`.
     pub fn next_seq(&mut self, r: &SimRound, node: usize) -> u32 {
         self.m.slots.next_seq(r.state.slot, node)

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::net::cluster::{Conns, Members, Plan};
 use crate::redlock::config::Config;
 use crate::redlock::engine::Engine as Rounds;
 use crate::redlock::engine::restart;
@@ -115,6 +116,27 @@ pub fn options(config: &Config, nodes: usize) -> crate::net::Options {
     crate::redlock::manager::fanout_options(config, setup, &restart)
 }
 
+/// The fanout options a manager of `plan`'s members runs with ([`options`] for plain nodes): with cluster
+/// members, one connection per node of their maps, and `INFO` reads the replication section too.
+pub fn options_for(config: &Config, plan: &Plan) -> crate::net::Options {
+    let (setup, restart) =
+        restart::connection_setup_for(config, plan.members(), plan.connections(), plan.is_routed());
+    crate::redlock::manager::fanout_options(config, setup, &restart)
+}
+
+/// `plan`'s members over `conns` (whose connections are [`Plan::conns`]), as a manager of `config` builds them:
+/// with the restart guard on, cluster nodes' votes carry the replication check.
+pub fn members<F: Conns>(plan: Plan, conns: F, config: &Config) -> Members<F> {
+    let routed = plan.is_routed();
+    let (_, restart) =
+        restart::connection_setup_for(config, plan.members(), plan.connections(), routed);
+    let mut members = Members::over(plan, conns);
+    if let Some((_, ids)) = &restart.guard {
+        members.check_replication(ids.info());
+    }
+    members
+}
+
 impl<N: Nodes, C: Clock> Engine<N, C> {
     /// An engine over `nodes` and `clock`, with `config` (checked as a manager's is) and lock values from a
     /// stream seeded by `seed`.
@@ -124,7 +146,12 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// [`Error::Config`](super::Error::Config) for an invalid `config`.
     pub fn new(nodes: N, clock: C, config: Config, seed: [u8; 32]) -> Result<Engine<N, C>> {
         config.validate()?;
-        let (_, restart) = restart::connection_setup(&config, nodes.len());
+        let (_, restart) = restart::connection_setup_for(
+            &config,
+            nodes.len(),
+            nodes.connections(),
+            nodes.routed(),
+        );
         Ok(Engine {
             core: Rounds {
                 votes: (0..nodes.len()).map(|_| Votes::default()).collect(),

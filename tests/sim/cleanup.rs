@@ -59,6 +59,7 @@ pub fn history() -> Verdict {
         steps_back: false,
         net: false,
         unchecked: false,
+        layout: None,
     };
     let opts = muxlock::redlock::sim::options(&config(), setup.nodes)
         .with_max_in_flight(20)

@@ -51,6 +51,7 @@ pub fn history(shape: Shape, steps_back: bool, check: bool) -> Verdict {
         steps_back,
         net: false,
         unchecked: false,
+        layout: None,
     };
     // The clocks' step (ms), A's extension (when, to what TTL), and when B tries.
     let (step, extend, b_at) = match shape {

@@ -21,7 +21,8 @@ use super::check::Hold;
 use super::node::{MS, Time};
 use super::{Rng, Sim, SimClock, SimNodes};
 
-type SimEngine = Engine<SimNodes, SimClock>;
+type SimEngine = Engine<Members<SimNodes>, SimClock>;
+use muxlock::net::cluster::Members;
 
 /// A release's future, borrowing the engine.
 type Release<'a> = Pin<Box<dyn Future<Output = muxlock::Result<usize>> + 'a>>;

@@ -18,7 +18,8 @@ use super::check::Hold;
 use super::node::{MS, Time};
 use super::{Rng, Sim, SimClock, SimNodes};
 
-type SimEngine = Engine<SimNodes, SimClock>;
+type SimEngine = Engine<Members<SimNodes>, SimClock>;
+use muxlock::net::cluster::Members;
 
 /// A guard and what the history knows of it.
 struct Guarded {
@@ -117,7 +118,7 @@ fn relied_on(sim: &Sim, g: &Guarded, until: Time) {
     for (&i, key) in g.holds.iter().zip(&g.keys) {
         w.history.rely(i, now, until);
         let (holding, excused) = w.holding(key, g.guard.value(), g.since);
-        let quorum = w.nodes.len() / 2 + 1;
+        let quorum = w.members.len() / 2 + 1;
         if holding + excused < quorum {
             let client = w.history.holds[i].client;
             let what = format!(
@@ -125,7 +126,7 @@ fn relied_on(sim: &Sim, g: &Guarded, until: Time) {
                  of {} nodes ({excused} came back without their data or had their clocks moved ahead)",
                 String::from_utf8_lossy(key),
                 now / MS,
-                w.nodes.len(),
+                w.members.len(),
             );
             w.history.breaks(what);
         }

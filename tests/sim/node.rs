@@ -224,6 +224,12 @@ impl Node {
             .insert(Bytes::copy_from_slice(key), Entry { data, expires });
     }
 
+    /// `key` is live at virtual time `now`.
+    pub fn has(&mut self, key: &[u8], now: Time) -> bool {
+        let now = self.clock.read(now);
+        self.live(key, now).is_some()
+    }
+
     /// `key` holds `value` at virtual time `now` (a live string key).
     pub fn holds(&mut self, key: &[u8], value: &[u8], now: Time) -> bool {
         let now = self.clock.read(now);

@@ -23,7 +23,8 @@ use super::check::Hold;
 use super::node::{MS, Time};
 use super::{Rng, Sim, SimClock, SimNodes};
 
-type SimEngine = Engine<SimNodes, SimClock>;
+type SimEngine = Engine<Members<SimNodes>, SimClock>;
+use muxlock::net::cluster::Members;
 
 /// One hold of the owner: under a guard, or a bare [`Lock`] the holder extends.
 enum Held {
@@ -134,7 +135,7 @@ fn relied_on(sim: &Sim, o: &Owned, resource: &[u8], owner: &[u8], until: Time) {
     w.struck.owned_checks += 1;
     w.history.rely(o.hold, now, until);
     let (holding, excused) = w.holding(resource, owner, o.since);
-    let quorum = w.nodes.len() / 2 + 1;
+    let quorum = w.members.len() / 2 + 1;
     if holding + excused < quorum {
         let h = &w.history.holds[o.hold];
         let what = format!(
@@ -144,7 +145,7 @@ fn relied_on(sim: &Sim, o: &Owned, resource: &[u8], owner: &[u8], until: Time) {
             h.kind,
             String::from_utf8_lossy(resource),
             now / MS,
-            w.nodes.len(),
+            w.members.len(),
         );
         w.history.breaks(what);
     }

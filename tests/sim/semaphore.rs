@@ -14,13 +14,14 @@
 use std::time::Duration;
 
 use muxlock::Config;
+use muxlock::net::cluster::Members;
 use muxlock::redlock::sim::{Clock, Engine};
 
 use super::check::{Hold, Permit};
 use super::node::{MS, Time};
 use super::{Rng, Setup, Sim, SimClock, SimNodes};
 
-type SimEngine = Engine<SimNodes, SimClock>;
+type SimEngine = Engine<Members<SimNodes>, SimClock>;
 
 /// The virtual time now.
 fn now(sim: &Sim) -> Time {
@@ -191,6 +192,7 @@ pub fn crossed_majorities(counted_per_node: bool) -> (Option<String>, usize) {
         steps_back: false,
         net: false,
         unchecked: false,
+        layout: None,
     };
     let config = Config::default();
     let sim = super::world(

@@ -62,6 +62,10 @@ pub struct Options {
     pub semaphores: bool,
     /// With `semaphores`: permits taken by the majority-of-counters construction (the semaphores' control).
     pub counted_per_node: bool,
+    /// Cluster members (`sim/cluster.rs`): each member a simulated Redis Cluster (two shards, with or without a
+    /// replica each) or a plain node, at least one a cluster; slot migrations, replicas' links down and
+    /// failovers; plain worlds (no bursts, no durable fencing worlds, no clock faults), the clients' checks on.
+    pub clusters: bool,
 }
 
 /// The share of worlds with clock faults (`Setup::clocks`), drawn from a stream of their own.
@@ -123,6 +127,7 @@ async fn client(
     let mut key = [0u8; 32];
     key[..8].copy_from_slice(&seed.to_le_bytes());
     key[8] = me as u8;
+    let nodes = nodes.members(&config);
     let Ok(engine) = Engine::new(nodes, clock, config, key) else {
         return;
     };
@@ -456,14 +461,14 @@ fn outer_on_majority(sim: &Sim, key: &[u8], owner: &[u8], since: Time) {
     let mut w = sim.world();
     w.struck.reentrant_checks += 1;
     let (holding, excused) = w.holding(key, owner, since);
-    let quorum = w.nodes.len() / 2 + 1;
+    let quorum = w.members.len() / 2 + 1;
     if holding + excused < quorum {
         let what = format!(
             "a reentrant outer hold of {} valid at {} ms but on {holding} of {} nodes ({excused} came back \
              without their data or had their clocks moved ahead)",
             String::from_utf8_lossy(key),
             w.now / MS,
-            w.nodes.len()
+            w.members.len()
         );
         w.history.breaks(what);
     }
@@ -510,6 +515,7 @@ pub fn run(seed: u64, opts: &Options) -> Run {
         steps_back: opts.steps_back,
         net: opts.net || Rng::new(seed ^ 0x6e65_7477).chance(NET_WORLDS),
         unchecked: false,
+        layout: None,
     };
     // The clients' checks off (`Setup::unchecked`) in a share of the worlds without clock faults.
     let share = match setup.net {
@@ -528,6 +534,17 @@ pub fn run(seed: u64, opts: &Options) -> Run {
         _ if setup.unchecked => setup.durable = true,
         _ => {}
     }
+    if opts.clusters {
+        // Plain worlds whose members are clusters or nodes: the restart guard on (a failover to a replica
+        // without its master's latest writes is what it guards against), no queue or folds (a manager with
+        // cluster members has neither).
+        (setup.bursts, setup.durable, setup.clocks, setup.unchecked) = (false, false, false, false);
+        let mut rng = Rng::new(seed ^ 0x6c61_796f_7574);
+        let layout = super::cluster::Layout::draw(&mut rng, setup.nodes);
+        setup.layout = Some(Rc::new(layout));
+        opts.queued = false;
+        opts.folds = false;
+    }
     let (bursts, fencing) = (setup.bursts, setup.durable);
     // The restart guard's reading of a new connection's set-up would hold back a connection whose replies are one
     // place off for its window (a reading it cannot parse is a process just started).
@@ -536,11 +553,11 @@ pub fn run(seed: u64, opts: &Options) -> Run {
         restart: !(setup.unchecked && setup.durable),
     };
     let config = Config::default().with_restart_guard(checks.restart);
-    let sim = super::world(
-        seed,
-        &setup,
-        &muxlock::redlock::sim::options(&config, setup.nodes),
-    );
+    let net = match &setup.layout {
+        Some(layout) => muxlock::redlock::sim::options_for(&config, &layout.plan()),
+        None => muxlock::redlock::sim::options(&config, setup.nodes),
+    };
+    let sim = super::world(seed, &setup, &net);
     super::run(&sim, |nodes, clock| {
         client(nodes, clock, seed, opts.clone(), (bursts, fencing, checks))
     });
@@ -612,6 +629,7 @@ pub fn slow_fence_history() -> (Option<u64>, Option<u64>) {
         steps_back: false,
         net: false,
         unchecked: false,
+        layout: None,
     };
     let config = Config::default();
     let sim = super::world(

@@ -88,6 +88,8 @@ mod tests;
 pub use key_slot::{SLOT_COUNT, crc16, hash_tag, key_slot};
 pub use redirect::{Redirect, RedirectError, RedirectKind};
 pub use reply::MapError;
-pub use route::{Bracket, Members, MembersRound, Plan};
+pub use route::{
+    Bracket, ConnRound, Conns, MapDone, MapRead, Members, MembersRound, Plan, Vacancies,
+};
 pub use seeds::{ClusterAddr, MemberAddr};
 pub use slot_map::{ClusterNode, Endpoint, Health, Shard, SlotMap, SlotRange};

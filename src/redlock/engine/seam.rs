@@ -38,7 +38,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use crate::net::cluster::{Bracket, Members, MembersRound};
+use crate::net::cluster::{Bracket, Conns, Members, MembersRound};
 use crate::net::{CommandId, Fanout, NodeAddr, NodeSet, Reply, Round};
 use crate::resp::Value;
 
@@ -96,6 +96,10 @@ pub trait Nodes {
 
     /// How many nodes.
     fn len(&self) -> usize;
+    /// How many connections: [`len`](Nodes::len), or more with cluster members (one per node of their maps).
+    fn connections(&self) -> usize {
+        self.len()
+    }
     /// The nodes' addresses, in index order (for reports).
     fn addrs(&self) -> &[NodeAddr];
     /// Opens a round whose outcomes are all known by `deadline`.
@@ -250,8 +254,11 @@ impl NodeRound for Round<'_> {
     }
 }
 
-impl Nodes for Members {
-    type Round<'a> = MembersRound<'a>;
+impl<F: Conns> Nodes for Members<F> {
+    type Round<'a>
+        = MembersRound<'a, F>
+    where
+        F: 'a;
 
     #[inline]
     fn len(&self) -> usize {
@@ -263,13 +270,17 @@ impl Nodes for Members {
         Members::addrs(self)
     }
 
+    fn connections(&self) -> usize {
+        Members::connections(self)
+    }
+
     #[inline]
-    fn round(&self, deadline: Instant) -> MembersRound<'_> {
+    fn round(&self, deadline: Instant) -> MembersRound<'_, F> {
         Members::round(self, deadline)
     }
 
     #[inline]
-    fn release_round(&self, deadline: Instant) -> MembersRound<'_> {
+    fn release_round(&self, deadline: Instant) -> MembersRound<'_, F> {
         Members::release_round(self, deadline)
     }
 
@@ -300,7 +311,7 @@ impl Nodes for Members {
     }
 }
 
-impl NodeRound for MembersRound<'_> {
+impl<F: Conns> NodeRound for MembersRound<'_, F> {
     #[inline]
     fn send_to(&mut self, nodes: NodeSet, request: &[u8], replies: usize) -> NodeSet {
         MembersRound::send_to(self, nodes, request, replies)

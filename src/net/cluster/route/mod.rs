@@ -6,6 +6,8 @@
 //! # Layout
 //!
 //! - this file: [`Members`] (and its map refreshes);
+//! - `conns`: [`Conns`] and [`ConnRound`], what the routing needs of the connections it drives: the threaded
+//!   [`Fanout`], or the deterministic simulator's machine (`tests/sim/`), which so runs this very routing;
 //! - `plan`: [`Plan`], reading the cluster members' maps at build time;
 //! - `clock`: the clock bracket of a cluster node's writes (`TIME` around them, read for the engine's clock check);
 //! - `replid`: the replication check of a cluster node's votes (a failover it did not see);
@@ -61,6 +63,7 @@
 mod clock;
 pub(crate) use clock::TIME;
 mod command;
+mod conns;
 mod plan;
 mod replid;
 mod round;
@@ -72,8 +75,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use clock::Bracket;
-pub use plan::Plan;
-use plan::read_map_from;
+pub use conns::{ConnRound, Conns, MapDone, Vacancies};
+pub use plan::{MapRead, Plan};
 use replid::ReplCheck;
 pub use round::MembersRound;
 use table::{Node, Table, Takeover};
@@ -83,10 +86,11 @@ use crate::net::{Fanout, NodeAddr, NodeCounts, Options, TlsConfig};
 use crate::resp::Value;
 use crate::sync::lock;
 
-/// The members of a manager over one fanout's connections (see the module doc).
+/// The members of a manager over one fanout's connections (see the module doc): the threaded [`Fanout`]'s,
+/// or the simulator's ([`Conns`]).
 #[derive(Debug)]
-pub struct Members {
-    fanout: Fanout,
+pub struct Members<F = Fanout> {
+    fanout: F,
     /// Per member, the address its reports name: a plain member's node, a cluster member's first seed.
     addrs: Vec<NodeAddr>,
     routes: Option<Box<Routes>>,
@@ -133,11 +137,24 @@ impl Members {
     ///
     /// As [`Fanout::new`].
     pub fn new(plan: Plan, opts: Options) -> io::Result<Members> {
+        let fanout = Fanout::with_vacancies(plan.conns.clone(), plan.vacant, opts)?;
+        Ok(Members::over(plan, fanout))
+    }
+
+    /// The connections.
+    pub fn fanout(&self) -> &Fanout {
+        &self.fanout
+    }
+}
+
+impl<F: Conns> Members<F> {
+    /// The members of `plan` over `fanout`, whose connections are [`Plan::conns`], in order.
+    pub fn over(plan: Plan, fanout: F) -> Members<F> {
         let Plan {
             members,
             conns,
             tables,
-            vacant,
+            vacant: _,
         } = plan;
         let addrs: Vec<NodeAddr> = members
             .iter()
@@ -148,8 +165,10 @@ impl Members {
             .collect();
         let routed = tables.iter().any(Option::is_some);
         let nconns = conns.len();
-        let (wait, tls) = (opts.connect_timeout, opts.tls().clone());
-        let fanout = Fanout::with_vacancies(conns, vacant, opts)?;
+        let (wait, tls) = (
+            fanout.options().connect_timeout,
+            fanout.options().tls().clone(),
+        );
         let routes = routed.then(|| {
             let mut member_of: Vec<usize> = (0..nconns).collect();
             let clusters: Vec<Option<Cluster>> = members
@@ -184,11 +203,11 @@ impl Members {
                 tls,
             })
         });
-        Ok(Members {
+        Members {
             fanout,
             addrs,
             routes,
-        })
+        }
     }
 
     /// Follows every command a routed round (not a release round) sends to a cluster node with `INFO
@@ -216,7 +235,7 @@ impl Members {
     }
 
     /// The connections.
-    pub fn fanout(&self) -> &Fanout {
+    pub fn conns(&self) -> &F {
         &self.fanout
     }
 
@@ -224,6 +243,14 @@ impl Members {
     #[inline]
     pub fn len(&self) -> usize {
         self.addrs.len()
+    }
+
+    /// How many connections: one per member, more with cluster members (every node of their maps, and their
+    /// vacant connections).
+    pub fn connections(&self) -> usize {
+        self.routes
+            .as_ref()
+            .map_or(self.addrs.len(), |r| r.member_of.len())
     }
 
     /// Whether there are no members.
@@ -253,14 +280,14 @@ impl Members {
 
     /// A round over the members (see [`Fanout::round`]).
     #[inline]
-    pub fn round(&self, deadline: Instant) -> MembersRound<'_> {
+    pub fn round(&self, deadline: Instant) -> MembersRound<'_, F> {
         MembersRound::new(self, self.fanout.round(deadline), deadline, true)
     }
 
     /// A release round over the members (see [`Fanout::release_round`]). Its commands carry no replication
     /// check (a release makes no holder).
     #[inline]
-    pub fn release_round(&self, deadline: Instant) -> MembersRound<'_> {
+    pub fn release_round(&self, deadline: Instant) -> MembersRound<'_, F> {
         MembersRound::new(self, self.fanout.release_round(deadline), deadline, false)
     }
 
@@ -372,13 +399,14 @@ impl Members {
         if cluster.refreshing.swap(true, Ordering::AcqRel) {
             return;
         }
+        let now = self.fanout.now();
         {
             let mut last = lock(&cluster.last);
-            if last.is_some_and(|t| t.elapsed() < MIN_REFRESH) {
+            if last.is_some_and(|t| now.saturating_duration_since(t) < MIN_REFRESH) {
                 cluster.refreshing.store(false, Ordering::Release);
                 return;
             }
-            *last = Some(Instant::now());
+            *last = Some(now);
         }
         let tls_member = cluster.addr.seeds()[0].tls();
         let mut nodes: Vec<NodeAddr> = {
@@ -402,61 +430,60 @@ impl Members {
         let promoted = Arc::clone(&routes.promoted);
         let flag = Arc::clone(&cluster.refreshing);
         let (wait, tls) = (routes.wait, routes.tls.clone());
-        let (occupier, addr) = (self.fanout.occupier(), cluster.addr.clone());
+        let (occupier, addr) = (self.fanout.vacancies(), cluster.addr.clone());
         let (occupying, member_of) = (Arc::clone(&routes.occupying), routes.member_of.clone());
-        let spawned = std::thread::Builder::new()
-            .name("muxlock-cluster-map".into())
-            .spawn(move || {
-                if let Ok(Some((map, origin))) = read_map_from(nodes, wait, &tls) {
-                    // Nodes the table does not know get vacant connections first, so the table can route to
-                    // them; a master among them takes over as a promoted one would (`Table::read`): quarantined.
-                    let unknown = lock(&table).unknown(&map, &origin, tls_member);
-                    // Every other member's servers (a vacant connection's placeholder is its member's seed), read
-                    // now, under the lock every refresh occupies under: a node of this member's map that is one
-                    // of them is not dialled, or one server would vote for two members (a list taken before
-                    // another member's refresh occupied would miss what it dials).
-                    let _one_at_a_time = match unknown.is_empty() {
-                        true => None,
-                        false => Some(lock(&occupying)),
-                    };
-                    let others: Vec<NodeAddr> = match unknown.is_empty() {
-                        true => Vec::new(),
-                        false => (0..member_of.len())
-                            .filter(|&c| member_of[c] != member)
-                            .filter_map(|c| occupier.addr(c))
-                            .collect(),
-                    };
-                    for (host, port) in unknown {
-                        let node = addr.node(&host, port);
-                        if others.iter().any(|o| o.same_server(&node)) {
-                            continue;
-                        }
-                        let Some(conn) = lock(&table).vacant.pop() else {
-                            break; // none left: its slots get no vote from this member until a rebuild
-                        };
-                        match occupier.occupy(conn, node) {
-                            true => lock(&table).add(host, port, conn),
-                            // Refused (a TLS node it cannot name): kept for the next new node.
-                            false => lock(&table).vacant.push(conn),
-                        }
+        let done: MapDone = Box::new(move |read, clock| {
+            if let Some((map, origin)) = read {
+                // Nodes the table does not know get vacant connections first, so the table can route to
+                // them; a master among them takes over as a promoted one would (`Table::read`): quarantined.
+                let unknown = lock(&table).unknown(&map, &origin, tls_member);
+                // Every other member's servers (a vacant connection's placeholder is its member's seed), read
+                // now, under the lock every refresh occupies under: a node of this member's map that is one
+                // of them is not dialled, or one server would vote for two members (a list taken before
+                // another member's refresh occupied would miss what it dials).
+                let _one_at_a_time = match unknown.is_empty() {
+                    true => None,
+                    false => Some(lock(&occupying)),
+                };
+                let others: Vec<NodeAddr> = match unknown.is_empty() {
+                    true => Vec::new(),
+                    false => (0..member_of.len())
+                        .filter(|&c| member_of[c] != member)
+                        .filter_map(|c| occupier.addr(c))
+                        .collect(),
+                };
+                for (host, port) in unknown {
+                    let node = addr.node(&host, port);
+                    if others.iter().any(|o| o.same_server(&node)) {
+                        continue;
                     }
-                    let now = Instant::now();
-                    // The quarantine is noted before the table routes anything to the promoted nodes.
-                    let mut table = lock(&table);
-                    let fresh = table.preview(&map, &origin, tls_member);
-                    {
-                        let mut promoted = lock(&promoted);
-                        for conn in fresh {
-                            if let Some(cell) = promoted.get_mut(conn) {
-                                *cell = Some(cell.map_or(now, |at| at.max(now)));
-                            }
-                        }
+                    let Some(conn) = lock(&table).vacant.pop() else {
+                        break; // none left: its slots get no vote from this member until a rebuild
+                    };
+                    match occupier.occupy(conn, node) {
+                        true => lock(&table).add(host, port, conn),
+                        // Refused (a TLS node it cannot name): kept for the next new node.
+                        false => lock(&table).vacant.push(conn),
                     }
-                    table.install(&map, &origin, tls_member);
                 }
-                flag.store(false, Ordering::Release);
-            });
-        if spawned.is_err() {
+                let now = clock();
+                // The quarantine is noted before the table routes anything to the promoted nodes.
+                let mut table = lock(&table);
+                let fresh = table.preview(&map, &origin, tls_member);
+                {
+                    let mut promoted = lock(&promoted);
+                    for conn in fresh {
+                        if let Some(cell) = promoted.get_mut(conn) {
+                            *cell = Some(cell.map_or(now, |at| at.max(now)));
+                        }
+                    }
+                }
+                table.install(&map, &origin, tls_member);
+            }
+            flag.store(false, Ordering::Release);
+        });
+        let started = self.fanout.read_map(nodes, wait, &tls, done);
+        if started.is_err() {
             cluster.refreshing.store(false, Ordering::Release);
         }
     }

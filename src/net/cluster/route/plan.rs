@@ -47,10 +47,18 @@ impl Plan {
     ///
     /// Only if the OS refuses an event poll or a thread, or the TLS settings are unusable (as [`Fanout::new`]).
     pub fn read(members: Vec<MemberAddr>, wait: Duration, tls: &TlsConfig) -> io::Result<Plan> {
-        let n = members.len();
         // Every cluster member's map at once, each on a thread of its own: read one after the other, members
         // whose seeds are slow would make building wait the connect timeout once per member.
-        let mut maps = read_maps(&members, wait, tls)?;
+        let maps = read_maps(&members, wait, tls)?;
+        Ok(Plan::with_maps(members, maps))
+    }
+
+    /// Plans `members` with the maps read for them: per member, for a cluster, its map with the host it was
+    /// read from (`Some(None)`: none could be read); `None` for a plain node. What [`Plan::read`] does once
+    /// it has the maps (the simulator reads its clusters' maps without sockets).
+    pub fn with_maps(members: Vec<MemberAddr>, mut maps: Vec<Option<MapRead>>) -> Plan {
+        let n = members.len();
+        maps.resize_with(n, || None);
         // First the maps and each member's nodes, then the connections: the members' own first (`0..n`), then
         // every cluster member's other nodes.
         let mut planned: Vec<Option<Planned>> = Vec::with_capacity(n);
@@ -136,12 +144,24 @@ impl Plan {
                 })
             })
             .collect();
-        Ok(Plan {
+        Plan {
             members,
             conns,
             tables,
             vacant,
-        })
+        }
+    }
+
+    /// The connections to make, in order (`0..members()` the members' own; the vacant ones last, see
+    /// [`Plan::vacant`]).
+    pub fn conns(&self) -> &[NodeAddr] {
+        &self.conns
+    }
+
+    /// How many of [`conns`](Plan::conns), the last ones, are vacant: never dialled until a map names a node
+    /// for them.
+    pub fn vacant(&self) -> usize {
+        self.vacant
     }
 
     /// Every server member `member` may send to: a plain member's node; a cluster member's nodes (those of its
@@ -178,7 +198,7 @@ impl Plan {
 type Planned = (Vec<(String, u16)>, Option<(SlotMap, String)>);
 
 /// What reading one cluster member's map gave: the map with the host it was read from, or `None`.
-type MapRead = Option<(SlotMap, String)>;
+pub type MapRead = Option<(SlotMap, String)>;
 
 /// Per member, a cluster member's map as [`read_map`] reads it (`None` for a plain member), every cluster
 /// member's read at once: building waits up to `wait` in all, not once per member.

@@ -220,8 +220,7 @@ impl ReplCheck {
 
     /// Records whether `conn`'s replicas fell short on its latest check (a pause of [`SHORT_PAUSE`] starts,
     /// unless one runs) or were all there (the pause ends).
-    pub(super) fn note_short(&self, conn: usize, short: bool) {
-        let now = Instant::now();
+    pub(super) fn note_short(&self, conn: usize, short: bool, now: Instant) {
         if let Some(s) = lock(&self.seen).get_mut(conn) {
             s.short_until = match (short, s.short_until) {
                 (false, _) => None,

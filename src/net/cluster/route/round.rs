@@ -14,12 +14,12 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 
-use super::Members;
 use super::clock::{self, Bracket};
 use super::command;
 use super::replid::{self, Verdict};
+use super::{ConnRound, Conns, Members};
 use crate::net::cluster::{Redirect, RedirectKind};
-use crate::net::{CommandId, NodeError, NodeSet, Reply, Round};
+use crate::net::{CommandId, Fanout, NodeError, NodeSet, Reply};
 use crate::resp::Value;
 
 /// A command follows at most this many redirections; the next one is a failed vote.
@@ -28,9 +28,9 @@ pub(crate) const MAX_REDIRECTS: u8 = 2;
 /// One round over the members. Dropping it abandons the replies still to come (their requests still run).
 #[derive(Debug)]
 #[must_use = "a round does nothing until requests are sent and replies collected with next()"]
-pub struct MembersRound<'a> {
-    round: Round<'a>,
-    members: &'a Members,
+pub struct MembersRound<'a, F: Conns = Fanout> {
+    round: F::Round<'a>,
+    members: &'a Members<F>,
     /// `None` for a manager of plain members: the round is the fanout's, untouched.
     routing: Option<Box<Routing>>,
 }
@@ -173,11 +173,11 @@ struct Sent {
     redirects: u8,
 }
 
-impl<'a> MembersRound<'a> {
+impl<'a, F: Conns> MembersRound<'a, F> {
     #[inline]
     pub(super) fn new(
-        members: &'a Members,
-        round: Round<'a>,
+        members: &'a Members<F>,
+        round: F::Round<'a>,
         deadline: Instant,
         votes: bool,
     ) -> Self {
@@ -198,7 +198,7 @@ impl Routing {
     /// whether its outcomes may be votes (not a release round's), which then carry the replication check if
     /// the members have it on.
     #[inline(never)]
-    fn new(members: &Members, deadline: Instant, votes: bool) -> Box<Routing> {
+    fn new<F: Conns>(members: &Members<F>, deadline: Instant, votes: bool) -> Box<Routing> {
         let conns = members.routes.as_ref().map_or(0, |r| r.member_of.len());
         let check = votes && members.routes.as_ref().is_some_and(|r| r.check.is_some());
         Box::new(Routing {
@@ -303,7 +303,7 @@ impl Routing {
     }
 }
 
-impl<'a> MembersRound<'a> {
+impl<'a, F: Conns> MembersRound<'a, F> {
     /// The instant by which every outcome of this round is known.
     pub fn deadline(&self) -> Instant {
         self.round.deadline()
@@ -803,7 +803,7 @@ impl<'a> MembersRound<'a> {
                 members.sessions(conn),
                 || members.setup_replies(conn),
                 v,
-                || members.note_promoted(conn, Instant::now()),
+                || members.note_promoted(conn, members.fanout.now()),
             ),
             _ => Verdict::Unproven,
         };
@@ -850,7 +850,7 @@ impl<'a> MembersRound<'a> {
             // nothing), and prove nothing meanwhile. Only a check that was answered says so: one refused for
             // room, timed out or cut by a dropped connection read no replica (counted as short, one refusal
             // under overload would silence the master's votes for a second).
-            check.note_short(conn, !replicated && needed > 0);
+            check.note_short(conn, !replicated && needed > 0, members.fanout.now());
         }
         let why = match (&reply, verdict, replicated) {
             (Err(e), _, _) => Some(e.to_string()),
@@ -946,7 +946,7 @@ impl<'a> MembersRound<'a> {
                 r.slot, sent.slot
             )));
         }
-        let now = Instant::now();
+        let now = members.fanout.now();
         if now >= routing.deadline {
             return Err(NodeError::Timeout);
         }
@@ -1004,9 +1004,9 @@ impl<'a> MembersRound<'a> {
 /// as many replicas as the member's map shows for that master's shard or its last reading showed online
 /// (if any), then `INFO replication`; expects their replies on `conn`'s wire. Returns how many replies it
 /// added. `WAIT` blocks the connection until they acknowledge: half of what is left of the round, at most.
-fn append_check(
+fn append_check<F: Conns>(
     routing: &mut Routing,
-    members: &Members,
+    members: &Members<F>,
     member: usize,
     (conn, write): (usize, u32),
     bytes: &mut BytesMut,
@@ -1027,8 +1027,9 @@ fn append_check(
     // After a write whose replicas fell short, `WAIT` is sent again only once in a while (its outcomes prove
     // nothing meanwhile): a replica down but still in the map must not block its master's connection (and
     // every release behind it) for half a round per write.
-    if replicas > 0 && !check.is_short(conn, Instant::now()) {
-        let left = routing.deadline.saturating_duration_since(Instant::now()) / 2;
+    let now = members.fanout.now();
+    if replicas > 0 && !check.is_short(conn, now) {
+        let left = routing.deadline.saturating_duration_since(now) / 2;
         let ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1);
         bytes.extend_from_slice(&replid::wait_command(replicas, ms));
         routing.expect(conn, Expect::Wait { write });
