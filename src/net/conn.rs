@@ -160,15 +160,18 @@ impl Link for MioLink {
         self.resolved.refresh(&self.addr);
     }
 
-    /// A non-blocking peek: end of stream or an error (a reset) is closed; no byte waiting, or bytes waiting (a
-    /// push, a TLS record), is not (the driver's read side takes those).
+    /// A non-blocking peek: end of stream or an error (a reset) is closed; no byte waiting is not. Bytes waiting
+    /// on plain TCP (a push) are not either (the driver's read side takes those). On TLS they are taken as closed:
+    /// a set-up connection with nothing in flight is sent nothing unasked but the server's `close_notify` alert
+    /// (redis-server sends one before its FIN when it closes an idle client), which the peek cannot tell from
+    /// other records; taken wrongly, an idle connection is dialled again, and nothing in flight is lost.
     fn peer_closed(&self) -> bool {
         let Some(transport) = self.transport.as_ref() else {
             return false;
         };
         match transport.socket().peek(&mut [0u8; 1]) {
             Ok(0) => true,
-            Ok(_) => false,
+            Ok(_) => transport.is_tls(),
             Err(e) => !matches!(
                 e.kind(),
                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted

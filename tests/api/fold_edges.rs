@@ -320,6 +320,86 @@ fn a_key_outside_the_acl_does_not_turn_a_node_off_its_native_release() {
     );
 }
 
+/// Hazard (lost release): a fold sent by script to a node whose set-up was not read yet. A Lua-free user's
+/// releases go to such a node as the batch script (its natives are not known yet); the node refuses it
+/// (`NOPERM` without `+eval`) and, the fold decided by the other two nodes first, nobody reads the refusal. Node
+/// 2 is paused from the start, so it grants the keys when it resumes (the acquisitions wait in its socket) and
+/// then refuses their folded release: the keys must still go there (`unlock`'s contract: nodes that had not
+/// answered delete the key when the request reaches them), as a lone release's do (its native releases follow).
+#[test]
+fn a_fold_sent_to_a_lua_free_node_before_its_set_up_still_deletes_the_keys_there() {
+    let Some(mut servers) = valkeys(3) else {
+        return;
+    };
+    set_user(
+        &servers,
+        "nolua",
+        &["+set", "+delifeq", "+command|info", "+info", "+time"],
+    );
+    servers[2].pause();
+    let locks = Arc::new(manager(user_urls(&servers, "nolua"), config()));
+    wait_until(Duration::from_secs(5), "nodes 0 and 1 set up", || {
+        locks
+            .request("lock:warm")
+            .ttl(TTL)
+            .once()
+            .acquire()
+            .is_ok_and(|l| locks.unlock(l).is_ok())
+    });
+    let lone = take(&locks, "lock:lone");
+    let lone_value = lone.value().to_owned();
+    let folded: Vec<Lock> = (0..2)
+        .map(|i| take(&locks, &format!("lock:f{i}")))
+        .collect();
+    let values: Vec<String> = folded.iter().map(|l| l.value().to_owned()).collect();
+    // The lone release holds the gate while node 1 is paused too; the other two queue and fold behind it.
+    servers[1].pause();
+    let first = {
+        let locks = Arc::clone(&locks);
+        thread::spawn(move || locks.unlock(lone))
+    };
+    thread::sleep(Duration::from_millis(150));
+    let rest: Vec<_> = folded
+        .into_iter()
+        .map(|lock| {
+            let locks = Arc::clone(&locks);
+            thread::spawn(move || locks.unlock(lock))
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(150));
+    servers[1].resume();
+    let first = first.join().expect("lone release");
+    assert!(matches!(first, Ok(n) if n >= 2), "{first:?}");
+    for handle in rest {
+        let released = handle.join().expect("folded release");
+        assert!(matches!(released, Ok(n) if n >= 2), "{released:?}");
+    }
+    servers[2].resume();
+    // Node 2's replies are read by the next round to it: an inspection, until every request was answered.
+    wait_until(
+        Duration::from_secs(5),
+        "node 2 answered every request",
+        || {
+            let _ = locks.inspect("lock:other");
+            let n = &locks.stats().nodes[2].net;
+            n.requests > 0 && n.replies >= n.requests
+        },
+    );
+    assert!(
+        !String::from_utf8_lossy(&get(&servers[2], "lock:lone")).contains(lone_value.as_str()),
+        "the lone release (not folded) left its key on node 2"
+    );
+    for (i, value) in values.iter().enumerate() {
+        let key = format!("lock:f{i}");
+        let left = get(&servers[2], &key);
+        assert!(
+            !String::from_utf8_lossy(&left).contains(value.as_str()),
+            "released (confirmed by a majority), yet node 2 keeps {key} for its lease: {:?}",
+            String::from_utf8_lossy(&left)
+        );
+    }
+}
+
 /// Hazard (lost release): a fold is not bounded by `max_in_flight`. On a node that releases natively (one
 /// `DELIFEQ` per key in one request), a fold of more than twice `max_in_flight` keys never fits the node's queue
 /// (a release may use twice the bound, then waits for room): it waits out the round and every release of the

@@ -114,6 +114,49 @@ fn failed_attempt_leaves_no_grant_when_delifeq_is_refused() {
     );
 }
 
+/// The batch form of the above: a failed batch lock (`try_lock_batch`) releases its partial grants at once,
+/// unawaited, by a native compare-and-delete per key on a node whose probe found one. With a user whose ACL has
+/// the scripts but not `DELIFEQ`, that release is refused (`NOPERM`) and nobody reads the refusal: the batch's
+/// release script must go as well (both compare and delete the same value), or the grant blocks the key for its
+/// whole TTL.
+#[test]
+fn a_failed_batch_lock_leaves_no_grant_when_delifeq_is_refused() {
+    let Some(nodes) = valkeys(3) else { return };
+    for node in &nodes {
+        set_user(
+            node,
+            "lua",
+            &[
+                "+set",
+                "+time",
+                "+get",
+                "+del",
+                "+pexpire",
+                "+eval",
+                "+evalsha",
+                "+script|load",
+                "+command|info",
+            ],
+        );
+    }
+    let locks = manager(user_urls(&nodes, "lua"), one_attempt(ROUND));
+    warm(&locks);
+    // Someone else holds the key on two nodes of three: our batch gets node 0 only, and fails.
+    for node in &nodes[1..] {
+        node.raw(&cmd(&["SET", "lock:b", "other", "PX", "60000"]));
+    }
+    let got = locks.try_lock_batch(&["lock:b"], Duration::from_secs(30));
+    assert!(
+        matches!(got.as_slice(), [Ok(None)]),
+        "held by another on nodes 1 and 2: {got:?}"
+    );
+    wait_until(
+        Duration::from_secs(2),
+        "the failed batch's grant on node 0 released",
+        || nodes[0].raw(&cmd(&["EXISTS", "lock:b"])) == b":0\r\n",
+    );
+}
+
 /// A node restarted as another server behind the same address: Valkey 9.1 -> Redis 7.0 -> Valkey 9.1. Each new
 /// connection's probe is read again: Redis gets scripts only (not one refused `DELIFEQ`: no `ERR` in its
 /// errorstats), Valkey natives again, and every cycle is released by all three nodes.

@@ -583,3 +583,61 @@ fn passwords_never_show_in_debug_display_or_errors() {
     let addr: muxlock::NodeAddr = url.parse().expect("url");
     assert!(!format!("{addr} {addr:?}").contains("topsecret"));
 }
+
+/// The servers close idle client connections (`timeout 1`) over TLS, where a closing server sends its
+/// `close_notify` alert before the end of the stream (redis-server does): a lock is taken, the manager is left
+/// idle until every node has closed its connection, then the lock is released. Every node is up and answers;
+/// the release must reach each of them (a majority confirming, the key gone everywhere soon after), not be
+/// written into connections the nodes had already closed and be lost there, the keys left until their lease ends.
+#[test]
+fn a_release_on_tls_connections_the_servers_closed_as_idle_still_deletes_the_keys() {
+    let certs = Certs::generate();
+    let servers: Vec<RedisServer> = (0..3)
+        .map(|_| {
+            RedisServer::builder()
+                .tls(&certs, true)
+                .arg("--timeout")
+                .arg("1")
+                .start()
+        })
+        .collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::tls_url).collect();
+    let locks = manager(&urls, trusting(&certs));
+    let lock = locks
+        .request("tls-idle:a")
+        .ttl(Duration::from_secs(30))
+        .once()
+        .acquire()
+        .expect("granted by the three nodes");
+    // Each node closed the manager's connection: the only client left is the one asking (on the plain port).
+    wait_until(
+        Duration::from_secs(10),
+        "the nodes closed the idle connections",
+        || {
+            servers.iter().all(|s| {
+                String::from_utf8_lossy(&s.raw(&cmd(&["INFO", "clients"])))
+                    .contains("connected_clients:1\r\n")
+            })
+        },
+    );
+    let released = locks.unlock(lock);
+    assert!(
+        matches!(released, Ok(n) if n >= 2),
+        "the release of a lock held on three live nodes: {released:?}"
+    );
+    let holding = || -> Vec<usize> {
+        (0..3)
+            .filter(|&i| servers[i].raw(&cmd(&["EXISTS", "tls-idle:a"])) == b":1\r\n")
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !holding().is_empty() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(10));
+    }
+    let left = holding();
+    assert!(
+        left.is_empty(),
+        "released ({released:?}), yet the key is left on nodes {left:?}: {:?}",
+        locks.stats().nodes
+    );
+}

@@ -228,7 +228,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// Releases `keys` (each held with its value in `vals`) on `nodes` without waiting: one request per node, the
     /// way the node takes it. A node with a native compare-and-delete on its connection gets one per key (a user
-    /// without `+eval` may not run the script, and nobody would read its refusal); the others get
+    /// without `+eval` may not run the script, and nobody would read its refusal), and [`lua::RELEASE_BATCH`] as
+    /// well until its native release has run on that connection (its ACL may lack it); the others get
     /// [`lua::RELEASE_BATCH`] in full (a node that lost its scripts still runs it).
     fn release_keys_unawaited(&self, nodes: NodeSet, keys: &[&[u8]], vals: &[&[u8]]) {
         let mut ways = [
@@ -243,6 +244,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 Via::Sha | Via::Full => 0,
             };
             ways[i].1.insert(node);
+            // A native release not run yet on this connection may be refused (an ACL without `+delifeq`), unread:
+            // the script goes as well (as in `release_unawaited`), and whichever is allowed deletes the keys.
+            if i != 0 && !self.restart.natives.ran(node, Script::Release) {
+                ways[0].1.insert(node);
+            }
         }
         let mut round = self.fanout.release_round(self.clock.now());
         let mut request = bytes::BytesMut::new();

@@ -90,7 +90,7 @@ use crate::redlock::engine::reply::{refused, script_vote};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes, blocking};
 use crate::redlock::error::Result;
 use crate::redlock::lua;
-use crate::redlock::scripts::{self, Script, Via};
+use crate::redlock::scripts::{self, Native, Script, Via};
 use crate::sync::lock;
 use crate::time::later;
 
@@ -569,6 +569,15 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 });
             }
         }
+        // Nodes sent the script before their set-up was read (as in `script_round`): a refusal not read in the
+        // round (a user without `+eval`) is followed by their native releases after it (below).
+        let mut blind: Vec<bool> = (0..n)
+            .map(|node| {
+                !members[node].is_empty()
+                    && !matches!(ways[node].last, Via::Native(_))
+                    && self.restart.natives.unknown(&self.fanout, node)
+            })
+            .collect();
         // Per (node, entry): the ways its own command was tried (allocated only after a refusal).
         let mut tried: Vec<Option<Tried>> = Vec::new();
         // Nodes whose batch script was answered by an error and sent again key by key (see below).
@@ -579,6 +588,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             let Some(what) = expect.take(id) else {
                 continue; // an outcome nothing was sent for: never happens; count nothing
             };
+            // Answered: a refusal is followed here. Timed out or dropped: it may run later, refused.
+            if reply.is_ok() {
+                blind[node] = false;
+            }
             match what {
                 Expect::Batch(via) => {
                     if let Some(why) = refused(&reply) {
@@ -663,6 +676,19 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             match need(tallies, &expect, &unsure) {
                 0 => break,
                 more => round.need(more),
+            }
+        }
+        // A blind node not answered: its native releases follow, unawaited (each compares and deletes the same
+        // value, so whichever the node allows deletes the key; the others find nothing or are refused).
+        if blind.iter().any(|&b| b) {
+            drop(round);
+            let mut late = self.fanout.release_round(self.clock.now());
+            for node in (0..n).filter(|&node| blind[node]) {
+                for native in [Native::DelIfEq, Native::DelEx] {
+                    request.clear();
+                    let replies = encode(&mut request, Via::Native(native), batch, &members[node]);
+                    late.send(node, &request, replies);
+                }
             }
         }
     }
