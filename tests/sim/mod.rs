@@ -262,6 +262,11 @@ struct Line {
     /// every earlier one has, as on a TCP connection, however pauses held them back.
     sent: u64,
     ran: u64,
+    /// When bytes of this connection last reached the client (or it was dialled): the hung check may drop it
+    /// only `hung_timeout` after that.
+    read_at: Time,
+    /// The client dropped it by itself, and the drop was judged (`World::judge_drops`).
+    judged: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -572,6 +577,8 @@ impl World {
                         last_reply: now,
                         sent: 0,
                         ran: 0,
+                        read_at: now,
+                        judged: false,
                     };
                     // The handshake takes the node's base latency (not a slow client's own extra, which models
                     // a late reader).
@@ -617,6 +624,7 @@ impl World {
                 self.push(due, Event::Tick { client });
             }
         }
+        self.judge_drops(client);
         // Its tasks look again if anything was filed (for any of their rounds).
         let filed = self.procs[client].fanout.filed();
         if filed != self.procs[client].filed {
@@ -624,6 +632,48 @@ impl World {
             for i in 0..self.procs[client].tasks.len() {
                 let task = self.procs[client].tasks[i];
                 self.clients[task].ready = true;
+            }
+        }
+    }
+
+    /// The liveness rules of process `p`'s fanout, judged after each of its turns: a connection it dropped by
+    /// itself as hung had been silent for `hung_timeout` (a node that is slow but sends bytes is never dropped),
+    /// and no release detached from its round waits for room past its bound (it is placed or given up by then).
+    fn judge_drops(&mut self, p: usize) {
+        let now = self.now;
+        let rate = self.procs[p].rate;
+        let hung = self.procs[p].fanout.options().hung_timeout().as_nanos() as f64;
+        for node in 0..self.nodes.len() {
+            let line = &self.procs[p].lines[node];
+            let Some(generation) = line.generation else {
+                continue;
+            };
+            let fanout = &self.procs[p].fanout;
+            if line.judged || fanout.generation(node) == Some(generation) {
+                continue;
+            }
+            let silent = now - line.read_at;
+            let hung_up = matches!(fanout.last_error(node), Some(NodeError::Hung(_)));
+            self.procs[p].lines[node].judged = true;
+            // The client's clock runs at `rate`: it measured `silent * rate` (a microsecond for rounding).
+            if hung_up && (silent as f64 * rate) + 1_000.0 < hung {
+                let what = format!(
+                    "process {p} dropped its connection to node {node} as hung {} after bytes came (hung_timeout \
+                     {} ms)",
+                    check::ms(silent),
+                    hung / MS as f64
+                );
+                self.history.breaks(what);
+            }
+        }
+        let bound = self.procs[p].fanout.detached_bound();
+        if let Some(bound) = bound.map(|b| self.time_of(p, b)) {
+            if bound + MS < now {
+                let what = format!(
+                    "process {p} keeps a detached release waiting {} past its bound",
+                    check::ms(now - bound)
+                );
+                self.history.breaks(what);
             }
         }
     }
@@ -731,6 +781,10 @@ impl World {
                 bytes,
             } => {
                 let at = self.at(client, now);
+                let line = &mut self.procs[client].lines[node];
+                if line.generation == Some(generation) {
+                    line.read_at = now;
+                }
                 let fanout = &mut self.procs[client].fanout;
                 let late = fanout.late();
                 fanout.read(node, generation, &bytes, at);
@@ -751,6 +805,15 @@ impl World {
                     self.procs[client].lines[node].generation = None;
                     let fanout = &mut self.procs[client].fanout;
                     fanout.connect_failed(node, generation, NodeError::Refused, at);
+                    // A refused connect is dropped at once, failing what waited on it (the refusal is the node's
+                    // vote), not left to its connect timeout.
+                    if fanout.generation(node) == Some(generation) || fanout.in_flight(node) > 0 {
+                        let what = format!(
+                            "process {client}'s refused connect to node {node} left {} requests waiting on it",
+                            fanout.in_flight(node)
+                        );
+                        self.history.breaks(what);
+                    }
                 } else {
                     self.procs[client].fanout.connected(node, generation, at);
                 }
