@@ -74,7 +74,7 @@ use muxlock::net::{CommandId, NodeAddr, NodeError, NodeSet, Options as NetOption
 use muxlock::redlock::sim::{Clock, NodeRound, Nodes};
 use muxlock::resp::{Value, encode};
 
-use node::{MS, Node, RIGHT_RATE, Restart, Time};
+use node::{Acl, MS, Node, RIGHT_RATE, Restart, Time};
 
 /// SplitMix64: small, fast, and the same everywhere; optionally steered by a tape of bytes (a fuzzer's input).
 #[derive(Clone, Debug)]
@@ -209,6 +209,11 @@ enum Event {
         client: usize,
         node: usize,
         generation: u32,
+    },
+    /// The user's ACL on a node changes: from now on it refuses what `denied` says ([`Node::denied`]).
+    Acl {
+        node: usize,
+        denied: u8,
     },
     /// A node's wall clock is stepped or changes its rate.
     Clock {
@@ -420,6 +425,16 @@ pub struct Struck {
     /// and release requests (counted by reply) held for room when their round ended and detached.
     pub redials: u64,
     pub detached: u64,
+    /// `NOSCRIPT` replies read after their round had ended or had timed their node out (dropped as late: an
+    /// extension decided without that node, whose key there keeps its old expiry).
+    pub noscript_late: u64,
+    /// Commands refused by the nodes' ACLs (`-NOPERM`), by kind (`node::Acl`'s bits: scripts, `EVALSHA` alone,
+    /// `TIME`, `INFO`, native compare-and-delete, `COMMAND`).
+    pub noperm: [u64; Acl::KINDS],
+    /// Release verdicts judged on the nodes as they were returned (`workload::released`), and those confirmed
+    /// while a node kept the key (refused, timed out, paused, never reached: one the count did not include).
+    pub releases_judged: u64,
+    pub kept_after_release: u64,
 }
 
 /// What a write's replies are encoded into at first: enough for most (a set-up's are about 1 KiB).
@@ -749,7 +764,9 @@ impl World {
                 }
                 let mut out = BytesMut::with_capacity(REPLY_CAPACITY);
                 wire::each_command(&bytes, |cmd| {
-                    if cmd.first().is_some_and(|c| c == b"TIME") {
+                    if cmd.first().is_some_and(|c| c == b"TIME")
+                        && self.nodes[node].node.denied & Acl::TIME == 0
+                    {
                         self.count_time(node);
                         self.nodes[node].node.time_reply(now, &mut out);
                         return;
@@ -788,7 +805,11 @@ impl World {
                 let fanout = &mut self.procs[client].fanout;
                 let late = fanout.late();
                 fanout.read(node, generation, &bytes, at);
-                self.struck.late += fanout.late() - late;
+                let dropped = fanout.late() - late;
+                self.struck.late += dropped;
+                if dropped > 0 && bytes.windows(9).any(|b| b == b"-NOSCRIPT") {
+                    self.struck.noscript_late += 1;
+                }
                 self.pump(client);
             }
             Event::Connect {
@@ -872,6 +893,11 @@ impl World {
                 }
             }
             Event::Clock { node, change } => self.change_clock(node, change),
+            Event::Acl { node, denied } => {
+                self.nodes[node].node.denied = denied;
+                let line = format!("{} node {node}'s ACL refuses {denied:#04b}", check::ms(now));
+                self.history.note(line);
+            }
         }
     }
 
@@ -1360,6 +1386,44 @@ fn plan_clocks(w: &mut World, seed: u64, setup: &Setup) {
                 let change = ClockChange::Right;
                 w.push(at, Event::Clock { node, change });
             }
+        }
+    }
+}
+
+/// The ACL faults of a world, from a stream of their own (the seed's other choices stay what they were): in one
+/// world of five, a minority of the nodes refuse (`-NOPERM`) scripts (`EVAL` and `EVALSHA`, or `EVALSHA` alone),
+/// `TIME`, `INFO`, the native compare-and-delete or the native probe (`COMMAND`), from the start or from some
+/// point on, and now and then the grant comes back later (an operator fixing the user).
+pub fn plan_acls(w: &mut World, seed: u64, horizon: Time) {
+    let mut rng = Rng::new(seed ^ 0x6163_6c73);
+    if !rng.chance(0.2) {
+        return;
+    }
+    let n = w.nodes.len();
+    let k = rng.range(1, (n as u64 - 1) / 2) as usize;
+    let first = rng.range(0, n as u64 - 1) as usize;
+    for j in 0..k {
+        let node = (first + j) % n;
+        let kinds = [
+            Acl::EVAL,
+            Acl::EVALSHA,
+            Acl::TIME,
+            Acl::INFO,
+            Acl::NATIVE,
+            Acl::COMMAND,
+        ];
+        let mut denied = kinds[rng.range(0, kinds.len() as u64 - 1) as usize];
+        if rng.chance(0.3) {
+            denied |= kinds[rng.range(0, kinds.len() as u64 - 1) as usize];
+        }
+        let from = match rng.chance(0.5) {
+            true => 0,
+            false => rng.range(0, horizon / MS) * MS,
+        };
+        w.push(from, Event::Acl { node, denied });
+        if rng.chance(0.3) {
+            let until = from + rng.range(300, 3_000) * MS;
+            w.push(until, Event::Acl { node, denied: 0 });
         }
     }
 }

@@ -119,6 +119,46 @@ pub struct Node {
     pub native: Native,
     /// Native compare-and-delete or `SET IFEQ` commands this node ran (kept across restarts: a count for the run).
     pub native_calls: u64,
+    /// What the user's ACL refuses (`-NOPERM`, before anything runs): a mask of [`Acl`] bits (the world's ACL
+    /// faults set it, `plan_acls`).
+    pub denied: u8,
+    /// Commands refused by the ACL so far, by [`Acl`] bit (kept across restarts: a count for the run).
+    pub refusals: [u64; Acl::KINDS],
+}
+
+/// What a simulated user's ACL may lack, as bits of [`Node::denied`]: each refused as Redis 7.0 words it
+/// (`-NOPERM this user has no permissions to run the 'eval' command`).
+#[derive(Clone, Copy, Debug)]
+pub struct Acl;
+
+impl Acl {
+    /// `-@scripting` without `SCRIPT`: `EVAL` and `EVALSHA` (releases, fenced and reentrant locks, the marker).
+    pub const EVAL: u8 = 1;
+    /// `-evalsha` alone: extensions by hash refused, scripts in full allowed.
+    pub const EVALSHA: u8 = 2;
+    /// `-time`: the clock check's readings.
+    pub const TIME: u8 = 4;
+    /// `-info`: the set-up's `INFO server`, which the restart guard reads (not an optional step).
+    pub const INFO: u8 = 8;
+    /// `-delifeq -delex`: the native compare-and-delete.
+    pub const NATIVE: u8 = 16;
+    /// `-command`: the native probe (`COMMAND INFO`).
+    pub const COMMAND: u8 = 32;
+    pub const KINDS: usize = 6;
+
+    /// The bit that refuses `verb` (upper case), and its name in the refusal.
+    fn of(verb: &[u8]) -> Option<(u8, &'static str)> {
+        Some(match verb {
+            b"EVAL" => (Acl::EVAL, "eval"),
+            b"EVALSHA" => (Acl::EVAL | Acl::EVALSHA, "evalsha"),
+            b"TIME" => (Acl::TIME, "time"),
+            b"INFO" => (Acl::INFO, "info"),
+            b"DELIFEQ" => (Acl::NATIVE, "delifeq"),
+            b"DELEX" => (Acl::NATIVE, "delex"),
+            b"COMMAND" => (Acl::COMMAND, "command|info"),
+            _ => return None,
+        })
+    }
 }
 
 /// A simulated server's native commands (see [`Node::native`]).
@@ -200,6 +240,8 @@ impl Node {
             snapshot: None,
             native: Native::None,
             native_calls: 0,
+            denied: 0,
+            refusals: [0; Acl::KINDS],
         }
     }
 
@@ -449,6 +491,16 @@ impl Node {
             }
             false => verb,
         };
+        if self.denied != 0
+            && let Some((bits, name)) = Acl::of(verb)
+            && self.denied & bits != 0
+        {
+            let bit = (self.denied & bits).trailing_zeros() as usize;
+            self.refusals[bit] += 1;
+            return err(&format!(
+                "NOPERM this user has no permissions to run the '{name}' command"
+            ));
+        }
         let a = |i: usize| cmd.get(i).map_or(&b""[..], |b| &b[..]);
         match verb {
             b"SET" => {
