@@ -994,9 +994,14 @@ impl World {
     }
 
     /// The next client to run: advances time and applies events until one is runnable, then picks one of the
-    /// runnable clients with the seeded RNG. `None`: all are done (or nothing can ever wake the rest).
+    /// runnable clients with the seeded RNG. `None`: all are done (or nothing can ever wake the rest), or a
+    /// property is broken already (the history is judged by its first break; a broken liveness rule may leave
+    /// the clients nothing to wait for but a fanout asking to be looked at every instant).
     fn pick(&mut self) -> Option<usize> {
         loop {
+            if self.history.broken.is_some() {
+                return None;
+            }
             let n = (0..self.clients.len())
                 .filter(|&i| self.runnable(i))
                 .count();
