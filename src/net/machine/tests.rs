@@ -169,6 +169,8 @@ fn bytes_read_put_off_the_hung_check() {
         m.conns[0].state.generation, generation,
         "a silent connection kept"
     );
+    // A connection that was up and hung is no failed connect: its name needs no resolving again.
+    assert_eq!(m.conns[0].link.connects_failed, 0);
 }
 
 #[test]
@@ -198,4 +200,67 @@ fn a_detached_release_is_placed_once_its_node_is_set_up_or_given_up_at_its_bound
     m.after_read(past, true, &mut wake);
     assert_eq!(m.detached.len(), 0);
     assert_eq!(m.conns[1].state.stats.snapshot().given_up, 1);
+}
+
+#[test]
+fn a_connect_that_times_out_asks_the_link_to_resolve_the_name_again() {
+    let now = Instant::now();
+    let mut m = machine(vec![Recorder::new(false, false)], now);
+    let mut wake = Vec::new();
+    m.dial_all(now, &mut wake);
+    let timeout = m.opts.connect_timeout;
+    m.after_read(now + timeout, true, &mut wake);
+    assert!(!m.conns[0].state.is_connecting());
+    assert_eq!(m.conns[0].state.last_error(), &NodeError::ConnectTimeout);
+    assert_eq!(m.conns[0].link.connects_failed, 1);
+}
+
+#[test]
+fn a_failed_write_drops_its_own_connection_not_the_next_one() {
+    let now = Instant::now();
+    let mut m = machine(vec![Recorder::new(false, false)], now);
+    let mut wake = Vec::new();
+    m.dial_all(now, &mut wake);
+    let first = m.conns[0].state.generation;
+    m.connected(0, first, false, now);
+    let write = m.take_write(0).expect("the set-up's bytes");
+    // The connection is reset while its write is under way, and a new one is dialled and connected.
+    m.read((0, first), Item::Failed(NodeError::Closed), now, &mut wake);
+    assert_eq!(m.conns[0].link.closes, 1);
+    let later = now + Duration::from_millis(20);
+    assert_eq!(m.ensure(0, later, &mut wake), Ok(()));
+    let second = m.conns[0].state.generation;
+    m.connected(0, second, false, later);
+    // The old write fails late: the new connection stays.
+    m.written(write, (Err(NodeError::Closed), 1), later, &mut wake);
+    assert_eq!(m.conns[0].state.generation, second);
+    assert_eq!(
+        (m.conns[0].link.closes, m.conns[0].link.open),
+        (1, Some(second))
+    );
+    // The new connection's own write fails: it is dropped, its link closed.
+    let write = m.take_write(0).expect("the set-up's bytes");
+    m.written(write, (Err(NodeError::Closed), 1), later, &mut wake);
+    assert_ne!(m.conns[0].state.generation, second);
+    assert_eq!((m.conns[0].link.closes, m.conns[0].link.open), (2, None));
+}
+
+#[test]
+fn a_driver_is_needed_exactly_while_bytes_or_detached_releases_wait() {
+    let now = Instant::now();
+    let mut m = machine(vec![Recorder::new(false, false)], now);
+    let mut wake = Vec::new();
+    assert!(!m.needs_driver(), "nothing waits");
+    m.dial_all(now, &mut wake);
+    assert!(m.needs_driver(), "the set-up waits behind the connect");
+    let generation = m.conns[0].state.generation;
+    m.connected(0, generation, false, now);
+    let write = m.take_write(0).expect("the set-up's bytes");
+    assert!(m.written(write, (Ok(true), 1), now, &mut wake).is_none());
+    assert!(
+        !m.needs_driver(),
+        "the set-up is on the wire: its reply wakes a reader"
+    );
+    m.detach((0, b"*1\r\n$4\r\nPING\r\n".to_vec(), 1), now);
+    assert!(m.needs_driver(), "a detached release waits");
 }
