@@ -119,6 +119,9 @@ pub struct Node {
     pub native: Native,
     /// Native compare-and-delete or `SET IFEQ` commands this node ran (kept across restarts: a count for the run).
     pub native_calls: u64,
+    /// Releases sent by hash that this node answered `NOSCRIPT` (kept across restarts): none may be, since a
+    /// release's reply is often read by nobody (`scripts.rs`, "Releases go in full").
+    pub releases_by_hash: u64,
     /// What the user's ACL refuses (`-NOPERM`, before anything runs): a mask of [`Acl`] bits (the world's ACL
     /// faults set it, `plan_acls`).
     pub denied: u8,
@@ -197,6 +200,22 @@ fn same_sha(a: &[u8], b: &[u8]) -> bool {
     head(a) == head(b) && a == b
 }
 
+/// Whether the script `sha` is a release (it deletes a value only its caller holds).
+fn is_release(sha: &str) -> bool {
+    let releases = [
+        scripts::RELEASE_SHA1,
+        lua::RELEASE_BATCH.sha1,
+        lua::RELEASE_MANY.sha1,
+        lua::RELEASE_FENCED.sha1,
+        lua::RELEASE_REENTRANT.sha1,
+        lua::RELEASE_REENTRANT_UNATTRIBUTED.sha1,
+        lua::QUEUE_LEAVE.sha1,
+    ];
+    releases
+        .iter()
+        .any(|r| same_sha(r.as_bytes(), sha.as_bytes()))
+}
+
 fn int(n: i64) -> Value {
     Value::Integer(n)
 }
@@ -240,6 +259,7 @@ impl Node {
             snapshot: None,
             native: Native::None,
             native_calls: 0,
+            releases_by_hash: 0,
             denied: 0,
             refusals: [0; Acl::KINDS],
         }
@@ -637,7 +657,11 @@ impl Node {
                     Some(i) if self.scripts & 1 << i != 0 => {
                         self.script(all_scripts()[i].0, cmd, now)
                     }
-                    _ => err("NOSCRIPT No matching script. Please use EVAL."),
+                    Some(i) => {
+                        self.releases_by_hash += u64::from(is_release(all_scripts()[i].0));
+                        err("NOSCRIPT No matching script. Please use EVAL.")
+                    }
+                    None => err("NOSCRIPT No matching script. Please use EVAL."),
                 }
             }
             _ => err("ERR unknown command"),

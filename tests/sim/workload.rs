@@ -620,6 +620,21 @@ pub fn run(seed: u64, opts: &Options) -> Run {
     w.struck.tokens_checked = w.history.tokens_before(tokens_before);
     let mut violation = w.history.violation(tokens_before);
     if violation.is_none() {
+        // No release went by hash to a node that had lost its scripts: its `NOSCRIPT` may be read by nobody, and
+        // the key stays there until its lease ends though the release was confirmed.
+        if let Some((i, n)) = w
+            .nodes
+            .iter()
+            .enumerate()
+            .find(|(_, n)| n.node.releases_by_hash > 0)
+        {
+            violation = Some(format!(
+                "node {i} answered NOSCRIPT to {} releases sent by hash",
+                n.node.releases_by_hash
+            ));
+        }
+    }
+    if violation.is_none() {
         // Every key left behind expires by its TTL (fence counters and the marker are documented exceptions).
         for (i, n) in w.nodes.iter_mut().enumerate() {
             let keys = n.node.keys_without_expiry(now);
