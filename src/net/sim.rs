@@ -369,6 +369,23 @@ impl SimFanout {
         self.m.conns.get(node).map_or(0, |c| c.state.in_flight())
     }
 
+    /// The generation of `node`'s current connection (it changes when one is dialled and when one is dropped):
+    /// the wire's connection is still the client's while they agree.
+    pub fn generation(&self, node: usize) -> Option<u32> {
+        self.m.conns.get(node).map(|c| c.state.generation)
+    }
+
+    /// Why `node`'s last connection was dropped (or its dial failed), if it was.
+    pub fn last_error(&self, node: usize) -> Option<NodeError> {
+        self.m.conns.get(node).map(|c| c.state.last_error().clone())
+    }
+
+    /// When the first release detached and still waiting for room is to be given up, if one waits: none waits
+    /// past it (see "Bounded" in `net/detached.rs`).
+    pub fn detached_bound(&self) -> Option<Instant> {
+        self.m.detached.earliest()
+    }
+
     /// After something was read (or nothing, at a turn): the machine's checks, then the dials and writes due.
     fn after(&mut self, now: Instant) {
         let mut wake = Vec::new();

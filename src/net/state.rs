@@ -219,6 +219,12 @@ impl NodeState {
         self.last_progress
     }
 
+    /// Why the node's last connection was dropped (or its dial failed): the vote of every request while it is
+    /// down.
+    pub(crate) fn last_error(&self) -> &NodeError {
+        &self.last_error
+    }
+
     pub(crate) fn in_flight(&self) -> usize {
         self.fifo.len()
     }

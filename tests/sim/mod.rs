@@ -81,7 +81,7 @@ use muxlock::net::{
 use muxlock::redlock::sim::{Clock, NodeRound, Nodes};
 use muxlock::resp::{Value, encode};
 
-use node::{MS, Node, RIGHT_RATE, Restart, Time};
+use node::{Acl, MS, Node, RIGHT_RATE, Restart, Time};
 
 /// SplitMix64: small, fast, and the same everywhere; optionally steered by a tape of bytes (a fuzzer's input).
 #[derive(Clone, Debug)]
@@ -217,6 +217,11 @@ enum Event {
         node: usize,
         generation: u32,
     },
+    /// The user's ACL on a node changes: from now on it refuses what `denied` says ([`Node::denied`]).
+    Acl {
+        node: usize,
+        denied: u8,
+    },
     /// A node's wall clock is stepped or changes its rate.
     Clock {
         node: usize,
@@ -304,6 +309,11 @@ struct Line {
     ran: u64,
     /// The connection sent `ASKING` just before (a cluster node serves the next command of an importing slot).
     asking: bool,
+    /// When bytes of this connection last reached the client (or it was dialled): the hung check may drop it
+    /// only `hung_timeout` after that.
+    read_at: Time,
+    /// The client dropped it by itself, and the drop was judged (`World::judge_drops`).
+    judged: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -464,6 +474,16 @@ pub struct Struck {
     pub migrations: u64,
     pub failovers: u64,
     pub failovers_lacking: u64,
+    /// `NOSCRIPT` replies read after their round had ended or had timed their node out (dropped as late: an
+    /// extension decided without that node, whose key there keeps its old expiry).
+    pub noscript_late: u64,
+    /// Commands refused by the nodes' ACLs (`-NOPERM`), by kind (`node::Acl`'s bits: scripts, `EVALSHA` alone,
+    /// `TIME`, `INFO`, native compare-and-delete, `COMMAND`).
+    pub noperm: [u64; Acl::KINDS],
+    /// Release verdicts judged on the nodes as they were returned (`workload::released`), and those confirmed
+    /// while a node kept the key (refused, timed out, paused, never reached: one the count did not include).
+    pub releases_judged: u64,
+    pub kept_after_release: u64,
 }
 
 /// How long after a node came back without its data no slot migrates from or to it (nor while it is down), and
@@ -661,6 +681,8 @@ impl World {
                         sent: 0,
                         ran: 0,
                         asking: false,
+                        read_at: now,
+                        judged: false,
                     };
                     // The handshake takes the node's base latency (not a slow client's own extra, which models
                     // a late reader).
@@ -706,6 +728,7 @@ impl World {
                 self.push(due, Event::Tick { client });
             }
         }
+        self.judge_drops(client);
         // Its tasks look again if anything was filed (for any of their rounds).
         let filed = self.procs[client].fanout.filed();
         if filed != self.procs[client].filed {
@@ -713,6 +736,48 @@ impl World {
             for i in 0..self.procs[client].tasks.len() {
                 let task = self.procs[client].tasks[i];
                 self.clients[task].ready = true;
+            }
+        }
+    }
+
+    /// The liveness rules of process `p`'s fanout, judged after each of its turns: a connection it dropped by
+    /// itself as hung had been silent for `hung_timeout` (a node that is slow but sends bytes is never dropped),
+    /// and no release detached from its round waits for room past its bound (it is placed or given up by then).
+    fn judge_drops(&mut self, p: usize) {
+        let now = self.now;
+        let rate = self.procs[p].rate;
+        let hung = self.procs[p].fanout.options().hung_timeout().as_nanos() as f64;
+        for node in 0..self.nodes.len() {
+            let line = &self.procs[p].lines[node];
+            let Some(generation) = line.generation else {
+                continue;
+            };
+            let fanout = &self.procs[p].fanout;
+            if line.judged || fanout.generation(node) == Some(generation) {
+                continue;
+            }
+            let silent = now - line.read_at;
+            let hung_up = matches!(fanout.last_error(node), Some(NodeError::Hung(_)));
+            self.procs[p].lines[node].judged = true;
+            // The client's clock runs at `rate`: it measured `silent * rate` (a microsecond for rounding).
+            if hung_up && (silent as f64 * rate) + 1_000.0 < hung {
+                let what = format!(
+                    "process {p} dropped its connection to node {node} as hung {} after bytes came (hung_timeout \
+                     {} ms)",
+                    check::ms(silent),
+                    hung / MS as f64
+                );
+                self.history.breaks(what);
+            }
+        }
+        let bound = self.procs[p].fanout.detached_bound();
+        if let Some(bound) = bound.map(|b| self.time_of(p, b)) {
+            if bound + MS < now {
+                let what = format!(
+                    "process {p} keeps a detached release waiting {} past its bound",
+                    check::ms(now - bound)
+                );
+                self.history.breaks(what);
             }
         }
     }
@@ -789,7 +854,9 @@ impl World {
                 let mut out = BytesMut::with_capacity(REPLY_CAPACITY);
                 let in_cluster = self.cluster_of.get(node).copied().flatten();
                 wire::each_command(&bytes, |cmd| {
-                    if cmd.first().is_some_and(|c| c == b"TIME") {
+                    if cmd.first().is_some_and(|c| c == b"TIME")
+                        && self.nodes[node].node.denied & Acl::TIME == 0
+                    {
                         self.count_time(node);
                         self.nodes[node].node.time_reply(now, &mut out);
                         return;
@@ -824,10 +891,18 @@ impl World {
                 bytes,
             } => {
                 let at = self.at(client, now);
+                let line = &mut self.procs[client].lines[node];
+                if line.generation == Some(generation) {
+                    line.read_at = now;
+                }
                 let fanout = &mut self.procs[client].fanout;
                 let late = fanout.late();
                 fanout.read(node, generation, &bytes, at);
-                self.struck.late += fanout.late() - late;
+                let dropped = fanout.late() - late;
+                self.struck.late += dropped;
+                if dropped > 0 && bytes.windows(9).any(|b| b == b"-NOSCRIPT") {
+                    self.struck.noscript_late += 1;
+                }
                 self.pump(client);
             }
             Event::Connect {
@@ -844,6 +919,15 @@ impl World {
                     self.procs[client].lines[node].generation = None;
                     let fanout = &mut self.procs[client].fanout;
                     fanout.connect_failed(node, generation, NodeError::Refused, at);
+                    // A refused connect is dropped at once, failing what waited on it (the refusal is the node's
+                    // vote), not left to its connect timeout.
+                    if fanout.generation(node) == Some(generation) || fanout.in_flight(node) > 0 {
+                        let what = format!(
+                            "process {client}'s refused connect to node {node} left {} requests waiting on it",
+                            fanout.in_flight(node)
+                        );
+                        self.history.breaks(what);
+                    }
                 } else {
                     self.procs[client].fanout.connected(node, generation, at);
                 }
@@ -920,6 +1004,11 @@ impl World {
             }
             Event::Clock { node, change } => self.change_clock(node, change),
             Event::Cluster { cluster, change } => self.change_cluster(cluster, change),
+            Event::Acl { node, denied } => {
+                self.nodes[node].node.denied = denied;
+                let line = format!("{} node {node}'s ACL refuses {denied:#04b}", check::ms(now));
+                self.history.note(line);
+            }
             Event::Map {
                 client,
                 cluster,
@@ -1372,9 +1461,14 @@ impl World {
     }
 
     /// The next client to run: advances time and applies events until one is runnable, then picks one of the
-    /// runnable clients with the seeded RNG. `None`: all are done (or nothing can ever wake the rest).
+    /// runnable clients with the seeded RNG. `None`: all are done (or nothing can ever wake the rest), or a
+    /// property is broken already (the history is judged by its first break; a broken liveness rule may leave
+    /// the clients nothing to wait for but a fanout asking to be looked at every instant).
     fn pick(&mut self) -> Option<usize> {
         loop {
+            if self.history.broken.is_some() {
+                return None;
+            }
             let n = (0..self.clients.len())
                 .filter(|&i| self.runnable(i))
                 .count();
@@ -1920,6 +2014,44 @@ fn plan_clocks(w: &mut World, seed: u64, setup: &Setup) {
                 let change = ClockChange::Right;
                 w.push(at, Event::Clock { node, change });
             }
+        }
+    }
+}
+
+/// The ACL faults of a world, from a stream of their own (the seed's other choices stay what they were): in one
+/// world of five, a minority of the nodes refuse (`-NOPERM`) scripts (`EVAL` and `EVALSHA`, or `EVALSHA` alone),
+/// `TIME`, `INFO`, the native compare-and-delete or the native probe (`COMMAND`), from the start or from some
+/// point on, and now and then the grant comes back later (an operator fixing the user).
+pub fn plan_acls(w: &mut World, seed: u64, horizon: Time) {
+    let mut rng = Rng::new(seed ^ 0x6163_6c73);
+    if !rng.chance(0.2) {
+        return;
+    }
+    let n = w.nodes.len();
+    let k = rng.range(1, (n as u64 - 1) / 2) as usize;
+    let first = rng.range(0, n as u64 - 1) as usize;
+    for j in 0..k {
+        let node = (first + j) % n;
+        let kinds = [
+            Acl::EVAL,
+            Acl::EVALSHA,
+            Acl::TIME,
+            Acl::INFO,
+            Acl::NATIVE,
+            Acl::COMMAND,
+        ];
+        let mut denied = kinds[rng.range(0, kinds.len() as u64 - 1) as usize];
+        if rng.chance(0.3) {
+            denied |= kinds[rng.range(0, kinds.len() as u64 - 1) as usize];
+        }
+        let from = match rng.chance(0.5) {
+            true => 0,
+            false => rng.range(0, horizon / MS) * MS,
+        };
+        w.push(from, Event::Acl { node, denied });
+        if rng.chance(0.3) {
+            let until = from + rng.range(300, 3_000) * MS;
+            w.push(until, Event::Acl { node, denied: 0 });
         }
     }
 }

@@ -119,6 +119,49 @@ pub struct Node {
     pub native: Native,
     /// Native compare-and-delete or `SET IFEQ` commands this node ran (kept across restarts: a count for the run).
     pub native_calls: u64,
+    /// Releases sent by hash that this node answered `NOSCRIPT` (kept across restarts): none may be, since a
+    /// release's reply is often read by nobody (`scripts.rs`, "Releases go in full").
+    pub releases_by_hash: u64,
+    /// What the user's ACL refuses (`-NOPERM`, before anything runs): a mask of [`Acl`] bits (the world's ACL
+    /// faults set it, `plan_acls`).
+    pub denied: u8,
+    /// Commands refused by the ACL so far, by [`Acl`] bit (kept across restarts: a count for the run).
+    pub refusals: [u64; Acl::KINDS],
+}
+
+/// What a simulated user's ACL may lack, as bits of [`Node::denied`]: each refused as Redis 7.0 words it
+/// (`-NOPERM this user has no permissions to run the 'eval' command`).
+#[derive(Clone, Copy, Debug)]
+pub struct Acl;
+
+impl Acl {
+    /// `-@scripting` without `SCRIPT`: `EVAL` and `EVALSHA` (releases, fenced and reentrant locks, the marker).
+    pub const EVAL: u8 = 1;
+    /// `-evalsha` alone: extensions by hash refused, scripts in full allowed.
+    pub const EVALSHA: u8 = 2;
+    /// `-time`: the clock check's readings.
+    pub const TIME: u8 = 4;
+    /// `-info`: the set-up's `INFO server`, which the restart guard reads (not an optional step).
+    pub const INFO: u8 = 8;
+    /// `-delifeq -delex`: the native compare-and-delete.
+    pub const NATIVE: u8 = 16;
+    /// `-command`: the native probe (`COMMAND INFO`).
+    pub const COMMAND: u8 = 32;
+    pub const KINDS: usize = 6;
+
+    /// The bit that refuses `verb` (upper case), and its name in the refusal.
+    fn of(verb: &[u8]) -> Option<(u8, &'static str)> {
+        Some(match verb {
+            b"EVAL" => (Acl::EVAL, "eval"),
+            b"EVALSHA" => (Acl::EVAL | Acl::EVALSHA, "evalsha"),
+            b"TIME" => (Acl::TIME, "time"),
+            b"INFO" => (Acl::INFO, "info"),
+            b"DELIFEQ" => (Acl::NATIVE, "delifeq"),
+            b"DELEX" => (Acl::NATIVE, "delex"),
+            b"COMMAND" => (Acl::COMMAND, "command|info"),
+            _ => return None,
+        })
+    }
 }
 
 /// A simulated server's native commands (see [`Node::native`]).
@@ -155,6 +198,22 @@ fn all_scripts() -> &'static [(&'static str, &'static str)] {
 fn same_sha(a: &[u8], b: &[u8]) -> bool {
     let head = |s: &[u8]| s.first_chunk::<8>().map(|c| u64::from_ne_bytes(*c));
     head(a) == head(b) && a == b
+}
+
+/// Whether the script `sha` is a release (it deletes a value only its caller holds).
+fn is_release(sha: &str) -> bool {
+    let releases = [
+        scripts::RELEASE_SHA1,
+        lua::RELEASE_BATCH.sha1,
+        lua::RELEASE_MANY.sha1,
+        lua::RELEASE_FENCED.sha1,
+        lua::RELEASE_REENTRANT.sha1,
+        lua::RELEASE_REENTRANT_UNATTRIBUTED.sha1,
+        lua::QUEUE_LEAVE.sha1,
+    ];
+    releases
+        .iter()
+        .any(|r| same_sha(r.as_bytes(), sha.as_bytes()))
 }
 
 fn int(n: i64) -> Value {
@@ -200,6 +259,9 @@ impl Node {
             snapshot: None,
             native: Native::None,
             native_calls: 0,
+            releases_by_hash: 0,
+            denied: 0,
+            refusals: [0; Acl::KINDS],
         }
     }
 
@@ -455,6 +517,16 @@ impl Node {
             }
             false => verb,
         };
+        if self.denied != 0
+            && let Some((bits, name)) = Acl::of(verb)
+            && self.denied & bits != 0
+        {
+            let bit = (self.denied & bits).trailing_zeros() as usize;
+            self.refusals[bit] += 1;
+            return err(&format!(
+                "NOPERM this user has no permissions to run the '{name}' command"
+            ));
+        }
         let a = |i: usize| cmd.get(i).map_or(&b""[..], |b| &b[..]);
         match verb {
             b"SET" => {
@@ -591,7 +663,11 @@ impl Node {
                     Some(i) if self.scripts & 1 << i != 0 => {
                         self.script(all_scripts()[i].0, cmd, now)
                     }
-                    _ => err("NOSCRIPT No matching script. Please use EVAL."),
+                    Some(i) => {
+                        self.releases_by_hash += u64::from(is_release(all_scripts()[i].0));
+                        err("NOSCRIPT No matching script. Please use EVAL.")
+                    }
+                    None => err("NOSCRIPT No matching script. Please use EVAL."),
                 }
             }
             _ => err("ERR unknown command"),

@@ -6,6 +6,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use muxlock::Config;
+use muxlock::redlock::Outcome;
 use muxlock::redlock::sim::{Clock, Engine};
 
 use super::check::Hold;
@@ -224,7 +225,9 @@ async fn client(
                     clock.sleep(pause(&mut rng, ttl) / 4).await;
                     end(&sim, i);
                     op(&sim);
-                    let _ = engine.unlock_value(r.as_bytes(), &value).await;
+                    let since = now(&sim);
+                    let v = engine.unlock_value(r.as_bytes(), &value).await;
+                    released(&sim, &[r.as_bytes()], &value, since, &v);
                     clock.sleep(pause(&mut rng, ttl) / 2).await;
                     op(&sim);
                     if engine.extend(&mut lock, ttl).await.is_ok() {
@@ -240,7 +243,9 @@ async fn client(
                         clock.sleep(pause(&mut rng, ttl) / 4).await;
                         end(&sim, j);
                         op(&sim);
-                        let _ = engine.unlock(lock).await;
+                        let since = now(&sim);
+                        let v = engine.unlock(lock).await;
+                        released(&sim, &[r.as_bytes()], &value, since, &v);
                     }
                 }
             }
@@ -282,7 +287,10 @@ async fn client(
                     clock.sleep(pause(&mut rng, ttl) / 2).await;
                     end(&sim, i);
                     op(&sim);
-                    let _ = engine.unlock(lock).await;
+                    let value = lock.value().as_bytes().to_vec();
+                    let since = now(&sim);
+                    let v = engine.unlock(lock).await;
+                    released(&sim, &[r.as_bytes()], &value, since, &v);
                 }
             }
             0 => {
@@ -308,7 +316,10 @@ async fn client(
                     }
                     end(&sim, i);
                     op(&sim);
-                    let _ = engine.unlock(lock).await;
+                    let value = lock.value().as_bytes().to_vec();
+                    let since = now(&sim);
+                    let v = engine.unlock(lock).await;
+                    released(&sim, &[r.as_bytes()], &value, since, &v);
                 }
             }
             1 => {
@@ -335,7 +346,9 @@ async fn client(
                         end(&sim, j);
                     }
                     op(&sim);
-                    let _ = engine.unlock_value(r.as_bytes(), &value).await;
+                    let since = now(&sim);
+                    let v = engine.unlock_value(r.as_bytes(), &value).await;
+                    released(&sim, &[r.as_bytes()], &value, since, &v);
                 }
             }
             2 => {
@@ -360,7 +373,15 @@ async fn client(
                 held.iter().for_each(|&i| end(&sim, i));
                 if !locks.is_empty() {
                     op(&sim);
-                    let _ = engine.unlock_batch(locks).await;
+                    let values: Vec<(Vec<u8>, Vec<u8>)> = locks
+                        .iter()
+                        .map(|l| (l.resource().to_vec(), l.value().as_bytes().to_vec()))
+                        .collect();
+                    let since = now(&sim);
+                    let verdicts = engine.unlock_batch(locks).await;
+                    for ((key, value), v) in values.iter().zip(&verdicts) {
+                        released(&sim, &[key], value, since, v);
+                    }
                 }
             }
             3 => {
@@ -380,7 +401,9 @@ async fn client(
                     clock.sleep(pause(&mut rng, ttl) / 2).await;
                     held.iter().for_each(|&i| end(&sim, i));
                     op(&sim);
-                    let _ = engine.unlock(set).await;
+                    let since = now(&sim);
+                    let v = engine.unlock(set).await;
+                    released(&sim, &refs, &value, since, &v);
                 }
             }
             4 => {
@@ -397,7 +420,10 @@ async fn client(
                     clock.sleep(pause(&mut rng, ttl)).await;
                     end(&sim, i);
                     op(&sim);
-                    let _ = engine.unlock(lock).await;
+                    let value = lock.value().as_bytes().to_vec();
+                    let since = now(&sim);
+                    let v = engine.unlock(lock).await;
+                    released(&sim, &[r.as_bytes()], &value, since, &v);
                 }
             }
             5 if opts.owned || rng.chance(0.5) => {
@@ -471,6 +497,59 @@ fn outer_on_majority(sim: &Sim, key: &[u8], owner: &[u8], since: Time) {
             w.members.len()
         );
         w.history.breaks(what);
+    }
+}
+
+/// Judges a release's verdict on the nodes as it is returned (`keys` released, holding `value`; the release began
+/// at `since`). Confirmed by `n` nodes (`Ok(n)`): `n` nodes removed the value, so at most N − n still hold it, the
+/// ones the count did not include (they refused, timed out, were paused or never reached). Not confirmed: the
+/// report names each node's outcome, and none it says released the lock (`Outcome::Granted`) holds it. Excused:
+/// nodes that came back from a snapshot since the release began (the restore brings the key back).
+fn released(
+    sim: &Sim,
+    keys: &[&[u8]],
+    value: &[u8],
+    since: Time,
+    verdict: &muxlock::Result<usize>,
+) {
+    let mut w = sim.world();
+    w.struck.releases_judged += 1;
+    let now = w.now;
+    let total = w.nodes.len();
+    let mut kept = false;
+    for key in keys {
+        let holding: Vec<usize> = (0..total)
+            .filter(|&i| {
+                let n = &mut w.nodes[i];
+                n.node.holds(key, value, now) && n.lost_data_at.is_none_or(|t| t < since)
+            })
+            .collect();
+        kept |= !holding.is_empty();
+        let wrong = match verdict {
+            Ok(n) => (holding.len() + n > total).then(|| format!("confirmed by {n}")),
+            Err(e) => e.report().and_then(|r| {
+                let said = |i: usize| {
+                    r.nodes()
+                        .get(i)
+                        .is_some_and(|(_, o)| *o == Outcome::Granted)
+                };
+                holding
+                    .iter()
+                    .find(|&&i| said(i))
+                    .map(|i| format!("reported released on node {i} ({e})"))
+            }),
+        };
+        if let Some(wrong) = wrong {
+            let what = format!(
+                "a release of {} {wrong} while nodes {holding:?} of {total} still hold it at {} ms",
+                String::from_utf8_lossy(key),
+                now / MS
+            );
+            w.history.breaks(what);
+        }
+    }
+    if kept && verdict.is_ok() {
+        w.struck.kept_after_release += 1;
     }
 }
 
@@ -558,6 +637,9 @@ pub fn run(seed: u64, opts: &Options) -> Run {
         None => muxlock::redlock::sim::options(&config, setup.nodes),
     };
     let sim = super::world(seed, &setup, &net);
+    if setup.layout.is_none() {
+        super::plan_acls(&mut sim.world(), seed, setup.horizon);
+    }
     super::run(&sim, |nodes, clock| {
         client(nodes, clock, seed, opts.clone(), (bursts, fencing, checks))
     });
@@ -567,6 +649,21 @@ pub fn run(seed: u64, opts: &Options) -> Run {
     let tokens_before = w.struck.counters_lost_at.unwrap_or(Time::MAX);
     w.struck.tokens_checked = w.history.tokens_before(tokens_before);
     let mut violation = w.history.violation(tokens_before);
+    if violation.is_none() {
+        // No release went by hash to a node that had lost its scripts: its `NOSCRIPT` may be read by nobody, and
+        // the key stays there until its lease ends though the release was confirmed.
+        if let Some((i, n)) = w
+            .nodes
+            .iter()
+            .enumerate()
+            .find(|(_, n)| n.node.releases_by_hash > 0)
+        {
+            violation = Some(format!(
+                "node {i} answered NOSCRIPT to {} releases sent by hash",
+                n.node.releases_by_hash
+            ));
+        }
+    }
     if violation.is_none() {
         // Every key left behind expires by its TTL (fence counters and the marker are documented exceptions).
         for (i, n) in w.nodes.iter_mut().enumerate() {
@@ -580,6 +677,11 @@ pub fn run(seed: u64, opts: &Options) -> Run {
     let native_calls = w.nodes.iter().map(|n| n.node.native_calls).sum();
     let mut struck = w.struck.clone();
     struck.native_calls = native_calls;
+    for n in &w.nodes {
+        for (sum, k) in struck.noperm.iter_mut().zip(n.node.refusals) {
+            *sum += k;
+        }
+    }
     Run {
         violation,
         struck,

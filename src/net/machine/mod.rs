@@ -28,6 +28,8 @@
 
 mod detach;
 mod round;
+#[cfg(test)]
+mod tests;
 
 use std::time::{Duration, Instant};
 

@@ -605,3 +605,12 @@ pub(crate) fn settle(
         Status::Pending => Err(Failure::Unavailable),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_empty_lock_value_from_a_caller_is_refused() {
+        assert!(super::check_value(b"").is_err());
+        assert!(super::check_value(b"v").is_ok());
+    }
+}

@@ -1,0 +1,266 @@
+//! The machine's connection rules alone, over links that only record what they were asked: the client dials
+//! at build, a failed dial or a refused connect keeps the node down for its backoff, and bytes read put off the
+//! hung check. (Everything else runs in the simulator, `tests/sim/`, on the same machine.)
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::{Link, Machine};
+use crate::net::addr::NodeAddr;
+use crate::net::error::NodeError;
+use crate::net::inbound::Item;
+use crate::net::options::Options;
+
+/// A link that records its dials, closes and failed connects; it fails every dial if `refuse`.
+#[derive(Debug)]
+struct Recorder {
+    addr: NodeAddr,
+    vacant: bool,
+    refuse: bool,
+    open: Option<u32>,
+    dials: Vec<u32>,
+    closes: usize,
+    connects_failed: usize,
+}
+
+impl Recorder {
+    fn new(vacant: bool, refuse: bool) -> Recorder {
+        Recorder {
+            addr: "127.0.0.1:6379".parse().expect("address"),
+            vacant,
+            refuse,
+            open: None,
+            dials: Vec::new(),
+            closes: 0,
+            connects_failed: 0,
+        }
+    }
+}
+
+impl Link for Recorder {
+    type Handle = u32;
+
+    fn addr(&self) -> &NodeAddr {
+        &self.addr
+    }
+
+    fn is_vacant(&self) -> bool {
+        self.vacant
+    }
+
+    fn dial(&mut self, generation: u32) -> Result<(), NodeError> {
+        self.dials.push(generation);
+        if self.refuse {
+            return Err(NodeError::Refused);
+        }
+        self.open = Some(generation);
+        Ok(())
+    }
+
+    fn close(&mut self) {
+        self.closes += 1;
+        self.open = None;
+    }
+
+    fn connect_failed(&mut self) {
+        self.connects_failed += 1;
+    }
+
+    fn handle(&self) -> Option<u32> {
+        self.open
+    }
+}
+
+fn machine(links: Vec<Recorder>, now: Instant) -> Machine<Recorder> {
+    // One set-up command, so that a new connection has a reply to wait for (the hung check needs one).
+    let opts = Options::default()
+        .with_backoff_min(Duration::from_millis(10))
+        .with_hung_timeout(Duration::from_millis(100))
+        .with_setup(vec![Bytes::from_static(b"*1\r\n$4\r\nPING\r\n")]);
+    Machine::new(links, opts, now)
+}
+
+#[test]
+fn building_dials_every_node_but_the_vacant_ones() {
+    let now = Instant::now();
+    let links = vec![
+        Recorder::new(false, false),
+        Recorder::new(true, false),
+        Recorder::new(false, false),
+    ];
+    let mut m = machine(links, now);
+    m.dial_all(now, &mut Vec::new());
+    let dials: Vec<usize> = m.conns.iter().map(|c| c.link.dials.len()).collect();
+    assert_eq!(dials, [1, 0, 1]);
+    assert!(m.conns[0].state.is_connecting() && m.conns[2].state.is_connecting());
+}
+
+#[test]
+fn a_dial_that_fails_at_once_keeps_the_node_down_for_its_backoff() {
+    let now = Instant::now();
+    let mut m = machine(vec![Recorder::new(false, true)], now);
+    let mut wake = Vec::new();
+    assert_eq!(m.ensure(0, now, &mut wake), Err(NodeError::Refused));
+    assert_eq!(m.conns[0].link.connects_failed, 1);
+    // Within the backoff: the node's vote is the refusal, without a dial.
+    let soon = now + Duration::from_millis(5);
+    assert_eq!(m.ensure(0, soon, &mut wake), Err(NodeError::Refused));
+    assert_eq!(m.conns[0].link.dials.len(), 1);
+    // Past it: dialled again.
+    let later = now + Duration::from_millis(11);
+    assert_eq!(m.ensure(0, later, &mut wake), Err(NodeError::Refused));
+    assert_eq!(m.conns[0].link.dials.len(), 2);
+}
+
+#[test]
+fn a_refused_connect_drops_its_connection_at_once_and_waits_for_its_backoff() {
+    let now = Instant::now();
+    let mut m = machine(vec![Recorder::new(false, false)], now);
+    let mut wake = Vec::new();
+    m.dial_all(now, &mut wake);
+    let generation = m.conns[0].state.generation;
+    assert_eq!(m.conns[0].state.in_flight(), 1, "the set-up waits");
+    // A refusal of a connection dropped before is not this one's.
+    m.connect_failed(
+        0,
+        generation.wrapping_sub(1),
+        NodeError::Refused,
+        now,
+        &mut wake,
+    );
+    assert!(m.conns[0].state.is_connecting());
+    assert_eq!(m.conns[0].link.connects_failed, 0);
+    let at = now + Duration::from_millis(1);
+    m.connect_failed(0, generation, NodeError::Refused, at, &mut wake);
+    let c = &m.conns[0];
+    assert!(!c.state.is_connecting() && c.state.in_flight() == 0);
+    assert_eq!((c.link.closes, c.link.connects_failed), (1, 1));
+    assert_eq!(c.state.needs_dial(at), Err(NodeError::Refused));
+    let past = at + Duration::from_millis(10);
+    assert_eq!(m.ensure(0, past, &mut wake), Ok(()));
+    assert_eq!(m.conns[0].link.dials.len(), 2);
+}
+
+#[test]
+fn bytes_read_put_off_the_hung_check() {
+    let now = Instant::now();
+    let mut m = machine(vec![Recorder::new(false, false)], now);
+    let mut wake = Vec::new();
+    m.dial_all(now, &mut wake);
+    let generation = m.conns[0].state.generation;
+    m.connected(0, generation, false, now);
+    assert!(m.conns[0].state.is_up() && m.conns[0].state.in_flight() == 1);
+    // Part of a reply at 90 ms: alive. At 150 ms it is not silent for 100 ms yet.
+    m.progress(0, generation, now + Duration::from_millis(90));
+    m.after_read(now + Duration::from_millis(150), true, &mut wake);
+    assert_eq!(
+        m.conns[0].state.generation, generation,
+        "dropped while bytes came"
+    );
+    // Bytes of a connection since dropped are no sign of life for this one.
+    m.progress(
+        0,
+        generation.wrapping_add(1),
+        now + Duration::from_millis(180),
+    );
+    m.after_read(now + Duration::from_millis(190), true, &mut wake);
+    assert_ne!(
+        m.conns[0].state.generation, generation,
+        "a silent connection kept"
+    );
+    // A connection that was up and hung is no failed connect: its name needs no resolving again.
+    assert_eq!(m.conns[0].link.connects_failed, 0);
+}
+
+#[test]
+fn a_detached_release_is_placed_once_its_node_is_set_up_or_given_up_at_its_bound() {
+    let now = Instant::now();
+    let links = vec![Recorder::new(false, false), Recorder::new(false, false)];
+    let mut m = machine(links, now);
+    let mut wake = Vec::new();
+    m.dial_all(now, &mut wake);
+    let release = b"*2\r\n$3\r\nDEL\r\n$1\r\nk\r\n".to_vec();
+    m.detach((0, release.clone(), 1), now);
+    m.detach((1, release, 1), now);
+    // Node 0 answers its set-up; node 1 never connects.
+    let generation = m.conns[0].state.generation;
+    m.connected(0, generation, false, now);
+    let pong = crate::resp::Value::SimpleString(Bytes::from_static(b"PONG"));
+    m.read((0, generation), Item::Reply(pong), now, &mut wake);
+    assert!(m.conns[0].state.is_set_up());
+    m.after_read(now, true, &mut wake);
+    assert!(
+        m.conns[0].state.holds_detached(),
+        "not placed on a node set up with room"
+    );
+    assert_eq!(m.conns[0].state.in_flight(), 1);
+    // Node 1's waits no longer than its bound (`hung_timeout`), then is given up and counted.
+    let past = now + Duration::from_millis(101);
+    m.after_read(past, true, &mut wake);
+    assert_eq!(m.detached.len(), 0);
+    assert_eq!(m.conns[1].state.stats.snapshot().given_up, 1);
+}
+
+#[test]
+fn a_connect_that_times_out_asks_the_link_to_resolve_the_name_again() {
+    let now = Instant::now();
+    let mut m = machine(vec![Recorder::new(false, false)], now);
+    let mut wake = Vec::new();
+    m.dial_all(now, &mut wake);
+    let timeout = m.opts.connect_timeout;
+    m.after_read(now + timeout, true, &mut wake);
+    assert!(!m.conns[0].state.is_connecting());
+    assert_eq!(m.conns[0].state.last_error(), &NodeError::ConnectTimeout);
+    assert_eq!(m.conns[0].link.connects_failed, 1);
+}
+
+#[test]
+fn a_failed_write_drops_its_own_connection_not_the_next_one() {
+    let now = Instant::now();
+    let mut m = machine(vec![Recorder::new(false, false)], now);
+    let mut wake = Vec::new();
+    m.dial_all(now, &mut wake);
+    let first = m.conns[0].state.generation;
+    m.connected(0, first, false, now);
+    let write = m.take_write(0).expect("the set-up's bytes");
+    // The connection is reset while its write is under way, and a new one is dialled and connected.
+    m.read((0, first), Item::Failed(NodeError::Closed), now, &mut wake);
+    assert_eq!(m.conns[0].link.closes, 1);
+    let later = now + Duration::from_millis(20);
+    assert_eq!(m.ensure(0, later, &mut wake), Ok(()));
+    let second = m.conns[0].state.generation;
+    m.connected(0, second, false, later);
+    // The old write fails late: the new connection stays.
+    m.written(write, (Err(NodeError::Closed), 1), later, &mut wake);
+    assert_eq!(m.conns[0].state.generation, second);
+    assert_eq!(
+        (m.conns[0].link.closes, m.conns[0].link.open),
+        (1, Some(second))
+    );
+    // The new connection's own write fails: it is dropped, its link closed.
+    let write = m.take_write(0).expect("the set-up's bytes");
+    m.written(write, (Err(NodeError::Closed), 1), later, &mut wake);
+    assert_ne!(m.conns[0].state.generation, second);
+    assert_eq!((m.conns[0].link.closes, m.conns[0].link.open), (2, None));
+}
+
+#[test]
+fn a_driver_is_needed_exactly_while_bytes_or_detached_releases_wait() {
+    let now = Instant::now();
+    let mut m = machine(vec![Recorder::new(false, false)], now);
+    let mut wake = Vec::new();
+    assert!(!m.needs_driver(), "nothing waits");
+    m.dial_all(now, &mut wake);
+    assert!(m.needs_driver(), "the set-up waits behind the connect");
+    let generation = m.conns[0].state.generation;
+    m.connected(0, generation, false, now);
+    let write = m.take_write(0).expect("the set-up's bytes");
+    assert!(m.written(write, (Ok(true), 1), now, &mut wake).is_none());
+    assert!(
+        !m.needs_driver(),
+        "the set-up is on the wire: its reply wakes a reader"
+    );
+    m.detach((0, b"*1\r\n$4\r\nPING\r\n".to_vec(), 1), now);
+    assert!(m.needs_driver(), "a detached release waits");
+}
