@@ -187,3 +187,34 @@ fn permits_combine_with_neither_a_set_nor_a_token_nor_an_owner() {
         }
     }
 }
+
+/// Another application's key of another type under a permit's name (a hash at `{pool}:permit:0` on every node)
+/// blocks that permit, and must cost no more: the permits an offer took but did not keep are given back past it.
+/// Node 0 has permit 1 taken, so it grants permit 2 where the others grant permit 1, which is kept; node 0's
+/// permit 2 goes back although the give-back names permit 0 first.
+#[test]
+fn permits_not_kept_are_given_back_past_a_permit_key_of_another_type() {
+    let cluster = Cluster::start(3);
+    for node in cluster.nodes() {
+        let reply = node.raw(&cmd(&["HSET", &key("pool", 0), "field", "value"]));
+        assert_eq!(reply, b":1\r\n");
+    }
+    let reply = cluster
+        .node(0)
+        .raw(&cmd(&["SET", &key("pool", 1), "Z", "PX", "30000"]));
+    assert_eq!(reply, b"+OK\r\n");
+    let locks = manager_of(&cluster, steady());
+    let lock = locks
+        .request("pool")
+        .permits(3)
+        .once()
+        .acquire()
+        .expect("permit 1, free on nodes 1 and 2");
+    assert_eq!(lock.permit(), Some(1));
+    wait_until(
+        Duration::from_secs(2),
+        "node 0's permit 2 given back",
+        || cluster.node(0).raw(&cmd(&["EXISTS", &key("pool", 2)])) == b":0\r\n",
+    );
+    locks.unlock(lock).expect("released");
+}
