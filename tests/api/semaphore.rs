@@ -218,3 +218,22 @@ fn permits_not_kept_are_given_back_past_a_permit_key_of_another_type() {
     );
     locks.unlock(lock).expect("released");
 }
+
+/// Two names are two semaphores, as they are two locks: `jobs` and `{jobs}` (the same name with a hash tag)
+/// must not share permits, or a holder of one refuses the other's callers.
+#[test]
+fn semaphores_of_distinct_names_share_no_permit() {
+    let cluster = Cluster::start(3);
+    let locks = manager_of(&cluster, steady());
+    let plain = locks
+        .request("jobs")
+        .permits(1)
+        .once()
+        .acquire()
+        .expect("the permit of jobs");
+    let tagged = locks.request("{jobs}").permits(1).once().acquire();
+    let tagged = tagged.expect("the permit of {jobs}, another semaphore");
+    assert_ne!(plain.resource(), tagged.resource());
+    locks.unlock(plain).expect("released");
+    locks.unlock(tagged).expect("released");
+}
