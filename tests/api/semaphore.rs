@@ -237,3 +237,51 @@ fn semaphores_of_distinct_names_share_no_permit() {
     locks.unlock(plain).expect("released");
     locks.unlock(tagged).expect("released");
 }
+
+/// The second offer is for grants split between permits; a split seen only once the slowest node answers must
+/// still get it. Five nodes, three permits: H0 holds permit 0 on nodes 1 to 4, H1 permit 1 on nodes 2 to 4, a
+/// leftover permit 2 on nodes 2 and 3; permit 2 is free on nodes 0, 1 and 4, a majority. The offer: node 0
+/// grants permit 0, node 1 permit 1, nodes 2 and 3 nothing, and node 4, the slowest, permit 2. Before node 4
+/// answers no permit can reach a majority any more, but three nodes granted: a split, and the second offer finds
+/// permit 2.
+#[test]
+fn a_split_shown_by_the_slowest_node_still_gets_the_permit_free_on_a_majority() {
+    use support::proxy::{Fault, FaultProxy};
+    let cluster = Cluster::start(5);
+    let held = [
+        (1, 0, "H0"),
+        (2, 0, "H0"),
+        (3, 0, "H0"),
+        (4, 0, "H0"),
+        (2, 1, "H1"),
+        (3, 1, "H1"),
+        (4, 1, "H1"),
+        (2, 2, "L"),
+        (3, 2, "L"),
+    ];
+    for (node, i, holder) in held {
+        let reply = cluster
+            .node(node)
+            .raw(&cmd(&["SET", &key("pool", i), holder, "PX", "30000"]));
+        assert_eq!(reply, b"+OK\r\n");
+    }
+    let slow = FaultProxy::start(cluster.node(4).addr());
+    let mut urls = cluster.urls();
+    urls[4] = slow.url();
+    let locks = support::locks::manager(urls, steady());
+    let warm = locks
+        .request("warm")
+        .once()
+        .acquire()
+        .expect("a warm-up lock");
+    locks.unlock(warm).expect("released");
+    slow.set(Fault::Latency(Duration::from_millis(30)));
+    let lock = locks
+        .request("pool")
+        .permits(3)
+        .once()
+        .acquire()
+        .expect("permit 2, free on nodes 0, 1 and 4");
+    assert_eq!(lock.permit(), Some(2));
+    locks.unlock(lock).expect("released");
+}
