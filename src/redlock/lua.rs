@@ -47,10 +47,13 @@ pub const EXTEND_MANY: Lua = Lua {
     sha1: "f541961e290ec7d9986f04f95450cea10fe2c30c",
 };
 
-/// Releases a set: deletes every key that holds `ARGV[1]`. Returns how many it deleted.
+/// Releases a set, or a semaphore's permits an attempt took and did not keep: deletes every key that holds
+/// `ARGV[1]`. Returns how many it deleted. A key of another type (another application's, under a permit's name)
+/// is skipped, not an error: reading it with `redis.call` would abort the script there and leave every key named
+/// after it held until its lease ends (as [`RELEASE_BATCH`], one such key costs only itself).
 pub const RELEASE_MANY: Lua = Lua {
-    body: r#"local n = 0 for _, k in ipairs(KEYS) do if redis.call("get", k) == ARGV[1] then n = n + redis.call("del", k) end end return n"#,
-    sha1: "1a96fd6175bca05da7421eb8e484d5511c0a7a3a",
+    body: r#"local n = 0 for _, k in ipairs(KEYS) do if redis.pcall("get", k) == ARGV[1] then n = n + redis.call("del", k) end end return n"#,
+    sha1: "a1a4e9d9d4f65c7ff59c72313c761d1969018a92",
 };
 
 /// Fenced acquisition: `SET KEYS[1] ARGV[1] NX PX ARGV[2]` and, only if it set the key, reads the resource's

@@ -187,3 +187,101 @@ fn permits_combine_with_neither_a_set_nor_a_token_nor_an_owner() {
         }
     }
 }
+
+/// Another application's key of another type under a permit's name (a hash at `{pool}:permit:0` on every node)
+/// blocks that permit, and must cost no more: the permits an offer took but did not keep are given back past it.
+/// Node 0 has permit 1 taken, so it grants permit 2 where the others grant permit 1, which is kept; node 0's
+/// permit 2 goes back although the give-back names permit 0 first.
+#[test]
+fn permits_not_kept_are_given_back_past_a_permit_key_of_another_type() {
+    let cluster = Cluster::start(3);
+    for node in cluster.nodes() {
+        let reply = node.raw(&cmd(&["HSET", &key("pool", 0), "field", "value"]));
+        assert_eq!(reply, b":1\r\n");
+    }
+    let reply = cluster
+        .node(0)
+        .raw(&cmd(&["SET", &key("pool", 1), "Z", "PX", "30000"]));
+    assert_eq!(reply, b"+OK\r\n");
+    let locks = manager_of(&cluster, steady());
+    let lock = locks
+        .request("pool")
+        .permits(3)
+        .once()
+        .acquire()
+        .expect("permit 1, free on nodes 1 and 2");
+    assert_eq!(lock.permit(), Some(1));
+    wait_until(
+        Duration::from_secs(2),
+        "node 0's permit 2 given back",
+        || cluster.node(0).raw(&cmd(&["EXISTS", &key("pool", 2)])) == b":0\r\n",
+    );
+    locks.unlock(lock).expect("released");
+}
+
+/// Two names are two semaphores, as they are two locks: `jobs` and `{jobs}` (the same name with a hash tag)
+/// must not share permits, or a holder of one refuses the other's callers.
+#[test]
+fn semaphores_of_distinct_names_share_no_permit() {
+    let cluster = Cluster::start(3);
+    let locks = manager_of(&cluster, steady());
+    let plain = locks
+        .request("jobs")
+        .permits(1)
+        .once()
+        .acquire()
+        .expect("the permit of jobs");
+    let tagged = locks.request("{jobs}").permits(1).once().acquire();
+    let tagged = tagged.expect("the permit of {jobs}, another semaphore");
+    assert_ne!(plain.resource(), tagged.resource());
+    locks.unlock(plain).expect("released");
+    locks.unlock(tagged).expect("released");
+}
+
+/// The second offer is for grants split between permits; a split seen only once the slowest node answers must
+/// still get it. Five nodes, three permits: H0 holds permit 0 on nodes 1 to 4, H1 permit 1 on nodes 2 to 4, a
+/// leftover permit 2 on nodes 2 and 3; permit 2 is free on nodes 0, 1 and 4, a majority. The offer: node 0
+/// grants permit 0, node 1 permit 1, nodes 2 and 3 nothing, and node 4, the slowest, permit 2. Before node 4
+/// answers no permit can reach a majority any more, but three nodes granted: a split, and the second offer finds
+/// permit 2.
+#[test]
+fn a_split_shown_by_the_slowest_node_still_gets_the_permit_free_on_a_majority() {
+    use support::proxy::{Fault, FaultProxy};
+    let cluster = Cluster::start(5);
+    let held = [
+        (1, 0, "H0"),
+        (2, 0, "H0"),
+        (3, 0, "H0"),
+        (4, 0, "H0"),
+        (2, 1, "H1"),
+        (3, 1, "H1"),
+        (4, 1, "H1"),
+        (2, 2, "L"),
+        (3, 2, "L"),
+    ];
+    for (node, i, holder) in held {
+        let reply = cluster
+            .node(node)
+            .raw(&cmd(&["SET", &key("pool", i), holder, "PX", "30000"]));
+        assert_eq!(reply, b"+OK\r\n");
+    }
+    let slow = FaultProxy::start(cluster.node(4).addr());
+    let mut urls = cluster.urls();
+    urls[4] = slow.url();
+    let locks = support::locks::manager(urls, steady());
+    let warm = locks
+        .request("warm")
+        .once()
+        .acquire()
+        .expect("a warm-up lock");
+    locks.unlock(warm).expect("released");
+    slow.set(Fault::Latency(Duration::from_millis(30)));
+    let lock = locks
+        .request("pool")
+        .permits(3)
+        .once()
+        .acquire()
+        .expect("permit 2, free on nodes 0, 1 and 4");
+    assert_eq!(lock.permit(), Some(2));
+    locks.unlock(lock).expect("released");
+}

@@ -26,7 +26,9 @@
 //!    one (their grants split between permits: concurrent attempts reached the nodes in different orders, or
 //!    the nodes' states differ), a second offer, with a value of its own, asks every node to take *every* permit
 //!    free there; it is counted and given back as the first. It succeeds whenever some permit is free on a
-//!    majority of the nodes.
+//!    majority of the nodes. A node sent to and not read when the first round ended counts as one that took a
+//!    permit: the round ends as soon as no permit can reach a majority, and the slowest node's grant may be the
+//!    one that makes the split.
 //!
 //! From then on the lock is a plain lock of its permit's key: extended by the compare-and-pexpire of that key,
 //! released by its compare-and-delete (folded with other releases), renewed so under a guard.
@@ -196,8 +198,8 @@ struct Offer {
     outcomes: Vec<Outcome>,
     /// The nodes the offer was queued for.
     nodes: NodeSet,
-    /// How many nodes took some permit, counted (trusted, read in time): a majority of them without a permit
-    /// held is a split.
+    /// How many nodes took some permit, counted (trusted, read in time): a majority of them and of the nodes not
+    /// read, without a permit held, is a split.
     granting: usize,
     /// Per node, the indices it took, as its reply said (counted or not: what the give-back must cover); `None`
     /// where no list was read (no reply, a failure, an error reply): the node may have taken any permit.
@@ -335,7 +337,12 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
 ) -> std::result::Result<Lock, (Failure, Report)> {
     let keys = permit_keys(name, count);
     let first = offer(engine, &keys, &value, ttl, (1, Rule::PerPermit)).await;
-    let split = first.granting >= engine.quorum();
+    // A node not read when the round ended (as soon as no permit could reach a majority) may have granted: its
+    // grant may be the one that makes the split (module doc, 4).
+    let unread = (first.outcomes.iter().enumerate())
+        .filter(|&(node, o)| first.nodes.contains(node) && *o == Outcome::NotAwaited)
+        .count();
+    let split = first.granting + unread >= engine.quorum();
     let (failure, report) = match settle(engine, first, (&keys, name), value) {
         Ok(lock) => return Ok(lock),
         Err(failed) => failed,
