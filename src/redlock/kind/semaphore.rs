@@ -118,16 +118,18 @@ pub(crate) struct Permits {
     pub(crate) index: Option<u32>,
 }
 
-/// The key of permit `index` of the semaphore `name`: `{name}:permit:<index>`, or `name:permit:<index>` when the
-/// name has a hash tag of its own (`{pool}:db` gives `{pool}:db:permit:0`) or a brace without one. Either way
-/// every permit of a name with a hash tag or no brace lies in one cluster slot.
+/// The key of permit `index` of the semaphore `name`: `{name}:permit:<index>`, or `name:permits:<index>` when the
+/// name has a hash tag of its own (`{pool}:db` gives `{pool}:db:permits:0`) or a brace without one. Either way
+/// every permit of a name with a hash tag or no brace lies in one cluster slot. Two names never share a key: the
+/// first form's names hold no brace (so the name is what lies between the first `{` and the last `}:permit:`),
+/// and the two forms end differently (`:permit:<index>`, `:permits:<index>`), so `jobs` and `{jobs}` are two
+/// semaphores.
 pub fn permit_key(name: &[u8], index: u32) -> Vec<u8> {
     let tagged = crate::net::cluster::hash_tag(name).len() != name.len();
     let braced = name.iter().any(|&b| b == b'{' || b == b'}');
-    let suffix = format!(":permit:{index}");
     match tagged || braced {
-        true => [name, suffix.as_bytes()].concat(),
-        false => [&b"{"[..], name, b"}", suffix.as_bytes()].concat(),
+        true => [name, format!(":permits:{index}").as_bytes()].concat(),
+        false => [&b"{"[..], name, b"}", format!(":permit:{index}").as_bytes()].concat(),
     }
 }
 
@@ -501,7 +503,8 @@ mod tests {
     #[test]
     fn permits_of_a_name_share_its_slot() {
         assert_eq!(permit_key(b"pool", 3), b"{pool}:permit:3");
-        assert_eq!(permit_key(b"{pool}:db", 0), b"{pool}:db:permit:0");
+        assert_eq!(permit_key(b"{pool}:db", 0), b"{pool}:db:permits:0");
+        assert_ne!(permit_key(b"jobs", 0), permit_key(b"{jobs}", 0));
         for name in [&b"pool"[..], b"{t}x", b"a:b"] {
             let slot = key_slot(&permit_key(name, 0));
             assert!((1..MAX_PERMITS).all(|i| key_slot(&permit_key(name, i)) == slot));
