@@ -1006,7 +1006,10 @@ impl World {
             Event::Cluster { cluster, change } => self.change_cluster(cluster, change),
             Event::Acl { node, denied } => {
                 self.nodes[node].node.denied = denied;
-                let line = format!("{} node {node}'s ACL refuses {denied:#04b}", check::ms(now));
+                let line = format!(
+                    "{} node {node}'s ACL refuses 0b{denied:02b}",
+                    check::ms(now)
+                );
                 self.history.note(line);
             }
             Event::Map {

@@ -97,6 +97,7 @@ pub trait Nodes {
     /// How many nodes.
     fn len(&self) -> usize;
     /// How many connections: [`len`](Nodes::len), or more with cluster members (one per node of their maps).
+    #[cfg(feature = "sim")]
     fn connections(&self) -> usize {
         self.len()
     }
@@ -270,6 +271,7 @@ impl<F: Conns> Nodes for Members<F> {
         Members::addrs(self)
     }
 
+    #[cfg(feature = "sim")]
     fn connections(&self) -> usize {
         Members::connections(self)
     }
