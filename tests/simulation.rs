@@ -58,7 +58,7 @@ const DEFAULT_SEEDS: u64 = 12_000;
 /// Seeds of `semaphores_keep_every_property` in CI.
 const SEMAPHORE_SEEDS: u64 = 600;
 /// Seeds of `cluster_members_keep_every_property` in CI.
-const CLUSTER_SEEDS: u64 = 300;
+const CLUSTER_SEEDS: u64 = 600;
 
 /// Seeds of `hostile_networks_keep_every_property` in CI.
 const HOSTILE_SEEDS: u64 = 300;
