@@ -70,14 +70,10 @@ fn warm(locks: &LockManager) {
     locks.inspect("lock:warm-up").expect("every node answers");
 }
 
-/// A failed acquisition releases its partial grants at once ("so a failed attempt does not block others
-/// until the TTL"). With a user whose ACL has the scripts but not `DELIFEQ` (the very case the fallback is for),
-/// that release goes out as `DELIFEQ`, fire-and-forget: the node refuses it (`NOPERM`), nobody sends the script,
-/// and the partial grant blocks the key for its whole TTL. On `main` the script would have deleted it.
-#[test]
-fn failed_attempt_leaves_no_grant_when_delifeq_is_refused() {
-    let Some(nodes) = valkeys(3) else { return };
-    for node in &nodes {
+/// A manager, warmed up, of a user on `nodes` whose ACL has the scripts but not `DELIFEQ` (the case the
+/// script fallback is for).
+fn scripts_without_delifeq(nodes: &[RedisServer]) -> LockManager {
+    for node in nodes {
         set_user(
             node,
             "lua",
@@ -94,8 +90,19 @@ fn failed_attempt_leaves_no_grant_when_delifeq_is_refused() {
             ],
         );
     }
-    let locks = manager(user_urls(&nodes, "lua"), one_attempt(ROUND));
+    let locks = manager(user_urls(nodes, "lua"), one_attempt(ROUND));
     warm(&locks);
+    locks
+}
+
+/// A failed acquisition releases its partial grants at once ("so a failed attempt does not block others
+/// until the TTL"). With a user whose ACL has the scripts but not `DELIFEQ` (the very case the fallback is for),
+/// that release goes out as `DELIFEQ`, fire-and-forget: the node refuses it (`NOPERM`), nobody sends the script,
+/// and the partial grant blocks the key for its whole TTL.
+#[test]
+fn failed_attempt_leaves_no_grant_when_delifeq_is_refused() {
+    let Some(nodes) = valkeys(3) else { return };
+    let locks = scripts_without_delifeq(&nodes);
     // Someone else holds the key on two nodes of three: our attempt gets node 0 only, and fails.
     for node in &nodes[1..] {
         node.raw(&cmd(&["SET", "lock:c", "other", "PX", "60000"]));
@@ -122,25 +129,7 @@ fn failed_attempt_leaves_no_grant_when_delifeq_is_refused() {
 #[test]
 fn a_failed_batch_lock_leaves_no_grant_when_delifeq_is_refused() {
     let Some(nodes) = valkeys(3) else { return };
-    for node in &nodes {
-        set_user(
-            node,
-            "lua",
-            &[
-                "+set",
-                "+time",
-                "+get",
-                "+del",
-                "+pexpire",
-                "+eval",
-                "+evalsha",
-                "+script|load",
-                "+command|info",
-            ],
-        );
-    }
-    let locks = manager(user_urls(&nodes, "lua"), one_attempt(ROUND));
-    warm(&locks);
+    let locks = scripts_without_delifeq(&nodes);
     // Someone else holds the key on two nodes of three: our batch gets node 0 only, and fails.
     for node in &nodes[1..] {
         node.raw(&cmd(&["SET", "lock:b", "other", "PX", "60000"]));
