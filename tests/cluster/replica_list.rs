@@ -148,6 +148,21 @@ fn a_replica_forced_to_take_over_before_it_synced_can_grant_a_second_holder() {
     });
     cl.command_ok(rep, &["CLUSTER", "FAILOVER", "TAKEOVER"]);
     wait_replication(&cl, rep, "role:master");
+    // `c` reads its first map from M2 (M sleeps): it must show R serving M's slots already. A map read before
+    // M2 heard of the takeover shows R as M's replica; `c`'s first try on `r` is then sent on to R (`MOVED`),
+    // which `c`'s guard quarantines as a promotion from that instant, through `b`'s whole lease.
+    wait_until(Duration::from_secs(10), "M2 sees R serve M's slots", || {
+        bulk_text(&cl.command(m2, &["CLUSTER", "NODES"]))
+            .lines()
+            .any(|l| {
+                let fields: Vec<&str> = l.split(' ').collect();
+                fields[0] == cl.node_id(rep)
+                    && fields
+                        .get(2)
+                        .is_some_and(|f| f.split(',').any(|f| f == "master"))
+                    && fields.len() > 8
+            })
+    });
     let c = manager([member, p1.url(), p2.url()], config);
     let _ = c
         .request("warm-c")
