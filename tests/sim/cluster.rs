@@ -41,6 +41,10 @@ pub struct Cluster {
     pub owner: Vec<u8>,
     /// A slot migrating: `(slot, from, to)` (indices into `nodes`).
     pub migrating: Option<(u16, usize, usize)>,
+    /// Per slot that migrated off a master that had come back without its data: the last such loss (virtual
+    /// time). The keys the old master forgot are missing on the new one too: for the checker, the slot lost its
+    /// data then, wherever it is served now.
+    pub slot_lost_at: std::collections::HashMap<u16, crate::sim::Time>,
     /// Per node: a deposed master that has not learnt it yet, and what it still believes.
     pub unaware: Vec<Option<Stale>>,
 }
@@ -393,6 +397,7 @@ impl Layout {
                     .map(|s| if s < half { 0 } else { second as u8 })
                     .collect(),
                 migrating: None,
+                slot_lost_at: std::collections::HashMap::new(),
                 unaware: vec![None; n],
                 replica_of,
                 nodes,

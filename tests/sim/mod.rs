@@ -486,12 +486,6 @@ pub struct Struck {
     pub kept_after_release: u64,
 }
 
-/// How long after a node came back without its data no slot migrates from or to it (nor while it is down), and
-/// while a slot migrates its masters do not restart losing data. Not modelled on purpose: the loss would move with the slot to a master
-/// the restart guard has no reason to watch (its votes count at once), a hazard of the library's (found here,
-/// seed 6947 before this rule), not of the simulator's.
-const LOSS_MIGRATES: Time = 5_000 * MS;
-
 /// What a write's replies are encoded into at first: enough for most (a set-up's are about 1 KiB).
 const REPLY_CAPACITY: usize = 1024;
 
@@ -951,20 +945,6 @@ impl World {
                 if self.nodes[node].down {
                     return;
                 }
-                // Not a master a slot migrates from or to (see `LOSS_MIGRATES`).
-                let migrating =
-                    self.cluster_of
-                        .get(node)
-                        .copied()
-                        .flatten()
-                        .is_some_and(|(c, i)| {
-                            self.clusters[c]
-                                .migrating
-                                .is_some_and(|(_, from, to)| from == i || to == i)
-                        });
-                if migrating && kind != Restart::KeepAll {
-                    return;
-                }
                 self.struck.restarts += 1;
                 self.nodes[node].down = true;
                 for p in 0..self.procs.len() {
@@ -985,11 +965,14 @@ impl World {
                 n.node.restart(now, kind, run);
                 n.down = false;
                 n.paused_until = 0;
-                if let Some((c, i)) = self.cluster_of.get(node).copied().flatten() {
-                    self.cluster_restarted(c, i);
-                }
                 let line = format!("{} node {node} is back ({kind:?})", check::ms(now));
                 self.history.note(line);
+                if let Some((c, i)) = self.cluster_of.get(node).copied().flatten() {
+                    self.cluster_restarted(c, i);
+                    if kind != Restart::KeepAll {
+                        self.migrate_soon(c, i);
+                    }
+                }
             }
             Event::Flush { node } => self.nodes[node].node.flush_scripts(),
             Event::Snapshot { node } => self.nodes[node].node.take_snapshot(),
@@ -1116,6 +1099,32 @@ impl World {
         }
     }
 
+    /// Half the time, a slot of a resource that master `i` of cluster `c` serves, back without its data, migrates
+    /// off it within 1.5 s (an operator rebalancing): what it forgot then moves with the slot to a master that
+    /// never restarted (`Cluster::slot_lost_at`), the case the restart guard's slot quarantine is for.
+    fn migrate_soon(&mut self, c: usize, i: usize) {
+        let cl = &self.clusters[c];
+        if cl.replica_of[i].is_some() || !self.rng.chance(0.5) {
+            return;
+        }
+        let served: Vec<u16> = [&b"r0"[..], b"r1", b"r2"]
+            .iter()
+            .map(|r| muxlock::net::cluster::key_slot(r))
+            .filter(|&s| cl.owner[s as usize] as usize == i)
+            .collect();
+        if served.is_empty() {
+            return;
+        }
+        let slot = served[self.rng.range(0, served.len() as u64 - 1) as usize];
+        let to = self.rng.range(0, cl.nodes.len() as u64 - 1) as usize;
+        let start = self.now + self.rng.range(0, 1_500) * MS;
+        let span = self.rng.range(20, 400) * MS;
+        let change = |change| Event::Cluster { cluster: c, change };
+        self.push(start, change(ClusterChange::Migrate { slot, to }));
+        self.push(start + span / 2, change(ClusterChange::MoveKey));
+        self.push(start + span, change(ClusterChange::Settle));
+    }
+
     /// Copies `keys` as master `i` of cluster `c` has them to its linked replicas (effects replication).
     fn replicate(&mut self, c: usize, i: usize, keys: &[Bytes]) {
         let replicas: Vec<usize> = {
@@ -1171,15 +1180,10 @@ impl World {
                 if cl.migrating.is_some() || cl.unaware.iter().any(Option::is_some) {
                     return;
                 }
-                // Not from or to a master that came back without its data lately (see `LOSS_MIGRATES`).
+                // Not from or to a master that is down (`CLUSTER SETSLOT` needs both). One that came back
+                // without its data may be either: what it lost moves with the slot (`slot_lost_at`).
                 let (a, b) = (cl.nodes[from], cl.nodes[to]);
-                let lost = |n: usize| {
-                    self.nodes[n].down
-                        || self.nodes[n]
-                            .lost_data_at
-                            .is_some_and(|t| now < t + LOSS_MIGRATES)
-                };
-                if lost(a) || lost(b) {
+                if self.nodes[a].down || self.nodes[b].down {
                     return;
                 }
                 let cl = &mut self.clusters[c];
@@ -1197,6 +1201,13 @@ impl World {
                     return;
                 };
                 let (a, b) = (self.clusters[c].nodes[from], self.clusters[c].nodes[to]);
+                // `MIGRATE` needs both up: a key moves later, the migration ends once both are back.
+                if self.nodes[a].down || self.nodes[b].down {
+                    if let ClusterChange::Settle = change {
+                        self.push(now + 100 * MS, Event::Cluster { cluster: c, change });
+                    }
+                    return;
+                }
                 let keys: Vec<Bytes> = self.nodes[a]
                     .node
                     .keys
@@ -1218,7 +1229,12 @@ impl World {
                 self.replicate(c, from, &keys[..take]);
                 self.replicate(c, to, &keys[..take]);
                 if let ClusterChange::Settle = change {
+                    let lost = self.nodes[a].lost_data_at;
                     let cl = &mut self.clusters[c];
+                    if let Some(t) = lost {
+                        let at = cl.slot_lost_at.entry(slot).or_insert(t);
+                        *at = (*at).max(t);
+                    }
                     cl.owner[slot as usize] = to as u8;
                     cl.migrating = None;
                     let line = format!("{} cluster {c}: slot {slot} is node {b}'s", check::ms(now));
@@ -1411,16 +1427,21 @@ impl World {
     /// next renewal (the restart guard, not the keys, keeps the lock safe meanwhile), or their clocks moved ahead
     /// of real time since (keys expire early there; the clock check, not the keys, keeps the lock safe).
     /// A cluster member counts as one: it holds the key if one of its masters does (the slot's owner, or
-    /// during a migration the node the key moved to), and is excused if one of them is.
+    /// during a migration the node the key moved to), and is excused if one of them is, or if the slot migrated
+    /// off a master that had come back without its data since (`Cluster::slot_lost_at`).
     pub fn holding(&mut self, key: &[u8], value: &[u8], since: Time) -> (usize, usize) {
         let now = self.now;
         let (mut holding, mut excused) = (0, 0);
         for m in 0..self.members.len() {
+            let mut slot_lost = false;
             let nodes: Vec<usize> = match self.members[m] {
                 Member::Node(n) => vec![n],
                 Member::Cluster(c) => {
                     let cl = &self.clusters[c];
                     let slot = muxlock::net::cluster::key_slot(key);
+                    if cl.slot_lost_at.get(&slot).is_some_and(|&t| t >= since) {
+                        slot_lost = true;
+                    }
                     let mut at = vec![cl.nodes[cl.owner[slot as usize] as usize]];
                     if let Some((s, _, to)) = cl.migrating.filter(|m| m.0 == slot) {
                         let _ = s;
@@ -1434,10 +1455,12 @@ impl World {
                 .any(|&n| self.nodes[n].node.holds(key, value, now))
             {
                 holding += 1;
-            } else if nodes.iter().any(|&n| {
-                let n = &self.nodes[n];
-                n.lost_data_at.is_some_and(|t| t >= since) || n.clock_moved_ahead_since(since)
-            }) {
+            } else if slot_lost
+                || nodes.iter().any(|&n| {
+                    let n = &self.nodes[n];
+                    n.lost_data_at.is_some_and(|t| t >= since) || n.clock_moved_ahead_since(since)
+                })
+            {
                 excused += 1;
             }
         }

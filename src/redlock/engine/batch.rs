@@ -175,7 +175,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 |j, (node, source), reply| {
                     if status[j] == Status::Pending {
                         let now = self.clock.now();
-                        let (vote, outcome) = self.counted_from(source, set_vote(reply), now, None);
+                        let key = resources[live[j]];
+                        let (vote, outcome) =
+                            self.counted_from((source, key), set_vote(reply), now, None);
                         self.votes[node].count(&outcome);
                         outcomes[j * n + node] = outcome;
                         status[j] = quorums[j].vote(node, vote, now);

@@ -90,7 +90,7 @@ impl Engine {
                         let restarts = conns.iter().map(|&c| g.restarts(c)).sum();
                         let each = conns
                             .iter()
-                            .map(|&c| g.standing(&self.fanout, c, *info, now));
+                            .map(|&c| g.standing(&self.fanout, (c, None), *info, now));
                         (restarts, Standing::of_member(each))
                     }
                 };
@@ -304,7 +304,13 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             ttl_ms,
             (nodes, deadline, quorum.votes_to_decide()),
             |voter, reply| {
-                status = self.extension_vote(voter, &reply, acquired, (&mut quorum, &mut outcomes));
+                let (node, source) = voter;
+                status = self.extension_vote(
+                    (node, source, resource),
+                    &reply,
+                    acquired,
+                    (&mut quorum, &mut outcomes),
+                );
                 match status {
                     Status::Pending => quorum.votes_to_decide(),
                     _ => 0,
@@ -348,32 +354,33 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         tally.finish(self, resource)
     }
 
-    /// An extension's reply from `node` (1: extended, 0: not ours any more), counted: through the restart guard
-    /// (`since`: when the lock was acquired), into the node's tallies, its outcome and the quorum's verdict.
+    /// An extension's reply from `node` on `key` (1: extended, 0: not ours any more), counted: through the restart
+    /// guard (`since`: when the lock was acquired), into the node's tallies, its outcome and the quorum's verdict.
     pub(crate) fn extension_vote(
         &self,
-        (node, source): (usize, usize),
+        (node, source, key): (usize, usize, &[u8]),
         reply: &Reply,
         since: Option<Instant>,
         (quorum, outcomes): (&mut Quorum, &mut [Outcome]),
     ) -> Status {
         let now = self.clock.now();
-        let (vote, outcome) = self.counted_from(source, script_vote(reply), now, since);
+        let (vote, outcome) = self.counted_from((source, key), script_vote(reply), now, since);
         self.votes[node].count(&outcome);
         outcomes[node] = outcome;
         quorum.vote(node, vote, now)
     }
 
-    /// A node's vote as it counts: a "yes" from a node the restart guard does not trust yet is no vote, nor one
+    /// A node's vote on `key` (a key of the command voted on: a cluster member's commands keep theirs in one
+    /// slot) as it counts: a "yes" from a node the restart guard does not trust yet is no vote, nor one
     /// from a node whose `INFO` shows a broken monotonic clock (a clock check failure, with why). `since`:
     /// for an extension (or a renewal), when the lock was acquired (`None`: an acquisition, or unknown); see
     /// [`RestartGuard::trusts`](crate::redlock::engine::restart::RestartGuard::trusts). The vote is judged by
     /// the connection it came on, `source` (the round's [`source`](crate::redlock::engine::seam::NodeRound::source)
     /// of the outcome: the node itself for a plain node): a cluster member's master by its own server process,
-    /// and not at all for a window after it took over as a promoted replica.
+    /// and not at all for a window after it took over as a promoted replica or took over `key`'s slot.
     pub(crate) fn counted_from(
         &self,
-        source: usize,
+        (source, key): (usize, &[u8]),
         (vote, outcome): (Vote, Outcome),
         now: Instant,
         since: Option<Instant>,
@@ -388,7 +395,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         if let Some(why) = guard.broken_clock(&self.fanout, source, *info) {
             return (Vote::Failed, Outcome::Failed(NodeError::Clock(why)));
         }
-        match guard.trusts(&self.fanout, source, *info, now, since) {
+        match guard.trusts(&self.fanout, (source, key), *info, now, since) {
             true => (vote, outcome),
             false => (Vote::Failed, Outcome::Quarantined),
         }
@@ -496,7 +503,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                         .fanout
                         .member_conns(i)
                         .into_iter()
-                        .map(|conn| guard.standing(&self.fanout, conn, *info, now))
+                        .map(|conn| {
+                            guard.standing(&self.fanout, (conn, Some(resource)), *info, now)
+                        })
                         .max_by_key(|s| s.counted_in)
                         .unwrap_or_default();
                     (

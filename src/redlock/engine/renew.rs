@@ -109,7 +109,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             }
             let now = self.clock.now();
             let (vote, outcome) = self.counted_from(
-                round.source(node),
+                (round.source(node), renewals[j].resource),
                 compare_vote(Script::Extend, via, &reply),
                 now,
                 Some(renewals[j].acquired),

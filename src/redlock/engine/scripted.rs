@@ -86,7 +86,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 |_, (node, source), reply| {
                     let now = self.clock.now();
                     let (vote, outcome, number) = classify(&reply);
-                    let (vote, outcome) = self.counted_from(source, (vote, outcome), now, None);
+                    let key = keys.first().copied().unwrap_or_default();
+                    let (vote, outcome) =
+                        self.counted_from((source, key), (vote, outcome), now, None);
                     self.votes[node].count(&outcome);
                     outcomes[node] = outcome;
                     if vote == Vote::Yes {
@@ -158,8 +160,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             need,
             |buf, full| script.encode(buf, full, ttl_arg.as_bytes()),
             |_, (node, source), reply| {
+                let key = script.keys.first().map_or(&[][..], Vec::as_slice);
                 status = self.extension_vote(
-                    (node, source),
+                    (node, source, key),
                     &reply,
                     Some(acquired),
                     (&mut quorum, &mut outcomes),

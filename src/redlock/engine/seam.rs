@@ -113,10 +113,11 @@ pub trait Nodes {
     fn sessions(&self, conn: usize) -> u64;
     /// The replies to the set-up commands on `conn`'s current connection, in order, each dated when read.
     fn setup_replies(&self, conn: usize) -> Vec<(Value, Instant)>;
-    /// When connection `conn` took over slots of a cluster member as a promoted replica (or as a node its map
-    /// never showed serving), as far as this manager saw; `None` for a plain node. The restart guard treats it
-    /// as a restart at that instant (`restart/mod.rs`, "Failovers in a cluster member").
-    fn promoted(&self, _conn: usize) -> Option<Instant> {
+    /// When connection `conn` took over what serves `key` on a cluster member, as far as this manager saw: as a
+    /// promoted replica (or as a node its map never showed serving), or as the new owner of `key`'s slot (a
+    /// migration); with no key, as a promoted replica only. `None` for a plain node. The restart guard treats it
+    /// as a restart at that instant for votes on `key` (`restart/mod.rs`, "Failovers in a cluster member").
+    fn taken_over(&self, _conn: usize, _key: Option<&[u8]>) -> Option<Instant> {
         None
     }
     /// Whether connection `conn` is a node of a cluster member: its persistence marker proves nothing (a
@@ -295,8 +296,11 @@ impl<F: Conns> Nodes for Members<F> {
         Members::setup_replies(self, conn)
     }
 
-    fn promoted(&self, conn: usize) -> Option<Instant> {
-        Members::promoted(self, conn)
+    fn taken_over(&self, conn: usize, key: Option<&[u8]>) -> Option<Instant> {
+        match key {
+            Some(key) => Members::taken_over(self, conn, key),
+            None => Members::promoted(self, conn),
+        }
     }
 
     fn in_cluster(&self, conn: usize) -> bool {

@@ -210,7 +210,8 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
                 |_, (node, source), reply| {
                     let now = engine.clock.now();
                     let (vote, outcome, counter) = fence_vote(&reply);
-                    let (vote, outcome) = engine.counted_from(source, (vote, outcome), now, None);
+                    let (vote, outcome) =
+                        engine.counted_from((source, counter_only[0]), (vote, outcome), now, None);
                     engine.votes[node].count(&outcome);
                     acks[node] = outcome;
                     seen = seen.max(counter);

@@ -57,7 +57,7 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
         let node = id.node;
         let now = engine.clock.now();
         let source = round.source(node);
-        let (vote, outcome) = engine.counted_from(source, set_vote(reply), now, None);
+        let (vote, outcome) = engine.counted_from((source, resource), set_vote(reply), now, None);
         engine.votes[node].count(&outcome);
         outcomes[node] = outcome;
         status = quorum.vote(node, vote, now);

@@ -203,7 +203,7 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
         }
         let now = engine.clock.now();
         let (vote, outcome) = engine.counted_from(
-            round.source(node),
+            (round.source(node), resource),
             queue_vote(&reply, node, &mut refusal),
             now,
             None,

@@ -283,7 +283,9 @@ async fn offer<N: Nodes, C: Clock>(
                     Ok(Value::Array(_))
                 );
                 let (vote, outcome, taken) = offer_vote(&reply, count);
-                let (vote, outcome) = engine.counted_from(source, (vote, outcome), now, None);
+                let key = key_refs.first().copied().unwrap_or_default();
+                let (vote, outcome) =
+                    engine.counted_from((source, key), (vote, outcome), now, None);
                 engine.votes[node].count(&outcome);
                 outcomes[node] = outcome;
                 for (i, q) in permits.iter_mut().enumerate() {

@@ -81,7 +81,7 @@ use replid::ReplCheck;
 pub use round::MembersRound;
 use table::{Node, Table, Takeover};
 
-use crate::net::cluster::{ClusterAddr, MemberAddr};
+use crate::net::cluster::{ClusterAddr, MemberAddr, key_slot};
 use crate::net::{Fanout, NodeAddr, NodeCounts, Options, TlsConfig};
 use crate::resp::Value;
 use crate::sync::lock;
@@ -316,6 +316,17 @@ impl<F: Conns> Members<F> {
         lock(&routes.promoted).get(conn).copied().flatten()
     }
 
+    /// When connection `conn` was last seen taking over what serves `key`: as a promoted replica
+    /// ([`promoted`](Members::promoted)), or as the new owner of `key`'s slot ([`Table::taken_over`]: a
+    /// migration, which carries whatever the old owner lost); the later of the two. `None` for a plain member's
+    /// connection, and for one seen taking over neither.
+    pub fn taken_over(&self, conn: usize, key: &[u8]) -> Option<Instant> {
+        let promoted = self.promoted(conn);
+        let cluster = self.cluster(self.member_of(conn))?;
+        let slot = lock(&cluster.table).taken_over(key_slot(key), conn);
+        promoted.max(slot)
+    }
+
     /// Whether connection `conn` is a node of a cluster member (not a plain member's).
     pub fn in_cluster(&self, conn: usize) -> bool {
         self.is_cluster(self.member_of(conn))
@@ -369,20 +380,23 @@ impl<F: Conns> Members<F> {
             // The quarantine is noted before the table lock is let go, so before any round routes a command to
             // the promoted node (as a refresh does): another thread's grant from it must find it quarantined.
             let mut table = lock(&cluster.table);
-            if table.moved(slot, conn) == Takeover::Promoted {
+            if table.moved(slot, conn, now) == Takeover::Promoted {
                 self.note_promoted(conn, now);
             }
         }
         self.refresh(member);
     }
 
-    /// Records that `conn` answers an `ASK` for member `member`: a node that was no master of its map is
-    /// quarantined as a promoted one would be (the safe side: an importing master is one already).
-    fn asked(&self, member: usize, conn: usize, now: Instant) {
+    /// Records that `conn` answers an `ASK` for `slot` of member `member`: it takes the slot over (importing it,
+    /// [`Table::taken_over`]); a node that was no master of its map is quarantined as a promoted one would be (the
+    /// safe side: an importing master is one already).
+    fn asked(&self, member: usize, slot: u16, conn: usize, now: Instant) {
         let Some(cluster) = self.cluster(member) else {
             return;
         };
-        if !lock(&cluster.table).is_master(conn) {
+        let mut table = lock(&cluster.table);
+        table.note_taken(slot, conn, now);
+        if !table.is_master(conn) {
             self.note_promoted(conn, now);
         }
     }
@@ -478,7 +492,7 @@ impl<F: Conns> Members<F> {
                         }
                     }
                 }
-                table.install(&map, &origin, tls_member);
+                table.install(&map, &origin, tls_member, Some(now));
             }
             flag.store(false, Ordering::Release);
         });

@@ -123,7 +123,7 @@ impl Plan {
             let spares = table_nodes.len().clamp(MIN_VACANT, MAX_VACANT);
             let mut table = Table::unmapped(table_nodes);
             if let Some((map, origin)) = &map {
-                table.install(map, origin, cluster.seeds()[0].tls());
+                table.install(map, origin, cluster.seeds()[0].tls(), None);
             }
             tables.push(Some((table, spares, cluster.seeds()[0].clone())));
         }

@@ -981,7 +981,7 @@ impl<'a, F: Conns> MembersRound<'a, F> {
                 self.round.send(target, &out, replies);
             }
             RedirectKind::Ask => {
-                members.asked(member, target, now);
+                members.asked(member, r.slot, target, now);
                 // `ASKING` and the command in one write, nothing between them: the flag lasts for the next
                 // command only (so the first `TIME` goes before `ASKING`).
                 let room = 20 + bytes.len() + replid::CHECK.len() + 2 * clock::TIME.len();

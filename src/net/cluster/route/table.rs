@@ -1,6 +1,9 @@
 //! [`Table`]: one cluster member's routing table: which connection serves each slot, and which connections are
 //! masters (pure bookkeeping; the connections themselves are the fanout's).
 
+use std::collections::HashMap;
+use std::time::Instant;
+
 use bytes::Bytes;
 
 use crate::net::cluster::{ClusterNode, SLOT_COUNT, SlotMap};
@@ -22,7 +25,8 @@ pub(crate) struct Node {
 pub(crate) enum Takeover {
     /// The same connection already served it.
     Same,
-    /// A connection that was a master of the map (a slot migration: keys moved with `MIGRATE`, not a restart).
+    /// A connection that was a master of the map (a slot migration: keys moved with `MIGRATE`, not a restart of
+    /// the new owner; but what the old owner lost moves with the slot, see [`Table::taken_over`]).
     Master,
     /// A connection the map showed as a replica, or as no master at all (a failover, or a node this table never
     /// saw serve): its data may lack acknowledged grants of the master it replaces.
@@ -49,6 +53,9 @@ pub(crate) struct Table {
     /// Per connection the last map showed: the node id it gave (the replication check asks the node itself
     /// for its shard's replicas by it, `CLUSTER REPLICAS <id>`).
     ids: Vec<(usize, Bytes)>,
+    /// Per slot whose owner this table saw change (a `MOVED`, a map that moved it, an `ASK`): the connection that
+    /// took it over and when that was seen. At most one entry per slot (the last taker).
+    taken: HashMap<u16, (usize, Instant)>,
 }
 
 impl Table {
@@ -61,7 +68,34 @@ impl Table {
             vacant: Vec::new(),
             replicas: Vec::new(),
             ids: Vec::new(),
+            taken: HashMap::new(),
         }
+    }
+
+    /// When connection `conn` was last seen taking over `slot` from another node (a migration's `MOVED` or
+    /// `ASK`, or a map that moved the slot; a failover too), if it is still the last to have taken it over.
+    ///
+    /// Why the restart guard needs it: the new owner holds only what the old one still had. A master that came
+    /// back without its data (its own votes quarantined for the window) and then had the slot migrated off it
+    /// hands the new owner a slot without the grants it forgot, and the new owner, up for long, would grant
+    /// them again at once: two holders. So its votes for keys of that slot wait the window from this instant,
+    /// as a promoted replica's do (`restart/mod.rs`, "Failovers in a cluster member"). A taker overwritten by a
+    /// later one is no longer asked for the slot's keys: the later one has it (a `MOVED` sends there), or is
+    /// importing it (the old owner then sets no absent key: it answers `ASK`).
+    pub(crate) fn taken_over(&self, slot: u16, conn: usize) -> Option<Instant> {
+        self.taken
+            .get(&slot)
+            .filter(|(c, _)| *c == conn)
+            .map(|&(_, at)| at)
+    }
+
+    /// Records that `conn` was seen taking `slot` over at `now` (kept if a later instant is already noted).
+    pub(crate) fn note_taken(&mut self, slot: u16, conn: usize, now: Instant) {
+        let cell = self.taken.entry(slot).or_insert((conn, now));
+        *cell = match cell.0 == conn {
+            true => (conn, cell.1.max(now)),
+            false => (conn, now),
+        };
     }
 
     /// The node id the last map gave for `conn`'s node, if it showed that node with one (a master's, if it
@@ -135,8 +169,8 @@ impl Table {
         self.nodes.iter().any(|(n, m)| n.conn == conn && *m)
     }
 
-    /// Records that `conn` serves `slot` now (a `MOVED`); says what kind of takeover it is.
-    pub(crate) fn moved(&mut self, slot: u16, conn: usize) -> Takeover {
+    /// Records that `conn` serves `slot` now (a `MOVED` seen at `now`); says what kind of takeover it is.
+    pub(crate) fn moved(&mut self, slot: u16, conn: usize, now: Instant) -> Takeover {
         let Some(cell) = self.owner.get_mut(slot as usize) else {
             return Takeover::Same;
         };
@@ -144,6 +178,7 @@ impl Table {
             return Takeover::Same;
         }
         *cell = conn as u32;
+        self.note_taken(slot, conn, now);
         let was_master = self.is_master(conn);
         if let Some((_, m)) = self.nodes.iter_mut().find(|(n, _)| n.conn == conn) {
             *m = true;
@@ -154,13 +189,31 @@ impl Table {
         }
     }
 
-    /// Replaces the slots' owners with `map`'s (read from a node dialled at `origin`); a slot whose master is not
-    /// a known node is left unserved. Returns the connections that took over slots as [`Takeover::Promoted`]: on
-    /// a table that never had a map, every master of `map` (nothing is known of their past: one may have been
-    /// promoted since this manager read its `INFO` as a replica's). The plan's first map, read before any
-    /// connection exists, ignores that: the connections' `INFO` covers a promotion before them.
-    pub(crate) fn install(&mut self, map: &SlotMap, origin: &str, tls: bool) -> Vec<usize> {
+    /// Replaces the slots' owners with `map`'s (read from a node dialled at `origin`, seen at `seen`: `None` for
+    /// the plan's first map); a slot whose master is not a known node is left unserved. Returns the connections
+    /// that took over slots as [`Takeover::Promoted`]: on a table that never had a map, every master of `map`
+    /// (nothing is known of their past: one may have been promoted since this manager read its `INFO` as a
+    /// replica's). The plan's first map, read before any connection exists, ignores that: the connections'
+    /// `INFO` covers a promotion before them. On a table that had a map, each slot `map` gives another owner is
+    /// noted as taken over by it at `seen` ([`taken_over`](Table::taken_over)).
+    pub(crate) fn install(
+        &mut self,
+        map: &SlotMap,
+        origin: &str,
+        tls: bool,
+        seen: Option<Instant>,
+    ) -> Vec<usize> {
         let (owner, masters, promoted) = self.read(map, origin, tls);
+        if let (true, Some(now)) = (self.mapped, seen) {
+            let changed: Vec<(u16, u32)> = (0..SLOT_COUNT)
+                .zip(owner.iter().zip(&self.owner))
+                .filter(|&(_, (&new, &old))| new != old && new != NONE)
+                .map(|(slot, (&new, _))| (slot, new))
+                .collect();
+            for (slot, new) in changed {
+                self.note_taken(slot, new as usize, now);
+            }
+        }
         for (n, m) in &mut self.nodes {
             *m = masters.contains(&n.conn);
         }
@@ -238,6 +291,8 @@ fn port_of(node: &ClusterNode, tls: bool) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
     use crate::net::cluster::{Endpoint, Health, Shard, SlotRange};
 
     fn node(port: u16) -> ClusterNode {
@@ -284,11 +339,13 @@ mod tests {
     #[test]
     fn slots_route_to_their_master_and_a_move_says_what_it_is() {
         let mut t = table();
+        let now = Instant::now();
         assert_eq!(t.owner(5), None);
         let promoted = t.install(
             &map(&[(0, 8191, 7000), (8192, 16383, 7001)], &[7002]),
             "x",
             false,
+            None,
         );
         assert_eq!(
             promoted,
@@ -299,20 +356,89 @@ mod tests {
             &map(&[(0, 8191, 7000), (8192, 16383, 7001)], &[7002]),
             "x",
             false,
+            None,
         );
         assert!(again.is_empty(), "the same masters again promote nobody");
         assert_eq!(
             (t.owner(0), t.owner(8192), t.owner(16383)),
             (Some(10), Some(11), Some(11))
         );
-        assert_eq!(t.moved(0, 10), Takeover::Same);
+        assert_eq!(t.moved(0, 10, now), Takeover::Same);
         assert_eq!(
-            t.moved(0, 11),
+            t.moved(0, 11, now),
             Takeover::Master,
             "a migration between masters"
         );
-        assert_eq!(t.moved(1, 12), Takeover::Promoted, "the replica took over");
+        assert_eq!(
+            t.moved(1, 12, now),
+            Takeover::Promoted,
+            "the replica took over"
+        );
         assert_eq!(t.owner(1), Some(12));
+    }
+
+    #[test]
+    fn a_slot_s_new_owner_is_noted_with_when_it_was_seen_taking_it_over() {
+        let mut t = table();
+        let t0 = Instant::now();
+        let (t1, t2) = (t0 + Duration::from_secs(1), t0 + Duration::from_secs(2));
+        t.install(
+            &map(&[(0, 8191, 7000), (8192, 16383, 7001)], &[7002]),
+            "x",
+            false,
+            Some(t0),
+        );
+        assert_eq!(
+            (t.taken_over(0, 10), t.taken_over(8192, 11)),
+            (None, None),
+            "a first map moves nothing"
+        );
+        assert_eq!(t.moved(0, 10, t1), Takeover::Same);
+        assert_eq!(t.taken_over(0, 10), None, "no change, nothing taken over");
+        assert_eq!(t.moved(0, 11, t1), Takeover::Master);
+        assert_eq!(
+            (
+                t.taken_over(0, 11),
+                t.taken_over(0, 10),
+                t.taken_over(1, 11)
+            ),
+            (Some(t1), None, None),
+            "the slot's new owner, for that slot only"
+        );
+        // A map that moves slots 100..=200 to 11 at t2: each of them noted; slot 0 stays 11's since t1.
+        t.install(
+            &map(
+                &[
+                    (0, 0, 7001),
+                    (1, 99, 7000),
+                    (100, 200, 7001),
+                    (201, 8191, 7000),
+                    (8192, 16383, 7001),
+                ],
+                &[7002],
+            ),
+            "x",
+            false,
+            Some(t2),
+        );
+        assert_eq!(
+            (
+                t.taken_over(100, 11),
+                t.taken_over(200, 11),
+                t.taken_over(201, 11)
+            ),
+            (Some(t2), Some(t2), None),
+        );
+        assert_eq!(t.taken_over(8192, 11), None, "a slot that stayed");
+        assert_eq!(
+            t.taken_over(0, 11),
+            Some(t1),
+            "unchanged by a map that agrees"
+        );
+        // An `ASK`'s importing node takes the entry over; an earlier instant keeps the later one.
+        t.note_taken(0, 12, t2);
+        t.note_taken(0, 12, t1);
+        assert_eq!((t.taken_over(0, 12), t.taken_over(0, 11)), (Some(t2), None));
     }
 
     #[test]
@@ -322,17 +448,19 @@ mod tests {
             &map(&[(0, 8191, 7000), (8192, 16383, 7001)], &[7002]),
             "x",
             false,
+            None,
         );
         let promoted = t.install(
             &map(&[(0, 8191, 7002), (8192, 16383, 7001)], &[]),
             "x",
             false,
+            None,
         );
         assert_eq!(promoted, vec![12]);
         assert_eq!(t.owner(0), Some(12));
         // Unknown masters leave their slots unserved.
         let mut u = table();
-        u.install(&map(&[(0, 16383, 9999)], &[]), "x", false);
+        u.install(&map(&[(0, 16383, 9999)], &[]), "x", false, None);
         assert_eq!(u.owner(0), None);
     }
 
@@ -345,7 +473,7 @@ mod tests {
         shards[0].replicas[0].id = Some("r1".into());
         shards[0].replicas[1].health = Health::Failed;
         m = SlotMap::new(shards, m.ranges().to_vec()).unwrap();
-        t.install(&m, "x", false);
+        t.install(&m, "x", false, None);
         assert_eq!(t.id_of(10).map(|b| &b[..]), Some(&b"m0"[..]));
         assert_eq!(t.id_of(11).map(|b| &b[..]), Some(&b"r1"[..]));
         assert_eq!(t.id_of(12), None, "the map gave none");

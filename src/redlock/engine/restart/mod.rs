@@ -541,15 +541,15 @@ impl RestartGuard {
         }
     }
 
-    /// Whether node `node`'s "yes" may count at `now`: by the window rule (trusted at once, or up longer than the
-    /// window), or, for an extension of a lock acquired at `since`, because the node's process has been up since
-    /// before `since` (it has not restarted since our `SET`, so the value it holds is the one we set; see
+    /// Whether node `node`'s "yes" on `key` may count at `now`: by the window rule (trusted at once, or up longer
+    /// than the window), or, for an extension of a lock acquired at `since`, because the node's process has been
+    /// up since before `since` (it has not restarted since our `SET`, so the value it holds is the one we set; see
     /// "Extensions"). `since = None` (an acquisition, or an extension by value): the window rule alone. `ids` says
     /// where the readings are among the set-up replies.
     pub(crate) fn trusts(
         &self,
         fanout: &impl Nodes,
-        node: usize,
+        (node, key): (usize, &[u8]),
         ids: SetupIds,
         now: Instant,
         since: Option<Instant>,
@@ -562,9 +562,9 @@ impl RestartGuard {
             return false;
         }
         let window = self.window();
-        // A cluster master that took over as a promoted replica: a restart at that instant, with no proof that
-        // lets it count sooner (see "Failovers in a cluster member").
-        let promoted = fanout.promoted(node);
+        // A cluster master that took over as a promoted replica, or took over the key's slot: a restart at that
+        // instant, with no proof that lets it count sooner (see "Failovers in a cluster member").
+        let promoted = fanout.taken_over(node, Some(key));
         if promoted.is_some_and(|at| now.saturating_duration_since(at) < window) {
             return false;
         }
@@ -594,11 +594,12 @@ impl RestartGuard {
         known.broken_clock.clone()
     }
 
-    /// What the guard knows of `node` at `now`, from its current connection's set-up replies (nothing is sent).
+    /// What the guard knows of `node` at `now`, from its current connection's set-up replies (nothing is sent);
+    /// for votes on `key` if given (a slot it took over counts as a promotion), else for any key.
     pub(crate) fn standing(
         &self,
         fanout: &impl Nodes,
-        node: usize,
+        (node, key): (usize, Option<&[u8]>),
         ids: SetupIds,
         now: Instant,
     ) -> Standing {
@@ -612,7 +613,7 @@ impl RestartGuard {
         let window = self.window();
         // A promoted cluster master counts a window after the promotion was seen, whatever else it proves.
         let promoted = fanout
-            .promoted(node)
+            .taken_over(node, key)
             .map(|at| window.saturating_sub(now.saturating_duration_since(at)))
             .filter(|left| !left.is_zero());
         let marker = !fanout.in_cluster(node);
