@@ -12,5 +12,6 @@ mod replica_list;
 mod replication_check;
 mod replication_wait;
 mod slot_map;
+mod slot_migration;
 mod slot_refusals;
 mod vacant_connections;
