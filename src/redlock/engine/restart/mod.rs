@@ -143,9 +143,16 @@
 //!   the replica that lost the grant.) This manager's own grants on cluster nodes wait for the shard's replicas
 //!   (`WAIT`, in the routing layer's replication check), so the replica that takes over has them; the window stays,
 //!   for grants other clients made without it (another manager with the guard off, another client library).
-//! - **A slot migrated between masters** (a `MOVED` to a node that was already a master of the map) is not treated as
-//!   a restart: `MIGRATE` moves a key with its expiry atomically, and the source answers `ASK` for a key only once it
-//!   no longer holds it, so one node at a time serves each key.
+//! - **A slot migrated between masters** (a `MOVED` to a node that was already a master of the map, an `ASK` to the
+//!   importing one, a map that gives the slot another master) is a restart *of that slot* on the new owner, from the
+//!   instant the routing layer saw it: its "yes" on keys of that slot does not count for the window after that
+//!   (its other slots count as before). `MIGRATE` moves each key with its expiry, and the source answers `ASK`
+//!   only for a key it no longer holds, so one node at a time serves each key; but the new owner holds only what
+//!   the old one still had. An old owner that came back without its data (its own votes quarantined) and then
+//!   had the slot migrated off it, whole or half-way, hands over a slot without the grants it forgot, and the
+//!   new owner, up for long, would grant them again at once. The guard cannot tell such a migration from a
+//!   routine one (the old owner may be gone from view), so every migration seen waits the window: for keys of
+//!   a slot being moved, a member votes no for one window (`tests/cluster/slot_migration.rs`).
 //!
 //! - **The persistence marker proves nothing on a cluster member's node**: it lives in one slot, and a migration may
 //!   move that slot, marker and all, to a master that lost its files. So a cluster member's node is never trusted at
@@ -160,10 +167,11 @@
 //!   has it, so a master deposed while it stalled, answering before it learns it, cannot make a grant that the
 //!   replica that took over lacks count.
 //!
-//! What it does not see: a failover that happened before this manager read the member's map (the promoted
-//! master looks like any master; after a window from a failover no lost grant can still be live, so this
-//! matters only for a manager started within a window of a failover; a master whose connection's `INFO` shows
-//! it was ever promoted, `second_repl_offset` set, waits a window from that reading).
+//! What it does not see: a failover or a migration that happened before this manager read the member's map (the
+//! promoted master, or the slot's new owner, looks like any master; after a window from either no lost grant can
+//! still be live, so this matters only for a manager started within a window of one; a master whose
+//! connection's `INFO` shows it was ever promoted, `second_repl_offset` set, waits a window from that reading;
+//! nothing on a node shows that a slot came to it lately).
 //!
 //! # A broken monotonic clock
 //!
