@@ -278,3 +278,163 @@ fn a_slot_half_migrated_off_a_master_back_without_its_data_is_not_counted_for_a_
         Migration::HalfDone,
     ));
 }
+
+/// The node index of the master that `CLUSTER SHARDS` on node `seed` lists first: a manager whose map was read
+/// from `seed` has that master first in its table, and its map refreshes read the map from it first.
+#[track_caller]
+fn first_master_listed(cl: &RedisCluster, seed: usize) -> usize {
+    let reply = cl.command(seed, &["CLUSTER", "SHARDS"]);
+    let marker = b"$4\r\nport\r\n:";
+    let at = reply
+        .windows(marker.len())
+        .position(|w| w == marker)
+        .unwrap_or_else(|| panic!("no port in CLUSTER SHARDS: {}", show(&reply)))
+        + marker.len();
+    let digits: String = reply[at..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .map(|&b| char::from(b))
+        .collect();
+    let port: u16 = digits.parse().expect("a port");
+    (0..cl.len())
+        .find(|&i| cl.node(i).port() == port)
+        .expect("the port of a node")
+}
+
+/// A name whose slot node `owner` serves, other than `not`'s.
+fn key_on(cl: &RedisCluster, owner: usize, prefix: &str, not: Option<u16>) -> String {
+    (0..100_000)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|k| {
+            let slot = key_slot(k.as_bytes());
+            cl.owner_of(slot) == owner && Some(slot) != not
+        })
+        .expect("a name on that node")
+}
+
+/// The slot note of B is overwritten by a map refresh that reads a map older than the `MOVED` that noted it,
+/// while B's grant for that slot is still on its way: the grant counts at once.
+///
+/// Member 0 is a cluster of three masters A, B, C (A is the master `c`'s map lists first, so its refreshes read
+/// A's map first); members 1 and 2 plain servers. `b` takes `r` on A and member 1; A restarts without its data and
+/// `r`'s slot migrates to B. B's writes are paused (`CLIENT PAUSE WRITE`: a slow master). `c` tries `r`: A answers
+/// `MOVED` to B (noted: B took the slot over now), `c` sends `r` to B and waits. Meanwhile A's own view of the
+/// slot goes stale (A claims it again, as a node whose gossip lags still believes the old owner), and another
+/// slot's `MOVED` (migrated from A to C) asks `c` for a new map, which it reads from A: the slot back to A, noted
+/// as A's takeover, which erases B's note. B's pause ends, its grant is judged against the note of A, and
+/// counts: `c` holds `r` with B and member 2 while `b`'s grant reports valid.
+#[test]
+fn a_stale_map_installed_while_the_new_owner_s_grant_is_in_flight_does_not_make_it_count() {
+    let ttl = Duration::from_secs(12);
+    let p1 = RedisServer::start();
+    let p2 = RedisServer::start();
+    let proxy2 = FaultProxy::start(p2.addr());
+    let mut cl = RedisCluster::builder(3).start();
+    let started = Instant::now();
+    let seed = cl.master_index(0);
+    let a = first_master_listed(&cl, seed);
+    let r = key_on(&cl, a, "stale-map", None);
+    let slot = key_slot(r.as_bytes());
+    let k2 = key_on(&cl, a, "stale-map-other", Some(slot));
+    let slot2 = key_slot(k2.as_bytes());
+    let a_shard = cl.shard_of(slot);
+    let (b_shard, c_shard) = ((a_shard + 1) % 3, (a_shard + 2) % 3);
+    let (b_node, c_node) = (cl.master_index(b_shard), cl.master_index(c_shard));
+    let config = Config::default()
+        .with_retry_count(0)
+        .with_round_timeout(Duration::from_millis(8_000))
+        .with_restart_window(ttl);
+    let old_enough = ttl + Duration::from_millis(2_500);
+    if let Some(left) = old_enough.checked_sub(started.elapsed()) {
+        thread::sleep(left);
+    }
+    let b = manager([cl.seed_url(), p1.url(), proxy2.url()], config.clone());
+    let c = manager([cl.seed_url(), p1.url(), p2.url()], config.clone());
+    for (name, m) in [("b", &b), ("c", &c)] {
+        let warm = format!("warm-{name}");
+        let _ = m
+            .request(&warm)
+            .ttl(ttl)
+            .once()
+            .acquire()
+            .map(|l| m.unlock(l));
+        let _ = m.inspect(&warm);
+    }
+    proxy2.set(Fault::Refuse);
+    let lock = b
+        .request(&r)
+        .ttl(ttl)
+        .once()
+        .acquire()
+        .expect("b takes r on A and member 1");
+    let b_hold = Hold {
+        resource: r.clone(),
+        holder: "b".into(),
+        start: mono_ns(),
+        end: instant_ns(lock.valid_until()),
+    };
+    assert!(get(&cl, a, &r).is_some(), "b's grant is on A");
+    cl.node_mut(a).kill();
+    cl.restart_node(a);
+    assert_eq!(get(&cl, a, &r), None, "A came back without b's grant");
+    wait_until(Duration::from_secs(10), "c reads r on A again", || {
+        let answered = c.inspect(&r).is_ok_and(|seen| seen.nodes()[0].1.answered());
+        if !answered {
+            thread::sleep(Duration::from_millis(50));
+        }
+        answered
+    });
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(cl.migrate_slot(slot, b_shard), 0, "no key to move");
+    assert_eq!(get(&cl, b_node, &r), None, "B never held r");
+    // B, slow: its writes wait 3 s.
+    cl.command_ok(b_node, &["CLIENT", "PAUSE", "3000", "WRITE"]);
+    let before = redirections(&cl, a, "MOVED");
+    let c_try = thread::scope(|s| {
+        let trying = s.spawn(|| take(&c, "c", &r, ttl));
+        wait_until(Duration::from_secs(2), "c's try meets A's MOVED", || {
+            redirections(&cl, a, "MOVED") > before
+        });
+        // A map refresh at most every 100 ms.
+        thread::sleep(Duration::from_millis(200));
+        // Another slot of A goes to C (A and C told; B, paused, learns by gossip).
+        let (s2, a_id, c_id) = (
+            slot2.to_string(),
+            cl.node_id(a).to_owned(),
+            cl.node_id(c_node).to_owned(),
+        );
+        cl.command_ok(c_node, &["CLUSTER", "SETSLOT", &s2, "IMPORTING", &a_id]);
+        cl.command_ok(a, &["CLUSTER", "SETSLOT", &s2, "MIGRATING", &c_id]);
+        cl.command_ok(c_node, &["CLUSTER", "SETSLOT", &s2, "NODE", &c_id]);
+        cl.command_ok(a, &["CLUSTER", "SETSLOT", &s2, "NODE", &c_id]);
+        // A's view of `r`'s slot goes stale: it believes it still owns it.
+        cl.command_ok(a, &["CLUSTER", "SETSLOT", &slot.to_string(), "NODE", &a_id]);
+        // `c` meets `MOVED` for the other slot, and reads a new map, from A first.
+        let _ = c.inspect(&k2);
+        let stale = cl.command(a, &["GET", &r]);
+        assert_eq!(
+            stale,
+            b"$-1\r\n",
+            "A's view was stale when c read its map: {}",
+            show(&stale)
+        );
+        trying.join().expect("c's try")
+    });
+    let mut holds = vec![b_hold];
+    holds.extend(c_try.as_ref().ok().cloned());
+    let found = overlaps(&holds);
+    assert!(
+        found.is_empty(),
+        "two holders: c took r with B's grant on the migrated slot while b's grant reported valid: {found:?}"
+    );
+    match c_try {
+        Err(Error::Held(report) | Error::Quorum(report)) => assert_eq!(
+            report.nodes()[0].1,
+            Outcome::Quarantined,
+            "c was refused, but member 0's vote was not quarantined: {report:?}"
+        ),
+        Err(e) => panic!("c was refused for another reason: {e}"),
+        Ok(hold) => panic!("c took the lock after b's grant ended: {hold:?}"),
+    }
+    drop(cl);
+}
