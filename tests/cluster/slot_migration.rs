@@ -15,6 +15,9 @@
 //! - **The migration finished**: A answers `MOVED`.
 //! - **The migration half done** (`IMPORTING` on B, `MIGRATING` on A): A answers `ASK` for the absent key and
 //!   B grants after `ASKING`.
+//! - **B's note overwritten while B still answers** (three masters, no control manager: the failure is two
+//!   holders): a map refresh that reads an older map (from A, whose view lags) while B's grant is on its way; an
+//!   `ASK` from B to a third master for a migration then undone (`SETSLOT STABLE`), B serving the slot again.
 //!
 //! Not exercised: a new map that shows the move before any redirection (`c` and `d` read A again, and so
 //! their map, before the slot moves, so that their tries meet A's redirection).
