@@ -101,11 +101,18 @@ fn valkey_nodes_acquire_a_set_with_one_msetex() {
         for key in ["lock:s:a", "lock:s:b"] {
             assert_eq!(get(node, key).as_deref(), Some(set.value().as_bytes()));
             let left = pttl(node, key);
-            assert!(0 < left && left <= TTL.as_millis() as i64, "{key}: {left} ms");
+            assert!(
+                0 < left && left <= TTL.as_millis() as i64,
+                "{key}: {left} ms"
+            );
         }
     }
     let other = connected(&all, one_attempt(ROUND));
-    match other.request_all(["lock:s:c", "lock:s:a"]).ttl(TTL).acquire() {
+    match other
+        .request_all(["lock:s:c", "lock:s:a"])
+        .ttl(TTL)
+        .acquire()
+    {
         Err(Error::Held(report)) => {
             let taken = report
                 .nodes()
@@ -153,7 +160,10 @@ fn a_key_held_on_one_node_makes_msetex_set_nothing_there() {
     assert_eq!(get(&nodes[0], "lock:p:b").as_deref(), Some(&b"someone"[..]));
     assert_eq!(get(&nodes[0], "lock:p:a"), None, "all or nothing on node 0");
     for node in &nodes[1..] {
-        assert_eq!(get(node, "lock:p:a").as_deref(), Some(set.value().as_bytes()));
+        assert_eq!(
+            get(node, "lock:p:a").as_deref(),
+            Some(set.value().as_bytes())
+        );
     }
     assert_eq!(calls(&nodes[0], "msetex"), 1);
     locks.unlock(set).expect("released");
@@ -176,10 +186,17 @@ fn redis_and_valkey_nodes_each_take_the_set_their_way() {
     assert_eq!(calls(&valkey[0], "evalsha") + calls(&valkey[0], "eval"), 0);
     for redis in [&r1, &r2] {
         assert_eq!(calls(redis, "msetex"), 0);
-        assert_eq!(calls(redis, "evalsha") + calls(redis, "eval"), 1, "the script");
+        assert_eq!(
+            calls(redis, "evalsha") + calls(redis, "eval"),
+            1,
+            "the script"
+        );
     }
     for node in all {
-        assert_eq!(get(node, "lock:m:b").as_deref(), Some(set.value().as_bytes()));
+        assert_eq!(
+            get(node, "lock:m:b").as_deref(),
+            Some(set.value().as_bytes())
+        );
     }
     assert!(locks.unlock(set).expect("released") >= 2);
 }
@@ -232,7 +249,11 @@ fn a_user_without_msetex_gets_the_script_in_the_same_round() {
             .all(|n| calls(n, "eval") + calls(n, "evalsha") == 4)
     });
     for node in &nodes {
-        assert_eq!(rejected(node, "msetex"), 1, "refused once, on the first set");
+        assert_eq!(
+            rejected(node, "msetex"),
+            1,
+            "refused once, on the first set"
+        );
         assert_eq!(calls(node, "msetex"), 0);
     }
 }

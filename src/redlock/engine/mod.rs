@@ -489,6 +489,18 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     }
 
     pub(crate) fn report(&self, resource: &[u8], outcomes: Vec<Outcome>, quorum: usize) -> Report {
+        self.report_keyed((resource, resource), outcomes, quorum)
+    }
+
+    /// [`report`](Self::report) under `name`, the restart guard's standing judged for votes on `key` (a set's
+    /// report is named by all its names; its votes were on its keys' one slot).
+    pub(crate) fn report_keyed(
+        &self,
+        (name, key): (&[u8], &[u8]),
+        outcomes: Vec<Outcome>,
+        quorum: usize,
+    ) -> Report {
+        let resource = name;
         // Nodes whose grant was not counted: how long they have been up and until they count, for the message.
         let now = self.clock.now();
         let not_counted = match &self.restart.guard {
@@ -503,9 +515,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                         .fanout
                         .member_conns(i)
                         .into_iter()
-                        .map(|conn| {
-                            guard.standing(&self.fanout, (conn, Some(resource)), *info, now)
-                        })
+                        .map(|conn| guard.standing(&self.fanout, (conn, Some(key)), *info, now))
                         .max_by_key(|s| s.counted_in)
                         .unwrap_or_default();
                     (

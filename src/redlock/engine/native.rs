@@ -310,7 +310,10 @@ mod tests {
         assert!(!probe_has_msetex(&two));
         assert!(!probe_has_msetex(&Value::Error(b"NOPERM x"[..].into())));
         let neither = Value::Array(vec![Value::NullBulk, Value::NullBulk, info()]);
-        assert_eq!((read_probe(&neither), probe_has_msetex(&neither)), (None, true));
+        assert_eq!(
+            (read_probe(&neither), probe_has_msetex(&neither)),
+            (None, true)
+        );
     }
 
     #[test]

@@ -69,7 +69,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         purpose: Purpose,
         (nodes, k, deadline, need): (NodeSet, usize, Instant, usize),
         encode: impl Fn(&mut BytesMut, bool),
-        (natively, encode_native, refused_native): (NodeSet, impl Fn(&mut BytesMut), impl Fn(usize)),
+        (natively, encode_native, refused_native): (
+            NodeSet,
+            impl Fn(&mut BytesMut),
+            impl Fn(usize),
+        ),
         mut on_reply: impl FnMut(usize, (usize, usize), Reply) -> usize,
     ) -> NodeSet {
         let n = self.fanout.len();

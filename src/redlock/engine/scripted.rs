@@ -198,7 +198,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 Ok(())
             }
             Err(failure) => {
-                let report = Box::new(self.report(name, outcomes, quorum.quorum()));
+                let key = script.keys.first().map_or(&[][..], Vec::as_slice);
+                let report = Box::new(self.report_keyed((name, key), outcomes, quorum.quorum()));
                 Err(match failure {
                     Failure::Held => Error::LockLost(report),
                     _ => Error::Quorum(report),

@@ -124,7 +124,14 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
             drop(round);
             Err((
                 failure,
-                engine.report(&set_name(sorted), outcomes, quorum.quorum()),
+                engine.report_keyed(
+                    (
+                        &set_name(sorted),
+                        names.first().copied().unwrap_or_default(),
+                    ),
+                    outcomes,
+                    quorum.quorum(),
+                ),
             ))
         }
     }

@@ -238,7 +238,9 @@ mod tests {
     #[test]
     fn msetex_takes_its_keys_not_its_values() {
         let buf = enc(&[
-            &[b"MSETEX", b"2", b"{r}a", b"v", b"{r}b", b"v", b"NX", b"PX", b"100"],
+            &[
+                b"MSETEX", b"2", b"{r}a", b"v", b"{r}b", b"v", b"NX", b"PX", b"100",
+            ],
             &[b"MSETEX", b"2", b"{r}a", b"{x}v", b"{s}b", b"v", b"NX"],
             &[b"MSETEX", b"1", b"k", b"{zz}", b"NX", b"PX", b"9"],
             &[b"MSETEX", b"2", b"k", b"v"],

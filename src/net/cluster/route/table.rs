@@ -438,7 +438,10 @@ mod tests {
         // the move may be undone); an earlier instant keeps the later one.
         t.note_taken(0, 12, t2);
         t.note_taken(0, 12, t1);
-        assert_eq!((t.taken_over(0, 12), t.taken_over(0, 11)), (Some(t2), Some(t1)));
+        assert_eq!(
+            (t.taken_over(0, 12), t.taken_over(0, 11)),
+            (Some(t2), Some(t1))
+        );
     }
 
     #[test]
