@@ -70,7 +70,9 @@ fn a_writer_excludes_readers_and_writers() {
     }
     locks.unlock(writer).expect("released");
     let reader = locks.request("doc").read().once().acquire();
-    locks.unlock(reader.expect("a reader once the writer left")).expect("released");
+    locks
+        .unlock(reader.expect("a reader once the writer left"))
+        .expect("released");
 }
 
 /// A reader refuses a writer; the refused writer marks its intent on every node, which refuses new readers until
@@ -135,12 +137,16 @@ fn crossed_majorities_are_refused_both_ways() {
         assert_eq!(reply, b"+OK\r\n");
     }
     held(locks.request("b").write().once().acquire());
-    wait_until(Duration::from_secs(2), "node 0's writer key released", || {
-        cluster
-            .node(0)
-            .raw(&cmd(&["EXISTS", &text(writer_key(b"b"))]))
-            == b":0\r\n"
-    });
+    wait_until(
+        Duration::from_secs(2),
+        "node 0's writer key released",
+        || {
+            cluster
+                .node(0)
+                .raw(&cmd(&["EXISTS", &text(writer_key(b"b"))]))
+                == b":0\r\n"
+        },
+    );
 }
 
 /// Readers keep coming: a new reader every 50 ms, each holding 300 ms, so that some reader holds at every
@@ -210,7 +216,10 @@ fn guarded_readers_and_writers_are_renewed_and_exclude_each_other() {
     let ttl = Duration::from_secs(2);
     let a = locks.request("g").read().ttl(ttl).hold().expect("a");
     let b = locks.request("g").read().ttl(ttl).hold().expect("b");
-    assert_eq!((a.access(), b.access()), (Some(Access::Read), Some(Access::Read)));
+    assert_eq!(
+        (a.access(), b.access()),
+        (Some(Access::Read), Some(Access::Read))
+    );
     thread::sleep(Duration::from_millis(1_500));
     for g in [&a, &b] {
         assert!(!g.is_lost());
@@ -220,7 +229,12 @@ fn guarded_readers_and_writers_are_renewed_and_exclude_each_other() {
     a.release().expect("released");
     b.release().expect("released");
     // The refused writer's intent refuses readers until a writer is granted: this one.
-    let w = locks.request("g").write().ttl(ttl).hold().expect("the writer");
+    let w = locks
+        .request("g")
+        .write()
+        .ttl(ttl)
+        .hold()
+        .expect("the writer");
     assert_eq!(w.access(), Some(Access::Write));
     thread::sleep(Duration::from_millis(1_500));
     assert!(!w.is_lost() && w.renewals() >= 1, "{}", w.renewals());

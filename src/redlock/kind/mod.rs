@@ -396,7 +396,9 @@ pub(crate) fn extension(
     routed: bool,
 ) -> Option<Scripted> {
     match kind {
-        Kind::Plain | Kind::Fenced(_) | Kind::Semaphore(_) | Kind::Read(..) | Kind::Write(_) => None,
+        Kind::Plain | Kind::Fenced(_) | Kind::Semaphore(_) | Kind::Read(..) | Kind::Write(_) => {
+            None
+        }
         Kind::Set(names) => Some(set::extension(names, value)),
         Kind::Owned(_, hold) => Some(owned::extension(resource, value, hold.as_ref(), routed)),
     }

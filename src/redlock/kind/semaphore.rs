@@ -244,6 +244,9 @@ enum Verdict {
     Failed(Failure),
 }
 
+/// The kind of a lock held on slot `Some(index)` (or, `None`, of an attempt not holding yet).
+pub(crate) type KindOf<'a> = &'a (dyn Fn(Option<u32>) -> Kind + Sync);
+
 /// What an offer round offers: the slots' keys in index order (a semaphore's permits, a read-write lock's reader
 /// slots), the keys whose existence on a node refuses the offer there (none for a semaphore; a read-write lock's
 /// writer and intent keys), sent first in `KEYS`, and the script that takes the slots ([`lua::ACQUIRE_PERMITS`],
@@ -372,7 +375,14 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
             index,
         })
     };
-    take(engine, &Slots::permits(name, count), (name, &kind), value, ttl).await
+    take(
+        engine,
+        &Slots::permits(name, count),
+        (name, &kind),
+        value,
+        ttl,
+    )
+    .await
 }
 
 /// One acquisition of one of `slots` for the lock `name`: the offer, counted per slot; on a split, once more with
@@ -381,7 +391,7 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
 pub(crate) async fn take<N: Nodes, C: Clock>(
     engine: &Engine<N, C>,
     slots: &Slots,
-    (name, kind): (&[u8], &(dyn Fn(Option<u32>) -> Kind + Sync)),
+    (name, kind): (&[u8], KindOf<'_>),
     value: token::Value,
     ttl: (Duration, u64),
 ) -> std::result::Result<Lock, (Failure, Report)> {
@@ -421,7 +431,7 @@ pub(crate) async fn take<N: Nodes, C: Clock>(
 fn settle<N: Nodes, C: Clock>(
     engine: &Engine<N, C>,
     offer: Offer,
-    (keys, name, kind): (&[Vec<u8>], &[u8], &(dyn Fn(Option<u32>) -> Kind + Sync)),
+    (keys, name, kind): (&[Vec<u8>], &[u8], KindOf<'_>),
     value: token::Value,
 ) -> std::result::Result<Lock, (Failure, Report)> {
     let count = keys.len() as u32;
