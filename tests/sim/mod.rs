@@ -58,6 +58,7 @@ pub mod guards;
 pub mod node;
 pub mod owned;
 pub mod seeds;
+pub mod rwlock;
 pub mod semaphore;
 pub mod wire;
 pub mod workload;
