@@ -624,7 +624,10 @@ fn rwlocks_keep_every_property() {
     );
     if seeds >= 10 {
         assert!(writers >= seeds / 2, "too few writers held: {writers}");
-        assert!(holders - writers >= seeds, "too few readers held: {holders}");
+        assert!(
+            holders - writers >= seeds,
+            "too few readers held: {holders}"
+        );
         assert!(
             total.timeouts > 0
                 && total.lost > 0
