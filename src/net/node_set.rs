@@ -27,4 +27,14 @@ impl NodeSet {
     pub(crate) fn union(self, other: NodeSet) -> NodeSet {
         NodeSet(self.0 | other.0)
     }
+
+    /// The nodes in both sets (every node from 64 on).
+    pub(crate) fn intersection(self, other: NodeSet) -> NodeSet {
+        NodeSet(self.0 & other.0)
+    }
+
+    /// The nodes of this set below 64 that are not in `other`, and every node from 64 on.
+    pub(crate) fn difference(self, other: NodeSet) -> NodeSet {
+        NodeSet(self.0 & !other.0)
+    }
 }

@@ -20,6 +20,7 @@ mod handoff;
 mod lost_release;
 mod native;
 mod native_probing;
+mod native_sets;
 mod old_scheme;
 mod redlock;
 mod reentrant;

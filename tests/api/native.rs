@@ -367,7 +367,7 @@ fn redis84(keys: &Mutex<HashMap<Bytes, Bytes>>, c: &[Bytes]) -> Action {
         // Redis 8.4 knows DELEX (`addReplyCommandInfo`: an array for it), not DELIFEQ (a null).
         Some("COMMAND") if up(1) == "INFO" => {
             let info = b"*1\r\n$5\r\ndelex\r\n";
-            let mut reply = b"*2\r\n".to_vec();
+            let mut reply = format!("*{}\r\n", c.len() - 2).into_bytes();
             for name in &c[2..] {
                 if name.eq_ignore_ascii_case(b"DELEX") {
                     reply.extend_from_slice(info);
@@ -425,8 +425,9 @@ fn fake_redis_70_knows_no_native_command() {
         Bytes::from_static(b"INFO"),
         Bytes::from_static(b"DELEX"),
         Bytes::from_static(b"DELIFEQ"),
+        Bytes::from_static(b"MSETEX"),
     ];
-    assert!(setup_reply(&c) == Some(Action::reply("*2\r\n$-1\r\n$-1\r\n")));
+    assert!(setup_reply(&c) == Some(Action::reply("*3\r\n$-1\r\n$-1\r\n$-1\r\n")));
 }
 
 /// Node 2 of a Lua-free user's three Valkey nodes is still setting up its first connection (stopped): a lock is

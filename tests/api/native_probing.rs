@@ -302,9 +302,10 @@ fn node(keys: &Mutex<HashMap<Bytes, Bytes>>, probe: &'static [u8], c: &[Bytes]) 
     }
 }
 
-/// Odd replies to `COMMAND INFO DELEX DELIFEQ` (a bulk string, errors, a RESP3 null, a map, one or three
+/// Odd replies to `COMMAND INFO DELEX DELIFEQ MSETEX` (a bulk string, errors, a RESP3 null, a map, one or four
 /// elements): no panic, no wrong error; a node whose reply does not say "`DELIFEQ` known" gets the scripts, and
-/// one that does (RESP3 `_` for `DELEX`) gets `DELIFEQ`.
+/// one that does (RESP3 `_` for `DELEX`; two elements, as a server asked for two names would answer, or three)
+/// gets `DELIFEQ`.
 #[test]
 fn odd_probe_replies() {
     let info = "*1\r\n$7\r\ndelifeq\r\n";
@@ -319,7 +320,8 @@ fn odd_probe_replies() {
         (format!("*2\r\n*-1\r\n{info}"), true),
         (format!("%1\r\n$7\r\ndelifeq\r\n{info}"), false),
         (format!("*1\r\n{info}"), false),
-        (format!("*3\r\n$-1\r\n{info}$-1\r\n"), false),
+        (format!("*3\r\n$-1\r\n{info}$-1\r\n"), true),
+        (format!("*4\r\n$-1\r\n{info}$-1\r\n$-1\r\n"), false),
         ("*0\r\n".into(), false),
         ("_\r\n".into(), false),
         (":1\r\n".into(), false),

@@ -23,6 +23,7 @@
 use std::time::Duration;
 
 use crate::net::{NodeSet, Reply};
+use crate::redlock::engine::compare::natives_unawaited;
 use crate::redlock::engine::lease::Lease;
 use crate::redlock::engine::pipeline::Purpose;
 use crate::redlock::engine::release::Tally;
@@ -32,7 +33,7 @@ use crate::redlock::engine::{Engine, settle};
 use crate::redlock::error::{Error, Outcome, Result};
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Quorum, Status, Vote};
-use crate::redlock::scripts::{self, Native, Script, Via};
+use crate::redlock::scripts::{Native, Script, Via};
 use crate::resp::{Decimal, Value, encode_command};
 use crate::time::later;
 
@@ -265,17 +266,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     round.send_to(set, &request, 1);
                 }
                 Some(native) => {
-                    for (key, value) in keys.iter().zip(vals) {
-                        scripts::compare(
-                            &mut request,
-                            Script::Release,
-                            Via::Native(native),
-                            key,
-                            value,
-                            0,
-                        );
-                    }
-                    round.send_to(set, &request, keys.len());
+                    let pairs = keys.iter().copied().zip(vals.iter().copied());
+                    natives_unawaited(&mut round, &mut request, set, &[native], pairs);
                 }
             }
         }

@@ -140,18 +140,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 .filter(|n| blind & (1 << n) != 0)
                 .for_each(|n| nodes.insert(n));
             let mut late = self.fanout.release_round(self.clock.now());
-            for native in [Native::DelIfEq, Native::DelEx] {
-                request.clear();
-                scripts::compare(
-                    &mut request,
-                    script,
-                    Via::Native(native),
-                    resource,
-                    value,
-                    0,
-                );
-                late.send_to(nodes, &request, 1);
-            }
+            let both = [Native::DelIfEq, Native::DelEx];
+            natives_unawaited(&mut late, &mut request, nodes, &both, [(resource, value)]);
         }
     }
 
@@ -319,5 +309,30 @@ fn compare_reply(script: Script, via: Via, reply: Reply) -> Reply {
             _ => reply,
         },
         _ => reply,
+    }
+}
+
+/// Sends each native command of `natives` to `nodes` in `round`, unawaited: one request per command, the
+/// compare-and-delete of every `(key, value)` of `pairs`. The release of last resort for nodes that may refuse
+/// what they were sent, unread (the script to a node whose set-up was not read yet, a native command not run yet
+/// on its connection): each command compares and deletes the same values, so whichever the node allows deletes
+/// the keys, and the others find nothing or are refused (a server without them answers an error).
+pub(crate) fn natives_unawaited<'k>(
+    round: &mut impl NodeRound,
+    request: &mut BytesMut,
+    nodes: NodeSet,
+    natives: &[Native],
+    pairs: impl IntoIterator<Item = (&'k [u8], &'k [u8])> + Clone,
+) {
+    for &native in natives {
+        request.clear();
+        let mut replies = 0;
+        for (key, value) in pairs.clone() {
+            scripts::compare(request, Script::Release, Via::Native(native), key, value, 0);
+            replies += 1;
+        }
+        if replies > 0 {
+            round.send_to(nodes, request, replies);
+        }
     }
 }

@@ -85,6 +85,7 @@ use crate::redlock::engine::Engine;
 use crate::redlock::engine::awaiting::Awaiting;
 use crate::redlock::engine::batch::array_votes;
 use crate::redlock::engine::compare::Tried;
+use crate::redlock::engine::compare::natives_unawaited;
 use crate::redlock::engine::release::Tally;
 use crate::redlock::engine::reply::{refused, script_vote};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes, blocking};
@@ -684,11 +685,13 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             drop(round);
             let mut late = self.fanout.release_round(self.clock.now());
             for node in (0..n).filter(|&node| blind[node]) {
-                for native in [Native::DelIfEq, Native::DelEx] {
-                    request.clear();
-                    let replies = encode(&mut request, Via::Native(native), batch, &members[node]);
-                    late.send(node, &request, replies);
-                }
+                let mut one = NodeSet::EMPTY;
+                one.insert(node);
+                let pairs = members[node]
+                    .iter()
+                    .map(|&j| (&batch[j].resource[..], &batch[j].value[..]));
+                let both = [Native::DelIfEq, Native::DelEx];
+                natives_unawaited(&mut late, &mut request, one, &both, pairs);
             }
         }
     }

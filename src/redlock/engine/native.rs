@@ -1,6 +1,6 @@
 //! [`Natives`]: which native compare-and-delete each node has, learned on each of its connections.
 //!
-//! Every new connection pipelines `COMMAND INFO DELEX DELIFEQ` with the rest of its set-up ([`probe_command`]);
+//! Every new connection pipelines `COMMAND INFO DELEX DELIFEQ MSETEX` with the rest of its set-up ([`probe_command`]);
 //! the reply has one element per name, null for a command the server does not know (Valkey's and Redis'
 //! `addReplyCommandInfo`). A server's version string cannot say it: Valkey reports `redis_version:7.2.4` forever,
 //! and N masters may run different servers, so the choice is per node and per connection (a node restarted as
@@ -15,9 +15,14 @@
 //! - Cheap on the hot path: per node and round, one atomic load of the node's session count compared with the
 //!   one read last, and one of the answer; the set-up replies are read (and cloned) only on a new connection.
 //!
-//! Either way the safety is the scripts': `DELIFEQ`/`DELEX ... IFEQ` delete only a key holding our value and
+//! - `MSETEX numkeys key value ... NX PX ttl` (Valkey >= 9.1, Redis >= 8.4) sets every key of a set or none, and
+//!   no key exists before: a set's acquisition without Lua (`kind/set.rs`). Refused (an ACL without `+msetex`):
+//!   the script for the rest of that connection, as for the others.
+//!
+//! Either way the safety is the scripts': `DELIFEQ`/`DELEX ... IFEQ` delete only a key holding our value,
 //! `SET ... IFEQ ... PX` extends only such a key and never creates one (`scripts::set_if_eq`, which refuses to
-//! encode it without an expiry).
+//! encode it without an expiry), and `MSETEX ... NX PX` sets the keys of a set, with their expiry, only where none
+//! of them exists, as [`lua::ACQUIRE_MANY`](crate::redlock::lua::ACQUIRE_MANY) does.
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
@@ -27,15 +32,32 @@ use crate::redlock::engine::seam::Nodes;
 use crate::redlock::scripts::{Native, Script};
 use crate::resp::{Value, encode_command};
 
-/// `COMMAND INFO DELEX DELIFEQ`: pipelined on every new connection; may be refused (an optional set-up step).
+/// `COMMAND INFO DELEX DELIFEQ MSETEX`: pipelined on every new connection; may be refused (an optional set-up
+/// step).
 pub(crate) fn probe_command() -> Bytes {
     let mut buf = BytesMut::new();
-    encode_command(&[b"COMMAND", b"INFO", b"DELEX", b"DELIFEQ"], &mut buf);
+    encode_command(
+        &[b"COMMAND", b"INFO", b"DELEX", b"DELIFEQ", b"MSETEX"],
+        &mut buf,
+    );
     buf.freeze()
 }
 
+/// Whether a node's reply to [`probe_command`] says it has `MSETEX` (its third element is not null).
+pub(crate) fn probe_has_msetex(reply: &Value) -> bool {
+    let Value::Array(items) = reply.without_attributes() else {
+        return false;
+    };
+    items.get(2).is_some_and(|v| {
+        !matches!(
+            v.without_attributes(),
+            Value::Null | Value::NullArray | Value::NullBulk
+        )
+    })
+}
+
 /// What a node's reply to [`probe_command`] says: its native compare-and-delete, if any. Anything but an array
-/// of two elements (an error, a refusal, a reply from something that is not Redis) says none.
+/// of two or three elements (an error, a refusal, a reply from something that is not Redis) says none.
 pub(crate) fn read_probe(reply: &Value) -> Option<Native> {
     let Value::Array(items) = reply.without_attributes() else {
         return None;
@@ -47,8 +69,8 @@ pub(crate) fn read_probe(reply: &Value) -> Option<Native> {
         )
     };
     match &items[..] {
-        [_, delifeq] if known(delifeq) => Some(Native::DelIfEq),
-        [delex, _] if known(delex) => Some(Native::DelEx),
+        [_, delifeq] | [_, delifeq, _] if known(delifeq) => Some(Native::DelIfEq),
+        [delex, _] | [delex, _, _] if known(delex) => Some(Native::DelEx),
         _ => None,
     }
 }
@@ -66,6 +88,10 @@ const EXTEND_REFUSED: u8 = 8;
 const RELEASE_RAN: u8 = 16;
 /// The node ran its native extension on this connection.
 const EXTEND_RAN: u8 = 32;
+/// The node's probe says it has `MSETEX` on this connection.
+const MSETEX: u8 = 64;
+/// The node refused `MSETEX` on this connection.
+const MSETEX_REFUSED: u8 = 128;
 
 fn refusal(script: Script) -> u8 {
     match script {
@@ -140,12 +166,39 @@ impl Natives {
         let replies = fanout.setup_replies(node);
         // The connection's set-up is not all read (it dropped, and the next one is being set up): ask again later
         // (and say "none" meanwhile: what was known was of another connection).
-        let native = replies
-            .get(self.probe)
-            .and_then(|(reply, _)| read_probe(reply));
-        known.native.store(code(native), Ordering::Relaxed);
+        let probe = replies.get(self.probe).map(|(reply, _)| reply);
+        let native = probe.and_then(read_probe);
+        let msetex = match probe.is_some_and(probe_has_msetex) {
+            true => MSETEX,
+            false => 0,
+        };
+        known.native.store(code(native) | msetex, Ordering::Relaxed);
         if replies.get(self.probe).is_some() {
             known.session.store(session, Ordering::Release);
+        }
+    }
+
+    /// Whether node `node` has `MSETEX` on its current connection and has not refused it there (see the module
+    /// doc); `false` if not known yet.
+    #[inline]
+    pub(crate) fn msetex(&self, fanout: &impl Nodes, node: usize) -> bool {
+        let Some(known) = self.nodes.get(node) else {
+            return false;
+        };
+        let session = fanout.sessions(node);
+        if session == 0 {
+            return false;
+        }
+        if known.session.load(Ordering::Acquire) != session {
+            self.read(fanout, node, known, session);
+        }
+        known.native.load(Ordering::Relaxed) & (MSETEX | MSETEX_REFUSED) == MSETEX
+    }
+
+    /// Node `node` refused `MSETEX`: the script for the rest of the connection whose probe was read last.
+    pub(crate) fn refused_msetex(&self, node: usize) {
+        if let Some(known) = self.nodes.get(node) {
+            known.native.fetch_or(MSETEX_REFUSED, Ordering::Relaxed);
         }
     }
 
@@ -243,6 +296,21 @@ mod tests {
         for (reply, want) in table {
             assert_eq!(read_probe(reply), *want, "{reply:?}");
         }
+    }
+
+    #[test]
+    fn reads_msetex_from_the_probe() {
+        let with = Value::Array(vec![Value::NullBulk, info(), info()]);
+        let without = Value::Array(vec![Value::NullBulk, info(), Value::Null]);
+        let two = Value::Array(vec![Value::NullBulk, info()]);
+        assert!(probe_has_msetex(&with));
+        assert_eq!(read_probe(&with), Some(Native::DelIfEq));
+        assert!(!probe_has_msetex(&without));
+        assert_eq!(read_probe(&without), Some(Native::DelIfEq));
+        assert!(!probe_has_msetex(&two));
+        assert!(!probe_has_msetex(&Value::Error(b"NOPERM x"[..].into())));
+        let neither = Value::Array(vec![Value::NullBulk, Value::NullBulk, info()]);
+        assert_eq!((read_probe(&neither), probe_has_msetex(&neither)), (None, true));
     }
 
     #[test]

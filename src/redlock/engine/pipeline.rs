@@ -20,7 +20,7 @@ use bytes::BytesMut;
 
 use crate::net::{NodeSet, Reply};
 use crate::redlock::engine::Engine;
-use crate::redlock::engine::reply::is_noscript;
+use crate::redlock::engine::reply::{Refused, is_noscript, refused};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 
 /// What a pipelined round is for, which decides how its requests are queued.
@@ -47,6 +47,29 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         deadline: Instant,
         need: usize,
         encode: impl Fn(&mut BytesMut, bool),
+        on_reply: impl FnMut(usize, (usize, usize), Reply) -> usize,
+    ) -> NodeSet {
+        let scripts_only = (NodeSet::EMPTY, |_: &mut BytesMut| {}, |_: usize| {});
+        self.pipelined_with(
+            purpose,
+            (nodes, k, deadline, need),
+            encode,
+            scripts_only,
+            on_reply,
+        )
+        .await
+    }
+
+    /// [`pipelined`](Self::pipelined), where the nodes of `natively` are sent the `k` commands `encode_native`
+    /// writes instead (a server's native command for what the script does, with the same replies). A node that
+    /// refuses them before anything ran ([`Refused::Command`]: its ACL lacks the command, or it has none) is told
+    /// to `refused` and sent the scripts in full instead, once; the refusal is not handed to `on_reply`.
+    pub(crate) async fn pipelined_with(
+        &self,
+        purpose: Purpose,
+        (nodes, k, deadline, need): (NodeSet, usize, Instant, usize),
+        encode: impl Fn(&mut BytesMut, bool),
+        (natively, encode_native, refused_native): (NodeSet, impl Fn(&mut BytesMut), impl Fn(usize)),
         mut on_reply: impl FnMut(usize, (usize, usize), Reply) -> usize,
     ) -> NodeSet {
         let n = self.fanout.len();
@@ -61,7 +84,17 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             Purpose::Lease => self.lease_round(deadline),
             Purpose::Release => self.unchecked(self.fanout.release_round(deadline)),
         };
-        let sent = round.send_to(nodes, &request, k);
+        // A set says nothing of nodes from 64 on (always members): they get the scripts.
+        let natively = match n > 64 {
+            true => NodeSet::EMPTY,
+            false => natively.intersection(nodes),
+        };
+        let mut sent = round.send_to(nodes.difference(natively), &request, k);
+        if natively != NodeSet::EMPTY {
+            request.clear();
+            encode_native(&mut request);
+            sent = sent.union(round.send_to(natively, &request, k));
+        }
         round.need(need);
         // Every request to a node is the same `k` commands: the outcome with id `seq` answers command `seq % k`
         // of the node's `seq / k`-th request (0: the first pass; 1: the pass in full after a `NOSCRIPT`).
@@ -75,9 +108,16 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 continue;
             }
             let (j, first) = (seq % k, seq < k);
-            if first && is_noscript(&reply) {
-                // The node lost the script: the whole request again in full, once; the commands the first pass
-                // answered are not counted twice.
+            let native_refused = first
+                && natively != NodeSet::EMPTY
+                && natively.contains(node)
+                && matches!(refused(&reply), Some(Refused::Command));
+            if native_refused {
+                refused_native(node);
+            }
+            if first && (is_noscript(&reply) || native_refused) {
+                // The node lost the script, or refused its native command: the whole request again, the scripts
+                // in full, once; the commands the first pass answered are not counted twice.
                 if !resent.get(node).copied().unwrap_or(false) {
                     resent.resize(n, false);
                     resent[node] = true;

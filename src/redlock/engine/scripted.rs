@@ -66,6 +66,22 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         (ttl, ttl_ms): (Duration, u64),
         classify: impl Fn(&Reply) -> (Vote, Outcome, u64),
     ) -> Acquired {
+        let scripts_only = (NodeSet::EMPTY, |_: &mut BytesMut| {}, |_: usize| {});
+        self.acquire_with(script, (keys, args), (ttl, ttl_ms), scripts_only, classify)
+            .await
+    }
+
+    /// [`acquire_scripted`](Self::acquire_scripted), where the nodes of `natively` are sent what `encode_native`
+    /// writes instead: a native command that does what the script does, with the script's replies (a node that
+    /// refuses it gets the script; see [`pipelined_with`](Self::pipelined_with)).
+    pub(crate) async fn acquire_with(
+        &self,
+        script: lua::Lua,
+        (keys, args): (&[&[u8]], &[&[u8]]),
+        (ttl, ttl_ms): (Duration, u64),
+        native: (NodeSet, impl Fn(&mut BytesMut), impl Fn(usize)),
+        classify: impl Fn(&Reply) -> (Vote, Outcome, u64),
+    ) -> Acquired {
         let n = self.fanout.len();
         self.note_ttl(ttl_ms);
         let start = self.clock.now();
@@ -76,13 +92,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut count = 0;
         let need = quorum.votes_to_decide();
         let nodes = self
-            .pipelined(
+            .pipelined_with(
                 Purpose::Lease,
-                NodeSet::ALL,
-                1,
-                deadline,
-                need,
+                (NodeSet::ALL, 1, deadline, need),
                 |buf, full| lua::eval(buf, script, full, keys, args),
+                native,
                 |_, (node, source), reply| {
                     let now = self.clock.now();
                     let (vote, outcome, number) = classify(&reply);

@@ -4,9 +4,13 @@
 //!
 //! # Invariants
 //!
-//! - **One round, one script per node.** An acquisition sends each node one [`lua::ACQUIRE_MANY`] carrying every
+//! - **One round, one command per node.** An acquisition sends each node one [`lua::ACQUIRE_MANY`] carrying every
 //!   key of the set: a node's part is atomic (Redis runs a script to its end before any other command), so a node
-//!   holds all of the set for this value or none of it. The quorum is counted per set, as for one key.
+//!   holds all of the set for this value or none of it. The quorum is counted per set, as for one key. A node
+//!   whose connection's probe shows `MSETEX` (Valkey >= 9.1, Redis >= 8.4; `engine/native.rs`) is sent
+//!   `MSETEX n key value ... NX PX ttl` instead: one native command, atomic the same way (it sets every key, with
+//!   the expiry, only if none of them exists, and answers 1 or 0 as the script does), without Lua; one that
+//!   refuses it (its ACL) gets the script, in the same round.
 //! - **Sorted, no duplicates.** The names are sorted and deduplicated before they are sent, so the same set asked
 //!   in any order is the same request, and two callers with overlapping sets in different orders meet in the same
 //!   key order. (Within one node there is nothing to deadlock on anyway: a script never waits; the sorting keeps
@@ -48,7 +52,7 @@ use crate::redlock::kind::{Kind, Lock};
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Vote};
 use crate::redlock::token;
-use crate::resp::{Decimal, Value};
+use crate::resp::{Decimal, Value, encode_command};
 use crate::time::later;
 
 /// Checks, sorts and deduplicates a set's names (in place: the caller's own copy).
@@ -79,11 +83,18 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
 ) -> std::result::Result<Lock, (Failure, Report)> {
     let names = keys(sorted);
     let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+    let natives = &engine.restart.natives;
+    let mut natively = NodeSet::EMPTY;
+    (0..engine.fanout.len().min(64))
+        .filter(|&node| natives.msetex(&engine.fanout, node))
+        .for_each(|node| natively.insert(node));
+    let msetex = |buf: &mut BytesMut| encode_msetex(buf, &names, &value, ttl_arg.as_bytes());
     let round = engine
-        .acquire_scripted(
+        .acquire_with(
             lua::ACQUIRE_MANY,
             (&names, &[&value, ttl_arg.as_bytes()]),
             (ttl, ttl_ms),
+            (natively, msetex, |node| natives.refused_msetex(node)),
             |reply| {
                 let (vote, outcome) = grant_vote(reply);
                 (vote, outcome, 0)
@@ -148,6 +159,19 @@ pub(crate) async fn release<N: Nodes, C: Clock>(
         )
         .await;
     tally.finish(engine, &set_name(names))
+}
+
+/// `MSETEX n key value ... NX PX ttl`: every key of the set to `value` for `ttl` ms, if none of them exists; 1 if
+/// set, 0 if not (as [`lua::ACQUIRE_MANY`]).
+fn encode_msetex(buf: &mut BytesMut, keys: &[&[u8]], value: &[u8], ttl: &[u8]) {
+    let n = Decimal::new(i64::try_from(keys.len()).unwrap_or(i64::MAX));
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(5 + 2 * keys.len());
+    parts.extend_from_slice(&[b"MSETEX", n.as_bytes()]);
+    for key in keys {
+        parts.extend_from_slice(&[key, value]);
+    }
+    parts.extend_from_slice(&[b"NX", b"PX", ttl]);
+    encode_command(&parts, buf);
 }
 
 /// The names of a set as reports show them: joined by `", "`.

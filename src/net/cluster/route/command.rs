@@ -4,7 +4,8 @@
 //! The engine encodes every request as RESP arrays of bulk strings (`encode_command`, `lua::eval`). A request
 //! for a cluster member is cut into its commands here, and each command's slot is read from its keys: the first
 //! argument of the single-key commands the engine sends (`SET`, `GET`, `PTTL`, `DEL`, `DELIFEQ`, `DELEX`), the
-//! declared keys of a script (`EVALSHA`/`EVAL sha numkeys key...`). Anything else, a script whose keys span two
+//! declared keys of a script (`EVALSHA`/`EVAL sha numkeys key...`), the keys of `MSETEX numkeys key value ...`
+//! (a set's acquisition without Lua). Anything else, a script whose keys span two
 //! slots, or bytes that are not such arrays is [`Unroutable`]: that command's outcome is a failed vote, never a
 //! guess at a master.
 //!
@@ -78,6 +79,22 @@ pub(crate) fn split(request: &[u8]) -> Vec<Command> {
     commands
 }
 
+/// The one slot of `keys` (ranges of `request`): [`Unroutable::CrossSlot`] if they span two, `NoKey` if none.
+fn one_slot<'a>(
+    request: &[u8],
+    keys: impl Iterator<Item = &'a Range<usize>>,
+) -> Result<u16, Unroutable> {
+    let mut slot = None;
+    for k in keys {
+        let s = key_slot(&request[k.clone()]);
+        if slot.is_some_and(|first| first != s) {
+            return Err(Unroutable::CrossSlot);
+        }
+        slot = Some(s);
+    }
+    slot.ok_or(Unroutable::NoKey)
+}
+
 /// The slot of a command given its arguments' ranges.
 fn slot_of(request: &[u8], args: &[Range<usize>]) -> Result<u16, Unroutable> {
     let arg = |i: usize| args.get(i).map(|r| &request[r.clone()]);
@@ -104,15 +121,21 @@ fn slot_of(request: &[u8], args: &[Range<usize>]) -> Result<u16, Unroutable> {
         let keys = args
             .get(3..3usize.saturating_add(numkeys))
             .ok_or(Unroutable::Malformed)?;
-        let mut slot = None;
-        for k in keys {
-            let s = key_slot(&request[k.clone()]);
-            if slot.is_some_and(|first| first != s) {
-                return Err(Unroutable::CrossSlot);
-            }
-            slot = Some(s);
+        return one_slot(request, keys.iter());
+    }
+    if is("MSETEX") {
+        // `MSETEX numkeys key value [key value ...] [options]`: the keys at 2, 4, ...
+        let numkeys: usize = arg(1)
+            .and_then(|n| std::str::from_utf8(n).ok())
+            .and_then(|n| n.parse().ok())
+            .ok_or(Unroutable::Malformed)?;
+        if numkeys == 0 {
+            return Err(Unroutable::NoKey);
         }
-        return slot.ok_or(Unroutable::NoKey);
+        let pairs = args
+            .get(2..2usize.saturating_add(numkeys.saturating_mul(2)))
+            .ok_or(Unroutable::Malformed)?;
+        return one_slot(request, pairs.iter().step_by(2));
     }
     if [
         "SET", "GET", "PTTL", "DEL", "DELIFEQ", "DELEX", "PEXPIRE", "EXISTS",
@@ -210,6 +233,25 @@ mod tests {
         assert_eq!(cmds[1].slot, Err(Unroutable::CrossSlot));
         assert_eq!(cmds[2].slot, Err(Unroutable::NoKey));
         assert_eq!(cmds[3].slot, Err(Unroutable::Unknown));
+    }
+
+    #[test]
+    fn msetex_takes_its_keys_not_its_values() {
+        let buf = enc(&[
+            &[b"MSETEX", b"2", b"{r}a", b"v", b"{r}b", b"v", b"NX", b"PX", b"100"],
+            &[b"MSETEX", b"2", b"{r}a", b"{x}v", b"{s}b", b"v", b"NX"],
+            &[b"MSETEX", b"1", b"k", b"{zz}", b"NX", b"PX", b"9"],
+            &[b"MSETEX", b"2", b"k", b"v"],
+            &[b"MSETEX", b"0"],
+            &[b"MSETEX", b"x", b"k", b"v"],
+        ]);
+        let cmds = split(&buf);
+        assert_eq!(cmds[0].slot, Ok(key_slot(b"r")));
+        assert_eq!(cmds[1].slot, Err(Unroutable::CrossSlot));
+        assert_eq!(cmds[2].slot, Ok(key_slot(b"k")), "a value is no key");
+        assert_eq!(cmds[3].slot, Err(Unroutable::Malformed), "cut short");
+        assert_eq!(cmds[4].slot, Err(Unroutable::NoKey));
+        assert_eq!(cmds[5].slot, Err(Unroutable::Malformed));
     }
 
     #[test]

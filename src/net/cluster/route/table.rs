@@ -53,9 +53,10 @@ pub(crate) struct Table {
     /// Per connection the last map showed: the node id it gave (the replication check asks the node itself
     /// for its shard's replicas by it, `CLUSTER REPLICAS <id>`).
     ids: Vec<(usize, Bytes)>,
-    /// Per slot whose owner this table saw change (a `MOVED`, a map that moved it, an `ASK`): the connection that
-    /// took it over and when that was seen. At most one entry per slot (the last taker).
-    taken: HashMap<u16, (usize, Instant)>,
+    /// Per slot and connection seen taking it over (a `MOVED`, a map that moved it, an `ASK`): when that was last
+    /// seen. At most one entry per (slot, connection): 16,384 times the member's connections at the very most,
+    /// a handful per slot a resharding moves in practice.
+    taken: HashMap<(u16, usize), Instant>,
 }
 
 impl Table {
@@ -73,29 +74,27 @@ impl Table {
     }
 
     /// When connection `conn` was last seen taking over `slot` from another node (a migration's `MOVED` or
-    /// `ASK`, or a map that moved the slot; a failover too), if it is still the last to have taken it over.
+    /// `ASK`, or a map that moved the slot; a failover too), if ever.
     ///
     /// Why the restart guard needs it: the new owner holds only what the old one still had. A master that came
     /// back without its data (its own votes quarantined for the window) and then had the slot migrated off it
     /// hands the new owner a slot without the grants it forgot, and the new owner, up for long, would grant
     /// them again at once: two holders. So its votes for keys of that slot wait the window from this instant,
-    /// as a promoted replica's do (`restart/mod.rs`, "Failovers in a cluster member"). A taker overwritten by a
-    /// later one is no longer asked for the slot's keys: the later one has it (a `MOVED` sends there), or is
-    /// importing it (the old owner then sets no absent key: it answers `ASK`).
+    /// as a promoted replica's do (`restart/mod.rs`, "Failovers in a cluster member").
+    ///
+    /// Kept per connection, never overwritten by another taker: a vote is judged when it is counted, not when it
+    /// was sent, so a later note for another node (a `MOVED` or `ASK` onward, a map installed late that puts the
+    /// slot back on its old owner) must not clear this one while this node's grant is on its way; and a taker
+    /// whose slot was about to move on may keep serving it (a migration off it undone with `SETSLOT STABLE`).
+    /// (`tests/cluster/slot_migration.rs` shows both with a second holder when the notes were one per slot.)
     pub(crate) fn taken_over(&self, slot: u16, conn: usize) -> Option<Instant> {
-        self.taken
-            .get(&slot)
-            .filter(|(c, _)| *c == conn)
-            .map(|&(_, at)| at)
+        self.taken.get(&(slot, conn)).copied()
     }
 
     /// Records that `conn` was seen taking `slot` over at `now` (kept if a later instant is already noted).
     pub(crate) fn note_taken(&mut self, slot: u16, conn: usize, now: Instant) {
-        let cell = self.taken.entry(slot).or_insert((conn, now));
-        *cell = match cell.0 == conn {
-            true => (conn, cell.1.max(now)),
-            false => (conn, now),
-        };
+        let cell = self.taken.entry((slot, conn)).or_insert(now);
+        *cell = (*cell).max(now);
     }
 
     /// The node id the last map gave for `conn`'s node, if it showed that node with one (a master's, if it
@@ -435,10 +434,11 @@ mod tests {
             Some(t1),
             "unchanged by a map that agrees"
         );
-        // An `ASK`'s importing node takes the entry over; an earlier instant keeps the later one.
+        // An `ASK`'s importing node is noted beside the owner, whose note stays (its grants may be on their way,
+        // the move may be undone); an earlier instant keeps the later one.
         t.note_taken(0, 12, t2);
         t.note_taken(0, 12, t1);
-        assert_eq!((t.taken_over(0, 12), t.taken_over(0, 11)), (Some(t2), None));
+        assert_eq!((t.taken_over(0, 12), t.taken_over(0, 11)), (Some(t2), Some(t1)));
     }
 
     #[test]
