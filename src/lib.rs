@@ -43,7 +43,8 @@
 //!
 //! A [`Request`] says what to lock (one resource, or a set with [`LockManager::request_all`]), for how long,
 //! how to wait ([`once`](Request::once), [`retry`](Request::retry), [`wait`](Request::wait)) and which kind
-//! ([`fenced`](Request::fenced), [`owned`](Request::owned), [`permits`](Request::permits)); its terminal [`acquire`](Request::acquire)s a
+//! ([`fenced`](Request::fenced), [`owned`](Request::owned), [`permits`](Request::permits),
+//! [`read`](Request::read), [`write`](Request::write)); its terminal [`acquire`](Request::acquire)s a
 //! [`Lock`], [`hold`](Request::hold)s a [`Guard`] or [`run`](Request::run)s a closure under one. Every kind
 //! extends with [`LockManager::extend`] and releases with [`LockManager::unlock`].
 //!
@@ -54,6 +55,7 @@
 //! | `.fenced()` | also a token above every earlier holder's, for the resource to refuse a late writer ([`FENCED_WRITE`] for a Redis-held resource) |
 //! | `.owned(&owner)` | the same owner acquires again instead of being refused; each hold releases on its own |
 //! | `.permits(k)` | a semaphore: at most `k` holders at once, each holding its own permit ([`Lock::permit`]), a mutex of its own key |
+//! | `.read()` / `.write()` | a read-write lock: readers share it (at most [`MAX_READERS`]), a writer holds it alone ([`Lock::access`]) |
 //! | `.hold()` | a guard renews the lease and says before it can have ended when the lock can no longer be relied on |
 //!
 //! What a caller sees when the nodes cannot be reached (this one runs: nothing listens on port 1):
@@ -160,7 +162,8 @@ pub use net::{AddrError, IoError, NodeAddr, NodeCounts, NodeError, TlsConfig, Tl
 pub use redlock::lua::{FENCED_WRITE, Lua};
 #[doc(inline)]
 pub use redlock::{
-    Builder, Config, ConfigError, Error, Guard, GuardStats, Inspection, KeyState, Lock,
-    LockManager, Lost, LostWatch, MAX_PERMITS, NodeStats, Outcome, Owner, PERSIST_MARKER_KEY,
-    ReleaseStats, Report, Request, Result, Stats, counter_key, permit_key,
+    Access, Builder, Config, ConfigError, Error, Guard, GuardStats, Inspection, KeyState, Lock,
+    LockManager, Lost, LostWatch, MAX_PERMITS, MAX_READERS, NodeStats, Outcome, Owner,
+    PERSIST_MARKER_KEY, ReleaseStats, Report, Request, Result, Stats, counter_key, intent_key,
+    permit_key, reader_key, writer_key,
 };

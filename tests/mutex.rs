@@ -12,7 +12,7 @@
 //! protection the lock has (node pauses, network faults, mixed faults, several processes) with the lock itself
 //! broken (managers that share no majority), which must see the hazard. The cluster members' random mixes
 //! have none yet (RELIABILITY.md's table says which scenarios have which). Kinds other than a plain lock are in `mutex/kinds.rs`
-//! (batches, guards), `mutex/sets.rs` (sets, fenced locks) and `mutex/semaphores.rs` (permits, counted per name); cluster members in `mutex/clusters.rs`
+//! (batches, guards), `mutex/sets.rs` (sets, fenced locks) `mutex/semaphores.rs` (permits, counted per name) and `mutex/rwlocks.rs` (readers and writers, counted per access); cluster members in `mutex/clusters.rs`
 //! (their other kinds in `mutex/cluster_kinds.rs`).
 
 #[path = "mutex/clocks.rs"]
@@ -25,6 +25,8 @@ mod clusters;
 mod extensions;
 #[path = "mutex/kinds.rs"]
 mod kinds;
+#[path = "mutex/rwlocks.rs"]
+mod rwlocks;
 #[path = "mutex/semaphores.rs"]
 mod semaphores;
 #[path = "mutex/sets.rs"]

@@ -21,6 +21,9 @@
 //! - `MUXLOCK_SIM_WORLDS=semaphores` runs the worlds of `semaphores_keep_every_property` (half the verbs a
 //!   semaphore holder, `sim/semaphore.rs`); `MUXLOCK_SIM_CONTROL=counted-per-node` with it takes permits by the
 //!   majority-of-counters construction, which the checker must catch (`control_semaphore_counted_per_node_*`);
+//! - `MUXLOCK_SIM_WORLDS=rwlocks` runs the worlds of `rwlocks_keep_every_property` (half the verbs a
+//!   read-write lock holder, `sim/rwlock.rs`); `MUXLOCK_SIM_CONTROL=ignoring-writer` with it takes readers by an
+//!   offer that ignores the writer, which the checker must catch (`control_readers_ignoring_the_writer_are_caught`);
 //! - `MUXLOCK_SIM_CONTROL=shortening`: owned holds are extended by a script that cuts the key's expiry to the
 //!   extension's TTL: the checker must catch it (`control_shortening_owned_extension_is_caught`);
 //! - one world in four has clock faults (nodes' wall clocks stepped, run fast or stopped: `sim/mod.rs`'s
@@ -57,6 +60,8 @@ const DEFAULT_SEEDS: u64 = 12_000;
 
 /// Seeds of `semaphores_keep_every_property` in CI.
 const SEMAPHORE_SEEDS: u64 = 600;
+/// Seeds of `rwlocks_keep_every_property` in CI.
+const RWLOCK_SEEDS: u64 = 600;
 /// Seeds of `cluster_members_keep_every_property` in CI.
 const CLUSTER_SEEDS: u64 = 600;
 
@@ -358,6 +363,7 @@ fn seeds_keep_every_property() {
     let (unattributed, ignore_lost) = (control == "unattributed", control == "ignore-lost");
     let shortening = control == "shortening";
     let counted_per_node = control == "counted-per-node";
+    let ignoring_writer = control == "ignoring-writer";
     let (unchecked_clocks, steps_back) = (control == "unchecked-clocks", control == "steps-back");
     // The worlds of the other seed tests, to replay their seeds: `natives`, `queued` or `hostile`.
     let worlds = std::env::var("MUXLOCK_SIM_WORLDS").unwrap_or_default();
@@ -387,6 +393,8 @@ fn seeds_keep_every_property() {
                 unchecked: hostile,
                 semaphores: kind == "semaphores",
                 counted_per_node,
+                rwlocks: kind == "rwlocks",
+                ignoring_writer,
                 clusters: kind == "clusters",
                 ..Options::default()
             },
@@ -573,6 +581,91 @@ fn semaphores_keep_every_property() {
             total.guard_checks > 0 && total.guard_renewals > 0 && total.guards_lost > 0,
             "{total:?}"
         );
+    }
+}
+
+/// Read-write lock holders (half the verbs: a reader or, one time in three, the writer of one of two names, once
+/// or with retries, bare and extended or guarded) among every other verb, under every fault: never a writer
+/// beside any other holder of its name, no two holders of one key, guards' keys on a majority, and the faults
+/// struck. `MUXLOCK_SIM_WORLDS=rwlocks` replays one of its seeds; `MUXLOCK_SIM_RWLOCK_SEEDS` sets the count.
+#[test]
+fn rwlocks_keep_every_property() {
+    let seeds = env_u64("MUXLOCK_SIM_RWLOCK_SEEDS").unwrap_or(RWLOCK_SEEDS);
+    let started = Instant::now();
+    let opts = || Options {
+        rwlocks: true,
+        ..Options::default()
+    };
+    let runs = seeds::in_order(0..seeds, move |seed| workload::run(seed, &opts()));
+    let mut total = Struck::default();
+    let (mut ops, mut holders, mut writers) = (0, 0, 0);
+    for (seed, run) in runs {
+        if run.violation.is_some() {
+            fail(seed, &run, "rwlocks");
+        }
+        ops += run.ops;
+        holders += run.rw_holders;
+        writers += run.rw_writers;
+        let s = &run.struck;
+        total.timeouts += s.timeouts;
+        total.lost += s.lost;
+        total.restarts += s.restarts;
+        total.pauses += s.pauses;
+        total.late += s.late;
+        total.guard_checks += s.guard_checks;
+        total.guards_lost += s.guards_lost;
+        total.guard_renewals += s.guard_renewals;
+        total.time_ahead += s.time_ahead;
+    }
+    println!(
+        "{seeds} read-write lock seeds: {ops} ops, {holders} holders ({writers} writers), {:.1} s; faults that \
+         struck rounds: {total:?}",
+        started.elapsed().as_secs_f64()
+    );
+    if seeds >= 10 {
+        assert!(writers >= seeds / 2, "too few writers held: {writers}");
+        assert!(
+            holders - writers >= seeds,
+            "too few readers held: {holders}"
+        );
+        assert!(
+            total.timeouts > 0
+                && total.lost > 0
+                && total.restarts > 0
+                && total.pauses > 0
+                && total.late > 0
+                && total.time_ahead > 0,
+            "{total:?}"
+        );
+        assert!(
+            total.guard_checks > 0 && total.guard_renewals > 0 && total.guards_lost > 0,
+            "{total:?}"
+        );
+    }
+}
+
+/// The seed that finds the read-write locks' control first (searched from 0 with `MUXLOCK_SIM_FROM=0`).
+const RWLOCK_CONTROL_SEED: u64 = 1;
+
+/// The read-write locks' control: readers whose offer ignores the writer key (and the intent key) must be caught
+/// holding beside a writer. As the other controls, CI starts at the seed that found it and searches on (bounded)
+/// if the workload moves it.
+#[test]
+fn control_readers_ignoring_the_writer_are_caught() {
+    let opts = || Options {
+        rwlocks: true,
+        ignoring_writer: true,
+        ..Options::default()
+    };
+    match search_from(
+        opts,
+        env_u64("MUXLOCK_SIM_FROM").unwrap_or(RWLOCK_CONTROL_SEED),
+        2_000,
+    ) {
+        Some((seed, took, v)) if v.contains("a writer of rw") => {
+            println!("found by seed {seed} after {took:?}: {v}")
+        }
+        other => panic!("readers ignoring the writer were not caught in 2000 seeds: {other:?}"),
     }
 }
 

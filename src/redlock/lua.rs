@@ -161,8 +161,28 @@ pub const ACQUIRE_PERMITS: Lua = Lua {
     sha1: "fb377b89c49e1009fc4bbbe5775fb4584ec0155f",
 };
 
+/// A reader's offer of a read-write lock (`kind/rwlock.rs`): `KEYS[1]` the writer key, `KEYS[2]` the writer's
+/// intent key, `KEYS[3..]` the reader slots in index order; `ARGV` as [`ACQUIRE_PERMITS`]'s. Takes nothing while
+/// the writer key or the intent key exists (any value, any type); otherwise takes free reader slots as
+/// [`ACQUIRE_PERMITS`] takes permits. Returns the 0-based slot indices it took (an empty array: refused, or no
+/// slot free).
+pub const ACQUIRE_READ: Lua = Lua {
+    body: r#"if redis.call("exists", KEYS[1], KEYS[2]) > 0 then return {} end local got = {} local want = tonumber(ARGV[3]) for i = 3, #KEYS do if #got >= want then break end if redis.call("set", KEYS[i], ARGV[1], "nx", "px", ARGV[2]) then got[#got + 1] = i - 3 end end return got"#,
+    sha1: "f1b669b19431305c90b19d311c685c0672e99999",
+};
+
+/// A writer's acquisition of a read-write lock (`kind/rwlock.rs`): `KEYS[1]` the writer key, `KEYS[2]` the intent
+/// key, `KEYS[3..]` the reader slots; `ARGV[1]` the value, `ARGV[2]` the TTL in ms. Refused (0, nothing set) while
+/// the writer key exists; refused while some reader slot exists, and then sets the intent key to the value for the
+/// TTL (readers are refused here until it ends or a writer is granted); otherwise sets the writer key to the value
+/// for the TTL, deletes the intent key (whichever writer set it) and returns 1.
+pub const ACQUIRE_WRITE: Lua = Lua {
+    body: r#"if redis.call("exists", KEYS[1]) == 1 then return 0 end if redis.call("exists", unpack(KEYS, 3)) > 0 then redis.call("set", KEYS[2], ARGV[1], "px", ARGV[2]) return 0 end redis.call("set", KEYS[1], ARGV[1], "px", ARGV[2]) redis.call("del", KEYS[2]) return 1"#,
+    sha1: "1779ef45819576a2708bed48b90b9a2e8beab6e2",
+};
+
 /// Every script the lock rounds use, for `SCRIPT LOAD` on new connections and for the tests.
-pub const ALL: [Lua; 13] = [
+pub const ALL: [Lua; 15] = [
     RELEASE_BATCH,
     ACQUIRE_MANY,
     EXTEND_MANY,
@@ -176,6 +196,8 @@ pub const ALL: [Lua; 13] = [
     QUEUE_ACQUIRE,
     QUEUE_LEAVE,
     ACQUIRE_PERMITS,
+    ACQUIRE_READ,
+    ACQUIRE_WRITE,
 ];
 
 /// `EVALSHA sha numkeys keys... args...`, or `EVAL script ...` when `full`.

@@ -85,6 +85,7 @@ pub use inspect::{Inspection, KeyState};
 pub use kind::Lock;
 pub use kind::fenced::counter_key;
 pub use kind::owned::Owner;
+pub use kind::rwlock::{Access, MAX_READERS, intent_key, reader_key, writer_key};
 pub use kind::semaphore::{MAX_PERMITS, permit_key};
 pub use lost::Lost;
 pub use manager::{Builder, LockManager, Request};

@@ -3,7 +3,7 @@
 //!
 //! - **`tracing`**: one span per lock operation, `muxlock.lock` (kind `CLIENT` in OpenTelemetry's terms, via
 //!   `otel.kind`), with `db.system.name = "redis"`, `muxlock.operation` (`acquire`, `extend`, `release`),
-//!   `muxlock.kind` (`plain`, `set`, `fenced`, `owned`), `muxlock.nodes`, `muxlock.quorum`, and when it ends
+//!   `muxlock.kind` (`plain`, `set`, `fenced`, `owned`, `semaphore`, `read`, `write`), `muxlock.nodes`, `muxlock.quorum`, and when it ends
 //!   `muxlock.outcome` (`ok`, `held`, `quorum`, `lost`, `expired`, `config`, `error`), `muxlock.elapsed_us`,
 //!   `muxlock.validity_ms` (what is left of the lease; acquisitions and extensions) and `muxlock.granted` (the
 //!   nodes that said yes, for a failure). Inside it, one event per node outcome: `server.address`,

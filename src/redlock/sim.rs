@@ -21,8 +21,8 @@ use crate::redlock::guard::{self, Held};
 use crate::redlock::kind::Lock;
 use crate::redlock::kind::owned::{self, Owner};
 use crate::redlock::kind::queued::{self, Entry};
-use crate::redlock::kind::semaphore;
 use crate::redlock::kind::{self, Kind};
+use crate::redlock::kind::{rwlock, semaphore};
 use crate::redlock::lost::Lost;
 use crate::redlock::lua;
 use crate::redlock::schedule::{lost_margin, renewal_due};
@@ -370,6 +370,41 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                         .await
                 }
             };
+        match retry {
+            true => got.map(Some),
+            false => crate::redlock::error::not_held(got),
+        }
+    }
+
+    /// As a request with [`read`](super::Request::read) (`write` false) or [`write`](super::Request::write) of
+    /// `name`, with retries (`retry`) or one attempt (`Ok(None)` when held): a [`Lock`] of a reader slot or of the
+    /// writer key ([`Lock::access`]), extended by [`Engine::extend`], released by [`Engine::unlock`], guarded by
+    /// [`Engine::guard`]. `ignoring_writer`: **the control, unsafe on purpose**: a reader's offer that ignores the
+    /// writer and intent keys (`kind/rwlock.rs`), so that readers may hold beside a writer.
+    pub async fn lock_rw(
+        &self,
+        name: &[u8],
+        write: bool,
+        ttl: Duration,
+        (retry, ignoring_writer): (bool, bool),
+    ) -> Result<Option<Lock>> {
+        let kind = match write {
+            true => Kind::Write(name.to_vec()),
+            false => Kind::Read(name.to_vec(), None),
+        };
+        let got = match ignoring_writer && !write {
+            false => self.acquire(kind, name, ttl, retry).await,
+            true => {
+                let ask = kind.check(name.to_vec(), &self.core, ttl)?;
+                let ttl = (ask.ttl, ask.ttl_ms);
+                self.core
+                    .retrying(retry, || async {
+                        let value = self.core.tokens.draw("drawing the lock value")?;
+                        Ok(rwlock::read_ignoring_writer(&self.core, name, value, ttl).await)
+                    })
+                    .await
+            }
+        };
         match retry {
             true => got.map(Some),
             false => crate::redlock::error::not_held(got),

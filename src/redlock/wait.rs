@@ -20,9 +20,9 @@ use crate::redlock::engine::seam::{NodeRound, Nodes, blocking};
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::guard::Keeper;
 use crate::redlock::kind::Lock;
-use crate::redlock::kind::semaphore;
 use crate::redlock::kind::set::set_name;
 use crate::redlock::kind::{self, Ask, Kind};
+use crate::redlock::kind::{rwlock, semaphore};
 use crate::redlock::observe;
 use crate::redlock::quorum::Failure;
 use crate::redlock::stats::Activity;
@@ -107,9 +107,11 @@ impl<'a> Line<'a> {
     /// The line of `ask`: one resource (plain or fenced) lines up on its name; a set on all its names together
     /// (not blocking the waiters of one of them, woken by a release of any); an owner's hold in a line of the
     /// owner's for the resource (a nested hold never waits behind a waiter for the lock its owner holds).
-    /// A semaphore lines up on its name, woken by a release of any of its `permits` (their keys), and probes
-    /// them all for the earliest to come free.
-    fn of(ask: &'a Ask, one: &'a [Vec<u8>], permits: &'a [Vec<u8>]) -> Line<'a> {
+    /// A semaphore lines up on its name, woken by a release of any of its `permits` (their keys, in `keys`), and
+    /// probes them all for the earliest to come free. A reader or writer of a read-write lock lines up on its name
+    /// and access, woken by a release of any of its keys (`keys`: [`rwlock::all_keys`]); a reader probes the
+    /// writer and intent keys, a writer the writer key and every reader slot, for the latest to come free.
+    fn of(ask: &'a Ask, one: &'a [Vec<u8>], keys: &'a [Vec<u8>]) -> Line<'a> {
         let r = &ask.resource;
         match &ask.kind {
             Kind::Plain | Kind::Fenced(_) => Line {
@@ -135,10 +137,28 @@ impl<'a> Line<'a> {
             },
             Kind::Semaphore(_) => Line {
                 key: [&b"\0semaphore\0"[..], r].concat(),
-                grouped: permits,
-                probed: permits.iter().map(Vec::as_slice).collect(),
+                grouped: keys,
+                probed: keys.iter().map(Vec::as_slice).collect(),
                 name: r.to_vec(),
                 any: true,
+            },
+            Kind::Read(..) => Line {
+                key: [&b"\0read\0"[..], r].concat(),
+                grouped: keys,
+                probed: keys.iter().take(2).map(Vec::as_slice).collect(),
+                name: r.to_vec(),
+                any: false,
+            },
+            Kind::Write(_) => Line {
+                key: [&b"\0write\0"[..], r].concat(),
+                grouped: keys,
+                // The writer key and the reader slots (`all_keys` puts the intent key second).
+                probed: (keys.iter().enumerate())
+                    .filter(|&(i, _)| i != 1)
+                    .map(|(_, k)| k.as_slice())
+                    .collect(),
+                name: r.to_vec(),
+                any: false,
             },
         }
     }
@@ -167,11 +187,12 @@ pub(crate) async fn acquire_wait(
     }
     let left = until.saturating_duration_since(Instant::now());
     let one = [ask.resource.clone()];
-    let permits = match &ask.kind {
+    let keys = match &ask.kind {
         Kind::Semaphore(p) => semaphore::permit_keys(&p.name, p.count),
+        Kind::Read(name, _) | Kind::Write(name) => rwlock::all_keys(name),
         _ => Vec::new(),
     };
-    wait_for(keeper, &Line::of(ask, &one, &permits), left, ask).await
+    wait_for(keeper, &Line::of(ask, &one, &keys), left, ask).await
 }
 
 /// The waiting loop around any kind's attempt, for threads and tasks alike: the head of the line attempts,

@@ -27,6 +27,7 @@ mod reentrant;
 mod request_edges;
 mod requests;
 mod restart_guard;
+mod rwlock;
 mod semaphore;
 #[cfg(feature = "tls")]
 mod tls;

@@ -220,6 +220,34 @@ fn locks_across_three_cluster_members() {
         Err(Error::Config(msg)) => assert!(msg.to_string().contains("one slot"), "{msg}"),
         other => panic!("permits of a name with a brace and no tag: {other:?}"),
     }
+    // A read-write lock on cluster members: its writer, intent and reader keys lie in the name's slot, so one
+    // script reads them all; readers share, the writer excludes them.
+    let r = a.request("doc").read().once().acquire().expect("a reader");
+    let s = b
+        .request("doc")
+        .read()
+        .once()
+        .acquire()
+        .expect("another reader");
+    held(b.request("doc").write().once().acquire());
+    for lock in [&r, &s] {
+        assert_eq!(key_slot(lock.resource()), key_slot(b"doc"));
+    }
+    a.unlock(r).expect("released");
+    b.unlock(s).expect("released");
+    let w = b
+        .request("doc")
+        .write()
+        .once()
+        .acquire()
+        .expect("the writer");
+    assert_eq!(key_slot(w.resource()), key_slot(b"doc"));
+    held(a.request("doc").read().once().acquire());
+    b.unlock(w).expect("released");
+    match a.request("a{b").write().once().acquire() {
+        Err(Error::Config(msg)) => assert!(msg.to_string().contains("one slot"), "{msg}"),
+        other => panic!("a read-write lock of a name with a brace and no tag: {other:?}"),
+    }
     // A batch: split per master inside each member (one write per connection), released one lock at a time.
     let names: Vec<String> = (0..20).map(|i| format!("batch:{i}")).collect();
     let mine: Vec<_> = a

@@ -17,6 +17,8 @@
 //! - **Fencing tokens** strictly increase in grant order, per resource.
 //! - **At most `k` holders of a semaphore** of `k` permits at any instant, and at most one per permit index
 //!   ([`Permit`]; a permit is judged apart from the locks' holds: `k` holders of one name are no violation).
+//! - **Never a writer beside any other holder of a read-write lock** ([`RwHold`]): while a writer of a name
+//!   holds, no reader and no other writer of that name does (readers beside readers are no violation).
 //! - **No key without expiry** is left on a node, except the fence counters and the persistence marker.
 //!
 //! The majority checks also excuse a node whose wall clock moved ahead of real time since the hold was taken (a
@@ -54,6 +56,17 @@ pub struct Permit {
     pub until: Time,
 }
 
+/// One holder of a read-write lock: a reader or the writer (`write`) of `name`.
+#[derive(Clone, Debug)]
+pub struct RwHold {
+    pub client: usize,
+    pub name: Vec<u8>,
+    pub write: bool,
+    pub holder: Vec<u8>,
+    pub from: Time,
+    pub until: Time,
+}
+
 /// Everything that happened, for the checks and for a readable report.
 #[derive(Debug, Default)]
 pub struct History {
@@ -66,6 +79,8 @@ pub struct History {
     pub broken: Option<String>,
     /// Holders of semaphores' permits.
     pub permits: Vec<Permit>,
+    /// Readers and writers of read-write locks.
+    pub rw: Vec<RwHold>,
 }
 
 pub fn ms(t: Time) -> String {
@@ -182,6 +197,71 @@ impl History {
         self.lines.push(line);
     }
 
+    /// Records a reader or writer of a read-write lock; returns its index, to end it or move its end
+    /// ([`History::rw_until`]).
+    pub fn rw(&mut self, h: RwHold) -> usize {
+        self.lines.push(format!(
+            "{} c{} {} of {} granted until {} (holder {})",
+            ms(h.from),
+            h.client,
+            match h.write {
+                true => "writer",
+                false => "reader",
+            },
+            show(&h.name),
+            ms(h.until),
+            show(&h.holder[..8.min(h.holder.len())]),
+        ));
+        self.rw.push(h);
+        self.rw.len() - 1
+    }
+
+    /// A read-write lock's holder was told at `now` that it holds until `until`.
+    pub fn rw_until(&mut self, i: usize, now: Time, until: Time) {
+        let h = &mut self.rw[i];
+        h.until = until;
+        let line = format!(
+            "{} c{} counts {} of {} until {}",
+            ms(now),
+            h.client,
+            match h.write {
+                true => "writer",
+                false => "reader",
+            },
+            show(&h.name),
+            ms(until)
+        );
+        self.lines.push(line);
+    }
+
+    /// The first writer of a read-write lock found holding beside another holder (a reader or a writer) of the
+    /// same name.
+    pub fn writer_beside_another(&self) -> Option<String> {
+        let live: Vec<&RwHold> = self.rw.iter().filter(|h| h.from < h.until).collect();
+        for w in live.iter().filter(|h| h.write) {
+            let beside = live.iter().find(|o| {
+                o.name == w.name && o.holder != w.holder && o.from < w.until && w.from < o.until
+            });
+            if let Some(o) = beside {
+                return Some(format!(
+                    "a writer of {} beside a {}: c{} [{}, {}) and c{} [{}, {})",
+                    show(&w.name),
+                    match o.write {
+                        true => "writer",
+                        false => "reader",
+                    },
+                    w.client,
+                    ms(w.from),
+                    ms(w.until),
+                    o.client,
+                    ms(o.from),
+                    ms(o.until)
+                ));
+            }
+        }
+        None
+    }
+
     /// The first instant some semaphore had more holders than permits, or one permit index two holders.
     pub fn too_many_permits(&self) -> Option<String> {
         let mut by_name: BTreeMap<&[u8], Vec<&Permit>> = BTreeMap::new();
@@ -249,6 +329,9 @@ impl History {
         }
         if let Some(too_many) = self.too_many_permits() {
             return Some(too_many);
+        }
+        if let Some(beside) = self.writer_beside_another() {
+            return Some(beside);
         }
         let mut by_resource: BTreeMap<&[u8], Vec<&Hold>> = BTreeMap::new();
         for h in &self.holds {

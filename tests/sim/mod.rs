@@ -57,6 +57,7 @@ pub mod fold;
 pub mod guards;
 pub mod node;
 pub mod owned;
+pub mod rwlock;
 pub mod seeds;
 pub mod semaphore;
 pub mod wire;

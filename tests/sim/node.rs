@@ -734,6 +734,36 @@ impl Node {
             }
             return Value::Array(took);
         }
+        if is(lua::ACQUIRE_READ) {
+            // KEYS: the writer key, the intent key, then the reader slots.
+            if keys.iter().take(2).any(|key| self.live(key, now).is_some()) {
+                return Value::Array(Vec::new());
+            }
+            let want = num(arg(2)).max(0) as usize;
+            let mut took = Vec::new();
+            for (i, key) in keys.iter().enumerate().skip(2) {
+                if took.len() >= want {
+                    break;
+                }
+                if self.live(key, now).is_none() {
+                    self.set(key, arg(0), Some(num(arg(1))), now);
+                    took.push(int(i as i64 - 2));
+                }
+            }
+            return Value::Array(took);
+        }
+        if is(lua::ACQUIRE_WRITE) {
+            if self.live(k(0), now).is_some() {
+                return int(0);
+            }
+            if keys.iter().skip(2).any(|key| self.live(key, now).is_some()) {
+                self.set(k(1), arg(0), Some(num(arg(1))), now);
+                return int(0);
+            }
+            self.set(k(0), arg(0), Some(num(arg(1))), now);
+            self.del(k(1), now);
+            return int(1);
+        }
         if is(lua::EXTEND_MANY) {
             if keys.iter().any(|key| self.get(key, now) != Some(arg(0))) {
                 return int(0);

@@ -11,7 +11,9 @@ use muxlock::redlock::sim::{Clock, Engine};
 
 use super::check::Hold;
 use super::node::{MS, Time};
-use super::{Rng, Setup, Sim, SimClock, SimNodes, Struck, Tape, fold, guards, owned, semaphore};
+use super::{
+    Rng, Setup, Sim, SimClock, SimNodes, Struck, Tape, fold, guards, owned, rwlock, semaphore,
+};
 
 /// Virtual time each client works for, by default.
 pub const HORIZON: Time = 8_000 * MS;
@@ -63,6 +65,11 @@ pub struct Options {
     pub semaphores: bool,
     /// With `semaphores`: permits taken by the majority-of-counters construction (the semaphores' control).
     pub counted_per_node: bool,
+    /// Half the time, a read-write lock holder (`sim/rwlock.rs`): a reader or the writer of `rw0` or `rw1`.
+    pub rwlocks: bool,
+    /// With `rwlocks`: readers taken by an offer that ignores the writer and intent keys (the read-write locks'
+    /// control).
+    pub ignoring_writer: bool,
     /// Cluster members (`sim/cluster.rs`): each member a simulated Redis Cluster (two shards, with or without a
     /// replica each) or a plain node, at least one a cluster; slot migrations, replicas' links down and
     /// failovers; plain worlds (no bursts, no durable fencing worlds, no clock faults), the clients' checks on.
@@ -198,6 +205,11 @@ async fn client(
         }
         if opts.semaphores && rng.chance(0.5) {
             semaphore::hold(&engine, &sim, &mut rng, ttl, opts.counted_per_node).await;
+            clock.sleep(Duration::from_millis(rng.range(0, 5))).await;
+            continue;
+        }
+        if opts.rwlocks && rng.chance(0.5) {
+            rwlock::hold(&engine, &sim, &mut rng, ttl, opts.ignoring_writer).await;
             clock.sleep(Duration::from_millis(rng.range(0, 5))).await;
             continue;
         }
@@ -563,6 +575,10 @@ pub struct Run {
     pub queued: u64,
     /// Holders of semaphores' permits.
     pub permits: u64,
+    /// Readers and writers of read-write locks that held.
+    pub rw_holders: u64,
+    /// Of them, writers.
+    pub rw_writers: u64,
     /// Whether the clients ran with the clock check, and with the restart guard.
     pub clock_check: bool,
     pub restart_guard: bool,
@@ -688,6 +704,8 @@ pub fn run(seed: u64, opts: &Options) -> Run {
         ops: w.history.ops,
         queued: w.history.queued,
         permits: w.history.permits.len() as u64,
+        rw_holders: w.history.rw.len() as u64,
+        rw_writers: w.history.rw.iter().filter(|h| h.write).count() as u64,
         clock_check: checks.clock,
         restart_guard: checks.restart,
         history: w.history.tail(80),

@@ -147,6 +147,19 @@ pub fn over_capacity(holds: &[Hold], k: usize) -> Vec<Vec<Hold>> {
     found
 }
 
+/// Every pair of a writer's hold and another hold of the same resource that overlap: another writer's, or a
+/// reader's. The violations of a read-write lock (readers beside readers are fine).
+pub fn beside_a_writer(writers: &[Hold], readers: &[Hold]) -> Vec<(Hold, Hold)> {
+    let mut found = overlaps(writers);
+    for w in writers.iter().filter(|w| w.start < w.end) {
+        let beside = readers.iter().filter(|r| {
+            r.resource == w.resource && r.start < r.end && r.start < w.end && w.start < r.end
+        });
+        found.extend(beside.map(|r| (w.clone(), r.clone())));
+    }
+    found
+}
+
 /// The most holders any resource had at once.
 pub fn most_at_once(holds: &[Hold]) -> usize {
     let mut k = 0;

@@ -543,6 +543,12 @@ impl Guard {
         self.held.kind.token()
     }
 
+    /// How a guard over a read-write lock holds it ([`read`](crate::redlock::Request::read) or
+    /// [`write`](crate::redlock::Request::write)), `None` for other kinds.
+    pub fn access(&self) -> Option<crate::redlock::Access> {
+        self.held.kind.access()
+    }
+
     /// The index of the permit held by a guard over a semaphore's [permit](crate::redlock::Request::permits),
     /// `None` for other kinds.
     pub fn permit(&self) -> Option<u32> {

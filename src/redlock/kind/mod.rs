@@ -8,7 +8,9 @@
 //! - `fenced`: a lock with a fencing token; its module doc is the safety argument;
 //! - `owned`: [`Owner`](crate::redlock::Owner) and its holds of a reentrant lock, counted per owner;
 //! - `queued`: a plain resource's attempt behind the nodes' queue, for a waiting request (`wait/handoff.rs`);
-//! - `semaphore`: one of `k` permits, each a mutex of its own; its module doc is the safety argument.
+//! - `semaphore`: one of `k` permits, each a mutex of its own; its module doc is the safety argument;
+//! - `rwlock`: a read-write lock, a reader one slot of a semaphore of readers, a writer a mutex that no reader
+//!   slot may be live beside; its module doc is the safety argument.
 //!
 //! Here too [`Lock`], what every kind is handed out as: a lease (`engine/lease.rs`) and its kind.
 //!
@@ -19,6 +21,7 @@ pub(crate) mod fenced;
 pub(crate) mod owned;
 pub(crate) mod plain;
 pub(crate) mod queued;
+pub(crate) mod rwlock;
 pub(crate) mod semaphore;
 pub(crate) mod set;
 
@@ -54,6 +57,12 @@ pub(crate) enum Kind {
     /// One permit of a semaphore: its name, its number of permits and (once acquired) the index held. The
     /// lease's key is that permit's key, extended and released as a plain lock's.
     Semaphore(Permits),
+    /// A reader of a read-write lock: its name and (once acquired) its reader slot. The lease's key is that
+    /// slot's key, extended and released as a plain lock's.
+    Read(Vec<u8>, Option<u32>),
+    /// The writer of the read-write lock named so. The lease's key is the writer key, extended and released as a
+    /// plain lock's.
+    Write(Vec<u8>),
 }
 
 impl Kind {
@@ -65,6 +74,8 @@ impl Kind {
             Kind::Fenced(_) => "fenced",
             Kind::Owned(..) => "owned",
             Kind::Semaphore(_) => "semaphore",
+            Kind::Read(..) => "read",
+            Kind::Write(_) => "write",
         }
     }
 
@@ -88,6 +99,15 @@ impl Kind {
     pub(crate) fn permit(&self) -> Option<u32> {
         match self {
             Kind::Semaphore(p) => p.index,
+            _ => None,
+        }
+    }
+
+    /// How a lock of a read-write lock holds it; `None` for other kinds.
+    pub(crate) fn access(&self) -> Option<rwlock::Access> {
+        match self {
+            Kind::Read(..) => Some(rwlock::Access::Read),
+            Kind::Write(_) => Some(rwlock::Access::Write),
             _ => None,
         }
     }
@@ -138,7 +158,8 @@ impl Kind {
 
 /// A lock held on a majority of the nodes, valid until [`valid_until`](Lock::valid_until): one resource, a set of
 /// them, a fenced lock ([`token`](Lock::token)), one hold of an owner's reentrant lock ([`owner`](Lock::owner)) or
-/// one permit of a semaphore ([`permit`](Lock::permit)), as its [request](crate::redlock::Request) asked. Every kind is extended with
+/// one permit of a semaphore ([`permit`](Lock::permit)) or a reader or the writer of a read-write lock
+/// ([`access`](Lock::access)), as its [request](crate::redlock::Request) asked. Every kind is extended with
 /// [`LockManager::extend`](crate::redlock::LockManager::extend) and released with
 /// [`LockManager::unlock`](crate::redlock::LockManager::unlock).
 ///
@@ -168,7 +189,9 @@ impl Lock {
     }
 
     /// The locked resource's name (the Redis key); for a set, the first of its names (sorted); for a semaphore,
-    /// the key of the permit held ([`permit_key`](crate::redlock::permit_key)).
+    /// the key of the permit held ([`permit_key`](crate::redlock::permit_key)); for a reader of a read-write lock
+    /// its slot's key ([`reader_key`](crate::redlock::reader_key)), for its writer the writer key
+    /// ([`writer_key`](crate::redlock::writer_key)).
     pub fn resource(&self) -> &[u8] {
         &self.lease.resource
     }
@@ -195,6 +218,13 @@ impl Lock {
     /// while the lock is valid.
     pub fn permit(&self) -> Option<u32> {
         self.kind.permit()
+    }
+
+    /// For a lock of a read-write lock ([`read`](crate::redlock::Request::read),
+    /// [`write`](crate::redlock::Request::write)), whether it is held as a reader or as the writer; `None` for
+    /// other kinds.
+    pub fn access(&self) -> Option<rwlock::Access> {
+        self.kind.access()
     }
 
     /// For an owned hold, the number of holds the key had after this acquisition (1 for an outer hold, 2 for
@@ -256,6 +286,8 @@ impl fmt::Debug for Lock {
             Kind::Fenced(Some(token)) => d.field("token", token),
             Kind::Owned(_, Some(hold)) => d.field("holds", &hold.holds),
             Kind::Semaphore(p) => d.field("permit", &p.index).field("permits", &p.count),
+            Kind::Read(_, slot) => d.field("access", &"read").field("slot", slot),
+            Kind::Write(_) => d.field("access", &"write"),
             _ => &mut d,
         };
         d.field("validity", &self.validity())
@@ -304,6 +336,11 @@ fn check_routable<N: Nodes, C: Clock>(engine: &Engine<N, C>, ask: &Ask) -> Resul
              its permits must lie in one slot",
         )),
         Kind::Semaphore(_) => Ok(()),
+        Kind::Read(..) | Kind::Write(_) if !colocatable(&ask.resource) => Err(Error::config(
+            "on cluster members a read-write lock's name must have a hash tag ({doc}:7) or no brace at all: \
+             its writer, intent and reader keys must lie in one slot",
+        )),
+        Kind::Read(..) | Kind::Write(_) => Ok(()),
     }
 }
 
@@ -333,6 +370,8 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
         Kind::Fenced(_) => fenced::attempt(engine, resource, fresh, ttl).await,
         Kind::Owned(owner, _) => owned::attempt(engine, owner, resource, fresh, ttl).await,
         Kind::Semaphore(p) => semaphore::attempt(engine, resource, p.count, fresh, ttl).await,
+        Kind::Read(..) => rwlock::read(engine, resource, fresh, ttl).await,
+        Kind::Write(_) => rwlock::write(engine, resource, fresh, ttl).await,
     };
     undo.disarm();
     Ok(got)
@@ -357,7 +396,9 @@ pub(crate) fn extension(
     routed: bool,
 ) -> Option<Scripted> {
     match kind {
-        Kind::Plain | Kind::Fenced(_) | Kind::Semaphore(_) => None,
+        Kind::Plain | Kind::Fenced(_) | Kind::Semaphore(_) | Kind::Read(..) | Kind::Write(_) => {
+            None
+        }
         Kind::Set(names) => Some(set::extension(names, value)),
         Kind::Owned(_, hold) => Some(owned::extension(resource, value, hold.as_ref(), routed)),
     }
@@ -391,6 +432,8 @@ pub(crate) async fn release<N: Nodes, C: Clock>(
     match &lock.kind {
         // A fenced lock without a token handed out has no counter to raise.
         Kind::Plain | Kind::Fenced(None) => engine.unlock(&lock.lease).await,
+        // A reader's slot and the writer key are plain keys.
+        Kind::Read(..) | Kind::Write(_) => engine.unlock(&lock.lease).await,
         // A permit is a plain key; a lock without an index (the simulator's control) gives back every permit.
         Kind::Semaphore(p) if p.index.is_some() => engine.unlock(&lock.lease).await,
         Kind::Semaphore(p) => {
@@ -460,6 +503,9 @@ impl<N: Nodes, C: Clock> Drop for Undo<'_, N, C> {
             Kind::Set(names) => set::undo(engine, names, fresh),
             Kind::Owned(owner, _) => owned::undo(engine, self.resource, owner, fresh),
             Kind::Semaphore(p) => semaphore::undo(engine, self.resource, p.count, fresh),
+            Kind::Read(..) => rwlock::undo_read(engine, self.resource, fresh),
+            // The intent key is left to expire (`rwlock.rs`, "What a writer that gives up costs").
+            Kind::Write(_) => plain::undo(engine, &rwlock::writer_key(self.resource), fresh),
         }
     }
 }

@@ -244,15 +244,40 @@ enum Verdict {
     Failed(Failure),
 }
 
-/// One offer round of the permits `keys` (`want`: how many each node takes at most), decided by `rule`.
+/// The kind of a lock held on slot `Some(index)` (or, `None`, of an attempt not holding yet).
+pub(crate) type KindOf<'a> = &'a (dyn Fn(Option<u32>) -> Kind + Sync);
+
+/// What an offer round offers: the slots' keys in index order (a semaphore's permits, a read-write lock's reader
+/// slots), the keys whose existence on a node refuses the offer there (none for a semaphore; a read-write lock's
+/// writer and intent keys), sent first in `KEYS`, and the script that takes the slots ([`lua::ACQUIRE_PERMITS`],
+/// or [`lua::ACQUIRE_READ`], which also looks at the blockers).
+pub(crate) struct Slots {
+    pub(crate) keys: Vec<Vec<u8>>,
+    pub(crate) blockers: Vec<Vec<u8>>,
+    pub(crate) script: lua::Lua,
+}
+
+impl Slots {
+    /// The permits of the semaphore `name` of `count` permits.
+    fn permits(name: &[u8], count: u32) -> Slots {
+        Slots {
+            keys: permit_keys(name, count),
+            blockers: Vec::new(),
+            script: lua::ACQUIRE_PERMITS,
+        }
+    }
+}
+
+/// One offer round of `slots` (`want`: how many each node takes at most), decided by `rule`.
 async fn offer<N: Nodes, C: Clock>(
     engine: &Engine<N, C>,
-    keys: &[Vec<u8>],
+    slots: &Slots,
     value: &token::Value,
     (ttl, ttl_ms): (Duration, u64),
     (want, rule): (u32, Rule),
 ) -> Offer {
     let n = engine.fanout.len();
+    let keys = &slots.keys;
     let count = keys.len() as u32;
     engine.note_ttl(ttl_ms);
     let start = engine.clock.now();
@@ -266,7 +291,10 @@ async fn offer<N: Nodes, C: Clock>(
     let mut granting = 0;
     let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
     let want_arg = Decimal::new(i64::from(want));
-    let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    // The blockers first, then the slots: the script answers with the slots' indices.
+    let key_refs: Vec<&[u8]> = (slots.blockers.iter().chain(keys))
+        .map(Vec::as_slice)
+        .collect();
     let args: [&[u8]; 3] = [value, ttl_arg.as_bytes(), want_arg.as_bytes()];
     let nodes = engine
         .pipelined(
@@ -275,7 +303,7 @@ async fn offer<N: Nodes, C: Clock>(
             1,
             deadline,
             quorum.votes_to_decide(),
-            |buf, full| lua::eval(buf, lua::ACQUIRE_PERMITS, full, &key_refs, &args),
+            |buf, full| lua::eval(buf, slots.script, full, &key_refs, &args),
             |_, (node, source), reply| {
                 let now = engine.clock.now();
                 let listed = matches!(
@@ -283,6 +311,7 @@ async fn offer<N: Nodes, C: Clock>(
                     Ok(Value::Array(_))
                 );
                 let (vote, outcome, taken) = offer_vote(&reply, count);
+                // Every key lies in the name's slot: the first stands for them (the restart guard's quarantine).
                 let key = key_refs.first().copied().unwrap_or_default();
                 let (vote, outcome) =
                     engine.counted_from((source, key), (vote, outcome), now, None);
@@ -339,15 +368,42 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
     value: token::Value,
     ttl: (Duration, u64),
 ) -> std::result::Result<Lock, (Failure, Report)> {
-    let keys = permit_keys(name, count);
-    let first = offer(engine, &keys, &value, ttl, (1, Rule::PerPermit)).await;
+    let kind = |index| {
+        Kind::Semaphore(Permits {
+            name: name.to_vec(),
+            count,
+            index,
+        })
+    };
+    take(
+        engine,
+        &Slots::permits(name, count),
+        (name, &kind),
+        value,
+        ttl,
+    )
+    .await
+}
+
+/// One acquisition of one of `slots` for the lock `name`: the offer, counted per slot; on a split, once more with
+/// a value of its own. The lowest index a majority granted is kept, held as `kind(Some(index))`; every other slot
+/// an offer took is given back. Shared by semaphores and a read-write lock's readers (`rwlock.rs`).
+pub(crate) async fn take<N: Nodes, C: Clock>(
+    engine: &Engine<N, C>,
+    slots: &Slots,
+    (name, kind): (&[u8], KindOf<'_>),
+    value: token::Value,
+    ttl: (Duration, u64),
+) -> std::result::Result<Lock, (Failure, Report)> {
+    let count = slots.keys.len() as u32;
+    let first = offer(engine, slots, &value, ttl, (1, Rule::PerPermit)).await;
     // A node not read when the round ended (as soon as no permit could reach a majority) may have granted: its
     // grant may be the one that makes the split (module doc, 4).
     let unread = (first.outcomes.iter().enumerate())
         .filter(|&(node, o)| first.nodes.contains(node) && *o == Outcome::NotAwaited)
         .count();
     let split = first.granting + unread >= engine.quorum();
-    let (failure, report) = match settle(engine, first, (&keys, name), value) {
+    let (failure, report) = match settle(engine, first, (&slots.keys, name, kind), value) {
         Ok(lock) => return Ok(lock),
         Err(failed) => failed,
     };
@@ -362,15 +418,11 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
     else {
         return Err((failure, report));
     };
-    let kind = Kind::Semaphore(Permits {
-        name: name.to_vec(),
-        count,
-        index: None,
-    });
-    let mut undo = Undo::new(engine, name, &kind, again);
-    let second = offer(engine, &keys, &again, ttl, (count, Rule::PerPermit)).await;
+    let unheld = kind(None);
+    let mut undo = Undo::new(engine, name, &unheld, again);
+    let second = offer(engine, slots, &again, ttl, (count, Rule::PerPermit)).await;
     undo.disarm();
-    settle(engine, second, (&keys, name), again)
+    settle(engine, second, (&slots.keys, name, kind), again)
 }
 
 /// How an offer ends: the lowest permit held, or why none; every other permit it may have taken is given back
@@ -379,7 +431,7 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
 fn settle<N: Nodes, C: Clock>(
     engine: &Engine<N, C>,
     offer: Offer,
-    (keys, name): (&[Vec<u8>], &[u8]),
+    (keys, name, kind): (&[Vec<u8>], &[u8], KindOf<'_>),
     value: token::Value,
 ) -> std::result::Result<Lock, (Failure, Report)> {
     let count = keys.len() as u32;
@@ -411,11 +463,7 @@ fn settle<N: Nodes, C: Clock>(
                 (offer.start, valid_until),
                 offer.nodes,
             ),
-            Kind::Semaphore(Permits {
-                name: name.to_vec(),
-                count,
-                index: Some(i),
-            }),
+            kind(Some(i)),
         )),
         Err(failure) => Err((
             failure,
@@ -435,10 +483,10 @@ pub(crate) async fn attempt_counted_per_node<N: Nodes, C: Clock>(
     value: token::Value,
     ttl: (Duration, u64),
 ) -> std::result::Result<Lock, (Failure, Report)> {
-    let keys = permit_keys(name, count);
-    let offer = offer(engine, &keys, &value, ttl, (1, Rule::PerNode)).await;
+    let slots = Slots::permits(name, count);
+    let offer = offer(engine, &slots, &value, ttl, (1, Rule::PerNode)).await;
     let now = engine.clock.now();
-    let all: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let all: Vec<&[u8]> = slots.keys.iter().map(Vec::as_slice).collect();
     match offer.admitted.closed(now) {
         Status::Acquired { valid_until } => Ok(Lock::new(
             Lease::new(
@@ -468,7 +516,7 @@ pub(crate) async fn attempt_counted_per_node<N: Nodes, C: Clock>(
 }
 
 /// Releases, unawaited, the permits `keys` where they hold `value`, on `nodes`.
-fn give_back<N: Nodes, C: Clock>(
+pub(crate) fn give_back<N: Nodes, C: Clock>(
     engine: &Engine<N, C>,
     keys: &[&[u8]],
     value: &token::Value,

@@ -7,12 +7,13 @@
 //! Every waiting policy (once, retry, wait) works with every kind and every terminal, except two kinds of sets
 //! the nodes have no script for, which are an [`Error::Config`] before anything is sent:
 //!
-//! | | plain | fenced | owned (reentrant) | permits (semaphore) |
-//! |---|---|---|---|---|
-//! | one resource | ✓ | ✓ | ✓ | ✓ |
-//! | a set | ✓ | `Error::Config`: the fencing counter is per resource | `Error::Config`: holds are counted per resource | `Error::Config`: permits are per name |
+//! | | plain | fenced | owned (reentrant) | permits (semaphore) | read / write |
+//! |---|---|---|---|---|---|
+//! | one resource | ✓ | ✓ | ✓ | ✓ | ✓ |
+//! | a set | ✓ | `Error::Config`: the fencing counter is per resource | `Error::Config`: holds are counted per resource | `Error::Config`: permits are per name | `Error::Config`: a read-write lock is per name |
 //!
-//! The kinds do not combine: a semaphore's permits with a fencing token or an owner is an [`Error::Config`].
+//! The kinds do not combine: a semaphore's permits or a read-write lock's access with a fencing token or an owner
+//! is an [`Error::Config`]; among permits, read and write the last asked wins.
 
 use std::time::Duration;
 
@@ -52,6 +53,14 @@ const SEMAPHORE_SET: &str = "a semaphore over a set is not supported: permits ar
 const SEMAPHORE_KIND: &str = "a semaphore's permits do not combine with a fencing token or an owner: each permit \
                               is a plain lock of its own key";
 
+/// Why a read-write lock of a set is refused.
+const RW_SET: &str = "a read-write lock over a set is not supported: its keys are per name (lock one name that \
+                      stands for the set)";
+
+/// Why a read-write lock combined with another kind is refused.
+const RW_KIND: &str = "a read-write lock does not combine with a fencing token or an owner: a reader's slot and \
+                       the writer key are plain locks of their own keys";
+
 /// Why an owned set is refused.
 const OWNED_SET: &str = "an owned (reentrant) set is not supported: holds are counted per resource, and no script \
                          adds a hold to a set's keys together";
@@ -63,7 +72,7 @@ const OWNED_SET: &str = "an owned (reentrant) set is not supported: holds are co
 /// |---|---|---|
 /// | [`ttl`](Request::ttl) | [`Config::ttl`](crate::redlock::Config::ttl) | the lease (for a guard: each renewal's) |
 /// | [`once`](Request::once) / [`retry`](Request::retry) / [`wait`](Request::wait) | `retry` | one attempt; [`Config::retry_count`](crate::redlock::Config::retry_count) more; wait without polling |
-/// | [`fenced`](Request::fenced) / [`owned`](Request::owned) / [`permits`](Request::permits) | plain | a fencing token; one hold of an owner's reentrant lock; one of `k` permits |
+/// | [`fenced`](Request::fenced) / [`owned`](Request::owned) / [`permits`](Request::permits) / [`read`](Request::read) / [`write`](Request::write) | plain | a fencing token; one hold of an owner's reentrant lock; one of `k` permits; a reader or the writer of a read-write lock |
 ///
 /// | terminal | gives | |
 /// |---|---|---|
@@ -71,7 +80,7 @@ const OWNED_SET: &str = "an owned (reentrant) set is not supported: holds are co
 /// | [`hold`](Request::hold) | [`Guard`] | renewed in the background until dropped or released; says before expiry when it is lost |
 /// | [`run`](Request::run) | the closure's value | the closure runs under a guard; an error if the guard was lost meanwhile |
 ///
-/// A combination the nodes cannot do — a fenced set, an owned set, a semaphore of a set or with a token — is an [`Error::Config`] naming why, before
+/// A combination the nodes cannot do — a fenced set, an owned set, a semaphore or read-write lock of a set or with a token — is an [`Error::Config`] naming why, before
 /// anything is sent.
 ///
 /// # Examples
@@ -142,14 +151,18 @@ impl<'m> Request<'m> {
     }
 
     /// The request as `kind`, asked by an option: a set cannot take it (`why`, at the terminal), nor does a
-    /// semaphore combine with another kind ([`SEMAPHORE_KIND`]); otherwise the last option asked wins.
+    /// semaphore or a read-write lock combine with a fencing token or an owner ([`SEMAPHORE_KIND`],
+    /// [`RW_KIND`]); otherwise the last option asked wins.
     fn asking(mut self, kind: Kind, why: &'static str) -> Request<'m> {
+        // The kinds whose lock is a plain key of a name's own family: they replace each other.
+        let named = |k: &Kind| matches!(k, Kind::Semaphore(_) | Kind::Read(..) | Kind::Write(_));
+        let rw = |k: &Kind| matches!(k, Kind::Read(..) | Kind::Write(_));
         match (&self.kind, &kind) {
             (Kind::Set(_), _) => self.refused = Some(why),
-            (Kind::Plain, _) | (Kind::Semaphore(_), Kind::Semaphore(_)) => self.kind = kind,
-            (Kind::Semaphore(_), _) | (_, Kind::Semaphore(_)) => {
-                self.refused = Some(SEMAPHORE_KIND)
-            }
+            (Kind::Plain, _) => self.kind = kind,
+            (a, b) if named(a) && named(b) => self.kind = kind,
+            (a, b) if rw(a) || rw(b) => self.refused = Some(RW_KIND),
+            (a, b) if named(a) || named(b) => self.refused = Some(SEMAPHORE_KIND),
             _ => self.kind = kind,
         }
         self
@@ -280,6 +293,51 @@ impl<'m> Request<'m> {
             }),
             SEMAPHORE_SET,
         )
+    }
+
+    /// A reader of the read-write lock named by the resource: any number of readers hold it together (at most
+    /// [`MAX_READERS`](crate::redlock::MAX_READERS) at once; more are refused, or wait), never beside a
+    /// [writer](Request::write). A reader takes one reader slot, a mutex of its own key
+    /// ([`reader_key`](crate::redlock::reader_key)), by the semaphore's offer round, on nodes where neither the
+    /// writer key nor a waiting writer's intent exists (the argument is in the module docs of the kind, and in the
+    /// README); extended, renewed and released as a plain lock of that key. [`Lock::access`] says
+    /// [`Access::Read`](crate::redlock::Access::Read).
+    ///
+    /// [`wait`](Request::wait) waits in this process' line for the name, woken by a release of the writer or
+    /// an invalidation of the writer or intent key. Not for a set, nor with [`fenced`](Request::fenced) or
+    /// [`owned`](Request::owned) ([`Error::Config`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use muxlock::{Access, LockManager};
+    ///
+    /// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+    /// let reading = locks.request("catalog").read().acquire()?;
+    /// assert_eq!(reading.access(), Some(Access::Read));
+    /// locks.unlock(reading)?;
+    /// let writing = locks.request("catalog").write().hold()?; // alone: no reader, no other writer
+    /// writing.release()?;
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn read(self) -> Request<'m> {
+        let name = self.resource.clone();
+        self.asking(Kind::Read(name, None), RW_SET)
+    }
+
+    /// The writer of the read-write lock named by the resource: it holds alone, beside no reader and no other
+    /// writer. The writer key ([`writer_key`](crate::redlock::writer_key)) is a mutex that each node grants only
+    /// while no reader slot is live there; refused because of readers, the attempt marks the writer's intent
+    /// ([`intent_key`](crate::redlock::intent_key), for one TTL), which refuses new readers so that a stream of
+    /// readers cannot starve writers. Extended, renewed and released as a plain lock of the writer key.
+    /// [`Lock::access`] says [`Access::Write`](crate::redlock::Access::Write).
+    ///
+    /// [`wait`](Request::wait) waits in this process' line for the name, woken by a release of the writer or
+    /// a reader here, or an invalidation of the writer key or a reader slot. Not for a set, nor with
+    /// [`fenced`](Request::fenced) or [`owned`](Request::owned) ([`Error::Config`]).
+    pub fn write(self) -> Request<'m> {
+        let name = self.resource.clone();
+        self.asking(Kind::Write(name), RW_SET)
     }
 
     /// Acquires the lock as asked.

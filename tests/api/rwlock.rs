@@ -1,0 +1,317 @@
+//! Read-write locks (`Request::read`, `Request::write`) on real redis-server nodes: readers share, a writer
+//! excludes readers and writers, a reader excludes a writer, crossed majorities refused both ways, a waiting
+//! writer gets in while readers keep coming (the intent key), guards, waiting, the async form, and the
+//! combinations refused before anything is sent.
+
+use crate::support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use muxlock::{Access, Error, intent_key, reader_key, writer_key};
+use support::Cluster;
+use support::locks::{manager_of, one_attempt, wait_until};
+use support::wire::cmd;
+
+fn steady() -> muxlock::Config {
+    one_attempt(Duration::from_secs(1))
+}
+
+fn text(key: Vec<u8>) -> String {
+    String::from_utf8(key).expect("an ASCII name")
+}
+
+fn held<T: std::fmt::Debug>(r: muxlock::Result<T>) {
+    assert!(matches!(r, Err(Error::Held(_))), "{r:?}");
+}
+
+#[test]
+fn readers_share_the_lock_each_in_a_slot_of_its_own() {
+    let cluster = Cluster::start(3);
+    let locks = manager_of(&cluster, steady());
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let r = locks.request("doc").read().once().acquire();
+            r.expect("a reader beside readers")
+        })
+        .collect();
+    let mut slots: Vec<&[u8]> = readers.iter().map(|r| r.resource()).collect();
+    slots.sort_unstable();
+    slots.dedup();
+    assert_eq!(slots.len(), 3);
+    for r in &readers {
+        assert_eq!(r.access(), Some(Access::Read));
+        assert_eq!(r.permit(), None);
+    }
+    assert_eq!(readers[0].resource(), reader_key(b"doc", 0));
+    for r in readers {
+        locks.unlock(r).expect("released");
+    }
+}
+
+#[test]
+fn a_writer_excludes_readers_and_writers() {
+    let cluster = Cluster::start(3);
+    let locks = manager_of(&cluster, steady());
+    let writer = locks
+        .request("doc")
+        .write()
+        .once()
+        .acquire()
+        .expect("the writer");
+    assert_eq!(writer.access(), Some(Access::Write));
+    assert_eq!(writer.resource(), writer_key(b"doc"));
+    held(locks.request("doc").read().once().acquire());
+    held(locks.request("doc").write().once().acquire());
+    // A refused reader left no slot behind.
+    for node in cluster.nodes() {
+        let got = node.raw(&cmd(&["EXISTS", &text(reader_key(b"doc", 0))]));
+        assert_eq!(got, b":0\r\n");
+    }
+    locks.unlock(writer).expect("released");
+    let reader = locks.request("doc").read().once().acquire();
+    locks
+        .unlock(reader.expect("a reader once the writer left"))
+        .expect("released");
+}
+
+/// A reader refuses a writer; the refused writer marks its intent on every node, which refuses new readers until
+/// the writer is granted (and deletes it) or its TTL ends.
+#[test]
+fn a_reader_excludes_a_writer_whose_intent_then_refuses_new_readers() {
+    let cluster = Cluster::start(3);
+    let locks = manager_of(&cluster, steady());
+    let reader = locks
+        .request("doc")
+        .read()
+        .once()
+        .acquire()
+        .expect("a reader");
+    held(locks.request("doc").write().once().acquire());
+    let intent = text(intent_key(b"doc"));
+    for node in cluster.nodes() {
+        assert_eq!(node.raw(&cmd(&["EXISTS", &intent])), b":1\r\n");
+        let writer = node.raw(&cmd(&["EXISTS", &text(writer_key(b"doc"))]));
+        assert_eq!(writer, b":0\r\n", "a refused writer keeps no writer key");
+    }
+    held(locks.request("doc").read().once().acquire());
+    locks.unlock(reader).expect("released");
+    let writer = locks
+        .request("doc")
+        .write()
+        .once()
+        .acquire()
+        .expect("the writer once the reader left");
+    for node in cluster.nodes() {
+        assert_eq!(node.raw(&cmd(&["EXISTS", &intent])), b":0\r\n");
+    }
+    locks.unlock(writer).expect("released");
+}
+
+/// Three nodes. A writer's key on nodes 0 and 1 (a majority): a reader gets a slot only on node 2, refused, and
+/// that slot is given back. Reader slots on nodes 1 and 2: a writer is granted only on node 0, refused, and that
+/// writer key released.
+#[test]
+fn crossed_majorities_are_refused_both_ways() {
+    let cluster = Cluster::start(3);
+    let locks = manager_of(&cluster, steady());
+    let writer = text(writer_key(b"a"));
+    for node in [0, 1] {
+        let reply = cluster
+            .node(node)
+            .raw(&cmd(&["SET", &writer, "W", "PX", "30000"]));
+        assert_eq!(reply, b"+OK\r\n");
+    }
+    held(locks.request("a").read().once().acquire());
+    wait_until(Duration::from_secs(2), "node 2's slot given back", || {
+        cluster
+            .node(2)
+            .raw(&cmd(&["EXISTS", &text(reader_key(b"a", 0))]))
+            == b":0\r\n"
+    });
+    let slot = text(reader_key(b"b", 5));
+    for node in [1, 2] {
+        let reply = cluster
+            .node(node)
+            .raw(&cmd(&["SET", &slot, "R", "PX", "30000"]));
+        assert_eq!(reply, b"+OK\r\n");
+    }
+    held(locks.request("b").write().once().acquire());
+    wait_until(
+        Duration::from_secs(2),
+        "node 0's writer key released",
+        || {
+            cluster
+                .node(0)
+                .raw(&cmd(&["EXISTS", &text(writer_key(b"b"))]))
+                == b":0\r\n"
+        },
+    );
+}
+
+/// Readers keep coming: a new reader every 50 ms, each holding 300 ms, so that some reader holds at every
+/// instant. A writer waiting for the name gets in anyway, within a few of the readers' holds: its first refused
+/// attempt marks its intent, new readers are refused, the readers in finish. Readers are refused while the
+/// writer waits and holds, and come back after it leaves.
+#[test]
+fn a_waiting_writer_gets_in_while_readers_keep_coming() {
+    let cluster = Cluster::start(3);
+    let readers = manager_of(&cluster, steady());
+    let writers = manager_of(&cluster, steady());
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (refused, got) = thread::scope(|s| {
+        let stream = s.spawn(|| {
+            let (mut holding, mut refused, mut got) = (Vec::new(), 0, 0);
+            let until = Instant::now() + Duration::from_secs(8);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
+                match readers.request("feed").read().once().acquire() {
+                    Ok(r) => {
+                        got += 1;
+                        holding.push((Instant::now(), r));
+                    }
+                    Err(Error::Held(_)) => refused += 1,
+                    Err(e) => panic!("{e}"),
+                }
+                let now = Instant::now();
+                while holding
+                    .first()
+                    .is_some_and(|(at, _)| now.duration_since(*at) >= Duration::from_millis(300))
+                {
+                    let (_, r) = holding.remove(0);
+                    readers.unlock(r).expect("released");
+                }
+                thread::sleep(Duration::from_millis(50));
+            }
+            for (_, r) in holding {
+                readers.unlock(r).expect("released");
+            }
+            (refused, got)
+        });
+        // Let the stream fill up first: several readers hold when the writer asks.
+        thread::sleep(Duration::from_millis(500));
+        let asked = Instant::now();
+        let writer = writers
+            .request("feed")
+            .write()
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .expect("the writer, in spite of the readers");
+        let waited = asked.elapsed();
+        assert!(waited < Duration::from_secs(3), "{waited:?}");
+        thread::sleep(Duration::from_millis(300));
+        writers.unlock(writer).expect("released");
+        thread::sleep(Duration::from_millis(500));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        stream.join().expect("the readers")
+    });
+    assert!(refused > 0, "no reader was refused");
+    assert!(got > 10, "readers came back after the writer: {got}");
+}
+
+#[test]
+fn guarded_readers_and_writers_are_renewed_and_exclude_each_other() {
+    let cluster = Cluster::start(3);
+    // Rounds short enough for a 2 s guard (renewed every 2/3 s).
+    let locks = manager_of(&cluster, one_attempt(Duration::from_millis(200)));
+    let ttl = Duration::from_secs(2);
+    let a = locks.request("g").read().ttl(ttl).hold().expect("a");
+    let b = locks.request("g").read().ttl(ttl).hold().expect("b");
+    assert_eq!(
+        (a.access(), b.access()),
+        (Some(Access::Read), Some(Access::Read))
+    );
+    thread::sleep(Duration::from_millis(1_500));
+    for g in [&a, &b] {
+        assert!(!g.is_lost());
+        assert!(g.renewals() >= 1, "{}", g.renewals());
+    }
+    held(locks.request("g").write().once().acquire());
+    a.release().expect("released");
+    b.release().expect("released");
+    // The refused writer's intent refuses readers until a writer is granted: this one.
+    let w = locks
+        .request("g")
+        .write()
+        .ttl(ttl)
+        .hold()
+        .expect("the writer");
+    assert_eq!(w.access(), Some(Access::Write));
+    thread::sleep(Duration::from_millis(1_500));
+    assert!(!w.is_lost() && w.renewals() >= 1, "{}", w.renewals());
+    held(locks.request("g").read().once().acquire());
+    held(locks.request("g").write().once().acquire());
+    w.release().expect("released");
+}
+
+/// A waiting reader is let in when the writer releases, and a waiting writer when the last reader does: by the
+/// release (in this process), not at a lease's end.
+#[test]
+fn a_release_wakes_a_waiter() {
+    let cluster = Cluster::start(3);
+    let locks = manager_of(&cluster, steady());
+    let ttl = Duration::from_secs(10);
+    for (first, then) in [(true, false), (false, true)] {
+        let ask = |write: bool| {
+            let r = locks.request("w").ttl(ttl);
+            match write {
+                true => r.write(),
+                false => r.read(),
+            }
+        };
+        let holder = ask(first).once().acquire().expect("the first");
+        let (lock, after) = thread::scope(|s| {
+            let w = s.spawn(|| {
+                let lock = ask(then).wait(Duration::from_secs(8)).acquire();
+                (lock, Instant::now())
+            });
+            thread::sleep(Duration::from_millis(500));
+            let at = Instant::now();
+            locks.unlock(holder).expect("released");
+            let (lock, got_at) = w.join().expect("the waiter");
+            (lock, got_at.duration_since(at))
+        });
+        let lock = lock.expect("the waiter's lock");
+        assert!(after < Duration::from_secs(1), "{after:?}");
+        locks.unlock(lock).expect("released");
+    }
+}
+
+#[test]
+fn async_readers_and_writer() {
+    let cluster = Cluster::start(3);
+    let locks = manager_of(&cluster, steady());
+    let rt = support::rt::current_thread();
+    rt.block_on(async {
+        let a = locks.request("x").read().acquire_async().await.expect("a");
+        let b = locks.request("x").read().acquire_async().await.expect("b");
+        held(locks.request("x").write().once().acquire_async().await);
+        locks.unlock_async(a).await.expect("released");
+        locks.unlock_async(b).await.expect("released");
+        let w = locks.request("x").write().acquire_async().await.expect("w");
+        held(locks.request("x").read().once().acquire_async().await);
+        locks.unlock_async(w).await.expect("released");
+    });
+}
+
+#[test]
+fn read_and_write_combine_with_neither_a_set_nor_a_token_nor_an_owner() {
+    let cluster = Cluster::start(3);
+    let locks = manager_of(&cluster, steady());
+    let owner = locks.owner().expect("an owner");
+    let refused = [
+        locks.request_all(["a", "b"]).read().acquire(),
+        locks.request_all(["a", "b"]).write().acquire(),
+        locks.request("a").read().fenced().acquire(),
+        locks.request("a").fenced().write().acquire(),
+        locks.request("a").owned(&owner).read().acquire(),
+        locks.request("a").write().owned(&owner).acquire(),
+    ];
+    for (i, r) in refused.into_iter().enumerate() {
+        assert!(matches!(r, Err(Error::Config(_))), "case {i}: {r:?}");
+    }
+    // The last asked of permits, read and write wins.
+    let w = locks.request("a").permits(2).read().write().acquire();
+    let w = w.expect("the writer");
+    assert_eq!(w.access(), Some(Access::Write));
+    locks.unlock(w).expect("released");
+}
