@@ -1,12 +1,15 @@
-//! A semaphore permit's cost beside a plain lock: acquire and release, timed apart, on 5 local nodes, one manager,
-//! one lone caller. Cases:
+//! A semaphore permit's and a read-write lock's cost beside a plain lock: acquire and release, timed apart, on 5
+//! local nodes, one manager, one lone caller. Cases:
 //!
 //! - `plain`: `request(name).acquire()`, then `unlock`;
-//! - `permits(k)` for k = 1, 4, 16, 64 ([`MAX_PERMITS`]): every permit free, so each node's offer takes all `k`
-//!   and the caller gives back `k - 1` (unawaited: the give-back goes ahead of the release on each connection,
-//!   so its server time shows in the release);
+//! - `permits(k)` for k = 1, 4, 16, 64 ([`MAX_PERMITS`]): every permit free, so each node's offer takes its lowest
+//!   free permit (permit 0) and nothing is given back (the nodes agree);
 //! - `permits(4), 3 held`: another manager holds three of the four permits, so the offer takes the last one on
-//!   each node and nothing is given back: the usual case of a busy semaphore with room.
+//!   each node and nothing is given back: the usual case of a busy semaphore with room;
+//! - `read()`: a reader of a free read-write lock (each node's offer looks at the writer and intent keys, then
+//!   takes its lowest free reader slot of 64, as `permits(64)` does);
+//! - `read(), 3 readers`: three other readers hold slots, the usual case of a read-mostly lock;
+//! - `write()`: a writer of a free read-write lock (its script looks at the 64 reader slots).
 //!
 //! The cases take turns in batches of 100 calls (round robin), so that noise from other processes hits them alike;
 //! every call is recorded in an HDR histogram; the table prints p50/p90/p99 per case and each p50's ratio to the
@@ -35,19 +38,28 @@ const BATCH: usize = 100;
 /// One case: what it acquires, and what it measured.
 struct Case {
     name: String,
-    /// `None`: a plain lock; `Some(k)`: one of `k` permits.
-    permits: Option<u32>,
+    /// What it asks for.
+    ask: Ask,
     resource: String,
     acquire: Histogram<u64>,
     release: Histogram<u64>,
 }
 
+/// What a case asks for.
+#[derive(Clone, Copy)]
+enum Ask {
+    Plain,
+    Permits(u32),
+    Read,
+    Write,
+}
+
 impl Case {
-    fn new(name: &str, permits: Option<u32>, resource: &str) -> Case {
+    fn new(name: &str, ask: Ask, resource: &str) -> Case {
         let h = || Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
         Case {
             name: name.to_owned(),
-            permits,
+            ask,
             resource: resource.to_owned(),
             acquire: h(),
             release: h(),
@@ -57,9 +69,11 @@ impl Case {
     /// One acquisition and its release, each timed (µs).
     fn call(&mut self, locks: &LockManager) {
         let request = locks.request(&self.resource).ttl(TTL).once();
-        let request = match self.permits {
-            Some(k) => request.permits(k),
-            None => request,
+        let request = match self.ask {
+            Ask::Plain => request,
+            Ask::Permits(k) => request.permits(k),
+            Ask::Read => request.read(),
+            Ask::Write => request.write(),
         };
         let t = Instant::now();
         let lock = request
@@ -107,15 +121,22 @@ fn main() {
             .expect("a manager")
     };
     let (locks, other) = (manager(), manager());
-    let mut cases = vec![Case::new("plain", None, "bench:plain")];
+    let mut cases = vec![Case::new("plain", Ask::Plain, "bench:plain")];
     for k in [1, 4, 16, MAX_PERMITS] {
         cases.push(Case::new(
             &format!("permits({k})"),
-            Some(k),
+            Ask::Permits(k),
             &format!("bench:sem{k}"),
         ));
     }
-    cases.push(Case::new("permits(4), 3 held", Some(4), "bench:busy"));
+    cases.push(Case::new(
+        "permits(4), 3 held",
+        Ask::Permits(4),
+        "bench:busy",
+    ));
+    cases.push(Case::new("read()", Ask::Read, "bench:rw"));
+    cases.push(Case::new("read(), 3 readers", Ask::Read, "bench:rw-busy"));
+    cases.push(Case::new("write()", Ask::Write, "bench:rw-w"));
     // Three of the busy semaphore's four permits held by another manager for the whole run.
     let held: Vec<_> = (0..3)
         .map(|_| {
@@ -125,6 +146,16 @@ fn main() {
                 .permits(4)
                 .acquire()
                 .expect("a permit")
+        })
+        .collect();
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            other
+                .request("bench:rw-busy")
+                .ttl(Duration::from_secs(3600))
+                .read()
+                .acquire()
+                .expect("a reader")
         })
         .collect();
     // Warm-up: connections, scripts loaded.
@@ -145,7 +176,7 @@ fn main() {
         }
         done += n;
     }
-    for lock in held {
+    for lock in held.into_iter().chain(readers) {
         other.unlock(lock).expect("released");
     }
     let base = (
