@@ -19,10 +19,7 @@ use crate::redlock::engine::Engine;
 use crate::redlock::engine::seam::{NodeRound, Nodes, blocking};
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::guard::Keeper;
-use crate::redlock::kind::Lock;
-use crate::redlock::kind::set::set_name;
-use crate::redlock::kind::{self, Ask, Kind};
-use crate::redlock::kind::{rwlock, semaphore};
+use crate::redlock::kind::{self, Ask, Kind, Line, Lock};
 use crate::redlock::observe;
 use crate::redlock::quorum::Failure;
 use crate::redlock::stats::Activity;
@@ -87,83 +84,6 @@ impl Young {
 /// other clients), the head pauses as after a failure.
 const FREE_STREAK: u32 = 3;
 
-/// Where a waiter lines up in this process ([`WaitRoom::join_for`]) and what it probes on the nodes.
-struct Line<'a> {
-    /// The line: the resource, or for a set or an owner a key of its own (no Redis key is named so: it starts
-    /// with a NUL byte).
-    key: Vec<u8>,
-    /// The resources whose release may let the head in, when `key` is not one.
-    grouped: &'a [Vec<u8>],
-    /// The keys a refused head probes (`PTTL`, which also arms their tracking).
-    probed: Vec<&'a [u8]>,
-    /// The name reports give.
-    name: Vec<u8>,
-    /// Whether any one probed key coming free may let the head in (a semaphore's permits), rather than all of
-    /// them (a set).
-    any: bool,
-}
-
-impl<'a> Line<'a> {
-    /// The line of `ask`: one resource (plain or fenced) lines up on its name; a set on all its names together
-    /// (not blocking the waiters of one of them, woken by a release of any); an owner's hold in a line of the
-    /// owner's for the resource (a nested hold never waits behind a waiter for the lock its owner holds).
-    /// A semaphore lines up on its name, woken by a release of any of its `permits` (their keys, in `keys`), and
-    /// probes them all for the earliest to come free. A reader or writer of a read-write lock lines up on its name
-    /// and access, woken by a release of any of its keys (`keys`: [`rwlock::all_keys`]); a reader probes the
-    /// writer and intent keys, a writer the writer key and every reader slot, for the latest to come free.
-    fn of(ask: &'a Ask, one: &'a [Vec<u8>], keys: &'a [Vec<u8>]) -> Line<'a> {
-        let r = &ask.resource;
-        match &ask.kind {
-            Kind::Plain | Kind::Fenced(_) => Line {
-                key: r.to_vec(),
-                grouped: &[],
-                probed: vec![r],
-                name: r.to_vec(),
-                any: false,
-            },
-            Kind::Set(names) => Line {
-                key: [&b"\0set\0"[..], &names.join(&b"\0"[..])].concat(),
-                grouped: names,
-                probed: names.iter().map(Vec::as_slice).collect(),
-                name: set_name(names),
-                any: false,
-            },
-            Kind::Owned(owner, _) => Line {
-                key: [&b"\0owned"[..], &owner.value[..], r].concat(),
-                grouped: one,
-                probed: vec![r],
-                name: r.to_vec(),
-                any: false,
-            },
-            Kind::Semaphore(_) => Line {
-                key: [&b"\0semaphore\0"[..], r].concat(),
-                grouped: keys,
-                probed: keys.iter().map(Vec::as_slice).collect(),
-                name: r.to_vec(),
-                any: true,
-            },
-            Kind::Read(..) => Line {
-                key: [&b"\0read\0"[..], r].concat(),
-                grouped: keys,
-                probed: keys.iter().take(2).map(Vec::as_slice).collect(),
-                name: r.to_vec(),
-                any: false,
-            },
-            Kind::Write(_) => Line {
-                key: [&b"\0write\0"[..], r].concat(),
-                grouped: keys,
-                // The writer key and the reader slots (`all_keys` puts the intent key second).
-                probed: (keys.iter().enumerate())
-                    .filter(|&(i, _)| i != 1)
-                    .map(|(_, k)| k.as_slice())
-                    .collect(),
-                name: r.to_vec(),
-                any: false,
-            },
-        }
-    }
-}
-
 /// Acquires `ask` (checked), waiting for it up to `max_wait`. One plain resource waits in the nodes' queue
 /// across processes (`handoff`), threads and tasks alike; every
 /// other kind (and a plain one on nodes that refuse the queue's script) waits in this process' [`Line`], each
@@ -186,20 +106,14 @@ pub(crate) async fn acquire_wait(
         }
     }
     let left = until.saturating_duration_since(Instant::now());
-    let one = [ask.resource.clone()];
-    let keys = match &ask.kind {
-        Kind::Semaphore(p) => semaphore::permit_keys(&p.name, p.count),
-        Kind::Read(name, _) | Kind::Write(name) => rwlock::all_keys(name),
-        _ => Vec::new(),
-    };
-    wait_for(keeper, &Line::of(ask, &one, &keys), left, ask).await
+    wait_for(keeper, &ask.kind.line(&ask.resource), left, ask).await
 }
 
 /// The waiting loop around any kind's attempt, for threads and tasks alike: the head of the line attempts,
 /// probes the holder's lease when refused, and waits ([`park`]) for a release, an invalidation or its timer.
 async fn wait_for(
     keeper: &Arc<Keeper>,
-    line: &Line<'_>,
+    line: &Line,
     max_wait: Duration,
     ask: &Ask,
 ) -> Result<Lock> {
@@ -210,7 +124,7 @@ async fn wait_for(
         true => Waiter::Thread(std::thread::current()),
         false => Waiter::Task(poll_fn(|cx| Poll::Ready(cx.waker().clone())).await),
     };
-    let ticket = keeper.waits.join_as(resource, line.grouped, waiter);
+    let ticket = keeper.waits.join_as(resource, &line.grouped, waiter);
     let _place = Place {
         room: &keeper.waits,
         resource,
@@ -249,7 +163,7 @@ async fn wait_for(
                 keeper.watchdog.ensure_started(Arc::downgrade(keeper));
                 wake_for_holder(
                     keeper,
-                    (&line.probed, line.any),
+                    (&line.probed(), line.any),
                     &mut report,
                     &mut free_streak,
                     now,

@@ -65,7 +65,55 @@ pub(crate) enum Kind {
     Write(Vec<u8>),
 }
 
+/// Where a waiter of a kind lines up in this process (`WaitRoom::join_as`) and what it probes on the nodes when
+/// refused (`wait.rs`); each kind's file says its own.
+#[derive(Debug)]
+pub(crate) struct Line {
+    /// The line: the resource, or for the kinds that hold other keys a key of its own (no Redis key is named so:
+    /// it starts with a NUL byte).
+    pub(crate) key: Vec<u8>,
+    /// The keys whose release may let the head in, when `key` is not one.
+    pub(crate) grouped: Vec<Vec<u8>>,
+    /// The keys a refused head probes (`PTTL`, which also arms their tracking).
+    pub(crate) probed: Vec<Vec<u8>>,
+    /// The name reports give.
+    pub(crate) name: Vec<u8>,
+    /// Whether any one probed key coming free may let the head in (a semaphore's permits), rather than all of
+    /// them (a set).
+    pub(crate) any: bool,
+}
+
+impl Line {
+    /// One resource's line: on its name, probing it.
+    pub(crate) fn of_resource(resource: &[u8]) -> Line {
+        Line {
+            key: resource.to_vec(),
+            grouped: Vec::new(),
+            probed: vec![resource.to_vec()],
+            name: resource.to_vec(),
+            any: false,
+        }
+    }
+
+    /// The probed keys, borrowed.
+    pub(crate) fn probed(&self) -> Vec<&[u8]> {
+        self.probed.iter().map(Vec::as_slice).collect()
+    }
+}
+
 impl Kind {
+    /// The line a waiter for `resource` of this kind joins (see [`Line`]).
+    pub(crate) fn line(&self, resource: &[u8]) -> Line {
+        match self {
+            Kind::Plain | Kind::Fenced(_) => Line::of_resource(resource),
+            Kind::Set(names) => set::line(names),
+            Kind::Owned(owner, _) => owned::line(owner, resource),
+            Kind::Semaphore(p) => semaphore::line(p),
+            Kind::Read(name, _) => rwlock::line(name, rwlock::Access::Read),
+            Kind::Write(name) => rwlock::line(name, rwlock::Access::Write),
+        }
+    }
+
     /// The kind's name in traces and metrics.
     pub(crate) fn label(&self) -> &'static str {
         match self {

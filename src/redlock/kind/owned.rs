@@ -57,7 +57,7 @@ use crate::redlock::engine::scripted::Scripted;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::settle;
 use crate::redlock::error::{Error, Outcome, Report, Result};
-use crate::redlock::kind::{Kind, Lock};
+use crate::redlock::kind::{Kind, Line, Lock};
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Vote};
 use crate::redlock::token;
@@ -91,6 +91,16 @@ pub(crate) struct Hold {
     pub(crate) id: token::Value,
     /// The number of holds the key had after this acquisition (the largest among the nodes counted).
     pub(crate) holds: u64,
+}
+
+/// An owner's hold waits in a line of the owner's for the resource: a nested hold never waits behind a waiter
+/// for the lock its owner holds. Woken by a release of the resource, probing it.
+pub(crate) fn line(owner: &Owner, resource: &[u8]) -> Line {
+    Line {
+        key: [&b"\0owned"[..], &owner.value[..], resource].concat(),
+        grouped: vec![resource.to_vec()],
+        ..Line::of_resource(resource)
+    }
 }
 
 /// The hold-count key of `resource`, colocated with the resource's slot when some member is a cluster

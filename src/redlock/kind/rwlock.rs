@@ -81,7 +81,7 @@ use crate::redlock::engine::reply::grant_vote;
 use crate::redlock::engine::seam::{Clock, Nodes};
 use crate::redlock::error::Report;
 use crate::redlock::kind::semaphore::{self, MAX_PERMITS, Slots};
-use crate::redlock::kind::{Kind, Lock};
+use crate::redlock::kind::{Kind, Line, Lock};
 use crate::redlock::lua;
 use crate::redlock::quorum::Failure;
 use crate::redlock::token;
@@ -140,6 +140,28 @@ pub(crate) fn all_keys(name: &[u8]) -> Vec<Vec<u8>> {
     let mut keys = vec![writer_key(name), intent_key(name)];
     keys.extend(reader_keys(name));
     keys
+}
+
+/// A reader's or writer's waiting line: on its name and access, woken by a release of any of its keys; a
+/// reader probes the writer and intent keys, a writer the writer key and every reader slot, for the latest to
+/// come free.
+pub(crate) fn line(name: &[u8], access: Access) -> Line {
+    let grouped = all_keys(name);
+    let (tag, probed): (&[u8], Vec<Vec<u8>>) = match access {
+        Access::Read => (b"\0read\0", vec![writer_key(name), intent_key(name)]),
+        Access::Write => {
+            let mut keys = vec![writer_key(name)];
+            keys.extend(reader_keys(name));
+            (b"\0write\0", keys)
+        }
+    };
+    Line {
+        key: [tag, name].concat(),
+        grouped,
+        probed,
+        name: name.to_vec(),
+        any: false,
+    }
 }
 
 /// The reader's offer: the reader slots, refused while the writer or intent key exists.

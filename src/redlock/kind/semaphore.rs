@@ -98,7 +98,7 @@ use crate::redlock::engine::pipeline::Purpose;
 use crate::redlock::engine::reply::script_vote;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::error::{Error, Outcome, Report, Result};
-use crate::redlock::kind::{Kind, Lock, Undo};
+use crate::redlock::kind::{Kind, Line, Lock, Undo};
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Quorum, Status, Vote};
 use crate::redlock::token;
@@ -136,6 +136,19 @@ pub fn permit_key(name: &[u8], index: u32) -> Vec<u8> {
 /// Every permit's key, in index order.
 pub(crate) fn permit_keys(name: &[u8], count: u32) -> Vec<Vec<u8>> {
     (0..count).map(|i| permit_key(name, i)).collect()
+}
+
+/// A semaphore's waiting line: on its name, woken by a release of any of its permits, probing them all for the
+/// earliest to come free (any one lets the head in).
+pub(crate) fn line(p: &Permits) -> Line {
+    let keys = permit_keys(&p.name, p.count);
+    Line {
+        key: [&b"\0semaphore\0"[..], &p.name].concat(),
+        grouped: keys.clone(),
+        probed: keys,
+        name: p.name.clone(),
+        any: true,
+    }
 }
 
 /// Checks a semaphore's number of permits.

@@ -48,7 +48,7 @@ use crate::redlock::engine::scripted::Scripted;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::settle;
 use crate::redlock::error::{Error, Outcome, Report, Result};
-use crate::redlock::kind::{Kind, Lock};
+use crate::redlock::kind::{Kind, Line, Lock};
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Vote};
 use crate::redlock::token;
@@ -184,6 +184,18 @@ fn encode_msetex(buf: &mut BytesMut, keys: &[&[u8]], value: &[u8], ttl: &[u8]) {
 /// The names of a set as reports show them: joined by `", "`.
 pub(crate) fn set_name(resources: &[Vec<u8>]) -> Vec<u8> {
     resources.join(&b", "[..])
+}
+
+/// A set's waiting line: all its names together (not blocking the waiters of one of them), woken by a release of
+/// any, probing them all (every one must come free).
+pub(crate) fn line(names: &[Vec<u8>]) -> Line {
+    Line {
+        key: [&b"\0set\0"[..], &names.join(&b"\0"[..])].concat(),
+        grouped: names.to_vec(),
+        probed: names.to_vec(),
+        name: set_name(names),
+        any: false,
+    }
 }
 
 /// The keys and the two arguments (value, ttl) of a set's scripts.
