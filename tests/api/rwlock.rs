@@ -315,3 +315,69 @@ fn read_and_write_combine_with_neither_a_set_nor_a_token_nor_an_owner() {
     assert_eq!(w.access(), Some(Access::Write));
     locks.unlock(w).expect("released");
 }
+
+/// Readers keep coming, each every 700 ms and holding 1.5 s (so that two or three hold at every instant), and a
+/// writer whose lease (and so whose intent key's) is much shorter than the gaps between the readers' comings and
+/// goings waits for the name. Its intent must keep refusing new readers for as long as it waits, or each new
+/// reader, arriving after the intent lapsed, keeps the writer out for good.
+#[test]
+fn a_waiting_writer_with_a_short_lease_is_not_starved_by_readers() {
+    let cluster = Cluster::start(3);
+    let readers = manager_of(&cluster, steady());
+    let writers = manager_of(&cluster, steady());
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let got = thread::scope(|s| {
+        let stream = s.spawn(|| {
+            let (mut holding, mut got) = (Vec::new(), 0);
+            let until = Instant::now() + Duration::from_secs(12);
+            let mut next = Instant::now();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
+                if Instant::now() >= next {
+                    next += Duration::from_millis(700);
+                    match readers
+                        .request("slow-feed")
+                        .read()
+                        .ttl(Duration::from_secs(5))
+                        .once()
+                        .acquire()
+                    {
+                        Ok(r) => {
+                            got += 1;
+                            holding.push((Instant::now(), r));
+                        }
+                        Err(Error::Held(_)) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                let now = Instant::now();
+                while holding
+                    .first()
+                    .is_some_and(|(at, _)| now.duration_since(*at) >= Duration::from_millis(1500))
+                {
+                    let (_, r) = holding.remove(0);
+                    readers.unlock(r).expect("released");
+                }
+                thread::sleep(Duration::from_millis(10));
+            }
+            for (_, r) in holding {
+                readers.unlock(r).expect("released");
+            }
+            got
+        });
+        thread::sleep(Duration::from_millis(1600));
+        let asked = Instant::now();
+        let writer = writers
+            .request("slow-feed")
+            .write()
+            .ttl(Duration::from_millis(300))
+            .wait(Duration::from_secs(8))
+            .acquire();
+        let waited = asked.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let got = stream.join().expect("the readers");
+        let writer = writer.unwrap_or_else(|e| panic!("the writer, after {waited:?}: {e}"));
+        let _ = writers.unlock(writer);
+        got
+    });
+    assert!(got > 2, "readers held: {got}");
+}
