@@ -179,6 +179,13 @@ async fn wait_for(
         keeper.waits.set_error(resource, &error);
         last = Some(error);
         note_wait(&mut waited, activity);
+        // A head whose refused attempt left a mark on the nodes that lapses with its lease (a writer's intent)
+        // tries again within half a lease, or the mark lapses between its tries and the readers it holds off
+        // get in again.
+        let wake = match line.marks {
+            true => wake.min(later(now, ask.ttl / 2)),
+            false => wake,
+        };
         sleep(
             keeper,
             (resource, ticket, generation),

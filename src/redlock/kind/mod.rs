@@ -81,6 +81,9 @@ pub(crate) struct Line {
     /// Whether any one probed key coming free may let the head in (a semaphore's permits), rather than all of
     /// them (a set).
     pub(crate) any: bool,
+    /// Whether a refused attempt leaves a mark on the nodes that lapses with the lease asked for (a writer's
+    /// intent): the head then tries again within half a lease, whatever it probed.
+    pub(crate) marks: bool,
 }
 
 impl Line {
@@ -92,6 +95,7 @@ impl Line {
             probed: vec![resource.to_vec()],
             name: resource.to_vec(),
             any: false,
+            marks: false,
         }
     }
 

@@ -54,6 +54,11 @@
 //! leases run out), and the writer's next attempt (a retry, or a wake of [`wait`](crate::redlock::Request::wait))
 //! finds no reader. A granted writer deletes the intent key, whichever writer set it: another writer waiting is
 //! refused by the writer key meanwhile and marks its intent again at its next attempt that meets readers.
+//! The intent lives one lease of the writer's, so a waiting writer tries again within half a lease whatever it
+//! is waiting for (`kind::Line::marks`): otherwise a writer with a lease shorter than the readers' (who it
+//! waits for) let its intent lapse between tries, and the next reader got in each time
+//! (`api::rwlock::a_waiting_writer_with_a_short_lease_is_not_starved_by_readers`). A writer that only retries
+//! (`retry`, no `wait`) keeps its intent only if its pause is shorter than its lease.
 //!
 //! **What a writer that gives up costs**: its intent key stays until its `PX` ends (one lease TTL), and readers
 //! are refused on those nodes until then (or until another writer is granted there). A writer whose acquisition
@@ -161,6 +166,8 @@ pub(crate) fn line(name: &[u8], access: Access) -> Line {
         probed,
         name: name.to_vec(),
         any: false,
+        // A refused writer's intent lives one lease: it must try again before then (see the module doc).
+        marks: access == Access::Write,
     }
 }
 

@@ -148,6 +148,7 @@ pub(crate) fn line(p: &Permits) -> Line {
         probed: keys,
         name: p.name.clone(),
         any: true,
+        marks: false,
     }
 }
 

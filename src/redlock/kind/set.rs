@@ -195,6 +195,7 @@ pub(crate) fn line(names: &[Vec<u8>]) -> Line {
         probed: names.to_vec(),
         name: set_name(names),
         any: false,
+        marks: false,
     }
 }
 
