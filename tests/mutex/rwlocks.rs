@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use muxlock::MAX_READERS;
-use muxlock::redlock::{Error, LockManager};
+use muxlock::redlock::LockManager;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
@@ -64,24 +64,8 @@ fn rw_worker(
             true => request.write(),
             false => request.read(),
         };
-        let got = match work.wait {
-            Some(max_wait) => request.wait(max_wait).acquire(),
-            None => request.acquire(),
-        };
-        let lock = match got {
-            Ok(lock) => lock,
-            Err(Error::Held(_)) => {
-                Stats::add(&stats.held);
-                continue;
-            }
-            Err(Error::Quorum(report)) => {
-                stats.no_quorum(&report);
-                continue;
-            }
-            Err(_) => {
-                Stats::add(&stats.other);
-                continue;
-            }
+        let Some(lock) = stats.tally(work.acquire(request)) else {
+            continue;
         };
         let start = mono_ns();
         Stats::add(&stats.acquired);

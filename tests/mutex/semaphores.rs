@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use muxlock::redlock::{Error, LockManager};
+use muxlock::redlock::LockManager;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
@@ -63,24 +63,8 @@ fn permit_worker(
     while Instant::now() < work.until {
         let resource = &work.resources[(rng.next_u32() as usize) % work.resources.len()];
         let request = locks.request(resource).ttl(work.ttl).permits(PERMITS);
-        let got = match work.wait {
-            Some(max_wait) => request.wait(max_wait).acquire(),
-            None => request.acquire(),
-        };
-        let lock = match got {
-            Ok(lock) => lock,
-            Err(Error::Held(_)) => {
-                Stats::add(&stats.held);
-                continue;
-            }
-            Err(Error::Quorum(report)) => {
-                stats.no_quorum(&report);
-                continue;
-            }
-            Err(_) => {
-                Stats::add(&stats.other);
-                continue;
-            }
+        let Some(lock) = stats.tally(work.acquire(request)) else {
+            continue;
         };
         let start = mono_ns();
         Stats::add(&stats.acquired);
@@ -336,7 +320,7 @@ mod counted_per_node {
                     start,
                     end: instant_ns(lock.valid_until()),
                 }),
-                Err(Error::Held(_)) => {}
+                Err(muxlock::Error::Held(_)) => {}
                 Err(e) => panic!("client {c}: {e}"),
             }
         }

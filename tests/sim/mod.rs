@@ -1108,9 +1108,8 @@ impl World {
         if cl.replica_of[i].is_some() || !self.rng.chance(0.5) {
             return;
         }
-        let served: Vec<u16> = [&b"r0"[..], b"r1", b"r2"]
-            .iter()
-            .map(|r| muxlock::net::cluster::key_slot(r))
+        let served: Vec<u16> = resource_slots()
+            .into_iter()
             .filter(|&s| cl.owner[s as usize] as usize == i)
             .collect();
         if served.is_empty() {
@@ -1879,6 +1878,14 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
     })
 }
 
+/// The slots of the resources the cluster worlds lock (`r0`–`r2`), in order.
+fn resource_slots() -> Vec<u16> {
+    [&b"r0"[..], b"r1", b"r2"]
+        .iter()
+        .map(|r| muxlock::net::cluster::key_slot(r))
+        .collect()
+}
+
 /// The cluster events of a world with cluster members, from a stream of their own: per cluster, every 0.4–2.5 s
 /// a slot of one of the resources migrates to the other master over 20–800 ms (its keys moved one at a time, 1–4
 /// of them before the end), a
@@ -1886,10 +1893,7 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
 /// master's latest writes), or a linked replica takes over.
 fn plan_clusters(w: &mut World, seed: u64, setup: &Setup) {
     let mut rng = Rng::new(seed ^ 0x0063_6c75_7374_6572);
-    let slots: Vec<u16> = [&b"r0"[..], b"r1", b"r2"]
-        .iter()
-        .map(|r| muxlock::net::cluster::key_slot(r))
-        .collect();
+    let slots = resource_slots();
     for c in 0..w.clusters.len() {
         let mut t = 0;
         loop {

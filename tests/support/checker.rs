@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use muxlock::net::NodeError;
-use muxlock::redlock::{Error, LockManager, Outcome, Report};
+use muxlock::redlock::{Error, Lock, LockManager, Outcome, Report, Request};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
@@ -276,6 +276,26 @@ impl Stats {
 
     pub fn add(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The lock of an attempt that got one; a failed attempt counted (held, no quorum with each node's outcome,
+    /// or another error) and `None`.
+    pub fn tally<T>(&self, got: muxlock::Result<T>) -> Option<T> {
+        match got {
+            Ok(lock) => Some(lock),
+            Err(Error::Held(_)) => {
+                Stats::add(&self.held);
+                None
+            }
+            Err(Error::Quorum(report)) => {
+                self.no_quorum(&report);
+                None
+            }
+            Err(_) => {
+                Stats::add(&self.other);
+                None
+            }
+        }
     }
 
     /// Counts an attempt that found no quorum, and what each node that did not grant did.
@@ -536,6 +556,14 @@ pub struct Work {
 }
 
 impl Work {
+    /// Acquires as `request` asks, waiting up to [`Work::wait`] if set.
+    pub fn acquire(&self, request: Request<'_>) -> muxlock::Result<Lock> {
+        match self.wait {
+            Some(max_wait) => request.wait(max_wait).acquire(),
+            None => request.acquire(),
+        }
+    }
+
     /// How much lease a worker wants left before it writes: its longest write, plus 20 ms.
     pub fn margin(&self) -> Duration {
         self.max_work + Duration::from_millis(20)
@@ -592,28 +620,8 @@ fn worker_heeding(
     let mut holds = 0u64;
     while Instant::now() < work.until {
         let resource = &work.resources[(rng.next_u32() as usize) % work.resources.len()];
-        let got = match work.wait {
-            Some(max_wait) => locks
-                .request(resource)
-                .ttl(work.ttl)
-                .wait(max_wait)
-                .acquire(),
-            None => locks.request(resource).ttl(work.ttl).acquire(),
-        };
-        let lock = match got {
-            Ok(lock) => lock,
-            Err(Error::Held(_)) => {
-                Stats::add(&stats.held);
-                continue;
-            }
-            Err(Error::Quorum(report)) => {
-                stats.no_quorum(&report);
-                continue;
-            }
-            Err(_) => {
-                Stats::add(&stats.other);
-                continue;
-            }
+        let Some(lock) = stats.tally(work.acquire(locks.request(resource).ttl(work.ttl))) else {
+            continue;
         };
         let start = mono_ns();
         Stats::add(&stats.acquired);

@@ -500,7 +500,6 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         outcomes: Vec<Outcome>,
         quorum: usize,
     ) -> Report {
-        let resource = name;
         // Nodes whose grant was not counted: how long they have been up and until they count, for the message.
         let now = self.clock.now();
         let not_counted = match &self.restart.guard {
@@ -529,7 +528,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         };
         let nodes = self.fanout.addrs().iter().cloned().zip(outcomes).collect();
         Report {
-            resource: resource.to_vec(),
+            resource: name.to_vec(),
             nodes,
             quorum,
             holder_ttl: None,

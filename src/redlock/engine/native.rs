@@ -48,12 +48,15 @@ pub(crate) fn probe_has_msetex(reply: &Value) -> bool {
     let Value::Array(items) = reply.without_attributes() else {
         return false;
     };
-    items.get(2).is_some_and(|v| {
-        !matches!(
-            v.without_attributes(),
-            Value::Null | Value::NullArray | Value::NullBulk
-        )
-    })
+    items.get(2).is_some_and(known)
+}
+
+/// Whether one element of the probe's reply names a command the server knows (not a null).
+fn known(v: &Value) -> bool {
+    !matches!(
+        v.without_attributes(),
+        Value::Null | Value::NullArray | Value::NullBulk
+    )
 }
 
 /// What a node's reply to [`probe_command`] says: its native compare-and-delete, if any. Anything but an array
@@ -61,12 +64,6 @@ pub(crate) fn probe_has_msetex(reply: &Value) -> bool {
 pub(crate) fn read_probe(reply: &Value) -> Option<Native> {
     let Value::Array(items) = reply.without_attributes() else {
         return None;
-    };
-    let known = |v: &Value| {
-        !matches!(
-            v.without_attributes(),
-            Value::Null | Value::NullArray | Value::NullBulk
-        )
     };
     match &items[..] {
         [_, delifeq] | [_, delifeq, _] if known(delifeq) => Some(Native::DelIfEq),
@@ -146,6 +143,17 @@ impl Natives {
     /// is not set up yet.
     #[inline]
     pub(crate) fn of(&self, fanout: &impl Nodes, node: usize, script: Script) -> Option<Native> {
+        let code = self.current(fanout, node)?;
+        if code & refusal(script) != 0 {
+            return None;
+        }
+        decode(code)
+    }
+
+    /// Node `node`'s code on its current connection, its probe read first if that connection is new; `None`
+    /// before its first connection.
+    #[inline]
+    fn current(&self, fanout: &impl Nodes, node: usize) -> Option<u8> {
         let known = self.nodes.get(node)?;
         let session = fanout.sessions(node);
         if session == 0 {
@@ -154,11 +162,7 @@ impl Natives {
         if known.session.load(Ordering::Acquire) != session {
             self.read(fanout, node, known, session);
         }
-        let code = known.native.load(Ordering::Relaxed);
-        if code & refusal(script) != 0 {
-            return None;
-        }
-        decode(code)
+        Some(known.native.load(Ordering::Relaxed))
     }
 
     #[cold]
@@ -182,17 +186,8 @@ impl Natives {
     /// doc); `false` if not known yet.
     #[inline]
     pub(crate) fn msetex(&self, fanout: &impl Nodes, node: usize) -> bool {
-        let Some(known) = self.nodes.get(node) else {
-            return false;
-        };
-        let session = fanout.sessions(node);
-        if session == 0 {
-            return false;
-        }
-        if known.session.load(Ordering::Acquire) != session {
-            self.read(fanout, node, known, session);
-        }
-        known.native.load(Ordering::Relaxed) & (MSETEX | MSETEX_REFUSED) == MSETEX
+        self.current(fanout, node)
+            .is_some_and(|code| code & (MSETEX | MSETEX_REFUSED) == MSETEX)
     }
 
     /// Node `node` refused `MSETEX`: the script for the rest of the connection whose probe was read last.

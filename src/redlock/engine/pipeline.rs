@@ -49,12 +49,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         encode: impl Fn(&mut BytesMut, bool),
         on_reply: impl FnMut(usize, (usize, usize), Reply) -> usize,
     ) -> NodeSet {
-        let scripts_only = (NodeSet::EMPTY, |_: &mut BytesMut| {}, |_: usize| {});
         self.pipelined_with(
             purpose,
             (nodes, k, deadline, need),
             encode,
-            scripts_only,
+            scripts_only(),
             on_reply,
         )
         .await
@@ -149,4 +148,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         }
         sent
     }
+}
+
+/// The native part of [`Engine::pipelined_with`] for a round with no native command: every node gets the scripts.
+pub(crate) fn scripts_only() -> (NodeSet, impl Fn(&mut BytesMut), impl Fn(usize)) {
+    (NodeSet::EMPTY, |_: &mut BytesMut| {}, |_: usize| {})
 }

@@ -9,7 +9,7 @@ use bytes::BytesMut;
 
 use crate::net::{NodeSet, Reply};
 use crate::redlock::engine::lease::Lease;
-use crate::redlock::engine::pipeline::Purpose;
+use crate::redlock::engine::pipeline::{Purpose, scripts_only};
 use crate::redlock::engine::seam::{Clock, Nodes};
 use crate::redlock::engine::{Engine, answered, settle};
 use crate::redlock::error::{Error, Outcome, Result};
@@ -66,9 +66,14 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         (ttl, ttl_ms): (Duration, u64),
         classify: impl Fn(&Reply) -> (Vote, Outcome, u64),
     ) -> Acquired {
-        let scripts_only = (NodeSet::EMPTY, |_: &mut BytesMut| {}, |_: usize| {});
-        self.acquire_with(script, (keys, args), (ttl, ttl_ms), scripts_only, classify)
-            .await
+        self.acquire_with(
+            script,
+            (keys, args),
+            (ttl, ttl_ms),
+            scripts_only(),
+            classify,
+        )
+        .await
     }
 
     /// [`acquire_scripted`](Self::acquire_scripted), where the nodes of `natively` are sent what `encode_native`

@@ -239,14 +239,14 @@ impl NodeRound for Round<'_> {
         Round::patient_until(self, hard)
     }
 
-    /// Under [`block`] (a blocking verb), the real round blocks this thread until the outcome is filed (driving
-    /// the poll itself or sleeping), and the future is ready at its first poll; under an executor (an `_async`
-    /// verb) it is [`Round::poll_next`]: never blocking, woken by whoever files the outcome.
     #[inline]
     fn next_seq(&self, node: usize) -> u32 {
         Round::next_seq(self, node)
     }
 
+    /// Under [`block`] (a blocking verb), the real round blocks this thread until the outcome is filed (driving
+    /// the poll itself or sleeping), and the future is ready at its first poll; under an executor (an `_async`
+    /// verb) it is [`Round::poll_next`]: never blocking, woken by whoever files the outcome.
     #[inline]
     fn next(&mut self) -> impl Future<Output = Option<(CommandId, Reply)>> {
         std::future::poll_fn(move |cx| match blocking() {
