@@ -114,14 +114,7 @@ fn hostile_networks_keep_every_property() {
         assert!(!run.clock_check, "seed {seed} ran with the clock check");
         ops += run.ops;
         unguarded += u64::from(!run.restart_guard);
-        let s = &run.struck;
-        total.late += s.late;
-        total.overloaded += s.overloaded;
-        total.timeouts += s.timeouts;
-        total.resets_before += s.resets_before;
-        total.resets_after += s.resets_after;
-        total.redials += s.redials;
-        total.detached += s.detached;
+        total.add(&run.struck);
     }
     println!(
         "{seeds} hostile-network seeds without the clock check ({unguarded} without the restart guard): {ops} ops, \
@@ -219,13 +212,7 @@ fn cluster_members_keep_every_property() {
             fail(seed, &run, "clusters");
         }
         ops += run.ops;
-        let s = &run.struck;
-        total.moved += s.moved;
-        total.asked += s.asked;
-        total.migrations += s.migrations;
-        total.failovers += s.failovers;
-        total.failovers_lacking += s.failovers_lacking;
-        total.guard_checks += s.guard_checks;
+        total.add(&run.struck);
     }
     println!(
         "{seeds} seeds with cluster members: {ops} ops, {} MOVED, {} ASK, {} migrations, {} failovers ({} \
@@ -418,39 +405,7 @@ fn seeds_keep_every_property() {
         }
         ops += run.ops;
         unchecked += u64::from(!run.clock_check);
-        let s = &run.struck;
-        total.timeouts += s.timeouts;
-        total.resets_before += s.resets_before;
-        total.resets_after += s.resets_after;
-        total.refused += s.refused;
-        total.overloaded += s.overloaded;
-        total.restarts += s.restarts;
-        total.noscript += s.noscript;
-        total.late += s.late;
-        total.pauses += s.pauses;
-        total.lost += s.lost;
-        total.tokens_checked += s.tokens_checked;
-        total.guard_checks += s.guard_checks;
-        total.guards_lost += s.guards_lost;
-        total.guard_renewals += s.guard_renewals;
-        total.reentrant_checks += s.reentrant_checks;
-        total.owned_sessions += s.owned_sessions;
-        total.owned_checks += s.owned_checks;
-        total.owned_extensions += s.owned_extensions;
-        total.owned_lost += s.owned_lost;
-        total.outer_released_first += s.outer_released_first;
-        total.clock_changes += s.clock_changes;
-        total.clock_slews += s.clock_slews;
-        total.time_ahead += s.time_ahead;
-        total.time_behind += s.time_behind;
-        total.time_off_majority += s.time_off_majority;
-        total.time_within += s.time_within;
-        total.noscript_late += s.noscript_late;
-        for (sum, k) in total.noperm.iter_mut().zip(s.noperm) {
-            *sum += k;
-        }
-        total.releases_judged += s.releases_judged;
-        total.kept_after_release += s.kept_after_release;
+        total.add(&run.struck);
     }
     println!(
         "{} seeds ({unchecked} without the clock check), {ops} lock operations in {:?}; faults that struck \
@@ -551,16 +506,7 @@ fn semaphores_keep_every_property() {
         }
         ops += run.ops;
         permits += run.permits;
-        let s = &run.struck;
-        total.timeouts += s.timeouts;
-        total.lost += s.lost;
-        total.restarts += s.restarts;
-        total.pauses += s.pauses;
-        total.late += s.late;
-        total.guard_checks += s.guard_checks;
-        total.guards_lost += s.guards_lost;
-        total.guard_renewals += s.guard_renewals;
-        total.time_ahead += s.time_ahead;
+        total.add(&run.struck);
     }
     println!(
         "{seeds} semaphore seeds: {ops} ops, {permits} permits held, {:.1} s; faults that struck rounds: {total:?}",
@@ -606,16 +552,7 @@ fn rwlocks_keep_every_property() {
         ops += run.ops;
         holders += run.rw_holders;
         writers += run.rw_writers;
-        let s = &run.struck;
-        total.timeouts += s.timeouts;
-        total.lost += s.lost;
-        total.restarts += s.restarts;
-        total.pauses += s.pauses;
-        total.late += s.late;
-        total.guard_checks += s.guard_checks;
-        total.guards_lost += s.guards_lost;
-        total.guard_renewals += s.guard_renewals;
-        total.time_ahead += s.time_ahead;
+        total.add(&run.struck);
     }
     println!(
         "{seeds} read-write lock seeds: {ops} ops, {holders} holders ({writers} writers), {:.1} s; faults that \

@@ -487,6 +487,60 @@ pub struct Struck {
     pub kept_after_release: u64,
 }
 
+impl Struck {
+    /// Adds another run's counts to these (the earliest counter loss of the two).
+    pub fn add(&mut self, s: &Struck) {
+        self.timeouts += s.timeouts;
+        self.resets_before += s.resets_before;
+        self.resets_after += s.resets_after;
+        self.refused += s.refused;
+        self.overloaded += s.overloaded;
+        self.restarts += s.restarts;
+        self.pauses += s.pauses;
+        self.noscript += s.noscript;
+        self.late += s.late;
+        self.lost += s.lost;
+        self.guard_checks += s.guard_checks;
+        self.guards_lost += s.guards_lost;
+        self.guard_renewals += s.guard_renewals;
+        self.reentrant_checks += s.reentrant_checks;
+        self.owned_sessions += s.owned_sessions;
+        self.owned_checks += s.owned_checks;
+        self.owned_extensions += s.owned_extensions;
+        self.owned_lost += s.owned_lost;
+        self.outer_released_first += s.outer_released_first;
+        self.native_calls += s.native_calls;
+        self.tokens_checked += s.tokens_checked;
+        self.folded_rounds += s.folded_rounds;
+        self.folded += s.folded;
+        self.expired_released += s.expired_released;
+        self.cut_releases += s.cut_releases;
+        self.clock_changes += s.clock_changes;
+        self.clock_slews += s.clock_slews;
+        self.time_ahead += s.time_ahead;
+        self.time_behind += s.time_behind;
+        self.time_off_majority += s.time_off_majority;
+        self.time_within += s.time_within;
+        self.redials += s.redials;
+        self.detached += s.detached;
+        self.moved += s.moved;
+        self.asked += s.asked;
+        self.migrations += s.migrations;
+        self.failovers += s.failovers;
+        self.failovers_lacking += s.failovers_lacking;
+        self.noscript_late += s.noscript_late;
+        self.releases_judged += s.releases_judged;
+        self.kept_after_release += s.kept_after_release;
+        for (sum, k) in self.noperm.iter_mut().zip(s.noperm) {
+            *sum += k;
+        }
+        self.counters_lost_at = match (self.counters_lost_at, s.counters_lost_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
 /// What a write's replies are encoded into at first: enough for most (a set-up's are about 1 KiB).
 const REPLY_CAPACITY: usize = 1024;
 
