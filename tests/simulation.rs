@@ -499,21 +499,24 @@ fn semaphores_keep_every_property() {
     };
     let runs = seeds::in_order(0..seeds, move |seed| workload::run(seed, &opts()));
     let mut total = Struck::default();
-    let (mut ops, mut permits) = (0, 0);
+    let (mut ops, mut permits, mut queued) = (0, 0, 0);
     for (seed, run) in runs {
         if run.violation.is_some() {
             fail(seed, &run, "semaphores");
         }
         ops += run.ops;
         permits += run.permits;
+        queued += run.queued;
         total.add(&run.struck);
     }
     println!(
-        "{seeds} semaphore seeds: {ops} ops, {permits} permits held, {:.1} s; faults that struck rounds: {total:?}",
+        "{seeds} semaphore seeds: {ops} ops, {permits} permits held ({queued} through the nodes' queue), {:.1} s; \
+         faults that struck rounds: {total:?}",
         started.elapsed().as_secs_f64()
     );
     if seeds >= 10 {
         assert!(permits >= seeds, "too few permits held: {permits}");
+        assert!(queued >= seeds / 4, "too few queued grants: {queued}");
         assert!(
             total.timeouts > 0
                 && total.lost > 0
@@ -544,7 +547,7 @@ fn rwlocks_keep_every_property() {
     };
     let runs = seeds::in_order(0..seeds, move |seed| workload::run(seed, &opts()));
     let mut total = Struck::default();
-    let (mut ops, mut holders, mut writers) = (0, 0, 0);
+    let (mut ops, mut holders, mut writers, mut queued) = (0, 0, 0, 0);
     for (seed, run) in runs {
         if run.violation.is_some() {
             fail(seed, &run, "rwlocks");
@@ -552,14 +555,16 @@ fn rwlocks_keep_every_property() {
         ops += run.ops;
         holders += run.rw_holders;
         writers += run.rw_writers;
+        queued += run.queued;
         total.add(&run.struck);
     }
     println!(
-        "{seeds} read-write lock seeds: {ops} ops, {holders} holders ({writers} writers), {:.1} s; faults that \
-         struck rounds: {total:?}",
+        "{seeds} read-write lock seeds: {ops} ops, {holders} holders ({writers} writers, {queued} through the \
+         nodes' queue), {:.1} s; faults that struck rounds: {total:?}",
         started.elapsed().as_secs_f64()
     );
     if seeds >= 10 {
+        assert!(queued >= seeds / 4, "too few queued grants: {queued}");
         assert!(writers >= seeds / 2, "too few writers held: {writers}");
         assert!(
             holders - writers >= seeds,

@@ -12,6 +12,34 @@ use bytes::BytesMut;
 
 use crate::resp::encode_command;
 
+// The body of [`ACQUIRE_ONE`], for its queued form.
+macro_rules! acquire_one {
+    () => {
+        r#"if redis.call("set", KEYS[1], ARGV[1], "nx", "px", ARGV[2]) then return 1 end return 0"#
+    };
+}
+
+// The body of [`ACQUIRE_PERMITS`], for its queued form too.
+macro_rules! acquire_permits {
+    () => {
+        r#"local got = {} local want = tonumber(ARGV[3]) for i, k in ipairs(KEYS) do if #got >= want then break end if redis.call("set", k, ARGV[1], "nx", "px", ARGV[2]) then got[#got + 1] = i - 1 end end return got"#
+    };
+}
+
+// The body of [`ACQUIRE_READ`], for its queued form too.
+macro_rules! acquire_read {
+    () => {
+        r#"if redis.call("exists", KEYS[1], KEYS[2]) > 0 then return {} end local got = {} local want = tonumber(ARGV[3]) for i = 3, #KEYS do if #got >= want then break end if redis.call("set", KEYS[i], ARGV[1], "nx", "px", ARGV[2]) then got[#got + 1] = i - 3 end end return got"#
+    };
+}
+
+// The body of [`ACQUIRE_WRITE`], for its queued form too.
+macro_rules! acquire_write {
+    () => {
+        r#"if redis.call("exists", KEYS[1]) == 1 then return 0 end if redis.call("exists", unpack(KEYS, 3)) > 0 then redis.call("set", KEYS[2], ARGV[1], "px", ARGV[2]) return 0 end redis.call("set", KEYS[1], ARGV[1], "px", ARGV[2]) redis.call("del", KEYS[2]) return 1"#
+    };
+}
+
 /// A script and its SHA1 (as `SCRIPT LOAD` returns it; checked against a real server by the tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lua {
@@ -157,7 +185,7 @@ pub const FENCED_WRITE: Lua = Lua {
 /// [`ACQUIRE_MANY`]), until it has taken `ARGV[3]` of them. Returns the 0-based indices it took (an empty array:
 /// none was free).
 pub const ACQUIRE_PERMITS: Lua = Lua {
-    body: r#"local got = {} local want = tonumber(ARGV[3]) for i, k in ipairs(KEYS) do if #got >= want then break end if redis.call("set", k, ARGV[1], "nx", "px", ARGV[2]) then got[#got + 1] = i - 1 end end return got"#,
+    body: acquire_permits!(),
     sha1: "fb377b89c49e1009fc4bbbe5775fb4584ec0155f",
 };
 
@@ -167,7 +195,7 @@ pub const ACQUIRE_PERMITS: Lua = Lua {
 /// [`ACQUIRE_PERMITS`] takes permits. Returns the 0-based slot indices it took (an empty array: refused, or no
 /// slot free).
 pub const ACQUIRE_READ: Lua = Lua {
-    body: r#"if redis.call("exists", KEYS[1], KEYS[2]) > 0 then return {} end local got = {} local want = tonumber(ARGV[3]) for i = 3, #KEYS do if #got >= want then break end if redis.call("set", KEYS[i], ARGV[1], "nx", "px", ARGV[2]) then got[#got + 1] = i - 3 end end return got"#,
+    body: acquire_read!(),
     sha1: "f1b669b19431305c90b19d311c685c0672e99999",
 };
 
@@ -177,12 +205,12 @@ pub const ACQUIRE_READ: Lua = Lua {
 /// TTL (readers are refused here until it ends or a writer is granted); otherwise sets the writer key to the value
 /// for the TTL, deletes the intent key (whichever writer set it) and returns 1.
 pub const ACQUIRE_WRITE: Lua = Lua {
-    body: r#"if redis.call("exists", KEYS[1]) == 1 then return 0 end if redis.call("exists", unpack(KEYS, 3)) > 0 then redis.call("set", KEYS[2], ARGV[1], "px", ARGV[2]) return 0 end redis.call("set", KEYS[1], ARGV[1], "px", ARGV[2]) redis.call("del", KEYS[2]) return 1"#,
+    body: acquire_write!(),
     sha1: "1779ef45819576a2708bed48b90b9a2e8beab6e2",
 };
 
 /// Every script the lock rounds use, for `SCRIPT LOAD` on new connections and for the tests.
-pub const ALL: [Lua; 15] = [
+pub const ALL: [Lua; 18] = [
     RELEASE_BATCH,
     ACQUIRE_MANY,
     EXTEND_MANY,
@@ -198,6 +226,9 @@ pub const ALL: [Lua; 15] = [
     ACQUIRE_PERMITS,
     ACQUIRE_READ,
     ACQUIRE_WRITE,
+    QUEUE_PERMITS,
+    QUEUE_READ,
+    QUEUE_WRITE,
 ];
 
 /// `EVALSHA sha numkeys keys... args...`, or `EVAL script ...` when `full`.
@@ -214,30 +245,80 @@ pub(crate) fn eval(buf: &mut BytesMut, lua: Lua, full: bool, keys: &[&[u8]], arg
     encode_command(&parts, buf);
 }
 
-/// The queued acquisition of a waiting plain request (the design and its argument are in `wait/handoff.rs`).
-/// `KEYS[1]` the lock key, `KEYS[2]` the resource's queue (a sorted set: waiter id → ticket), `KEYS[3]` the queue's
-/// deadlines (waiter id → this node's clock in ms after which the entry is dead); `ARGV[1]` the lock value, `ARGV[2]`
-/// the TTL in ms, `ARGV[3]` the waiter's id, `ARGV[4]` its ticket, `ARGV[5]` the entry's lease in ms,
-/// `ARGV[6]` the resource (for the turn keys `muxlock:turn:<id>:<resource>`).
-///
-/// - Entries past their deadline are dropped first (a waiter that died), when someone else heads the queue.
-/// - If the queue is empty or headed by this waiter, it is the plain `SET KEYS[1] ARGV[1] NX PX ARGV[2]`: the queue
-///   can only refuse more, never grant what `SET NX` would not. Returns 1 if set. The waiter stays in the queue
-///   (at its head) until it knows it holds a majority: then it leaves with [`QUEUE_LEAVE`] on every node. (Leaving
-///   here, on a grant that turns out to be partial, made the nodes' heads differ: two waiters, each at the head
-///   of one of the two live nodes of 3, refused each other until an entry expired.)
-/// - Otherwise (held, or another waiter's turn) the waiter joins or stays, with its ticket and a fresh deadline,
-///   and both keys live `ARGV[5]` ms more. Returns `{rank, turn}`: its place (0: it heads the queue) and its turn
-///   key's value.
-pub const QUEUE_ACQUIRE: Lua = Lua {
-    body: r#"local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. ARGV[6] redis.call("incr", k) redis.call("pexpire", k, ARGV[5]) end local q, d, id = KEYS[2], KEYS[3], ARGV[3] local h = redis.call("zrange", q, 0, 0)[1] local now if h and h ~= id then local t = redis.call("time") now = t[1] * 1000 + math.floor(t[2] / 1000) local dead = redis.call("zrangebyscore", d, "-inf", now) if #dead > 0 then for _, m in ipairs(dead) do redis.call("zrem", q, m) redis.call("zrem", d, m) end local n = redis.call("zrange", q, 0, 0)[1] if n and n ~= h and n ~= id then signal(n) end h = n end end if (not h or h == id) and redis.call("set", KEYS[1], ARGV[1], "nx", "px", ARGV[2]) then return 1 end if not now then local t = redis.call("time") now = t[1] * 1000 + math.floor(t[2] / 1000) end redis.call("zadd", q, ARGV[4], id) redis.call("zadd", d, now + ARGV[5], id) redis.call("pexpire", q, ARGV[5]) redis.call("pexpire", d, ARGV[5]) return {redis.call("zrank", q, id), tonumber(redis.call("get", "muxlock:turn:" .. id .. ":" .. ARGV[6]) or "0") or 0}"#,
-    sha1: "58fd8afea4315aa29672591f56bfc7ea40b92387",
+// A kind's offer behind the nodes' waiting queue: `$body` (a script's text) runs, with its own `KEYS` and `ARGV`,
+// only where the queue is empty or headed by this waiter. See [`QUEUE_ACQUIRE`].
+macro_rules! queued {
+    ($body:expr) => {
+        concat!(
+            r#"local nk, na = #KEYS - 2, #ARGV - 4 local q, d, id = KEYS[nk + 1], KEYS[nk + 2], ARGV[na + 1] local lease, line = ARGV[na + 3], ARGV[na + 4] local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. line redis.call("incr", k) redis.call("pexpire", k, lease) end local h = redis.call("zrange", q, 0, 0)[1] local now if h and h ~= id then local t = redis.call("time") now = t[1] * 1000 + math.floor(t[2] / 1000) local dead = redis.call("zrangebyscore", d, "-inf", now) if #dead > 0 then for _, m in ipairs(dead) do redis.call("zrem", q, m) redis.call("zrem", d, m) end local n = redis.call("zrange", q, 0, 0)[1] if n and n ~= h and n ~= id then signal(n) end h = n end end local r = false if not h or h == id then r = (function(KEYS, ARGV) "#,
+            $body,
+            r#" end)({unpack(KEYS, 1, nk)}, {unpack(ARGV, 1, na)}) if r == 1 or (type(r) == "table" and r[1] ~= nil) then return {r, -1, 0} end end if not now then local t = redis.call("time") now = t[1] * 1000 + math.floor(t[2] / 1000) end redis.call("zadd", q, ARGV[na + 2], id) redis.call("zadd", d, now + lease, id) redis.call("pexpire", q, lease) redis.call("pexpire", d, lease) return {r, redis.call("zrank", q, id), tonumber(redis.call("get", "muxlock:turn:" .. id .. ":" .. line) or "0") or 0}"#
+        )
+    };
+}
+
+/// The script a queued offer runs for the waiter at the queue's head: the spec's `SET KEYS[1] ARGV[1] NX PX
+/// ARGV[2]`, answering 1 if set, else 0. Run only inside [`QUEUE_ACQUIRE`] (and by the simulator).
+pub const ACQUIRE_ONE: Lua = Lua {
+    body: acquire_one!(),
+    sha1: "ae4ce426a849e480e5833528c46687a003509159",
 };
 
-/// A waiter leaves the queue of [`QUEUE_ACQUIRE`] (same keys and arguments; only `ARGV[3]`, `ARGV[5]` and `ARGV[6]`
-/// are read): it got the lock (on a majority), or it gives up. If it headed the queue, the next waiter's turn key
-/// is bumped (an `INCR`: that waiter's tracker is told). Returns 1.
+/// A waiting request's offer behind the nodes' waiting queue (the design and its argument are in
+/// `wait/handoff.rs`), for a plain lock: the offer of [`ACQUIRE_ONE`]. Every queued offer ([`QUEUED`]) is a kind's
+/// offer script run inside the same gate, and takes that script's `KEYS` and `ARGV` followed by the gate's: `KEYS`
+/// the queue of the waiting line (a sorted set: waiter id → ticket) and its deadlines (waiter id → this node's
+/// clock in ms after which the entry is dead); `ARGV` the waiter's id, its ticket, the entry's lease in ms, and
+/// the line's name (for the turn keys `muxlock:turn:<id>:<line>`).
+///
+/// - Entries past their deadline are dropped first (a waiter that died), when someone else heads the queue, and
+///   the new head's turn key is bumped.
+/// - If the queue is empty or headed by this waiter, the kind's script runs with its own keys and arguments: the
+///   queue can only refuse more, never grant what the kind's script would not. A grant (1, or a non-empty list)
+///   is answered `{grant, -1, 0}`, and the waiter stays where it was (at the head, or not queued) until it knows
+///   it holds a majority: then it leaves with [`QUEUE_LEAVE`] on every node. (Leaving here, on a grant that turns
+///   out to be partial, made the nodes' heads differ: two waiters, each at the head of one of the two live
+///   nodes of 3, refused each other until an entry expired.)
+/// - Otherwise (the kind's script refused, or another waiter's turn) the waiter joins or stays, with its ticket
+///   and a fresh deadline, and both keys live one entry lease more. Answers `{reply, rank, turn}`: the kind's
+///   script's reply (nil where the queue kept it from running), the waiter's place (0: it heads the queue) and
+///   its turn key's value.
+pub const QUEUE_ACQUIRE: Lua = Lua {
+    body: queued!(acquire_one!()),
+    sha1: "5f9df4599a2df6c5cdbe27914a8df454c2b1c393",
+};
+
+/// [`ACQUIRE_PERMITS`] behind the waiting queue (see [`QUEUE_ACQUIRE`]): a semaphore's waiting offer.
+pub const QUEUE_PERMITS: Lua = Lua {
+    body: queued!(acquire_permits!()),
+    sha1: "5fa8fde1e2b2ee00bebaf11f28714650615cc5af",
+};
+
+/// [`ACQUIRE_READ`] behind the waiting queue (see [`QUEUE_ACQUIRE`]): a waiting reader's offer.
+pub const QUEUE_READ: Lua = Lua {
+    body: queued!(acquire_read!()),
+    sha1: "90d6bbc9a9ef88f119a63bc65ccb8155c393d20e",
+};
+
+/// [`ACQUIRE_WRITE`] behind the waiting queue (see [`QUEUE_ACQUIRE`]): a waiting writer's acquisition.
+pub const QUEUE_WRITE: Lua = Lua {
+    body: queued!(acquire_write!()),
+    sha1: "3d96bf6284b0a1d49242fe8b65edde9159782bf1",
+};
+
+/// Each queued offer and the kind's script it runs for the queue's head: how the simulator runs them.
+pub const QUEUED: [(Lua, Lua); 4] = [
+    (QUEUE_ACQUIRE, ACQUIRE_ONE),
+    (QUEUE_PERMITS, ACQUIRE_PERMITS),
+    (QUEUE_READ, ACQUIRE_READ),
+    (QUEUE_WRITE, ACQUIRE_WRITE),
+];
+
+/// A waiter leaves the queue of [`QUEUE_ACQUIRE`]: `KEYS` the queue and its deadlines, `ARGV` as the gate's (the
+/// waiter's id, its ticket, the entry's lease, the line's name): it got the lock (on a majority), or it gives up.
+/// If it headed the queue, the next waiter's turn key is bumped (an `INCR`: that waiter's tracker is told).
+/// Returns 1.
 pub const QUEUE_LEAVE: Lua = Lua {
-    body: r#"local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. ARGV[6] redis.call("incr", k) redis.call("pexpire", k, ARGV[5]) end local q, d, id = KEYS[2], KEYS[3], ARGV[3] local h = redis.call("zrange", q, 0, 0)[1] redis.call("zrem", q, id) redis.call("zrem", d, id) if h == id then local n = redis.call("zrange", q, 0, 0)[1] if n then signal(n) end end return 1"#,
-    sha1: "5a409fef85c3398a83cc08089cd6a60e46b8d7fa",
+    body: r#"local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. ARGV[4] redis.call("incr", k) redis.call("pexpire", k, ARGV[3]) end local q, d, id = KEYS[1], KEYS[2], ARGV[1] local h = redis.call("zrange", q, 0, 0)[1] redis.call("zrem", q, id) redis.call("zrem", d, id) if h == id then local n = redis.call("zrange", q, 0, 0)[1] if n then signal(n) end end return 1"#,
+    sha1: "3954634da2046fcf65252eae84d6392c0e027a06",
 };

@@ -107,6 +107,40 @@ impl SimGuard {
 #[derive(Debug)]
 pub struct QueueEntry(Entry);
 
+/// What a waiter in the nodes' queue waits for: a lock of a kind that queues.
+#[derive(Clone, Copy, Debug)]
+pub enum Waits<'a> {
+    /// A plain lock of a resource.
+    Plain(&'a [u8]),
+    /// A permit of the semaphore named so, of that many permits.
+    Permit(&'a [u8], u32),
+    /// A reader of the read-write lock named so.
+    Read(&'a [u8]),
+    /// The writer of the read-write lock named so.
+    Write(&'a [u8]),
+}
+
+impl Waits<'_> {
+    fn name(&self) -> &[u8] {
+        match *self {
+            Waits::Plain(n) | Waits::Permit(n, _) | Waits::Read(n) | Waits::Write(n) => n,
+        }
+    }
+
+    fn kind(&self) -> Kind {
+        match *self {
+            Waits::Plain(_) => Kind::Plain,
+            Waits::Permit(name, count) => Kind::Semaphore(semaphore::Permits {
+                name: name.to_vec(),
+                count,
+                index: None,
+            }),
+            Waits::Read(name) => Kind::Read(name.to_vec(), None),
+            Waits::Write(name) => Kind::Write(name.to_vec()),
+        }
+    }
+}
+
 /// The fanout options a manager of `config` over `nodes` nodes runs with: the commands a connection runs before
 /// its first request (the scripts' `SCRIPT LOAD`s, the native probe, then the restart guard's readings if
 /// `config` turns it on), which of them may be refused, the room and timeouts. A simulated client's fanout runs
@@ -417,15 +451,16 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         Ok(Owner { value })
     }
 
-    /// A waiter's entry in the nodes' queue of `resource` (a waiting request's hand-off across processes):
-    /// a random id from the seeded stream, and `ticket` (when the waiter began, in µs of some wall clock: the
-    /// order of the queue).
-    pub fn queue_entry(&self, resource: &[u8], ticket: u128) -> QueueEntry {
+    /// A waiter's entry in the nodes' queue of what it waits for (a waiting request's hand-off across
+    /// processes): a random id from the seeded stream, and `ticket` (when the waiter began, in µs of some wall
+    /// clock: the order of the queue).
+    pub fn queue_entry(&self, waits: Waits<'_>, ticket: u128) -> QueueEntry {
+        let line = waits.kind().line(waits.name()).key;
         QueueEntry(Entry::new(
             self.core.tokens.random_u64().unwrap_or(0),
             ticket,
             self.core.config.round_timeout,
-            resource,
+            &line,
         ))
     }
 
@@ -434,22 +469,20 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// `joined`: the waiter queued with an earlier attempt (a grant then leaves everywhere).
     pub async fn queued_attempt(
         &self,
-        resource: &[u8],
+        waits: Waits<'_>,
         ttl: Duration,
         entry: &QueueEntry,
         joined: bool,
     ) -> Result<std::result::Result<Lock, bool>> {
-        let ttl_ms = self.core.check(resource, ttl)?;
-        Ok(
-            queued::attempt(&self.core, resource, ttl, ttl_ms, &entry.0, joined)
-                .await?
-                .map_err(|(failure, _, _)| failure == crate::redlock::quorum::Failure::Held),
-        )
+        let ask = waits.kind().check(waits.name().to_vec(), &self.core, ttl)?;
+        Ok(queued::attempt(&self.core, &ask, &entry.0, joined)
+            .await?
+            .map_err(|(failure, _, _)| failure == crate::redlock::quorum::Failure::Held))
     }
 
     /// Takes `entry` off the queue on every node (sent, not awaited), as a waiter does with the lock or giving up.
-    pub fn leave_queue(&self, resource: &[u8], entry: &QueueEntry) {
-        queued::leave(&self.core, resource, &entry.0, crate::net::NodeSet::ALL);
+    pub fn leave_queue(&self, entry: &QueueEntry) {
+        queued::leave(&self.core, &entry.0, crate::net::NodeSet::ALL);
     }
 
     /// As a request with [`owned`](super::Request::owned): one hold of `owner`'s reentrant lock, as a [`Lock`]

@@ -19,7 +19,7 @@ use crate::redlock::engine::Engine;
 use crate::redlock::engine::seam::{NodeRound, Nodes, blocking};
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::guard::Keeper;
-use crate::redlock::kind::{self, Ask, Kind, Line, Lock};
+use crate::redlock::kind::{self, Ask, Line, Lock};
 use crate::redlock::observe;
 use crate::redlock::quorum::Failure;
 use crate::redlock::stats::Activity;
@@ -95,10 +95,10 @@ pub(crate) async fn acquire_wait(
     max_wait: Duration,
 ) -> Result<Lock> {
     let until = later(Instant::now(), max_wait);
-    let (resource, ttl, ttl_ms) = (&ask.resource[..], ask.ttl, ask.ttl_ms);
-    if ask.kind == Kind::Plain && !keeper.waits.unqueued() {
+    let line = ask.kind.line(&ask.resource);
+    if ask.kind.queues() && !keeper.waits.unqueued() {
         // Queued across processes: see `handoff`.
-        match handoff::queued_wait(keeper, resource, ttl, ttl_ms, max_wait).await {
+        match handoff::queued_wait(keeper, ask, &line, max_wait).await {
             Ok(got) => return got,
             // The nodes refuse the queue's script (an ACL without its commands or keys, `EVAL` disabled): wait
             // as before the queue, for the time left, and from now on.
@@ -106,7 +106,7 @@ pub(crate) async fn acquire_wait(
         }
     }
     let left = until.saturating_duration_since(Instant::now());
-    wait_for(keeper, &ask.kind.line(&ask.resource), left, ask).await
+    wait_for(keeper, &line, left, ask).await
 }
 
 /// The waiting loop around any kind's attempt, for threads and tasks alike: the head of the line attempts,

@@ -89,11 +89,6 @@ impl WaitRoom {
         self.unqueued.store(true, Ordering::Relaxed);
     }
 
-    /// Joins the end of `resource`'s line.
-    pub(crate) fn join(&self, resource: &[u8]) -> Ticket {
-        self.join_for(resource, &[])
-    }
-
     /// Joins the end of the line `key`, whose head a release of any of `names` may let in (a set waits in a line
     /// of its own, keyed by all its names, so that it neither blocks the waiters of one of its names nor misses
     /// the release of another; an owner's waiters in a line of the owner's, so that a nested hold is never
@@ -278,9 +273,9 @@ mod tests {
     #[test]
     fn the_line_is_first_come_first_served_and_a_notify_changes_the_generation() {
         let room = WaitRoom::default();
-        let a = room.join(b"r");
-        let b = room.join(b"r");
-        let other = room.join(b"s");
+        let a = room.join_for(b"r", &[]);
+        let b = room.join_for(b"r", &[]);
+        let other = room.join_for(b"s", &[]);
         assert_eq!(room.head(b"r", a), (true, 0));
         assert_eq!(room.head(b"r", b), (false, 0));
         assert_eq!(room.head(b"s", other), (true, 0));
@@ -304,7 +299,7 @@ mod tests {
         let room = WaitRoom::default();
         let names = [b"a".to_vec(), b"b".to_vec()];
         let set = room.join_for(b"\0set\0a\0b", &names);
-        let plain = room.join(b"a");
+        let plain = room.join_for(b"a", &[]);
         // The set's waiter does not head "a"'s line: the plain waiter does.
         assert_eq!(room.head(b"a", plain), (true, 0));
         assert_eq!(room.head(b"\0set\0a\0b", set), (true, 0));

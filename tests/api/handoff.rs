@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use muxlock::{Config, Error, LockManager};
-use support::checker::{Hold, mono_ns, overlaps};
+use support::checker::{Hold, mono_ns, over_capacity, overlaps};
 use support::wire::cmd;
 use support::{Cluster, locks};
 
@@ -100,6 +100,25 @@ fn contend(
     secs: Duration,
     fault: impl FnOnce(&mut Cluster),
 ) -> Run {
+    let plain = |m: &LockManager, _: usize| waiting(m.request("handoff")).acquire();
+    contend_with(cluster, (managers, secs), plain, fault)
+}
+
+/// A request waiting as every contender here waits: a lease of 2 s, at most 3 s of waiting.
+fn waiting(request: muxlock::Request<'_>) -> muxlock::Request<'_> {
+    request
+        .ttl(Duration::from_secs(2))
+        .wait(Duration::from_secs(3))
+}
+
+/// As [`contend`], each turn of manager `i` acquiring with `acquire(manager, turn)`; a hold is recorded under the
+/// key the lock holds (a permit's, a reader slot's), its holder as `m<i>`, and `w` after it for a writer.
+fn contend_with(
+    cluster: &mut Cluster,
+    (managers, secs): (usize, Duration),
+    acquire: impl Fn(&LockManager, usize) -> muxlock::Result<muxlock::Lock> + Sync,
+    fault: impl FnOnce(&mut Cluster),
+) -> Run {
     let urls = cluster.urls();
     let ms: Vec<LockManager> = (0..managers)
         .map(|_| locks::manager(urls.clone(), config()))
@@ -121,19 +140,16 @@ fn contend(
     let until = Instant::now() + secs;
     thread::scope(|s| {
         for (i, m) in ms.iter().enumerate() {
-            let run = &run;
+            let (run, acquire) = (&run, &acquire);
             s.spawn(move || {
                 let mut mine = Vec::new();
                 let (mut quorum, mut held, mut other) = (0, 0, 0);
                 let mut longest = Duration::ZERO;
+                let mut turn = 0;
                 while Instant::now() < until {
                     let asked = Instant::now();
-                    match m
-                        .request("handoff")
-                        .ttl(Duration::from_secs(2))
-                        .wait(Duration::from_secs(3))
-                        .acquire()
-                    {
+                    turn += 1;
+                    match acquire(m, turn) {
                         Ok(lock) => {
                             longest = longest.max(asked.elapsed());
                             let start = mono_ns();
@@ -144,9 +160,10 @@ fn contend(
                             let end = mono_ns();
                             // Only a hold inside its validity is the lock's; one that outlived it is not counted.
                             if lock.is_valid() {
+                                let writer = lock.access() == Some(muxlock::redlock::Access::Write);
                                 mine.push(Hold {
-                                    resource: "handoff".into(),
-                                    holder: format!("m{i}"),
+                                    resource: String::from_utf8_lossy(lock.resource()).into_owned(),
+                                    holder: format!("m{i}{}", if writer { "w" } else { "" }),
                                     start,
                                     end,
                                 });
@@ -195,6 +212,49 @@ fn managers_share_one_resource_in_turn() {
     println!("{}", run.line("6 managers, 5 nodes"));
     assert_shared(&run, 6);
     assert_eq!(run.held, 0, "no wait gave up");
+}
+
+/// A semaphore's waiters queue on the nodes as a plain lock's do: six managers share two permits in turn, never
+/// more than two holders, none of them served much more than another.
+#[test]
+fn managers_share_a_semaphore_s_permits_in_turn() {
+    let mut cluster = Cluster::start(5);
+    let permits = |m: &LockManager, _: usize| waiting(m.request("pool").permits(2)).acquire();
+    let run = contend_with(&mut cluster, (6, Duration::from_secs(2)), permits, |_| {});
+    println!("{}", run.line("6 managers, 2 permits, 5 nodes"));
+    let mut all = run.holds.clone();
+    all.iter_mut().for_each(|h| h.resource = "pool".into());
+    assert!(over_capacity(&all, 2).is_empty(), "more than 2 holders");
+    assert!(overlaps(&run.holds).is_empty(), "two holders of a permit");
+    assert!(run.holds.len() > 100, "too few grants");
+    assert!(run.fairness() >= 0.5, "unfair");
+    assert_eq!((run.quorum, run.held, run.other), (0, 0, 0));
+}
+
+/// A read-write lock's readers and writers queue on the nodes together: six managers, each writing one turn in
+/// three, share it in turn; a writer is never beside another holder, and writers are served as readers are.
+#[test]
+fn readers_and_writers_share_a_lock_in_turn() {
+    let mut cluster = Cluster::start(5);
+    let rw = |m: &LockManager, turn: usize| {
+        let r = m.request("doc");
+        match turn % 3 {
+            0 => waiting(r.write()).acquire(),
+            _ => waiting(r.read()).acquire(),
+        }
+    };
+    let run = contend_with(&mut cluster, (6, Duration::from_secs(2)), rw, |_| {});
+    println!("{}", run.line("6 managers, one write in three, 5 nodes"));
+    let writes = run.holds.iter().filter(|h| h.holder.ends_with('w'));
+    for w in writes.clone() {
+        let beside = (run.holds.iter())
+            .find(|h| *h != w && h.start < w.end && w.start < h.end);
+        assert!(beside.is_none(), "a writer beside another holder: {w:?}, {beside:?}");
+    }
+    assert!(writes.count() * 5 > run.holds.len(), "writers starved");
+    assert!(run.holds.len() > 100, "too few grants");
+    assert!(run.fairness() >= 0.5, "unfair");
+    assert_eq!((run.quorum, run.held, run.other), (0, 0, 0));
 }
 
 #[test]

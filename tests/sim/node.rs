@@ -900,21 +900,32 @@ impl Node {
             }
             return int(c);
         }
-        if is(lua::QUEUE_ACQUIRE) || is(lua::QUEUE_LEAVE) {
-            return self.queue(is(lua::QUEUE_ACQUIRE), keys, argv, now);
+        if is(lua::ACQUIRE_ONE) {
+            if self.live(k(0), now).is_some() {
+                return int(0);
+            }
+            self.set(k(0), arg(0), Some(num(arg(1))), now);
+            return int(1);
+        }
+        if let Some((_, inner)) = lua::QUEUED.iter().find(|(queued, _)| is(*queued)) {
+            return self.queued(*inner, keys, argv, now);
+        }
+        if is(lua::QUEUE_LEAVE) {
+            return self.leave_queue(keys, argv, now);
         }
         err("ERR script not simulated")
     }
 
-    /// The waiting queue, as [`lua::QUEUE_ACQUIRE`] (`acquire`) and [`lua::QUEUE_LEAVE`] do it:
-    /// `KEYS` the lock key, the queue, the deadlines; `ARGV` the value, the TTL, the waiter's id, its ticket, the
-    /// entry's lease (ms), the resource. The node's clock for deadlines is its wall clock, as `TIME` reads it.
-    fn queue(&mut self, acquire: bool, keys: &[&[u8]], argv: &[&[u8]], now: Wall) -> Value {
-        let k = |i: usize| keys.get(i).map_or(&b""[..], |b| &b[..]);
-        let arg = |i: usize| argv.get(i).map_or(&b""[..], |b| &b[..]);
-        let (q, d, id) = (k(1), k(2), arg(2));
-        let lease = num(arg(4));
-        let turn = |m: &[u8]| [&b"muxlock:turn:"[..], m, b":", arg(5)].concat();
+    /// The queue's gate of every queued offer, as [`lua::QUEUE_ACQUIRE`] does it around `inner` (the kind's
+    /// script): `KEYS` the kind's, then the queue and the deadlines; `ARGV` the kind's, then the waiter's id, its
+    /// ticket, the entry's lease (ms) and the line. The node's clock for deadlines is its wall clock, as `TIME`
+    /// reads it.
+    fn queued(&mut self, inner: lua::Lua, keys: &[&[u8]], argv: &[&[u8]], now: Wall) -> Value {
+        let (nk, na) = (keys.len().saturating_sub(2), argv.len().saturating_sub(4));
+        let (q, d) = (keys.get(nk).copied().unwrap_or_default(), keys.get(nk + 1).copied().unwrap_or_default());
+        let arg = |i: usize| argv.get(na + i).copied().unwrap_or_default();
+        let (id, ticket, lease, line) = (arg(0), num(arg(1)), num(arg(2)), arg(3));
+        let turn = |m: &[u8]| [&b"muxlock:turn:"[..], m, b":", line].concat();
         let wall = (now / MS) as i64;
         let signal = |node: &mut Node, m: &[u8]| {
             let t = turn(m);
@@ -922,16 +933,6 @@ impl Node {
             node.pexpire(&t, lease, now);
         };
         let mut head = self.zhead(q, now);
-        if !acquire {
-            self.zrem(q, id, now);
-            self.zrem(d, id, now);
-            if head.as_deref() == Some(id) {
-                if let Some(next) = self.zhead(q, now) {
-                    signal(self, &next);
-                }
-            }
-            return int(1);
-        }
         if head.as_ref().is_some_and(|h| &h[..] != id) {
             let dead: Vec<Bytes> = self
                 .zset(d, now)
@@ -956,12 +957,26 @@ impl Node {
                 head = next;
             }
         }
-        let ours = head.as_ref().is_none_or(|h| &h[..] == id);
-        if ours && self.live(k(0), now).is_none() {
-            self.set(k(0), arg(0), Some(num(arg(1))), now);
-            return int(1);
+        let mut ran = Value::NullBulk;
+        if head.as_ref().is_none_or(|h| &h[..] == id) {
+            let numkeys = nk.to_string();
+            let mut cmd: Vec<&[u8]> = vec![b"EVALSHA", inner.sha1.as_bytes(), numkeys.as_bytes()];
+            cmd.extend_from_slice(&keys[..nk]);
+            cmd.extend_from_slice(&argv[..na]);
+            ran = self.script(inner.sha1, &cmd, now);
+            let granted = match &ran {
+                Value::Integer(1) => true,
+                Value::Array(items) => !items.is_empty(),
+                _ => false,
+            };
+            if granted {
+                return Value::Array(vec![ran, int(-1), int(0)]);
+            }
+            if matches!(ran, Value::Error(_)) {
+                return ran;
+            }
         }
-        self.zadd(q, num(arg(3)), id, now);
+        self.zadd(q, ticket, id, now);
         self.zadd(d, wall + lease, id, now);
         self.pexpire(q, lease, now);
         self.pexpire(d, lease, now);
@@ -969,9 +984,28 @@ impl Node {
             .zset(q, now)
             .and_then(|z| z.iter().position(|(_, m)| &m[..] == id))
             .unwrap_or(0);
-        let t = turn(id);
-        let turn_value = self.get(&t, now).map_or(0, num);
-        Value::Array(vec![int(rank as i64), int(turn_value)])
+        let turn_value = self.get(&turn(id), now).map_or(0, num);
+        Value::Array(vec![ran, int(rank as i64), int(turn_value)])
+    }
+
+    /// A waiter leaves the queue, as [`lua::QUEUE_LEAVE`] does: `KEYS` the queue and the deadlines, `ARGV` the
+    /// waiter's id, its ticket, the entry's lease and the line. If it headed the queue, the next waiter's turn key
+    /// is bumped.
+    fn leave_queue(&mut self, keys: &[&[u8]], argv: &[&[u8]], now: Wall) -> Value {
+        let k = |i: usize| keys.get(i).copied().unwrap_or_default();
+        let arg = |i: usize| argv.get(i).copied().unwrap_or_default();
+        let (q, d, id, lease) = (k(0), k(1), arg(0), num(arg(2)));
+        let head = self.zhead(q, now);
+        self.zrem(q, id, now);
+        self.zrem(d, id, now);
+        if head.as_deref() == Some(id) {
+            if let Some(next) = self.zhead(q, now) {
+                let t = [&b"muxlock:turn:"[..], &next, b":", arg(3)].concat();
+                self.incr(&t, now);
+                self.pexpire(&t, lease, now);
+            }
+        }
+        int(1)
     }
 
     /// Keys alive at virtual time `now` that have no expiry, except the documented ones (the marker, fence

@@ -12,10 +12,11 @@
 use std::time::Duration;
 
 use muxlock::net::cluster::Members;
-use muxlock::redlock::sim::{Clock, Engine};
+use muxlock::redlock::sim::{Clock, Engine, Waits};
 
 use super::check::{Hold, RwHold};
 use super::node::{MS, Time};
+use super::workload::queued;
 use super::{Rng, Sim, SimClock, SimNodes};
 
 type SimEngine = Engine<Members<SimNodes>, SimClock>;
@@ -93,10 +94,20 @@ pub async fn hold(
     let write = rng.chance(1.0 / 3.0);
     let since = now(sim);
     let retry = rng.chance(0.5);
-    let Ok(Some(mut lock)) = engine
-        .lock_rw(name.as_bytes(), write, ttl, (retry, ignoring_writer))
-        .await
-    else {
+    // A third of the time (not the control's), a waiter in the nodes' queue of the read-write lock.
+    let waits = match write {
+        true => Waits::Write(name.as_bytes()),
+        false => Waits::Read(name.as_bytes()),
+    };
+    let got = match !ignoring_writer && rng.chance(1.0 / 3.0) {
+        true => Ok(queued(engine, sim, rng, waits, ttl).await),
+        false => {
+            engine
+                .lock_rw(name.as_bytes(), write, ttl, (retry, ignoring_writer))
+                .await
+        }
+    };
+    let Ok(Some(mut lock)) = got else {
         return;
     };
     let held = record(sim, me, &name, write, &lock);

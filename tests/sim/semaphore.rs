@@ -15,10 +15,11 @@ use std::time::Duration;
 
 use muxlock::Config;
 use muxlock::net::cluster::Members;
-use muxlock::redlock::sim::{Clock, Engine};
+use muxlock::redlock::sim::{Clock, Engine, Waits};
 
 use super::check::{Hold, Permit};
 use super::node::{MS, Time};
+use super::workload::queued;
 use super::{Rng, Setup, Sim, SimClock, SimNodes};
 
 type SimEngine = Engine<Members<SimNodes>, SimClock>;
@@ -100,10 +101,16 @@ pub async fn hold(
     let name = format!("s{count}");
     let since = now(sim);
     let retry = rng.chance(0.5);
-    let Ok(Some(mut lock)) = engine
-        .lock_permit(name.as_bytes(), count, ttl, (retry, counted_per_node))
-        .await
-    else {
+    // A third of the time (not the control's), a waiter in the nodes' queue of the semaphore.
+    let got = match !counted_per_node && rng.chance(1.0 / 3.0) {
+        true => Ok(queued(engine, sim, rng, Waits::Permit(name.as_bytes(), count), ttl).await),
+        false => {
+            engine
+                .lock_permit(name.as_bytes(), count, ttl, (retry, counted_per_node))
+                .await
+        }
+    };
+    let Ok(Some(mut lock)) = got else {
         return;
     };
     let held = record(sim, me, (&name, count), &lock);

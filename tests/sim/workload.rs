@@ -6,8 +6,9 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use muxlock::Config;
+use muxlock::net::cluster::Members;
 use muxlock::redlock::Outcome;
-use muxlock::redlock::sim::{Clock, Engine};
+use muxlock::redlock::sim::{Clock, Engine, Waits};
 
 use super::check::Hold;
 use super::node::{MS, Time};
@@ -17,6 +18,42 @@ use super::{
 
 /// Virtual time each client works for, by default.
 pub const HORIZON: Time = 8_000 * MS;
+
+/// A waiter in the nodes' queue, as a waiting request waits (its rounds; the loop's sleeps are drawn): queued
+/// attempts until granted or it gives up, then it leaves the queue everywhere. A grant is counted in the history's
+/// `queued`.
+pub async fn queued(
+    engine: &Engine<Members<SimNodes>, SimClock>,
+    sim: &Sim,
+    rng: &mut Rng,
+    waits: Waits<'_>,
+    ttl: Duration,
+) -> Option<muxlock::Lock> {
+    let clock = engine.clock();
+    let ticket = u128::from(sim.world().now / 1_000);
+    let entry = engine.queue_entry(waits, ticket);
+    let give_up = sim.world().now + rng.range(20, 1_500) * MS;
+    let mut joined = false;
+    let got = loop {
+        sim.world().history.ops += 1;
+        match engine.queued_attempt(waits, ttl, &entry, joined).await {
+            Ok(Ok(lock)) => break Some(lock),
+            Ok(Err(_)) => joined = true,
+            Err(_) => break None,
+        }
+        if sim.world().now >= give_up {
+            break None;
+        }
+        clock.sleep(Duration::from_millis(rng.range(0, 30))).await;
+    };
+    if joined {
+        engine.leave_queue(&entry);
+    }
+    if got.is_some() {
+        sim.world().history.queued += 1;
+    }
+    got
+}
 
 /// How a run is made, besides its seed.
 #[derive(Clone, Debug, Default)]
@@ -262,32 +299,8 @@ async fn client(
                 }
             }
             0 if queued && rng.chance(0.5) => {
-                // A waiter in the nodes' queue, as a waiting request waits (its rounds; the loop's sleeps are drawn):
-                // attempts until granted or it gives up, then it leaves the queue everywhere.
-                let ticket = u128::from(now(&sim) / 1_000);
-                let entry = engine.queue_entry(r.as_bytes(), ticket);
-                let give_up = now(&sim) + rng.range(20, 1_500) * MS;
-                let mut joined = false;
-                let got = loop {
-                    op(&sim);
-                    match engine
-                        .queued_attempt(r.as_bytes(), ttl, &entry, joined)
-                        .await
-                    {
-                        Ok(Ok(lock)) => break Some(lock),
-                        Ok(Err(_)) => joined = true,
-                        Err(_) => break None,
-                    }
-                    if now(&sim) >= give_up {
-                        break None;
-                    }
-                    clock.sleep(Duration::from_millis(rng.range(0, 30))).await;
-                };
-                if joined {
-                    engine.leave_queue(r.as_bytes(), &entry);
-                }
+                let got = self::queued(&engine, &sim, &mut rng, Waits::Plain(r.as_bytes()), ttl).await;
                 if let Some(lock) = got {
-                    sim.world().history.queued += 1;
                     let i = hold(
                         &sim,
                         "queued lock",

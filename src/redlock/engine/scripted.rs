@@ -64,7 +64,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         script: lua::Lua,
         (keys, args): (&[&[u8]], &[&[u8]]),
         (ttl, ttl_ms): (Duration, u64),
-        classify: impl Fn(&Reply) -> (Vote, Outcome, u64),
+        classify: impl FnMut(usize, &Reply) -> (Vote, Outcome, u64),
     ) -> Acquired {
         self.acquire_with(
             script,
@@ -85,7 +85,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         (keys, args): (&[&[u8]], &[&[u8]]),
         (ttl, ttl_ms): (Duration, u64),
         native: (NodeSet, impl Fn(&mut BytesMut), impl Fn(usize)),
-        classify: impl Fn(&Reply) -> (Vote, Outcome, u64),
+        mut classify: impl FnMut(usize, &Reply) -> (Vote, Outcome, u64),
     ) -> Acquired {
         let n = self.fanout.len();
         self.note_ttl(ttl_ms);
@@ -104,7 +104,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 native,
                 |_, (node, source), reply| {
                     let now = self.clock.now();
-                    let (vote, outcome, number) = classify(&reply);
+                    let (vote, outcome, number) = classify(node, &reply);
                     let key = keys.first().copied().unwrap_or_default();
                     let (vote, outcome) =
                         self.counted_from((source, key), (vote, outcome), now, None);

@@ -152,7 +152,7 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
             lua::ACQUIRE_FENCED,
             (&keys, &[&value, ttl_arg.as_bytes()]),
             (ttl, ttl_ms),
-            fenced_vote,
+            |_, reply| fenced_vote(reply),
         )
         .await;
     let (start, quorum, status, outcomes, nodes, token) = (

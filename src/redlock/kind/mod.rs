@@ -7,7 +7,8 @@
 //! - `set`: several resources, all or none (one script per node);
 //! - `fenced`: a lock with a fencing token; its module doc is the safety argument;
 //! - `owned`: [`Owner`](crate::redlock::Owner) and its holds of a reentrant lock, counted per owner;
-//! - `queued`: a plain resource's attempt behind the nodes' queue, for a waiting request (`wait/handoff.rs`);
+//! - `queued`: the nodes' waiting queue, which the offers of the kinds that queue go behind for a waiting request
+//!   (`wait/handoff.rs`);
 //! - `semaphore`: one of `k` permits, each a mutex of its own; its module doc is the safety argument;
 //! - `rwlock`: a read-write lock, a reader one slot of a semaphore of readers, a writer a mutex that no reader
 //!   slot may be live beside; its module doc is the safety argument.
@@ -34,6 +35,7 @@ use crate::redlock::engine::scripted::Scripted;
 use crate::redlock::engine::seam::{Clock, Nodes};
 use crate::redlock::error::{Error, Report, Result};
 use crate::redlock::kind::owned::{Hold, Owner};
+use crate::redlock::kind::queued::Gate;
 use crate::redlock::kind::semaphore::Permits;
 use crate::redlock::quorum::Failure;
 use crate::redlock::token;
@@ -115,6 +117,16 @@ impl Kind {
             Kind::Semaphore(p) => semaphore::line(p),
             Kind::Read(name, _) => rwlock::line(name, rwlock::Access::Read),
             Kind::Write(name) => rwlock::line(name, rwlock::Access::Write),
+        }
+    }
+
+    /// Whether a waiting request of this kind queues on the nodes (`wait/handoff.rs`): a plain lock, a
+    /// semaphore's permit, a read-write lock's reader or writer. A set, a fenced lock and an owned hold wait in
+    /// this process' line only.
+    pub(crate) fn queues(&self) -> bool {
+        match self {
+            Kind::Plain | Kind::Semaphore(_) | Kind::Read(..) | Kind::Write(_) => true,
+            Kind::Set(_) | Kind::Fenced(_) | Kind::Owned(..) => false,
         }
     }
 
@@ -415,18 +427,32 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
         .tokens
         .draw("drawing the lock value from the OS's randomness")?;
     let mut undo = Undo::new(engine, &ask.resource, &ask.kind, fresh);
-    let (resource, ttl) = (&ask.resource[..], (ask.ttl, ask.ttl_ms));
-    let got = match &ask.kind {
-        Kind::Plain => plain::attempt(engine, resource, fresh, ttl).await,
-        Kind::Set(names) => set::attempt(engine, names, fresh, ttl).await,
-        Kind::Fenced(_) => fenced::attempt(engine, resource, fresh, ttl).await,
-        Kind::Owned(owner, _) => owned::attempt(engine, owner, resource, fresh, ttl).await,
-        Kind::Semaphore(p) => semaphore::attempt(engine, resource, p.count, fresh, ttl).await,
-        Kind::Read(..) => rwlock::read(engine, resource, fresh, ttl).await,
-        Kind::Write(_) => rwlock::write(engine, resource, fresh, ttl).await,
-    };
+    let got = offer(engine, ask, fresh, None).await;
     undo.disarm();
     Ok(got)
+}
+
+/// One offer of `ask` with the attempt's value `fresh`, as its kind makes it; behind the nodes' waiting queue
+/// with a `gate` (`queued.rs`), for the kinds that queue ([`Kind::queues`]: the others ignore it).
+pub(crate) async fn offer<N: Nodes, C: Clock>(
+    engine: &Engine<N, C>,
+    ask: &Ask,
+    fresh: token::Value,
+    gate: Option<&mut Gate<'_>>,
+) -> std::result::Result<Lock, (Failure, Report)> {
+    let (resource, ttl) = (&ask.resource[..], (ask.ttl, ask.ttl_ms));
+    match (&ask.kind, gate) {
+        (Kind::Plain, Some(gate)) => plain::queued(engine, resource, fresh, ttl, gate).await,
+        (Kind::Plain, None) => plain::attempt(engine, resource, fresh, ttl).await,
+        (Kind::Set(names), _) => set::attempt(engine, names, fresh, ttl).await,
+        (Kind::Fenced(_), _) => fenced::attempt(engine, resource, fresh, ttl).await,
+        (Kind::Owned(owner, _), _) => owned::attempt(engine, owner, resource, fresh, ttl).await,
+        (Kind::Semaphore(p), gate) => {
+            semaphore::attempt(engine, resource, p.count, fresh, ttl, gate).await
+        }
+        (Kind::Read(..), gate) => rwlock::read(engine, resource, fresh, ttl, gate).await,
+        (Kind::Write(_), gate) => rwlock::write(engine, resource, fresh, ttl, gate).await,
+    }
 }
 
 /// Acquires `ask`: one attempt, or (`retry`) up to [`Config::retry_count`](crate::redlock::Config) more after a

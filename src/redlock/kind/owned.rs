@@ -145,7 +145,7 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
             lua::ACQUIRE_REENTRANT,
             (&keys, &[&owner.value, &hold, ttl_arg.as_bytes()]),
             (ttl, ttl_ms),
-            vote,
+            |_, reply| vote(reply),
         )
         .await;
     let (quorum, status, outcomes, nodes, holds) = (

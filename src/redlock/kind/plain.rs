@@ -11,13 +11,16 @@ use bytes::BytesMut;
 
 use crate::net::NodeSet;
 use crate::redlock::engine::Engine;
-use crate::redlock::engine::reply::set_vote;
+use crate::redlock::engine::reply::{grant_vote, set_vote};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::error::{Outcome, Report};
+use crate::redlock::kind::queued::Gate;
 use crate::redlock::kind::{Kind, Lock};
+use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Quorum, Status};
 use crate::redlock::scripts;
 use crate::redlock::token;
+use crate::resp::{Decimal, Value};
 use crate::time::later;
 
 /// One acquisition round. `Err` carries why it failed and every node's outcome; partial grants have been
@@ -71,6 +74,40 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
     // outage).
     engine
         .conclude(status, &quorum, start, (resource, value), nodes, outcomes)
+        .map(|lease| Lock::new(lease, Kind::Plain))
+}
+
+/// A waiting plain request's offer behind the nodes' queue (`queued.rs`): [`lua::QUEUE_ACQUIRE`] on every node,
+/// the spec's `SET NX PX` where this waiter heads the queue, decided as [`attempt`] decides.
+pub(crate) async fn queued<N: Nodes, C: Clock>(
+    engine: &Engine<N, C>,
+    resource: &[u8],
+    value: token::Value,
+    (ttl, ttl_ms): (Duration, u64),
+    gate: &mut Gate<'_>,
+) -> std::result::Result<Lock, (Failure, Report)> {
+    let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+    let (keys, args) = gate.with(&[resource], &[&value, ttl_arg.as_bytes()]);
+    let round = engine
+        .acquire_scripted(
+            lua::QUEUE_ACQUIRE,
+            (&keys, &args),
+            (ttl, ttl_ms),
+            |node, reply| {
+                let (vote, outcome) = grant_vote(&gate.ungate(reply, node, Value::Integer(0)));
+                (vote, outcome, 0)
+            },
+        )
+        .await;
+    engine
+        .conclude(
+            round.status,
+            &round.quorum,
+            round.start,
+            (resource, value),
+            round.nodes,
+            round.outcomes,
+        )
         .map(|lease| Lock::new(lease, Kind::Plain))
 }
 

@@ -1,7 +1,9 @@
-//! A plain resource's attempt behind the nodes' queue, for a waiting request: a waiting process's entry in the
-//! nodes' per-resource queue, its scripts ([`lua::QUEUE_ACQUIRE`], [`lua::QUEUE_LEAVE`]), what their replies mean,
-//! and the queued acquisition round: the spec's `SET NX PX` behind the queue, decided by the plain [`Quorum`].
-//! The design and its safety argument are `wait/handoff.rs`'s module doc.
+//! The nodes' waiting queue, for a waiting request of a kind that queues ([`Kind::queues`](super::Kind)): a
+//! waiting process's entry in the queue of its waiting line, the gate every queued offer runs behind
+//! ([`lua::QUEUE_ACQUIRE`] and the others of [`lua::QUEUED`]: the kind's own offer script, run only for the
+//! queue's head), what the gate adds to a reply ([`ungate`]), and leaving ([`lua::QUEUE_LEAVE`]). The queued
+//! attempt itself ([`attempt`]) is the kind's offer with a [`Gate`], decided as the kind decides any attempt. The
+//! design and its safety argument are `wait/handoff.rs`'s module doc.
 
 use std::time::Duration;
 
@@ -9,14 +11,12 @@ use bytes::BytesMut;
 
 use crate::net::{NodeSet, Reply};
 use crate::redlock::engine::Engine;
-use crate::redlock::engine::reply::is_noscript;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
-use crate::redlock::error::{Outcome, Report, Result};
-use crate::redlock::kind::{Kind, Lock, Undo};
-use crate::redlock::lua::{self, Lua};
-use crate::redlock::quorum::{Failure, Quorum, Status, Vote};
+use crate::redlock::error::{Report, Result};
+use crate::redlock::kind::{self, Ask, Lock, Undo};
+use crate::redlock::lua;
+use crate::redlock::quorum::Failure;
 use crate::resp::{Decimal, Value};
-use crate::time::later;
 
 /// The start of every turn key: `muxlock:turn:<16 hex digits of the waiter's id>:<resource>`.
 pub(crate) const TURN_PREFIX: &[u8] = b"muxlock:turn:";
@@ -38,7 +38,8 @@ pub(crate) fn entry_lease(round_timeout: Duration) -> Duration {
     round_timeout.saturating_mul(4).max(Duration::from_secs(1))
 }
 
-/// A waiting process's place in the nodes' queue of one resource.
+/// A waiting process's place in the nodes' queue of one waiting line (a plain lock's resource, or a kind's line,
+/// [`Line::key`](super::Line)).
 #[derive(Debug)]
 pub(crate) struct Entry {
     id: Vec<u8>,
@@ -47,18 +48,15 @@ pub(crate) struct Entry {
     pub(crate) lease: Duration,
     queue: Vec<u8>,
     deadlines: Vec<u8>,
+    line: Vec<u8>,
     pub(crate) turn: Vec<u8>,
 }
 
 impl Entry {
-    /// A new entry for `resource`: id `random` (16 hex digits), ticket `micros` (when the waiter began to wait, on
-    /// the wall clock: the same on every node's copy of the queue, whatever order the joins reach the nodes in).
-    pub(crate) fn new(
-        random: u64,
-        micros: u128,
-        round_timeout: Duration,
-        resource: &[u8],
-    ) -> Entry {
+    /// A new entry in the queue of the line `line`: id `random` (16 hex digits), ticket `micros` (when the waiter
+    /// began to wait, on the wall clock: the same on every node's copy of the queue, whatever order the joins reach
+    /// the nodes in).
+    pub(crate) fn new(random: u64, micros: u128, round_timeout: Duration, line: &[u8]) -> Entry {
         let id = format!("{random:016x}").into_bytes();
         let lease = entry_lease(round_timeout);
         let decimal = |v: u128| {
@@ -66,176 +64,134 @@ impl Entry {
                 .as_bytes()
                 .to_vec()
         };
-        let with = |prefix: &[u8]| [prefix, resource].concat();
+        let with = |prefix: &[u8]| [prefix, line].concat();
         Entry {
             ticket: decimal(micros),
             lease_ms: decimal(lease.as_millis()),
             lease,
             queue: with(b"muxlock:queue:"),
             deadlines: with(b"muxlock:queue-deadlines:"),
-            turn: [TURN_PREFIX, &id, b":", resource].concat(),
+            turn: [TURN_PREFIX, &id, b":", line].concat(),
+            line: line.to_vec(),
             id,
         }
     }
 
-    /// The script call, with `value` and `ttl_ms` for an acquisition (empty for a leave).
-    pub(crate) fn call(
-        &self,
-        buf: &mut BytesMut,
-        lua: Lua,
-        full: bool,
-        resource: &[u8],
-        value: &[u8],
-        ttl: &[u8],
-    ) {
-        lua::eval(
-            buf,
-            lua,
-            full,
-            &[resource, &self.queue, &self.deadlines],
-            &[value, ttl, &self.id, &self.ticket, &self.lease_ms, resource],
-        );
+    /// The gate's keys (the queue, its deadlines), after the kind's in `KEYS`.
+    fn keys(&self) -> [&[u8]; 2] {
+        [&self.queue, &self.deadlines]
+    }
+
+    /// The gate's arguments (the waiter's id, its ticket, the entry's lease, the line), after the kind's in
+    /// `ARGV`.
+    fn args(&self) -> [&[u8]; 4] {
+        [&self.id, &self.ticket, &self.lease_ms, &self.line]
     }
 }
 
-/// What the nodes that refused a queued attempt said.
+/// What the nodes' gates said of a queued attempt.
 #[derive(Debug)]
 pub(crate) struct Refusal {
     /// Some node has this waiter at the head of its queue.
     pub(crate) head: bool,
     /// Per node, the turn key's value it reported.
     pub(crate) turns: Vec<Option<i64>>,
+    /// The nodes whose gate answered a grant: the waiter did not queue there (nodes from 64 on are never left
+    /// out of a leave, whatever this says).
+    pub(crate) unqueued: NodeSet,
 }
 
-/// A queued attempt's reply as a vote; a refusal's rank and turn go into `refusal`.
-pub(crate) fn queue_vote(reply: &Reply, node: usize, refusal: &mut Refusal) -> (Vote, Outcome) {
-    match reply {
-        Ok(v) => match v.without_attributes() {
-            Value::Integer(1) => (Vote::Yes, Outcome::Granted),
-            // Refused, queued: `[rank, turn]`. Any other array is not the script's: a failed vote.
-            Value::Array(items) if items.len() == 2 => match (&items[0], &items[1]) {
-                (Value::Integer(rank), Value::Integer(turn)) => {
-                    refusal.head |= *rank == 0;
-                    if let Some(t) = refusal.turns.get_mut(node) {
-                        *t = Some(*turn);
-                    }
-                    (Vote::Taken, Outcome::Taken)
-                }
-                _ => (
-                    Vote::Failed,
-                    Outcome::ErrorReply(format!("unexpected reply {v:?}")),
-                ),
+/// A queued attempt's way through the gate: the entry it offers with, and what the nodes' gates answered.
+#[derive(Debug)]
+pub(crate) struct Gate<'a> {
+    pub(crate) entry: &'a Entry,
+    pub(crate) refusal: Refusal,
+}
+
+impl<'a> Gate<'a> {
+    /// A gate for an attempt of `entry` on `n` nodes.
+    pub(crate) fn new(entry: &'a Entry, n: usize) -> Gate<'a> {
+        Gate {
+            entry,
+            refusal: Refusal {
+                head: false,
+                turns: vec![None; n],
+                unqueued: NodeSet::EMPTY,
             },
-            Value::Error(msg) | Value::BulkError(msg) => (
-                Vote::Failed,
-                Outcome::ErrorReply(String::from_utf8_lossy(msg).into_owned()),
-            ),
-            other => (
-                Vote::Failed,
-                Outcome::ErrorReply(format!("unexpected reply {other:?}")),
-            ),
-        },
-        Err(e) => (Vote::Failed, Outcome::Failed(e.clone())),
+        }
+    }
+
+    /// A queued offer's `KEYS` and `ARGV`: the kind's `keys` and `args`, then the gate's (see
+    /// [`lua::QUEUE_ACQUIRE`]).
+    pub(crate) fn with<'k>(&self, keys: &[&'k [u8]], args: &[&'k [u8]]) -> (Vec<&'k [u8]>, Vec<&'k [u8]>)
+    where
+        'a: 'k,
+    {
+        let entry: &'a Entry = self.entry;
+        (
+            keys.iter().copied().chain(entry.keys()).collect(),
+            args.iter().copied().chain(entry.args()).collect(),
+        )
+    }
+
+    /// What node `node`'s reply to a queued offer says of the kind's offer: the kind's script's own reply where
+    /// it ran, `refused` (what the kind's script answers when it takes nothing) where the queue kept it from
+    /// running; an error or a reply of another shape as it came. The gate's part (the waiter's rank and turn, or
+    /// that it did not queue there) goes into the refusal.
+    pub(crate) fn ungate(&mut self, reply: &Reply, node: usize, refused: Value) -> Reply {
+        let Ok(Value::Array(items)) = reply.as_ref().map(Value::without_attributes) else {
+            return reply.clone();
+        };
+        let [ran, Value::Integer(rank), Value::Integer(turn)] = &items[..] else {
+            return reply.clone();
+        };
+        let refusal = &mut self.refusal;
+        match *rank {
+            r if r < 0 => refusal.unqueued.insert(node),
+            r => {
+                refusal.head |= r == 0;
+                if let Some(t) = refusal.turns.get_mut(node) {
+                    *t = Some(*turn);
+                }
+            }
+        }
+        match ran.without_attributes() {
+            Value::Null | Value::NullBulk | Value::Boolean(false) => Ok(refused),
+            v => Ok(v.clone()),
+        }
     }
 }
 
-/// One queued acquisition round ([`lua::QUEUE_ACQUIRE`] on every node), decided by the plain [`Quorum`]. On a
-/// failure, partial grants are released at once, as a plain attempt does; the queue is left as it was.
+/// One queued attempt of `ask` (a kind that queues): the kind's offer behind the gate with `entry`, decided as
+/// the kind decides any attempt. On a failure, the offer's partial grants are released as the kind releases them,
+/// and the refusal says the waiter's rank and turn; a task's future dropped before the offer is decided releases
+/// what it may have set (as [`kind::attempt`]). `joined`: the waiter queued with an earlier attempt.
 #[allow(clippy::type_complexity)]
 pub(crate) async fn attempt<N: Nodes, C: Clock>(
     engine: &Engine<N, C>,
-    resource: &[u8],
-    ttl: Duration,
-    ttl_ms: u64,
+    ask: &Ask,
     entry: &Entry,
     joined: bool,
 ) -> Result<std::result::Result<Lock, (Failure, Report, Refusal)>> {
-    let value = engine
+    let fresh = engine
         .tokens
         .draw("drawing the lock value from the OS's randomness")?;
-    // A task's future dropped before the round is decided releases what the round may have set (as an
-    // acquisition attempt does, `kind/mod.rs`); once decided, `conclude` releases a failure's partial grants.
-    let mut undo = Undo::new(engine, resource, &Kind::Plain, value);
-    let n = engine.fanout.len();
-    let ttl_digits = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
-    let mut request = BytesMut::with_capacity(256 + 4 * resource.len());
-    entry.call(
-        &mut request,
-        lua::QUEUE_ACQUIRE,
-        false,
-        resource,
-        &value,
-        ttl_digits.as_bytes(),
-    );
-    engine.note_ttl(ttl_ms);
-    // The clock starts before the first byte is sent, as the spec requires.
-    let start = engine.clock.now();
-    let mut quorum = Quorum::new(n, start, ttl, engine.config.allowance(ttl));
-    let mut round =
-        engine.lease_round(later(start, engine.config.round_timeout).min(quorum.deadline()));
-    let nodes = round.send_all(&request, 1);
-    let mut outcomes = vec![Outcome::NotAwaited; n];
-    let mut refusal = Refusal {
-        head: false,
-        turns: vec![None; n],
-    };
-    let mut resent: Vec<bool> = Vec::new();
-    let mut status = Status::Pending;
-    round.need(quorum.votes_to_decide());
-    // One request awaited per node at a time (a resend goes after its node's `NOSCRIPT`): an outcome is
-    // its node's latest request's.
-    while let Some((id, reply)) = round.next().await {
-        let node = id.node;
-        if is_noscript(&reply) && !resent.get(node).copied().unwrap_or(false) {
-            resent.resize(n, false);
-            resent[node] = true;
-            request.clear();
-            entry.call(
-                &mut request,
-                lua::QUEUE_ACQUIRE,
-                true,
-                resource,
-                &value,
-                ttl_digits.as_bytes(),
-            );
-            round.send(node, &request, 1);
-            continue;
-        }
-        let now = engine.clock.now();
-        let (vote, outcome) = engine.counted_from(
-            (round.source(node), resource),
-            queue_vote(&reply, node, &mut refusal),
-            now,
-            None,
-        );
-        engine.votes[node].count(&outcome);
-        outcomes[node] = outcome;
-        status = quorum.vote(node, vote, now);
-        if status != Status::Pending {
-            break;
-        }
-        round.need(quorum.votes_to_decide());
-    }
-    drop(round);
+    let mut undo = Undo::new(engine, &ask.resource, &ask.kind, fresh);
+    let mut gate = Gate::new(entry, engine.fanout.len());
+    let got = kind::offer(engine, ask, fresh, Some(&mut gate)).await;
     undo.disarm();
-    // A waiter that never queued may have been queued by this very round on the nodes that did not grant
-    // (not awaited, or refused: another waiter headed them a moment ago): with the lock, it leaves there, or
-    // its entry would head those nodes' queues, unattended, for a lease. (A waiter that queued before leaves
-    // everywhere as its `Queued` drops.)
-    let mut others = NodeSet::EMPTY;
-    if !joined {
-        for (node, o) in outcomes.iter().enumerate() {
-            if !matches!(o, Outcome::Granted | Outcome::Quarantined) && nodes.contains(node) {
-                others.insert(node);
+    let refusal = gate.refusal;
+    match got {
+        Ok(lock) => {
+            // A waiter that never queued may have been queued by this very offer on the nodes whose gate did not
+            // answer a grant (not read, or another waiter headed them a moment ago): with the lock, it leaves
+            // there, or its entry would head those nodes' queues, unattended, for a lease. (A waiter that queued
+            // before leaves everywhere as it goes.)
+            let queued = |node: usize| node >= 64 || !refusal.unqueued.contains(node);
+            if !joined && (0..engine.fanout.len()).any(queued) {
+                leave(engine, entry, NodeSet::ALL.difference(refusal.unqueued));
             }
-        }
-    }
-    match engine.conclude(status, &quorum, start, (resource, value), nodes, outcomes) {
-        Ok(lease) => {
-            if others != NodeSet::EMPTY {
-                leave(engine, resource, entry, others);
-            }
-            Ok(Ok(Lock::new(lease, Kind::Plain)))
+            Ok(Ok(lock))
         }
         Err((failure, report)) => Ok(Err((failure, report, refusal))),
     }
@@ -243,14 +199,9 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
 
 /// Takes `entry` off the queue on `nodes` ([`lua::QUEUE_LEAVE`]), without waiting for the replies: in full,
 /// as every release (nobody reads a `NOSCRIPT` here).
-pub(crate) fn leave<N: Nodes, C: Clock>(
-    engine: &Engine<N, C>,
-    resource: &[u8],
-    entry: &Entry,
-    nodes: NodeSet,
-) {
-    let mut request = BytesMut::with_capacity(256 + 4 * resource.len());
-    entry.call(&mut request, lua::QUEUE_LEAVE, true, resource, b"", b"0");
+pub(crate) fn leave<N: Nodes, C: Clock>(engine: &Engine<N, C>, entry: &Entry, nodes: NodeSet) {
+    let mut request = BytesMut::with_capacity(128 + 4 * entry.line.len());
+    lua::eval(&mut request, lua::QUEUE_LEAVE, true, &entry.keys(), &entry.args());
     let mut round = engine.fanout.release_round(engine.clock.now());
     round.send_to(nodes, &request, 1);
 }

@@ -86,11 +86,12 @@ use crate::redlock::engine::reply::grant_vote;
 use crate::redlock::engine::seam::{Clock, Nodes};
 use crate::redlock::error::Report;
 use crate::redlock::kind::semaphore::{self, MAX_PERMITS, Slots};
+use crate::redlock::kind::queued::Gate;
 use crate::redlock::kind::{Kind, Line, Lock};
 use crate::redlock::lua;
 use crate::redlock::quorum::Failure;
 use crate::redlock::token;
-use crate::resp::Decimal;
+use crate::resp::{Decimal, Value};
 
 /// The most readers of one read-write lock at once (the semaphore's [`MAX_PERMITS`]): more readers wait.
 pub const MAX_READERS: u32 = MAX_PERMITS;
@@ -177,19 +178,21 @@ fn readers(name: &[u8]) -> Slots {
         keys: reader_keys(name),
         blockers: vec![writer_key(name), intent_key(name)],
         script: lua::ACQUIRE_READ,
+        queued: lua::QUEUE_READ,
     }
 }
 
 /// One reader's acquisition of `name`: a slot of the semaphore of reader slots, offered by
-/// [`lua::ACQUIRE_READ`] (module doc).
+/// [`lua::ACQUIRE_READ`] (module doc), behind the nodes' queue with a `gate` ([`lua::QUEUE_READ`]).
 pub(crate) async fn read<N: Nodes, C: Clock>(
     engine: &Engine<N, C>,
     name: &[u8],
     value: token::Value,
     ttl: (Duration, u64),
+    gate: Option<&mut Gate<'_>>,
 ) -> std::result::Result<Lock, (Failure, Report)> {
     let kind = |slot| Kind::Read(name.to_vec(), slot);
-    semaphore::take(engine, &readers(name), (name, &kind), value, ttl).await
+    semaphore::take(engine, &readers(name), (name, &kind), value, ttl, gate).await
 }
 
 /// **The simulator's control, unsafe on purpose**: a reader whose offer ignores the writer and intent keys (the
@@ -206,28 +209,39 @@ pub(crate) async fn read_ignoring_writer<N: Nodes, C: Clock>(
         keys: reader_keys(name),
         blockers: Vec::new(),
         script: lua::ACQUIRE_PERMITS,
+        queued: lua::QUEUE_PERMITS,
     };
-    semaphore::take(engine, &slots, (name, &kind), value, ttl).await
+    semaphore::take(engine, &slots, (name, &kind), value, ttl, None).await
 }
 
-/// One writer's acquisition of `name`: [`lua::ACQUIRE_WRITE`] on every node, counted as a mutex on the writer
-/// key; on a failure the writer key is released where it was sent (its intent key stays: module doc).
+/// One writer's acquisition of `name`: [`lua::ACQUIRE_WRITE`] on every node (behind the nodes' queue with a
+/// `gate`: [`lua::QUEUE_WRITE`]), counted as a mutex on the writer key; on a failure the writer key is released
+/// where it was sent (its intent key stays: module doc).
 pub(crate) async fn write<N: Nodes, C: Clock>(
     engine: &Engine<N, C>,
     name: &[u8],
     value: token::Value,
     (ttl, ttl_ms): (Duration, u64),
+    mut gate: Option<&mut Gate<'_>>,
 ) -> std::result::Result<Lock, (Failure, Report)> {
     let keys = all_keys(name);
     let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
     let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+    let args: [&[u8]; 2] = [&value, ttl_arg.as_bytes()];
+    let (script, (refs, args)) = match &gate {
+        Some(g) => (lua::QUEUE_WRITE, g.with(&refs, &args)),
+        None => (lua::ACQUIRE_WRITE, (refs, args.to_vec())),
+    };
     let round = engine
         .acquire_scripted(
-            lua::ACQUIRE_WRITE,
-            (&refs, &[&value, ttl_arg.as_bytes()]),
+            script,
+            (&refs, &args),
             (ttl, ttl_ms),
-            |reply| {
-                let (vote, outcome) = grant_vote(reply);
+            |node, reply| {
+                let (vote, outcome) = match gate.as_deref_mut() {
+                    Some(g) => grant_vote(&g.ungate(reply, node, Value::Integer(0))),
+                    None => grant_vote(reply),
+                };
                 (vote, outcome, 0)
             },
         )

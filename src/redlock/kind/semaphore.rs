@@ -98,6 +98,7 @@ use crate::redlock::engine::pipeline::Purpose;
 use crate::redlock::engine::reply::script_vote;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::error::{Error, Outcome, Report, Result};
+use crate::redlock::kind::queued::Gate;
 use crate::redlock::kind::{Kind, Line, Lock, Undo};
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Quorum, Status, Vote};
@@ -264,11 +265,13 @@ pub(crate) type KindOf<'a> = &'a (dyn Fn(Option<u32>) -> Kind + Sync);
 /// What an offer round offers: the slots' keys in index order (a semaphore's permits, a read-write lock's reader
 /// slots), the keys whose existence on a node refuses the offer there (none for a semaphore; a read-write lock's
 /// writer and intent keys), sent first in `KEYS`, and the script that takes the slots ([`lua::ACQUIRE_PERMITS`],
-/// or [`lua::ACQUIRE_READ`], which also looks at the blockers).
+/// or [`lua::ACQUIRE_READ`], which also looks at the blockers) and its form behind the nodes' waiting queue
+/// (`queued.rs`).
 pub(crate) struct Slots {
     pub(crate) keys: Vec<Vec<u8>>,
     pub(crate) blockers: Vec<Vec<u8>>,
     pub(crate) script: lua::Lua,
+    pub(crate) queued: lua::Lua,
 }
 
 impl Slots {
@@ -278,17 +281,20 @@ impl Slots {
             keys: permit_keys(name, count),
             blockers: Vec::new(),
             script: lua::ACQUIRE_PERMITS,
+            queued: lua::QUEUE_PERMITS,
         }
     }
 }
 
-/// One offer round of `slots` (`want`: how many each node takes at most), decided by `rule`.
+/// One offer round of `slots` (`want`: how many each node takes at most), decided by `rule`; behind the nodes'
+/// waiting queue with a `gate` (a node whose queue another waiter heads takes nothing).
 async fn offer<N: Nodes, C: Clock>(
     engine: &Engine<N, C>,
     slots: &Slots,
     value: &token::Value,
     (ttl, ttl_ms): (Duration, u64),
     (want, rule): (u32, Rule),
+    mut gate: Option<&mut Gate<'_>>,
 ) -> Offer {
     let n = engine.fanout.len();
     let keys = &slots.keys;
@@ -310,6 +316,11 @@ async fn offer<N: Nodes, C: Clock>(
         .map(Vec::as_slice)
         .collect();
     let args: [&[u8]; 3] = [value, ttl_arg.as_bytes(), want_arg.as_bytes()];
+    // The slots' keys first, for the restart guard's quarantine and the script's `KEYS`; the gate's after them.
+    let (script, (sent_keys, args)) = match &gate {
+        Some(g) => (slots.queued, g.with(&key_refs, &args)),
+        None => (slots.script, (key_refs.clone(), args.to_vec())),
+    };
     let nodes = engine
         .pipelined(
             Purpose::Lease,
@@ -317,9 +328,13 @@ async fn offer<N: Nodes, C: Clock>(
             1,
             deadline,
             quorum.votes_to_decide(),
-            |buf, full| lua::eval(buf, slots.script, full, &key_refs, &args),
+            |buf, full| lua::eval(buf, script, full, &sent_keys, &args),
             |_, (node, source), reply| {
                 let now = engine.clock.now();
+                let reply = match gate.as_deref_mut() {
+                    Some(g) => g.ungate(&reply, node, Value::Array(Vec::new())),
+                    None => reply,
+                };
                 let listed = matches!(
                     reply.as_ref().map(Value::without_attributes),
                     Ok(Value::Array(_))
@@ -374,13 +389,15 @@ async fn offer<N: Nodes, C: Clock>(
 
 /// One acquisition of a permit of the semaphore `name` of `count` permits: the offer (each node its lowest free
 /// permit), counted per permit; on a split, once more with a value of its own (each node every free permit). The
-/// lowest index a majority granted is kept; every other permit an offer took is given back.
+/// lowest index a majority granted is kept; every other permit an offer took is given back. Both offers go
+/// behind the nodes' waiting queue with a `gate`.
 pub(crate) async fn attempt<N: Nodes, C: Clock>(
     engine: &Engine<N, C>,
     name: &[u8],
     count: u32,
     value: token::Value,
     ttl: (Duration, u64),
+    gate: Option<&mut Gate<'_>>,
 ) -> std::result::Result<Lock, (Failure, Report)> {
     let kind = |index| {
         Kind::Semaphore(Permits {
@@ -395,6 +412,7 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
         (name, &kind),
         value,
         ttl,
+        gate,
     )
     .await
 }
@@ -408,9 +426,18 @@ pub(crate) async fn take<N: Nodes, C: Clock>(
     (name, kind): (&[u8], KindOf<'_>),
     value: token::Value,
     ttl: (Duration, u64),
+    mut gate: Option<&mut Gate<'_>>,
 ) -> std::result::Result<Lock, (Failure, Report)> {
     let count = slots.keys.len() as u32;
-    let first = offer(engine, slots, &value, ttl, (1, Rule::PerPermit)).await;
+    let first = offer(
+        engine,
+        slots,
+        &value,
+        ttl,
+        (1, Rule::PerPermit),
+        gate.as_deref_mut(),
+    )
+    .await;
     // A node not read when the round ended (as soon as no permit could reach a majority) may have granted: its
     // grant may be the one that makes the split (module doc, 4).
     let unread = (first.outcomes.iter().enumerate())
@@ -434,7 +461,7 @@ pub(crate) async fn take<N: Nodes, C: Clock>(
     };
     let unheld = kind(None);
     let mut undo = Undo::new(engine, name, &unheld, again);
-    let second = offer(engine, slots, &again, ttl, (count, Rule::PerPermit)).await;
+    let second = offer(engine, slots, &again, ttl, (count, Rule::PerPermit), gate).await;
     undo.disarm();
     settle(engine, second, (&slots.keys, name, kind), again)
 }
@@ -498,7 +525,7 @@ pub(crate) async fn attempt_counted_per_node<N: Nodes, C: Clock>(
     ttl: (Duration, u64),
 ) -> std::result::Result<Lock, (Failure, Report)> {
     let slots = Slots::permits(name, count);
-    let offer = offer(engine, &slots, &value, ttl, (1, Rule::PerNode)).await;
+    let offer = offer(engine, &slots, &value, ttl, (1, Rule::PerNode), None).await;
     let now = engine.clock.now();
     let all: Vec<&[u8]> = slots.keys.iter().map(Vec::as_slice).collect();
     match offer.admitted.closed(now) {

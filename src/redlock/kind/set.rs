@@ -95,7 +95,7 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
             (&names, &[&value, ttl_arg.as_bytes()]),
             (ttl, ttl_ms),
             (natively, msetex, |node| natives.refused_msetex(node)),
-            |reply| {
+            |_, reply| {
                 let (vote, outcome) = grant_vote(reply);
                 (vote, outcome, 0)
             },

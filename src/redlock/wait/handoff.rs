@@ -75,8 +75,8 @@ use crate::redlock::engine::Engine;
 use crate::redlock::engine::seam::NodeRound;
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::guard::Keeper;
-use crate::redlock::kind::Lock;
 use crate::redlock::kind::queued::{self, Entry};
+use crate::redlock::kind::{Ask, Line, Lock};
 use crate::redlock::quorum::Failure;
 use crate::resp::{Value, encode_command};
 use crate::time::later;
@@ -100,8 +100,8 @@ fn refuses_the_queue(report: &Report, quorum: usize) -> bool {
     refusing > report.nodes.len() - quorum
 }
 
-/// A new queue entry for `resource`: a random id, and a ticket from the wall clock now.
-fn new_entry(engine: &Engine, resource: &[u8]) -> Entry {
+/// A new entry in the queue of `line`: a random id, and a ticket from the wall clock now.
+fn new_entry(engine: &Engine, line: &[u8]) -> Entry {
     let micros = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros());
@@ -109,7 +109,7 @@ fn new_entry(engine: &Engine, resource: &[u8]) -> Entry {
         engine.tokens.random_u64().unwrap_or(0),
         micros,
         engine.config.round_timeout,
-        resource,
+        line,
     )
 }
 
@@ -117,7 +117,6 @@ fn new_entry(engine: &Engine, resource: &[u8]) -> Entry {
 /// or without.
 struct Queued<'a> {
     engine: &'a Engine,
-    resource: &'a [u8],
     entry: Option<Entry>,
     joined: bool,
 }
@@ -125,34 +124,33 @@ struct Queued<'a> {
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
         if let (true, Some(entry)) = (self.joined, &self.entry) {
-            queued::leave(self.engine, self.resource, entry, NodeSet::ALL);
+            queued::leave(self.engine, entry, NodeSet::ALL);
         }
     }
 }
 
-/// A waiting plain request's loop: as [`wait_for`](super::wait_for), with queued attempts, and a waiter that is not
-/// the queue's head waits on its turn key instead of the lock key. For threads (under `block`) and tasks alike; a
-/// task's future dropped part-way leaves the nodes' queue (`Queued`) and this process' line (`Place`), and an
-/// attempt cut short releases what it may have been granted (`kind/queued.rs`, `attempt`).
+/// A waiting request's loop for a kind that queues: as [`wait_for`](super::wait_for), with queued attempts, and a
+/// waiter that is not the queue's head waits on its turn key instead of the line's keys. For threads (under
+/// `block`) and tasks alike; a task's future dropped part-way leaves the nodes' queue (`Queued`) and this process'
+/// line (`Place`), and an attempt cut short releases what it may have been granted (`kind/queued.rs`, `attempt`).
 pub(super) async fn queued_wait(
     keeper: &Arc<Keeper>,
-    resource: &[u8],
-    ttl: Duration,
-    ttl_ms: u64,
+    ask: &Ask,
+    line: &Line,
     max_wait: Duration,
 ) -> std::result::Result<Result<Lock>, Refused> {
     let until = later(Instant::now(), max_wait);
     let cancels = keeper.waits.cancels();
-    let ticket = keeper.waits.join(resource);
+    let key = &line.key[..];
+    let ticket = keeper.waits.join_for(key, &line.grouped);
     let _place = Place {
         room: &keeper.waits,
-        resource,
+        resource: key,
         ticket,
     };
     let engine = &keeper.engine;
     let mut queued = Queued {
         engine,
-        resource,
         entry: None,
         joined: false,
     };
@@ -163,27 +161,20 @@ pub(super) async fn queued_wait(
     let activity = &keeper.activity;
     let quorum = engine.quorum();
     loop {
-        let (head, generation) = keeper.waits.head(resource, ticket);
+        let (head, generation) = keeper.waits.head(key, ticket);
         let cancelled = keeper.waits.cancels() != cancels;
-        if let Some(e) = give_up(
-            keeper,
-            (resource, resource),
-            (head, cancelled, until),
-            &mut last,
-        ) {
+        if let Some(e) = give_up(keeper, (key, &line.name), (head, cancelled, until), &mut last) {
             return Ok(Err(e));
         }
         if !head {
             note_wait(&mut waited, activity);
-            park(&keeper.waits, (resource, ticket, None), until).await;
+            park(&keeper.waits, (key, ticket, None), until).await;
             continue;
         }
         // The process's head takes a place in the nodes' queue when it first comes to the front here.
-        let entry = queued
-            .entry
-            .get_or_insert_with(|| new_entry(engine, resource));
+        let entry = queued.entry.get_or_insert_with(|| new_entry(engine, key));
         let (failure, mut report, refusal) =
-            match (queued::attempt(engine, resource, ttl, ttl_ms, entry, queued.joined)).await {
+            match queued::attempt(engine, ask, entry, queued.joined).await {
                 // Held by a majority now: `queued` leaves the queue on every node as it drops (the next waiter's
                 // turn comes with it).
                 Ok(Ok(lock)) => return Ok(Ok(lock)),
@@ -205,15 +196,21 @@ pub(super) async fn queued_wait(
                 // Tracking needs the watchdog to listen for the invalidations armed below.
                 keeper.watchdog.ensure_started(Arc::downgrade(keeper));
                 if refusal.head {
-                    // Our turn: wait for the lock key, as a lone waiter does.
-                    wake_for_holder(
+                    // Our turn: wait for the line's keys, as a lone waiter does.
+                    let wake = wake_for_holder(
                         keeper,
-                        (&[resource], false),
+                        (&line.probed(), line.any),
                         &mut report,
                         &mut free_streak,
                         now,
                     )
-                    .await
+                    .await;
+                    // A refused head's mark lapses with its lease (a writer's intent): it tries again within
+                    // half a lease (`Line::marks`).
+                    match line.marks {
+                        true => wake.min(later(now, ask.ttl / 2)),
+                        false => wake,
+                    }
                 } else {
                     // Another waiter's turn: wait for ours (or refresh the entry).
                     let (changed, tracked) = arm_turn(keeper, entry, &refusal.turns).await;
@@ -234,12 +231,12 @@ pub(super) async fn queued_wait(
             Failure::Held => Error::Held(Box::new(report)),
             _ => Error::Quorum(Box::new(report)),
         };
-        keeper.waits.set_error(resource, &error);
+        keeper.waits.set_error(key, &error);
         last = Some(error);
         note_wait(&mut waited, activity);
         sleep(
             keeper,
-            (resource, ticket, generation),
+            (key, ticket, generation),
             wake.min(refresh).min(until),
             until,
         )
