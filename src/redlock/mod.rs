@@ -19,7 +19,7 @@
 //!                   Request, its options and terminals; holding.rs: cancel_waits, the guards' TTL check;
 //!                   kinds.rs: batches, owners); the only room that knows all
 //!   wait.rs         the waiting loop around any kind's attempt, in this process' lines; probes on the tracker;
-//!                   wait/handoff.rs: the queue across processes of one plain resource
+//!                   wait/handoff.rs: the queue across processes (plain locks, semaphores, read-write locks)
 //!   guard/          Guard, LostWatch; Held (a guard's state, its lock's kind); Keeper (what handles and
 //!                   guards share: the engine, the watchdog, the waiters); renew (applies the engine's renewal
 //!                   verdicts); watchdog.rs (the thread: renewals, the tracker connections, invalidation pushes)

@@ -84,10 +84,10 @@ impl Young {
 /// other clients), the head pauses as after a failure.
 const FREE_STREAK: u32 = 3;
 
-/// Acquires `ask` (checked), waiting for it up to `max_wait`. One plain resource waits in the nodes' queue
-/// across processes (`handoff`), threads and tasks alike; every
-/// other kind (and a plain one on nodes that refuse the queue's script) waits in this process' [`Line`], each
-/// attempt one round of its kind. Under `block` it blocks the thread; polled by an executor it is a future
+/// Acquires `ask` (checked), waiting for it up to `max_wait`. A kind that queues (a plain lock, a semaphore, a
+/// read-write lock) waits in the nodes' queue across processes (`handoff`), threads and tasks alike; every other
+/// kind (and any on nodes that refuse the queue's scripts) waits in this process' [`Line`], each attempt one round
+/// of its kind. Under `block` it blocks the thread; polled by an executor it is a future
 /// that never blocks, woken as a parked thread would be unparked, and leaves its line when dropped.
 pub(crate) async fn acquire_wait(
     keeper: &Arc<Keeper>,

@@ -227,7 +227,8 @@ fn managers_share_a_semaphore_s_permits_in_turn() {
     assert!(over_capacity(&all, 2).is_empty(), "more than 2 holders");
     assert!(overlaps(&run.holds).is_empty(), "two holders of a permit");
     assert!(run.holds.len() > 100, "too few grants");
-    assert!(run.fairness() >= 0.5, "unfair");
+    // Lined up in each process only, the releaser's next try found its permit free: 0.73 then.
+    assert!(run.fairness() >= 0.85, "unfair");
     assert_eq!((run.quorum, run.held, run.other), (0, 0, 0));
 }
 
@@ -247,13 +248,16 @@ fn readers_and_writers_share_a_lock_in_turn() {
     println!("{}", run.line("6 managers, one write in three, 5 nodes"));
     let writes = run.holds.iter().filter(|h| h.holder.ends_with('w'));
     for w in writes.clone() {
-        let beside = (run.holds.iter())
-            .find(|h| *h != w && h.start < w.end && w.start < h.end);
-        assert!(beside.is_none(), "a writer beside another holder: {w:?}, {beside:?}");
+        let beside = (run.holds.iter()).find(|h| *h != w && h.start < w.end && w.start < h.end);
+        assert!(
+            beside.is_none(),
+            "a writer beside another holder: {w:?}, {beside:?}"
+        );
     }
     assert!(writes.count() * 5 > run.holds.len(), "writers starved");
     assert!(run.holds.len() > 100, "too few grants");
-    assert!(run.fairness() >= 0.5, "unfair");
+    // Lined up in each process only: 0.46 then, and a wait of 0.86 s.
+    assert!(run.fairness() >= 0.85, "unfair");
     assert_eq!((run.quorum, run.held, run.other), (0, 0, 0));
 }
 

@@ -42,7 +42,7 @@ impl RwRun {
 }
 
 /// One read-write worker: a reader or (one time in three) the writer of a random name of `work.resources` (with
-/// retries, or waiting up to `work.wait` in this process' line); writes to the protected section while the lease
+/// retries, or waiting up to `work.wait` in the nodes' queue); writes to the protected section while the lease
 /// has its margin left (a writer alone, a reader among readers), then releases. Each hold is recorded as
 /// `[acquired, min(valid_until, released)]`, in `writers` or `readers`.
 fn rw_worker(

@@ -46,7 +46,7 @@ impl PermitRun {
 }
 
 /// One permit worker: one of [`PERMITS`] permits of a random name of `work.resources` (with retries, or waiting
-/// up to `work.wait` in this process' line, woken by releases and invalidations of any permit); writes to the protected
+/// up to `work.wait` in the nodes' queue of the name, woken by releases and invalidations of any permit); writes to the protected
 /// section (shared by up to [`PERMITS`] writers) while the lease has its margin left, then releases. Each hold is
 /// recorded for the name and for its permit, `[acquired, min(valid_until, released)]`.
 fn permit_worker(

@@ -922,7 +922,10 @@ impl Node {
     /// reads it.
     fn queued(&mut self, inner: lua::Lua, keys: &[&[u8]], argv: &[&[u8]], now: Wall) -> Value {
         let (nk, na) = (keys.len().saturating_sub(2), argv.len().saturating_sub(4));
-        let (q, d) = (keys.get(nk).copied().unwrap_or_default(), keys.get(nk + 1).copied().unwrap_or_default());
+        let (q, d) = (
+            keys.get(nk).copied().unwrap_or_default(),
+            keys.get(nk + 1).copied().unwrap_or_default(),
+        );
         let arg = |i: usize| argv.get(na + i).copied().unwrap_or_default();
         let (id, ticket, lease, line) = (arg(0), num(arg(1)), num(arg(2)), arg(3));
         let turn = |m: &[u8]| [&b"muxlock:turn:"[..], m, b":", line].concat();

@@ -299,7 +299,8 @@ async fn client(
                 }
             }
             0 if queued && rng.chance(0.5) => {
-                let got = self::queued(&engine, &sim, &mut rng, Waits::Plain(r.as_bytes()), ttl).await;
+                let got =
+                    self::queued(&engine, &sim, &mut rng, Waits::Plain(r.as_bytes()), ttl).await;
                 if let Some(lock) = got {
                     let i = hold(
                         &sim,

@@ -123,7 +123,11 @@ impl<'a> Gate<'a> {
 
     /// A queued offer's `KEYS` and `ARGV`: the kind's `keys` and `args`, then the gate's (see
     /// [`lua::QUEUE_ACQUIRE`]).
-    pub(crate) fn with<'k>(&self, keys: &[&'k [u8]], args: &[&'k [u8]]) -> (Vec<&'k [u8]>, Vec<&'k [u8]>)
+    pub(crate) fn with<'k>(
+        &self,
+        keys: &[&'k [u8]],
+        args: &[&'k [u8]],
+    ) -> (Vec<&'k [u8]>, Vec<&'k [u8]>)
     where
         'a: 'k,
     {
@@ -201,7 +205,13 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
 /// as every release (nobody reads a `NOSCRIPT` here).
 pub(crate) fn leave<N: Nodes, C: Clock>(engine: &Engine<N, C>, entry: &Entry, nodes: NodeSet) {
     let mut request = BytesMut::with_capacity(128 + 4 * entry.line.len());
-    lua::eval(&mut request, lua::QUEUE_LEAVE, true, &entry.keys(), &entry.args());
+    lua::eval(
+        &mut request,
+        lua::QUEUE_LEAVE,
+        true,
+        &entry.keys(),
+        &entry.args(),
+    );
     let mut round = engine.fanout.release_round(engine.clock.now());
     round.send_to(nodes, &request, 1);
 }

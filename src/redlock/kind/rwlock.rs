@@ -68,10 +68,12 @@
 //! # Cost
 //!
 //! A read costs a semaphore's acquisition (one round; a second on a split); a write one round of one script
-//! that looks at `M + 2` keys. Release and extension of either cost a plain lock's. A waiting reader lines up in
-//! this process on the name and probes the writer and intent keys; a waiting writer probes the writer key and
-//! every reader slot, for the latest to come free (both wake early on a release in this process or, on RESP3
-//! nodes, an invalidation of a probed key).
+//! that looks at `M + 2` keys. Release and extension of either cost a plain lock's. Waiting readers and writers
+//! line up together in the nodes' queue of the name, across processes (`wait/handoff.rs`: their offers run
+//! behind its gate, [`lua::QUEUE_READ`] and [`lua::QUEUE_WRITE`]), served in the order they came; readers that
+//! follow each other enter one after another, each as the one before leaves the queue. The head probes: a reader
+//! the writer and intent keys, a writer the writer key and every reader slot, for the latest to come free (both
+//! wake early on a release in this process or, on RESP3 nodes, an invalidation of a probed key).
 //!
 //! # Limits
 //!
@@ -85,8 +87,8 @@ use crate::redlock::engine::Engine;
 use crate::redlock::engine::reply::grant_vote;
 use crate::redlock::engine::seam::{Clock, Nodes};
 use crate::redlock::error::Report;
-use crate::redlock::kind::semaphore::{self, MAX_PERMITS, Slots};
 use crate::redlock::kind::queued::Gate;
+use crate::redlock::kind::semaphore::{self, MAX_PERMITS, Slots};
 use crate::redlock::kind::{Kind, Line, Lock};
 use crate::redlock::lua;
 use crate::redlock::quorum::Failure;
@@ -233,18 +235,13 @@ pub(crate) async fn write<N: Nodes, C: Clock>(
         None => (lua::ACQUIRE_WRITE, (refs, args.to_vec())),
     };
     let round = engine
-        .acquire_scripted(
-            script,
-            (&refs, &args),
-            (ttl, ttl_ms),
-            |node, reply| {
-                let (vote, outcome) = match gate.as_deref_mut() {
-                    Some(g) => grant_vote(&g.ungate(reply, node, Value::Integer(0))),
-                    None => grant_vote(reply),
-                };
-                (vote, outcome, 0)
-            },
-        )
+        .acquire_scripted(script, (&refs, &args), (ttl, ttl_ms), |node, reply| {
+            let (vote, outcome) = match gate.as_deref_mut() {
+                Some(g) => grant_vote(&g.ungate(reply, node, Value::Integer(0))),
+                None => grant_vote(reply),
+            };
+            (vote, outcome, 0)
+        })
         .await;
     let writer = writer_key(name);
     engine

@@ -74,12 +74,12 @@
 //! nodes they reach second, and all but one retry, as contenders for a mutex do.)
 //!
 //! [`retry`](crate::redlock::Request::retry) retries with the mutex's jittered pause.
-//! [`wait`](crate::redlock::Request::wait) waits in this process' line for the semaphore, woken by a release of
-//! any of its permits in this process, or (on RESP3 nodes) by the invalidation of any permit key, or at the
-//! earliest end of the permits' leases; it does not use the nodes' queue of a plain lock, whose entries and turn
-//! keys are per key: a queue per semaphore whose head may take any of `k` keys is another script and another
-//! argument, not worth it before someone needs cross-process fairness for semaphores. Waiters of this process are
-//! first come, first served; across processes the first to try after a permit frees gets it.
+//! [`wait`](crate::redlock::Request::wait) waits in the nodes' queue of the semaphore, across processes
+//! (`wait/handoff.rs`): the offer runs behind the queue's gate ([`lua::QUEUE_PERMITS`]), which lets only the
+//! waiter at the head take a permit, whichever is free; it leaves the queue with its permit and the next waiter's
+//! turn comes. The head is woken by a release of any of its permits in this process, or (on RESP3 nodes) by the
+//! invalidation of any permit key, or at the earliest end of the permits' leases. Waiters are first come, first
+//! served, across processes as within one; callers that do not wait take a free permit whenever they try.
 //!
 //! # Limits
 //!

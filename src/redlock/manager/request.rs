@@ -266,8 +266,8 @@ impl<'m> Request<'m> {
     /// majority of admissions holds) is unsafe: with 3 nodes and `k = 2`, A admitted on {1, 2}, B on {2, 3} and C
     /// on {1, 3} would all hold. Cost: one round trip (two on a split), `O(k)` script work per node at worst.
     ///
-    /// [`wait`](Request::wait) waits in this process' line, woken by a release or an invalidation of any
-    /// permit (not in the nodes' queue of a plain lock). `k` must be between 1 and
+    /// [`wait`](Request::wait) waits in the nodes' queue of the semaphore, across processes, first come, first
+    /// served (as a plain lock's waiters do), woken by a release or an invalidation of any permit. `k` must be between 1 and
     /// [`MAX_PERMITS`](crate::redlock::MAX_PERMITS); not for a set, nor with [`fenced`](Request::fenced) or
     /// [`owned`](Request::owned) ([`Error::Config`]).
     ///
@@ -303,8 +303,9 @@ impl<'m> Request<'m> {
     /// README); extended, renewed and released as a plain lock of that key. [`Lock::access`] says
     /// [`Access::Read`](crate::redlock::Access::Read).
     ///
-    /// [`wait`](Request::wait) waits in this process' line for the name, woken by a release of the writer or
-    /// an invalidation of the writer or intent key. Not for a set, nor with [`fenced`](Request::fenced) or
+    /// [`wait`](Request::wait) waits in the nodes' queue of the name, with its writers, across processes, first
+    /// come, first served; woken by a release of the writer or an invalidation of the writer or intent key. Not
+    /// for a set, nor with [`fenced`](Request::fenced) or
     /// [`owned`](Request::owned) ([`Error::Config`]).
     ///
     /// # Examples
@@ -332,8 +333,9 @@ impl<'m> Request<'m> {
     /// readers cannot starve writers. Extended, renewed and released as a plain lock of the writer key.
     /// [`Lock::access`] says [`Access::Write`](crate::redlock::Access::Write).
     ///
-    /// [`wait`](Request::wait) waits in this process' line for the name, woken by a release of the writer or
-    /// a reader here, or an invalidation of the writer key or a reader slot. Not for a set, nor with
+    /// [`wait`](Request::wait) waits in the nodes' queue of the name, with its readers, across processes, first
+    /// come, first served; woken by a release of the writer or a reader here, or an invalidation of the writer key
+    /// or a reader slot. Not for a set, nor with
     /// [`fenced`](Request::fenced) or [`owned`](Request::owned) ([`Error::Config`]).
     pub fn write(self) -> Request<'m> {
         let name = self.resource.clone();
@@ -412,8 +414,8 @@ impl<'m> Request<'m> {
     /// As [`acquire`](Request::acquire), as a future for any executor (tokio, smol, ...; the library needs no
     /// runtime): it never blocks the executor's thread — its rounds are woken by the manager's driver thread,
     /// its pauses by the crate's timer thread — and `.wait(d)` waits without polling, woken by releases and
-    /// invalidations as a blocking waiter is (one plain resource in the nodes' queue across processes, any other
-    /// kind in this process' line).
+    /// invalidations as a blocking waiter is (a plain lock, a semaphore or a read-write lock in the nodes' queue
+    /// across processes, a set, fenced or owned lock in this process' line).
     ///
     /// **Cancel-safe**: dropping the future at any point leaves no lock held — an attempt under way is undone on
     /// every node at once, a waiter leaves its line (and the nodes' queue).

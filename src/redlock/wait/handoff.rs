@@ -61,8 +61,24 @@
 //! - Clients that do not queue (requests that do not wait, other Redlock clients) are not slowed: their `SET NX` wins
 //!   whenever the key is free. Queued waiters then wait on the key again.
 //!
-//! Only a plain request for one resource that [waits](crate::redlock::Request::wait) queues (whatever its
-//! terminal); other kinds, and sets, wait in this process' line only.
+//! # Every kind that queues, behind one gate
+//!
+//! The queue is per waiting line: a plain lock's resource, a semaphore's name (`Line::key`), a read-write lock's
+//! name for its readers and writers together, so that they are served in the order they came. The acquisition
+//! script of each such kind is its own offer script run inside the same gate (`lua.rs`, `queued!`; the gate's
+//! keys and arguments follow the kind's): [`lua::QUEUE_ACQUIRE`] around the spec's `SET NX PX`,
+//! `QUEUE_PERMITS` around a semaphore's offer of its permits, `QUEUE_READ` and `QUEUE_WRITE` around a reader's
+//! and a writer's. The head of a semaphore's queue takes whichever permit is free (the next waiter's turn comes
+//! as it leaves the queue, and it takes the next free permit, if one is); the head of a read-write lock's queue
+//! is a reader or a writer, and a writer at the head that readers refuse leaves its intent as a writer that does
+//! not queue does. The argument above holds for each as it is: the gate runs the kind's script unchanged or not
+//! at all, so a node grants a permit, a reader slot or the writer key in fewer cases than without the queue,
+//! never in more; and each kind's own argument (`kind/semaphore.rs`, `kind/rwlock.rs`) is about what its script
+//! grants, counted by its quorums, which the gate does not touch. The head probes its line's keys (any permit,
+//! the writer and intent keys, the writer key and every reader slot); the others watch their turn keys.
+//!
+//! A plain, semaphore or read-write request that [waits](crate::redlock::Request::wait) queues (whatever its
+//! terminal); sets, fenced locks and owned holds wait in this process' line only (`Kind::queues`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -163,7 +179,12 @@ pub(super) async fn queued_wait(
     loop {
         let (head, generation) = keeper.waits.head(key, ticket);
         let cancelled = keeper.waits.cancels() != cancels;
-        if let Some(e) = give_up(keeper, (key, &line.name), (head, cancelled, until), &mut last) {
+        if let Some(e) = give_up(
+            keeper,
+            (key, &line.name),
+            (head, cancelled, until),
+            &mut last,
+        ) {
             return Ok(Err(e));
         }
         if !head {
