@@ -96,9 +96,19 @@ pub(crate) struct Refusal {
     pub(crate) head: bool,
     /// Per node, the turn key's value it reported.
     pub(crate) turns: Vec<Option<i64>>,
-    /// The nodes whose gate answered a grant: the waiter did not queue there (nodes from 64 on are never left
-    /// out of a leave, whatever this says).
-    pub(crate) unqueued: NodeSet,
+    /// The nodes whose gate answered a grant (the waiter did not queue there, unless `joined` says it did with
+    /// another offer of the attempt: a semaphore's second), and those whose gate answered a place in the queue.
+    /// Nodes from 64 on are never left out of a leave, whatever these say.
+    pub(crate) granted: NodeSet,
+    pub(crate) joined: NodeSet,
+}
+
+impl Refusal {
+    /// The nodes where the attempt may have queued the waiter: every node but those whose gate answered only
+    /// grants.
+    fn queued(&self) -> NodeSet {
+        NodeSet::ALL.difference(self.granted).union(self.joined)
+    }
 }
 
 /// A queued attempt's way through the gate: the entry it offers with, and what the nodes' gates answered.
@@ -116,7 +126,8 @@ impl<'a> Gate<'a> {
             refusal: Refusal {
                 head: false,
                 turns: vec![None; n],
-                unqueued: NodeSet::EMPTY,
+                granted: NodeSet::EMPTY,
+                joined: NodeSet::EMPTY,
             },
         }
     }
@@ -146,13 +157,19 @@ impl<'a> Gate<'a> {
         let Ok(Value::Array(items)) = reply.as_ref().map(Value::without_attributes) else {
             return reply.clone();
         };
-        let [ran, Value::Integer(rank), Value::Integer(turn)] = &items[..] else {
+        let [ran, rank, turn] = &items[..] else {
+            return reply.clone();
+        };
+        let (Value::Integer(rank), Value::Integer(turn)) =
+            (rank.without_attributes(), turn.without_attributes())
+        else {
             return reply.clone();
         };
         let refusal = &mut self.refusal;
         match *rank {
-            r if r < 0 => refusal.unqueued.insert(node),
+            r if r < 0 => refusal.granted.insert(node),
             r => {
+                refusal.joined.insert(node);
                 refusal.head |= r == 0;
                 if let Some(t) = refusal.turns.get_mut(node) {
                     *t = Some(*turn);
@@ -191,9 +208,9 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
             // answer a grant (not read, or another waiter headed them a moment ago): with the lock, it leaves
             // there, or its entry would head those nodes' queues, unattended, for a lease. (A waiter that queued
             // before leaves everywhere as it goes.)
-            let queued = |node: usize| node >= 64 || !refusal.unqueued.contains(node);
-            if !joined && (0..engine.fanout.len()).any(queued) {
-                leave(engine, entry, NodeSet::ALL.difference(refusal.unqueued));
+            let queued = refusal.queued();
+            if !joined && (0..engine.fanout.len()).any(|node| queued.contains(node)) {
+                leave(engine, entry, queued);
             }
             Ok(Ok(lock))
         }
@@ -219,6 +236,66 @@ pub(crate) fn leave<N: Nodes, C: Clock>(engine: &Engine<N, C>, entry: &Entry, no
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn attributed(value: Value) -> Value {
+        Value::Attribute {
+            attributes: vec![],
+            value: Box::new(value),
+        }
+    }
+
+    #[test]
+    fn a_gate_s_reply_gives_the_kind_s_reply_and_notes_the_waiter_s_place() {
+        let entry = Entry::new(7, 1, Duration::from_millis(50), b"jobs");
+        let mut gate = Gate::new(&entry, 4);
+        let arr = |v: Vec<Value>| Ok(Value::Array(v));
+        // Granted (the kind's reply, not queued there).
+        let got = gate.ungate(
+            &arr(vec![
+                Value::Integer(1),
+                Value::Integer(-1),
+                Value::Integer(0),
+            ]),
+            0,
+            Value::Integer(0),
+        );
+        assert_eq!(got.ok(), Some(Value::Integer(1)));
+        // The kind's script ran and took nothing: its reply, and the waiter heads the queue there.
+        let took_none = arr(vec![
+            Value::Array(vec![]),
+            Value::Integer(0),
+            Value::Integer(3),
+        ]);
+        let got = gate.ungate(&took_none, 1, Value::Array(vec![]));
+        assert_eq!(got.ok(), Some(Value::Array(vec![])));
+        // Kept out by the queue (RESP2's nil, RESP3's null, attributes anywhere): what the kind refuses with.
+        for kept in [Value::NullBulk, Value::Null, Value::Boolean(false)] {
+            let reply = attributed(Value::Array(vec![
+                attributed(kept),
+                attributed(Value::Integer(2)),
+                Value::Integer(5),
+            ]));
+            let got = gate.ungate(&Ok(reply), 2, Value::Integer(0));
+            assert_eq!(got.ok(), Some(Value::Integer(0)));
+        }
+        assert!(gate.refusal.head);
+        assert_eq!(gate.refusal.turns, vec![None, Some(3), Some(5), None]);
+        // Anything else is passed on as it came (the kind's vote fails it).
+        let odd = arr(vec![Value::Integer(1), Value::Integer(1)]);
+        assert_eq!(gate.ungate(&odd, 3, Value::Integer(0)).ok(), odd.ok());
+        let error = Ok(Value::Error("NOPERM".into()));
+        assert_eq!(gate.ungate(&error, 3, Value::Integer(0)).ok(), error.ok());
+        // Queued on every node but the one that only granted (node 3 answered nothing the gate knows).
+        let queued = gate.refusal.queued();
+        assert_eq!(
+            (0..5).map(|n| queued.contains(n)).collect::<Vec<_>>(),
+            [false, true, true, true, true]
+        );
+        // A node that granted one offer and queued the waiter with another (a semaphore's second) is left too.
+        let got = gate.ungate(&took_none, 0, Value::Array(vec![]));
+        assert_eq!(got.ok(), Some(Value::Array(vec![])));
+        assert!(gate.refusal.queued().contains(0));
+    }
 
     #[test]
     fn a_turn_key_names_its_resource() {
