@@ -187,3 +187,90 @@ fn a_dropped_waiting_future_leaves_the_nodes_queue() {
         assert_eq!(node.raw(&cmd(&["EXISTS", "q"])), b":0\r\n");
     }
 }
+
+/// A waiting future dropped during its first queued attempt (the nodes hang, so the attempt's replies are not in
+/// yet) leaves the nodes' queue as one dropped later does: the nodes run the buffered offer when they resume and
+/// queue the waiter (every permit is held), and its entry must not head their queues after it is gone. A
+/// semaphore's queue (the line `\0semaphore\0<name>`); the next waiter is granted as soon as the holder releases,
+/// not one entry lease later.
+#[test]
+fn a_waiting_future_dropped_during_its_first_attempt_leaves_the_nodes_queue() {
+    let mut cluster = Cluster::start(3);
+    let holder = locks::manager(cluster.urls(), config());
+    let quitter = locks::manager(cluster.urls(), config());
+    let next = locks::manager(cluster.urls(), config());
+    let rt = two_workers();
+    let queue = "muxlock:queue:\0semaphore\0pool";
+    let zcard = |cluster: &Cluster, i: usize| {
+        let reply = cluster.nodes()[i].raw(&cmd(&["ZCARD", queue]));
+        String::from_utf8_lossy(&reply).trim().to_string()
+    };
+    rt.block_on(async {
+        // Every manager connected (and its scripts loaded) before the nodes hang.
+        for m in [&quitter, &next] {
+            let warm = m
+                .request("warm")
+                .permits(1)
+                .ttl(Duration::from_secs(2))
+                .wait(Duration::from_secs(2))
+                .acquire_async()
+                .await
+                .expect("warm-up");
+            m.unlock_async(warm).await.expect("warm-up");
+        }
+    });
+    let lock = rt
+        .block_on(
+            holder
+                .request("pool")
+                .permits(1)
+                .ttl(Duration::from_secs(10))
+                .acquire_async(),
+        )
+        .expect("the holder");
+    for i in 0..3 {
+        cluster.pause(i);
+    }
+    rt.block_on(async {
+        let wait = quitter
+            .request("pool")
+            .permits(1)
+            .ttl(Duration::from_secs(2))
+            .wait(Duration::from_secs(10))
+            .acquire_async();
+        // Cut within the first attempt's round (200 ms): no reply is read.
+        let cut = tokio::time::timeout(Duration::from_millis(80), wait).await;
+        assert!(cut.is_err(), "still waiting when cut: {cut:?}");
+    });
+    for i in 0..3 {
+        cluster.resume(i);
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    let left: Vec<String> = (0..3).map(|i| zcard(&cluster, i)).collect();
+    println!("entries left on the nodes: {left:?}");
+    let (after, lock) = rt.block_on(async {
+        let next_wait = {
+            let next = next.clone();
+            tokio::spawn(async move {
+                next.request("pool")
+                    .permits(1)
+                    .ttl(Duration::from_secs(2))
+                    .wait(Duration::from_secs(5))
+                    .acquire_async()
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let released = Instant::now();
+        holder.unlock_async(lock).await.expect("released");
+        let got = next_wait.await.expect("task");
+        (released.elapsed(), got.expect("granted"))
+    });
+    println!("the next waiter was granted {after:?} after the release");
+    rt.block_on(next.unlock_async(lock)).expect("released");
+    assert!(
+        left.iter().all(|z| z == ":0"),
+        "a waiter dropped mid-attempt is still queued: ZCARD {left:?}; the next waiter waited {after:?}"
+    );
+    assert!(after < Duration::from_millis(500), "held up {after:?}");
+}
