@@ -129,17 +129,19 @@ fn new_entry(engine: &Engine, line: &[u8]) -> Entry {
     )
 }
 
-/// The entry of a waiter that has joined the nodes' queue: it leaves it on every node when dropped, with the lock
-/// or without.
+/// The entry of a waiter that has joined the nodes' queue, or whose attempt is under way (a task's future dropped
+/// then may have been queued by it anywhere, once the nodes run it): it leaves the queue on every node when
+/// dropped, with the lock or without.
 struct Queued<'a> {
     engine: &'a Engine,
     entry: Option<Entry>,
     joined: bool,
+    attempting: bool,
 }
 
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
-        if let (true, Some(entry)) = (self.joined, &self.entry) {
+        if let (true, Some(entry)) = (self.joined || self.attempting, &self.entry) {
             queued::leave(self.engine, entry, NodeSet::ALL);
         }
     }
@@ -169,6 +171,7 @@ pub(super) async fn queued_wait(
         engine,
         entry: None,
         joined: false,
+        attempting: false,
     };
     let mut last: Option<Error> = None;
     let mut free_streak = 0;
@@ -194,14 +197,16 @@ pub(super) async fn queued_wait(
         }
         // The process's head takes a place in the nodes' queue when it first comes to the front here.
         let entry = queued.entry.get_or_insert_with(|| new_entry(engine, key));
-        let (failure, mut report, refusal) =
-            match queued::attempt(engine, ask, entry, queued.joined).await {
-                // Held by a majority now: `queued` leaves the queue on every node as it drops (the next waiter's
-                // turn comes with it).
-                Ok(Ok(lock)) => return Ok(Ok(lock)),
-                Ok(Err(failed)) => failed,
-                Err(e) => return Ok(Err(e)),
-            };
+        queued.attempting = true;
+        let attempt = queued::attempt(engine, ask, entry, queued.joined).await;
+        queued.attempting = false;
+        let (failure, mut report, refusal) = match attempt {
+            // Held by a majority now: `queued` leaves the queue on every node as it drops (the next waiter's
+            // turn comes with it).
+            Ok(Ok(lock)) => return Ok(Ok(lock)),
+            Ok(Err(failed)) => failed,
+            Err(e) => return Ok(Err(e)),
+        };
         if refuses_the_queue(&report, quorum) {
             return Err(Refused);
         }
