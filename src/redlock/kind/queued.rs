@@ -151,19 +151,21 @@ impl<'a> Gate<'a> {
 
     /// What node `node`'s reply to a queued offer says of the kind's offer: the kind's script's own reply where
     /// it ran, `refused` (what the kind's script answers when it takes nothing) where the queue kept it from
-    /// running; an error or a reply of another shape as it came. The gate's part (the waiter's rank and turn, or
-    /// that it did not queue there) goes into the refusal.
+    /// running; an error or a reply that is no array as it came, and an array of another shape as an error reply
+    /// (the kind would read it as its own: a semaphore's as a list of permits taken). The gate's part (the
+    /// waiter's rank and turn, or that it did not queue there) goes into the refusal.
     pub(crate) fn ungate(&mut self, reply: &Reply, node: usize, refused: Value) -> Reply {
         let Ok(Value::Array(items)) = reply.as_ref().map(Value::without_attributes) else {
             return reply.clone();
         };
+        let unexpected = || Ok(Value::Error(format!("unexpected reply {items:?}").into()));
         let [ran, rank, turn] = &items[..] else {
-            return reply.clone();
+            return unexpected();
         };
         let (Value::Integer(rank), Value::Integer(turn)) =
             (rank.without_attributes(), turn.without_attributes())
         else {
-            return reply.clone();
+            return unexpected();
         };
         let refusal = &mut self.refusal;
         match *rank {
@@ -244,6 +246,23 @@ mod tests {
         }
     }
 
+    /// A refused semaphore offer off the wire (RESP3, the gate's rank annotated): no grant.
+    #[test]
+    fn a_refused_semaphore_offer_whose_rank_carries_an_attribute_is_no_grant() {
+        let entry = Entry::new(1, 1, Duration::from_millis(200), b"\0semaphore\0pool");
+        let mut gate = Gate::new(&entry, 3);
+        let mut wire = BytesMut::from(&b"*3\r\n_\r\n|1\r\n+k\r\n+v\r\n:0\r\n:0\r\n"[..]);
+        let refused = crate::resp::decode(&mut wire).map(|v| v.expect("a whole reply"));
+        let read = gate.ungate(
+            &refused.map_err(|e| panic!("{e:?}")),
+            0,
+            Value::Array(vec![]),
+        );
+        let (vote, ..) = crate::redlock::kind::semaphore::offer_vote(&read, 2);
+        assert_eq!(vote, crate::redlock::quorum::Vote::Taken);
+        assert!(gate.refusal.head);
+    }
+
     #[test]
     fn a_gate_s_reply_gives_the_kind_s_reply_and_notes_the_waiter_s_place() {
         let entry = Entry::new(7, 1, Duration::from_millis(50), b"jobs");
@@ -280,9 +299,13 @@ mod tests {
         }
         assert!(gate.refusal.head);
         assert_eq!(gate.refusal.turns, vec![None, Some(3), Some(5), None]);
-        // Anything else is passed on as it came (the kind's vote fails it).
-        let odd = arr(vec![Value::Integer(1), Value::Integer(1)]);
-        assert_eq!(gate.ungate(&odd, 3, Value::Integer(0)).ok(), odd.ok());
+        // An array of another shape is an error (a semaphore would read it as permits taken); anything else is
+        // passed on as it came (the kind's vote fails it).
+        let odd = arr(vec![Value::Integer(0), Value::Integer(1)]);
+        let read = gate.ungate(&odd, 3, Value::Array(vec![]));
+        assert!(matches!(read, Ok(Value::Error(_))), "{read:?}");
+        let (vote, ..) = crate::redlock::kind::semaphore::offer_vote(&read, 2);
+        assert_eq!(vote, crate::redlock::quorum::Vote::Failed);
         let error = Ok(Value::Error("NOPERM".into()));
         assert_eq!(gate.ungate(&error, 3, Value::Integer(0)).ok(), error.ok());
         // Queued on every node but the one that only granted (node 3 answered nothing the gate knows).
