@@ -232,8 +232,9 @@ fn managers_share_a_semaphore_s_permits_in_turn() {
     assert_eq!((run.quorum, run.held, run.other), (0, 0, 0));
 }
 
-/// A read-write lock's readers and writers queue on the nodes together: six managers, each writing one turn in
-/// three, share it in turn; a writer is never beside another holder, and writers are served as readers are.
+/// A read-write lock's readers and writers queue on the nodes (readers in one queue, writers in another, a waiting
+/// writer's intent keeping new readers out): six managers, each writing one turn in three, share it in turn; a
+/// writer is never beside another holder, and writers are served.
 #[test]
 fn readers_and_writers_share_a_lock_in_turn() {
     let mut cluster = Cluster::start(5);

@@ -68,10 +68,11 @@
 //! # Cost
 //!
 //! A read costs a semaphore's acquisition (one round; a second on a split); a write one round of one script
-//! that looks at `M + 2` keys. Release and extension of either cost a plain lock's. Waiting readers and writers
-//! line up together in the nodes' queue of the name, across processes (`wait/handoff.rs`: their offers run
-//! behind its gate, [`lua::QUEUE_READ`] and [`lua::QUEUE_WRITE`]), served in the order they came; readers that
-//! follow each other enter one after another, each as the one before leaves the queue. The head probes: a reader
+//! that looks at `M + 2` keys. Release and extension of either cost a plain lock's. Waiting readers line up
+//! in one queue of the nodes' and waiting writers in another, across processes (`wait/handoff.rs`: their
+//! offers run behind its gate, [`lua::QUEUE_READ`] and [`lua::QUEUE_WRITE`]), each served in the order it came;
+//! readers enter one after another, each as the one before leaves the queue, and the writer at the head of its
+//! queue keeps new readers out with its intent, as any waiting writer does. The head probes: a reader
 //! the writer and intent keys, a writer the writer key and every reader slot, for the latest to come free (both
 //! wake early on a release in this process or, on RESP3 nodes, an invalidation of a probed key).
 //!

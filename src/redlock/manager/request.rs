@@ -303,8 +303,8 @@ impl<'m> Request<'m> {
     /// README); extended, renewed and released as a plain lock of that key. [`Lock::access`] says
     /// [`Access::Read`](crate::redlock::Access::Read).
     ///
-    /// [`wait`](Request::wait) waits in the nodes' queue of the name, with its writers, across processes, first
-    /// come, first served; woken by a release of the writer or an invalidation of the writer or intent key. Not
+    /// [`wait`](Request::wait) waits in the nodes' queue of the name's readers, across processes, first come,
+    /// first served (a waiting writer goes first: its intent keeps new readers out); woken by a release of the writer or an invalidation of the writer or intent key. Not
     /// for a set, nor with [`fenced`](Request::fenced) or
     /// [`owned`](Request::owned) ([`Error::Config`]).
     ///
@@ -333,8 +333,8 @@ impl<'m> Request<'m> {
     /// readers cannot starve writers. Extended, renewed and released as a plain lock of the writer key.
     /// [`Lock::access`] says [`Access::Write`](crate::redlock::Access::Write).
     ///
-    /// [`wait`](Request::wait) waits in the nodes' queue of the name, with its readers, across processes, first
-    /// come, first served; woken by a release of the writer or a reader here, or an invalidation of the writer key
+    /// [`wait`](Request::wait) waits in the nodes' queue of the name's writers, across processes, first come,
+    /// first served; woken by a release of the writer or a reader here, or an invalidation of the writer key
     /// or a reader slot. Not for a set, nor with
     /// [`fenced`](Request::fenced) or [`owned`](Request::owned) ([`Error::Config`]).
     pub fn write(self) -> Request<'m> {

@@ -63,8 +63,9 @@
 //!
 //! # Every kind that queues, behind one gate
 //!
-//! The queue is per waiting line: a plain lock's resource, a semaphore's name (`Line::key`), a read-write lock's
-//! name for its readers and writers together, so that they are served in the order they came. The acquisition
+//! The queue is per waiting line (`Line::key`): a plain lock's resource, a semaphore's name, a read-write lock's
+//! readers and, apart, its writers (each class in the order it came; a writer at the head of the writers'
+//! queue that readers refuse marks its intent, which keeps new readers out: writers go first). The acquisition
 //! script of each such kind is its own offer script run inside the same gate (`lua.rs`, `queued!`; the gate's
 //! keys and arguments follow the kind's): [`lua::QUEUE_ACQUIRE`] around the spec's `SET NX PX`,
 //! `QUEUE_PERMITS` around a semaphore's offer of its permits, `QUEUE_READ` and `QUEUE_WRITE` around a reader's
