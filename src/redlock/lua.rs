@@ -209,8 +209,11 @@ pub const ACQUIRE_WRITE: Lua = Lua {
     sha1: "1779ef45819576a2708bed48b90b9a2e8beab6e2",
 };
 
-/// Every script the lock rounds use, for `SCRIPT LOAD` on new connections and for the tests.
-pub const ALL: [Lua; 18] = [
+/// The scripts loaded with `SCRIPT LOAD` on every new connection: every script the lock rounds use but the queued
+/// offers of semaphores and read-write locks ([`QUEUED`]), which only their waiting requests send, in full on their
+/// first use on a connection (a connection's set-up is sent before anything else on it, and takes room in its
+/// queue: `net/machine`).
+pub const ALL: [Lua; 15] = [
     RELEASE_BATCH,
     ACQUIRE_MANY,
     EXTEND_MANY,
@@ -226,9 +229,6 @@ pub const ALL: [Lua; 18] = [
     ACQUIRE_PERMITS,
     ACQUIRE_READ,
     ACQUIRE_WRITE,
-    QUEUE_PERMITS,
-    QUEUE_READ,
-    QUEUE_WRITE,
 ];
 
 /// `EVALSHA sha numkeys keys... args...`, or `EVAL script ...` when `full`.

@@ -22,7 +22,10 @@ fn bulk(s: &str) -> Vec<u8> {
 #[test]
 fn the_scripts_sha1s_are_the_servers() {
     let cluster = Cluster::start(1);
-    for l in lua::ALL {
+    for l in lua::ALL
+        .into_iter()
+        .chain(lua::QUEUED.into_iter().flat_map(|(q, s)| [q, s]))
+    {
         let reply = cluster.node(0).raw(&cmd(&["SCRIPT", "LOAD", l.body]));
         assert_eq!(reply, bulk(l.sha1), "{}", l.body);
     }

@@ -182,6 +182,12 @@ fn all_scripts() -> &'static [(&'static str, &'static str)] {
             (scripts::EXTEND_SHA1, scripts::EXTEND),
         ];
         v.extend(lua::ALL.iter().map(|l| (l.sha1, l.body)));
+        // The queued offers not loaded at set-up, sent in full on their first use.
+        for (queued, _) in lua::QUEUED {
+            if !v.iter().any(|(sha, _)| *sha == queued.sha1) {
+                v.push((queued.sha1, queued.body));
+            }
+        }
         for l in [
             lua::RELEASE_REENTRANT_UNATTRIBUTED,
             lua::EXTEND_REENTRANT_SHORTENING,
