@@ -120,6 +120,17 @@ fn contend_with(
     fault: impl FnOnce(&mut Cluster),
 ) -> Run {
     let urls = cluster.urls();
+    contend_on(cluster, urls, (managers, secs), acquire, fault)
+}
+
+/// As [`contend_with`], the managers on `urls` (the cluster's nodes, as the caller names them).
+fn contend_on(
+    cluster: &mut Cluster,
+    urls: Vec<String>,
+    (managers, secs): (usize, Duration),
+    acquire: impl Fn(&LockManager, usize) -> muxlock::Result<muxlock::Lock> + Sync,
+    fault: impl FnOnce(&mut Cluster),
+) -> Run {
     let ms: Vec<LockManager> = (0..managers)
         .map(|_| locks::manager(urls.clone(), config()))
         .collect();
@@ -259,6 +270,53 @@ fn readers_and_writers_share_a_lock_in_turn() {
     assert!(run.holds.len() > 100, "too few grants");
     // Lined up in each process only: 0.46 then, and a wait of 0.86 s.
     assert!(run.fairness() >= 0.85, "unfair");
+    assert_eq!((run.quorum, run.held, run.other), (0, 0, 0));
+}
+
+/// The queue's gate answered in RESP3 (`HELLO 3`: the kind's script not run is a RESP3 null inside the gate's
+/// array, a grant a nested array): six managers share two permits and a read-write lock in turn, never more than
+/// two permit holders, never a writer beside another holder.
+#[test]
+fn the_gate_s_replies_in_resp3_share_permits_and_a_read_write_lock() {
+    let mut cluster = Cluster::start(3);
+    let urls: Vec<String> = (cluster.urls().iter())
+        .map(|u| format!("{u}?protocol=resp3"))
+        .collect();
+    let permits = |m: &LockManager, _: usize| waiting(m.request("pool3").permits(2)).acquire();
+    let run = contend_on(
+        &mut cluster,
+        urls.clone(),
+        (6, Duration::from_secs(2)),
+        permits,
+        |_| {},
+    );
+    println!("{}", run.line("RESP3, 6 managers, 2 permits, 3 nodes"));
+    let mut all = run.holds.clone();
+    all.iter_mut().for_each(|h| h.resource = "pool3".into());
+    assert!(over_capacity(&all, 2).is_empty(), "more than 2 holders");
+    assert!(overlaps(&run.holds).is_empty(), "two holders of a permit");
+    assert!(run.holds.len() > 100, "too few grants");
+    assert_eq!((run.quorum, run.held, run.other), (0, 0, 0));
+    let rw = |m: &LockManager, turn: usize| {
+        let r = m.request("doc3");
+        match turn % 3 {
+            0 => waiting(r.write()).acquire(),
+            _ => waiting(r.read()).acquire(),
+        }
+    };
+    let run = contend_on(&mut cluster, urls, (6, Duration::from_secs(2)), rw, |_| {});
+    println!(
+        "{}",
+        run.line("RESP3, 6 managers, one write in three, 3 nodes")
+    );
+    for w in run.holds.iter().filter(|h| h.holder.ends_with('w')) {
+        let beside = (run.holds.iter()).find(|h| *h != w && h.start < w.end && w.start < h.end);
+        assert!(
+            beside.is_none(),
+            "a writer beside another holder: {w:?}, {beside:?}"
+        );
+    }
+    assert!(run.holds.len() > 100, "too few grants");
     assert_eq!((run.quorum, run.held, run.other), (0, 0, 0));
 }
 
@@ -548,4 +606,180 @@ fn a_waiter_that_gives_up_while_the_nodes_hang_leaves_no_entry_behind() {
         "a waiter that gave up is still queued: ZCARD {left:?}; the next waiter waited {waited:?}"
     );
     assert!(waited < Duration::from_millis(300), "held up {waited:?}");
+}
+
+/// A semaphore's waiter behind another in the nodes' queue (its line `\0semaphore\0<name>`, NUL bytes and all, is
+/// in its turn key) is woken by its turn: the waiter ahead takes the permit and leaves, the turn key's bump wakes
+/// the next one, which becomes the head and is granted as soon as the permit is released, not at its next
+/// refresh of its entry (a quarter lease, 250 ms here).
+#[test]
+fn a_semaphore_waiter_behind_another_is_woken_by_its_turn() {
+    let cluster = Cluster::start(3);
+    let ms: Vec<LockManager> = (0..3)
+        .map(|_| locks::manager(cluster.urls(), config()))
+        .collect();
+    for m in &ms {
+        let l = waiting(m.request("warm").permits(1))
+            .acquire()
+            .expect("warm-up");
+        m.unlock(l).expect("warm-up");
+    }
+    let mut worst = Duration::ZERO;
+    for round in 0..5 {
+        let name = format!("turns{round}");
+        let held = (ms[0].request(&name).permits(1))
+            .ttl(Duration::from_secs(5))
+            .acquire()
+            .expect("the holder");
+        let released = thread::scope(|s| {
+            let first = s.spawn(|| {
+                let l = waiting(ms[1].request(&name).permits(1))
+                    .acquire()
+                    .expect("first");
+                // Holds briefly: the second waiter's turn came with this grant.
+                thread::sleep(Duration::from_millis(60));
+                let at = Instant::now();
+                ms[1].unlock(l).expect("unlock");
+                at
+            });
+            thread::sleep(Duration::from_millis(100));
+            let second = s.spawn(|| {
+                let l = waiting(ms[2].request(&name).permits(1))
+                    .acquire()
+                    .expect("second");
+                let at = Instant::now();
+                ms[2].unlock(l).expect("unlock");
+                at
+            });
+            thread::sleep(Duration::from_millis(300));
+            ms[0].unlock(held).expect("unlock");
+            let freed = first.join().expect("first");
+            let got = second.join().expect("second");
+            got.saturating_duration_since(freed)
+        });
+        println!("round {round}: the second waiter granted {released:?} after the first released");
+        worst = worst.max(released);
+    }
+    assert!(worst < Duration::from_millis(150), "woken late: {worst:?}");
+}
+
+/// The queued offers after `SCRIPT FLUSH` on every node (`NOSCRIPT`, then the gate in full): a semaphore's and a
+/// writer's waiters queue, are granted once the holder releases, and leave no entry behind.
+#[test]
+fn queued_offers_are_resent_in_full_after_a_script_flush() {
+    let cluster = Cluster::start(3);
+    let holder = locks::manager(cluster.urls(), config());
+    let waiter = locks::manager(cluster.urls(), config());
+    for m in [&holder, &waiter] {
+        let l = waiting(m.request("warm")).acquire().expect("warm-up");
+        m.unlock(l).expect("warm-up");
+    }
+    for (what, line) in [
+        ("permit", "\0semaphore\0flushed"),
+        ("writer", "\0write\0flushed"),
+    ] {
+        fn of<'m>(m: &'m LockManager, what: &str) -> muxlock::Request<'m> {
+            match what {
+                "permit" => m.request("flushed").permits(1),
+                _ => m.request("flushed").write(),
+            }
+        }
+        let ask = |m| of(m, what);
+        let held = ask(&holder)
+            .ttl(Duration::from_secs(5))
+            .acquire()
+            .expect("held");
+        for node in cluster.nodes() {
+            assert_eq!(node.raw(&cmd(&["SCRIPT", "FLUSH"])), b"+OK\r\n");
+        }
+        let got = thread::scope(|s| {
+            let w = s.spawn(|| waiting(ask(&waiter)).acquire());
+            thread::sleep(Duration::from_millis(300));
+            let queued: Vec<Vec<u8>> = (cluster.nodes().iter())
+                .map(|n| n.raw(&cmd(&["ZCARD", &format!("muxlock:queue:{line}")])))
+                .collect();
+            assert!(
+                queued.iter().all(|z| z == b":1\r\n"),
+                "{what}: not queued: {queued:?}"
+            );
+            holder.unlock(held).expect("released");
+            w.join().expect("waiter")
+        });
+        let lock = got.unwrap_or_else(|e| panic!("{what}: {e}"));
+        waiter.unlock(lock).expect("released");
+        thread::sleep(Duration::from_millis(100));
+        for node in cluster.nodes() {
+            let z = node.raw(&cmd(&["ZCARD", &format!("muxlock:queue:{line}")]));
+            assert_eq!(z, b":0\r\n", "{what}: an entry left");
+        }
+    }
+}
+
+/// A semaphore's first queued attempt that queues on a node in its first offer and is granted there in its second
+/// (the offer again on a split) still leaves that node's queue once it holds the permit. Five nodes. Node 0: both
+/// permits held by another client for 100 ms (the first offer is refused there and queues the waiter, at the
+/// head); nodes 1 and 3 grant permit 0, node 2 permit 1 (its permit 0 is another client's); node 4 hung for this
+/// waiter, so the first round waits for it to its end (200 ms) and splits. The second offer finds both permits
+/// free on node 0 and is granted there, the waiter heading that node's queue: the gate's answer there is a grant
+/// (`unqueued`), so the grant's leave skips node 0, and the waiter's entry heads its queue for an entry lease after
+/// it got the permit: a waiter that then needs node 0 (nodes 3 and 4 paused) waits that long for a free
+/// semaphore.
+#[test]
+fn a_semaphore_granted_by_its_second_offer_where_its_first_queued_leaves_that_queue() {
+    use support::proxy::{Fault, FaultProxy};
+    let mut cluster = Cluster::start(5);
+    let mut urls = cluster.urls();
+    let hole = FaultProxy::start(cluster.addrs()[4]);
+    let next = locks::manager(urls.clone(), config());
+    urls[4] = hole.url();
+    let waiter = locks::manager(urls, config());
+    for m in [&waiter, &next] {
+        let l = waiting(m.request("warm").permits(2))
+            .acquire()
+            .expect("warm-up");
+        m.unlock(l).expect("warm-up");
+    }
+    let queue = "muxlock:queue:\0semaphore\0split";
+    let set = |i: usize, permit: u32, px: &str| {
+        let key = format!("{{split}}:permit:{permit}");
+        let reply = cluster.node(i).raw(&cmd(&["SET", &key, "other", "PX", px]));
+        assert_eq!(reply, b"+OK\r\n");
+    };
+    set(0, 0, "100");
+    set(0, 1, "100");
+    set(2, 0, "10000");
+    hole.set(Fault::BlackHole);
+    let t = Instant::now();
+    let lock = waiting(waiter.request("split").permits(2))
+        .acquire()
+        .expect("granted by nodes 0 to 3");
+    println!("held permit {:?} after {:?}", lock.permit(), t.elapsed());
+    let left: Vec<Vec<u8>> = (0..4)
+        .map(|i| cluster.node(i).raw(&cmd(&["ZCARD", queue])))
+        .collect();
+    waiter.unlock(lock).expect("released");
+    hole.set(Fault::None);
+    cluster.node(2).raw(&cmd(&["DEL", "{split}:permit:0"]));
+    let shown: Vec<String> = (left.iter())
+        .map(|z| String::from_utf8_lossy(z).trim().to_string())
+        .collect();
+    println!("entries on nodes 0 to 3 while the waiter held its permit: {shown:?}");
+    cluster.pause(3);
+    cluster.pause(4);
+    let t0 = Instant::now();
+    let got = (next.request("split").permits(2))
+        .ttl(Duration::from_secs(2))
+        .wait(Duration::from_secs(3))
+        .acquire();
+    let waited = t0.elapsed();
+    cluster.resume(3);
+    cluster.resume(4);
+    println!("the next waiter, on a free semaphore with nodes 3 and 4 paused, waited {waited:?}");
+    next.unlock(got.expect("the next waiter"))
+        .expect("released");
+    assert!(
+        left.iter().all(|z| z == b":0\r\n"),
+        "the waiter's entry is left after its grant: {shown:?}; the next waiter waited {waited:?}"
+    );
+    assert!(waited < Duration::from_millis(400), "held up {waited:?}");
 }
