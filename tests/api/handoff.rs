@@ -717,9 +717,9 @@ fn queued_offers_are_resent_in_full_after_a_script_flush() {
 
 /// A semaphore's first queued attempt that queues on a node in its first offer and is granted there in its second
 /// (the offer again on a split) still leaves that node's queue once it holds the permit. Five nodes. Node 0: both
-/// permits held by another client for 100 ms (the first offer is refused there and queues the waiter, at the
+/// permits held by another client for 400 ms (the first offer is refused there and queues the waiter, at the
 /// head); nodes 1 and 3 grant permit 0, node 2 permit 1 (its permit 0 is another client's); node 4 hung for this
-/// waiter, so the first round waits for it to its end (200 ms) and splits. The second offer finds both permits
+/// waiter, so the first round waits for it to its end (800 ms) and splits. The second offer finds both permits
 /// free on node 0 and is granted there, the waiter heading that node's queue: the gate's answer there is a grant
 /// (`unqueued`), so the grant's leave skips node 0, and the waiter's entry heads its queue for an entry lease after
 /// it got the permit: a waiter that then needs node 0 (nodes 3 and 4 paused) waits that long for a free
@@ -732,7 +732,12 @@ fn a_semaphore_granted_by_its_second_offer_where_its_first_queued_leaves_that_qu
     let hole = FaultProxy::start(cluster.addrs()[4]);
     let next = locks::manager(urls.clone(), config());
     urls[4] = hole.url();
-    let waiter = locks::manager(urls, config());
+    // A long round, so that node 0's permits are still held when the first offer reaches it on a loaded machine,
+    // and free when the second does (the first round runs to its end, waiting for node 4).
+    let waiter = locks::manager(
+        urls,
+        config().with_round_timeout(Duration::from_millis(800)),
+    );
     for m in [&waiter, &next] {
         let l = waiting(m.request("warm").permits(2))
             .acquire()
@@ -745,8 +750,8 @@ fn a_semaphore_granted_by_its_second_offer_where_its_first_queued_leaves_that_qu
         let reply = cluster.node(i).raw(&cmd(&["SET", &key, "other", "PX", px]));
         assert_eq!(reply, b"+OK\r\n");
     };
-    set(0, 0, "100");
-    set(0, 1, "100");
+    set(0, 0, "400");
+    set(0, 1, "400");
     set(2, 0, "10000");
     hole.set(Fault::BlackHole);
     let t = Instant::now();
@@ -769,7 +774,7 @@ fn a_semaphore_granted_by_its_second_offer_where_its_first_queued_leaves_that_qu
     let t0 = Instant::now();
     let got = (next.request("split").permits(2))
         .ttl(Duration::from_secs(2))
-        .wait(Duration::from_secs(3))
+        .wait(Duration::from_secs(5))
         .acquire();
     let waited = t0.elapsed();
     cluster.resume(3);
