@@ -267,7 +267,7 @@ fn readers_and_writers_share_a_lock_in_turn() {
         );
     }
     assert!(writes.count() * 5 > run.holds.len(), "writers starved");
-    // About 190 alone in 2 s: each writer waits out the readers' leases it refused.
+    // About 190 in 2 s alone.
     assert!(run.holds.len() > 60, "too few grants");
     // Lined up in each process only: 0.46 then, and a wait of 0.86 s.
     assert!(run.fairness() >= 0.85, "unfair");

@@ -208,14 +208,14 @@ pub(super) async fn queued_wait(
             Ok(Err(failed)) => failed,
             Err(e) => return Ok(Err(e)),
         };
+        // The request may have queued this waiter on any node it reached, whether or not its reply was read (a
+        // node hung past the round runs it when it resumes): from the first failed attempt on, the waiter leaves
+        // everywhere as it goes, with the lock or without, or giving up on the queue where most nodes refuse it.
+        queued.joined = true;
         if refuses_the_queue(&report, quorum) {
             return Err(Refused);
         }
         young.note(&report);
-        // The request may have queued this waiter on any node it reached, whether or not its reply was read (a
-        // node hung past the round runs it when it resumes): from the first failed attempt on, the waiter leaves
-        // everywhere as it goes, with the lock or without.
-        queued.joined = true;
         let now = Instant::now();
         let refresh = later(now, entry.lease / 4);
         let wake = match failure {
