@@ -31,7 +31,7 @@ use std::thread::{self, Thread};
 use std::time::Instant;
 
 use crate::redlock::error::Error;
-use crate::redlock::kind::queued::resource_of_turn;
+use crate::redlock::kind::queued::line_of_turn;
 use crate::sync::lock;
 
 /// A waiter's place in its resource's line.
@@ -196,7 +196,7 @@ impl WaitRoom {
         if self.waiting.load(Ordering::Acquire) == 0 {
             return;
         }
-        let resource = resource_of_turn(resource).unwrap_or(resource);
+        let resource = line_of_turn(resource).unwrap_or(resource);
         let mut heads = Vec::new();
         let mut rooms = lock(&self.rooms);
         if let Some(line) = rooms.get_mut(resource) {

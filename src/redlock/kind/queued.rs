@@ -1,7 +1,7 @@
 //! The nodes' waiting queue, for a waiting request of a kind that queues ([`Kind::queues`](super::Kind)): a
 //! waiting process's entry in the queue of its waiting line, the gate every queued offer runs behind
 //! ([`lua::QUEUE_ACQUIRE`] and the others of [`lua::QUEUED`]: the kind's own offer script, run only for the
-//! queue's head), what the gate adds to a reply ([`ungate`]), and leaving ([`lua::QUEUE_LEAVE`]). The queued
+//! queue's head), what the gate adds to a reply ([`Gate::ungate`]), and leaving ([`lua::QUEUE_LEAVE`]). The queued
 //! attempt itself ([`attempt`]) is the kind's offer with a [`Gate`], decided as the kind decides any attempt. The
 //! design and its safety argument are `wait/handoff.rs`'s module doc.
 
@@ -18,13 +18,13 @@ use crate::redlock::lua;
 use crate::redlock::quorum::Failure;
 use crate::resp::{Decimal, Value};
 
-/// The start of every turn key: `muxlock:turn:<16 hex digits of the waiter's id>:<resource>`.
+/// The start of every turn key: `muxlock:turn:<16 hex digits of the waiter's id>:<line>`.
 pub(crate) const TURN_PREFIX: &[u8] = b"muxlock:turn:";
 /// The length of a waiter's id (hex digits).
 const ID_LEN: usize = 16;
 
-/// The resource a turn key is about, if `key` is one.
-pub(crate) fn resource_of_turn(key: &[u8]) -> Option<&[u8]> {
+/// The waiting line a turn key is about (a plain lock's resource, a kind's `Line::key`), if `key` is one.
+pub(crate) fn line_of_turn(key: &[u8]) -> Option<&[u8]> {
     let rest = key.strip_prefix(TURN_PREFIX)?;
     match rest.get(ID_LEN) {
         Some(b':') => rest.get(ID_LEN + 1..),
@@ -323,15 +323,15 @@ mod tests {
     #[test]
     fn a_turn_key_names_its_resource() {
         assert_eq!(
-            resource_of_turn(b"muxlock:turn:0123456789abcdef:jobs:42"),
+            line_of_turn(b"muxlock:turn:0123456789abcdef:jobs:42"),
             Some(&b"jobs:42"[..])
         );
         assert_eq!(
-            resource_of_turn(b"muxlock:turn:0123456789abcdef:"),
+            line_of_turn(b"muxlock:turn:0123456789abcdef:"),
             Some(&b""[..])
         );
-        assert_eq!(resource_of_turn(b"muxlock:turn:0123:jobs"), None);
-        assert_eq!(resource_of_turn(b"jobs"), None);
+        assert_eq!(line_of_turn(b"muxlock:turn:0123:jobs"), None);
+        assert_eq!(line_of_turn(b"jobs"), None);
         assert_eq!(
             entry_lease(Duration::from_millis(50)),
             Duration::from_secs(1)

@@ -11,13 +11,13 @@
 //!
 //! Each node keeps, per resource, a sorted set of the waiting processes' heads, `muxlock:queue:<resource>`: member =
 //! a waiter's random id, score = its **ticket**, the wall-clock time (µs) at which it started to wait, drawn once by
-//! the client and sent to every node. Acquisition is [`lua::QUEUE_ACQUIRE`], one script per node:
+//! the client and sent to every node. Acquisition is [`lua::QUEUE_ACQUIRE`](crate::redlock::lua::QUEUE_ACQUIRE), one script per node:
 //!
 //! - if the queue is empty or this waiter heads it: the plain `SET key value NX PX ttl`;
 //! - otherwise the node refuses (a "taken" vote) and the waiter joins or stays in the queue with its ticket, and
 //!   learns its rank and its turn key's value.
 //!
-//! A waiter that got a majority leaves the queue on every node ([`lua::QUEUE_LEAVE`], sent without waiting), which
+//! A waiter that got a majority leaves the queue on every node ([`lua::QUEUE_LEAVE`](crate::redlock::lua::QUEUE_LEAVE), sent without waiting), which
 //! bumps the next waiter's *turn key* (`muxlock:turn:<id>:<resource>`). It does not leave in the acquisition
 //! script itself: a grant that turns out partial (the round fails) would have taken it off some nodes' queues
 //! only, and two waiters, each heading one live node of 3, refused each other until an entry expired (found by
@@ -40,14 +40,14 @@
 //!
 //! The script only adds a condition before the spec's `SET key value NX PX ttl` on each node: a node grants in
 //! strictly fewer cases than plain Redlock's, never in more, and nothing else writes the lock key. The decision is
-//! the unchanged [`Quorum`] (a majority of grants within the validity, drift allowance included), and a failed
+//! the unchanged [`Quorum`](crate::redlock::quorum::Quorum) (a majority of grants within the validity, drift allowance included), and a failed
 //! round releases its partial grants as `lock` does. So every argument for Redlock's mutual exclusion (and every
 //! test of it: `tests/mutex`) applies as is; the queue can delay a grant, not cause one.
 //!
 //! # Liveness: a waiter that dies, a node that is down
 //!
 //! - Every entry has a deadline on its node (`muxlock:queue-deadlines:<resource>`, in the node's own clock: only
-//!   durations on one clock are compared) of one [`entry_lease`]: a waiter refreshes it with every attempt, and
+//!   durations on one clock are compared) of one [`entry_lease`](crate::redlock::kind::queued::entry_lease): a waiter refreshes it with every attempt, and
 //!   wakes at least every quarter lease to do so. An entry past its deadline is dropped by the next attempt of any
 //!   other waiter, and the new head's turn key is bumped. A waiter that dies (crash, `kill -9`, a paused process)
 //!   therefore blocks the others for at most one lease plus a quarter after its last refresh: the bounded fallback.
@@ -67,7 +67,7 @@
 //! readers and, apart, its writers (each class in the order it came; a writer at the head of the writers'
 //! queue that readers refuse marks its intent, which keeps new readers out: writers go first). The acquisition
 //! script of each such kind is its own offer script run inside the same gate (`lua.rs`, `queued!`; the gate's
-//! keys and arguments follow the kind's): [`lua::QUEUE_ACQUIRE`] around the spec's `SET NX PX`,
+//! keys and arguments follow the kind's): [`lua::QUEUE_ACQUIRE`](crate::redlock::lua::QUEUE_ACQUIRE) around the spec's `SET NX PX`,
 //! `QUEUE_PERMITS` around a semaphore's offer of its permits, `QUEUE_READ` and `QUEUE_WRITE` around a reader's
 //! and a writer's. The head of a semaphore's queue takes whichever permit is free (the next waiter's turn comes
 //! as it leaves the queue, and it takes the next free permit, if one is); the head of a read-write lock's queue
