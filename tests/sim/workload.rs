@@ -370,6 +370,7 @@ async fn client(
                 let mut locks = Vec::new();
                 for (name, got) in names.iter().zip(engine.try_lock_batch(&refs, ttl).await) {
                     if let Ok(Some(lock)) = got {
+                        sim.world().struck.batch_grants += 1;
                         held.push(hold(
                             &sim,
                             "batch",
