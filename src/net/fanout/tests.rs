@@ -378,7 +378,8 @@ fn a_vacant_connection_fails_its_votes_until_it_is_occupied() {
     let occupier = f.occupier();
     assert!(!occupier.occupy(0, later.addr()), "an occupied connection");
     assert!(!f.occupy(7, later.addr()), "out of range");
-    assert!(occupier.occupy(1, later.addr()));
+    assert!(f.occupy(1, later.addr()));
+    assert!(!occupier.occupy(1, first.addr()), "occupied already");
     assert!(!f.occupy(1, first.addr()), "occupied already");
     assert_eq!(
         (f.addr(1), occupier.addr(1)),
@@ -463,4 +464,80 @@ fn a_fanout_of_too_many_nodes_is_refused() {
     let addr: NodeAddr = "127.0.0.1:1".parse().expect("address");
     let err = Fanout::new(vec![addr; 1 << 16], Options::default()).expect_err("too many");
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+}
+
+/// When the driving round ends, a sleeping round still waiting for its reply is handed the poll: it reads its
+/// reply when it comes, not at its deadline.
+#[test]
+fn a_round_that_ends_hands_the_poll_to_a_sleeping_round() {
+    let (a, b) = (Peer::start(), Peer::start());
+    let f = Arc::new(Fanout::new(vec![a.addr(), b.addr()], Options::default()).expect("fanout"));
+    let mut round = f.round(soon(5_000));
+    round.send_all(&command(&[b"PING"]), 1);
+    assert!(outcomes(&mut round).values().all(Result::is_ok));
+    drop(round);
+    let driver = {
+        let f = Arc::clone(&f);
+        thread::spawn(move || {
+            let mut round = f.round(soon(5_000));
+            round.send(0, &command(&[b"SLEEP", b"300", b"first"]), 1);
+            outcomes(&mut round)
+        })
+    };
+    thread::sleep(Duration::from_millis(100));
+    let start = Instant::now();
+    let mut round = f.round(soon(8_000));
+    round.send(1, &command(&[b"SLEEP", b"800", b"second"]), 1);
+    let got = outcomes(&mut round);
+    let took = start.elapsed();
+    assert_eq!(got.into_values().collect::<Vec<_>>(), [Ok(bulk("second"))]);
+    assert!(
+        took < Duration::from_millis(3_000),
+        "read only after {took:?}"
+    );
+    assert_eq!(
+        driver
+            .join()
+            .expect("driver")
+            .into_values()
+            .collect::<Vec<_>>(),
+        [Ok(bulk("first"))]
+    );
+}
+
+/// A connection the node closed fails what was on it; the next request goes on a new connection, in the next
+/// session.
+#[test]
+fn a_connection_closed_by_its_node_is_dialled_again_in_a_new_session() {
+    let peer = Peer::start();
+    let f = Fanout::new(vec![peer.addr()], Options::default()).expect("fanout");
+    let mut round = f.round(soon(5_000));
+    round.send(0, &command(&[b"CLOSE"]), 1);
+    let got = outcomes(&mut round);
+    drop(round);
+    assert!(matches!(got.get(&(0, 0)), Some(Err(_))), "{got:?}");
+    assert_eq!(f.sessions(0), 1);
+    assert!(!f.is_up(0));
+    assert_eq!(f.next_session(0), 2, "down: the next session");
+    // Past its backoff (10 ms), it is dialled again.
+    thread::sleep(Duration::from_millis(100));
+    let mut round = f.round(soon(5_000));
+    round.send(0, &command(&[b"ECHO", b"again"]), 1);
+    assert_eq!(
+        outcomes(&mut round).into_values().collect::<Vec<_>>(),
+        [Ok(bulk("again"))]
+    );
+    assert_eq!((f.sessions(0), f.next_session(0)), (2, 2));
+    assert_eq!(f.stats(0).connects, 2);
+}
+
+#[test]
+fn a_fanout_tells_its_size_and_shows_it_in_debug() {
+    let peer = Peer::start();
+    let f = Fanout::new(vec![peer.addr(), nobody()], Options::default()).expect("fanout");
+    assert!(!f.is_empty());
+    let shown = format!("{f:?}");
+    assert!(shown.contains("nodes: 2"), "{shown}");
+    let none = Fanout::new(Vec::new(), Options::default()).expect("an empty fanout");
+    assert!(none.is_empty() && none.is_empty() == (none.len() == 0));
 }
