@@ -127,6 +127,7 @@ fn a_slow_reply_times_out_at_the_deadline_and_is_never_counted_for_a_later_comma
     let start = Instant::now();
     let mut round = f.round(start + Duration::from_millis(150));
     round.send(0, &command(&[b"SLEEP", b"400", b"late"]), 1);
+    assert_eq!(f.in_flight(0), 1);
     assert_eq!(
         outcomes(&mut round).into_values().collect::<Vec<_>>(),
         [Err(NodeError::Timeout)]
