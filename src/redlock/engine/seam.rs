@@ -508,11 +508,11 @@ mod tests {
         assert!(warm.values().all(Result::is_ok));
         let start = Instant::now();
         let got = block(async {
-            let mut round = Nodes::round(&f, start + Duration::from_millis(150));
+            let mut round = Nodes::round(&f, start + Duration::from_millis(300));
             NodeRound::patient_until(&mut round, start + Duration::from_secs(3));
             let mut request = command(&[b"ECHO", b"first"]);
             for x in [&b"a"[..], b"b", b"c", b"d"] {
-                request.extend(command(&[b"SLEEP", b"50", x]));
+                request.extend(command(&[b"SLEEP", b"100", x]));
             }
             NodeRound::send(&mut round, 0, &request, 5);
             all(&mut round).await
