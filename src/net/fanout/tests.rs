@@ -350,6 +350,7 @@ fn pushes_are_kept_for_recv_pushes_and_interrupt_ends_its_wait() {
         })
     };
     thread::sleep(Duration::from_millis(100));
+    let start = Instant::now();
     let mut round = f.round(soon(5_000));
     round.send(0, &command(&[b"PUSH", b"again"]), 1);
     assert!(outcomes(&mut round).values().all(Result::is_ok));
@@ -357,6 +358,11 @@ fn pushes_are_kept_for_recv_pushes_and_interrupt_ends_its_wait() {
     assert_eq!(
         listener.join().expect("listener"),
         [Value::Push(vec![bulk("message"), bulk("again")])]
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "the listener was woken only after {:?}",
+        start.elapsed()
     );
 }
 
@@ -547,4 +553,137 @@ fn a_fanout_tells_its_size_and_shows_it_in_debug() {
     assert!(shown.contains("nodes: 2"), "{shown}");
     let none = Fanout::new(Vec::new(), Options::default()).expect("an empty fanout");
     assert!(none.is_empty() && none.is_empty() == (none.len() == 0));
+}
+
+/// Without `with_pushes`, pushes are read and dropped: nothing waits for `recv_pushes`.
+#[test]
+fn pushes_are_dropped_unless_kept() {
+    let peer = Peer::start();
+    let f = Fanout::new(vec![peer.addr()], Options::default()).expect("fanout");
+    let mut round = f.round(soon(5_000));
+    round.send(0, &command(&[b"PUSH", b"unwanted"]), 1);
+    assert_eq!(
+        outcomes(&mut round).into_values().collect::<Vec<_>>(),
+        [Ok(Value::SimpleString(Bytes::from_static(b"OK")))]
+    );
+    drop(round);
+    let pushes = f.recv_pushes(soon(100));
+    assert!(pushes.pushes.is_empty() && !pushes.dropped, "{pushes:?}");
+}
+
+/// A reply larger than what one turn reads from a connection is read whole over several turns, with no new
+/// event from the socket in between.
+#[test]
+fn a_reply_larger_than_a_turns_read_budget_is_read_whole() {
+    let peer = Peer::start();
+    let f = Fanout::new(vec![peer.addr()], Options::default()).expect("fanout");
+    // Large replies first, so that the kernel grows the connection's buffers.
+    let warm = "w".repeat(2 << 20);
+    for _ in 0..3 {
+        let mut round = f.round(soon(5_000));
+        round.send(0, &command(&[b"ECHO", warm.as_bytes()]), 1);
+        assert!(outcomes(&mut round).values().all(Result::is_ok));
+    }
+    // Several read budgets' worth, all of it in the socket's buffers before anyone reads.
+    let big = "x".repeat(1 << 20);
+    let mut round = f.round(soon(4_000));
+    round.send(0, &command(&[b"ECHO", big.as_bytes()]), 1);
+    thread::sleep(Duration::from_millis(300));
+    let got = outcomes(&mut round);
+    assert_eq!(got.get(&(0, 0)), Some(&Ok(bulk(&big))));
+}
+
+/// A driver that busy-polls first (`with_spin`) gets its replies as one that sleeps at once.
+#[test]
+fn a_spinning_driver_gets_its_replies() {
+    let peer = Peer::start();
+    let opts = Options::default().with_spin(Duration::from_micros(200));
+    let f = Fanout::new(vec![peer.addr()], opts).expect("fanout");
+    for i in 0..5 {
+        let value = format!("spin-{i}");
+        let mut round = f.round(soon(5_000));
+        round.send(0, &command(&[b"ECHO", value.as_bytes()]), 1);
+        assert_eq!(
+            outcomes(&mut round).into_values().collect::<Vec<_>>(),
+            [Ok(bulk(&value))]
+        );
+    }
+    let mut round = f.round(soon(100));
+    round.send(0, &command(&[b"SLEEP", b"1000", b"late"]), 1);
+    assert_eq!(
+        outcomes(&mut round).into_values().collect::<Vec<_>>(),
+        [Err(NodeError::Timeout)]
+    );
+}
+
+/// A round waited on while another round of the same thread keeps the poll (between its `next()` calls) can get
+/// no reply: at its deadline it times out what is due, without a turn, rather than waiting forever.
+#[test]
+fn a_round_waited_on_while_its_thread_keeps_the_poll_times_out_at_its_deadline() {
+    let (a, b) = (Peer::start(), Peer::start());
+    let f = Fanout::new(vec![a.addr(), b.addr()], Options::default()).expect("fanout");
+    let mut keeping = f.round(soon(10_000));
+    let mut two = command(&[b"ECHO", b"first"]);
+    two.extend(command(&[b"SLEEP", b"3000", b"second"]));
+    keeping.send(0, &two, 2);
+    let first = keeping.next().map(|(id, r)| (id.seq, r));
+    assert_eq!(first, Some((0, Ok(bulk("first")))));
+    // `keeping` holds the poll now. Another round of this thread:
+    let start = Instant::now();
+    let mut other = f.round(start + Duration::from_millis(300));
+    other.send(1, &command(&[b"SLEEP", b"2000", b"x"]), 1);
+    let got = other.next().map(|(_, r)| r);
+    let took = start.elapsed();
+    assert_eq!(got, Some(Err(NodeError::Timeout)));
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_millis(1_800),
+        "{took:?}"
+    );
+    assert!(other.next().is_none());
+    drop(other);
+    let second = keeping.next().map(|(id, r)| (id.seq, r));
+    assert_eq!(second, Some((1, Ok(bulk("second")))));
+}
+
+/// A round sleeping while another thread polls until a later deadline times out at its own deadline: it wakes
+/// the poll to come out by then.
+#[test]
+fn a_sleeping_round_times_out_at_its_deadline_while_another_polls_longer() {
+    let (a, b) = (Peer::start(), Peer::start());
+    let f = Arc::new(Fanout::new(vec![a.addr(), b.addr()], Options::default()).expect("fanout"));
+    let mut round = f.round(soon(5_000));
+    round.send_all(&command(&[b"PING"]), 1);
+    assert!(outcomes(&mut round).values().all(Result::is_ok));
+    drop(round);
+    let driver = {
+        let f = Arc::clone(&f);
+        thread::spawn(move || {
+            let mut round = f.round(soon(10_000));
+            round.send(0, &command(&[b"SLEEP", b"5000", b"slow"]), 1);
+            outcomes(&mut round)
+        })
+    };
+    thread::sleep(Duration::from_millis(200));
+    let start = Instant::now();
+    let mut round = f.round(start + Duration::from_millis(300));
+    round.send(1, &command(&[b"SLEEP", b"5000", b"never"]), 1);
+    let got = outcomes(&mut round);
+    let took = start.elapsed();
+    drop(round);
+    assert_eq!(
+        got.into_values().collect::<Vec<_>>(),
+        [Err(NodeError::Timeout)]
+    );
+    assert!(
+        took < Duration::from_millis(2_500),
+        "timed out only after {took:?}"
+    );
+    assert_eq!(
+        driver
+            .join()
+            .expect("driver")
+            .into_values()
+            .collect::<Vec<_>>(),
+        [Ok(bulk("slow"))]
+    );
 }
