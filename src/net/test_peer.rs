@@ -10,6 +10,7 @@
 //! - `SLEEP ms x` → `$x` after `ms` milliseconds (the connection answers nothing meanwhile: a slow node);
 //! - `PUSH x` → a RESP3 push `>2 message x`, then `+OK`;
 //! - `CLOSE` → the connection is closed, unanswered;
+//! - `CLUSTER SLOTS` → a map of one range, every slot served by this peer (`CLUSTER SHARDS` is unknown);
 //! - anything else → `-ERR unknown`.
 //!
 //! Every command received is logged, with the connection it came on. Dropping the peer stops its threads and
@@ -48,7 +49,7 @@ impl Peer {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (log, stop) = (Arc::clone(&log), Arc::clone(&stop));
-            thread::spawn(move || accept(listener, log, stop))
+            thread::spawn(move || accept(listener, port, log, stop))
         };
         Peer {
             addr,
@@ -102,14 +103,14 @@ pub(crate) fn nobody() -> NodeAddr {
 
 type Log = Arc<Mutex<Vec<(usize, Vec<Vec<u8>>)>>>;
 
-fn accept(listener: TcpListener, log: Log, stop: Arc<AtomicBool>) {
+fn accept(listener: TcpListener, port: u16, log: Log, stop: Arc<AtomicBool>) {
     let mut conns = Vec::new();
     while !stop.load(Ordering::Acquire) {
         match listener.accept() {
             Ok((stream, _)) => {
                 let (log, stop) = (Arc::clone(&log), Arc::clone(&stop));
                 let n = conns.len();
-                conns.push(thread::spawn(move || serve(stream, n, log, stop)));
+                conns.push(thread::spawn(move || serve(stream, (n, port), log, stop)));
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => thread::sleep(Duration::from_millis(2)),
             Err(_) => thread::sleep(POLL),
@@ -120,7 +121,7 @@ fn accept(listener: TcpListener, log: Log, stop: Arc<AtomicBool>) {
     }
 }
 
-fn serve(mut stream: TcpStream, n: usize, log: Log, stop: Arc<AtomicBool>) {
+fn serve(mut stream: TcpStream, (n, port): (usize, u16), log: Log, stop: Arc<AtomicBool>) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(POLL));
     let _ = stream.set_nodelay(true);
@@ -145,7 +146,7 @@ fn serve(mut stream: TcpStream, n: usize, log: Log, stop: Arc<AtomicBool>) {
                 _ => Vec::new(),
             };
             crate::sync::lock(&log).push((n, args.clone()));
-            let Some(reply) = answer(&args, &stop) else {
+            let Some(reply) = answer(&args, port, &stop) else {
                 return;
             };
             if stream.write_all(&reply).is_err() {
@@ -156,7 +157,7 @@ fn serve(mut stream: TcpStream, n: usize, log: Log, stop: Arc<AtomicBool>) {
 }
 
 /// The bytes answering `args`; `None`: close the connection.
-fn answer(args: &[Vec<u8>], stop: &AtomicBool) -> Option<Vec<u8>> {
+fn answer(args: &[Vec<u8>], port: u16, stop: &AtomicBool) -> Option<Vec<u8>> {
     let bulk = |x: &[u8]| {
         let mut out = format!("${}\r\n", x.len()).into_bytes();
         out.extend_from_slice(x);
@@ -183,6 +184,9 @@ fn answer(args: &[Vec<u8>], stop: &AtomicBool) -> Option<Vec<u8>> {
             out
         }
         (Some(b"CLOSE"), _) => return None,
+        (Some(b"CLUSTER"), [sub]) if sub.eq_ignore_ascii_case(b"SLOTS") => {
+            format!("*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:{port}\r\n").into_bytes()
+        }
         _ => b"-ERR unknown\r\n".to_vec(),
     })
 }
