@@ -33,7 +33,7 @@ const POLL: Duration = Duration::from_millis(10);
 /// See the module doc.
 pub(crate) struct Peer {
     addr: NodeAddr,
-    log: Arc<Mutex<Vec<(usize, Vec<Vec<u8>>)>>>,
+    log: Log,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }

@@ -69,12 +69,12 @@ fn a_round_hands_each_reply_under_the_id_of_its_command() {
     assert_eq!((s0.connects, s1.connects), (1, 1));
     assert_eq!(s0.timeouts + s1.timeouts, 0);
     assert_eq!(f.stats(9), crate::net::NodeCounts::default());
-    for node in 0..2 {
+    for (node, addr) in addrs.iter().enumerate() {
         assert!(f.is_up(node));
         assert_eq!(f.sessions(node), 1);
         assert_eq!(f.next_session(node), 1, "up and set up: this session");
         assert_eq!(f.in_flight(node), 0);
-        assert_eq!(f.addr(node), Some(addrs[node].clone()));
+        assert_eq!(f.addr(node), Some(addr.clone()));
     }
     assert_eq!((f.sessions(9), f.addr(9), f.in_flight(9)), (0, None, 0));
     assert!(!f.is_up(9));
@@ -552,7 +552,8 @@ fn a_fanout_tells_its_size_and_shows_it_in_debug() {
     let shown = format!("{f:?}");
     assert!(shown.contains("nodes: 2"), "{shown}");
     let none = Fanout::new(Vec::new(), Options::default()).expect("an empty fanout");
-    assert!(none.is_empty() && none.is_empty() == (none.len() == 0));
+    assert!(none.is_empty());
+    assert_eq!(none.len(), 0);
 }
 
 /// Without `with_pushes`, pushes are read and dropped: nothing waits for `recv_pushes`.
