@@ -322,7 +322,9 @@ async fn client(
                     clock.sleep(pause(&mut rng, ttl) / 2).await;
                     if rng.chance(0.5) {
                         op(&sim);
-                        let _ = engine.extend(&mut lock, extension(ttl)).await;
+                        if engine.extend(&mut lock, extension(ttl)).await.is_ok() {
+                            sim.world().struck.extensions += 1;
+                        }
                         counts(&sim, i, lock.valid_until());
                         clock.sleep(pause(&mut rng, ttl) / 2).await;
                     }
