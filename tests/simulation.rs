@@ -443,6 +443,8 @@ fn seeds_keep_every_property() {
         );
         // Nodes with little room refused ordinary rounds' requests while earlier ones were on the wire.
         assert!(total.overloaded > 0, "{total:?}");
+        // Batch acquisitions granted locks, and plain locks were extended.
+        assert!(total.batch_grants > 0 && total.extensions > 0, "{total:?}");
         // Guards were relied on and checked on the nodes, renewed, and some were lost under the faults.
         assert!(
             total.guard_checks >= seeds.len() as u64
@@ -824,6 +826,16 @@ fn clocks_slewed_back_under_an_extension_hand_no_lock_out_twice_directed() {
 
 /// The `sim` fuzz target's checked-in inputs (`fuzz/seeds/sim/`, and `fuzz/regressions/sim/` once it has
 /// any) replayed through its harness: they stay valid, and no history the fuzzer found broken comes back.
+/// A guard renewed by hash on nodes that all lost their scripts is renewed in the same round, the batch sent
+/// again in full: the `NOSCRIPT` refusals are never counted as the nodes' votes.
+#[test]
+fn a_guard_renewal_refused_noscript_everywhere_goes_again_in_full_directed() {
+    let seen = directed::guard_across_a_script_flush();
+    assert_eq!(seen.violation, None);
+    assert!(seen.renewals_before > 0, "{seen:?}");
+    assert!(seen.renewed_after, "{seen:?}");
+}
+
 #[test]
 fn fuzz_inputs_replay() {
     let fuzz = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");

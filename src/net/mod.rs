@@ -52,6 +52,8 @@ pub mod slots;
 mod slots;
 mod state;
 mod stats;
+#[cfg(test)]
+pub(crate) mod test_peer;
 mod tls_config;
 mod transport;
 

@@ -148,3 +148,86 @@ async fn sleep_until(sim: &Sim, clock: &impl Clock, ms: u64) {
     let left = (ms * MS).saturating_sub(sim.world().now);
     clock.sleep(Duration::from_nanos(left)).await;
 }
+
+/// What [`guard_across_a_script_flush`] saw: the guard's renewals before every node lost its scripts, whether the
+/// first renewal round after renewed it, and the checker's verdict.
+#[derive(Debug)]
+pub struct Flushed {
+    pub renewals_before: u64,
+    pub renewed_after: bool,
+    pub violation: Option<String>,
+}
+
+/// Client 0 holds `r0` under a guard (TTL 1 s, renewed when due) on three nodes that all lose their scripts
+/// (`SCRIPT FLUSH`) at 500 ms: the first renewal after goes by hash, is refused `NOSCRIPT` everywhere, and must
+/// go again in full in the same round, so that the guard is renewed.
+pub fn guard_across_a_script_flush() -> Flushed {
+    let setup = Setup {
+        nodes: 3,
+        clients: 1,
+        horizon: 1,
+        bursts: false,
+        durable: true,
+        tape: None,
+        threads: false,
+        per_process: None,
+        natives: false,
+        clocks: false,
+        steps_back: false,
+        net: false,
+        unchecked: false,
+        layout: None,
+    };
+    let config = Config::default();
+    let sim = super::world(
+        0,
+        &setup,
+        &muxlock::redlock::sim::options(&config, setup.nodes),
+    );
+    {
+        let mut w = sim.world();
+        for n in 0..3 {
+            w.fix_link(0, n, MS / 10);
+            w.push(500 * MS, super::Event::Flush { node: n });
+        }
+    }
+    let seen = Rc::new(Cell::new((0, false)));
+    super::run(&sim, |nodes, clock| {
+        let seen = Rc::clone(&seen);
+        async move {
+            let sim = Rc::clone(clock.sim());
+            let config = Config::default()
+                .with_retry_count(0)
+                .with_restart_guard(false);
+            let Ok(engine) = Engine::new(nodes, clock, config, [1; 32]) else {
+                return;
+            };
+            let ttl = Duration::from_millis(1_000);
+            let Ok(Some(lock)) = engine.try_lock(b"r0", ttl).await else {
+                return;
+            };
+            let mut guard = engine.guard(lock, ttl, None);
+            while let Some(due) = guard.due() {
+                let clock = engine.clock();
+                clock
+                    .sleep(due.saturating_duration_since(clock.now()))
+                    .await;
+                let before = guard.renewals();
+                let flushed = sim.world().now > 500 * MS;
+                engine.renew_guards(&mut [&mut guard]).await;
+                if flushed {
+                    seen.set((before, guard.renewals() > before));
+                    break;
+                }
+            }
+            let _ = engine.release_guard(guard).await;
+        }
+    });
+    let w = sim.world();
+    let (renewals_before, renewed_after) = seen.get();
+    Flushed {
+        renewals_before,
+        renewed_after,
+        violation: w.history.violation(Time::MAX),
+    }
+}

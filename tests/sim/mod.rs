@@ -485,6 +485,9 @@ pub struct Struck {
     /// while a node kept the key (refused, timed out, paused, never reached: one the count did not include).
     pub releases_judged: u64,
     pub kept_after_release: u64,
+    /// Locks granted by batch acquisitions (`try_lock_batch`), and plain locks' extensions confirmed.
+    pub batch_grants: u64,
+    pub extensions: u64,
 }
 
 impl Struck {
@@ -531,6 +534,8 @@ impl Struck {
         self.noscript_late += s.noscript_late;
         self.releases_judged += s.releases_judged;
         self.kept_after_release += s.kept_after_release;
+        self.batch_grants += s.batch_grants;
+        self.extensions += s.extensions;
         for (sum, k) in self.noperm.iter_mut().zip(s.noperm) {
             *sum += k;
         }

@@ -336,7 +336,9 @@ async fn client(
                     clock.sleep(pause(&mut rng, ttl) / 2).await;
                     if rng.chance(0.5) {
                         op(&sim);
-                        let _ = engine.extend(&mut lock, extension(ttl)).await;
+                        if engine.extend(&mut lock, extension(ttl)).await.is_ok() {
+                            sim.world().struck.extensions += 1;
+                        }
                         counts(&sim, i, lock.valid_until());
                         clock.sleep(pause(&mut rng, ttl) / 2).await;
                     }
@@ -384,6 +386,7 @@ async fn client(
                 let mut locks = Vec::new();
                 for (name, got) in names.iter().zip(engine.try_lock_batch(&refs, ttl).await) {
                     if let Ok(Some(lock)) = got {
+                        sim.world().struck.batch_grants += 1;
                         held.push(hold(
                             &sim,
                             "batch",

@@ -100,6 +100,8 @@ mod background;
 mod driver;
 mod poll_next;
 mod round;
+#[cfg(test)]
+mod tests;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};

@@ -264,3 +264,96 @@ fn a_driver_is_needed_exactly_while_bytes_or_detached_releases_wait() {
     m.detach((0, b"*1\r\n$4\r\nPING\r\n".to_vec(), 1), now);
     assert!(m.needs_driver(), "a detached release waits");
 }
+
+/// Past its first deadline, a patient round waits for a node that showed a sign of life within its patience (the
+/// round's first length), up to its hard limit, while a silent node times out at once; the waited-for node's
+/// reply is then filed as its outcome.
+#[test]
+fn a_patient_round_waits_past_its_deadline_for_a_node_still_answering() {
+    use super::RoundState;
+    use crate::net::state::Priority;
+    let ms = Duration::from_millis;
+    let now = Instant::now();
+    let opts = Options::default().with_hung_timeout(Duration::from_secs(5));
+    let links = vec![Recorder::new(false, false), Recorder::new(false, false)];
+    let mut m = Machine::new(links, opts, now);
+    let mut wake = Vec::new();
+    m.dial_all(now, &mut wake);
+    let generations: Vec<u32> = m.conns.iter().map(|c| c.state.generation).collect();
+    for (node, &g) in generations.iter().enumerate() {
+        m.connected(node, g, false, now);
+    }
+    let mut round = RoundState::open(&mut m, now + ms(10), Priority::Normal);
+    round.patient_until(now + ms(100), now);
+    let ping = b"*1\r\n$4\r\nPING\r\n";
+    let (mut writes, mut full) = (Vec::new(), Vec::new());
+    let requests = [(0, &ping[..], 1), (1, &ping[..], 1)];
+    let sent = round.offer_each(
+        &mut m,
+        requests.into_iter(),
+        now,
+        (&mut writes, &mut wake),
+        &mut full,
+    );
+    assert!(sent.contains(0) && sent.contains(1) && full.is_empty());
+    for w in writes.drain(..) {
+        m.written(w, (Ok(true), 1), now, &mut wake);
+    }
+    // Node 0 sends part of its reply at 8 ms; node 1 nothing. A turn reads the sockets at the deadline.
+    m.progress(0, generations[0], now + ms(8));
+    m.after_read(now + ms(10), true, &mut wake);
+    while round.time_out_due(&mut m) {}
+    let first = m.slots.take(round.slot).map(|(id, r)| (id.node, r));
+    assert_eq!(first, Some((1, Err(NodeError::Timeout))), "the silent node");
+    assert_eq!(
+        m.slots.take(round.slot),
+        None,
+        "node 0 timed out though it answers"
+    );
+    assert_eq!(
+        round.deadline,
+        now + ms(18),
+        "waited for one patience past its sign of life"
+    );
+    // The rest of its reply comes at 15 ms: its outcome.
+    let pong = crate::resp::Value::SimpleString(Bytes::from_static(b"PONG"));
+    m.read(
+        (0, generations[0]),
+        Item::Reply(pong.clone()),
+        now + ms(15),
+        &mut wake,
+    );
+    let second = m.slots.take(round.slot).map(|(id, r)| (id.node, r));
+    assert_eq!(second, Some((0, Ok(pong))));
+    assert!(m.slots.settled(round.slot));
+}
+
+/// A patient round whose nodes all went silent is an ordinary round at its deadline: it waits no further.
+#[test]
+fn a_patient_round_whose_nodes_are_silent_times_out_at_its_deadline() {
+    use super::RoundState;
+    use crate::net::state::Priority;
+    let ms = Duration::from_millis;
+    let now = Instant::now();
+    let mut m = Machine::new(vec![Recorder::new(false, false)], Options::default(), now);
+    let mut wake = Vec::new();
+    m.dial_all(now, &mut wake);
+    let g = m.conns[0].state.generation;
+    m.connected(0, g, false, now);
+    let mut round = RoundState::open(&mut m, now + ms(10), Priority::Normal);
+    round.patient_until(now + ms(100), now);
+    let ping = b"*1\r\n$4\r\nPING\r\n";
+    let (mut writes, mut full) = (Vec::new(), Vec::new());
+    round.offer_each(
+        &mut m,
+        [(0, &ping[..], 1)].into_iter(),
+        now,
+        (&mut writes, &mut wake),
+        &mut full,
+    );
+    m.after_read(now + ms(10), true, &mut wake);
+    while round.time_out_due(&mut m) {}
+    let first = m.slots.take(round.slot).map(|(id, r)| (id.node, r));
+    assert_eq!(first, Some((0, Err(NodeError::Timeout))));
+    assert_eq!(round.deadline, now + ms(10));
+}

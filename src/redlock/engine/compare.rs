@@ -336,3 +336,62 @@ pub(crate) fn natives_unawaited<'k>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::{Fanout, Options};
+    use crate::redlock::config::Config;
+    use crate::redlock::engine::restart;
+    use crate::redlock::engine::seam::SystemClock;
+    use crate::redlock::stats::Votes;
+    use crate::redlock::token::Tokens;
+
+    /// An engine over three nodes nobody listens on: enough for the decisions that read no reply.
+    fn engine() -> Engine<Fanout, SystemClock> {
+        let config = Config::default();
+        let nodes = (0..3).map(|_| crate::net::test_peer::nobody()).collect();
+        let fanout = Fanout::new(nodes, Options::default()).expect("fanout");
+        let (_, restart) = restart::connection_setup(&config, 3);
+        Engine {
+            fanout,
+            clock: SystemClock,
+            config,
+            tokens: Tokens::new(),
+            restart,
+            votes: (0..3).map(|_| Votes::default()).collect(),
+            fold: Default::default(),
+        }
+    }
+
+    /// An extension refused natively goes as the script by hash, or in full if it was refused by hash already;
+    /// a lost script goes in full; no way is tried twice in a round.
+    #[test]
+    fn a_refused_extension_goes_the_next_way_once_per_way() {
+        let e = engine();
+        let native = Via::Native(Native::DelIfEq);
+        let mut tried = Tried::new(native);
+        let next = |t: &mut Tried, refused, why| e.next_via(0, Script::Extend, t, refused, why);
+        assert_eq!(next(&mut tried, native, Refused::Command), Some(Via::Sha));
+        assert_eq!(tried.last, Via::Sha);
+        assert_eq!(
+            next(&mut tried, Via::Sha, Refused::NoScript),
+            Some(Via::Full)
+        );
+        // (No native command known on a node never connected: nothing left.)
+        assert_eq!(next(&mut tried, Via::Full, Refused::Command), None);
+        // Refused by hash first (`-evalsha`), then natively: in full.
+        let mut tried = Tried::new(Via::Sha);
+        tried.add(native);
+        assert_eq!(next(&mut tried, native, Refused::Command), Some(Via::Full));
+        assert_eq!(
+            next(&mut tried, native, Refused::Command),
+            None,
+            "every way tried"
+        );
+        // A release refused natively goes in full.
+        let mut tried = Tried::new(native);
+        let release = e.next_via(1, Script::Release, &mut tried, native, Refused::Command);
+        assert_eq!(release, Some(Via::Full));
+    }
+}

@@ -406,3 +406,143 @@ pub(crate) fn block<F: Future>(verb: F) -> F::Output {
         std::thread::yield_now();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::net::test_peer::{Peer, block_on, command};
+    use crate::net::{NodeError, Options};
+
+    fn bulk(x: &str) -> Value {
+        Value::BulkString(bytes::Bytes::from(x.to_owned()))
+    }
+
+    /// Every outcome of `round`, by `(node, seq)`, awaited through the seam.
+    async fn all<R: NodeRound>(round: &mut R) -> BTreeMap<(usize, u32), Result<Value, NodeError>> {
+        let mut out = BTreeMap::new();
+        while let Some((id, reply)) = round.next().await {
+            out.insert((id.node, id.seq), reply);
+        }
+        out
+    }
+
+    /// The real fanout through the seam: rounds under `block` (a blocking verb) and awaited as a task, ids named
+    /// by `next_seq`, a release round, what it tells about its connections, and a plain node's defaults.
+    #[test]
+    fn the_fanout_runs_rounds_through_the_seam_blocking_and_as_a_task() {
+        let peers = [Peer::start(), Peer::start()];
+        let addrs: Vec<NodeAddr> = peers.iter().map(Peer::addr).collect();
+        let setup = vec![bytes::Bytes::from(command(&[b"ECHO", b"set-up"]))];
+        let f = Fanout::new(addrs.clone(), Options::default().with_setup(setup)).expect("fanout");
+        assert_eq!((Nodes::len(&f), Nodes::addrs(&f)), (2, &addrs[..]));
+        assert!(!blocking());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let got = block(async {
+            assert!(blocking(), "inside a blocking verb");
+            let mut round = Nodes::round(&f, deadline);
+            NodeRound::need(&mut round, 3);
+            assert_eq!(round.next_seq(1), 0);
+            let sent = NodeRound::send_all(&mut round, &command(&[b"ECHO", b"a"]), 1);
+            assert!(sent.contains(0) && sent.contains(1));
+            NodeRound::send(&mut round, 1, &command(&[b"ECHO", b"b"]), 1);
+            let mut zero = NodeSet::EMPTY;
+            zero.insert(0);
+            NodeRound::send_to(&mut round, zero, &command(&[b"ECHO", b"c"]), 1);
+            assert_eq!(
+                (
+                    NodeRound::next_seq(&round, 0),
+                    NodeRound::next_seq(&round, 1)
+                ),
+                (2, 2)
+            );
+            all(&mut round).await
+        });
+        assert!(!blocking(), "put back after the verb");
+        let want: BTreeMap<_, _> = [
+            ((0, 0), Ok(bulk("a"))),
+            ((0, 1), Ok(bulk("c"))),
+            ((1, 0), Ok(bulk("a"))),
+            ((1, 1), Ok(bulk("b"))),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(got, want);
+        // As a task (not under `block`): the round is polled, never blocking.
+        let mut round = Nodes::release_round(&f, deadline);
+        NodeRound::send(&mut round, 0, &command(&[b"ECHO", b"task"]), 1);
+        let got = block_on(all(&mut round));
+        assert_eq!(got.into_values().collect::<Vec<_>>(), [Ok(bulk("task"))]);
+        drop(round);
+        for conn in 0..2 {
+            assert_eq!(Nodes::sessions(&f, conn), 1);
+            let replies: Vec<Value> = Nodes::setup_replies(&f, conn)
+                .into_iter()
+                .map(|r| r.0)
+                .collect();
+            assert_eq!(replies, [bulk("set-up")]);
+            // A plain node: no takeover, no cluster, its own connection, a round's outcomes from it.
+            assert_eq!(Nodes::taken_over(&f, conn, Some(b"k")), None);
+            assert!(!Nodes::in_cluster(&f, conn));
+            assert_eq!(Nodes::member_conns(&f, conn), [conn]);
+        }
+        assert!(!Nodes::routed(&f));
+        let mut round = Nodes::round(&f, deadline);
+        assert_eq!(NodeRound::source(&round, 1), 1);
+        assert!(NodeRound::time_writes(&mut round).is_empty());
+        assert!(NodeRound::take_bracket(&mut round, 1).is_none());
+    }
+
+    /// A patient round through the seam waits past its deadline for a node that keeps answering.
+    #[test]
+    fn a_patient_round_through_the_seam_waits_for_a_node_still_answering() {
+        let peer = Peer::start();
+        let f = Fanout::new(vec![peer.addr()], Options::default()).expect("fanout");
+        let warm = block(async {
+            let mut round = Nodes::round(&f, Instant::now() + Duration::from_secs(5));
+            NodeRound::send(&mut round, 0, &command(&[b"PING"]), 1);
+            all(&mut round).await
+        });
+        assert!(warm.values().all(Result::is_ok));
+        let start = Instant::now();
+        let got = block(async {
+            let mut round = Nodes::round(&f, start + Duration::from_millis(300));
+            NodeRound::patient_until(&mut round, start + Duration::from_secs(3));
+            let mut request = command(&[b"ECHO", b"first"]);
+            for x in [&b"a"[..], b"b", b"c", b"d"] {
+                request.extend(command(&[b"SLEEP", b"100", x]));
+            }
+            NodeRound::send(&mut round, 0, &request, 5);
+            all(&mut round).await
+        });
+        let values: Vec<_> = got.into_values().collect();
+        assert_eq!(
+            values,
+            [
+                Ok(bulk("first")),
+                Ok(bulk("a")),
+                Ok(bulk("b")),
+                Ok(bulk("c")),
+                Ok(bulk("d"))
+            ],
+            "after {:?}",
+            start.elapsed()
+        );
+    }
+
+    /// The real clock: monotonic `now`, the wall clock since the epoch, and `sleep` that waits for its pause,
+    /// blocking under `block`, as a timer's future otherwise.
+    #[test]
+    fn the_system_clock_sleeps_its_pause_blocking_and_as_a_task() {
+        let c = SystemClock;
+        let t0 = c.now();
+        assert!(c.wall() > Duration::from_secs(1_600_000_000));
+        block(c.sleep(Duration::from_millis(30)));
+        assert!(c.now() >= t0 + Duration::from_millis(30));
+        let t1 = Instant::now();
+        block_on(c.sleep(Duration::from_millis(30)));
+        assert!(t1.elapsed() >= Duration::from_millis(30));
+    }
+}

@@ -208,3 +208,132 @@ impl ConnRound for Round<'_> {
         Round::poll_next(self, cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::net::NodeError;
+    use crate::net::cluster::{MemberAddr, Members, Plan};
+    use crate::net::test_peer::{Peer, block_on, command, nobody};
+
+    fn bulk(x: &str) -> Value {
+        Value::BulkString(Bytes::from(x.to_owned()))
+    }
+
+    /// Members of plain nodes are the fanout's own rounds through [`Conns`] and [`ConnRound`]: ids, blocking and
+    /// polled outcomes, a release round, what the connections tell.
+    #[test]
+    fn plain_members_run_the_fanouts_rounds_through_the_conns() {
+        let peers = [Peer::start(), Peer::start()];
+        let addrs: Vec<NodeAddr> = peers.iter().map(Peer::addr).collect();
+        let plan = Plan::with_maps(
+            addrs.iter().cloned().map(MemberAddr::Node).collect(),
+            Vec::new(),
+        );
+        let setup = vec![Bytes::from(command(&[b"ECHO", b"set-up"]))];
+        let members = Members::new(plan, Options::default().with_setup(setup)).expect("members");
+        assert!(!members.is_routed());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut round = members.round(deadline);
+        assert_eq!(round.deadline(), deadline);
+        round.patient_until(deadline + Duration::from_secs(1));
+        round.need(2);
+        assert_eq!(round.next_seq(0), 0);
+        let sent = round.send_to(NodeSet::ALL, &command(&[b"ECHO", b"a"]), 1);
+        assert!(sent.contains(0) && sent.contains(1));
+        round.send(1, &command(&[b"ECHO", b"b"]), 1);
+        assert_eq!((round.next_seq(0), round.next_seq(1)), (1, 2));
+        let mut got = BTreeMap::new();
+        while let Some((id, reply)) = round.next() {
+            got.insert((id.node, id.seq), reply);
+        }
+        let want: BTreeMap<(usize, u32), Result<Value, NodeError>> = [
+            ((0, 0), Ok(bulk("a"))),
+            ((1, 0), Ok(bulk("a"))),
+            ((1, 1), Ok(bulk("b"))),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(got, want);
+        drop(round);
+        let mut release = members.release_round(deadline);
+        release.send(0, &command(&[b"ECHO", b"r"]), 1);
+        let polled = block_on(std::future::poll_fn(|cx| release.poll_next(cx)));
+        assert_eq!(polled.map(|(id, r)| (id.node, r)), Some((0, Ok(bulk("r")))));
+        drop(release);
+        // The connections, through the trait.
+        let f = members.fanout();
+        assert_eq!(Conns::options(f).setup().len(), 1);
+        for conn in 0..2 {
+            assert_eq!(
+                (Conns::sessions(f, conn), Conns::next_session(f, conn)),
+                (1, 1)
+            );
+            let replies: Vec<Value> = Conns::setup_replies(f, conn)
+                .into_iter()
+                .map(|r| r.0)
+                .collect();
+            assert_eq!(replies, [bulk("set-up")]);
+        }
+        assert_eq!(
+            (Conns::stats(f, 0).replies, Conns::stats(f, 1).replies),
+            (3, 3)
+        );
+        assert_eq!(members.stats(1).replies, 3);
+        let t = Instant::now();
+        assert!(Conns::now(f) >= t);
+        assert_eq!(Conns::vacancies(f).addr(1), Some(addrs[1].clone()));
+        // A fanout round through the trait, with several requests in one call.
+        let mut round = Conns::round(f, deadline);
+        assert_eq!(ConnRound::deadline(&round), deadline);
+        ConnRound::need(&mut round, 2);
+        let (x, y) = (command(&[b"ECHO", b"x"]), command(&[b"ECHO", b"y"]));
+        let sent = ConnRound::send_each(&mut round, &[(0, &x, 1), (1, &y, 1)]);
+        assert!(sent.contains(0) && sent.contains(1));
+        assert_eq!(ConnRound::next_seq(&round, 0), 1);
+        let mut got = BTreeMap::new();
+        while let Some((id, reply)) = ConnRound::next(&mut round) {
+            got.insert(id.node, reply);
+        }
+        assert_eq!(
+            got.into_values().collect::<Vec<_>>(),
+            [Ok(bulk("x")), Ok(bulk("y"))]
+        );
+    }
+
+    /// A map is read on a thread of its own from the first node that gives one (the scripted peer answers
+    /// `CLUSTER SLOTS` with a map of itself), with that node's host; from nodes nobody listens on, none.
+    #[test]
+    fn a_map_is_read_on_a_thread_of_its_own_from_a_node_that_gives_one() {
+        let peer = Peer::start();
+        let f = Fanout::new(vec![peer.addr()], Options::default()).expect("fanout");
+        let read = |nodes: Vec<NodeAddr>| {
+            let (tx, rx) = mpsc::channel();
+            let done: MapDone = Box::new(move |map, now| {
+                let _ = tx.send((map.map(|(m, host)| (m.shards().len(), host)), now()));
+            });
+            let start = Instant::now();
+            let wait = Duration::from_millis(500);
+            assert_eq!(
+                Conns::read_map(&f, nodes, wait, &TlsConfig::default(), done),
+                Ok(())
+            );
+            let (map, at) = rx
+                .recv_timeout(Duration::from_secs(5))
+                .expect("done called");
+            assert!(at >= start);
+            map
+        };
+        assert_eq!(
+            read(vec![nobody(), peer.addr()]),
+            Some((1, "127.0.0.1".to_owned()))
+        );
+        assert_eq!(read(vec![nobody()]), None);
+    }
+}

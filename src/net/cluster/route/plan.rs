@@ -282,3 +282,103 @@ pub(super) fn read_map_from(
     }
     Ok(None)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::net::NodeSet;
+    use crate::net::cluster::Members;
+    use crate::net::test_peer::{Peer, command, nobody};
+
+    fn cluster(seed: &NodeAddr) -> MemberAddr {
+        format!("redis+cluster://{}:{}", seed.host(), seed.port())
+            .parse()
+            .expect("a cluster URL")
+    }
+
+    /// Building reads each cluster member's map from its seeds (`CLUSTER SLOTS` where `CLUSTER SHARDS` is
+    /// unknown) and plans a connection per node of it, and vacant ones; a member whose map cannot be read is
+    /// planned with its seeds. The members then route each command to its slot's master.
+    #[test]
+    fn a_cluster_members_map_is_read_at_build_and_its_commands_routed() {
+        let (plain, seed) = (Peer::start(), Peer::start());
+        let unread = nobody();
+        let members = vec![
+            MemberAddr::Node(plain.addr()),
+            cluster(&seed.addr()),
+            cluster(&unread),
+        ];
+        let plan =
+            Plan::read(members, Duration::from_secs(2), &TlsConfig::default()).expect("plan");
+        assert!(plan.is_routed());
+        assert_eq!(plan.members(), 3);
+        assert_eq!(
+            plan.conns()[..3],
+            [plain.addr(), seed.addr(), unread.clone()]
+        );
+        assert_eq!(plan.member_nodes(1), [&seed.addr()]);
+        assert_eq!(plan.member_nodes(2), [&unread]);
+        assert_eq!(
+            plan.member_nodes(0),
+            [&plain.addr()],
+            "a plain member's own node"
+        );
+        assert_eq!(plan.vacant(), 16, "eight a cluster member");
+        assert_eq!(plan.connections(), 3 + 16);
+        let asked: Vec<Vec<u8>> = seed
+            .log()
+            .into_iter()
+            .flat_map(|(_, c)| c.get(1).cloned())
+            .collect();
+        assert!(
+            asked.contains(&b"SHARDS".to_vec()) && asked.contains(&b"SLOTS".to_vec()),
+            "{asked:?}"
+        );
+        let members = Members::new(plan, Options::default()).expect("members");
+        assert!(members.is_routed() && members.is_cluster(1) && !members.is_cluster(0));
+        let mut round = members.round(Instant::now() + Duration::from_secs(5));
+        round.send(0, &command(&[b"ECHO", b"plain"]), 1);
+        let mut one = NodeSet::EMPTY;
+        one.insert(1);
+        round.send_to(one, &command(&[b"GET", b"k"]), 1);
+        round.send(2, &command(&[b"GET", b"k"]), 1);
+        let mut got = std::collections::BTreeMap::new();
+        while let Some((id, reply)) = round.next() {
+            got.insert(id.node, reply);
+        }
+        assert_eq!(
+            got.get(&0),
+            Some(&Ok(Value::BulkString(Bytes::from_static(b"plain"))))
+        );
+        assert!(
+            matches!(got.get(&1), Some(Ok(Value::Error(_)))),
+            "the routed GET reached the slot's master: {got:?}"
+        );
+        assert!(
+            matches!(got.get(&2), Some(Err(_))),
+            "an unmapped member votes no: {got:?}"
+        );
+        assert!(seed.received(&[b"GET", b"k"], Duration::from_secs(1)));
+    }
+
+    /// A plan of plain nodes reads nothing and routes nothing.
+    #[test]
+    fn plain_members_are_planned_without_reading() {
+        let plain = nobody();
+        let plan = Plan::read(
+            vec![MemberAddr::Node(plain.clone())],
+            Duration::from_millis(100),
+            &TlsConfig::default(),
+        )
+        .expect("plan");
+        assert!(!plan.is_routed());
+        assert_eq!(
+            (plan.conns(), plan.vacant(), plan.connections()),
+            (&[plain][..], 0, 1)
+        );
+    }
+}

@@ -1085,3 +1085,169 @@ fn finish(
     let seq = u32::try_from(seq).unwrap_or(u32::MAX);
     routing.ready.push_back((member, seq, reply, conn, bracket));
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::net::cluster::{
+        ClusterNode, Endpoint, Health, MapDone, MemberAddr, Plan, Shard, SlotMap, SlotRange,
+        Vacancies,
+    };
+    use crate::net::test_peer::{command, nobody};
+    use crate::net::{NodeAddr, NodeCounts, Options, Round, TlsConfig};
+
+    /// The fanout's connections, whose rounds note every `need` they are asked.
+    #[derive(Debug)]
+    struct Noting {
+        fanout: Fanout,
+        needs: Arc<Mutex<Vec<usize>>>,
+    }
+
+    #[derive(Debug)]
+    struct NotingRound<'a> {
+        round: Round<'a>,
+        needs: Arc<Mutex<Vec<usize>>>,
+    }
+
+    impl Conns for Noting {
+        type Round<'a> = NotingRound<'a>;
+        fn round(&self, deadline: Instant) -> NotingRound<'_> {
+            NotingRound {
+                round: self.fanout.round(deadline),
+                needs: Arc::clone(&self.needs),
+            }
+        }
+        fn release_round(&self, deadline: Instant) -> NotingRound<'_> {
+            NotingRound {
+                round: self.fanout.release_round(deadline),
+                needs: Arc::clone(&self.needs),
+            }
+        }
+        fn options(&self) -> &Options {
+            self.fanout.options()
+        }
+        fn stats(&self, conn: usize) -> NodeCounts {
+            self.fanout.stats(conn)
+        }
+        fn sessions(&self, conn: usize) -> u64 {
+            self.fanout.sessions(conn)
+        }
+        fn next_session(&self, conn: usize) -> u64 {
+            self.fanout.next_session(conn)
+        }
+        fn setup_replies(&self, conn: usize) -> Vec<(Value, Instant)> {
+            self.fanout.setup_replies(conn)
+        }
+        fn now(&self) -> Instant {
+            Instant::now()
+        }
+        fn read_map(
+            &self,
+            _nodes: Vec<NodeAddr>,
+            _wait: Duration,
+            _tls: &TlsConfig,
+            _done: MapDone,
+        ) -> Result<(), ()> {
+            Err(())
+        }
+        fn vacancies(&self) -> Box<dyn Vacancies> {
+            Box::new(self.fanout.occupier())
+        }
+    }
+
+    impl ConnRound for NotingRound<'_> {
+        fn deadline(&self) -> Instant {
+            self.round.deadline()
+        }
+        fn patient_until(&mut self, hard: Instant) {
+            self.round.patient_until(hard)
+        }
+        fn send(&mut self, conn: usize, request: &[u8], replies: usize) -> NodeSet {
+            self.round.send(conn, request, replies)
+        }
+        fn send_to(&mut self, conns: NodeSet, request: &[u8], replies: usize) -> NodeSet {
+            self.round.send_to(conns, request, replies)
+        }
+        fn send_each(&mut self, requests: &[(usize, &[u8], usize)]) -> NodeSet {
+            self.round.send_each(requests)
+        }
+        fn need(&mut self, outcomes: usize) {
+            crate::sync::lock(&self.needs).push(outcomes);
+            self.round.need(outcomes)
+        }
+        fn next_seq(&self, conn: usize) -> u32 {
+            self.round.next_seq(conn)
+        }
+        fn next(&mut self) -> Option<(CommandId, Reply)> {
+            self.round.next()
+        }
+        fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(CommandId, Reply)>> {
+            self.round.poll_next(cx)
+        }
+    }
+
+    /// A map of one shard, every slot served by `addr`'s node.
+    fn one_shard(addr: &NodeAddr) -> SlotMap {
+        let master = ClusterNode {
+            id: None,
+            endpoint: Endpoint::Host(addr.host().to_owned()),
+            port: Some(addr.port()),
+            tls_port: None,
+            health: Health::Online,
+        };
+        let shards = vec![Shard {
+            master,
+            replicas: Vec::new(),
+        }];
+        let ranges = vec![SlotRange {
+            start: 0,
+            end: 16_383,
+            shard: 0,
+        }];
+        SlotMap::new(shards, ranges).expect("a map")
+    }
+
+    /// With cluster members only, each outcome still to come needs its connection's reply, the replication
+    /// check after it (one per write), and the second `TIME` of its bracket: a routed round asks the fanout to
+    /// wake its caller no earlier than all can have come, and asks again as outcomes arrive.
+    #[test]
+    fn a_routed_round_is_woken_once_its_outcomes_and_their_checks_can_have_come() {
+        let seeds: Vec<NodeAddr> = (0..3).map(|_| nobody()).collect();
+        let members: Vec<MemberAddr> = seeds
+            .iter()
+            .map(|s| {
+                format!("redis+cluster://{}:{}", s.host(), s.port())
+                    .parse()
+                    .expect("URL")
+            })
+            .collect();
+        let maps = seeds
+            .iter()
+            .map(|s| Some(Some((one_shard(s), s.host().to_owned()))))
+            .collect();
+        let plan = Plan::with_maps(members, maps);
+        let fanout =
+            Fanout::with_vacancies(plan.conns().to_vec(), plan.vacant(), Options::default())
+                .expect("fanout");
+        let needs = Arc::new(Mutex::new(Vec::new()));
+        let conns = Noting {
+            fanout,
+            needs: Arc::clone(&needs),
+        };
+        let mut members = Members::over(plan, conns);
+        members.check_replication(0);
+        let mut round = members.round(Instant::now() + Duration::from_secs(2));
+        assert_eq!(round.time_writes(), [true, true, true]);
+        round.send_to(NodeSet::ALL, &command(&[b"GET", b"k"]), 1);
+        round.need(2);
+        round.need(3);
+        assert_eq!(
+            *crate::sync::lock(&needs),
+            [2 + 1 + 1, 3 + 1 + 1],
+            "each outcome, its write's check, its bracket's last TIME"
+        );
+    }
+}

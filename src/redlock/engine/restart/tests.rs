@@ -421,3 +421,113 @@ fn a_broken_monotonic_clock_is_known_until_another_process_answers() {
     );
     assert_eq!(node.broken_clock, None, "another process, working");
 }
+
+/// Connections whose set-up replies are scripted (every connection's are `replies`, in session 1) over a fanout
+/// to nowhere: the restart guard reads a cluster member's node through [`Members`] as a manager does.
+#[derive(Debug)]
+struct ScriptedConns {
+    fanout: crate::net::Fanout,
+    replies: Vec<(Value, Instant)>,
+}
+
+impl crate::net::cluster::Conns for ScriptedConns {
+    type Round<'a> = crate::net::Round<'a>;
+
+    fn round(&self, deadline: Instant) -> crate::net::Round<'_> {
+        self.fanout.round(deadline)
+    }
+
+    fn release_round(&self, deadline: Instant) -> crate::net::Round<'_> {
+        self.fanout.release_round(deadline)
+    }
+
+    fn options(&self) -> &crate::net::Options {
+        self.fanout.options()
+    }
+
+    fn stats(&self, conn: usize) -> crate::net::NodeCounts {
+        self.fanout.stats(conn)
+    }
+
+    fn sessions(&self, _conn: usize) -> u64 {
+        1
+    }
+
+    fn next_session(&self, _conn: usize) -> u64 {
+        1
+    }
+
+    fn setup_replies(&self, _conn: usize) -> Vec<(Value, Instant)> {
+        self.replies.clone()
+    }
+
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn read_map(
+        &self,
+        _nodes: Vec<crate::net::NodeAddr>,
+        _wait: Duration,
+        _tls: &crate::net::TlsConfig,
+        _done: crate::net::cluster::MapDone,
+    ) -> Result<(), ()> {
+        Err(())
+    }
+
+    fn vacancies(&self) -> Box<dyn crate::net::cluster::Vacancies> {
+        Box::new(self.fanout.occupier())
+    }
+}
+
+/// Through the seam, a manager's cluster member's node is never trusted at once after a restart, whatever its
+/// settings and marker say (the marker's slot may have migrated onto a master that lost its files); a plain
+/// member's node with the same readings is.
+#[test]
+fn a_cluster_members_node_read_through_the_members_is_never_trusted_at_once() {
+    use crate::net::cluster::{MemberAddr, Members, Plan};
+    let t0 = Instant::now();
+    let plain = crate::net::test_peer::nobody();
+    let seed = crate::net::test_peer::nobody();
+    let seed = format!("{}:{}", seed.host(), seed.port());
+    let members: Vec<MemberAddr> = vec![
+        MemberAddr::Node(plain),
+        format!("redis+cluster://{seed}")
+            .parse()
+            .expect("cluster URL"),
+    ];
+    // The cluster member's map could not be read: it is planned with its seed.
+    let plan = Plan::with_maps(members, vec![None, Some(None)]);
+    let fanout = crate::net::Fanout::with_vacancies(
+        plan.conns().to_vec(),
+        plan.vacant(),
+        crate::net::Options::default(),
+    )
+    .expect("fanout");
+    // A process just started (uptime 0), persisting every write, with a marker a day old.
+    let replies = setup("restarted", 0, true, Some(86_400_000), t0);
+    let members = Members::over(plan, ScriptedConns { fanout, replies });
+    assert!(members.is_cluster(1) && !members.is_cluster(0));
+    let guard = RestartGuard::new(members.connections(), Duration::from_secs(10), 0.01);
+    let now = t0 + Duration::from_millis(1);
+    assert!(
+        guard.trusts(&members, (0, b"k"), IDS, now, None),
+        "a plain member's node proves it lost nothing"
+    );
+    assert!(
+        !guard.trusts(&members, (1, b"k"), IDS, now, None),
+        "a cluster member's node trusted at once by its marker"
+    );
+    let standing = |conn| guard.standing(&members, (conn, Some(&b"k"[..])), IDS, now);
+    assert!(standing(0).trusted_at_once);
+    assert!(!standing(1).trusted_at_once);
+    assert!(standing(1).counted_in.is_some(), "{:?}", standing(1));
+    // Once the window has passed since the start it read, it counts.
+    assert!(guard.trusts(
+        &members,
+        (1, b"k"),
+        IDS,
+        now + Duration::from_secs(11),
+        None
+    ));
+}
