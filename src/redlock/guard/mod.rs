@@ -545,7 +545,7 @@ impl Guard {
 
     /// How a guard over a read-write lock holds it ([`read`](crate::redlock::Request::read) or
     /// [`write`](crate::redlock::Request::write)), `None` for other kinds.
-    pub fn access(&self) -> Option<crate::redlock::Access> {
+    pub fn access(&self) -> Option<crate::redlock::kind::rwlock::Access> {
         self.held.kind.access()
     }
 
