@@ -152,21 +152,27 @@ fn crossed_majorities_are_refused_both_ways() {
 /// Readers keep coming: a new reader every 50 ms, each holding 300 ms, so that some reader holds at every
 /// instant. A writer waiting for the name gets in anyway, within a few of the readers' holds: its first refused
 /// attempt marks its intent, new readers are refused, the readers in finish. Readers are refused while the
-/// writer waits and holds, and come back after it leaves.
+/// writer waits and holds, and come back after it leaves (three of them, within 3 s of its release).
 #[test]
 fn a_waiting_writer_gets_in_while_readers_keep_coming() {
     let cluster = Cluster::start(3);
     let readers = manager_of(&cluster, steady());
     let writers = manager_of(&cluster, steady());
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let (refused, got) = thread::scope(|s| {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let released = AtomicBool::new(false);
+    let (refused, back) = thread::scope(|s| {
         let stream = s.spawn(|| {
-            let (mut holding, mut refused, mut got) = (Vec::new(), 0, 0);
-            let until = Instant::now() + Duration::from_secs(8);
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
+            let (mut holding, mut refused, mut back) = (Vec::new(), 0, 0);
+            let mut until = Instant::now() + Duration::from_secs(10);
+            let mut after = false;
+            while back < 3 && Instant::now() < until {
+                if !after && released.load(Ordering::Relaxed) {
+                    after = true;
+                    until = until.min(Instant::now() + Duration::from_secs(3));
+                }
                 match readers.request("feed").read().once().acquire() {
                     Ok(r) => {
-                        got += 1;
+                        back += usize::from(after);
                         holding.push((Instant::now(), r));
                     }
                     Err(Error::Held(_)) => refused += 1,
@@ -185,7 +191,7 @@ fn a_waiting_writer_gets_in_while_readers_keep_coming() {
             for (_, r) in holding {
                 readers.unlock(r).expect("released");
             }
-            (refused, got)
+            (refused, back)
         });
         // Let the stream fill up first: several readers hold when the writer asks.
         thread::sleep(Duration::from_millis(500));
@@ -200,12 +206,11 @@ fn a_waiting_writer_gets_in_while_readers_keep_coming() {
         assert!(waited < Duration::from_secs(3), "{waited:?}");
         thread::sleep(Duration::from_millis(300));
         writers.unlock(writer).expect("released");
-        thread::sleep(Duration::from_millis(500));
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        released.store(true, Ordering::Relaxed);
         stream.join().expect("the readers")
     });
     assert!(refused > 0, "no reader was refused");
-    assert!(got > 10, "readers came back after the writer: {got}");
+    assert_eq!(back, 3, "readers did not come back after the writer");
 }
 
 #[test]
