@@ -827,13 +827,19 @@ fn clocks_slewed_back_under_an_extension_hand_no_lock_out_twice_directed() {
 /// The `sim` fuzz target's checked-in inputs (`fuzz/seeds/sim/`, and `fuzz/regressions/sim/` once it has
 /// any) replayed through its harness: they stay valid, and no history the fuzzer found broken comes back.
 /// A guard renewed by hash on nodes that all lost their scripts is renewed in the same round, the batch sent
-/// again in full: the `NOSCRIPT` refusals are never counted as the nodes' votes.
+/// again in full: the `NOSCRIPT` refusals are never counted as the nodes' votes. With the clock check on and
+/// off (the batch sent again carries `TIME`s only with it on).
 #[test]
 fn a_guard_renewal_refused_noscript_everywhere_goes_again_in_full_directed() {
-    let seen = directed::guard_across_a_script_flush();
-    assert_eq!(seen.violation, None);
-    assert!(seen.renewals_before > 0, "{seen:?}");
-    assert!(seen.renewed_after, "{seen:?}");
+    for clock_check in [true, false] {
+        let seen = directed::guard_across_a_script_flush(clock_check);
+        assert_eq!(seen.violation, None, "clock check {clock_check}");
+        assert!(
+            seen.renewals_before > 0,
+            "clock check {clock_check}: {seen:?}"
+        );
+        assert!(seen.renewed_after, "clock check {clock_check}: {seen:?}");
+    }
 }
 
 #[test]

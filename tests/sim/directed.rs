@@ -160,8 +160,9 @@ pub struct Flushed {
 
 /// Client 0 holds `r0` under a guard (TTL 1 s, renewed when due) on three nodes that all lose their scripts
 /// (`SCRIPT FLUSH`) at 500 ms: the first renewal after goes by hash, is refused `NOSCRIPT` everywhere, and must
-/// go again in full in the same round, so that the guard is renewed.
-pub fn guard_across_a_script_flush() -> Flushed {
+/// go again in full in the same round, so that the guard is renewed. `clock_check`: the client's clock check
+/// (each lease request bracketed by `TIME`s, the batch sent again too).
+pub fn guard_across_a_script_flush(clock_check: bool) -> Flushed {
     let setup = Setup {
         nodes: 3,
         clients: 1,
@@ -198,7 +199,8 @@ pub fn guard_across_a_script_flush() -> Flushed {
             let sim = Rc::clone(clock.sim());
             let config = Config::default()
                 .with_retry_count(0)
-                .with_restart_guard(false);
+                .with_restart_guard(false)
+                .with_clock_check(clock_check);
             let Ok(engine) = Engine::new(nodes, clock, config, [1; 32]) else {
                 return;
             };

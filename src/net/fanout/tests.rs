@@ -688,3 +688,49 @@ fn a_sleeping_round_times_out_at_its_deadline_while_another_polls_longer() {
         [Ok(bulk("slow"))]
     );
 }
+
+/// A round that needs two outcomes sleeps through the first while another thread polls: its first `next()`
+/// returns once both are filed, not at the first.
+#[test]
+fn a_round_that_needs_two_outcomes_sleeps_through_the_first() {
+    let (slow, a, b) = (Peer::start(), Peer::start(), Peer::start());
+    let f = Arc::new(
+        Fanout::new(vec![slow.addr(), a.addr(), b.addr()], Options::default()).expect("fanout"),
+    );
+    let mut round = f.round(soon(5_000));
+    round.send_all(&command(&[b"PING"]), 1);
+    assert!(outcomes(&mut round).values().all(Result::is_ok));
+    drop(round);
+    let driver = {
+        let f = Arc::clone(&f);
+        thread::spawn(move || {
+            let mut round = f.round(soon(10_000));
+            round.send(0, &command(&[b"SLEEP", b"3000", b"slow"]), 1);
+            outcomes(&mut round)
+        })
+    };
+    thread::sleep(Duration::from_millis(200));
+    let start = Instant::now();
+    let mut round = f.round(soon(5_000));
+    round.need(2);
+    round.send(1, &command(&[b"ECHO", b"at-once"]), 1);
+    round.send(2, &command(&[b"SLEEP", b"600", b"later"]), 1);
+    let first = round.next().map(|(id, r)| (id.node, r));
+    let took = start.elapsed();
+    assert_eq!(first, Some((1, Ok(bulk("at-once")))));
+    assert!(
+        took >= Duration::from_millis(500),
+        "woken for one outcome of two, after {took:?}"
+    );
+    let second = round.next().map(|(id, r)| (id.node, r));
+    assert_eq!(second, Some((2, Ok(bulk("later")))));
+    drop(round);
+    assert_eq!(
+        driver
+            .join()
+            .expect("driver")
+            .into_values()
+            .collect::<Vec<_>>(),
+        [Ok(bulk("slow"))]
+    );
+}

@@ -677,3 +677,24 @@ mod model {
         }
     }
 }
+
+/// The count of outcomes filed (the simulator's driver wakes its tasks when it moves) counts each reply, refusal
+/// and timeout once, and nothing dropped.
+#[cfg(feature = "sim")]
+#[test]
+fn every_outcome_filed_is_counted_once() {
+    let mut slots = Slots::default();
+    let r = slots.open(2, Instant::now());
+    send(&mut slots, r, 0, 1);
+    send(&mut slots, r, 1, 3);
+    assert_eq!(slots.filed(), 0);
+    file(&mut slots, r, (0, 0), ok(1));
+    assert_eq!(slots.filed(), 1, "a reply");
+    let refused = slots.expect(r, 0, 2);
+    slots.refuse(r, 0, refused, 2, Err(NodeError::Overloaded));
+    assert_eq!(slots.filed(), 3, "a refusal of two");
+    assert_eq!(slots.time_out(r, 1), Some(3));
+    assert_eq!(slots.filed(), 6, "three timeouts");
+    file(&mut slots, r, (1, 0), ok(2));
+    assert_eq!(slots.filed(), 6, "a late reply is dropped, not filed");
+}

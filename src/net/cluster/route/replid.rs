@@ -492,4 +492,24 @@ mod tests {
             b"*3\r\n$7\r\nCLUSTER\r\n$8\r\nREPLICAS\r\n$2\r\nn1\r\n"
         );
     }
+    /// A check whose replicas fell short makes the connection's writes skip `WAIT` for a pause, not before it nor
+    /// after it; a check with every replica there ends it at once.
+    #[test]
+    fn writes_skip_wait_for_a_pause_after_replicas_fell_short() {
+        let c = ReplCheck::new(1, 2);
+        let t0 = Instant::now();
+        let ms = std::time::Duration::from_millis;
+        assert!(!c.is_short(0, t0), "nothing fell short yet");
+        c.note_short(0, true, t0);
+        assert!(c.is_short(0, t0) && c.is_short(0, t0 + ms(999)));
+        assert!(!c.is_short(0, t0 + SHORT_PAUSE), "past the pause");
+        assert!(!c.is_short(0, t0 + ms(5_000)));
+        assert!(!c.is_short(1, t0 + ms(1)), "another connection");
+        c.note_short(0, true, t0 + ms(10));
+        c.note_short(0, false, t0 + ms(20));
+        assert!(
+            !c.is_short(0, t0 + ms(30)),
+            "every replica back: the pause ends"
+        );
+    }
 }
