@@ -231,12 +231,13 @@ pub(crate) async fn write<N: Nodes, C: Clock>(
     let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
     let ttl_arg = Decimal::new(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
     let args: [&[u8]; 2] = [&value, ttl_arg.as_bytes()];
-    let (script, (refs, args)) = match &gate {
-        Some(g) => (lua::QUEUE_WRITE, g.with(&refs, &args)),
-        None => (lua::ACQUIRE_WRITE, (refs, args.to_vec())),
+    let gated = gate.as_ref().map(|g| g.with(&refs, &args));
+    let (script, refs, args): (_, &[&[u8]], &[&[u8]]) = match &gated {
+        Some((keys, args)) => (lua::QUEUE_WRITE, keys, args),
+        None => (lua::ACQUIRE_WRITE, &refs, &args),
     };
     let round = engine
-        .acquire_scripted(script, (&refs, &args), (ttl, ttl_ms), |node, reply| {
+        .acquire_scripted(script, (refs, args), (ttl, ttl_ms), |node, reply| {
             let (vote, outcome) = match gate.as_deref_mut() {
                 Some(g) => grant_vote(&g.ungate(reply, node, Value::Integer(0))),
                 None => grant_vote(reply),

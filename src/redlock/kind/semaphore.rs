@@ -317,9 +317,11 @@ async fn offer<N: Nodes, C: Clock>(
         .collect();
     let args: [&[u8]; 3] = [value, ttl_arg.as_bytes(), want_arg.as_bytes()];
     // The slots' keys first, for the restart guard's quarantine and the script's `KEYS`; the gate's after them.
-    let (script, (sent_keys, args)) = match &gate {
-        Some(g) => (slots.queued, g.with(&key_refs, &args)),
-        None => (slots.script, (key_refs.clone(), args.to_vec())),
+    // Built only behind the gate: the offer without it sends the slots' keys and arguments as they are.
+    let gated = gate.as_ref().map(|g| g.with(&key_refs, &args));
+    let (script, sent_keys, args): (_, &[&[u8]], &[&[u8]]) = match &gated {
+        Some((keys, args)) => (slots.queued, keys, args),
+        None => (slots.script, &key_refs, &args),
     };
     let nodes = engine
         .pipelined(
@@ -328,7 +330,7 @@ async fn offer<N: Nodes, C: Clock>(
             1,
             deadline,
             quorum.votes_to_decide(),
-            |buf, full| lua::eval(buf, script, full, &sent_keys, &args),
+            |buf, full| lua::eval(buf, script, full, sent_keys, args),
             |_, (node, source), reply| {
                 let now = engine.clock.now();
                 let reply = match gate.as_deref_mut() {
