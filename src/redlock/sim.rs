@@ -475,9 +475,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         joined: bool,
     ) -> Result<std::result::Result<Lock, bool>> {
         let ask = waits.kind().check(waits.name().to_vec(), &self.core, ttl)?;
-        Ok(queued::attempt(&self.core, &ask, &entry.0, joined)
-            .await?
-            .map_err(|(failure, _, _)| failure == crate::redlock::quorum::Failure::Held))
+        // The simulator's waiting loop is its own: its writers leave their intent to lapse.
+        let intent = kind::Intent::of(&self.core, &ask);
+        let got = queued::attempt(&self.core, &ask, (&entry.0, joined), &intent).await;
+        intent.keep();
+        Ok(got?.map_err(|(failure, _, _)| failure == crate::redlock::quorum::Failure::Held))
     }
 
     /// Takes `entry` off the queue on every node (sent, not awaited), as a waiter does with the lock or giving up.

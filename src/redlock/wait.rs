@@ -19,7 +19,7 @@ use crate::redlock::engine::Engine;
 use crate::redlock::engine::seam::{NodeRound, Nodes, blocking};
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::guard::Keeper;
-use crate::redlock::kind::{self, Ask, Line, Lock};
+use crate::redlock::kind::{self, Ask, Intent, Line, Lock};
 use crate::redlock::observe;
 use crate::redlock::quorum::Failure;
 use crate::redlock::stats::Activity;
@@ -96,17 +96,29 @@ pub(crate) async fn acquire_wait(
 ) -> Result<Lock> {
     let until = later(Instant::now(), max_wait);
     let line = ask.kind.line(&ask.resource);
+    // A writer that ends without the lock withdraws its intent (`rwlock::Intent`).
+    let intent = Intent::of(&keeper.engine, ask);
+    let mut got = None;
     if ask.kind.queues() && !keeper.waits.unqueued() {
         // Queued across processes: see `handoff`.
-        match handoff::queued_wait(keeper, ask, &line, max_wait).await {
-            Ok(got) => return got,
+        match handoff::queued_wait(keeper, ask, &line, max_wait, &intent).await {
+            Ok(queued) => got = Some(queued),
             // The nodes refuse the queue's script (an ACL without its commands or keys, `EVAL` disabled): wait
             // as before the queue, for the time left, and from now on.
             Err(handoff::Refused) => keeper.waits.set_unqueued(),
         }
     }
-    let left = until.saturating_duration_since(Instant::now());
-    wait_for(keeper, &line, left, ask).await
+    let got = match got {
+        Some(got) => got,
+        None => {
+            let left = until.saturating_duration_since(Instant::now());
+            wait_for(keeper, &line, left, (ask, &intent)).await
+        }
+    };
+    if got.is_ok() {
+        intent.keep();
+    }
+    got
 }
 
 /// The waiting loop around any kind's attempt, for threads and tasks alike: the head of the line attempts,
@@ -115,7 +127,7 @@ async fn wait_for(
     keeper: &Arc<Keeper>,
     line: &Line,
     max_wait: Duration,
-    ask: &Ask,
+    (ask, intent): (&Ask, &Intent<'_>),
 ) -> Result<Lock> {
     let until = later(Instant::now(), max_wait);
     let cancels = keeper.waits.cancels();
@@ -151,7 +163,7 @@ async fn wait_for(
             park(&keeper.waits, (resource, ticket, None), until).await;
             continue;
         }
-        let (failure, mut report) = match kind::attempt(&keeper.engine, ask).await? {
+        let (failure, mut report) = match kind::attempt(&keeper.engine, ask, intent).await? {
             Ok(lock) => return Ok(lock),
             Err(failed) => failed,
         };

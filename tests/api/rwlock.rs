@@ -75,10 +75,23 @@ fn a_writer_excludes_readers_and_writers() {
         .expect("released");
 }
 
-/// A reader refuses a writer; the refused writer marks its intent on every node, which refuses new readers until
-/// the writer is granted (and deletes it) or its TTL ends.
+/// Whether each node of `cluster` has `key`.
+fn on_every_node(cluster: &Cluster, key: &[u8], present: bool) -> bool {
+    let want: &[u8] = match present {
+        true => b":1\r\n",
+        false => b":0\r\n",
+    };
+    let key = text(key.to_vec());
+    cluster
+        .nodes()
+        .iter()
+        .all(|n| n.raw(&cmd(&["EXISTS", &key])) == want)
+}
+
+/// A reader refuses a writer. While the writer asks (it waits), its intent is marked on every node and refuses
+/// new readers; when the reader leaves, the writer is granted and deletes the intent.
 #[test]
-fn a_reader_excludes_a_writer_whose_intent_then_refuses_new_readers() {
+fn a_waiting_writer_s_intent_refuses_new_readers_until_it_is_granted() {
     let cluster = Cluster::start(3);
     let locks = manager_of(&cluster, steady());
     let reader = locks
@@ -87,25 +100,91 @@ fn a_reader_excludes_a_writer_whose_intent_then_refuses_new_readers() {
         .once()
         .acquire()
         .expect("a reader");
-    held(locks.request("doc").write().once().acquire());
-    let intent = text(intent_key(b"doc"));
-    for node in cluster.nodes() {
-        assert_eq!(node.raw(&cmd(&["EXISTS", &intent])), b":1\r\n");
-        let writer = node.raw(&cmd(&["EXISTS", &text(writer_key(b"doc"))]));
-        assert_eq!(writer, b":0\r\n", "a refused writer keeps no writer key");
-    }
-    held(locks.request("doc").read().once().acquire());
-    locks.unlock(reader).expect("released");
-    let writer = locks
+    thread::scope(|s| {
+        let writer = s.spawn(|| {
+            locks
+                .request("doc")
+                .write()
+                .ttl(Duration::from_secs(30))
+                .wait(Duration::from_secs(5))
+                .acquire()
+        });
+        wait_until(
+            Duration::from_secs(2),
+            "the writer's intent on every node",
+            || on_every_node(&cluster, &intent_key(b"doc"), true),
+        );
+        assert!(
+            on_every_node(&cluster, &writer_key(b"doc"), false),
+            "a refused writer keeps no writer key"
+        );
+        held(locks.request("doc").read().once().acquire());
+        locks.unlock(reader).expect("released");
+        let writer = writer
+            .join()
+            .expect("the writer's thread")
+            .expect("the writer once the reader left");
+        assert!(
+            on_every_node(&cluster, &intent_key(b"doc"), false),
+            "a granted writer deletes the intent"
+        );
+        locks.unlock(writer).expect("released");
+    });
+}
+
+/// A writer that gives up withdraws its intent: refused once (`once`, and with retries), out of waiting time,
+/// or its future dropped mid-wait, it leaves no intent key, and the next reader gets in at once, not when the
+/// writer's 30 s lease would have ended.
+#[test]
+fn a_writer_that_gives_up_withdraws_its_intent_and_readers_get_in() {
+    let cluster = Cluster::start(3);
+    let locks = manager_of(&cluster, steady());
+    let retrying = manager_of(&cluster, steady().with_retry_count(2));
+    let first = locks
         .request("doc")
-        .write()
+        .read()
         .once()
         .acquire()
-        .expect("the writer once the reader left");
-    for node in cluster.nodes() {
-        assert_eq!(node.raw(&cmd(&["EXISTS", &intent])), b":0\r\n");
-    }
-    locks.unlock(writer).expect("released");
+        .expect("a reader");
+    let gone = |how: &str| {
+        wait_until(
+            Duration::from_secs(2),
+            &format!("no intent after a writer {how}"),
+            || on_every_node(&cluster, &intent_key(b"doc"), false),
+        );
+        assert!(on_every_node(&cluster, &writer_key(b"doc"), false));
+        let reader = locks.request("doc").read().once().acquire();
+        locks
+            .unlock(reader.unwrap_or_else(|e| panic!("a reader after a writer {how}: {e}")))
+            .expect("released");
+    };
+    let ttl = Duration::from_secs(30);
+    held(locks.request("doc").write().ttl(ttl).once().acquire());
+    gone("refused once");
+    held(retrying.request("doc").write().ttl(ttl).acquire());
+    gone("refused with retries");
+    held(
+        locks
+            .request("doc")
+            .write()
+            .ttl(ttl)
+            .wait(Duration::from_millis(300))
+            .acquire(),
+    );
+    gone("out of waiting time");
+    let rt = support::rt::current_thread();
+    rt.block_on(async {
+        let asked = locks
+            .request("doc")
+            .write()
+            .ttl(ttl)
+            .wait(Duration::from_secs(5))
+            .acquire_async();
+        let dropped = tokio::time::timeout(Duration::from_millis(300), asked).await;
+        assert!(dropped.is_err(), "{dropped:?}");
+    });
+    gone("dropped mid-wait");
+    locks.unlock(first).expect("released");
 }
 
 /// Three nodes. A writer's key on nodes 0 and 1 (a majority): a reader gets a slot only on node 2, refused, and
@@ -233,7 +312,7 @@ fn guarded_readers_and_writers_are_renewed_and_exclude_each_other() {
     held(locks.request("g").write().once().acquire());
     a.release().expect("released");
     b.release().expect("released");
-    // The refused writer's intent refuses readers until a writer is granted: this one.
+    // The refused writer withdrew its intent as it gave up; a writer is granted once the readers left.
     let w = locks
         .request("g")
         .write()

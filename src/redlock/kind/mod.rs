@@ -42,10 +42,11 @@ pub(crate) mod set;
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use crate::net::cluster::Members;
 use crate::redlock::engine::Engine;
 use crate::redlock::engine::lease::Lease;
 use crate::redlock::engine::scripted::Scripted;
-use crate::redlock::engine::seam::{Clock, Nodes};
+use crate::redlock::engine::seam::{Clock, Nodes, SystemClock};
 use crate::redlock::error::{Error, Report, Result};
 use crate::redlock::kind::owned::{Hold, Owner};
 use crate::redlock::kind::queued::Gate;
@@ -428,9 +429,11 @@ fn check_routable<N: Nodes, C: Clock>(engine: &Engine<N, C>, ask: &Ask) -> Resul
 /// [`Undo`] releases whatever the attempt may have been granted, on every node, at once and unawaited (each
 /// kind's release is a compare-and-delete of this attempt's own value or hold id: a node that never granted
 /// removes nothing). On the blocking seam the future is never dropped part-way; the guard costs a flag.
+/// `intent`: the call's, told the attempt's value.
 pub(crate) async fn attempt<N: Nodes, C: Clock>(
     engine: &Engine<N, C>,
     ask: &Ask,
+    intent: &Intent<'_, N, C>,
 ) -> Result<std::result::Result<Lock, (Failure, Report)>> {
     // A fresh value per attempt, for every kind (for an owned hold the value is the owner's and the fresh id is
     // the hold's): the clean-up of a failed attempt is a compare-and-delete of that value, so whenever it runs,
@@ -439,6 +442,7 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
     let fresh = engine
         .tokens
         .draw("drawing the lock value from the OS's randomness")?;
+    intent.offered(fresh);
     let mut undo = Undo::new(engine, &ask.resource, &ask.kind, fresh);
     let got = offer(engine, ask, fresh, None).await;
     undo.disarm();
@@ -469,13 +473,20 @@ pub(crate) async fn offer<N: Nodes, C: Clock>(
 }
 
 /// Acquires `ask`: one attempt, or (`retry`) up to [`Config::retry_count`](crate::redlock::Config) more after a
-/// jittered pause ([`Engine::retrying`]).
+/// jittered pause ([`Engine::retrying`]). A writer that ends without the lock withdraws its intent ([`Intent`]).
 pub(crate) async fn acquire<N: Nodes, C: Clock>(
     engine: &Engine<N, C>,
     ask: &Ask,
     retry: bool,
 ) -> Result<Lock> {
-    engine.retrying(retry, || attempt(engine, ask)).await
+    let intent = Intent::of(engine, ask);
+    let got = engine
+        .retrying(retry, || attempt(engine, ask, &intent))
+        .await;
+    if got.is_ok() {
+        intent.keep();
+    }
+    got
 }
 
 /// The kind's extension script of a lease of `resource` holding `value`, or `None` for the compare-and-pexpire
@@ -595,8 +606,75 @@ impl<N: Nodes, C: Clock> Drop for Undo<'_, N, C> {
             Kind::Owned(owner, _) => owned::undo(engine, self.resource, owner, fresh),
             Kind::Semaphore(p) => semaphore::undo(engine, self.resource, p.count, fresh),
             Kind::Read(..) => rwlock::undo_read(engine, self.resource, fresh),
-            // The intent key is left to expire (`rwlock.rs`, "What a writer that gives up costs").
+            // The intent is the call's to withdraw ([`Intent`]), not one attempt's.
             Kind::Write(_) => plain::undo(engine, &rwlock::writer_key(self.resource), fresh),
+        }
+    }
+}
+
+/// How many of a writer call's latest intent values [`Intent`] withdraws: the last attempt's marks every node it
+/// reached; an earlier value is left only where later attempts did not reach (a node down or cut off meanwhile).
+const MARKS_WITHDRAWN: usize = 4;
+
+/// One writer's call (every attempt of one acquisition, retried or waiting): the values its attempts may have
+/// marked the writer's intent with, **withdrawn when the call ends without the lock** (refused, given up, or its
+/// future dropped): a compare-and-delete of the intent key with each value, unawaited, on every node (the last
+/// [`MARKS_WITHDRAWN`]). A call that holds the lock keeps nothing: its grant deleted the intent where it was
+/// granted. Any other kind's call has no intent, and this is nothing.
+///
+/// The intent only refuses readers (`rwlock.rs`, where the intent and its argument are): withdrawing it (or
+/// failing to, on a node cut off: it lapses with its `PX`) never makes a grant the argument forbids. A
+/// withdrawal that reaches a node before a late attempt of the same call leaves that attempt's intent to lapse.
+pub(crate) struct Intent<'a, N: Nodes = Members, C: Clock = SystemClock> {
+    engine: &'a Engine<N, C>,
+    /// The read-write lock's name, for a writer's call.
+    name: Option<&'a [u8]>,
+    marked: std::sync::Mutex<Vec<token::Value>>,
+}
+
+impl<'a, N: Nodes, C: Clock> Intent<'a, N, C> {
+    /// The intent of a call of `ask`: something to withdraw only if it asks for a writer.
+    pub(crate) fn of(engine: &'a Engine<N, C>, ask: &'a Ask) -> Self {
+        let name = matches!(ask.kind, Kind::Write(_)).then_some(&ask.resource[..]);
+        Intent {
+            engine,
+            name,
+            marked: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// An attempt of the call offers `value` (which marks the intent where readers refuse it).
+    pub(crate) fn offered(&self, value: token::Value) {
+        if self.name.is_none() {
+            return;
+        }
+        let mut marked = crate::sync::lock(&self.marked);
+        if marked.len() == MARKS_WITHDRAWN {
+            marked.remove(0);
+        }
+        marked.push(value);
+    }
+
+    /// The call holds the lock: nothing to withdraw.
+    pub(crate) fn keep(self) {
+        crate::sync::lock(&self.marked).clear();
+    }
+}
+
+impl<N: Nodes, C: Clock> Drop for Intent<'_, N, C> {
+    fn drop(&mut self) {
+        let Some(name) = self.name else {
+            return;
+        };
+        let marked = std::mem::take(&mut *crate::sync::lock(&self.marked));
+        if marked.is_empty() {
+            return;
+        }
+        let key = rwlock::intent_key(name);
+        let mut request = bytes::BytesMut::new();
+        for value in &marked {
+            request.clear();
+            (self.engine).release_unawaited(&mut request, crate::net::NodeSet::ALL, &key, value);
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::net::{NodeSet, Reply};
 use crate::redlock::engine::Engine;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::error::{Report, Result};
-use crate::redlock::kind::{self, Ask, Lock, Undo};
+use crate::redlock::kind::{self, Ask, Intent, Lock, Undo};
 use crate::redlock::lua;
 use crate::redlock::quorum::Failure;
 use crate::resp::{Decimal, Value};
@@ -188,17 +188,19 @@ impl<'a> Gate<'a> {
 /// One queued attempt of `ask` (a kind that queues): the kind's offer behind the gate with `entry`, decided as
 /// the kind decides any attempt. On a failure, the offer's partial grants are released as the kind releases them,
 /// and the refusal says the waiter's rank and turn; a task's future dropped before the offer is decided releases
-/// what it may have set (as [`kind::attempt`]). `joined`: the waiter queued with an earlier attempt.
+/// what it may have set (as [`kind::attempt`]). `joined`: the waiter queued with an earlier attempt; `intent`:
+/// the call's, told the attempt's value.
 #[allow(clippy::type_complexity)]
 pub(crate) async fn attempt<N: Nodes, C: Clock>(
     engine: &Engine<N, C>,
     ask: &Ask,
-    entry: &Entry,
-    joined: bool,
+    (entry, joined): (&Entry, bool),
+    intent: &Intent<'_, N, C>,
 ) -> Result<std::result::Result<Lock, (Failure, Report, Refusal)>> {
     let fresh = engine
         .tokens
         .draw("drawing the lock value from the OS's randomness")?;
+    intent.offered(fresh);
     let mut undo = Undo::new(engine, &ask.resource, &ask.kind, fresh);
     let mut gate = Gate::new(entry, engine.fanout.len());
     let got = kind::offer(engine, ask, fresh, Some(&mut gate)).await;

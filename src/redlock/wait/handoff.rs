@@ -93,7 +93,7 @@ use crate::redlock::engine::seam::NodeRound;
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::guard::Keeper;
 use crate::redlock::kind::queued::{self, Entry};
-use crate::redlock::kind::{Ask, Line, Lock};
+use crate::redlock::kind::{Ask, Intent, Line, Lock};
 use crate::redlock::quorum::Failure;
 use crate::resp::{Value, encode_command};
 use crate::time::later;
@@ -157,6 +157,7 @@ pub(super) async fn queued_wait(
     ask: &Ask,
     line: &Line,
     max_wait: Duration,
+    intent: &Intent<'_>,
 ) -> std::result::Result<Result<Lock>, Refused> {
     let until = later(Instant::now(), max_wait);
     let cancels = keeper.waits.cancels();
@@ -199,7 +200,7 @@ pub(super) async fn queued_wait(
         // The process's head takes a place in the nodes' queue when it first comes to the front here.
         let entry = queued.entry.get_or_insert_with(|| new_entry(engine, key));
         queued.attempting = true;
-        let attempt = queued::attempt(engine, ask, entry, queued.joined).await;
+        let attempt = queued::attempt(engine, ask, (entry, queued.joined), intent).await;
         queued.attempting = false;
         let (failure, mut report, refusal) = match attempt {
             // Held by a majority now: `queued` leaves the queue on every node as it drops (the next waiter's
