@@ -15,7 +15,19 @@
 //! Here too [`Lock`], what every kind is handed out as: a lease (`engine/lease.rs`) and its kind.
 //!
 //! Adding a kind: its file here, its variant of [`Kind`] with an arm in each function below, and its option on
-//! the request (`manager/request.rs`).
+//! the request (`manager/request.rs`). Three more places name a kind's parts, and stay so:
+//!
+//! - its scripts, in `lua.rs` and its `ALL`: every new connection loads `ALL` (`scripts::setup_commands`, called by
+//!   the engine's connection set-up), and the engine stands below the kinds and reaches none of them
+//!   (tests/house/imports.rs), so the list cannot be gathered from the kind files without the manager handing it
+//!   down through the engine and the simulator's engine alike: more plumbing than the one line per script it
+//!   saves (a script missing from `ALL` still runs, sent in full after `NOSCRIPT`, one round trip later);
+//! - the public exports of what its users write (`redlock/mod.rs`: its key functions, an `Access`): the kind
+//!   files are private modules, so a public item of one is reachable only through a `pub use`, and which items
+//!   are public is the API's choice, not the file's;
+//! - the simulator's seam (`sim.rs`), if the simulator is to run it: the simulator drives the engine below the
+//!   request API, one verb per kind with the deliberately broken variants its controls need (a reader that
+//!   ignores the writer, a release without attribution), which only the simulator may reach (feature `sim`).
 
 pub(crate) mod fenced;
 pub(crate) mod owned;
