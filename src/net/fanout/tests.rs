@@ -23,6 +23,22 @@ fn soon(ms: u64) -> Instant {
     Instant::now() + Duration::from_millis(ms)
 }
 
+/// Waits (at most 5 s) until a round of another thread is in the poll (it took the driver and polls; not the
+/// background driver lingering after an earlier round, which hands the poll to the next thread that sleeps): the
+/// tests of a round that sleeps while another polls start that round only then, whatever the machine's load.
+fn until_another_thread_polls(f: &Fanout) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let inner = crate::sync::lock(&f.shared.inner);
+        if inner.driver.is_none() && inner.polling_until.is_some() && !inner.lingering {
+            return;
+        }
+        drop(inner);
+        assert!(Instant::now() < deadline, "no other thread took the poll");
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Every outcome of `round`, by id.
 fn outcomes(round: &mut super::Round<'_>) -> BTreeMap<(usize, u32), Result<Value, NodeError>> {
     let mut all = BTreeMap::new();
@@ -163,7 +179,7 @@ fn a_sleeping_round_is_woken_by_the_turn_that_files_its_reply() {
             outcomes(&mut round)
         })
     };
-    thread::sleep(Duration::from_millis(200));
+    until_another_thread_polls(&f);
     let start = Instant::now();
     let mut round = f.round(soon(5_000));
     round.send(1, &command(&[b"ECHO", b"fast"]), 1);
@@ -245,7 +261,7 @@ fn a_task_awaits_its_rounds_replies_without_blocking() {
             outcomes(&mut round)
         })
     };
-    thread::sleep(Duration::from_millis(200));
+    until_another_thread_polls(&f);
     let start = Instant::now();
     let mut round = f.round(soon(5_000));
     round.send(1, &command(&[b"ECHO", b"beside"]), 1);
@@ -664,7 +680,7 @@ fn a_sleeping_round_times_out_at_its_deadline_while_another_polls_longer() {
             outcomes(&mut round)
         })
     };
-    thread::sleep(Duration::from_millis(200));
+    until_another_thread_polls(&f);
     let start = Instant::now();
     let mut round = f.round(start + Duration::from_millis(300));
     round.send(1, &command(&[b"SLEEP", b"5000", b"never"]), 1);
@@ -709,7 +725,7 @@ fn a_round_that_needs_two_outcomes_sleeps_through_the_first() {
             outcomes(&mut round)
         })
     };
-    thread::sleep(Duration::from_millis(200));
+    until_another_thread_polls(&f);
     let start = Instant::now();
     let mut round = f.round(soon(5_000));
     round.need(2);
