@@ -508,9 +508,9 @@ fn waiters_of_one_process_take_turns_in_arrival_order() {
     let (tx, rx) = mpsc::channel();
     let mut threads = Vec::new();
     for i in 0..4 {
-        let (locks, tx) = (locks.clone(), tx.clone());
+        let (waiter, tx) = (locks.clone(), tx.clone());
         threads.push(thread::spawn(move || {
-            let lock = locks
+            let lock = waiter
                 .request("turns")
                 .ttl(Duration::from_secs(30))
                 .wait(Duration::from_secs(10))
@@ -518,9 +518,12 @@ fn waiters_of_one_process_take_turns_in_arrival_order() {
                 .expect("wait");
             tx.send(i).expect("send");
             thread::sleep(ms(20));
-            locks.unlock(lock).expect("unlock");
+            waiter.unlock(lock).expect("unlock");
         }));
-        thread::sleep(ms(100)); // each is in line before the next arrives
+        // Each is in line (it took its place, and waits) before the next arrives.
+        wait_until(Duration::from_secs(5), "the waiter in line", || {
+            locks.stats().guards.waits > i as u64
+        });
     }
     locks.unlock(first).expect("unlock");
     let order: Vec<i32> = (0..4)
