@@ -226,7 +226,7 @@ fn the_checker_finds_a_writer_beside_any_holder_and_readers_together_fine() {
 }
 
 /// Asserts what a safe run must show: no writer beside another holder, no writer entering beside a live holder,
-/// overruns explained, readers sharing, writers holding, and the faults striking lock rounds.
+/// overruns explained.
 fn assert_safe(r: &RwRun) {
     let beside = r.beside();
     assert!(
@@ -245,14 +245,55 @@ fn assert_safe(r: &RwRun) {
         "overruns {unexplained:?}: {}",
         r.stats
     );
-    assert!(most_at_once(&r.readers) >= 2, "readers never shared");
-    assert!(!r.writers.is_empty(), "no writer held");
-    assert!(r.bursts > 0 && r.exposed > 0, "no hold met a whole burst");
-    assert!(
-        r.struck.failed > 0 && r.struck.timeouts + r.struck.drops > 0,
-        "the restarts and pauses must fail votes and cut requests off: {}",
-        r.struck
-    );
+}
+
+/// Whether a run exercised what its safety is judged on: readers sharing, a writer holding, a hold meeting a
+/// whole burst, and the faults failing votes and cutting requests off. `Err` says what it missed.
+fn exercised(r: &RwRun) -> Result<(), String> {
+    if most_at_once(&r.readers) < 2 {
+        return Err(format!(
+            "readers never shared ({} reader holds)",
+            r.readers.len()
+        ));
+    }
+    if r.writers.is_empty() {
+        return Err("no writer held".into());
+    }
+    if r.bursts == 0 || r.exposed == 0 {
+        return Err(format!("no hold met a whole burst ({} bursts)", r.bursts));
+    }
+    if r.struck.failed == 0 || r.struck.timeouts + r.struck.drops == 0 {
+        return Err(format!(
+            "the restarts and pauses must fail votes and cut requests off: {}",
+            r.struck
+        ));
+    }
+    Ok(())
+}
+
+/// Runs a scenario ([`bursts_and_pauses`]) until a run exercised it ([`exercised`]), at most three times, each
+/// judged safe ([`assert_safe`]) whatever else it showed: on a loaded machine a 3 s run may see few holds (one
+/// CI run saw 4 readers' holds, none beside another) or a single burst that no hold spans. Returns that run.
+fn safe_and_exercised(
+    scenario: &str,
+    (persist, restart_guard): (bool, bool),
+    quiet: Duration,
+) -> RwRun {
+    let mut missed = Vec::new();
+    for run in 1..=3 {
+        let r = bursts_and_pauses(
+            &format!("{scenario} (run {run})"),
+            (persist, restart_guard),
+            quiet,
+            seconds(),
+        );
+        assert_safe(&r);
+        match exercised(&r) {
+            Ok(()) => return r,
+            Err(why) => missed.push(why),
+        }
+    }
+    panic!("three runs did not exercise the scenario: {missed:?}");
 }
 
 /// Kills and restarts without data (the restart guard on) and node pauses: never a writer beside a reader or
@@ -260,13 +301,11 @@ fn assert_safe(r: &RwRun) {
 /// [`rwlock_with_the_restart_guard_off_puts_a_writer_beside_another_holder`].
 #[test]
 fn rwlock_under_restarts_without_data_and_pauses_keeps_writers_alone() {
-    let r = bursts_and_pauses(
+    let r = safe_and_exercised(
         "read-write lock: restart bursts without data and pauses, guard on",
         (false, true),
         Duration::from_millis(1200),
-        seconds(),
     );
-    assert_safe(&r);
     assert!(r.struck.quarantined > 0, "{}", r.struck);
 }
 
@@ -274,13 +313,11 @@ fn rwlock_under_restarts_without_data_and_pauses_keeps_writers_alone() {
 /// beside another holder.
 #[test]
 fn rwlock_under_restarts_with_data_and_pauses_keeps_writers_alone() {
-    let r = bursts_and_pauses(
+    safe_and_exercised(
         "read-write lock: restart bursts with data and pauses, guard on",
         (true, true),
         Duration::from_millis(600),
-        seconds(),
     );
-    assert_safe(&r);
 }
 
 /// The control: the same bursts without data and with the restart guard off. A reader slot (or the writer key)
