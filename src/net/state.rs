@@ -27,11 +27,20 @@
 //! writing each at once would cost a system call on both sides per request (on loopback, a write also runs the
 //! server's receive path). A request waits at most for the replies of the batch ahead of it, which the server
 //! had to answer first anyway. A write that fills the socket puts the rest back in front of the queue and leaves
-//! the role; the driver resumes it when the socket drains. Bytes queued behind a connect or a set-up wait for
-//! the driver too. The rounds that queued them may all end first (a majority answered, a task was cancelled): a
-//! driver then keeps turning until they are written (`Machine::needs_driver`), since a release among them must
-//! reach its node whoever still waits. Over TLS a batch is handed to rustls in one piece, so
+//! the role; the driver resumes it when the socket drains. Bytes queued behind a connect, a TLS handshake or a
+//! set-up wait for the driver too. The rounds that queued them may all end first (a majority answered, a task was
+//! cancelled): a driver then keeps turning until they are written (`Machine::needs_driver`), since a release
+//! among them must reach its node whoever still waits. Over TLS a batch is handed to rustls in one piece, so
 //! its requests share TLS records (one record carries up to 16 KiB of them).
+//!
+//! **Handed to the transport means on the wire, or in a writer's hands.** Bytes a transport took are out of
+//! the state's sight, and `needs_driver` no longer counts them; so a transport must never keep them waiting
+//! for a turn of the driver. Two places would, over TLS, and the state keeps the bytes (or the fact) instead:
+//! a handshake under way (rustls would hold the plaintext until the server's last flight is read and its
+//! Finished sent: bytes are handed over only once the link is up), and a write that met a full socket after
+//! rustls had encrypted the batch (the records wait in rustls with nothing left here: the write is
+//! `stalled`, and taken again, empty if need be, until a write ends with the socket
+//! taking all).
 //!
 //! # A node that is loading
 //!
@@ -145,8 +154,9 @@ enum Link {
     Connecting {
         deadline: Instant,
     },
-    /// TCP is up and the TLS handshake under way, still within the connect timeout. Bytes may be written: TLS
-    /// holds them until the handshake completes and sends them with its last flight.
+    /// TCP is up and the TLS handshake under way, still within the connect timeout. Bytes queued meanwhile stay
+    /// here, unwritten (a driver is kept turning for them), until the handshake completes: handed to rustls now,
+    /// they would wait there for the driver to read the server's last flight, out of the state's sight.
     Handshake {
         deadline: Instant,
     },
@@ -172,6 +182,10 @@ pub(crate) struct NodeState {
     unwritten: usize,
     /// A thread holds the writer role (it took bytes from `wbuf` and writes them without the lock).
     writing: bool,
+    /// The last write met a full socket: the transport may still hold bytes of it (TLS keeps the records it
+    /// encrypted and could not send) though `wbuf` may be empty. Until a write ends with the socket taking all,
+    /// the node counts as holding unwritten bytes and the role is taken again (with nothing more, if need be).
+    stalled: bool,
     backoff: Duration,
     /// Why the node is down, reported as the vote of every request made while it stays down.
     last_error: NodeError,
@@ -199,6 +213,7 @@ impl NodeState {
             wbuf: BytesMut::new(),
             unwritten: 0,
             writing: false,
+            stalled: false,
             backoff: opts.backoff_min,
             last_error: NodeError::Refused,
             last_progress: now,
@@ -242,12 +257,12 @@ impl NodeState {
     /// rest of a write the socket cut short. Only a writer takes them, and once the rounds that queued them have
     /// ended, only a driver's turn does (see `Machine::needs_driver`).
     pub(crate) fn holds_unwritten(&self) -> bool {
-        !self.wbuf.is_empty()
+        !self.wbuf.is_empty() || self.stalled
     }
 
     /// Whether the connection is set up and idle: up, nothing in flight, nothing to write, no writer.
     pub(crate) fn is_idle(&self) -> bool {
-        self.is_up() && self.fifo.is_empty() && self.wbuf.is_empty() && !self.writing
+        self.is_up() && self.fifo.is_empty() && !self.holds_unwritten() && !self.writing
     }
 
     /// Whether the connection is up with replies due whose requests were all written at least `idle` before `now`
@@ -256,7 +271,7 @@ impl NodeState {
     pub(crate) fn awaits_unread(&self, now: Instant, idle: Duration) -> bool {
         self.is_up()
             && !self.fifo.is_empty()
-            && self.wbuf.is_empty()
+            && !self.holds_unwritten()
             && !self.writing
             && now.saturating_duration_since(self.last_progress) >= idle
     }
@@ -290,11 +305,6 @@ impl NodeState {
     /// Whether the connect completed and the connection is not dropped: its bytes are read (a TLS handshake's
     /// included).
     pub(crate) fn is_open(&self) -> bool {
-        matches!(self.link, Link::Up | Link::Handshake { .. })
-    }
-
-    /// Whether bytes may be handed to the transport: the connection is up, or its TLS handshake is under way.
-    fn writable(&self) -> bool {
         matches!(self.link, Link::Up | Link::Handshake { .. })
     }
 
@@ -476,13 +486,15 @@ impl NodeState {
         }
     }
 
-    /// Takes the writer role and every queued byte, if bytes may be written, there are some, and nobody holds
-    /// the role. Returns them with the generation of the connection they are for.
+    /// Takes the writer role and every queued byte, if the connection is up (a TLS one with its handshake
+    /// done), there are bytes (or a stalled write to resume), and nobody holds the role. Returns them with the
+    /// generation of the connection they are for.
     pub(crate) fn take_write(&mut self) -> Option<(u32, BytesMut)> {
-        if self.writing || self.wbuf.is_empty() || !self.writable() {
+        if self.writing || !self.holds_unwritten() || !self.is_up() {
             return None;
         }
         self.writing = true;
+        self.stalled = false;
         self.unwritten = 0;
         Some((self.generation, self.wbuf.split()))
     }
@@ -515,8 +527,9 @@ impl NodeState {
                 }
             }
             Ok(false) => {
-                // The socket is full: the rest goes back in front of what was queued since. The driver resumes
-                // the write when the socket drains.
+                // The socket is full: the rest goes back in front of what was queued since, and the transport
+                // may hold more (see `stalled`). The driver resumes the write when the socket drains.
+                self.stalled = true;
                 let mut rest = rest;
                 rest.unsplit(std::mem::take(&mut self.wbuf));
                 self.wbuf = rest;
@@ -635,6 +648,7 @@ impl NodeState {
         self.link = Link::Down { retry_at };
         self.generation = self.generation.wrapping_add(1);
         self.writing = false;
+        self.stalled = false;
         let node = self.node;
         for (waiter, _) in self.fifo.drain(..) {
             // A disorder here is filed as such; the connection is dropped already.

@@ -7,7 +7,7 @@
 use crate::support;
 
 use std::io::Read;
-use std::net::Shutdown;
+use std::net::{Shutdown, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::thread;
@@ -20,6 +20,7 @@ use muxlock::{Config, Error, LockManager, Outcome, TlsConfig};
 use support::acceptor::{Acceptor, is_retry};
 use support::certs::Certs;
 use support::locks::{self, wait_until};
+use support::proxy::{Fault, FaultProxy};
 use support::{Cluster, RedisServer, cmd};
 
 const ROUND: Duration = Duration::from_millis(500);
@@ -640,4 +641,34 @@ fn a_release_on_tls_connections_the_servers_closed_as_idle_still_deletes_the_key
         "released ({released:?}), yet the key is left on nodes {left:?}: {:?}",
         locks.stats().nodes
     );
+}
+
+/// A release round dropped at once (an unawaited clean-up) while its node's TLS handshake is still under way: the
+/// request must go out when the handshake completes, with nobody waiting for it. A proxy slows the handshake
+/// (200 ms each way), so the round and its caller are gone long before the server's flight arrives; only a driver
+/// kept turning for the queued request reads that flight, sends the Finished message and then the release. (The
+/// same happens when a lock's release ends at a majority while one node is still re-connecting.)
+#[test]
+fn a_release_queued_during_a_slow_tls_handshake_goes_out_when_the_handshake_completes() {
+    let certs = Certs::generate();
+    let server = RedisServer::builder().tls(&certs, false).start();
+    assert_eq!(server.raw(&cmd(&["SET", "tls-slow:a", "held"])), b"+OK\r\n");
+    let proxy = FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], server.tls_port())));
+    proxy.set(Fault::Latency(Duration::from_millis(200)));
+    let opts = Options::default()
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_tls(TlsConfig::new().with_ca_file(certs.path("ca.crt")));
+    let node = fanout(&format!("rediss://127.0.0.1:{}", proxy.port()), opts);
+    let mut request = BytesMut::new();
+    encode_command(&[b"DEL", b"tls-slow:a"], &mut request);
+    let mut round = node.release_round(Instant::now() + Duration::from_secs(10));
+    round.send_all(&request, 1);
+    drop(round);
+    wait_until(
+        Duration::from_secs(5),
+        "the release reached the node",
+        || server.raw(&cmd(&["EXISTS", "tls-slow:a"])) == b":0\r\n",
+    );
+    let stats = node.stats(0);
+    assert_eq!((stats.connects, stats.drops), (1, 0), "{stats:?}");
 }

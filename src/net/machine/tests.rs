@@ -265,6 +265,39 @@ fn a_driver_is_needed_exactly_while_bytes_or_detached_releases_wait() {
     assert!(m.needs_driver(), "a detached release waits");
 }
 
+/// Bytes handed to a transport are out of the machine's sight: nothing may be handed over while a TLS transport
+/// would keep it waiting for a driver's turn. Queued during a handshake, the set-up stays queued (and a driver
+/// needed) until the handshake completes; a write that met a full socket after TLS encrypted all of it (nothing
+/// left here, the records waiting in rustls) keeps a driver needed, and is taken again, until one ends with the
+/// socket taking all.
+#[test]
+fn a_driver_is_needed_while_a_tls_handshake_or_a_full_socket_keeps_bytes_from_the_wire() {
+    let now = Instant::now();
+    let mut m = machine(vec![Recorder::new(false, false)], now);
+    let mut wake = Vec::new();
+    m.dial_all(now, &mut wake);
+    let generation = m.conns[0].state.generation;
+    m.connected(0, generation, true, now);
+    assert!(
+        m.take_write(0).is_none(),
+        "nothing is handed to TLS before its handshake completes"
+    );
+    assert!(m.needs_driver(), "the set-up waits behind the handshake");
+    m.read((0, generation), Item::Secured, now, &mut wake);
+    let mut write = m.take_write(0).expect("the set-up, once secured");
+    assert_eq!(&write.bytes[..], b"*1\r\n$4\r\nPING\r\n");
+    // TLS encrypted all of it, and the socket took none of the records.
+    write.bytes.clear();
+    assert!(m.written(write, (Ok(false), 0), now, &mut wake).is_none());
+    assert!(m.needs_driver(), "the records wait in TLS for the socket");
+    assert!(!m.conns[0].state.is_idle());
+    let write = m.take_write(0).expect("the stalled write, resumed");
+    assert!(write.bytes.is_empty());
+    assert!(m.written(write, (Ok(true), 1), now, &mut wake).is_none());
+    assert!(!m.needs_driver(), "on the wire: its reply wakes a reader");
+    assert!(m.take_write(0).is_none());
+}
+
 /// Past its first deadline, a patient round waits for a node that showed a sign of life within its patience (the
 /// round's first length), up to its hard limit, while a silent node times out at once; the waited-for node's
 /// reply is then filed as its outcome.

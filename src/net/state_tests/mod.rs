@@ -397,8 +397,9 @@ fn the_tls_handshake_counts_against_the_connect_timeout() {
     let opts = node.opts.clone();
     node.state.connected(true, &opts, node.at(400));
     assert!(!node.state.is_up() && node.state.is_open());
-    // Bytes may go to the transport meanwhile (TLS holds them until its handshake completes).
-    assert_eq!(node.write(400), cmd(&["PING"]));
+    // Bytes stay queued meanwhile (TLS would hold them out of sight until its handshake completes).
+    assert!(node.write(400).is_empty());
+    assert!(node.state.holds_unwritten());
     // Connected at 400 ms: the dial's deadline (1 s) is before 400 ms + the connect timeout.
     assert!(!node.check(1399));
     assert!(node.check(1400), "the handshake had the connect timeout");
@@ -412,6 +413,23 @@ fn the_tls_handshake_counts_against_the_connect_timeout() {
     assert!(node.state.is_up());
     assert_eq!(node.state.sessions.load(Ordering::Acquire), 1);
     assert!(!node.check(5000), "an idle connection is never hung");
+}
+
+/// A request queued while the TLS handshake is under way is written once it completes, not handed to TLS before.
+#[test]
+fn a_request_queued_during_the_tls_handshake_is_written_when_it_completes() {
+    let mut node = Node::new("rediss://h:1", Options::default());
+    node.dial(0);
+    let opts = node.opts.clone();
+    node.state.connected(true, &opts, node.at(1));
+    node.ask(&["PING"], 2);
+    assert!(node.write(2).is_empty(), "held while handshaking");
+    assert!(node.state.holds_unwritten() && !node.state.busy());
+    node.file(vec![Item::Secured], 3);
+    assert_eq!(node.write(3), cmd(&["PING"]));
+    assert!(!node.state.holds_unwritten() && node.state.busy());
+    node.feed(b"+PONG\r\n", 4);
+    assert_eq!(node.outcome(), Some(Ok(Value::SimpleString("PONG".into()))));
 }
 
 /// Nobody polled between the dial and the next round (a manager built and left idle): the client sees the TCP

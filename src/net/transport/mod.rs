@@ -85,8 +85,8 @@ impl Transport {
 
     /// Writes `bytes` (plaintext) until all are handed over or the socket is full; what was written is taken from
     /// the front of `bytes`, and `writes` counts the system calls that took bytes. `Ok(true)`: all handed over
-    /// (over TLS, before the handshake completes, rustls holds them and sends them with its last flight);
-    /// `Ok(false)`: the socket is full, the rest waits for it to drain.
+    /// and on the wire; `Ok(false)`: the socket is full, the rest waits for it to drain (over TLS `bytes` may be
+    /// empty then, the records rustls encrypted waiting in it). Over TLS, only once the handshake completed.
     pub(crate) fn write(&self, bytes: &mut BytesMut, writes: &mut u32) -> Result<bool, NodeError> {
         match self {
             Transport::Tcp(stream) => tcp::write(stream, bytes, writes),

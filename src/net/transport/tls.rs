@@ -20,14 +20,20 @@
 //!   may hold plaintext after a read; every `read_tls` is followed by `process_new_packets` and by draining
 //!   `reader` into the connection's buffer, until `WouldBlock` or a short read (which, as over plain TCP, drained
 //!   the socket: see [`TlsLink::read`]), within the driver's per-turn budget.
-//! - **Flush after reads**: processing may queue records (the handshake's next flight, with the set-up commands
-//!   rustls held back; a key update), so every read ends with `write_tls` while rustls wants to write. A write that
-//!   meets a full socket leaves the rest in rustls; the socket's next writable event makes the driver read (nothing)
-//!   and flush again, and the next writer flushes it first.
+//! - **Flush after reads**: processing may queue records (the handshake's next flight, a key update), so every
+//!   read ends with `write_tls` while rustls wants to write. A write that meets a full socket leaves the rest in
+//!   rustls and returns `Ok(false)`, even when the whole batch was taken: the node's state then counts the write
+//!   as stalled, a driver keeps turning, and the socket's next writable event makes the driver read (nothing) and
+//!   flush again, as does the next writer first.
 //! - **One turn's commands share records**: the writer hands a node's whole batch to `writer()` at once, and
 //!   rustls cuts it into records of up to 16 KiB, written with one vectored `write_tls`.
 //! - **The handshake counts against the connect timeout**: the connection is not up until the handshake is done
-//!   (see [`NodeState`](crate::net::state::NodeState)'s link), and commands written meanwhile wait in rustls.
+//!   (see [`NodeState`](crate::net::state::NodeState)'s link).
+//! - **Nothing is written before the handshake completes**: commands queued meanwhile wait in the node's queue,
+//!   not in rustls (which would hold them until the driver reads the server's last flight, out of sight of
+//!   whoever decides that a driver must keep turning: a release round that ended at a majority would leave its
+//!   request there, unsent). The turn that reads that flight sends the Finished message, files the end of the
+//!   handshake, and writes the queue.
 
 use std::io::{self, Read, Write};
 use std::sync::{Arc, Mutex};
@@ -337,8 +343,8 @@ impl TlsLink {
     }
 
     /// See [`Transport::write`](super::Transport::write). Ciphertext rustls already holds goes first;
-    /// then the batch is encrypted in one piece (sharing records) and written. Before the handshake completes,
-    /// rustls keeps the plaintext (up to its 64 KiB buffer) and sends it right after its Finished message.
+    /// then the batch is encrypted in one piece (sharing records) and written. Called only once the handshake
+    /// completed (the node's link is up): rustls then encrypts at once, up to its 64 KiB buffer at a time.
     pub(crate) fn write(&self, bytes: &mut BytesMut, writes: &mut u32) -> Result<bool, NodeError> {
         let mut session = lock(&self.session);
         loop {
@@ -350,8 +356,8 @@ impl TlsLink {
             }
             let n = session.writer().write(bytes).map_err(NodeError::from_io)?;
             if n == 0 {
-                // rustls' buffer is full before the handshake completed: the rest waits for the handshake, after
-                // which the driver writes what is queued.
+                // rustls took nothing though its buffer was just flushed (a session that cannot send data): the
+                // rest waits, as for a full socket, and is offered again at the next turn.
                 return Ok(false);
             }
             bytes.advance(n);
