@@ -466,8 +466,9 @@ fn a_fold_larger_than_max_in_flight_still_releases_on_native_nodes() {
 }
 
 /// Held: the same resource released twice in one fold, by value, with the same value (a guard's drop and an
-/// `unlock_value` from elsewhere, say), and a third time with another holder's value. As one after the other:
-/// one release deletes it (`Ok(3)`), the second finds it gone (`LockLost`), the wrong value touches nothing.
+/// `unlock_value` from elsewhere, say), and a third time with another holder's value. As one after the other,
+/// in whichever order the threads queued: one of the two releases by value deletes it (`Ok(3)`), the other finds
+/// it gone (`LockLost`), the wrong value touches nothing.
 /// On script and native nodes.
 #[test]
 fn the_same_resource_twice_in_a_fold() {
@@ -490,9 +491,21 @@ fn the_same_resource_twice_in_a_fold() {
         assert!(gate.join().expect("lone").is_ok());
         let v: Vec<_> = threads.into_iter().map(|t| t.join().expect("t")).collect();
         assert_eq!(locks.stats().releases.folded_rounds, 1);
-        assert!(matches!(v[0], Ok(3)), "{v:?}");
+        let by_value = [&v[0], &v[2]];
+        assert_eq!(
+            by_value.iter().filter(|r| matches!(r, Ok(3))).count(),
+            1,
+            "{v:?}"
+        );
+        assert_eq!(
+            by_value
+                .iter()
+                .filter(|r| matches!(r, Err(Error::LockLost(_))))
+                .count(),
+            1,
+            "{v:?}"
+        );
         assert!(matches!(v[1], Err(Error::LockLost(_))), "{v:?}");
-        assert!(matches!(v[2], Err(Error::LockLost(_))), "{v:?}");
         drop(twice);
     };
     run(redis(3));
