@@ -202,7 +202,8 @@ fn redis_and_valkey_nodes_each_take_the_set_their_way() {
 }
 
 /// A user whose ACL has the scripts but not `MSETEX`: each node refuses it (nothing ran), gets the script in full
-/// in the same round, and its grant counts; later sets on that connection go by script at once.
+/// in the same round, and its grant counts; later sets on that connection go by script at once (on the nodes
+/// whose refusal the round read: a majority at least).
 #[test]
 fn a_user_without_msetex_gets_the_script_in_the_same_round() {
     let Some(nodes) = valkeys(3) else { return };
@@ -242,17 +243,21 @@ fn a_user_without_msetex_gets_the_script_in_the_same_round() {
             .expect("granted by script");
         assert!(locks.unlock(set).expect("released") >= 2);
     }
-    // Every node answers all four scripts (a round returns at its majority; the third node's come after).
-    wait_until(Duration::from_secs(2), "four scripts on every node", || {
-        nodes
-            .iter()
-            .all(|n| calls(n, "eval") + calls(n, "evalsha") == 4)
-    });
+    // The first set was granted by a majority, each by the script sent in full in the same round after its
+    // refusal: those nodes answered four scripts (the set's twice, by script, and both releases) and refused
+    // `MSETEX` once. A round returns at its majority, so the third node's refusal may be read after its round
+    // ended (under load): that node then tries `MSETEX` again with the second set. No node ever ran it.
+    let learned =
+        |n: &RedisServer| calls(n, "eval") + calls(n, "evalsha") == 4 && rejected(n, "msetex") == 1;
+    wait_until(
+        Duration::from_secs(2),
+        "a majority refused MSETEX once and ran four scripts",
+        || nodes.iter().filter(|n| learned(n)).count() >= 2,
+    );
     for node in &nodes {
-        assert_eq!(
-            rejected(node, "msetex"),
-            1,
-            "refused once, on the first set"
+        assert!(
+            (1..=2).contains(&rejected(node, "msetex")),
+            "refused once per set at most, and at least on the first"
         );
         assert_eq!(calls(node, "msetex"), 0);
     }
