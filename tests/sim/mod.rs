@@ -485,8 +485,10 @@ pub struct Struck {
     /// while a node kept the key (refused, timed out, paused, never reached: one the count did not include).
     pub releases_judged: u64,
     pub kept_after_release: u64,
-    /// Locks granted by batch acquisitions (`try_lock_batch`), and plain locks' extensions confirmed.
+    /// Locks granted by batch acquisitions (`try_lock_batch`), those of them whose batch release
+    /// (`unlock_batch`) was confirmed, and plain locks' extensions confirmed.
     pub batch_grants: u64,
+    pub batch_releases: u64,
     pub extensions: u64,
 }
 
@@ -535,6 +537,7 @@ impl Struck {
         self.releases_judged += s.releases_judged;
         self.kept_after_release += s.kept_after_release;
         self.batch_grants += s.batch_grants;
+        self.batch_releases += s.batch_releases;
         self.extensions += s.extensions;
         for (sum, k) in self.noperm.iter_mut().zip(s.noperm) {
             *sum += k;

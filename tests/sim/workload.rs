@@ -410,6 +410,9 @@ async fn client(
                     let verdicts = engine.unlock_batch(locks).await;
                     for ((key, value), v) in values.iter().zip(&verdicts) {
                         released(&sim, &[key], value, since, v);
+                        if v.is_ok() {
+                            sim.world().struck.batch_releases += 1;
+                        }
                     }
                 }
             }
