@@ -489,6 +489,8 @@ pub struct Struck {
     /// (`unlock_batch`) was confirmed, and plain locks' extensions confirmed.
     pub batch_grants: u64,
     pub batch_releases: u64,
+    /// Locks held on plain members of managers that also have cluster members, with the clock check on.
+    pub plain_grants_beside_clusters: u64,
     pub extensions: u64,
 }
 
@@ -538,6 +540,7 @@ impl Struck {
         self.kept_after_release += s.kept_after_release;
         self.batch_grants += s.batch_grants;
         self.batch_releases += s.batch_releases;
+        self.plain_grants_beside_clusters += s.plain_grants_beside_clusters;
         self.extensions += s.extensions;
         for (sum, k) in self.noperm.iter_mut().zip(s.noperm) {
             *sum += k;

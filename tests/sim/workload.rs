@@ -13,7 +13,8 @@ use muxlock::redlock::sim::{Clock, Engine, Waits};
 use super::check::Hold;
 use super::node::{MS, Time};
 use super::{
-    Rng, Setup, Sim, SimClock, SimNodes, Struck, Tape, fold, guards, owned, rwlock, semaphore,
+    Member, Rng, Setup, Sim, SimClock, SimNodes, Struck, Tape, fold, guards, owned, rwlock,
+    semaphore,
 };
 
 /// Virtual time each client works for, by default.
@@ -178,9 +179,25 @@ async fn client(
     };
     let now = |sim: &Sim| sim.world().now;
     let at = |sim: &Sim, i: Instant| sim.world().time(me, i);
+    let clock_checked = checks.clock;
     let hold = |sim: &Sim, kind, resource: &[u8], holder: &[u8], until: Instant, token| {
         let mut w = sim.world();
         let (from, until) = (w.now, w.time(me, until));
+        // Beside cluster members, with the clock check on, a plain member's requests go between `TIME`s of
+        // their own, apart from the clusters' (which their routing brackets): count its grants.
+        if clock_checked && w.members.iter().any(|m| matches!(m, Member::Cluster(_))) {
+            let plain: Vec<usize> = (w.members.iter())
+                .filter_map(|m| match m {
+                    Member::Node(n) => Some(*n),
+                    Member::Cluster(_) => None,
+                })
+                .collect();
+            for n in plain {
+                if w.nodes[n].node.holds(resource, holder, from) {
+                    w.struck.plain_grants_beside_clusters += 1;
+                }
+            }
+        }
         w.history.hold(Hold {
             client: me,
             kind,
