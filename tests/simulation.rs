@@ -316,6 +316,7 @@ fn folded_releases_keep_every_property() {
     let seeds = env_u64("MUXLOCK_SIM_FOLD_SEEDS").unwrap_or(FOLD_SEEDS);
     let started = Instant::now();
     let (mut ops, mut rounds, mut folded, mut expired, mut native) = (0, 0, 0, 0, 0);
+    let mut confirmed = 0;
     let runs = seeds::in_order(0..seeds, |seed| {
         workload::run(
             seed,
@@ -333,15 +334,20 @@ fn folded_releases_keep_every_property() {
         ops += run.ops;
         rounds += run.struck.folded_rounds;
         folded += run.struck.folded;
+        confirmed += run.struck.folded_confirmed;
         expired += run.struck.expired_released;
         native += run.struck.native_calls;
     }
     println!(
-        "{seeds} seeds with folds: {ops} ops, {folded} releases folded in {rounds} rounds, {expired} releases \
-         of expired keys, {native} native commands, {:.1} s",
+        "{seeds} seeds with folds: {ops} ops, {folded} releases folded in {rounds} rounds ({confirmed} sessions' \
+         all confirmed), {expired} releases of expired keys, {native} native commands, {:.1} s",
         started.elapsed().as_secs_f64()
     );
     assert!(rounds > 0 && folded > rounds, "no release folded");
+    assert!(
+        confirmed > 0,
+        "no session's folded releases were all confirmed"
+    );
     assert!(expired > 0, "no release of an expired key was judged");
     assert!(native > 0, "no native command ran");
 }

@@ -449,6 +449,8 @@ pub struct Struck {
     /// locks whose keys had expired on every node (their verdict must not be `Ok`).
     pub folded_rounds: u64,
     pub folded: u64,
+    /// Sessions some of whose releases went out folded, every release of them confirmed.
+    pub folded_confirmed: u64,
     pub expired_released: u64,
     /// Folded releases whose futures were dropped part-way (`Options::cut_folds`).
     pub cut_releases: u64,
@@ -520,6 +522,7 @@ impl Struck {
         self.tokens_checked += s.tokens_checked;
         self.folded_rounds += s.folded_rounds;
         self.folded += s.folded;
+        self.folded_confirmed += s.folded_confirmed;
         self.expired_released += s.expired_released;
         self.cut_releases += s.cut_releases;
         self.clock_changes += s.clock_changes;
