@@ -234,8 +234,12 @@ fn cluster_members_keep_every_property() {
             total.migrations > 0 && total.failovers_lacking > 0,
             "no cluster event struck: {total:?}"
         );
-        // Plain members beside the clusters granted locks under the clock check.
-        assert!(total.plain_grants_beside_clusters > 0, "{total:?}");
+        // Plain members beside the clusters granted locks under the clock check; cluster members' votes proved
+        // by the replication check made grants.
+        assert!(
+            total.plain_grants_beside_clusters > 0 && total.grants_by_checked_clusters > 0,
+            "{total:?}"
+        );
     }
 }
 

@@ -493,6 +493,9 @@ pub struct Struck {
     pub batch_releases: u64,
     /// Locks held on plain members of managers that also have cluster members, with the clock check on.
     pub plain_grants_beside_clusters: u64,
+    /// Locks granted under the replication check of cluster members' votes that the plain members alone could
+    /// not have granted.
+    pub grants_by_checked_clusters: u64,
     pub extensions: u64,
 }
 
@@ -544,6 +547,7 @@ impl Struck {
         self.batch_grants += s.batch_grants;
         self.batch_releases += s.batch_releases;
         self.plain_grants_beside_clusters += s.plain_grants_beside_clusters;
+        self.grants_by_checked_clusters += s.grants_by_checked_clusters;
         self.extensions += s.extensions;
         for (sum, k) in self.noperm.iter_mut().zip(s.noperm) {
             *sum += k;

@@ -179,7 +179,7 @@ async fn client(
     };
     let now = |sim: &Sim| sim.world().now;
     let at = |sim: &Sim, i: Instant| sim.world().time(me, i);
-    let clock_checked = checks.clock;
+    let (clock_checked, replication_checked) = (checks.clock, checks.restart);
     let hold = |sim: &Sim, kind, resource: &[u8], holder: &[u8], until: Instant, token| {
         let mut w = sim.world();
         let (from, until) = (w.now, w.time(me, until));
@@ -192,11 +192,19 @@ async fn client(
                     Member::Cluster(_) => None,
                 })
                 .collect();
-            for n in plain {
+            for &n in &plain {
                 if w.nodes[n].node.holds(resource, holder, from) {
                     w.struck.plain_grants_beside_clusters += 1;
                 }
             }
+        }
+        // With the restart guard on, a cluster member's vote counts only once its replication check proved it
+        // (`net/cluster/route/replid.rs`): a grant the plain members alone cannot make counted one.
+        let plain = (w.members.iter())
+            .filter(|m| matches!(m, Member::Node(_)))
+            .count();
+        if replication_checked && plain < w.members.len() / 2 + 1 {
+            w.struck.grants_by_checked_clusters += 1;
         }
         w.history.hold(Hold {
             client: me,
