@@ -234,6 +234,12 @@ fn cluster_members_keep_every_property() {
             total.migrations > 0 && total.failovers_lacking > 0,
             "no cluster event struck: {total:?}"
         );
+        // Plain members beside the clusters granted locks under the clock check; cluster members' votes proved
+        // by the replication check made grants.
+        assert!(
+            total.plain_grants_beside_clusters > 0 && total.grants_by_checked_clusters > 0,
+            "{total:?}"
+        );
     }
 }
 
@@ -314,6 +320,7 @@ fn folded_releases_keep_every_property() {
     let seeds = env_u64("MUXLOCK_SIM_FOLD_SEEDS").unwrap_or(FOLD_SEEDS);
     let started = Instant::now();
     let (mut ops, mut rounds, mut folded, mut expired, mut native) = (0, 0, 0, 0, 0);
+    let mut confirmed = 0;
     let runs = seeds::in_order(0..seeds, |seed| {
         workload::run(
             seed,
@@ -331,15 +338,20 @@ fn folded_releases_keep_every_property() {
         ops += run.ops;
         rounds += run.struck.folded_rounds;
         folded += run.struck.folded;
+        confirmed += run.struck.folded_confirmed;
         expired += run.struck.expired_released;
         native += run.struck.native_calls;
     }
     println!(
-        "{seeds} seeds with folds: {ops} ops, {folded} releases folded in {rounds} rounds, {expired} releases \
-         of expired keys, {native} native commands, {:.1} s",
+        "{seeds} seeds with folds: {ops} ops, {folded} releases folded in {rounds} rounds ({confirmed} sessions' \
+         all confirmed), {expired} releases of expired keys, {native} native commands, {:.1} s",
         started.elapsed().as_secs_f64()
     );
     assert!(rounds > 0 && folded > rounds, "no release folded");
+    assert!(
+        confirmed > 0,
+        "no session's folded releases were all confirmed"
+    );
     assert!(expired > 0, "no release of an expired key was judged");
     assert!(native > 0, "no native command ran");
 }
@@ -443,8 +455,11 @@ fn seeds_keep_every_property() {
         );
         // Nodes with little room refused ordinary rounds' requests while earlier ones were on the wire.
         assert!(total.overloaded > 0, "{total:?}");
-        // Batch acquisitions granted locks, and plain locks were extended.
-        assert!(total.batch_grants > 0 && total.extensions > 0, "{total:?}");
+        // Batch acquisitions granted locks, batch releases confirmed some, and plain locks were extended.
+        assert!(
+            total.batch_grants > 0 && total.batch_releases > 0 && total.extensions > 0,
+            "{total:?}"
+        );
         // Guards were relied on and checked on the nodes, renewed, and some were lost under the faults.
         assert!(
             total.guard_checks >= seeds.len() as u64

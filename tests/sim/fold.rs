@@ -168,5 +168,9 @@ pub async fn hold(engine: &SimEngine, sim: &Sim, rng: &mut Rng, me: usize, cut: 
     let (rounds, folded) = engine.folds();
     w.struck.folded_rounds += rounds - before.0;
     w.struck.folded += folded - before.1;
+    // This client's releases are all this session's while it waits for them: some went out folded.
+    if folded > before.1 && verdicts.iter().all(|v| matches!(v, Some(Ok(_)))) {
+        w.struck.folded_confirmed += 1;
+    }
     w.struck.expired_released += names.iter().filter(|(_, e)| *e).count() as u64;
 }

@@ -449,6 +449,8 @@ pub struct Struck {
     /// locks whose keys had expired on every node (their verdict must not be `Ok`).
     pub folded_rounds: u64,
     pub folded: u64,
+    /// Sessions some of whose releases went out folded, every release of them confirmed.
+    pub folded_confirmed: u64,
     pub expired_released: u64,
     /// Folded releases whose futures were dropped part-way (`Options::cut_folds`).
     pub cut_releases: u64,
@@ -485,8 +487,15 @@ pub struct Struck {
     /// while a node kept the key (refused, timed out, paused, never reached: one the count did not include).
     pub releases_judged: u64,
     pub kept_after_release: u64,
-    /// Locks granted by batch acquisitions (`try_lock_batch`), and plain locks' extensions confirmed.
+    /// Locks granted by batch acquisitions (`try_lock_batch`), those of them whose batch release
+    /// (`unlock_batch`) was confirmed, and plain locks' extensions confirmed.
     pub batch_grants: u64,
+    pub batch_releases: u64,
+    /// Locks held on plain members of managers that also have cluster members, with the clock check on.
+    pub plain_grants_beside_clusters: u64,
+    /// Locks granted under the replication check of cluster members' votes that the plain members alone could
+    /// not have granted.
+    pub grants_by_checked_clusters: u64,
     pub extensions: u64,
 }
 
@@ -516,6 +525,7 @@ impl Struck {
         self.tokens_checked += s.tokens_checked;
         self.folded_rounds += s.folded_rounds;
         self.folded += s.folded;
+        self.folded_confirmed += s.folded_confirmed;
         self.expired_released += s.expired_released;
         self.cut_releases += s.cut_releases;
         self.clock_changes += s.clock_changes;
@@ -535,6 +545,9 @@ impl Struck {
         self.releases_judged += s.releases_judged;
         self.kept_after_release += s.kept_after_release;
         self.batch_grants += s.batch_grants;
+        self.batch_releases += s.batch_releases;
+        self.plain_grants_beside_clusters += s.plain_grants_beside_clusters;
+        self.grants_by_checked_clusters += s.grants_by_checked_clusters;
         self.extensions += s.extensions;
         for (sum, k) in self.noperm.iter_mut().zip(s.noperm) {
             *sum += k;

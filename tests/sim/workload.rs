@@ -13,7 +13,8 @@ use muxlock::redlock::sim::{Clock, Engine, Waits};
 use super::check::Hold;
 use super::node::{MS, Time};
 use super::{
-    Rng, Setup, Sim, SimClock, SimNodes, Struck, Tape, fold, guards, owned, rwlock, semaphore,
+    Member, Rng, Setup, Sim, SimClock, SimNodes, Struck, Tape, fold, guards, owned, rwlock,
+    semaphore,
 };
 
 /// Virtual time each client works for, by default.
@@ -178,9 +179,33 @@ async fn client(
     };
     let now = |sim: &Sim| sim.world().now;
     let at = |sim: &Sim, i: Instant| sim.world().time(me, i);
+    let (clock_checked, replication_checked) = (checks.clock, checks.restart);
     let hold = |sim: &Sim, kind, resource: &[u8], holder: &[u8], until: Instant, token| {
         let mut w = sim.world();
         let (from, until) = (w.now, w.time(me, until));
+        // Beside cluster members, with the clock check on, a plain member's requests go between `TIME`s of
+        // their own, apart from the clusters' (which their routing brackets): count its grants.
+        if clock_checked && w.members.iter().any(|m| matches!(m, Member::Cluster(_))) {
+            let plain: Vec<usize> = (w.members.iter())
+                .filter_map(|m| match m {
+                    Member::Node(n) => Some(*n),
+                    Member::Cluster(_) => None,
+                })
+                .collect();
+            for &n in &plain {
+                if w.nodes[n].node.holds(resource, holder, from) {
+                    w.struck.plain_grants_beside_clusters += 1;
+                }
+            }
+        }
+        // With the restart guard on, a cluster member's vote counts only once its replication check proved it
+        // (`net/cluster/route/replid.rs`): a grant the plain members alone cannot make counted one.
+        let plain = (w.members.iter())
+            .filter(|m| matches!(m, Member::Node(_)))
+            .count();
+        if replication_checked && plain < w.members.len() / 2 + 1 {
+            w.struck.grants_by_checked_clusters += 1;
+        }
         w.history.hold(Hold {
             client: me,
             kind,
@@ -410,6 +435,9 @@ async fn client(
                     let verdicts = engine.unlock_batch(locks).await;
                     for ((key, value), v) in values.iter().zip(&verdicts) {
                         released(&sim, &[key], value, since, v);
+                        if v.is_ok() {
+                            sim.world().struck.batch_releases += 1;
+                        }
                     }
                 }
             }

@@ -311,6 +311,29 @@ mod tests {
         );
     }
 
+    /// A node has run a native command on its connection only once that kind's run was noted there, whatever
+    /// else is known of it (its other kind run or refused).
+    #[test]
+    fn a_native_command_counts_as_run_only_once_noted_for_its_kind() {
+        let natives = Natives::new(2, 0);
+        for script in [Script::Release, Script::Extend] {
+            assert!(!natives.ran(0, script), "{script:?} before anything ran");
+        }
+        natives.refused(0, Script::Extend);
+        assert!(!natives.ran(0, Script::Release), "another kind refused");
+        natives.note_ran(0, Script::Release);
+        assert!(natives.ran(0, Script::Release));
+        assert!(!natives.ran(0, Script::Extend), "the other kind");
+        assert!(!natives.ran(1, Script::Release), "another node");
+        natives.note_ran(1, Script::Extend);
+        assert!(natives.ran(1, Script::Extend));
+        assert!(
+            !natives.ran(1, Script::Release),
+            "the other kind, on the other node"
+        );
+        assert!(!natives.ran(2, Script::Release), "no such node");
+    }
+
     #[test]
     fn codes_round_trip() {
         for native in [Some(Native::DelIfEq), Some(Native::DelEx)] {

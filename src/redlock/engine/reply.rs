@@ -107,3 +107,65 @@ fn forbids_a_key(m: &[u8]) -> bool {
 pub(crate) fn is_noscript(reply: &Reply) -> bool {
     matches!(reply.as_ref().map(Value::without_attributes), Ok(Value::Error(m)) if m.starts_with(b"NOSCRIPT"))
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::net::NodeError;
+
+    fn error(text: &str) -> Reply {
+        Ok(Value::Error(Bytes::from(text.to_owned())))
+    }
+
+    /// A refusal is an error that says nothing ran and another way may: a lost script, an unknown command, a
+    /// `SET` without `IFEQ`, or an ACL that lacks the command (in Redis' and Valkey's words, as an error or a
+    /// RESP3 bulk error). An ACL's refusal of a key, another error, a reply or a failure to get one is not.
+    #[test]
+    fn a_refusal_is_a_lost_script_or_a_command_the_node_will_not_run() {
+        let table: &[(Reply, Option<Refused>)] = &[
+            (
+                error("NOSCRIPT No matching script."),
+                Some(Refused::NoScript),
+            ),
+            (
+                error("NOPERM this user has no permissions to run the 'eval' command"),
+                Some(Refused::Command),
+            ),
+            (
+                error("NOPERM User u has no permissions to run the 'delifeq' command"),
+                Some(Refused::Command),
+            ),
+            (
+                Ok(Value::BulkError(Bytes::from_static(
+                    b"NOPERM User u has no permissions to run the 'delex' command",
+                ))),
+                Some(Refused::Command),
+            ),
+            (
+                error("ERR unknown command 'DELIFEQ', with args beginning with: 'k' 'v'"),
+                Some(Refused::Command),
+            ),
+            (error("ERR syntax error"), Some(Refused::Command)),
+            (
+                error(
+                    "NOPERM this user has no permissions to access one of the keys used as arguments",
+                ),
+                None,
+            ),
+            (error("NOPERM No permissions to access a key"), None),
+            (
+                error("WRONGTYPE Operation against a key holding the wrong kind of value"),
+                None,
+            ),
+            (error("BUSY Redis is busy running a script."), None),
+            (Ok(Value::Integer(1)), None),
+            (Ok(Value::NullBulk), None),
+            (Err(NodeError::Timeout), None),
+        ];
+        for (reply, want) in table {
+            assert_eq!(refused(reply), *want, "{reply:?}");
+        }
+    }
+}

@@ -1096,20 +1096,23 @@ mod tests {
         ClusterNode, Endpoint, Health, MapDone, MemberAddr, Plan, Shard, SlotMap, SlotRange,
         Vacancies,
     };
-    use crate::net::test_peer::{command, nobody};
+    use crate::net::test_peer::{Peer, command, nobody};
     use crate::net::{NodeAddr, NodeCounts, Options, Round, TlsConfig};
 
-    /// The fanout's connections, whose rounds note every `need` they are asked.
+    /// The fanout's connections, whose rounds note every `need` they are asked, and every lone `send`'s
+    /// connection and replies.
     #[derive(Debug)]
     struct Noting {
         fanout: Fanout,
         needs: Arc<Mutex<Vec<usize>>>,
+        sends: Arc<Mutex<Vec<(usize, usize)>>>,
     }
 
     #[derive(Debug)]
     struct NotingRound<'a> {
         round: Round<'a>,
         needs: Arc<Mutex<Vec<usize>>>,
+        sends: Arc<Mutex<Vec<(usize, usize)>>>,
     }
 
     impl Conns for Noting {
@@ -1118,12 +1121,14 @@ mod tests {
             NotingRound {
                 round: self.fanout.round(deadline),
                 needs: Arc::clone(&self.needs),
+                sends: Arc::clone(&self.sends),
             }
         }
         fn release_round(&self, deadline: Instant) -> NotingRound<'_> {
             NotingRound {
                 round: self.fanout.release_round(deadline),
                 needs: Arc::clone(&self.needs),
+                sends: Arc::clone(&self.sends),
             }
         }
         fn options(&self) -> &Options {
@@ -1166,6 +1171,7 @@ mod tests {
             self.round.patient_until(hard)
         }
         fn send(&mut self, conn: usize, request: &[u8], replies: usize) -> NodeSet {
+            crate::sync::lock(&self.sends).push((conn, replies));
             self.round.send(conn, request, replies)
         }
         fn send_to(&mut self, conns: NodeSet, request: &[u8], replies: usize) -> NodeSet {
@@ -1236,6 +1242,7 @@ mod tests {
         let conns = Noting {
             fanout,
             needs: Arc::clone(&needs),
+            sends: Arc::default(),
         };
         let mut members = Members::over(plan, conns);
         members.check_replication(0);
@@ -1248,6 +1255,77 @@ mod tests {
             *crate::sync::lock(&needs),
             [2 + 1 + 1, 3 + 1 + 1],
             "each outcome, its write's check, its bracket's last TIME"
+        );
+    }
+
+    /// A node of the map as the tests' peers are: `addr`'s host and port.
+    fn node_at(addr: &NodeAddr) -> ClusterNode {
+        ClusterNode {
+            id: None,
+            endpoint: Endpoint::Host(addr.host().to_owned()),
+            port: Some(addr.port()),
+            tls_port: None,
+            health: Health::Online,
+        }
+    }
+
+    /// A command sent on after `-ASK`, with the clock check's brackets, goes in one write of its own to the
+    /// node named: its first `TIME`, `ASKING`, the command and its second `TIME`, four replies, all awaited (one
+    /// fewer and the rest would be read as nobody's, and the connection dropped).
+    #[test]
+    fn a_command_sent_on_after_ask_awaits_its_times_asking_and_its_reply() {
+        let (from, to) = (Peer::start(), Peer::start());
+        let shards = vec![Shard {
+            master: node_at(&from.addr()),
+            replicas: vec![node_at(&to.addr())],
+        }];
+        let ranges = vec![SlotRange {
+            start: 0,
+            end: 16_383,
+            shard: 0,
+        }];
+        let map = SlotMap::new(shards, ranges).expect("a map");
+        let member: MemberAddr = format!(
+            "redis+cluster://{}:{}",
+            from.addr().host(),
+            from.addr().port()
+        )
+        .parse()
+        .expect("URL");
+        let plan = Plan::with_maps(
+            vec![member],
+            vec![Some(Some((map, from.addr().host().to_owned())))],
+        );
+        let conn_to = plan
+            .conns()
+            .iter()
+            .position(|c| c.port() == to.addr().port())
+            .expect("a connection to the importing node");
+        let fanout =
+            Fanout::with_vacancies(plan.conns().to_vec(), plan.vacant(), Options::default())
+                .expect("fanout");
+        let sends = Arc::new(Mutex::new(Vec::new()));
+        let conns = Noting {
+            fanout,
+            needs: Arc::default(),
+            sends: Arc::clone(&sends),
+        };
+        let members = Members::over(plan, conns);
+        let mut round = members.round(Instant::now() + Duration::from_secs(5));
+        assert_eq!(round.time_writes(), [true]);
+        let key = format!("ask:{}", to.addr().port());
+        round.send_to(NodeSet::ALL, &command(&[b"GET", key.as_bytes()]), 1);
+        while round.next().is_some() {}
+        assert!(
+            to.received(&[b"ASKING"], Duration::from_secs(1)),
+            "{:?}",
+            to.log()
+        );
+        let sent: Vec<(usize, usize)> = crate::sync::lock(&sends).clone();
+        assert_eq!(
+            sent.iter().find(|(c, _)| *c == conn_to),
+            Some(&(conn_to, 4)),
+            "TIME, ASKING, the command, TIME: {sent:?}"
         );
     }
 }

@@ -531,3 +531,69 @@ fn a_cluster_members_node_read_through_the_members_is_never_trusted_at_once() {
         None
     ));
 }
+
+/// Plain nodes whose set-up replies are scripted (every connection's are `replies`, in session 1) over a fanout
+/// to nowhere, every one of which took over at `at` (as a cluster's promoted replica does).
+#[derive(Debug)]
+struct TakenOver {
+    fanout: crate::net::Fanout,
+    replies: Vec<(Value, Instant)>,
+    at: Instant,
+}
+
+impl crate::redlock::engine::seam::Nodes for TakenOver {
+    type Round<'a> = crate::net::Round<'a>;
+
+    fn len(&self) -> usize {
+        self.fanout.len()
+    }
+
+    fn addrs(&self) -> &[crate::net::NodeAddr] {
+        self.fanout.addrs()
+    }
+
+    fn round(&self, deadline: Instant) -> crate::net::Round<'_> {
+        self.fanout.round(deadline)
+    }
+
+    fn release_round(&self, deadline: Instant) -> crate::net::Round<'_> {
+        self.fanout.release_round(deadline)
+    }
+
+    fn sessions(&self, _conn: usize) -> u64 {
+        1
+    }
+
+    fn setup_replies(&self, _conn: usize) -> Vec<(Value, Instant)> {
+        self.replies.clone()
+    }
+
+    fn taken_over(&self, _conn: usize, _key: Option<&[u8]>) -> Option<Instant> {
+        Some(self.at)
+    }
+}
+
+/// A node that took over is not counted for a whole window from then, however much its readings prove, and is
+/// again from the instant the window ends.
+#[test]
+fn a_node_that_took_over_counts_again_the_instant_its_window_ends() {
+    let t0 = Instant::now();
+    let fanout = crate::net::Fanout::new(
+        vec![crate::net::test_peer::nobody()],
+        crate::net::Options::default(),
+    )
+    .expect("fanout");
+    // Up for a day, persisting every write, with a marker a day old: trusted at once but for the takeover.
+    let replies = setup("up", DAY, true, Some(86_400_000), t0);
+    let nodes = TakenOver {
+        fanout,
+        replies,
+        at: t0,
+    };
+    let guard = RestartGuard::new(1, Duration::from_secs(10), 0.01);
+    let window = guard.window();
+    let tick = Duration::from_nanos(1);
+    assert!(!guard.trusts(&nodes, (0, b"k"), IDS, t0, None));
+    assert!(!guard.trusts(&nodes, (0, b"k"), IDS, t0 + window - tick, None));
+    assert!(guard.trusts(&nodes, (0, b"k"), IDS, t0 + window, None));
+}
