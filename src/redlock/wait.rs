@@ -96,7 +96,7 @@ pub(crate) async fn acquire_wait(
 ) -> Result<Lock> {
     let until = later(Instant::now(), max_wait);
     let line = ask.kind.line(&ask.resource);
-    // A writer that ends without the lock withdraws its intent (`rwlock::Intent`).
+    // A writer that ends without the lock withdraws its intent (`kind::Intent`).
     let intent = Intent::of(&keeper.engine, ask);
     let mut got = None;
     if ask.kind.queues() && !keeper.waits.unqueued() {

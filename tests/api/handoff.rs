@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use muxlock::{Config, Error, LockManager};
-use support::checker::{Hold, mono_ns, over_capacity, overlaps};
+use support::checker::{Hold, beside_a_writer, mono_ns, over_capacity, overlaps};
 use support::wire::cmd;
 use support::{Cluster, locks};
 
@@ -244,6 +244,19 @@ fn managers_share_a_semaphore_s_permits_in_turn() {
     assert_eq!((run.quorum, run.held, run.other), (0, 0, 0));
 }
 
+/// Every writer's hold (its holder's name ends in `w`) found beside another hold, all `holds` being of one
+/// read-write lock (a reader's slot key or the writer key: one name for the checker).
+fn writers_beside(holds: &[Hold]) -> Vec<(Hold, Hold)> {
+    let (writers, readers): (Vec<Hold>, Vec<Hold>) = holds
+        .iter()
+        .map(|h| Hold {
+            resource: "rw".into(),
+            ..h.clone()
+        })
+        .partition(|h| h.holder.ends_with('w'));
+    beside_a_writer(&writers, &readers)
+}
+
 /// A read-write lock's readers and writers queue on the nodes (readers in one queue, writers in another, a waiting
 /// writer's intent keeping new readers out): six managers, each writing one turn in three, share it in turn; a
 /// writer is never beside another holder, and writers are served.
@@ -259,14 +272,12 @@ fn readers_and_writers_share_a_lock_in_turn() {
     };
     let run = contend_with(&mut cluster, (6, Duration::from_secs(3)), rw, |_| {});
     println!("{}", run.line("6 managers, one write in three, 5 nodes"));
+    let beside = writers_beside(&run.holds);
+    assert!(
+        beside.is_empty(),
+        "a writer beside another holder: {beside:?}"
+    );
     let writes = run.holds.iter().filter(|h| h.holder.ends_with('w'));
-    for w in writes.clone() {
-        let beside = (run.holds.iter()).find(|h| *h != w && h.start < w.end && w.start < h.end);
-        assert!(
-            beside.is_none(),
-            "a writer beside another holder: {w:?}, {beside:?}"
-        );
-    }
     assert!(writes.count() * 5 > run.holds.len(), "writers starved");
     // About 190 in 2 s alone, 100 beside the other tests.
     assert!(run.holds.len() > 60, "too few grants");
@@ -312,13 +323,11 @@ fn the_gate_s_replies_in_resp3_share_permits_and_a_read_write_lock() {
         "{}",
         run.line("RESP3, 6 managers, one write in three, 3 nodes")
     );
-    for w in run.holds.iter().filter(|h| h.holder.ends_with('w')) {
-        let beside = (run.holds.iter()).find(|h| *h != w && h.start < w.end && w.start < h.end);
-        assert!(
-            beside.is_none(),
-            "a writer beside another holder: {w:?}, {beside:?}"
-        );
-    }
+    let beside = writers_beside(&run.holds);
+    assert!(
+        beside.is_empty(),
+        "a writer beside another holder: {beside:?}"
+    );
     // Enough turns of readers and writers to mean something: 95 beside the other tests on a loaded machine, each
     // writer waiting for the readers it refused.
     assert!(run.holds.len() > 30, "too few grants");

@@ -92,6 +92,20 @@ pub struct ClusterNode {
     pub health: Health,
 }
 
+#[cfg(test)]
+impl ClusterNode {
+    /// An online node at `addr`'s host and port, with no id (tests of the routing above the map).
+    pub(crate) fn at(addr: &crate::net::NodeAddr) -> ClusterNode {
+        ClusterNode {
+            id: None,
+            endpoint: Endpoint::Host(addr.host().to_owned()),
+            port: Some(addr.port()),
+            tls_port: None,
+            health: Health::Online,
+        }
+    }
+}
+
 impl fmt::Display for ClusterNode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.endpoint)?;
@@ -183,6 +197,19 @@ impl SlotMap {
             }
         }
         Ok(SlotMap { shards, ranges })
+    }
+
+    /// A map of one shard, `master` with `replicas`, owning every slot (tests of the routing above the map).
+    #[cfg(test)]
+    pub(crate) fn one_shard(master: ClusterNode, replicas: Vec<ClusterNode>) -> SlotMap {
+        SlotMap {
+            shards: vec![Shard { master, replicas }],
+            ranges: vec![SlotRange {
+                start: 0,
+                end: SLOT_COUNT - 1,
+                shard: 0,
+            }],
+        }
     }
 
     /// The shards, masters with their replicas (including masters that own no slot).

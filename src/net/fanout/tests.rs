@@ -23,6 +23,31 @@ fn soon(ms: u64) -> Instant {
     Instant::now() + Duration::from_millis(ms)
 }
 
+/// Brings every connection of `f` up (each answers a `PING`), so that no later round waits for a connect.
+fn all_up(f: &Fanout) {
+    let mut round = f.round(soon(5_000));
+    round.send_all(&command(&[b"PING"]), 1);
+    assert!(outcomes(&mut round).values().all(Result::is_ok));
+}
+
+/// Starts a thread whose round waits for node 0's reply `slow` to `SLEEP ms` (deadline 10 s), and returns once
+/// that round is in the poll ([`until_another_thread_polls`]); joined, the thread gives that round's outcomes.
+fn a_thread_drives_for(
+    f: &Arc<Fanout>,
+    ms: &'static [u8],
+) -> thread::JoinHandle<BTreeMap<(usize, u32), Result<Value, NodeError>>> {
+    let driver = {
+        let f = Arc::clone(f);
+        thread::spawn(move || {
+            let mut round = f.round(soon(10_000));
+            round.send(0, &command(&[b"SLEEP", ms, b"slow"]), 1);
+            outcomes(&mut round)
+        })
+    };
+    until_another_thread_polls(f);
+    driver
+}
+
 /// Waits (at most 5 s) until a round of another thread is in the poll (it took the driver and polls; not the
 /// background driver lingering after an earlier round, which hands the poll to the next thread that sleeps): the
 /// tests of a round that sleeps while another polls start that round only then, whatever the machine's load.
@@ -166,20 +191,8 @@ fn a_sleeping_round_is_woken_by_the_turn_that_files_its_reply() {
     let (slow, fast) = (Peer::start(), Peer::start());
     let f =
         Arc::new(Fanout::new(vec![slow.addr(), fast.addr()], Options::default()).expect("fanout"));
-    // Both connections up first.
-    let mut round = f.round(soon(5_000));
-    round.send_all(&command(&[b"PING"]), 1);
-    assert!(outcomes(&mut round).values().all(Result::is_ok));
-    drop(round);
-    let driver = {
-        let f = Arc::clone(&f);
-        thread::spawn(move || {
-            let mut round = f.round(soon(10_000));
-            round.send(0, &command(&[b"SLEEP", b"5000", b"slow"]), 1);
-            outcomes(&mut round)
-        })
-    };
-    until_another_thread_polls(&f);
+    all_up(&f);
+    let driver = a_thread_drives_for(&f, b"5000");
     let start = Instant::now();
     let mut round = f.round(soon(5_000));
     round.send(1, &command(&[b"ECHO", b"fast"]), 1);
@@ -253,15 +266,7 @@ fn a_task_awaits_its_rounds_replies_without_blocking() {
         start.elapsed()
     );
     // A thread drives for a slow reply; a task's reply on the other node comes meanwhile.
-    let driver = {
-        let f = Arc::clone(&f);
-        thread::spawn(move || {
-            let mut round = f.round(soon(10_000));
-            round.send(0, &command(&[b"SLEEP", b"5000", b"slow"]), 1);
-            outcomes(&mut round)
-        })
-    };
-    until_another_thread_polls(&f);
+    let driver = a_thread_drives_for(&f, b"5000");
     let start = Instant::now();
     let mut round = f.round(soon(5_000));
     round.send(1, &command(&[b"ECHO", b"beside"]), 1);
@@ -501,10 +506,7 @@ fn a_fanout_of_too_many_nodes_is_refused() {
 fn a_round_that_ends_hands_the_poll_to_a_sleeping_round() {
     let (a, b) = (Peer::start(), Peer::start());
     let f = Arc::new(Fanout::new(vec![a.addr(), b.addr()], Options::default()).expect("fanout"));
-    let mut round = f.round(soon(5_000));
-    round.send_all(&command(&[b"PING"]), 1);
-    assert!(outcomes(&mut round).values().all(Result::is_ok));
-    drop(round);
+    all_up(&f);
     let driver = {
         let f = Arc::clone(&f);
         thread::spawn(move || {
@@ -668,19 +670,8 @@ fn a_round_waited_on_while_its_thread_keeps_the_poll_times_out_at_its_deadline()
 fn a_sleeping_round_times_out_at_its_deadline_while_another_polls_longer() {
     let (a, b) = (Peer::start(), Peer::start());
     let f = Arc::new(Fanout::new(vec![a.addr(), b.addr()], Options::default()).expect("fanout"));
-    let mut round = f.round(soon(5_000));
-    round.send_all(&command(&[b"PING"]), 1);
-    assert!(outcomes(&mut round).values().all(Result::is_ok));
-    drop(round);
-    let driver = {
-        let f = Arc::clone(&f);
-        thread::spawn(move || {
-            let mut round = f.round(soon(10_000));
-            round.send(0, &command(&[b"SLEEP", b"5000", b"slow"]), 1);
-            outcomes(&mut round)
-        })
-    };
-    until_another_thread_polls(&f);
+    all_up(&f);
+    let driver = a_thread_drives_for(&f, b"5000");
     let start = Instant::now();
     let mut round = f.round(start + Duration::from_millis(300));
     round.send(1, &command(&[b"SLEEP", b"5000", b"never"]), 1);
@@ -713,19 +704,8 @@ fn a_round_that_needs_two_outcomes_sleeps_through_the_first() {
     let f = Arc::new(
         Fanout::new(vec![slow.addr(), a.addr(), b.addr()], Options::default()).expect("fanout"),
     );
-    let mut round = f.round(soon(5_000));
-    round.send_all(&command(&[b"PING"]), 1);
-    assert!(outcomes(&mut round).values().all(Result::is_ok));
-    drop(round);
-    let driver = {
-        let f = Arc::clone(&f);
-        thread::spawn(move || {
-            let mut round = f.round(soon(10_000));
-            round.send(0, &command(&[b"SLEEP", b"3000", b"slow"]), 1);
-            outcomes(&mut round)
-        })
-    };
-    until_another_thread_polls(&f);
+    all_up(&f);
+    let driver = a_thread_drives_for(&f, b"3000");
     let start = Instant::now();
     let mut round = f.round(soon(5_000));
     round.need(2);

@@ -19,11 +19,12 @@
 //! the request (`manager/request.rs`). Three more places name a kind's parts, and stay so:
 //!
 //! - its scripts, in `lua.rs` and its `ALL` (a kind that waits in the nodes' queue, [`Kind::queues`]: also its
-//!   offer behind the queue's gate, `queued!`, in `QUEUED`, sent in full on first use): every new connection
-//!   loads `ALL` (`scripts::setup_commands`, called by the engine's connection set-up), and the engine stands below the kinds and reaches none of them
-//!   (tests/house/imports.rs), so the list cannot be gathered from the kind files without the manager handing it
-//!   down through the engine and the simulator's engine alike: more plumbing than the one line per script it
-//!   saves (a script missing from `ALL` still runs, sent in full after `NOSCRIPT`, one round trip later);
+//!   offer behind the queue's gate, `queued!`, in `QUEUED`, sent in full on first use): every new connection loads
+//!   `ALL` (`scripts::setup_commands`, called by the engine's connection set-up), and the engine stands below the
+//!   kinds and reaches none of them (tests/house/imports.rs), so the list cannot be gathered from the kind files
+//!   without the manager handing it down through the engine and the simulator's engine alike: more plumbing than
+//!   the one line per script it saves (a script missing from `ALL` still runs, sent in full after `NOSCRIPT`, one
+//!   round trip later);
 //! - the public exports of what its users write (`redlock/mod.rs`: its key functions, an `Access`): the kind
 //!   files are private modules, so a public item of one is reachable only through a `pub use`, and which items
 //!   are public is the API's choice, not the file's;

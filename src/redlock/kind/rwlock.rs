@@ -60,15 +60,16 @@
 //! (`api::rwlock::a_waiting_writer_with_a_short_lease_is_not_starved_by_readers`). A writer that only retries
 //! (`retry`, no `wait`) keeps its intent only if its pause is shorter than its lease.
 //!
-//! **A writer that gives up withdraws its intent**: a call that ends without the lock (refused with no retry
-//! left, out of waiting time, or its future dropped) deletes the intent key on every node where it still holds
-//! one of the call's values ([`Intent`](super::Intent)), so readers are not kept out for a lease by a writer that is gone; a
-//! node it cannot reach refuses readers until the intent's `PX` ends (or another writer is granted there). Each
-//! writer's attempt overwrites the intent key, so a writer that gives up may withdraw the intent another writer
-//! marked before it: that writer, still waiting, marks it again at its next attempt (within half a lease). A
-//! writer keeps readers out only while its call lasts: an application that tries `once` in a loop of its own
-//! should `wait` instead. A writer whose acquisition fails releases its writer key where it may have been granted, as a plain lock's
-//! failed attempt does; a reader's failed attempt gives back every slot it may have taken, as a semaphore's does.
+//! **A writer that gives up withdraws its intent**: a call that ends without the lock (refused with no retry left,
+//! out of waiting time, or its future dropped) deletes the intent key on every node where it still holds one of
+//! the call's values ([`Intent`](super::Intent)), so readers are not kept out for a lease by a writer that is
+//! gone; a node it cannot reach refuses readers until the intent's `PX` ends (or another writer is granted there).
+//! Each writer's attempt overwrites the intent key, so a writer that gives up may withdraw the intent another
+//! writer marked before it: that writer, still waiting, marks it again at its next attempt (within half a lease).
+//! A writer keeps readers out only while its call lasts: an application that tries `once` in a loop of its own
+//! should `wait` instead. A writer whose acquisition fails releases its writer key where it may have been granted,
+//! as a plain lock's failed attempt does; a reader's failed attempt gives back every slot it may have taken, as a
+//! semaphore's does.
 //!
 //! # Cost
 //!
@@ -224,7 +225,8 @@ pub(crate) async fn read_ignoring_writer<N: Nodes, C: Clock>(
 
 /// One writer's acquisition of `name`: [`lua::ACQUIRE_WRITE`] on every node (behind the nodes' queue with a
 /// `gate`: [`lua::QUEUE_WRITE`]), counted as a mutex on the writer key; on a failure the writer key is released
-/// where it was sent (its intent stays for the call's next attempt; the call withdraws it: [`Intent`](super::Intent)).
+/// where it was sent (its intent stays for the call's next attempt; the call withdraws it:
+/// [`Intent`](super::Intent)).
 pub(crate) async fn write<N: Nodes, C: Clock>(
     engine: &Engine<N, C>,
     name: &[u8],

@@ -267,9 +267,9 @@ impl<'m> Request<'m> {
     /// on {1, 3} would all hold. Cost: one round trip (two on a split), `O(k)` script work per node at worst.
     ///
     /// [`wait`](Request::wait) waits in the nodes' queue of the semaphore, across processes, first come, first
-    /// served (as a plain lock's waiters do), woken by a release or an invalidation of any permit. `k` must be between 1 and
-    /// [`MAX_PERMITS`](crate::redlock::MAX_PERMITS); not for a set, nor with [`fenced`](Request::fenced) or
-    /// [`owned`](Request::owned) ([`Error::Config`]).
+    /// served (as a plain lock's waiters do), woken by a release or an invalidation of any permit. `k` must be
+    /// between 1 and [`MAX_PERMITS`](crate::redlock::MAX_PERMITS); not for a set, nor with
+    /// [`fenced`](Request::fenced) or [`owned`](Request::owned) ([`Error::Config`]).
     ///
     /// # Examples
     ///
@@ -303,9 +303,9 @@ impl<'m> Request<'m> {
     /// README); extended, renewed and released as a plain lock of that key. [`Lock::access`] says
     /// [`Access::Read`](crate::redlock::Access::Read).
     ///
-    /// [`wait`](Request::wait) waits in the nodes' queue of the name's readers, across processes, first come,
-    /// first served (a waiting writer goes first: its intent keeps new readers out); woken by a release of the writer or an invalidation of the writer or intent key. Not
-    /// for a set, nor with [`fenced`](Request::fenced) or
+    /// [`wait`](Request::wait) waits in the nodes' queue of the name's readers, across processes, first come, first
+    /// served (a waiting writer goes first: its intent keeps new readers out); woken by a release of the writer or
+    /// an invalidation of the writer or intent key. Not for a set, nor with [`fenced`](Request::fenced) or
     /// [`owned`](Request::owned) ([`Error::Config`]).
     ///
     /// # Examples

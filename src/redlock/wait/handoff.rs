@@ -11,17 +11,19 @@
 //!
 //! Each node keeps, per resource, a sorted set of the waiting processes' heads, `muxlock:queue:<resource>`: member =
 //! a waiter's random id, score = its **ticket**, the wall-clock time (µs) at which it started to wait, drawn once by
-//! the client and sent to every node. Acquisition is [`lua::QUEUE_ACQUIRE`](crate::redlock::lua::QUEUE_ACQUIRE), one script per node:
+//! the client and sent to every node. Acquisition is [`lua::QUEUE_ACQUIRE`](crate::redlock::lua::QUEUE_ACQUIRE), one
+//! script per node:
 //!
 //! - if the queue is empty or this waiter heads it: the plain `SET key value NX PX ttl`;
 //! - otherwise the node refuses (a "taken" vote) and the waiter joins or stays in the queue with its ticket, and
 //!   learns its rank and its turn key's value.
 //!
-//! A waiter that got a majority leaves the queue on every node ([`lua::QUEUE_LEAVE`](crate::redlock::lua::QUEUE_LEAVE), sent without waiting), which
-//! bumps the next waiter's *turn key* (`muxlock:turn:<id>:<resource>`). It does not leave in the acquisition
-//! script itself: a grant that turns out partial (the round fails) would have taken it off some nodes' queues
-//! only, and two waiters, each heading one live node of 3, refused each other until an entry expired (found by
-//! `tests/api/handoff.rs`, 1.5 s stalls).
+//! A waiter that got a majority leaves the queue on every node
+//! ([`lua::QUEUE_LEAVE`](crate::redlock::lua::QUEUE_LEAVE), sent without waiting), which bumps the next waiter's
+//! *turn key* (`muxlock:turn:<id>:<resource>`). It does not leave in the acquisition script itself: a grant that
+//! turns out partial (the round fails) would have taken it off some nodes' queues only, and two waiters, each
+//! heading one live node of 3, refused each other until an entry expired (found by `tests/api/handoff.rs`, 1.5 s
+//! stalls).
 //!
 //! The head of the queue waits on the lock key (it reads it on the tracker connections, as before: a release,
 //! overwrite or expiry wakes it); every other waiter reads only its own turn key on the tracker, so a release

@@ -506,29 +506,8 @@ impl<F: Conns> Members<F> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::cluster::{ClusterNode, Endpoint, Health, Shard, SlotMap, SlotRange};
+    use crate::net::cluster::{ClusterNode, SlotMap};
     use crate::net::test_peer::{Peer, nobody};
-
-    /// A map of one shard, every slot served by `addr`'s node.
-    fn one_shard(addr: &NodeAddr) -> SlotMap {
-        let master = ClusterNode {
-            id: None,
-            endpoint: Endpoint::Host(addr.host().to_owned()),
-            port: Some(addr.port()),
-            tls_port: None,
-            health: Health::Online,
-        };
-        let shards = vec![Shard {
-            master,
-            replicas: Vec::new(),
-        }];
-        let ranges = vec![SlotRange {
-            start: 0,
-            end: 16_383,
-            shard: 0,
-        }];
-        SlotMap::new(shards, ranges).expect("a map")
-    }
 
     /// A refresh reads the map from the member's seeds as well as from the nodes of its table: a seed its map
     /// no longer lists (on the same host as a node it does, another port) is asked too, so a member whose
@@ -544,7 +523,10 @@ mod tests {
         )
         .parse()
         .expect("a cluster URL");
-        let map = Some(Some((one_shard(&gone), gone.host().to_owned())));
+        let map = Some(Some((
+            SlotMap::one_shard(ClusterNode::at(&gone), Vec::new()),
+            gone.host().to_owned(),
+        )));
         let plan = Plan::with_maps(vec![member], vec![map]);
         assert_eq!(
             plan.member_nodes(0),

@@ -1092,10 +1092,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::net::cluster::{
-        ClusterNode, Endpoint, Health, MapDone, MemberAddr, Plan, Shard, SlotMap, SlotRange,
-        Vacancies,
-    };
+    use crate::net::cluster::{ClusterNode, MapDone, MemberAddr, Plan, SlotMap, Vacancies};
     use crate::net::test_peer::{Peer, command, nobody};
     use crate::net::{NodeAddr, NodeCounts, Options, Round, TlsConfig};
 
@@ -1195,27 +1192,6 @@ mod tests {
         }
     }
 
-    /// A map of one shard, every slot served by `addr`'s node.
-    fn one_shard(addr: &NodeAddr) -> SlotMap {
-        let master = ClusterNode {
-            id: None,
-            endpoint: Endpoint::Host(addr.host().to_owned()),
-            port: Some(addr.port()),
-            tls_port: None,
-            health: Health::Online,
-        };
-        let shards = vec![Shard {
-            master,
-            replicas: Vec::new(),
-        }];
-        let ranges = vec![SlotRange {
-            start: 0,
-            end: 16_383,
-            shard: 0,
-        }];
-        SlotMap::new(shards, ranges).expect("a map")
-    }
-
     /// With cluster members only, each outcome still to come needs its connection's reply, the replication
     /// check after it (one per write), and the second `TIME` of its bracket: a routed round asks the fanout to
     /// wake its caller no earlier than all can have come, and asks again as outcomes arrive.
@@ -1232,7 +1208,12 @@ mod tests {
             .collect();
         let maps = seeds
             .iter()
-            .map(|s| Some(Some((one_shard(s), s.host().to_owned()))))
+            .map(|s| {
+                Some(Some((
+                    SlotMap::one_shard(ClusterNode::at(s), Vec::new()),
+                    s.host().to_owned(),
+                )))
+            })
             .collect();
         let plan = Plan::with_maps(members, maps);
         let fanout =
@@ -1258,33 +1239,16 @@ mod tests {
         );
     }
 
-    /// A node of the map as the tests' peers are: `addr`'s host and port.
-    fn node_at(addr: &NodeAddr) -> ClusterNode {
-        ClusterNode {
-            id: None,
-            endpoint: Endpoint::Host(addr.host().to_owned()),
-            port: Some(addr.port()),
-            tls_port: None,
-            health: Health::Online,
-        }
-    }
-
     /// A command sent on after `-ASK`, with the clock check's brackets, goes in one write of its own to the
     /// node named: its first `TIME`, `ASKING`, the command and its second `TIME`, four replies, all awaited (one
     /// fewer and the rest would be read as nobody's, and the connection dropped).
     #[test]
     fn a_command_sent_on_after_ask_awaits_its_times_asking_and_its_reply() {
         let (from, to) = (Peer::start(), Peer::start());
-        let shards = vec![Shard {
-            master: node_at(&from.addr()),
-            replicas: vec![node_at(&to.addr())],
-        }];
-        let ranges = vec![SlotRange {
-            start: 0,
-            end: 16_383,
-            shard: 0,
-        }];
-        let map = SlotMap::new(shards, ranges).expect("a map");
+        let map = SlotMap::one_shard(
+            ClusterNode::at(&from.addr()),
+            vec![ClusterNode::at(&to.addr())],
+        );
         let member: MemberAddr = format!(
             "redis+cluster://{}:{}",
             from.addr().host(),
