@@ -327,7 +327,7 @@ fn sets_and_fenced_locks_under_kills_and_pauses() {
 /// holds the checker found overlapping (an empty list would mean the break went unseen), over the names each
 /// lock holds (`names(i)`), and the two locks' fencing tokens.
 #[allow(clippy::type_complexity)]
-fn held_twice_directed(
+pub(super) fn held_twice_directed(
     ask: impl Fn(&LockManager, usize) -> muxlock::Result<muxlock::Lock>,
     names: impl Fn(usize) -> Vec<String>,
 ) -> (Vec<(Hold, Hold)>, [Option<u64>; 2]) {
@@ -378,7 +378,7 @@ fn held_twice_directed(
 }
 
 /// The lease of the directed histories' locks: longer than the history takes.
-const DIRECTED_TTL: Duration = Duration::from_secs(5);
+pub(super) const DIRECTED_TTL: Duration = Duration::from_secs(5);
 
 /// [`held_twice_directed`] for sets: A takes `{set0, set1}`, B `{set1, set2}`.
 fn set_held_twice_directed() -> Vec<(Hold, Hold)> {
