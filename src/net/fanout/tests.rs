@@ -32,6 +32,7 @@ fn all_up(f: &Fanout) {
 
 /// Starts a thread whose round waits for node 0's reply `slow` to `SLEEP ms` (deadline 10 s), and returns once
 /// that round is in the poll ([`until_another_thread_polls`]); joined, the thread gives that round's outcomes.
+/// `ms` stays well below the hung timeout (5 s by default): a node silent that long is dropped as hung.
 fn a_thread_drives_for(
     f: &Arc<Fanout>,
     ms: &'static [u8],
@@ -192,7 +193,7 @@ fn a_sleeping_round_is_woken_by_the_turn_that_files_its_reply() {
     let f =
         Arc::new(Fanout::new(vec![slow.addr(), fast.addr()], Options::default()).expect("fanout"));
     all_up(&f);
-    let driver = a_thread_drives_for(&f, b"5000");
+    let driver = a_thread_drives_for(&f, b"4000");
     let start = Instant::now();
     let mut round = f.round(soon(5_000));
     round.send(1, &command(&[b"ECHO", b"fast"]), 1);
@@ -266,7 +267,7 @@ fn a_task_awaits_its_rounds_replies_without_blocking() {
         start.elapsed()
     );
     // A thread drives for a slow reply; a task's reply on the other node comes meanwhile.
-    let driver = a_thread_drives_for(&f, b"5000");
+    let driver = a_thread_drives_for(&f, b"4000");
     let start = Instant::now();
     let mut round = f.round(soon(5_000));
     round.send(1, &command(&[b"ECHO", b"beside"]), 1);
@@ -671,7 +672,7 @@ fn a_sleeping_round_times_out_at_its_deadline_while_another_polls_longer() {
     let (a, b) = (Peer::start(), Peer::start());
     let f = Arc::new(Fanout::new(vec![a.addr(), b.addr()], Options::default()).expect("fanout"));
     all_up(&f);
-    let driver = a_thread_drives_for(&f, b"5000");
+    let driver = a_thread_drives_for(&f, b"4000");
     let start = Instant::now();
     let mut round = f.round(start + Duration::from_millis(300));
     round.send(1, &command(&[b"SLEEP", b"5000", b"never"]), 1);
