@@ -444,6 +444,12 @@ impl Slots {
         }
     }
 
+    /// Whether `r`'s thread is still recorded as sleeping: nobody has taken it out of its slot to wake it.
+    pub fn asleep(&mut self, r: SlotRef) -> bool {
+        self.live(r)
+            .is_some_and(|s| matches!(s.waiter, Some(Wake::Thread(_))))
+    }
+
     /// Records that `r`'s thread sleeps until woken (by [`file`](Slots::file) or [`wake_due`](Slots::wake_due)).
     pub fn sleep(&mut self, r: SlotRef, thread: Thread) {
         if let Some(s) = live(&mut self.slots, r) {

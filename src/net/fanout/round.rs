@@ -264,15 +264,25 @@ impl<'a> Round<'a> {
             let _ = self.fanout.shared.waker.wake();
         }
         // Past the deadline, the turn that reads the sockets wakes us; a round waiting for room looks again soon.
+        // Whoever wakes a sleeper takes it out of its slot first: while it is still there, an unpark was not for
+        // this round (a token left over from an earlier wake-up of this thread), and it sleeps on.
         let deadline = self.state.deadline;
-        let wait = match now < deadline && !self.state.holds() {
-            true => deadline - now,
-            false => Duration::from_millis(1),
-        };
-        thread::park_timeout(wait);
-        let mut inner = lock(&self.fanout.shared.inner);
-        inner.m.slots.awake(self.state.slot);
-        inner
+        let mut now = now;
+        loop {
+            let wait = match now < deadline && !self.state.holds() {
+                true => deadline - now,
+                false => Duration::from_millis(1),
+            };
+            thread::park_timeout(wait);
+            let mut inner = lock(&self.fanout.shared.inner);
+            now = Instant::now();
+            if now < deadline && !self.state.holds() && inner.m.slots.asleep(self.state.slot) {
+                drop(inner);
+                continue;
+            }
+            inner.m.slots.awake(self.state.slot);
+            return inner;
+        }
     }
 
     /// Queues held requests on nodes that now have room; past the deadline (a patient round's last one), counts

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -707,16 +708,34 @@ fn a_round_that_needs_two_outcomes_sleeps_through_the_first() {
     );
     all_up(&f);
     let driver = a_thread_drives_for(&f, b"3000");
+    let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
     let mut round = f.round(soon(5_000));
     round.need(2);
-    round.send(1, &command(&[b"ECHO", b"at-once"]), 1);
-    round.send(2, &command(&[b"SLEEP", b"600", b"later"]), 1);
+    // The first outcome comes while the round sleeps (not before its first `next()`, which would return it).
+    round.send(1, &command(&[b"SLEEP", b"200", b"sooner"]), 1);
+    round.send(2, &command(&[b"SLEEP", b"800", b"later"]), 1);
+    // Unparks meant for nobody (a wake-up of an earlier round that came after it woke on its own leaves one)
+    // must not wake the round before it has what it needs.
+    let stray = {
+        let (sleeper, stop) = (thread::current(), Arc::clone(&stop));
+        thread::spawn(move || {
+            for _ in 0..2_000 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                sleeper.unpark();
+                thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
     let first = round.next().map(|(id, r)| (id.node, r));
+    stop.store(true, Ordering::Relaxed);
+    stray.join().expect("stray unparks");
     let took = start.elapsed();
-    assert_eq!(first, Some((1, Ok(bulk("at-once")))));
+    assert_eq!(first, Some((1, Ok(bulk("sooner")))));
     assert!(
-        took >= Duration::from_millis(500),
+        took >= Duration::from_millis(700),
         "woken for one outcome of two, after {took:?}"
     );
     let second = round.next().map(|(id, r)| (id.node, r));
