@@ -345,6 +345,11 @@ impl SimFanout {
             .unwrap_or_default()
     }
 
+    /// Whether `node` has stopped answering (see [`Fanout::silent`](crate::net::Fanout::silent)).
+    pub fn silent(&self, node: usize, since: Instant, for_at_least: Duration) -> bool {
+        self.m.silent(node, since, for_at_least)
+    }
+
     /// How many outcomes were filed so far (replies, refusals, timeouts), for any round: whether its rounds
     /// may have something to take.
     pub fn filed(&self) -> u64 {

@@ -276,6 +276,15 @@ impl NodeState {
             && now.saturating_duration_since(self.last_progress) >= idle
     }
 
+    /// Whether the node has had requests outstanding since before `since` with no sign of life since, and had
+    /// been so for at least `for_at_least` when the sockets were last read (`read_at`): a node that stopped
+    /// answering (paused, hung, its host gone), not one whose reply waits unread in a socket nobody polled.
+    pub(crate) fn silent(&self, since: Instant, for_at_least: Duration, read_at: Instant) -> bool {
+        !self.fifo.is_empty()
+            && self.last_progress < since
+            && read_at.saturating_duration_since(self.last_progress) >= for_at_least
+    }
+
     /// Whether the connection has been idle (see [`is_idle`](Self::is_idle)) for at least `idle` at `now`.
     pub(crate) fn idle_for(&self, now: Instant, idle: Duration) -> bool {
         self.is_idle() && now.saturating_duration_since(self.last_progress) >= idle

@@ -119,6 +119,19 @@ impl Quorum {
         self.yes
     }
 
+    /// The votes so far, of any kind.
+    pub fn voted(&self) -> usize {
+        self.yes + self.taken + self.failed
+    }
+
+    /// The nodes that have not voted yet.
+    pub fn undecided(&self) -> impl Iterator<Item = usize> + '_ {
+        self.votes
+            .iter()
+            .enumerate()
+            .filter_map(|(node, v)| v.is_none().then_some(node))
+    }
+
     /// The last instant at which a majority still counts.
     pub fn deadline(&self) -> Instant {
         self.decide_by

@@ -269,6 +269,64 @@ fn a_hung_node_does_not_slow_acquisition_and_a_restarted_node_is_used_again() {
     }
 }
 
+/// A split of the live nodes that only a hung node could decide (another holder on 2 nodes of 5, this caller
+/// granted 2, the fifth paused) ends as soon as that node is seen silent since before the attempt began, not at
+/// the round timeout; the first attempt after the pause, for which the node had nothing outstanding when it
+/// began, waits the round out. What the attempts set is released behind them, on the paused node too.
+#[test]
+fn a_split_only_a_hung_node_could_decide_ends_without_waiting_for_it() {
+    let mut cluster = Cluster::start(5);
+    let round = Duration::from_millis(800);
+    let locks = manager(&cluster, locks::one_attempt(round));
+    locks
+        .unlock(locks.request("warm").ttl(TTL).acquire().expect("all up"))
+        .expect("release");
+    for i in 0..2 {
+        cluster
+            .node(i)
+            .raw(&cmd(&["SET", "split", "theirs", "PX", "60000"]));
+    }
+    cluster.pause(4);
+    let started = Instant::now();
+    let first = locks.request("split").ttl(TTL).acquire();
+    let first_took = started.elapsed();
+    assert!(
+        matches!(&first, Err(e) if e.is_held()),
+        "the first attempt: {first:?}"
+    );
+    assert!(
+        first_took >= round,
+        "the first attempt did not wait for a node that had nothing outstanding: {first_took:?}"
+    );
+    for i in 0..5 {
+        let started = Instant::now();
+        let again = locks.request("split").ttl(TTL).acquire();
+        let took = started.elapsed();
+        assert!(
+            matches!(&again, Err(e) if e.is_held()),
+            "attempt {i}: {again:?}"
+        );
+        assert!(
+            took < round / 2,
+            "attempt {i} waited for the silent node: {took:?}"
+        );
+    }
+    // Each failed attempt's release goes out unawaited.
+    locks::wait_until(Duration::from_secs(2), "nodes 2 and 3 released", || {
+        (2..4).all(|i| get(&cluster, i, "split") == b"$-1\r\n")
+    });
+    cluster.resume(4);
+    // Node 4 runs each attempt's SET NX, then its release: the key is gone there once it has caught up.
+    locks::wait_until(
+        Duration::from_secs(5),
+        "node 4 released every attempt's key",
+        || get(&cluster, 4, "split") == b"$-1\r\n",
+    );
+    for i in 0..2 {
+        assert_eq!(get(&cluster, i, "split"), bulk("theirs"), "node {i}");
+    }
+}
+
 #[test]
 fn contention_loses_no_update() {
     let cluster = Cluster::start(3);

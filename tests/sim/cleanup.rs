@@ -7,19 +7,22 @@
 //!
 //! Five nodes on fixed links; A (client 0) and F (client 1) share a process whose fanout takes 20 requests in
 //! flight per connection (releases 40) and drops a node silent for 150 ms; B (client 2) is a process of its own.
-//! Someone else holds `r2` on nodes 1 and 2 until 300 ms. Node 0 pauses from 5 ms to 260 ms.
+//! Someone else holds `r2` on nodes 1 and 2 until 300 ms. Node 0 pauses from 5 ms to 260 ms; node 4 from 29 ms to
+//! 85 ms and from 245 ms to 265 ms, so that A's attempt and its retry each wait on node 4 too, which was not silent
+//! when they began: a split that waits only on nodes silent since before it began ends at once
+//! (`Engine::without_silent`), and node 0 is.
 //!
 //! - 10 ms: F releases 19 names by value (held on nodes 1 to 4: confirmed at once): node 0's queue holds 19.
 //! - 30 ms: A asks for the set `r0, r2`, retrying with the first attempt's value
-//!   (`Engine::lock_many_one_value`). The attempt is queued on node 0 (20), granted by nodes 3 and 4, refused by
-//!   1 and 2; it fails at its deadline (80 ms, node 0 silent).
+//!   (`Engine::lock_many_one_value`). The attempt is queued on node 0 (20), granted by node 3, refused by 1 and
+//!   2; it fails at its deadline (80 ms, nodes 0 and 4 silent).
 //! - 35 ms: F releases 20 more: node 0's queue holds 40.
 //! - 80 ms: the clean-up (`RELEASE_MANY` of A's value) finds node 0 full: held, detached at 130 ms.
 //! - 160 ms: node 0's connection is dropped (silent with requests waiting) and dialled again; its set-up waits for
 //!   the paused node.
 //! - 250 ms: A's retry, with the same value: on node 0, 15 set-up commands, the clean-up and the retry fit in 20.
 //!   The clean-up must go first (`Machine::make_way`): run after the retry, it deletes what the retry set there.
-//! - 260 ms: node 0 runs what waited; its grant is A's third: A holds the set.
+//! - 260 ms: node 0 runs what waited; with node 4's at 265 ms, its grant makes A's third: A holds the set.
 //! - 320 ms: B tries `r2` (free on nodes 1 and 2 since 300 ms): it must not get it from nodes 0, 1 and 2.
 
 use std::cell::Cell;
@@ -87,6 +90,21 @@ pub fn history() -> Verdict {
         }
         let span = 255 * MS;
         w.push(5 * MS, Event::Pause { node: 0, span });
+        // Node 4 pauses across A's attempt and its retry, so that neither waits on node 0 alone (see the docs).
+        w.push(
+            29 * MS,
+            Event::Pause {
+                node: 4,
+                span: 56 * MS,
+            },
+        );
+        w.push(
+            245 * MS,
+            Event::Pause {
+                node: 4,
+                span: 20 * MS,
+            },
+        );
     }
     let got = Rc::new(Cell::new((false, false)));
     super::run(&sim, |nodes, clock| {

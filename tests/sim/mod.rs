@@ -2214,8 +2214,17 @@ where
                 assert_eq!(state, State::Blocked, "client {me} pending without a wait");
                 false
             }
-            Err(_) => {
-                sim.world().history.note(format!("client {me} panicked"));
+            Err(payload) => {
+                // A panic of the library on anything the world sent it is a bug, as two holders are.
+                let what = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                let mut w = sim.world();
+                let line = format!("client {me} panicked: {what}");
+                w.history.note(line.clone());
+                w.history.broken.get_or_insert(line);
                 true
             }
         };
@@ -2370,6 +2379,12 @@ impl Nodes for SimNodes {
                 .setup_replies(node)
         }
     }
+    fn silent(&self, node: usize, since: Instant, for_at_least: Duration) -> bool {
+        let w = self.sim.world();
+        w.procs[w.clients[self.me].process]
+            .fanout
+            .silent(node, since, for_at_least)
+    }
 }
 
 impl NodeRound for SimRound<'_> {
@@ -2516,6 +2531,10 @@ impl Conns for SimNodes {
 
     fn setup_replies(&self, conn: usize) -> Vec<(Value, Instant)> {
         Nodes::setup_replies(self, conn)
+    }
+
+    fn silent(&self, conn: usize, since: Instant, for_at_least: Duration) -> bool {
+        Nodes::silent(self, conn, since, for_at_least)
     }
 
     fn now(&self) -> Instant {

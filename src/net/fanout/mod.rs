@@ -106,7 +106,7 @@ mod tests;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{self, JoinHandle, Thread, ThreadId};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mio::{Poll, Token, Waker};
 
@@ -415,6 +415,14 @@ impl Fanout {
             .get(node)
             .map(|c| c.state.setup_replies.clone())
             .unwrap_or_default()
+    }
+
+    /// Whether `node` has stopped answering: it has had requests outstanding since before `since` and no byte
+    /// read from it since, and had been so for at least `for_at_least` when a turn last read the sockets (a reply
+    /// waiting unread in a socket nobody polled does not make a node silent). For a round whose verdict waits
+    /// only on such nodes (see `Engine::cut_stalled`).
+    pub fn silent(&self, node: usize, since: Instant, for_at_least: Duration) -> bool {
+        lock(&self.shared.inner).m.silent(node, since, for_at_least)
     }
 
     /// What `node`'s connections have done so far: requests, writes, replies, reconnects, round trips. Cheap: no

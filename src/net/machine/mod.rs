@@ -374,6 +374,15 @@ impl<L: Link> Machine<L> {
             .any(|c| c.state.awaits_unread(now, IDLE_PROBE))
     }
 
+    /// Whether `node` stopped answering before `since` (see [`NodeState::silent`]), judged at the last turn that
+    /// read the sockets: false before any.
+    pub(crate) fn silent(&self, node: usize, since: Instant, for_at_least: Duration) -> bool {
+        match (self.conns.get(node), self.last_read) {
+            (Some(c), Some(read_at)) => c.state.silent(since, for_at_least, read_at),
+            _ => false,
+        }
+    }
+
     /// Whether someone must drive though no round may: releases detached from their rounds wait, or are queued
     /// with their replies to come (see `detach.rs`), or a connection holds bytes not yet written. Those go out
     /// only in a driver's turn (behind a connect or a set-up, or with the batch after the one on the wire), and a

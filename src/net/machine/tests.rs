@@ -173,6 +173,56 @@ fn bytes_read_put_off_the_hung_check() {
     assert_eq!(m.conns[0].link.connects_failed, 0);
 }
 
+/// A node is silent for a round that began at `since` only if it has had requests outstanding since before then
+/// with nothing read since, and had been so for the time asked when the sockets were last read: judged by the
+/// last read, not by the clock (a reply may wait unread in a socket nobody polled), and never before any read.
+#[test]
+fn a_node_is_silent_only_with_requests_unanswered_since_before_and_judged_at_the_last_read() {
+    let now = Instant::now();
+    let ms = |n: u64| now + Duration::from_millis(n);
+    let mut m = machine(vec![Recorder::new(false, false)], now);
+    let mut wake = Vec::new();
+    m.dial_all(now, &mut wake);
+    let generation = m.conns[0].state.generation;
+    m.connected(0, generation, false, now);
+    let quarter = Duration::from_millis(20);
+    assert!(!m.silent(0, ms(50), quarter), "judged before any read");
+    m.after_read(ms(10), true, &mut wake);
+    assert!(
+        !m.silent(0, ms(50), quarter),
+        "silent 10 ms at the last read"
+    );
+    m.after_read(ms(30), true, &mut wake);
+    assert!(
+        m.silent(0, ms(50), quarter),
+        "the set-up unanswered for 30 ms"
+    );
+    assert!(
+        !m.silent(0, now, quarter),
+        "not silent since before a round that began with it"
+    );
+    m.progress(0, generation, ms(40));
+    m.after_read(ms(90), true, &mut wake);
+    assert!(
+        !m.silent(0, ms(40), quarter),
+        "bytes read when the round began"
+    );
+    assert!(m.silent(0, ms(41), quarter), "nothing since 40 ms");
+    let mut filing = Vec::new();
+    m.read(
+        (0, generation),
+        Item::Reply(crate::resp::Value::SimpleString(Bytes::from_static(b"OK"))),
+        ms(95),
+        &mut filing,
+    );
+    assert_eq!(m.conns[0].state.in_flight(), 0);
+    m.after_read(ms(200), true, &mut wake);
+    assert!(
+        !m.silent(0, ms(200), quarter),
+        "nothing outstanding: idle, not silent"
+    );
+}
+
 #[test]
 fn a_detached_release_is_placed_once_its_node_is_set_up_or_given_up_at_its_bound() {
     let now = Instant::now();

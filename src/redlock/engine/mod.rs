@@ -455,6 +455,52 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         self.config.check_ttl(ttl)
     }
 
+    /// The verdict of an acquisition round that started at `start` and is still undecided after a vote that was
+    /// not a grant, once the nodes it waits on are judged: when every node yet to vote had stopped answering
+    /// before the round began (requests outstanding since before `start` with nothing read from it since, for at
+    /// least a quarter of the round timeout when the sockets were last read: [`Nodes::silent`]), each counts as
+    /// failed ([`NodeError::Timeout`]) now, and the round is decided without them; else it goes on waiting.
+    ///
+    /// # Why
+    ///
+    /// Two contenders that split the live nodes (2 grants and 2 refusals of 5) leave a verdict only a paused or
+    /// hung node could give: the round waited for its timeout, every time, and a waiting line stalled behind
+    /// each split for the whole of it. A node that answered nothing since before the round began does not answer
+    /// within it either, as a rule. Counting it failed is always safe: it can only take a grant away, and a
+    /// failed attempt holds nothing (its release goes on every connection behind its acquisition: a late grant
+    /// on the silent node is deleted by the release queued after it, or expires). It costs at most a grant the
+    /// silent node would still have given within the round.
+    ///
+    /// Only after a vote that was not a grant (a split, or a failure): an attempt whose votes so far are all
+    /// grants never asks, so a lone caller's round costs nothing more.
+    pub(crate) fn without_silent(
+        &self,
+        quorum: &mut Quorum,
+        start: Instant,
+        outcomes: &mut [Outcome],
+    ) -> Status {
+        let now = self.clock.now();
+        if quorum.yes() == quorum.voted() {
+            return quorum.status(now);
+        }
+        let silence = self.config.round_timeout / 4;
+        let undecided: Vec<usize> = quorum.undecided().collect();
+        if undecided.is_empty()
+            || !undecided
+                .iter()
+                .all(|&node| self.fanout.silent(node, start, silence))
+        {
+            return quorum.status(now);
+        }
+        for node in undecided {
+            let outcome = Outcome::Failed(NodeError::Timeout);
+            self.votes[node].count(&outcome);
+            outcomes[node] = outcome;
+            quorum.vote(node, Vote::Failed, now);
+        }
+        quorum.status(now)
+    }
+
     /// How an acquisition round of one key ends (plain or queued): a round still undecided is judged closed
     /// (silent nodes count as failed); the lock if a majority granted it in time, else why, with every
     /// node's outcome — after releasing at once wherever the key may have been set, without waiting: the spec's

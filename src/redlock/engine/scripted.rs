@@ -115,6 +115,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                         count = count.max(number);
                     }
                     status = quorum.vote(node, vote, now);
+                    if status == Status::Pending {
+                        status = self.without_silent(&mut quorum, start, &mut outcomes);
+                    }
                     match status {
                         Status::Pending => quorum.votes_to_decide(),
                         _ => 0,

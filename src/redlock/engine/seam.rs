@@ -136,6 +136,12 @@ pub trait Nodes {
     fn member_conns(&self, member: usize) -> Vec<usize> {
         vec![member]
     }
+    /// Whether member `member` has stopped answering: requests outstanding since before `since`, nothing read
+    /// from it since, and so for at least `for_at_least` when the sockets were last read ([`Fanout::silent`]).
+    /// `false` where that is not known (a cluster member).
+    fn silent(&self, _member: usize, _since: Instant, _for_at_least: Duration) -> bool {
+        false
+    }
 }
 
 /// One request/reply exchange with some nodes, bounded by a deadline.
@@ -210,6 +216,10 @@ impl Nodes for Fanout {
 
     fn setup_replies(&self, node: usize) -> Vec<(Value, Instant)> {
         Fanout::setup_replies(self, node)
+    }
+
+    fn silent(&self, node: usize, since: Instant, for_at_least: Duration) -> bool {
+        Fanout::silent(self, node, since, for_at_least)
     }
 }
 
@@ -309,6 +319,10 @@ impl<F: Conns> Nodes for Members<F> {
 
     fn member_conns(&self, member: usize) -> Vec<usize> {
         Members::member_conns(self, member)
+    }
+
+    fn silent(&self, member: usize, since: Instant, for_at_least: Duration) -> bool {
+        Members::silent(self, member, since, for_at_least)
     }
 
     #[inline]

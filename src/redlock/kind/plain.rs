@@ -64,6 +64,9 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
         engine.votes[node].count(&outcome);
         outcomes[node] = outcome;
         status = quorum.vote(node, vote, now);
+        if status == Status::Pending {
+            status = engine.without_silent(&mut quorum, start, &mut outcomes);
+        }
         if status != Status::Pending {
             break; // decided: slower replies are drained later; a release covers them
         }

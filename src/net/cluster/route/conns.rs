@@ -60,6 +60,10 @@ pub trait Conns: std::fmt::Debug {
     fn next_session(&self, conn: usize) -> u64;
     /// Connection `conn`'s set-up replies ([`Fanout::setup_replies`]).
     fn setup_replies(&self, conn: usize) -> Vec<(Value, Instant)>;
+    /// Whether connection `conn` has stopped answering ([`Fanout::silent`]); `false` where that is not known.
+    fn silent(&self, _conn: usize, _since: Instant, _for_at_least: std::time::Duration) -> bool {
+        false
+    }
     /// The current instant.
     fn now(&self) -> Instant;
     /// Reads a map (`CLUSTER SHARDS`, else `CLUSTER SLOTS`) from the first of `nodes` that gives one, waiting
@@ -118,6 +122,10 @@ impl Conns for Fanout {
 
     fn stats(&self, conn: usize) -> NodeCounts {
         Fanout::stats(self, conn)
+    }
+
+    fn silent(&self, conn: usize, since: Instant, for_at_least: std::time::Duration) -> bool {
+        Fanout::silent(self, conn, since, for_at_least)
     }
 
     #[inline]
