@@ -327,15 +327,15 @@ impl<F: Conns> Members<F> {
         promoted.max(slot)
     }
 
+    /// Whether connection `conn` is a node of a cluster member (not a plain member's).
+    pub fn in_cluster(&self, conn: usize) -> bool {
+        self.is_cluster(self.member_of(conn))
+    }
+
     /// Whether plain member `member` has stopped answering ([`Fanout::silent`]); never for a cluster member (its
     /// votes come from whichever master serves the key: a round waits for them as before).
     pub fn silent(&self, member: usize, since: Instant, for_at_least: Duration) -> bool {
         !self.is_cluster(member) && self.fanout.silent(member, since, for_at_least)
-    }
-
-    /// Whether connection `conn` is a node of a cluster member (not a plain member's).
-    pub fn in_cluster(&self, conn: usize) -> bool {
-        self.is_cluster(self.member_of(conn))
     }
 
     /// The connections of member `member`: its own, and for a cluster member every node of its table.
