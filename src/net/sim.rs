@@ -346,8 +346,8 @@ impl SimFanout {
     }
 
     /// Whether `node` has stopped answering (see [`Fanout::silent`](crate::net::Fanout::silent)).
-    pub fn silent(&self, node: usize, since: Instant, for_at_least: Duration) -> bool {
-        self.m.silent(node, since, for_at_least)
+    pub fn silent(&self, node: usize, for_at_least: Duration) -> bool {
+        self.m.silent(node, for_at_least)
     }
 
     /// How many outcomes were filed so far (replies, refusals, timeouts), for any round: whether its rounds

@@ -276,13 +276,20 @@ impl NodeState {
             && now.saturating_duration_since(self.last_progress) >= idle
     }
 
-    /// Whether the node has had requests outstanding since before `since` with no sign of life since, and had
-    /// been so for at least `for_at_least` when the sockets were last read (`read_at`): a node that stopped
-    /// answering (paused, hung, its host gone), not one whose reply waits unread in a socket nobody polled.
-    pub(crate) fn silent(&self, since: Instant, for_at_least: Duration, read_at: Instant) -> bool {
-        !self.fifo.is_empty()
-            && self.last_progress < since
-            && read_at.saturating_duration_since(self.last_progress) >= for_at_least
+    /// Whether the node has stopped answering: it has had requests outstanding with nothing read from it for at
+    /// least `for_at_least`, and four times its usual round trip (the 99th percentile of its replies so far),
+    /// when the sockets were last read (`read_at`): a node paused, hung or cut off, not one whose reply waits
+    /// unread in a socket nobody polled, nor a far node answering in its own time.
+    pub(crate) fn silent(&self, for_at_least: Duration, read_at: Instant) -> bool {
+        if self.fifo.is_empty() {
+            return false;
+        }
+        let quiet = read_at.saturating_duration_since(self.last_progress);
+        quiet >= for_at_least
+            && self
+                .stats
+                .rtt_quantile(0.99)
+                .is_none_or(|usual| quiet >= usual.saturating_mul(4))
     }
 
     /// Whether the connection has been idle (see [`is_idle`](Self::is_idle)) for at least `idle` at `now`.

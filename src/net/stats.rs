@@ -67,6 +67,23 @@ fn bucket(us: u64) -> usize {
 
 /// The largest round trip (µs) a bucket holds. Below 4 µs a doubling is too narrow for four whole-microsecond
 /// buckets: 1 µs and less share bucket 0, 2 µs and 3 µs have one each.
+/// The top of the bucket under which a fraction `q` (0 to 1) of the round trips `counts` (per bucket) fall.
+fn quantile(counts: impl Iterator<Item = u64> + Clone, q: f64) -> Option<Duration> {
+    let total: u64 = counts.clone().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+    let mut seen = 0;
+    for (b, n) in counts.enumerate() {
+        seen += n;
+        if seen >= rank {
+            return Some(Duration::from_micros(bucket_top(b)));
+        }
+    }
+    None
+}
+
 fn bucket_top(b: usize) -> u64 {
     let (octave, sub) = (b as u32 / SUB, b as u64 % u64::from(SUB));
     match octave {
@@ -114,6 +131,12 @@ impl NodeStats {
         add(&self.replies, 1);
         let us = u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX);
         add(&self.rtt[bucket(us)], 1);
+    }
+
+    /// The round trip under which a fraction `q` of the replies so far came (see [`NodeCounts::rtt_quantile`]),
+    /// read without a copy.
+    pub(crate) fn rtt_quantile(&self, q: f64) -> Option<Duration> {
+        quantile(self.rtt.iter().map(|c| c.load(Relaxed)), q)
     }
 
     /// A copy of the counters now.
@@ -168,19 +191,7 @@ impl NodeCounts {
     /// The round trip under which a fraction `q` (0 to 1) of the replies came, from queueing the request to
     /// reading its reply; `None` before any reply. Exact to within a quarter of a doubling (the bucket's top).
     pub fn rtt_quantile(&self, q: f64) -> Option<Duration> {
-        let total: u64 = self.rtt.iter().sum();
-        if total == 0 {
-            return None;
-        }
-        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
-        let mut seen = 0;
-        for (b, n) in self.rtt.iter().enumerate() {
-            seen += n;
-            if seen >= rank {
-                return Some(Duration::from_micros(bucket_top(b)));
-            }
-        }
-        None
+        quantile(self.rtt.iter().copied(), q)
     }
 
     /// The counts of `self` minus those of an `earlier` snapshot: what happened in between.

@@ -2379,11 +2379,11 @@ impl Nodes for SimNodes {
                 .setup_replies(node)
         }
     }
-    fn silent(&self, node: usize, since: Instant, for_at_least: Duration) -> bool {
+    fn silent(&self, node: usize, for_at_least: Duration) -> bool {
         let w = self.sim.world();
         w.procs[w.clients[self.me].process]
             .fanout
-            .silent(node, since, for_at_least)
+            .silent(node, for_at_least)
     }
 }
 
@@ -2533,8 +2533,8 @@ impl Conns for SimNodes {
         Nodes::setup_replies(self, conn)
     }
 
-    fn silent(&self, conn: usize, since: Instant, for_at_least: Duration) -> bool {
-        Nodes::silent(self, conn, since, for_at_least)
+    fn silent(&self, conn: usize, for_at_least: Duration) -> bool {
+        Nodes::silent(self, conn, for_at_least)
     }
 
     fn now(&self) -> Instant {

@@ -417,12 +417,12 @@ impl Fanout {
             .unwrap_or_default()
     }
 
-    /// Whether `node` has stopped answering: it has had requests outstanding since before `since` and no byte
-    /// read from it since, and had been so for at least `for_at_least` when a turn last read the sockets (a reply
-    /// waiting unread in a socket nobody polled does not make a node silent). For a round whose verdict waits
-    /// only on such nodes (see `Engine::cut_stalled`).
-    pub fn silent(&self, node: usize, since: Instant, for_at_least: Duration) -> bool {
-        lock(&self.shared.inner).m.silent(node, since, for_at_least)
+    /// Whether `node` has stopped answering: it has had requests outstanding and no byte read from it for at
+    /// least `for_at_least` and four times its usual round trip (the 99th percentile so far) when a turn last
+    /// read the sockets (a reply waiting unread in a socket nobody polled does not make a node silent). For an
+    /// acquisition whose verdict waits only on such nodes (`Engine::without_silent`).
+    pub fn silent(&self, node: usize, for_at_least: Duration) -> bool {
+        lock(&self.shared.inner).m.silent(node, for_at_least)
     }
 
     /// What `node`'s connections have done so far: requests, writes, replies, reconnects, round trips. Cheap: no

@@ -374,11 +374,11 @@ impl<L: Link> Machine<L> {
             .any(|c| c.state.awaits_unread(now, IDLE_PROBE))
     }
 
-    /// Whether `node` stopped answering before `since` (see [`NodeState::silent`]), judged at the last turn that
-    /// read the sockets: false before any.
-    pub(crate) fn silent(&self, node: usize, since: Instant, for_at_least: Duration) -> bool {
+    /// Whether `node` has stopped answering (see [`NodeState::silent`]), judged at the last turn that read the
+    /// sockets: false before any.
+    pub(crate) fn silent(&self, node: usize, for_at_least: Duration) -> bool {
         match (self.conns.get(node), self.last_read) {
-            (Some(c), Some(read_at)) => c.state.silent(since, for_at_least, read_at),
+            (Some(c), Some(read_at)) => c.state.silent(for_at_least, read_at),
             _ => false,
         }
     }

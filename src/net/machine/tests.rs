@@ -173,54 +173,58 @@ fn bytes_read_put_off_the_hung_check() {
     assert_eq!(m.conns[0].link.connects_failed, 0);
 }
 
-/// A node is silent for a round that began at `since` only if it has had requests outstanding since before then
-/// with nothing read since, and had been so for the time asked when the sockets were last read: judged by the
-/// last read, not by the clock (a reply may wait unread in a socket nobody polled), and never before any read.
+/// A node is silent once it has had requests outstanding and nothing read from it for the time asked and four times
+/// its usual round trip: judged at the last read, not by the clock (a reply may wait unread in a socket nobody
+/// polled), never before any read, never with nothing outstanding.
 #[test]
-fn a_node_is_silent_only_with_requests_unanswered_since_before_and_judged_at_the_last_read() {
+fn a_node_is_silent_with_requests_unanswered_for_long_judged_at_the_last_read() {
     let now = Instant::now();
     let ms = |n: u64| now + Duration::from_millis(n);
-    let mut m = machine(vec![Recorder::new(false, false)], now);
+    let opts = Options::default()
+        .with_hung_timeout(Duration::from_secs(5))
+        .with_setup(vec![Bytes::from_static(b"*1\r\n$4\r\nPING\r\n")]);
+    let mut m = Machine::new(vec![Recorder::new(false, false)], opts, now);
     let mut wake = Vec::new();
     m.dial_all(now, &mut wake);
     let generation = m.conns[0].state.generation;
     m.connected(0, generation, false, now);
     let quarter = Duration::from_millis(20);
-    assert!(!m.silent(0, ms(50), quarter), "judged before any read");
+    assert!(!m.silent(0, quarter), "judged before any read");
     m.after_read(ms(10), true, &mut wake);
-    assert!(
-        !m.silent(0, ms(50), quarter),
-        "silent 10 ms at the last read"
-    );
+    assert!(!m.silent(0, quarter), "silent 10 ms at the last read");
     m.after_read(ms(30), true, &mut wake);
-    assert!(
-        m.silent(0, ms(50), quarter),
-        "the set-up unanswered for 30 ms"
-    );
-    assert!(
-        !m.silent(0, now, quarter),
-        "not silent since before a round that began with it"
-    );
+    assert!(m.silent(0, quarter), "the set-up unanswered for 30 ms");
     m.progress(0, generation, ms(40));
-    m.after_read(ms(90), true, &mut wake);
+    m.after_read(ms(50), true, &mut wake);
     assert!(
-        !m.silent(0, ms(40), quarter),
-        "bytes read when the round began"
+        !m.silent(0, quarter),
+        "bytes read 10 ms before the last read"
     );
-    assert!(m.silent(0, ms(41), quarter), "nothing since 40 ms");
-    let mut filing = Vec::new();
-    m.read(
-        (0, generation),
-        Item::Reply(crate::resp::Value::SimpleString(Bytes::from_static(b"OK"))),
-        ms(95),
-        &mut filing,
-    );
-    assert_eq!(m.conns[0].state.in_flight(), 0);
+    m.after_read(ms(61), true, &mut wake);
+    assert!(m.silent(0, quarter), "nothing for 21 ms");
+    // Its replies, 100 ms after the set-up was queued: the node's usual round trip is now about 100 ms.
+    while m.conns[0].state.in_flight() > 0 {
+        let ok = crate::resp::Value::SimpleString(Bytes::from_static(b"OK"));
+        m.read((0, generation), Item::Reply(ok), ms(100), &mut wake);
+    }
     m.after_read(ms(200), true, &mut wake);
     assert!(
-        !m.silent(0, ms(200), quarter),
+        !m.silent(0, quarter),
         "nothing outstanding: idle, not silent"
     );
+    m.conns[0].state.queue(
+        b"*1\r\n$4\r\nPING\r\n",
+        crate::net::state::Waiter::Detached,
+        1,
+        ms(200),
+    );
+    m.after_read(ms(300), true, &mut wake);
+    assert!(
+        !m.silent(0, quarter),
+        "silent 100 ms, within four times its usual round trip"
+    );
+    m.after_read(ms(700), true, &mut wake);
+    assert!(m.silent(0, quarter), "silent 500 ms");
 }
 
 #[test]

@@ -455,30 +455,26 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         self.config.check_ttl(ttl)
     }
 
-    /// The verdict of an acquisition round that started at `start` and is still undecided after a vote that was
-    /// not a grant, once the nodes it waits on are judged: when every node yet to vote had stopped answering
-    /// before the round began (requests outstanding since before `start` with nothing read from it since, for at
-    /// least a quarter of the round timeout when the sockets were last read: [`Nodes::silent`]), each counts as
-    /// failed ([`NodeError::Timeout`]) now, and the round is decided without them; else it goes on waiting.
+    /// The verdict of an acquisition round still undecided after a vote that was not a grant, once the nodes it
+    /// waits on are judged: when every node yet to vote has stopped answering (requests outstanding and nothing
+    /// read from it for a quarter of the round timeout and four times its usual round trip, when the sockets were
+    /// last read: [`Nodes::silent`]), each counts as failed ([`NodeError::Timeout`]) now, and the round is decided
+    /// without them; else it goes on waiting.
     ///
     /// # Why
     ///
     /// Two contenders that split the live nodes (2 grants and 2 refusals of 5) leave a verdict only a paused or
-    /// hung node could give: the round waited for its timeout, every time, and a waiting line stalled behind
-    /// each split for the whole of it. A node that answered nothing since before the round began does not answer
-    /// within it either, as a rule. Counting it failed is always safe: it can only take a grant away, and a
-    /// failed attempt holds nothing (its release goes on every connection behind its acquisition: a late grant
-    /// on the silent node is deleted by the release queued after it, or expires). It costs at most a grant the
-    /// silent node would still have given within the round.
+    /// hung fifth node could give: the round waited for its whole timeout, and a waiting line stalled behind each
+    /// split for that long. A node silent for four times its usual round trip is not answering in its usual
+    /// time; one silent for a quarter of the round timeout leaves the attempt little of it. Counting it failed is
+    /// always safe: it can only take a grant away, and a failed attempt holds nothing (its release goes on every
+    /// connection behind its acquisition: a late grant on the silent node is deleted by the release queued after
+    /// it, or expires). It costs at most a grant the node would still have given within the round, and the
+    /// attempt's caller then retries or waits as after any refusal.
     ///
     /// Only after a vote that was not a grant (a split, or a failure): an attempt whose votes so far are all
     /// grants never asks, so a lone caller's round costs nothing more.
-    pub(crate) fn without_silent(
-        &self,
-        quorum: &mut Quorum,
-        start: Instant,
-        outcomes: &mut [Outcome],
-    ) -> Status {
+    pub(crate) fn without_silent(&self, quorum: &mut Quorum, outcomes: &mut [Outcome]) -> Status {
         let now = self.clock.now();
         if quorum.yes() == quorum.voted() {
             return quorum.status(now);
@@ -488,7 +484,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         if undecided.is_empty()
             || !undecided
                 .iter()
-                .all(|&node| self.fanout.silent(node, start, silence))
+                .all(|&node| self.fanout.silent(node, silence))
         {
             return quorum.status(now);
         }

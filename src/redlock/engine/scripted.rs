@@ -116,7 +116,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     }
                     status = quorum.vote(node, vote, now);
                     if status == Status::Pending {
-                        status = self.without_silent(&mut quorum, start, &mut outcomes);
+                        status = self.without_silent(&mut quorum, &mut outcomes);
                     }
                     match status {
                         Status::Pending => quorum.votes_to_decide(),

@@ -136,10 +136,10 @@ pub trait Nodes {
     fn member_conns(&self, member: usize) -> Vec<usize> {
         vec![member]
     }
-    /// Whether member `member` has stopped answering: requests outstanding since before `since`, nothing read
-    /// from it since, and so for at least `for_at_least` when the sockets were last read ([`Fanout::silent`]).
+    /// Whether member `member` has stopped answering: requests outstanding and nothing read from it for at least
+    /// `for_at_least` and four times its usual round trip when the sockets were last read ([`Fanout::silent`]).
     /// `false` where that is not known (a cluster member).
-    fn silent(&self, _member: usize, _since: Instant, _for_at_least: Duration) -> bool {
+    fn silent(&self, _member: usize, _for_at_least: Duration) -> bool {
         false
     }
 }
@@ -218,8 +218,8 @@ impl Nodes for Fanout {
         Fanout::setup_replies(self, node)
     }
 
-    fn silent(&self, node: usize, since: Instant, for_at_least: Duration) -> bool {
-        Fanout::silent(self, node, since, for_at_least)
+    fn silent(&self, node: usize, for_at_least: Duration) -> bool {
+        Fanout::silent(self, node, for_at_least)
     }
 }
 
@@ -321,8 +321,8 @@ impl<F: Conns> Nodes for Members<F> {
         Members::member_conns(self, member)
     }
 
-    fn silent(&self, member: usize, since: Instant, for_at_least: Duration) -> bool {
-        Members::silent(self, member, since, for_at_least)
+    fn silent(&self, member: usize, for_at_least: Duration) -> bool {
+        Members::silent(self, member, for_at_least)
     }
 
     #[inline]

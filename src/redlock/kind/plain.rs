@@ -65,7 +65,7 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
         outcomes[node] = outcome;
         status = quorum.vote(node, vote, now);
         if status == Status::Pending {
-            status = engine.without_silent(&mut quorum, start, &mut outcomes);
+            status = engine.without_silent(&mut quorum, &mut outcomes);
         }
         if status != Status::Pending {
             break; // decided: slower replies are drained later; a release covers them

@@ -61,7 +61,7 @@ pub trait Conns: std::fmt::Debug {
     /// Connection `conn`'s set-up replies ([`Fanout::setup_replies`]).
     fn setup_replies(&self, conn: usize) -> Vec<(Value, Instant)>;
     /// Whether connection `conn` has stopped answering ([`Fanout::silent`]); `false` where that is not known.
-    fn silent(&self, _conn: usize, _since: Instant, _for_at_least: std::time::Duration) -> bool {
+    fn silent(&self, _conn: usize, _for_at_least: std::time::Duration) -> bool {
         false
     }
     /// The current instant.
@@ -124,8 +124,8 @@ impl Conns for Fanout {
         Fanout::stats(self, conn)
     }
 
-    fn silent(&self, conn: usize, since: Instant, for_at_least: std::time::Duration) -> bool {
-        Fanout::silent(self, conn, since, for_at_least)
+    fn silent(&self, conn: usize, for_at_least: std::time::Duration) -> bool {
+        Fanout::silent(self, conn, for_at_least)
     }
 
     #[inline]

@@ -334,8 +334,8 @@ impl<F: Conns> Members<F> {
 
     /// Whether plain member `member` has stopped answering ([`Fanout::silent`]); never for a cluster member (its
     /// votes come from whichever master serves the key: a round waits for them as before).
-    pub fn silent(&self, member: usize, since: Instant, for_at_least: Duration) -> bool {
-        !self.is_cluster(member) && self.fanout.silent(member, since, for_at_least)
+    pub fn silent(&self, member: usize, for_at_least: Duration) -> bool {
+        !self.is_cluster(member) && self.fanout.silent(member, for_at_least)
     }
 
     /// The connections of member `member`: its own, and for a cluster member every node of its table.
