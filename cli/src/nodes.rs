@@ -44,11 +44,12 @@ pub struct Conn {
 
     /// How long one round waits for the nodes' replies.
     ///
-    /// Connecting is not counted: a command first waits for its connections (TCP, TLS, set-up) for up to the 1 s
-    /// connect timeout. The CLI's default is 200ms, where the library's is 50ms: a command often runs across a
-    /// network, on a busy machine; the guard's margin (and so when SIGTERM and SIGKILL come under `exec`) is at
-    /// least two round timeouts, and a fenced acquisition's token must be written back a round timeout before
-    /// the lease ends. A unit is required (500ms, 1s).
+    /// `status` does not count connecting: it first waits for its connections (TCP, TLS, set-up) for up to the 1 s
+    /// connect timeout; the other commands' first round also connects. The CLI's default is 200ms, where the
+    /// library's is 50ms: a command connects afresh to every node on each run, and often across a network; the
+    /// guard's margin (and so when SIGTERM and SIGKILL come under `exec`) is at least two round timeouts, and a
+    /// fenced acquisition's token must be written back a round timeout before the lease ends. A unit is required
+    /// (500ms, 1s).
     #[arg(
         long,
         hide_short_help = true,
@@ -220,6 +221,11 @@ impl Conn {
 
     /// A lock manager over [`urls`](Conn::urls) making `retry_count` further attempts after a failed one.
     ///
+    /// It connects in the background: a round made at once counts the connecting (a TLS handshake, the set-up)
+    /// against the round timeout. `status` waits for the connections first (`wait_connected`); the lock commands
+    /// do not yet: after the wait, a node down is being redialled when their round decides and is reported
+    /// "not awaited", which changes which cause their headline names (`verdict.rs`).
+    ///
     /// # Errors
     ///
     /// As [`urls`](Conn::urls), and [`exit::CONFIG`] for a configuration the library refuses (the same node twice).
@@ -232,12 +238,7 @@ impl Conn {
             .with_restart_guard(self.restart_guard == Toggle::On)
             .with_restart_window(self.restart_window.unwrap_or_default())
             .with_tls(conn.tls());
-        let locks = LockManager::builder().nodes(urls).config(config).build()?;
-        // A fresh process: its first round would otherwise count connecting (a TLS handshake, the set-up) against
-        // the round timeout, and fail nodes that were only slow to connect on a busy machine. A node that does
-        // not connect in time is failed by the rounds as before.
-        locks.wait_connected();
-        Ok(locks)
+        Ok(LockManager::builder().nodes(urls).config(config).build()?)
     }
 }
 

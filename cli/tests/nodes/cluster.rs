@@ -110,6 +110,7 @@ fn cluster_up_down_leaves_no_process_behind() {
     // granted at once although every node has just started: they persist every write, so they are trusted.
     let acquired = state
         .muxlock(&["acquire", "job", "--ttl", "10s", "-n"])
+        .env("MUXLOCK_ROUND_TIMEOUT", "500ms")
         .run();
     let value = acquired.expect(0).stdout.trim().to_owned();
     let seen = state
@@ -313,6 +314,7 @@ fn a_tls_cluster_serves_the_lock_commands_without_flags_and_stops_cleanly() {
     // The lock commands use the recorded cluster with its CA and client certificate, no flag needed.
     let acquired = state
         .muxlock(&["acquire", "job", "--ttl", "10s", "-n"])
+        .env("MUXLOCK_ROUND_TIMEOUT", "500ms")
         .run();
     let value = acquired.expect(0).stdout.trim().to_owned();
     let seen = state.muxlock(&["status", "job", "--json"]).run();
