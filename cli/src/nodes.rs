@@ -44,10 +44,12 @@ pub struct Conn {
 
     /// How long one round waits for the nodes' replies.
     ///
-    /// The first round also connects. The CLI's default is 200ms, where the library's is 50ms: a command connects
-    /// afresh to every node on each run, and often across a network; the guard's margin (and so when SIGTERM and
-    /// SIGKILL come under `exec`) is at least two round timeouts, and a fenced acquisition's token must be
-    /// written back a round timeout before the lease ends. A unit is required (500ms, 1s).
+    /// `status` does not count connecting: it first waits for its connections (TCP, TLS, set-up) for up to the 1 s
+    /// connect timeout; the other commands' first round also connects. The CLI's default is 200ms, where the
+    /// library's is 50ms: a command connects afresh to every node on each run, and often across a network; the
+    /// guard's margin (and so when SIGTERM and SIGKILL come under `exec`) is at least two round timeouts, and a
+    /// fenced acquisition's token must be written back a round timeout before the lease ends. A unit is required
+    /// (500ms, 1s).
     #[arg(
         long,
         hide_short_help = true,
@@ -218,6 +220,11 @@ impl Conn {
     }
 
     /// A lock manager over [`urls`](Conn::urls) making `retry_count` further attempts after a failed one.
+    ///
+    /// It connects in the background: a round made at once counts the connecting (a TLS handshake, the set-up)
+    /// against the round timeout. `status` waits for the connections first (`wait_connected`); the lock commands
+    /// do not yet: after the wait, a node down is being redialled when their round decides and is reported
+    /// "not awaited", which changes which cause their headline names (`verdict.rs`).
     ///
     /// # Errors
     ///

@@ -12,6 +12,7 @@ mod async_handoff;
 mod async_rounds;
 mod batch;
 mod by_value;
+mod connecting;
 mod fenced;
 mod fold;
 mod fold_edges;

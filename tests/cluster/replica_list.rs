@@ -60,13 +60,24 @@ fn slot_of(cl: &RedisCluster, key: &str) -> u16 {
         .expect("the slot")
 }
 
+/// Node `i`'s `master_replid`.
+#[track_caller]
+fn replid(cl: &RedisCluster, i: usize) -> String {
+    bulk_text(&cl.command(i, &["INFO", "replication"]))
+        .lines()
+        .find_map(|l| l.strip_prefix("master_replid:"))
+        .expect("master_replid")
+        .trim()
+        .to_owned()
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // A known limit: a replica forced to take over before it synced, while its master stalls.
 // ---------------------------------------------------------------------------------------------------------
 
 /// Member 0 is a cluster of two masters (M, the lock's, and M2) and an empty third node R (a master with no
-/// slot, as a node added for a scale-out or to become a replica is); members 1 and 2 are plain servers (2
-/// behind a proxy for `b`). `b` is built and reads M once: its map shows no replica for M, its reading none.
+/// slot, as a node added for a scale-out or to become a replica is, that once had a replica of its own: it has
+/// a replication backlog); members 1 and 2 are plain servers (2 behind a proxy for `b`). `b` is built and reads M once: its map shows no replica for M, its reading none.
 /// M stalls; every other node drops its silent cluster-bus link to M and dials again (the new links wait in
 /// M's accept queue). The operator action: R is made M's replica (`CLUSTER REPLICATE`: M cannot hear it) and
 /// forced to take over (`CLUSTER FAILOVER TAKEOVER`) before it ever synced. `c` is built and waits out R's
@@ -97,6 +108,24 @@ fn a_replica_forced_to_take_over_before_it_synced_can_grant_a_second_holder() {
         cl.master_index(1 - shard),
         cl.master_index(new_shard),
     );
+    // R gets its replication backlog now, from a replica of its own that goes at once: a master without one takes
+    // a new replication id when its first replica attaches. Otherwise M's full sync from R, which begins as soon
+    // as M wakes and reads of the takeover, gives R a new id; `c`'s check on R then says "changed" whenever it is
+    // judged after that sync began (under load, its first try) and quarantines R through `b`'s whole lease. R
+    // keeps the backlog through `CLUSTER REPLICATE` and the takeover; its id then changes only at the takeover,
+    // before `c` reads it. (R still never synced from M.)
+    let before = replid(&cl, rep);
+    let warm = RedisServer::builder()
+        .args([
+            "--replicaof".to_owned(),
+            "127.0.0.1".to_owned(),
+            cl.node(rep).port().to_string(),
+        ])
+        .start();
+    wait_until(Duration::from_secs(10), "R's backlog (a new id)", || {
+        replid(&cl, rep) != before
+    });
+    drop(warm);
     let m_id = cl.node_id(m).to_owned();
     let member = format!(
         "redis+cluster://127.0.0.1:{},127.0.0.1:{}",

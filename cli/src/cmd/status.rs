@@ -70,6 +70,8 @@ struct Node {
 /// [`exit::UNAVAILABLE`] when fewer than a majority of nodes answered (after printing what they said).
 pub fn run(args: &Args) -> Result<(), CliError> {
     let locks = args.conn.manager(0)?;
+    // A fresh process: its one round waits for the nodes' answers, not for their connections too.
+    locks.wait_connected();
     let seen = locks.inspect(&args.resource)?;
     let holder = seen
         .holder()

@@ -213,6 +213,28 @@ fn status_shows_every_node_and_whether_a_majority_holds_the_lock() {
     );
 }
 
+/// A command is a fresh process: its connections are still being set up when it starts. Two of three nodes
+/// answer nothing for 600 ms after it starts (stopped: the kernel still completes their TCP handshakes), longer
+/// than the default 200 ms round but within the 1 s connect timeout. `status` waits for the connections, then
+/// gives its round to the nodes' answers: all three answer, exit 0 (a round that counted the connecting
+/// against its 200 ms would hear from one node and exit 69).
+#[test]
+fn a_command_waits_for_its_connections_before_its_first_round() {
+    let mut cluster = Cluster::start(3);
+    let state = TempDir::new();
+    cluster.pause(1);
+    cluster.pause(2);
+    let running = on(&cluster, state.path(), &["status", "res", "--json"])
+        .env("MUXLOCK_ROUND_TIMEOUT", "200ms")
+        .spawn();
+    std::thread::sleep(Duration::from_millis(600));
+    cluster.resume(1);
+    cluster.resume(2);
+    let run = running.finish();
+    let doc = run.expect(0).json();
+    assert_eq!(doc["answered"], 3, "{run:#?}");
+}
+
 #[test]
 fn extend_and_release_by_value_and_what_they_say_when_the_lock_is_gone() {
     let cluster = Cluster::start(3);

@@ -500,7 +500,51 @@ impl LockManager {
     pub fn inspect(&self, resource: impl AsRef<[u8]>) -> Result<Inspection> {
         block(self.engine().inspect(resource.as_ref()))
     }
+
+    /// Waits until every node's connection is set up (dialled, its TLS handshake done, its set-up commands
+    /// answered) or has failed, for at most the connect timeout ([`Config::with_connect_timeout`]); `true` if
+    /// every node answered. Nothing else is read or changed (one `PING` per connection, behind its set-up).
+    ///
+    /// A manager connects in the background once built, and a round's deadline
+    /// ([`Config::round_timeout`]) counts from the round's start whatever its connections are doing: a round
+    /// made at once after [`build`](Builder::build) includes connecting, and on a loaded machine or a distant
+    /// TLS node that alone may outlast a short round timeout, failing nodes that were only slow to connect. A
+    /// process that makes one or two rounds and exits (a command-line tool) calls this first, so that its rounds
+    /// wait for the nodes' answers only. A long-lived service need not: its later rounds find the connections
+    /// ready.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use muxlock::LockManager;
+    ///
+    /// let locks = LockManager::new(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])?;
+    /// locks.wait_connected();
+    /// let seen = locks.inspect("invoice:42")?;
+    /// # Ok::<(), muxlock::Error>(())
+    /// ```
+    pub fn wait_connected(&self) -> bool {
+        let members = &self.engine().fanout;
+        // Every member's connections (a cluster member's: every node of its map), not the vacant ones kept for
+        // nodes its later maps show (never dialled: nothing to wait for).
+        let conns: Vec<usize> = (0..members.len())
+            .flat_map(|m| members.member_conns(m))
+            .collect();
+        let pings: Vec<(usize, &[u8], usize)> = conns.iter().map(|&c| (c, PING, 1)).collect();
+        let deadline = crate::time::later(Instant::now(), self.engine().config.connect_timeout);
+        let mut round = members.fanout().round(deadline);
+        round.send_each(&pings);
+        round.need(pings.len());
+        let mut answered = 0;
+        while let Some((_, reply)) = round.next() {
+            answered += usize::from(reply.is_ok());
+        }
+        answered == pings.len()
+    }
 }
+
+/// `PING`, encoded.
+const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
 
 /// The fanout's options for a manager of `config` whose connections run `setup` first (the restart guard's
 /// `restart` says which of those commands may be refused).
