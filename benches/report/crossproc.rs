@@ -79,6 +79,21 @@ impl XpRow {
         self.grants.len() as f64 / self.secs
     }
 
+    /// Grants per second in the run's middle third (the fault's window; the same third without a fault).
+    pub fn middle_rate(&self) -> f64 {
+        let third = self.secs / 3.0;
+        let (from, to) = (third * 1e9, 2.0 * third * 1e9);
+        let n = self
+            .grants
+            .iter()
+            .filter(|g| {
+                let at = g.start.saturating_sub(self.t0) as f64;
+                at >= from && at < to
+            })
+            .count();
+        n as f64 / third
+    }
+
     pub fn fairness(&self) -> f64 {
         let min = self.per_process.iter().copied().min().unwrap_or(0);
         let max = self.per_process.iter().copied().max().unwrap_or(0);
@@ -435,19 +450,20 @@ pub fn cross_process(
         started.elapsed().as_secs_f64()
     ));
     out.line(
-        "| fault | resources | client | grants/s | time to lock p50 / p99 / max | hand-off p50 | fairness | back to the releaser | longest ÷ median wait | longest stall | quorum errors | waits given up | other errors | overlaps |",
+        "| fault | resources | client | grants/s | in the middle third | time to lock p50 / p99 / max | hand-off p50 | fairness | back to the releaser | longest ÷ median wait | longest stall | quorum errors | waits given up | other errors | overlaps |",
     );
-    out.line("|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    out.line("|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
         let w = r.waits();
         let (back, mut h) = r.handoffs();
         h.sort_unstable();
         out.line(format!(
-            "| {} | {} | {} | {} | {} / {} / {} | {} | {:.2} | {:.0} % | {:.0} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} / {} / {} | {} | {:.2} | {:.0} % | {:.0} | {} | {} | {} | {} | {} |",
             r.fault.name(),
             r.resources,
             r.client,
             thousands(r.rate()),
+            thousands(r.middle_rate()),
             ms(quantile(&w, 0.5)),
             ms(quantile(&w, 0.99)),
             ms(w.last().copied().unwrap_or(0)),
