@@ -312,7 +312,6 @@ pub fn rounds_beside_a_slow_node() -> Beside {
                 return;
             };
             let batch = ms(&sim) - at;
-            sim.world().history.note(format!("batch from {at} ms: {batch} ms"));
             let mut guard = engine.guard(r0, ttl, None);
             let Some(due) = guard.due() else { return };
             let clock = engine.clock();
