@@ -811,6 +811,20 @@ fn a_retry_goes_behind_its_failed_attempts_detached_clean_up_directed() {
     assert!(!v.b_got, "B got r2 while A held it: {v:?}");
 }
 
+/// Beside a node 300 ms away (six round timeouts), a batch acquisition and a guard's renewal end once nodes 0 and
+/// 1 have decided every lock, not at the round's deadline (50 ms); an acquisition of a name held elsewhere with two
+/// retries 200 ms apart gives up after its third attempt (`sim/directed.rs`, `rounds_beside_a_slow_node`).
+#[test]
+fn rounds_end_once_decided_and_retries_stop_at_their_count_directed() {
+    let b = directed::rounds_beside_a_slow_node();
+    assert!(b.batch.is_some_and(|ms| ms < 25), "{b:?}");
+    assert!(b.renewal.is_some_and(|ms| ms < 25), "{b:?}");
+    assert!(
+        b.gave_up.is_some_and(|ms| (350..1_000).contains(&ms)),
+        "{b:?}"
+    );
+}
+
 /// A majority's clocks jump 5 s ahead while A holds (their copies of A's key expire) and are set right 300 ms
 /// later by a stop until right (a slew): with the check, B, trying before A's lease ends, gets nothing.
 #[test]

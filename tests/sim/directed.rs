@@ -233,3 +233,111 @@ pub fn guard_across_a_script_flush(clock_check: bool) -> Flushed {
         violation: w.history.violation(Time::MAX),
     }
 }
+
+/// How long (virtual ms) each of a client's rounds took beside a node that answers late.
+#[derive(Debug)]
+pub struct Beside {
+    /// A batch acquisition of two free names, both granted.
+    pub batch: Option<u64>,
+    /// A guard's renewal round, renewed.
+    pub renewal: Option<u64>,
+    /// An acquisition of a name held elsewhere, with two retries: when it gave up (`None`: it never did, or got
+    /// the name).
+    pub gave_up: Option<u64>,
+}
+
+/// One client on three nodes, nodes 0 and 1 on 0.1 ms links, node 2 on a 300 ms one (six round timeouts away).
+/// Someone else holds `held` on every node for 10 s. After a first lock that opens the connections, the client
+/// takes `r0` and `r1` in one batch, guards `r0` and renews it once, then asks for `held` with two retries
+/// (200 ms apart, no jitter). A round whose every verdict is in (nodes 0 and 1 decide every lock) ends then, not
+/// at its deadline; the acquisition of `held` gives up after its third attempt, long before the 10 s.
+pub fn rounds_beside_a_slow_node() -> Beside {
+    let setup = Setup {
+        nodes: 3,
+        clients: 1,
+        horizon: 1,
+        bursts: false,
+        durable: true,
+        tape: None,
+        threads: false,
+        per_process: None,
+        natives: false,
+        clocks: false,
+        steps_back: false,
+        net: false,
+        unchecked: false,
+        layout: None,
+    };
+    let config = Config::default();
+    let sim = super::world(
+        0,
+        &setup,
+        &muxlock::redlock::sim::options(&config, setup.nodes),
+    );
+    {
+        let mut w = sim.world();
+        w.fix_link(0, 0, MS / 10);
+        w.fix_link(0, 1, MS / 10);
+        w.fix_link(0, 2, 300 * MS);
+        for n in 0..3 {
+            w.nodes[n].node.hold(b"held", b"someone-else", 10_000 * MS);
+        }
+    }
+    let seen = Rc::new(Cell::new((None, None, None)));
+    super::run(&sim, |nodes, clock| {
+        let seen = Rc::clone(&seen);
+        async move {
+            let sim = Rc::clone(clock.sim());
+            let config = Config::default()
+                .with_retry_count(2)
+                .with_retry_jitter(Duration::ZERO)
+                .with_restart_guard(false);
+            let Ok(engine) = Engine::new(nodes, clock, config, [1; 32]) else {
+                return;
+            };
+            let ttl = Duration::from_millis(2_000);
+            let ms = |sim: &Sim| sim.world().now / MS;
+            if let Ok(Some(first)) = engine.try_lock(b"first", ttl).await {
+                let _ = engine.unlock(first).await;
+            }
+            sleep_until(&sim, engine.clock(), 1_000).await;
+            let at = ms(&sim);
+            let mut got = engine
+                .try_lock_batch(&[b"r0", b"r1"], ttl)
+                .await
+                .into_iter()
+                .flatten()
+                .flatten();
+            let (Some(r0), Some(r1)) = (got.next(), got.next()) else {
+                return;
+            };
+            let batch = ms(&sim) - at;
+            let mut guard = engine.guard(r0, ttl, None);
+            let Some(due) = guard.due() else { return };
+            let clock = engine.clock();
+            clock
+                .sleep(due.saturating_duration_since(clock.now()))
+                .await;
+            let (at, before) = (ms(&sim), guard.renewals());
+            engine.renew_guards(&mut [&mut guard]).await;
+            let renewal = (guard.renewals() > before).then(|| ms(&sim) - at);
+            let at = ms(&sim);
+            let gave_up = match engine.lock(b"held", ttl).await {
+                Ok(lock) => {
+                    let _ = engine.unlock(lock).await;
+                    None
+                }
+                Err(_) => Some(ms(&sim) - at),
+            };
+            seen.set((Some(batch), renewal, gave_up));
+            let _ = engine.unlock(r1).await;
+            let _ = engine.release_guard(guard).await;
+        }
+    });
+    let (batch, renewal, gave_up) = seen.get();
+    Beside {
+        batch,
+        renewal,
+        gave_up,
+    }
+}

@@ -802,6 +802,25 @@ mod tests {
         reply
     }
 
+    /// With the check on, the ids a checked round hands its caller count the caller's commands only: a request
+    /// of two commands goes below with its two `TIME`s (four ids there), and the caller's next command on that
+    /// node gets id 2. With the check off, the round below's ids pass through.
+    #[test]
+    fn a_checked_round_numbers_the_callers_commands_without_its_times() {
+        let clock = Still(Instant::now(), Duration::from_secs(1_700_000_000));
+        let seen = Seen::new(2, &Config::default());
+        let mut round = Timed::new(Given::new(Vec::new()), 2, (&clock, &seen), Some(T));
+        assert_eq!(round.next_seq(0), 0);
+        round.send(0, b"SET", 2);
+        assert_eq!(round.round.next_seq(0), 4, "the two TIMEs went below");
+        assert_eq!((round.next_seq(0), round.next_seq(1)), (2, 0));
+        round.send_to(NodeSet::ALL, b"SET", 1);
+        assert_eq!((round.next_seq(0), round.next_seq(1)), (3, 1));
+        let mut off = Timed::new(Given::new(Vec::new()), 2, (&clock, &seen), None);
+        off.send(1, b"SET", 2);
+        assert_eq!((off.next_seq(0), off.next_seq(1)), (0, 2));
+    }
+
     /// A node whose clock reads behind the round's opening before the request and ahead of its end after it
     /// stepped forward during the request: it was seen ahead, and is not counted for the longest lease after,
     /// however right it reads at the next round (its keys may have expired early meanwhile).

@@ -342,10 +342,12 @@ mod tests {
     use super::*;
     use crate::net::{Fanout, Options};
     use crate::redlock::config::Config;
+    use crate::redlock::engine::reply::script_vote;
     use crate::redlock::engine::restart;
     use crate::redlock::engine::seam::SystemClock;
     use crate::redlock::stats::Votes;
     use crate::redlock::token::Tokens;
+    use bytes::Bytes;
 
     /// An engine over three nodes nobody listens on: enough for the decisions that read no reply.
     fn engine() -> Engine<Fanout, SystemClock> {
@@ -393,5 +395,36 @@ mod tests {
         let mut tried = Tried::new(native);
         let release = e.next_via(1, Script::Release, &mut tried, native, Refused::Command);
         assert_eq!(release, Some(Via::Full));
+    }
+
+    /// A native extension's `+OK` reads as the script's 1 and its nil as 0, so that the extension's tally (which
+    /// reads the scripts' replies) counts it; an error passes as it is; any other way's reply is untouched.
+    #[test]
+    fn a_native_extensions_ok_counts_as_the_scripts_one_and_its_nil_as_zero() {
+        let native = Via::Native(Native::DelEx);
+        let ok = Ok(Value::SimpleString(Bytes::from_static(b"OK")));
+        assert_eq!(
+            compare_reply(Script::Extend, native, ok.clone()),
+            Ok(Value::Integer(1))
+        );
+        assert_eq!(
+            script_vote(&compare_reply(Script::Extend, native, ok.clone())).0,
+            Vote::Yes
+        );
+        assert_eq!(
+            compare_reply(Script::Extend, native, Ok(Value::NullBulk)),
+            Ok(Value::Integer(0))
+        );
+        let refused = Ok(Value::Error(Bytes::from_static(b"NOPERM no")));
+        assert_eq!(
+            compare_reply(Script::Extend, native, refused.clone()),
+            refused
+        );
+        assert_eq!(compare_reply(Script::Extend, Via::Sha, ok.clone()), ok);
+        let deleted = Ok(Value::Integer(1));
+        assert_eq!(
+            compare_reply(Script::Release, native, deleted.clone()),
+            deleted
+        );
     }
 }

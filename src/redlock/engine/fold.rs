@@ -769,3 +769,59 @@ fn need(tallies: &[Tally<'_>], expect: &Awaiting<Expect>, unsure: &[bool]) -> us
         })
         .sum()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::test_peer::{Peer, block_on};
+    use crate::net::{Fanout, Options};
+    use crate::redlock::config::Config;
+    use crate::redlock::engine::restart;
+    use crate::redlock::engine::seam::SystemClock;
+    use crate::redlock::stats::Votes;
+    use crate::redlock::token::Tokens;
+
+    /// Two releases folded, `a` held on the three nodes and `b` on nodes 1 and 2 only: node 0 is sent `a`'s key
+    /// alone, nodes 1 and 2 one request with both keys. Each node gets the keys held there, never another node's
+    /// (each outcome is read as the answer for its node's own keys: another node's request would count `a`'s
+    /// deletion as `b`'s, and leave `b` on the node).
+    #[test]
+    fn a_fold_sends_each_node_the_keys_held_there() {
+        let peers: Vec<Peer> = (0..3).map(|_| Peer::start()).collect();
+        let config = Config::default();
+        let addrs = peers.iter().map(Peer::addr).collect();
+        let fanout = Fanout::new(addrs, Options::default()).expect("fanout");
+        let (_, restart) = restart::connection_setup(&config, 3);
+        let e = Engine {
+            fanout,
+            clock: SystemClock,
+            config,
+            tokens: Tokens::new(),
+            restart,
+            votes: (0..3).map(|_| Votes::default()).collect(),
+            fold: Fold::default(),
+        };
+        assert!(
+            e.fold.enter(b"lead", b"v", NodeSet::ALL).is_none(),
+            "the gate was open"
+        );
+        let mut on_1_and_2 = NodeSet::EMPTY;
+        on_1_and_2.insert(1);
+        on_1_and_2.insert(2);
+        let a = e.fold.enter(b"a", b"va", NodeSet::ALL).expect("queued");
+        let b = e.fold.enter(b"b", b"vb", on_1_and_2).expect("queued");
+        let batch = vec![a, b];
+        let mut tallies: Vec<Tally<'_>> = batch
+            .iter()
+            .map(|x| Tally::new(&e.votes, 3, e.quorum(), x.nodes))
+            .collect();
+        block_on(e.release_folded(&batch, &mut tallies));
+        let has = |args: &[Vec<u8>], key: &[u8]| args.iter().any(|x| x == key);
+        for (node, peer) in peers.iter().enumerate() {
+            let first = peer.log().into_iter().map(|(_, args)| args).next();
+            let first = first.expect("a request");
+            assert!(has(&first, b"a"), "node {node}: {first:?}");
+            assert_eq!(has(&first, b"b"), node > 0, "node {node}: {first:?}");
+        }
+    }
+}

@@ -376,6 +376,22 @@ mod tests {
         assert_eq!(t.owner(1), Some(12));
     }
 
+    /// The nodes of a map the table does not list, each once, masters first: what a refresh dials on vacant
+    /// connections (a promoted replica, a master added to the cluster), so that the table can route to them.
+    #[test]
+    fn a_map_s_nodes_the_table_does_not_list_are_named_once_masters_first() {
+        let t = table();
+        let known = map(&[(0, 8191, 7000), (8192, 16383, 7001)], &[7002]);
+        assert!(
+            t.unknown(&known, "x", false).is_empty(),
+            "every node listed"
+        );
+        let grown = map(&[(0, 8191, 7004), (8192, 16383, 7005)], &[7003, 7000]);
+        let local = |port| ("127.0.0.1".to_owned(), port);
+        let unknown = vec![local(7004), local(7005), local(7003)];
+        assert_eq!(t.unknown(&grown, "x", false), unknown);
+    }
+
     #[test]
     fn a_slot_s_new_owner_is_noted_with_when_it_was_seen_taking_it_over() {
         let mut t = table();

@@ -597,3 +597,21 @@ fn a_node_that_took_over_counts_again_the_instant_its_window_ends() {
     assert!(!guard.trusts(&nodes, (0, b"k"), IDS, t0 + window - tick, None));
     assert!(guard.trusts(&nodes, (0, b"k"), IDS, t0 + window, None));
 }
+
+/// Every set-up step may be refused but `INFO`: the scripts' loads and the native probe (a user without them
+/// still locks), and with the restart guard its settings and marker (the node then gets the window rule). `INFO`
+/// is what the guard reads a restart from: refused, the connection is not set up.
+#[test]
+fn every_setup_step_but_info_may_be_refused() {
+    let (setup, on) = connection_setup(&Config::default().with_restart_guard(true), 3);
+    let info = on
+        .guard
+        .as_ref()
+        .map(|(_, ids)| ids.info())
+        .expect("the guard is on");
+    let all_but_info: Vec<usize> = (0..setup.len()).filter(|&i| i != info).collect();
+    assert!(all_but_info.len() >= 4, "{setup:?}");
+    assert_eq!(on.optional(), all_but_info);
+    let (setup, off) = connection_setup(&Config::default().with_restart_guard(false), 3);
+    assert_eq!(off.optional(), (0..setup.len()).collect::<Vec<_>>());
+}
