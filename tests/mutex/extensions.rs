@@ -351,9 +351,28 @@ fn an_extension_delivered_after_a_later_longer_one_ends_the_lease_before_another
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    // The long extension returned at a majority: the late bytes go only once nodes 1 and 2 both ran it, so that
+    // they run the shorter one after it (delivered before it on one of them, it would be undone there, and B
+    // would wait out A's long lease, which shows nothing).
+    for node in &cluster.nodes()[1..] {
+        locks::wait_until(
+            Duration::from_secs(2),
+            "the long extension on nodes 1 and 2",
+            || {
+                let reply = node.raw(&crate::support::cmd(&["PTTL", name]));
+                std::str::from_utf8(&reply)
+                    .ok()
+                    .and_then(|r| r.trim().strip_prefix(':'))
+                    .and_then(|ms| ms.parse::<i64>().ok())
+                    .is_some_and(|ms| ms > 10_000)
+            },
+        );
+    }
     let late: usize = proxies.iter().map(LateBytes::deliver).sum();
     assert!(late >= 2, "the old connections were not closed: {late}");
-    let until = Instant::now() + long;
+    // The shortened keys end `shorter` after the late bytes ran: B gets the lock well before A's long lease could
+    // have ended, or the history did not happen.
+    let until = Instant::now() + shorter + Duration::from_secs(5);
     let second = loop {
         if let Ok(lock) = b.request(name).ttl(long).once().acquire() {
             break lock;
