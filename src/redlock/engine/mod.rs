@@ -457,20 +457,24 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// The verdict of an acquisition round still undecided after a vote that was not a grant, once the nodes it
     /// waits on are judged: when every node yet to vote has stopped answering (requests outstanding and nothing
-    /// read from it for a quarter of the round timeout and four times its usual round trip, when the sockets were
-    /// last read: [`Nodes::silent`]), each counts as failed ([`NodeError::Timeout`]) now, and the round is decided
-    /// without them; else it goes on waiting.
+    /// read from it for a round timeout and four times its usual round trip, when the sockets were last read:
+    /// [`Nodes::silent`]), each counts as failed ([`NodeError::Timeout`]) now, and the round is decided without
+    /// them; else it goes on waiting.
     ///
     /// # Why
     ///
     /// Two contenders that split the live nodes (2 grants and 2 refusals of 5) leave a verdict only a paused or
     /// hung fifth node could give: the round waited for its whole timeout, and a waiting line stalled behind each
     /// split for that long. A node silent for four times its usual round trip is not answering in its usual
-    /// time; one silent for a quarter of the round timeout leaves the attempt little of it. Counting it failed is
-    /// always safe: it can only take a grant away, and a failed attempt holds nothing (its release goes on every
-    /// connection behind its acquisition: a late grant on the silent node is deleted by the release queued after
-    /// it, or expires). It costs at most a grant the node would still have given within the round, and the
-    /// attempt's caller then retries or waits as after any refusal.
+    /// time; one silent for a round timeout is not answering within the time a round gives it (a patient round's
+    /// measure of a node that stopped answering). Any less, and a node whose link slowed down (its usual round
+    /// trip, counted since the fanout began, still the old one) is cut whenever an earlier request of this
+    /// client to it is still on its way: a split it decides within the round fails for every contender.
+    ///
+    /// Counting a silent node failed is always safe: it can only take a grant away, and a failed attempt holds
+    /// nothing (its release goes on every connection behind its acquisition: a late grant on the silent node is
+    /// deleted by the release queued after it, or expires). It costs at most a grant the node would still have
+    /// given within the round, and the attempt's caller then retries or waits as after any refusal.
     ///
     /// Only after a vote that was not a grant (a split, or a failure): an attempt whose votes so far are all
     /// grants never asks, so a lone caller's round costs nothing more.
@@ -479,7 +483,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         if quorum.yes() == quorum.voted() {
             return quorum.status(now);
         }
-        let silence = self.config.round_timeout / 4;
+        let silence = self.config.round_timeout;
         let undecided: Vec<usize> = quorum.undecided().collect();
         if undecided.is_empty()
             || !undecided
