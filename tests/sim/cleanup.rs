@@ -9,7 +9,7 @@
 //! flight per connection (releases 40) and drops a node silent for 150 ms; B (client 2) is a process of its own.
 //! Someone else holds `r2` on nodes 1 and 2 until 300 ms. Node 0 pauses from 5 ms to 260 ms; node 4 from 29 ms to
 //! 85 ms and from 245 ms to 265 ms, so that A's attempt and its retry each wait on node 4 too, which was not silent
-//! when they began: a split that waits only on nodes silent for a quarter of the round timeout ends at once
+//! when they began: a split that waits only on nodes silent for a round timeout ends at once
 //! (`Engine::without_silent`), and node 0 is.
 //!
 //! - 10 ms: F releases 19 names by value (held on nodes 1 to 4: confirmed at once): node 0's queue holds 19.
