@@ -83,6 +83,9 @@ fn a_deposed_master_that_has_not_learnt_it_yet_gives_no_second_holder() {
         .with_round_timeout(Duration::from_millis(1_500))
         .with_restart_window(ttl);
     let b = manager([member.clone(), p1.url(), proxy2.url()], config.clone());
+    // Every set-up reply read now: one left unread in its socket (a round that decided without that node) is
+    // dated when a later round reads it, and the node's age with it (the guard then quarantines it).
+    assert!(b.wait_connected(), "b's connections");
     // `b`'s connections are set up (M's `INFO`: a master never promoted) by one round.
     let _ = b
         .request("warm")
@@ -105,6 +108,8 @@ fn a_deposed_master_that_has_not_learnt_it_yet_gives_no_second_holder() {
     cl.command_ok(rep, &["CLUSTER", "FAILOVER", "TAKEOVER"]);
     wait_replication(&cl, rep, "role:master");
     let c = manager([member, p1.url(), p2.url()], config);
+    // (M is paused: its connection's wait ends at the connect timeout, the others' set-ups are read.)
+    let _ = c.wait_connected();
     // `c`'s connections are set up (R's `INFO` shows its promotion: quarantined for a window from then).
     let _ = c
         .request("warm-c")
