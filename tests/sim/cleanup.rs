@@ -49,20 +49,9 @@ pub struct Verdict {
 /// Runs the history (see the module docs).
 pub fn history() -> Verdict {
     let setup = Setup {
-        nodes: 5,
-        clients: 3,
-        horizon: 1,
-        bursts: false,
         durable: false,
-        tape: None,
-        threads: false,
         per_process: Some(2),
-        natives: false,
-        clocks: false,
-        steps_back: false,
-        net: false,
-        unchecked: false,
-        layout: None,
+        ..Setup::directed(5, 3)
     };
     let opts = muxlock::redlock::sim::options(&config(), setup.nodes)
         .with_max_in_flight(20)

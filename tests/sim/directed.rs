@@ -38,20 +38,8 @@ pub struct Verdict {
 /// clock has lost the step (`Setup::steps_back`); `check` turns the clients' clock check on.
 pub fn history(shape: Shape, steps_back: bool, check: bool) -> Verdict {
     let setup = Setup {
-        nodes: 3,
-        clients: 2,
-        horizon: 1,
-        bursts: false,
-        durable: true,
-        tape: None,
-        threads: false,
-        per_process: None,
-        natives: false,
-        clocks: false,
         steps_back,
-        net: false,
-        unchecked: false,
-        layout: None,
+        ..Setup::directed(3, 2)
     };
     // The clocks' step (ms), A's extension (when, to what TTL), and when B tries.
     let (step, extend, b_at) = match shape {
@@ -163,22 +151,7 @@ pub struct Flushed {
 /// go again in full in the same round, so that the guard is renewed. `clock_check`: the client's clock check
 /// (each lease request bracketed by `TIME`s, the batch sent again too).
 pub fn guard_across_a_script_flush(clock_check: bool) -> Flushed {
-    let setup = Setup {
-        nodes: 3,
-        clients: 1,
-        horizon: 1,
-        bursts: false,
-        durable: true,
-        tape: None,
-        threads: false,
-        per_process: None,
-        natives: false,
-        clocks: false,
-        steps_back: false,
-        net: false,
-        unchecked: false,
-        layout: None,
-    };
+    let setup = Setup::directed(3, 1);
     let config = Config::default();
     let sim = super::world(
         0,
@@ -252,22 +225,7 @@ pub struct Beside {
 /// (200 ms apart, no jitter). A round whose every verdict is in (nodes 0 and 1 decide every lock) ends then, not
 /// at its deadline; the acquisition of `held` gives up after its third attempt, long before the 10 s.
 pub fn rounds_beside_a_slow_node() -> Beside {
-    let setup = Setup {
-        nodes: 3,
-        clients: 1,
-        horizon: 1,
-        bursts: false,
-        durable: true,
-        tape: None,
-        threads: false,
-        per_process: None,
-        natives: false,
-        clocks: false,
-        steps_back: false,
-        net: false,
-        unchecked: false,
-        layout: None,
-    };
+    let setup = Setup::directed(3, 1);
     let config = Config::default();
     let sim = super::world(
         0,

@@ -1675,6 +1675,29 @@ pub struct Setup {
     pub layout: Option<Rc<cluster::Layout>>,
 }
 
+impl Setup {
+    /// A directed history's world: `nodes` durable nodes, `clients` clients each a process of its own, one
+    /// horizon, and none of the drawn faults (the history pushes its own events).
+    pub fn directed(nodes: usize, clients: usize) -> Setup {
+        Setup {
+            nodes,
+            clients,
+            horizon: 1,
+            bursts: false,
+            durable: true,
+            tape: None,
+            threads: false,
+            per_process: None,
+            natives: false,
+            clocks: false,
+            steps_back: false,
+            net: false,
+            unchecked: false,
+            layout: None,
+        }
+    }
+}
+
 /// Builds a world for `seed`: nodes with their faults and a plan of pauses, restarts, flushes and snapshots.
 pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
     let mut rng = Rng::steered(seed, setup.tape.as_ref());

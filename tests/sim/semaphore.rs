@@ -185,22 +185,7 @@ fn relied_on(sim: &Sim, key: &[u8], value: &[u8], since: Time) {
 /// `counted_per_node` A holds on {0, 1}, B on {1, 2}, C on {0, 2}: three holders; counted per permit, C's
 /// grants name different permits on its two nodes and it gets none.
 pub fn crossed_majorities(counted_per_node: bool) -> (Option<String>, usize) {
-    let setup = Setup {
-        nodes: 3,
-        clients: 3,
-        horizon: 1,
-        bursts: false,
-        durable: true,
-        tape: None,
-        threads: false,
-        per_process: None,
-        natives: false,
-        clocks: false,
-        steps_back: false,
-        net: false,
-        unchecked: false,
-        layout: None,
-    };
+    let setup = Setup::directed(3, 3);
     let config = Config::default();
     let sim = super::world(
         0,

@@ -780,22 +780,7 @@ pub fn run_bytes(data: &[u8]) -> Run {
 /// and B's tokens: B's must be larger.
 pub fn slow_fence_history() -> (Option<u64>, Option<u64>) {
     use super::node::Time;
-    let setup = Setup {
-        nodes: 3,
-        clients: 2,
-        horizon: 1,
-        bursts: false,
-        durable: true,
-        tape: None,
-        threads: false,
-        per_process: None,
-        natives: false,
-        clocks: false,
-        steps_back: false,
-        net: false,
-        unchecked: false,
-        layout: None,
-    };
+    let setup = Setup::directed(3, 2);
     let config = Config::default();
     let sim = super::world(
         0,

@@ -340,30 +340,16 @@ pub(crate) fn natives_unawaited<'k>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::{Fanout, Options};
-    use crate::redlock::config::Config;
+    use crate::net::Fanout;
     use crate::redlock::engine::reply::script_vote;
-    use crate::redlock::engine::restart;
     use crate::redlock::engine::seam::SystemClock;
-    use crate::redlock::stats::Votes;
-    use crate::redlock::token::Tokens;
     use bytes::Bytes;
 
     /// An engine over three nodes nobody listens on: enough for the decisions that read no reply.
     fn engine() -> Engine<Fanout, SystemClock> {
-        let config = Config::default();
-        let nodes = (0..3).map(|_| crate::net::test_peer::nobody()).collect();
-        let fanout = Fanout::new(nodes, Options::default()).expect("fanout");
-        let (_, restart) = restart::connection_setup(&config, 3);
-        Engine {
-            fanout,
-            clock: SystemClock,
-            config,
-            tokens: Tokens::new(),
-            restart,
-            votes: (0..3).map(|_| Votes::default()).collect(),
-            fold: Default::default(),
-        }
+        crate::redlock::engine::test_engine(
+            (0..3).map(|_| crate::net::test_peer::nobody()).collect(),
+        )
     }
 
     /// An extension refused natively goes as the script by hash, or in full if it was refused by hash already;

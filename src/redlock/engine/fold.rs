@@ -774,12 +774,6 @@ fn need(tallies: &[Tally<'_>], expect: &Awaiting<Expect>, unsure: &[bool]) -> us
 mod tests {
     use super::*;
     use crate::net::test_peer::{Peer, block_on};
-    use crate::net::{Fanout, Options};
-    use crate::redlock::config::Config;
-    use crate::redlock::engine::restart;
-    use crate::redlock::engine::seam::SystemClock;
-    use crate::redlock::stats::Votes;
-    use crate::redlock::token::Tokens;
 
     /// Two releases folded, `a` held on the three nodes and `b` on nodes 1 and 2 only: node 0 is sent `a`'s key
     /// alone, nodes 1 and 2 one request with both keys. Each node gets the keys held there, never another node's
@@ -788,19 +782,7 @@ mod tests {
     #[test]
     fn a_fold_sends_each_node_the_keys_held_there() {
         let peers: Vec<Peer> = (0..3).map(|_| Peer::start()).collect();
-        let config = Config::default();
-        let addrs = peers.iter().map(Peer::addr).collect();
-        let fanout = Fanout::new(addrs, Options::default()).expect("fanout");
-        let (_, restart) = restart::connection_setup(&config, 3);
-        let e = Engine {
-            fanout,
-            clock: SystemClock,
-            config,
-            tokens: Tokens::new(),
-            restart,
-            votes: (0..3).map(|_| Votes::default()).collect(),
-            fold: Fold::default(),
-        };
+        let e = crate::redlock::engine::test_engine(peers.iter().map(Peer::addr).collect());
         assert!(
             e.fold.enter(b"lead", b"v", NodeSet::ALL).is_none(),
             "the gate was open"

@@ -484,15 +484,16 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             return quorum.status(now);
         }
         let silence = self.config.round_timeout;
-        let undecided: Vec<usize> = quorum.undecided().collect();
-        if undecided.is_empty()
-            || !undecided
-                .iter()
-                .all(|&node| self.fanout.silent(node, silence))
-        {
+        let all_silent = {
+            let mut undecided = quorum.undecided().peekable();
+            undecided.peek().is_some() && undecided.all(|node| self.fanout.silent(node, silence))
+        };
+        if !all_silent {
             return quorum.status(now);
         }
-        for node in undecided {
+        // Only now, when the round is cut (rare), the list to vote for.
+        let silent: Vec<usize> = quorum.undecided().collect();
+        for node in silent {
             let outcome = Outcome::Failed(NodeError::Timeout);
             self.votes[node].count(&outcome);
             outcomes[node] = outcome;
@@ -667,6 +668,24 @@ pub(crate) fn settle(
         Status::Acquired { valid_until } => Ok(valid_until),
         Status::Failed(failure) => Err(failure),
         Status::Pending => Err(Failure::Unavailable),
+    }
+}
+
+/// An engine over a plain fanout to `addrs` with the default configuration, for the engine's unit tests.
+#[cfg(test)]
+pub(crate) fn test_engine(addrs: Vec<crate::net::NodeAddr>) -> Engine<crate::net::Fanout> {
+    let config = Config::default();
+    let n = addrs.len();
+    let fanout = crate::net::Fanout::new(addrs, crate::net::Options::default()).expect("fanout");
+    let (_, restart) = restart::connection_setup(&config, n);
+    Engine {
+        fanout,
+        clock: SystemClock,
+        config,
+        tokens: Tokens::new(),
+        restart,
+        votes: (0..n).map(|_| Votes::default()).collect(),
+        fold: Default::default(),
     }
 }
 
