@@ -20,6 +20,19 @@ const MAX_WAIT: Duration = Duration::from_secs(3);
 const HOLD: Duration = Duration::from_micros(100);
 /// The lease of the muxlock clients (the peers use the report's TTL).
 const XP_TTL: Duration = Duration::from_secs(2);
+/// Every client's round timeout (per-request timeout of the peers) in milliseconds, if not [`ROUND`]: read by
+/// the children from their environment, which they inherit.
+pub const ROUND_ENV: &str = "MUXLOCK_REPORT_XP_ROUND_MS";
+/// The round timeout of every client unless [`ROUND_ENV`] says otherwise.
+const ROUND: Duration = Duration::from_secs(1);
+
+/// The round timeout this run's clients use.
+pub fn round() -> Duration {
+    env::var(ROUND_ENV)
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(ROUND, Duration::from_millis)
+}
 
 /// The clients of this scenario.
 const CLIENTS: [&str; 5] = [
@@ -191,7 +204,7 @@ pub fn child(spec: &str) {
     let names: Vec<Vec<u8>> = (0..resources)
         .map(|r| format!("xp:{}:{r}", parts[3]).into_bytes())
         .collect();
-    let round = Duration::from_secs(1);
+    let round = round();
     // (acquire, release): errors as (is a quorum error, message).
     let mut client: Client = match kind {
         "muxlock wait" | "muxlock retry" => {
@@ -431,7 +444,8 @@ pub fn cross_process(
     out.line(format!(
         "### 7. Contention across processes\n\n{processes} processes (this bench binary re-executed), each with its \
          own client, loop on {} resource(s) of 5 nodes for {secs:.0} s per case: wait for a resource picked at \
-         random (at most {} s), hold it {} µs, release it, ask again at once. Faults: node {FAULTY} paused \
+         random (at most {} s), hold it {} µs, release it, ask again at once; every client's round (per-request) timeout {} ms \
+         (`{ROUND_ENV}`). Faults: node {FAULTY} paused \
          (SIGSTOP), or killed and restarted empty, for the middle third of the run. muxlock `.wait(..)` waits in \
          the nodes' queue (`src/redlock/wait/handoff.rs`); muxlock's retrying request retries with its defaults (10 tries, \
          200 ± 100 ms apart) until the wait is up; rslock and the `redlock` crate with their retries; \
@@ -446,6 +460,7 @@ pub fn cross_process(
             .join(" or "),
         MAX_WAIT.as_secs(),
         HOLD.as_micros(),
+        round().as_millis(),
         peers::HAND_RETRY.as_millis(),
         started.elapsed().as_secs_f64()
     ));
