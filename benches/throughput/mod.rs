@@ -58,6 +58,9 @@ pub enum Client {
     /// releases asked for while another is in flight go out together, one script call per fold on a script node.
     /// Named only with `MUXLOCK_TP_CLIENTS`, to weigh the fold in one run.
     Folded,
+    /// `muxlock/shared` without the clock check (`Config::with_clock_check(false)`; on by default): each
+    /// command alone, not between two `TIME`s. Named only with `MUXLOCK_TP_CLIENTS`, to weigh the check.
+    Unchecked,
 }
 
 /// The clients `benches/throughput.rs` runs by default.
@@ -69,7 +72,7 @@ pub const CLIENTS: [Client; 4] = [
 ];
 
 /// Every client, as `scripts/bench-report` runs them (and the floor, named only with `MUXLOCK_TP_CLIENTS`).
-pub const ALL_CLIENTS: [Client; 10] = [
+pub const ALL_CLIENTS: [Client; 11] = [
     Client::Shared,
     Client::PerThread,
     Client::Rslock,
@@ -80,6 +83,7 @@ pub const ALL_CLIENTS: [Client; 10] = [
     Client::Async,
     Client::QuorumAll,
     Client::Folded,
+    Client::Unchecked,
 ];
 
 impl Client {
@@ -95,6 +99,7 @@ impl Client {
             Client::Async => "muxlock/async",
             Client::QuorumAll => "redis-rs/quorum-all",
             Client::Folded => "muxlock/folded",
+            Client::Unchecked => "muxlock/unchecked",
         }
     }
 
@@ -111,13 +116,14 @@ impl Client {
             Client::Async => "mux-async",
             Client::QuorumAll => "quorum-all",
             Client::Folded => "mux-folded",
+            Client::Unchecked => "mux-unchecked",
         }
     }
 
     pub fn is_muxlock(self) -> bool {
         matches!(
             self,
-            Client::Shared | Client::PerThread | Client::Async | Client::Folded
+            Client::Shared | Client::PerThread | Client::Async | Client::Folded | Client::Unchecked
         )
     }
 }
@@ -191,6 +197,8 @@ pub struct Clients {
     pub shared: Arc<LockManager>,
     /// `muxlock/folded`'s manager (built only when that client runs).
     folded: Option<Arc<LockManager>>,
+    /// `muxlock/unchecked`'s manager, if that client runs.
+    unchecked: Option<Arc<LockManager>>,
     per_thread: Vec<Arc<LockManager>>,
     rslock: rslock::LockManager,
     rslock_rt: Runtime,
@@ -241,6 +249,10 @@ impl Clients {
                 .clients
                 .contains(&Client::Folded)
                 .then(|| mux_with(config.clone().with_fold_releases(true))),
+            unchecked: settings
+                .clients
+                .contains(&Client::Unchecked)
+                .then(|| mux_with(config.clone().with_clock_check(false))),
             per_thread: (0..most).map(|_| mux()).collect(),
             rslock,
             rslock_rt: runtime(),
@@ -346,10 +358,10 @@ pub fn run_case(
         let names = Names::new(client, &case, k);
         let tx = tx.clone();
         match client {
-            Client::Shared | Client::PerThread | Client::Folded => {
-                let manager = match (client, &clients.folded) {
-                    (Client::Shared, _) => Arc::clone(&clients.shared),
-                    (Client::Folded, Some(m)) => Arc::clone(m),
+            Client::Shared | Client::PerThread | Client::Folded | Client::Unchecked => {
+                let manager = match (client, &clients.folded, &clients.unchecked) {
+                    (Client::Shared, _, _) => Arc::clone(&clients.shared),
+                    (Client::Folded, Some(m), _) | (Client::Unchecked, _, Some(m)) => Arc::clone(m),
                     _ => Arc::clone(&clients.per_thread[k]),
                 };
                 // Never joined: a thread that blocks past the deadline is left behind, and counted.
@@ -412,6 +424,7 @@ pub fn run_case(
     let manager = match client {
         Client::Shared => Some(Arc::clone(&clients.shared)),
         Client::Folded => clients.folded.clone(),
+        Client::Unchecked => clients.unchecked.clone(),
         _ => None,
     };
     let net_before = manager.as_ref().map(|m| m.stats());
@@ -519,6 +532,7 @@ impl Clients {
         let Clients {
             shared,
             folded,
+            unchecked,
             per_thread,
             rslock,
             rslock_rt,
@@ -528,7 +542,7 @@ impl Clients {
             urls: _,
             floor,
         } = self;
-        drop((shared, folded, per_thread, rslock, quorum, floor));
+        drop((shared, folded, unchecked, per_thread, rslock, quorum, floor));
         async_rt.shutdown_timeout(Duration::from_secs(1));
         rslock_rt.shutdown_timeout(Duration::from_secs(1));
         quorum_rt.shutdown_timeout(Duration::from_secs(1));
