@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::net::NodeSet;
 use crate::time::later;
 
 /// What one node answered.
@@ -124,6 +125,26 @@ impl Quorum {
         self.yes + self.taken + self.failed
     }
 
+    /// Takes back the "taken" votes of the nodes (below 64) not in `asked` and returns them, for an attempt to
+    /// ask those nodes once more, when its votes are split: at least one grant, and not yet decided. The nodes
+    /// are undecided again until their second answers are counted. A grant among them counts as any grant of
+    /// the attempt: the key was set after the attempt's start, so its lease, counted from that start, ends no
+    /// later than the key does.
+    pub fn take_back_taken(&mut self, asked: NodeSet) -> NodeSet {
+        let mut again = NodeSet::EMPTY;
+        if self.yes == 0 {
+            return again;
+        }
+        for (node, vote) in self.votes.iter_mut().enumerate().take(64) {
+            if *vote == Some(Vote::Taken) && !asked.contains(node) {
+                *vote = None;
+                self.taken -= 1;
+                again.insert(node);
+            }
+        }
+        again
+    }
+
     /// The nodes that have not voted yet.
     pub fn undecided(&self) -> impl Iterator<Item = usize> + '_ {
         self.votes
@@ -219,6 +240,31 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_split_takes_back_its_taken_votes_once_and_only_with_a_grant() {
+        let t0 = Instant::now();
+        let mut q = Quorum::new(5, t0, TTL, ms(10));
+        assert_eq!(q.vote(0, Vote::Taken, t0), Status::Pending);
+        // No grant yet: nothing to take back.
+        assert_eq!(q.take_back_taken(NodeSet::EMPTY), NodeSet::EMPTY);
+        q.vote(1, Vote::Yes, t0);
+        q.vote(2, Vote::Failed, t0);
+        let mut again = NodeSet::EMPTY;
+        again.insert(0);
+        assert_eq!(q.take_back_taken(NodeSet::EMPTY), again);
+        assert_eq!(q.undecided().collect::<Vec<_>>(), [0, 3, 4]);
+        assert_eq!(q.voted(), 2);
+        // Node 0's second answer is its vote; a node asked already is not taken back again.
+        q.vote(0, Vote::Taken, t0);
+        q.vote(3, Vote::Taken, t0);
+        let mut expected = NodeSet::EMPTY;
+        expected.insert(3);
+        assert_eq!(q.take_back_taken(again), expected);
+        // Two taken and one failed of five: held, whatever node 3 says next.
+        q.vote(3, Vote::Taken, t0);
+        assert_eq!(q.status(t0), Status::Failed(Failure::Held));
     }
 
     #[test]

@@ -259,10 +259,11 @@ fn slow_client_history() -> Result<(), String> {
     a_proxies[2].set(Fault::Latency(Duration::from_millis(50)));
     b_proxies[1].set(Fault::Latency(Duration::from_millis(2_500)));
 
-    // Node 2 is taken for 150 ms by someone else: A's SET arrives there at 50 ms and fails.
+    // Node 2 is taken for 200 ms by someone else: A's SET arrives there at 50 ms and fails, and so does the
+    // second ask of A's split (node 0 granted, node 2 taken), there at about 150 ms.
     cluster
         .node(2)
-        .raw(&cmd(&["SET", resource, "someone-else", "PX", "150"]));
+        .raw(&cmd(&["SET", resource, "someone-else", "PX", "200"]));
     let t0 = Instant::now();
     let a_thread = thread::spawn(move || {
         a.request(resource)

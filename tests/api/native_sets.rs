@@ -142,7 +142,7 @@ fn valkey_nodes_acquire_a_set_with_one_msetex() {
 }
 
 /// One node holds one key of the set for someone else: `MSETEX` sets nothing there (that node votes "taken",
-/// its other key stays absent), the other two grant.
+/// asked again or not, its other key stays absent), the other two grant.
 #[test]
 fn a_key_held_on_one_node_makes_msetex_set_nothing_there() {
     let Some(nodes) = valkeys(3) else { return };
@@ -165,7 +165,8 @@ fn a_key_held_on_one_node_makes_msetex_set_nothing_there() {
             Some(set.value().as_bytes())
         );
     }
-    assert_eq!(calls(&nodes[0], "msetex"), 1);
+    // Once, or twice: the split's "taken" is asked again, and sets nothing either.
+    assert!((1..=2).contains(&calls(&nodes[0], "msetex")));
     locks.unlock(set).expect("released");
 }
 

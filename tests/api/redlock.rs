@@ -326,6 +326,57 @@ fn a_split_only_a_hung_node_could_decide_ends_without_waiting_for_it() {
     }
 }
 
+/// A node that refused an acquisition because its key was still held is asked once more when the votes split
+/// (node 0 granted, node 1 "taken", node 2 paused): the holder's key leaves node 1 between the two asks (a
+/// release on its way when a woken waiter's first request got there), and the second ask's grant decides the
+/// split at once instead of leaving it to the paused node for the whole round.
+#[test]
+fn a_split_s_taken_vote_is_asked_once_more_and_its_grant_decides() {
+    use support::proxy::{Fault, FaultProxy};
+    let mut cluster = Cluster::start(3);
+    let far = FaultProxy::start(cluster.addrs()[1]);
+    let urls = [
+        cluster.urls()[0].clone(),
+        far.url(),
+        cluster.urls()[2].clone(),
+    ];
+    let round = Duration::from_secs(2);
+    let locks = locks::manager(urls, locks::one_attempt(round));
+    locks
+        .unlock(locks.request("warm").ttl(TTL).acquire().expect("all up"))
+        .expect("release");
+    std::thread::sleep(Duration::from_millis(100)); // the warm-up's last replies are in
+    far.set(Fault::Latency(Duration::from_millis(50)));
+    cluster.pause(2);
+    // What one ask costs node 1 (the command, and the clock check's `TIME`s around it).
+    let requests = || locks.stats().nodes[1].net.requests;
+    let before = requests();
+    let one = locks
+        .request("one")
+        .ttl(TTL)
+        .acquire()
+        .expect("granted by nodes 0 and 1");
+    let per_ask = requests() - before;
+    locks.unlock(one).expect("release");
+    // Held on node 1 for 80 ms: the first ask gets there at about 50 ms, the second at about 150.
+    cluster
+        .node(1)
+        .raw(&cmd(&["SET", "asked", "theirs", "PX", "80"]));
+    let before = requests();
+    let started = Instant::now();
+    let got = locks.request("asked").ttl(TTL).acquire();
+    let took = started.elapsed();
+    let asked = requests() - before;
+    cluster.resume(2);
+    let lock = got.expect("granted by nodes 0 and 1");
+    assert_eq!(asked, 2 * per_ask, "node 1 was asked twice");
+    assert!(
+        took < round / 4,
+        "the split waited for the paused node: {took:?}"
+    );
+    locks.unlock(lock).expect("release");
+}
+
 /// A node whose link slowed down (a round trip of 0.1 ms in its history, 700 ms now, of a 2 s round) answers
 /// every request within the round, and is not silent: a split it decides (another holder on node 1, this caller
 /// granted on node 0) waits for its vote, also while an earlier request of this caller to it is still on its way

@@ -802,7 +802,8 @@ pub fn slow_fence_history() -> (Option<u64>, Option<u64>) {
         for (n, c) in [10, 1, 1].into_iter().enumerate() {
             w.nodes[n].node.set_counter(b"r0", c);
         }
-        w.nodes[2].node.hold(b"r0", b"someone-else", 150 * MS);
+        // Until after A's SET there (at 50 ms) and the second ask of A's split (at about 150 ms).
+        w.nodes[2].node.hold(b"r0", b"someone-else", 200 * MS);
     }
     let tokens = Rc::new(Cell::new([None, None]));
     super::run(&sim, |nodes, clock| {

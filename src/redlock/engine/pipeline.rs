@@ -11,8 +11,11 @@
 //!   someone ran `SCRIPT FLUSH`) sends that node the whole request once more with the scripts in full (`EVAL`): its outcomes
 //!   from `k` on answer the resend. A command answered by either pass is not handed back a second time, so a
 //!   caller sees at most one outcome per (command, node).
-//! - **The caller decides when to stop.** `on_reply` returns how many more outcomes are worth waiting for, 0 to
-//!   end the round; outcomes not awaited are read and dropped by the fanout when they come.
+//! - **The caller decides when to stop, and whom to ask again.** `on_reply` returns how many more outcomes are
+//!   worth waiting for, 0 to end the round; outcomes not awaited are read and dropped by the fanout when they
+//!   come. With it, the nodes to send their request once more (a request of one command, to a node not sent it
+//!   twice already, a `NOSCRIPT`'s resend included): their outcomes from then on answer the second request, and
+//!   are handed back as any outcome (the caller counts a node's second answer in place of its first).
 
 use std::time::Instant;
 
@@ -47,14 +50,14 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         deadline: Instant,
         need: usize,
         encode: impl Fn(&mut BytesMut, bool),
-        on_reply: impl FnMut(usize, (usize, usize), Reply) -> usize,
+        mut on_reply: impl FnMut(usize, (usize, usize), Reply) -> usize,
     ) -> NodeSet {
         self.pipelined_with(
             purpose,
             (nodes, k, deadline, need),
             encode,
             scripts_only(),
-            on_reply,
+            |(command, _), node, reply| (on_reply(command, node, reply), NodeSet::EMPTY),
         )
         .await
     }
@@ -63,6 +66,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// writes instead (a server's native command for what the script does, with the same replies). A node that
     /// refuses them before anything ran ([`Refused::Command`]: its ACL lacks the command, or it has none) is told
     /// to `refused` and sent the scripts in full instead, once; the refusal is not handed to `on_reply`.
+    /// `on_reply` is told, with each outcome's command, whether it answers the node's first request (a node
+    /// answered from a second one cannot be asked again), and names nodes to send their request once more (see
+    /// the module's invariants).
     pub(crate) async fn pipelined_with(
         &self,
         purpose: Purpose,
@@ -73,7 +79,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             impl Fn(&mut BytesMut),
             impl Fn(usize),
         ),
-        mut on_reply: impl FnMut(usize, (usize, usize), Reply) -> usize,
+        mut on_reply: impl FnMut((usize, bool), (usize, usize), Reply) -> (usize, NodeSet),
     ) -> NodeSet {
         let n = self.fanout.len();
         if k == 0 {
@@ -141,7 +147,23 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     _ => continue,
                 }
             }
-            match on_reply(j, (node, round.source(node)), reply) {
+            let (more, again) = on_reply((j, first), (node, round.source(node)), reply);
+            if k == 1 && again != NodeSet::EMPTY {
+                for node in (0..n.min(64)).filter(|&node| again.contains(node)) {
+                    if resent.get(node).copied().unwrap_or(false) {
+                        continue;
+                    }
+                    resent.resize(n, false);
+                    resent[node] = true;
+                    request.clear();
+                    match natively.contains(node) {
+                        true => encode_native(&mut request),
+                        false => encode(&mut request, false),
+                    }
+                    round.send(node, &request, k);
+                }
+            }
+            match more {
                 0 => break,
                 more => round.need(more),
             }

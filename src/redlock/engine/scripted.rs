@@ -95,6 +95,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let mut status = Status::Pending;
         let mut count = 0;
+        let mut asked = NodeSet::EMPTY;
         let need = quorum.votes_to_decide();
         let nodes = self
             .pipelined_with(
@@ -102,7 +103,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 (NodeSet::ALL, 1, deadline, need),
                 |buf, full| lua::eval(buf, script, full, keys, args),
                 native,
-                |_, (node, source), reply| {
+                |(_, first), (node, source), reply| {
+                    if !first {
+                        // Answered from a second request (a `NOSCRIPT`'s resend, or asked again): its last.
+                        asked.insert(node);
+                    }
                     let now = self.clock.now();
                     let (vote, outcome, number) = classify(node, &reply);
                     let key = keys.first().copied().unwrap_or_default();
@@ -115,13 +120,17 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                         count = count.max(number);
                     }
                     status = quorum.vote(node, vote, now);
+                    let mut again = NodeSet::EMPTY;
                     if status == Status::Pending {
+                        again = quorum.take_back_taken(asked);
+                        asked = asked.union(again);
                         status = self.without_silent(&mut quorum, &mut outcomes);
                     }
-                    match status {
+                    let more = match status {
                         Status::Pending => quorum.votes_to_decide(),
                         _ => 0,
-                    }
+                    };
+                    (more, again)
                 },
             )
             .await;

@@ -54,8 +54,10 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
     let nodes = round.send_all(&request, 1);
     let mut outcomes = vec![Outcome::NotAwaited; n];
     let mut status = Status::Pending;
+    // Nodes asked a second time (a split's "taken" votes, see `Quorum::take_back_taken`).
+    let mut asked = NodeSet::EMPTY;
     round.need(quorum.votes_to_decide());
-    // One request per node: its outcome is the node's vote.
+    // One request per node, and a second to some: a node's last outcome is its vote.
     while let Some((id, reply)) = round.next().await {
         let node = id.node;
         let now = engine.clock.now();
@@ -65,6 +67,13 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
         outcomes[node] = outcome;
         status = quorum.vote(node, vote, now);
         if status == Status::Pending {
+            let again = quorum.take_back_taken(asked);
+            if again != NodeSet::EMPTY {
+                asked = asked.union(again);
+                for node in (0..n.min(64)).filter(|&node| again.contains(node)) {
+                    round.send(node, &request, 1);
+                }
+            }
             status = engine.without_silent(&mut quorum, &mut outcomes);
         }
         if status != Status::Pending {
