@@ -11,6 +11,12 @@ use crate::net::NodeSet;
 use crate::time::later;
 
 /// What one node answered.
+/// How many times one acquisition asks a node at most: its request, and again while the votes are split and the
+/// node says "taken" ([`Quorum::take_back_taken`]; a `NOSCRIPT`'s resend counts). A holder still at work when a
+/// waiter's first request came (woken by the holder's own grant, or by its release on another node) has usually
+/// released by the second or third.
+pub const ASKS: usize = 3;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Vote {
     /// The node set (or extended) the key with our value.
@@ -125,18 +131,18 @@ impl Quorum {
         self.yes + self.taken + self.failed
     }
 
-    /// Takes back the "taken" votes of the nodes (below 64) not in `asked` and returns them, for an attempt to
-    /// ask those nodes once more, when its votes are split: at least one grant, and not yet decided. The nodes
-    /// are undecided again until their second answers are counted. A grant among them counts as any grant of
-    /// the attempt: the key was set after the attempt's start, so its lease, counted from that start, ends no
-    /// later than the key does.
-    pub fn take_back_taken(&mut self, asked: NodeSet) -> NodeSet {
+    /// Takes back the "taken" votes of the nodes (below 64) not in `spent` and returns them, for an attempt to
+    /// ask those nodes again, when its votes are split: at least one grant, and not yet decided. The nodes are
+    /// undecided again until their next answers are counted. A grant among them counts as any grant of the
+    /// attempt: the key was set after the attempt's start, so its lease, counted from that start, ends no later
+    /// than the key does. `spent`: the nodes asked [`ASKS`] times already.
+    pub fn take_back_taken(&mut self, spent: NodeSet) -> NodeSet {
         let mut again = NodeSet::EMPTY;
         if self.yes == 0 {
             return again;
         }
         for (node, vote) in self.votes.iter_mut().enumerate().take(64) {
-            if *vote == Some(Vote::Taken) && !asked.contains(node) {
+            if *vote == Some(Vote::Taken) && !spent.contains(node) {
                 *vote = None;
                 self.taken -= 1;
                 again.insert(node);

@@ -259,11 +259,11 @@ fn slow_client_history() -> Result<(), String> {
     a_proxies[2].set(Fault::Latency(Duration::from_millis(50)));
     b_proxies[1].set(Fault::Latency(Duration::from_millis(2_500)));
 
-    // Node 2 is taken for 200 ms by someone else: A's SET arrives there at 50 ms and fails, and so does the
-    // second ask of A's split (node 0 granted, node 2 taken), there at about 150 ms.
+    // Node 2 is taken for 300 ms by someone else: A's SET arrives there at 50 ms and fails, and so do the asks
+    // again of A's split (node 0 granted, node 2 taken), there at about 150 and 250 ms.
     cluster
         .node(2)
-        .raw(&cmd(&["SET", resource, "someone-else", "PX", "200"]));
+        .raw(&cmd(&["SET", resource, "someone-else", "PX", "300"]));
     let t0 = Instant::now();
     let a_thread = thread::spawn(move || {
         a.request(resource)
@@ -272,8 +272,8 @@ fn slow_client_history() -> Result<(), String> {
             .acquire()
             .map(|l| l.token().expect("a fenced lock"))
     });
-    // B starts at 250 ms: node 2 is free then (A's write-back reaches it at about 450 ms).
-    thread::sleep(Duration::from_millis(250).saturating_sub(t0.elapsed()));
+    // B starts at 350 ms: node 2 is free then (A's write-back reaches it at about 450 ms).
+    thread::sleep(Duration::from_millis(350).saturating_sub(t0.elapsed()));
     let b_thread = thread::spawn(move || {
         b.request(resource)
             .ttl(Duration::from_secs(20))

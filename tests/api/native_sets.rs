@@ -165,8 +165,8 @@ fn a_key_held_on_one_node_makes_msetex_set_nothing_there() {
             Some(set.value().as_bytes())
         );
     }
-    // Once, or twice: the split's "taken" is asked again, and sets nothing either.
-    assert!((1..=2).contains(&calls(&nodes[0], "msetex")));
+    // Once, or more: the split's "taken" is asked again (up to `ASKS` times), and sets nothing either.
+    assert!((1..=3).contains(&calls(&nodes[0], "msetex")));
     locks.unlock(set).expect("released");
 }
 

@@ -326,12 +326,12 @@ fn a_split_only_a_hung_node_could_decide_ends_without_waiting_for_it() {
     }
 }
 
-/// A node that refused an acquisition because its key was still held is asked once more when the votes split
+/// A node that refused an acquisition because its key was still held is asked again when the votes split
 /// (node 0 granted, node 1 "taken", node 2 paused): the holder's key leaves node 1 between the two asks (a
 /// release on its way when a woken waiter's first request got there), and the second ask's grant decides the
 /// split at once instead of leaving it to the paused node for the whole round.
 #[test]
-fn a_split_s_taken_vote_is_asked_once_more_and_its_grant_decides() {
+fn a_split_s_taken_vote_is_asked_again_and_its_grant_decides() {
     use support::proxy::{Fault, FaultProxy};
     let mut cluster = Cluster::start(3);
     let far = FaultProxy::start(cluster.addrs()[1]);

@@ -775,8 +775,8 @@ pub fn run_bytes(data: &[u8]) -> Run {
 }
 
 /// A slow client's history, directed (as `tests/api/fenced.rs`'s slow-client test on real nodes): counters 10, 1, 1;
-/// A (round timeout 600 ms) is 200 ms from node 1 and 50 ms from node 2, which someone else holds for 150 ms; B
-/// (6 s) starts at 250 ms and is 2.5 s from node 1; A's messages to node 1 are lost from 500 ms on. Returns A's
+/// A (round timeout 600 ms) is 200 ms from node 1 and 50 ms from node 2, which someone else holds for 300 ms; B
+/// (6 s) starts at 350 ms and is 2.5 s from node 1; A's messages to node 1 are lost from 500 ms on. Returns A's
 /// and B's tokens: B's must be larger.
 pub fn slow_fence_history() -> (Option<u64>, Option<u64>) {
     use super::node::Time;
@@ -802,8 +802,8 @@ pub fn slow_fence_history() -> (Option<u64>, Option<u64>) {
         for (n, c) in [10, 1, 1].into_iter().enumerate() {
             w.nodes[n].node.set_counter(b"r0", c);
         }
-        // Until after A's SET there (at 50 ms) and the second ask of A's split (at about 150 ms).
-        w.nodes[2].node.hold(b"r0", b"someone-else", 200 * MS);
+        // Until after A's SET there (at 50 ms) and the asks again of A's split (at about 150 and 250 ms).
+        w.nodes[2].node.hold(b"r0", b"someone-else", 300 * MS);
     }
     let tokens = Rc::new(Cell::new([None, None]));
     super::run(&sim, |nodes, clock| {
@@ -812,7 +812,7 @@ pub fn slow_fence_history() -> (Option<u64>, Option<u64>) {
             let me = clock.me();
             let (round, ttl, start) = match me {
                 0 => (600, 2_000, 0),
-                _ => (6_000, 20_000, 250),
+                _ => (6_000, 20_000, 350),
             };
             let config = Config::default()
                 .with_round_timeout(Duration::from_millis(round))

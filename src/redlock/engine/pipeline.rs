@@ -13,9 +13,9 @@
 //!   caller sees at most one outcome per (command, node).
 //! - **The caller decides when to stop, and whom to ask again.** `on_reply` returns how many more outcomes are
 //!   worth waiting for, 0 to end the round; outcomes not awaited are read and dropped by the fanout when they
-//!   come. With it, the nodes to send their request once more (a request of one command, to a node not sent it
-//!   twice already, a `NOSCRIPT`'s resend included): their outcomes from then on answer the second request, and
-//!   are handed back as any outcome (the caller counts a node's second answer in place of its first).
+//!   come. With it, the nodes to send their request again (a request of one command, in full, to a node sent it
+//!   fewer than [`ASKS`] times, a `NOSCRIPT`'s resend included): each outcome is handed back with the pass it
+//!   answers (0: the first request), and the caller counts a node's last answer in place of the earlier ones.
 
 use std::time::Instant;
 
@@ -25,6 +25,7 @@ use crate::net::{NodeSet, Reply};
 use crate::redlock::engine::Engine;
 use crate::redlock::engine::reply::{Refused, is_noscript, refused};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
+use crate::redlock::quorum::ASKS;
 
 /// What a pipelined round is for, which decides how its requests are queued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,9 +67,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// writes instead (a server's native command for what the script does, with the same replies). A node that
     /// refuses them before anything ran ([`Refused::Command`]: its ACL lacks the command, or it has none) is told
     /// to `refused` and sent the scripts in full instead, once; the refusal is not handed to `on_reply`.
-    /// `on_reply` is told, with each outcome's command, whether it answers the node's first request (a node
-    /// answered from a second one cannot be asked again), and names nodes to send their request once more (see
-    /// the module's invariants).
+    /// `on_reply` is told, with each outcome's command, which of the node's requests it answers (0: the first),
+    /// and names nodes to send their request again (see the module's invariants).
     pub(crate) async fn pipelined_with(
         &self,
         purpose: Purpose,
@@ -79,7 +79,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             impl Fn(&mut BytesMut),
             impl Fn(usize),
         ),
-        mut on_reply: impl FnMut((usize, bool), (usize, usize), Reply) -> (usize, NodeSet),
+        mut on_reply: impl FnMut((usize, usize), (usize, usize), Reply) -> (usize, NodeSet),
     ) -> NodeSet {
         let n = self.fanout.len();
         if k == 0 {
@@ -110,7 +110,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         // `handed`: per node and command, whether its outcome went to `on_reply` (once, from either pass; kept
         // only for requests of several commands).
         let mut handed: Vec<bool> = Vec::new();
-        let mut resent: Vec<bool> = Vec::new();
+        // Per node, how many requests it was sent after its first (empty until one is).
+        let mut passes: Vec<u8> = Vec::new();
         while let Some((id, reply)) = round.next().await {
             let (node, seq) = (id.node, id.seq as usize);
             if node >= n {
@@ -127,9 +128,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             if first && (is_noscript(&reply) || native_refused) {
                 // The node lost the script, or refused its native command: the whole request again, the scripts
                 // in full, once; the commands the first pass answered are not counted twice.
-                if !resent.get(node).copied().unwrap_or(false) {
-                    resent.resize(n, false);
-                    resent[node] = true;
+                if passes.get(node).copied().unwrap_or(0) == 0 {
+                    passes.resize(n, 0);
+                    passes[node] = 1;
                     request.clear();
                     encode(&mut request, true);
                     round.send(node, &request, k);
@@ -147,18 +148,20 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     _ => continue,
                 }
             }
-            let (more, again) = on_reply((j, first), (node, round.source(node)), reply);
+            let (more, again) = on_reply((j, seq / k), (node, round.source(node)), reply);
             if k == 1 && again != NodeSet::EMPTY {
                 for node in (0..n.min(64)).filter(|&node| again.contains(node)) {
-                    if resent.get(node).copied().unwrap_or(false) {
+                    let sent = passes.get(node).copied().unwrap_or(0);
+                    if usize::from(sent) + 1 >= ASKS {
                         continue;
                     }
-                    resent.resize(n, false);
-                    resent[node] = true;
+                    passes.resize(n, 0);
+                    passes[node] = sent + 1;
+                    // In full: the script may have been flushed since (a second `NOSCRIPT` is not resent).
                     request.clear();
                     match natively.contains(node) {
                         true => encode_native(&mut request),
-                        false => encode(&mut request, false),
+                        false => encode(&mut request, true),
                     }
                     round.send(node, &request, k);
                 }

@@ -14,7 +14,7 @@ use crate::redlock::engine::seam::{Clock, Nodes};
 use crate::redlock::engine::{Engine, answered, settle};
 use crate::redlock::error::{Error, Outcome, Result};
 use crate::redlock::lua::{self, Lua};
-use crate::redlock::quorum::{Failure, Quorum, Status, Vote};
+use crate::redlock::quorum::{ASKS, Failure, Quorum, Status, Vote};
 use crate::resp::Decimal;
 use crate::time::later;
 
@@ -95,7 +95,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let mut status = Status::Pending;
         let mut count = 0;
-        let mut asked = NodeSet::EMPTY;
+        // Nodes asked `ASKS` times (their last answer is their vote; see `Quorum::take_back_taken`).
+        let mut spent = NodeSet::EMPTY;
         let need = quorum.votes_to_decide();
         let nodes = self
             .pipelined_with(
@@ -103,10 +104,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 (NodeSet::ALL, 1, deadline, need),
                 |buf, full| lua::eval(buf, script, full, keys, args),
                 native,
-                |(_, first), (node, source), reply| {
-                    if !first {
-                        // Answered from a second request (a `NOSCRIPT`'s resend, or asked again): its last.
-                        asked.insert(node);
+                |(_, pass), (node, source), reply| {
+                    if pass + 1 >= ASKS {
+                        spent.insert(node);
                     }
                     let now = self.clock.now();
                     let (vote, outcome, number) = classify(node, &reply);
@@ -122,8 +122,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     status = quorum.vote(node, vote, now);
                     let mut again = NodeSet::EMPTY;
                     if status == Status::Pending {
-                        again = quorum.take_back_taken(asked);
-                        asked = asked.union(again);
+                        again = quorum.take_back_taken(spent);
                         status = self.without_silent(&mut quorum, &mut outcomes);
                     }
                     let more = match status {
