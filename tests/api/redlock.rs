@@ -377,6 +377,82 @@ fn a_split_s_taken_vote_is_asked_again_and_its_grant_decides() {
     locks.unlock(lock).expect("release");
 }
 
+/// The split of [`a_split_s_taken_vote_is_asked_once_more_and_its_grant_decides`] in each scripted kind's round
+/// (the pipeline's second request, `Engine::acquire_with`): a fenced lock, a set, an owned hold and a writer, each
+/// refused on node 1 by another holder's key that leaves it between the two asks, node 2 paused. Each is granted
+/// by nodes 0 and 1 at once, not after the paused node's silence (the 2 s round).
+#[test]
+fn a_split_s_taken_vote_is_asked_once_more_in_every_scripted_kind() {
+    use support::proxy::{Fault, FaultProxy};
+    let mut cluster = Cluster::start(3);
+    let far = FaultProxy::start(cluster.addrs()[1]);
+    let urls = [
+        cluster.urls()[0].clone(),
+        far.url(),
+        cluster.urls()[2].clone(),
+    ];
+    let round = Duration::from_secs(2);
+    let locks = locks::manager(urls, locks::one_attempt(round));
+    let owner = locks.owner().expect("owner");
+    // Every kind once with all nodes up: connections set up, scripts known.
+    for warm in [
+        locks.request("warm-f").ttl(TTL).fenced(),
+        locks.request_all(["warm-s", "warm-t"]).ttl(TTL),
+        locks.request("warm-o").ttl(TTL).owned(&owner),
+        locks.request("warm-w").ttl(TTL).write(),
+    ] {
+        locks
+            .unlock(warm.acquire().expect("all up"))
+            .expect("release");
+    }
+    std::thread::sleep(Duration::from_millis(100)); // the warm-up's last replies are in
+    far.set(Fault::Latency(Duration::from_millis(50)));
+    cluster.pause(2);
+    let kinds = [
+        (
+            "fenced",
+            "f-asked",
+            locks.request("f-asked").ttl(TTL).fenced(),
+        ),
+        (
+            "set",
+            "s-asked-b",
+            locks.request_all(["s-asked-a", "s-asked-b"]).ttl(TTL),
+        ),
+        (
+            "owned",
+            "o-asked",
+            locks.request("o-asked").ttl(TTL).owned(&owner),
+        ),
+        (
+            "writer",
+            "{w-asked}:write",
+            locks.request("w-asked").ttl(TTL).write(),
+        ),
+    ];
+    let mut took = Vec::new();
+    for (kind, key, request) in kinds {
+        // Held on node 1 for 80 ms: the first ask gets there at about 50 ms, the second at about 150.
+        cluster
+            .node(1)
+            .raw(&cmd(&["SET", key, "theirs", "PX", "80"]));
+        let started = Instant::now();
+        let got = request.acquire();
+        took.push((kind, started.elapsed(), got.is_ok()));
+        if let Ok(lock) = got {
+            locks.unlock(lock).expect("release");
+        }
+    }
+    cluster.resume(2);
+    for (kind, took, granted) in took {
+        assert!(granted, "{kind}: not granted by nodes 0 and 1");
+        assert!(
+            took < round / 4,
+            "{kind}: the split waited for the paused node: {took:?}"
+        );
+    }
+}
+
 /// A node whose link slowed down (a round trip of 0.1 ms in its history, 700 ms now, of a 2 s round) answers
 /// every request within the round, and is not silent: a split it decides (another holder on node 1, this caller
 /// granted on node 0) waits for its vote, also while an earlier request of this caller to it is still on its way
