@@ -453,6 +453,47 @@ fn a_split_s_taken_vote_is_asked_once_more_in_every_scripted_kind() {
     }
 }
 
+/// A split's "taken" vote whose second ask gets no answer within the round is still the holder's: a fenced
+/// acquisition (a round that is not patient) granted by node 0, refused by node 1 behind a 200 ms round trip (its
+/// second ask would be answered at about 400 ms, past the 300 ms round), node 2 paused (undecided when node 1's
+/// vote comes, failed at the round's end), is held (the holder on node 1 and node 2's failure make the majority
+/// impossible; the failure alone would not), not unavailable.
+#[test]
+fn a_taken_vote_asked_again_without_an_answer_in_the_round_is_still_held() {
+    use support::proxy::{Fault, FaultProxy};
+    let mut cluster = Cluster::start(3);
+    let far = FaultProxy::start(cluster.addrs()[1]);
+    let urls = [
+        cluster.urls()[0].clone(),
+        far.url(),
+        cluster.urls()[2].clone(),
+    ];
+    let round = Duration::from_millis(300);
+    let locks = locks::manager(urls, locks::one_attempt(round));
+    locks
+        .unlock(
+            locks
+                .request("warm")
+                .ttl(TTL)
+                .fenced()
+                .acquire()
+                .expect("all up"),
+        )
+        .expect("release");
+    cluster
+        .node(1)
+        .raw(&cmd(&["SET", "held-far", "theirs", "PX", "10000"]));
+    cluster.pause(2);
+    far.set(Fault::Latency(Duration::from_millis(100)));
+    let got = locks.request("held-far").ttl(TTL).fenced().acquire();
+    far.set(Fault::None);
+    cluster.resume(2);
+    match got {
+        Err(Error::Held(report)) => assert_eq!(report.taken(), 1, "{report:?}"),
+        other => panic!("expected Held: {other:?}"),
+    }
+}
+
 /// A node whose link slowed down (a round trip of 0.1 ms in its history, 700 ms now, of a 2 s round) answers
 /// every request within the round, and is not silent: a split it decides (another holder on node 1, this caller
 /// granted on node 0) waits for its vote, also while an earlier request of this caller to it is still on its way
