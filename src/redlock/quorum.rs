@@ -89,6 +89,8 @@ pub struct Quorum {
     yes: usize,
     taken: usize,
     failed: usize,
+    /// The nodes whose "taken" vote [`take_back_taken`](Self::take_back_taken) took back (all below 64).
+    retracted: NodeSet,
     valid_until: Instant,
     decide_by: Instant,
 }
@@ -104,6 +106,7 @@ impl Quorum {
             yes: 0,
             taken: 0,
             failed: 0,
+            retracted: NodeSet::EMPTY,
             valid_until,
             decide_by: valid_until,
         }
@@ -135,7 +138,10 @@ impl Quorum {
     /// ask those nodes again, when its votes are split: at least one grant, and not yet decided. The nodes are
     /// undecided again until their next answers are counted. A grant among them counts as any grant of the
     /// attempt: the key was set after the attempt's start, so its lease, counted from that start, ends no later
-    /// than the key does. `spent`: the nodes asked [`ASKS`] times already.
+    /// than the key does. `spent`: the nodes asked [`ASKS`] times already. An ask again that fails (no answer in
+    /// the round, an error, a grant not counted) leaves the first vote standing: [`vote`](Self::vote) records such
+    /// a node's failure as "taken", and so does [`closed`](Self::closed) for one that never answered (the holder it
+    /// found stays in the way; its ask again alone does not make the lock unavailable).
     pub fn take_back_taken(&mut self, spent: NodeSet) -> NodeSet {
         let mut again = NodeSet::EMPTY;
         if self.yes == 0 {
@@ -146,9 +152,16 @@ impl Quorum {
                 *vote = None;
                 self.taken -= 1;
                 again.insert(node);
+                self.retracted.insert(node);
             }
         }
         again
+    }
+
+    /// Whether node `node`'s "taken" vote was taken back ([`take_back_taken`](Self::take_back_taken)): its
+    /// first answer stands if its second ask fails.
+    pub fn taken_back(&self, node: usize) -> bool {
+        node < 64 && self.retracted.contains(node)
     }
 
     /// The nodes that have not voted yet.
@@ -176,8 +189,12 @@ impl Quorum {
     }
 
     /// Records node `node`'s vote at `now` and returns the verdict. A node's second vote, or a vote for a node out
-    /// of range, is ignored.
+    /// of range, is ignored. A node whose "taken" vote was taken back votes "taken" again if this vote fails.
     pub fn vote(&mut self, node: usize, vote: Vote, now: Instant) -> Status {
+        let vote = match vote {
+            Vote::Failed if self.taken_back(node) => Vote::Taken,
+            vote => vote,
+        };
         if let Some(slot @ None) = self.votes.get_mut(node) {
             *slot = Some(vote);
             match vote {
@@ -271,6 +288,27 @@ mod tests {
         // Two taken and one failed of five: held, whatever node 3 says next.
         q.vote(3, Vote::Taken, t0);
         assert_eq!(q.status(t0), Status::Failed(Failure::Held));
+    }
+
+    #[test]
+    fn a_taken_vote_taken_back_stands_if_the_second_ask_fails() {
+        let t0 = Instant::now();
+        let mut q = Quorum::new(5, t0, TTL, ms(10));
+        q.vote(0, Vote::Yes, t0);
+        q.vote(1, Vote::Taken, t0);
+        q.vote(2, Vote::Taken, t0);
+        q.vote(3, Vote::Failed, t0);
+        let again = q.take_back_taken(NodeSet::EMPTY);
+        assert!(again.contains(1) && again.contains(2));
+        // Node 1's second ask timed out: still the holder's. Node 2 never answered before the round ended.
+        assert_eq!(q.vote(1, Vote::Failed, t0), Status::Pending);
+        assert_eq!(q.closed(t0), Status::Failed(Failure::Held));
+        // A node not taken back that fails is a failure: three of five make the lock unavailable.
+        let mut q = Quorum::new(5, t0, TTL, ms(10));
+        q.vote(0, Vote::Yes, t0);
+        q.vote(1, Vote::Failed, t0);
+        q.vote(2, Vote::Failed, t0);
+        assert_eq!(q.closed(t0), Status::Failed(Failure::Unavailable));
     }
 
     #[test]

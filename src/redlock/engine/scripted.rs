@@ -114,7 +114,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     let (vote, outcome) =
                         self.counted_from((source, key), (vote, outcome), now, None);
                     self.votes[node].count(&outcome);
-                    outcomes[node] = outcome;
+                    // A second ask that failed leaves the first answer standing (`Quorum::vote`), in the
+                    // report too.
+                    if !(vote == Vote::Failed && quorum.taken_back(node)) {
+                        outcomes[node] = outcome;
+                    }
                     if vote == Vote::Yes {
                         // Only counted grants: a node the restart guard does not trust may have lost its counters.
                         count = count.max(number);

@@ -17,7 +17,7 @@ use crate::redlock::error::{Outcome, Report};
 use crate::redlock::kind::queued::Gate;
 use crate::redlock::kind::{Kind, Lock};
 use crate::redlock::lua;
-use crate::redlock::quorum::{ASKS, Failure, Quorum, Status};
+use crate::redlock::quorum::{ASKS, Failure, Quorum, Status, Vote};
 use crate::redlock::scripts;
 use crate::redlock::token;
 use crate::resp::{Decimal, Value};
@@ -67,7 +67,10 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
         let source = round.source(node);
         let (vote, outcome) = engine.counted_from((source, resource), set_vote(reply), now, None);
         engine.votes[node].count(&outcome);
-        outcomes[node] = outcome;
+        // A second ask that failed leaves the first answer standing (`Quorum::vote`), in the report too.
+        if !(vote == Vote::Failed && quorum.taken_back(node)) {
+            outcomes[node] = outcome;
+        }
         status = quorum.vote(node, vote, now);
         if status == Status::Pending {
             let again = quorum.take_back_taken(spent);
