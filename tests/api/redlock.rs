@@ -377,12 +377,12 @@ fn a_split_s_taken_vote_is_asked_again_and_its_grant_decides() {
     locks.unlock(lock).expect("release");
 }
 
-/// The split of [`a_split_s_taken_vote_is_asked_once_more_and_its_grant_decides`] in each scripted kind's round
+/// The split of [`a_split_s_taken_vote_is_asked_again_and_its_grant_decides`] in each scripted kind's round
 /// (the pipeline's second request, `Engine::acquire_with`): a fenced lock, a set, an owned hold and a writer, each
 /// refused on node 1 by another holder's key that leaves it between the two asks, node 2 paused. Each is granted
 /// by nodes 0 and 1 at once, not after the paused node's silence (the 2 s round).
 #[test]
-fn a_split_s_taken_vote_is_asked_once_more_in_every_scripted_kind() {
+fn a_split_s_taken_vote_is_asked_again_in_every_scripted_kind() {
     use support::proxy::{Fault, FaultProxy};
     let mut cluster = Cluster::start(3);
     let far = FaultProxy::start(cluster.addrs()[1]);
