@@ -633,13 +633,10 @@ impl NodeState {
     /// Drops the connection: every request in flight fails with `error`, and the node stays down until its backoff
     /// (doubling up to the cap) has passed. The caller closes the socket.
     ///
-    /// A connection closed or reset by its peer while idle is no failure of the node's: servers close idle clients
-    /// (`timeout`), and a restart closes every connection. Idle here is set up with nothing in flight and nothing
-    /// to write, or everything written at least a backoff ago with nothing read since: replies of rounds that
-    /// ended wait unread (nobody polled), and the peer's reset discards them with the close. It may be dialled
-    /// again at once, its backoff unchanged, so that the next request (a release among them) goes out on a new
-    /// connection instead of failing for the backoff. A connection that fails sooner after its last sign of
-    /// life waits out the backoff: a node that resets every connection it accepts is not dialled in a loop.
+    /// A connection closed or reset by its peer while set up and idle (nothing in flight, nothing to write) is no
+    /// failure of the node's: servers close idle clients (`timeout`), and a restart closes every connection. It
+    /// may be dialled again at once, its backoff unchanged, so that the next request (a release among them) goes
+    /// out on a new connection instead of failing for the backoff.
     pub(crate) fn fail(
         &mut self,
         error: NodeError,
@@ -648,8 +645,7 @@ impl NodeState {
         out: &mut Filing<'_>,
     ) {
         let closed = matches!(error, NodeError::Closed | NodeError::Io(_));
-        let idle = self.is_idle() || self.awaits_unread(now, self.backoff);
-        let retry_at = match closed && idle {
+        let retry_at = match closed && self.is_idle() {
             true => now,
             false => {
                 let at = later(now, self.backoff);

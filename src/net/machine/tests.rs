@@ -444,32 +444,3 @@ fn a_patient_round_whose_nodes_are_silent_times_out_at_its_deadline() {
     assert_eq!(first, Some((0, Err(NodeError::Timeout))));
     assert_eq!(round.deadline, now + ms(10));
 }
-
-#[test]
-fn a_peer_close_behind_replies_nobody_read_redials_at_once_unless_it_came_within_the_backoff() {
-    let t0 = Instant::now();
-    let ms = |n: u64| t0 + Duration::from_millis(n);
-    let mut m = machine(vec![Recorder::new(false, false)], t0);
-    let mut wake = Vec::new();
-    let set_up = |m: &mut Machine<Recorder>, at: Instant, wake: &mut Vec<_>| {
-        m.ensure(0, at, wake).expect("dialled");
-        let generation = m.conns[0].state.generation;
-        m.connected(0, generation, false, at);
-        let write = m.take_write(0).expect("the set-up's bytes");
-        assert!(m.written(write, (Ok(true), 1), at, wake).is_none());
-        generation
-    };
-    // Reset 5 ms after its set-up went out, unanswered: within the backoff (10 ms), the node waits it out.
-    let first = set_up(&mut m, t0, &mut wake);
-    let reset = NodeError::from_io(std::io::ErrorKind::ConnectionReset.into());
-    m.read((0, first), Item::Failed(reset.clone()), ms(5), &mut wake);
-    assert!(
-        m.conns[0].state.needs_dial(ms(5)).is_err(),
-        "a reset at once is the node's failure"
-    );
-    // Up again past it, its reply never read (nobody polled), and reset 200 ms later (a restart): dialled at
-    // once, for the next request (a release) to go out.
-    let second = set_up(&mut m, ms(20), &mut wake);
-    m.read((0, second), Item::Failed(reset), ms(220), &mut wake);
-    assert_eq!(m.conns[0].state.needs_dial(ms(220)), Ok(true));
-}
