@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 use crate::net::NodeSet;
 use crate::time::later;
 
-/// What one node answered.
 /// How many times one acquisition asks a node at most: its request, and again while the votes are split and the
 /// node says "taken" ([`Quorum::take_back_taken`]; a `NOSCRIPT`'s resend counts). A holder still at work when a
 /// waiter's first request came (woken by the holder's own grant, or by its release on another node) has usually
 /// released by the second or third.
 pub const ASKS: usize = 3;
 
+/// What one node answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Vote {
     /// The node set (or extended) the key with our value.
@@ -91,6 +91,8 @@ pub struct Quorum {
     failed: usize,
     /// The nodes whose "taken" vote [`take_back_taken`](Self::take_back_taken) took back (all below 64).
     retracted: NodeSet,
+    /// The nodes asked [`ASKS`] times already ([`answered`](Self::answered)): never taken back again.
+    spent: NodeSet,
     valid_until: Instant,
     decide_by: Instant,
 }
@@ -107,6 +109,7 @@ impl Quorum {
             taken: 0,
             failed: 0,
             retracted: NodeSet::EMPTY,
+            spent: NodeSet::EMPTY,
             valid_until,
             decide_by: valid_until,
         }
@@ -138,17 +141,18 @@ impl Quorum {
     /// ask those nodes again, when its votes are split: at least one grant, and not yet decided. The nodes are
     /// undecided again until their next answers are counted. A grant among them counts as any grant of the
     /// attempt: the key was set after the attempt's start, so its lease, counted from that start, ends no later
-    /// than the key does. `spent`: the nodes asked [`ASKS`] times already. An ask again that fails (no answer in
-    /// the round, an error, a grant not counted) leaves the first vote standing: [`vote`](Self::vote) records such
-    /// a node's failure as "taken", and so does [`closed`](Self::closed) for one that never answered (the holder it
-    /// found stays in the way; its ask again alone does not make the lock unavailable).
-    pub fn take_back_taken(&mut self, spent: NodeSet) -> NodeSet {
+    /// than the key does. A node asked [`ASKS`] times ([`answered`](Self::answered)) is not taken back. An ask
+    /// again that fails (no answer in the round, an error, a grant not counted) leaves the first vote standing:
+    /// [`vote`](Self::vote) records such a node's failure as "taken", and so does [`closed`](Self::closed) for one
+    /// that never answered (the holder it found stays in the way; its ask again alone does not make the lock
+    /// unavailable).
+    pub fn take_back_taken(&mut self) -> NodeSet {
         let mut again = NodeSet::EMPTY;
-        if self.yes == 0 {
+        if self.yes == 0 || self.taken == 0 {
             return again;
         }
         for (node, vote) in self.votes.iter_mut().enumerate().take(64) {
-            if *vote == Some(Vote::Taken) && !spent.contains(node) {
+            if *vote == Some(Vote::Taken) && !self.spent.contains(node) {
                 *vote = None;
                 self.taken -= 1;
                 again.insert(node);
@@ -158,9 +162,20 @@ impl Quorum {
         again
     }
 
+    /// Notes that `node`'s outcome answers its `ask`-th request of the attempt (0: the first; a `NOSCRIPT`'s
+    /// resend counts): from the last of [`ASKS`] on, its vote is not taken back again. Returns whether the
+    /// outcome replaces the node's earlier one in the report: not a failed ask again of a node whose "taken"
+    /// stands ([`vote`](Self::vote)).
+    pub fn answered(&mut self, node: usize, ask: usize, vote: Vote) -> bool {
+        if ask + 1 >= ASKS {
+            self.spent.insert(node);
+        }
+        !(vote == Vote::Failed && self.taken_back(node))
+    }
+
     /// Whether node `node`'s "taken" vote was taken back ([`take_back_taken`](Self::take_back_taken)): its
     /// first answer stands if its second ask fails.
-    pub fn taken_back(&self, node: usize) -> bool {
+    fn taken_back(&self, node: usize) -> bool {
         node < 64 && self.retracted.contains(node)
     }
 
@@ -271,20 +286,21 @@ mod tests {
         let mut q = Quorum::new(5, t0, TTL, ms(10));
         assert_eq!(q.vote(0, Vote::Taken, t0), Status::Pending);
         // No grant yet: nothing to take back.
-        assert_eq!(q.take_back_taken(NodeSet::EMPTY), NodeSet::EMPTY);
+        assert_eq!(q.take_back_taken(), NodeSet::EMPTY);
         q.vote(1, Vote::Yes, t0);
         q.vote(2, Vote::Failed, t0);
         let mut again = NodeSet::EMPTY;
         again.insert(0);
-        assert_eq!(q.take_back_taken(NodeSet::EMPTY), again);
+        assert_eq!(q.take_back_taken(), again);
         assert_eq!(q.undecided().collect::<Vec<_>>(), [0, 3, 4]);
         assert_eq!(q.voted(), 2);
-        // Node 0's second answer is its vote; a node asked already is not taken back again.
+        // Node 0's last answer is its vote; a node asked its every time is not taken back again.
+        q.answered(0, ASKS - 1, Vote::Taken);
         q.vote(0, Vote::Taken, t0);
         q.vote(3, Vote::Taken, t0);
         let mut expected = NodeSet::EMPTY;
         expected.insert(3);
-        assert_eq!(q.take_back_taken(again), expected);
+        assert_eq!(q.take_back_taken(), expected);
         // Two taken and one failed of five: held, whatever node 3 says next.
         q.vote(3, Vote::Taken, t0);
         assert_eq!(q.status(t0), Status::Failed(Failure::Held));
@@ -298,7 +314,7 @@ mod tests {
         q.vote(1, Vote::Taken, t0);
         q.vote(2, Vote::Taken, t0);
         q.vote(3, Vote::Failed, t0);
-        let again = q.take_back_taken(NodeSet::EMPTY);
+        let again = q.take_back_taken();
         assert!(again.contains(1) && again.contains(2));
         // Node 1's second ask timed out: still the holder's. Node 2 never answered before the round ended.
         assert_eq!(q.vote(1, Vote::Failed, t0), Status::Pending);

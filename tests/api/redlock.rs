@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use muxlock::redlock::scripts::{EXTEND, EXTEND_SHA1, RELEASE, RELEASE_SHA1};
 use muxlock::redlock::{Config, Error, LockManager, Outcome};
 use support::locks;
+use support::proxy::{Fault, FaultProxy};
 use support::{Cluster, cmd};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -326,22 +327,25 @@ fn a_split_only_a_hung_node_could_decide_ends_without_waiting_for_it() {
     }
 }
 
+/// Three nodes, node `far` reached through a fault proxy (no fault yet), and a manager of one attempt per call
+/// with rounds of `round`.
+fn with_far_node(far: usize, round: Duration) -> (Cluster, FaultProxy, LockManager) {
+    let cluster = Cluster::start(3);
+    let proxy = FaultProxy::start(cluster.addrs()[far]);
+    let mut urls = cluster.urls();
+    urls[far] = proxy.url();
+    let locks = locks::manager(urls, locks::one_attempt(round));
+    (cluster, proxy, locks)
+}
+
 /// A node that refused an acquisition because its key was still held is asked again when the votes split
 /// (node 0 granted, node 1 "taken", node 2 paused): the holder's key leaves node 1 between the two asks (a
 /// release on its way when a woken waiter's first request got there), and the second ask's grant decides the
 /// split at once instead of leaving it to the paused node for the whole round.
 #[test]
 fn a_split_s_taken_vote_is_asked_again_and_its_grant_decides() {
-    use support::proxy::{Fault, FaultProxy};
-    let mut cluster = Cluster::start(3);
-    let far = FaultProxy::start(cluster.addrs()[1]);
-    let urls = [
-        cluster.urls()[0].clone(),
-        far.url(),
-        cluster.urls()[2].clone(),
-    ];
     let round = Duration::from_secs(2);
-    let locks = locks::manager(urls, locks::one_attempt(round));
+    let (mut cluster, far, locks) = with_far_node(1, round);
     locks
         .unlock(locks.request("warm").ttl(TTL).acquire().expect("all up"))
         .expect("release");
@@ -383,16 +387,8 @@ fn a_split_s_taken_vote_is_asked_again_and_its_grant_decides() {
 /// by nodes 0 and 1 at once, not after the paused node's silence (the 2 s round).
 #[test]
 fn a_split_s_taken_vote_is_asked_again_in_every_scripted_kind() {
-    use support::proxy::{Fault, FaultProxy};
-    let mut cluster = Cluster::start(3);
-    let far = FaultProxy::start(cluster.addrs()[1]);
-    let urls = [
-        cluster.urls()[0].clone(),
-        far.url(),
-        cluster.urls()[2].clone(),
-    ];
     let round = Duration::from_secs(2);
-    let locks = locks::manager(urls, locks::one_attempt(round));
+    let (mut cluster, far, locks) = with_far_node(1, round);
     let owner = locks.owner().expect("owner");
     // Every kind once with all nodes up: connections set up, scripts known.
     for warm in [
@@ -460,16 +456,7 @@ fn a_split_s_taken_vote_is_asked_again_in_every_scripted_kind() {
 /// impossible; the failure alone would not), not unavailable.
 #[test]
 fn a_taken_vote_asked_again_without_an_answer_in_the_round_is_still_held() {
-    use support::proxy::{Fault, FaultProxy};
-    let mut cluster = Cluster::start(3);
-    let far = FaultProxy::start(cluster.addrs()[1]);
-    let urls = [
-        cluster.urls()[0].clone(),
-        far.url(),
-        cluster.urls()[2].clone(),
-    ];
-    let round = Duration::from_millis(300);
-    let locks = locks::manager(urls, locks::one_attempt(round));
+    let (mut cluster, far, locks) = with_far_node(1, Duration::from_millis(300));
     locks
         .unlock(
             locks
@@ -502,15 +489,7 @@ fn a_taken_vote_asked_again_without_an_answer_in_the_round_is_still_held() {
 /// so far.
 #[test]
 fn a_node_on_a_slow_link_decides_a_split_while_an_earlier_request_to_it_is_on_its_way() {
-    use support::proxy::{Fault, FaultProxy};
-    let cluster = Cluster::start(3);
-    let far = FaultProxy::start(cluster.addrs()[2]);
-    let urls = [
-        cluster.urls()[0].clone(),
-        cluster.urls()[1].clone(),
-        far.url(),
-    ];
-    let locks = locks::manager(urls, locks::one_attempt(Duration::from_secs(2)));
+    let (cluster, far, locks) = with_far_node(2, Duration::from_secs(2));
     locks
         .unlock(locks.request("warm").ttl(TTL).acquire().expect("all up"))
         .expect("release");

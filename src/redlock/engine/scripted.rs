@@ -14,7 +14,7 @@ use crate::redlock::engine::seam::{Clock, Nodes};
 use crate::redlock::engine::{Engine, answered, settle};
 use crate::redlock::error::{Error, Outcome, Result};
 use crate::redlock::lua::{self, Lua};
-use crate::redlock::quorum::{ASKS, Failure, Quorum, Status, Vote};
+use crate::redlock::quorum::{Failure, Quorum, Status, Vote};
 use crate::resp::Decimal;
 use crate::time::later;
 
@@ -95,8 +95,6 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let mut status = Status::Pending;
         let mut count = 0;
-        // Nodes asked `ASKS` times (their last answer is their vote; see `Quorum::take_back_taken`).
-        let mut spent = NodeSet::EMPTY;
         let need = quorum.votes_to_decide();
         let nodes = self
             .pipelined_with(
@@ -105,18 +103,13 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 |buf, full| lua::eval(buf, script, full, keys, args),
                 native,
                 |(_, pass), (node, source), reply| {
-                    if pass + 1 >= ASKS {
-                        spent.insert(node);
-                    }
                     let now = self.clock.now();
                     let (vote, outcome, number) = classify(node, &reply);
                     let key = keys.first().copied().unwrap_or_default();
                     let (vote, outcome) =
                         self.counted_from((source, key), (vote, outcome), now, None);
                     self.votes[node].count(&outcome);
-                    // A second ask that failed leaves the first answer standing (`Quorum::vote`), in the
-                    // report too.
-                    if !(vote == Vote::Failed && quorum.taken_back(node)) {
+                    if quorum.answered(node, pass, vote) {
                         outcomes[node] = outcome;
                     }
                     if vote == Vote::Yes {
@@ -126,7 +119,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     status = quorum.vote(node, vote, now);
                     let mut again = NodeSet::EMPTY;
                     if status == Status::Pending {
-                        again = quorum.take_back_taken(spent);
+                        again = quorum.take_back_taken();
                         status = self.without_silent(&mut quorum, &mut outcomes);
                     }
                     let more = match status {

@@ -17,7 +17,7 @@ use crate::redlock::error::{Outcome, Report};
 use crate::redlock::kind::queued::Gate;
 use crate::redlock::kind::{Kind, Lock};
 use crate::redlock::lua;
-use crate::redlock::quorum::{ASKS, Failure, Quorum, Status, Vote};
+use crate::redlock::quorum::{Failure, Quorum, Status};
 use crate::redlock::scripts;
 use crate::redlock::token;
 use crate::resp::{Decimal, Value};
@@ -54,30 +54,23 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
     let nodes = round.send_all(&request, 1);
     let mut outcomes = vec![Outcome::NotAwaited; n];
     let mut status = Status::Pending;
-    // Nodes asked `ASKS` times (a split's "taken" votes are asked again: `Quorum::take_back_taken`).
-    let mut spent = NodeSet::EMPTY;
     round.need(quorum.votes_to_decide());
     // One request per node, and more to some: a node's last outcome is its vote (`id.seq`: which request).
     while let Some((id, reply)) = round.next().await {
         let node = id.node;
-        if id.seq as usize + 1 >= ASKS {
-            spent.insert(node);
-        }
         let now = engine.clock.now();
         let source = round.source(node);
         let (vote, outcome) = engine.counted_from((source, resource), set_vote(reply), now, None);
         engine.votes[node].count(&outcome);
-        // A second ask that failed leaves the first answer standing (`Quorum::vote`), in the report too.
-        if !(vote == Vote::Failed && quorum.taken_back(node)) {
+        if quorum.answered(node, id.seq as usize, vote) {
             outcomes[node] = outcome;
         }
         status = quorum.vote(node, vote, now);
         if status == Status::Pending {
-            let again = quorum.take_back_taken(spent);
-            if again != NodeSet::EMPTY {
-                for node in (0..n.min(64)).filter(|&node| again.contains(node)) {
-                    round.send(node, &request, 1);
-                }
+            // A split's "taken" votes are asked again (`Quorum::take_back_taken`).
+            let again = quorum.take_back_taken();
+            for node in (0..n.min(64)).filter(|&node| again.contains(node)) {
+                round.send(node, &request, 1);
             }
             status = engine.without_silent(&mut quorum, &mut outcomes);
         }
