@@ -15,14 +15,13 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
-use muxlock::redlock::sim::{Clock, Engine};
+use muxlock::redlock::sim::Clock;
 
 use super::check::Hold;
 use super::node::{MS, Time};
-use super::{Rng, Sim, SimClock, SimNodes};
+use super::{Rng, Sim};
 
-type SimEngine = Engine<Members<SimNodes>, SimClock>;
-use muxlock::net::cluster::Members;
+type SimEngine = super::calls::Checked;
 
 /// A release's future, borrowing the engine.
 type Release<'a> = Pin<Box<dyn Future<Output = muxlock::Result<usize>> + 'a>>;

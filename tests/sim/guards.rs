@@ -12,14 +12,13 @@
 
 use std::time::Duration;
 
-use muxlock::redlock::sim::{Clock, Engine, SimGuard};
+use muxlock::redlock::sim::{Clock, SimGuard};
 
 use super::check::Hold;
 use super::node::{MS, Time};
-use super::{Rng, Sim, SimClock, SimNodes};
+use super::{Rng, Sim};
 
-type SimEngine = Engine<Members<SimNodes>, SimClock>;
-use muxlock::net::cluster::Members;
+type SimEngine = super::calls::Checked;
 
 /// A guard and what the history knows of it.
 struct Guarded {

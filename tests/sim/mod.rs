@@ -49,6 +49,7 @@
 //! until the client dials again: what was on its way still runs there, and its replies are read by nobody.
 //! Simplification: a connect completes after the node's base latency, not a slow client's own extra.
 
+pub mod calls;
 pub mod check;
 pub mod cleanup;
 pub mod cluster;
@@ -362,6 +363,23 @@ struct Client {
     /// What wakes a waiting client: virtual time reaching `until`, or (unless it sleeps) something filed.
     until: Time,
     sleeping: bool,
+    /// Every pause it asked its clock for, in order: its own and its engine's (the retries'), which
+    /// `calls.rs` tells apart by when they came.
+    pauses: Vec<Duration>,
+    /// The call of the engine it is in, if `calls.rs` opened one: judged while it lasts too, so that a call that
+    /// retries or waits for ever breaks the history instead of running the world for ever.
+    pub call: Option<Open>,
+}
+
+/// A call of the engine under way (`calls.rs`), and its limits.
+#[derive(Clone, Copy, Debug)]
+pub struct Open {
+    pub what: &'static str,
+    /// When it began, and how many pauses its client had asked for then.
+    pub at: Time,
+    pub paused: usize,
+    /// How many pauses (retries) it may take.
+    pub retries: usize,
 }
 
 #[derive(Debug)]
@@ -412,6 +430,12 @@ pub struct Struck {
     pub resets_before: u64,
     pub resets_after: u64,
     pub refused: u64,
+    /// Calls of the engine judged as they returned (`calls.rs`), those that paused to retry, and, in calm
+    /// worlds, those that had to succeed (an acquisition of what was free, an extension or release of what every
+    /// node held).
+    pub calls: u64,
+    pub retried: u64,
+    pub judged_calm: u64,
     /// Requests of ordinary rounds refused for room (`Overloaded`).
     pub overloaded: u64,
     pub restarts: u64,
@@ -549,6 +573,9 @@ impl Struck {
         self.plain_grants_beside_clusters += s.plain_grants_beside_clusters;
         self.grants_by_checked_clusters += s.grants_by_checked_clusters;
         self.extensions += s.extensions;
+        self.calls += s.calls;
+        self.retried += s.retried;
+        self.judged_calm += s.judged_calm;
         for (sum, k) in self.noperm.iter_mut().zip(s.noperm) {
             *sum += k;
         }
@@ -595,7 +622,17 @@ pub struct World {
     opts: Rc<NetOptions>,
     /// The members' layout, in worlds with cluster members.
     layout: Option<Rc<cluster::Layout>>,
+    /// A calm world ([`Setup::calm`]) and whether one of its nodes is slow: no fault at all, and every pause a client asks for cut to
+    /// [`CALM_PAUSE`], so that nothing it holds expires on it.
+    pub calm: bool,
+    pub slow_node: bool,
 }
+
+/// The longest pause a client takes in a calm world ([`Setup::calm`]).
+pub const CALM_PAUSE: Duration = Duration::from_millis(5);
+
+/// The one-way latency of a calm world's slow node, if it has one ([`Setup::calm`]).
+pub const CALM_SLOW: Time = 20 * MS;
 
 /// A map read waiting for its answer (taken when answered).
 struct MapWait(Option<MapDone>);
@@ -620,6 +657,31 @@ pub enum Member {
 }
 
 impl World {
+    /// Every pause client `client` asked its clock for so far (its own and its engine's), in order.
+    pub fn pauses(&self, client: usize) -> &[Duration] {
+        &self.clients[client].pauses
+    }
+
+    /// Opens (or with `None`, closes) the call client `client` is in.
+    pub fn open(&mut self, client: usize, call: Option<Open>) {
+        self.clients[client].call = call;
+    }
+
+    /// Breaks the history if client `client`'s open call has paused past its retries.
+    fn judge_call(&mut self, client: usize) {
+        let Some(c) = self.clients[client].call else {
+            return;
+        };
+        let paused = self.clients[client].pauses.len() - c.paused;
+        if paused <= c.retries {
+            return;
+        }
+        let what = format!("paused {paused} times, past its {} retries", c.retries);
+        self.clients[client].call = None;
+        let line = format!("c{client}'s {} at {} ms {what}", c.what, c.at / MS);
+        self.history.breaks(line);
+    }
+
     fn push(&mut self, at: Time, event: Event) {
         self.seq += 1;
         let slot = match self.free.pop() {
@@ -1673,6 +1735,10 @@ pub struct Setup {
     pub steps_back: bool,
     /// Cluster members (`cluster.rs`): the members, some of them simulated clusters, and their nodes.
     pub layout: Option<Rc<cluster::Layout>>,
+    /// A calm world: no fault of any kind (no latency spike, reset, pause, restart, flush, partition, slow link,
+    /// clock fault, burst, ACL or lack of room; the nodes' links still differ), and clients' pauses cut to
+    /// [`CALM_PAUSE`] (`calls.rs` judges what every call must then do).
+    pub calm: bool,
 }
 
 impl Setup {
@@ -1694,6 +1760,7 @@ impl Setup {
             net: false,
             unchecked: false,
             layout: None,
+            calm: false,
         }
     }
 }
@@ -1736,6 +1803,20 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
             ),
             reset: [0.0, 0.01, 0.05][rng.range(0, 2) as usize],
         };
+        let faults = match setup.calm {
+            // Half the calm worlds have a slow node (the last): 20 ms each way, well within a round timeout.
+            true if i + 1 == setup.nodes && Rng::new(seed ^ 0x736c_6f77).chance(0.5) => Faults {
+                latency: (CALM_SLOW, CALM_SLOW),
+                spike: (0.0, 0),
+                reset: 0.0,
+            },
+            true => Faults {
+                spike: (0.0, 0),
+                reset: 0.0,
+                ..faults
+            },
+            false => faults,
+        };
         let faults = match setup.net {
             true => Faults {
                 // Without the clients' checks, fewer: a connection lives long enough for several rounds to meet on
@@ -1752,6 +1833,10 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
             setup.durable || !setup.bursts && rng.chance(0.5),
             rng.next() ^ i as u64,
         );
+        if setup.calm {
+            // Up for an hour: the restart guard has no window to keep it out for.
+            node.started -= 3_600_000 * MS;
+        }
         if setup.natives {
             node.native = [
                 node::Native::None,
@@ -1795,6 +1880,8 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
             ready: false,
             until: 0,
             sleeping: false,
+            pauses: Vec::new(),
+            call: None,
         })
         .collect();
     // Within ±0.4 %: two clients differ by less than the 1 % drift factor (drawn per client; a process runs at
@@ -1806,7 +1893,7 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
         .map(|p| Proc {
             fanout: SimFanout::new(
                 &addrs,
-                match tight && !setup.net {
+                match tight && !setup.net && !setup.calm {
                     true => opts
                         .clone()
                         .with_max_in_flight(scale * [2, 4, 8][room.range(0, 2) as usize]),
@@ -1855,7 +1942,10 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
         maps: Vec::new(),
         opts: Rc::new(opts.clone()),
         layout: setup.layout.clone(),
+        calm: setup.calm,
+        slow_node: false,
     };
+    w.slow_node = (w.nodes.iter()).any(|n| n.faults.latency.0 == CALM_SLOW) && setup.calm;
     for c in 0..w.clusters.len() {
         for (i, &n) in w.clusters[c].nodes.iter().enumerate() {
             w.cluster_of[n] = Some((c, i));
@@ -1873,8 +1963,8 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
             .collect();
         w.history.note(format!("members: {}", members.join(", ")));
     }
-    // The fault plan.
-    for node in 0..setup.nodes {
+    // The fault plan (none in a calm world).
+    for node in (0..setup.nodes).filter(|_| !setup.calm) {
         let mut t = 0;
         loop {
             t += rng.range(100, 3000) * MS;
@@ -2228,6 +2318,10 @@ where
         let Some(task) = tasks[me].as_mut() else {
             unreachable!("client {me} is done and picked");
         };
+        // A call that retries for ever ends the run (`judge_call` broke the history at its pause past its count).
+        if sim.world().history.broken.is_some() {
+            break;
+        }
         let polled =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.as_mut().poll(&mut cx)));
         let done = match polled {
@@ -2302,7 +2396,13 @@ impl Clock for SimClock {
     /// for a zero pause (another client may run first), as the real thread's sleep may be descheduled.
     fn sleep(&self, pause: Duration) -> impl Future<Output = ()> {
         let until = {
-            let w = self.sim.world();
+            let mut w = self.sim.world();
+            w.clients[self.me].pauses.push(pause);
+            w.judge_call(self.me);
+            let pause = match w.calm {
+                true => pause.min(CALM_PAUSE),
+                false => pause,
+            };
             let rate = w.procs[w.clients[self.me].process].rate;
             // Rounded up, and a nanosecond more: this client's clock reads at least `pause` later when it
             // wakes (`instant` rounds down).

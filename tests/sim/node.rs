@@ -304,6 +304,22 @@ impl Node {
         self.get(key, now).is_some_and(|v| v == value)
     }
 
+    /// `key` holds `value` at virtual time `now` and still will at `until` (no later expiry), read without
+    /// touching the keyspace (an expired key is not removed: the judges' look changes nothing).
+    pub fn keeps(&self, key: &[u8], value: &[u8], now: Time, until: Time) -> bool {
+        let (now, until) = (self.clock.read(now), self.clock.read(until));
+        self.keys.get(key).is_some_and(|e| {
+            matches!(&e.data, Data::Str(v) if v == value)
+                && e.expires.is_none_or(|t| t > now && t > until)
+        })
+    }
+
+    /// `key` is live at virtual time `now`, read without touching the keyspace.
+    pub fn sees(&self, key: &[u8], now: Time) -> bool {
+        let now = self.clock.read(now);
+        (self.keys.get(key)).is_some_and(|e| e.expires.is_none_or(|t| t > now))
+    }
+
     pub fn take_snapshot(&mut self) {
         self.snapshot = Some(self.keys.clone());
     }

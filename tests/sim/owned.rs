@@ -16,15 +16,14 @@
 
 use std::time::Duration;
 
-use muxlock::redlock::sim::{Clock, Engine, SimGuard};
+use muxlock::redlock::sim::{Clock, SimGuard};
 use muxlock::redlock::{Lock, Owner};
 
 use super::check::Hold;
 use super::node::{MS, Time};
-use super::{Rng, Sim, SimClock, SimNodes};
+use super::{Rng, Sim};
 
-type SimEngine = Engine<Members<SimNodes>, SimClock>;
-use muxlock::net::cluster::Members;
+type SimEngine = super::calls::Checked;
 
 /// One hold of the owner: under a guard, or a bare [`Lock`] the holder extends.
 enum Held {

@@ -11,15 +11,14 @@
 
 use std::time::Duration;
 
-use muxlock::net::cluster::Members;
-use muxlock::redlock::sim::{Clock, Engine, Waits};
+use muxlock::redlock::sim::{Clock, Waits};
 
 use super::check::{Hold, RwHold};
 use super::node::{MS, Time};
 use super::workload::queued;
-use super::{Rng, Sim, SimClock, SimNodes};
+use super::{Rng, Sim};
 
-type SimEngine = Engine<Members<SimNodes>, SimClock>;
+type SimEngine = super::calls::Checked;
 
 /// The virtual time now.
 fn now(sim: &Sim) -> Time {

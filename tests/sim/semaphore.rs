@@ -14,15 +14,14 @@
 use std::time::Duration;
 
 use muxlock::Config;
-use muxlock::net::cluster::Members;
 use muxlock::redlock::sim::{Clock, Engine, Waits};
 
 use super::check::{Hold, Permit};
 use super::node::{MS, Time};
 use super::workload::queued;
-use super::{Rng, Setup, Sim, SimClock, SimNodes};
+use super::{Rng, Setup, Sim};
 
-type SimEngine = Engine<Members<SimNodes>, SimClock>;
+type SimEngine = super::calls::Checked;
 
 /// The virtual time now.
 fn now(sim: &Sim) -> Time {

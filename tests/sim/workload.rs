@@ -6,10 +6,10 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use muxlock::Config;
-use muxlock::net::cluster::Members;
 use muxlock::redlock::Outcome;
 use muxlock::redlock::sim::{Clock, Engine, Waits};
 
+use super::calls::Checked;
 use super::check::Hold;
 use super::node::{MS, Time};
 use super::{
@@ -24,7 +24,7 @@ pub const HORIZON: Time = 8_000 * MS;
 /// attempts until granted or it gives up, then it leaves the queue everywhere. A grant is counted in the history's
 /// `queued`.
 pub async fn queued(
-    engine: &Engine<Members<SimNodes>, SimClock>,
+    engine: &Checked,
     sim: &Sim,
     rng: &mut Rng,
     waits: Waits<'_>,
@@ -112,6 +112,9 @@ pub struct Options {
     /// replica each) or a plain node, at least one a cluster; slot migrations, replicas' links down and
     /// failovers; plain worlds (no bursts, no durable fencing worlds, no clock faults), the clients' checks on.
     pub clusters: bool,
+    /// A calm world (`Setup::calm`): one client, no fault of any kind, the clients' checks on or off (a stream of
+    /// their own); `calls.rs` judges every call's liveness there.
+    pub calm: bool,
 }
 
 /// The share of worlds with clock faults (`Setup::clocks`), drawn from a stream of their own.
@@ -174,9 +177,10 @@ async fn client(
     key[..8].copy_from_slice(&seed.to_le_bytes());
     key[8] = me as u8;
     let nodes = nodes.members(&config);
-    let Ok(engine) = Engine::new(nodes, clock, config, key) else {
+    let Ok(engine) = Engine::new(nodes, clock, config.clone(), key) else {
         return;
     };
+    let engine = Checked::new(engine, config);
     let now = |sim: &Sim| sim.world().now;
     let at = |sim: &Sim, i: Instant| sim.world().time(me, i);
     let (clock_checked, replication_checked) = (checks.clock, checks.restart);
@@ -656,6 +660,7 @@ pub fn run(seed: u64, opts: &Options) -> Run {
         net: opts.net || Rng::new(seed ^ 0x6e65_7477).chance(NET_WORLDS),
         unchecked: false,
         layout: None,
+        calm: opts.calm,
     };
     // The clients' checks off (`Setup::unchecked`) in a share of the worlds without clock faults.
     let share = match setup.net {
@@ -685,20 +690,31 @@ pub fn run(seed: u64, opts: &Options) -> Run {
         opts.queued = false;
         opts.folds = false;
     }
+    if opts.calm {
+        setup.clients = 1;
+        (setup.bursts, setup.durable, setup.clocks, setup.net) = (false, false, false, false);
+    }
     let (bursts, fencing) = (setup.bursts, setup.durable);
     // The restart guard's reading of a new connection's set-up would hold back a connection whose replies are one
     // place off for its window (a reading it cannot parse is a process just started).
-    let checks = Checks {
+    let mut checks = Checks {
         clock: !opts.unchecked_clocks && !setup.unchecked,
         restart: !(setup.unchecked && setup.durable),
     };
+    if opts.calm {
+        let mut rng = Rng::new(seed ^ 0x6361_6c6d);
+        checks = Checks {
+            clock: rng.chance(0.5),
+            restart: rng.chance(0.5),
+        };
+    }
     let config = Config::default().with_restart_guard(checks.restart);
     let net = match &setup.layout {
         Some(layout) => muxlock::redlock::sim::options_for(&config, &layout.plan()),
         None => muxlock::redlock::sim::options(&config, setup.nodes),
     };
     let sim = super::world(seed, &setup, &net);
-    if setup.layout.is_none() {
+    if setup.layout.is_none() && !setup.calm {
         super::plan_acls(&mut sim.world(), seed, setup.horizon);
     }
     super::run(&sim, |nodes, clock| {
