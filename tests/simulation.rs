@@ -828,6 +828,27 @@ fn rounds_end_once_decided_and_retries_stop_at_their_count_directed() {
     );
 }
 
+/// A split that only a hung node could decide (another holder on 2 nodes of 5, this client granted 2, the fifth
+/// paused) ends as soon as its votes are in once that node has been silent for a round timeout (50 ms); the first
+/// attempt, whose votes come before, waits its round out (`sim/directed.rs`, `split_beside_a_hung_node`).
+#[test]
+fn a_split_only_a_hung_node_could_decide_ends_without_waiting_for_it_directed() {
+    let s = directed::split_beside_a_hung_node();
+    assert!(s.first.is_some_and(|us| us >= 50_000), "{s:?}");
+    assert_eq!(s.later.len(), 5, "{s:?}");
+    assert!(s.later.iter().all(|&us| us < 25_000), "{s:?}");
+}
+
+/// Two guards renewed in one round, one decided by the third node's reply and the other only by the fifth's: the
+/// round goes on until each has its own verdict, and both are renewed (`sim/directed.rs`,
+/// `renewals_decided_at_different_nodes`).
+#[test]
+fn a_renewal_round_waits_for_each_renewals_own_verdict_directed() {
+    let r = directed::renewals_decided_at_different_nodes();
+    assert_eq!(r.violation, None);
+    assert_eq!(r.renewed, [true, true], "{r:?}");
+}
+
 /// A majority's clocks jump 5 s ahead while A holds (their copies of A's key expire) and are set right 300 ms
 /// later by a stop until right (a slew): with the check, B, trying before A's lease ends, gets nothing.
 #[test]

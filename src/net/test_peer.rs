@@ -10,6 +10,7 @@
 //! - `SLEEP ms x` → `$x` after `ms` milliseconds (the connection answers nothing meanwhile: a slow node);
 //! - `PUSH x` → a RESP3 push `>2 message x`, then `+OK`;
 //! - `CLOSE` → the connection is closed, unanswered;
+//! - `ERROR m` → the error `-m` (a refusal: `NOPERM ...`);
 //! - `CLUSTER SLOTS` → a map of one range, every slot served by this peer (`CLUSTER SHARDS` is unknown);
 //! - anything else → `-ERR unknown`.
 //!
@@ -184,6 +185,12 @@ fn answer(args: &[Vec<u8>], port: u16, stop: &AtomicBool) -> Option<Vec<u8>> {
             out
         }
         (Some(b"CLOSE"), _) => return None,
+        (Some(b"ERROR"), [m]) => {
+            let mut out = b"-".to_vec();
+            out.extend_from_slice(m);
+            out.extend_from_slice(b"\r\n");
+            out
+        }
         // A key being migrated to the peer on port `to`: the others send the client there with `-ASK`.
         (Some(b"GET"), [key]) if key.starts_with(b"ask:") => {
             let to: u16 = std::str::from_utf8(&key[4..]).ok()?.parse().ok()?;

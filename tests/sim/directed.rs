@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use muxlock::Config;
-use muxlock::redlock::sim::{Clock, Engine};
+use muxlock::redlock::sim::{Clock, Engine, SimGuard};
 
 use super::check::Hold;
 use super::node::{MS, Time};
@@ -89,7 +89,7 @@ pub fn history(shape: Shape, steps_back: bool, check: bool) -> Verdict {
             else {
                 return;
             };
-            let i = hold(&sim, me, lock.value().as_bytes(), lock.valid_until());
+            let i = hold(&sim, me, b"r0", lock.value().as_bytes(), lock.valid_until());
             b_got.set(me == 1);
             if let (0, Some((at, ttl))) = (me, extend) {
                 sleep_until(&sim, clock, at).await;
@@ -116,14 +116,14 @@ pub fn history(shape: Shape, steps_back: bool, check: bool) -> Verdict {
     }
 }
 
-/// Records client `me`'s hold of `r0` by `value` from now until `until`.
-fn hold(sim: &Sim, me: usize, value: &[u8], until: std::time::Instant) -> usize {
+/// Records client `me`'s hold of `resource` by `value` from now until `until`.
+fn hold(sim: &Sim, me: usize, resource: &[u8], value: &[u8], until: std::time::Instant) -> usize {
     let mut w = sim.world();
     let (from, until) = (w.now, w.time(me, until));
     w.history.hold(Hold {
         client: me,
         kind: "lock",
-        resource: b"r0".to_vec(),
+        resource: resource.to_vec(),
         holder: value.to_vec(),
         from,
         until,
@@ -297,5 +297,159 @@ pub fn rounds_beside_a_slow_node() -> Beside {
         batch,
         renewal,
         gave_up,
+    }
+}
+
+/// How long (virtual µs) each acquisition of a name split beside a hung node took: the first, then the later ones.
+#[derive(Debug)]
+pub struct Split {
+    pub first: Option<u64>,
+    pub later: Vec<u64>,
+}
+
+/// One client on five nodes (0.1 ms links), through its members as a manager's; someone else holds `split` on nodes 0 and 1 for 10 s, and node 4
+/// pauses from 5 ms for 5 s. The client opens its connections (a first lock, released), then from 10 ms tries
+/// `split` once, waits an eighth of a round timeout, and tries it five more times: each attempt is granted by
+/// nodes 2 and 3 and refused by 0 and 1 (asked again: still taken), a split only node 4 could decide. The first
+/// attempt's votes come before node 4 has been silent for a round timeout, so it waits its round out; by the
+/// later ones it has, and each ends as soon as its votes are in (`Engine::without_silent`), not at its deadline.
+pub fn split_beside_a_hung_node() -> Split {
+    let setup = Setup::directed(5, 1);
+    let config = Config::default();
+    let sim = super::world(
+        0,
+        &setup,
+        &muxlock::redlock::sim::options(&config, setup.nodes),
+    );
+    {
+        let mut w = sim.world();
+        for n in 0..5 {
+            w.fix_link(0, n, MS / 10);
+        }
+        for n in [0, 1] {
+            w.nodes[n].node.hold(b"split", b"someone-else", 10_000 * MS);
+        }
+        let span = 5_000 * MS;
+        w.push(5 * MS, super::Event::Pause { node: 4, span });
+    }
+    let seen = Rc::new(std::cell::RefCell::new(Split {
+        first: None,
+        later: Vec::new(),
+    }));
+    super::run(&sim, |nodes, clock| {
+        let seen = Rc::clone(&seen);
+        async move {
+            let sim = Rc::clone(clock.sim());
+            let config = Config::default()
+                .with_retry_count(0)
+                .with_restart_guard(false);
+            let round = config.round_timeout();
+            // Through the members, as a manager sends its rounds.
+            let nodes = nodes.members(&config);
+            let Ok(engine) = Engine::new(nodes, clock, config, [1; 32]) else {
+                return;
+            };
+            let ttl = Duration::from_millis(2_000);
+            if let Ok(Some(first)) = engine.try_lock(b"first", ttl).await {
+                let _ = engine.unlock(first).await;
+            }
+            let us = |sim: &Sim| sim.world().now / (MS / 1_000);
+            sleep_until(&sim, engine.clock(), 10).await;
+            for i in 0..6 {
+                if i == 1 {
+                    engine.clock().sleep(round / 8).await;
+                }
+                let at = us(&sim);
+                let Ok(None) = engine.try_lock(b"split", ttl).await else {
+                    return; // granted, or an error: the history did not run as planned
+                };
+                let took = us(&sim) - at;
+                let mut seen = seen.borrow_mut();
+                match i {
+                    0 => seen.first = Some(took),
+                    _ => seen.later.push(took),
+                }
+            }
+        }
+    });
+    Rc::into_inner(seen)
+        .expect("the client is done")
+        .into_inner()
+}
+
+/// What [`renewals_decided_at_different_nodes`] saw: per guard, whether its renewal renewed it, and the checker's
+/// verdict.
+#[derive(Debug)]
+pub struct Renewals {
+    pub renewed: [bool; 2],
+    pub violation: Option<String>,
+}
+
+/// One client on five nodes (through its members, as a manager's) whose replies come in node order (node `i` on a link of `0.1 × (i + 1)` ms) holds
+/// `r0` and `r1` under guards (TTL 1 s); then nodes 0 and 1 lose `r1` (a majority still holds it) and both guards
+/// are renewed in one round. `r0`'s renewal is decided by node 2's reply, `r1`'s only by node 4's: the round must
+/// go on after one renewal's verdict until every renewal has its own, and renew both.
+pub fn renewals_decided_at_different_nodes() -> Renewals {
+    let setup = Setup::directed(5, 1);
+    let config = Config::default();
+    let sim = super::world(
+        0,
+        &setup,
+        &muxlock::redlock::sim::options(&config, setup.nodes),
+    );
+    {
+        let mut w = sim.world();
+        for n in 0..5 {
+            w.fix_link(0, n, MS / 10 * (n as Time + 1));
+        }
+    }
+    let seen = Rc::new(Cell::new(None));
+    super::run(&sim, |nodes, clock| {
+        let seen = Rc::clone(&seen);
+        async move {
+            let sim = Rc::clone(clock.sim());
+            let config = Config::default()
+                .with_retry_count(0)
+                .with_restart_guard(false);
+            let nodes = nodes.members(&config);
+            let Ok(engine) = Engine::new(nodes, clock, config, [1; 32]) else {
+                return;
+            };
+            let ttl = Duration::from_millis(1_000);
+            let (Ok(Some(r0)), Ok(Some(r1))) = (
+                engine.try_lock(b"r0", ttl).await,
+                engine.try_lock(b"r1", ttl).await,
+            ) else {
+                return;
+            };
+            let mut guards = [engine.guard(r0, ttl, None), engine.guard(r1, ttl, None)];
+            let holds: Vec<usize> = guards
+                .iter()
+                .map(|g| hold(&sim, 0, g.resource(), g.value(), g.deadline()))
+                .collect();
+            {
+                let mut w = sim.world();
+                for n in [0, 1] {
+                    w.nodes[n].node.keys.remove(&b"r1"[..]);
+                }
+            }
+            let before: Vec<u64> = guards.iter().map(SimGuard::renewals).collect();
+            let [g0, g1] = &mut guards;
+            engine.renew_guards(&mut [g0, g1]).await;
+            let renewed = [0, 1].map(|i| guards[i].renewals() > before[i]);
+            seen.set(Some(renewed));
+            let now = sim.world().now;
+            for i in holds {
+                sim.world().history.end(i, now);
+            }
+            for g in guards {
+                let _ = engine.release_guard(g).await;
+            }
+        }
+    });
+    let w = sim.world();
+    Renewals {
+        renewed: seen.get().unwrap_or_default(),
+        violation: w.history.violation(Time::MAX),
     }
 }

@@ -775,6 +775,36 @@ mod tests {
     use super::*;
     use crate::net::test_peer::{Peer, block_on};
 
+    /// The gate is handed to a caller that blocks its thread before a task queued ahead of it: a task may never be
+    /// polled again (its executor's thread parked in that very blocking release), a blocking caller runs the round
+    /// to its end. The batch goes to its leader whole; the task stays queued in it, its verdict to come.
+    #[test]
+    fn the_gate_goes_to_a_blocking_caller_before_a_task_queued_ahead_of_it() {
+        let e = crate::redlock::engine::test_engine(vec![crate::net::test_peer::nobody()]);
+        assert!(e.fold.enter(b"lead", b"v", NodeSet::ALL).is_none());
+        let task = e.fold.enter(b"task", b"v", NodeSet::ALL).expect("queued");
+        let thread = e.fold.enter(b"thread", b"v", NodeSet::ALL).expect("queued");
+        assert!(task.step(|| Waiter::Task(Waker::noop().clone())).is_none());
+        assert!(
+            thread
+                .step(|| Waiter::Thread(std::thread::current()))
+                .is_none()
+        );
+        assert!(thread.blocks() && !task.blocks());
+        e.fold_finish();
+        match thread.step(|| Waiter::Thread(std::thread::current())) {
+            Some(Step::Lead(batch)) => {
+                let names: Vec<&[u8]> = batch.iter().map(|x| &x.resource[..]).collect();
+                assert_eq!(names, [&b"task"[..], b"thread"]);
+            }
+            _ => panic!("the blocking caller was not made the batch's leader"),
+        }
+        assert!(
+            task.step(|| Waiter::Task(Waker::noop().clone())).is_none(),
+            "the task was told to lead or given a verdict"
+        );
+    }
+
     /// Two releases folded, `a` held on the three nodes and `b` on nodes 1 and 2 only: node 0 is sent `a`'s key
     /// alone, nodes 1 and 2 one request with both keys. Each node gets the keys held there, never another node's
     /// (each outcome is read as the answer for its node's own keys: another node's request would count `a`'s

@@ -334,6 +334,77 @@ mod tests {
         assert!(!natives.ran(2, Script::Release), "no such node");
     }
 
+    /// One node over a fanout to nowhere whose connection (session `session`) was set up with `probe`'s reply.
+    struct Probed {
+        fanout: crate::net::Fanout,
+        session: std::cell::Cell<u64>,
+        probe: Value,
+    }
+
+    impl Nodes for Probed {
+        type Round<'a> = crate::net::Round<'a>;
+
+        fn len(&self) -> usize {
+            1
+        }
+
+        fn addrs(&self) -> &[crate::net::NodeAddr] {
+            self.fanout.addrs()
+        }
+
+        fn round(&self, deadline: std::time::Instant) -> crate::net::Round<'_> {
+            self.fanout.round(deadline)
+        }
+
+        fn release_round(&self, deadline: std::time::Instant) -> crate::net::Round<'_> {
+            self.fanout.release_round(deadline)
+        }
+
+        fn sessions(&self, _conn: usize) -> u64 {
+            self.session.get()
+        }
+
+        fn setup_replies(&self, _conn: usize) -> Vec<(Value, std::time::Instant)> {
+            vec![(self.probe.clone(), std::time::Instant::now())]
+        }
+    }
+
+    /// A node whose probe shows `DELIFEQ` is sent it for releases and `SET IFEQ` for extensions from its set-up
+    /// on; a kind it refused goes as the script for the rest of that connection (the other kind still native),
+    /// and its next connection, probed again, has both again. Before any set-up: the scripts.
+    #[test]
+    fn a_node_is_sent_its_native_commands_until_it_refuses_one() {
+        let nodes = Probed {
+            fanout: crate::net::Fanout::new(
+                vec![crate::net::test_peer::nobody()],
+                crate::net::Options::default(),
+            )
+            .expect("fanout"),
+            session: std::cell::Cell::new(0),
+            probe: Value::Array(vec![Value::NullBulk, info()]),
+        };
+        let natives = Natives::new(1, 0);
+        let of = |script| natives.of(&nodes, 0, script);
+        assert_eq!(of(Script::Release), None, "before any set-up");
+        nodes.session.set(1);
+        for script in [Script::Release, Script::Extend] {
+            assert_eq!(of(script), Some(Native::DelIfEq), "{script:?}");
+        }
+        natives.refused(0, Script::Release);
+        assert_eq!(of(Script::Release), None, "a refused release");
+        assert_eq!(of(Script::Extend), Some(Native::DelIfEq), "the other kind");
+        natives.refused(0, Script::Extend);
+        assert_eq!(of(Script::Extend), None, "a refused extension");
+        nodes.session.set(2);
+        for script in [Script::Release, Script::Extend] {
+            assert_eq!(
+                of(script),
+                Some(Native::DelIfEq),
+                "{script:?}, a new connection"
+            );
+        }
+    }
+
     #[test]
     fn codes_round_trip() {
         for native in [Some(Native::DelIfEq), Some(Native::DelEx)] {

@@ -179,3 +179,58 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 pub(crate) fn scripts_only() -> (NodeSet, impl Fn(&mut BytesMut), impl Fn(usize)) {
     (NodeSet::EMPTY, |_: &mut BytesMut| {}, |_: usize| {})
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::time::{Duration, Instant};
+
+    use bytes::BytesMut;
+
+    use super::Purpose;
+    use crate::net::NodeSet;
+    use crate::net::test_peer::{Peer, block_on, command};
+    use crate::redlock::engine::reply::{Refused, refused};
+
+    /// A node whose ACL has neither its native command nor the scripts: the native command's refusal sends the
+    /// scripts in its place, and their refusal (the second pass's first outcome) is handed on as the node's
+    /// outcome. Read as a first pass's, it would be taken for the native command's refusal again and never handed:
+    /// the node's vote lost.
+    #[test]
+    fn a_script_refused_after_a_refused_native_command_is_handed_on() {
+        let peer = Peer::start();
+        let e = crate::redlock::engine::test_engine(vec![peer.addr()]);
+        let refusal = |name: &str| {
+            let m = format!("NOPERM this user has no permissions to run the '{name}' command");
+            command(&[b"ERROR", m.as_bytes()])
+        };
+        let mut node0 = NodeSet::EMPTY;
+        node0.insert(0);
+        let told = Cell::new(0);
+        let mut handed = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        block_on(e.pipelined_with(
+            Purpose::Release,
+            (node0, 1, deadline, 1),
+            |buf, _| buf.extend_from_slice(&refusal("eval")),
+            (
+                node0,
+                |buf: &mut BytesMut| buf.extend_from_slice(&refusal("delifeq")),
+                |node| {
+                    assert_eq!(node, 0);
+                    told.set(told.get() + 1);
+                },
+            ),
+            |(command, pass), (node, _), reply| {
+                handed.push((command, pass, node, refused(&reply)));
+                (0, NodeSet::EMPTY)
+            },
+        ));
+        assert_eq!(handed, [(0, 1, 0, Some(Refused::Command))]);
+        assert_eq!(told.get(), 1, "the native command's refusal told once");
+        assert!(
+            Instant::now() < deadline,
+            "the round waited for its deadline"
+        );
+    }
+}

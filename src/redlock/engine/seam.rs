@@ -509,6 +509,31 @@ mod tests {
         assert!(NodeRound::take_bracket(&mut round, 1).is_none());
     }
 
+    /// Through the seam, the members' connections are each member's own (what its restarts and standing in the
+    /// statistics, and a quarantined grant's report, are read from): a plain member's its own alone; a cluster
+    /// member's its own first, and never a plain member's.
+    #[test]
+    fn each_members_connections_through_the_seam_are_its_own() {
+        use crate::net::cluster::{MemberAddr, Members, Plan};
+        use crate::net::test_peer::nobody;
+        let seed = nobody();
+        let members = vec![
+            MemberAddr::Node(nobody()),
+            MemberAddr::Node(nobody()),
+            format!("redis+cluster://{}:{}", seed.host(), seed.port())
+                .parse()
+                .expect("cluster URL"),
+        ];
+        // The cluster member's map could not be read: it is planned with its seed.
+        let plan = Plan::with_maps(members, vec![None, None, Some(None)]);
+        let m = Members::new(plan, Options::default()).expect("members");
+        assert_eq!(Nodes::member_conns(&m, 0), [0]);
+        assert_eq!(Nodes::member_conns(&m, 1), [1]);
+        let cluster = Nodes::member_conns(&m, 2);
+        assert_eq!(cluster.first(), Some(&2), "{cluster:?}");
+        assert!(cluster.iter().all(|&c| c >= 2), "{cluster:?}");
+    }
+
     /// A patient round through the seam waits past its deadline for a node that keeps answering.
     #[test]
     fn a_patient_round_through_the_seam_waits_for_a_node_still_answering() {
