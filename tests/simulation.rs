@@ -42,7 +42,7 @@ mod sim;
 
 use std::time::Instant;
 
-use sim::directed::{self, Shape};
+use sim::directed::{self, Guarded, Shape};
 use sim::workload::{self, Options, Run};
 use sim::{Struck, seeds};
 
@@ -893,6 +893,32 @@ fn a_guard_renewal_refused_noscript_everywhere_goes_again_in_full_directed() {
         );
         assert!(seen.renewed_after, "clock check {clock_check}: {seen:?}");
     }
+}
+
+/// A guard of every kind, on three nodes whose every round answers in 40 ms (of a 50 ms round timeout), with a TTL
+/// of 320 ms (about the shortest `hold` takes): the lease it starts with is shorter than the TTL less the allowance
+/// by the acquisition's rounds, and its renewals are due from that lease (a third of what is left, a round before
+/// its deadline at the latest), not from the TTL: none is confirmed too late, and it is never lost
+/// (`sim/directed.rs`, `guard_on_slow_links`).
+#[test]
+fn a_guard_renews_from_the_lease_it_holds_not_the_ttl_asked_directed() {
+    let mut lost = Vec::new();
+    for kind in Guarded::ALL {
+        let seen = directed::guard_on_slow_links(kind)
+            .unwrap_or_else(|| panic!("{kind:?}: the lock was not granted"));
+        assert_eq!(seen.violation, None, "{kind:?}");
+        // The history ran as planned: the acquisition's rounds took a round trip or more of the lease.
+        assert!(seen.acquired_in >= 40, "{kind:?}: {seen:?}");
+        assert!(seen.lease_left < 320 - 55 - 35, "{kind:?}: {seen:?}");
+        if seen.lost.is_some() || seen.renewals < 10 {
+            lost.push(format!("{kind:?}: {seen:?}"));
+        }
+    }
+    assert!(
+        lost.is_empty(),
+        "guards lost or not renewed:\n{}",
+        lost.join("\n")
+    );
 }
 
 #[test]

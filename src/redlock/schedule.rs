@@ -1,10 +1,11 @@
 //! [`Schedule`]: when each held guard's lease is due for renewal, as plain bookkeeping on a virtual clock (no
 //! thread, no sockets), for the watchdog to act on.
 //!
-//! Guards are renewed at a third of their TTL (Redisson's rule), and an attempt that failed without deciding is
-//! retried soon after, but never past the guard's local deadline: from then on the guard is lost anyway. Guards
-//! that fall due close together are renewed together, in one batch per tick, so that a thousand guards cost a
-//! few writes per node, not a thousand.
+//! Guards are renewed at a third of their lease (Redisson's rule is a third of the TTL; here it is a third of the
+//! lease the guard may count on, which can be shorter), or a round before their deadline if that is sooner (see
+//! [`renewal_due`]); an attempt that failed without deciding is retried soon after, but never past the guard's local
+//! deadline: from then on the guard is lost anyway. Guards that fall due close together are renewed together, in
+//! one batch per tick, so that a thousand guards cost a few writes per node, not a thousand.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -75,9 +76,35 @@ impl Schedule {
     }
 }
 
-/// When a guard whose lease of `ttl` was confirmed at `confirmed` is due for renewal: a third of the TTL later.
-pub(crate) fn renewal_due(confirmed: Instant, ttl: Duration) -> Instant {
-    crate::time::later(confirmed, ttl / 3)
+/// When a guard is due for renewal, from the lease it holds: confirmed at `confirmed` (when the round that
+/// granted or renewed it started, or later), valid until `valid_until`, relied on until `deadline` (the lease
+/// minus the guard's margin). A round timeout before the deadline, so that a renewal whose round takes all of
+/// `round_timeout` is still confirmed in time; but no later than a third of what is left of the lease (Redisson's
+/// third of the TTL, for a lease as long as a grant gives), and no sooner than a third of what is left before the
+/// deadline.
+///
+/// - From the lease, not from the TTL asked: a lease can be shorter than its TTL by more than the drift allowance
+///   (a round that took long: a patient acquisition may take a third of the TTL; a fenced lock's confirmation
+///   rounds come after its grant, and its validity counts from the grant's start). A third of the TTL from the
+///   moment the guard was made would put the first renewal of such a lease too close to the deadline, or past it:
+///   a guard lost with every node answering.
+/// - The floor keeps a lease too short for a guard (a TTL that
+///   [`hold`](crate::redlock::Request::hold) refuses, as the simulator's guards may have) from being renewed
+///   again as soon as each renewal is confirmed: its renewals come a third of its reliable time apart at the
+///   most often. For a TTL that `hold` takes, a renewal's lease leaves more than a round between a third of it and
+///   the deadline, and the renewals come a third of the lease apart.
+pub(crate) fn renewal_due(
+    confirmed: Instant,
+    valid_until: Instant,
+    deadline: Instant,
+    round_timeout: Duration,
+) -> Instant {
+    let third = |until: Instant| {
+        crate::time::later(confirmed, until.saturating_duration_since(confirmed) / 3)
+    };
+    let last = deadline.checked_sub(round_timeout).unwrap_or(confirmed);
+    // `third(deadline) <= third(valid_until)`: the deadline is never after the lease's end.
+    last.max(third(deadline)).min(third(valid_until))
 }
 
 /// When to try again after a renewal that did not decide (nodes down or slow) at `now`: soon (a tenth of the TTL,
@@ -143,7 +170,13 @@ mod tests {
     fn renewal_retry_and_margin_follow_the_ttl() {
         let t0 = Instant::now();
         let ttl = Duration::from_secs(30);
-        assert_eq!(renewal_due(t0, ttl), t0 + Duration::from_secs(10));
+        // A renewal: a third of the lease it confirmed (the TTL less the drift allowance), from the round's start.
+        let valid = t0 + ttl - ms(152);
+        let deadline = valid - lost_margin(ttl, ms(50));
+        assert_eq!(
+            renewal_due(t0, valid, deadline, ms(50)),
+            t0 + ms(9_949) + Duration::from_nanos(333_333)
+        );
         // Retries: a tenth of the TTL, capped at a second, never past the deadline.
         assert_eq!(retry_due(t0, ttl, ms(50), t0 + ms(5000)), t0 + ms(1000));
         assert_eq!(retry_due(t0, ms(600), ms(50), t0 + ms(5000)), t0 + ms(60));
@@ -153,5 +186,34 @@ mod tests {
         assert_eq!(lost_margin(ttl, ms(50)), Duration::from_secs(3));
         assert_eq!(lost_margin(ms(500), ms(50)), ms(100));
         assert_eq!(lost_margin(ms(150), ms(50)), ms(75));
+    }
+
+    #[test]
+    fn a_renewal_is_due_from_the_lease_left_not_from_the_ttl() {
+        // A lease of 320 ms with the clock check's allowance (55.2 ms): valid 264.8 ms from the grant's start,
+        // relied on until 100 ms before that.
+        let t0 = Instant::now();
+        let (valid, rt) = (t0 + Duration::from_micros(264_800), ms(50));
+        let deadline = valid - lost_margin(ms(320), rt);
+        // Guarded as soon as granted: a third of the lease.
+        let third = Duration::from_micros(264_800) / 3;
+        assert_eq!(renewal_due(t0, valid, deadline, rt), t0 + third);
+        // Guarded 40 ms after the grant's start (its round took that long): a third of what is left would leave
+        // the renewal less than a round before the deadline; it is due a round before it. A third of the TTL from
+        // then (146.7 ms) would be past that.
+        let due = renewal_due(t0 + ms(40), valid, deadline, rt);
+        assert_eq!(due, deadline - rt);
+        assert!(due < t0 + ms(40) + ms(320) / 3);
+        // Less than a round before the deadline already: a third of the time left before it (a lease this short
+        // renewed as soon as confirmed would be renewed in a loop).
+        let left = Duration::from_micros(164_800 - 130_000) / 3;
+        assert_eq!(
+            renewal_due(t0 + ms(130), valid, deadline, rt),
+            t0 + ms(130) + left
+        );
+        // Past the deadline or the lease (a paused holder): at once (the renewal finds it lost), never before the
+        // confirmation.
+        assert_eq!(renewal_due(t0 + ms(200), valid, deadline, rt), t0 + ms(200));
+        assert_eq!(renewal_due(t0 + ms(300), valid, deadline, rt), t0 + ms(300));
     }
 }

@@ -25,7 +25,7 @@ use crate::redlock::kind::{self, Kind};
 use crate::redlock::kind::{rwlock, semaphore};
 use crate::redlock::lost::Lost;
 use crate::redlock::lua;
-use crate::redlock::schedule::{lost_margin, renewal_due};
+use crate::redlock::schedule::lost_margin;
 use crate::redlock::stats::{Activity, Votes};
 use crate::redlock::token::Tokens;
 
@@ -529,9 +529,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let margin = lost_margin(ttl, self.core.config.round_timeout);
         let now = self.core.clock.now();
         let held = Held::new(id, lock, ttl, ttl_ms, margin);
+        let due = held.due(now, self.core.config.round_timeout);
         SimGuard {
             held: Arc::new(held),
-            due: renewal_due(now, ttl),
+            due,
         }
     }
 

@@ -453,3 +453,120 @@ pub fn renewals_decided_at_different_nodes() -> Renewals {
         violation: w.history.violation(Time::MAX),
     }
 }
+
+/// The kinds of lock [`guard_on_slow_links`] guards.
+#[derive(Clone, Copy, Debug)]
+pub enum Guarded {
+    Plain,
+    Reader,
+    Writer,
+    Permit,
+    Fenced,
+    Set,
+    Owned,
+}
+
+impl Guarded {
+    pub const ALL: [Guarded; 7] = [
+        Guarded::Plain,
+        Guarded::Reader,
+        Guarded::Writer,
+        Guarded::Permit,
+        Guarded::Fenced,
+        Guarded::Set,
+        Guarded::Owned,
+    ];
+}
+
+/// What [`guard_on_slow_links`] saw: how long the acquisition took and how much of the lease it left (virtual ms),
+/// the guard's renewals, why it was lost if it was, and the checker's verdict.
+#[derive(Debug)]
+pub struct SlowGuard {
+    pub acquired_in: u64,
+    pub lease_left: u64,
+    pub renewals: u64,
+    pub lost: Option<String>,
+    pub violation: Option<String>,
+}
+
+/// One client on three nodes 20 ms away (40 ms round trips: every round answered within its 50 ms timeout; no
+/// fault at all), the default settings (clock check on): a lock of `kind` with a TTL of 320 ms, about the shortest a
+/// guard takes (`hold` refuses below 308 ms), guarded as soon as granted and renewed when due for 1.5 s. The lease
+/// the guard starts with is shorter than the TTL less the allowance by the acquisition's rounds (one; two for a
+/// fenced lock), so its first renewal is due earlier than a third of the TTL after it was made: later than a round
+/// before its deadline, and the renewal, confirmed after the deadline, loses a guard whose every node answered.
+pub fn guard_on_slow_links(kind: Guarded) -> Option<SlowGuard> {
+    let setup = Setup::directed(3, 1);
+    let config = Config::default();
+    let sim = super::world(
+        0,
+        &setup,
+        &muxlock::redlock::sim::options(&config, setup.nodes),
+    );
+    {
+        let mut w = sim.world();
+        for n in 0..3 {
+            w.fix_link(0, n, 20 * MS);
+        }
+    }
+    let seen = Rc::new(Cell::new(None));
+    super::run(&sim, |nodes, clock| {
+        let seen = Rc::clone(&seen);
+        async move {
+            let sim = Rc::clone(clock.sim());
+            let config = Config::default()
+                .with_retry_count(0)
+                .with_restart_guard(false);
+            let Ok(engine) = Engine::new(nodes, clock, config, [1; 32]) else {
+                return;
+            };
+            let ttl = Duration::from_millis(320);
+            let ms = |sim: &Sim| sim.world().now / MS;
+            // A first lock opens the connections: the acquisition measured is one of open connections.
+            if let Ok(Some(first)) = engine.try_lock(b"first", ttl).await {
+                let _ = engine.unlock(first).await;
+            }
+            sleep_until(&sim, engine.clock(), 500).await;
+            let at = ms(&sim);
+            let got = match kind {
+                Guarded::Plain => engine.try_lock(b"r0", ttl).await,
+                Guarded::Reader => engine.lock_rw(b"rw0", false, ttl, (false, false)).await,
+                Guarded::Writer => engine.lock_rw(b"rw0", true, ttl, (false, false)).await,
+                Guarded::Permit => engine.lock_permit(b"s2", 2, ttl, (false, false)).await,
+                Guarded::Fenced => engine.lock_fenced(b"r0", ttl, false).await,
+                Guarded::Set => engine.lock_many(&[b"r0", b"r1"], ttl, false).await,
+                Guarded::Owned => match engine.owner() {
+                    Ok(owner) => engine.lock_owned(&owner, b"r0", ttl).await.map(Some),
+                    Err(e) => Err(e),
+                },
+            };
+            let Ok(Some(lock)) = got else {
+                return;
+            };
+            let acquired_in = ms(&sim) - at;
+            let clock = engine.clock();
+            let lease_left = lock.valid_until().saturating_duration_since(clock.now());
+            let mut guard = engine.guard(lock, ttl, None);
+            let end = at + 1_500;
+            while let Some(due) = guard.due() {
+                clock
+                    .sleep(due.saturating_duration_since(clock.now()))
+                    .await;
+                if ms(&sim) >= end {
+                    break;
+                }
+                engine.renew_guards(&mut [&mut guard]).await;
+            }
+            seen.set(Some(SlowGuard {
+                acquired_in,
+                lease_left: lease_left.as_millis() as u64,
+                renewals: guard.renewals(),
+                lost: guard.lost_at(clock.now()).map(|l| l.to_string()),
+                violation: None,
+            }));
+            let _ = engine.release_guard(guard).await;
+        }
+    });
+    let violation = sim.world().history.violation(Time::MAX);
+    seen.take().map(|s| SlowGuard { violation, ..s })
+}

@@ -14,6 +14,20 @@
 //!   [`is_lost`](Guard::is_lost) true at once.
 //!
 //! A lost guard is never renewed again: an extension cannot revive an expired lock.
+//!
+//! # When a guard is renewed, and until when it is relied on
+//!
+//! Both come from the lease the guard holds (`HeldState::valid_until`: the end of the lease last confirmed by a
+//! majority, on this process' clock), never from the TTL it asked for. The lease is shorter than the TTL by the
+//! drift allowance, and a fresh lock's also by its acquisition's rounds, which can be long: a patient acquisition
+//! may last a third of the TTL, and a fenced lock's confirmation rounds come after the grant its validity counts
+//! from. The deadline is that lease minus the margin (the margin alone comes from the TTL: the time the holder
+//! needs to stop its work); the next renewal is due a third of what is left of the lease later, and no later than
+//! a round timeout before the deadline, so that a renewal whose round takes all of it is still confirmed in time
+//! (no sooner than a third of the time left before the deadline, though: `schedule::renewal_due`). A renewal's verdict sets the lease, and so the next due time, afresh. Counted from
+//! the TTL, a first renewal would come due a third of the TTL after the guard was made, past the point where it can
+//! be confirmed before a short lease's deadline: a guard lost with every node answering
+//! (`simulation::a_guard_renews_from_the_lease_it_holds_not_the_ttl_asked_directed`).
 
 pub(crate) mod watchdog;
 
@@ -76,7 +90,8 @@ impl Keeper {
             ttl_ms,
             margin,
         ));
-        self.watchdog.add(&held, self.engine.clock.now());
+        let due = held.due(self.engine.clock.now(), self.engine.config.round_timeout);
+        self.watchdog.add(&held, due);
         Activity::add(&self.activity.guards, 1);
         self.watchdog.ensure_started(Arc::downgrade(self));
         Guard {
@@ -247,10 +262,11 @@ fn settle<N: Nodes, C: Clock>(
             observe::renewed(valid_until.saturating_duration_since(now));
             Activity::add(&activity.renewals, 1);
             s.last_error = None;
+            let due = g.due_of(&s, start, engine.config.round_timeout);
             drop(s);
             g.changed.notify_all();
             g.wake_tasks();
-            return Some(renewal_due(start, g.ttl));
+            return Some(due);
         }
         Ok(_) => {
             drop(s);
@@ -388,6 +404,24 @@ impl Held {
         )
     }
 
+    /// When to renew the guard next, its lease confirmed at `confirmed` (a renewal's round start, or the guard's
+    /// making): from the lease it holds, [`renewal_due`] (a third of what is left, a round before the deadline if
+    /// that is sooner), never from the TTL asked.
+    pub(crate) fn due(&self, confirmed: Instant, round_timeout: Duration) -> Instant {
+        let s = lock(&self.state);
+        self.due_of(&s, confirmed, round_timeout)
+    }
+
+    /// As [`due`](Held::due), with the state at hand.
+    pub(crate) fn due_of(
+        &self,
+        s: &HeldState,
+        confirmed: Instant,
+        round_timeout: Duration,
+    ) -> Instant {
+        renewal_due(confirmed, s.valid_until, self.deadline_of(s), round_timeout)
+    }
+
     /// Until when the holder may rely on the lock: the confirmed lease minus the margin.
     pub(crate) fn deadline_of(&self, s: &HeldState) -> Instant {
         s.valid_until
@@ -443,8 +477,9 @@ impl Held {
 }
 
 /// A lock held until dropped or [released](Guard::release), renewed in the background by the manager's watchdog
-/// (at a third of the TTL, all guards that fall due together in one batch), which can tell the holder — before
-/// the lease ends — that it can no longer rely on the lock.
+/// (at a third of the lease it holds, about a third of the TTL, and a round timeout before its
+/// [deadline](Guard::deadline) at the latest; all guards that fall due together in one batch), which can tell the
+/// holder — before the lease ends — that it can no longer rely on the lock.
 ///
 /// Check [`is_lost`](Guard::is_lost) before each step that needs the lock, or block on
 /// [`wait_lost`](Guard::wait_lost) (or a [`LostWatch`] in another thread) to stop work as soon as it is lost.

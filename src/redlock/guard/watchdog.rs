@@ -3,8 +3,8 @@
 //!
 //! # What it does, each turn
 //!
-//! 1. **Renews the guards that are due** ([`Schedule`]: at a third of the TTL; soon again after an undecided
-//!    attempt), all of them in one round on the manager's connections: every due guard's compare-and-pexpire
+//! 1. **Renews the guards that are due** ([`Schedule`]: at a third of the lease left, a round before the deadline
+//!    at the latest; soon again after an undecided attempt), all of them in one round on the manager's connections: every due guard's compare-and-pexpire
 //!    script pipelined, so a tick costs one write per node whatever the number of guards (in chunks that stay well
 //!    under a node's request bound).
 //! 2. **Checks the guards' keys it was told about**: a `GET` of each, on the *tracker* connections, which both
@@ -59,7 +59,7 @@ use crate::redlock::engine::seam::{Clock, block};
 use crate::redlock::error::Outcome;
 use crate::redlock::guard::{Held, Keeper, lose, renew};
 use crate::redlock::lost::Lost;
-use crate::redlock::schedule::{GuardId, Schedule, renewal_due};
+use crate::redlock::schedule::{GuardId, Schedule};
 use crate::resp::{Value, encode_command};
 use crate::sync::lock;
 use crate::time::later;
@@ -124,10 +124,10 @@ impl Watchdog {
         }
     }
 
-    /// Takes a new guard: renewed from a third of its TTL on, and its key checked (and tracked) at once.
-    pub(crate) fn add(&self, held: &Arc<Held>, confirmed: Instant) {
+    /// Takes a new guard: renewed from `due` on ([`Held::due`]), and its key checked (and tracked) at once.
+    pub(crate) fn add(&self, held: &Arc<Held>, due: Instant) {
         let mut s = lock(&self.state);
-        s.schedule.set(held.id, renewal_due(confirmed, held.ttl));
+        s.schedule.set(held.id, due);
         s.guards.insert(held.id, Arc::downgrade(held));
         s.by_resource
             .entry(held.resource.clone())

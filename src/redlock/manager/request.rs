@@ -355,8 +355,8 @@ impl<'m> Request<'m> {
     }
 
     /// Acquires the lock as asked and holds it under a [`Guard`] that renews it in the background (at a third of
-    /// the TTL) until dropped or [released](Guard::release), and says before the lease ends when it can no
-    /// longer be relied on. [`Config::max_extensions`](crate::redlock::Config::max_extensions) does not limit
+    /// the lease it holds, about a third of the TTL) until dropped or [released](Guard::release), and says before
+    /// the lease ends when it can no longer be relied on. [`Config::max_extensions`](crate::redlock::Config::max_extensions) does not limit
     /// guards.
     ///
     /// # Errors
