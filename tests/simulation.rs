@@ -877,8 +877,6 @@ fn clocks_slewed_back_under_an_extension_hand_no_lock_out_twice_directed() {
     assert!(!v.b_got, "B got the lock while A held it");
 }
 
-/// The `sim` fuzz target's checked-in inputs (`fuzz/seeds/sim/`, and `fuzz/regressions/sim/` once it has
-/// any) replayed through its harness: they stay valid, and no history the fuzzer found broken comes back.
 /// A guard renewed by hash on nodes that all lost their scripts is renewed in the same round, the batch sent
 /// again in full: the `NOSCRIPT` refusals are never counted as the nodes' votes. With the clock check on and
 /// off (the batch sent again carries `TIME`s only with it on).
@@ -921,6 +919,8 @@ fn a_guard_renews_from_the_lease_it_holds_not_the_ttl_asked_directed() {
     );
 }
 
+/// The `sim` fuzz target's checked-in inputs (`fuzz/seeds/sim/`, and `fuzz/regressions/sim/` once it has
+/// any) replayed through its harness: they stay valid, and no history the fuzzer found broken comes back.
 #[test]
 fn fuzz_inputs_replay() {
     let fuzz = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
