@@ -95,7 +95,7 @@ use crate::redlock::engine::seam::NodeRound;
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::guard::Keeper;
 use crate::redlock::kind::queued::{self, Entry};
-use crate::redlock::kind::{Ask, Intent, Line, Lock};
+use crate::redlock::kind::{Ask, Intent, Kind, Line, Lock};
 use crate::redlock::quorum::Failure;
 use crate::resp::{Value, encode_command};
 use crate::time::later;
@@ -119,8 +119,9 @@ fn refuses_the_queue(report: &Report, quorum: usize) -> bool {
     refusing > report.nodes.len() - quorum
 }
 
-/// A new entry in the queue of `line`: a random id, and a ticket from the wall clock now.
-fn new_entry(engine: &Engine, line: &[u8]) -> Entry {
+/// A new entry in the queue of `line`: a random id, and a ticket from the wall clock now. `hands_on`: the line is
+/// a plain lock's resource.
+fn new_entry(engine: &Engine, (line, hands_on): (&[u8], bool)) -> Entry {
     let micros = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros());
@@ -128,7 +129,7 @@ fn new_entry(engine: &Engine, line: &[u8]) -> Entry {
         engine.tokens.random_u64().unwrap_or(0),
         micros,
         engine.config.round_timeout,
-        line,
+        (line, hands_on),
     )
 }
 
@@ -200,14 +201,19 @@ pub(super) async fn queued_wait(
             continue;
         }
         // The process's head takes a place in the nodes' queue when it first comes to the front here.
-        let entry = queued.entry.get_or_insert_with(|| new_entry(engine, key));
+        let entry = queued
+            .entry
+            .get_or_insert_with(|| new_entry(engine, (key, matches!(ask.kind, Kind::Plain))));
         queued.attempting = true;
         let attempt = queued::attempt(engine, ask, (entry, queued.joined), intent).await;
         queued.attempting = false;
         let (failure, mut report, refusal) = match attempt {
-            // Held by a majority now: `queued` leaves the queue on every node as it drops (the next waiter's
-            // turn comes with it).
-            Ok(Ok(lock)) => return Ok(Ok(lock)),
+            // Held by a majority now: the attempt left the queue wherever the waiter may still be in it (the
+            // next waiter's turn comes with it).
+            Ok(Ok(lock)) => {
+                queued.joined = false;
+                return Ok(Ok(lock));
+            }
             Ok(Err(failed)) => failed,
             Err(e) => return Ok(Err(e)),
         };
