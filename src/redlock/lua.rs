@@ -257,7 +257,7 @@ macro_rules! queued {
             $handed,
             r#" local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. line redis.call("incr", k) redis.call("pexpire", k, lease) end local h = redis.call("zrange", q, 0, 0)[1] local now if h and h ~= id then local t = redis.call("time") now = t[1] * 1000 + math.floor(t[2] / 1000) local dead = redis.call("zrangebyscore", d, "-inf", now) if #dead > 0 then for _, m in ipairs(dead) do redis.call("zrem", q, m) redis.call("zrem", d, m) redis.call("hdel", g, m) end local n = redis.call("zrange", q, 0, 0)[1] if n and n ~= h and n ~= id then signal(n) end h = n end end local r = false if not h or h == id then r = (function(KEYS, ARGV) "#,
             $body,
-            r#" end)({unpack(KEYS, 1, nk)}, {unpack(ARGV, 1, na)}) if r == 1 or (type(r) == "table" and r[1] ~= nil) then return {r, -1, 0} end end if not now then local t = redis.call("time") now = t[1] * 1000 + math.floor(t[2] / 1000) end redis.call("zadd", q, ARGV[na + 2], id) redis.call("zadd", d, now + lease, id) redis.call("pexpire", q, lease) redis.call("pexpire", d, lease) "#,
+            r#" end)({unpack(KEYS, 1, nk)}, {unpack(ARGV, 1, na)}) if r == 1 or (type(r) == "table" and r[1] ~= nil) then redis.call("hdel", g, id) return {r, -1, 0} end end if not now then local t = redis.call("time") now = t[1] * 1000 + math.floor(t[2] / 1000) end redis.call("zadd", q, ARGV[na + 2], id) redis.call("zadd", d, now + lease, id) redis.call("pexpire", q, lease) redis.call("pexpire", d, lease) "#,
             $register,
             r#" return {r, redis.call("zrank", q, id), tonumber(redis.call("get", "muxlock:turn:" .. id .. ":" .. line) or "0") or 0}"#
         )
@@ -296,25 +296,25 @@ pub const QUEUE_ACQUIRE: Lua = Lua {
         r#"local held = redis.pcall("get", KEYS[1]) if type(held) == "string" and (held == ARGV[1] or held == redis.call("hget", g, id)) then redis.call("set", KEYS[1], ARGV[1], "px", ARGV[2]) redis.call("zrem", q, id) redis.call("zrem", d, id) redis.call("hdel", g, id) return {1, -2, 0} end"#,
         r#"redis.call("hset", g, id, ARGV[1]) redis.call("pexpire", g, lease)"#
     ),
-    sha1: "dce3b4d9e47409203e43947552e25bbdf8af0063",
+    sha1: "f535c84f122976fbc5209522d60d1733ecab120a",
 };
 
 /// [`ACQUIRE_PERMITS`] behind the waiting queue (see [`QUEUE_ACQUIRE`]): a semaphore's waiting offer.
 pub const QUEUE_PERMITS: Lua = Lua {
     body: queued!(acquire_permits!()),
-    sha1: "75b10e63beef1a9978b72a27ed58e4d7cb1356cf",
+    sha1: "ed553c5c06160d7b7d89a1df68484ecf1cfb2b46",
 };
 
 /// [`ACQUIRE_READ`] behind the waiting queue (see [`QUEUE_ACQUIRE`]): a waiting reader's offer.
 pub const QUEUE_READ: Lua = Lua {
     body: queued!(acquire_read!()),
-    sha1: "724e3d962ecb2a69094ee497adb56ceb7439d8b5",
+    sha1: "a318cd1e911eba618b818c4bd8ed751e51439885",
 };
 
 /// [`ACQUIRE_WRITE`] behind the waiting queue (see [`QUEUE_ACQUIRE`]): a waiting writer's acquisition.
 pub const QUEUE_WRITE: Lua = Lua {
     body: queued!(acquire_write!()),
-    sha1: "c3908f67556fd87adb3c41d917c4826b2ac1fd2f",
+    sha1: "9b8bd474634717cf44c6dfc1e60eea3913ea471b",
 };
 
 /// Each queued offer and the kind's script it runs for the queue's head: how the simulator runs them.

@@ -6,6 +6,7 @@
 use crate::support;
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -803,4 +804,69 @@ fn a_semaphore_granted_by_its_second_offer_where_its_first_queued_leaves_that_qu
         "the waiter's entry is left after its grant: {shown:?}; the next waiter waited {waited:?}"
     );
     assert!(waited < Duration::from_millis(400), "held up {waited:?}");
+}
+
+// ---- The hand-off of a plain lock ----
+
+/// A plain lock taken by a waiting request is released to the waiter at the head of the queue: the key goes
+/// from the holder's value to that waiter's, never free between, so a request that does not wait, sent the moment
+/// the release returns, is refused, and the waiter gets the lock. Then the waiter's release, with nobody waiting,
+/// deletes the key.
+#[test]
+fn a_waiting_request_s_release_hands_the_key_to_the_next_waiter_and_nobody_takes_it_between() {
+    let cluster = Cluster::start(3);
+    let ms: Vec<LockManager> = (0..3)
+        .map(|_| locks::manager(cluster.urls(), config()))
+        .collect();
+    let wait = Duration::from_secs(5);
+    let handed_to_one = |name: &str| {
+        cluster
+            .nodes()
+            .iter()
+            .all(|n| n.raw(&cmd(&["HLEN", &format!("muxlock:queue-handed:{name}")])) == b":1\r\n")
+    };
+    for round in 0..10 {
+        let name = format!("handed{round}");
+        let checked = AtomicBool::new(false);
+        let held = (ms[0].request(&name).ttl(Duration::from_secs(5)))
+            .wait(wait)
+            .acquire()
+            .expect("the holder, by a waiting request");
+        thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let l = (ms[1].request(&name).ttl(Duration::from_secs(5)))
+                    .wait(wait)
+                    .acquire()
+                    .expect("the waiter is handed the lock");
+                // Held until the request that does not wait has been answered.
+                let t0 = Instant::now();
+                while !checked.load(Ordering::SeqCst) && t0.elapsed() < wait {
+                    thread::sleep(Duration::from_millis(1));
+                }
+                ms[1].unlock(l).expect("unlock")
+            });
+            // The waiter has queued, with its offered value, on every node.
+            let t0 = Instant::now();
+            while !handed_to_one(&name) {
+                assert!(t0.elapsed() < wait, "the waiter never queued");
+                thread::sleep(Duration::from_millis(5));
+            }
+            ms[0].unlock(held).expect("unlock");
+            let between = ms[2].request(&name).ttl(Duration::from_secs(5)).acquire();
+            checked.store(true, Ordering::SeqCst);
+            assert!(
+                matches!(between, Err(Error::Held(_))),
+                "round {round}: a request that does not wait took the key between the release and the waiter: \
+                 {between:?}"
+            );
+            assert!(waiter.join().expect("the waiter") >= 2);
+        });
+        for node in cluster.nodes() {
+            assert_eq!(
+                node.raw(&cmd(&["EXISTS", &name])),
+                b":0\r\n",
+                "round {round}"
+            );
+        }
+    }
 }

@@ -1041,6 +1041,8 @@ impl Node {
                 _ => false,
             };
             if granted {
+                // A granted key is never the waiter's offered value there: a leave must not hand it on.
+                self.hdel(g, id, now);
                 return Value::Array(vec![ran, int(-1), int(0)]);
             }
             if matches!(ran, Value::Error(_)) {

@@ -46,6 +46,41 @@
 //! round releases its partial grants as `lock` does. So every argument for Redlock's mutual exclusion (and every
 //! test of it: `tests/mutex`) applies as is; the queue can delay a grant, not cause one.
 //!
+//! # The hand-off: a waiting request's plain lock is released to the next waiter
+//!
+//! A release that deletes the key lets every client's `SET NX` race for it, and wakes the queue's head only
+//! through its tracker, after which it sends its attempt: the head's attempt then meets the greedy ones and the
+//! next release's stragglers. A plain lock taken by a waiting request is therefore released with
+//! [`lua::RELEASE_HANDING_ON`](crate::redlock::lua::RELEASE_HANDING_ON), which, on each node where the key holds
+//! the lock's value, **sets it to the value the queue's live head last offered** (the gate keeps, per waiter, the
+//! value of its last refused attempt: `muxlock:queue-handed:<line>`) for one entry lease, and bumps that waiter's
+//! turn key; with nobody waiting it deletes the key as the spec's release does. The waiter is woken by the bump
+//! (or, at the head, by the key's change) and attempts at once; its gate finds in the key the value it offered
+//! before (or this attempt's own) and **takes it**: sets it to this attempt's value for the TTL and leaves the
+//! queue there. A waiter that leaves while the key is handed to it (it got the lock elsewhere, or gives up) hands
+//! it on in its leave. Other releases (a lock taken without waiting, a batch, a native compare-and-delete, an
+//! expiry) free the key as before, and the head takes it as before.
+//!
+//! **Why it is safe.** The decision is still one attempt's round counted by the plain quorum from the attempt's
+//! start; only what a node grants changes. A gate grants the key in one more case than `SET NX`: when it holds
+//! a value this waiter offered, that is, the value of one of its own earlier attempts (handed on to it, or left by
+//! an ask again that set it) or of this attempt. An earlier attempt of a waiter that still waits failed (a waiter's
+//! attempts follow one another, and it stops at its first success), so nobody counts on that value: for mutual
+//! exclusion the node's key was as good as free, and the grant is the `SET NX` of a free key, made after the
+//! attempt's start, whose lease counts from that start. A hand-off writes only where the key held the releaser's
+//! value (the releaser no longer holds it: as a delete) or, in a leave, this waiter's handed value (nobody's
+//! lock): it turns a key nobody holds into another key nobody holds. A failed attempt's clean-up deletes only its
+//! own value, so it never removes a key its successor took (the new value differs). Every property of the spec's
+//! argument (at most one value per key per node, a vote counted only within the validity, the restart guard and
+//! the clock check on every vote) is the plain acquisition's, and every test of it runs this path: the waiting
+//! workers of the mutual-exclusion suite (`tests/mutex/waiting.rs`) and the simulator's queued worlds, which must
+//! see hand-offs taken.
+//!
+//! **What it costs and gives.** A grant is the release's round, the woken waiter's one round and no leave (the
+//! gate took it off the queue); nobody else's `SET NX` can win the key meanwhile, and the releaser's own next
+//! wait queues behind the waiters. A waiter that dies with a key handed to it holds the others up for one entry
+//! lease (as a dead head of the queue does), then the key lapses.
+//!
 //! # Liveness: a waiter that dies, a node that is down
 //!
 //! - Every entry has a deadline on its node (`muxlock:queue-deadlines:<resource>`, in the node's own clock: only
