@@ -1095,7 +1095,8 @@ impl Node {
 
     /// Hands a plain lock's `key` on to the head of its line's queue, as [`lua::RELEASE_HANDING_ON`] does: to the
     /// first waiter whose deadline is not past (dropping the dead ones before it), set to the value it last
-    /// offered for `px` ms, its turn key bumped; deleted with nobody waiting.
+    /// offered for `px` ms or until that waiter's deadline if sooner, its turn key bumped; deleted with nobody
+    /// waiting.
     fn hand_on(
         &mut self,
         (key, q, d, g): (&[u8], &[u8], &[u8], &[u8]),
@@ -1108,10 +1109,11 @@ impl Node {
             let Some(h) = self.zhead(q, now) else {
                 break;
             };
-            if self.zscore(d, &h, now).unwrap_or(0) > wall {
+            let left = self.zscore(d, &h, now).unwrap_or(0) - wall;
+            if left > 0 {
                 match self.hget(g, &h, now) {
                     Some(v) => {
-                        self.set(key, &v, Some(px), now);
+                        self.set(key, &v, Some(px.min(left)), now);
                         self.handed_on += 1;
                     }
                     None => {

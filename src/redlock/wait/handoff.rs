@@ -53,8 +53,8 @@
 //! next release's stragglers. A plain lock taken by a waiting request is therefore released with
 //! [`lua::RELEASE_HANDING_ON`](crate::redlock::lua::RELEASE_HANDING_ON), which, on each node where the key holds
 //! the lock's value, **sets it to the value the queue's live head last offered** (the gate keeps, per waiter, the
-//! value of its last refused attempt: `muxlock:queue-handed:<line>`) for one entry lease, and bumps that waiter's
-//! turn key; with nobody waiting it deletes the key as the spec's release does. The waiter is woken by the bump
+//! value of its last refused attempt: `muxlock:queue-handed:<line>`) for one entry lease, or until that waiter's
+//! deadline on the node if sooner, and bumps that waiter's turn key; with nobody waiting it deletes the key as the spec's release does. The waiter is woken by the bump
 //! (or, at the head, by the key's change) and attempts at once; its gate finds in the key the value it offered
 //! before (or this attempt's own) and **takes it**: sets it to this attempt's value for the TTL and leaves the
 //! queue there. A waiter that leaves while the key is handed to it (it got the lock elsewhere, or gives up) hands
@@ -78,8 +78,8 @@
 //!
 //! **What it costs and gives.** A grant is the release's round, the woken waiter's one round and no leave (the
 //! gate took it off the queue); nobody else's `SET NX` can win the key meanwhile, and the releaser's own next
-//! wait queues behind the waiters. A waiter that dies with a key handed to it holds the others up for one entry
-//! lease (as a dead head of the queue does), then the key lapses.
+//! wait queues behind the waiters. A waiter that dies with a key handed to it holds the others up no longer than a
+//! dead head of the queue does (one entry lease after its last refresh): the handed key lapses with its entry.
 //!
 //! # Liveness: a waiter that dies, a node that is down
 //!
