@@ -95,6 +95,11 @@ impl Entry {
         [&self.queue, &self.deadlines, &self.handed]
     }
 
+    /// Whether the line is a plain lock's resource, whose releases hand the key on to its waiters.
+    pub(crate) fn hands_on(&self) -> bool {
+        self.hands_on
+    }
+
     /// The gate's arguments (the waiter's id, its ticket, the entry's lease, the line), after the kind's in
     /// `ARGV`.
     fn args(&self) -> [&[u8]; 4] {

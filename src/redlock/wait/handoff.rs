@@ -266,7 +266,15 @@ pub(super) async fn queued_wait(
             Failure::Held => {
                 // Tracking needs the watchdog to listen for the invalidations armed below.
                 keeper.watchdog.ensure_started(Arc::downgrade(keeper));
-                if refusal.head {
+                // A key handed on to this waiter bumps its turn key: the head of a plain lock's line reads it
+                // too (which tracks it), so that a hand-off that came between the refused attempt and the look
+                // at the line's keys is seen now, and a later one wakes it.
+                let handed = refusal.head
+                    && entry.hands_on()
+                    && arm_turn(keeper, entry, &refusal.turns).await.0;
+                if handed {
+                    now
+                } else if refusal.head {
                     // Our turn: wait for the line's keys, as a lone waiter does.
                     let wake = wake_for_holder(
                         keeper,
