@@ -158,7 +158,7 @@ fn hostile() -> Options {
 fn queued_waiters_keep_every_property() {
     let seeds = env_u64("MUXLOCK_SIM_QUEUED_SEEDS").unwrap_or(QUEUED_SEEDS);
     let started = Instant::now();
-    let (mut ops, mut queued) = (0, 0);
+    let (mut ops, mut queued, mut handed, mut taken) = (0, 0, 0, 0);
     let runs = seeds::in_order(0..seeds, |seed| {
         workload::run(
             seed,
@@ -174,14 +174,21 @@ fn queued_waiters_keep_every_property() {
         }
         ops += run.ops;
         queued += run.queued;
+        handed += run.handed.0;
+        taken += run.handed.1;
     }
     println!(
-        "{seeds} seeds with queued waiters: {ops} ops, {queued} queued grants, {:.1} s",
+        "{seeds} seeds with queued waiters: {ops} ops, {queued} queued grants, {handed} keys handed on \
+         ({taken} taken by their waiter's gate), {:.1} s",
         started.elapsed().as_secs_f64()
     );
     assert!(
         queued > 0,
         "no queued attempt was granted: the verb did not run"
+    );
+    assert!(
+        taken > 0,
+        "no release handed a key on to a waiter that took it: the hand-off did not run"
     );
 }
 

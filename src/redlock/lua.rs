@@ -249,10 +249,17 @@ pub(crate) fn eval(buf: &mut BytesMut, lua: Lua, full: bool, keys: &[&[u8]], arg
 // only where the queue is empty or headed by this waiter. See [`QUEUE_ACQUIRE`].
 macro_rules! queued {
     ($body:expr) => {
+        queued!($body, "", "")
+    };
+    ($body:expr, $handed:expr, $register:expr) => {
         concat!(
-            r#"local nk, na = #KEYS - 2, #ARGV - 4 local q, d, id = KEYS[nk + 1], KEYS[nk + 2], ARGV[na + 1] local lease, line = ARGV[na + 3], ARGV[na + 4] local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. line redis.call("incr", k) redis.call("pexpire", k, lease) end local h = redis.call("zrange", q, 0, 0)[1] local now if h and h ~= id then local t = redis.call("time") now = t[1] * 1000 + math.floor(t[2] / 1000) local dead = redis.call("zrangebyscore", d, "-inf", now) if #dead > 0 then for _, m in ipairs(dead) do redis.call("zrem", q, m) redis.call("zrem", d, m) end local n = redis.call("zrange", q, 0, 0)[1] if n and n ~= h and n ~= id then signal(n) end h = n end end local r = false if not h or h == id then r = (function(KEYS, ARGV) "#,
+            r#"local nk, na = #KEYS - 3, #ARGV - 4 local q, d, g, id = KEYS[nk + 1], KEYS[nk + 2], KEYS[nk + 3], ARGV[na + 1] local lease, line = ARGV[na + 3], ARGV[na + 4] "#,
+            $handed,
+            r#" local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. line redis.call("incr", k) redis.call("pexpire", k, lease) end local h = redis.call("zrange", q, 0, 0)[1] local now if h and h ~= id then local t = redis.call("time") now = t[1] * 1000 + math.floor(t[2] / 1000) local dead = redis.call("zrangebyscore", d, "-inf", now) if #dead > 0 then for _, m in ipairs(dead) do redis.call("zrem", q, m) redis.call("zrem", d, m) redis.call("hdel", g, m) end local n = redis.call("zrange", q, 0, 0)[1] if n and n ~= h and n ~= id then signal(n) end h = n end end local r = false if not h or h == id then r = (function(KEYS, ARGV) "#,
             $body,
-            r#" end)({unpack(KEYS, 1, nk)}, {unpack(ARGV, 1, na)}) if r == 1 or (type(r) == "table" and r[1] ~= nil) then return {r, -1, 0} end end if not now then local t = redis.call("time") now = t[1] * 1000 + math.floor(t[2] / 1000) end redis.call("zadd", q, ARGV[na + 2], id) redis.call("zadd", d, now + lease, id) redis.call("pexpire", q, lease) redis.call("pexpire", d, lease) return {r, redis.call("zrank", q, id), tonumber(redis.call("get", "muxlock:turn:" .. id .. ":" .. line) or "0") or 0}"#
+            r#" end)({unpack(KEYS, 1, nk)}, {unpack(ARGV, 1, na)}) if r == 1 or (type(r) == "table" and r[1] ~= nil) then redis.call("hdel", g, id) return {r, -1, 0} end end if not now then local t = redis.call("time") now = t[1] * 1000 + math.floor(t[2] / 1000) end redis.call("zadd", q, ARGV[na + 2], id) redis.call("zadd", d, now + lease, id) redis.call("pexpire", q, lease) redis.call("pexpire", d, lease) "#,
+            $register,
+            r#" return {r, redis.call("zrank", q, id), tonumber(redis.call("get", "muxlock:turn:" .. id .. ":" .. line) or "0") or 0}"#
         )
     };
 }
@@ -284,26 +291,30 @@ pub const ACQUIRE_ONE: Lua = Lua {
 ///   script's reply (nil where the queue kept it from running), the waiter's place (0: it heads the queue) and
 ///   its turn key's value.
 pub const QUEUE_ACQUIRE: Lua = Lua {
-    body: queued!(acquire_one!()),
-    sha1: "5f9df4599a2df6c5cdbe27914a8df454c2b1c393",
+    body: queued!(
+        acquire_one!(),
+        r#"local held = redis.pcall("get", KEYS[1]) if type(held) == "string" and (held == ARGV[1] or held == redis.call("hget", g, id)) then redis.call("set", KEYS[1], ARGV[1], "px", ARGV[2]) redis.call("zrem", q, id) redis.call("zrem", d, id) redis.call("hdel", g, id) return {1, -2, 0} end"#,
+        r#"redis.call("hset", g, id, ARGV[1]) redis.call("pexpire", g, lease)"#
+    ),
+    sha1: "f535c84f122976fbc5209522d60d1733ecab120a",
 };
 
 /// [`ACQUIRE_PERMITS`] behind the waiting queue (see [`QUEUE_ACQUIRE`]): a semaphore's waiting offer.
 pub const QUEUE_PERMITS: Lua = Lua {
     body: queued!(acquire_permits!()),
-    sha1: "5fa8fde1e2b2ee00bebaf11f28714650615cc5af",
+    sha1: "ed553c5c06160d7b7d89a1df68484ecf1cfb2b46",
 };
 
 /// [`ACQUIRE_READ`] behind the waiting queue (see [`QUEUE_ACQUIRE`]): a waiting reader's offer.
 pub const QUEUE_READ: Lua = Lua {
     body: queued!(acquire_read!()),
-    sha1: "90d6bbc9a9ef88f119a63bc65ccb8155c393d20e",
+    sha1: "a318cd1e911eba618b818c4bd8ed751e51439885",
 };
 
 /// [`ACQUIRE_WRITE`] behind the waiting queue (see [`QUEUE_ACQUIRE`]): a waiting writer's acquisition.
 pub const QUEUE_WRITE: Lua = Lua {
     body: queued!(acquire_write!()),
-    sha1: "3d96bf6284b0a1d49242fe8b65edde9159782bf1",
+    sha1: "9b8bd474634717cf44c6dfc1e60eea3913ea471b",
 };
 
 /// Each queued offer and the kind's script it runs for the queue's head: how the simulator runs them.
@@ -314,11 +325,40 @@ pub const QUEUED: [(Lua, Lua); 4] = [
     (QUEUE_WRITE, ACQUIRE_WRITE),
 ];
 
-/// A waiter leaves the queue of [`QUEUE_ACQUIRE`]: `KEYS` the queue and its deadlines, `ARGV` as the gate's (the
-/// waiter's id, its ticket, the entry's lease, the line's name): it got the lock (on a majority), or it gives up.
-/// If it headed the queue, the next waiter's turn key is bumped (an `INCR`: that waiter's tracker is told).
-/// Returns 1.
+// A Lua function that hands a plain lock's key on to the head of its line's queue (see [`RELEASE_HANDING_ON`]):
+// `hand_on(key, queue, deadlines, handed, line, px)`.
+macro_rules! hand_on {
+    () => {
+        r#"local function hand_on(key, q, d, g, line, px) local t = redis.call("time") local now = t[1] * 1000 + math.floor(t[2] / 1000) for _ = 1, 16 do local h = redis.call("zrange", q, 0, 0)[1] if not h then break end local left = (tonumber(redis.call("zscore", d, h)) or 0) - now if left > 0 then local v = redis.call("hget", g, h) if v then redis.call("set", key, v, "px", math.min(tonumber(px), left)) else redis.call("del", key) end local k = "muxlock:turn:" .. h .. ":" .. line redis.call("incr", k) redis.call("pexpire", k, px) return end redis.call("zrem", q, h) redis.call("zrem", d, h) redis.call("hdel", g, h) end redis.call("del", key) end "#
+    };
+}
+
+/// A waiter leaves the queue of [`QUEUE_ACQUIRE`]: `KEYS` the queue, its deadlines and its hand-off values, and
+/// for a plain lock's line the lock key; `ARGV` as the gate's (the waiter's id, its ticket, the entry's lease,
+/// the line's name): it got the lock (on a majority), or it gives up. If the lock key holds the value handed to
+/// this waiter (a release handed it on and the waiter will not take it), it is handed on to the next live waiter
+/// as [`RELEASE_HANDING_ON`] does; otherwise, if the waiter headed the queue, the next waiter's turn key is
+/// bumped (an `INCR`: that waiter's tracker is told). Returns 1.
 pub const QUEUE_LEAVE: Lua = Lua {
-    body: r#"local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. ARGV[4] redis.call("incr", k) redis.call("pexpire", k, ARGV[3]) end local q, d, id = KEYS[1], KEYS[2], ARGV[1] local h = redis.call("zrange", q, 0, 0)[1] redis.call("zrem", q, id) redis.call("zrem", d, id) if h == id then local n = redis.call("zrange", q, 0, 0)[1] if n then signal(n) end end return 1"#,
-    sha1: "3954634da2046fcf65252eae84d6392c0e027a06",
+    body: concat!(
+        hand_on!(),
+        r#"local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. ARGV[4] redis.call("incr", k) redis.call("pexpire", k, ARGV[3]) end local q, d, g, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1] local handed = false if KEYS[4] then local v = redis.call("hget", g, id) handed = v and redis.pcall("get", KEYS[4]) == v end local h = redis.call("zrange", q, 0, 0)[1] redis.call("zrem", q, id) redis.call("zrem", d, id) redis.call("hdel", g, id) if handed then hand_on(KEYS[4], q, d, g, ARGV[4], ARGV[3]) elseif h == id then local n = redis.call("zrange", q, 0, 0)[1] if n then signal(n) end end return 1"#
+    ),
+    sha1: "db033ccd6a4430b1a3083f28e2aef4c612f8a1a4",
+};
+
+/// The release of a plain lock taken by a waiting request, which hands the key on to the next waiter in its
+/// line's queue (`wait/handoff.rs`, "The hand-off"): `KEYS` the lock key, the line's queue, its deadlines and its
+/// hand-off values (waiter id → the value the waiter's last attempt offered); `ARGV` the lock's value, the line's
+/// name and how long a handed key lives untaken (ms). If the key holds the value, it is set to the value of the
+/// queue's head (its deadline not past; dead entries before it are dropped) for that long, or until the head's
+/// deadline if that comes sooner (a key handed to a waiter that died lapses with its entry, whatever the
+/// releaser's lease), and the head's turn key is bumped; with nobody waiting, it is deleted. Returns 1 if the key held the value (it is no longer this
+/// lock's), else 0: as the spec's compare-and-delete.
+pub const RELEASE_HANDING_ON: Lua = Lua {
+    body: concat!(
+        hand_on!(),
+        r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 end hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3]) return 1"#
+    ),
+    sha1: "ebca2cb3237d67a50f22fea4e16a913cbb0a48f6",
 };

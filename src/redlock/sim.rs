@@ -455,12 +455,13 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// processes): a random id from the seeded stream, and `ticket` (when the waiter began, in µs of some wall
     /// clock: the order of the queue).
     pub fn queue_entry(&self, waits: Waits<'_>, ticket: u128) -> QueueEntry {
-        let line = waits.kind().line(waits.name()).key;
+        let kind = waits.kind();
+        let line = kind.line(waits.name()).key;
         QueueEntry(Entry::new(
             self.core.tokens.random_u64().unwrap_or(0),
             ticket,
             self.core.config.round_timeout,
-            &line,
+            (&line, matches!(kind, Kind::Plain)),
         ))
     }
 

@@ -6,6 +6,7 @@
 use crate::support;
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -803,4 +804,124 @@ fn a_semaphore_granted_by_its_second_offer_where_its_first_queued_leaves_that_qu
         "the waiter's entry is left after its grant: {shown:?}; the next waiter waited {waited:?}"
     );
     assert!(waited < Duration::from_millis(400), "held up {waited:?}");
+}
+
+// ---- The hand-off of a plain lock ----
+
+/// A plain lock taken by a waiting request is released to the waiter at the head of the queue: the key goes
+/// from the holder's value to that waiter's, never free between, so a request that does not wait, sent the moment
+/// the release returns, is refused, and the waiter gets the lock. Then the waiter's release, with nobody waiting,
+/// deletes the key.
+#[test]
+fn a_waiting_request_s_release_hands_the_key_to_the_next_waiter_and_nobody_takes_it_between() {
+    let cluster = Cluster::start(3);
+    let ms: Vec<LockManager> = (0..3)
+        .map(|_| locks::manager(cluster.urls(), config()))
+        .collect();
+    let wait = Duration::from_secs(5);
+    let handed_to_one = |name: &str| {
+        cluster
+            .nodes()
+            .iter()
+            .all(|n| n.raw(&cmd(&["HLEN", &format!("muxlock:queue-handed:{name}")])) == b":1\r\n")
+    };
+    for round in 0..10 {
+        let name = format!("handed{round}");
+        let checked = AtomicBool::new(false);
+        let held = (ms[0].request(&name).ttl(Duration::from_secs(5)))
+            .wait(wait)
+            .acquire()
+            .expect("the holder, by a waiting request");
+        thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let l = (ms[1].request(&name).ttl(Duration::from_secs(5)))
+                    .wait(wait)
+                    .acquire()
+                    .expect("the waiter is handed the lock");
+                // Held until the request that does not wait has been answered.
+                let t0 = Instant::now();
+                while !checked.load(Ordering::SeqCst) && t0.elapsed() < wait {
+                    thread::sleep(Duration::from_millis(1));
+                }
+                ms[1].unlock(l).expect("unlock")
+            });
+            // The waiter has queued, with its offered value, on every node.
+            let t0 = Instant::now();
+            while !handed_to_one(&name) {
+                assert!(t0.elapsed() < wait, "the waiter never queued");
+                thread::sleep(Duration::from_millis(5));
+            }
+            ms[0].unlock(held).expect("unlock");
+            let between = ms[2].request(&name).ttl(Duration::from_secs(5)).acquire();
+            checked.store(true, Ordering::SeqCst);
+            assert!(
+                matches!(between, Err(Error::Held(_))),
+                "round {round}: a request that does not wait took the key between the release and the waiter: \
+                 {between:?}"
+            );
+            assert!(waiter.join().expect("the waiter") >= 2);
+        });
+        for node in cluster.nodes() {
+            assert_eq!(
+                node.raw(&cmd(&["EXISTS", &name])),
+                b":0\r\n",
+                "round {round}"
+            );
+        }
+    }
+}
+
+/// A key handed on to a waiter that died lapses with that waiter's entry: the others are held up for at most one
+/// entry lease (1 s here) plus a quarter after its last refresh, as behind a dead head that was handed nothing. A
+/// release just before the dead entry's deadline must not hand it the key for a whole further lease.
+#[test]
+fn a_key_handed_to_a_dead_waiter_lapses_with_its_entry() {
+    let cluster = Cluster::start(3);
+    let cfg = config().with_round_timeout(Duration::from_millis(50));
+    let (m1, m2) = (
+        locks::manager(cluster.urls(), cfg.clone()),
+        locks::manager(cluster.urls(), cfg),
+    );
+    let held = m1
+        .request("deadhanded")
+        .ttl(Duration::from_secs(5))
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .expect("the holder, by a waiting request");
+    // A waiter that joined and died, its last refresh now: at the head (ticket 1), its deadline one lease from now
+    // on each node's clock, with the value it offered.
+    for node in cluster.nodes() {
+        let reply = node.raw(&cmd(&[
+            "EVAL",
+            r#"local t = redis.call("time") local now = t[1] * 1000 + math.floor(t[2] / 1000) redis.call("zadd", KEYS[1], 1, "deaddeaddeaddead") redis.call("zadd", KEYS[2], now + 1000, "deaddeaddeaddead") redis.call("hset", KEYS[3], "deaddeaddeaddead", "offered-by-the-dead") for _, k in ipairs(KEYS) do redis.call("pexpire", k, 1000) end return 1"#,
+            "3",
+            "muxlock:queue:deadhanded",
+            "muxlock:queue-deadlines:deadhanded",
+            "muxlock:queue-handed:deadhanded",
+        ]));
+        assert_eq!(reply, b":1\r\n");
+    }
+    let t0 = Instant::now();
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let l = m2
+                .request("deadhanded")
+                .ttl(Duration::from_secs(2))
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .expect("the live waiter, once the dead one's entry lapses");
+            let waited = t0.elapsed();
+            m2.unlock(l).expect("unlock");
+            waited
+        });
+        // Released just before the dead waiter's deadline: the key is handed to it.
+        thread::sleep(Duration::from_millis(950));
+        m1.unlock(held).expect("unlock");
+        let waited = waiter.join().expect("the waiter");
+        println!("waited {waited:?} behind a dead waiter handed the key");
+        assert!(
+            waited <= Duration::from_millis(1250 + 500),
+            "held up {waited:?} after the dead waiter's last refresh"
+        );
+    });
 }

@@ -122,6 +122,10 @@ pub struct Node {
     /// Releases sent by hash that this node answered `NOSCRIPT` (kept across restarts): none may be, since a
     /// release's reply is often read by nobody (`scripts.rs`, "Releases go in full").
     pub releases_by_hash: u64,
+    /// Keys a release handed on to a waiter ([`lua::RELEASE_HANDING_ON`], a leave handing on), and handed keys
+    /// a waiter's gate granted.
+    pub handed_on: u64,
+    pub handed_taken: u64,
     /// What the user's ACL refuses (`-NOPERM`, before anything runs): a mask of [`Acl`] bits (the world's ACL
     /// faults set it, `plan_acls`).
     pub denied: u8,
@@ -191,6 +195,7 @@ fn all_scripts() -> &'static [(&'static str, &'static str)] {
         for l in [
             lua::RELEASE_REENTRANT_UNATTRIBUTED,
             lua::EXTEND_REENTRANT_SHORTENING,
+            lua::RELEASE_HANDING_ON,
         ] {
             v.push((l.sha1, l.body));
         }
@@ -216,6 +221,7 @@ fn is_release(sha: &str) -> bool {
         lua::RELEASE_REENTRANT.sha1,
         lua::RELEASE_REENTRANT_UNATTRIBUTED.sha1,
         lua::QUEUE_LEAVE.sha1,
+        lua::RELEASE_HANDING_ON.sha1,
     ];
     releases
         .iter()
@@ -266,6 +272,8 @@ impl Node {
             native: Native::None,
             native_calls: 0,
             releases_by_hash: 0,
+            handed_on: 0,
+            handed_taken: 0,
             denied: 0,
             refusals: [0; Acl::KINDS],
         }
@@ -434,6 +442,24 @@ impl Node {
         }
     }
 
+    /// `HSET key field value` (a new value replaces the field's).
+    fn hput(&mut self, key: &[u8], field: &[u8], value: &[u8], now: Wall) {
+        self.hset(key, field, now);
+        if let Some(h) = self.hash(key, now) {
+            for (f, v) in h.iter_mut() {
+                if f == field {
+                    *v = Bytes::copy_from_slice(value);
+                }
+            }
+        }
+    }
+
+    /// `HGET key field`.
+    fn hget(&mut self, key: &[u8], field: &[u8], now: Wall) -> Option<Bytes> {
+        self.hash(key, now)
+            .and_then(|h| h.iter().find(|(f, _)| f == field).map(|(_, v)| v.clone()))
+    }
+
     fn zset(&mut self, key: &[u8], now: Wall) -> Option<&mut Vec<(i64, Bytes)>> {
         match self.live(key, now) {
             Some(Entry {
@@ -471,6 +497,12 @@ impl Node {
         if z.is_empty() {
             self.keys.remove(key);
         }
+    }
+
+    /// `ZSCORE key member`.
+    fn zscore(&mut self, key: &[u8], member: &[u8], now: Wall) -> Option<i64> {
+        self.zset(key, now)
+            .and_then(|z| z.iter().find(|(_, m)| m == member).map(|(s, _)| *s))
     }
 
     /// The first member (`ZRANGE key 0 0`).
@@ -935,6 +967,13 @@ impl Node {
         if is(lua::QUEUE_LEAVE) {
             return self.leave_queue(keys, argv, now);
         }
+        if is(lua::RELEASE_HANDING_ON) {
+            if self.get(k(0), now) != Some(arg(0)) {
+                return int(0);
+            }
+            self.hand_on((k(0), k(1), k(2), k(3)), arg(1), num(arg(2)), now);
+            return int(1);
+        }
         err("ERR script not simulated")
     }
 
@@ -943,13 +982,35 @@ impl Node {
     /// ticket, the entry's lease (ms) and the line. The node's clock for deadlines is its wall clock, as `TIME`
     /// reads it.
     fn queued(&mut self, inner: lua::Lua, keys: &[&[u8]], argv: &[&[u8]], now: Wall) -> Value {
-        let (nk, na) = (keys.len().saturating_sub(2), argv.len().saturating_sub(4));
-        let (q, d) = (
+        let (nk, na) = (keys.len().saturating_sub(3), argv.len().saturating_sub(4));
+        let (q, d, g) = (
             keys.get(nk).copied().unwrap_or_default(),
             keys.get(nk + 1).copied().unwrap_or_default(),
+            keys.get(nk + 2).copied().unwrap_or_default(),
         );
         let arg = |i: usize| argv.get(na + i).copied().unwrap_or_default();
         let (id, ticket, lease, line) = (arg(0), num(arg(1)), num(arg(2)), arg(3));
+        let plain = same_sha(inner.sha1.as_bytes(), lua::ACQUIRE_ONE.sha1.as_bytes());
+        let (key, value) = (
+            keys.first().copied().unwrap_or_default(),
+            argv.first().copied().unwrap_or_default(),
+        );
+        if plain {
+            // The key handed to this waiter (or set by this attempt): taken, and the waiter leaves the queue.
+            let held = self.get(key, now).map(Bytes::copy_from_slice);
+            let handed = self.hget(g, id, now);
+            if let Some(held) = held
+                && (&held[..] == value || handed.as_deref() == Some(&held[..]))
+            {
+                let ttl = argv.get(1).map_or(0, |t| num(t));
+                self.set(key, value, Some(ttl), now);
+                self.handed_taken += u64::from(handed.as_deref() == Some(&held[..]));
+                self.zrem(q, id, now);
+                self.zrem(d, id, now);
+                self.hdel(g, id, now);
+                return Value::Array(vec![int(1), int(-2), int(0)]);
+            }
+        }
         let turn = |m: &[u8]| [&b"muxlock:turn:"[..], m, b":", line].concat();
         let wall = (now / MS) as i64;
         let signal = |node: &mut Node, m: &[u8]| {
@@ -972,6 +1033,7 @@ impl Node {
                 for m in &dead {
                     self.zrem(q, m, now);
                     self.zrem(d, m, now);
+                    self.hdel(g, m, now);
                 }
                 let next = self.zhead(q, now);
                 if let Some(n) = &next {
@@ -995,6 +1057,8 @@ impl Node {
                 _ => false,
             };
             if granted {
+                // A granted key is never the waiter's offered value there: a leave must not hand it on.
+                self.hdel(g, id, now);
                 return Value::Array(vec![ran, int(-1), int(0)]);
             }
             if matches!(ran, Value::Error(_)) {
@@ -1005,6 +1069,10 @@ impl Node {
         self.zadd(d, wall + lease, id, now);
         self.pexpire(q, lease, now);
         self.pexpire(d, lease, now);
+        if plain {
+            self.hput(g, id, value, now);
+            self.pexpire(g, lease, now);
+        }
         let rank = self
             .zset(q, now)
             .and_then(|z| z.iter().position(|(_, m)| &m[..] == id))
@@ -1019,11 +1087,19 @@ impl Node {
     fn leave_queue(&mut self, keys: &[&[u8]], argv: &[&[u8]], now: Wall) -> Value {
         let k = |i: usize| keys.get(i).copied().unwrap_or_default();
         let arg = |i: usize| argv.get(i).copied().unwrap_or_default();
-        let (q, d, id, lease) = (k(0), k(1), arg(0), num(arg(2)));
+        let (q, d, g, id, lease) = (k(0), k(1), k(2), arg(0), num(arg(2)));
+        let mut handed = false;
+        if let Some(lock) = keys.get(3) {
+            let mine = self.hget(g, id, now);
+            handed = mine.is_some() && self.get(lock, now) == mine.as_deref();
+        }
         let head = self.zhead(q, now);
         self.zrem(q, id, now);
         self.zrem(d, id, now);
-        if head.as_deref() == Some(id) {
+        self.hdel(g, id, now);
+        if handed {
+            self.hand_on((k(3), q, d, g), arg(3), lease, now);
+        } else if head.as_deref() == Some(id) {
             if let Some(next) = self.zhead(q, now) {
                 let t = [&b"muxlock:turn:"[..], &next, b":", arg(3)].concat();
                 self.incr(&t, now);
@@ -1031,6 +1107,45 @@ impl Node {
             }
         }
         int(1)
+    }
+
+    /// Hands a plain lock's `key` on to the head of its line's queue, as [`lua::RELEASE_HANDING_ON`] does: to the
+    /// first waiter whose deadline is not past (dropping the dead ones before it), set to the value it last
+    /// offered for `px` ms or until that waiter's deadline if sooner, its turn key bumped; deleted with nobody
+    /// waiting.
+    fn hand_on(
+        &mut self,
+        (key, q, d, g): (&[u8], &[u8], &[u8], &[u8]),
+        line: &[u8],
+        px: i64,
+        now: Wall,
+    ) {
+        let wall = (now / MS) as i64;
+        for _ in 0..16 {
+            let Some(h) = self.zhead(q, now) else {
+                break;
+            };
+            let left = self.zscore(d, &h, now).unwrap_or(0) - wall;
+            if left > 0 {
+                match self.hget(g, &h, now) {
+                    Some(v) => {
+                        self.set(key, &v, Some(px.min(left)), now);
+                        self.handed_on += 1;
+                    }
+                    None => {
+                        self.del(key, now);
+                    }
+                }
+                let t = [&b"muxlock:turn:"[..], &h, b":", line].concat();
+                self.incr(&t, now);
+                self.pexpire(&t, px, now);
+                return;
+            }
+            self.zrem(q, &h, now);
+            self.zrem(d, &h, now);
+            self.hdel(g, &h, now);
+        }
+        self.del(key, now);
     }
 
     /// Keys alive at virtual time `now` that have no expiry, except the documented ones (the marker, fence

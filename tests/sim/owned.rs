@@ -28,7 +28,7 @@ type SimEngine = super::calls::Checked;
 /// One hold of the owner: under a guard, or a bare [`Lock`] the holder extends.
 enum Held {
     Guard(SimGuard),
-    Lock(Lock),
+    Lock(Box<Lock>),
 }
 
 /// A hold and what the history knows of it.
@@ -82,7 +82,7 @@ async fn take(
                 true => "owned",
                 false => "nested owned",
             };
-            (Held::Lock(lock), valid, kind)
+            (Held::Lock(Box::new(lock)), valid, kind)
         }
     };
     let mut w = sim.world();
@@ -121,7 +121,7 @@ async fn release(engine: &SimEngine, sim: &Sim, o: Owned, why: &str) {
             let _ = engine.release_guard(g).await;
         }
         Held::Lock(lock) => {
-            let _ = engine.unlock(lock).await;
+            let _ = engine.unlock(*lock).await;
         }
     }
 }

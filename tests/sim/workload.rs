@@ -21,7 +21,7 @@ use super::{
 pub const HORIZON: Time = 8_000 * MS;
 
 /// A waiter in the nodes' queue, as a waiting request waits (its rounds; the loop's sleeps are drawn): queued
-/// attempts until granted or it gives up, then it leaves the queue everywhere. A grant is counted in the history's
+/// attempts until granted (which leaves the queue) or it gives up, then it leaves the queue everywhere. A grant is counted in the history's
 /// `queued`.
 pub async fn queued(
     engine: &Checked,
@@ -38,7 +38,11 @@ pub async fn queued(
     let got = loop {
         sim.world().history.ops += 1;
         match engine.queued_attempt(waits, ttl, &entry, joined).await {
-            Ok(Ok(lock)) => break Some(lock),
+            // With the lock the attempt left the queue wherever the waiter may still be in it.
+            Ok(Ok(lock)) => {
+                joined = false;
+                break Some(lock);
+            }
             Ok(Err(_)) => joined = true,
             Err(_) => break None,
         }
@@ -622,6 +626,8 @@ pub struct Run {
     pub ops: u64,
     /// Grants of queued attempts.
     pub queued: u64,
+    /// Keys handed on to a waiter by a release or a leave, and of them those the waiter's gate granted.
+    pub handed: (u64, u64),
     /// Holders of semaphores' permits.
     pub permits: u64,
     /// Readers and writers of read-write locks that held.
@@ -764,6 +770,10 @@ pub fn run(seed: u64, opts: &Options) -> Run {
         struck,
         ops: w.history.ops,
         queued: w.history.queued,
+        handed: (
+            w.nodes.iter().map(|n| n.node.handed_on).sum(),
+            w.nodes.iter().map(|n| n.node.handed_taken).sum(),
+        ),
         permits: w.history.permits.len() as u64,
         rw_holders: w.history.rw.len() as u64,
         rw_writers: w.history.rw.iter().filter(|h| h.write).count() as u64,

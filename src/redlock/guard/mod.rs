@@ -47,6 +47,7 @@ use crate::redlock::error::{Error, Outcome, Result};
 use crate::redlock::guard::watchdog::Watchdog;
 use crate::redlock::kind::Lock;
 use crate::redlock::kind::owned::Owner;
+use crate::redlock::kind::queued::HandOn;
 use crate::redlock::kind::{self, Kind};
 use crate::redlock::lost::Lost;
 use crate::redlock::observe;
@@ -335,6 +336,8 @@ pub(crate) struct Held {
     /// The lock's kind: how it is renewed and released (a set's keys together, a fenced lock by the fenced
     /// release, an owned hold by its own field).
     pub(crate) kind: Kind,
+    /// The line's queue a release hands the key on to (a plain lock taken by a waiting request).
+    pub(crate) hand_on: Option<Box<HandOn>>,
     pub(crate) state: Mutex<HeldState>,
     /// Notified whenever `state` changes (renewed, lost).
     pub(crate) changed: Condvar,
@@ -362,7 +365,11 @@ impl Held {
         ttl_ms: u64,
         margin: Duration,
     ) -> Held {
-        let Lock { lease, kind } = lock;
+        let Lock {
+            lease,
+            kind,
+            hand_on,
+        } = lock;
         Held {
             id,
             resource: lease.resource,
@@ -372,6 +379,7 @@ impl Held {
             acquired: lease.acquired,
             margin,
             kind,
+            hand_on,
             state: Mutex::new(HeldState {
                 valid_until: lease.valid_until,
                 nodes: lease.nodes,
@@ -393,7 +401,7 @@ impl Held {
     /// The lock as it stands: the lease last confirmed, on the nodes its acquisition was sent to.
     pub(crate) fn lock(&self) -> Lock {
         let s = lock(&self.state);
-        Lock::new(
+        let mut held = Lock::new(
             Lease::new(
                 self.resource.clone(),
                 self.value,
@@ -401,7 +409,9 @@ impl Held {
                 s.nodes,
             ),
             self.kind.clone(),
-        )
+        );
+        held.hand_on = self.hand_on.clone();
+        held
     }
 
     /// When to renew the guard next, its lease confirmed at `confirmed` (a renewal's round start, or the guard's

@@ -252,12 +252,18 @@ impl Kind {
 pub struct Lock {
     pub(crate) lease: Lease,
     pub(crate) kind: Kind,
+    /// For a plain lock taken by a waiting request: the line's queue its release hands the key on to.
+    pub(crate) hand_on: Option<Box<queued::HandOn>>,
 }
 
 impl Lock {
     /// A lease held as `kind`.
     pub(crate) fn new(lease: Lease, kind: Kind) -> Lock {
-        Lock { lease, kind }
+        Lock {
+            lease,
+            kind,
+            hand_on: None,
+        }
     }
 
     /// This lock as `kind`.
@@ -534,7 +540,11 @@ pub(crate) async fn release<N: Nodes, C: Clock>(
 ) -> Result<usize> {
     match &lock.kind {
         // A fenced lock without a token handed out has no counter to raise.
-        Kind::Plain | Kind::Fenced(None) => engine.unlock(&lock.lease).await,
+        Kind::Plain => match &lock.hand_on {
+            Some(hand_on) => plain::release_handing_on(engine, &lock.lease, hand_on).await,
+            None => engine.unlock(&lock.lease).await,
+        },
+        Kind::Fenced(None) => engine.unlock(&lock.lease).await,
         // A reader's slot and the writer key are plain keys.
         Kind::Read(..) | Kind::Write(_) => engine.unlock(&lock.lease).await,
         // A permit is a plain key; a lock without an index (the simulator's control) gives back every permit.

@@ -11,10 +11,13 @@ use bytes::BytesMut;
 
 use crate::net::NodeSet;
 use crate::redlock::engine::Engine;
-use crate::redlock::engine::reply::{grant_vote, set_vote};
+use crate::redlock::engine::lease::Lease;
+use crate::redlock::engine::pipeline::Purpose;
+use crate::redlock::engine::release::Tally;
+use crate::redlock::engine::reply::{grant_vote, script_vote, set_vote};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
-use crate::redlock::error::{Outcome, Report};
-use crate::redlock::kind::queued::Gate;
+use crate::redlock::error::{Outcome, Report, Result};
+use crate::redlock::kind::queued::{Gate, HandOn};
 use crate::redlock::kind::{Kind, Lock};
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Quorum, Status};
@@ -119,6 +122,41 @@ pub(crate) async fn queued<N: Nodes, C: Clock>(
             round.outcomes,
         )
         .map(|lease| Lock::new(lease, Kind::Plain))
+}
+
+/// Releases a plain lock taken by a waiting request: on every node that holds it, the key is handed on to the
+/// head of the line's queue, or deleted with nobody waiting ([`lua::RELEASE_HANDING_ON`]; the hand-off and its
+/// argument are `wait/handoff.rs`'s). Counted as any release: a node that held the value confirms.
+pub(crate) async fn release_handing_on<N: Nodes, C: Clock>(
+    engine: &Engine<N, C>,
+    lock: &Lease,
+    hand_on: &HandOn,
+) -> Result<usize> {
+    let quorum = engine.quorum();
+    let deadline = later(engine.clock.now(), engine.config.round_timeout);
+    let mut tally = Tally::new(&engine.votes, engine.fanout.len(), quorum, lock.nodes);
+    let ([queue, deadlines, handed], [line, lease_ms]) = hand_on.keys_and_args();
+    let keys: [&[u8]; 4] = [&lock.resource, queue, deadlines, handed];
+    engine
+        .pipelined(
+            Purpose::Release,
+            lock.nodes,
+            1,
+            deadline,
+            quorum,
+            |buf, full| {
+                lua::eval(
+                    buf,
+                    lua::RELEASE_HANDING_ON,
+                    full,
+                    &keys,
+                    &[&lock.value, line, lease_ms],
+                )
+            },
+            |_, (node, _), reply| tally.vote(node, script_vote(&reply)),
+        )
+        .await;
+    tally.finish(engine, &lock.resource)
 }
 
 /// Releases, unawaited and on every node, what an attempt at `resource` with `value` may have set (its [`Undo`](super::Undo)).

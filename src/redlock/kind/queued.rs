@@ -48,15 +48,26 @@ pub(crate) struct Entry {
     pub(crate) lease: Duration,
     queue: Vec<u8>,
     deadlines: Vec<u8>,
+    /// The hash of the values the line's waiters last offered (waiter id → value), which a release hands the key
+    /// on to ([`lua::RELEASE_HANDING_ON`]).
+    handed: Vec<u8>,
     line: Vec<u8>,
+    /// The line is a plain lock's resource, whose releases hand the key on: a waiter that leaves hands on what
+    /// was handed to it.
+    hands_on: bool,
     pub(crate) turn: Vec<u8>,
 }
 
 impl Entry {
     /// A new entry in the queue of the line `line`: id `random` (16 hex digits), ticket `micros` (when the waiter
     /// began to wait, on the wall clock: the same on every node's copy of the queue, whatever order the joins reach
-    /// the nodes in).
-    pub(crate) fn new(random: u64, micros: u128, round_timeout: Duration, line: &[u8]) -> Entry {
+    /// the nodes in). `hands_on`: the line is a plain lock's resource (see [`Entry::hands_on`]).
+    pub(crate) fn new(
+        random: u64,
+        micros: u128,
+        round_timeout: Duration,
+        (line, hands_on): (&[u8], bool),
+    ) -> Entry {
         let id = format!("{random:016x}").into_bytes();
         let lease = entry_lease(round_timeout);
         let decimal = |v: u128| {
@@ -71,21 +82,50 @@ impl Entry {
             lease,
             queue: with(b"muxlock:queue:"),
             deadlines: with(b"muxlock:queue-deadlines:"),
+            handed: with(b"muxlock:queue-handed:"),
+            hands_on,
             turn: [TURN_PREFIX, &id, b":", line].concat(),
             line: line.to_vec(),
             id,
         }
     }
 
-    /// The gate's keys (the queue, its deadlines), after the kind's in `KEYS`.
-    fn keys(&self) -> [&[u8]; 2] {
-        [&self.queue, &self.deadlines]
+    /// The gate's keys (the queue, its deadlines, its hand-off values), after the kind's in `KEYS`.
+    fn keys(&self) -> [&[u8]; 3] {
+        [&self.queue, &self.deadlines, &self.handed]
+    }
+
+    /// Whether the line is a plain lock's resource, whose releases hand the key on to its waiters.
+    pub(crate) fn hands_on(&self) -> bool {
+        self.hands_on
     }
 
     /// The gate's arguments (the waiter's id, its ticket, the entry's lease, the line), after the kind's in
     /// `ARGV`.
     fn args(&self) -> [&[u8]; 4] {
         [&self.id, &self.ticket, &self.lease_ms, &self.line]
+    }
+}
+
+/// What a waiting request's plain lock is released with: the keys and arguments of
+/// [`lua::RELEASE_HANDING_ON`] beside the lock's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HandOn {
+    queue: Vec<u8>,
+    deadlines: Vec<u8>,
+    handed: Vec<u8>,
+    line: Vec<u8>,
+    /// How long a handed key lives untaken (ms): the entry's lease.
+    lease_ms: Vec<u8>,
+}
+
+impl HandOn {
+    /// The release's `KEYS` after the lock key, and its `ARGV` after the lock's value.
+    pub(crate) fn keys_and_args(&self) -> ([&[u8]; 3], [&[u8]; 2]) {
+        (
+            [&self.queue, &self.deadlines, &self.handed],
+            [&self.line, &self.lease_ms],
+        )
     }
 }
 
@@ -101,6 +141,8 @@ pub(crate) struct Refusal {
     /// Nodes from 64 on are never left out of a leave, whatever these say.
     pub(crate) granted: NodeSet,
     pub(crate) joined: NodeSet,
+    /// The nodes whose gate granted the key handed to this waiter, and took it off their queue as it did.
+    pub(crate) left: NodeSet,
 }
 
 impl Refusal {
@@ -128,6 +170,7 @@ impl<'a> Gate<'a> {
                 turns: vec![None; n],
                 granted: NodeSet::EMPTY,
                 joined: NodeSet::EMPTY,
+                left: NodeSet::EMPTY,
             },
         }
     }
@@ -169,6 +212,10 @@ impl<'a> Gate<'a> {
         };
         let refusal = &mut self.refusal;
         match *rank {
+            -2 => {
+                refusal.granted.insert(node);
+                refusal.left.insert(node);
+            }
             r if r < 0 => refusal.granted.insert(node),
             r => {
                 refusal.joined.insert(node);
@@ -207,14 +254,27 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
     undo.disarm();
     let refusal = gate.refusal;
     match got {
-        Ok(lock) => {
-            // A waiter that never queued may have been queued by this very offer on the nodes whose gate did not
-            // answer a grant (not read, or another waiter headed them a moment ago): with the lock, it leaves
-            // there, or its entry would head those nodes' queues, unattended, for a lease. (A waiter that queued
-            // before leaves everywhere as it goes.)
-            let queued = refusal.queued();
-            if !joined && (0..engine.fanout.len()).any(|node| queued.contains(node)) {
-                leave(engine, entry, queued);
+        Ok(mut lock) => {
+            // With the lock, the waiter leaves the queue wherever it may be in it, or its entry would head those
+            // nodes' queues, unattended, for a lease: a waiter that never queued where this very offer may have
+            // queued it (the nodes whose gate did not answer a grant: not read, or another waiter headed them a
+            // moment ago), one that queued before everywhere but where the gate took it off as it granted the
+            // key handed to it.
+            let stay = match joined {
+                false => refusal.queued(),
+                true => NodeSet::ALL.difference(refusal.left),
+            };
+            if (0..engine.fanout.len()).any(|node| stay.contains(node)) {
+                leave(engine, entry, stay);
+            }
+            if entry.hands_on {
+                lock.hand_on = Some(Box::new(HandOn {
+                    queue: entry.queue.clone(),
+                    deadlines: entry.deadlines.clone(),
+                    handed: entry.handed.clone(),
+                    line: entry.line.clone(),
+                    lease_ms: entry.lease_ms.clone(),
+                }));
             }
             Ok(Ok(lock))
         }
@@ -222,17 +282,16 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
     }
 }
 
-/// Takes `entry` off the queue on `nodes` ([`lua::QUEUE_LEAVE`]), without waiting for the replies: in full,
-/// as every release (nobody reads a `NOSCRIPT` here).
+/// Takes `entry` off the queue on `nodes` ([`lua::QUEUE_LEAVE`]), handing on a plain lock's key that was
+/// handed to it, without waiting for the replies: in full, as every release (nobody reads a `NOSCRIPT` here).
 pub(crate) fn leave<N: Nodes, C: Clock>(engine: &Engine<N, C>, entry: &Entry, nodes: NodeSet) {
-    let mut request = BytesMut::with_capacity(128 + 4 * entry.line.len());
-    lua::eval(
-        &mut request,
-        lua::QUEUE_LEAVE,
-        true,
-        &entry.keys(),
-        &entry.args(),
-    );
+    let mut request = BytesMut::with_capacity(160 + 5 * entry.line.len());
+    let [queue, deadlines, handed] = entry.keys();
+    let keys: &[&[u8]] = match entry.hands_on {
+        true => &[queue, deadlines, handed, &entry.line],
+        false => &[queue, deadlines, handed],
+    };
+    lua::eval(&mut request, lua::QUEUE_LEAVE, true, keys, &entry.args());
     let mut round = engine.fanout.release_round(engine.clock.now());
     round.send_to(nodes, &request, 1);
 }
@@ -251,7 +310,12 @@ mod tests {
     /// A refused semaphore offer off the wire (RESP3, the gate's rank annotated): no grant.
     #[test]
     fn a_refused_semaphore_offer_whose_rank_carries_an_attribute_is_no_grant() {
-        let entry = Entry::new(1, 1, Duration::from_millis(200), b"\0semaphore\0pool");
+        let entry = Entry::new(
+            1,
+            1,
+            Duration::from_millis(200),
+            (b"\0semaphore\0pool", false),
+        );
         let mut gate = Gate::new(&entry, 3);
         let mut wire = BytesMut::from(&b"*3\r\n_\r\n|1\r\n+k\r\n+v\r\n:0\r\n:0\r\n"[..]);
         let refused = crate::resp::decode(&mut wire).map(|v| v.expect("a whole reply"));
@@ -267,7 +331,7 @@ mod tests {
 
     #[test]
     fn a_gate_s_reply_gives_the_kind_s_reply_and_notes_the_waiter_s_place() {
-        let entry = Entry::new(7, 1, Duration::from_millis(50), b"jobs");
+        let entry = Entry::new(7, 1, Duration::from_millis(50), (b"jobs", true));
         let mut gate = Gate::new(&entry, 4);
         let arr = |v: Vec<Value>| Ok(Value::Array(v));
         // Granted (the kind's reply, not queued there).

@@ -46,6 +46,41 @@
 //! round releases its partial grants as `lock` does. So every argument for Redlock's mutual exclusion (and every
 //! test of it: `tests/mutex`) applies as is; the queue can delay a grant, not cause one.
 //!
+//! # The hand-off: a waiting request's plain lock is released to the next waiter
+//!
+//! A release that deletes the key lets every client's `SET NX` race for it, and wakes the queue's head only
+//! through its tracker, after which it sends its attempt: the head's attempt then meets the greedy ones and the
+//! next release's stragglers. A plain lock taken by a waiting request is therefore released with
+//! [`lua::RELEASE_HANDING_ON`](crate::redlock::lua::RELEASE_HANDING_ON), which, on each node where the key holds
+//! the lock's value, **sets it to the value the queue's live head last offered** (the gate keeps, per waiter, the
+//! value of its last refused attempt: `muxlock:queue-handed:<line>`) for one entry lease, or until that waiter's
+//! deadline on the node if sooner, and bumps that waiter's turn key; with nobody waiting it deletes the key as the spec's release does. The waiter is woken by the bump
+//! (or, at the head, by the key's change) and attempts at once; its gate finds in the key the value it offered
+//! before (or this attempt's own) and **takes it**: sets it to this attempt's value for the TTL and leaves the
+//! queue there. A waiter that leaves while the key is handed to it (it got the lock elsewhere, or gives up) hands
+//! it on in its leave. Other releases (a lock taken without waiting, a batch, a native compare-and-delete, an
+//! expiry) free the key as before, and the head takes it as before.
+//!
+//! **Why it is safe.** The decision is still one attempt's round counted by the plain quorum from the attempt's
+//! start; only what a node grants changes. A gate grants the key in one more case than `SET NX`: when it holds
+//! a value this waiter offered, that is, the value of one of its own earlier attempts (handed on to it, or left by
+//! an ask again that set it) or of this attempt. An earlier attempt of a waiter that still waits failed (a waiter's
+//! attempts follow one another, and it stops at its first success), so nobody counts on that value: for mutual
+//! exclusion the node's key was as good as free, and the grant is the `SET NX` of a free key, made after the
+//! attempt's start, whose lease counts from that start. A hand-off writes only where the key held the releaser's
+//! value (the releaser no longer holds it: as a delete) or, in a leave, this waiter's handed value (nobody's
+//! lock): it turns a key nobody holds into another key nobody holds. A failed attempt's clean-up deletes only its
+//! own value, so it never removes a key its successor took (the new value differs). Every property of the spec's
+//! argument (at most one value per key per node, a vote counted only within the validity, the restart guard and
+//! the clock check on every vote) is the plain acquisition's, and every test of it runs this path: the waiting
+//! workers of the mutual-exclusion suite (`tests/mutex/waiting.rs`) and the simulator's queued worlds, which must
+//! see hand-offs taken.
+//!
+//! **What it costs and gives.** A grant is the release's round, the woken waiter's one round and no leave (the
+//! gate took it off the queue); nobody else's `SET NX` can win the key meanwhile, and the releaser's own next
+//! wait queues behind the waiters. A waiter that dies with a key handed to it holds the others up no longer than a
+//! dead head of the queue does (one entry lease after its last refresh): the handed key lapses with its entry.
+//!
 //! # Liveness: a waiter that dies, a node that is down
 //!
 //! - Every entry has a deadline on its node (`muxlock:queue-deadlines:<resource>`, in the node's own clock: only
@@ -95,7 +130,7 @@ use crate::redlock::engine::seam::NodeRound;
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::guard::Keeper;
 use crate::redlock::kind::queued::{self, Entry};
-use crate::redlock::kind::{Ask, Intent, Line, Lock};
+use crate::redlock::kind::{Ask, Intent, Kind, Line, Lock};
 use crate::redlock::quorum::Failure;
 use crate::resp::{Value, encode_command};
 use crate::time::later;
@@ -119,8 +154,9 @@ fn refuses_the_queue(report: &Report, quorum: usize) -> bool {
     refusing > report.nodes.len() - quorum
 }
 
-/// A new entry in the queue of `line`: a random id, and a ticket from the wall clock now.
-fn new_entry(engine: &Engine, line: &[u8]) -> Entry {
+/// A new entry in the queue of `line`: a random id, and a ticket from the wall clock now. `hands_on`: the line is
+/// a plain lock's resource.
+fn new_entry(engine: &Engine, (line, hands_on): (&[u8], bool)) -> Entry {
     let micros = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros());
@@ -128,7 +164,7 @@ fn new_entry(engine: &Engine, line: &[u8]) -> Entry {
         engine.tokens.random_u64().unwrap_or(0),
         micros,
         engine.config.round_timeout,
-        line,
+        (line, hands_on),
     )
 }
 
@@ -200,14 +236,19 @@ pub(super) async fn queued_wait(
             continue;
         }
         // The process's head takes a place in the nodes' queue when it first comes to the front here.
-        let entry = queued.entry.get_or_insert_with(|| new_entry(engine, key));
+        let entry = queued
+            .entry
+            .get_or_insert_with(|| new_entry(engine, (key, matches!(ask.kind, Kind::Plain))));
         queued.attempting = true;
         let attempt = queued::attempt(engine, ask, (entry, queued.joined), intent).await;
         queued.attempting = false;
         let (failure, mut report, refusal) = match attempt {
-            // Held by a majority now: `queued` leaves the queue on every node as it drops (the next waiter's
-            // turn comes with it).
-            Ok(Ok(lock)) => return Ok(Ok(lock)),
+            // Held by a majority now: the attempt left the queue wherever the waiter may still be in it (the
+            // next waiter's turn comes with it).
+            Ok(Ok(lock)) => {
+                queued.joined = false;
+                return Ok(Ok(lock));
+            }
             Ok(Err(failed)) => failed,
             Err(e) => return Ok(Err(e)),
         };
@@ -225,7 +266,15 @@ pub(super) async fn queued_wait(
             Failure::Held => {
                 // Tracking needs the watchdog to listen for the invalidations armed below.
                 keeper.watchdog.ensure_started(Arc::downgrade(keeper));
-                if refusal.head {
+                // A key handed on to this waiter bumps its turn key: the head of a plain lock's line reads it
+                // too (which tracks it), so that a hand-off that came between the refused attempt and the look
+                // at the line's keys is seen now, and a later one wakes it.
+                let handed = refusal.head
+                    && entry.hands_on()
+                    && arm_turn(keeper, entry, &refusal.turns).await.0;
+                if handed {
+                    now
+                } else if refusal.head {
                     // Our turn: wait for the line's keys, as a lone waiter does.
                     let wake = wake_for_holder(
                         keeper,
