@@ -35,7 +35,7 @@ impl<L: Link> Machine<L> {
             self.detached.settled(held);
         }
         let pace = later(now, DETACHED_PACE);
-        match self.detached.earliest() {
+        match self.detached.earliest(|node| self.alive_until(node)) {
             Some(t) => Some(t.min(pace)),
             None => self.needs_driver().then_some(pace),
         }
@@ -63,8 +63,12 @@ impl<L: Link> Machine<L> {
         }
         let mut detached = std::mem::take(&mut self.detached);
         let mut given_up = Vec::new();
+        let alive: Vec<Option<Instant>> = (0..self.conns.len())
+            .map(|node| self.alive_until(node))
+            .collect();
         detached.place(
             now,
+            |node| alive.get(node).copied().flatten(),
             |node, bytes, replies| {
                 if node >= self.conns.len() {
                     return Placed::Drop;
@@ -106,10 +110,11 @@ impl<L: Link> Machine<L> {
         (node, replies, priority): (usize, usize, Priority),
         now: Instant,
     ) -> Room {
+        let ahead = self.detached.waiting_on(node);
+        let alive = self.alive_until(node);
         let Some(conn) = self.conns.get_mut(node) else {
             return Room::No;
         };
-        let ahead = self.detached.waiting_on(node);
         if ahead == 0 {
             return conn.state.room(replies, priority, &self.opts);
         }
@@ -120,13 +125,20 @@ impl<L: Link> Machine<L> {
             let state = &mut conn.state;
             let stats = std::sync::Arc::clone(&state.stats);
             self.detached.take_node(
-                node,
+                (node, alive),
                 now,
                 |bytes, r| state.queue(bytes, Waiter::Detached, r, now),
                 |r| stats.given_up(r),
             );
         }
         room
+    }
+
+    /// Until when `node` extends the bound of its detached releases: `hung_timeout` past the last time it refused
+    /// a set-up as loading its data set (see "Bounded" in [`detached`](crate::net::detached)).
+    pub(crate) fn alive_until(&self, node: usize) -> Option<Instant> {
+        let loading_at = self.conns.get(node)?.state.loading_at()?;
+        Some(later(loading_at, self.opts.hung_timeout))
     }
 
     /// Gives up every detached release (the fanout is dropped).
