@@ -244,9 +244,10 @@ impl NodeState {
         self.last_progress
     }
 
-    /// When the node last refused a set-up as loading its data set, if it ever did.
-    pub(crate) fn loading_at(&self) -> Option<Instant> {
-        self.loading_at
+    /// `bound` past the last time the node refused a set-up as loading its data set, if it ever did: until when it
+    /// keeps its detached releases (see "Bounded" in [`detached`](super::detached)).
+    pub(crate) fn loading_until(&self, bound: Duration) -> Option<Instant> {
+        self.loading_at.map(|at| later(at, bound))
     }
 
     /// Why the node's last connection was dropped (or its dial failed): the vote of every request while it is

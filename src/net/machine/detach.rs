@@ -110,11 +110,10 @@ impl<L: Link> Machine<L> {
         (node, replies, priority): (usize, usize, Priority),
         now: Instant,
     ) -> Room {
-        let ahead = self.detached.waiting_on(node);
-        let alive = self.alive_until(node);
         let Some(conn) = self.conns.get_mut(node) else {
             return Room::No;
         };
+        let ahead = self.detached.waiting_on(node);
         if ahead == 0 {
             return conn.state.room(replies, priority, &self.opts);
         }
@@ -124,6 +123,7 @@ impl<L: Link> Machine<L> {
         if room == Room::Yes {
             let state = &mut conn.state;
             let stats = std::sync::Arc::clone(&state.stats);
+            let alive = state.loading_until(self.opts.hung_timeout);
             self.detached.take_node(
                 (node, alive),
                 now,
@@ -137,8 +137,10 @@ impl<L: Link> Machine<L> {
     /// Until when `node` extends the bound of its detached releases: `hung_timeout` past the last time it refused
     /// a set-up as loading its data set (see "Bounded" in [`detached`](crate::net::detached)).
     pub(crate) fn alive_until(&self, node: usize) -> Option<Instant> {
-        let loading_at = self.conns.get(node)?.state.loading_at()?;
-        Some(later(loading_at, self.opts.hung_timeout))
+        self.conns
+            .get(node)?
+            .state
+            .loading_until(self.opts.hung_timeout)
     }
 
     /// Gives up every detached release (the fanout is dropped).
