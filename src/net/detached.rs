@@ -27,8 +27,14 @@
 //!   is queued with its own reply count under [`Waiter::Detached`](super::state::Waiter::Detached): its replies
 //!   take their places in the connection's FIFO, are read, and dropped; they are filed under no round.
 //! - **Bounded.** A detached request waits for room at most `hung_timeout` from the moment it was detached (a
-//!   node that sends nothing for that long with requests outstanding is dropped anyway), then it is given up:
-//!   dropped unsent, and counted. Per node at most `2 * max_in_flight` replies' worth wait (the release
+//!   node that sends nothing for that long with requests outstanding is dropped anyway), or from the last time
+//!   its node refused a set-up as loading its data set (`-LOADING`), whichever is later; then it is given up:
+//!   dropped unsent, and counted. A node restarted with its data answers while it loads, and serves once the
+//!   load ends, however long that takes (seconds to minutes for a large data set): its detached releases wait
+//!   for it as long as it keeps answering so (it is dialled at least every `backoff_max`, so a load's `-LOADING`
+//!   replies come closer together than `hung_timeout` unless `backoff_max` is set above it), and go on the first
+//!   connection whose set-up goes through. A node that is down, paused or refuses for another reason
+//!   (a wrong password) does not extend the bound. Per node at most `2 * max_in_flight` replies' worth wait (the release
 //!   reserve's size: as much as the node's queue takes for releases); a request past that is given up at once.
 //!   The fanout's drop gives up whatever still waits. The cap is twice `max_in_flight`, not `max_in_flight`,
 //!   because folded releases (up to `max_in_flight` replies each) are held whole when they do not fit the room
@@ -92,6 +98,13 @@ struct Request {
     bytes: Vec<u8>,
     replies: usize,
     give_up_at: Instant,
+}
+
+impl Request {
+    /// When it is given up: its own bound, or later while its node is alive and loading (`alive`, see "Bounded").
+    fn bound(&self, alive: impl Fn(usize) -> Option<Instant>) -> Instant {
+        alive(self.node).map_or(self.give_up_at, |t| t.max(self.give_up_at))
+    }
 }
 
 /// The detached requests of every node, in the order they were detached.
@@ -169,11 +182,12 @@ impl Detached {
     }
 
     /// At `now`: hands every request waiting for `node` to `queue(bytes, replies)`, in the order they were
-    /// detached, and gives up those past their bound (`given_up(replies)` for each): for a caller about to queue a
-    /// request of its own on `node`, which must go behind them (see "In order per node").
+    /// detached, and gives up those past their bound (`given_up(replies)` for each; `alive`: until when the node
+    /// extends it, see "Bounded"): for a caller about to queue a request of its own on `node`, which must go
+    /// behind them (see "In order per node").
     pub(crate) fn take_node(
         &mut self,
-        node: usize,
+        (node, alive): (usize, Option<Instant>),
         now: Instant,
         mut queue: impl FnMut(&[u8], usize),
         mut given_up: impl FnMut(usize),
@@ -185,7 +199,7 @@ impl Detached {
             if r.node != node {
                 return true;
             }
-            match now >= r.give_up_at {
+            match now >= r.bound(|_| alive) {
                 true => given_up(r.replies),
                 false => {
                     queue(&r.bytes, r.replies);
@@ -199,17 +213,19 @@ impl Detached {
         }
     }
 
-    /// When the first of them is given up, if any waits.
-    pub(crate) fn earliest(&self) -> Option<Instant> {
-        self.waiting.front().map(|r| r.give_up_at)
+    /// When the first of them is given up, if any waits; `alive(node)`: until when `node` extends the bounds of
+    /// its requests (see "Bounded").
+    pub(crate) fn earliest(&self, alive: impl Fn(usize) -> Option<Instant>) -> Option<Instant> {
+        self.waiting.iter().map(|r| r.bound(&alive)).min()
     }
 
-    /// At `now`: gives up the requests whose bound has passed (`given_up(node, replies)` for each), and offers the
-    /// others to `place(node, bytes, replies)` in order, a node's requests after its earlier ones only once those
-    /// were queued.
+    /// At `now`: gives up the requests whose bound has passed (`given_up(node, replies)` for each; `alive(node)`:
+    /// until when `node` extends it, see "Bounded"), and offers the others to `place(node, bytes, replies)` in
+    /// order, a node's requests after its earlier ones only once those were queued.
     pub(crate) fn place(
         &mut self,
         now: Instant,
+        alive: impl Fn(usize) -> Option<Instant>,
         mut place: impl FnMut(usize, &[u8], usize) -> Placed,
         mut given_up: impl FnMut(usize, usize),
     ) {
@@ -218,7 +234,7 @@ impl Detached {
         let replies = &mut self.replies;
         let placed = &mut self.placed;
         self.waiting.retain(|r| {
-            let gone = if now >= r.give_up_at {
+            let gone = if now >= r.bound(&alive) {
                 given_up(r.node, r.replies);
                 true
             } else if blocked.contains(&r.node) {
@@ -265,6 +281,7 @@ mod tests {
         let mut given_up = 0;
         d.place(
             now,
+            |_| None,
             |node, bytes, replies| match room.get_mut(node) {
                 None => Placed::Drop,
                 Some(r) if *r >= replies => {
@@ -294,7 +311,7 @@ mod tests {
         let (queued, _) = place(&mut d, t0, &mut [0, 3]);
         assert_eq!(queued, vec![(1, b"a".to_vec()), (1, b"c".to_vec())]);
         assert!(d.is_empty());
-        assert_eq!(d.earliest(), None);
+        assert_eq!(d.earliest(|_| None), None);
     }
 
     #[test]
@@ -303,14 +320,57 @@ mod tests {
         let mut d = Detached::default();
         assert!(d.detach(0, b"a".to_vec(), 3, t0 + Duration::from_millis(10), 8));
         assert!(d.detach(0, b"b".to_vec(), 1, t0 + Duration::from_millis(20), 8));
-        assert_eq!(d.earliest(), Some(t0 + Duration::from_millis(10)));
+        assert_eq!(d.earliest(|_| None), Some(t0 + Duration::from_millis(10)));
         let (queued, given_up) = place(&mut d, t0 + Duration::from_millis(10), &mut [0]);
         assert!(queued.is_empty());
         assert_eq!(given_up, 3);
-        assert_eq!(d.earliest(), Some(t0 + Duration::from_millis(20)));
+        assert_eq!(d.earliest(|_| None), Some(t0 + Duration::from_millis(20)));
         // "a" no longer holds "b" back.
         let (queued, given_up) = place(&mut d, t0 + Duration::from_millis(15), &mut [1]);
         assert_eq!((queued, given_up), (vec![(0, b"b".to_vec())], 0));
+    }
+
+    #[test]
+    fn a_node_that_answers_as_loading_keeps_its_requests_past_their_bound_and_no_other_does() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut d = Detached::default();
+        assert!(d.detach(0, b"a".to_vec(), 1, ms(10), 4));
+        assert!(d.detach(1, b"b".to_vec(), 1, ms(10), 4));
+        // Node 0 refused a set-up as loading at 8 ms (alive until 18 ms); node 1 said nothing.
+        let alive = |node: usize| (node == 0).then_some(ms(18));
+        assert_eq!(d.earliest(alive), Some(ms(10)));
+        let mut given_up = Vec::new();
+        d.place(
+            ms(12),
+            alive,
+            |_, _, _| Placed::Wait,
+            |n, r| given_up.push((n, r)),
+        );
+        assert_eq!(given_up, vec![(1, 1)], "node 1's bound passed");
+        assert_eq!(d.earliest(alive), Some(ms(18)));
+        // Loaded: its next set-up goes through, and the request is placed.
+        let mut queued = Vec::new();
+        d.place(
+            ms(15),
+            alive,
+            |n, bytes, _| {
+                queued.push((n, bytes.to_vec()));
+                Placed::Queued
+            },
+            |_, _| panic!("still alive"),
+        );
+        assert_eq!(queued, vec![(0, b"a".to_vec())]);
+        // Past the extension it is given up like any other.
+        assert!(d.detach(0, b"c".to_vec(), 1, ms(10), 4));
+        let mut given_up = 0;
+        d.take_node(
+            (0, alive(0)),
+            ms(18),
+            |_, _| panic!("past it"),
+            |r| given_up += r,
+        );
+        assert_eq!(given_up, 1);
     }
 
     #[test]
@@ -347,7 +407,7 @@ mod tests {
         );
         let (mut queued, mut given_up) = (Vec::new(), Vec::new());
         d.take_node(
-            1,
+            (1, None),
             t0 + Duration::from_millis(10),
             |bytes, replies| queued.push((bytes.to_vec(), replies)),
             |replies| given_up.push(replies),
@@ -358,7 +418,12 @@ mod tests {
         // The node's share is free again; the other node's request is untouched.
         assert!(d.detach(1, b"e".to_vec(), 8, t0 + Duration::from_secs(5), 8));
         let (mut queued, mut given_up) = (Vec::new(), 0);
-        d.take_node(7, t0, |b, _| queued.push(b.to_vec()), |_| given_up += 1);
+        d.take_node(
+            (7, None),
+            t0,
+            |b, _| queued.push(b.to_vec()),
+            |_| given_up += 1,
+        );
         assert!(queued.is_empty() && given_up == 0 && d.len() == 2);
     }
 
@@ -393,7 +458,7 @@ mod tests {
         let (queued, _) = place(&mut d, t0, &mut [1, 0]);
         assert_eq!(queued.len(), 1);
         let mut taken = Vec::new();
-        d.take_node(1, t0, |bytes, _| taken.push(bytes.to_vec()), |_| {});
+        d.take_node((1, None), t0, |bytes, _| taken.push(bytes.to_vec()), |_| {});
         assert_eq!(taken, vec![b"b".to_vec()]);
         assert!(d.is_empty());
         assert!(d.needs_driver(), "queued on connections, replies to come");
@@ -403,7 +468,7 @@ mod tests {
         assert!(!d.needs_driver());
         // Given up, not queued: nothing left for a driver.
         assert!(d.detach(0, b"c".to_vec(), 1, t0, 4));
-        d.take_node(0, t0, |_, _| panic!("past its bound"), |_| {});
+        d.take_node((0, None), t0, |_, _| panic!("past its bound"), |_| {});
         assert!(!d.needs_driver());
     }
 }

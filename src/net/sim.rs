@@ -388,7 +388,7 @@ impl SimFanout {
     /// When the first release detached and still waiting for room is to be given up, if one waits: none waits
     /// past it (see "Bounded" in `net/detached.rs`).
     pub fn detached_bound(&self) -> Option<Instant> {
-        self.m.detached.earliest()
+        self.m.detached.earliest(|node| self.m.alive_until(node))
     }
 
     /// After something was read (or nothing, at a turn): the machine's checks, then the dials and writes due.

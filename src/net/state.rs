@@ -50,8 +50,8 @@
 //! backoff keeps growing (a reply does not reset it here): the node is dialled again, and counted as down, until
 //! a set-up goes through. The requests queued behind that set-up fail with it (refused unrun, or run after the
 //! load ended without being counted: a failed vote either way); detached releases among them are counted as
-//! given up, and the driver places detached releases only once a set-up went through (see
-//! [`detached`](super::detached)). Callers whose set-up has a step that needs the data (the Redlock set-up's
+//! given up, and the driver places detached releases only once a set-up went through, keeping them while the
+//! node loads (see [`detached`](super::detached), "Bounded"). Callers whose set-up has a step that needs the data (the Redlock set-up's
 //! `SCRIPT LOAD`s) so never see a loading node as up; a set-up of `HELLO` alone would.
 
 use std::collections::VecDeque;
@@ -192,6 +192,14 @@ pub(crate) struct NodeState {
     /// The last sign of life while requests were outstanding: bytes read, or the first request on an idle
     /// connection. A node with requests and no sign of life for `hung_timeout` is hung.
     last_progress: Instant,
+    /// When the node last refused a set-up step as loading its data set (`-LOADING`): alive, and serving once the
+    /// load ends. Detached releases wait for it (see "Bounded" in [`detached`](super::detached)).
+    loading_at: Option<Instant>,
+    /// The last bytes read came after the connection had had everything written and no sign of life for at least
+    /// a backoff ([`awaits_unread`](Self::awaits_unread)), and nothing was queued since: replies that waited
+    /// unread (nobody polled), read in the same turn as the peer's close behind them, do not make that close
+    /// look like a failure right after a sign of life (see [`fail`](Self::fail)).
+    read_after_quiet: bool,
     /// Replies to the caller-supplied set-up commands on the current connection, each with the instant it was
     /// decoded: later than the moment the server produced it, which is what a reading like `INFO`'s uptime
     /// needs to be a safe bound.
@@ -217,6 +225,8 @@ impl NodeState {
             backoff: opts.backoff_min,
             last_error: NodeError::Refused,
             last_progress: now,
+            loading_at: None,
+            read_after_quiet: false,
             setup_replies: Vec::new(),
             sessions: Arc::new(AtomicU64::new(0)),
             stats: Arc::default(),
@@ -232,6 +242,12 @@ impl NodeState {
     /// (`Round::patient_until`) judges a node by past its deadline.
     pub(crate) fn last_progress(&self) -> Instant {
         self.last_progress
+    }
+
+    /// `bound` past the last time the node refused a set-up as loading its data set, if it ever did: until when it
+    /// keeps its detached releases (see "Bounded" in [`detached`](super::detached)).
+    pub(crate) fn loading_until(&self, bound: Duration) -> Option<Instant> {
+        self.loading_at.map(|at| later(at, bound))
     }
 
     /// Why the node's last connection was dropped (or its dial failed): the vote of every request while it is
@@ -265,9 +281,10 @@ impl NodeState {
         self.is_up() && self.fifo.is_empty() && !self.holds_unwritten() && !self.writing
     }
 
-    /// Whether the connection is up with replies due whose requests were all written at least `idle` before `now`
-    /// and nothing read since: replies of rounds that ended may wait unread in the socket (nobody polls), with
-    /// the server's close of the connection behind them.
+    /// Whether the connection is up with replies due, everything written, and no sign of life (`last_progress`:
+    /// its connect, bytes read, the first request on an idle connection) for at least `idle` before `now`: replies
+    /// of rounds that ended may wait unread in the socket (nobody polls), with the server's close of the
+    /// connection behind them.
     pub(crate) fn awaits_unread(&self, now: Instant, idle: Duration) -> bool {
         self.is_up()
             && !self.fifo.is_empty()
@@ -350,6 +367,7 @@ impl NodeState {
         self.unwritten = 0;
         self.writing = false;
         self.setup_replies.clear();
+        self.read_after_quiet = false;
         self.last_progress = now;
         self.queue_setup(addr, opts, now);
         self.unwritten = self.fifo.len();
@@ -484,6 +502,7 @@ impl NodeState {
         if self.fifo.is_empty() {
             self.last_progress = now;
         }
+        self.read_after_quiet = false;
         self.wbuf.extend_from_slice(bytes);
         self.unwritten += replies;
         self.stats.requests(replies);
@@ -558,8 +577,11 @@ impl NodeState {
         }
     }
 
-    /// Bytes were read from the current connection at `now`: a sign of life.
+    /// Bytes were read from the current connection at `now`: a sign of life. Called before the turn files what
+    /// they hold; if the connection had been quiet for a backoff before them, they may have waited unread (see
+    /// `read_after_quiet`).
     pub(crate) fn progress(&mut self, now: Instant) {
+        self.read_after_quiet = self.awaits_unread(now, self.backoff);
         self.last_progress = now;
     }
 
@@ -578,6 +600,7 @@ impl NodeState {
             // Not a node that serves yet: its backoff goes on growing while it loads.
             if let Value::Error(msg) | Value::BulkError(msg) = value.without_attributes() {
                 if msg.starts_with(b"LOADING") {
+                    self.loading_at = Some(now);
                     return Err(NodeError::Loading);
                 }
             }
@@ -633,10 +656,29 @@ impl NodeState {
     /// Drops the connection: every request in flight fails with `error`, and the node stays down until its backoff
     /// (doubling up to the cap) has passed. The caller closes the socket.
     ///
-    /// A connection closed or reset by its peer while set up and idle (nothing in flight, nothing to write) is no
-    /// failure of the node's: servers close idle clients (`timeout`), and a restart closes every connection. It
-    /// may be dialled again at once, its backoff unchanged, so that the next request (a release among them) goes
-    /// out on a new connection instead of failing for the backoff.
+    /// # When a node counts as failed, and who retries what
+    ///
+    /// - **Failed** (down for its backoff, which doubles): a dial that fails (refused, connect timeout), a set-up
+    ///   refused (`-LOADING`, a wrong password), a connection hung (`hung_timeout` without a sign of life), a
+    ///   protocol error, and a close or reset by the peer that came less than a backoff after the connection's last
+    ///   sign of life (`last_progress`: its dial, its connect, bytes read, the first request on an idle
+    ///   connection) while it had requests outstanding: a node that fails what it is sent.
+    /// - **Not failed** (may be dialled again at once, its backoff unchanged): a close or reset by the peer of a
+    ///   connection that was idle (set up, nothing in flight, nothing to write), or that had everything written and
+    ///   no sign of life for at least a backoff ([`awaits_unread`](Self::awaits_unread)) before the turn that read
+    ///   the close: replies read in that same turn had waited unread too (`read_after_quiet`).
+    ///   Servers close idle clients (`timeout`), and a restart closes every connection; when the rounds that sent
+    ///   the last requests were decided without this node, nobody polled, and its replies (or its close) wait
+    ///   unread until the next round reads them. That close says when it was read, not when it happened: judged
+    ///   as the node's failure, it would refuse the next round's requests for the backoff, a release among them
+    ///   (a lost release for that node: the key stays for its lease).
+    /// - Either way a node is dialled at most once per backoff unless a connection in between was set up and idle
+    ///   (a connection's last sign of life is no earlier than its dial): a node that resets every connection it
+    ///   accepts is not dialled in a loop.
+    /// - **Nobody resends** a request lost with its connection (it may have run): its round counts the node's
+    ///   vote as `error`. The next round's request dials again (`Machine::ensure`), as does the driver for
+    ///   releases detached from their rounds (`machine/detach.rs`), which go on the first connection whose
+    ///   set-up went through.
     pub(crate) fn fail(
         &mut self,
         error: NodeError,
@@ -645,7 +687,9 @@ impl NodeState {
         out: &mut Filing<'_>,
     ) {
         let closed = matches!(error, NodeError::Closed | NodeError::Io(_));
-        let retry_at = match closed && self.is_idle() {
+        let idle = self.is_idle() || self.awaits_unread(now, self.backoff) || self.read_after_quiet;
+        self.read_after_quiet = false;
+        let retry_at = match closed && idle {
             true => now,
             false => {
                 let at = later(now, self.backoff);

@@ -491,6 +491,76 @@ fn a_release_after_a_node_restarted_with_its_data_while_idle_reaches_it() {
     );
 }
 
+/// The same release, deterministically behind unread replies and requests. Node 2 sleeps (`DEBUG SLEEP`, then
+/// `CLIENT PAUSE WRITE`) while a key is inspected (a read) and a second lock is acquired, both decided without
+/// it; when it wakes it answers the read, holds the acquisition (a write) unanswered, and nobody polls. Then it
+/// is restarted with its data. The release's first turn reads the read's replies and the close together, with
+/// the acquisition still outstanding: the connection had everything written and no sign of life for longer than
+/// the node's backoff before that turn, so the close is not the node's failure (it restarted while nobody
+/// looked): it is dialled again at once and the release reaches it. Judged a failure (the replies taken for a
+/// sign of life just before the close, or the close for one of a node that fails what it is sent), the node's
+/// backoff refused the release for it and left the key for its lease.
+#[test]
+fn a_release_after_a_node_restarted_behind_unread_replies_reaches_it() {
+    let mut servers: Vec<RedisServer> = (0..3)
+        .map(|i| {
+            let node = RedisServer::builder().persist_every_write();
+            match i {
+                2 => node.args(["--enable-debug-command", "yes"]),
+                _ => node,
+            }
+            .start()
+        })
+        .collect();
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    // A round of a second: the release is decided by nodes 0 and 1 on a loaded machine too (they write every key
+    // to disk before they answer); node 2's share of it goes whatever the round's length.
+    let manager = locks::manager(urls, locks::one_attempt(Duration::from_secs(1)));
+    let ttl = Duration::from_secs(30);
+    let acquire = |name: &str| manager.request(name).ttl(ttl).once().acquire().expect(name);
+    let lock = acquire("unread:a");
+    let value = lock.value().to_owned();
+    let on_node_2 = |servers: &[RedisServer]| {
+        String::from_utf8_lossy(&servers[2].raw(&cmd(&["GET", "unread:a"]))).contains(&value)
+    };
+    locks::wait_until(Duration::from_secs(2), "node 2 granted", || {
+        on_node_2(&servers)
+    });
+    let mut admin = servers[2].connect();
+    let mut pipeline = cmd(&["DEBUG", "SLEEP", "2"]);
+    pipeline.extend(cmd(&["CLIENT", "PAUSE", "10000", "WRITE"]));
+    std::io::Write::write_all(&mut admin, &pipeline).expect("write");
+    thread::sleep(Duration::from_millis(50));
+    let seen = manager.inspect("unread:a").expect("nodes 0 and 1 answer");
+    assert_eq!(seen.answered(), 2, "node 2 answered in its sleep");
+    let unanswered = acquire("unread:b");
+    let mut replies = [0u8; 10];
+    std::io::Read::read_exact(&mut admin, &mut replies).expect("+OK twice");
+    assert_eq!(&replies, b"+OK\r\n+OK\r\n");
+    // Answered after the pause began: node 2 has run its pending reads (the inspection's replies are out).
+    assert_eq!(servers[2].raw(&cmd(&["PING"])), b"+PONG\r\n");
+    servers[2].restart();
+    assert!(
+        on_node_2(&servers),
+        "node 2 kept the key across its restart"
+    );
+    let before = manager.stats().nodes[2].net.clone();
+    let released = manager.unlock(lock);
+    assert!(
+        matches!(released, Ok(n) if n >= 2),
+        "released by a majority: {released:?}"
+    );
+    let read = || servers[2].raw(&cmd(&["GET", "unread:a"]));
+    within(Duration::from_secs(3), || read() == b"$-1\r\n");
+    let net = manager.stats().nodes[2].net.since(&before);
+    assert_eq!(
+        String::from_utf8_lossy(&read()),
+        "$-1\r\n",
+        "released ({released:?}), yet node 2 keeps the key for its lease; node 2 since the restart: {net:?}"
+    );
+    drop(unanswered);
+}
+
 /// Waits until `done` or `limit` passes, looking every 10 ms.
 fn within(limit: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;

@@ -43,9 +43,22 @@ fn detach_on_paused_node_2(
     servers: &mut [RedisServer],
     max: usize,
 ) -> (Arc<LockManager>, Vec<String>) {
+    detach_on_paused_node_2_with(servers, max, None)
+}
+
+/// [`detach_on_paused_node_2`] with the manager's `hung_timeout` (the detached releases' bound) `hung`, if given.
+fn detach_on_paused_node_2_with(
+    servers: &mut [RedisServer],
+    max: usize,
+    hung: Option<Duration>,
+) -> (Arc<LockManager>, Vec<String>) {
     let config = locks::one_attempt(Duration::from_secs(2))
         .with_max_in_flight(max)
         .with_clock_check(false);
+    let config = match hung {
+        Some(hung) => config.with_hung_timeout(hung),
+        None => config,
+    };
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let manager = Arc::new(locks::manager(urls, config));
     locks::wait_until(Duration::from_secs(5), "the connections set up", || {
@@ -190,6 +203,68 @@ fn detached_releases_reach_a_node_that_restarted_while_it_loads_its_data_set() {
         "no connection met the load ({loaded_in:?}): {stats:?}"
     );
     assert_eq!(stats.net.given_up, 0, "{stats:?}");
+    granted_by_node_2(&manager, "held:after");
+}
+
+/// As above, with a load that outlasts the detached release's own bound: the manager's `hung_timeout` is 2 s, and
+/// node 2 takes at least 3 s to load its data set (20,000 keys, each delayed by `key-load-delay`; it answers
+/// between keys, `loading-process-events-interval-bytes`). The node answers `-LOADING` to every set-up (it is
+/// dialled at least every second, `backoff_max`), so the release waits for it and goes once the load ends:
+/// none is given up, and every detached key is gone.
+#[test]
+fn a_detached_release_waits_for_a_node_whose_load_outlasts_its_bound() {
+    let _others = crate::beside_others();
+    const HUNG: Duration = Duration::from_secs(2);
+    let mut servers: Vec<RedisServer> = (0..3)
+        .map(|i| {
+            let node = RedisServer::builder().persist_every_write();
+            match i {
+                2 => node.args([
+                    "--enable-debug-command",
+                    "yes",
+                    "--key-load-delay",
+                    "20",
+                    "--loading-process-events-interval-bytes",
+                    "1024",
+                ]),
+                _ => node,
+            }
+            .start()
+        })
+        .collect();
+    assert_eq!(
+        servers[2].raw(&cmd(&["DEBUG", "POPULATE", "20000", "filler"])),
+        b"+OK\r\n"
+    );
+    servers[2].raw(&cmd(&["BGREWRITEAOF"]));
+    locks::wait_until(Duration::from_secs(30), "the rewrite done", || {
+        let info =
+            String::from_utf8_lossy(&servers[2].raw(&cmd(&["INFO", "persistence"]))).into_owned();
+        info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0")
+    });
+    let (manager, names) = detach_on_paused_node_2_with(&mut servers, 1, Some(HUNG));
+    let start = Instant::now();
+    servers[2].restart();
+    let loaded_in = start.elapsed();
+    // Not vacuous: the load outlasted the bound the release had without it.
+    assert!(loaded_in > HUNG, "loaded in {loaded_in:?}");
+    // The requests in flight when node 2 was killed are lost with it (two with `max_in_flight` 1); the detached
+    // one goes after the load.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut left = keys_left(&servers[2], &names);
+    while left.len() > 2 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+        left = keys_left(&servers[2], &names);
+    }
+    let stats = manager.stats().nodes[2].clone();
+    assert_eq!(
+        stats.net.given_up, 0,
+        "given up while node 2 loaded ({loaded_in:?}): {stats:?}"
+    );
+    assert!(
+        left.len() <= 2,
+        "detached releases lost to a long load: {left:?} (loaded in {loaded_in:?}); {stats:?}"
+    );
     granted_by_node_2(&manager, "held:after");
 }
 

@@ -35,7 +35,7 @@ impl<L: Link> Machine<L> {
             self.detached.settled(held);
         }
         let pace = later(now, DETACHED_PACE);
-        match self.detached.earliest() {
+        match self.detached.earliest(|node| self.alive_until(node)) {
             Some(t) => Some(t.min(pace)),
             None => self.needs_driver().then_some(pace),
         }
@@ -63,8 +63,12 @@ impl<L: Link> Machine<L> {
         }
         let mut detached = std::mem::take(&mut self.detached);
         let mut given_up = Vec::new();
+        let alive: Vec<Option<Instant>> = (0..self.conns.len())
+            .map(|node| self.alive_until(node))
+            .collect();
         detached.place(
             now,
+            |node| alive.get(node).copied().flatten(),
             |node, bytes, replies| {
                 if node >= self.conns.len() {
                     return Placed::Drop;
@@ -119,14 +123,24 @@ impl<L: Link> Machine<L> {
         if room == Room::Yes {
             let state = &mut conn.state;
             let stats = std::sync::Arc::clone(&state.stats);
+            let alive = state.loading_until(self.opts.hung_timeout);
             self.detached.take_node(
-                node,
+                (node, alive),
                 now,
                 |bytes, r| state.queue(bytes, Waiter::Detached, r, now),
                 |r| stats.given_up(r),
             );
         }
         room
+    }
+
+    /// Until when `node` extends the bound of its detached releases: `hung_timeout` past the last time it refused
+    /// a set-up as loading its data set (see "Bounded" in [`detached`](crate::net::detached)).
+    pub(crate) fn alive_until(&self, node: usize) -> Option<Instant> {
+        self.conns
+            .get(node)?
+            .state
+            .loading_until(self.opts.hung_timeout)
     }
 
     /// Gives up every detached release (the fanout is dropped).

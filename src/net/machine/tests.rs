@@ -444,3 +444,110 @@ fn a_patient_round_whose_nodes_are_silent_times_out_at_its_deadline() {
     assert_eq!(first, Some((0, Err(NodeError::Timeout))));
     assert_eq!(round.deadline, now + ms(10));
 }
+
+#[test]
+fn a_peer_close_behind_replies_nobody_read_redials_at_once_unless_it_came_within_the_backoff() {
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    let mut m = machine(vec![Recorder::new(false, false)], t0);
+    let mut wake = Vec::new();
+    let set_up = |m: &mut Machine<Recorder>, at: Instant, wake: &mut Vec<_>| {
+        m.ensure(0, at, wake).expect("dialled");
+        let generation = m.conns[0].state.generation;
+        m.connected(0, generation, false, at);
+        let write = m.take_write(0).expect("the set-up's bytes");
+        assert!(m.written(write, (Ok(true), 1), at, wake).is_none());
+        generation
+    };
+    // Reset 5 ms after its set-up went out, unanswered: within the backoff (10 ms), the node waits it out.
+    let first = set_up(&mut m, t0, &mut wake);
+    let reset = NodeError::from_io(std::io::ErrorKind::ConnectionReset.into());
+    m.read((0, first), Item::Failed(reset.clone()), ms(5), &mut wake);
+    assert!(
+        m.conns[0].state.needs_dial(ms(5)).is_err(),
+        "a reset at once is the node's failure"
+    );
+    // Up again past it, its reply never read (nobody polled), and reset 200 ms later (a restart): dialled at
+    // once, for the next request (a release) to go out.
+    let second = set_up(&mut m, ms(20), &mut wake);
+    m.read((0, second), Item::Failed(reset.clone()), ms(220), &mut wake);
+    assert_eq!(m.conns[0].state.needs_dial(ms(220)), Ok(true));
+    // The same with a reply read in the turn that reads the reset, a request still outstanding behind it (the
+    // reply waited in the socket too): the bytes of that turn are no sign of life just before the close.
+    let third = set_up(&mut m, ms(220), &mut wake);
+    let detached = crate::net::state::Waiter::Detached;
+    m.conns[0]
+        .state
+        .queue(b"*1\r\n$4\r\nPING\r\n", detached, 1, ms(220));
+    let write = m.take_write(0).expect("the request's bytes");
+    assert!(
+        m.written(write, (Ok(true), 1), ms(220), &mut wake)
+            .is_none()
+    );
+    m.progress(0, third, ms(420));
+    let pong = crate::resp::Value::SimpleString(Bytes::from_static(b"PONG"));
+    m.read((0, third), Item::Reply(pong), ms(420), &mut wake);
+    m.read((0, third), Item::Failed(reset.clone()), ms(420), &mut wake);
+    assert_eq!(m.conns[0].state.needs_dial(ms(420)), Ok(true));
+    // But a reply read a turn before (a sign of life) and a reset 5 ms after is the node's failure.
+    let fourth = set_up(&mut m, ms(420), &mut wake);
+    m.progress(0, fourth, ms(430));
+    let pong = crate::resp::Value::SimpleString(Bytes::from_static(b"PONG"));
+    m.read((0, fourth), Item::Reply(pong), ms(430), &mut wake);
+    m.conns[0]
+        .state
+        .queue(b"*1\r\n$4\r\nPING\r\n", detached, 1, ms(430));
+    let write = m.take_write(0).expect("the request's bytes");
+    assert!(
+        m.written(write, (Ok(true), 1), ms(430), &mut wake)
+            .is_none()
+    );
+    m.read((0, fourth), Item::Failed(reset), ms(435), &mut wake);
+    assert!(m.conns[0].state.needs_dial(ms(435)).is_err());
+}
+
+#[test]
+fn a_detached_release_waits_past_its_bound_while_its_node_answers_as_loading() {
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    let mut m = machine(vec![Recorder::new(false, false)], t0);
+    let mut wake = Vec::new();
+    m.detach((0, b"*2\r\n$3\r\nDEL\r\n$1\r\nk\r\n".to_vec(), 1), t0);
+    let loading = || crate::resp::Value::Error(Bytes::from_static(b"LOADING loading the dataset"));
+    // Dialled by the driver (`hung_timeout` 100 ms: the release's own bound), refused as loading at 0, 60 and
+    // 120 ms; set up at 180 ms.
+    for at in [0, 60, 120, 180] {
+        m.after_read(ms(at), true, &mut wake);
+        assert_eq!(
+            m.detached.len(),
+            1,
+            "given up at {at} ms while the node loads"
+        );
+        let generation = m.conns[0].state.generation;
+        m.connected(0, generation, false, ms(at));
+        let write = m.take_write(0).expect("the set-up's bytes");
+        assert!(m.written(write, (Ok(true), 1), ms(at), &mut wake).is_none());
+        let reply = match at {
+            180 => crate::resp::Value::SimpleString(Bytes::from_static(b"PONG")),
+            _ => loading(),
+        };
+        m.read((0, generation), Item::Reply(reply), ms(at), &mut wake);
+    }
+    m.after_read(ms(180), true, &mut wake);
+    assert!(m.conns[0].state.holds_detached(), "placed once set up");
+    assert_eq!(m.conns[0].state.stats.snapshot().given_up, 0);
+    // A node that stops answering gives it no more time: detached again, it is given up 100 ms after the last
+    // `-LOADING` (120 ms) or its own detachment, whichever is later.
+    m.detach((0, b"*2\r\n$3\r\nDEL\r\n$1\r\nk\r\n".to_vec(), 1), ms(180));
+    m.read(
+        (0, m.conns[0].state.generation),
+        Item::Failed(NodeError::Closed),
+        ms(181),
+        &mut wake,
+    );
+    m.after_read(ms(279), true, &mut wake);
+    assert_eq!(m.detached.len(), 1);
+    m.after_read(ms(281), false, &mut wake);
+    assert_eq!(m.detached.len(), 0);
+    assert_eq!(m.conns[0].state.stats.snapshot().given_up, 1);
+}
