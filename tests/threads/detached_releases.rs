@@ -206,15 +206,15 @@ fn detached_releases_reach_a_node_that_restarted_while_it_loads_its_data_set() {
     granted_by_node_2(&manager, "held:after");
 }
 
-/// As above, with a load that outlasts the detached release's own bound: the manager's `hung_timeout` is 2 s, and
-/// node 2 takes at least 3 s to load its data set (20,000 keys, each delayed by `key-load-delay`; it answers
+/// As above, with a load that outlasts the detached release's own bound: the manager's `hung_timeout` is 1.5 s, and
+/// node 2 takes longer to restart and load its data set (20,000 keys, each delayed by `key-load-delay`: about 2 s; it answers
 /// between keys, `loading-process-events-interval-bytes`). The node answers `-LOADING` to every set-up (it is
 /// dialled at least every second, `backoff_max`), so the release waits for it and goes once the load ends:
 /// none is given up, and every detached key is gone.
 #[test]
 fn a_detached_release_waits_for_a_node_whose_load_outlasts_its_bound() {
     let _others = crate::beside_others();
-    const HUNG: Duration = Duration::from_secs(2);
+    const HUNG: Duration = Duration::from_millis(1_500);
     let mut servers: Vec<RedisServer> = (0..3)
         .map(|i| {
             let node = RedisServer::builder().persist_every_write();
