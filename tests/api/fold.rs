@@ -24,18 +24,6 @@ const TTL: Duration = Duration::from_secs(30);
 const THREADS: usize = 16;
 const BURSTS: usize = 12;
 
-/// Calls of `command` on `server` so far, from `INFO commandstats` (0 if it never ran).
-#[track_caller]
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    let info = String::from_utf8_lossy(&server.raw(&cmd(&["INFO", "commandstats"]))).into_owned();
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 #[track_caller]
 fn get(server: &RedisServer, key: &str) -> Vec<u8> {
     server.raw(&cmd(&["GET", key]))
@@ -138,7 +126,7 @@ fn one_script_per_round(locks: &LockManager, node: &RedisServer, releases: u64, 
     let folds = locks.stats().releases;
     let lone = releases - folds.folded;
     assert_eq!(
-        calls(node, "eval") - before,
+        node.calls("eval") - before,
         lone + folds.folded_rounds,
         "{releases} releases, {folds:?}"
     );
@@ -153,7 +141,7 @@ fn folded_releases_count_each_key_on_its_own() {
         one_attempt(Duration::from_secs(2)).with_fold_releases(true),
     ));
     locks.inspect("warm-up").expect("every node answers");
-    let before: Vec<u64> = nodes.iter().map(|n| calls(n, "eval")).collect();
+    let before: Vec<u64> = nodes.iter().map(|n| n.calls("eval")).collect();
     let releases = bursts(&locks, &nodes, &|| {});
     for (node, before) in nodes.iter().zip(before) {
         one_script_per_round(&locks, node, releases, before);
@@ -174,10 +162,10 @@ fn a_flushed_script_cache_costs_a_fold_no_vote() {
             assert_eq!(node.raw(&cmd(&["SCRIPT", "FLUSH"])), b"+OK\r\n");
         }
     };
-    let evals: Vec<u64> = nodes.iter().map(|n| calls(n, "eval")).collect();
+    let evals: Vec<u64> = nodes.iter().map(|n| n.calls("eval")).collect();
     bursts(&locks, &nodes, &flush);
     for (node, before) in nodes.iter().zip(evals) {
-        assert!(calls(node, "eval") > before, "no release went by EVAL");
+        assert!(node.calls("eval") > before, "no release went by EVAL");
         // Flushed before the last burst, loaded again only by a fold's `EVAL` (no connection was set up since).
         let exists = node.raw(&cmd(&[
             "SCRIPT",
@@ -208,13 +196,13 @@ fn valkey_nodes_go_native_in_a_fold() {
         one_attempt(Duration::from_secs(2)).with_fold_releases(true),
     ));
     locks.inspect("warm-up").expect("every node answers");
-    let scripts = calls(&redis, "eval");
+    let scripts = redis.calls("eval");
     let releases = bursts(&locks, &nodes, &|| {});
     one_script_per_round(&locks, &redis, releases, scripts);
     for valkey in &valkeys {
-        assert_eq!(calls(valkey, "delifeq"), releases, "one DELIFEQ per key");
+        assert_eq!(valkey.calls("delifeq"), releases, "one DELIFEQ per key");
         assert_eq!(
-            calls(valkey, "eval") + calls(valkey, "evalsha"),
+            valkey.calls("eval") + valkey.calls("evalsha"),
             0,
             "no script on a native node"
         );
@@ -357,7 +345,7 @@ fn folding_off_sends_every_release_alone() {
     let config = one_attempt(Duration::from_secs(2)).with_fold_releases(false);
     let locks = Arc::new(manager(cluster.urls(), config));
     locks.inspect("warm-up").expect("every node answers");
-    let before = calls(cluster.node(0), "eval");
+    let before = cluster.node(0).calls("eval");
     let barrier = Barrier::new(THREADS);
     thread::scope(|s| {
         for t in 0..THREADS {
@@ -375,7 +363,7 @@ fn folding_off_sends_every_release_alone() {
     });
     let folds = locks.stats().releases;
     assert_eq!((folds.folded_rounds, folds.folded), (0, 0));
-    assert_eq!(calls(cluster.node(0), "eval") - before, THREADS as u64);
+    assert_eq!(cluster.node(0).calls("eval") - before, THREADS as u64);
 }
 
 /// The servers' own time per lock cycle with and without folding, 64 threads on one manager, alternated in one
@@ -435,7 +423,7 @@ fn server_time_per_cycle_with_and_without_folding() {
     let mut rows = Vec::new();
     for rep in 0..3 {
         for (name, m) in [("folded", &folding), ("alone", &alone)] {
-            let (e0, t0, s0) = (exec_usec(), ticks(), calls(cluster.node(0), "eval"));
+            let (e0, t0, s0) = (exec_usec(), ticks(), cluster.node(0).calls("eval"));
             let folds0 = m.stats().releases;
             let end = Instant::now() + Duration::from_secs_f64(secs);
             let cycles: u64 = thread::scope(|s| {
@@ -458,7 +446,7 @@ fn server_time_per_cycle_with_and_without_folding() {
                     .collect();
                 handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
             });
-            let (e1, t1, s1) = (exec_usec(), ticks(), calls(cluster.node(0), "eval"));
+            let (e1, t1, s1) = (exec_usec(), ticks(), cluster.node(0).calls("eval"));
             let folds = m.stats().releases;
             let c = cycles.max(1) as f64;
             // INFO commandstats itself is counted: 5 calls per reading, negligible beside thousands of cycles.

@@ -67,18 +67,6 @@ fn get(server: &RedisServer, key: &str) -> Vec<u8> {
     server.raw(&cmd(&["GET", key]))
 }
 
-/// Calls of `command` on `server` so far, from `INFO commandstats` (0 if it never ran).
-#[track_caller]
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    let info = String::from_utf8_lossy(&server.raw(&cmd(&["INFO", "commandstats"]))).into_owned();
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 #[track_caller]
 fn take(locks: &LockManager, name: &str) -> Lock {
     locks
@@ -717,7 +705,7 @@ fn a_very_large_fold() {
         })
         .collect();
     thread::sleep(Duration::from_millis(300));
-    let before = calls(&servers[0], "eval");
+    let before = servers[0].calls("eval");
     resume(&mut servers);
     assert!(gate.join().expect("lone").is_ok());
     for t in tasks {
@@ -727,7 +715,7 @@ fn a_very_large_fold() {
     let folds = locks.stats().releases;
     assert!(folds.folded >= K as u64 - 10, "{folds:?}");
     assert!(
-        calls(&servers[0], "eval") - before <= 3,
+        servers[0].calls("eval") - before <= 3,
         "one script per fold"
     );
     locks.inspect("fold:after").expect("the nodes answer");
@@ -966,7 +954,7 @@ fn a_fold_through_every_fallback_at_once() {
             servers.iter().all(|s| get(s, &key) == b"$-1\r\n")
         });
     }
-    assert!(calls(&servers[0], "eval") >= 1, "the scripts went in full");
+    assert!(servers[0].calls("eval") >= 1, "the scripts went in full");
 }
 
 /// The hang of a blocking release behind an async one, in a batch: on a current-thread runtime, a task queues its

@@ -38,18 +38,6 @@ fn urls(servers: &[&RedisServer]) -> Vec<String> {
     servers.iter().map(|s| s.url()).collect()
 }
 
-/// Calls of `command` on `server` so far, from `INFO commandstats` (0 if it never ran).
-#[track_caller]
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    let info = String::from_utf8_lossy(&server.raw(&cmd(&["INFO", "commandstats"]))).into_owned();
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 /// The key's remaining lease on `server`, in milliseconds (`PTTL`).
 #[track_caller]
 fn pttl(server: &RedisServer, key: &str) -> i64 {
@@ -156,13 +144,13 @@ fn valkey_nodes_go_native() {
     });
     assert!(guard.release().expect("release") >= 2);
     for node in &nodes {
-        assert!(calls(node, "delifeq") >= 3, "released natively");
+        assert!(node.calls("delifeq") >= 3, "released natively");
         assert_eq!(
-            calls(node, "evalsha") + calls(node, "eval"),
+            node.calls("evalsha") + node.calls("eval"),
             0,
             "no script ran"
         );
-        assert!(calls(node, "set") >= 5, "locked and extended with SET");
+        assert!(node.calls("set") >= 5, "locked and extended with SET");
     }
 }
 
@@ -187,12 +175,12 @@ fn mixed_redis_and_valkey() {
     });
     assert!(guard.release().expect("release") >= 2);
     for node in &v {
-        assert!(calls(node, "delifeq") >= 6);
-        assert_eq!(calls(node, "evalsha") + calls(node, "eval"), 0);
+        assert!(node.calls("delifeq") >= 6);
+        assert_eq!(node.calls("evalsha") + node.calls("eval"), 0);
     }
-    assert_eq!(calls(&r, "delifeq"), 0);
+    assert_eq!(r.calls("delifeq"), 0);
     assert!(
-        calls(&r, "eval") >= 6 && calls(&r, "evalsha") >= 6,
+        r.calls("eval") >= 6 && r.calls("evalsha") >= 6,
         "Redis 7.0 releases by script in full and extends by script by hash"
     );
 }
@@ -249,7 +237,7 @@ fn lua_free_user_on_valkey() {
     assert!(guard.release().expect("release") >= 2);
     cycle(&locks, "lock:nolua", 3);
     for node in &nodes {
-        assert_eq!(calls(node, "evalsha") + calls(node, "eval"), 0);
+        assert_eq!(node.calls("evalsha") + node.calls("eval"), 0);
     }
     // Without the native command either, nothing is left: the release fails with the server's NOPERM.
     for node in &nodes {
@@ -297,10 +285,10 @@ fn refused_native_falls_back_without_a_lost_vote() {
     for node in &nodes {
         // The first release was refused once, then every release went by script (in full, as every release);
         // SET IFEQ (allowed by +set) kept extending natively.
-        assert_eq!(calls(node, "eval"), 3, "the releases by script");
-        assert_eq!(calls(node, "evalsha"), 0, "no release by hash");
-        assert_eq!(calls(node, "delifeq"), 0, "refused commands are not calls");
-        assert_eq!(calls(node, "set"), 6, "locks and extensions by SET");
+        assert_eq!(node.calls("eval"), 3, "the releases by script");
+        assert_eq!(node.calls("evalsha"), 0, "no release by hash");
+        assert_eq!(node.calls("delifeq"), 0, "refused commands are not calls");
+        assert_eq!(node.calls("set"), 6, "locks and extensions by SET");
     }
 }
 

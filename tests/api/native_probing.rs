@@ -48,15 +48,6 @@ fn info_field(server: &RedisServer, section: &str, key: &str) -> Option<String> 
         .find_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
 }
 
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    info_field(server, "commandstats", &format!("cmdstat_{command}"))
-        .and_then(|v| {
-            v.strip_prefix("calls=")
-                .and_then(|r| r.split(',').next()?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 fn pttl(server: &RedisServer, key: &str) -> i64 {
     let reply = server.raw(&cmd(&["PTTL", key]));
     String::from_utf8_lossy(&reply)
@@ -174,7 +165,7 @@ fn node_restarted_as_another_server_is_probed_again() {
         });
     };
     cycle(&locks, &nodes, "lock:r0");
-    assert!(calls(&nodes[0], "delifeq") >= 1);
+    assert!(nodes[0].calls("delifeq") >= 1);
     nodes[0].restart_as(&redis);
     wait_until(Duration::from_secs(5), "the node back", || {
         locks.inspect("lock:x").is_ok_and(|i| i.answered() == 3)
@@ -188,7 +179,7 @@ fn node_restarted_as_another_server_is_probed_again() {
         "Redis 7.0 was never sent a native command"
     );
     assert!(
-        calls(&nodes[0], "eval") >= 3,
+        nodes[0].calls("eval") >= 3,
         "releases by script, in full, on Redis 7.0"
     );
     nodes[0].restart_as(&valkey);
@@ -198,8 +189,8 @@ fn node_restarted_as_another_server_is_probed_again() {
     for i in 0..3 {
         cycle(&locks, &nodes, &format!("lock:r2:{i}"));
     }
-    assert!(calls(&nodes[0], "delifeq") >= 3, "natives again on Valkey");
-    assert_eq!(calls(&nodes[0], "evalsha") + calls(&nodes[0], "eval"), 0);
+    assert!(nodes[0].calls("delifeq") >= 3, "natives again on Valkey");
+    assert_eq!(nodes[0].calls("evalsha") + nodes[0].calls("eval"), 0);
 }
 
 /// Guards holding single keys and a set (`request_all(..).hold()`) on Valkey: one renewal batch per node mixes `SET IFEQ PX`
@@ -230,7 +221,7 @@ fn mixed_batch_of_native_and_set_renewals() {
                 "{key}: a lease with an expiry: {left}"
             );
         }
-        assert!(calls(node, "set") >= 4, "native renewals");
+        assert!(node.calls("set") >= 4, "native renewals");
     }
     assert!(!a.is_lost() && !b.is_lost() && !set.is_lost());
     assert!(a.release().expect("release") >= 2);

@@ -27,32 +27,6 @@ fn valkeys(n: usize) -> Option<Vec<RedisServer>> {
         .collect()
 }
 
-/// Calls of `command` on `server` so far, from `INFO commandstats` (0 if it never ran).
-#[track_caller]
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    stat(server, command, "calls")
-}
-
-/// Calls of `command` refused before they ran (`rejected_calls`: an ACL, an unknown command).
-#[track_caller]
-fn rejected(server: &RedisServer, command: &str) -> u64 {
-    stat(server, command, "rejected_calls")
-}
-
-#[track_caller]
-fn stat(server: &RedisServer, command: &str, field: &str) -> u64 {
-    let info = String::from_utf8_lossy(&server.raw(&cmd(&["INFO", "commandstats"]))).into_owned();
-    let prefix = format!("cmdstat_{command}:");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| {
-            rest.split(',')
-                .find_map(|kv| kv.strip_prefix(&format!("{field}=")))
-        })
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 fn get(server: &RedisServer, key: &str) -> Option<Vec<u8>> {
     let reply = server.raw(&cmd(&["GET", key]));
     match reply.as_slice() {
@@ -96,8 +70,8 @@ fn valkey_nodes_acquire_a_set_with_one_msetex() {
         .acquire()
         .expect("the set");
     for node in &nodes {
-        assert_eq!(calls(node, "msetex"), 1, "one MSETEX for the set");
-        assert_eq!(calls(node, "eval") + calls(node, "evalsha"), 0, "no script");
+        assert_eq!(node.calls("msetex"), 1, "one MSETEX for the set");
+        assert_eq!(node.calls("eval") + node.calls("evalsha"), 0, "no script");
         for key in ["lock:s:a", "lock:s:b"] {
             assert_eq!(get(node, key).as_deref(), Some(set.value().as_bytes()));
             let left = pttl(node, key);
@@ -128,7 +102,7 @@ fn valkey_nodes_acquire_a_set_with_one_msetex() {
         other => panic!("expected Held, got {other:?}"),
     }
     wait_until(Duration::from_secs(2), "every node's second MSETEX", || {
-        nodes.iter().all(|n| calls(n, "msetex") == 2)
+        nodes.iter().all(|n| n.calls("msetex") == 2)
     });
     for node in &nodes {
         assert_eq!(get(node, "lock:s:c"), None, "MSETEX set none of the keys");
@@ -166,7 +140,7 @@ fn a_key_held_on_one_node_makes_msetex_set_nothing_there() {
         );
     }
     // Once, or more: the split's "taken" is asked again (up to `ASKS` times), and sets nothing either.
-    assert!((1..=3).contains(&calls(&nodes[0], "msetex")));
+    assert!((1..=3).contains(&nodes[0].calls("msetex")));
     locks.unlock(set).expect("released");
 }
 
@@ -183,12 +157,12 @@ fn redis_and_valkey_nodes_each_take_the_set_their_way() {
         .ttl(TTL)
         .acquire()
         .expect("the set");
-    assert_eq!(calls(&valkey[0], "msetex"), 1);
-    assert_eq!(calls(&valkey[0], "evalsha") + calls(&valkey[0], "eval"), 0);
+    assert_eq!(valkey[0].calls("msetex"), 1);
+    assert_eq!(valkey[0].calls("evalsha") + valkey[0].calls("eval"), 0);
     for redis in [&r1, &r2] {
-        assert_eq!(calls(redis, "msetex"), 0);
+        assert_eq!(redis.calls("msetex"), 0);
         assert_eq!(
-            calls(redis, "evalsha") + calls(redis, "eval"),
+            redis.calls("evalsha") + redis.calls("eval"),
             1,
             "the script"
         );
@@ -248,8 +222,9 @@ fn a_user_without_msetex_gets_the_script_in_the_same_round() {
     // refusal: those nodes answered four scripts (the set's twice, by script, and both releases) and refused
     // `MSETEX` once. A round returns at its majority, so the third node's refusal may be read after its round
     // ended (under load): that node then tries `MSETEX` again with the second set. No node ever ran it.
-    let learned =
-        |n: &RedisServer| calls(n, "eval") + calls(n, "evalsha") == 4 && rejected(n, "msetex") == 1;
+    let learned = |n: &RedisServer| {
+        n.calls("eval") + n.calls("evalsha") == 4 && n.command_stat("msetex", "rejected_calls") == 1
+    };
     wait_until(
         Duration::from_secs(2),
         "a majority refused MSETEX once and ran four scripts",
@@ -257,9 +232,9 @@ fn a_user_without_msetex_gets_the_script_in_the_same_round() {
     );
     for node in &nodes {
         assert!(
-            (1..=2).contains(&rejected(node, "msetex")),
+            (1..=2).contains(&node.command_stat("msetex", "rejected_calls")),
             "refused once per set at most, and at least on the first"
         );
-        assert_eq!(calls(node, "msetex"), 0);
+        assert_eq!(node.calls("msetex"), 0);
     }
 }

@@ -419,6 +419,36 @@ impl RedisServer {
     /// parsed: the real RESP parser is `muxlock::resp`), for at most 10 s. Sends `AUTH` first
     /// when the server has a password.
     ///
+    /// A field of `command`'s line in `INFO commandstats` (`calls`, `rejected_calls`, ...): 0 if the command never
+    /// ran or the field is absent.
+    ///
+    /// # Panics
+    /// As [`raw`](Self::raw).
+    #[track_caller]
+    pub fn command_stat(&self, command: &str, field: &str) -> u64 {
+        let info =
+            String::from_utf8_lossy(&self.raw(&crate::support::cmd(&["INFO", "commandstats"])))
+                .into_owned();
+        let prefix = format!("cmdstat_{command}:");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| {
+                rest.split(',')
+                    .find_map(|kv| kv.strip_prefix(field)?.strip_prefix('='))
+            })
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Calls of `command` so far (`INFO commandstats`; 0 if it never ran).
+    ///
+    /// # Panics
+    /// As [`raw`](Self::raw).
+    #[track_caller]
+    pub fn calls(&self, command: &str) -> u64 {
+        self.command_stat(command, "calls")
+    }
+
     /// # Panics
     /// If the server cannot be reached or the reply does not arrive in time.
     #[track_caller]
