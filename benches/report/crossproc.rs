@@ -23,6 +23,8 @@ const XP_TTL: Duration = Duration::from_secs(2);
 /// Every client's round timeout (per-request timeout of the peers) in milliseconds, if not [`ROUND`]: read by
 /// the children from their environment, which they inherit.
 pub const ROUND_ENV: &str = "MUXLOCK_REPORT_XP_ROUND_MS";
+/// The faults to run (`none`, `paused`, `killed`, comma-separated; all if unset).
+pub const FAULTS_ENV: &str = "MUXLOCK_REPORT_XP_FAULTS";
 /// The round timeout of every client unless [`ROUND_ENV`] says otherwise.
 const ROUND: Duration = Duration::from_secs(1);
 
@@ -85,6 +87,11 @@ pub struct XpRow {
     pub overlaps: usize,
     /// The run's start (mono ns), for the picture.
     t0: u64,
+    /// The servers' commands in the case, summed over the nodes (`INFO commandstats`; a script's own calls
+    /// counted too): per command, its calls. Empty with a fault (a restarted node's counts start again).
+    commands: BTreeMap<String, u64>,
+    /// The CPU time of the clients (every child) and of the servers in the case.
+    cpu: (Duration, Duration),
 }
 
 impl XpRow {
@@ -141,6 +148,30 @@ impl XpRow {
 
     pub fn back_to_releaser(&self) -> f64 {
         self.handoffs().0
+    }
+
+    /// The clients' and the servers' CPU per grant, in µs.
+    fn cpu_per_grant(&self) -> (f64, f64) {
+        let grants = self.grants.len().max(1) as f64;
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / grants;
+        (us(self.cpu.0), us(self.cpu.1))
+    }
+
+    /// Per grant, the servers' calls of every command summed over the nodes, the most called first:
+    /// `(calls, [(command, calls)])`.
+    fn commands_per_grant(&self) -> Option<(f64, Vec<(String, f64)>)> {
+        let grants = self.grants.len().max(1) as f64;
+        if self.commands.is_empty() {
+            return None;
+        }
+        let calls: u64 = self.commands.values().sum();
+        let mut each: Vec<(String, f64)> = self
+            .commands
+            .iter()
+            .map(|(name, c)| (name.clone(), *c as f64 / grants))
+            .collect();
+        each.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Some((calls as f64 / grants, each))
     }
 
     fn waits(&self) -> Vec<u64> {
@@ -312,6 +343,11 @@ fn case(
     secs: f64,
 ) -> XpRow {
     let exe = env::current_exe().expect("the bench binary");
+    for node in cluster.nodes() {
+        node.raw(&support::cmd(&["CONFIG", "RESETSTAT"]));
+    }
+    let pids: Vec<u32> = cluster.nodes().iter().map(|n| n.pid()).collect();
+    let cpu_before = (children_cpu(), Cpu::now(&pids).servers);
     // Time for the children to start and connect.
     let t0 = mono_ns() + 1_500_000_000;
     let urls = cluster.urls().join(",");
@@ -359,6 +395,8 @@ fn case(
         other_errors: 0,
         overlaps: 0,
         t0,
+        commands: BTreeMap::new(),
+        cpu: (Duration::ZERO, Duration::ZERO),
     };
     let deadline = Instant::now() + Duration::from_secs_f64(secs) + Duration::from_secs(20);
     for (i, child) in children.iter_mut().enumerate() {
@@ -408,7 +446,60 @@ fn case(
         })
         .collect();
     row.overlaps = overlaps(&holds).len();
+    if fault == XpFault::None {
+        row.commands = command_stats(cluster);
+        row.cpu = (
+            children_cpu().saturating_sub(cpu_before.0),
+            Cpu::now(&pids).servers.saturating_sub(cpu_before.1),
+        );
+    }
     row
+}
+
+/// User + system CPU time of this process' children that have ended and been waited for (`/proc/self/stat`,
+/// fields 16 and 17).
+fn children_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let field = |n: usize| {
+        fields
+            .get(n - 3)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let ticks = field(16) + field(17);
+    Duration::from_secs_f64(ticks as f64 / rustix::param::clock_ticks_per_second() as f64)
+}
+
+/// Every command's calls on the nodes of `cluster` since their last `CONFIG RESETSTAT`, summed (`INFO
+/// commandstats`; `INFO` and `CONFIG` themselves left out).
+fn command_stats(cluster: &Cluster) -> BTreeMap<String, u64> {
+    let mut sum: BTreeMap<String, u64> = BTreeMap::new();
+    for node in cluster.nodes() {
+        let info = String::from_utf8_lossy(&node.raw(&support::cmd(&["INFO", "commandstats"])))
+            .into_owned();
+        for line in info.lines() {
+            let Some((name, fields)) = line
+                .strip_prefix("cmdstat_")
+                .and_then(|l| l.split_once(':'))
+            else {
+                continue;
+            };
+            if name == "info" || name.starts_with("config") {
+                continue;
+            }
+            let field = |key: &str| {
+                fields
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            *sum.entry(name.to_owned()).or_default() += field("calls");
+        }
+    }
+    sum
 }
 
 /// Runs every case, the clients taking turns, and writes the table and the picture.
@@ -423,7 +514,19 @@ pub fn cross_process(
     let mut cluster = Cluster::start(5);
     let started = Instant::now();
     let mut rows = Vec::new();
-    for fault in [XpFault::None, XpFault::Paused, XpFault::Killed] {
+    // `MUXLOCK_REPORT_XP_FAULTS=none` (or `paused`, `killed`, comma-separated): only those cases.
+    let faults: Vec<XpFault> = [XpFault::None, XpFault::Paused, XpFault::Killed]
+        .into_iter()
+        .filter(|f| {
+            let key = match f {
+                XpFault::None => "none",
+                XpFault::Paused => "paused",
+                XpFault::Killed => "killed",
+            };
+            env::var(FAULTS_ENV).map_or(true, |only| only.split(',').any(|o| o.trim() == key))
+        })
+        .collect();
+    for fault in faults {
         for &resources in resource_counts {
             for client in CLIENTS
                 .into_iter()
@@ -437,6 +540,18 @@ pub fn cross_process(
                     row.fairness(),
                     100.0 * row.back_to_releaser()
                 );
+                if let Some((calls, each)) = row.commands_per_grant() {
+                    let top: Vec<String> = each
+                        .iter()
+                        .take(24)
+                        .map(|(name, n)| format!("{name} {n:.1}"))
+                        .collect();
+                    let (clients, servers) = row.cpu_per_grant();
+                    eprintln!(
+                        "[xp]   per grant: CPU {clients:.0} µs of the clients, {servers:.0} of the servers; {calls:.1} calls: {}",
+                        top.join(", ")
+                    );
+                }
                 rows.push(row);
             }
         }
@@ -492,6 +607,29 @@ pub fn cross_process(
             r.other_errors,
             r.overlaps
         ));
+    }
+    out.line("");
+    out.line(
+        "Per grant without a fault: the CPU time of the clients (all processes) and of the 5 servers, and the \
+         servers' commands (`INFO commandstats`, reset before each case; a script's own calls count too).\n",
+    );
+    out.line("| resources | client | clients' CPU µs | servers' CPU µs | calls | most calls |");
+    out.line("|---:|---|---:|---:|---:|---|");
+    for r in &rows {
+        if let Some((calls, each)) = r.commands_per_grant() {
+            let (clients, servers) = r.cpu_per_grant();
+            let top: Vec<String> = each
+                .iter()
+                .take(5)
+                .map(|(name, n)| format!("`{name}` {n:.1}"))
+                .collect();
+            out.line(format!(
+                "| {} | {} | {clients:.0} | {servers:.0} | {calls:.1} | {} |",
+                r.resources,
+                r.client,
+                top.join(", ")
+            ));
+        }
     }
     out.line("");
     // The picture: grants per 100 ms over time, one resource, node paused.
