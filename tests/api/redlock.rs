@@ -449,6 +449,55 @@ fn a_split_s_taken_vote_is_asked_again_in_every_scripted_kind() {
     }
 }
 
+/// A failed attempt releases only where it may have set the key: nodes that refused it (another holder's key)
+/// are sent no release, nodes that granted it are (the key is gone there). A plain lock (`SET NX`) and a writer
+/// (a scripted kind's round, whose refusals are asked again), each held by another value on nodes 0 to 2 of 5 and
+/// free on 3 and 4. The release is the one request here that reads the key (`GET` inside its script; the
+/// acquisitions set it, `inspect` reads it once on every node).
+#[test]
+fn a_failed_attempt_releases_only_where_the_key_was_set() {
+    let cluster = Cluster::start(5);
+    let locks = manager(&cluster, quick());
+    let warm = locks.request("warm").ttl(TTL).write().acquire();
+    locks.unlock(warm.expect("all up")).expect("release");
+    // Behind every warm-up reply.
+    locks.inspect("warm").expect("every node answers");
+    for (kind, name, key) in [
+        ("plain", "p-held", "p-held"),
+        ("writer", "w-held", "{w-held}:write"),
+    ] {
+        for i in 0..3 {
+            cluster
+                .node(i)
+                .raw(&cmd(&["SET", key, "theirs", "PX", "60000"]));
+        }
+        let before: Vec<u64> = (0..5).map(|i| cluster.node(i).calls("get")).collect();
+        let request = match kind {
+            "plain" => locks.request(name).ttl(TTL),
+            _ => locks.request(name).ttl(TTL).write(),
+        };
+        let err = request.acquire().expect_err("held on 3 of 5");
+        assert!(err.is_held(), "{kind}: {err}");
+        // Behind the clean-up on every connection: it has run wherever it was sent.
+        locks.inspect(key).expect("every node answers");
+        let reads: Vec<u64> = (0..5)
+            .map(|i| cluster.node(i).calls("get") - before[i])
+            .collect();
+        let inspect = reads[0];
+        assert_eq!(
+            reads,
+            [inspect, inspect, inspect, inspect + 1, inspect + 1],
+            "{kind}: a release only on the nodes that granted"
+        );
+        for i in 0..3 {
+            assert_eq!(get(&cluster, i, key), bulk("theirs"), "{kind}: node {i}");
+        }
+        for i in 3..5 {
+            assert_eq!(get(&cluster, i, key), b"$-1\r\n", "{kind}: node {i}");
+        }
+    }
+}
+
 /// A split's "taken" vote whose second ask gets no answer within the round is still the holder's: a fenced
 /// acquisition (a round that is not patient) granted by node 0, refused by node 1 behind a 200 ms round trip (its
 /// second ask would be answered at about 400 ms, past the 300 ms round), node 2 paused (undecided when node 1's

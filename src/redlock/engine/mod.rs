@@ -19,6 +19,7 @@ pub(crate) mod reply;
 pub(crate) mod restart;
 pub(crate) mod scripted;
 pub(crate) mod seam;
+pub(crate) mod untouched;
 
 use std::time::{Duration, Instant};
 
@@ -505,14 +506,16 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// How an acquisition round of one key ends (plain or queued): a round still undecided is judged closed
     /// (silent nodes count as failed); the lock if a majority granted it in time, else why, with every
     /// node's outcome — after releasing at once wherever the key may have been set, without waiting: the spec's
-    /// "unlock all the instances", and it keeps a failed attempt from blocking others until the TTL.
+    /// "unlock all the instances", and it keeps a failed attempt from blocking others until the TTL. `nodes`:
+    /// those the round was sent to; `untouched`: those of them that refused every request of the round, where
+    /// nothing is released ([`untouched`](self::untouched)).
     pub(crate) fn conclude(
         &self,
         status: Status,
         quorum: &Quorum,
         start: Instant,
         (resource, value): (&[u8], crate::redlock::token::Value),
-        nodes: NodeSet,
+        (nodes, untouched): (NodeSet, NodeSet),
         outcomes: Vec<Outcome>,
     ) -> std::result::Result<Lease, (Failure, Report)> {
         let now = self.clock.now();
@@ -528,8 +531,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 nodes,
             )),
             Err(failure) => {
-                let mut release = BytesMut::new();
-                self.release_unawaited(&mut release, nodes, resource, &value);
+                let touched = nodes.difference(untouched);
+                if self.fanout.len() > 64 || touched != NodeSet::EMPTY {
+                    let mut release = BytesMut::new();
+                    self.release_unawaited(&mut release, touched, resource, &value);
+                }
                 Err((failure, self.report(resource, outcomes, quorum.quorum())))
             }
         }

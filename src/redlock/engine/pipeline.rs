@@ -25,6 +25,7 @@ use crate::net::{NodeSet, Reply};
 use crate::redlock::engine::Engine;
 use crate::redlock::engine::reply::{Refused, is_noscript, refused};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
+use crate::redlock::engine::untouched::Untouched;
 use crate::redlock::quorum::ASKS;
 
 /// What a pipelined round is for, which decides how its requests are queued.
@@ -61,6 +62,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             |(command, _), node, reply| (on_reply(command, node, reply), NodeSet::EMPTY),
         )
         .await
+        .0
     }
 
     /// [`pipelined`](Self::pipelined), where the nodes of `natively` are sent the `k` commands `encode_native`
@@ -68,7 +70,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// refuses them before anything ran ([`Refused::Command`]: its ACL lacks the command, or it has none) is told
     /// to `refused` and sent the scripts in full instead, once; the refusal is not handed to `on_reply`.
     /// `on_reply` is told, with each outcome's command, which of the node's requests it answers (0: the first),
-    /// and names nodes to send their request again (see the module's invariants).
+    /// and names nodes to send their request again (see the module's invariants). Returns the nodes the request
+    /// was queued for, and of those (below 64) the ones whose every outcome of every request was read (none owed
+    /// when the round ended: see [`Untouched`]).
     pub(crate) async fn pipelined_with(
         &self,
         purpose: Purpose,
@@ -80,10 +84,10 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             impl Fn(usize),
         ),
         mut on_reply: impl FnMut((usize, usize), (usize, usize), Reply) -> (usize, NodeSet),
-    ) -> NodeSet {
+    ) -> (NodeSet, NodeSet) {
         let n = self.fanout.len();
         if k == 0 {
-            return NodeSet::EMPTY;
+            return (NodeSet::EMPTY, NodeSet::EMPTY);
         }
         let mut request = BytesMut::with_capacity(64 * k);
         // A release goes in full at once: nobody may be left to answer its `NOSCRIPT` (`scripts`, "Releases go
@@ -104,6 +108,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             encode_native(&mut request);
             sent = sent.union(round.send_to(natively, &request, k));
         }
+        // Every outcome read counts as a refusal here: the caller knows which were not.
+        let mut read = Untouched::new();
+        read.sent(nodes, k);
         round.need(need);
         // Every request to a node is the same `k` commands: the outcome with id `seq` answers command `seq % k`
         // of the node's `seq / k`-th request (0: the first pass; 1: the pass in full after a `NOSCRIPT`).
@@ -117,6 +124,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             if node >= n {
                 continue;
             }
+            read.answered(node, true);
             let (j, first) = (seq % k, seq < k);
             let native_refused = first
                 && natively != NodeSet::EMPTY
@@ -134,6 +142,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     request.clear();
                     encode(&mut request, true);
                     round.send(node, &request, k);
+                    read.sent(one(node), k);
                 }
                 continue;
             }
@@ -164,6 +173,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                         false => encode(&mut request, true),
                     }
                     round.send(node, &request, k);
+                    read.sent(one(node), k);
                 }
             }
             match more {
@@ -171,8 +181,15 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 more => round.need(more),
             }
         }
-        sent
+        (sent, read.of(sent))
     }
+}
+
+/// The set of `node` alone.
+fn one(node: usize) -> NodeSet {
+    let mut set = NodeSet::EMPTY;
+    set.insert(node);
+    set
 }
 
 /// The native part of [`Engine::pipelined_with`] for a round with no native command: every node gets the scripts.

@@ -51,6 +51,11 @@ pub(crate) struct Acquired {
     pub(crate) outcomes: Vec<Outcome>,
     /// The nodes the script was sent to.
     pub(crate) nodes: NodeSet,
+    /// Of those, the ones that refused every request of the round, each answered ([`Untouched`]: `classify`
+    /// said [`Outcome::Taken`]).
+    ///
+    /// [`Untouched`]: crate::redlock::engine::untouched::Untouched
+    pub(crate) untouched: NodeSet,
     /// The largest number that a counted grant carried (a fencing token, a hold count; 0 if none).
     pub(crate) count: u64,
 }
@@ -95,8 +100,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut outcomes = vec![Outcome::NotAwaited; n];
         let mut status = Status::Pending;
         let mut count = 0;
+        let mut touched = NodeSet::EMPTY;
         let need = quorum.votes_to_decide();
-        let nodes = self
+        let (nodes, settled) = self
             .pipelined_with(
                 Purpose::Lease,
                 (NodeSet::ALL, 1, deadline, need),
@@ -105,6 +111,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 |(_, pass), (node, source), reply| {
                     let now = self.clock.now();
                     let (vote, outcome, number) = classify(node, &reply);
+                    if outcome != Outcome::Taken {
+                        touched.insert(node);
+                    }
                     let key = keys.first().copied().unwrap_or_default();
                     let (vote, outcome) =
                         self.counted_from((source, key), (vote, outcome), now, None);
@@ -136,6 +145,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             status,
             outcomes,
             nodes,
+            untouched: settled.difference(touched),
             count,
         }
     }

@@ -16,6 +16,7 @@ use crate::redlock::engine::pipeline::Purpose;
 use crate::redlock::engine::release::Tally;
 use crate::redlock::engine::reply::{grant_vote, script_vote, set_vote};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
+use crate::redlock::engine::untouched::Untouched;
 use crate::redlock::error::{Outcome, Report, Result};
 use crate::redlock::kind::queued::{Gate, HandOn};
 use crate::redlock::kind::{Kind, Lock};
@@ -55,6 +56,8 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
             .min(later(start, ttl / 3)),
     );
     let nodes = round.send_all(&request, 1);
+    let mut untouched = Untouched::new();
+    untouched.sent(NodeSet::ALL, 1);
     let mut outcomes = vec![Outcome::NotAwaited; n];
     let mut status = Status::Pending;
     round.need(quorum.votes_to_decide());
@@ -63,7 +66,9 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
         let node = id.node;
         let now = engine.clock.now();
         let source = round.source(node);
-        let (vote, outcome) = engine.counted_from((source, resource), set_vote(reply), now, None);
+        let (vote, outcome) = set_vote(reply);
+        untouched.answered(node, outcome == Outcome::Taken);
+        let (vote, outcome) = engine.counted_from((source, resource), (vote, outcome), now, None);
         engine.votes[node].count(&outcome);
         if quorum.answered(node, id.seq as usize, vote) {
             outcomes[node] = outcome;
@@ -73,7 +78,7 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
             // A split's "taken" votes are asked again (`Quorum::take_back_taken`).
             let again = quorum.take_back_taken();
             for node in (0..n.min(64)).filter(|&node| again.contains(node)) {
-                round.send(node, &request, 1);
+                untouched.sent(round.send(node, &request, 1), 1);
             }
             status = engine.without_silent(&mut quorum, &mut outcomes);
         }
@@ -86,7 +91,14 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
     // The round is over: nodes that did not answer count as failed (an undecided split is a held lock, not an
     // outage).
     engine
-        .conclude(status, &quorum, start, (resource, value), nodes, outcomes)
+        .conclude(
+            status,
+            &quorum,
+            start,
+            (resource, value),
+            (nodes, untouched.of(nodes)),
+            outcomes,
+        )
         .map(|lease| Lock::new(lease, Kind::Plain))
 }
 
@@ -118,7 +130,7 @@ pub(crate) async fn queued<N: Nodes, C: Clock>(
             &round.quorum,
             round.start,
             (resource, value),
-            round.nodes,
+            (round.nodes, round.untouched),
             round.outcomes,
         )
         .map(|lease| Lock::new(lease, Kind::Plain))

@@ -259,7 +259,7 @@ pub(crate) async fn write<N: Nodes, C: Clock>(
             &round.quorum,
             round.start,
             (&writer, value),
-            round.nodes,
+            (round.nodes, round.untouched),
             round.outcomes,
         )
         .map(|lease| Lock::new(lease, Kind::Write(name.to_vec())))
