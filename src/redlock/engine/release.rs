@@ -21,12 +21,16 @@
 //! The tally is a plain struct: one `Vec` of outcomes (the one the report is made of), allocated when it starts;
 //! counting allocates nothing.
 
-use crate::net::NodeSet;
+use crate::net::{NodeSet, Reply};
 use crate::redlock::engine::Engine;
+use crate::redlock::engine::lease::Lease;
+use crate::redlock::engine::pipeline::Purpose;
 use crate::redlock::engine::seam::{Clock, Nodes};
 use crate::redlock::error::{Error, Outcome, Result};
+use crate::redlock::lua::{self, Lua};
 use crate::redlock::quorum::Vote;
 use crate::redlock::stats::Votes;
+use crate::time::later;
 
 /// One release's count: per node its outcome, how many nodes confirmed the release and how many answered.
 #[derive(Debug)]
@@ -102,6 +106,35 @@ impl<'a> Tally<'a> {
             true => Error::LockLost(report),
             false => Error::Quorum(report),
         })
+    }
+}
+
+impl<N: Nodes, C: Clock> Engine<N, C> {
+    /// The release round of a kind whose release is one script (a fenced lock, a set, an owned hold, a plain
+    /// lock handing its key on): `script` with `keys` and `args` on every node the lock's acquisition was sent
+    /// to, in full (as every release), each reply read by `read` into a vote and counted by a [`Tally`], whose
+    /// verdict's report names `name`.
+    pub(crate) async fn release_scripted(
+        &self,
+        lock: &Lease,
+        name: &[u8],
+        (script, keys, args): (Lua, &[&[u8]], &[&[u8]]),
+        mut read: impl FnMut(&Reply) -> (Vote, Outcome),
+    ) -> Result<usize> {
+        let quorum = self.quorum();
+        let deadline = later(self.clock.now(), self.config.round_timeout);
+        let mut tally = Tally::new(&self.votes, self.fanout.len(), quorum, lock.nodes);
+        self.pipelined(
+            Purpose::Release,
+            lock.nodes,
+            1,
+            deadline,
+            quorum,
+            |buf, full| lua::eval(buf, script, full, keys, args),
+            |_, (node, _), reply| tally.vote(node, read(&reply)),
+        )
+        .await;
+        tally.finish(self, name)
     }
 }
 

@@ -81,7 +81,6 @@ use crate::net::{NodeSet, Reply};
 use crate::redlock::engine::Engine;
 use crate::redlock::engine::lease::Lease;
 use crate::redlock::engine::pipeline::Purpose;
-use crate::redlock::engine::release::Tally;
 use crate::redlock::engine::reply::{grant_vote, script_vote};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::settle;
@@ -248,30 +247,18 @@ pub(crate) async fn release<N: Nodes, C: Clock>(
     lock: &Lease,
     token: u64,
 ) -> Result<usize> {
-    let quorum = engine.quorum();
-    let deadline = later(engine.clock.now(), engine.config.round_timeout);
-    let mut tally = Tally::new(&engine.votes, engine.fanout.len(), quorum, lock.nodes);
     let counter = counter_key_for(&lock.resource, engine.fanout.routed());
-    let keys: [&[u8]; 2] = [&lock.resource, &counter];
     let t = Decimal::new(i64::try_from(token).unwrap_or(i64::MAX));
     engine
-        .pipelined(
-            Purpose::Release,
-            lock.nodes,
-            1,
-            deadline,
-            quorum,
-            |buf, full| {
-                lua::eval(
-                    buf,
-                    lua::RELEASE_FENCED,
-                    full,
-                    &keys,
-                    &[&lock.value, t.as_bytes()],
-                )
-            },
-            |_, (node, _), reply| tally.vote(node, script_vote(&reply)),
+        .release_scripted(
+            lock,
+            &lock.resource,
+            (
+                lua::RELEASE_FENCED,
+                &[&lock.resource, &counter],
+                &[&lock.value, t.as_bytes()],
+            ),
+            script_vote,
         )
-        .await;
-    tally.finish(engine, &lock.resource)
+        .await
 }

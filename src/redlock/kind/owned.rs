@@ -50,8 +50,6 @@ use bytes::BytesMut;
 use crate::net::{NodeSet, Reply};
 use crate::redlock::engine::Engine;
 use crate::redlock::engine::lease::Lease;
-use crate::redlock::engine::pipeline::Purpose;
-use crate::redlock::engine::release::Tally;
 use crate::redlock::engine::reply::script_vote;
 use crate::redlock::engine::scripted::Scripted;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
@@ -62,7 +60,6 @@ use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Vote};
 use crate::redlock::token;
 use crate::resp::{Decimal, Value};
-use crate::time::later;
 
 /// Who holds a reentrant lock: a random value (40 hex digits) shared by every acquisition of one owner. Clone it
 /// into every thread or task that acts as that owner.
@@ -204,42 +201,30 @@ pub(crate) async fn release<N: Nodes, C: Clock>(
             "an owned lock without its hold: nothing of it is held",
         ));
     };
-    let (resource, nodes, owner, hold) = (
-        &lock.resource[..],
-        lock.nodes,
-        &lock.value[..],
-        &hold.id[..],
-    );
-    let quorum = engine.quorum();
+    let (resource, owner, hold) = (&lock.resource[..], &lock.value[..], &hold.id[..]);
     let counter = count_key(resource, engine.fanout.routed());
-    let keys: [&[u8]; 2] = [resource, &counter];
-    let mut tally = Tally::new(&engine.votes, engine.fanout.len(), quorum, nodes);
     let mut last = false;
-    engine
-        .pipelined(
-            Purpose::Release,
-            nodes,
-            1,
-            later(engine.clock.now(), engine.config.round_timeout),
-            quorum,
-            |buf, full| lua::eval(buf, script, full, &keys, &[owner, hold]),
-            |_, (node, _), reply| {
+    let released = engine
+        .release_scripted(
+            lock,
+            resource,
+            (script, &[resource, &counter], &[owner, hold]),
+            |reply| {
                 // The holds left (0: the key went), or -1: the key is not the owner's (it expired), so nothing
                 // of this hold is there either. A nested hold removed (holds left > 0) deletes no key but is
                 // this release done on that node: it counts as released.
-                let vote = match reply.as_ref().map(Value::without_attributes) {
+                match reply.as_ref().map(Value::without_attributes) {
                     Ok(Value::Integer(c)) if *c >= 0 => {
                         last |= *c == 0;
                         (Vote::Yes, Outcome::Granted)
                     }
                     Ok(Value::Integer(_)) => (Vote::Taken, Outcome::NotHeld),
-                    _ => script_vote(&reply),
-                };
-                tally.vote(node, vote)
+                    _ => script_vote(reply),
+                }
             },
         )
-        .await;
-    Ok((tally.finish(engine, resource)?, last))
+        .await?;
+    Ok((released, last))
 }
 
 /// An owned hold's extension ([`lua::EXTEND_REENTRANT`]): the key of `resource` holding the owner's `value`,

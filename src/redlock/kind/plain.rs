@@ -12,8 +12,6 @@ use bytes::BytesMut;
 use crate::net::NodeSet;
 use crate::redlock::engine::Engine;
 use crate::redlock::engine::lease::Lease;
-use crate::redlock::engine::pipeline::Purpose;
-use crate::redlock::engine::release::Tally;
 use crate::redlock::engine::reply::{grant_vote, script_vote, set_vote};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::untouched::Untouched;
@@ -144,31 +142,19 @@ pub(crate) async fn release_handing_on<N: Nodes, C: Clock>(
     lock: &Lease,
     hand_on: &HandOn,
 ) -> Result<usize> {
-    let quorum = engine.quorum();
-    let deadline = later(engine.clock.now(), engine.config.round_timeout);
-    let mut tally = Tally::new(&engine.votes, engine.fanout.len(), quorum, lock.nodes);
     let ([queue, deadlines, handed], [line, lease_ms]) = hand_on.keys_and_args();
-    let keys: [&[u8]; 4] = [&lock.resource, queue, deadlines, handed];
     engine
-        .pipelined(
-            Purpose::Release,
-            lock.nodes,
-            1,
-            deadline,
-            quorum,
-            |buf, full| {
-                lua::eval(
-                    buf,
-                    lua::RELEASE_HANDING_ON,
-                    full,
-                    &keys,
-                    &[&lock.value, line, lease_ms],
-                )
-            },
-            |_, (node, _), reply| tally.vote(node, script_vote(&reply)),
+        .release_scripted(
+            lock,
+            &lock.resource,
+            (
+                lua::RELEASE_HANDING_ON,
+                &[&lock.resource, queue, deadlines, handed],
+                &[&lock.value, line, lease_ms],
+            ),
+            script_vote,
         )
-        .await;
-    tally.finish(engine, &lock.resource)
+        .await
 }
 
 /// Releases, unawaited and on every node, what an attempt at `resource` with `value` may have set (its [`Undo`](super::Undo)).

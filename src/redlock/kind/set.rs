@@ -41,8 +41,6 @@ use crate::net::NodeSet;
 use crate::redlock::config::Config;
 use crate::redlock::engine::Engine;
 use crate::redlock::engine::lease::Lease;
-use crate::redlock::engine::pipeline::Purpose;
-use crate::redlock::engine::release::Tally;
 use crate::redlock::engine::reply::{grant_vote, script_vote};
 use crate::redlock::engine::scripted::Scripted;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
@@ -143,29 +141,19 @@ pub(crate) async fn release<N: Nodes, C: Clock>(
     lock: &Lease,
     names: &[Vec<u8>],
 ) -> Result<usize> {
-    let quorum = engine.quorum();
-    let deadline = later(engine.clock.now(), engine.config.round_timeout);
-    let mut tally = Tally::new(&engine.votes, engine.fanout.len(), quorum, lock.nodes);
     let keys = keys(names);
     engine
-        .pipelined(
-            Purpose::Release,
-            lock.nodes,
-            1,
-            deadline,
-            quorum,
-            |buf, full| lua::eval(buf, lua::RELEASE_MANY, full, &keys, &[&lock.value]),
-            |_, (node, _), reply| {
-                // The number of keys deleted: any is "released here".
-                let vote = match reply.as_ref().map(Value::without_attributes) {
-                    Ok(Value::Integer(k)) if *k > 0 => (Vote::Yes, Outcome::Granted),
-                    _ => script_vote(&reply),
-                };
-                tally.vote(node, vote)
+        .release_scripted(
+            lock,
+            &set_name(names),
+            (lua::RELEASE_MANY, &keys, &[&lock.value]),
+            // The number of keys deleted: any is "released here".
+            |reply| match reply.as_ref().map(Value::without_attributes) {
+                Ok(Value::Integer(k)) if *k > 0 => (Vote::Yes, Outcome::Granted),
+                _ => script_vote(reply),
             },
         )
-        .await;
-    tally.finish(engine, &set_name(names))
+        .await
 }
 
 /// `MSETEX n key value ... NX PX ttl`: every key of the set to `value` for `ttl` ms, if none of them exists; 1 if
