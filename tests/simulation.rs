@@ -5,7 +5,7 @@
 //! - `MUXLOCK_SIM_SEED=S` replays exactly the history of seed `S` (and prints it);
 //! - `MUXLOCK_SIM_SEEDS=N` runs seeds `0..N` (default: a bounded number for CI), on one worker per CPU
 //!   (`MUXLOCK_SIM_THREADS=N` workers instead; `sim/seeds.rs`);
-//! - `MUXLOCK_SIM_WORLDS=natives` (or `queued`, `hostile`) runs them in the worlds of
+//! - `MUXLOCK_SIM_WORLDS=natives` (or `queued`, `waiters`, `hostile`) runs them in the worlds of
 //!   `native_nodes_keep_every_property` (or `queued_waiters_keep_every_property`,
 //!   `hostile_networks_keep_every_property`), to replay one of their seeds; `owned` makes half the verbs owned
 //!   sessions (`sim/owned.rs`), a search aimed at them; `clocks` puts clock faults in every world; `net` a
@@ -54,6 +54,8 @@ const FOLD_SEEDS: u64 = 300;
 
 /// Seeds of `queued_waiters_keep_every_property` in CI.
 const QUEUED_SEEDS: u64 = 800;
+/// Seeds of [`waiters_handing_on_keep_every_property`].
+const WAITERS_SEEDS: u64 = 150;
 
 /// Seeds run by default (CI): about 36 s at opt-level 2 on 2 vCPUs, side by side (docs/simulator.md).
 const DEFAULT_SEEDS: u64 = 12_000;
@@ -189,6 +191,44 @@ fn queued_waiters_keep_every_property() {
     assert!(
         taken > 0,
         "no release handed a key on to a waiter that took it: the hand-off did not run"
+    );
+}
+
+/// Seeds where every client only waits in the nodes' queue for a plain lock, holds it and releases it (handing
+/// the key on), under the usual faults: lines of several waiters, most grants handed on. The same properties,
+/// and many keys handed on and taken. `MUXLOCK_SIM_WAITERS_SEEDS` sets the count.
+#[test]
+fn waiters_handing_on_keep_every_property() {
+    let seeds = env_u64("MUXLOCK_SIM_WAITERS_SEEDS").unwrap_or(WAITERS_SEEDS);
+    let started = Instant::now();
+    let (mut ops, mut queued, mut handed, mut taken) = (0, 0, 0, 0);
+    let runs = seeds::in_order(0..seeds, |seed| {
+        workload::run(
+            seed,
+            &Options {
+                queued: true,
+                waiters: true,
+                ..Options::default()
+            },
+        )
+    });
+    for (seed, run) in runs {
+        if run.violation.is_some() {
+            fail(seed, &run, "waiters");
+        }
+        ops += run.ops;
+        queued += run.queued;
+        handed += run.handed.0;
+        taken += run.handed.1;
+    }
+    println!(
+        "{seeds} seeds of waiters only: {ops} ops, {queued} queued grants, {handed} keys handed on ({taken} \
+         taken by their waiter's gate), {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        taken * 4 >= seeds,
+        "{taken} handed keys taken in {seeds} seeds: the hand-off hardly ran"
     );
 }
 
@@ -371,7 +411,7 @@ fn seeds_keep_every_property() {
     let counted_per_node = control == "counted-per-node";
     let ignoring_writer = control == "ignoring-writer";
     let (unchecked_clocks, steps_back) = (control == "unchecked-clocks", control == "steps-back");
-    // The worlds of the other seed tests, to replay their seeds: `natives`, `queued` or `hostile`.
+    // The worlds of the other seed tests, to replay their seeds: `natives`, `queued`, `waiters` or `hostile`.
     let worlds = std::env::var("MUXLOCK_SIM_WORLDS").unwrap_or_default();
     let hostile = worlds == "hostile";
     let seeds: Vec<u64> = match env_u64("MUXLOCK_SIM_SEED") {
@@ -395,7 +435,8 @@ fn seeds_keep_every_property() {
                 unchecked_clocks,
                 steps_back,
                 natives: kind == "natives",
-                queued: kind == "queued",
+                queued: kind == "queued" || kind == "waiters",
+                waiters: kind == "waiters",
                 owned: kind == "owned",
                 clocks: kind == "clocks",
                 net: kind == "net" || hostile,

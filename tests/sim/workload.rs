@@ -78,6 +78,10 @@ pub struct Options {
     /// Half the plain acquisitions wait in the nodes' queue instead (a waiting request's hand-off across
     /// processes): queued attempts until granted or given up, then leaving the queue.
     pub queued: bool,
+    /// With `queued`: every client only waits in the nodes' queue for a plain lock, holds it and releases it
+    /// (handing the key on), as processes that contend for one lock do: a line of several waiters on each
+    /// resource, and most grants handed on.
+    pub waiters: bool,
     /// Nodes with native compare-and-delete and `SET IFEQ`, three servers in turn: see `Setup`.
     pub natives: bool,
     /// Extend owned holds with a script that sets the expiry to the extension's TTL even when that cuts a
@@ -285,6 +289,7 @@ async fn client(
         }
         // Under restore bursts, half the time the verb that needs them.
         let verb = match (bursts || fencing) && rng.chance(0.5) {
+            _ if opts.waiters => 0,
             _ if opts.owned && rng.chance(0.5) => 5,
             true if bursts => 6,
             true => 4,
@@ -331,7 +336,7 @@ async fn client(
                     }
                 }
             }
-            0 if queued && rng.chance(0.5) => {
+            0 if queued && (opts.waiters || rng.chance(0.5)) => {
                 let got =
                     self::queued(&engine, &sim, &mut rng, Waits::Plain(r.as_bytes()), ttl).await;
                 if let Some(lock) = got {

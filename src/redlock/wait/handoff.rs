@@ -70,11 +70,13 @@
 //! attempt's start, whose lease counts from that start. A hand-off writes only where the key held the releaser's
 //! value (the releaser no longer holds it: as a delete) or, in a leave, this waiter's handed value (nobody's
 //! lock): it turns a key nobody holds into another key nobody holds. A failed attempt's clean-up deletes only its
-//! own value, so it never removes a key its successor took (the new value differs). Every property of the spec's
+//! own value, so it never removes a key its successor took (the new value differs), and is not sent to nodes that
+//! refused every request of the attempt (`engine/untouched.rs`): a key handed to this waiter after its refusal
+//! stays for its next attempt. Every property of the spec's
 //! argument (at most one value per key per node, a vote counted only within the validity, the restart guard and
 //! the clock check on every vote) is the plain acquisition's, and every test of it runs this path: the waiting
-//! workers of the mutual-exclusion suite (`tests/mutex/waiting.rs`) and the simulator's queued worlds, which must
-//! see hand-offs taken.
+//! workers of the mutual-exclusion suite (`tests/mutex/waiting.rs`) and the simulator's queued worlds and its
+//! waiters' worlds (every client a waiter: thousands of keys handed on and taken), which must see hand-offs taken.
 //!
 //! **What it costs and gives.** A grant is the release's round, the woken waiter's one round and no leave (the
 //! gate took it off the queue); nobody else's `SET NX` can win the key meanwhile, and the releaser's own next
