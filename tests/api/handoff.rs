@@ -925,3 +925,38 @@ fn a_key_handed_to_a_dead_waiter_lapses_with_its_entry() {
         );
     });
 }
+
+/// A release never hands the key to the lock it releases: a waiting request's own entry left on a node (its
+/// attempt reached that node late, after the others had granted it, and joined the queue there with the lock's
+/// own value as its offer; its leave was lost) is not the next waiter. Handed to it, the key would keep the
+/// released value for an entry lease, and the release would count the node as released.
+#[test]
+fn a_release_never_hands_the_key_to_its_own_entry() {
+    let cluster = Cluster::start(3);
+    let m = locks::manager(cluster.urls(), config());
+    let held = m
+        .request("selfhanded")
+        .ttl(Duration::from_secs(5))
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .expect("a waiting request, the queue empty");
+    let value = String::from_utf8(held.value().as_bytes().to_vec()).expect("a printable value");
+    // The holder's own entry at the head of each node's queue, offering the lock's value.
+    for node in cluster.nodes() {
+        let reply = node.raw(&cmd(&[
+            "EVAL",
+            r#"local t = redis.call("time") local now = t[1] * 1000 + math.floor(t[2] / 1000) redis.call("zadd", KEYS[1], 1, "selfselfselfself") redis.call("zadd", KEYS[2], now + 5000, "selfselfselfself") redis.call("hset", KEYS[3], "selfselfselfself", ARGV[1]) for _, k in ipairs(KEYS) do redis.call("pexpire", k, 5000) end return 1"#,
+            "3",
+            "muxlock:queue:selfhanded",
+            "muxlock:queue-deadlines:selfhanded",
+            "muxlock:queue-handed:selfhanded",
+            &value,
+        ]));
+        assert_eq!(reply, b":1\r\n");
+    }
+    m.unlock(held).expect("released");
+    // Handed to its own entry, the key would hold the value for an entry lease (1 s here).
+    locks::wait_until(Duration::from_millis(300), "the key gone from every node", || {
+        (cluster.nodes().iter()).all(|node| node.raw(&cmd(&["GET", "selfhanded"])) == b"$-1\r\n")
+    });
+}
