@@ -971,7 +971,7 @@ impl Node {
             if self.get(k(0), now) != Some(arg(0)) {
                 return int(0);
             }
-            self.hand_on((k(0), k(1), k(2), k(3)), arg(1), num(arg(2)), now);
+            self.hand_on((k(0), k(1), k(2), k(3)), arg(1), (num(arg(2)), arg(0)), now);
             return int(1);
         }
         err("ERR script not simulated")
@@ -1098,7 +1098,8 @@ impl Node {
         self.zrem(d, id, now);
         self.hdel(g, id, now);
         if handed {
-            self.hand_on((k(3), q, d, g), arg(3), lease, now);
+            let gone = self.get(k(3), now).map(<[u8]>::to_vec).unwrap_or_default();
+            self.hand_on((k(3), q, d, g), arg(3), (lease, &gone), now);
         } else if head.as_deref() == Some(id) {
             if let Some(next) = self.zhead(q, now) {
                 let t = [&b"muxlock:turn:"[..], &next, b":", arg(3)].concat();
@@ -1110,14 +1111,14 @@ impl Node {
     }
 
     /// Hands a plain lock's `key` on to the head of its line's queue, as [`lua::RELEASE_HANDING_ON`] does: to the
-    /// first waiter whose deadline is not past (dropping the dead ones before it), set to the value it last
-    /// offered for `px` ms or until that waiter's deadline if sooner, its turn key bumped; deleted with nobody
-    /// waiting.
+    /// first waiter whose deadline is not past and who did not offer `gone` (the value the key held: dropping the
+    /// others before it), set to the value it last offered for `px` ms or until that waiter's deadline if sooner,
+    /// its turn key bumped; deleted with nobody waiting.
     fn hand_on(
         &mut self,
         (key, q, d, g): (&[u8], &[u8], &[u8], &[u8]),
         line: &[u8],
-        px: i64,
+        (px, gone): (i64, &[u8]),
         now: Wall,
     ) {
         let wall = (now / MS) as i64;
@@ -1126,8 +1127,9 @@ impl Node {
                 break;
             };
             let left = self.zscore(d, &h, now).unwrap_or(0) - wall;
-            if left > 0 {
-                match self.hget(g, &h, now) {
+            let offered = self.hget(g, &h, now);
+            if left > 0 && offered.as_deref() != Some(gone) {
+                match offered {
                     Some(v) => {
                         self.set(key, &v, Some(px.min(left)), now);
                         self.handed_on += 1;
