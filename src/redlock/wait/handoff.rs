@@ -69,7 +69,10 @@
 //! exclusion the node's key was as good as free, and the grant is the `SET NX` of a free key, made after the
 //! attempt's start, whose lease counts from that start. A hand-off writes only where the key held the releaser's
 //! value (the releaser no longer holds it: as a delete) or, in a leave, this waiter's handed value (nobody's
-//! lock): it turns a key nobody holds into another key nobody holds. A failed attempt's clean-up deletes only its
+//! lock): it turns a key nobody holds into another key nobody holds. It skips (and drops) an entry that offered
+//! the value the key held: the releasing waiter's own, left on a node its winning attempt reached late (the gate
+//! queued it there, offering the lock's value) and its leave did not; handed to it, the released value would stay.
+//! A failed attempt's clean-up deletes only its
 //! own value, so it never removes a key its successor took (the new value differs), and is not sent to nodes that
 //! refused every request of the attempt (`engine/untouched.rs`): a key handed to this waiter after its refusal
 //! stays for its next attempt. Every property of the spec's
