@@ -43,6 +43,7 @@ mod sim;
 use std::time::Instant;
 
 use sim::directed::{self, Guarded, Shape};
+use sim::owed;
 use sim::workload::{self, Options, Run};
 use sim::{Struck, seeds};
 
@@ -860,6 +861,29 @@ fn a_retry_goes_behind_its_failed_attempts_detached_clean_up_directed() {
     assert!(v.detached > 0, "no release was detached: {v:?}");
     assert!(v.a_got, "A's retry did not get the set: {v:?}");
     assert!(!v.b_got, "B got r2 while A held it: {v:?}");
+}
+
+/// A failed attempt decided while its second request to a node (asked again after a refusal, or the script in
+/// full after `NOSCRIPT`) is unanswered cleans up on that node: the request set the attempt's key there after the
+/// decision, and the clean-up deletes it, for a plain lock and a writer (`sim/owed.rs`). The history must have
+/// run as planned: the attempt failed, the key was set.
+#[test]
+fn a_failed_attempt_cleans_up_where_a_second_request_is_unanswered_directed() {
+    for second in [
+        owed::Second::PlainAskedAgain,
+        owed::Second::WriterAskedAgain,
+        owed::Second::WriterAfterNoScript,
+    ] {
+        let left = owed::history(second);
+        assert!(
+            left.failed && left.set,
+            "{second:?}: not as planned: {left:?}"
+        );
+        assert!(
+            !left.left,
+            "{second:?}: the attempt's key was left: {left:?}"
+        );
+    }
 }
 
 /// Beside a node 300 ms away (six round timeouts), a batch acquisition and a guard's renewal end once nodes 0 and

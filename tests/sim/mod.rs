@@ -57,6 +57,7 @@ pub mod directed;
 pub mod fold;
 pub mod guards;
 pub mod node;
+pub mod owed;
 pub mod owned;
 pub mod rwlock;
 pub mod seeds;
