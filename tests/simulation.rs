@@ -195,7 +195,8 @@ fn queued_waiters_keep_every_property() {
 /// Seeds whose members are simulated Redis Clusters and plain nodes (`sim/cluster.rs`), routed by the
 /// library's own routing (`net/cluster/route/`) over each client's fanout machine: slot migrations (`MOVED`,
 /// `ASK`), replicas' links down, failovers (to replicas with or without their masters' latest writes), under the
-/// usual faults. Every property holds, and redirections, migrations and failovers struck.
+/// usual faults. Every property holds (and a member's map reads start at least 100 ms apart), and redirections,
+/// migrations, failovers and map reads struck.
 /// `MUXLOCK_SIM_WORLDS=clusters` replays one of its seeds; `MUXLOCK_SIM_CLUSTER_SEEDS` sets the count,
 /// `MUXLOCK_SIM_FROM` the first.
 #[test]
@@ -223,12 +224,13 @@ fn cluster_members_keep_every_property() {
     }
     println!(
         "{seeds} seeds with cluster members: {ops} ops, {} MOVED, {} ASK, {} migrations, {} failovers ({} \
-         without the latest writes), {} guard checks, {:.1} s",
+         without the latest writes), {} map reads, {} guard checks, {:.1} s",
         total.moved,
         total.asked,
         total.migrations,
         total.failovers,
         total.failovers_lacking,
+        total.map_reads,
         total.guard_checks,
         started.elapsed().as_secs_f64()
     );
@@ -238,7 +240,7 @@ fn cluster_members_keep_every_property() {
             "no redirection struck: {total:?}"
         );
         assert!(
-            total.migrations > 0 && total.failovers_lacking > 0,
+            total.migrations > 0 && total.failovers_lacking > 0 && total.map_reads > 0,
             "no cluster event struck: {total:?}"
         );
         // Plain members beside the clusters granted locks under the clock check; cluster members' votes proved
