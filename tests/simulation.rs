@@ -43,6 +43,7 @@ mod sim;
 use std::time::Instant;
 
 use sim::directed::{self, Guarded, Shape};
+use sim::refused_natives;
 use sim::workload::{self, Options, Run};
 use sim::{Struck, seeds};
 
@@ -856,6 +857,22 @@ fn a_renewal_round_waits_for_each_renewals_own_verdict_directed() {
     let r = directed::renewals_decided_at_different_nodes();
     assert_eq!(r.violation, None);
     assert_eq!(r.renewed, [true, true], "{r:?}");
+}
+
+/// A node whose ACL refuses its native `DELIFEQ`, answering after the others (`sim/refused_natives.rs`): the
+/// failed key of a batch, released there unawaited, and a release decided before the node's refusal came, both
+/// leave nothing on it (the script went beside the unread native release, and after the refused one).
+#[test]
+fn releases_beside_a_node_refusing_its_native_command_leave_nothing_there_directed() {
+    let r = refused_natives::releases_beside_a_refusing_node();
+    assert!(r.batch_ran, "{r:?}");
+    assert!(
+        !r.failed_key_left,
+        "a failed batch's key left on node 2: {r:?}"
+    );
+    assert_eq!(r.release.as_deref(), Some("Ok(2)"), "{r:?}");
+    assert!(!r.released_key_left, "a released key left on node 2: {r:?}");
+    assert!(r.native_refusals >= 2, "{r:?}");
 }
 
 /// A majority's clocks jump 5 s ahead while A holds (their copies of A's key expire) and are set right 300 ms

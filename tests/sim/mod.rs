@@ -58,6 +58,7 @@ pub mod fold;
 pub mod guards;
 pub mod node;
 pub mod owned;
+pub mod refused_natives;
 pub mod rwlock;
 pub mod seeds;
 pub mod semaphore;
