@@ -44,6 +44,7 @@ use std::time::Instant;
 
 use sim::directed::{self, Guarded, Shape};
 use sim::owed;
+use sim::refused_natives;
 use sim::workload::{self, Options, Run};
 use sim::{Struck, seeds};
 
@@ -236,7 +237,8 @@ fn waiters_handing_on_keep_every_property() {
 /// Seeds whose members are simulated Redis Clusters and plain nodes (`sim/cluster.rs`), routed by the
 /// library's own routing (`net/cluster/route/`) over each client's fanout machine: slot migrations (`MOVED`,
 /// `ASK`), replicas' links down, failovers (to replicas with or without their masters' latest writes), under the
-/// usual faults. Every property holds, and redirections, migrations and failovers struck.
+/// usual faults. Every property holds (and a member's map reads start at least 100 ms apart), and redirections,
+/// migrations, failovers and map reads struck.
 /// `MUXLOCK_SIM_WORLDS=clusters` replays one of its seeds; `MUXLOCK_SIM_CLUSTER_SEEDS` sets the count,
 /// `MUXLOCK_SIM_FROM` the first.
 #[test]
@@ -264,12 +266,13 @@ fn cluster_members_keep_every_property() {
     }
     println!(
         "{seeds} seeds with cluster members: {ops} ops, {} MOVED, {} ASK, {} migrations, {} failovers ({} \
-         without the latest writes), {} guard checks, {:.1} s",
+         without the latest writes), {} map reads, {} guard checks, {:.1} s",
         total.moved,
         total.asked,
         total.migrations,
         total.failovers,
         total.failovers_lacking,
+        total.map_reads,
         total.guard_checks,
         started.elapsed().as_secs_f64()
     );
@@ -279,7 +282,7 @@ fn cluster_members_keep_every_property() {
             "no redirection struck: {total:?}"
         );
         assert!(
-            total.migrations > 0 && total.failovers_lacking > 0,
+            total.migrations > 0 && total.failovers_lacking > 0 && total.map_reads > 0,
             "no cluster event struck: {total:?}"
         );
         // Plain members beside the clusters granted locks under the clock check; cluster members' votes proved
@@ -919,6 +922,22 @@ fn a_renewal_round_waits_for_each_renewals_own_verdict_directed() {
     let r = directed::renewals_decided_at_different_nodes();
     assert_eq!(r.violation, None);
     assert_eq!(r.renewed, [true, true], "{r:?}");
+}
+
+/// A node whose ACL refuses its native `DELIFEQ`, answering after the others (`sim/refused_natives.rs`): the
+/// failed key of a batch, released there unawaited, and a release decided before the node's refusal came, both
+/// leave nothing on it (the script went beside the unread native release, and after the refused one).
+#[test]
+fn releases_beside_a_node_refusing_its_native_command_leave_nothing_there_directed() {
+    let r = refused_natives::releases_beside_a_refusing_node();
+    assert!(r.batch_ran, "{r:?}");
+    assert!(
+        !r.failed_key_left,
+        "a failed batch's key left on node 2: {r:?}"
+    );
+    assert_eq!(r.release.as_deref(), Some("Ok(2)"), "{r:?}");
+    assert!(!r.released_key_left, "a released key left on node 2: {r:?}");
+    assert!(r.native_refusals >= 2, "{r:?}");
 }
 
 /// A majority's clocks jump 5 s ahead while A holds (their copies of A's key expire) and are set right 300 ms

@@ -10,6 +10,8 @@
 //! - `SLEEP ms x` → `$x` after `ms` milliseconds (the connection answers nothing meanwhile: a slow node);
 //! - `PUSH x` → a RESP3 push `>2 message x`, then `+OK`;
 //! - `CLOSE` → the connection is closed, unanswered;
+//! - `MUTE` → nothing, then or ever: the connection goes on reading, 4 KiB every 5 ms, and answers nothing more
+//!   (a node that takes the client's bytes and never replies: a proxy in front of a hung server);
 //! - `ERROR m` → the error `-m` (a refusal: `NOPERM ...`);
 //! - `CLUSTER SLOTS` → a map of one range, every slot served by this peer (`CLUSTER SHARDS` is unknown);
 //! - anything else → `-ERR unknown`.
@@ -147,6 +149,12 @@ fn serve(mut stream: TcpStream, (n, port): (usize, u16), log: Log, stop: Arc<Ato
                 _ => Vec::new(),
             };
             crate::sync::lock(&log).push((n, args.clone()));
+            if args
+                .first()
+                .is_some_and(|a| a.eq_ignore_ascii_case(b"MUTE"))
+            {
+                return read_on_mute(&mut stream, &stop);
+            }
             let Some(reply) = answer(&args, port, &stop) else {
                 return;
             };
@@ -154,6 +162,20 @@ fn serve(mut stream: TcpStream, (n, port): (usize, u16), log: Log, stop: Arc<Ato
                 return;
             }
         }
+    }
+}
+
+/// Reads what comes, slowly, answering nothing, until the client closes or the peer stops.
+fn read_on_mute(stream: &mut TcpStream, stop: &AtomicBool) {
+    let mut chunk = [0u8; 4096];
+    while !stop.load(Ordering::Acquire) {
+        match stream.read(&mut chunk) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return,
+        }
+        thread::sleep(Duration::from_millis(5));
     }
 }
 

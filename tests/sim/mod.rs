@@ -59,6 +59,7 @@ pub mod guards;
 pub mod node;
 pub mod owed;
 pub mod owned;
+pub mod refused_natives;
 pub mod rwlock;
 pub mod seeds;
 pub mod semaphore;
@@ -66,7 +67,7 @@ pub mod wire;
 pub mod workload;
 
 use std::cell::{Cell, RefCell, RefMut};
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::rc::Rc;
@@ -522,6 +523,8 @@ pub struct Struck {
     /// not have granted.
     pub grants_by_checked_clusters: u64,
     pub extensions: u64,
+    /// Map reads of cluster members' maps (a refresh after `MOVED`, a failed connection or an unserved slot).
+    pub map_reads: u64,
 }
 
 impl Struck {
@@ -574,6 +577,7 @@ impl Struck {
         self.plain_grants_beside_clusters += s.plain_grants_beside_clusters;
         self.grants_by_checked_clusters += s.grants_by_checked_clusters;
         self.extensions += s.extensions;
+        self.map_reads += s.map_reads;
         self.calls += s.calls;
         self.retried += s.retried;
         self.judged_calm += s.judged_calm;
@@ -619,6 +623,8 @@ pub struct World {
     pub cluster_of: Vec<Option<(usize, usize)>>,
     /// Map reads waiting for their answer ([`Event::Map`]).
     maps: Vec<MapWait>,
+    /// When each client last began to read each cluster's map, on the client's clock (`SimNodes::read_map`).
+    map_read_at: BTreeMap<(usize, usize), Instant>,
     /// The options every client's fanout starts from.
     opts: Rc<NetOptions>,
     /// The members' layout, in worlds with cluster members.
@@ -634,6 +640,9 @@ pub const CALM_PAUSE: Duration = Duration::from_millis(5);
 
 /// The one-way latency of a calm world's slow node, if it has one ([`Setup::calm`]).
 pub const CALM_SLOW: Time = 20 * MS;
+
+/// The routing's least time between two map reads of one member (`net/cluster/route/mod.rs`'s `MIN_REFRESH`).
+const MIN_REFRESH: Duration = Duration::from_millis(100);
 
 /// A map read waiting for its answer (taken when answered).
 struct MapWait(Option<MapDone>);
@@ -1941,6 +1950,7 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
             .map_or_else(Vec::new, |l| l.clusters.clone()),
         cluster_of: vec![None; setup.nodes],
         maps: Vec::new(),
+        map_read_at: BTreeMap::new(),
         opts: Rc::new(opts.clone()),
         layout: setup.layout.clone(),
         calm: setup.calm,
@@ -2681,6 +2691,21 @@ impl Conns for SimNodes {
         let Some(cluster) = cluster else {
             return Err(());
         };
+        // A member's map reads start at least the routing's `MIN_REFRESH` (100 ms) apart, however many rounds
+        // meet `MOVED` or a lost connection meanwhile: a storm of redirections must not become one of map reads
+        // (each asks every node of the cluster).
+        let at = w.instant(self.me, w.now);
+        w.struck.map_reads += 1;
+        if let Some(last) = w.map_read_at.insert((self.me, cluster), at) {
+            let apart = at.saturating_duration_since(last);
+            if apart < MIN_REFRESH {
+                let line = format!(
+                    "c{}'s map reads of cluster {cluster} {apart:?} apart, under {MIN_REFRESH:?}",
+                    self.me
+                );
+                w.history.breaks(line);
+            }
+        }
         let process = w.clients[self.me].process;
         w.maps.push(MapWait(Some(done)));
         let done = w.maps.len() - 1;

@@ -750,3 +750,45 @@ fn a_round_that_needs_two_outcomes_sleeps_through_the_first() {
         [Ok(bulk("slow"))]
     );
 }
+
+/// A node that takes the client's bytes and never replies (a slow reader in front of a hung server) is dropped as
+/// hung `hung_timeout` after its last reply, however long it goes on taking a large request: room to write
+/// is no sign of life, only bytes read are.
+#[test]
+fn a_node_that_takes_requests_but_never_replies_is_dropped_as_hung() {
+    use crate::net::machine::Link;
+    let peer = Peer::start();
+    let hung = Duration::from_millis(200);
+    let f = Fanout::new(
+        vec![peer.addr()],
+        Options::default().with_hung_timeout(hung),
+    )
+    .expect("fanout");
+    all_up(&f);
+    // A small send buffer: the request below goes out in stretches, each once the peer (reading 800 KB/s) has
+    // read some, for about 2.5 s; each stretch starts with the socket's edge that says there is room again.
+    {
+        let inner = crate::sync::lock(&f.shared.inner);
+        let transport = inner.m.conns[0].link.handle().expect("connected");
+        socket2::SockRef::from(transport.socket())
+            .set_send_buffer_size(32 << 10)
+            .expect("SO_SNDBUF");
+    }
+    let large = vec![b'x'; 2 << 20];
+    let mut request = command(&[b"MUTE"]);
+    request.extend(command(&[b"ECHO", &large]));
+    let start = Instant::now();
+    let mut round = f.round(start + Duration::from_secs(10));
+    round.send(0, &request, 2);
+    let got = outcomes(&mut round);
+    let took = start.elapsed();
+    assert_eq!(
+        got.into_values().collect::<Vec<_>>(),
+        [Err(NodeError::Hung(hung)), Err(NodeError::Hung(hung))],
+        "after {took:?}"
+    );
+    assert!(
+        took < Duration::from_millis(1_000),
+        "dropped as hung only after {took:?}"
+    );
+}

@@ -534,6 +534,42 @@ mod tests {
         assert!(cluster.iter().all(|&c| c >= 2), "{cluster:?}");
     }
 
+    /// A round through the members' seam (every manager's) is woken once as many outcomes as the engine needs
+    /// have come (a 5-node acquisition cannot decide on fewer than 3), not at each: its first outcome, of two
+    /// needed, is handed out only once the second has come.
+    #[test]
+    fn a_round_through_the_members_seam_is_woken_once_it_has_the_outcomes_it_needs() {
+        use crate::net::cluster::{MemberAddr, Plan};
+        let peers = [Peer::start(), Peer::start(), Peer::start()];
+        let members = peers.iter().map(|p| MemberAddr::Node(p.addr())).collect();
+        let m = Members::new(Plan::with_maps(members, Vec::new()), Options::default())
+            .expect("members");
+        // A first task's round that waits starts the fanout's background driver, which then polls for tasks.
+        let warm = block_on(async {
+            let mut round = Nodes::round(&m, Instant::now() + Duration::from_secs(5));
+            NodeRound::send_all(&mut round, &command(&[b"SLEEP", b"20", b"up"]), 1);
+            all(&mut round).await
+        });
+        assert_eq!(warm.len(), 3);
+        assert!(warm.values().all(Result::is_ok), "{warm:?}");
+        let start = Instant::now();
+        let (first, took) = block_on(async {
+            let mut round = Nodes::round(&m, start + Duration::from_secs(5));
+            NodeRound::need(&mut round, 2);
+            NodeRound::send(&mut round, 1, &command(&[b"SLEEP", b"100", b"sooner"]), 1);
+            NodeRound::send(&mut round, 2, &command(&[b"SLEEP", b"800", b"later"]), 1);
+            let first = NodeRound::next(&mut round)
+                .await
+                .map(|(id, r)| (id.node, r));
+            (first, start.elapsed())
+        });
+        assert_eq!(first, Some((1, Ok(bulk("sooner")))));
+        assert!(
+            took >= Duration::from_millis(700),
+            "woken for one outcome of the two needed, after {took:?}"
+        );
+    }
+
     /// A patient round through the seam waits past its deadline for a node that keeps answering.
     #[test]
     fn a_patient_round_through_the_seam_waits_for_a_node_still_answering() {

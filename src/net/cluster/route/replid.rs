@@ -512,4 +512,28 @@ mod tests {
             "every replica back: the pause ends"
         );
     }
+
+    /// The writes of a pause skip `WAIT`, so each of their checks falls short again: those must not lengthen
+    /// the pause (under steady traffic `WAIT` would never be tried again, and the master's votes never count
+    /// after its replica is back). A shortfall after the pause starts a new one.
+    #[test]
+    fn shortfalls_within_a_pause_do_not_lengthen_it_and_one_after_starts_another() {
+        let c = ReplCheck::new(1, 1);
+        let t0 = Instant::now();
+        let ms = std::time::Duration::from_millis;
+        c.note_short(0, true, t0);
+        c.note_short(0, true, t0 + ms(500));
+        c.note_short(0, true, t0 + ms(900));
+        assert!(c.is_short(0, t0 + ms(999)));
+        assert!(
+            !c.is_short(0, t0 + SHORT_PAUSE),
+            "the pause ran a second from the first shortfall, not from the last"
+        );
+        c.note_short(0, true, t0 + ms(1_500));
+        assert!(
+            c.is_short(0, t0 + ms(1_600)) && c.is_short(0, t0 + ms(2_499)),
+            "a shortfall after the pause pauses the writes again"
+        );
+        assert!(!c.is_short(0, t0 + ms(2_500)));
+    }
 }
