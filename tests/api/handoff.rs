@@ -957,7 +957,7 @@ fn a_release_never_hands_the_key_to_its_own_entry() {
     m.unlock(held).expect("released");
     // Handed to its own entry, the key would hold the value for an entry lease (1 s here).
     locks::wait_until(
-        Duration::from_millis(300),
+        Duration::from_millis(600),
         "the key gone from every node",
         || {
             (cluster.nodes().iter())
