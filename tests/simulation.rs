@@ -155,26 +155,24 @@ fn hostile() -> Options {
     }
 }
 
-/// Seeds with waiters in the nodes' queue (a waiting request's hand-off across processes: `QUEUE_ACQUIRE` /
-/// `QUEUE_LEAVE` on every node, decided by the plain quorum) beside every other verb: the same properties, and
-/// queued grants among the holds.
-#[test]
-fn queued_waiters_keep_every_property() {
-    let seeds = env_u64("MUXLOCK_SIM_QUEUED_SEEDS").unwrap_or(QUEUED_SEEDS);
+/// Runs `seeds` seeds of queued worlds (`waiters`: the waiters' worlds), failing at the first violation (named
+/// `worlds` for its replay), and prints what ran; returns the queued grants and the handed keys taken.
+fn queued_worlds(seeds: u64, waiters: bool, worlds: &str) -> (u64, u64) {
     let started = Instant::now();
     let (mut ops, mut queued, mut handed, mut taken) = (0, 0, 0, 0);
-    let runs = seeds::in_order(0..seeds, |seed| {
+    let runs = seeds::in_order(0..seeds, move |seed| {
         workload::run(
             seed,
             &Options {
                 queued: true,
+                waiters,
                 ..Options::default()
             },
         )
     });
     for (seed, run) in runs {
         if run.violation.is_some() {
-            fail(seed, &run, "queued");
+            fail(seed, &run, worlds);
         }
         ops += run.ops;
         queued += run.queued;
@@ -182,10 +180,20 @@ fn queued_waiters_keep_every_property() {
         taken += run.handed.1;
     }
     println!(
-        "{seeds} seeds with queued waiters: {ops} ops, {queued} queued grants, {handed} keys handed on \
+        "{seeds} seeds of the {worlds} worlds: {ops} ops, {queued} queued grants, {handed} keys handed on \
          ({taken} taken by their waiter's gate), {:.1} s",
         started.elapsed().as_secs_f64()
     );
+    (queued, taken)
+}
+
+/// Seeds with waiters in the nodes' queue (a waiting request's hand-off across processes: `QUEUE_ACQUIRE` /
+/// `QUEUE_LEAVE` on every node, decided by the plain quorum) beside every other verb: the same properties, and
+/// queued grants among the holds.
+#[test]
+fn queued_waiters_keep_every_property() {
+    let seeds = env_u64("MUXLOCK_SIM_QUEUED_SEEDS").unwrap_or(QUEUED_SEEDS);
+    let (queued, taken) = queued_worlds(seeds, false, "queued");
     assert!(
         queued > 0,
         "no queued attempt was granted: the verb did not run"
@@ -202,32 +210,7 @@ fn queued_waiters_keep_every_property() {
 #[test]
 fn waiters_handing_on_keep_every_property() {
     let seeds = env_u64("MUXLOCK_SIM_WAITERS_SEEDS").unwrap_or(WAITERS_SEEDS);
-    let started = Instant::now();
-    let (mut ops, mut queued, mut handed, mut taken) = (0, 0, 0, 0);
-    let runs = seeds::in_order(0..seeds, |seed| {
-        workload::run(
-            seed,
-            &Options {
-                queued: true,
-                waiters: true,
-                ..Options::default()
-            },
-        )
-    });
-    for (seed, run) in runs {
-        if run.violation.is_some() {
-            fail(seed, &run, "waiters");
-        }
-        ops += run.ops;
-        queued += run.queued;
-        handed += run.handed.0;
-        taken += run.handed.1;
-    }
-    println!(
-        "{seeds} seeds of waiters only: {ops} ops, {queued} queued grants, {handed} keys handed on ({taken} \
-         taken by their waiter's gate), {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    let (_, taken) = queued_worlds(seeds, true, "waiters");
     assert!(
         taken * 4 >= seeds,
         "{taken} handed keys taken in {seeds} seeds: the hand-off hardly ran"

@@ -347,7 +347,10 @@ fn case(
         node.raw(&support::cmd(&["CONFIG", "RESETSTAT"]));
     }
     let pids: Vec<u32> = cluster.nodes().iter().map(|n| n.pid()).collect();
-    let cpu_before = (children_cpu(), Cpu::now(&pids).servers);
+    let cpu_before = (
+        support::process::waited_children_cpu_time(),
+        Cpu::now(&pids).servers,
+    );
     // Time for the children to start and connect.
     let t0 = mono_ns() + 1_500_000_000;
     let urls = cluster.urls().join(",");
@@ -449,27 +452,11 @@ fn case(
     if fault == XpFault::None {
         row.commands = command_stats(cluster);
         row.cpu = (
-            children_cpu().saturating_sub(cpu_before.0),
+            support::process::waited_children_cpu_time().saturating_sub(cpu_before.0),
             Cpu::now(&pids).servers.saturating_sub(cpu_before.1),
         );
     }
     row
-}
-
-/// User + system CPU time of this process' children that have ended and been waited for (`/proc/self/stat`,
-/// fields 16 and 17).
-fn children_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let field = |n: usize| {
-        fields
-            .get(n - 3)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    let ticks = field(16) + field(17);
-    Duration::from_secs_f64(ticks as f64 / rustix::param::clock_ticks_per_second() as f64)
 }
 
 /// Every command's calls on the nodes of `cluster` since their last `CONFIG RESETSTAT`, summed (`INFO

@@ -151,13 +151,7 @@ pub struct Flushed {
 /// go again in full in the same round, so that the guard is renewed. `clock_check`: the client's clock check
 /// (each lease request bracketed by `TIME`s, the batch sent again too).
 pub fn guard_across_a_script_flush(clock_check: bool) -> Flushed {
-    let setup = Setup::directed(3, 1);
-    let config = Config::default();
-    let sim = super::world(
-        0,
-        &setup,
-        &muxlock::redlock::sim::options(&config, setup.nodes),
-    );
+    let sim = super::directed_world(3, 1);
     {
         let mut w = sim.world();
         for n in 0..3 {
@@ -225,13 +219,7 @@ pub struct Beside {
 /// (200 ms apart, no jitter). A round whose every verdict is in (nodes 0 and 1 decide every lock) ends then, not
 /// at its deadline; the acquisition of `held` gives up after its third attempt, long before the 10 s.
 pub fn rounds_beside_a_slow_node() -> Beside {
-    let setup = Setup::directed(3, 1);
-    let config = Config::default();
-    let sim = super::world(
-        0,
-        &setup,
-        &muxlock::redlock::sim::options(&config, setup.nodes),
-    );
+    let sim = super::directed_world(3, 1);
     {
         let mut w = sim.world();
         w.fix_link(0, 0, MS / 10);
@@ -314,13 +302,7 @@ pub struct Split {
 /// attempt's votes come before node 4 has been silent for a round timeout, so it waits its round out; by the
 /// later ones it has, and each ends as soon as its votes are in (`Engine::without_silent`), not at its deadline.
 pub fn split_beside_a_hung_node() -> Split {
-    let setup = Setup::directed(5, 1);
-    let config = Config::default();
-    let sim = super::world(
-        0,
-        &setup,
-        &muxlock::redlock::sim::options(&config, setup.nodes),
-    );
+    let sim = super::directed_world(5, 1);
     {
         let mut w = sim.world();
         for n in 0..5 {
@@ -390,13 +372,7 @@ pub struct Renewals {
 /// are renewed in one round. `r0`'s renewal is decided by node 2's reply, `r1`'s only by node 4's: the round must
 /// go on after one renewal's verdict until every renewal has its own, and renew both.
 pub fn renewals_decided_at_different_nodes() -> Renewals {
-    let setup = Setup::directed(5, 1);
-    let config = Config::default();
-    let sim = super::world(
-        0,
-        &setup,
-        &muxlock::redlock::sim::options(&config, setup.nodes),
-    );
+    let sim = super::directed_world(5, 1);
     {
         let mut w = sim.world();
         for n in 0..5 {
@@ -496,13 +472,7 @@ pub struct SlowGuard {
 /// fenced lock), so its first renewal is due earlier than a third of the TTL after it was made: later than a round
 /// before its deadline, and the renewal, confirmed after the deadline, loses a guard whose every node answered.
 pub fn guard_on_slow_links(kind: Guarded) -> Option<SlowGuard> {
-    let setup = Setup::directed(3, 1);
-    let config = Config::default();
-    let sim = super::world(
-        0,
-        &setup,
-        &muxlock::redlock::sim::options(&config, setup.nodes),
-    );
+    let sim = super::directed_world(3, 1);
     {
         let mut w = sim.world();
         for n in 0..3 {

@@ -1776,6 +1776,14 @@ impl Setup {
 }
 
 /// Builds a world for `seed`: nodes with their faults and a plan of pauses, restarts, flushes and snapshots.
+/// A directed history's world ([`Setup::directed`]: `nodes` nodes, `clients` clients, no drawn fault), seed 0, with
+/// the network options of the default configuration.
+pub fn directed_world(nodes: usize, clients: usize) -> Rc<Sim> {
+    let setup = Setup::directed(nodes, clients);
+    let options = muxlock::redlock::sim::options(&muxlock::Config::default(), setup.nodes);
+    world(0, &setup, &options)
+}
+
 pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
     let mut rng = Rng::steered(seed, setup.tape.as_ref());
     // Room from a stream of its own, so that the other choices of a seed stay what they were: in one world of

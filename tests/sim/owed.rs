@@ -23,8 +23,8 @@ use std::time::Duration;
 use muxlock::Config;
 use muxlock::redlock::sim::{Clock, Engine};
 
+use super::Sim;
 use super::node::MS;
-use super::{Setup, Sim};
 
 /// Which second request of the attempt node 3 runs after the attempt is decided.
 #[derive(Clone, Copy, Debug)]
@@ -51,13 +51,7 @@ pub struct Left {
 
 /// Runs the history (see the module docs) with `second` as node 3's second request.
 pub fn history(second: Second) -> Left {
-    let setup = Setup::directed(5, 1);
-    let config = Config::default();
-    let sim = super::world(
-        0,
-        &setup,
-        &muxlock::redlock::sim::options(&config, setup.nodes),
-    );
+    let sim = super::directed_world(5, 1);
     let key = match second {
         Second::PlainAskedAgain => b"owed".to_vec(),
         _ => muxlock::redlock::writer_key(b"owed"),

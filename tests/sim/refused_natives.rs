@@ -10,8 +10,8 @@ use std::time::Duration;
 use muxlock::Config;
 use muxlock::redlock::sim::{Clock, Engine};
 
+use super::Sim;
 use super::node::{Acl, MS, Native, Time};
-use super::{Setup, Sim};
 
 /// What [`releases_beside_a_refusing_node`] saw.
 #[derive(Debug, Default)]
@@ -34,13 +34,7 @@ pub struct Refusing {
 /// Then it releases `a`, decided by nodes 0 and 1 before node 2's refusal comes. Both keys must be gone from
 /// node 2: the script sent beside the unread native release, and after the refused one.
 pub fn releases_beside_a_refusing_node() -> Refusing {
-    let setup = Setup::directed(3, 1);
-    let config = Config::default();
-    let sim = super::world(
-        0,
-        &setup,
-        &muxlock::redlock::sim::options(&config, setup.nodes),
-    );
+    let sim = super::directed_world(3, 1);
     {
         let mut w = sim.world();
         for n in 0..3 {

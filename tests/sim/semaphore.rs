@@ -19,7 +19,7 @@ use muxlock::redlock::sim::{Clock, Engine, Waits};
 use super::check::{Hold, Permit};
 use super::node::{MS, Time};
 use super::workload::queued;
-use super::{Rng, Setup, Sim};
+use super::{Rng, Sim};
 
 type SimEngine = super::calls::Checked;
 
@@ -184,13 +184,7 @@ fn relied_on(sim: &Sim, key: &[u8], value: &[u8], since: Time) {
 /// `counted_per_node` A holds on {0, 1}, B on {1, 2}, C on {0, 2}: three holders; counted per permit, C's
 /// grants name different permits on its two nodes and it gets none.
 pub fn crossed_majorities(counted_per_node: bool) -> (Option<String>, usize) {
-    let setup = Setup::directed(3, 3);
-    let config = Config::default();
-    let sim = super::world(
-        0,
-        &setup,
-        &muxlock::redlock::sim::options(&config, setup.nodes),
-    );
+    let sim = super::directed_world(3, 3);
     {
         let mut w = sim.world();
         let near: Time = MS / 10;

@@ -811,13 +811,7 @@ pub fn run_bytes(data: &[u8]) -> Run {
 /// and B's tokens: B's must be larger.
 pub fn slow_fence_history() -> (Option<u64>, Option<u64>) {
     use super::node::Time;
-    let setup = Setup::directed(3, 2);
-    let config = Config::default();
-    let sim = super::world(
-        0,
-        &setup,
-        &muxlock::redlock::sim::options(&config, setup.nodes),
-    );
+    let sim = super::directed_world(3, 2);
     {
         let mut w = sim.world();
         let near: Time = MS / 10;

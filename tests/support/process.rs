@@ -170,6 +170,17 @@ pub fn file_len(path: &Path) -> u64 {
 
 /// User + system CPU time of a process (`pid`, or `"self"`), from `/proc/<pid>/stat` (fields 14 and 15, in clock ticks).
 pub fn cpu_time(pid: &str) -> Duration {
+    stat_time(pid, [14, 15])
+}
+
+/// User + system CPU time of this process' children that have ended and been waited for (`/proc/self/stat`,
+/// fields 16 and 17).
+pub fn waited_children_cpu_time() -> Duration {
+    stat_time("self", [16, 17])
+}
+
+/// The sum of two clock-tick fields of `/proc/<pid>/stat` (numbered as `proc(5)` numbers them), as a time.
+fn stat_time(pid: &str, numbers: [usize; 2]) -> Duration {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // The command name (field 2) may hold spaces: count fields after its closing parenthesis, from field 3.
     let after = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
@@ -180,6 +191,6 @@ pub fn cpu_time(pid: &str) -> Duration {
             .and_then(|f| f.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    let ticks = field(14) + field(15);
+    let ticks = numbers.into_iter().map(field).sum::<u64>();
     Duration::from_secs_f64(ticks as f64 / rustix::param::clock_ticks_per_second() as f64)
 }
