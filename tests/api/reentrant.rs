@@ -180,6 +180,19 @@ fn heal(proxy: &FaultProxy, locks: &LockManager, node: usize) {
     heal_all(proxy, std::slice::from_ref(locks), node);
 }
 
+/// Returns once every node has answered a request from each of `managers`: on each connection, whatever they
+/// sent before has run (one connection per node, in order).
+#[track_caller]
+fn settle(managers: &[&LockManager]) {
+    for locks in managers {
+        wait_until(LONG, "every node answers", || {
+            locks
+                .inspect("probe")
+                .is_ok_and(|i| i.answered() == i.nodes().len())
+        });
+    }
+}
+
 /// [`heal`] for several clients: waits until each of them talks to the node again.
 #[track_caller]
 fn heal_all(proxy: &FaultProxy, all: &[LockManager], node: usize) {
@@ -577,6 +590,10 @@ fn owners_nest_under_resets(release: fn(&LockManager, Lock) -> muxlock::Result<u
                     {
                         let _faults = faults.lock().unwrap_or_else(|e| e.into_inner());
                         for node in [1, 2] {
+                            // The outer call returned at a majority: its last request to a slower node (and a
+                            // failed attempt's clean-up before it) may still be on the way there, and would add
+                            // a hold after the count below.
+                            settle(&[locks, once]);
                             let before = hold_ids(cluster, node, "res");
                             let held_before = holds_key(cluster, node, "res", &me);
                             // Queued for the node, written by the client, reset before it got there.
