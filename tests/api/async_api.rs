@@ -1,6 +1,6 @@
 //! The async API against real redis-servers, on tokio (current-thread and multi-thread) and smol:
 //! the same requests with `_async` terminals, waiting without polling, a guard's loss as a future, cancel-safety
-//! (futures dropped part-way leave no key behind), and the longest `poll` with 10,000 tasks on one manager.
+//! (futures dropped part-way leave no key behind), and how long a `poll` takes with 10,000 tasks on one manager.
 
 use crate::support;
 
@@ -250,12 +250,35 @@ fn describe(cluster: &Cluster, left: &[String]) -> String {
     out
 }
 
-/// A future that records its longest single `poll` in CPU time of the polling thread (µs): the work a poll does
-/// and any wait on a lock, but not the time the OS gave the CPU to another thread — on this 2-vCPU machine with
-/// 2 workers, a driver, 5 servers and the test itself, wall time mostly measures that.
+/// The CPU time of every `poll` of a set of [`Timed`] futures (µs of the polling thread).
+#[derive(Default)]
+struct Polls(std::sync::Mutex<Vec<u64>>);
+
+impl Polls {
+    /// The `q`-quantile (0 to 1) and the longest, in µs.
+    fn quantile_and_longest(&self, q: f64) -> (u64, u64) {
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        all.sort_unstable();
+        let at = ((all.len() as f64 * q) as usize).min(all.len().saturating_sub(1));
+        (
+            all.get(at).copied().unwrap_or(0),
+            all.last().copied().unwrap_or(0),
+        )
+    }
+}
+
+/// A future that records each `poll` in CPU time of the polling thread (µs): the work a poll does and any wait on
+/// a lock, but not the time the OS gave the CPU to another thread — on this 2-vCPU machine with 2 workers, a
+/// driver, 5 servers and the test itself, wall time mostly measures that.
+///
+/// The assertions bound the 99th percentile, not the longest: a poll writes its requests to loopback sockets, and
+/// the kernel delivers them (and whatever other loopback traffic is pending on the machine: the other test binaries'
+/// servers and clients) in the sending thread's system call, charged to its CPU time. Under CI's load one such
+/// `send` took 5.9 ms, where the same test alone stays under 1 ms. A poll that spins or does work it should not is
+/// not one in a hundred: the percentile still catches it.
 struct Timed<F> {
     inner: Pin<Box<F>>,
-    longest: Arc<AtomicU64>,
+    polls: Arc<Polls>,
 }
 
 fn thread_cpu_us() -> u64 {
@@ -268,19 +291,23 @@ impl<F: Future> Future for Timed<F> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let t = thread_cpu_us();
         let out = self.inner.as_mut().poll(cx);
-        self.longest
-            .fetch_max(thread_cpu_us().saturating_sub(t), Ordering::Relaxed);
+        let took = thread_cpu_us().saturating_sub(t);
+        self.polls
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(took);
         out
     }
 }
 
-/// Acquisitions dropped at random points (a timeout cancels them) under load leave no key on any node; the
-/// longest `poll` of any of them stays short.
+/// Acquisitions dropped at random points (a timeout cancels them) under load leave no key on any node; their
+/// polls stay short (99 in 100: see [`Timed`]).
 #[test]
 fn cancelled_acquisitions_leave_nothing_behind() {
     let cluster = Cluster::start(3);
     let locks = locks::manager(cluster.urls(), config());
-    let longest = Arc::new(AtomicU64::new(0));
+    let polls = Arc::new(Polls::default());
     // Releases that reported an error, with when they ended: evidence if a key is left behind.
     let failed = Arc::new(std::sync::Mutex::new(Vec::new()));
     let started = Instant::now();
@@ -289,7 +316,7 @@ fn cancelled_acquisitions_leave_nothing_behind() {
         let mut tasks = Vec::new();
         for i in 0..400u64 {
             let locks = locks.clone();
-            let longest = Arc::clone(&longest);
+            let polls = Arc::clone(&polls);
             let failed = Arc::clone(&failed);
             tasks.push(tokio::spawn(async move {
                 let owner = locks.owner().expect("owner");
@@ -301,7 +328,7 @@ fn cancelled_acquisitions_leave_nothing_behind() {
                 };
                 let acquire = Timed {
                     inner: Box::pin(request.wait(Duration::from_secs(2)).acquire_async()),
-                    longest,
+                    polls,
                 };
                 // Cancelled somewhere between before the first reply and well after.
                 let cut = Duration::from_micros(50 + (i * 7919) % 3000);
@@ -338,13 +365,16 @@ fn cancelled_acquisitions_leave_nothing_behind() {
         started.elapsed(),
         failed.lock().unwrap_or_else(|e| e.into_inner())
     );
-    let longest = longest.load(Ordering::Relaxed);
-    println!("longest poll of a cancelled acquisition: {longest} µs of CPU");
-    assert!(longest < 5_000, "a poll took {longest} µs of CPU");
+    let (p99, longest) = polls.quantile_and_longest(0.99);
+    println!("polls of cancelled acquisitions: p99 {p99} µs of CPU, longest {longest} µs");
+    assert!(
+        p99 < 2_000,
+        "one poll in a hundred took {p99} µs of CPU or more"
+    );
 }
 
 /// 10,000 tasks on one manager on 5 nodes, each an acquisition and a release of its own resource: none fails,
-/// and the longest `poll` is stated (asserted short on this noisy 2-vCPU machine).
+/// and the polls stay short (99 in 100: see [`Timed`]).
 /// The two 10,000-task tests take turns: each alone loads the 2 vCPUs fully, and together (the harness runs a
 /// file's tests in parallel) their rounds time out for want of CPU, not for anything the library does.
 static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -356,14 +386,14 @@ fn ten_thousand_tasks_on_one_manager() {
     // 10,000 requests in flight per node at once: within the default bound (16,384; it was 1,024, which refused
     // most of them as overloaded).
     let locks = locks::manager(cluster.urls(), config());
-    let longest = Arc::new(AtomicU64::new(0));
+    let polls = Arc::new(Polls::default());
     let errors = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     two_workers().block_on(async {
         let tasks: Vec<_> = (0..10_000)
             .map(|i| {
-                let (locks, longest, errors) =
-                    (locks.clone(), Arc::clone(&longest), Arc::clone(&errors));
+                let (locks, polls, errors) =
+                    (locks.clone(), Arc::clone(&polls), Arc::clone(&errors));
                 tokio::spawn(Timed {
                     inner: Box::pin(async move {
                         let got = locks
@@ -382,7 +412,7 @@ fn ten_thousand_tasks_on_one_manager() {
                             }
                         }
                     }),
-                    longest,
+                    polls,
                 })
             })
             .collect();
@@ -391,14 +421,17 @@ fn ten_thousand_tasks_on_one_manager() {
         }
     });
     let elapsed = started.elapsed();
-    let longest = longest.load(Ordering::Relaxed);
+    let (p99, longest) = polls.quantile_and_longest(0.99);
     println!(
-        "10,000 tasks: {elapsed:?} ({:.0} cycles/s), longest poll {longest} µs of CPU, errors {}",
+        "10,000 tasks: {elapsed:?} ({:.0} cycles/s), polls p99 {p99} µs of CPU, longest {longest} µs, errors {}",
         10_000.0 / elapsed.as_secs_f64(),
         errors.load(Ordering::Relaxed)
     );
     assert_eq!(errors.load(Ordering::Relaxed), 0);
-    assert!(longest < 10_000, "a poll took {longest} µs of CPU");
+    assert!(
+        p99 < 2_000,
+        "one poll in a hundred took {p99} µs of CPU or more"
+    );
 }
 
 /// Batches dropped part-way (a timeout cancels them while two of three nodes are paused, so every round is
