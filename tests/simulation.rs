@@ -45,6 +45,7 @@ use std::time::Instant;
 use sim::directed::{self, Guarded, Shape};
 use sim::owed;
 use sim::refused_natives;
+use sim::refused_waiter;
 use sim::workload::{self, Options, Run};
 use sim::{Struck, seeds};
 
@@ -870,6 +871,20 @@ fn a_failed_attempt_cleans_up_where_a_second_request_is_unanswered_directed() {
             "{second:?}: the attempt's key was left: {left:?}"
         );
     }
+}
+
+/// A waiting request's attempt refused everywhere reads on past its verdict for the refusals still owed, and
+/// cleans up only on the node whose reply came too late for that (`sim/refused_waiter.rs`): none on the four
+/// that refused in time, one on the fifth.
+#[test]
+fn a_refused_waiter_cleans_up_only_where_its_refusal_came_too_late_directed() {
+    let refused = refused_waiter::history();
+    assert!(refused.held, "not as planned: {refused:?}");
+    assert_eq!(
+        refused.cleaned,
+        [0, 0, 0, 0, 1],
+        "compare-and-deletes per node after the attempt"
+    );
 }
 
 /// Beside a node 300 ms away (six round timeouts), a batch acquisition and a guard's renewal end once nodes 0 and

@@ -598,10 +598,13 @@ pub fn cross_process(
     out.line("");
     out.line(
         "Per grant without a fault: the CPU time of the clients (all processes) and of the 5 servers, and the \
-         servers' commands (`INFO commandstats`, reset before each case; a script's own calls count too).\n",
+         servers' commands (`INFO commandstats`, reset before each case; a script's own calls count too), of which \
+         the scripts sent by hash (`evalsha`: acquisitions) and in full (`eval`: releases, clean-ups, leaves).\n",
     );
-    out.line("| resources | client | clients' CPU µs | servers' CPU µs | calls | most calls |");
-    out.line("|---:|---|---:|---:|---:|---|");
+    out.line(
+        "| resources | client | clients' CPU µs | servers' CPU µs | calls | `evalsha` / `eval` | most calls |",
+    );
+    out.line("|---:|---|---:|---:|---:|---:|---|");
     for r in &rows {
         if let Some((calls, each)) = r.commands_per_grant() {
             let (clients, servers) = r.cpu_per_grant();
@@ -610,10 +613,17 @@ pub fn cross_process(
                 .take(5)
                 .map(|(name, n)| format!("`{name}` {n:.1}"))
                 .collect();
+            let per = |command: &str| {
+                each.iter()
+                    .find(|(name, _)| name == command)
+                    .map_or(0.0, |(_, n)| *n)
+            };
             out.line(format!(
-                "| {} | {} | {clients:.0} | {servers:.0} | {calls:.1} | {} |",
+                "| {} | {} | {clients:.0} | {servers:.0} | {calls:.1} | {:.1} / {:.1} | {} |",
                 r.resources,
                 r.client,
+                per("evalsha"),
+                per("eval"),
                 top.join(", ")
             ));
         }

@@ -225,6 +225,11 @@ impl SimFanout {
         r.state.patient_until(hard, now);
     }
 
+    /// Ends `r` by `at` if sooner than its deadline (see [`Round::cut_short`](super::Round::cut_short)).
+    pub fn cut_short(&mut self, r: &mut SimRound, at: Instant) {
+        r.state.cut_short(&mut self.m, at);
+    }
+
     /// The next step of round `r` at `now` (see the module docs).
     pub fn poll(&mut self, r: &mut SimRound, now: Instant) -> Step {
         loop {

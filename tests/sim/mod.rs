@@ -60,6 +60,7 @@ pub mod node;
 pub mod owed;
 pub mod owned;
 pub mod refused_natives;
+pub mod refused_waiter;
 pub mod rwlock;
 pub mod seeds;
 pub mod semaphore;
@@ -2574,6 +2575,15 @@ impl NodeRound for SimRound<'_> {
         }
     }
 
+    fn cut_short(&mut self, at: Instant) {
+        let me = self.nodes.me;
+        let mut w = self.nodes.sim.world();
+        if let Some(exchange) = self.exchange.as_mut() {
+            let p = w.clients[me].process;
+            w.procs[p].fanout.cut_short(exchange, at);
+        }
+    }
+
     fn next(&mut self) -> impl Future<Output = Option<(CommandId, Reply)>> {
         poll_fn(move |_| self.poll_next())
     }
@@ -2757,6 +2767,10 @@ impl ConnRound for SimRound<'_> {
 
     fn patient_until(&mut self, hard: Instant) {
         NodeRound::patient_until(self, hard)
+    }
+
+    fn cut_short(&mut self, at: Instant) {
+        NodeRound::cut_short(self, at)
     }
 
     fn send(&mut self, conn: usize, request: &[u8], replies: usize) -> NodeSet {

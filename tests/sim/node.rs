@@ -122,6 +122,9 @@ pub struct Node {
     /// Releases sent by hash that this node answered `NOSCRIPT` (kept across restarts): none may be, since a
     /// release's reply is often read by nobody (`scripts.rs`, "Releases go in full").
     pub releases_by_hash: u64,
+    /// Compare-and-delete requests of one key this node ran (the spec's release script, `DELIFEQ`, `DELEX
+    /// IFEQ`): a plain lock's release, or a failed attempt's clean-up (kept across restarts: a count for the run).
+    pub compare_deletes: u64,
     /// Keys a release handed on to a waiter ([`lua::RELEASE_HANDING_ON`], a leave handing on), and handed keys
     /// a waiter's gate granted.
     pub handed_on: u64,
@@ -271,6 +274,7 @@ impl Node {
             snapshot: None,
             native: Native::None,
             native_calls: 0,
+            compare_deletes: 0,
             releases_by_hash: 0,
             handed_on: 0,
             handed_taken: 0,
@@ -615,6 +619,7 @@ impl Node {
             }
             b"DELIFEQ" if self.native == Native::DelIfEq => {
                 self.native_calls += 1;
+                self.compare_deletes += 1;
                 if self.get(a(1), now) == Some(a(2)) {
                     return int(self.del(a(1), now));
                 }
@@ -622,6 +627,7 @@ impl Node {
             }
             b"DELEX" if self.native == Native::DelEx && a(2).eq_ignore_ascii_case(b"IFEQ") => {
                 self.native_calls += 1;
+                self.compare_deletes += 1;
                 if self.get(a(1), now) == Some(a(3)) {
                     return int(self.del(a(1), now));
                 }
@@ -738,6 +744,7 @@ impl Node {
         let arg = |i: usize| argv.get(i).map_or(&b""[..], |b| &b[..]);
         let is = |l: lua::Lua| same_sha(l.sha1.as_bytes(), sha.as_bytes());
         if same_sha(sha.as_bytes(), scripts::RELEASE_SHA1.as_bytes()) {
+            self.compare_deletes += 1;
             if self.get(k(0), now) == Some(arg(0)) {
                 return int(self.del(k(0), now));
             }

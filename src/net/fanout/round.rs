@@ -80,6 +80,17 @@ impl<'a> Round<'a> {
         self.state.patient_until(hard, Instant::now());
     }
 
+    /// Ends the round by `at` if that is sooner than its deadline: an outcome not filed by then is
+    /// [`NodeError::Timeout`], as at any deadline, and a patient round waits no longer either. For a caller that
+    /// has its verdict and reads on a little for the outcomes still owed (they tell what its requests did where),
+    /// without waiting a whole round for a node that does not answer.
+    ///
+    /// [`NodeError::Timeout`]: crate::net::NodeError::Timeout
+    pub fn cut_short(&mut self, at: Instant) {
+        let mut inner = lock(&self.fanout.shared.inner);
+        self.state.cut_short(&mut inner.m, at);
+    }
+
     /// Sends `request` (encoded commands expecting `replies` replies in all) to every node: one write per node,
     /// shared with other callers' requests to the same node. Returns the nodes it was queued for.
     pub fn send_all(&mut self, request: &[u8], replies: usize) -> NodeSet {

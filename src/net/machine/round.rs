@@ -99,6 +99,16 @@ impl RoundState {
         }
     }
 
+    /// Ends the round by `at` if that is sooner than its deadline (see [`Round::cut_short`](crate::net::Round::cut_short)):
+    /// no patience past it either.
+    pub(crate) fn cut_short<L: Link>(&mut self, m: &mut Machine<L>, at: Instant) {
+        if at < self.deadline {
+            self.deadline = at;
+            m.slots.extend(self.slot, at);
+        }
+        self.hard = self.hard.min(self.deadline);
+    }
+
     /// Offers each `(node, request, replies)` in order (two for one node keep it): queued, held, or refused with
     /// its outcome filed. A request whose node has no room for an ordinary request is put in `full`, and the
     /// node's later requests of this call behind it, for [`offer_again`](RoundState::offer_again). Returns the

@@ -415,6 +415,63 @@ fn a_patient_round_waits_past_its_deadline_for_a_node_still_answering() {
     assert!(m.slots.settled(round.slot));
 }
 
+/// A round cut short times its owed outcomes out at the cut, not at its deadline, patient or not; an outcome filed
+/// before the cut is kept, and a later cut never moves the deadline back out.
+#[test]
+fn a_round_cut_short_times_out_what_it_still_owes_at_the_cut() {
+    use super::RoundState;
+    use crate::net::state::Priority;
+    let ms = Duration::from_millis;
+    let now = Instant::now();
+    let links = vec![Recorder::new(false, false), Recorder::new(false, false)];
+    let mut m = Machine::new(links, Options::default(), now);
+    let mut wake = Vec::new();
+    m.dial_all(now, &mut wake);
+    let generations: Vec<u32> = m.conns.iter().map(|c| c.state.generation).collect();
+    for (node, &g) in generations.iter().enumerate() {
+        m.connected(node, g, false, now);
+    }
+    let mut round = RoundState::open(&mut m, now + ms(100), Priority::Normal);
+    round.patient_until(now + ms(400), now);
+    let ping = b"*1\r\n$4\r\nPING\r\n";
+    let (mut writes, mut full) = (Vec::new(), Vec::new());
+    let requests = [(0, &ping[..], 1), (1, &ping[..], 1)];
+    round.offer_each(
+        &mut m,
+        requests.into_iter(),
+        now,
+        (&mut writes, &mut wake),
+        &mut full,
+    );
+    for w in writes.drain(..) {
+        m.written(w, (Ok(true), 1), now, &mut wake);
+    }
+    let pong = crate::resp::Value::SimpleString(Bytes::from_static(b"PONG"));
+    m.read(
+        (0, generations[0]),
+        Item::Reply(pong.clone()),
+        now + ms(2),
+        &mut wake,
+    );
+    round.cut_short(&mut m, now + ms(5));
+    round.cut_short(&mut m, now + ms(50));
+    assert_eq!((round.deadline, round.hard), (now + ms(5), now + ms(5)));
+    // Node 1 still answers (bytes at 4 ms), but the cut round is not patient.
+    m.progress(1, generations[1], now + ms(4));
+    m.after_read(now + ms(5), true, &mut wake);
+    while round.time_out_due(&mut m) {}
+    let mut outcomes: Vec<_> = std::iter::from_fn(|| m.slots.take(round.slot))
+        .map(|(id, r)| (id.node, r))
+        .collect();
+    outcomes.sort_by_key(|o| o.0);
+    assert_eq!(
+        outcomes,
+        vec![(0, Ok(pong)), (1, Err(NodeError::Timeout))],
+        "node 0's reply kept, node 1 timed out at the cut"
+    );
+    assert!(m.slots.settled(round.slot));
+}
+
 /// A patient round whose nodes all went silent is an ordinary round at its deadline: it waits no further.
 #[test]
 fn a_patient_round_whose_nodes_are_silent_times_out_at_its_deadline() {

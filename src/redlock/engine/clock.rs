@@ -579,6 +579,10 @@ impl<R: NodeRound, C: Clock> NodeRound for Timed<'_, R, C> {
         self.round.patient_until(hard);
     }
 
+    fn cut_short(&mut self, at: std::time::Instant) {
+        self.round.cut_short(at);
+    }
+
     fn next_seq(&self, node: usize) -> u32 {
         match self.tolerance {
             Some(_) if !self.is_routed(node) => self.next.get(node).copied().unwrap_or(0),
@@ -748,6 +752,7 @@ mod tests {
         }
         fn need(&mut self, _: usize) {}
         fn patient_until(&mut self, _: Instant) {}
+        fn cut_short(&mut self, _: Instant) {}
         fn next_seq(&self, node: usize) -> u32 {
             self.sent[node]
         }

@@ -59,7 +59,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             (nodes, k, deadline, need),
             encode,
             scripts_only(),
-            |(command, _), node, reply| (on_reply(command, node, reply), NodeSet::EMPTY),
+            |(command, _), node, reply| (on_reply(command, node, reply), NodeSet::EMPTY, None),
         )
         .await
         .0
@@ -70,9 +70,12 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
     /// refuses them before anything ran ([`Refused::Command`]: its ACL lacks the command, or it has none) is told
     /// to `refused` and sent the scripts in full instead, once; the refusal is not handed to `on_reply`.
     /// `on_reply` is told, with each outcome's command, which of the node's requests it answers (0: the first),
-    /// and names nodes to send their request again (see the module's invariants). Returns the nodes the request
-    /// was queued for, and of those (below 64) the ones whose every outcome of every request was read (none owed
-    /// when the round ended: see [`Untouched`]).
+    /// and names nodes to send their request again (see the module's invariants). With its answer that it needs no
+    /// more outcomes, `on_reply` may name an instant up to which the round goes on reading those still owed (each
+    /// handed to `on_reply`, whatever it answers), the round cut short there ([`NodeRound::cut_short`]): what
+    /// they say tells which nodes the request left untouched. Returns the nodes the request was queued for, and of
+    /// those (below 64) the ones whose every outcome of every request was read (none owed when the round ended:
+    /// see [`Untouched`]).
     pub(crate) async fn pipelined_with(
         &self,
         purpose: Purpose,
@@ -83,7 +86,11 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             impl Fn(&mut BytesMut),
             impl Fn(usize),
         ),
-        mut on_reply: impl FnMut((usize, usize), (usize, usize), Reply) -> (usize, NodeSet),
+        mut on_reply: impl FnMut(
+            (usize, usize),
+            (usize, usize),
+            Reply,
+        ) -> (usize, NodeSet, Option<Instant>),
     ) -> (NodeSet, NodeSet) {
         let n = self.fanout.len();
         if k == 0 {
@@ -119,6 +126,8 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let mut handed: Vec<bool> = Vec::new();
         // Per node, how many requests it was sent after its first (empty until one is).
         let mut passes: Vec<u8> = Vec::new();
+        // Past the caller's verdict, reading on for what is still owed (`read_on`).
+        let mut reading_on = false;
         while let Some((id, reply)) = round.next().await {
             let (node, seq) = (id.node, id.seq as usize);
             if node >= n {
@@ -135,8 +144,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             }
             if first && (is_noscript(&reply) || native_refused) {
                 // The node lost the script, or refused its native command: the whole request again, the scripts
-                // in full, once; the commands the first pass answered are not counted twice.
-                if passes.get(node).copied().unwrap_or(0) == 0 {
+                // in full, once; the commands the first pass answered are not counted twice. Not once the
+                // verdict is in: the request ran nothing there, and nothing more is asked of the node.
+                if passes.get(node).copied().unwrap_or(0) == 0 && !reading_on {
                     passes.resize(n, 0);
                     passes[node] = 1;
                     request.clear();
@@ -157,7 +167,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     _ => continue,
                 }
             }
-            let (more, again) = on_reply((j, seq / k), (node, round.source(node)), reply);
+            let (more, again, read_on) = on_reply((j, seq / k), (node, round.source(node)), reply);
             if k == 1 && again != NodeSet::EMPTY {
                 for node in (0..n.min(64)).filter(|&node| again.contains(node)) {
                     let sent = passes.get(node).copied().unwrap_or(0);
@@ -176,8 +186,18 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     read.sent(one(node), k);
                 }
             }
+            if reading_on {
+                continue;
+            }
             match more {
-                0 => break,
+                0 => match read_on {
+                    Some(until) if read.owed(sent) > 0 => {
+                        round.cut_short(until);
+                        round.need(read.owed(sent));
+                        reading_on = true;
+                    }
+                    _ => break,
+                },
                 more => round.need(more),
             }
         }
@@ -240,7 +260,7 @@ mod tests {
             ),
             |(command, pass), (node, _), reply| {
                 handed.push((command, pass, node, refused(&reply)));
-                (0, NodeSet::EMPTY)
+                (0, NodeSet::EMPTY, None)
             },
         ));
         assert_eq!(handed, [(0, 1, 0, Some(Refused::Command))]);

@@ -41,6 +41,19 @@ impl Scripted {
     }
 }
 
+/// How long an acquisition round reads ([`Engine::acquire_scripted`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reading {
+    /// Up to its verdict: its caller waits for it.
+    ToVerdict,
+    /// A waiting request's attempt: past a failed verdict, on for the outcomes still owed, for as long again as
+    /// the verdict took (never past the round's deadline). The waiter sleeps after a refusal anyway, and each
+    /// node read refusing is one its clean-up skips ([`Untouched`](crate::redlock::engine::untouched)): a
+    /// refused attempt decided by the first majority of refusals otherwise releases, for nothing, on every node
+    /// whose refusal came a moment later.
+    OnAfterRefusal,
+}
+
 /// What one scripted acquisition round ([`Engine::acquire_scripted`]) found.
 pub(crate) struct Acquired {
     /// When the round started: the lease is counted from here.
@@ -69,12 +82,13 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         script: lua::Lua,
         (keys, args): (&[&[u8]], &[&[u8]]),
         (ttl, ttl_ms): (Duration, u64),
+        reading: Reading,
         classify: impl FnMut(usize, &Reply) -> (Vote, Outcome, u64),
     ) -> Acquired {
         self.acquire_with(
             script,
             (keys, args),
-            (ttl, ttl_ms),
+            (ttl, ttl_ms, reading),
             scripts_only(),
             classify,
         )
@@ -88,7 +102,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         &self,
         script: lua::Lua,
         (keys, args): (&[&[u8]], &[&[u8]]),
-        (ttl, ttl_ms): (Duration, u64),
+        (ttl, ttl_ms, reading): (Duration, u64, Reading),
         native: (NodeSet, impl Fn(&mut BytesMut), impl Fn(usize)),
         mut classify: impl FnMut(usize, &Reply) -> (Vote, Outcome, u64),
     ) -> Acquired {
@@ -114,6 +128,13 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     if outcome != Outcome::Taken {
                         touched.insert(node);
                     }
+                    if status != Status::Pending {
+                        // Read on past the verdict: it only tells where the attempt left the key as it was.
+                        if outcomes[node] == Outcome::NotAwaited {
+                            outcomes[node] = outcome;
+                        }
+                        return (0, NodeSet::EMPTY, None);
+                    }
                     let key = keys.first().copied().unwrap_or_default();
                     let (vote, outcome) =
                         self.counted_from((source, key), (vote, outcome), now, None);
@@ -131,11 +152,14 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                         again = quorum.take_back_taken();
                         status = self.without_silent(&mut quorum, &mut outcomes);
                     }
-                    let more = match status {
-                        Status::Pending => quorum.votes_to_decide(),
-                        _ => 0,
-                    };
-                    (more, again)
+                    match status {
+                        Status::Pending => (quorum.votes_to_decide(), again, None),
+                        Status::Failed(_) if reading == Reading::OnAfterRefusal => {
+                            let read_on = later(now, now.saturating_duration_since(start));
+                            (0, again, Some(read_on))
+                        }
+                        _ => (0, again, None),
+                    }
                 },
             )
             .await;

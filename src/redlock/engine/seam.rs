@@ -162,6 +162,9 @@ pub trait NodeRound {
     /// nothing else relies on are made patient (a plain acquisition, bounded by its lease's validity; a plain
     /// release).
     fn patient_until(&mut self, hard: Instant);
+    /// Ends the round by `at` if that is sooner than its deadline (see [`Round::cut_short`]): outcomes not filed
+    /// by then time out.
+    fn cut_short(&mut self, at: Instant);
     /// The id the next reply expected from `node` gets (its request's other replies take the ids after it).
     fn next_seq(&self, node: usize) -> u32;
     /// The next outcome, with the id of the command it answers; `None` once every request of the round has its
@@ -247,6 +250,11 @@ impl NodeRound for Round<'_> {
     #[inline]
     fn patient_until(&mut self, hard: Instant) {
         Round::patient_until(self, hard)
+    }
+
+    #[inline]
+    fn cut_short(&mut self, at: Instant) {
+        Round::cut_short(self, at)
     }
 
     #[inline]
@@ -350,6 +358,11 @@ impl<F: Conns> NodeRound for MembersRound<'_, F> {
     #[inline]
     fn patient_until(&mut self, hard: Instant) {
         MembersRound::patient_until(self, hard)
+    }
+
+    #[inline]
+    fn cut_short(&mut self, at: Instant) {
+        MembersRound::cut_short(self, at)
     }
 
     /// As the fanout's round's (above).

@@ -64,6 +64,16 @@ impl Untouched {
         }
     }
 
+    /// How many outcomes `nodes` still owe.
+    pub(crate) fn owed(&self, nodes: NodeSet) -> usize {
+        self.owed
+            .iter()
+            .enumerate()
+            .filter(|(node, _)| nodes.contains(*node))
+            .map(|(_, owed)| usize::from(*owed))
+            .sum()
+    }
+
     /// Of `nodes`, those sent a request whose every outcome was read and a refusal.
     pub(crate) fn of(&self, nodes: NodeSet) -> NodeSet {
         let mut untouched = NodeSet::EMPTY;

@@ -82,6 +82,7 @@ use crate::redlock::engine::Engine;
 use crate::redlock::engine::lease::Lease;
 use crate::redlock::engine::pipeline::Purpose;
 use crate::redlock::engine::reply::{grant_vote, script_vote};
+use crate::redlock::engine::scripted::Reading;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::settle;
 use crate::redlock::error::{Outcome, Report, Result};
@@ -151,6 +152,7 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
             lua::ACQUIRE_FENCED,
             (&keys, &[&value, ttl_arg.as_bytes()]),
             (ttl, ttl_ms),
+            Reading::ToVerdict,
             |_, reply| fenced_vote(reply),
         )
         .await;

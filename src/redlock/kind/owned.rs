@@ -51,7 +51,7 @@ use crate::net::{NodeSet, Reply};
 use crate::redlock::engine::Engine;
 use crate::redlock::engine::lease::Lease;
 use crate::redlock::engine::reply::script_vote;
-use crate::redlock::engine::scripted::Scripted;
+use crate::redlock::engine::scripted::{Reading, Scripted};
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::settle;
 use crate::redlock::error::{Error, Outcome, Report, Result};
@@ -142,6 +142,7 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
             lua::ACQUIRE_REENTRANT,
             (&keys, &[&owner.value, &hold, ttl_arg.as_bytes()]),
             (ttl, ttl_ms),
+            Reading::ToVerdict,
             |_, reply| vote(reply),
         )
         .await;

@@ -13,6 +13,7 @@ use crate::net::NodeSet;
 use crate::redlock::engine::Engine;
 use crate::redlock::engine::lease::Lease;
 use crate::redlock::engine::reply::{grant_vote, script_vote, set_vote};
+use crate::redlock::engine::scripted::Reading;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::untouched::Untouched;
 use crate::redlock::error::{Outcome, Report, Result};
@@ -116,6 +117,7 @@ pub(crate) async fn queued<N: Nodes, C: Clock>(
             lua::QUEUE_ACQUIRE,
             (&keys, &args),
             (ttl, ttl_ms),
+            Reading::OnAfterRefusal,
             |node, reply| {
                 let (vote, outcome) = grant_vote(&gate.ungate(reply, node, Value::Integer(0)));
                 (vote, outcome, 0)

@@ -92,6 +92,7 @@ use std::time::Duration;
 
 use crate::redlock::engine::Engine;
 use crate::redlock::engine::reply::grant_vote;
+use crate::redlock::engine::scripted::Reading;
 use crate::redlock::engine::seam::{Clock, Nodes};
 use crate::redlock::error::Report;
 use crate::redlock::kind::queued::Gate;
@@ -243,14 +244,24 @@ pub(crate) async fn write<N: Nodes, C: Clock>(
         Some((keys, args)) => (lua::QUEUE_WRITE, keys, args),
         None => (lua::ACQUIRE_WRITE, &refs, &args),
     };
+    let reading = match gated {
+        Some(_) => Reading::OnAfterRefusal,
+        None => Reading::ToVerdict,
+    };
     let round = engine
-        .acquire_scripted(script, (refs, args), (ttl, ttl_ms), |node, reply| {
-            let (vote, outcome) = match gate.as_deref_mut() {
-                Some(g) => grant_vote(&g.ungate(reply, node, Value::Integer(0))),
-                None => grant_vote(reply),
-            };
-            (vote, outcome, 0)
-        })
+        .acquire_scripted(
+            script,
+            (refs, args),
+            (ttl, ttl_ms),
+            reading,
+            |node, reply| {
+                let (vote, outcome) = match gate.as_deref_mut() {
+                    Some(g) => grant_vote(&g.ungate(reply, node, Value::Integer(0))),
+                    None => grant_vote(reply),
+                };
+                (vote, outcome, 0)
+            },
+        )
         .await;
     let writer = writer_key(name);
     engine

@@ -42,6 +42,7 @@ use crate::redlock::config::Config;
 use crate::redlock::engine::Engine;
 use crate::redlock::engine::lease::Lease;
 use crate::redlock::engine::reply::{grant_vote, script_vote};
+use crate::redlock::engine::scripted::Reading;
 use crate::redlock::engine::scripted::Scripted;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::settle;
@@ -91,7 +92,7 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
         .acquire_with(
             lua::ACQUIRE_MANY,
             (&names, &[&value, ttl_arg.as_bytes()]),
-            (ttl, ttl_ms),
+            (ttl, ttl_ms, Reading::ToVerdict),
             (natively, msetex, |node| natives.refused_msetex(node)),
             |_, reply| {
                 let (vote, outcome) = grant_vote(reply);

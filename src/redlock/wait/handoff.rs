@@ -74,7 +74,8 @@
 //! queued it there, offering the lock's value) and its leave did not; handed to it, the released value would stay.
 //! A failed attempt's clean-up deletes only its
 //! own value, so it never removes a key its successor took (the new value differs), and is not sent to nodes that
-//! refused every request of the attempt (`engine/untouched.rs`): a key handed to this waiter after its refusal
+//! refused every request of the attempt (`engine/untouched.rs`; a refused waiter reads on past its verdict for
+//! the refusals still owed, `engine/scripted.rs`, `Reading`): a key handed to this waiter after its refusal
 //! stays for its next attempt. Every property of the spec's
 //! argument (at most one value per key per node, a vote counted only within the validity, the restart guard and
 //! the clock check on every vote) is the plain acquisition's, and every test of it runs this path: the waiting

@@ -87,6 +87,8 @@ pub trait ConnRound: std::fmt::Debug {
     fn deadline(&self) -> Instant;
     /// See [`Round::patient_until`].
     fn patient_until(&mut self, hard: Instant);
+    /// See [`Round::cut_short`].
+    fn cut_short(&mut self, at: Instant);
     /// See [`Round::send`].
     fn send(&mut self, conn: usize, request: &[u8], replies: usize) -> NodeSet;
     /// See [`Round::send_to`].
@@ -179,6 +181,11 @@ impl ConnRound for Round<'_> {
     #[inline]
     fn patient_until(&mut self, hard: Instant) {
         Round::patient_until(self, hard)
+    }
+
+    #[inline]
+    fn cut_short(&mut self, at: Instant) {
+        Round::cut_short(self, at)
     }
 
     #[inline]

@@ -317,6 +317,11 @@ impl<'a, F: Conns> MembersRound<'a, F> {
         self.round.patient_until(hard);
     }
 
+    /// Ends the round by `at` if sooner than its deadline ([`Round::cut_short`]).
+    pub fn cut_short(&mut self, at: Instant) {
+        self.round.cut_short(at);
+    }
+
     /// Sends `request` (encoded commands expecting `replies` replies in all) to the members in `nodes`: to a plain
     /// member as is, to a cluster member each command to its slot's master (commands for one master in one
     /// write). Returns the members it was queued for (a cluster member: at least one of its commands).
@@ -1166,6 +1171,9 @@ mod tests {
         }
         fn patient_until(&mut self, hard: Instant) {
             self.round.patient_until(hard)
+        }
+        fn cut_short(&mut self, at: Instant) {
+            self.round.cut_short(at)
         }
         fn send(&mut self, conn: usize, request: &[u8], replies: usize) -> NodeSet {
             crate::sync::lock(&self.sends).push((conn, replies));
