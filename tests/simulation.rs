@@ -45,7 +45,7 @@ use std::time::Instant;
 use sim::directed::{self, Guarded, Shape};
 use sim::owed;
 use sim::refused_natives;
-use sim::refused_waiter;
+use sim::waiter_leftovers;
 use sim::workload::{self, Options, Run};
 use sim::{Struck, seeds};
 
@@ -874,16 +874,30 @@ fn a_failed_attempt_cleans_up_where_a_second_request_is_unanswered_directed() {
 }
 
 /// A waiting request's attempt refused everywhere reads on past its verdict for the refusals still owed, and
-/// cleans up only on the node whose reply came too late for that (`sim/refused_waiter.rs`): none on the four
+/// cleans up only on the node whose reply came too late for that (`sim/waiter_leftovers.rs`): none on the four
 /// that refused in time, one on the fifth.
 #[test]
 fn a_refused_waiter_cleans_up_only_where_its_refusal_came_too_late_directed() {
-    let refused = refused_waiter::history();
+    let refused = waiter_leftovers::refused();
     assert!(refused.held, "not as planned: {refused:?}");
     assert_eq!(
         refused.cleaned,
         [0, 0, 0, 0, 1],
         "compare-and-deletes per node after the attempt"
+    );
+}
+
+/// A waiter granted by two nodes of three leaves the queue at once on those two; its entry on the third, whose
+/// reply the verdict did not wait for, is taken off by its plain lock's release (`sim/waiter_leftovers.rs`).
+#[test]
+fn a_granted_waiter_s_release_takes_its_entry_off_where_no_reply_was_read_directed() {
+    let g = waiter_leftovers::granted_then_released();
+    assert!(g.granted, "not as planned: {g:?}");
+    assert_eq!(g.held, [0, 0, 1], "entries while held: {g:?}");
+    assert_eq!(
+        g.after_release,
+        [0, 0, 0],
+        "entries after the release: {g:?}"
     );
 }
 

@@ -325,42 +325,32 @@ pub const QUEUED: [(Lua, Lua); 4] = [
     (QUEUE_WRITE, ACQUIRE_WRITE),
 ];
 
-// A Lua function that hands a plain lock's key on to the head of its line's queue (see [`RELEASE_HANDING_ON`]):
-// `hand_on(key, queue, deadlines, handed, line, px, gone)`, `gone` the value the key holds (never handed to the
-// entry that offered it: that waiter is the one giving the key up).
+// A Lua function that hands a plain lock's key on to the head of its line's queue (see [`QUEUE_LEAVE`]):
+// `hand_on(key, queue, deadlines, handed, line, px)`.
 macro_rules! hand_on {
     () => {
-        r#"local function hand_on(key, q, d, g, line, px, gone) local t = redis.call("time") local now = t[1] * 1000 + math.floor(t[2] / 1000) for _ = 1, 16 do local h = redis.call("zrange", q, 0, 0)[1] if not h then break end local left = (tonumber(redis.call("zscore", d, h)) or 0) - now local v = redis.call("hget", g, h) if left > 0 and v ~= gone then if v then redis.call("set", key, v, "px", math.min(tonumber(px), left)) else redis.call("del", key) end local k = "muxlock:turn:" .. h .. ":" .. line redis.call("incr", k) redis.call("pexpire", k, px) return end redis.call("zrem", q, h) redis.call("zrem", d, h) redis.call("hdel", g, h) end redis.call("del", key) end "#
+        r#"local function hand_on(key, q, d, g, line, px) local t = redis.call("time") local now = t[1] * 1000 + math.floor(t[2] / 1000) for _ = 1, 16 do local h = redis.call("zrange", q, 0, 0)[1] if not h then break end local left = (tonumber(redis.call("zscore", d, h)) or 0) - now local v = redis.call("hget", g, h) if left > 0 then if v then redis.call("set", key, v, "px", math.min(tonumber(px), left)) else redis.call("del", key) end local k = "muxlock:turn:" .. h .. ":" .. line redis.call("incr", k) redis.call("pexpire", k, px) return end redis.call("zrem", q, h) redis.call("zrem", d, h) redis.call("hdel", g, h) end redis.call("del", key) end "#
     };
 }
 
-/// A waiter leaves the queue of [`QUEUE_ACQUIRE`]: `KEYS` the queue, its deadlines and its hand-off values, and
-/// for a plain lock's line the lock key; `ARGV` as the gate's (the waiter's id, its ticket, the entry's lease,
-/// the line's name): it got the lock (on a majority), or it gives up. If the lock key holds the value handed to
-/// this waiter (a release handed it on and the waiter will not take it), it is handed on to the next live waiter
-/// as [`RELEASE_HANDING_ON`] does; otherwise, if the waiter headed the queue, the next waiter's turn key is
-/// bumped (an `INCR`: that waiter's tracker is told). Returns 1.
+/// A waiter leaves the queue of [`QUEUE_ACQUIRE`], and a plain lock taken by a waiting request is released,
+/// handing its key on to the next waiter (`wait/handoff.rs`, "The hand-off"). `KEYS` the queue, its deadlines and
+/// its hand-off values (waiter id → the value the waiter's last attempt offered), and for a plain lock's line the
+/// lock key; `ARGV` as the gate's (the waiter's id, its ticket, the entry's lease, the line's name), then, for a
+/// release, the lock's value.
+///
+/// The waiter's entry goes first. Then, if the lock key holds the value to hand on (the lock's, for a release;
+/// else the value handed to this waiter: a release handed it on and the waiter will not take it), the key is set
+/// to the value the queue's head last offered (its deadline not past; dead entries before it are dropped) for one
+/// entry lease, or until the head's deadline if that comes sooner (a key handed to a waiter that died lapses with
+/// its entry, whatever the releaser's lease), and the head's turn key is bumped (an `INCR`: that waiter's tracker
+/// is told); with nobody waiting it is deleted. Otherwise, if the waiter headed the queue, the next waiter's turn
+/// key is bumped. Returns 1 if the key held the value to hand on (for a release: it is no longer this lock's),
+/// else 0: as the spec's compare-and-delete.
 pub const QUEUE_LEAVE: Lua = Lua {
     body: concat!(
         hand_on!(),
-        r#"local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. ARGV[4] redis.call("incr", k) redis.call("pexpire", k, ARGV[3]) end local q, d, g, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1] local handed, v = false, false if KEYS[4] then v = redis.call("hget", g, id) handed = v and redis.pcall("get", KEYS[4]) == v end local h = redis.call("zrange", q, 0, 0)[1] redis.call("zrem", q, id) redis.call("zrem", d, id) redis.call("hdel", g, id) if handed then hand_on(KEYS[4], q, d, g, ARGV[4], ARGV[3], v) elseif h == id then local n = redis.call("zrange", q, 0, 0)[1] if n then signal(n) end end return 1"#
+        r#"local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. ARGV[4] redis.call("incr", k) redis.call("pexpire", k, ARGV[3]) end local q, d, g, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1] local from = false if KEYS[4] then from = ARGV[5] or redis.call("hget", g, id) end local handed = from and redis.pcall("get", KEYS[4]) == from local h = redis.call("zrange", q, 0, 0)[1] redis.call("zrem", q, id) redis.call("zrem", d, id) redis.call("hdel", g, id) if handed then hand_on(KEYS[4], q, d, g, ARGV[4], ARGV[3]) return 1 end if h == id then local n = redis.call("zrange", q, 0, 0)[1] if n then signal(n) end end return 0"#
     ),
-    sha1: "b21f60178e92f1abb7605f0cc583bc22df05009a",
-};
-
-/// The release of a plain lock taken by a waiting request, which hands the key on to the next waiter in its
-/// line's queue (`wait/handoff.rs`, "The hand-off"): `KEYS` the lock key, the line's queue, its deadlines and its
-/// hand-off values (waiter id → the value the waiter's last attempt offered); `ARGV` the lock's value, the line's
-/// name and how long a handed key lives untaken (ms). If the key holds the value, it is set to the value of the
-/// queue's head (its deadline not past; dead entries before it are dropped, and so is an entry that offered this
-/// very value: the releasing waiter's own, left on a node its attempt reached late and its leave did not) for that long, or until the head's
-/// deadline if that comes sooner (a key handed to a waiter that died lapses with its entry, whatever the
-/// releaser's lease), and the head's turn key is bumped; with nobody waiting, it is deleted. Returns 1 if the key held the value (it is no longer this
-/// lock's), else 0: as the spec's compare-and-delete.
-pub const RELEASE_HANDING_ON: Lua = Lua {
-    body: concat!(
-        hand_on!(),
-        r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 end hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[1]) return 1"#
-    ),
-    sha1: "a49ec8acbde26331e867727804cbe4a9ba7f93d4",
+    sha1: "ef6d30bd5f7fee9ed8806eb19c8131424d7a8196",
 };

@@ -928,40 +928,66 @@ fn a_key_handed_to_a_dead_waiter_lapses_with_its_entry() {
 
 /// A release never hands the key to the lock it releases: a waiting request's own entry left on a node (its
 /// attempt reached that node late, after the others had granted it, and joined the queue there with the lock's
-/// own value as its offer; its leave was lost) is not the next waiter. Handed to it, the key would keep the
-/// released value for an entry lease, and the release would count the node as released.
+/// own value as its offer, and nothing read said so) is taken off by the release before it hands the key on.
+/// Handed to it, the key would keep the released value for an entry lease, and the release would count the node
+/// as released. The waiter queues behind another holder (its entry's id is read from the nodes), is handed the
+/// lock, and its entry is then put back on every node, offering the lock's value.
 #[test]
 fn a_release_never_hands_the_key_to_its_own_entry() {
     let cluster = Cluster::start(3);
-    let m = locks::manager(cluster.urls(), config());
-    let held = m
-        .request("selfhanded")
-        .ttl(Duration::from_secs(5))
-        .wait(Duration::from_secs(5))
-        .acquire()
-        .expect("a waiting request, the queue empty");
-    let value = String::from_utf8(held.value().as_bytes().to_vec()).expect("a printable value");
-    // The holder's own entry at the head of each node's queue, offering the lock's value.
-    for node in cluster.nodes() {
-        let reply = node.raw(&cmd(&[
-            "EVAL",
-            r#"local t = redis.call("time") local now = t[1] * 1000 + math.floor(t[2] / 1000) redis.call("zadd", KEYS[1], 1, "selfselfselfself") redis.call("zadd", KEYS[2], now + 5000, "selfselfselfself") redis.call("hset", KEYS[3], "selfselfselfself", ARGV[1]) for _, k in ipairs(KEYS) do redis.call("pexpire", k, 5000) end return 1"#,
-            "3",
-            "muxlock:queue:selfhanded",
-            "muxlock:queue-deadlines:selfhanded",
-            "muxlock:queue-handed:selfhanded",
-            &value,
-        ]));
-        assert_eq!(reply, b":1\r\n");
-    }
-    m.unlock(held).expect("released");
+    let (first, m) = (
+        locks::manager(cluster.urls(), config()),
+        locks::manager(cluster.urls(), config()),
+    );
+    let request = |locks: &LockManager| {
+        locks
+            .request("selfhanded")
+            .ttl(Duration::from_secs(5))
+            .wait(Duration::from_secs(5))
+            .acquire()
+    };
+    let before = request(&first).expect("a waiting request, the queue empty");
+    let members = |node: &support::RedisServer| {
+        let reply = node.raw(&cmd(&["ZRANGE", "muxlock:queue:selfhanded", "0", "-1"]));
+        let reply = String::from_utf8_lossy(&reply).into_owned();
+        reply
+            .split("\r\n")
+            .filter(|l| !l.is_empty() && !l.starts_with(['*', '$']))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    thread::scope(|s| {
+        let waiter = s.spawn(|| request(&m));
+        locks::wait_until(Duration::from_secs(2), "the waiter queued", || {
+            cluster.nodes().iter().all(|node| members(node).len() == 1)
+        });
+        let id = members(&cluster.nodes()[0]).remove(0);
+        first.unlock(before).expect("released, handed on");
+        let held = waiter.join().expect("the waiter").expect("handed the lock");
+        let value = String::from_utf8(held.value().as_bytes().to_vec()).expect("a printable value");
+        for node in cluster.nodes() {
+            let reply = node.raw(&cmd(&[
+                "EVAL",
+                r#"local t = redis.call("time") local now = t[1] * 1000 + math.floor(t[2] / 1000) redis.call("zadd", KEYS[1], 1, ARGV[2]) redis.call("zadd", KEYS[2], now + 5000, ARGV[2]) redis.call("hset", KEYS[3], ARGV[2], ARGV[1]) for _, k in ipairs(KEYS) do redis.call("pexpire", k, 5000) end return 1"#,
+                "3",
+                "muxlock:queue:selfhanded",
+                "muxlock:queue-deadlines:selfhanded",
+                "muxlock:queue-handed:selfhanded",
+                &value,
+                &id,
+            ]));
+            assert_eq!(reply, b":1\r\n");
+        }
+        m.unlock(held).expect("released");
+    });
     // Handed to its own entry, the key would hold the value for an entry lease (1 s here).
     locks::wait_until(
         Duration::from_millis(600),
-        "the key gone from every node",
+        "the key and the entry gone from every node",
         || {
-            (cluster.nodes().iter())
-                .all(|node| node.raw(&cmd(&["GET", "selfhanded"])) == b"$-1\r\n")
+            (cluster.nodes().iter()).all(|node| {
+                node.raw(&cmd(&["GET", "selfhanded"])) == b"$-1\r\n" && members(node).is_empty()
+            })
         },
     );
 }

@@ -60,10 +60,10 @@ pub mod node;
 pub mod owed;
 pub mod owned;
 pub mod refused_natives;
-pub mod refused_waiter;
 pub mod rwlock;
 pub mod seeds;
 pub mod semaphore;
+pub mod waiter_leftovers;
 pub mod wire;
 pub mod workload;
 

@@ -125,7 +125,7 @@ pub struct Node {
     /// Compare-and-delete requests of one key this node ran (the spec's release script, `DELIFEQ`, `DELEX
     /// IFEQ`): a plain lock's release, or a failed attempt's clean-up (kept across restarts: a count for the run).
     pub compare_deletes: u64,
-    /// Keys a release handed on to a waiter ([`lua::RELEASE_HANDING_ON`], a leave handing on), and handed keys
+    /// Keys a release or a leave handed on to a waiter ([`lua::QUEUE_LEAVE`]), and handed keys
     /// a waiter's gate granted.
     pub handed_on: u64,
     pub handed_taken: u64,
@@ -198,7 +198,6 @@ fn all_scripts() -> &'static [(&'static str, &'static str)] {
         for l in [
             lua::RELEASE_REENTRANT_UNATTRIBUTED,
             lua::EXTEND_REENTRANT_SHORTENING,
-            lua::RELEASE_HANDING_ON,
         ] {
             v.push((l.sha1, l.body));
         }
@@ -224,7 +223,6 @@ fn is_release(sha: &str) -> bool {
         lua::RELEASE_REENTRANT.sha1,
         lua::RELEASE_REENTRANT_UNATTRIBUTED.sha1,
         lua::QUEUE_LEAVE.sha1,
-        lua::RELEASE_HANDING_ON.sha1,
     ];
     releases
         .iter()
@@ -974,13 +972,6 @@ impl Node {
         if is(lua::QUEUE_LEAVE) {
             return self.leave_queue(keys, argv, now);
         }
-        if is(lua::RELEASE_HANDING_ON) {
-            if self.get(k(0), now) != Some(arg(0)) {
-                return int(0);
-            }
-            self.hand_on((k(0), k(1), k(2), k(3)), arg(1), (num(arg(2)), arg(0)), now);
-            return int(1);
-        }
         err("ERR script not simulated")
     }
 
@@ -1088,44 +1079,49 @@ impl Node {
         Value::Array(vec![ran, int(rank as i64), int(turn_value)])
     }
 
-    /// A waiter leaves the queue, as [`lua::QUEUE_LEAVE`] does: `KEYS` the queue and the deadlines, `ARGV` the
-    /// waiter's id, its ticket, the entry's lease and the line. If it headed the queue, the next waiter's turn key
-    /// is bumped.
+    /// A waiter leaves the queue, or a waiting request's plain lock is released, as [`lua::QUEUE_LEAVE`] does:
+    /// `KEYS` the queue, the deadlines, the hand-off values and (a plain lock's line) the lock key; `ARGV` the
+    /// waiter's id, its ticket, the entry's lease, the line and (a release) the lock's value. The entry goes; if
+    /// the lock key holds the value to hand on (the lock's, else the one handed to the waiter), it is handed on
+    /// (1); otherwise, if the waiter headed the queue, the next waiter's turn key is bumped (0).
     fn leave_queue(&mut self, keys: &[&[u8]], argv: &[&[u8]], now: Wall) -> Value {
         let k = |i: usize| keys.get(i).copied().unwrap_or_default();
         let arg = |i: usize| argv.get(i).copied().unwrap_or_default();
         let (q, d, g, id, lease) = (k(0), k(1), k(2), arg(0), num(arg(2)));
         let mut handed = false;
         if let Some(lock) = keys.get(3) {
-            let mine = self.hget(g, id, now);
-            handed = mine.is_some() && self.get(lock, now) == mine.as_deref();
+            let from = match argv.get(4) {
+                Some(value) => Some(value.to_vec()),
+                None => self.hget(g, id, now).map(|v| v.to_vec()),
+            };
+            handed = from.is_some() && self.get(lock, now) == from.as_deref();
         }
         let head = self.zhead(q, now);
         self.zrem(q, id, now);
         self.zrem(d, id, now);
         self.hdel(g, id, now);
         if handed {
-            let gone = self.get(k(3), now).map(<[u8]>::to_vec).unwrap_or_default();
-            self.hand_on((k(3), q, d, g), arg(3), (lease, &gone), now);
-        } else if head.as_deref() == Some(id) {
-            if let Some(next) = self.zhead(q, now) {
-                let t = [&b"muxlock:turn:"[..], &next, b":", arg(3)].concat();
-                self.incr(&t, now);
-                self.pexpire(&t, lease, now);
-            }
+            self.hand_on((k(3), q, d, g), arg(3), lease, now);
+            return int(1);
         }
-        int(1)
+        if head.as_deref() == Some(id)
+            && let Some(next) = self.zhead(q, now)
+        {
+            let t = [&b"muxlock:turn:"[..], &next, b":", arg(3)].concat();
+            self.incr(&t, now);
+            self.pexpire(&t, lease, now);
+        }
+        int(0)
     }
 
-    /// Hands a plain lock's `key` on to the head of its line's queue, as [`lua::RELEASE_HANDING_ON`] does: to the
-    /// first waiter whose deadline is not past and who did not offer `gone` (the value the key held: dropping the
-    /// others before it), set to the value it last offered for `px` ms or until that waiter's deadline if sooner,
-    /// its turn key bumped; deleted with nobody waiting.
+    /// Hands a plain lock's `key` on to the head of its line's queue, as [`lua::QUEUE_LEAVE`] does: to the first
+    /// waiter whose deadline is not past (dropping the others before it), set to the value it last offered for
+    /// `px` ms or until that waiter's deadline if sooner, its turn key bumped; deleted with nobody waiting.
     fn hand_on(
         &mut self,
         (key, q, d, g): (&[u8], &[u8], &[u8], &[u8]),
         line: &[u8],
-        (px, gone): (i64, &[u8]),
+        px: i64,
         now: Wall,
     ) {
         let wall = (now / MS) as i64;
@@ -1135,7 +1131,7 @@ impl Node {
             };
             let left = self.zscore(d, &h, now).unwrap_or(0) - wall;
             let offered = self.hget(g, &h, now);
-            if left > 0 && offered.as_deref() != Some(gone) {
+            if left > 0 {
                 match offered {
                     Some(v) => {
                         self.set(key, &v, Some(px.min(left)), now);
@@ -1155,6 +1151,15 @@ impl Node {
             self.hdel(g, &h, now);
         }
         self.del(key, now);
+    }
+
+    /// How many entries the sorted set `queue` (a waiting line's queue) holds at virtual time `now`.
+    pub fn waiting(&mut self, queue: &[u8], now: Time) -> usize {
+        let now = self.clock.read(now);
+        match self.live(queue, now).map(|e| &e.data) {
+            Some(Data::ZSet(members)) => members.len(),
+            _ => 0,
+        }
     }
 
     /// Keys alive at virtual time `now` that have no expiry, except the documented ones (the marker, fence

@@ -136,23 +136,24 @@ pub(crate) async fn queued<N: Nodes, C: Clock>(
         .map(|lease| Lock::new(lease, Kind::Plain))
 }
 
-/// Releases a plain lock taken by a waiting request: on every node that holds it, the key is handed on to the
-/// head of the line's queue, or deleted with nobody waiting ([`lua::RELEASE_HANDING_ON`]; the hand-off and its
-/// argument are `wait/handoff.rs`'s). Counted as any release: a node that held the value confirms.
+/// Releases a plain lock taken by a waiting request: on every node, its waiter's entry leaves the line's queue,
+/// and where the key holds the lock's value it is handed on to the queue's head, or deleted with nobody waiting
+/// ([`lua::QUEUE_LEAVE`] given the lock's value; the hand-off and its argument are `wait/handoff.rs`'s). Counted
+/// as any release: a node that held the value confirms.
 pub(crate) async fn release_handing_on<N: Nodes, C: Clock>(
     engine: &Engine<N, C>,
     lock: &Lease,
     hand_on: &HandOn,
 ) -> Result<usize> {
-    let ([queue, deadlines, handed], [line, lease_ms]) = hand_on.keys_and_args();
+    let ([queue, deadlines, handed], [id, ticket, lease_ms, line]) = hand_on.keys_and_args();
     engine
         .release_scripted(
             lock,
             &lock.resource,
             (
-                lua::RELEASE_HANDING_ON,
-                &[&lock.resource, queue, deadlines, handed],
-                &[&lock.value, line, lease_ms],
+                lua::QUEUE_LEAVE,
+                &[queue, deadlines, handed, &lock.resource],
+                &[id, ticket, lease_ms, line, &lock.value],
             ),
             script_vote,
         )

@@ -49,7 +49,7 @@ pub(crate) struct Entry {
     queue: Vec<u8>,
     deadlines: Vec<u8>,
     /// The hash of the values the line's waiters last offered (waiter id → value), which a release hands the key
-    /// on to ([`lua::RELEASE_HANDING_ON`]).
+    /// on to ([`lua::QUEUE_LEAVE`]).
     handed: Vec<u8>,
     line: Vec<u8>,
     /// The line is a plain lock's resource, whose releases hand the key on: a waiter that leaves hands on what
@@ -107,24 +107,26 @@ impl Entry {
     }
 }
 
-/// What a waiting request's plain lock is released with: the keys and arguments of
-/// [`lua::RELEASE_HANDING_ON`] beside the lock's own.
+/// What a waiting request's plain lock is released with: its waiter's entry, which the release takes off the
+/// queue as a leave does ([`lua::QUEUE_LEAVE`], given the lock's value to hand on).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct HandOn {
     queue: Vec<u8>,
     deadlines: Vec<u8>,
     handed: Vec<u8>,
-    line: Vec<u8>,
+    id: Vec<u8>,
+    ticket: Vec<u8>,
     /// How long a handed key lives untaken (ms): the entry's lease.
     lease_ms: Vec<u8>,
+    line: Vec<u8>,
 }
 
 impl HandOn {
-    /// The release's `KEYS` after the lock key, and its `ARGV` after the lock's value.
-    pub(crate) fn keys_and_args(&self) -> ([&[u8]; 3], [&[u8]; 2]) {
+    /// The release's `KEYS` before the lock key, and its `ARGV` before the lock's value.
+    pub(crate) fn keys_and_args(&self) -> ([&[u8]; 3], [&[u8]; 4]) {
         (
             [&self.queue, &self.deadlines, &self.handed],
-            [&self.line, &self.lease_ms],
+            [&self.id, &self.ticket, &self.lease_ms, &self.line],
         )
     }
 }
@@ -259,10 +261,16 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
             // nodes' queues, unattended, for a lease: a waiter that never queued where this very offer may have
             // queued it (the nodes whose gate did not answer a grant: not read, or another waiter headed them a
             // moment ago), one that queued before everywhere but where the gate took it off as it granted the
-            // key handed to it.
-            let stay = match joined {
-                false => refusal.queued(),
-                true => NodeSet::ALL.difference(refusal.left),
+            // key handed to it. A plain lock's release takes the entry off every node it reaches
+            // (`release_handing_on`): it leaves now only where a reply read says the entry is there (the gate
+            // queued it, or granted by `SET NX`, which keeps it), and the nodes whose reply was not read (most
+            // often a take, which took it off) wait for the release, or the entry's lease.
+            let known = refusal.joined;
+            let stay = match (entry.hands_on && engine.fanout.len() <= 64, joined) {
+                (true, false) => known,
+                (true, true) => known.union(refusal.granted.difference(refusal.left)),
+                (false, false) => refusal.queued(),
+                (false, true) => NodeSet::ALL.difference(refusal.left),
             };
             if (0..engine.fanout.len()).any(|node| stay.contains(node)) {
                 leave(engine, entry, stay);
@@ -272,8 +280,10 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
                     queue: entry.queue.clone(),
                     deadlines: entry.deadlines.clone(),
                     handed: entry.handed.clone(),
-                    line: entry.line.clone(),
+                    id: entry.id.clone(),
+                    ticket: entry.ticket.clone(),
                     lease_ms: entry.lease_ms.clone(),
+                    line: entry.line.clone(),
                 }));
             }
             Ok(Ok(lock))

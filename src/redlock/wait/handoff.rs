@@ -51,8 +51,9 @@
 //! A release that deletes the key lets every client's `SET NX` race for it, and wakes the queue's head only
 //! through its tracker, after which it sends its attempt: the head's attempt then meets the greedy ones and the
 //! next release's stragglers. A plain lock taken by a waiting request is therefore released with
-//! [`lua::RELEASE_HANDING_ON`](crate::redlock::lua::RELEASE_HANDING_ON), which, on each node where the key holds
-//! the lock's value, **sets it to the value the queue's live head last offered** (the gate keeps, per waiter, the
+//! [`lua::QUEUE_LEAVE`](crate::redlock::lua::QUEUE_LEAVE) given the lock's value, which, on each node, takes the
+//! releasing waiter's own entry off the queue (wherever a reply not read, or a refusal, may have left it) and,
+//! where the key holds the lock's value, **sets it to the value the queue's live head last offered** (the gate keeps, per waiter, the
 //! value of its last refused attempt: `muxlock:queue-handed:<line>`) for one entry lease, or until that waiter's
 //! deadline on the node if sooner, and bumps that waiter's turn key; with nobody waiting it deletes the key as the spec's release does. The waiter is woken by the bump
 //! (or, at the head, by the key's change) and attempts at once; its gate finds in the key the value it offered
@@ -69,9 +70,9 @@
 //! exclusion the node's key was as good as free, and the grant is the `SET NX` of a free key, made after the
 //! attempt's start, whose lease counts from that start. A hand-off writes only where the key held the releaser's
 //! value (the releaser no longer holds it: as a delete) or, in a leave, this waiter's handed value (nobody's
-//! lock): it turns a key nobody holds into another key nobody holds. It skips (and drops) an entry that offered
-//! the value the key held: the releasing waiter's own, left on a node its winning attempt reached late (the gate
-//! queued it there, offering the lock's value) and its leave did not; handed to it, the released value would stay.
+//! lock): it turns a key nobody holds into another key nobody holds. It never hands the key to the entry giving
+//! it up: that entry goes first (left on a node its winning attempt reached late, the gate queued it there,
+//! offering the lock's value; handed to it, the released value would stay).
 //! A failed attempt's clean-up deletes only its
 //! own value, so it never removes a key its successor took (the new value differs), and is not sent to nodes that
 //! refused every request of the attempt (`engine/untouched.rs`; a refused waiter reads on past its verdict for
@@ -83,7 +84,7 @@
 //! waiters' worlds (every client a waiter: thousands of keys handed on and taken), which must see hand-offs taken.
 //!
 //! **What it costs and gives.** A grant is the release's round, the woken waiter's one round and no leave (the
-//! gate took it off the queue); nobody else's `SET NX` can win the key meanwhile, and the releaser's own next
+//! gate took it off the queue; where a reply was not read, the waiter's release takes it off); nobody else's `SET NX` can win the key meanwhile, and the releaser's own next
 //! wait queues behind the waiters. A waiter that dies with a key handed to it holds the others up no longer than a
 //! dead head of the queue does (one entry lease after its last refresh): the handed key lapses with its entry.
 //!
