@@ -45,6 +45,7 @@ use std::time::Instant;
 use sim::directed::{self, Guarded, Shape};
 use sim::owed;
 use sim::refused_natives;
+use sim::restored;
 use sim::waiter_leftovers;
 use sim::workload::{self, Options, Run};
 use sim::{Struck, seeds};
@@ -898,6 +899,29 @@ fn a_granted_waiter_s_release_takes_its_entry_off_where_no_reply_was_read_direct
         g.after_release,
         [0, 0, 0],
         "entries after the release: {g:?}"
+    );
+}
+
+/// A `Lock` kept after its key was released by value is not extended by nodes that restored the key from a
+/// snapshot older than the release: they restarted after the lock was taken, so their "yes" proves nothing while
+/// another holds the name (`sim/restored.rs`). Its control, the clients' restart guard off, gives two holders.
+#[test]
+fn a_kept_lock_is_not_extended_by_nodes_restored_from_an_older_snapshot_directed() {
+    let guarded = restored::history(true);
+    assert!(
+        guarded.b_got && guarded.restarts == 2,
+        "not as planned: {guarded:?}"
+    );
+    assert!(!guarded.a_extended, "{guarded:?}");
+    assert_eq!(guarded.violation, None);
+    let control = restored::history(false);
+    assert!(control.b_got && control.a_extended, "{control:?}");
+    assert!(
+        control
+            .violation
+            .as_deref()
+            .is_some_and(|v| v.starts_with("two holders of r0")),
+        "{control:?}"
     );
 }
 

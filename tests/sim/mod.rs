@@ -60,6 +60,7 @@ pub mod node;
 pub mod owed;
 pub mod owned;
 pub mod refused_natives;
+pub mod restored;
 pub mod rwlock;
 pub mod seeds;
 pub mod semaphore;

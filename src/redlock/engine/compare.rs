@@ -413,4 +413,122 @@ mod tests {
             deleted
         );
     }
+
+    /// Three nodes over a fanout to nowhere, each connection set up (session 1) with its native probe's reply:
+    /// node 0's server has `DELIFEQ`, node 1's `DELEX`, node 2's neither.
+    struct Probed(Fanout);
+
+    impl Nodes for Probed {
+        type Round<'a> = crate::net::Round<'a>;
+
+        fn len(&self) -> usize {
+            3
+        }
+
+        fn addrs(&self) -> &[crate::net::NodeAddr] {
+            self.0.addrs()
+        }
+
+        fn round(&self, deadline: Instant) -> crate::net::Round<'_> {
+            self.0.round(deadline)
+        }
+
+        fn release_round(&self, deadline: Instant) -> crate::net::Round<'_> {
+            self.0.release_round(deadline)
+        }
+
+        fn sessions(&self, _conn: usize) -> u64 {
+            1
+        }
+
+        fn setup_replies(&self, conn: usize) -> Vec<(Value, Instant)> {
+            let info = |name: &'static [u8]| {
+                Value::Array(vec![
+                    Value::BulkString(Bytes::from_static(name)),
+                    Value::Integer(3),
+                ])
+            };
+            let probe = match conn {
+                0 => Value::Array(vec![Value::NullBulk, info(b"delifeq")]),
+                1 => Value::Array(vec![info(b"delex"), Value::NullBulk]),
+                _ => Value::Array(vec![Value::NullBulk, Value::NullBulk]),
+            };
+            vec![(probe, Instant::now())]
+        }
+    }
+
+    /// A round that keeps what is sent to each node, as its commands' names.
+    #[derive(Default)]
+    struct Sent(Vec<Vec<String>>);
+
+    impl NodeRound for Sent {
+        fn send_to(&mut self, nodes: NodeSet, request: &[u8], replies: usize) -> NodeSet {
+            for node in 0..3 {
+                if nodes.contains(node) {
+                    self.send(node, request, replies);
+                }
+            }
+            nodes
+        }
+        fn send(&mut self, node: usize, request: &[u8], _: usize) -> NodeSet {
+            self.0.resize(self.0.len().max(node + 1), Vec::new());
+            let mut buf = BytesMut::from(request);
+            while let Ok(Some(Value::Array(args))) = crate::resp::decode(&mut buf) {
+                let name = match args.first() {
+                    Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                    _ => String::new(),
+                };
+                self.0[node].push(name);
+            }
+            NodeSet::ALL
+        }
+        fn need(&mut self, _: usize) {}
+        fn patient_until(&mut self, _: Instant) {}
+        fn cut_short(&mut self, _: Instant) {}
+        fn next_seq(&self, _: usize) -> u32 {
+            0
+        }
+        async fn next(&mut self) -> Option<(crate::net::CommandId, Reply)> {
+            None
+        }
+    }
+
+    /// Once its probe is read, each node is sent the compare-and-X its server has: a release `DELIFEQ` on the
+    /// first, `DELEX` on the second (sent `DELIFEQ`, which it lacks, it would refuse it and turn to the scripts),
+    /// the script in full on the third; an extension `SET IFEQ` on both native servers, the script by hash on the
+    /// third.
+    #[test]
+    fn each_node_is_sent_the_native_command_its_server_has() {
+        let config = crate::redlock::Config::default();
+        let (_, mut restart) = crate::redlock::engine::restart::connection_setup(&config, 3);
+        restart.natives = crate::redlock::engine::native::Natives::new(3, 0);
+        let e = Engine {
+            fanout: Probed(
+                Fanout::new(
+                    (0..3).map(|_| crate::net::test_peer::nobody()).collect(),
+                    crate::net::Options::default(),
+                )
+                .expect("fanout"),
+            ),
+            clock: SystemClock,
+            config,
+            tokens: crate::redlock::token::Tokens::new(),
+            restart,
+            votes: (0..3).map(|_| Default::default()).collect(),
+            fold: Default::default(),
+        };
+        let names = |script| {
+            let mut round = Sent::default();
+            e.send_compare(
+                &mut round,
+                &mut BytesMut::new(),
+                script,
+                NodeSet::ALL,
+                (b"k", b"v", 1_000),
+            );
+            round.0
+        };
+        assert_eq!(names(Script::Release), [["DELIFEQ"], ["DELEX"], ["EVAL"]]);
+        assert_eq!(names(Script::Extend), [["SET"], ["SET"], ["EVALSHA"]]);
+    }
 }

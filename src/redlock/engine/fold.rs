@@ -774,6 +774,7 @@ fn need(tallies: &[Tally<'_>], expect: &Awaiting<Expect>, unsure: &[bool]) -> us
 mod tests {
     use super::*;
     use crate::net::test_peer::{Peer, block_on};
+    use std::time::Duration;
 
     /// The gate is handed to a caller that blocks its thread before a task queued ahead of it: a task may never be
     /// polled again (its executor's thread parked in that very blocking release), a blocking caller runs the round
@@ -803,6 +804,60 @@ mod tests {
             task.step(|| Waiter::Task(Waker::noop().clone())).is_none(),
             "the task was told to lead or given a verdict"
         );
+    }
+
+    /// A caller whose turn does not come (the round in flight is run by a task nobody polls) waits a round
+    /// timeout in the queue, then leaves it and releases alone; one already in a batch waits three, then leaves
+    /// the batch (abandoned: the batch may still release it) and releases alone. Sooner, it waits on.
+    #[test]
+    fn a_release_whose_turn_does_not_come_leaves_the_queue_after_a_round_and_its_batch_after_three()
+    {
+        let mut e = crate::redlock::engine::test_engine(vec![crate::net::test_peer::nobody()]);
+        // Long enough that the test's own pace never reaches the next bound.
+        let round = Duration::from_secs(60);
+        e.config = e.config.with_round_timeout(round);
+        let ago = |d: Duration| {
+            e.clock
+                .now()
+                .checked_sub(d)
+                .expect("the monotonic clock has run that long")
+        };
+        let second = Duration::from_secs(1);
+        assert!(e.fold.enter(b"lead", b"v", NodeSet::ALL).is_none());
+        let queued = Follower {
+            engine: &e,
+            entry: e.fold.enter(b"queued", b"v", NodeSet::ALL).expect("queued"),
+        };
+        assert!(
+            queued.give_up(ago(round - second)).is_none(),
+            "in its first round"
+        );
+        assert!(
+            matches!(queued.give_up(ago(round)), Some(Step::Alone(false))),
+            "still queued after a round timeout"
+        );
+        assert!(!e.fold.withdraw(&queued.entry), "it left the queue");
+        // Another caller, taken into the next batch, whose leader does not run it.
+        let batched = Follower {
+            engine: &e,
+            entry: e
+                .fold
+                .enter(b"batched", b"v", NodeSet::ALL)
+                .expect("queued"),
+        };
+        let batch = e.fold.next_batch(16).expect("a batch");
+        assert_eq!(batch.len(), 1);
+        for waited in [round, round * 3 - second] {
+            assert!(
+                batched.give_up(ago(waited)).is_none(),
+                "in a batch for {waited:?}"
+            );
+        }
+        assert!(
+            matches!(batched.give_up(ago(round * 3)), Some(Step::Alone(true))),
+            "still in its batch after three round timeouts"
+        );
+        assert!(lock(&batched.entry.slot).abandoned);
     }
 
     /// Two releases folded, `a` held on the three nodes and `b` on nodes 1 and 2 only: node 0 is sent `a`'s key

@@ -137,6 +137,11 @@ mod tests {
                 error("NOPERM User u has no permissions to run the 'delifeq' command"),
                 Some(Refused::Command),
             ),
+            // Redis ≥ 7.2 and Valkey name the user: one whose name has "key" in it is still refused a command.
+            (
+                error("NOPERM User keyholder has no permissions to run the 'delifeq' command"),
+                Some(Refused::Command),
+            ),
             (
                 Ok(Value::BulkError(Bytes::from_static(
                     b"NOPERM User u has no permissions to run the 'delex' command",

@@ -514,6 +514,7 @@ mod tests {
     use super::*;
     use crate::net::cluster::{ClusterNode, SlotMap};
     use crate::net::test_peer::{Peer, nobody};
+    use bytes::Bytes;
 
     /// A refresh reads the map from the member's seeds as well as from the nodes of its table: a seed its map
     /// no longer lists (on the same host as a node it does, another port) is asked too, so a member whose
@@ -545,6 +546,133 @@ mod tests {
             seed.received(&[b"CLUSTER", b"SHARDS"], Duration::from_secs(5)),
             "the seed was asked for the map: {:?}",
             seed.log()
+        );
+    }
+
+    /// Connections to nowhere whose map reads answer at once with `map` (read from `host`), and whose vacant
+    /// connections take every node they are given, noted as `(connection, address)`.
+    #[derive(Debug)]
+    struct Mapping {
+        fanout: Fanout,
+        map: SlotMap,
+        host: String,
+        occupied: Arc<Mutex<Vec<(usize, NodeAddr)>>>,
+    }
+
+    struct Taking(Arc<Mutex<Vec<(usize, NodeAddr)>>>);
+
+    impl Vacancies for Taking {
+        fn occupy(&self, conn: usize, addr: NodeAddr) -> bool {
+            lock(&self.0).push((conn, addr));
+            true
+        }
+        fn addr(&self, _conn: usize) -> Option<NodeAddr> {
+            None
+        }
+    }
+
+    impl Conns for Mapping {
+        type Round<'a> = crate::net::Round<'a>;
+        fn round(&self, deadline: Instant) -> crate::net::Round<'_> {
+            self.fanout.round(deadline)
+        }
+        fn release_round(&self, deadline: Instant) -> crate::net::Round<'_> {
+            self.fanout.release_round(deadline)
+        }
+        fn options(&self) -> &Options {
+            self.fanout.options()
+        }
+        fn stats(&self, conn: usize) -> crate::net::NodeCounts {
+            self.fanout.stats(conn)
+        }
+        fn sessions(&self, conn: usize) -> u64 {
+            self.fanout.sessions(conn)
+        }
+        fn next_session(&self, conn: usize) -> u64 {
+            self.fanout.next_session(conn)
+        }
+        fn setup_replies(&self, conn: usize) -> Vec<(crate::resp::Value, Instant)> {
+            self.fanout.setup_replies(conn)
+        }
+        fn now(&self) -> Instant {
+            Instant::now()
+        }
+        fn read_map(
+            &self,
+            _nodes: Vec<NodeAddr>,
+            _wait: Duration,
+            _tls: &TlsConfig,
+            done: MapDone,
+        ) -> Result<(), ()> {
+            done(Some((self.map.clone(), self.host.clone())), &Instant::now);
+            Ok(())
+        }
+        fn vacancies(&self) -> Box<dyn Vacancies> {
+            Box::new(Taking(Arc::clone(&self.occupied)))
+        }
+    }
+
+    /// A scale-out: a refresh whose map shows a master the member's table does not know gives it one of the
+    /// member's vacant connections, and the table then routes that master's slots to it (until then they have
+    /// no owner: no vote of this member for their keys).
+    #[test]
+    fn a_master_a_refresh_finds_gets_a_vacant_connection_and_its_slots() {
+        let (first, added) = (nobody(), nobody());
+        let member: MemberAddr = format!("redis+cluster://{}:{}", first.host(), first.port())
+            .parse()
+            .expect("a cluster URL");
+        let host = first.host().to_owned();
+        let plan = Plan::with_maps(
+            vec![member],
+            vec![Some(Some((
+                SlotMap::one_shard(ClusterNode::at(&first), Vec::new()),
+                host.clone(),
+            )))],
+        );
+        let vacant = plan.conns().len() - plan.vacant()..plan.conns().len();
+        assert!(!vacant.is_empty());
+        let fanout =
+            Fanout::with_vacancies(plan.conns().to_vec(), plan.vacant(), Options::default())
+                .expect("fanout");
+        // The new map: the first node keeps slots 0..=8191, the added one serves the rest.
+        let node = |n: &NodeAddr| {
+            Value::Array(vec![
+                Value::BulkString(Bytes::from(n.host().to_owned())),
+                Value::Integer(i64::from(n.port())),
+            ])
+        };
+        let shard = |from: i64, to: i64, n: &NodeAddr| {
+            Value::Array(vec![Value::Integer(from), Value::Integer(to), node(n)])
+        };
+        let map = SlotMap::from_slots_reply(&Value::Array(vec![
+            shard(0, 8191, &first),
+            shard(8192, 16383, &added),
+        ]))
+        .expect("a map");
+        let occupied = Arc::new(Mutex::new(Vec::new()));
+        let conns = Mapping {
+            fanout,
+            map,
+            host,
+            occupied: Arc::clone(&occupied),
+        };
+        let members = Members::over(plan, conns);
+        let cluster = members.cluster(0).expect("a cluster member");
+        assert_eq!(lock(&cluster.table).owner(16383), Some(0), "before");
+        members.refresh(0);
+        let taken = lock(&occupied).clone();
+        assert_eq!(taken.len(), 1, "{taken:?}");
+        let (conn, addr) = &taken[0];
+        assert!(
+            vacant.contains(conn) && addr.port() == added.port(),
+            "{taken:?}"
+        );
+        let table = lock(&cluster.table);
+        assert_eq!(table.conn_of(added.host(), added.port()), Some(*conn));
+        assert_eq!(
+            (table.owner(0), table.owner(8192), table.owner(16383)),
+            (Some(0), Some(*conn), Some(*conn)),
+            "the added master's slots go to its connection"
         );
     }
 }

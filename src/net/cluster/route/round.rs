@@ -1300,4 +1300,178 @@ mod tests {
             "TIME, ASKING, the command, TIME: {sent:?}"
         );
     }
+
+    /// Connections whose rounds hand up the outcomes a test files, as it files them: the fanout's contract
+    /// promises no order (a refusal or a timeout is filed under its request's ids, whatever else is on the
+    /// wire), and the routing must keep each outcome with its command in every order. Each connection's replies
+    /// are numbered as the fanout numbers them; every write is noted as `(connection, replies)`.
+    #[derive(Debug)]
+    struct Filed {
+        fanout: Fanout,
+        outcomes: Arc<Mutex<VecDeque<(CommandId, Reply)>>>,
+        writes: Arc<Mutex<Vec<(usize, usize)>>>,
+    }
+
+    #[derive(Debug)]
+    struct FiledRound {
+        deadline: Instant,
+        next: Vec<u32>,
+        outcomes: Arc<Mutex<VecDeque<(CommandId, Reply)>>>,
+        writes: Arc<Mutex<Vec<(usize, usize)>>>,
+    }
+
+    impl Filed {
+        fn round(&self, deadline: Instant) -> FiledRound {
+            FiledRound {
+                deadline,
+                next: vec![0; self.fanout.len()],
+                outcomes: Arc::clone(&self.outcomes),
+                writes: Arc::clone(&self.writes),
+            }
+        }
+    }
+
+    impl Conns for Filed {
+        type Round<'a> = FiledRound;
+        fn round(&self, deadline: Instant) -> FiledRound {
+            Filed::round(self, deadline)
+        }
+        fn release_round(&self, deadline: Instant) -> FiledRound {
+            Filed::round(self, deadline)
+        }
+        fn options(&self) -> &Options {
+            self.fanout.options()
+        }
+        fn stats(&self, conn: usize) -> NodeCounts {
+            self.fanout.stats(conn)
+        }
+        fn sessions(&self, _conn: usize) -> u64 {
+            1
+        }
+        fn next_session(&self, _conn: usize) -> u64 {
+            1
+        }
+        fn setup_replies(&self, _conn: usize) -> Vec<(Value, Instant)> {
+            Vec::new()
+        }
+        fn now(&self) -> Instant {
+            Instant::now()
+        }
+        fn read_map(
+            &self,
+            _nodes: Vec<NodeAddr>,
+            _wait: Duration,
+            _tls: &TlsConfig,
+            _done: MapDone,
+        ) -> Result<(), ()> {
+            Err(())
+        }
+        fn vacancies(&self) -> Box<dyn Vacancies> {
+            Box::new(self.fanout.occupier())
+        }
+    }
+
+    impl ConnRound for FiledRound {
+        fn deadline(&self) -> Instant {
+            self.deadline
+        }
+        fn patient_until(&mut self, _hard: Instant) {}
+        fn cut_short(&mut self, _at: Instant) {}
+        fn send(&mut self, conn: usize, request: &[u8], replies: usize) -> NodeSet {
+            self.send_each(&[(conn, request, replies)])
+        }
+        fn send_to(&mut self, conns: NodeSet, request: &[u8], replies: usize) -> NodeSet {
+            let each: Vec<(usize, &[u8], usize)> = (0..self.next.len())
+                .filter(|&c| conns.contains(c))
+                .map(|c| (c, request, replies))
+                .collect();
+            self.send_each(&each)
+        }
+        fn send_each(&mut self, requests: &[(usize, &[u8], usize)]) -> NodeSet {
+            let mut sent = NodeSet::EMPTY;
+            for &(conn, _, replies) in requests {
+                if let Some(next) = self.next.get_mut(conn) {
+                    *next += u32::try_from(replies).expect("replies");
+                    crate::sync::lock(&self.writes).push((conn, replies));
+                    sent.insert(conn);
+                }
+            }
+            sent
+        }
+        fn need(&mut self, _outcomes: usize) {}
+        fn next_seq(&self, conn: usize) -> u32 {
+            self.next.get(conn).copied().unwrap_or(0)
+        }
+        fn next(&mut self) -> Option<(CommandId, Reply)> {
+            crate::sync::lock(&self.outcomes).pop_front()
+        }
+        fn poll_next(&mut self, _cx: &mut Context<'_>) -> Poll<Option<(CommandId, Reply)>> {
+            Poll::Ready(self.next())
+        }
+    }
+
+    /// A command whose write's second `TIME` was filed before it (the write refused whole, its outcomes filed
+    /// `TIME` first) is handed up at once with what it was filed as, and not held for a `TIME` of a later write
+    /// of the same connection (which would keep its vote back until the round ends, as a timeout). The later
+    /// write's outcome is handed up with its own bracket when its second `TIME` comes.
+    #[test]
+    fn an_outcome_filed_after_its_writes_second_time_is_not_held_for_a_later_write() {
+        let seed = nobody();
+        let member: MemberAddr = format!("redis+cluster://{}:{}", seed.host(), seed.port())
+            .parse()
+            .expect("URL");
+        let map = SlotMap::one_shard(ClusterNode::at(&seed), Vec::new());
+        let plan = Plan::with_maps(
+            vec![member],
+            vec![Some(Some((map, seed.host().to_owned())))],
+        );
+        let fanout =
+            Fanout::with_vacancies(plan.conns().to_vec(), plan.vacant(), Options::default())
+                .expect("fanout");
+        let (outcomes, writes) = (Arc::default(), Arc::default());
+        let conns = Filed {
+            fanout,
+            outcomes: Arc::clone(&outcomes),
+            writes: Arc::clone(&writes),
+        };
+        // The replication check off (a manager without the restart guard): only the `TIME`s release outcomes.
+        let members = Members::over(plan, conns);
+        let mut round = members.round(Instant::now() + Duration::from_secs(60));
+        assert_eq!(round.time_writes(), [true]);
+        round.send(0, &command(&[b"GET", b"a"]), 1);
+        round.send(0, &command(&[b"GET", b"b"]), 1);
+        assert_eq!(
+            *crate::sync::lock(&writes),
+            [(0, 3), (0, 3)],
+            "TIME, the command, TIME: each a write of its own"
+        );
+        let time = || {
+            Ok(Value::Array(vec![
+                Value::BulkString(Bytes::from_static(b"1700000000")),
+                Value::BulkString(Bytes::from_static(b"0")),
+            ]))
+        };
+        let id = |seq| CommandId { node: 0, seq };
+        crate::sync::lock(&outcomes).extend([
+            // The first write, refused whole, its second `TIME` filed first.
+            (id(2), Err(NodeError::Overloaded)),
+            (id(0), Err(NodeError::Overloaded)),
+            (id(1), Err(NodeError::Overloaded)),
+            // The second, answered.
+            (id(3), time()),
+            (id(4), Ok(Value::BulkString(Bytes::from_static(b"vb")))),
+            (id(5), time()),
+        ]);
+        let mut got = Vec::new();
+        while let Some((id, reply)) = round.next() {
+            got.push((id.seq, reply, round.take_bracket(0).is_some()));
+        }
+        assert_eq!(
+            got,
+            [
+                (0, Err(NodeError::Overloaded), false),
+                (1, Ok(Value::BulkString(Bytes::from_static(b"vb"))), true),
+            ]
+        );
+    }
 }
