@@ -1,8 +1,9 @@
 //! Directed histories of what a waiting request's attempts leave on nodes whose replies come after the verdict.
 //!
 //! [`refused`]: an attempt refused everywhere has its verdict with the first majority of refusals, and reads on,
-//! for as long again as the verdict took, for the refusals still owed (`engine/scripted.rs`,
-//! `Reading::OnAfterRefusal`). A node whose refusal came within that time is left out of the attempt's clean-up
+//! for as long again as the verdict took (at most a tenth of a round), for the refusals still owed
+//! (`engine/scripted.rs`, `Reading::OnAfterRefusal`). A node whose refusal came within that time is left out of
+//! the attempt's clean-up
 //! (`engine/untouched.rs`); one whose reply came later is cleaned up (its request may have set the key: nothing
 //! read says otherwise). One client, five nodes on links of fixed one-way delays: 1, 1, 1, 1.4 and 4 ms. Someone
 //! else holds the key on every node. The client's attempt (the nodes' queue is empty: it heads it everywhere, and

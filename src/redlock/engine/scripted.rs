@@ -47,7 +47,8 @@ pub(crate) enum Reading {
     /// Up to its verdict: its caller waits for it.
     ToVerdict,
     /// A waiting request's attempt: past a failed verdict, on for the outcomes still owed, for as long again as
-    /// the verdict took (never past the round's deadline). The waiter sleeps after a refusal anyway, and each
+    /// the verdict took, at most a tenth of the round timeout (never past the round's deadline): beside a hung
+    /// node a refused waiter reacts that much later to a hand-off. It sleeps after a refusal anyway, and each
     /// node read refusing is one its clean-up skips ([`Untouched`](crate::redlock::engine::untouched)): a
     /// refused attempt decided by the first majority of refusals otherwise releases, for nothing, on every node
     /// whose refusal came a moment later.
@@ -155,7 +156,9 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     match status {
                         Status::Pending => (quorum.votes_to_decide(), again, None),
                         Status::Failed(_) if reading == Reading::OnAfterRefusal => {
-                            let read_on = later(now, now.saturating_duration_since(start));
+                            let verdict_took = now.saturating_duration_since(start);
+                            let read_on =
+                                later(now, verdict_took.min(self.config.round_timeout / 10));
                             (0, again, Some(read_on))
                         }
                         _ => (0, again, None),
