@@ -593,3 +593,53 @@ fn an_extension_of_a_lock_is_not_confirmed_by_nodes_restarted_since_its_acquisit
     });
     assert!(quarantined(&e) >= 1 && granted == 0, "{e}");
 }
+
+/// A waiting request's refused attempt reads on past its verdict for the outcomes still owed
+/// (`engine/scripted.rs`, `Reading::OnAfterRefusal`). A young node's grant read then counts no more than one read
+/// before the verdict, and the report says so alike: [`Outcome::Quarantined`], among the grants not counted, never
+/// [`Outcome::Granted`]. Nodes 0 and 1 hold the key for someone else and answer 100 ms after a request (50 ms each
+/// way, through a proxy); node 2, young (just started, not persisting every write), the key free there, answers
+/// 150 ms after: the verdict (two refusals) comes at about 100 ms, the round reads on until about 200 ms, and reads
+/// node 2's grant at 150 ms. Reported as a grant, it would make the error say "1 of 3 nodes granted" and leave
+/// the node out of [`not_counted`](muxlock::redlock::Report::not_counted).
+#[test]
+fn a_young_node_s_grant_read_past_a_waiter_s_verdict_is_reported_as_not_counted() {
+    use support::proxy::{Fault, FaultProxy};
+    use support::wire::cmd;
+    let cluster = Cluster::start(3);
+    let proxies: Vec<FaultProxy> = cluster.addrs().into_iter().map(FaultProxy::start).collect();
+    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    let config = Config::default().with_round_timeout(Duration::from_millis(500));
+    assert!(config.restart_guard(), "on by default");
+    let locks = locks::manager(urls, config);
+    // Connected, every node's set-up replies read, before the latency.
+    let stats = stats_once_read(&locks);
+    assert!(stats.nodes.iter().all(|n| !n.persists), "{stats:?}");
+    for node in &cluster.nodes()[..2] {
+        let reply = node.raw(&cmd(&["SET", "late", "someone-else", "PX", "10000"]));
+        assert_eq!(reply, b"+OK\r\n");
+    }
+    for (i, p) in proxies.iter().enumerate() {
+        let one_way = if i < 2 { 50 } else { 75 };
+        p.set(Fault::Latency(Duration::from_millis(one_way)));
+    }
+    let e = locks
+        .request("late")
+        .ttl(Duration::from_secs(10))
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .expect_err("held elsewhere on two nodes of three");
+    assert!(e.is_held(), "{e}");
+    let report = e.report().expect("a report");
+    let young = &report.nodes()[2].1;
+    assert_ne!(
+        *young,
+        Outcome::Granted,
+        "node 2's late grant, read past the verdict, reported as counted: {e}"
+    );
+    assert_eq!(report.granted(), 0, "{e}");
+    let quarantined = (report.nodes().iter())
+        .filter(|(_, o)| *o == Outcome::Quarantined)
+        .count();
+    assert_eq!(report.not_counted().count(), quarantined, "{e}");
+}
