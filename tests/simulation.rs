@@ -925,6 +925,31 @@ fn a_kept_lock_is_not_extended_by_nodes_restored_from_an_older_snapshot_directed
     );
 }
 
+/// A granted waiter's entry left on a node whose reply the verdict did not read (node 2 queued it again) is taken
+/// off by its lock's release, whichever verb releases it: by [`unlock`] (the control) and by [`unlock_batch`]
+/// alike, no entry is left, and another waiter that reaches nodes 1 and 2 only, the key free everywhere, is
+/// granted at once (`sim/waiter_leftovers.rs`, `granted_then_released_by`). Left there, the released waiter's
+/// entry heads node 2's queue for the rest of its lease (1 s), and refuses the other.
+///
+/// [`unlock`]: muxlock::redlock::sim::Engine::unlock
+/// [`unlock_batch`]: muxlock::redlock::sim::Engine::unlock_batch
+#[test]
+fn a_granted_waiter_s_entry_goes_whichever_verb_releases_its_lock_directed() {
+    for batch in [false, true] {
+        let b = waiter_leftovers::granted_then_released_by(batch);
+        assert!(b.granted, "not as planned (batch: {batch}): {b:?}");
+        assert_eq!(
+            b.after_release,
+            [0, 0, 0],
+            "entries after the release (batch: {batch}): {b:?}"
+        );
+        assert!(
+            b.other_granted,
+            "the other waiter refused, the key free on nodes 1 and 2 (batch: {batch}): {b:?}"
+        );
+    }
+}
+
 /// Beside a node 300 ms away (six round timeouts), a batch acquisition and a guard's renewal end once nodes 0 and
 /// 1 have decided every lock, not at the round's deadline (50 ms); an acquisition of a name held elsewhere with two
 /// retries 200 ms apart gives up after its third attempt (`sim/directed.rs`, `rounds_beside_a_slow_node`).

@@ -991,3 +991,87 @@ fn a_release_never_hands_the_key_to_its_own_entry() {
         },
     );
 }
+
+/// A waiting request's plain lock leaves no entry behind, whichever verb releases it. Its grant leaves the queue
+/// at once only where a reply read says the entry is; a node whose reply the verdict did not read (node 2 here,
+/// 100 ms away each way, which queued the waiter again: the key was held there) keeps the entry until the lock's
+/// release takes it off. Released by [`unlock`](LockManager::unlock) (the control) it goes; released by
+/// [`unlock_batch`](LockManager::unlock_batch), a plain lock as the batch's own, it must go too: left, it heads
+/// node 2's queue for the rest of its lease (1 s) and refuses every other waiter there.
+#[test]
+fn a_waiting_lock_released_in_a_batch_leaves_no_entry_behind() {
+    use support::proxy::{Fault, FaultProxy};
+    let cluster = Cluster::start(3);
+    let far = FaultProxy::start(cluster.addrs()[2]);
+    let mut urls = cluster.urls();
+    urls[2] = far.url();
+    let entries = |key: &str| -> Vec<String> {
+        let queue = format!("muxlock:queue:{key}");
+        (0..3)
+            .map(|i| {
+                let z = cluster.node(i).raw(&cmd(&["ZCARD", &queue]));
+                String::from_utf8_lossy(&z).trim().to_string()
+            })
+            .collect()
+    };
+    for batch in [false, true] {
+        let key = if batch { "batched" } else { "unlocked" };
+        let m = locks::manager(urls.clone(), config());
+        let warm = m
+            .request(format!("{key}-warm"))
+            .ttl(Duration::from_secs(2))
+            .once()
+            .acquire()
+            .expect("warm-up");
+        m.unlock(warm).expect("warm-up");
+        far.set(Fault::Latency(Duration::from_millis(100)));
+        for node in cluster.nodes() {
+            let reply = node.raw(&cmd(&["SET", key, "someone-else", "PX", "5000"]));
+            assert_eq!(reply, b"+OK\r\n");
+        }
+        let lock = thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                m.request(key)
+                    .ttl(Duration::from_secs(5))
+                    .wait(Duration::from_secs(3))
+                    .acquire()
+            });
+            // Queued everywhere (node 2's refusal comes late), then the key freed on nodes 0 and 1 only.
+            locks::wait_until(Duration::from_secs(2), "the waiter queued", || {
+                entries(key).iter().all(|z| z == ":1")
+            });
+            for i in 0..2 {
+                cluster.node(i).raw(&cmd(&["DEL", key]));
+            }
+            waiter
+                .join()
+                .expect("the waiter")
+                .expect("granted by nodes 0 and 1")
+        });
+        thread::sleep(Duration::from_millis(300));
+        let held = entries(key);
+        println!("entries while held (batch: {batch}): {held:?}");
+        assert_eq!(
+            held[..2],
+            [":0", ":0"],
+            "left at the grant (batch: {batch})"
+        );
+        match batch {
+            true => {
+                let released = m.unlock_batch(vec![lock]);
+                assert!(matches!(released.as_slice(), [Ok(_)]), "{released:?}");
+            }
+            false => {
+                m.unlock(lock).expect("released");
+            }
+        }
+        thread::sleep(Duration::from_millis(300));
+        let left = entries(key);
+        far.set(Fault::None);
+        assert_eq!(
+            left,
+            [":0", ":0", ":0"],
+            "entries after the release (batch: {batch})"
+        );
+    }
+}
