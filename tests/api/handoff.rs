@@ -1075,3 +1075,57 @@ fn a_waiting_lock_released_in_a_batch_leaves_no_entry_behind() {
         );
     }
 }
+
+/// A waiting request's refused attempt reads on past its verdict for a while (as long again as the verdict took:
+/// `engine/scripted.rs`, `Reading::OnAfterRefusal`), then ends: a node whose reply comes after that, well within
+/// the round timeout, was not waited for. Its report says so ([`Outcome::NotAwaited`]), as for any round decided
+/// without a node, never that the node gave no reply ([`Outcome::Failed`]). Every node holds the key for someone else; nodes 0 and 1 answer 100 ms after a
+/// request (50 ms each way, through a proxy), node 2 300 ms after, the round timeout 500 ms: the verdict comes at
+/// about 100 ms, the round reads on until about 200 ms.
+#[test]
+fn a_waiter_s_report_names_a_node_it_read_on_past_as_not_awaited_not_failed() {
+    use muxlock::redlock::Outcome;
+    use support::proxy::{Fault, FaultProxy};
+    let cluster = Cluster::start(3);
+    let proxies: Vec<FaultProxy> = cluster.addrs().into_iter().map(FaultProxy::start).collect();
+    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    let m = locks::manager(
+        urls,
+        config().with_round_timeout(Duration::from_millis(500)),
+    );
+    let warm = m
+        .request("slow-warm")
+        .ttl(Duration::from_secs(2))
+        .once()
+        .acquire()
+        .expect("warm-up");
+    m.unlock(warm).expect("warm-up");
+    for node in cluster.nodes() {
+        let reply = node.raw(&cmd(&["SET", "slow", "someone-else", "PX", "10000"]));
+        assert_eq!(reply, b"+OK\r\n");
+    }
+    for (i, p) in proxies.iter().enumerate() {
+        let one_way = if i < 2 { 50 } else { 150 };
+        p.set(Fault::Latency(Duration::from_millis(one_way)));
+    }
+    let timeouts = |m: &LockManager| m.stats().nodes[2].net.timeouts;
+    let before = timeouts(&m);
+    let e = m
+        .request("slow")
+        .ttl(Duration::from_secs(10))
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .expect_err("held elsewhere");
+    assert!(e.is_held(), "{e}");
+    let report = e.report().expect("a report");
+    let slow = &report.nodes()[2].1;
+    let after = timeouts(&m);
+    for p in &proxies {
+        p.set(Fault::None);
+    }
+    println!("node 2's timed-out requests: {before} -> {after}");
+    assert!(
+        !matches!(slow, Outcome::Failed(_)),
+        "node 2, answering 300 ms after each request, reported as giving no reply: {e}"
+    );
+}
