@@ -16,7 +16,7 @@ use crate::net::cluster::{Conns, Members, Plan};
 use crate::redlock::config::Config;
 use crate::redlock::engine::Engine as Rounds;
 use crate::redlock::engine::restart;
-use crate::redlock::error::Result;
+use crate::redlock::error::{Error, Result};
 use crate::redlock::guard::{self, Held};
 use crate::redlock::kind::Lock;
 use crate::redlock::kind::owned::{self, Owner};
@@ -311,8 +311,24 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
 
     /// As [`LockManager::unlock_batch`](super::LockManager::unlock_batch).
     pub async fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
-        let leases: Vec<_> = locks.iter().map(|l| &l.lease).collect();
-        self.core.unlock_batch(&leases).await
+        let routed = self.core.fanout.routed();
+        let mut results: Vec<Option<Result<usize>>> = (0..locks.len()).map(|_| None).collect();
+        let (batched, alone): (Vec<_>, Vec<_>) = locks
+            .into_iter()
+            .enumerate()
+            .partition(|(_, l)| l.batches_with(routed));
+        let leases: Vec<_> = batched.iter().map(|(_, l)| &l.lease).collect();
+        let released = self.core.unlock_batch(&leases).await;
+        for ((i, _), r) in batched.iter().zip(released) {
+            results[*i] = Some(r);
+        }
+        for (i, lock) in alone {
+            results[i] = Some(self.unlock(lock).await);
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::config("no release result"))))
+            .collect()
     }
 
     /// As a request for a set ([`LockManager::request_all`](super::LockManager::request_all)) with retries

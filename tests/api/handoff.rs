@@ -1076,12 +1076,13 @@ fn a_waiting_lock_released_in_a_batch_leaves_no_entry_behind() {
     }
 }
 
-/// A waiting request's refused attempt reads on past its verdict for a while (as long again as the verdict took:
-/// `engine/scripted.rs`, `Reading::OnAfterRefusal`), then ends: a node whose reply comes after that, well within
-/// the round timeout, was not waited for. Its report says so ([`Outcome::NotAwaited`]), as for any round decided
-/// without a node, never that the node gave no reply ([`Outcome::Failed`]). Every node holds the key for someone else; nodes 0 and 1 answer 100 ms after a
-/// request (50 ms each way, through a proxy), node 2 300 ms after, the round timeout 500 ms: the verdict comes at
-/// about 100 ms, the round reads on until about 200 ms.
+/// A waiting request's refused attempt reads on past its verdict for a while (as long again as the verdict took,
+/// at most a tenth of a round: `engine/scripted.rs`, `Reading::OnAfterRefusal`), then ends: a node whose reply
+/// comes after that, well within the round timeout, was not waited for. Its report says so
+/// ([`Outcome::NotAwaited`]), as for any round decided without a node, never that the node gave no reply
+/// ([`Outcome::Failed`]). Every node holds the key for someone else; nodes 0 and 1 answer 100 ms after a request
+/// (50 ms each way, through a proxy), node 2 300 ms after, the round timeout 500 ms: the verdict comes at about
+/// 100 ms, the round reads on until about 150 ms.
 #[test]
 fn a_waiter_s_report_names_a_node_it_read_on_past_as_not_awaited_not_failed() {
     use muxlock::redlock::Outcome;

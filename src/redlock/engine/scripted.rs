@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use crate::net::{NodeSet, Reply};
+use crate::net::{NodeError, NodeSet, Reply};
 use crate::redlock::engine::lease::Lease;
 use crate::redlock::engine::pipeline::{Purpose, scripts_only};
 use crate::redlock::engine::seam::{Clock, Nodes};
@@ -129,14 +129,20 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                     if outcome != Outcome::Taken {
                         touched.insert(node);
                     }
+                    let key = keys.first().copied().unwrap_or_default();
                     if status != Status::Pending {
-                        // Read on past the verdict: it only tells where the attempt left the key as it was.
-                        if outcomes[node] == Outcome::NotAwaited {
+                        // Read on past the verdict: it only tells where the attempt left the key as it was. The
+                        // report names it as a vote before the verdict would be (a young node's grant is not
+                        // counted, and says so); a node the round stopped reading on for was not awaited, not
+                        // silent.
+                        let (_, outcome) =
+                            self.counted_from((source, key), (vote, outcome), now, None);
+                        let cut = outcome == Outcome::Failed(NodeError::Timeout);
+                        if outcomes[node] == Outcome::NotAwaited && !cut {
                             outcomes[node] = outcome;
                         }
                         return (0, NodeSet::EMPTY, None);
                     }
-                    let key = keys.first().copied().unwrap_or_default();
                     let (vote, outcome) =
                         self.counted_from((source, key), (vote, outcome), now, None);
                     self.votes[node].count(&outcome);

@@ -266,6 +266,13 @@ impl Lock {
         }
     }
 
+    /// Whether `unlock_batch` releases it with the batch's compare-and-delete: a plain lock not taken by a waiting
+    /// request (whose release hands the key on and takes the waiter's entry off the queue), on nodes that are not
+    /// cluster members (`routed`: a batch's keys lie in many slots, and no script may span them).
+    pub(crate) fn batches_with(&self, routed: bool) -> bool {
+        self.kind == Kind::Plain && self.hand_on.is_none() && !routed
+    }
+
     /// This lock as `kind`.
     #[cfg(feature = "sim")]
     pub(crate) fn with_kind(mut self, kind: Kind) -> Lock {

@@ -97,12 +97,14 @@ impl LockManager {
     /// As [`unlock_batch`](crate::redlock::LockManager::unlock_batch), per lock.
     pub async fn unlock_batch_async(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
         type Numbered = Vec<(usize, Lock)>;
-        // Cluster members: one release per lock (a batch's keys lie in many slots; no script may span them).
+        // Cluster members: one release per lock (a batch's keys lie in many slots; no script may span them). A
+        // waiting request's plain lock goes as `unlock` releases it: it hands the key on and takes the waiter's
+        // entry off the queue (`kind/queued.rs`).
         let routed = self.engine().fanout.is_routed();
         let (plain, other): (Numbered, Numbered) = locks
             .into_iter()
             .enumerate()
-            .partition(|(_, l)| l.kind == Kind::Plain && !routed);
+            .partition(|(_, l)| l.batches_with(routed));
         let mut results: Vec<Option<Result<usize>>> =
             (0..plain.len() + other.len()).map(|_| None).collect();
         let (at, plain): (Vec<usize>, Vec<Lock>) = plain.into_iter().unzip();

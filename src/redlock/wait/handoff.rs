@@ -18,9 +18,10 @@
 //! - otherwise the node refuses (a "taken" vote) and the waiter joins or stays in the queue with its ticket, and
 //!   learns its rank and its turn key's value.
 //!
-//! A waiter that got a majority leaves the queue on every node
+//! A waiter that got a majority leaves the queue wherever it may be in it
 //! ([`lua::QUEUE_LEAVE`](crate::redlock::lua::QUEUE_LEAVE), sent without waiting), which bumps the next waiter's
-//! *turn key* (`muxlock:turn:<id>:<resource>`). It does not leave in the acquisition script itself: a grant that
+//! *turn key* (`muxlock:turn:<id>:<resource>`); a plain lock's waiter leaves at once where a reply says its entry
+//! is, and its lock's release (by any verb) takes the entry off the other nodes. It does not leave in the acquisition script itself: a grant that
 //! turns out partial (the round fails) would have taken it off some nodes' queues only, and two waiters, each
 //! heading one live node of 3, refused each other until an entry expired (found by `tests/api/handoff.rs`, 1.5 s
 //! stalls).
@@ -95,8 +96,7 @@
 //!   wakes at least every quarter lease to do so. An entry past its deadline is dropped by the next attempt of any
 //!   other waiter, and the new head's turn key is bumped. A waiter that dies (crash, `kill -9`, a paused process)
 //!   therefore blocks the others for at most one lease plus a quarter after its last refresh: the bounded fallback.
-//! - A waiter that gives up (its `max_wait`, a cancel, an error) leaves the queue on every node at once, as a
-//!   granted one does. The queue's keys expire one lease after the last waiter's refresh.
+//! - A waiter that gives up (its `max_wait`, a cancel, an error) leaves the queue on every node at once. The queue's keys expire one lease after the last waiter's refresh.
 //! - A node down or hung does not vote; the head's grants from the others make the majority (4 of 5, 2 of 3) as for
 //!   any acquisition, and the round ends at the majority, without waiting for the silent node.
 //! - The head is decided per node, and a waiter counts as the head if any node says so (an inconsistent queue then
