@@ -206,7 +206,8 @@ fn tokens_strictly_increase_across_kills_and_restarts() {
 /// acquisition and counts a write-back by the lease's end minus one round timeout gives B token 3 after A's 11.
 ///
 /// The history is timed in hundreds of milliseconds on real sockets: on a machine too busy to keep that schedule
-/// A's own acquisition misses (a reply later than its 600 ms round), which proves nothing either way. Such a run
+/// A's own acquisition misses (a reply later than its 600 ms round), or B's reaches node 2 after A's write-back
+/// (B is refused: no token), which proves nothing either way. Such a run
 /// is tried again (up to three times in all); a run where both got a token must show B's above A's, and at least
 /// one run must get that far. The same history runs deterministically in the simulator
 /// (`tests/simulation.rs`, `a_slow_client_gets_a_larger_token_directed`), which needs no margins.
@@ -294,10 +295,12 @@ fn slow_client_history() -> Result<(), String> {
         }
     };
     assert_eq!(a_token, 11);
-    let b_token = b_thread
-        .join()
-        .expect("B's thread")
-        .expect("B acquires after A's lease");
+    let b_token = match b_thread.join().expect("B's thread") {
+        Ok(token) => token,
+        // B's request reached node 2 after A's write-back (B started late, or A's asks again came early): no
+        // token, so nothing out of order either.
+        Err(e) => return Err(format!("B's acquisition missed the schedule: {e}")),
+    };
     let counters: Vec<String> = (0..3)
         .map(|n| String::from_utf8_lossy(&counter(&cluster, n, resource)).into_owned())
         .collect();
