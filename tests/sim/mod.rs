@@ -1780,6 +1780,23 @@ impl Setup {
 /// Builds a world for `seed`: nodes with their faults and a plan of pauses, restarts, flushes and snapshots.
 /// A directed history's world ([`Setup::directed`]: `nodes` nodes, `clients` clients, no drawn fault), seed 0, with
 /// the network options of the default configuration.
+/// A directed history's engine: one attempt per call, no restart guard (its nodes are fresh), its connections
+/// set up by a lock taken and released; `None` if it cannot be made.
+pub async fn warmed_engine(
+    nodes: SimNodes,
+    clock: SimClock,
+) -> Option<muxlock::redlock::sim::Engine<SimNodes, SimClock>> {
+    let config = muxlock::Config::default()
+        .with_retry_count(0)
+        .with_restart_guard(false);
+    let engine = muxlock::redlock::sim::Engine::new(nodes, clock, config, [1; 32]).ok()?;
+    let ttl = std::time::Duration::from_millis(2_000);
+    if let Ok(Some(first)) = engine.try_lock(b"first", ttl).await {
+        let _ = engine.unlock(first).await;
+    }
+    Some(engine)
+}
+
 pub fn directed_world(nodes: usize, clients: usize) -> Rc<Sim> {
     let setup = Setup::directed(nodes, clients);
     let options = muxlock::redlock::sim::options(&muxlock::Config::default(), setup.nodes);

@@ -20,8 +20,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use muxlock::Config;
-use muxlock::redlock::sim::{Clock, Engine};
+use muxlock::redlock::sim::Clock;
 
 use super::Sim;
 use super::node::MS;
@@ -76,17 +75,11 @@ pub fn history(second: Second) -> Left {
         let (seen, key) = (Rc::clone(&seen), key.clone());
         async move {
             let sim = Rc::clone(clock.sim());
-            let config = Config::default()
-                .with_retry_count(0)
-                .with_restart_guard(false);
-            let Ok(engine) = Engine::new(nodes, clock, config, [1; 32]) else {
+            let Some(engine) = super::warmed_engine(nodes, clock).await else {
                 return;
             };
             let clock = engine.clock();
             let ttl = Duration::from_millis(2_000);
-            if let Ok(Some(first)) = engine.try_lock(b"first", ttl).await {
-                let _ = engine.unlock(first).await;
-            }
             if let Second::WriterAfterNoScript = second {
                 sim.world().nodes[3].node.flush_scripts();
             }

@@ -57,17 +57,11 @@ pub fn refused() -> Refused {
         let (seen, key) = (Rc::clone(&seen), key.clone());
         async move {
             let sim = Rc::clone(clock.sim());
-            let config = Config::default()
-                .with_retry_count(0)
-                .with_restart_guard(false);
-            let Ok(engine) = Engine::new(nodes, clock, config, [1; 32]) else {
+            let Some(engine) = super::warmed_engine(nodes, clock).await else {
                 return;
             };
             let clock = engine.clock();
             let ttl = Duration::from_millis(2_000);
-            if let Ok(Some(first)) = engine.try_lock(b"first", ttl).await {
-                let _ = engine.unlock(first).await;
-            }
             let left = (start * MS).saturating_sub(sim.world().now);
             clock.sleep(Duration::from_nanos(left)).await;
             let counts = |sim: &super::Sim| -> Vec<u64> {
@@ -117,17 +111,11 @@ pub fn granted_then_released() -> Granted {
         let (seen, key, queue) = (Rc::clone(&seen), key.clone(), queue.clone());
         async move {
             let sim = Rc::clone(clock.sim());
-            let config = Config::default()
-                .with_retry_count(0)
-                .with_restart_guard(false);
-            let Ok(engine) = Engine::new(nodes, clock, config, [1; 32]) else {
+            let Some(engine) = super::warmed_engine(nodes, clock).await else {
                 return;
             };
             let clock = engine.clock();
             let ttl = Duration::from_millis(2_000);
-            if let Ok(Some(first)) = engine.try_lock(b"first", ttl).await {
-                let _ = engine.unlock(first).await;
-            }
             let sleep_until = |ms: u64| {
                 let left = (ms * MS).saturating_sub(sim.world().now);
                 clock.sleep(Duration::from_nanos(left))
