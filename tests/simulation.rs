@@ -1045,6 +1045,17 @@ fn a_guard_renewal_refused_noscript_everywhere_goes_again_in_full_directed() {
     }
 }
 
+/// Two guards renewed in one round on nodes whose servers have `SET IFEQ`: both renewals go natively in one
+/// request per node, and each is confirmed, the second as well as the first (`sim/directed.rs`,
+/// `guards_renewed_in_one_round_on_native_nodes`).
+#[test]
+fn guards_renewed_in_one_round_on_native_nodes_are_each_renewed_directed() {
+    let seen = directed::guards_renewed_in_one_round_on_native_nodes();
+    assert_eq!(seen.violation, None);
+    assert!(seen.native_calls >= 3 * 2 * 3, "{seen:?}");
+    assert_eq!(seen.renewals, [3, 3], "{seen:?}");
+}
+
 /// A guard of every kind, on three nodes whose every round answers in 40 ms (of a 50 ms round timeout), with a TTL
 /// of 320 ms (about the shortest `hold` takes): the lease it starts with is shorter than the TTL less the allowance
 /// by the acquisition's rounds, and its renewals are due from that lease (a third of what is left, a round before

@@ -224,6 +224,17 @@ fn answer(args: &[Vec<u8>], port: u16, stop: &AtomicBool) -> Option<Vec<u8>> {
                 }
             }
         }
+        // A key whose slot the peer on port `to` serves: the others send the client there with `-MOVED`.
+        (Some(b"GET"), [key]) if key.starts_with(b"moved:") => {
+            let to: u16 = std::str::from_utf8(&key[6..]).ok()?.parse().ok()?;
+            match to == port {
+                true => b"$-1\r\n".to_vec(),
+                false => {
+                    let slot = crate::net::cluster::key_slot(key);
+                    format!("-MOVED {slot} 127.0.0.1:{to}\r\n").into_bytes()
+                }
+            }
+        }
         (Some(b"CLUSTER"), [sub]) if sub.eq_ignore_ascii_case(b"SLOTS") => {
             format!("*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:{port}\r\n").into_bytes()
         }

@@ -11,6 +11,11 @@
 //!   those noted while it ran, as a client runs one call at a time.) A call that pauses past its count breaks
 //!   the history at that pause, and the run ends there: a call that retries for ever cannot run the world for
 //!   ever.
+//! - **An extension is counted when it is confirmed, and only then**: a lock's `extensions()` goes up by one with
+//!   each `extend` or `extend_owned` that returns `Ok`, and stays as it was with one that fails (the limit
+//!   `Config::max_extensions` is checked against that count).
+//! - **A refusal's report names every member**: an error with a per-node report (`Held`, `Quorum`, `LockLost`)
+//!   from an acquisition (single, batch or set), an extension or a release has one outcome per member.
 //!
 //! In a calm world (`Setup::calm`: no fault of any kind, one client whose pauses are cut short, so that nothing
 //! it holds expires on it):
@@ -34,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use muxlock::net::cluster::Members;
 use muxlock::redlock::sim::{Clock, Engine, QueueEntry, SimGuard, Waits};
-use muxlock::{Config, Lock, Result};
+use muxlock::{Config, Error, Lock, Result};
 
 use super::node::{MS, Time};
 use super::{CALM_SLOW, Open, Sim, SimClock, SimNodes};
@@ -196,10 +201,45 @@ impl Checked {
         }
     }
 
+    /// Judges the reports of `what`'s errors: each names every member once (one outcome per member).
+    fn reported<'a>(&self, what: &str, errors: impl IntoIterator<Item = &'a Error>) {
+        let members = self.members();
+        for e in errors {
+            let Some(r) = e.report() else { continue };
+            if r.nodes().len() != members {
+                let mut w = self.sim().world();
+                let line = format!(
+                    "c{}'s {what} at {} ms reported {} nodes' outcomes of {members} ({e})",
+                    self.me(),
+                    w.now / MS,
+                    r.nodes().len()
+                );
+                w.history.breaks(line);
+            }
+        }
+    }
+
+    /// Judges the count of `lock`'s extensions as `what` returns `got`: one more than `before` if the extension
+    /// was confirmed, `before` if not (the count is what [`Config::max_extensions`]' limit is checked against).
+    fn counted(&self, what: &str, before: u32, lock: &Lock, got: &Result<()>) {
+        let want = before + u32::from(got.is_ok());
+        if lock.extensions() != want {
+            let mut w = self.sim().world();
+            let line = format!(
+                "c{}'s {what} at {} ms ({got:?}) left the lock's extensions at {}, not {want}",
+                self.me(),
+                w.now / MS,
+                lock.extensions()
+            );
+            w.history.breaks(line);
+        }
+    }
+
     pub async fn try_lock(&self, resource: &[u8], ttl: Duration) -> Result<Option<Lock>> {
         let call = self.begin("try_lock", false);
         let free = self.free(&[resource]);
         let got = self.engine.try_lock(resource, ttl).await;
+        self.reported("try_lock", got.as_ref().err());
         let must = free;
         let failed = (must && !matches!(got, Ok(Some(_)))).then(|| format!("refused: {got:?}"));
         self.end(call, must, failed);
@@ -210,6 +250,7 @@ impl Checked {
         let call = self.begin("lock", true);
         let free = self.free(&[resource]);
         let got = self.engine.lock(resource, ttl).await;
+        self.reported("lock", got.as_ref().err());
         let must = free;
         let failed = (must && got.is_err()).then(|| format!("refused: {got:?}"));
         self.end(call, must, failed);
@@ -240,6 +281,7 @@ impl Checked {
         let call = self.begin("lock_many", retry);
         let free = self.free(resources);
         let got = self.engine.lock_many(resources, ttl, retry).await;
+        self.reported("lock_many", got.as_ref().err());
         let must = free;
         let failed = (must && !matches!(got, Ok(Some(_)))).then(|| format!("refused: {got:?}"));
         self.end(call, must, failed);
@@ -254,6 +296,10 @@ impl Checked {
         let call = self.begin("try_lock_batch", false);
         let free = self.free(resources);
         let got = self.engine.try_lock_batch(resources, ttl).await;
+        self.reported(
+            "try_lock_batch",
+            got.iter().filter_map(|g| g.as_ref().err()),
+        );
         let must = free;
         let failed = (must && got.iter().any(|g| !matches!(g, Ok(Some(_)))))
             .then(|| format!("refused: {got:?}"));
@@ -328,7 +374,10 @@ impl Checked {
     pub async fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<()> {
         let call = self.begin("extend", false);
         let held = self.held(lock);
+        let before = lock.extensions();
         let got = self.engine.extend(lock, ttl).await;
+        self.reported("extend", got.as_ref().err());
+        self.counted("extend", before, lock, &got);
         let must = held;
         let failed = (must && got.is_err()).then(|| format!("refused: {got:?}"));
         self.end(call, must, failed);
@@ -342,7 +391,9 @@ impl Checked {
         shortening: bool,
     ) -> Result<()> {
         let call = self.begin("extend_owned", false);
+        let before = lock.extensions();
         let got = self.engine.extend_owned(lock, ttl, shortening).await;
+        self.counted("extend_owned", before, lock, &got);
         self.end(call, false, None);
         got
     }
@@ -435,6 +486,7 @@ impl Checked {
         let owned = lock.owner().is_some();
         let (keys, value) = keys_of(&lock);
         let got = self.engine.unlock(lock).await;
+        self.reported("unlock", got.as_ref().err());
         let must = held;
         let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
         let failed = self.confirmed((held, owned), &keys, &value, &got);
@@ -446,6 +498,7 @@ impl Checked {
         let call = self.begin("unlock_value", false);
         let held = self.everywhere(&[resource], value);
         let got = self.engine.unlock_value(resource, value).await;
+        self.reported("unlock_value", got.as_ref().err());
         let must = held;
         let failed = self.confirmed((held, false), &[resource], value, &got);
         self.end(call, must, failed);
@@ -457,6 +510,7 @@ impl Checked {
         let held: Vec<bool> = locks.iter().map(|l| self.held(l)).collect();
         let kept: Vec<(Vec<Vec<u8>>, Vec<u8>)> = locks.iter().map(keys_of).collect();
         let got = self.engine.unlock_batch(locks).await;
+        self.reported("unlock_batch", got.iter().filter_map(|g| g.as_ref().err()));
         let must = held.iter().any(|&h| h);
         let failed = (held.iter().zip(&kept).zip(&got)).find_map(|((&h, (keys, value)), g)| {
             let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();

@@ -12,7 +12,7 @@ use muxlock::Config;
 use muxlock::redlock::sim::{Clock, Engine, SimGuard};
 
 use super::check::Hold;
-use super::node::{MS, Time};
+use super::node::{MS, Native, Time};
 use super::{Setup, Sim};
 
 /// What happens to the nodes' clocks and links, and what A does, while A holds.
@@ -539,4 +539,60 @@ pub fn guard_on_slow_links(kind: Guarded) -> Option<SlowGuard> {
     });
     let violation = sim.world().history.violation(Time::MAX);
     seen.take().map(|s| SlowGuard { violation, ..s })
+}
+
+/// What [`guards_renewed_in_one_round_on_native_nodes`] saw: each guard's renewals, the native `SET IFEQ`s the
+/// nodes ran, and the checker's verdict.
+#[derive(Debug)]
+pub struct Together {
+    pub renewals: [u64; 2],
+    pub native_calls: u64,
+    pub violation: Option<String>,
+}
+
+/// Client 0 holds `r0` and `r1` under two guards (TTL 1 s) on three nodes whose servers have `SET IFEQ`, and
+/// renews both in one round, three times: every node is sent the two renewals as `SET IFEQ`s in one request, and
+/// each renewal's outcome must be read as the native command's (`+OK`), the second as well as the first.
+pub fn guards_renewed_in_one_round_on_native_nodes() -> Together {
+    let sim = super::directed_world(3, 1);
+    {
+        let mut w = sim.world();
+        for n in 0..3 {
+            w.nodes[n].node.native = Native::DelIfEq;
+            w.fix_link(0, n, MS / 10);
+        }
+    }
+    let seen = Rc::new(Cell::new([0, 0]));
+    super::run(&sim, |nodes, clock| {
+        let seen = Rc::clone(&seen);
+        async move {
+            let config = Config::default()
+                .with_retry_count(0)
+                .with_restart_guard(false);
+            let Ok(engine) = Engine::new(nodes, clock, config, [1; 32]) else {
+                return;
+            };
+            let ttl = Duration::from_millis(1_000);
+            let (Ok(Some(a)), Ok(Some(b))) = (
+                engine.try_lock(b"r0", ttl).await,
+                engine.try_lock(b"r1", ttl).await,
+            ) else {
+                return;
+            };
+            let (mut a, mut b) = (engine.guard(a, ttl, None), engine.guard(b, ttl, None));
+            for _ in 0..3 {
+                engine.clock().sleep(Duration::from_millis(100)).await;
+                engine.renew_guards(&mut [&mut a, &mut b]).await;
+            }
+            seen.set([a.renewals(), b.renewals()]);
+            let _ = engine.release_guard(a).await;
+            let _ = engine.release_guard(b).await;
+        }
+    });
+    let w = sim.world();
+    Together {
+        renewals: seen.get(),
+        native_calls: w.nodes.iter().map(|n| n.node.native_calls).sum(),
+        violation: w.history.violation(Time::MAX),
+    }
 }

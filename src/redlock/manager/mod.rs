@@ -565,3 +565,48 @@ pub(crate) fn fanout_options(
         ..Options::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::net::cluster::SlotMap;
+    use crate::net::test_peer::nobody;
+    use crate::resp::Value;
+
+    /// A plain member that is a node of a cluster member's map other than its seed shares that member's server:
+    /// the configuration is refused, since one server would vote for two members.
+    #[test]
+    fn a_plain_member_on_a_non_seed_node_of_a_cluster_members_map_shares_its_server() {
+        let (seed, other) = (nobody(), nobody());
+        let node = |n: &NodeAddr| {
+            Value::Array(vec![
+                Value::BulkString(Bytes::from(n.host().to_owned())),
+                Value::Integer(i64::from(n.port())),
+            ])
+        };
+        let shard = |from: i64, to: i64, n: &NodeAddr| {
+            Value::Array(vec![Value::Integer(from), Value::Integer(to), node(n)])
+        };
+        let map = SlotMap::from_slots_reply(&Value::Array(vec![
+            shard(0, 8191, &seed),
+            shard(8192, 16383, &other),
+        ]))
+        .expect("a map");
+        let cluster: MemberAddr = format!("redis+cluster://{}:{}", seed.host(), seed.port())
+            .parse()
+            .expect("a cluster URL");
+        let plan = Plan::with_maps(
+            vec![MemberAddr::Node(other.clone()), cluster],
+            vec![None, Some(Some((map, seed.host().to_owned())))],
+        );
+        let shared = shared_server(&plan).expect("the server both members name");
+        assert!(
+            [&shared.0, &shared.1]
+                .iter()
+                .all(|a| a.port() == other.port()),
+            "{shared:?}"
+        );
+    }
+}

@@ -256,6 +256,31 @@ mod tests {
         assert_eq!(cmds[5].slot, Err(Unroutable::Malformed));
     }
 
+    /// A command that cannot be routed is a failed vote whose error (`NodeError::Cluster`) says why in words: each
+    /// reason its own.
+    #[test]
+    fn an_unroutable_command_is_described_by_its_reason() {
+        let mut buf = enc(&[
+            &[b"PING"],
+            &[b"EVAL", b"return 1", b"0"],
+            &[b"EVALSHA", b"abc", b"2", b"a", b"b"],
+        ]);
+        buf.extend_from_slice(b"*2\r\n$3\r\nGET\r\n");
+        let said: Vec<&str> = split(&buf)
+            .iter()
+            .map(|c| c.slot.err().map_or("routed", Unroutable::describe))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                "a command whose key the routing layer does not know",
+                "a command without a key",
+                "a command whose keys lie in different slots (CROSSSLOT)",
+                "a request that could not be cut into commands",
+            ]
+        );
+    }
+
     #[test]
     fn junk_and_cut_requests_are_malformed_never_a_panic() {
         let buf = enc(&[&[b"GET", b"k"]]);

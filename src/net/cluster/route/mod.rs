@@ -549,6 +549,46 @@ mod tests {
         );
     }
 
+    /// A map of two masters: `low` serves slots 0..=8191, `high` the rest.
+    fn halves(low: &NodeAddr, high: &NodeAddr) -> SlotMap {
+        let shard = |from: i64, to: i64, n: &NodeAddr| {
+            let node = vec![
+                Value::BulkString(Bytes::from(n.host().to_owned())),
+                Value::Integer(i64::from(n.port())),
+            ];
+            Value::Array(vec![
+                Value::Integer(from),
+                Value::Integer(to),
+                Value::Array(node),
+            ])
+        };
+        let reply = Value::Array(vec![shard(0, 8191, low), shard(8192, 16383, high)]);
+        SlotMap::from_slots_reply(&reply).expect("a map")
+    }
+
+    /// A member's connections (what its statistics sum, what its restarts and standing are read from, what
+    /// `wait_connected` pings): a plain member's its own alone; a cluster member's its own first, then each other
+    /// node of its map once.
+    #[test]
+    fn a_cluster_members_connections_are_its_own_and_each_other_node_of_its_map_once() {
+        let (plain, first, second) = (nobody(), nobody(), nobody());
+        let member: MemberAddr = format!("redis+cluster://{}:{}", first.host(), first.port())
+            .parse()
+            .expect("a cluster URL");
+        let map = (halves(&first, &second), first.host().to_owned());
+        let plan = Plan::with_maps(
+            vec![MemberAddr::Node(plain), member],
+            vec![None, Some(Some(map))],
+        );
+        let members = Members::new(plan, Options::default()).expect("members");
+        let cluster = members.cluster(1).expect("a cluster member");
+        let other = lock(&cluster.table)
+            .conn_of(second.host(), second.port())
+            .expect("a connection for the map's second node");
+        assert_eq!(members.member_conns(0), [0]);
+        assert_eq!(members.member_conns(1), [1, other]);
+    }
+
     /// Connections to nowhere whose map reads answer at once with `map` (read from `host`), and whose vacant
     /// connections take every node they are given, noted as `(connection, address)`.
     #[derive(Debug)]
@@ -635,20 +675,7 @@ mod tests {
             Fanout::with_vacancies(plan.conns().to_vec(), plan.vacant(), Options::default())
                 .expect("fanout");
         // The new map: the first node keeps slots 0..=8191, the added one serves the rest.
-        let node = |n: &NodeAddr| {
-            Value::Array(vec![
-                Value::BulkString(Bytes::from(n.host().to_owned())),
-                Value::Integer(i64::from(n.port())),
-            ])
-        };
-        let shard = |from: i64, to: i64, n: &NodeAddr| {
-            Value::Array(vec![Value::Integer(from), Value::Integer(to), node(n)])
-        };
-        let map = SlotMap::from_slots_reply(&Value::Array(vec![
-            shard(0, 8191, &first),
-            shard(8192, 16383, &added),
-        ]))
-        .expect("a map");
+        let map = halves(&first, &added);
         let occupied = Arc::new(Mutex::new(Vec::new()));
         let conns = Mapping {
             fanout,

@@ -473,6 +473,26 @@ mod tests {
         );
     }
 
+    /// The replicas an `INFO replication` reply shows online are its `slaveN` lines in state `online`: none on a
+    /// master without replicas, not one still syncing; an error or another type shows none.
+    #[test]
+    fn only_the_replicas_info_shows_online_count() {
+        let info = |text: &'static str| Value::BulkString(Bytes::from_static(text.as_bytes()));
+        let alone = info("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n");
+        assert_eq!(online_replicas(&alone), 0);
+        let three = info(
+            "# Replication\r\nrole:master\r\nconnected_slaves:3\r\n\
+             slave0:ip=10.0.0.2,port=7001,state=online,offset=10,lag=0\r\n\
+             slave1:ip=10.0.0.3,port=7002,state=wait_bgsave,offset=0,lag=0\r\n\
+             slave2:ip=10.0.0.4,port=7003,state=online,offset=10,lag=1\r\n\
+             master_repl_offset:10\r\n",
+        );
+        assert_eq!(online_replicas(&three), 2);
+        let error = Value::Error(Bytes::from_static(b"NOPERM no"));
+        assert_eq!(online_replicas(&error), 0);
+        assert_eq!(online_replicas(&Value::Integer(2)), 0);
+    }
+
     #[test]
     fn every_listed_replica_counts_and_an_error_is_no_list() {
         let line = |l: &'static str| Value::BulkString(Bytes::from_static(l.as_bytes()));

@@ -1301,6 +1301,60 @@ mod tests {
         );
     }
 
+    /// A command sent on after `-MOVED`, with the clock check's brackets, goes in one write of its own to the
+    /// node named: its first `TIME`, the command and its second `TIME`, three replies, all awaited (fewer and the
+    /// rest would be read as nobody's, and the connection dropped).
+    #[test]
+    fn a_command_sent_on_after_moved_awaits_its_times_and_its_reply() {
+        let (from, to) = (Peer::start(), Peer::start());
+        let map = SlotMap::one_shard(
+            ClusterNode::at(&from.addr()),
+            vec![ClusterNode::at(&to.addr())],
+        );
+        let member: MemberAddr = format!(
+            "redis+cluster://{}:{}",
+            from.addr().host(),
+            from.addr().port()
+        )
+        .parse()
+        .expect("URL");
+        let plan = Plan::with_maps(
+            vec![member],
+            vec![Some(Some((map, from.addr().host().to_owned())))],
+        );
+        let conn_to = plan
+            .conns()
+            .iter()
+            .position(|c| c.port() == to.addr().port())
+            .expect("a connection to the slot's new master");
+        let fanout =
+            Fanout::with_vacancies(plan.conns().to_vec(), plan.vacant(), Options::default())
+                .expect("fanout");
+        let sends = Arc::new(Mutex::new(Vec::new()));
+        let conns = Noting {
+            fanout,
+            needs: Arc::default(),
+            sends: Arc::clone(&sends),
+        };
+        let members = Members::over(plan, conns);
+        let mut round = members.round(Instant::now() + Duration::from_secs(5));
+        assert_eq!(round.time_writes(), [true]);
+        let key = format!("moved:{}", to.addr().port());
+        round.send_to(NodeSet::ALL, &command(&[b"GET", key.as_bytes()]), 1);
+        while round.next().is_some() {}
+        assert!(
+            to.received(&[b"GET", key.as_bytes()], Duration::from_secs(1)),
+            "{:?}",
+            to.log()
+        );
+        let sent: Vec<(usize, usize)> = crate::sync::lock(&sends).clone();
+        assert_eq!(
+            sent.iter().find(|(c, _)| *c == conn_to),
+            Some(&(conn_to, 3)),
+            "TIME, the command, TIME: {sent:?}"
+        );
+    }
+
     /// Connections whose rounds hand up the outcomes a test files, as it files them: the fanout's contract
     /// promises no order (a refusal or a timeout is filed under its request's ids, whatever else is on the
     /// wire), and the routing must keep each outcome with its command in every order. Each connection's replies
