@@ -248,6 +248,11 @@ impl Table {
     }
 
     /// `map` read against this table: the owners per slot, the masters, the promoted connections.
+    ///
+    /// A master is promoted when the table knew it as neither an owner of slots nor a master: a master whose
+    /// slots all went away by `MOVED`s keeps its flag, so slots coming back to it (a resharding undone) do not
+    /// quarantine it. A failover and a failback between two maps are not judged here: the promotion gave the
+    /// node a new `master_replid`, which the replication check of its next vote sees (`replid.rs`).
     fn read(&self, map: &SlotMap, origin: &str, tls: bool) -> (Vec<u32>, Vec<usize>, Vec<usize>) {
         let mut promoted = Vec::new();
         let mut owner = vec![NONE; SLOT_COUNT as usize];
@@ -481,6 +486,32 @@ mod tests {
         let mut u = table();
         u.install(&map(&[(0, 16383, 9999)], &[]), "x", false, None);
         assert_eq!(u.owner(0), None);
+    }
+
+    #[test]
+    fn a_master_whose_slots_came_back_after_moving_away_is_not_promoted() {
+        let mut t = table();
+        let now = Instant::now();
+        t.install(
+            &map(&[(0, 8191, 7000), (8192, 16383, 7001)], &[7002]),
+            "x",
+            false,
+            None,
+        );
+        for slot in 0..=8191 {
+            assert_eq!(t.moved(slot, 11, now), Takeover::Master);
+        }
+        assert!(
+            t.is_master(10),
+            "a master that lost its slots keeps its flag"
+        );
+        let back = map(&[(0, 8191, 7000), (8192, 16383, 7001)], &[7002]);
+        assert_eq!(t.preview(&back, "x", false), Vec::<usize>::new());
+        assert!(
+            t.install(&back, "x", false, Some(now)).is_empty(),
+            "slots coming back to a known master quarantine nobody"
+        );
+        assert_eq!(t.owner(0), Some(10));
     }
 
     #[test]
