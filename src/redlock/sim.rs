@@ -474,7 +474,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let kind = waits.kind();
         let line = kind.line(waits.name()).key;
         QueueEntry(Entry::new(
-            self.core.tokens.random_u64().unwrap_or(0),
+            (0, self.core.tokens.random_u64().unwrap_or(0)),
             ticket,
             self.core.config.round_timeout,
             (&line, matches!(kind, Kind::Plain)),

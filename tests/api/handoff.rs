@@ -641,40 +641,106 @@ fn a_semaphore_waiter_behind_another_is_woken_by_its_turn() {
     }
     let mut worst = Duration::ZERO;
     for round in 0..5 {
-        let name = format!("turns{round}");
-        let held = (ms[0].request(&name).permits(1))
-            .ttl(Duration::from_secs(5))
-            .acquire()
-            .expect("the holder");
-        let released = thread::scope(|s| {
-            let first = s.spawn(|| {
-                let l = waiting(ms[1].request(&name).permits(1))
-                    .acquire()
-                    .expect("first");
-                // Holds briefly: the second waiter's turn came with this grant.
-                thread::sleep(Duration::from_millis(60));
-                let at = Instant::now();
-                ms[1].unlock(l).expect("unlock");
-                at
-            });
-            thread::sleep(Duration::from_millis(100));
-            let second = s.spawn(|| {
-                let l = waiting(ms[2].request(&name).permits(1))
-                    .acquire()
-                    .expect("second");
-                let at = Instant::now();
-                ms[2].unlock(l).expect("unlock");
-                at
-            });
-            thread::sleep(Duration::from_millis(300));
-            ms[0].unlock(held).expect("unlock");
-            let freed = first.join().expect("first");
-            let got = second.join().expect("second");
-            got.saturating_duration_since(freed)
-        });
+        let released = second_in_line(&ms, &format!("turns{round}"), true);
         println!("round {round}: the second waiter granted {released:?} after the first released");
         worst = worst.max(released);
     }
+    assert!(worst < Duration::from_millis(150), "woken late: {worst:?}");
+}
+
+/// Manager 0 holds `name` (a plain lock, or one of a semaphore's permits when `permits`); manager 1 waits, then
+/// manager 2 behind it; 0 releases, 1 holds briefly and releases. Returns how long after 1's release 2 had it.
+fn second_in_line(ms: &[LockManager], name: &str, permits: bool) -> Duration {
+    fn ask<'a>(m: &'a LockManager, name: &str, permits: bool) -> muxlock::Request<'a> {
+        match permits {
+            true => m.request(name).permits(1),
+            false => m.request(name),
+        }
+    }
+    let held = ask(&ms[0], name, permits)
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .expect("the holder");
+    thread::scope(|s| {
+        let first = s.spawn(|| {
+            let l = waiting(ask(&ms[1], name, permits))
+                .acquire()
+                .expect("first");
+            // Holds briefly: the second waiter's turn comes with this release.
+            thread::sleep(Duration::from_millis(60));
+            let at = Instant::now();
+            ms[1].unlock(l).expect("unlock");
+            at
+        });
+        thread::sleep(Duration::from_millis(100));
+        let second = s.spawn(|| {
+            let l = waiting(ask(&ms[2], name, permits))
+                .acquire()
+                .expect("second");
+            let at = Instant::now();
+            ms[2].unlock(l).expect("unlock");
+            at
+        });
+        thread::sleep(Duration::from_millis(300));
+        ms[0].unlock(held).expect("unlock");
+        let freed = first.join().expect("first");
+        let got = second.join().expect("second");
+        got.saturating_duration_since(freed)
+    })
+}
+
+/// A waiter behind another in the nodes' queue is woken by its turn listener's push (`guard/turns.rs`): once the
+/// managers' listeners are up, no waiter reads its turn key to arm it (`MONITOR` on a node sees no `GET` of one),
+/// and the second waiter still has the lock at once after the first releases it (a listener that pushed nothing
+/// would leave it asleep until its entry's refresh: a second here, a quarter of the entry lease of four round
+/// timeouts).
+#[test]
+fn a_waiter_behind_another_hears_its_turn_without_reading_its_turn_key() {
+    let cluster = Cluster::start(3);
+    let config = config().with_round_timeout(Duration::from_secs(1));
+    let ms: Vec<LockManager> = (0..3)
+        .map(|_| locks::manager(cluster.urls(), config.clone()))
+        .collect();
+    let line = |name: &str| second_in_line(&ms, name, false);
+    // Each waiting manager's first refusal arms its turn key by reading it, and starts its listener.
+    line("warm");
+    let addr = cluster.addrs()[0];
+    let mut monitor = std::net::TcpStream::connect(addr).expect("monitor");
+    monitor
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .expect("timeout");
+    std::io::Write::write_all(&mut monitor, &cmd(&["MONITOR"])).expect("MONITOR");
+    let done = AtomicBool::new(false);
+    let (worst, seen) = thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut seen = Vec::new();
+            let until = Instant::now() + Duration::from_secs(30);
+            while !done.load(Ordering::Acquire) && Instant::now() < until {
+                let mut buf = [0u8; 16384];
+                if let Ok(n) = std::io::Read::read(&mut monitor, &mut buf) {
+                    seen.extend_from_slice(&buf[..n]);
+                }
+            }
+            String::from_utf8_lossy(&seen).into_owned()
+        });
+        let mut worst = Duration::ZERO;
+        for round in 0..5 {
+            let after = line(&format!("turns{round}"));
+            println!("round {round}: the second waiter granted {after:?} after the first released");
+            worst = worst.max(after);
+        }
+        done.store(true, Ordering::Release);
+        (worst, reader.join().expect("monitor"))
+    });
+    let turns = seen
+        .lines()
+        .filter(|l| l.contains("] \"GET\" \"muxlock:turn:"));
+    let reads: Vec<&str> = turns.collect();
+    assert!(
+        seen.contains("muxlock:queue:turns4"),
+        "MONITOR saw the rounds"
+    );
+    assert!(reads.is_empty(), "turn keys read: {reads:?}");
     assert!(worst < Duration::from_millis(150), "woken late: {worst:?}");
 }
 

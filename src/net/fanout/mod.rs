@@ -499,6 +499,19 @@ impl Fanout {
         pushes
     }
 
+    /// Dials every connection that is down and whose backoff has passed, as a request would (a failure is
+    /// remembered by the connection, as at build). For connections that only listen for pushes: nothing else
+    /// dials them again after a drop.
+    pub fn redial(&self) {
+        let mut wake = Vec::new();
+        let mut inner = lock(&self.shared.inner);
+        inner.m.dial_all(Instant::now(), &mut wake);
+        drop(inner);
+        unpark_all(&mut wake);
+        // A driver parked in its poll learns of the new sockets at its next turn.
+        let _ = self.shared.waker.wake();
+    }
+
     /// Makes a thread waiting in [`recv_pushes`](Fanout::recv_pushes) (or its next call) return at once, and the
     /// current poll, if any, return early. For a listener that has other work to look at.
     pub fn interrupt(&self) {

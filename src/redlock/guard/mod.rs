@@ -29,6 +29,7 @@
 //! be confirmed before a short lease's deadline: a guard lost with every node answering
 //! (`simulation::a_guard_renews_from_the_lease_it_holds_not_the_ttl_asked_directed`).
 
+pub(crate) mod turns;
 pub(crate) mod watchdog;
 
 use std::future::{Future, poll_fn};
@@ -57,6 +58,7 @@ use crate::redlock::stats::Activity;
 use crate::redlock::token;
 use crate::redlock::waiters::WaitRoom;
 use crate::sync::lock;
+use turns::Turns;
 
 /// What a manager's handles and its guards share: the engine, the watchdog that renews the guards (its thread
 /// holds only a `Weak` on this), this process' waiters, and what guards and waiters did. The last handle or
@@ -66,12 +68,15 @@ pub(crate) struct Keeper {
     pub(crate) engine: Engine,
     pub(crate) watchdog: Arc<Watchdog>,
     pub(crate) waits: WaitRoom,
+    /// The turn listener of this manager's waiters in the nodes' queues (`turns.rs`).
+    pub(crate) turns: Turns,
     pub(crate) activity: Activity,
 }
 
 impl Drop for Keeper {
     fn drop(&mut self) {
         self.watchdog.stop();
+        self.turns.stop();
         // Task guards dropped last (a service's end): their queued releases run here, or nobody would run them. All
         // of them at once, bounded by one release round (a plain lock's is patient: up to 40 round timeouts while
         // nodes answer slowly).

@@ -51,7 +51,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 
 use crate::net::{Fanout, NodeError, Options};
 use crate::redlock::engine::Engine;
@@ -67,7 +67,7 @@ use crate::time::later;
 /// Guards due within this much of a tick are renewed in it, together with the ones already due.
 const SLACK: Duration = Duration::from_millis(20);
 /// How long the thread waits when nothing is scheduled (it is also woken by [`Watchdog::poke`]).
-const IDLE: Duration = Duration::from_secs(1);
+pub(crate) const IDLE: Duration = Duration::from_secs(1);
 /// Most requests of one kind in one round: well under a node's default bound of 16,384 requests in flight.
 pub(crate) const CHUNK: usize = 256;
 
@@ -98,6 +98,51 @@ pub(crate) struct Watchdog {
     /// Set once every node refused tracking (RESP2-only servers): waiters then read TTLs on the manager's own
     /// connections, and nobody tries the tracker again.
     untracked: AtomicBool,
+}
+
+/// Connections to every node that keep the RESP3 pushes of client-side tracking, set up with `tracking` (a
+/// `CLIENT TRACKING ON ...` command): the nodes' own URLs (so `rediss://` nodes are reached over TLS, with the
+/// same logins) and the manager's TLS settings, since a listener must reach whatever the lock connections reach.
+/// `None` if the OS refuses an event poll for them.
+pub(crate) fn listener(core: &Engine, tracking: Bytes) -> Option<Arc<Fanout>> {
+    let opts = Options::default()
+        .with_connect_timeout(core.config.connect_timeout)
+        .with_hung_timeout(core.config.hung_timeout)
+        .with_tls(core.fanout.options().tls().clone())
+        .with_pushes(true)
+        .with_setup(vec![tracking]);
+    let addrs = core
+        .fanout
+        .addrs()
+        .iter()
+        .map(|a| a.clone().with_resp3(true))
+        .collect();
+    Fanout::new(addrs, opts).ok().map(Arc::new)
+}
+
+/// The keys that tracking `pushes` say changed; `None` when anything may have (a node flushed its keys or its
+/// tracking table was full, or `dropped`: pushes were lost).
+pub(crate) fn invalidated(pushes: &[(usize, Value)], dropped: bool) -> Option<Vec<Vec<u8>>> {
+    let mut keys = Vec::new();
+    let mut all = dropped;
+    for (_, push) in pushes {
+        let Value::Push(items) = push else {
+            continue;
+        };
+        match items.first() {
+            Some(Value::BulkString(kind)) if &kind[..] == b"invalidate" => {}
+            _ => continue,
+        }
+        match items.get(1) {
+            Some(Value::Array(names)) => keys.extend(names.iter().filter_map(|n| match n {
+                Value::BulkString(b) => Some(b.to_vec()),
+                _ => None,
+            })),
+            // A null: the node flushed its keys (FLUSHALL) or its tracking table was full.
+            _ => all = true,
+        }
+    }
+    (!all).then_some(keys)
 }
 
 impl Watchdog {
@@ -190,21 +235,7 @@ impl Watchdog {
         let tracker = self.tracker.get_or_init(|| {
             let mut tracking = BytesMut::new();
             encode_command(&[b"CLIENT", b"TRACKING", b"ON"], &mut tracking);
-            // The nodes' own URLs (so `rediss://` nodes are reached over TLS, with the same logins) and the
-            // manager's TLS settings: a tracker must be able to reach whatever the lock connections reach.
-            let opts = Options::default()
-                .with_connect_timeout(core.config.connect_timeout)
-                .with_hung_timeout(core.config.hung_timeout)
-                .with_tls(core.fanout.options().tls().clone())
-                .with_pushes(true)
-                .with_setup(vec![tracking.freeze()]);
-            let addrs = core
-                .fanout
-                .addrs()
-                .iter()
-                .map(|a| a.clone().with_resp3(true))
-                .collect();
-            Fanout::new(addrs, opts).ok().map(Arc::new)
+            listener(core, tracking.freeze())
         });
         tracker.as_deref()
     }
@@ -299,33 +330,14 @@ impl Watchdog {
 
     /// Invalidation pushes: a guard's key goes on the check list, and the key's waiters are woken at once.
     fn on_pushes(&self, keeper: &Keeper, pushes: &[(usize, Value)], dropped: bool) {
-        let mut all = dropped;
-        let mut keys = Vec::new();
-        for (_, push) in pushes {
-            let Value::Push(items) = push else {
-                continue;
-            };
-            match items.first() {
-                Some(Value::BulkString(kind)) if &kind[..] == b"invalidate" => {}
-                _ => continue,
-            }
-            match items.get(1) {
-                Some(Value::Array(names)) => keys.extend(names.iter().filter_map(|n| match n {
-                    Value::BulkString(b) => Some(b.to_vec()),
-                    _ => None,
-                })),
-                // A null: the node flushed its keys (FLUSHALL) or its tracking table was full.
-                _ => all = true,
-            }
-        }
-        if all {
+        let Some(keys) = invalidated(pushes, dropped) else {
             let mut s = lock(&self.state);
             let every: Vec<Vec<u8>> = s.by_resource.keys().cloned().collect();
             s.check.extend(every);
             drop(s);
             keeper.waits.notify_all();
             return;
-        }
+        };
         let mut s = lock(&self.state);
         for key in &keys {
             if s.by_resource.contains_key(key) {

@@ -18,10 +18,10 @@ use crate::redlock::lua;
 use crate::redlock::quorum::Failure;
 use crate::resp::{Decimal, Value};
 
-/// The start of every turn key: `muxlock:turn:<16 hex digits of the waiter's id>:<line>`.
+/// The start of every turn key: `muxlock:turn:<24 hex digits of the waiter's id>:<line>`.
 pub(crate) const TURN_PREFIX: &[u8] = b"muxlock:turn:";
-/// The length of a waiter's id (hex digits).
-const ID_LEN: usize = 16;
+/// The length of a waiter's id (hex digits): its manager's prefix (8), then its own (16).
+const ID_LEN: usize = 24;
 
 /// The waiting line a turn key is about (a plain lock's resource, a kind's `Line::key`), if `key` is one.
 pub(crate) fn line_of_turn(key: &[u8]) -> Option<&[u8]> {
@@ -59,16 +59,17 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    /// A new entry in the queue of the line `line`: id `random` (16 hex digits), ticket `micros` (when the waiter
-    /// began to wait, on the wall clock: the same on every node's copy of the queue, whatever order the joins reach
-    /// the nodes in). `hands_on`: the line is a plain lock's resource (see [`Entry::hands_on`]).
+    /// A new entry in the queue of the line `line`: id `prefix` (8 hex digits: the manager's, whose turn listener
+    /// hears every turn key starting with it, `guard/turns.rs`) then `random` (16), ticket `micros` (when the
+    /// waiter began to wait, on the wall clock: the same on every node's copy of the queue, whatever order the
+    /// joins reach the nodes in). `hands_on`: the line is a plain lock's resource (see [`Entry::hands_on`]).
     pub(crate) fn new(
-        random: u64,
+        (prefix, random): (u32, u64),
         micros: u128,
         round_timeout: Duration,
         (line, hands_on): (&[u8], bool),
     ) -> Entry {
-        let id = format!("{random:016x}").into_bytes();
+        let id = format!("{prefix:08x}{random:016x}").into_bytes();
         let lease = entry_lease(round_timeout);
         let decimal = |v: u128| {
             Decimal::new(i64::try_from(v).unwrap_or(i64::MAX))
@@ -321,7 +322,7 @@ mod tests {
     #[test]
     fn a_refused_semaphore_offer_whose_rank_carries_an_attribute_is_no_grant() {
         let entry = Entry::new(
-            1,
+            (0, 1),
             1,
             Duration::from_millis(200),
             (b"\0semaphore\0pool", false),
@@ -341,7 +342,7 @@ mod tests {
 
     #[test]
     fn a_gate_s_reply_gives_the_kind_s_reply_and_notes_the_waiter_s_place() {
-        let entry = Entry::new(7, 1, Duration::from_millis(50), (b"jobs", true));
+        let entry = Entry::new((0, 7), 1, Duration::from_millis(50), (b"jobs", true));
         let mut gate = Gate::new(&entry, 4);
         let arr = |v: Vec<Value>| Ok(Value::Array(v));
         // Granted (the kind's reply, not queued there).
@@ -398,15 +399,19 @@ mod tests {
 
     #[test]
     fn a_turn_key_names_its_resource() {
-        assert_eq!(
-            line_of_turn(b"muxlock:turn:0123456789abcdef:jobs:42"),
-            Some(&b"jobs:42"[..])
+        let entry = Entry::new(
+            (0xabcd_0123, 7),
+            1,
+            Duration::from_millis(50),
+            (b"jobs:42", true),
         );
+        assert_eq!(entry.turn, b"muxlock:turn:abcd01230000000000000007:jobs:42");
+        assert_eq!(line_of_turn(&entry.turn), Some(&b"jobs:42"[..]));
         assert_eq!(
-            line_of_turn(b"muxlock:turn:0123456789abcdef:"),
+            line_of_turn(b"muxlock:turn:abcd01230123456789abcdef:"),
             Some(&b""[..])
         );
-        assert_eq!(line_of_turn(b"muxlock:turn:0123:jobs"), None);
+        assert_eq!(line_of_turn(b"muxlock:turn:0123456789abcdef:jobs"), None);
         assert_eq!(line_of_turn(b"jobs"), None);
         assert_eq!(
             entry_lease(Duration::from_millis(50)),

@@ -19,6 +19,7 @@ use crate::redlock::engine::seam::{SystemClock, block};
 use crate::redlock::engine::{Engine, restart};
 use crate::redlock::error::{Error, Result};
 use crate::redlock::guard::Keeper;
+use crate::redlock::guard::turns::Turns;
 use crate::redlock::inspect::Inspection;
 use crate::redlock::kind::{self, Lock};
 use crate::redlock::observe;
@@ -195,6 +196,10 @@ impl Builder {
             // The nodes' queue keys are not colocated with the resource's slot: waits line up in this process.
             waits.set_unqueued();
         }
+        let tokens = Tokens::new();
+        // The manager's part of its waiters' ids (`guard/turns.rs`): another manager with the same one only costs
+        // this one stray wake-ups.
+        let turns = Turns::new(tokens.random_u64().map_or(0, |r| (r >> 32) as u32));
         Ok(LockManager {
             keeper: Arc::new(Keeper {
                 engine: Engine {
@@ -202,12 +207,13 @@ impl Builder {
                     fanout,
                     clock: SystemClock,
                     config: self.config,
-                    tokens: Tokens::new(),
+                    tokens,
                     restart,
                     fold: Default::default(),
                 },
                 watchdog: Arc::default(),
                 waits,
+                turns,
                 activity: Activity::default(),
             }),
         })

@@ -27,10 +27,12 @@
 //! stalls).
 //!
 //! The head of the queue waits on the lock key (it reads it on the tracker connections, as before: a release,
-//! overwrite or expiry wakes it); every other waiter reads only its own turn key on the tracker, so a release
+//! overwrite or expiry wakes it); every other waiter waits for its own turn key, which its manager's turn
+//! listener hears change without reading it (`guard/turns.rs`: broadcast tracking of the manager's turn keys;
+//! a waiter reads its key on the tracker only while the listener is not up on a quorum of nodes), so a release
 //! wakes one process, and a grant wakes one more (the new head, which then watches the lock key). A release
-//! costs the head's one round, and a grant one leave (not awaited) and the new head's two (its refused attempt, its
-//! `PTTL` on the tracker); nobody else sends anything.
+//! costs the head's one round, and a grant one leave (not awaited) and the new head's two (its refused attempt,
+//! its `PTTL` on the tracker); nobody else sends anything.
 //!
 //! **Why the order is the same on every node.** The ticket is chosen by the client, not by the node, and the
 //! sorted set orders by (ticket, id): a node that saw the joins in another order, or late (a paused node runs the
@@ -163,12 +165,16 @@ fn refuses_the_queue(report: &Report, quorum: usize) -> bool {
 
 /// A new entry in the queue of `line`: a random id, and a ticket from the wall clock now. `hands_on`: the line is
 /// a plain lock's resource.
-fn new_entry(engine: &Engine, (line, hands_on): (&[u8], bool)) -> Entry {
+fn new_entry(keeper: &Keeper, (line, hands_on): (&[u8], bool)) -> Entry {
+    let engine = &keeper.engine;
     let micros = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros());
     Entry::new(
-        engine.tokens.random_u64().unwrap_or(0),
+        (
+            keeper.turns.prefix(),
+            engine.tokens.random_u64().unwrap_or(0),
+        ),
         micros,
         engine.config.round_timeout,
         (line, hands_on),
@@ -245,7 +251,10 @@ pub(super) async fn queued_wait(
         // The process's head takes a place in the nodes' queue when it first comes to the front here.
         let entry = queued
             .entry
-            .get_or_insert_with(|| new_entry(engine, (key, matches!(ask.kind, Kind::Plain))));
+            .get_or_insert_with(|| new_entry(keeper, (key, matches!(ask.kind, Kind::Plain))));
+        // Before the attempt goes: the nodes whose turn listener will push any change of the turn key after the
+        // node runs it (`guard/turns.rs`).
+        let armed = keeper.turns.armed();
         queued.attempting = true;
         let attempt = queued::attempt(engine, ask, (entry, queued.joined), intent).await;
         queued.attempting = false;
@@ -273,12 +282,22 @@ pub(super) async fn queued_wait(
             Failure::Held => {
                 // Tracking needs the watchdog to listen for the invalidations armed below.
                 keeper.watchdog.ensure_started(Arc::downgrade(keeper));
-                // A key handed on to this waiter bumps its turn key: the head of a plain lock's line reads it
-                // too (which tracks it), so that a hand-off that came between the refused attempt and the look
-                // at the line's keys is seen now, and a later one wakes it.
-                let handed = refusal.head
-                    && entry.hands_on()
-                    && arm_turn(keeper, entry, &refusal.turns).await.0;
+                // A quorum of nodes pushes every change of the turn key since before the attempt: a change
+                // after the refusal moves the line's generation, read before the attempt, and the sleep below
+                // ends at once. Otherwise the waiter arms the key by reading it (and starts the listener for its
+                // next attempts).
+                let listened = keeper.turns.tracked(&armed);
+                if listened < quorum {
+                    keeper.turns.start(keeper);
+                }
+                let arm = async || match listened >= quorum {
+                    true => (false, listened),
+                    false => arm_turn(keeper, entry, &refusal.turns).await,
+                };
+                // A key handed on to this waiter bumps its turn key: the head of a plain lock's line watches it
+                // too, so that a hand-off that came between the refused attempt and the look at the line's keys
+                // is seen now, and a later one wakes it.
+                let handed = refusal.head && entry.hands_on() && arm().await.0;
                 if handed {
                     now
                 } else if refusal.head {
@@ -299,7 +318,7 @@ pub(super) async fn queued_wait(
                     }
                 } else {
                     // Another waiter's turn: wait for ours (or refresh the entry).
-                    let (changed, tracked) = arm_turn(keeper, entry, &refusal.turns).await;
+                    let (changed, tracked) = arm().await;
                     if changed && free_streak < FREE_STREAK {
                         free_streak += 1;
                         now
@@ -330,7 +349,8 @@ pub(super) async fn queued_wait(
     }
 }
 
-/// Reads the waiter's turn key on the tracker connections, which arms tracking of it: the waiter ahead that
+/// Reads the waiter's turn key on the tracker connections (where the turn listener does not cover a quorum of
+/// nodes), which arms tracking of it: the waiter ahead that
 /// takes the lock (or a node dropping a dead head) bumps it, and the push wakes this waiter. Returns whether
 /// some node's value already differs from what the attempt saw (the turn came meanwhile), and on how many
 /// nodes the key is now tracked.

@@ -1,0 +1,174 @@
+//! The turn listener: how a waiter in the nodes' queue (`wait/handoff.rs`) hears that its turn came without asking.
+//!
+//! A waiter that is not the head of a queue waits for its turn key (`muxlock:turn:<id>:<line>`) to change: the
+//! waiter ahead bumps it as it takes the lock or leaves, a release bumps it as it hands the key on, a node bumps
+//! it as it drops a dead head. Read on the tracker connections (`watchdog.rs`), the key is tracked until its next
+//! change only: each wait paid one read per node to arm it again, a request to every node per grant.
+//!
+//! Every waiter id of one manager starts with the manager's **prefix** (8 random hex digits, then 16 random ones
+//! per entry), so all its turn keys start with `muxlock:turn:<prefix>`. The listener keeps one more connection to
+//! each node, with `CLIENT TRACKING ON BCAST PREFIX muxlock:turn:<prefix>`: the node pushes an invalidation for
+//! every change of any of those keys, with no read to arm it and for as long as the connection lives. A thread
+//! of its own takes the pushes and wakes the line each key is about ([`WaitRoom::notify`]).
+//!
+//! # When a waiter may rely on it
+//!
+//! A node's push reaches the listener for every change made after the node ran the listener's set-up, until its
+//! connection drops. So a waiter notes, before it sends an attempt, which nodes' listener connections have
+//! completed their set-up, and in which session ([`Turns::armed`]); after a refusal, each node whose connection
+//! is still in that session ([`Turns::tracked`]) ran the set-up before the attempt, and any change of the turn
+//! key after the attempt is pushed. The waiter read its line's generation before the attempt, and sleeps only
+//! while it is unchanged (`waiters.rs`), so a push taken at any moment after that read wakes it. A waiter with
+//! fewer such nodes than a quorum arms its key by reading it on the tracker, as before (the first refusal of a
+//! manager's first wait, a reconnect); a connection that drops wakes every line (a push may have been lost with
+//! it). A stray push (another manager with the same prefix, a turn key's expiry) costs one early attempt.
+//!
+//! Only wake-ups depend on it: what a waiter holds is decided by its attempts' quorums, as without it.
+//!
+//! # Threads
+//!
+//! The listener's thread holds a weak reference to the manager's [`Keeper`] and the connections; it ends when
+//! the manager is gone or [`Turns::stop`] is called (from the keeper's `Drop`, which interrupts its wait).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::thread;
+use std::time::Instant;
+
+use bytes::BytesMut;
+
+use super::Keeper;
+use super::watchdog::{IDLE, invalidated, listener};
+use crate::net::Fanout;
+use crate::redlock::kind::queued::TURN_PREFIX;
+use crate::resp::encode_command;
+use crate::time::later;
+
+/// The turn listener of one manager (its connections and thread start with the first refusal of a queued wait).
+#[derive(Debug)]
+pub(crate) struct Turns {
+    prefix: u32,
+    /// The listener's connections, once made (`None`: not to be had: the OS refused an event poll, or the
+    /// manager's members are clusters, which have no tracker).
+    fanout: OnceLock<Option<Arc<Fanout>>>,
+    stop: AtomicBool,
+}
+
+/// Per node, the listener session a waiter's attempt was sent in, if that connection had completed its set-up.
+pub(crate) type Armed = Vec<Option<u64>>;
+
+impl Turns {
+    /// A listener for a manager whose waiter ids start with `prefix`.
+    pub(crate) fn new(prefix: u32) -> Turns {
+        Turns {
+            prefix,
+            fanout: OnceLock::new(),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// The manager's part of every waiter id it makes.
+    pub(crate) fn prefix(&self) -> u32 {
+        self.prefix
+    }
+
+    /// Makes the connections and starts the thread, once; later calls do nothing.
+    pub(crate) fn start(&self, keeper: &Arc<Keeper>) {
+        let engine = &keeper.engine;
+        if engine.fanout.is_routed() {
+            return;
+        }
+        let mut started = false;
+        let fanout = self.fanout.get_or_init(|| {
+            started = true;
+            let mut tracking = BytesMut::new();
+            let prefix = [TURN_PREFIX, format!("{:08x}", self.prefix).as_bytes()].concat();
+            encode_command(
+                &[b"CLIENT", b"TRACKING", b"ON", b"BCAST", b"PREFIX", &prefix],
+                &mut tracking,
+            );
+            listener(engine, tracking.freeze())
+        });
+        if let (true, Some(fanout)) = (started, fanout) {
+            let (fanout, weak) = (Arc::clone(fanout), Arc::downgrade(keeper));
+            let spawned = thread::Builder::new()
+                .name("muxlock-turns".into())
+                .spawn(move || listen(&fanout, &weak));
+            // No thread: no pushes are taken; `tracked` then finds no session moving on and waiters would
+            // sleep to their refresh, so the connections are given up and waiters arm by reading.
+            if spawned.is_err() {
+                self.stop.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// Per node, the session of the listener's connection if it has completed its set-up now: noted before an
+    /// attempt is sent.
+    pub(crate) fn armed(&self) -> Armed {
+        match self.fanout() {
+            Some(f) => (0..f.len())
+                .map(|i| {
+                    let sessions = f.sessions(i);
+                    (f.is_up(i) && f.next_session(i) == sessions).then_some(sessions)
+                })
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// How many nodes have pushed, and still push, every change of this manager's turn keys since `armed` was
+    /// noted: their listener connection was set up then and is the same one now.
+    pub(crate) fn tracked(&self, armed: &Armed) -> usize {
+        let Some(f) = self.fanout() else {
+            return 0;
+        };
+        armed
+            .iter()
+            .enumerate()
+            .filter(|&(i, s)| s.is_some_and(|s| f.is_up(i) && f.sessions(i) == s))
+            .count()
+    }
+
+    /// Ends the thread (the manager is going away).
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(Some(f)) = self.fanout.get() {
+            f.interrupt();
+        }
+    }
+
+    fn fanout(&self) -> Option<&Fanout> {
+        match self.stop.load(Ordering::Acquire) {
+            true => None,
+            false => self.fanout.get().and_then(Option::as_deref),
+        }
+    }
+}
+
+/// The listener's thread: takes the pushes and wakes the lines of the keys they name; wakes every line when a
+/// connection was made anew (what changed while it was down was not pushed).
+fn listen(fanout: &Fanout, weak: &Weak<Keeper>) {
+    let mut sessions: Vec<u64> = (0..fanout.len()).map(|i| fanout.sessions(i)).collect();
+    loop {
+        let got = fanout.recv_pushes(later(Instant::now(), IDLE));
+        let Some(keeper) = weak.upgrade() else {
+            return;
+        };
+        if keeper.turns.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let now: Vec<u64> = (0..fanout.len()).map(|i| fanout.sessions(i)).collect();
+        match invalidated(&got.pushes, got.dropped) {
+            Some(keys) if now == sessions => {
+                for key in &keys {
+                    keeper.waits.notify(key);
+                }
+            }
+            _ => keeper.waits.notify_all(),
+        }
+        sessions = now;
+        if (0..fanout.len()).any(|i| !fanout.is_up(i)) {
+            fanout.redial();
+        }
+    }
+}
