@@ -432,7 +432,10 @@ fn writer(conn: &Conn, shared: &Shared, dir: usize) -> io::Result<()> {
         send(conn, shared, dir, &chunk[off..end])?;
         off = end;
         if let Fault::Trickle(pause) = fault {
-            next_byte = Instant::now() + pause;
+            // On a schedule from the chunk's arrival (or the byte before), not from this write: a write the
+            // scheduler ran late is followed at once by the bytes due meanwhile, so a loaded machine delays a
+            // trickled reply by its one late wake-up, not by one per byte.
+            next_byte = next_byte.max(arrived) + pause;
         }
         if cut {
             conn.abort();
