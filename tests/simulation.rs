@@ -493,6 +493,8 @@ fn seeds_keep_every_property() {
             total.releases_judged >= seeds.len() as u64 && total.kept_after_release > 0,
             "{total:?}"
         );
+        // Reports' outcomes were held against what their nodes did: grants, refusals and nodes never asked.
+        assert!(total.truths.iter().all(|&k| k > 0), "{total:?}");
         // Nodes with little room refused ordinary rounds' requests while earlier ones were on the wire.
         assert!(total.overloaded > 0, "{total:?}");
         // Batch acquisitions granted locks, batch releases confirmed some, and plain locks were extended.

@@ -65,6 +65,7 @@ pub mod restored;
 pub mod rwlock;
 pub mod seeds;
 pub mod semaphore;
+pub mod truth;
 pub mod waiter_leftovers;
 pub mod wire;
 pub mod workload;
@@ -451,6 +452,9 @@ pub struct Struck {
     pub calls: u64,
     pub retried: u64,
     pub judged_calm: u64,
+    /// Outcomes of calls' reports held against what their node did (`truth.rs`): granted (or quarantined),
+    /// refused (taken, not held), and not sent.
+    pub truths: [u64; 3],
     /// Requests of ordinary rounds refused for room (`Overloaded`).
     pub overloaded: u64,
     pub restarts: u64,
@@ -594,6 +598,9 @@ impl Struck {
         self.calls += s.calls;
         self.retried += s.retried;
         self.judged_calm += s.judged_calm;
+        for (sum, k) in self.truths.iter_mut().zip(s.truths) {
+            *sum += k;
+        }
         for (sum, k) in self.noperm.iter_mut().zip(s.noperm) {
             *sum += k;
         }
