@@ -987,6 +987,22 @@ fn a_renewal_round_waits_for_each_renewals_own_verdict_directed() {
     assert_eq!(r.renewed, [true, true], "{r:?}");
 }
 
+/// The control of the rule that every outcome a call reports for a node is what that node did (`sim/truth.rs`):
+/// a failed extension's report passes as it came, and is caught filed under another lock and with two nodes'
+/// outcomes swapped.
+#[test]
+fn a_misfiled_report_is_caught_directed() {
+    let c = sim::truth::a_misfiled_report_is_caught();
+    let report = c.report.as_deref().unwrap_or_default();
+    assert!(
+        report.contains("granted") && report.contains("not held"),
+        "{c:?}"
+    );
+    assert_eq!(c.as_it_came, None, "{c:?}");
+    assert!(c.under_another_lock.is_some(), "{c:?}");
+    assert!(c.swapped.is_some(), "{c:?}");
+}
+
 /// A node whose ACL refuses its native `DELIFEQ`, answering after the others (`sim/refused_natives.rs`): the
 /// failed key of a batch, released there unawaited, and a release decided before the node's refusal came, both
 /// leave nothing on it (the script went beside the unread native release, and after the refused one).

@@ -2,6 +2,10 @@
 //! record of what each command carrying a lock value did there (`did.rs`) and the commands the call handed to
 //! its fanout ([`World::offered`]). The rule is stated in `calls.rs`' module doc; this is its arithmetic.
 
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
 use bytes::Bytes;
 use muxlock::redlock::{Outcome, Report};
 
@@ -89,4 +93,70 @@ pub fn misreported(
         *sum += k;
     }
     wrong_one
+}
+
+/// What [`a_misfiled_report_is_caught`] saw: the report of a failed extension, and the judge's verdict on it
+/// as it came, filed under another lock, and with two nodes' outcomes swapped.
+#[derive(Debug, Default)]
+pub struct Control {
+    pub report: Option<String>,
+    pub as_it_came: Option<String>,
+    pub under_another_lock: Option<String>,
+    pub swapped: Option<String>,
+}
+
+/// The rule's control, a directed history: one client takes `a` and `b` on three nodes; someone deletes `a` on
+/// nodes 1 and 2; the client extends `a`, which fails (`LockLost`: node 0 granted, nodes 1 and 2 not held). Its
+/// report is judged as it came (nothing wrong), as the report of `b` (whose value no node saw since the
+/// extension began: a renewal's outcome filed under another renewal), and with nodes 0 and 1 swapped (a batch's
+/// outcomes shifted by a node): the judge must find both misreports.
+pub fn a_misfiled_report_is_caught() -> Control {
+    let sim = super::directed_world(3, 1);
+    {
+        let mut w = sim.world();
+        for n in 0..3 {
+            w.fix_link(0, n, MS / 10);
+        }
+    }
+    let seen = Rc::new(RefCell::new(Control::default()));
+    super::run(&sim, |nodes, clock| {
+        let seen = Rc::clone(&seen);
+        async move {
+            let sim = Rc::clone(clock.sim());
+            let Some(engine) = super::warmed_engine(nodes, clock).await else {
+                return;
+            };
+            let ttl = Duration::from_millis(2_000);
+            let (Ok(Some(mut a)), Ok(Some(b))) = (
+                engine.try_lock(b"a", ttl).await,
+                engine.try_lock(b"b", ttl).await,
+            ) else {
+                return;
+            };
+            let since = {
+                let mut w = sim.world();
+                for n in [1, 2] {
+                    w.nodes[n].node.keys.remove(&b"a"[..]);
+                }
+                w.forget_offers(0);
+                w.now
+            };
+            let Err(e) = engine.extend(&mut a, ttl).await else {
+                return;
+            };
+            let Some(report) = e.report() else { return };
+            let mut w = sim.world();
+            let value = |l: &muxlock::Lock| vec![Bytes::copy_from_slice(l.value().as_bytes())];
+            let mut seen = seen.borrow_mut();
+            seen.report = Some(e.to_string());
+            seen.as_it_came = misreported(&mut w, 0, since, report, &value(&a));
+            seen.under_another_lock = misreported(&mut w, 0, since, report, &value(&b));
+            let (zero, one) = (w.nodes[0].node.did.clone(), w.nodes[1].node.did.clone());
+            (w.nodes[0].node.did, w.nodes[1].node.did) = (one, zero);
+            seen.swapped = misreported(&mut w, 0, since, report, &value(&a));
+        }
+    });
+    Rc::into_inner(seen)
+        .expect("the client is done")
+        .into_inner()
 }
