@@ -493,6 +493,8 @@ fn seeds_keep_every_property() {
             total.releases_judged >= seeds.len() as u64 && total.kept_after_release > 0,
             "{total:?}"
         );
+        // Reports' outcomes were held against what their nodes did: grants, refusals and nodes never asked.
+        assert!(total.truths.iter().all(|&k| k > 0), "{total:?}");
         // Nodes with little room refused ordinary rounds' requests while earlier ones were on the wire.
         assert!(total.overloaded > 0, "{total:?}");
         // Batch acquisitions granted locks, batch releases confirmed some, and plain locks were extended.
@@ -983,6 +985,22 @@ fn a_renewal_round_waits_for_each_renewals_own_verdict_directed() {
     let r = directed::renewals_decided_at_different_nodes();
     assert_eq!(r.violation, None);
     assert_eq!(r.renewed, [true, true], "{r:?}");
+}
+
+/// The control of the rule that every outcome a call reports for a node is what that node did (`sim/truth.rs`):
+/// a failed extension's report passes as it came, and is caught filed under another lock and with two nodes'
+/// outcomes swapped.
+#[test]
+fn a_misfiled_report_is_caught_directed() {
+    let c = sim::truth::a_misfiled_report_is_caught();
+    let report = c.report.as_deref().unwrap_or_default();
+    assert!(
+        report.contains("granted") && report.contains("not held"),
+        "{c:?}"
+    );
+    assert_eq!(c.as_it_came, None, "{c:?}");
+    assert!(c.under_another_lock.is_some(), "{c:?}");
+    assert!(c.swapped.is_some(), "{c:?}");
 }
 
 /// A node whose ACL refuses its native `DELIFEQ`, answering after the others (`sim/refused_natives.rs`): the

@@ -16,6 +16,27 @@
 //!   `Config::max_extensions` is checked against that count).
 //! - **A refusal's report names every member**: an error with a per-node report (`Held`, `Quorum`, `LockLost`)
 //!   from an acquisition (single, batch or set), an extension or a release has one outcome per member.
+//! - **Every outcome a report gives a node is what that node did**, as the node's record of each command carrying
+//!   a lock value says (`did.rs`: set, refused, extended, deleted, not found), held against the lock values the
+//!   report is about (the lock's, or those the call's commands carried for its keys: an acquisition draws one
+//!   per attempt) since the call began (`truth.rs`):
+//!   - `Granted` and `Quarantined` (a grant the restart guard did not count): the node set, extended or deleted
+//!     the value;
+//!   - `Taken`: the node refused to set it, another value holding the key; `NotHeld`: the node compared the key
+//!     with the value and found another or none;
+//!   - `NotSent`: the call handed its fanout no command carrying the value for that node (none can reach it
+//!     then, nor run there later: what a call's rounds send, clean-ups and detached releases too, they hand
+//!     the fanout while the call runs);
+//!   - `NotAwaited`, `Failed` and `ErrorReply`: nothing (the node may have run the command or not, before the
+//!     round ended or after; an error reply is the server's word, and a node's clock or restart can turn a
+//!     grant into `Failed`).
+//!
+//!   Judged: errors of `try_lock`, `lock`, `lock_many`, `try_lock_batch`, `extend`, `extend_value`, `unlock`,
+//!   `unlock_value`, `unlock_batch` and `release_guard`, and the report of each guard a renewal found lost.
+//!   Not judged against the record: a fenced acquisition's (its failure's report may be the token's
+//!   confirmation round, which carries no lock value), permits', readers' and writers' (a request's outcome
+//!   spans several keys), and any outcome on a node that ran a script whose reply does not say what it did for
+//!   the value (owned holds, waiting lines: `did.rs`). A [`Lock`] carries no report.
 //!
 //! In a calm world (`Setup::calm`: no fault of any kind, one client whose pauses are cut short, so that nothing
 //! it holds expires on it):
@@ -37,12 +58,14 @@ use std::cell::RefCell;
 use std::ops::Deref;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use muxlock::net::cluster::Members;
 use muxlock::redlock::sim::{Clock, Engine, QueueEntry, SimGuard, Waits};
+use muxlock::redlock::{Lost, Report};
 use muxlock::{Config, Error, Lock, Result};
 
 use super::node::{MS, Time};
-use super::{CALM_SLOW, Open, Sim, SimClock, SimNodes};
+use super::{CALM_SLOW, Open, Sim, SimClock, SimNodes, World, did, truth};
 
 /// The engine, every call of it judged ([`Checked`]'s verbs shadow the engine's; the rest go through `Deref`).
 pub struct Checked {
@@ -50,6 +73,35 @@ pub struct Checked {
     config: Config,
     /// Calm worlds: the keys and value of each release confirmed, and when, until [`Checked::gone`] looks.
     released: RefCell<Vec<Released>>,
+}
+
+/// Which lock values a call's report is about: the lock's own, or those the call carried for its keys (an
+/// acquisition draws its values as it goes, one per attempt), or for the key the report names (a batch's).
+enum Whose<'a> {
+    Value(&'a [u8]),
+    Keys(&'a [&'a [u8]]),
+    Named,
+}
+
+impl Whose<'_> {
+    fn values(&self, w: &World, me: usize, r: &Report) -> Vec<Bytes> {
+        let keys: Vec<&[u8]> = match self {
+            Whose::Value(v) => return vec![Bytes::copy_from_slice(v)],
+            Whose::Keys(keys) => keys.to_vec(),
+            Whose::Named => vec![r.resource()],
+        };
+        let mut values: Vec<Bytes> = Vec::new();
+        for o in w.offered(me) {
+            for k in &keys {
+                for v in did::values_for(&o.cmd, k) {
+                    if !values.contains(&v) {
+                        values.push(v);
+                    }
+                }
+            }
+        }
+        values
+    }
 }
 
 /// A release confirmed in a calm world: its keys, its value, and when.
@@ -90,6 +142,7 @@ impl Checked {
     fn begin(&self, what: &'static str, retry: bool) -> Call {
         self.gone();
         let mut w = self.sim().world();
+        w.forget_offers(self.me());
         let (at, paused) = (w.now, w.pauses(self.me()).len());
         let retries = match retry {
             true => self.config.retry_count() as usize,
@@ -201,21 +254,43 @@ impl Checked {
         }
     }
 
-    /// Judges the reports of `what`'s errors: each names every member once (one outcome per member).
-    fn reported<'a>(&self, what: &str, errors: impl IntoIterator<Item = &'a Error>) {
-        let members = self.members();
+    /// Judges the reports of `what`'s errors: each names every member once (one outcome per member), and every
+    /// outcome is what its node did with `whose` lock values since `call` began (`truth.rs`).
+    fn reported<'a>(
+        &self,
+        call: &Call,
+        what: &str,
+        whose: Whose<'_>,
+        errors: impl IntoIterator<Item = &'a Error>,
+    ) {
         for e in errors {
             let Some(r) = e.report() else { continue };
-            if r.nodes().len() != members {
-                let mut w = self.sim().world();
-                let line = format!(
-                    "c{}'s {what} at {} ms reported {} nodes' outcomes of {members} ({e})",
-                    self.me(),
-                    w.now / MS,
-                    r.nodes().len()
-                );
-                w.history.breaks(line);
+            self.judge_report(call, what, &whose, r, &e.to_string());
+        }
+    }
+
+    /// Judges one report of `what` (`shown`: what carried it, for the message), as [`Checked::reported`] does.
+    fn judge_report(&self, call: &Call, what: &str, whose: &Whose<'_>, r: &Report, shown: &str) {
+        let members = self.members();
+        let me = self.me();
+        let mut w = self.sim().world();
+        let broken = match r.nodes().len() != members {
+            true => Some(format!(
+                "reported {} nodes' outcomes of {members}",
+                r.nodes().len()
+            )),
+            false => {
+                let values = whose.values(&w, me, r);
+                truth::misreported(&mut w, me, call.at, r, &values)
             }
+        };
+        if let Some(why) = broken {
+            let line = format!(
+                "c{me}'s {what} at {} ms (ended at {} ms) {why} ({shown})",
+                call.at / MS,
+                w.now / MS
+            );
+            w.history.breaks(line);
         }
     }
 
@@ -239,7 +314,12 @@ impl Checked {
         let call = self.begin("try_lock", false);
         let free = self.free(&[resource]);
         let got = self.engine.try_lock(resource, ttl).await;
-        self.reported("try_lock", got.as_ref().err());
+        self.reported(
+            &call,
+            "try_lock",
+            Whose::Keys(&[resource]),
+            got.as_ref().err(),
+        );
         let must = free;
         let failed = (must && !matches!(got, Ok(Some(_)))).then(|| format!("refused: {got:?}"));
         self.end(call, must, failed);
@@ -250,7 +330,7 @@ impl Checked {
         let call = self.begin("lock", true);
         let free = self.free(&[resource]);
         let got = self.engine.lock(resource, ttl).await;
-        self.reported("lock", got.as_ref().err());
+        self.reported(&call, "lock", Whose::Keys(&[resource]), got.as_ref().err());
         let must = free;
         let failed = (must && got.is_err()).then(|| format!("refused: {got:?}"));
         self.end(call, must, failed);
@@ -281,7 +361,12 @@ impl Checked {
         let call = self.begin("lock_many", retry);
         let free = self.free(resources);
         let got = self.engine.lock_many(resources, ttl, retry).await;
-        self.reported("lock_many", got.as_ref().err());
+        self.reported(
+            &call,
+            "lock_many",
+            Whose::Keys(resources),
+            got.as_ref().err(),
+        );
         let must = free;
         let failed = (must && !matches!(got, Ok(Some(_)))).then(|| format!("refused: {got:?}"));
         self.end(call, must, failed);
@@ -296,10 +381,8 @@ impl Checked {
         let call = self.begin("try_lock_batch", false);
         let free = self.free(resources);
         let got = self.engine.try_lock_batch(resources, ttl).await;
-        self.reported(
-            "try_lock_batch",
-            got.iter().filter_map(|g| g.as_ref().err()),
-        );
+        let errors = got.iter().filter_map(|g| g.as_ref().err());
+        self.reported(&call, "try_lock_batch", Whose::Named, errors);
         let must = free;
         let failed = (must && got.iter().any(|g| !matches!(g, Ok(Some(_)))))
             .then(|| format!("refused: {got:?}"));
@@ -375,8 +458,9 @@ impl Checked {
         let call = self.begin("extend", false);
         let held = self.held(lock);
         let before = lock.extensions();
+        let value = lock.value().as_bytes().to_vec();
         let got = self.engine.extend(lock, ttl).await;
-        self.reported("extend", got.as_ref().err());
+        self.reported(&call, "extend", Whose::Value(&value), got.as_ref().err());
         self.counted("extend", before, lock, &got);
         let must = held;
         let failed = (must && got.is_err()).then(|| format!("refused: {got:?}"));
@@ -407,6 +491,12 @@ impl Checked {
         let call = self.begin("extend_value", false);
         let held = self.everywhere(&[resource], value);
         let got = self.engine.extend_value(resource, value, ttl).await;
+        self.reported(
+            &call,
+            "extend_value",
+            Whose::Value(value),
+            got.as_ref().err(),
+        );
         let must = held;
         let failed = (must && got.is_err()).then(|| format!("refused: {got:?}"));
         self.end(call, must, failed);
@@ -486,7 +576,7 @@ impl Checked {
         let owned = lock.owner().is_some();
         let (keys, value) = keys_of(&lock);
         let got = self.engine.unlock(lock).await;
-        self.reported("unlock", got.as_ref().err());
+        self.reported(&call, "unlock", Whose::Value(&value), got.as_ref().err());
         let must = held;
         let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
         let failed = self.confirmed((held, owned), &keys, &value, &got);
@@ -498,7 +588,12 @@ impl Checked {
         let call = self.begin("unlock_value", false);
         let held = self.everywhere(&[resource], value);
         let got = self.engine.unlock_value(resource, value).await;
-        self.reported("unlock_value", got.as_ref().err());
+        self.reported(
+            &call,
+            "unlock_value",
+            Whose::Value(value),
+            got.as_ref().err(),
+        );
         let must = held;
         let failed = self.confirmed((held, false), &[resource], value, &got);
         self.end(call, must, failed);
@@ -510,7 +605,9 @@ impl Checked {
         let held: Vec<bool> = locks.iter().map(|l| self.held(l)).collect();
         let kept: Vec<(Vec<Vec<u8>>, Vec<u8>)> = locks.iter().map(keys_of).collect();
         let got = self.engine.unlock_batch(locks).await;
-        self.reported("unlock_batch", got.iter().filter_map(|g| g.as_ref().err()));
+        for ((_, value), g) in kept.iter().zip(&got) {
+            self.reported(&call, "unlock_batch", Whose::Value(value), g.as_ref().err());
+        }
         let must = held.iter().any(|&h| h);
         let failed = (held.iter().zip(&kept).zip(&got)).find_map(|((&h, (keys, value)), g)| {
             let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
@@ -537,7 +634,17 @@ impl Checked {
             })
             .collect();
         let renewed: Vec<u64> = guards.iter().map(|g| g.renewals()).collect();
+        let now = self.engine.clock().now();
+        let live: Vec<bool> = guards.iter().map(|g| g.lost_at(now).is_none()).collect();
         self.engine.renew_guards(guards).await;
+        // A guard this renewal found lost: the renewal's report (a lease that merely ran down has none).
+        let now = self.engine.clock().now();
+        for (g, _) in guards.iter().zip(&live).filter(|(_, l)| **l) {
+            if let Some(Lost::Taken(r) | Lost::Down(r) | Lost::Clock(r)) = g.lost_at(now) {
+                let whose = Whose::Value(g.value());
+                self.judge_report(&call, "renew_guards", &whose, &r, &format!("lost: {r}"));
+            }
+        }
         let must = held.iter().any(|&h| h);
         let failed = (held.iter().zip(&renewed).zip(guards.iter()))
             .find(|((h, r), g)| **h && g.renewals() == **r)
@@ -557,6 +664,12 @@ impl Checked {
         let owned = g.owner().is_some();
         let held = !owned && self.everywhere(&guard_keys(&g), &value);
         let got = self.engine.release_guard(g).await;
+        self.reported(
+            &call,
+            "release_guard",
+            Whose::Value(&value),
+            got.as_ref().err(),
+        );
         let must = held;
         let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
         let failed = self.confirmed((held, owned), &keys, &value, &got);

@@ -53,6 +53,7 @@ pub mod calls;
 pub mod check;
 pub mod cleanup;
 pub mod cluster;
+pub mod did;
 pub mod directed;
 pub mod fold;
 pub mod guards;
@@ -64,6 +65,7 @@ pub mod restored;
 pub mod rwlock;
 pub mod seeds;
 pub mod semaphore;
+pub mod truth;
 pub mod waiter_leftovers;
 pub mod wire;
 pub mod workload;
@@ -373,6 +375,16 @@ struct Client {
     /// The call of the engine it is in, if `calls.rs` opened one: judged while it lasts too, so that a call that
     /// retries or waits for ever breaks the history instead of running the world for ever.
     pub call: Option<Open>,
+    /// Every command its rounds handed to its fanout, to which node, since `calls.rs` last forgot them (as a
+    /// call begins): what the call sent, whatever became of it on the wire.
+    offered: Vec<Offer>,
+}
+
+/// A command a client's round handed to its fanout for one node (connection), which took it.
+#[derive(Debug)]
+pub struct Offer {
+    pub conn: usize,
+    pub cmd: Vec<Bytes>,
 }
 
 /// A call of the engine under way (`calls.rs`), and its limits.
@@ -440,6 +452,9 @@ pub struct Struck {
     pub calls: u64,
     pub retried: u64,
     pub judged_calm: u64,
+    /// Outcomes of calls' reports held against what their node did (`truth.rs`): granted (or quarantined),
+    /// refused (taken, not held), and not sent.
+    pub truths: [u64; 3],
     /// Requests of ordinary rounds refused for room (`Overloaded`).
     pub overloaded: u64,
     pub restarts: u64,
@@ -583,6 +598,9 @@ impl Struck {
         self.calls += s.calls;
         self.retried += s.retried;
         self.judged_calm += s.judged_calm;
+        for (sum, k) in self.truths.iter_mut().zip(s.truths) {
+            *sum += k;
+        }
         for (sum, k) in self.noperm.iter_mut().zip(s.noperm) {
             *sum += k;
         }
@@ -672,6 +690,37 @@ impl World {
     /// Every pause client `client` asked its clock for so far (its own and its engine's), in order.
     pub fn pauses(&self, client: usize) -> &[Duration] {
         &self.clients[client].pauses
+    }
+
+    /// The commands client `client`'s rounds handed to its fanout since [`World::forget_offers`].
+    pub fn offered(&self, client: usize) -> &[Offer] {
+        &self.clients[client].offered
+    }
+
+    /// Forgets what client `client` sent so far (a call begins).
+    pub fn forget_offers(&mut self, client: usize) {
+        self.clients[client].offered.clear();
+    }
+
+    /// Notes that client `client`'s fanout took `request` for each connection of `conns`.
+    fn note_offers(&mut self, client: usize, conns: NodeSet, request: &[u8]) {
+        if conns == NodeSet::EMPTY {
+            return;
+        }
+        let mut cmds = Vec::new();
+        wire::each_command(request, |cmd| {
+            cmds.push(
+                cmd.iter()
+                    .map(|a| Bytes::copy_from_slice(a))
+                    .collect::<Vec<_>>(),
+            )
+        });
+        for conn in (0..self.nodes.len()).filter(|&c| conns.contains(c)) {
+            for cmd in &cmds {
+                let cmd = cmd.clone();
+                self.clients[client].offered.push(Offer { conn, cmd });
+            }
+        }
     }
 
     /// Opens (or with `None`, closes) the call client `client` is in.
@@ -1919,6 +1968,7 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
             sleeping: false,
             pauses: Vec::new(),
             call: None,
+            offered: Vec::new(),
         })
         .collect();
     // Within ±0.4 %: two clients differ by less than the 1 % drift factor (drawn per client; a process runs at
@@ -2560,6 +2610,7 @@ impl NodeRound for SimRound<'_> {
         let sent = w.procs[p]
             .fanout
             .send(exchange, nodes, (request, replies), at);
+        w.note_offers(me, sent, request);
         w.pump(p);
         sent
     }
@@ -2808,6 +2859,13 @@ impl ConnRound for SimRound<'_> {
         let at = w.instant(me, w.now);
         let p = w.clients[me].process;
         let sent = w.procs[p].fanout.send_each(exchange, requests, at);
+        for &(conn, request, _) in requests {
+            let mut only = NodeSet::EMPTY;
+            only.insert(conn);
+            if sent.contains(conn) {
+                w.note_offers(me, only, request);
+            }
+        }
         w.pump(p);
         sent
     }

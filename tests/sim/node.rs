@@ -9,6 +9,8 @@ use bytes::{Bytes, BytesMut};
 use muxlock::redlock::{PERSIST_MARKER_KEY, lua, scripts};
 use muxlock::resp::{Decimal, Value, encode_command};
 
+use super::did::{self, Did};
+
 /// Virtual time, in nanoseconds from the start of the run.
 pub type Time = u64;
 pub const MS: Time = 1_000_000;
@@ -134,6 +136,9 @@ pub struct Node {
     pub denied: u8,
     /// Commands refused by the ACL so far, by [`Acl`] bit (kept across restarts: a count for the run).
     pub refusals: [u64; Acl::KINDS],
+    /// What every command carrying a lock value did here, in the order they ran (kept across restarts: the
+    /// record of the run, `did.rs`).
+    pub did: Vec<Did>,
 }
 
 /// What a simulated user's ACL may lack, as bits of [`Node::denied`]: each refused as Redis 7.0 words it
@@ -181,7 +186,7 @@ pub enum Native {
 }
 
 /// The scripts a node knows, by SHA1 and body (made once: a node looks them up for every script call).
-fn all_scripts() -> &'static [(&'static str, &'static str)] {
+pub fn all_scripts() -> &'static [(&'static str, &'static str)] {
     static ALL: std::sync::OnceLock<Vec<(&'static str, &'static str)>> = std::sync::OnceLock::new();
     ALL.get_or_init(|| {
         let mut v = vec![
@@ -278,6 +283,7 @@ impl Node {
             handed_taken: 0,
             denied: 0,
             refusals: [0; Acl::KINDS],
+            did: Vec::new(),
         }
     }
 
@@ -558,8 +564,16 @@ impl Node {
         encode_command(&[s.as_bytes(), us.as_bytes()], out);
     }
 
-    /// Runs one command at virtual time `now`.
+    /// Runs one command at virtual time `now`, and keeps what it did with the lock value it carries, if any
+    /// ([`Node::did`]).
     pub fn exec(&mut self, cmd: &[&[u8]], now: Time) -> Value {
+        let reply = self.run_command(cmd, now);
+        self.did.extend(did::effects(cmd, &reply, now));
+        reply
+    }
+
+    /// Runs one command at virtual time `now`.
+    fn run_command(&mut self, cmd: &[&[u8]], now: Time) -> Value {
         let now = self.clock.read(now);
         let Some(verb) = cmd.first() else {
             return err("ERR empty command");
