@@ -1528,4 +1528,33 @@ mod tests {
             ]
         );
     }
+
+    /// A reply of the check's commands that is an error (`NOPERM`, `LOADING`...) is that command's refusal, named
+    /// with its error, to be said in the check's verdict ("0 of 1 replicas acknowledged; WAIT: NOPERM ..."); a
+    /// reply that is none, or a failure to get one, is no refusal.
+    #[test]
+    fn an_error_reply_to_a_checks_command_is_its_refusal() {
+        let wait = Ok(Value::Error(Bytes::from_static(
+            b"NOPERM User checker has no permissions to run the 'wait' command",
+        )));
+        let myid = Ok(Value::BulkError(Bytes::from_static(b"LOADING loading")));
+        let said = [
+            refusal("WAIT", &wait),
+            refusal("CLUSTER MYID", &myid),
+            refusal("WAIT", &Ok(Value::Integer(1))),
+            refusal("WAIT", &Err(NodeError::Timeout)),
+        ];
+        assert_eq!(
+            said,
+            [
+                Some(
+                    "WAIT: NOPERM User checker has no permissions to run the 'wait' command"
+                        .to_owned()
+                ),
+                Some("CLUSTER MYID: LOADING loading".to_owned()),
+                None,
+                None,
+            ]
+        );
+    }
 }
