@@ -1557,4 +1557,55 @@ mod tests {
             ]
         );
     }
+
+    /// With the replication check, a write whose `WAIT` found its replicas short (none of the map's one
+    /// acknowledged) makes the connection's next writes skip `WAIT` for a while: it would block the connection
+    /// for half a round each time, for votes that prove nothing meanwhile. The next write is the command and the
+    /// check alone.
+    #[test]
+    fn a_write_whose_replicas_fell_short_makes_the_next_skip_wait() {
+        let (seed, replica) = (nobody(), nobody());
+        let member: MemberAddr = format!("redis+cluster://{}:{}", seed.host(), seed.port())
+            .parse()
+            .expect("URL");
+        let map = SlotMap::one_shard(ClusterNode::at(&seed), vec![ClusterNode::at(&replica)]);
+        let plan = Plan::with_maps(
+            vec![member],
+            vec![Some(Some((map, seed.host().to_owned())))],
+        );
+        let fanout =
+            Fanout::with_vacancies(plan.conns().to_vec(), plan.vacant(), Options::default())
+                .expect("fanout");
+        let (outcomes, writes) = (Arc::default(), Arc::default());
+        let conns = Filed {
+            fanout,
+            outcomes: Arc::clone(&outcomes),
+            writes: Arc::clone(&writes),
+        };
+        let mut members = Members::over(plan, conns);
+        members.check_replication(0);
+        let mut round = members.round(Instant::now() + Duration::from_secs(60));
+        round.send(0, &command(&[b"GET", b"a"]), 1);
+        let id = |seq| CommandId { node: 0, seq };
+        crate::sync::lock(&outcomes).extend([
+            (id(0), Ok(Value::NullBulk)),
+            // `WAIT`: no replica acknowledged.
+            (id(1), Ok(Value::Integer(0))),
+            (
+                id(2),
+                Ok(Value::BulkString(Bytes::from_static(
+                    b"# Replication\r\nrole:master\r\nconnected_slaves:0\r\n",
+                ))),
+            ),
+        ]);
+        while round.next().is_some() {}
+        drop(round);
+        let mut round = members.round(Instant::now() + Duration::from_secs(60));
+        round.send(0, &command(&[b"GET", b"b"]), 1);
+        assert_eq!(
+            *crate::sync::lock(&writes),
+            [(0, 3), (0, 2)],
+            "the command, WAIT and the check; then the command and the check"
+        );
+    }
 }
