@@ -45,7 +45,9 @@
 //!   that waits on after its verdict is in, or for a node it need not hear, or retries, shows it. With a slow
 //!   node (half the calm worlds: 20 ms each way), an acquisition, extension or renewal ends before that node's
 //!   reply could have come: the others decide it. (Not a release: a release round may wait for a node's first
-//!   native command, which an ACL may refuse.)
+//!   native command, which an ACL may refuse.) A batch release (`unlock_batch`: the batch script alone, no
+//!   native command) whose every lock a majority of the other nodes holds is decided by them too: it ends
+//!   before the slow node's reply could have come.
 //! - **An acquisition of what is free is granted**: a plain lock, a batch, a set or a fenced lock whose keys no
 //!   node has; every permit, reader and writer, owned hold and first queued attempt (the lone client holds no
 //!   other at the time).
@@ -602,6 +604,7 @@ impl Checked {
 
     pub async fn unlock_batch(&self, locks: Vec<Lock>) -> Vec<Result<usize>> {
         let call = self.begin("unlock_batch", false);
+        let (at, quick) = (call.at, self.decided_without_the_slow_node(&locks));
         let held: Vec<bool> = locks.iter().map(|l| self.held(l)).collect();
         let kept: Vec<(Vec<Vec<u8>>, Vec<u8>)> = locks.iter().map(keys_of).collect();
         let got = self.engine.unlock_batch(locks).await;
@@ -614,7 +617,40 @@ impl Checked {
             self.confirmed((h, false), &keys, value, g)
         });
         self.end(call, must, failed);
+        let mut w = self.sim().world();
+        if quick && w.now - at >= 2 * CALM_SLOW {
+            let line = format!(
+                "c{}'s unlock_batch at {} ms (ended at {} ms) waited for its slow node in a calm world, every \
+                 lock held by a majority of the others",
+                self.me(),
+                at / MS,
+                w.now / MS
+            );
+            w.history.breaks(line);
+        }
         got
+    }
+
+    /// In a calm world with a slow node, whether a majority of the other nodes holds each of `locks` (for a
+    /// round timeout more at least): a batch release of them is then decided without the slow node.
+    fn decided_without_the_slow_node(&self, locks: &[Lock]) -> bool {
+        let quorum = self.engine.quorum();
+        let w = self.sim().world();
+        let (now, later) = (
+            w.now,
+            w.now + self.config.round_timeout().as_nanos() as Time,
+        );
+        w.calm
+            && w.slow_node
+            && !locks.is_empty()
+            && locks.iter().all(|lock| {
+                let (keys, value) = keys_of(lock);
+                let holders = (w.nodes.iter())
+                    .filter(|n| n.faults.latency.0 != CALM_SLOW)
+                    .filter(|n| keys.iter().all(|k| n.node.keeps(k, &value, now, later)))
+                    .count();
+                lock.owner().is_none() && holders >= quorum
+            })
     }
 
     pub async fn unlock_owned(&self, lock: Lock, unattributed: bool) -> Result<usize> {

@@ -792,3 +792,79 @@ fn a_node_that_takes_requests_but_never_replies_is_dropped_as_hung() {
         "dropped as hung only after {took:?}"
     );
 }
+
+/// Runs a task's round to node 0's reply to `ECHO x`, which starts the background driver, then waits (at most
+/// 5 s) until that driver, with no task waiting any more, has given the driver back after its lingering, and
+/// a little more: it parks then, with no timeout, until someone unparks it.
+fn until_the_background_driver_parks(f: &Fanout, x: &[u8]) {
+    let mut round = f.round(soon(5_000));
+    round.send(0, &command(&[b"ECHO", x]), 1);
+    let got = block_on(round.next_async()).map(|(_, r)| r);
+    assert_eq!(got, Some(Ok(Value::BulkString(Bytes::copy_from_slice(x)))));
+    drop(round);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while crate::sync::lock(&f.shared.inner).driver.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the background driver kept the poll"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+    thread::sleep(Duration::from_millis(20));
+}
+
+/// A task whose round waits while the driver is free and the background driver parked unparks that driver,
+/// which then reads the task's reply: nobody else would (a task never drives while the background driver runs).
+#[test]
+fn a_task_that_waits_while_the_background_driver_is_parked_wakes_it() {
+    let peer = Peer::start();
+    let f = Arc::new(Fanout::new(vec![peer.addr()], Options::default()).expect("fanout"));
+    until_the_background_driver_parks(&f, b"first");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let task = {
+        let f = Arc::clone(&f);
+        thread::spawn(move || {
+            let mut round = f.round(soon(5_000));
+            round.send(0, &command(&[b"ECHO", b"second"]), 1);
+            let got = block_on(round.next_async()).map(|(_, r)| r);
+            let _ = tx.send(got);
+        })
+    };
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(3)),
+        Ok(Some(Ok(bulk("second")))),
+        "the task's round was driven by nobody"
+    );
+    task.join().expect("task");
+}
+
+/// A release round dropped while its request is held for room, the driver free and the background driver
+/// parked, wakes that driver (the free driver's successor, as releases are detached): the detached release goes
+/// once a reply makes room, with no round left to drive for it.
+#[test]
+fn a_release_detached_while_nobody_drives_wakes_the_background_driver() {
+    let peer = Peer::start();
+    let opts = Options::default().with_max_in_flight(1);
+    let f = Fanout::new(vec![peer.addr()], opts).expect("fanout");
+    until_the_background_driver_parks(&f, b"up");
+    // The node's room, then the release reserve, taken by slow requests; the last request is held.
+    let mut busy = f.round(soon(5_000));
+    busy.send(0, &command(&[b"SLEEP", b"300", b"a"]), 1);
+    let mut release = f.release_round(soon(100));
+    release.send(0, &command(&[b"SLEEP", b"300", b"b"]), 1);
+    assert!(
+        release
+            .send(0, &command(&[b"ECHO", b"held"]), 1)
+            .contains(0),
+        "held"
+    );
+    drop(release);
+    // Nobody calls `busy.next()`: the background driver alone reads the replies that make room.
+    assert!(
+        peer.received(&[b"ECHO", b"held"], Duration::from_secs(3)),
+        "the detached release never went: {:?}",
+        peer.log()
+    );
+    drop(busy);
+    assert_eq!(f.stats(0).detached, 1, "{:?}", f.stats(0));
+}

@@ -189,3 +189,37 @@ pub(crate) struct Renewed {
     /// Every node's outcome (those not awaited: `NotAwaited`).
     pub(crate) outcomes: Vec<Outcome>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kind's renewal (a set's, here) goes by its script's hash in every batch but one sent in full (after a
+    /// `NOSCRIPT`): a guard renewed every few seconds does not send the script's body each time, and the batch
+    /// sent again after a lost script carries it.
+    #[test]
+    fn a_scripted_renewal_goes_by_hash_unless_its_batch_goes_in_full() {
+        let names = [b"a".to_vec(), b"b".to_vec()];
+        let now = Instant::now();
+        let renewal = Renewal {
+            resource: b"a",
+            value: b"v",
+            script: Some(crate::redlock::kind::set::extension(&names, b"v")),
+            ttl: Duration::from_secs(10),
+            ttl_ms: 10_000,
+            acquired: now,
+            decide_by: now,
+        };
+        // The command's name: the first bulk string of the request (`*n`, `$len`, the name).
+        let name = |via| {
+            let mut buf = BytesMut::new();
+            renewal.encode(&mut buf, via);
+            let parts: Vec<&[u8]> = buf[..].split(|&b| b == b'\n').collect();
+            String::from_utf8_lossy(parts[2].strip_suffix(b"\r").unwrap_or(parts[2])).into_owned()
+        };
+        assert_eq!(
+            [Via::Sha, Via::Native(Native::DelIfEq), Via::Full].map(name),
+            ["EVALSHA", "EVALSHA", "EVAL"]
+        );
+    }
+}

@@ -1528,4 +1528,84 @@ mod tests {
             ]
         );
     }
+
+    /// A reply of the check's commands that is an error (`NOPERM`, `LOADING`...) is that command's refusal, named
+    /// with its error, to be said in the check's verdict ("0 of 1 replicas acknowledged; WAIT: NOPERM ..."); a
+    /// reply that is none, or a failure to get one, is no refusal.
+    #[test]
+    fn an_error_reply_to_a_checks_command_is_its_refusal() {
+        let wait = Ok(Value::Error(Bytes::from_static(
+            b"NOPERM User checker has no permissions to run the 'wait' command",
+        )));
+        let myid = Ok(Value::BulkError(Bytes::from_static(b"LOADING loading")));
+        let said = [
+            refusal("WAIT", &wait),
+            refusal("CLUSTER MYID", &myid),
+            refusal("WAIT", &Ok(Value::Integer(1))),
+            refusal("WAIT", &Err(NodeError::Timeout)),
+        ];
+        assert_eq!(
+            said,
+            [
+                Some(
+                    "WAIT: NOPERM User checker has no permissions to run the 'wait' command"
+                        .to_owned()
+                ),
+                Some("CLUSTER MYID: LOADING loading".to_owned()),
+                None,
+                None,
+            ]
+        );
+    }
+
+    /// With the replication check, a write whose `WAIT` found its replicas short (none of the map's one
+    /// acknowledged) makes the connection's next writes skip `WAIT` for a while: it would block the connection
+    /// for half a round each time, for votes that prove nothing meanwhile. The next write is the command and the
+    /// check alone.
+    #[test]
+    fn a_write_whose_replicas_fell_short_makes_the_next_skip_wait() {
+        let (seed, replica) = (nobody(), nobody());
+        let member: MemberAddr = format!("redis+cluster://{}:{}", seed.host(), seed.port())
+            .parse()
+            .expect("URL");
+        let map = SlotMap::one_shard(ClusterNode::at(&seed), vec![ClusterNode::at(&replica)]);
+        let plan = Plan::with_maps(
+            vec![member],
+            vec![Some(Some((map, seed.host().to_owned())))],
+        );
+        let fanout =
+            Fanout::with_vacancies(plan.conns().to_vec(), plan.vacant(), Options::default())
+                .expect("fanout");
+        let (outcomes, writes) = (Arc::default(), Arc::default());
+        let conns = Filed {
+            fanout,
+            outcomes: Arc::clone(&outcomes),
+            writes: Arc::clone(&writes),
+        };
+        let mut members = Members::over(plan, conns);
+        members.check_replication(0);
+        let mut round = members.round(Instant::now() + Duration::from_secs(60));
+        round.send(0, &command(&[b"GET", b"a"]), 1);
+        let id = |seq| CommandId { node: 0, seq };
+        crate::sync::lock(&outcomes).extend([
+            (id(0), Ok(Value::NullBulk)),
+            // `WAIT`: no replica acknowledged.
+            (id(1), Ok(Value::Integer(0))),
+            (
+                id(2),
+                Ok(Value::BulkString(Bytes::from_static(
+                    b"# Replication\r\nrole:master\r\nconnected_slaves:0\r\n",
+                ))),
+            ),
+        ]);
+        while round.next().is_some() {}
+        drop(round);
+        let mut round = members.round(Instant::now() + Duration::from_secs(60));
+        round.send(0, &command(&[b"GET", b"b"]), 1);
+        assert_eq!(
+            *crate::sync::lock(&writes),
+            [(0, 3), (0, 2)],
+            "the command, WAIT and the check; then the command and the check"
+        );
+    }
 }
