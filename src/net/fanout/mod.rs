@@ -185,6 +185,9 @@ struct Inner {
     push_waiter: Option<Thread>,
     /// Set by [`Fanout::interrupt`]: the next `recv_pushes` returns at once.
     interrupted: bool,
+    /// Per connection, whether it was set up and in which session when `recv_pushes` last returned: it returns
+    /// at once when that changes.
+    links_seen: Vec<(bool, u64)>,
     /// The background driver's thread, once started.
     background: Option<Thread>,
     /// Set when the fanout is dropped: the background driver ends.
@@ -312,6 +315,7 @@ impl Fanout {
                 pushes_dropped: false,
                 push_waiter: None,
                 interrupted: false,
+                links_seen: vec![(false, 0); nodes.len()],
                 background: None,
                 closing: false,
                 lingering: false,
@@ -444,14 +448,18 @@ impl Fanout {
     }
 
     /// Waits until a RESP3 push arrives (only connections made with [`Options::with_pushes`] keep them), until
-    /// `deadline`, or until [`interrupt`](Fanout::interrupt) is called, polling the connections meanwhile if
-    /// nobody else does; returns what arrived (possibly nothing). Meant for one thread that listens, such as a
-    /// watchdog; rounds of other threads go on as usual.
+    /// `deadline`, until [`interrupt`](Fanout::interrupt) is called, or until a connection has dropped or
+    /// completed its set-up since the last call returned (a listener must know its pushes may have been lost),
+    /// polling the connections meanwhile if nobody else does; returns what arrived (possibly nothing). Meant for
+    /// one thread that listens, such as a watchdog; rounds of other threads go on as usual.
     pub fn recv_pushes(&self, deadline: Instant) -> Pushes {
         let mut inner = lock(&self.shared.inner);
         let mut driver = None;
         loop {
             if !inner.pushes.is_empty() || inner.pushes_dropped || inner.interrupted {
+                break;
+            }
+            if self.links(&inner) != inner.links_seen {
                 break;
             }
             if Instant::now() >= deadline {
@@ -485,6 +493,7 @@ impl Fanout {
             dropped: std::mem::take(&mut inner.pushes_dropped),
         };
         inner.interrupted = false;
+        inner.links_seen = self.links(&inner);
         let successor = match driver.take() {
             Some(d) => {
                 inner.driver = Some(d);
@@ -497,6 +506,14 @@ impl Fanout {
             t.unpark();
         }
         pushes
+    }
+
+    /// Per connection, whether it is set up, and how many sessions it has had (read under the lock, as a set-up
+    /// completes only under it).
+    fn links(&self, inner: &Inner) -> Vec<(bool, u64)> {
+        (inner.m.conns.iter().enumerate())
+            .map(|(i, c)| (c.state.is_set_up(), self.sessions(i)))
+            .collect()
     }
 
     /// Dials every connection that is down and whose backoff has passed, as a request would (a failure is
