@@ -808,6 +808,38 @@ fn a_waiter_asleep_on_its_listener_is_woken_when_the_listener_s_connections_drop
     assert!(worst < Duration::from_millis(300), "woken late: {worst:?}");
 }
 
+/// A waiter asleep on its turn listener whose listener connections drop and cannot come back (the nodes now
+/// refuse `CLIENT TRACKING` to new connections; the trackers, set up before, stay) is woken by the drop itself
+/// and arms its turn key by reading it on the tracker: its turn, which no listener hears, still wakes it at once,
+/// not at its entry's refresh a second later.
+#[test]
+fn a_waiter_whose_listener_cannot_come_back_is_woken_by_the_drop_and_reads_its_turn_key() {
+    let cluster = Cluster::start(3);
+    let config = config().with_round_timeout(Duration::from_secs(1));
+    let ms: Vec<LockManager> = (0..3)
+        .map(|_| locks::manager(cluster.urls(), config.clone()))
+        .collect();
+    // Each waiting manager's first refusal starts its listener.
+    second_in_line(&ms, "warm", false);
+    let kill = || {
+        let mut killed = 0;
+        for node in cluster.nodes() {
+            let denied = node.raw(&cmd(&["ACL", "SETUSER", "default", "-client|tracking"]));
+            assert_eq!(denied, b"+OK\r\n", "ACL SETUSER");
+            for id in listener_ids(node) {
+                node.raw(&cmd(&["CLIENT", "KILL", "ID", &id]));
+                killed += 1;
+            }
+        }
+        assert!(killed >= 6, "listener connections killed: {killed}");
+    };
+    let after = second_in_line_after(&ms, "refused", false, kill);
+    println!("the second waiter granted {after:?} after the first released");
+    let back: usize = cluster.nodes().iter().map(|n| listener_ids(n).len()).sum();
+    assert_eq!(back, 0, "listener connections set up against the ACL");
+    assert!(after < Duration::from_millis(300), "woken late: {after:?}");
+}
+
 /// The queued offers after `SCRIPT FLUSH` on every node (`NOSCRIPT`, then the gate in full): a semaphore's and a
 /// writer's waiters queue, are granted once the holder releases, and leave no entry behind.
 #[test]
