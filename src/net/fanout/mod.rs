@@ -517,12 +517,21 @@ impl Fanout {
     }
 
     /// Dials every connection that is down and whose backoff has passed, as a request would (a failure is
-    /// remembered by the connection, as at build). For connections that only listen for pushes: nothing else
-    /// dials them again after a drop.
+    /// remembered by the connection, as at build), except one whose node refused its set-up
+    /// ([`NodeError::Setup`](super::NodeError::Setup): a command the server or the user's ACL does not allow,
+    /// refused again on every dial). For connections that only listen for pushes: nothing else dials them again
+    /// after a drop.
     pub fn redial(&self) {
         let mut wake = Vec::new();
         let mut inner = lock(&self.shared.inner);
-        inner.m.dial_all(Instant::now(), &mut wake);
+        let now = Instant::now();
+        for node in 0..inner.m.conns.len() {
+            let conn = &inner.m.conns[node];
+            let refused = matches!(conn.state.last_error(), super::NodeError::Setup(_));
+            if !refused && !conn.link.is_vacant() {
+                let _ = inner.m.ensure(node, now, &mut wake);
+            }
+        }
         drop(inner);
         unpark_all(&mut wake);
         // A driver parked in its poll learns of the new sockets at its next turn.
