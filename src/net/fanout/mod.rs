@@ -185,9 +185,9 @@ struct Inner {
     push_waiter: Option<Thread>,
     /// Set by [`Fanout::interrupt`]: the next `recv_pushes` returns at once.
     interrupted: bool,
-    /// Per connection, whether it was set up and in which session when `recv_pushes` last returned: it returns
-    /// at once when that changes.
-    links_seen: Vec<(bool, u64)>,
+    /// Per connection, whether it was set up and in which session when `recv_pushes` last returned (or, before
+    /// that, when its first call began): it returns at once when that changes.
+    links_seen: Option<Vec<(bool, u64)>>,
     /// The background driver's thread, once started.
     background: Option<Thread>,
     /// Set when the fanout is dropped: the background driver ends.
@@ -315,7 +315,7 @@ impl Fanout {
                 pushes_dropped: false,
                 push_waiter: None,
                 interrupted: false,
-                links_seen: vec![(false, 0); nodes.len()],
+                links_seen: None,
                 background: None,
                 closing: false,
                 lingering: false,
@@ -449,17 +449,21 @@ impl Fanout {
 
     /// Waits until a RESP3 push arrives (only connections made with [`Options::with_pushes`] keep them), until
     /// `deadline`, until [`interrupt`](Fanout::interrupt) is called, or until a connection has dropped or
-    /// completed its set-up since the last call returned (a listener must know its pushes may have been lost),
+    /// completed its set-up since the last call returned, or the first call began (a listener must know its
+    /// pushes may have been lost),
     /// polling the connections meanwhile if nobody else does; returns what arrived (possibly nothing). Meant for
     /// one thread that listens, such as a watchdog; rounds of other threads go on as usual.
     pub fn recv_pushes(&self, deadline: Instant) -> Pushes {
         let mut inner = lock(&self.shared.inner);
+        if inner.links_seen.is_none() {
+            inner.links_seen = Some(self.links(&inner));
+        }
         let mut driver = None;
         loop {
             if !inner.pushes.is_empty() || inner.pushes_dropped || inner.interrupted {
                 break;
             }
-            if self.links(&inner) != inner.links_seen {
+            if inner.links_seen.as_ref() != Some(&self.links(&inner)) {
                 break;
             }
             if Instant::now() >= deadline {
@@ -493,7 +497,7 @@ impl Fanout {
             dropped: std::mem::take(&mut inner.pushes_dropped),
         };
         inner.interrupted = false;
-        inner.links_seen = self.links(&inner);
+        inner.links_seen = Some(self.links(&inner));
         let successor = match driver.take() {
             Some(d) => {
                 inner.driver = Some(d);
