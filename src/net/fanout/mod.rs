@@ -198,6 +198,9 @@ struct Inner {
     wanted: bool,
 }
 
+/// How long [`Fanout::redial`] leaves a connection whose node refused its set-up before it dials it again.
+const REFUSED_SETUP_PAUSE: Duration = Duration::from_secs(60);
+
 /// Pushes kept for [`Fanout::recv_pushes`]; more are dropped, and the taker is told.
 const MAX_PUSHES: usize = 1 << 16;
 
@@ -521,20 +524,30 @@ impl Fanout {
     }
 
     /// Dials every connection that is down and whose backoff has passed, as a request would (a failure is
-    /// remembered by the connection, as at build), except one whose node refused its set-up
-    /// ([`NodeError::Setup`](super::NodeError::Setup): a command the server or the user's ACL does not allow,
-    /// refused again on every dial). For connections that only listen for pushes: nothing else dials them again
-    /// after a drop.
+    /// remembered by the connection, as at build); one whose node refused its set-up
+    /// ([`NodeError::Setup`](super::NodeError::Setup): mostly a command the server or the user's ACL does not
+    /// allow, refused again on every dial; sometimes a passing state, such as a busy script) only once a minute
+    /// has passed since (`REFUSED_SETUP_PAUSE`). For connections that only listen for pushes: nothing else dials
+    /// them again after a drop.
     pub fn redial(&self) {
         let mut wake = Vec::new();
         let mut inner = lock(&self.shared.inner);
         let now = Instant::now();
         for node in 0..inner.m.conns.len() {
             let conn = &inner.m.conns[node];
-            let refused = matches!(conn.state.last_error(), super::NodeError::Setup(_));
-            if !refused && !conn.link.is_vacant() {
-                let _ = inner.m.ensure(node, now, &mut wake);
+            if conn.link.is_vacant() {
+                continue;
             }
+            if matches!(conn.state.last_error(), super::NodeError::Setup(_)) {
+                // Down since before `now - pause`, give or take its (short) backoff.
+                let due = now
+                    .checked_sub(REFUSED_SETUP_PAUSE)
+                    .is_some_and(|then| matches!(conn.state.needs_dial(then), Ok(true)));
+                if !due {
+                    continue;
+                }
+            }
+            let _ = inner.m.ensure(node, now, &mut wake);
         }
         drop(inner);
         unpark_all(&mut wake);
