@@ -38,7 +38,7 @@ use std::time::Instant;
 use bytes::BytesMut;
 
 use super::Keeper;
-use super::watchdog::{IDLE, invalidated, listener};
+use super::watchdog::{IDLE, invalidated, listener, made_anew};
 use crate::net::Fanout;
 use crate::redlock::kind::queued::TURN_PREFIX;
 use crate::resp::encode_command;
@@ -166,7 +166,7 @@ fn listen(fanout: &Fanout, weak: &Weak<Keeper>) {
         let dropped = up.iter().zip(&now_up).any(|(&was, &is)| was && !is);
         up = now_up;
         match invalidated(&got.pushes, got.dropped) {
-            Some(keys) if now == sessions && !dropped => {
+            Some(keys) if !made_anew(&sessions, &now) && !dropped => {
                 for key in &keys {
                     keeper.waits.notify(key);
                 }
