@@ -252,7 +252,6 @@ impl NodeState {
 
     /// Why the node's last connection was dropped (or its dial failed): the vote of every request while it is
     /// down.
-    #[cfg(any(test, feature = "sim"))]
     pub(crate) fn last_error(&self) -> &NodeError {
         &self.last_error
     }

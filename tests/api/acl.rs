@@ -303,3 +303,72 @@ fn a_wrong_password_is_an_auth_error_naming_the_node_and_never_showing_the_passw
         assert!(!everything.contains("notthepassword"), "{everything}");
     }
 }
+
+/// Connections `server` has accepted so far (`INFO stats`).
+#[track_caller]
+fn connections_received(server: &RedisServer) -> u64 {
+    let info = String::from_utf8_lossy(&server.raw(&cmd(&["INFO", "stats"]))).into_owned();
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A user allowed everything but `CLIENT TRACKING`: a waiter behind another starts its
+/// manager's turn listener, whose set-up every node refuses. The waits still end with the lock, and the listener
+/// does not dial the nodes again and again to be refused each time (a connection and an `ACL LOG` entry per node
+/// per second, for as long as the manager lives).
+#[test]
+fn a_turn_listener_whose_set_up_the_nodes_refuse_does_not_redial_them() {
+    let cluster = Cluster::start(3);
+    for node in cluster.nodes() {
+        set_user(node, "locker", &["~*", "+@all", "-client|tracking"]);
+    }
+    let urls: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|n| format!("redis://locker:pw@127.0.0.1:{}", n.port()))
+        .collect();
+    let config =
+        locks::one_attempt(Duration::from_millis(200)).with_retry_delay(Duration::from_millis(50));
+    let ms: Vec<LockManager> = (0..3)
+        .map(|_| locks::manager(urls.iter().cloned(), config.clone()))
+        .collect();
+    let held = ms[0]
+        .request("lock:refused")
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .expect("the holder");
+    thread::scope(|s| {
+        let waiters: Vec<_> = ms[1..]
+            .iter()
+            .map(|m| {
+                let t = s.spawn(move || {
+                    let l = m
+                        .request("lock:refused")
+                        .ttl(Duration::from_secs(2))
+                        .wait(Duration::from_secs(5))
+                        .acquire()
+                        .expect("a waiter");
+                    m.unlock(l).expect("unlock");
+                });
+                thread::sleep(Duration::from_millis(100));
+                t
+            })
+            .collect();
+        thread::sleep(Duration::from_millis(300));
+        ms[0].unlock(held).expect("unlock");
+        for t in waiters {
+            t.join().expect("a waiter");
+        }
+    });
+    // Both waiting managers' listeners are past their first dials and refusals.
+    thread::sleep(Duration::from_millis(500));
+    let before: Vec<u64> = cluster.nodes().iter().map(connections_received).collect();
+    thread::sleep(Duration::from_secs(3));
+    let after: Vec<u64> = cluster.nodes().iter().map(connections_received).collect();
+    // `INFO` itself comes on a connection of its own: one per look.
+    let dialled: Vec<u64> = before.iter().zip(&after).map(|(b, a)| a - b - 1).collect();
+    println!("connections in 3 s, per node: {dialled:?}");
+    assert!(dialled.iter().all(|&n| n == 0), "redialled: {dialled:?}");
+}

@@ -651,6 +651,16 @@ fn a_semaphore_waiter_behind_another_is_woken_by_its_turn() {
 /// Manager 0 holds `name` (a plain lock, or one of a semaphore's permits when `permits`); manager 1 waits, then
 /// manager 2 behind it; 0 releases, 1 holds briefly and releases. Returns how long after 1's release 2 had it.
 fn second_in_line(ms: &[LockManager], name: &str, permits: bool) -> Duration {
+    second_in_line_after(ms, name, permits, || ())
+}
+
+/// As [`second_in_line`], with `meanwhile` run while both waiters sleep, just before manager 0 releases.
+fn second_in_line_after(
+    ms: &[LockManager],
+    name: &str,
+    permits: bool,
+    meanwhile: impl Fn(),
+) -> Duration {
     fn ask<'a>(m: &'a LockManager, name: &str, permits: bool) -> muxlock::Request<'a> {
         match permits {
             true => m.request(name).permits(1),
@@ -682,6 +692,7 @@ fn second_in_line(ms: &[LockManager], name: &str, permits: bool) -> Duration {
             at
         });
         thread::sleep(Duration::from_millis(300));
+        meanwhile();
         ms[0].unlock(held).expect("unlock");
         let freed = first.join().expect("first");
         let got = second.join().expect("second");
@@ -742,6 +753,91 @@ fn a_waiter_behind_another_hears_its_turn_without_reading_its_turn_key() {
     );
     assert!(reads.is_empty(), "turn keys read: {reads:?}");
     assert!(worst < Duration::from_millis(150), "woken late: {worst:?}");
+}
+
+/// The ids of the turn listeners' connections on `node`: `CLIENT LIST`'s entries with broadcast tracking (flag
+/// `B`); the tracker connections track without it.
+fn listener_ids(node: &support::RedisServer) -> Vec<String> {
+    let list = String::from_utf8_lossy(&node.raw(&cmd(&["CLIENT", "LIST"]))).into_owned();
+    list.lines()
+        .filter(|l| {
+            l.split(' ')
+                .any(|f| f.strip_prefix("flags=").is_some_and(|f| f.contains('B')))
+        })
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A waiter asleep on its turn listener whose listener connections all drop (`CLIENT KILL` on every node) is
+/// woken by the drop (a push may have been lost with them) and arms its turn key another way: the first waiter's
+/// grant and release, made while the listeners are down, still reach the second waiter at once, not at its
+/// entry's refresh a second later.
+#[test]
+fn a_waiter_asleep_on_its_listener_is_woken_when_the_listener_s_connections_drop() {
+    let cluster = Cluster::start(3);
+    let config = config().with_round_timeout(Duration::from_secs(1));
+    let ms: Vec<LockManager> = (0..3)
+        .map(|_| locks::manager(cluster.urls(), config.clone()))
+        .collect();
+    // Each waiting manager's first refusal starts its listener.
+    second_in_line(&ms, "warm", false);
+    let mut worst = Duration::ZERO;
+    let listeners = || -> usize { cluster.nodes().iter().map(|n| listener_ids(n).len()).sum() };
+    for round in 0..3 {
+        // The listeners are back from the last round's drop (they redial on their own).
+        let back = Instant::now() + Duration::from_secs(5);
+        while listeners() < 6 && Instant::now() < back {
+            thread::sleep(Duration::from_millis(20));
+        }
+        let kill = || {
+            let mut killed = 0;
+            for node in cluster.nodes() {
+                for id in listener_ids(node) {
+                    node.raw(&cmd(&["CLIENT", "KILL", "ID", &id]));
+                    killed += 1;
+                }
+            }
+            // The two waiting managers' listeners at least (the holder's, if it waited before).
+            assert!(killed >= 6, "listener connections killed: {killed}");
+        };
+        let after = second_in_line_after(&ms, &format!("dropped{round}"), false, kill);
+        println!("round {round}: the second waiter granted {after:?} after the first released");
+        worst = worst.max(after);
+    }
+    assert!(worst < Duration::from_millis(300), "woken late: {worst:?}");
+}
+
+/// A waiter asleep on its turn listener whose listener connections drop and cannot come back (the nodes now
+/// refuse `CLIENT TRACKING` to new connections; the trackers, set up before, stay) is woken by the drop itself
+/// and arms its turn key by reading it on the tracker: its turn, which no listener hears, still wakes it at once,
+/// not at its entry's refresh a second later.
+#[test]
+fn a_waiter_whose_listener_cannot_come_back_is_woken_by_the_drop_and_reads_its_turn_key() {
+    let cluster = Cluster::start(3);
+    let config = config().with_round_timeout(Duration::from_secs(1));
+    let ms: Vec<LockManager> = (0..3)
+        .map(|_| locks::manager(cluster.urls(), config.clone()))
+        .collect();
+    // Each waiting manager's first refusal starts its listener.
+    second_in_line(&ms, "warm", false);
+    let kill = || {
+        let mut killed = 0;
+        for node in cluster.nodes() {
+            let denied = node.raw(&cmd(&["ACL", "SETUSER", "default", "-client|tracking"]));
+            assert_eq!(denied, b"+OK\r\n", "ACL SETUSER");
+            for id in listener_ids(node) {
+                node.raw(&cmd(&["CLIENT", "KILL", "ID", &id]));
+                killed += 1;
+            }
+        }
+        assert!(killed >= 6, "listener connections killed: {killed}");
+    };
+    let after = second_in_line_after(&ms, "refused", false, kill);
+    println!("the second waiter granted {after:?} after the first released");
+    let back: usize = cluster.nodes().iter().map(|n| listener_ids(n).len()).sum();
+    assert_eq!(back, 0, "listener connections set up against the ACL");
+    assert!(after < Duration::from_millis(300), "woken late: {after:?}");
 }
 
 /// The queued offers after `SCRIPT FLUSH` on every node (`NOSCRIPT`, then the gate in full): a semaphore's and a

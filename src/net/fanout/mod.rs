@@ -185,6 +185,9 @@ struct Inner {
     push_waiter: Option<Thread>,
     /// Set by [`Fanout::interrupt`]: the next `recv_pushes` returns at once.
     interrupted: bool,
+    /// Per connection, whether it was set up and in which session when `recv_pushes` last returned (or, before
+    /// that, when its first call began): it returns at once when that changes.
+    links_seen: Option<Vec<(bool, u64)>>,
     /// The background driver's thread, once started.
     background: Option<Thread>,
     /// Set when the fanout is dropped: the background driver ends.
@@ -194,6 +197,9 @@ struct Inner {
     lingering: bool,
     wanted: bool,
 }
+
+/// How long [`Fanout::redial`] leaves a connection whose node refused its set-up before it dials it again.
+const REFUSED_SETUP_PAUSE: Duration = Duration::from_secs(60);
 
 /// Pushes kept for [`Fanout::recv_pushes`]; more are dropped, and the taker is told.
 const MAX_PUSHES: usize = 1 << 16;
@@ -312,6 +318,7 @@ impl Fanout {
                 pushes_dropped: false,
                 push_waiter: None,
                 interrupted: false,
+                links_seen: None,
                 background: None,
                 closing: false,
                 lingering: false,
@@ -444,14 +451,22 @@ impl Fanout {
     }
 
     /// Waits until a RESP3 push arrives (only connections made with [`Options::with_pushes`] keep them), until
-    /// `deadline`, or until [`interrupt`](Fanout::interrupt) is called, polling the connections meanwhile if
-    /// nobody else does; returns what arrived (possibly nothing). Meant for one thread that listens, such as a
-    /// watchdog; rounds of other threads go on as usual.
+    /// `deadline`, until [`interrupt`](Fanout::interrupt) is called, or until a connection has dropped or
+    /// completed its set-up since the last call returned, or the first call began (a listener must know its
+    /// pushes may have been lost),
+    /// polling the connections meanwhile if nobody else does; returns what arrived (possibly nothing). Meant for
+    /// one thread that listens, such as a watchdog; rounds of other threads go on as usual.
     pub fn recv_pushes(&self, deadline: Instant) -> Pushes {
         let mut inner = lock(&self.shared.inner);
+        if inner.links_seen.is_none() {
+            inner.links_seen = Some(self.links(&inner));
+        }
         let mut driver = None;
         loop {
             if !inner.pushes.is_empty() || inner.pushes_dropped || inner.interrupted {
+                break;
+            }
+            if inner.links_seen.as_ref() != Some(&self.links(&inner)) {
                 break;
             }
             if Instant::now() >= deadline {
@@ -485,6 +500,7 @@ impl Fanout {
             dropped: std::mem::take(&mut inner.pushes_dropped),
         };
         inner.interrupted = false;
+        inner.links_seen = Some(self.links(&inner));
         let successor = match driver.take() {
             Some(d) => {
                 inner.driver = Some(d);
@@ -499,13 +515,40 @@ impl Fanout {
         pushes
     }
 
+    /// Per connection, whether it is set up, and how many sessions it has had (read under the lock, as a set-up
+    /// completes only under it).
+    fn links(&self, inner: &Inner) -> Vec<(bool, u64)> {
+        (inner.m.conns.iter().enumerate())
+            .map(|(i, c)| (c.state.is_set_up(), self.sessions(i)))
+            .collect()
+    }
+
     /// Dials every connection that is down and whose backoff has passed, as a request would (a failure is
-    /// remembered by the connection, as at build). For connections that only listen for pushes: nothing else
-    /// dials them again after a drop.
+    /// remembered by the connection, as at build); one whose node refused its set-up
+    /// ([`NodeError::Setup`](super::NodeError::Setup): mostly a command the server or the user's ACL does not
+    /// allow, refused again on every dial; sometimes a passing state, such as a busy script) only once a minute
+    /// has passed since (`REFUSED_SETUP_PAUSE`). For connections that only listen for pushes: nothing else dials
+    /// them again after a drop.
     pub fn redial(&self) {
         let mut wake = Vec::new();
         let mut inner = lock(&self.shared.inner);
-        inner.m.dial_all(Instant::now(), &mut wake);
+        let now = Instant::now();
+        for node in 0..inner.m.conns.len() {
+            let conn = &inner.m.conns[node];
+            if conn.link.is_vacant() {
+                continue;
+            }
+            if matches!(conn.state.last_error(), super::NodeError::Setup(_)) {
+                // Down since before `now - pause`, give or take its (short) backoff.
+                let due = now
+                    .checked_sub(REFUSED_SETUP_PAUSE)
+                    .is_some_and(|then| matches!(conn.state.needs_dial(then), Ok(true)));
+                if !due {
+                    continue;
+                }
+            }
+            let _ = inner.m.ensure(node, now, &mut wake);
+        }
         drop(inner);
         unpark_all(&mut wake);
         // A driver parked in its poll learns of the new sockets at its next turn.

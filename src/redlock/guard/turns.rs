@@ -38,7 +38,7 @@ use std::time::Instant;
 use bytes::BytesMut;
 
 use super::Keeper;
-use super::watchdog::{IDLE, invalidated, listener};
+use super::watchdog::{IDLE, invalidated, listener, made_anew};
 use crate::net::Fanout;
 use crate::redlock::kind::queued::TURN_PREFIX;
 use crate::resp::encode_command;
@@ -146,9 +146,13 @@ impl Turns {
 }
 
 /// The listener's thread: takes the pushes and wakes the lines of the keys they name; wakes every line when a
-/// connection was made anew (what changed while it was down was not pushed).
+/// connection that was set up dropped, or was made anew (what changed while it was down was not pushed, and a
+/// waiter that counted on it must arm its key another way). `recv_pushes` returns as soon as either happens,
+/// and a connection down is dialled again here.
 fn listen(fanout: &Fanout, weak: &Weak<Keeper>) {
     let mut sessions: Vec<u64> = (0..fanout.len()).map(|i| fanout.sessions(i)).collect();
+    let set_up = |i| fanout.next_session(i) == fanout.sessions(i);
+    let mut up: Vec<bool> = (0..fanout.len()).map(set_up).collect();
     loop {
         let got = fanout.recv_pushes(later(Instant::now(), IDLE));
         let Some(keeper) = weak.upgrade() else {
@@ -158,8 +162,11 @@ fn listen(fanout: &Fanout, weak: &Weak<Keeper>) {
             return;
         }
         let now: Vec<u64> = (0..fanout.len()).map(|i| fanout.sessions(i)).collect();
+        let now_up: Vec<bool> = (0..fanout.len()).map(set_up).collect();
+        let dropped = up.iter().zip(&now_up).any(|(&was, &is)| was && !is);
+        up = now_up;
         match invalidated(&got.pushes, got.dropped) {
-            Some(keys) if now == sessions => {
+            Some(keys) if !made_anew(&sessions, &now) && !dropped => {
                 for key in &keys {
                     keeper.waits.notify(key);
                 }

@@ -120,6 +120,13 @@ pub(crate) fn listener(core: &Engine, tracking: Bytes) -> Option<Arc<Fanout>> {
     Fanout::new(addrs, opts).ok().map(Arc::new)
 }
 
+/// Whether a connection was made anew between two looks at the sessions of a fanout's connections (`before`,
+/// empty before the first look, and `now`): a session came after another, so what the earlier one tracked is
+/// forgotten. A connection's first session follows none: nothing could have been tracked before it.
+pub(crate) fn made_anew(before: &[u64], now: &[u64]) -> bool {
+    before.iter().zip(now).any(|(&b, &n)| n != b && n > 1)
+}
+
 /// The keys that tracking `pushes` say changed; `None` when anything may have (a node flushed its keys or its
 /// tracking table was full, or `dropped`: pushes were lost).
 pub(crate) fn invalidated(pushes: &[(usize, Value)], dropped: bool) -> Option<Vec<Vec<u8>>> {
@@ -286,7 +293,7 @@ impl Watchdog {
             if let Some(tracker) = tracker {
                 // A connection made anew tracks nothing: look at everything again.
                 let now: Vec<u64> = (0..tracker.len()).map(|i| tracker.sessions(i)).collect();
-                if !sessions.is_empty() && now != sessions {
+                if made_anew(&sessions, &now) {
                     let mut s = lock(&self.state);
                     let keys: Vec<Vec<u8>> = s.by_resource.keys().cloned().collect();
                     s.check.extend(keys);
