@@ -708,13 +708,8 @@ fn second_in_line_after(
 #[test]
 fn a_waiter_behind_another_hears_its_turn_without_reading_its_turn_key() {
     let cluster = Cluster::start(3);
-    let config = config().with_round_timeout(Duration::from_secs(1));
-    let ms: Vec<LockManager> = (0..3)
-        .map(|_| locks::manager(cluster.urls(), config.clone()))
-        .collect();
+    let ms = listening(&cluster);
     let line = |name: &str| second_in_line(&ms, name, false);
-    // Each waiting manager's first refusal arms its turn key by reading it, and starts its listener.
-    line("warm");
     let addr = cluster.addrs()[0];
     let mut monitor = std::net::TcpStream::connect(addr).expect("monitor");
     monitor
@@ -769,6 +764,36 @@ fn listener_ids(node: &support::RedisServer) -> Vec<String> {
         .collect()
 }
 
+/// Three managers on `cluster` (rounds of a second: an entry lease of four, a waiter's refresh every second), the
+/// second and third of which have waited once behind another: their turn listeners are started.
+fn listening(cluster: &Cluster) -> Vec<LockManager> {
+    let config = config().with_round_timeout(Duration::from_secs(1));
+    let ms: Vec<LockManager> = (0..3)
+        .map(|_| locks::manager(cluster.urls(), config.clone()))
+        .collect();
+    // Each waiting manager's first refusal arms its turn key by reading it, and starts its listener.
+    second_in_line(&ms, "warm", false);
+    ms
+}
+
+/// Kills every turn listener's connection on every node of `cluster` (after denying `CLIENT TRACKING` to new
+/// connections, when `deny`), and checks that the two waiting managers' were among them.
+fn kill_listeners(cluster: &Cluster, deny: bool) {
+    let mut killed = 0;
+    for node in cluster.nodes() {
+        if deny {
+            let denied = node.raw(&cmd(&["ACL", "SETUSER", "default", "-client|tracking"]));
+            assert_eq!(denied, b"+OK\r\n", "ACL SETUSER");
+        }
+        for id in listener_ids(node) {
+            node.raw(&cmd(&["CLIENT", "KILL", "ID", &id]));
+            killed += 1;
+        }
+    }
+    // The two waiting managers' listeners at least (the holder's, if it waited before).
+    assert!(killed >= 6, "listener connections killed: {killed}");
+}
+
 /// A waiter asleep on its turn listener whose listener connections all drop (`CLIENT KILL` on every node) is
 /// woken by the drop (a push may have been lost with them) and arms its turn key another way: the first waiter's
 /// grant and release, made while the listeners are down, still reach the second waiter at once, not at its
@@ -776,12 +801,7 @@ fn listener_ids(node: &support::RedisServer) -> Vec<String> {
 #[test]
 fn a_waiter_asleep_on_its_listener_is_woken_when_the_listener_s_connections_drop() {
     let cluster = Cluster::start(3);
-    let config = config().with_round_timeout(Duration::from_secs(1));
-    let ms: Vec<LockManager> = (0..3)
-        .map(|_| locks::manager(cluster.urls(), config.clone()))
-        .collect();
-    // Each waiting manager's first refusal starts its listener.
-    second_in_line(&ms, "warm", false);
+    let ms = listening(&cluster);
     let mut worst = Duration::ZERO;
     let listeners = || -> usize { cluster.nodes().iter().map(|n| listener_ids(n).len()).sum() };
     for round in 0..3 {
@@ -790,17 +810,7 @@ fn a_waiter_asleep_on_its_listener_is_woken_when_the_listener_s_connections_drop
         while listeners() < 6 && Instant::now() < back {
             thread::sleep(Duration::from_millis(20));
         }
-        let kill = || {
-            let mut killed = 0;
-            for node in cluster.nodes() {
-                for id in listener_ids(node) {
-                    node.raw(&cmd(&["CLIENT", "KILL", "ID", &id]));
-                    killed += 1;
-                }
-            }
-            // The two waiting managers' listeners at least (the holder's, if it waited before).
-            assert!(killed >= 6, "listener connections killed: {killed}");
-        };
+        let kill = || kill_listeners(&cluster, false);
         let after = second_in_line_after(&ms, &format!("dropped{round}"), false, kill);
         println!("round {round}: the second waiter granted {after:?} after the first released");
         worst = worst.max(after);
@@ -815,25 +825,8 @@ fn a_waiter_asleep_on_its_listener_is_woken_when_the_listener_s_connections_drop
 #[test]
 fn a_waiter_whose_listener_cannot_come_back_is_woken_by_the_drop_and_reads_its_turn_key() {
     let cluster = Cluster::start(3);
-    let config = config().with_round_timeout(Duration::from_secs(1));
-    let ms: Vec<LockManager> = (0..3)
-        .map(|_| locks::manager(cluster.urls(), config.clone()))
-        .collect();
-    // Each waiting manager's first refusal starts its listener.
-    second_in_line(&ms, "warm", false);
-    let kill = || {
-        let mut killed = 0;
-        for node in cluster.nodes() {
-            let denied = node.raw(&cmd(&["ACL", "SETUSER", "default", "-client|tracking"]));
-            assert_eq!(denied, b"+OK\r\n", "ACL SETUSER");
-            for id in listener_ids(node) {
-                node.raw(&cmd(&["CLIENT", "KILL", "ID", &id]));
-                killed += 1;
-            }
-        }
-        assert!(killed >= 6, "listener connections killed: {killed}");
-    };
-    let after = second_in_line_after(&ms, "refused", false, kill);
+    let ms = listening(&cluster);
+    let after = second_in_line_after(&ms, "refused", false, || kill_listeners(&cluster, true));
     println!("the second waiter granted {after:?} after the first released");
     let back: usize = cluster.nodes().iter().map(|n| listener_ids(n).len()).sum();
     assert_eq!(back, 0, "listener connections set up against the ACL");

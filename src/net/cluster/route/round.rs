@@ -1247,11 +1247,10 @@ mod tests {
         );
     }
 
-    /// A command sent on after `-ASK`, with the clock check's brackets, goes in one write of its own to the
-    /// node named: its first `TIME`, `ASKING`, the command and its second `TIME`, four replies, all awaited (one
-    /// fewer and the rest would be read as nobody's, and the connection dropped).
-    #[test]
-    fn a_command_sent_on_after_ask_awaits_its_times_asking_and_its_reply() {
+    /// A `GET` of `key` (which the first test peer redirects to the second: `ask:<port>`, `moved:<port>`), sent
+    /// by a member of both peers' map with the clock check's brackets: the second peer, its connection, and
+    /// every write as `(connection, replies)`.
+    fn sent_on_after_a_redirect(redirect: &str) -> (Peer, usize, String, Vec<(usize, usize)>) {
         let (from, to) = (Peer::start(), Peer::start());
         let map = SlotMap::one_shard(
             ClusterNode::at(&from.addr()),
@@ -1272,7 +1271,7 @@ mod tests {
             .conns()
             .iter()
             .position(|c| c.port() == to.addr().port())
-            .expect("a connection to the importing node");
+            .expect("a connection to the node redirected to");
         let fanout =
             Fanout::with_vacancies(plan.conns().to_vec(), plan.vacant(), Options::default())
                 .expect("fanout");
@@ -1285,15 +1284,25 @@ mod tests {
         let members = Members::over(plan, conns);
         let mut round = members.round(Instant::now() + Duration::from_secs(5));
         assert_eq!(round.time_writes(), [true]);
-        let key = format!("ask:{}", to.addr().port());
+        let key = format!("{redirect}:{}", to.addr().port());
         round.send_to(NodeSet::ALL, &command(&[b"GET", key.as_bytes()]), 1);
         while round.next().is_some() {}
+        drop(round);
+        let sent: Vec<(usize, usize)> = crate::sync::lock(&sends).clone();
+        (to, conn_to, key, sent)
+    }
+
+    /// A command sent on after `-ASK`, with the clock check's brackets, goes in one write of its own to the
+    /// node named: its first `TIME`, `ASKING`, the command and its second `TIME`, four replies, all awaited (one
+    /// fewer and the rest would be read as nobody's, and the connection dropped).
+    #[test]
+    fn a_command_sent_on_after_ask_awaits_its_times_asking_and_its_reply() {
+        let (to, conn_to, _, sent) = sent_on_after_a_redirect("ask");
         assert!(
             to.received(&[b"ASKING"], Duration::from_secs(1)),
             "{:?}",
             to.log()
         );
-        let sent: Vec<(usize, usize)> = crate::sync::lock(&sends).clone();
         assert_eq!(
             sent.iter().find(|(c, _)| *c == conn_to),
             Some(&(conn_to, 4)),
@@ -1306,48 +1315,12 @@ mod tests {
     /// rest would be read as nobody's, and the connection dropped).
     #[test]
     fn a_command_sent_on_after_moved_awaits_its_times_and_its_reply() {
-        let (from, to) = (Peer::start(), Peer::start());
-        let map = SlotMap::one_shard(
-            ClusterNode::at(&from.addr()),
-            vec![ClusterNode::at(&to.addr())],
-        );
-        let member: MemberAddr = format!(
-            "redis+cluster://{}:{}",
-            from.addr().host(),
-            from.addr().port()
-        )
-        .parse()
-        .expect("URL");
-        let plan = Plan::with_maps(
-            vec![member],
-            vec![Some(Some((map, from.addr().host().to_owned())))],
-        );
-        let conn_to = plan
-            .conns()
-            .iter()
-            .position(|c| c.port() == to.addr().port())
-            .expect("a connection to the slot's new master");
-        let fanout =
-            Fanout::with_vacancies(plan.conns().to_vec(), plan.vacant(), Options::default())
-                .expect("fanout");
-        let sends = Arc::new(Mutex::new(Vec::new()));
-        let conns = Noting {
-            fanout,
-            needs: Arc::default(),
-            sends: Arc::clone(&sends),
-        };
-        let members = Members::over(plan, conns);
-        let mut round = members.round(Instant::now() + Duration::from_secs(5));
-        assert_eq!(round.time_writes(), [true]);
-        let key = format!("moved:{}", to.addr().port());
-        round.send_to(NodeSet::ALL, &command(&[b"GET", key.as_bytes()]), 1);
-        while round.next().is_some() {}
+        let (to, conn_to, key, sent) = sent_on_after_a_redirect("moved");
         assert!(
             to.received(&[b"GET", key.as_bytes()], Duration::from_secs(1)),
             "{:?}",
             to.log()
         );
-        let sent: Vec<(usize, usize)> = crate::sync::lock(&sends).clone();
         assert_eq!(
             sent.iter().find(|(c, _)| *c == conn_to),
             Some(&(conn_to, 3)),
