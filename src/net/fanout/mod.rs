@@ -185,9 +185,9 @@ struct Inner {
     push_waiter: Option<Thread>,
     /// Set by [`Fanout::interrupt`]: the next `recv_pushes` returns at once.
     interrupted: bool,
-    /// Per connection, whether it was set up and in which session when `recv_pushes` last returned (or, before
-    /// that, when its first call began): it returns at once when that changes.
-    links_seen: Option<Vec<(bool, u64)>>,
+    /// [`Fanout::set_up_sessions`] when `recv_pushes` last returned (or, before that, when its first call
+    /// began): it returns at once when that changes.
+    links_seen: Option<Vec<Option<u64>>>,
     /// The background driver's thread, once started.
     background: Option<Thread>,
     /// Set when the fanout is dropped: the background driver ends.
@@ -459,14 +459,15 @@ impl Fanout {
     pub fn recv_pushes(&self, deadline: Instant) -> Pushes {
         let mut inner = lock(&self.shared.inner);
         if inner.links_seen.is_none() {
-            inner.links_seen = Some(self.links(&inner));
+            inner.links_seen = Some(self.set_up_in(&inner).collect());
         }
         let mut driver = None;
         loop {
             if !inner.pushes.is_empty() || inner.pushes_dropped || inner.interrupted {
                 break;
             }
-            if inner.links_seen.as_ref() != Some(&self.links(&inner)) {
+            let seen = inner.links_seen.as_deref().unwrap_or_default();
+            if seen.iter().copied().ne(self.set_up_in(&inner)) {
                 break;
             }
             if Instant::now() >= deadline {
@@ -500,7 +501,7 @@ impl Fanout {
             dropped: std::mem::take(&mut inner.pushes_dropped),
         };
         inner.interrupted = false;
-        inner.links_seen = Some(self.links(&inner));
+        inner.links_seen = Some(self.set_up_in(&inner).collect());
         let successor = match driver.take() {
             Some(d) => {
                 inner.driver = Some(d);
@@ -515,12 +516,18 @@ impl Fanout {
         pushes
     }
 
-    /// Per connection, whether it is set up, and how many sessions it has had (read under the lock, as a set-up
-    /// completes only under it).
-    fn links(&self, inner: &Inner) -> Vec<(bool, u64)> {
+    /// Per connection, the session it is in if it has completed its set-up now; `None` while it is down,
+    /// connecting or setting up. A connection that drops goes from `Some` to `None`, one made anew to the next
+    /// session: for a listener that must know when pushes may have been lost.
+    pub fn set_up_sessions(&self) -> Vec<Option<u64>> {
+        let inner = lock(&self.shared.inner);
+        self.set_up_in(&inner).collect()
+    }
+
+    /// [`set_up_sessions`](Fanout::set_up_sessions), read under the lock (a set-up completes only under it).
+    fn set_up_in<'a>(&'a self, inner: &'a Inner) -> impl Iterator<Item = Option<u64>> + 'a {
         (inner.m.conns.iter().enumerate())
-            .map(|(i, c)| (c.state.is_set_up(), self.sessions(i)))
-            .collect()
+            .map(|(i, c)| c.state.is_set_up().then(|| self.sessions(i)))
     }
 
     /// Dials every connection that is down and whose backoff has passed, as a request would (a failure is

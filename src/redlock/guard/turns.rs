@@ -38,7 +38,7 @@ use std::time::Instant;
 use bytes::BytesMut;
 
 use super::Keeper;
-use super::watchdog::{IDLE, invalidated, listener, made_anew};
+use super::watchdog::{IDLE, invalidated, listener};
 use crate::net::Fanout;
 use crate::redlock::kind::queued::TURN_PREFIX;
 use crate::resp::encode_command;
@@ -105,27 +105,20 @@ impl Turns {
     /// Per node, the session of the listener's connection if it has completed its set-up now: noted before an
     /// attempt is sent.
     pub(crate) fn armed(&self) -> Armed {
-        match self.fanout() {
-            Some(f) => (0..f.len())
-                .map(|i| {
-                    let sessions = f.sessions(i);
-                    (f.is_up(i) && f.next_session(i) == sessions).then_some(sessions)
-                })
-                .collect(),
-            None => Vec::new(),
-        }
+        self.fanout().map_or_else(Vec::new, Fanout::set_up_sessions)
     }
 
     /// How many nodes have pushed, and still push, every change of this manager's turn keys since `armed` was
-    /// noted: their listener connection was set up then and is the same one now.
+    /// noted: their listener connection was set up then and is the same one, still set up, now.
     pub(crate) fn tracked(&self, armed: &Armed) -> usize {
         let Some(f) = self.fanout() else {
             return 0;
         };
+        let now = f.set_up_sessions();
         armed
             .iter()
-            .enumerate()
-            .filter(|&(i, s)| s.is_some_and(|s| f.is_up(i) && f.sessions(i) == s))
+            .zip(&now)
+            .filter(|&(a, n)| a.is_some() && a == n)
             .count()
     }
 
@@ -150,9 +143,7 @@ impl Turns {
 /// waiter that counted on it must arm its key another way). `recv_pushes` returns as soon as either happens,
 /// and a connection down is dialled again here.
 fn listen(fanout: &Fanout, weak: &Weak<Keeper>) {
-    let mut sessions: Vec<u64> = (0..fanout.len()).map(|i| fanout.sessions(i)).collect();
-    let set_up = |i| fanout.next_session(i) == fanout.sessions(i);
-    let mut up: Vec<bool> = (0..fanout.len()).map(set_up).collect();
+    let mut before = fanout.set_up_sessions();
     loop {
         let got = fanout.recv_pushes(later(Instant::now(), IDLE));
         let Some(keeper) = weak.upgrade() else {
@@ -161,21 +152,22 @@ fn listen(fanout: &Fanout, weak: &Weak<Keeper>) {
         if keeper.turns.stop.load(Ordering::Acquire) {
             return;
         }
-        let now: Vec<u64> = (0..fanout.len()).map(|i| fanout.sessions(i)).collect();
-        let now_up: Vec<bool> = (0..fanout.len()).map(set_up).collect();
-        let dropped = up.iter().zip(&now_up).any(|(&was, &is)| was && !is);
-        up = now_up;
+        let now = fanout.set_up_sessions();
+        // A connection that was set up dropped, or one was made anew (not its first session: nobody counted on
+        // a connection before it existed).
+        let lost = (before.iter().zip(&now))
+            .any(|(b, n)| b != n && (b.is_some() || n.is_some_and(|n| n > 1)));
         match invalidated(&got.pushes, got.dropped) {
-            Some(keys) if !made_anew(&sessions, &now) && !dropped => {
+            Some(keys) if !lost => {
                 for key in &keys {
                     keeper.waits.notify(key);
                 }
             }
             _ => keeper.waits.notify_all(),
         }
-        sessions = now;
-        if (0..fanout.len()).any(|i| !fanout.is_up(i)) {
+        if now.iter().any(Option::is_none) {
             fanout.redial();
         }
+        before = now;
     }
 }

@@ -123,7 +123,7 @@ pub(crate) fn listener(core: &Engine, tracking: Bytes) -> Option<Arc<Fanout>> {
 /// Whether a connection was made anew between two looks at the sessions of a fanout's connections (`before`,
 /// empty before the first look, and `now`): a session came after another, so what the earlier one tracked is
 /// forgotten. A connection's first session follows none: nothing could have been tracked before it.
-pub(crate) fn made_anew(before: &[u64], now: &[u64]) -> bool {
+fn made_anew(before: &[u64], now: &[u64]) -> bool {
     before.iter().zip(now).any(|(&b, &n)| n != b && n > 1)
 }
 
