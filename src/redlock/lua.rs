@@ -255,9 +255,9 @@ macro_rules! queued {
         concat!(
             r#"local nk, na = #KEYS - 3, #ARGV - 4 local q, d, g, id = KEYS[nk + 1], KEYS[nk + 2], KEYS[nk + 3], ARGV[na + 1] local lease, line = ARGV[na + 3], ARGV[na + 4] "#,
             $handed,
-            r#" local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. line redis.call("incr", k) redis.call("pexpire", k, lease) end local h = redis.call("zrange", q, 0, 0)[1] local now if h and h ~= id then local t = redis.call("time") now = t[1] * 1000 + math.floor(t[2] / 1000) local dead = redis.call("zrangebyscore", d, "-inf", now) if #dead > 0 then for _, m in ipairs(dead) do redis.call("zrem", q, m) redis.call("zrem", d, m) redis.call("hdel", g, m) end local n = redis.call("zrange", q, 0, 0)[1] if n and n ~= h and n ~= id then signal(n) end h = n end end local r = false if not h or h == id then r = (function(KEYS, ARGV) "#,
+            r#" local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. line redis.call("incr", k) redis.call("pexpire", k, lease) end local h = redis.call("zrange", q, 0, 0)[1] local now if h and h ~= id then local t = redis.call("time") now = t[1] * 1000 + math.floor(t[2] / 1000) local dead = redis.call("zrangebyscore", d, "-inf", now) if #dead > 0 then for _, m in ipairs(dead) do redis.call("zrem", q, m) redis.call("zrem", d, m) redis.call("hdel", g, m, m .. ":px") end local n = redis.call("zrange", q, 0, 0)[1] if n and n ~= h and n ~= id then signal(n) end h = n end end local r = false if not h or h == id then r = (function(KEYS, ARGV) "#,
             $body,
-            r#" end)({unpack(KEYS, 1, nk)}, {unpack(ARGV, 1, na)}) if r == 1 or (type(r) == "table" and r[1] ~= nil) then redis.call("hdel", g, id) return {r, -1, 0} end end if not now then local t = redis.call("time") now = t[1] * 1000 + math.floor(t[2] / 1000) end redis.call("zadd", q, ARGV[na + 2], id) redis.call("zadd", d, now + lease, id) redis.call("pexpire", q, lease) redis.call("pexpire", d, lease) "#,
+            r#" end)({unpack(KEYS, 1, nk)}, {unpack(ARGV, 1, na)}) if r == 1 or (type(r) == "table" and r[1] ~= nil) then redis.call("hdel", g, id, id .. ":px") return {r, -1, 0} end end if not now then local t = redis.call("time") now = t[1] * 1000 + math.floor(t[2] / 1000) end redis.call("zadd", q, ARGV[na + 2], id) redis.call("zadd", d, now + lease, id) redis.call("pexpire", q, lease) redis.call("pexpire", d, lease) "#,
             $register,
             r#" return {r, redis.call("zrank", q, id), tonumber(redis.call("get", "muxlock:turn:" .. id .. ":" .. line) or "0") or 0}"#
         )
@@ -287,34 +287,35 @@ pub const ACQUIRE_ONE: Lua = Lua {
 ///   out to be partial, made the nodes' heads differ: two waiters, each at the head of one of the two live
 ///   nodes of 3, refused each other until an entry expired.)
 /// - Otherwise (the kind's script refused, or another waiter's turn) the waiter joins or stays, with its ticket
-///   and a fresh deadline, and both keys live one entry lease more. Answers `{reply, rank, turn}`: the kind's
-///   script's reply (nil where the queue kept it from running), the waiter's place (0: it heads the queue) and
-///   its turn key's value.
+///   and a fresh deadline, and both keys live one entry lease more; a plain lock's waiter also registers, in
+///   the hand-off values, its value and TTL (`<id>` and `<id>:px`), which a release hands the key on as.
+///   Answers `{reply, rank, turn}`: the kind's script's reply (nil where the queue kept it from running), the
+///   waiter's place (0: it heads the queue) and its turn key's value.
 pub const QUEUE_ACQUIRE: Lua = Lua {
     body: queued!(
         acquire_one!(),
-        r#"local held = redis.pcall("get", KEYS[1]) if type(held) == "string" and (held == ARGV[1] or held == redis.call("hget", g, id)) then redis.call("set", KEYS[1], ARGV[1], "px", ARGV[2]) redis.call("zrem", q, id) redis.call("zrem", d, id) redis.call("hdel", g, id) return {1, -2, 0} end"#,
-        r#"redis.call("hset", g, id, ARGV[1]) redis.call("pexpire", g, lease)"#
+        r#"local held = redis.pcall("get", KEYS[1]) if type(held) == "string" and (held == ARGV[1] or held == redis.call("hget", g, id)) then redis.call("set", KEYS[1], ARGV[1], "px", ARGV[2]) redis.call("zrem", q, id) redis.call("zrem", d, id) redis.call("hdel", g, id, id .. ":px") return {1, -2, 0} end"#,
+        r#"redis.call("hset", g, id, ARGV[1], id .. ":px", ARGV[2]) redis.call("pexpire", g, lease)"#
     ),
-    sha1: "f535c84f122976fbc5209522d60d1733ecab120a",
+    sha1: "618e297d2e6716c4a003913d454ccf1f3a76125a",
 };
 
 /// [`ACQUIRE_PERMITS`] behind the waiting queue (see [`QUEUE_ACQUIRE`]): a semaphore's waiting offer.
 pub const QUEUE_PERMITS: Lua = Lua {
     body: queued!(acquire_permits!()),
-    sha1: "ed553c5c06160d7b7d89a1df68484ecf1cfb2b46",
+    sha1: "533997f47aaaad52275aa2814e1c553a3b820126",
 };
 
 /// [`ACQUIRE_READ`] behind the waiting queue (see [`QUEUE_ACQUIRE`]): a waiting reader's offer.
 pub const QUEUE_READ: Lua = Lua {
     body: queued!(acquire_read!()),
-    sha1: "a318cd1e911eba618b818c4bd8ed751e51439885",
+    sha1: "b727b273a74d07ad637fd3d345e99c8ffb238d9b",
 };
 
 /// [`ACQUIRE_WRITE`] behind the waiting queue (see [`QUEUE_ACQUIRE`]): a waiting writer's acquisition.
 pub const QUEUE_WRITE: Lua = Lua {
     body: queued!(acquire_write!()),
-    sha1: "9b8bd474634717cf44c6dfc1e60eea3913ea471b",
+    sha1: "c7cf43d37a3b6b1dc1637a61ced6a20c1329e826",
 };
 
 /// Each queued offer and the kind's script it runs for the queue's head: how the simulator runs them.
@@ -329,7 +330,7 @@ pub const QUEUED: [(Lua, Lua); 4] = [
 // `hand_on(key, queue, deadlines, handed, line, px)`.
 macro_rules! hand_on {
     () => {
-        r#"local function hand_on(key, q, d, g, line, px) local t = redis.call("time") local now = t[1] * 1000 + math.floor(t[2] / 1000) for _ = 1, 16 do local h = redis.call("zrange", q, 0, 0)[1] if not h then break end local left = (tonumber(redis.call("zscore", d, h)) or 0) - now local v = redis.call("hget", g, h) if left > 0 then if v then redis.call("set", key, v, "px", math.min(tonumber(px), left)) else redis.call("del", key) end local k = "muxlock:turn:" .. h .. ":" .. line redis.call("incr", k) redis.call("pexpire", k, px) return end redis.call("zrem", q, h) redis.call("zrem", d, h) redis.call("hdel", g, h) end redis.call("del", key) end "#
+        r#"local function hand_on(key, q, d, g, line, px) local t = redis.call("time") local now = t[1] * 1000 + math.floor(t[2] / 1000) for _ = 1, 16 do local h = redis.call("zrange", q, 0, 0)[1] if not h then break end local left = (tonumber(redis.call("zscore", d, h)) or 0) - now local v = redis.call("hget", g, h) if left > 0 then local ttl = tonumber(redis.call("hget", g, h .. ":px")) if v and ttl then redis.call("set", key, v, "px", ttl) redis.call("set", "muxlock:turn:" .. h .. "=" .. v .. ":" .. line, 1, "px", ttl) else redis.call("del", key) end local k = "muxlock:turn:" .. h .. ":" .. line redis.call("incr", k) redis.call("pexpire", k, px) return end redis.call("zrem", q, h) redis.call("zrem", d, h) redis.call("hdel", g, h, h .. ":px") end redis.call("del", key) end "#
     };
 }
 
@@ -341,16 +342,17 @@ macro_rules! hand_on {
 ///
 /// The waiter's entry goes first. Then, if the lock key holds the value to hand on (the lock's, for a release;
 /// else the value handed to this waiter: a release handed it on and the waiter will not take it), the key is set
-/// to the value the queue's head last offered (its deadline not past; dead entries before it are dropped) for one
-/// entry lease, or until the head's deadline if that comes sooner (a key handed to a waiter that died lapses with
-/// its entry, whatever the releaser's lease), and the head's turn key is bumped (an `INCR`: that waiter's tracker
+/// to the value the queue's head last offered (its deadline not past; dead entries before it are dropped) for the
+/// TTL that head's attempt asked for (the gate registered both), the head's handed marker
+/// `muxlock:turn:<id>=<value>:<line>` is written for as long (its turn listener's push of it is the hand-off's
+/// vote: `wait/handoff.rs`, "The grant by push"), and its turn key is bumped (an `INCR`: that waiter's tracker
 /// is told); with nobody waiting it is deleted. Otherwise, if the waiter headed the queue, the next waiter's turn
 /// key is bumped. Returns 1 if the key held the value to hand on (for a release: it is no longer this lock's),
 /// else 0: as the spec's compare-and-delete.
 pub const QUEUE_LEAVE: Lua = Lua {
     body: concat!(
         hand_on!(),
-        r#"local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. ARGV[4] redis.call("incr", k) redis.call("pexpire", k, ARGV[3]) end local q, d, g, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1] local from = false if KEYS[4] then from = ARGV[5] or redis.call("hget", g, id) end local handed = from and redis.pcall("get", KEYS[4]) == from local h = redis.call("zrange", q, 0, 0)[1] redis.call("zrem", q, id) redis.call("zrem", d, id) redis.call("hdel", g, id) if handed then hand_on(KEYS[4], q, d, g, ARGV[4], ARGV[3]) return 1 end if h == id then local n = redis.call("zrange", q, 0, 0)[1] if n then signal(n) end end return 0"#
+        r#"local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. ARGV[4] redis.call("incr", k) redis.call("pexpire", k, ARGV[3]) end local q, d, g, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1] local from = false if KEYS[4] then from = ARGV[5] or redis.call("hget", g, id) end local handed = from and redis.pcall("get", KEYS[4]) == from local h = redis.call("zrange", q, 0, 0)[1] redis.call("zrem", q, id) redis.call("zrem", d, id) redis.call("hdel", g, id, id .. ":px") if handed then hand_on(KEYS[4], q, d, g, ARGV[4], ARGV[3]) return 1 end if h == id then local n = redis.call("zrange", q, 0, 0)[1] if n then signal(n) end end return 0"#
     ),
-    sha1: "ef6d30bd5f7fee9ed8806eb19c8131424d7a8196",
+    sha1: "a1e4d2c58f62004c416ba67e23c7e06f2b146d87",
 };

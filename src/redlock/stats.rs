@@ -57,6 +57,7 @@ pub(crate) struct Activity {
     pub(crate) waits: AtomicU64,
     pub(crate) wakeups: AtomicU64,
     pub(crate) waits_given_up: AtomicU64,
+    pub(crate) granted_by_push: AtomicU64,
 }
 
 impl Activity {
@@ -74,6 +75,7 @@ impl Activity {
             waits: self.waits.load(Relaxed),
             wakeups: self.wakeups.load(Relaxed),
             waits_given_up: self.waits_given_up.load(Relaxed),
+            granted_by_push: self.granted_by_push.load(Relaxed),
         }
     }
 }
@@ -97,6 +99,9 @@ pub struct GuardStats {
     pub wakeups: u64,
     /// Waits that ended without the lock.
     pub waits_given_up: u64,
+    /// Waits that ended with a plain lock a release handed on, counted from the nodes' pushes without another
+    /// attempt (the grant by push: [`Request::wait`](super::Request::wait)).
+    pub granted_by_push: u64,
 }
 
 /// One node's figures in a [`Stats`] snapshot. For a member that is a Redis Cluster, every figure covers all the

@@ -750,6 +750,79 @@ fn a_waiter_behind_another_hears_its_turn_without_reading_its_turn_key() {
     assert!(worst < Duration::from_millis(150), "woken late: {worst:?}");
 }
 
+/// Scripts run so far by every node of `cluster` (`EVAL` and `EVALSHA` calls, `INFO commandstats`).
+fn scripts_run(cluster: &Cluster) -> u64 {
+    let calls = |info: &str, cmd: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    (cluster.nodes().iter())
+        .map(|node| {
+            let info =
+                String::from_utf8_lossy(&node.raw(&cmd(&["INFO", "commandstats"]))).into_owned();
+            calls(&info, "eval") + calls(&info, "evalsha")
+        })
+        .sum()
+}
+
+/// A waiter to whom a release hands the key holds the lock without another attempt ("The grant by push",
+/// `wait/handoff.rs`): its turn listener hears the hand-off's marker from each node, and that is its grant. From
+/// the release to the waiter's grant the nodes run the release's script and nothing else (a take would be one
+/// more script per node), and the key holds the waiter's value on every node.
+#[test]
+fn a_waiter_handed_the_key_holds_the_lock_without_another_attempt() {
+    let cluster = Cluster::start(3);
+    let ms = listening(&cluster);
+    for round in 0..5 {
+        let name = format!("pushed{round}");
+        let held = waiting(ms[1].request(&name))
+            .acquire()
+            .expect("the holder, by a waiting request");
+        thread::scope(|s| {
+            let waiter = s.spawn(|| waiting(ms[2].request(&name)).acquire());
+            locks::wait_until(Duration::from_secs(2), "the waiter queued", || {
+                (cluster.nodes().iter()).all(|n| {
+                    n.raw(&cmd(&["HLEN", &format!("muxlock:queue-handed:{name}")])) == b":2\r\n"
+                })
+            });
+            // The refused attempt's reads on past its verdict are over.
+            thread::sleep(Duration::from_millis(150));
+            let before = scripts_run(&cluster);
+            let released = Instant::now();
+            ms[1].unlock(held).expect("released, handed on");
+            let lock = waiter.join().expect("the waiter").expect("handed the lock");
+            let after = scripts_run(&cluster);
+            println!(
+                "round {round}: granted {:?} after the release; {} scripts run meanwhile",
+                released.elapsed(),
+                after - before
+            );
+            assert_eq!(
+                after - before,
+                3,
+                "round {round}: scripts run between the release and the grant (the release's are 3)"
+            );
+            for node in cluster.nodes() {
+                let value = node.raw(&cmd(&["GET", &name]));
+                let expected = [
+                    format!("${}\r\n", lock.value().len()).as_bytes(),
+                    lock.value().as_bytes(),
+                    b"\r\n",
+                ]
+                .concat();
+                assert_eq!(
+                    value, expected,
+                    "round {round}: the key holds the waiter's value"
+                );
+            }
+            ms[2].unlock(lock).expect("released");
+        });
+    }
+}
+
 /// The ids of the turn listeners' connections on `node`: `CLIENT LIST`'s entries with broadcast tracking (flag
 /// `B`); the tracker connections track without it.
 fn listener_ids(node: &support::RedisServer) -> Vec<String> {
@@ -978,7 +1051,7 @@ fn a_waiting_request_s_release_hands_the_key_to_the_next_waiter_and_nobody_takes
         cluster
             .nodes()
             .iter()
-            .all(|n| n.raw(&cmd(&["HLEN", &format!("muxlock:queue-handed:{name}")])) == b":1\r\n")
+            .all(|n| n.raw(&cmd(&["HLEN", &format!("muxlock:queue-handed:{name}")])) == b":2\r\n")
     };
     for round in 0..10 {
         let name = format!("handed{round}");
@@ -1000,7 +1073,7 @@ fn a_waiting_request_s_release_hands_the_key_to_the_next_waiter_and_nobody_takes
                 }
                 ms[1].unlock(l).expect("unlock")
             });
-            // The waiter has queued, with its offered value, on every node.
+            // The waiter has queued, with its offered value and its TTL, on every node.
             let t0 = Instant::now();
             while !handed_to_one(&name) {
                 assert!(t0.elapsed() < wait, "the waiter never queued");
@@ -1026,11 +1099,11 @@ fn a_waiting_request_s_release_hands_the_key_to_the_next_waiter_and_nobody_takes
     }
 }
 
-/// A key handed on to a waiter that died lapses with that waiter's entry: the others are held up for at most one
-/// entry lease (1 s here) plus a quarter after its last refresh, as behind a dead head that was handed nothing. A
-/// release just before the dead entry's deadline must not hand it the key for a whole further lease.
+/// A key handed on to a waiter that died is held for the TTL that waiter asked for, as a holder that died holds
+/// its lock: the live waiter behind it gets the lock once that TTL (600 ms here) has run from the hand-off, not
+/// sooner (the dead waiter may have counted the hand-off as its grant: "The grant by push"), and not much later.
 #[test]
-fn a_key_handed_to_a_dead_waiter_lapses_with_its_entry() {
+fn a_key_handed_to_a_dead_waiter_is_held_for_its_ttl() {
     let cluster = Cluster::start(3);
     let cfg = config().with_round_timeout(Duration::from_millis(50));
     let (m1, m2) = (
@@ -1044,11 +1117,11 @@ fn a_key_handed_to_a_dead_waiter_lapses_with_its_entry() {
         .acquire()
         .expect("the holder, by a waiting request");
     // A waiter that joined and died, its last refresh now: at the head (ticket 1), its deadline one lease from now
-    // on each node's clock, with the value it offered.
+    // on each node's clock, with the value it offered and its TTL.
     for node in cluster.nodes() {
         let reply = node.raw(&cmd(&[
             "EVAL",
-            r#"local t = redis.call("time") local now = t[1] * 1000 + math.floor(t[2] / 1000) redis.call("zadd", KEYS[1], 1, "deaddeaddeaddead") redis.call("zadd", KEYS[2], now + 1000, "deaddeaddeaddead") redis.call("hset", KEYS[3], "deaddeaddeaddead", "offered-by-the-dead") for _, k in ipairs(KEYS) do redis.call("pexpire", k, 1000) end return 1"#,
+            r#"local t = redis.call("time") local now = t[1] * 1000 + math.floor(t[2] / 1000) redis.call("zadd", KEYS[1], 1, "deaddeaddeaddead") redis.call("zadd", KEYS[2], now + 1000, "deaddeaddeaddead") redis.call("hset", KEYS[3], "deaddeaddeaddead", "offered-by-the-dead", "deaddeaddeaddead:px", 600) for _, k in ipairs(KEYS) do redis.call("pexpire", k, 1000) end return 1"#,
             "3",
             "muxlock:queue:deadhanded",
             "muxlock:queue-deadlines:deadhanded",
@@ -1056,7 +1129,6 @@ fn a_key_handed_to_a_dead_waiter_lapses_with_its_entry() {
         ]));
         assert_eq!(reply, b":1\r\n");
     }
-    let t0 = Instant::now();
     thread::scope(|s| {
         let waiter = s.spawn(|| {
             let l = m2
@@ -1064,19 +1136,24 @@ fn a_key_handed_to_a_dead_waiter_lapses_with_its_entry() {
                 .ttl(Duration::from_secs(2))
                 .wait(Duration::from_secs(5))
                 .acquire()
-                .expect("the live waiter, once the dead one's entry lapses");
-            let waited = t0.elapsed();
+                .expect("the live waiter, once the key handed to the dead one lapses");
+            let at = Instant::now();
             m2.unlock(l).expect("unlock");
-            waited
+            at
         });
-        // Released just before the dead waiter's deadline: the key is handed to it.
-        thread::sleep(Duration::from_millis(950));
+        // Released while the dead waiter's entry still heads the queue: the key is handed to it.
+        thread::sleep(Duration::from_millis(200));
+        let released = Instant::now();
         m1.unlock(held).expect("unlock");
-        let waited = waiter.join().expect("the waiter");
+        let waited = waiter.join().expect("the waiter").duration_since(released);
         println!("waited {waited:?} behind a dead waiter handed the key");
         assert!(
-            waited <= Duration::from_millis(1250 + 500),
-            "held up {waited:?} after the dead waiter's last refresh"
+            waited >= Duration::from_millis(590),
+            "the key handed to the dead waiter was taken after {waited:?}, inside its TTL"
+        );
+        assert!(
+            waited <= Duration::from_millis(600 + 500),
+            "held up {waited:?} after the dead waiter's TTL"
         );
     });
 }
@@ -1084,7 +1161,7 @@ fn a_key_handed_to_a_dead_waiter_lapses_with_its_entry() {
 /// A release never hands the key to the lock it releases: a waiting request's own entry left on a node (its
 /// attempt reached that node late, after the others had granted it, and joined the queue there with the lock's
 /// own value as its offer, and nothing read said so) is taken off by the release before it hands the key on.
-/// Handed to it, the key would keep the released value for an entry lease, and the release would count the node
+/// Handed to it, the key would keep the released value for the entry's TTL, and the release would count the node
 /// as released. The waiter queues behind another holder (its entry's id is read from the nodes), is handed the
 /// lock, and its entry is then put back on every node, offering the lock's value.
 #[test]
@@ -1123,7 +1200,7 @@ fn a_release_never_hands_the_key_to_its_own_entry() {
         for node in cluster.nodes() {
             let reply = node.raw(&cmd(&[
                 "EVAL",
-                r#"local t = redis.call("time") local now = t[1] * 1000 + math.floor(t[2] / 1000) redis.call("zadd", KEYS[1], 1, ARGV[2]) redis.call("zadd", KEYS[2], now + 5000, ARGV[2]) redis.call("hset", KEYS[3], ARGV[2], ARGV[1]) for _, k in ipairs(KEYS) do redis.call("pexpire", k, 5000) end return 1"#,
+                r#"local t = redis.call("time") local now = t[1] * 1000 + math.floor(t[2] / 1000) redis.call("zadd", KEYS[1], 1, ARGV[2]) redis.call("zadd", KEYS[2], now + 5000, ARGV[2]) redis.call("hset", KEYS[3], ARGV[2], ARGV[1], ARGV[2] .. ":px", 5000) for _, k in ipairs(KEYS) do redis.call("pexpire", k, 5000) end return 1"#,
                 "3",
                 "muxlock:queue:selfhanded",
                 "muxlock:queue-deadlines:selfhanded",
@@ -1135,7 +1212,7 @@ fn a_release_never_hands_the_key_to_its_own_entry() {
         }
         m.unlock(held).expect("released");
     });
-    // Handed to its own entry, the key would hold the value for an entry lease (1 s here).
+    // Handed to its own entry, the key would hold the value for the entry's TTL (5 s here).
     locks::wait_until(
         Duration::from_millis(600),
         "the key and the entry gone from every node",

@@ -156,7 +156,8 @@ fn mixed_faults(scenario: &str, share_a_majority: bool, secs: Duration) -> Fault
     }
 }
 
-/// The mixed faults of [`mixed_faults`]: no overlap, and the faults struck lock rounds. Control:
+/// The mixed faults of [`mixed_faults`]: no overlap, the faults struck lock rounds, and waiters held locks
+/// handed on to them by the hand-off's pushes (the grant by push ran under the faults). Control:
 /// [`waiters_under_mixed_faults_overlap_when_the_managers_share_no_majority`].
 #[test]
 fn waiters_under_pauses_resets_and_restarts_with_and_without_data() {
@@ -165,6 +166,11 @@ fn waiters_under_pauses_resets_and_restarts_with_and_without_data() {
     assert!(
         r.struck.failed > 0 && r.struck.timeouts > 0 && r.struck.drops > 0,
         "the faults did not strike lock rounds: {}",
+        r.struck
+    );
+    assert!(
+        r.struck.granted_by_push > 0,
+        "no waiter held a lock by the hand-off's pushes: {}",
         r.struck
     );
 }

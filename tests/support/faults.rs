@@ -27,6 +27,8 @@ pub struct Struck {
     pub drops: u64,
     /// Restarts the managers saw (a new `run_id` behind a node's address).
     pub restarts: u64,
+    /// Waits that ended with a key handed on, counted from the nodes' pushes (the grant by push).
+    pub granted_by_push: u64,
 }
 
 impl Struck {
@@ -34,7 +36,9 @@ impl Struck {
     pub fn of<'a>(managers: impl IntoIterator<Item = &'a LockManager>) -> Struck {
         let mut s = Struck::default();
         for m in managers {
-            for n in m.stats().nodes {
+            let stats = m.stats();
+            s.granted_by_push += stats.guards.granted_by_push;
+            for n in stats.nodes {
                 s.failed += n.failed;
                 s.quarantined += n.quarantined;
                 s.timeouts += n.net.timeouts;
@@ -54,6 +58,7 @@ impl Struck {
             timeouts: self.timeouts - before.timeouts,
             drops: self.drops - before.drops,
             restarts: self.restarts - before.restarts,
+            granted_by_push: self.granted_by_push - before.granted_by_push,
         }
     }
 }
@@ -62,8 +67,14 @@ impl fmt::Display for Struck {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "votes failed {}, quarantined {}; requests timed out {}; connections dropped {}; restarts seen {}",
-            self.failed, self.quarantined, self.timeouts, self.drops, self.restarts
+            "votes failed {}, quarantined {}; requests timed out {}; connections dropped {}; restarts seen {}; \
+             grants by push {}",
+            self.failed,
+            self.quarantined,
+            self.timeouts,
+            self.drops,
+            self.restarts,
+            self.granted_by_push
         )
     }
 }

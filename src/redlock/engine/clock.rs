@@ -261,7 +261,7 @@ impl Seen {
 
     /// Why `node` is not counted at `now` though its clock agrees now, if it was seen ahead less than the window
     /// ago.
-    fn recently_ahead(&self, node: usize, now: Instant) -> Option<String> {
+    pub(crate) fn recently_ahead(&self, node: usize, now: Instant) -> Option<String> {
         let (when, by) = (*lock(self.ahead.get(node)?))?;
         let ago = now.saturating_duration_since(when);
         let left = self.window().checked_sub(ago).filter(|d| !d.is_zero())?;

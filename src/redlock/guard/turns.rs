@@ -30,8 +30,9 @@
 //! The listener's thread holds a weak reference to the manager's [`Keeper`] and the connections; it ends when
 //! the manager is gone or [`Turns::stop`] is called (from the keeper's `Drop`, which interrupts its wait).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread;
 use std::time::Instant;
 
@@ -39,15 +40,28 @@ use bytes::BytesMut;
 
 use super::Keeper;
 use super::watchdog::{IDLE, invalidated, listener};
-use crate::net::Fanout;
-use crate::redlock::kind::queued::TURN_PREFIX;
+use crate::net::{Fanout, NodeSet};
+use crate::redlock::kind::queued::{TURN_PREFIX, handed_marker};
+use crate::redlock::token;
 use crate::resp::encode_command;
+use crate::sync::lock;
 use crate::time::later;
+
+/// A handed marker pushed: the value it names, the node, and the listener's session of that node when it was
+/// taken.
+type Marker = (token::Value, usize, u64);
+
+/// How many handed markers are kept per waiter between two of its attempts (one per node is expected).
+const MAX_HANDED: usize = 64;
 
 /// The turn listener of one manager (its connections and thread start with the first refusal of a queued wait).
 #[derive(Debug)]
 pub(crate) struct Turns {
     prefix: u32,
+    /// Per waiter of this manager in a plain lock's line ([`Turns::expect`]): the handed markers pushed since its
+    /// last attempt was sent, each as (value, node, the listener's session of that node when the push was
+    /// taken: never an earlier session than the one the push came on).
+    handed: Mutex<HashMap<Vec<u8>, Vec<Marker>>>,
     /// The listener's connections, once made (`None`: not to be had: the OS refused an event poll, or the
     /// manager's members are clusters, which have no tracker).
     fanout: OnceLock<Option<Arc<Fanout>>>,
@@ -62,6 +76,7 @@ impl Turns {
     pub(crate) fn new(prefix: u32) -> Turns {
         Turns {
             prefix,
+            handed: Mutex::new(HashMap::new()),
             fanout: OnceLock::new(),
             stop: AtomicBool::new(false),
         }
@@ -111,15 +126,71 @@ impl Turns {
     /// How many nodes have pushed, and still push, every change of this manager's turn keys since `armed` was
     /// noted: their listener connection was set up then and is the same one, still set up, now.
     pub(crate) fn tracked(&self, armed: &Armed) -> usize {
-        let Some(f) = self.fanout() else {
-            return 0;
-        };
-        let now = f.set_up_sessions();
-        armed
-            .iter()
-            .zip(&now)
-            .filter(|&(a, n)| a.is_some() && a == n)
+        let still = self.still(armed);
+        (0..armed.len())
+            .filter(|&node| still.contains(node))
             .count()
+    }
+
+    /// The nodes of [`tracked`](Turns::tracked) (below 64).
+    pub(crate) fn still(&self, armed: &Armed) -> NodeSet {
+        let mut nodes = NodeSet::EMPTY;
+        if let Some(f) = self.fanout() {
+            let now = f.set_up_sessions();
+            for (node, (a, n)) in armed.iter().zip(&now).enumerate().take(64) {
+                if a.is_some() && a == n {
+                    nodes.insert(node);
+                }
+            }
+        }
+        nodes
+    }
+
+    /// The waiter `id` is about to send an attempt: the markers pushed for it so far are forgotten, and those
+    /// pushed from now on kept (until the next attempt or [`forget`](Turns::forget)).
+    pub(crate) fn expect(&self, id: &[u8]) {
+        lock(&self.handed).entry(id.to_vec()).or_default().clear();
+    }
+
+    /// The waiter `id` has left: its markers are no longer kept.
+    pub(crate) fn forget(&self, id: &[u8]) {
+        lock(&self.handed).remove(id);
+    }
+
+    /// The nodes that pushed a handed marker of `value` for the waiter `id` on the listener connection that was
+    /// set up when `armed` was noted (before the attempt that offered `value` was sent): each ran the hand-off
+    /// after the attempt ran there, and has not restarted since the attempt was sent.
+    pub(crate) fn pushed(&self, id: &[u8], value: &token::Value, armed: &Armed) -> NodeSet {
+        let mut nodes = NodeSet::EMPTY;
+        if let Some(seen) = lock(&self.handed).get(id) {
+            for (_, node, session) in seen.iter().filter(|(v, ..)| v == value) {
+                if armed.get(*node).copied().flatten() == Some(*session) {
+                    nodes.insert(*node);
+                }
+            }
+        }
+        nodes
+    }
+
+    /// Keeps the handed markers among `keys`, pushed by `node` in `session`, for the waiters that expect them.
+    fn note_handed(&self, keys: &[(usize, Vec<u8>)], sessions: &[Option<u64>]) {
+        let mut handed = lock(&self.handed);
+        for (node, key) in keys {
+            let Some((id, value, _)) = handed_marker(key) else {
+                continue;
+            };
+            let (Some(seen), Some(Some(session)), Ok(value)) = (
+                handed.get_mut(id),
+                sessions.get(*node),
+                token::Value::try_from(value),
+            ) else {
+                continue;
+            };
+            // One marker per node and attempt is expected; a bound keeps a stray writer from growing it.
+            if seen.len() < MAX_HANDED {
+                seen.push((value, *node, *session));
+            }
+        }
     }
 
     /// Ends the thread (the manager is going away).
@@ -159,10 +230,14 @@ fn listen(fanout: &Fanout, weak: &Weak<Keeper>) {
             .any(|(b, n)| b != n && (b.is_some() || n.is_some_and(|n| n > 1)));
         match invalidated(&got.pushes, got.dropped) {
             Some(keys) if !lost => {
-                for key in &keys {
+                // Kept before the waiters are woken: a waiter woken by a marker finds it.
+                keeper.turns.note_handed(&keys, &now);
+                for (_, key) in &keys {
                     keeper.waits.notify(key);
                 }
             }
+            // A lost connection: markers pushed with the drop are not kept (those of a session still up come
+            // again on nothing; the waiter's next attempt takes what was handed to it).
             _ => keeper.waits.notify_all(),
         }
         if now.iter().any(Option::is_none) {

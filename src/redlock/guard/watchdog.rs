@@ -127,12 +127,15 @@ fn made_anew(before: &[u64], now: &[u64]) -> bool {
     before.iter().zip(now).any(|(&b, &n)| n != b && n > 1)
 }
 
-/// The keys that tracking `pushes` say changed; `None` when anything may have (a node flushed its keys or its
-/// tracking table was full, or `dropped`: pushes were lost).
-pub(crate) fn invalidated(pushes: &[(usize, Value)], dropped: bool) -> Option<Vec<Vec<u8>>> {
+/// The keys that tracking `pushes` say changed, each with the node that pushed it; `None` when anything may
+/// have (a node flushed its keys or its tracking table was full, or `dropped`: pushes were lost).
+pub(crate) fn invalidated(
+    pushes: &[(usize, Value)],
+    dropped: bool,
+) -> Option<Vec<(usize, Vec<u8>)>> {
     let mut keys = Vec::new();
     let mut all = dropped;
-    for (_, push) in pushes {
+    for (node, push) in pushes {
         let Value::Push(items) = push else {
             continue;
         };
@@ -142,7 +145,7 @@ pub(crate) fn invalidated(pushes: &[(usize, Value)], dropped: bool) -> Option<Ve
         }
         match items.get(1) {
             Some(Value::Array(names)) => keys.extend(names.iter().filter_map(|n| match n {
-                Value::BulkString(b) => Some(b.to_vec()),
+                Value::BulkString(b) => Some((*node, b.to_vec())),
                 _ => None,
             })),
             // A null: the node flushed its keys (FLUSHALL) or its tracking table was full.
@@ -346,13 +349,13 @@ impl Watchdog {
             return;
         };
         let mut s = lock(&self.state);
-        for key in &keys {
+        for (_, key) in &keys {
             if s.by_resource.contains_key(key) {
                 s.check.insert(key.clone());
             }
         }
         drop(s);
-        for key in &keys {
+        for (_, key) in &keys {
             keeper.waits.notify(key);
         }
     }

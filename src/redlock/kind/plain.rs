@@ -17,7 +17,7 @@ use crate::redlock::engine::scripted::Reading;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
 use crate::redlock::engine::untouched::Untouched;
 use crate::redlock::error::{Outcome, Report, Result};
-use crate::redlock::kind::queued::{Gate, HandOn};
+use crate::redlock::kind::queued::{Gate, HandOn, Handed};
 use crate::redlock::kind::{Kind, Lock};
 use crate::redlock::lua;
 use crate::redlock::quorum::{Failure, Quorum, Status};
@@ -124,6 +124,20 @@ pub(crate) async fn queued<N: Nodes, C: Clock>(
             },
         )
         .await;
+    // What a grant by push counts, should the attempt fail: the nodes read refusing it (each refusal counted:
+    // its clock check passed), which its clean-up skips.
+    let mut refused = NodeSet::EMPTY;
+    for (node, outcome) in round.outcomes.iter().enumerate().take(64) {
+        if round.untouched.contains(node) && *outcome == Outcome::Taken {
+            refused.insert(node);
+        }
+    }
+    gate.refusal.handed = Some(Handed {
+        value,
+        start: round.start,
+        ttl,
+        refused,
+    });
     engine
         .conclude(
             round.status,

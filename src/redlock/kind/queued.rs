@@ -5,31 +5,49 @@
 //! attempt itself ([`attempt`]) is the kind's offer with a [`Gate`], decided as the kind decides any attempt. The
 //! design and its safety argument are `wait/handoff.rs`'s module doc.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
 use crate::net::{NodeSet, Reply};
 use crate::redlock::engine::Engine;
+use crate::redlock::engine::lease::Lease;
 use crate::redlock::engine::seam::{Clock, NodeRound, Nodes};
-use crate::redlock::error::{Report, Result};
+use crate::redlock::error::{Outcome, Report, Result};
 use crate::redlock::kind::{self, Ask, Intent, Lock, Undo};
 use crate::redlock::lua;
-use crate::redlock::quorum::Failure;
+use crate::redlock::quorum::{Failure, Quorum, Status, Vote};
+use crate::redlock::token;
 use crate::resp::{Decimal, Value};
+use crate::time::later;
 
 /// The start of every turn key: `muxlock:turn:<24 hex digits of the waiter's id>:<line>`.
 pub(crate) const TURN_PREFIX: &[u8] = b"muxlock:turn:";
 /// The length of a waiter's id (hex digits): its manager's prefix (8), then its own (16).
 const ID_LEN: usize = 24;
 
-/// The waiting line a turn key is about (a plain lock's resource, a kind's `Line::key`), if `key` is one.
+/// The waiting line a turn key or a handed marker is about (a plain lock's resource, a kind's `Line::key`), if
+/// `key` is one.
 pub(crate) fn line_of_turn(key: &[u8]) -> Option<&[u8]> {
     let rest = key.strip_prefix(TURN_PREFIX)?;
     match rest.get(ID_LEN) {
         Some(b':') => rest.get(ID_LEN + 1..),
+        Some(b'=') => handed_marker(key).map(|(_, _, line)| line),
         _ => None,
     }
+}
+
+/// The waiter id, the value and the line a **handed marker** names: `muxlock:turn:<id>=<value>:<line>`, which a
+/// release writes, with the waiter's TTL, as it hands a plain lock's key on to that waiter set to that value
+/// ([`lua::QUEUE_LEAVE`]); nothing else writes it. Its names start as the waiter's turn key does, so the
+/// waiter's turn listener is pushed its every change (`guard/turns.rs`).
+pub(crate) fn handed_marker(key: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+    let rest = key.strip_prefix(TURN_PREFIX)?;
+    let (id, rest) = rest.split_at_checked(ID_LEN)?;
+    let (value, rest) = rest
+        .strip_prefix(b"=")?
+        .split_at_checked(token::VALUE_LEN)?;
+    Some((id, value, rest.strip_prefix(b":")?))
 }
 
 /// How long a queue entry lives on a node without a refresh: 4 round timeouts, at least 1 s. A waiter refreshes it
@@ -101,6 +119,24 @@ impl Entry {
         self.hands_on
     }
 
+    /// The waiter's id (24 hex digits).
+    pub(crate) fn id(&self) -> &[u8] {
+        &self.id
+    }
+
+    /// What a plain lock taken by this waiter is released with.
+    fn hand_on(&self) -> HandOn {
+        HandOn {
+            queue: self.queue.clone(),
+            deadlines: self.deadlines.clone(),
+            handed: self.handed.clone(),
+            id: self.id.clone(),
+            ticket: self.ticket.clone(),
+            lease_ms: self.lease_ms.clone(),
+            line: self.line.clone(),
+        }
+    }
+
     /// The gate's arguments (the waiter's id, its ticket, the entry's lease, the line), after the kind's in
     /// `ARGV`.
     fn args(&self) -> [&[u8]; 4] {
@@ -146,6 +182,22 @@ pub(crate) struct Refusal {
     pub(crate) joined: NodeSet,
     /// The nodes whose gate granted the key handed to this waiter, and took it off their queue as it did.
     pub(crate) left: NodeSet,
+    /// A plain lock's refused attempt: what a grant by push needs of it ([`by_push`]).
+    pub(crate) handed: Option<Handed>,
+}
+
+/// A plain lock's refused queued attempt, as a grant by push counts it ([`by_push`]; the argument is
+/// `wait/handoff.rs`'s, "The grant by push").
+#[derive(Debug, Clone)]
+pub(crate) struct Handed {
+    /// The attempt's value: what a release hands the key on to this waiter as, while this is its last attempt.
+    pub(crate) value: token::Value,
+    /// When the attempt's round started, and the TTL it asked for (the gate registered it with the value).
+    pub(crate) start: Instant,
+    pub(crate) ttl: Duration,
+    /// The nodes that refused every request of the attempt, each reply read and counted (the clock check
+    /// passed): its clean-up skips them, so nothing of the attempt removes a key handed on to it there.
+    pub(crate) refused: NodeSet,
 }
 
 impl Refusal {
@@ -174,6 +226,7 @@ impl<'a> Gate<'a> {
                 granted: NodeSet::EMPTY,
                 joined: NodeSet::EMPTY,
                 left: NodeSet::EMPTY,
+                handed: None,
             },
         }
     }
@@ -277,20 +330,80 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
                 leave(engine, entry, stay);
             }
             if entry.hands_on {
-                lock.hand_on = Some(Box::new(HandOn {
-                    queue: entry.queue.clone(),
-                    deadlines: entry.deadlines.clone(),
-                    handed: entry.handed.clone(),
-                    id: entry.id.clone(),
-                    ticket: entry.ticket.clone(),
-                    lease_ms: entry.lease_ms.clone(),
-                    line: entry.line.clone(),
-                }));
+                lock.hand_on = Some(Box::new(entry.hand_on()));
             }
             Ok(Ok(lock))
         }
         Err((failure, report)) => Ok(Err((failure, report, refusal))),
     }
+}
+
+/// The lock of a waiter whose last attempt (`handed`) was refused, if the keys handed on to it since make it
+/// its: `pushed` are the nodes whose turn listener pushed the attempt's handed marker on a connection set up
+/// before the attempt was sent (`guard/turns.rs`), `listening` those whose listener is still on that connection. A node votes if it also refused the whole
+/// attempt with its reply read and counted (`handed.refused`), the restart guard would count a grant from it
+/// now, and the clock check has not seen its clock ahead since; the votes are counted as the attempt's own
+/// round would have counted grants: a majority, from the attempt's start, within its validity, and no later
+/// than a third of the TTL after its start (as a patient round: a guard's first renewal is due then). `None`:
+/// not (yet) a majority, or too late; the waiter's next attempt then takes what was handed to it. The argument
+/// is `wait/handoff.rs`'s, "The grant by push".
+pub(crate) fn by_push<N: Nodes, C: Clock>(
+    engine: &Engine<N, C>,
+    (entry, resource): (&Entry, &[u8]),
+    handed: &Handed,
+    (pushed, listening): (NodeSet, NodeSet),
+) -> ByPush {
+    let n = engine.fanout.len();
+    let now = engine.clock.now();
+    if !entry.hands_on || n > 64 || now > later(handed.start, handed.ttl / 3) {
+        return ByPush::No;
+    }
+    let allowance = engine.config.allowance(handed.ttl);
+    let mut quorum = Quorum::new(n, handed.start, handed.ttl, allowance);
+    let mut status = Status::Pending;
+    let votes = pushed.intersection(handed.refused);
+    for node in (0..n).filter(|&node| votes.contains(node)) {
+        let (vote, _) =
+            engine.counted_from((node, resource), (Vote::Yes, Outcome::Granted), now, None);
+        let seen_ahead =
+            engine.config.clock_check && engine.restart.clocks.recently_ahead(node, now).is_some();
+        if vote == Vote::Yes && !seen_ahead {
+            status = quorum.vote(node, Vote::Yes, now);
+        }
+    }
+    let Status::Acquired { valid_until } = status else {
+        // A release hands the key on at every node at once, and the waiter may be woken by one node's push (or
+        // by the key's change, on the tracker) before the others' markers are in.
+        let coming = (0..n)
+            .filter(|&node| {
+                handed.refused.contains(node) && listening.contains(node) && !pushed.contains(node)
+            })
+            .count();
+        return match quorum.yes() + coming >= quorum.quorum() {
+            true => ByPush::Coming,
+            false => ByPush::No,
+        };
+    };
+    let lease = Lease::new(
+        resource.to_vec(),
+        handed.value,
+        (handed.start, valid_until),
+        NodeSet::ALL,
+    );
+    let mut lock = Lock::new(lease, kind::Kind::Plain);
+    lock.hand_on = Some(Box::new(entry.hand_on()));
+    ByPush::Granted(Box::new(lock))
+}
+
+/// What [`by_push`] found.
+#[derive(Debug)]
+pub(crate) enum ByPush {
+    /// The lock: a majority of nodes handed the key on to the waiter in time.
+    Granted(Box<Lock>),
+    /// Not yet: the nodes that may still push a marker would make a majority.
+    Coming,
+    /// Not a grant.
+    No,
 }
 
 /// Takes `entry` off the queue on `nodes` ([`lua::QUEUE_LEAVE`]), handing on a plain lock's key that was
@@ -395,6 +508,27 @@ mod tests {
         let got = gate.ungate(&took_none, 0, Value::Array(vec![]));
         assert_eq!(got.ok(), Some(Value::Array(vec![])));
         assert!(gate.refusal.queued().contains(0));
+    }
+
+    #[test]
+    fn a_handed_marker_names_its_waiter_its_value_and_its_line() {
+        let value = "0123456789abcdef0123456789abcdef01234567";
+        let marker = format!("muxlock:turn:abcd01230000000000000007={value}:jobs:42");
+        let (id, v, line) = handed_marker(marker.as_bytes()).expect("a marker");
+        assert_eq!(id, b"abcd01230000000000000007");
+        assert_eq!(v, value.as_bytes());
+        assert_eq!(line, b"jobs:42");
+        // Its line is woken as the turn key's.
+        assert_eq!(line_of_turn(marker.as_bytes()), Some(&b"jobs:42"[..]));
+        // A value of another length, no line, a turn key: no marker.
+        let short = format!("muxlock:turn:abcd01230000000000000007={}:jobs", &value[1..]);
+        assert_eq!(handed_marker(short.as_bytes()), None);
+        let lineless = format!("muxlock:turn:abcd01230000000000000007={value}");
+        assert_eq!(handed_marker(lineless.as_bytes()), None);
+        assert_eq!(
+            handed_marker(b"muxlock:turn:abcd01230000000000000007:jobs"),
+            None
+        );
     }
 
     #[test]

@@ -56,12 +56,13 @@
 //! next release's stragglers. A plain lock taken by a waiting request is therefore released with
 //! [`lua::QUEUE_LEAVE`](crate::redlock::lua::QUEUE_LEAVE) given the lock's value, which, on each node, takes the
 //! releasing waiter's own entry off the queue (wherever a reply not read, or a refusal, may have left it) and,
-//! where the key holds the lock's value, **sets it to the value the queue's live head last offered** (the gate keeps, per waiter, the
-//! value of its last refused attempt: `muxlock:queue-handed:<line>`) for one entry lease, or until that waiter's
-//! deadline on the node if sooner, and bumps that waiter's turn key; with nobody waiting it deletes the key as the spec's release does. The waiter is woken by the bump
-//! (or, at the head, by the key's change) and attempts at once; its gate finds in the key the value it offered
-//! before (or this attempt's own) and **takes it**: sets it to this attempt's value for the TTL and leaves the
-//! queue there. A waiter that leaves while the key is handed to it (it got the lock elsewhere, or gives up) hands
+//! where the key holds the lock's value, **sets it to the value the queue's live head last offered, for the TTL that
+//! waiter asked for** (the gate keeps, per waiter, the value and TTL of its last refused attempt:
+//! `muxlock:queue-handed:<line>`), writes that waiter's *handed marker* (below) and bumps its turn key; with
+//! nobody waiting it deletes the key as the spec's release does. The waiter hears the marker and counts it as a
+//! grant ("The grant by push", below); failing that (too few markers, too late) it attempts again, and its gate
+//! finds in the key the value it offered before (or this attempt's own) and **takes it**: sets it to this
+//! attempt's value for the TTL and leaves the queue there. A waiter that leaves while the key is handed to it (it got the lock elsewhere, or gives up) hands
 //! it on in its leave. Other releases (a lock taken without waiting, a batch, a native compare-and-delete, an
 //! expiry) free the key as before, and the head takes it as before.
 //!
@@ -86,10 +87,54 @@
 //! workers of the mutual-exclusion suite (`tests/mutex/waiting.rs`) and the simulator's queued worlds and its
 //! waiters' worlds (every client a waiter: thousands of keys handed on and taken), which must see hand-offs taken.
 //!
-//! **What it costs and gives.** A grant is the release's round, the woken waiter's one round and no leave (the
-//! gate took it off the queue; where a reply was not read, the waiter's release takes it off); nobody else's `SET NX` can win the key meanwhile, and the releaser's own next
-//! wait queues behind the waiters. A waiter that dies with a key handed to it holds the others up no longer than a
-//! dead head of the queue does (one entry lease after its last refresh): the handed key lapses with its entry.
+//! **What it costs and gives.** A grant is the release's round and nothing else (the grant by push; its entry
+//! stays where it is until its lock's release takes it off); nobody else's `SET NX` can win the key meanwhile,
+//! and the releaser's own next wait queues behind the waiters. A waiter that dies with a key handed to it holds
+//! the others up for the TTL it asked for, as a holder that dies does: it may have counted the hand-off as its
+//! grant (`api::handoff::a_key_handed_to_a_dead_waiter_is_held_for_its_ttl`).
+//!
+//! # The grant by push: a hand-off is a vote
+//!
+//! The waiter's refused attempt `A` (value `v`, its round started at `s` on this client's clocks, TTL `ttl`)
+//! registered `v` and `ttl` on every node it reached. A release that hands the key on to the waiter on node `X`
+//! sets the key to `v` for `ttl` and, in the same script, writes the **handed marker**
+//! `muxlock:turn:<id>=<v>:<line>` (only a hand-off writes it; `v` is fresh per attempt, so the marker's name
+//! exists nowhere before `A` ran on `X`). The waiter's turn listener (`guard/turns.rs`) is pushed every change of
+//! every key under its manager's prefix: the marker's push is the node saying "the key holds `v` for `ttl`, set
+//! after `A` ran here". [`queued::by_push`] counts node `X` as a grant of `A`, at the moment it looks, if and
+//! only if:
+//!
+//! 1. **`X` refused every request of `A`, each reply read, each counted**: so `A`'s clean-up is never sent to `X`
+//!    (`engine/untouched.rs`) and nothing of `A` deletes `v` there, and `A`'s clock check passed on `X`
+//!    (`b ≥ s − T`: the node's clock before `A` ran, against this client's at `s`).
+//! 2. **The marker of `v` came on the listener connection to `X` that had completed its set-up before `A` was
+//!    sent, and was taken while that connection was still in that session**: `X` did not restart between `A`'s
+//!    sending and the hand-off (a restart closes the connection). The session is read after the push is taken,
+//!    so a push is never credited to an earlier session than its own.
+//! 3. **The restart guard would count a grant from `X` now, and the clock check has not seen `X`'s clock ahead
+//!    since** (`engine/clock.rs`, "A clock seen ahead").
+//! 4. **`A` is the waiter's last attempt**: the markers are looked at only before the next attempt is sent (a
+//!    later attempt takes the key handed as `v` and sets its own value: its own round counts then).
+//!
+//! The votes are then counted as `A`'s own round would have counted grants: a majority, the lease from `s`,
+//! valid until `s + ttl − allowance` (drift and `2T`), and only while no more than a third of the TTL has run
+//! since `s` (a guard's first renewal is due then; past it the waiter attempts, and takes what was handed).
+//!
+//! **Why it is safe.** On `X` the key holds `v` from the hand-off at node time `n_h` for `ttl`. `n_h` comes after
+//! `A` ran there (the marker's name did not exist before), so `n_h ≥ b ≥ s − T` if `X`'s clock did not go back
+//! (the clock check's premise), and the key lives until `n_h + ttl ≥ s + ttl − T` on `X`'s clock. Nothing
+//! removes `v` before then but the waiter itself: other releases and leaves compare their own values (another
+//! waiter's handed value, or a releaser's, both distinct from `v`), `SET NX` does not overwrite, `A`'s clean-up
+//! skips `X` (1), and a later attempt is a later round (4). Another client's grant on `X` therefore needs the
+//! node's clock past `s + ttl − T`, which its own clock check (`a ≤ r + T`) places after `s + ttl − 2T` in its
+//! reading: after this lease has ended. That is the clock check's argument for a `SET NX` at `n_h`, with `A`'s
+//! `b` for the grant's: a hand-off is a grant made later than `A`'s request ran, and a later grant only holds
+//! longer. A node that restarted is excluded as a restarted node's grant is (2, 3), and a majority of such
+//! votes intersects any other majority as votes of one round do. With the clock check off, the argument is the
+//! spec's: the key was set after `s` and lives `ttl` on a clock that drifts within the allowance.
+//!
+//! A waiter woken by one node's marker, or by the key's change on the tracker, before the others' markers are
+//! in waits for them a moment (`MARKERS_WAIT`) while they could still make a majority; then it attempts.
 //!
 //! # Liveness: a waiter that dies, a node that is down
 //!
@@ -134,15 +179,23 @@ use bytes::BytesMut;
 
 use super::{FREE_STREAK, Place, Young, give_up, note_wait, park, sleep, wake_for_holder};
 use crate::net::NodeSet;
-use crate::redlock::engine::Engine;
 use crate::redlock::engine::seam::NodeRound;
 use crate::redlock::error::{Error, Outcome, Report, Result};
 use crate::redlock::guard::Keeper;
-use crate::redlock::kind::queued::{self, Entry};
+use crate::redlock::guard::turns::Armed;
+use crate::redlock::kind::queued::{self, ByPush, Entry, Handed};
 use crate::redlock::kind::{Ask, Intent, Kind, Line, Lock};
 use crate::redlock::quorum::Failure;
+use crate::redlock::stats::Activity;
 use crate::resp::{Value, encode_command};
 use crate::time::later;
+
+/// How long a waiter woken after a refusal waits, at most, for the handed markers that could still make its grant
+/// by push (or a tenth of the round timeout, if less): a release hands the key on at every node at once, and the
+/// key's change on the tracker, or one node's marker, may wake it before the others' markers are taken. A wake-up
+/// that was no hand-off (a holder that did not wait released, a renewal) costs this much more before the
+/// waiter's attempt.
+const MARKERS_WAIT: Duration = Duration::from_millis(2);
 
 /// The nodes refuse the queue's script: [`queued_wait`] gives up on the queue, and the caller waits without it.
 #[derive(Debug)]
@@ -185,7 +238,7 @@ fn new_entry(keeper: &Keeper, (line, hands_on): (&[u8], bool)) -> Entry {
 /// then may have been queued by it anywhere, once the nodes run it): it leaves the queue on every node when
 /// dropped, with the lock or without.
 struct Queued<'a> {
-    engine: &'a Engine,
+    keeper: &'a Keeper,
     entry: Option<Entry>,
     joined: bool,
     attempting: bool,
@@ -193,8 +246,11 @@ struct Queued<'a> {
 
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
-        if let (true, Some(entry)) = (self.joined || self.attempting, &self.entry) {
-            queued::leave(self.engine, entry, NodeSet::ALL);
+        if let Some(entry) = &self.entry {
+            self.keeper.turns.forget(entry.id());
+            if self.joined || self.attempting {
+                queued::leave(&self.keeper.engine, entry, NodeSet::ALL);
+            }
         }
     }
 }
@@ -221,7 +277,7 @@ pub(super) async fn queued_wait(
     };
     let engine = &keeper.engine;
     let mut queued = Queued {
-        engine,
+        keeper,
         entry: None,
         joined: false,
         attempting: false,
@@ -232,6 +288,10 @@ pub(super) async fn queued_wait(
     let mut young = Young::new();
     let activity = &keeper.activity;
     let quorum = engine.quorum();
+    // A plain lock's last refused attempt, and the listener's sessions noted before it was sent: what a grant
+    // by push counts.
+    let mut refused: Option<(Handed, Armed)> = None;
+    let mut coming: Option<Instant> = None;
     loop {
         let (head, generation) = keeper.waits.head(key, ticket);
         let cancelled = keeper.waits.cancels() != cancels;
@@ -252,9 +312,39 @@ pub(super) async fn queued_wait(
         let entry = queued
             .entry
             .get_or_insert_with(|| new_entry(keeper, (key, matches!(ask.kind, Kind::Plain))));
+        // The keys handed on to this waiter since its last refusal may make the lock its without an attempt
+        // ("The grant by push"). Woken while the markers that could still come would make a majority, it waits
+        // for them a moment ([`MARKERS_WAIT`], once per attempt) before an attempt takes what was handed.
+        if let Some((handed, armed)) = &refused {
+            let pushed = keeper.turns.pushed(entry.id(), &handed.value, armed);
+            let listening = keeper.turns.still(armed);
+            match queued::by_push(engine, (entry, &ask.resource), handed, (pushed, listening)) {
+                ByPush::Granted(lock) => {
+                    Activity::add(&activity.granted_by_push, 1);
+                    queued.joined = false;
+                    return Ok(Ok(*lock));
+                }
+                ByPush::Coming => {
+                    let now = Instant::now();
+                    let rest = *coming.get_or_insert_with(|| {
+                        later(now, MARKERS_WAIT.min(engine.config.round_timeout / 10))
+                            .min(later(handed.start, handed.ttl / 3))
+                    });
+                    if now < rest {
+                        sleep(keeper, (key, ticket, generation), rest.min(until), until).await;
+                        continue;
+                    }
+                }
+                ByPush::No => {}
+            }
+            (refused, coming) = (None, None);
+        }
         // Before the attempt goes: the nodes whose turn listener will push any change of the turn key after the
-        // node runs it (`guard/turns.rs`).
+        // node runs it (`guard/turns.rs`), and the markers of keys handed on to it (kept from now on).
         let armed = keeper.turns.armed();
+        if entry.hands_on() {
+            keeper.turns.expect(entry.id());
+        }
         queued.attempting = true;
         let attempt = queued::attempt(engine, ask, (entry, queued.joined), intent).await;
         queued.attempting = false;
@@ -274,6 +364,9 @@ pub(super) async fn queued_wait(
         queued.joined = true;
         if refuses_the_queue(&report, quorum) {
             return Err(Refused);
+        }
+        if let (Failure::Held, Some(handed)) = (failure, &refusal.handed) {
+            refused = Some((handed.clone(), armed.clone()));
         }
         young.note(&report);
         let now = Instant::now();
