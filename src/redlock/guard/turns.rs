@@ -41,7 +41,7 @@ use bytes::BytesMut;
 use super::Keeper;
 use super::watchdog::{IDLE, invalidated, listener};
 use crate::net::{Fanout, NodeSet};
-use crate::redlock::kind::queued::{TURN_PREFIX, handed_marker};
+use crate::redlock::kind::queued::{Handed, ID_LEN, TURN_PREFIX, handed_marker, line_of_turn};
 use crate::redlock::token;
 use crate::resp::encode_command;
 use crate::sync::lock;
@@ -50,6 +50,48 @@ use crate::time::later;
 /// A handed marker pushed: the value it names, the node, and the listener's session of that node when it was
 /// taken.
 type Marker = (token::Value, usize, u64);
+
+/// What a waiter of this manager expects of the pushes since its last attempt was sent.
+#[derive(Debug, Default)]
+struct Expected {
+    markers: Vec<Marker>,
+    /// Once the attempt was refused: the markers that can count for it ([`Turns::await_markers`]).
+    awaited: Option<Awaited>,
+}
+
+/// The markers that can count for a refused attempt: of its value, from the nodes that refused it (`from`), on
+/// the listener session noted before it was sent; `counted`: those pushed so far.
+#[derive(Debug)]
+struct Awaited {
+    value: token::Value,
+    from: NodeSet,
+    armed: Armed,
+    quorum: usize,
+    counted: NodeSet,
+}
+
+impl Awaited {
+    /// Counts the marker of `value` pushed by `node` in `session`, if it can count: `None` if it cannot (another
+    /// value, a node that did not refuse the attempt, another session), else whether the waiter is to be woken
+    /// for it: at the first that counts (it waits a moment for the others, `wait/handoff.rs`) and at the one
+    /// that makes the majority.
+    fn count(&mut self, (value, node, session): &Marker) -> Option<bool> {
+        let counts = *value == self.value
+            && self.from.contains(*node)
+            && self.armed.get(*node).copied().flatten() == Some(*session);
+        if !counts {
+            return None;
+        }
+        if self.counted.contains(*node) {
+            return Some(false);
+        }
+        self.counted.insert(*node);
+        let n = (0..self.armed.len().min(64))
+            .filter(|&node| self.counted.contains(node))
+            .count();
+        Some(n == 1 || n == self.quorum)
+    }
+}
 
 /// How many handed markers are kept per waiter between two of its attempts (one per node is expected).
 const MAX_HANDED: usize = 64;
@@ -61,7 +103,7 @@ pub(crate) struct Turns {
     /// Per waiter of this manager in a plain lock's line ([`Turns::expect`]): the handed markers pushed since its
     /// last attempt was sent, each as (value, node, the listener's session of that node when the push was
     /// taken: never an earlier session than the one the push came on).
-    handed: Mutex<HashMap<Vec<u8>, Vec<Marker>>>,
+    handed: Mutex<HashMap<Vec<u8>, Expected>>,
     /// The listener's connections, once made (`None`: not to be had: the OS refused an event poll, or the
     /// manager's members are clusters, which have no tracker).
     fanout: OnceLock<Option<Arc<Fanout>>>,
@@ -149,7 +191,31 @@ impl Turns {
     /// The waiter `id` is about to send an attempt: the markers pushed for it so far are forgotten, and those
     /// pushed from now on kept (until the next attempt or [`forget`](Turns::forget)).
     pub(crate) fn expect(&self, id: &[u8]) {
-        lock(&self.handed).entry(id.to_vec()).or_default().clear();
+        let mut handed = lock(&self.handed);
+        let expected = handed.entry(id.to_vec()).or_default();
+        expected.markers.clear();
+        expected.awaited = None;
+    }
+
+    /// The waiter `id`'s attempt (`handed`, sent when `armed` was noted) was refused: from now on its line is
+    /// woken for that attempt's markers only at the first that counts and at the one that makes `quorum` (the
+    /// turn key bumped by the same hand-offs wakes nobody), not at every node's.
+    pub(crate) fn await_markers(&self, id: &[u8], handed: &Handed, armed: &Armed, quorum: usize) {
+        let mut all = lock(&self.handed);
+        let Some(expected) = all.get_mut(id) else {
+            return;
+        };
+        let mut awaited = Awaited {
+            value: handed.value,
+            from: handed.refused,
+            armed: armed.clone(),
+            quorum,
+            counted: NodeSet::EMPTY,
+        };
+        for marker in &expected.markers {
+            awaited.count(marker);
+        }
+        expected.awaited = Some(awaited);
     }
 
     /// The waiter `id` has left: its markers are no longer kept.
@@ -162,8 +228,8 @@ impl Turns {
     /// after the attempt ran there, and has not restarted since the attempt was sent.
     pub(crate) fn pushed(&self, id: &[u8], value: &token::Value, armed: &Armed) -> NodeSet {
         let mut nodes = NodeSet::EMPTY;
-        if let Some(seen) = lock(&self.handed).get(id) {
-            for (_, node, session) in seen.iter().filter(|(v, ..)| v == value) {
+        if let Some(expected) = lock(&self.handed).get(id) {
+            for (_, node, session) in expected.markers.iter().filter(|(v, ..)| v == value) {
                 if armed.get(*node).copied().flatten() == Some(*session) {
                     nodes.insert(*node);
                 }
@@ -172,25 +238,53 @@ impl Turns {
         nodes
     }
 
-    /// Keeps the handed markers among `keys`, pushed by `node` in `session`, for the waiters that expect them.
-    fn note_handed(&self, keys: &[(usize, Vec<u8>)], sessions: &[Option<u64>]) {
+    /// Keeps the handed markers among `keys` (each with the node that pushed it; `sessions`: the listener's
+    /// sessions now) for the waiters that expect them, and says, per key, whether its line is to be woken. A
+    /// marker wakes it only where it counts for the attempt its waiter awaits markers for, at the first and at the
+    /// majority ([`Awaited::count`]); any other marker is no news the waiter acts on (it outlives its grant for
+    /// the waiter's TTL, and its expiry is pushed too), and a hand-off to a waiter bumps its turn key in the same
+    /// script. A turn key wakes its line unless a marker that counted came with it from the same node (the same
+    /// hand-off); every other key wakes its line.
+    fn note_handed(&self, keys: &[(usize, Vec<u8>)], sessions: &[Option<u64>]) -> Vec<bool> {
         let mut handed = lock(&self.handed);
-        for (node, key) in keys {
+        let mut wake = vec![true; keys.len()];
+        let mut counted = Vec::new();
+        for ((node, key), wake) in keys.iter().zip(&mut wake) {
             let Some((id, value, _)) = handed_marker(key) else {
                 continue;
             };
-            let (Some(seen), Some(Some(session)), Ok(value)) = (
+            *wake = false;
+            let (Some(expected), Some(Some(session)), Ok(value)) = (
                 handed.get_mut(id),
                 sessions.get(*node),
                 token::Value::try_from(value),
             ) else {
                 continue;
             };
+            let marker = (value, *node, *session);
+            if let Some(first_or_majority) =
+                expected.awaited.as_mut().and_then(|a| a.count(&marker))
+            {
+                *wake = first_or_majority;
+                counted.push((*node, id));
+            }
             // One marker per node and attempt is expected; a bound keeps a stray writer from growing it.
-            if seen.len() < MAX_HANDED {
-                seen.push((value, *node, *session));
+            if expected.markers.len() < MAX_HANDED {
+                expected.markers.push(marker);
             }
         }
+        for ((node, key), wake) in keys.iter().zip(&mut wake) {
+            let id = key
+                .strip_prefix(TURN_PREFIX)
+                .and_then(|rest| rest.get(..ID_LEN));
+            if line_of_turn(key).is_some()
+                && handed_marker(key).is_none()
+                && id.is_some_and(|id| counted.contains(&(*node, id)))
+            {
+                *wake = false;
+            }
+        }
+        wake
     }
 
     /// Ends the thread (the manager is going away).
@@ -231,9 +325,11 @@ fn listen(fanout: &Fanout, weak: &Weak<Keeper>) {
         match invalidated(&got.pushes, got.dropped) {
             Some(keys) if !lost => {
                 // Kept before the waiters are woken: a waiter woken by a marker finds it.
-                keeper.turns.note_handed(&keys, &now);
-                for (_, key) in &keys {
-                    keeper.waits.notify(key);
+                let wake = keeper.turns.note_handed(&keys, &now);
+                for ((_, key), wake) in keys.iter().zip(wake) {
+                    if wake {
+                        keeper.waits.notify(key);
+                    }
                 }
             }
             // A lost connection: markers pushed with the drop are not kept (those of a session still up come
@@ -244,5 +340,84 @@ fn listen(fanout: &Fanout, weak: &Weak<Keeper>) {
             fanout.redial();
         }
         before = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// A release hands the key on at 5 nodes: each node pushes the waiter's marker and its turn key. The line is
+    /// woken at the first marker that counts and at the third (the majority), not for the others, and not for
+    /// the turn keys bumped by the same hand-offs; a marker that cannot count (another value, a node that did
+    /// not refuse the attempt, another session) wakes nobody, a turn key bumped without a counted marker does.
+    #[test]
+    fn a_waiter_awaiting_markers_is_woken_at_the_first_and_at_the_majority() {
+        let turns = Turns::new(0xabcd_0123);
+        let id = b"abcd01230000000000000007";
+        let value: token::Value = *b"0123456789abcdef0123456789abcdef01234567";
+        let other: token::Value = *b"fedcba9876543210fedcba9876543210fedcba98";
+        let marker = |v: &token::Value| [TURN_PREFIX, id, b"=", v, b":jobs"].concat();
+        let turn = [TURN_PREFIX, id, b":jobs"].concat();
+        let mut refused = NodeSet::EMPTY;
+        for node in 0..4 {
+            refused.insert(node);
+        }
+        let handed = Handed {
+            value,
+            start: Instant::now(),
+            ttl: Duration::from_secs(2),
+            refused,
+        };
+        let armed: Armed = vec![Some(1), Some(1), Some(2), Some(1), Some(1)];
+        turns.expect(id);
+        turns.await_markers(id, &handed, &armed, 3);
+        let sessions = vec![Some(1), Some(1), Some(3), Some(1), Some(1)];
+        let batch = |node: usize, key: &[u8]| (node, key.to_vec());
+        let wake = turns.note_handed(
+            &[
+                batch(0, &marker(&value)),
+                batch(0, &turn),
+                batch(1, &marker(&value)),
+                batch(1, &turn),
+            ],
+            &sessions,
+        );
+        assert_eq!(wake, [true, false, false, false]);
+        // Node 2's session moved on, node 4 did not refuse the attempt, node 3's marker is another value's (an
+        // expiry, say): none counts, and none wakes the line; the turn key bumped beside one does.
+        let wake = turns.note_handed(
+            &[
+                batch(2, &marker(&value)),
+                batch(2, &turn),
+                batch(4, &marker(&value)),
+                batch(3, &marker(&other)),
+            ],
+            &sessions,
+        );
+        assert_eq!(wake, [false, true, false, false]);
+        assert_eq!(turns.pushed(id, &value, &armed).intersection(refused), {
+            let mut s = NodeSet::EMPTY;
+            s.insert(0);
+            s.insert(1);
+            s
+        });
+        // Node 3's marker of the value makes the majority; a turn key bumped alone wakes.
+        let wake = turns.note_handed(&[batch(3, &marker(&value))], &sessions);
+        assert_eq!(wake, [true]);
+        assert_eq!(turns.note_handed(&[batch(1, &turn)], &sessions), [true]);
+        // The next attempt forgets them all; a waiter that awaits nothing is woken by the turn key, not by the
+        // marker; nor is anyone by a marker of a waiter that left.
+        turns.expect(id);
+        assert_eq!(turns.pushed(id, &value, &armed), NodeSet::EMPTY);
+        let wake = turns.note_handed(&[batch(0, &marker(&value)), batch(0, &turn)], &sessions);
+        assert_eq!(wake, [false, true]);
+        turns.forget(id);
+        assert_eq!(
+            turns.note_handed(&[batch(0, &marker(&value))], &sessions),
+            [false]
+        );
     }
 }

@@ -24,7 +24,7 @@ use crate::time::later;
 /// The start of every turn key: `muxlock:turn:<24 hex digits of the waiter's id>:<line>`.
 pub(crate) const TURN_PREFIX: &[u8] = b"muxlock:turn:";
 /// The length of a waiter's id (hex digits): its manager's prefix (8), then its own (16).
-const ID_LEN: usize = 24;
+pub(crate) const ID_LEN: usize = 24;
 
 /// The waiting line a turn key or a handed marker is about (a plain lock's resource, a kind's `Line::key`), if
 /// `key` is one.

@@ -366,6 +366,9 @@ pub(super) async fn queued_wait(
             return Err(Refused);
         }
         if let (Failure::Held, Some(handed)) = (failure, &refusal.handed) {
+            keeper
+                .turns
+                .await_markers(entry.id(), handed, &armed, quorum);
             refused = Some((handed.clone(), armed.clone()));
         }
         young.note(&report);
