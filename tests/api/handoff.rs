@@ -823,6 +823,73 @@ fn a_waiter_handed_the_key_holds_the_lock_without_another_attempt() {
     }
 }
 
+/// The handed marker of a grant by push lives on after the grant (for the waiter's TTL), and its expiry is
+/// pushed to the waiter's turn listener like any change of it. Once that waiter has left the line, the expiry is
+/// no hand-off: the manager's next waiter on the line, asleep behind a holder until its entry's refresh (a second
+/// here), must not be woken by it into attempts the holder refuses. The first grant's TTL is 300 ms, so its three
+/// markers expire while the second wait sleeps; nothing else changes any key of the line meanwhile.
+#[test]
+fn a_handed_marker_s_expiry_wakes_no_later_waiter_of_its_manager() {
+    let cluster = Cluster::start(3);
+    let ms = listening(&cluster);
+    let name = "expired-marker";
+    let short = |m: &LockManager| {
+        m.request(name)
+            .ttl(Duration::from_millis(300))
+            .wait(Duration::from_secs(3))
+            .acquire()
+    };
+    let held = waiting(ms[0].request(name)).acquire().expect("the holder");
+    let pushed = ms[1].stats().guards.granted_by_push;
+    let granted = thread::scope(|s| {
+        let waiter = s.spawn(|| short(&ms[1]));
+        // Within a third of the waiter's TTL from its refused attempt: a grant by push.
+        thread::sleep(Duration::from_millis(50));
+        ms[0].unlock(held).expect("released, handed on");
+        waiter.join().expect("the waiter").expect("handed the lock")
+    });
+    assert_eq!(
+        ms[1].stats().guards.granted_by_push,
+        pushed + 1,
+        "granted by push"
+    );
+    ms[1].unlock(granted).expect("released");
+    let markers = |node: &support::RedisServer| {
+        let reply = node.raw(&cmd(&["KEYS", &format!("muxlock:turn:*=*:{name}")]));
+        String::from_utf8_lossy(&reply).into_owned()
+    };
+    assert!(
+        cluster.nodes().iter().all(|n| markers(n) != "*0\r\n"),
+        "the grant's markers are there"
+    );
+    let held = ms[0]
+        .request(name)
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .expect("the holder again");
+    thread::scope(|s| {
+        let waiter = s.spawn(|| short(&ms[1]));
+        // Its refused attempt is over; its refresh is a second away.
+        thread::sleep(Duration::from_millis(100));
+        let (before, woken) = (scripts_run(&cluster), ms[1].stats().guards.wakeups);
+        thread::sleep(Duration::from_millis(600));
+        let (after, woken_after) = (scripts_run(&cluster), ms[1].stats().guards.wakeups);
+        assert!(
+            cluster.nodes().iter().all(|n| markers(n) == "*0\r\n"),
+            "the grant's markers expired while the second waiter slept"
+        );
+        println!(
+            "while the markers expired: {} scripts run, {} wake-ups",
+            after - before,
+            woken_after - woken
+        );
+        assert_eq!(after - before, 0, "attempts woken by the markers' expiry");
+        ms[0].unlock(held).expect("released, handed on");
+        let l = waiter.join().expect("the waiter").expect("handed the lock");
+        ms[1].unlock(l).expect("released");
+    });
+}
+
 /// The ids of the turn listeners' connections on `node`: `CLIENT LIST`'s entries with broadcast tracking (flag
 /// `B`); the tracker connections track without it.
 fn listener_ids(node: &support::RedisServer) -> Vec<String> {

@@ -172,13 +172,26 @@ impl Turns {
         nodes
     }
 
-    /// Keeps the handed markers among `keys`, pushed by `node` in `session`, for the waiters that expect them.
-    fn note_handed(&self, keys: &[(usize, Vec<u8>)], sessions: &[Option<u64>]) {
+    /// Keeps the handed markers among `keys`, pushed by `node` in `session`, for the waiters that expect them,
+    /// and returns the keys whose lines to wake: every turn key, and the markers of waiters that still wait. A
+    /// marker outlives its grant (it lives the waiter's TTL), and its expiry is pushed too: for a waiter that has
+    /// left (forgotten), it is no hand-off, and woke the manager's next waiter on the line into an attempt the
+    /// holder refuses.
+    fn note_handed<'k>(
+        &self,
+        keys: &'k [(usize, Vec<u8>)],
+        sessions: &[Option<u64>],
+    ) -> Vec<&'k [u8]> {
         let mut handed = lock(&self.handed);
+        let mut wake = Vec::with_capacity(keys.len());
         for (node, key) in keys {
             let Some((id, value, _)) = handed_marker(key) else {
+                wake.push(&key[..]);
                 continue;
             };
+            if handed.contains_key(id) {
+                wake.push(&key[..]);
+            }
             let (Some(seen), Some(Some(session)), Ok(value)) = (
                 handed.get_mut(id),
                 sessions.get(*node),
@@ -191,6 +204,7 @@ impl Turns {
                 seen.push((value, *node, *session));
             }
         }
+        wake
     }
 
     /// Ends the thread (the manager is going away).
@@ -231,8 +245,7 @@ fn listen(fanout: &Fanout, weak: &Weak<Keeper>) {
         match invalidated(&got.pushes, got.dropped) {
             Some(keys) if !lost => {
                 // Kept before the waiters are woken: a waiter woken by a marker finds it.
-                keeper.turns.note_handed(&keys, &now);
-                for (_, key) in &keys {
+                for key in keeper.turns.note_handed(&keys, &now) {
                     keeper.waits.notify(key);
                 }
             }
