@@ -1429,3 +1429,100 @@ fn a_waiter_s_report_names_a_node_it_read_on_past_as_not_awaited_not_failed() {
         "node 2, answering 300 ms after each request, reported as giving no reply: {e}"
     );
 }
+
+/// A lock granted by push keeps its waiter's entry in the nodes' queues until its release ("What it costs and
+/// gives", `wait/handoff.rs`): every verb that releases a lock held with a `Lock` or a guard, blocking or async,
+/// takes it off every node (left, it would head the queues for the rest of its lease and refuse every other
+/// waiter), and frees the key with nobody waiting.
+#[test]
+fn a_lock_granted_by_push_leaves_no_entry_behind_whichever_verb_releases_it() {
+    enum Held {
+        Lock(Box<muxlock::Lock>),
+        Guard(muxlock::Guard),
+    }
+    let cluster = Cluster::start(3);
+    let ms = listening(&cluster);
+    let rt = support::rt::two_workers();
+    let verbs = [
+        "unlock",
+        "unlock_batch",
+        "unlock_async",
+        "release",
+        "release_async",
+        "guard_drop",
+        "async_guard_drop",
+    ];
+    for verb in verbs {
+        let name = format!("pushed-{verb}");
+        let entries = || -> Vec<Vec<u8>> {
+            let queue = format!("muxlock:queue:{name}");
+            (cluster.nodes().iter())
+                .map(|n| n.raw(&cmd(&["ZCARD", &queue])))
+                .collect()
+        };
+        let held = waiting(ms[0].request(&name))
+            .acquire()
+            .expect("the holder, by a waiting request");
+        let pushed = ms[1].stats().guards.granted_by_push;
+        let got = thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                // A guard's TTL leaves room for its renewal (rounds of a second here).
+                let r = ms[1]
+                    .request(&name)
+                    .ttl(Duration::from_secs(8))
+                    .wait(Duration::from_secs(3));
+                match verb {
+                    "unlock" | "unlock_batch" => r.acquire().map(|l| Held::Lock(Box::new(l))),
+                    "unlock_async" => rt
+                        .block_on(r.acquire_async())
+                        .map(|l| Held::Lock(Box::new(l))),
+                    "release" | "guard_drop" => r.hold().map(Held::Guard),
+                    _ => rt.block_on(r.hold_async()).map(Held::Guard),
+                }
+            });
+            // Within a third of the waiter's TTL from its refused attempt: a grant by push.
+            thread::sleep(Duration::from_millis(50));
+            ms[0].unlock(held).expect("released, handed on");
+            waiter.join().expect("the waiter").expect("handed the lock")
+        });
+        assert_eq!(
+            ms[1].stats().guards.granted_by_push,
+            pushed + 1,
+            "{verb}: granted by push"
+        );
+        assert!(
+            entries().iter().all(|z| z == b":1\r\n"),
+            "{verb}: the entry stays while the lock is held: {:?}",
+            entries()
+        );
+        match (verb, got) {
+            ("unlock", Held::Lock(l)) => {
+                ms[1].unlock(*l).expect("released");
+            }
+            ("unlock_batch", Held::Lock(l)) => {
+                let released = ms[1].unlock_batch(vec![*l]);
+                assert!(matches!(released.as_slice(), [Ok(_)]), "{released:?}");
+            }
+            ("unlock_async", Held::Lock(l)) => {
+                rt.block_on(ms[1].unlock_async(*l)).expect("released");
+            }
+            ("release", Held::Guard(g)) => {
+                g.release().expect("released");
+            }
+            ("release_async", Held::Guard(g)) => {
+                rt.block_on(g.release_async()).expect("released");
+            }
+            (_, Held::Guard(g)) => drop(g),
+            _ => unreachable!("{verb}"),
+        }
+        locks::wait_until(
+            Duration::from_millis(500),
+            &format!("{verb}: the entry and the key gone from every node"),
+            || {
+                entries().iter().all(|z| z == b":0\r\n")
+                    && (cluster.nodes().iter())
+                        .all(|n| n.raw(&cmd(&["EXISTS", &name])) == b":0\r\n")
+            },
+        );
+    }
+}
