@@ -823,6 +823,73 @@ fn a_waiter_handed_the_key_holds_the_lock_without_another_attempt() {
     }
 }
 
+/// The handed marker of a grant by push lives on after the grant (for the waiter's TTL), and its expiry is
+/// pushed to the waiter's turn listener like any change of it. Once that waiter has left the line, the expiry is
+/// no hand-off: the manager's next waiter on the line, asleep behind a holder until its entry's refresh (a second
+/// here), must not be woken by it into attempts the holder refuses. The first grant's TTL is 300 ms, so its three
+/// markers expire while the second wait sleeps; nothing else changes any key of the line meanwhile.
+#[test]
+fn a_handed_marker_s_expiry_wakes_no_later_waiter_of_its_manager() {
+    let cluster = Cluster::start(3);
+    let ms = listening(&cluster);
+    let name = "expired-marker";
+    let short = |m: &LockManager| {
+        m.request(name)
+            .ttl(Duration::from_millis(300))
+            .wait(Duration::from_secs(3))
+            .acquire()
+    };
+    let held = waiting(ms[0].request(name)).acquire().expect("the holder");
+    let pushed = ms[1].stats().guards.granted_by_push;
+    let granted = thread::scope(|s| {
+        let waiter = s.spawn(|| short(&ms[1]));
+        // Within a third of the waiter's TTL from its refused attempt: a grant by push.
+        thread::sleep(Duration::from_millis(50));
+        ms[0].unlock(held).expect("released, handed on");
+        waiter.join().expect("the waiter").expect("handed the lock")
+    });
+    assert_eq!(
+        ms[1].stats().guards.granted_by_push,
+        pushed + 1,
+        "granted by push"
+    );
+    ms[1].unlock(granted).expect("released");
+    let markers = |node: &support::RedisServer| {
+        let reply = node.raw(&cmd(&["KEYS", &format!("muxlock:turn:*=*:{name}")]));
+        String::from_utf8_lossy(&reply).into_owned()
+    };
+    assert!(
+        cluster.nodes().iter().all(|n| markers(n) != "*0\r\n"),
+        "the grant's markers are there"
+    );
+    let held = ms[0]
+        .request(name)
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .expect("the holder again");
+    thread::scope(|s| {
+        let waiter = s.spawn(|| short(&ms[1]));
+        // Its refused attempt is over; its refresh is a second away.
+        thread::sleep(Duration::from_millis(100));
+        let (before, woken) = (scripts_run(&cluster), ms[1].stats().guards.wakeups);
+        thread::sleep(Duration::from_millis(600));
+        let (after, woken_after) = (scripts_run(&cluster), ms[1].stats().guards.wakeups);
+        assert!(
+            cluster.nodes().iter().all(|n| markers(n) == "*0\r\n"),
+            "the grant's markers expired while the second waiter slept"
+        );
+        println!(
+            "while the markers expired: {} scripts run, {} wake-ups",
+            after - before,
+            woken_after - woken
+        );
+        assert_eq!(after - before, 0, "attempts woken by the markers' expiry");
+        ms[0].unlock(held).expect("released, handed on");
+        let l = waiter.join().expect("the waiter").expect("handed the lock");
+        ms[1].unlock(l).expect("released");
+    });
+}
+
 /// The ids of the turn listeners' connections on `node`: `CLIENT LIST`'s entries with broadcast tracking (flag
 /// `B`); the tracker connections track without it.
 fn listener_ids(node: &support::RedisServer) -> Vec<String> {
@@ -1361,4 +1428,101 @@ fn a_waiter_s_report_names_a_node_it_read_on_past_as_not_awaited_not_failed() {
         !matches!(slow, Outcome::Failed(_)),
         "node 2, answering 300 ms after each request, reported as giving no reply: {e}"
     );
+}
+
+/// A lock granted by push keeps its waiter's entry in the nodes' queues until its release ("What it costs and
+/// gives", `wait/handoff.rs`): every verb that releases a lock held with a `Lock` or a guard, blocking or async,
+/// takes it off every node (left, it would head the queues for the rest of its lease and refuse every other
+/// waiter), and frees the key with nobody waiting.
+#[test]
+fn a_lock_granted_by_push_leaves_no_entry_behind_whichever_verb_releases_it() {
+    enum Held {
+        Lock(Box<muxlock::Lock>),
+        Guard(muxlock::Guard),
+    }
+    let cluster = Cluster::start(3);
+    let ms = listening(&cluster);
+    let rt = support::rt::two_workers();
+    let verbs = [
+        "unlock",
+        "unlock_batch",
+        "unlock_async",
+        "release",
+        "release_async",
+        "guard_drop",
+        "async_guard_drop",
+    ];
+    for verb in verbs {
+        let name = format!("pushed-{verb}");
+        let entries = || -> Vec<Vec<u8>> {
+            let queue = format!("muxlock:queue:{name}");
+            (cluster.nodes().iter())
+                .map(|n| n.raw(&cmd(&["ZCARD", &queue])))
+                .collect()
+        };
+        let held = waiting(ms[0].request(&name))
+            .acquire()
+            .expect("the holder, by a waiting request");
+        let pushed = ms[1].stats().guards.granted_by_push;
+        let got = thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                // A guard's TTL leaves room for its renewal (rounds of a second here).
+                let r = ms[1]
+                    .request(&name)
+                    .ttl(Duration::from_secs(8))
+                    .wait(Duration::from_secs(3));
+                match verb {
+                    "unlock" | "unlock_batch" => r.acquire().map(|l| Held::Lock(Box::new(l))),
+                    "unlock_async" => rt
+                        .block_on(r.acquire_async())
+                        .map(|l| Held::Lock(Box::new(l))),
+                    "release" | "guard_drop" => r.hold().map(Held::Guard),
+                    _ => rt.block_on(r.hold_async()).map(Held::Guard),
+                }
+            });
+            // Within a third of the waiter's TTL from its refused attempt: a grant by push.
+            thread::sleep(Duration::from_millis(50));
+            ms[0].unlock(held).expect("released, handed on");
+            waiter.join().expect("the waiter").expect("handed the lock")
+        });
+        assert_eq!(
+            ms[1].stats().guards.granted_by_push,
+            pushed + 1,
+            "{verb}: granted by push"
+        );
+        assert!(
+            entries().iter().all(|z| z == b":1\r\n"),
+            "{verb}: the entry stays while the lock is held: {:?}",
+            entries()
+        );
+        match (verb, got) {
+            ("unlock", Held::Lock(l)) => {
+                ms[1].unlock(*l).expect("released");
+            }
+            ("unlock_batch", Held::Lock(l)) => {
+                let released = ms[1].unlock_batch(vec![*l]);
+                assert!(matches!(released.as_slice(), [Ok(_)]), "{released:?}");
+            }
+            ("unlock_async", Held::Lock(l)) => {
+                rt.block_on(ms[1].unlock_async(*l)).expect("released");
+            }
+            ("release", Held::Guard(g)) => {
+                g.release().expect("released");
+            }
+            ("release_async", Held::Guard(g)) => {
+                rt.block_on(g.release_async()).expect("released");
+            }
+            (_, Held::Guard(g)) => drop(g),
+            _ => unreachable!("{verb}"),
+        }
+        locks::wait_until(
+            Duration::from_millis(500),
+            &format!("{verb}: the entry and the key gone from every node"),
+            || {
+                entries().iter().all(|z| z == b":0\r\n")
+                    && (cluster.nodes().iter())
+                        .all(|n| n.raw(&cmd(&["EXISTS", &name])) == b":0\r\n")
+            },
+        );
+    }
 }
