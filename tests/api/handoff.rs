@@ -1430,10 +1430,10 @@ fn a_waiter_s_report_names_a_node_it_read_on_past_as_not_awaited_not_failed() {
     );
 }
 
-/// A lock granted by push keeps its waiter's entry in the nodes' queues until its release ("What it costs and
-/// gives", `wait/handoff.rs`): every verb that releases a lock held with a `Lock` or a guard, blocking or async,
-/// takes it off every node (left, it would head the queues for the rest of its lease and refuse every other
-/// waiter), and frees the key with nobody waiting.
+/// A lock granted by push has left the nodes' queues with the hand-off that granted it (the release handing the
+/// key on takes the waiter's entry off: left, it would head the queues for the rest of its lease and refuse every
+/// other waiter, and a release by value alone cannot name it), and every verb that releases it, blocking or
+/// async, by the lock, by its value or by its guard, frees the key with nobody waiting.
 #[test]
 fn a_lock_granted_by_push_leaves_no_entry_behind_whichever_verb_releases_it() {
     enum Held {
@@ -1445,6 +1445,7 @@ fn a_lock_granted_by_push_leaves_no_entry_behind_whichever_verb_releases_it() {
     let rt = support::rt::two_workers();
     let verbs = [
         "unlock",
+        "unlock_value",
         "unlock_batch",
         "unlock_async",
         "release",
@@ -1472,7 +1473,9 @@ fn a_lock_granted_by_push_leaves_no_entry_behind_whichever_verb_releases_it() {
                     .ttl(Duration::from_secs(8))
                     .wait(Duration::from_secs(3));
                 match verb {
-                    "unlock" | "unlock_batch" => r.acquire().map(|l| Held::Lock(Box::new(l))),
+                    "unlock" | "unlock_value" | "unlock_batch" => {
+                        r.acquire().map(|l| Held::Lock(Box::new(l)))
+                    }
                     "unlock_async" => rt
                         .block_on(r.acquire_async())
                         .map(|l| Held::Lock(Box::new(l))),
@@ -1491,13 +1494,17 @@ fn a_lock_granted_by_push_leaves_no_entry_behind_whichever_verb_releases_it() {
             "{verb}: granted by push"
         );
         assert!(
-            entries().iter().all(|z| z == b":1\r\n"),
-            "{verb}: the entry stays while the lock is held: {:?}",
+            entries().iter().all(|z| z == b":0\r\n"),
+            "{verb}: the entry left the queues with the hand-off: {:?}",
             entries()
         );
         match (verb, got) {
             ("unlock", Held::Lock(l)) => {
                 ms[1].unlock(*l).expect("released");
+            }
+            ("unlock_value", Held::Lock(l)) => {
+                let released = ms[1].unlock_value(&name, l.value());
+                assert!(matches!(released, Ok(n) if n >= 2), "{released:?}");
             }
             ("unlock_batch", Held::Lock(l)) => {
                 let released = ms[1].unlock_batch(vec![*l]);

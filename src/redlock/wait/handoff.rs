@@ -58,13 +58,14 @@
 //! releasing waiter's own entry off the queue (wherever a reply not read, or a refusal, may have left it) and,
 //! where the key holds the lock's value, **sets it to the value the queue's live head last offered, for the TTL that
 //! waiter asked for** (the gate keeps, per waiter, the value and TTL of its last refused attempt:
-//! `muxlock:queue-handed:<line>`), writes that waiter's *handed marker* (below) and bumps its turn key; with
-//! nobody waiting it deletes the key as the spec's release does. The waiter hears the marker and counts it as a
-//! grant ("The grant by push", below); failing that (too few markers, too late) it attempts again, and its gate
-//! finds in the key the value it offered before (or this attempt's own) and **takes it**: sets it to this
-//! attempt's value for the TTL and leaves the queue there. A waiter that leaves while the key is handed to it (it got the lock elsewhere, or gives up) hands
-//! it on in its leave. Other releases (a lock taken without waiting, a batch, a native compare-and-delete, an
-//! expiry) free the key as before, and the head takes it as before.
+//! `muxlock:queue-handed:<line>`), writes that waiter's *handed marker* (below), takes it off the queue (a
+//! release by value alone, which cannot name the entry, then leaves none heading the queue) and bumps its turn
+//! key; with nobody waiting it deletes the key as the spec's release does. The waiter hears the marker and counts
+//! it as a grant ("The grant by push", below); failing that (too few markers, too late) it attempts again, and its
+//! gate finds in the key the value it offered before (or this attempt's own) and **takes it**: sets it to this
+//! attempt's value for the TTL and leaves the queue there. A waiter that leaves while the key is handed to it (it
+//! got the lock elsewhere, or gives up) hands it on in its leave. Other releases (a lock taken without waiting, a
+//! batch, a native compare-and-delete, an expiry) free the key as before, and the head takes it as before.
 //!
 //! **Why it is safe.** The decision is still one attempt's round counted by the plain quorum from the attempt's
 //! start; only what a node grants changes. A gate grants the key in one more case than `SET NX`: when it holds
@@ -87,8 +88,9 @@
 //! workers of the mutual-exclusion suite (`tests/mutex/waiting.rs`) and the simulator's queued worlds and its
 //! waiters' worlds (every client a waiter: thousands of keys handed on and taken), which must see hand-offs taken.
 //!
-//! **What it costs and gives.** A grant is the release's round and nothing else (the grant by push; its entry
-//! stays where it is until its lock's release takes it off); nobody else's `SET NX` can win the key meanwhile,
+//! **What it costs and gives.** A grant is the release's round and nothing else (the grant by push; the hand-off
+//! took the waiter's entry off the queue there, keeping its hand-off values for its take or its leave, and its
+//! lock's release takes it off wherever else it is); nobody else's `SET NX` can win the key meanwhile,
 //! and the releaser's own next wait queues behind the waiters. A waiter that dies with a key handed to it holds
 //! the others up for the TTL it asked for, as a holder that dies does: it may have counted the hand-off as its
 //! grant (`api::handoff::a_key_handed_to_a_dead_waiter_is_held_for_its_ttl`).
