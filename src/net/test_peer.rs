@@ -10,6 +10,8 @@
 //! - `SLEEP ms x` → `$x` after `ms` milliseconds (the connection answers nothing meanwhile: a slow node);
 //! - `PUSH x` → a RESP3 push `>2 message x`, then `+OK`;
 //! - `CLOSE` → the connection is closed, unanswered;
+//! - `HALF x` → the first bytes of `$x` (its header and half of `x`), then the connection is closed: the close
+//!   comes with the last bytes, in one segment (a node that dies mid-reply);
 //! - `MUTE` → nothing, then or ever: the connection goes on reading, 4 KiB every 5 ms, and answers nothing more
 //!   (a node that takes the client's bytes and never replies: a proxy in front of a hung server);
 //! - `ERROR m` → the error `-m` (a refusal: `NOPERM ...`);
@@ -154,6 +156,17 @@ fn serve(mut stream: TcpStream, (n, port): (usize, u16), log: Log, stop: Arc<Ato
                 .is_some_and(|a| a.eq_ignore_ascii_case(b"MUTE"))
             {
                 return read_on_mute(&mut stream, &stop);
+            }
+            if let [half, x] = &args[..] {
+                if half.eq_ignore_ascii_case(b"HALF") {
+                    // Corked, the bytes wait in the socket until the close, which sends them with the FIN in
+                    // one segment: the client's poll sees the bytes and the close in one event.
+                    let _ = socket2::SockRef::from(&stream).set_tcp_cork(true);
+                    let mut cut = format!("${}\r\n", x.len()).into_bytes();
+                    cut.extend_from_slice(&x[..x.len() / 2]);
+                    let _ = stream.write_all(&cut);
+                    return;
+                }
             }
             let Some(reply) = answer(&args, port, &stop) else {
                 return;

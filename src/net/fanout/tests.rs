@@ -564,6 +564,80 @@ fn a_connection_closed_by_its_node_is_dialled_again_in_a_new_session() {
     assert_eq!(f.stats(0).connects, 2);
 }
 
+/// A close that comes right behind the last bytes of a half reply fails the request at once: the poll reports
+/// the bytes and the close in one edge-triggered event, and no later event would report the close, so the
+/// connection is read to its end then, not left open until the round's deadline.
+#[test]
+fn a_close_that_comes_with_the_last_bytes_fails_the_request_at_once() {
+    let peer = Peer::start();
+    let f = Fanout::new(vec![peer.addr()], Options::default()).expect("fanout");
+    let started = Instant::now();
+    let mut round = f.round(soon(2_000));
+    round.send(0, &command(&[b"HALF", b"half a reply"]), 1);
+    let got = outcomes(&mut round);
+    let took = started.elapsed();
+    assert_eq!(
+        got.into_values().collect::<Vec<_>>(),
+        [Err(NodeError::Closed)],
+        "after {took:?}"
+    );
+    assert!(
+        took < Duration::from_millis(1_000),
+        "the close was seen after {took:?}"
+    );
+}
+
+/// A release round that holds a request for room, and sleeps while another thread's round polls, looks again
+/// soon: the room another round's reply frees is nobody's event to wake it for, so it finds it by itself, not at
+/// the poll's hand-off or its own deadline.
+#[test]
+fn a_sleeping_release_round_sends_its_held_request_once_another_rounds_reply_makes_room() {
+    let (a, b) = (Peer::start(), Peer::start());
+    let opts = Options::default().with_max_in_flight(1);
+    let f = Arc::new(Fanout::new(vec![a.addr(), b.addr()], opts).expect("fanout"));
+    all_up(&f);
+    // Another thread polls for 2 s; its request on node 0 takes the node's room for 300 ms.
+    let driver = {
+        let f = Arc::clone(&f);
+        thread::spawn(move || {
+            let mut round = f.round(soon(5_000));
+            round.send(0, &command(&[b"SLEEP", b"300", b"room"]), 1);
+            round.send(1, &command(&[b"SLEEP", b"2000", b"long"]), 1);
+            outcomes(&mut round)
+        })
+    };
+    until_another_thread_polls(&f);
+    // A release takes the release reserve (answered right behind the first); the next is held for room.
+    let mut reserve = f.release_round(soon(5_000));
+    assert!(
+        reserve
+            .send(0, &command(&[b"ECHO", b"reserve"]), 1)
+            .contains(0)
+    );
+    let started = Instant::now();
+    let mut release = f.release_round(soon(5_000));
+    assert!(
+        release
+            .send(0, &command(&[b"ECHO", b"held"]), 1)
+            .contains(0)
+    );
+    assert_eq!(
+        f.in_flight(0),
+        2,
+        "the node's room and reserve, the held one not"
+    );
+    let got = outcomes(&mut release);
+    let took = started.elapsed();
+    assert_eq!(got.into_values().collect::<Vec<_>>(), [Ok(bulk("held"))]);
+    assert!(
+        took < Duration::from_millis(1_200),
+        "the held release went after {took:?}, with the poll's hand-off"
+    );
+    assert_eq!(outcomes(&mut reserve).len(), 1);
+    let polled = driver.join().expect("the driving thread");
+    assert_eq!(polled.get(&(1, 0)), Some(&Ok(bulk("long"))));
+}
+
 #[test]
 fn a_fanout_tells_its_size_and_shows_it_in_debug() {
     let peer = Peer::start();
