@@ -8,19 +8,27 @@
 //! [`Engine::renew_guards`] (the very `guard::renew` the watchdog runs) whenever the simulated client's schedule
 //! says, and released by [`Engine::release_guard`] (the guard's own release). The watchdog's thread and the
 //! waiting loop stay on the real fanout and clock.
+//!
+//! A simulated waiter in the nodes' queue makes its attempts with [`Engine::queued_attempt`]; after a refused
+//! one, the grant by push (`wait/handoff.rs`, "The grant by push") is the library's own: the engine's turn
+//! listener bookkeeping ([`Listener`], `guard/turns.rs`) takes the handed markers the simulated nodes push, in
+//! the listener sessions the simulator keeps, and [`Engine::by_push`] asks `kind::queued::by_push` whether they
+//! make the lock the waiter's.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::net::NodeSet;
 use crate::net::cluster::{Conns, Members, Plan};
 use crate::redlock::config::Config;
 use crate::redlock::engine::Engine as Rounds;
 use crate::redlock::engine::restart;
 use crate::redlock::error::{Error, Result};
+use crate::redlock::guard::turns::{self, Turns};
 use crate::redlock::guard::{self, Held};
 use crate::redlock::kind::Lock;
 use crate::redlock::kind::owned::{self, Owner};
-use crate::redlock::kind::queued::{self, Entry};
+use crate::redlock::kind::queued::{self, ByPush, Entry};
 use crate::redlock::kind::{self, Kind};
 use crate::redlock::kind::{rwlock, semaphore};
 use crate::redlock::lost::Lost;
@@ -39,6 +47,8 @@ pub struct Engine<N, C> {
     activity: Activity,
     /// The last guard id handed out.
     guards: std::sync::atomic::AtomicU64,
+    /// The turn listener's bookkeeping of handed markers (its connections are the simulator's).
+    turns: Arc<Turns>,
 }
 
 /// A guard's state in the simulator: what a [`Guard`](crate::redlock::Guard) shares with the watchdog, without
@@ -106,6 +116,82 @@ impl SimGuard {
 /// A waiter's entry in the nodes' queue (see [`Engine::queue_entry`]).
 #[derive(Debug)]
 pub struct QueueEntry(Entry);
+
+impl QueueEntry {
+    /// The waiter's id (24 hex digits: the engine's listener prefix, then its own), as its turn key and its
+    /// handed markers name it.
+    pub fn id(&self) -> &[u8] {
+        self.0.id()
+    }
+}
+
+/// A queued attempt that was not granted ([`Engine::queued_attempt`]).
+#[derive(Clone, Debug)]
+pub struct Refused {
+    /// The nodes' refusals said another holder or waiter has it, rather than an outage.
+    pub held: bool,
+    /// A plain lock's attempt: what a grant by push counts of it ([`Engine::by_push`]).
+    pub handed: Option<Handed>,
+}
+
+/// A plain lock's refused queued attempt, as a grant by push counts it (`kind/queued.rs`'s `Handed`).
+#[derive(Clone, Debug)]
+pub struct Handed(queued::Handed);
+
+impl Handed {
+    /// The attempt's value: what a release hands the key on to the waiter as.
+    pub fn value(&self) -> &[u8] {
+        &self.0.value
+    }
+
+    /// When the attempt's round started, on the client's clock.
+    pub fn start(&self) -> Instant {
+        self.0.start
+    }
+
+    /// The TTL the attempt asked for (the gate registered it with the value).
+    pub fn ttl(&self) -> Duration {
+        self.0.ttl
+    }
+
+    /// The nodes that refused every request of the attempt, each reply read and counted.
+    pub fn refused(&self) -> NodeSet {
+        self.0.refused
+    }
+}
+
+/// What [`Engine::by_push`] found (`kind/queued.rs`'s `ByPush`).
+#[derive(Debug)]
+pub enum Pushed {
+    /// The lock: a majority of nodes handed the key on to the waiter in time.
+    Granted(Box<Lock>),
+    /// Not yet: the nodes that may still push a marker would make a majority.
+    Coming,
+    /// Not a grant.
+    No,
+}
+
+/// A simulated manager's turn listener: the library's bookkeeping of the handed markers its connections push
+/// (`guard/turns.rs`), fed by the simulator, which carries the pushes and keeps the listener's sessions.
+#[derive(Clone, Debug)]
+pub struct Listener(Arc<Turns>);
+
+impl Listener {
+    /// The prefix of every waiter id of its engine (8 hex digits): the nodes push it the changes of the keys
+    /// under `muxlock:turn:<prefix>`.
+    pub fn prefix(&self) -> u32 {
+        self.0.prefix()
+    }
+
+    /// Takes a push of `key` from `node`'s listener connection, which is in `session` as the push is taken
+    /// (kept if it is a handed marker of a waiter of this engine that expects it, as the listener's thread
+    /// keeps it).
+    pub fn take(&self, node: usize, key: &[u8], session: u64) {
+        let mut sessions = vec![None; node + 1];
+        sessions[node] = Some(session);
+        self.0.note_handed(&[(node, key.to_vec())], &sessions);
+    }
+}
 
 /// What a waiter in the nodes' queue waits for: a lock of a kind that queues.
 #[derive(Clone, Copy, Debug)]
@@ -198,7 +284,28 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
             },
             activity: Activity::default(),
             guards: std::sync::atomic::AtomicU64::new(0),
+            turns: Arc::new(Turns::new(0)),
         })
+    }
+
+    /// The engine with waiter ids that start with `prefix` (8 hex digits; 0 unless set), as a manager's
+    /// start with its own: its [`Listener`] is pushed the changes of their turn keys and handed markers.
+    #[must_use]
+    pub fn with_turn_prefix(mut self, prefix: u32) -> Engine<N, C> {
+        self.turns = Arc::new(Turns::new(prefix));
+        self
+    }
+
+    /// Its turn listener's bookkeeping, for the simulator to feed the pushes it carries.
+    pub fn listener(&self) -> Listener {
+        Listener(Arc::clone(&self.turns))
+    }
+
+    /// Grants by push so far ([`GuardStats::granted_by_push`](super::GuardStats::granted_by_push)).
+    pub fn granted_by_push(&self) -> u64 {
+        self.activity
+            .granted_by_push
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// `(folded release rounds, releases that went out in them)` so far (`engine/fold.rs`).
@@ -474,34 +581,79 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let kind = waits.kind();
         let line = kind.line(waits.name()).key;
         QueueEntry(Entry::new(
-            (0, self.core.tokens.random_u64().unwrap_or(0)),
+            (
+                self.turns.prefix(),
+                self.core.tokens.random_u64().unwrap_or(0),
+            ),
             ticket,
             self.core.config.round_timeout,
             (&line, matches!(kind, Kind::Plain)),
         ))
     }
 
-    /// One queued attempt, as a waiting request's loop makes it (`kind/queued.rs`): the lock, `Ok(Err(held))`
-    /// (`held`: the nodes' refusals said another holder or waiter has it, rather than an outage), or an error.
-    /// `joined`: the waiter queued with an earlier attempt (a grant then leaves everywhere).
+    /// One queued attempt, as a waiting request's loop makes it (`kind/queued.rs`): the lock, `Ok(Err(refused))`,
+    /// or an error. `joined`: the waiter queued with an earlier attempt (a grant then leaves everywhere). As the
+    /// waiting loop does, a plain lock's waiter's [`Listener`] forgets the markers pushed before the attempt and
+    /// keeps those pushed from now on; the caller notes the listener's sessions before it calls (what
+    /// [`Engine::by_push`] is given as `armed`).
     pub async fn queued_attempt(
         &self,
         waits: Waits<'_>,
         ttl: Duration,
         entry: &QueueEntry,
         joined: bool,
-    ) -> Result<std::result::Result<Lock, bool>> {
+    ) -> Result<std::result::Result<Lock, Refused>> {
         let ask = waits.kind().check(waits.name().to_vec(), &self.core, ttl)?;
+        if entry.0.hands_on() {
+            self.turns.expect(entry.0.id());
+        }
         // The simulator's waiting loop is its own: its writers leave their intent to lapse.
         let intent = kind::Intent::of(&self.core, &ask);
         let got = queued::attempt(&self.core, &ask, (&entry.0, joined), &intent).await;
         intent.keep();
-        Ok(got?.map_err(|(failure, _, _)| failure == crate::redlock::quorum::Failure::Held))
+        Ok(got?.map_err(|(failure, _, refusal)| Refused {
+            held: failure == crate::redlock::quorum::Failure::Held,
+            handed: refusal.handed.map(Handed),
+        }))
     }
 
-    /// Takes `entry` off the queue on every node (sent, not awaited), as a waiter does with the lock or giving up.
+    /// The grant by push of a plain lock's waiter whose last attempt was refused (`handed`), as the waiting
+    /// loop asks it before its next attempt: the library's `kind::queued::by_push`, given the nodes whose handed
+    /// marker of the attempt's value the engine's [`Listener`] took in the session `armed` notes for them (each
+    /// node's listener session before the attempt was sent), and the nodes still in that session `now`. A grant
+    /// is counted in [`Engine::granted_by_push`]; the lock is released by [`Engine::unlock`] (handing the key
+    /// on, and taking the waiter's entry off the queue).
+    pub fn by_push(
+        &self,
+        waits: Waits<'_>,
+        entry: &QueueEntry,
+        handed: &Handed,
+        (armed, now): (&[Option<u64>], &[Option<u64>]),
+    ) -> Pushed {
+        let armed = armed.to_vec();
+        let pushed = self.turns.pushed(entry.0.id(), &handed.0.value, &armed);
+        let listening = turns::still_in(&armed, now);
+        match queued::by_push(
+            &self.core,
+            (&entry.0, waits.name()),
+            &handed.0,
+            (pushed, listening),
+        ) {
+            ByPush::Granted(lock) => {
+                Activity::add(&self.activity.granted_by_push, 1);
+                self.turns.forget(entry.0.id());
+                Pushed::Granted(lock)
+            }
+            ByPush::Coming => Pushed::Coming,
+            ByPush::No => Pushed::No,
+        }
+    }
+
+    /// Takes `entry` off the queue on every node (sent, not awaited), as a waiter does with the lock or giving up;
+    /// its [`Listener`] no longer keeps its markers.
     pub fn leave_queue(&self, entry: &QueueEntry) {
-        queued::leave(&self.core, &entry.0, crate::net::NodeSet::ALL);
+        self.turns.forget(entry.0.id());
+        queued::leave(&self.core, &entry.0, NodeSet::ALL);
     }
 
     /// As a request with [`owned`](super::Request::owned): one hold of `owner`'s reentrant lock, as a [`Lock`]

@@ -62,7 +62,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use muxlock::net::cluster::Members;
-use muxlock::redlock::sim::{Clock, Engine, QueueEntry, SimGuard, Waits};
+use muxlock::redlock::sim::{Clock, Engine, QueueEntry, Refused, SimGuard, Waits};
 use muxlock::redlock::{Lost, Report};
 use muxlock::{Config, Error, Lock, Result};
 
@@ -442,7 +442,7 @@ impl Checked {
         ttl: Duration,
         entry: &QueueEntry,
         joined: bool,
-    ) -> Result<std::result::Result<Lock, bool>> {
+    ) -> Result<std::result::Result<Lock, Refused>> {
         let call = self.begin("queued_attempt", false);
         let free = !joined
             && match waits {

@@ -72,7 +72,7 @@ pub fn refused() -> Refused {
             let waits = Waits::Plain(&key);
             let entry = engine.queue_entry(waits, 1);
             let got = engine.queued_attempt(waits, ttl, &entry, false).await;
-            let held = matches!(got, Ok(Err(true)));
+            let held = matches!(got, Ok(Err(ref r)) if r.held);
             clock.sleep(Duration::from_millis(50)).await;
             let after = counts(&sim);
             let cleaned = after.iter().zip(&before).map(|(a, b)| a - b).collect();
@@ -139,7 +139,7 @@ pub fn granted_then_released() -> Granted {
             let waits = Waits::Plain(&key);
             let entry = engine.queue_entry(waits, 1);
             let first = engine.queued_attempt(waits, ttl, &entry, false).await;
-            if !matches!(first, Ok(Err(true))) {
+            if !matches!(first, Ok(Err(ref r)) if r.held) {
                 return;
             }
             sleep_until(start + 20).await;
@@ -260,7 +260,7 @@ pub fn granted_then_released_by(batch: bool) -> Batched {
                 after_release: Vec::new(),
                 other_granted: false,
             };
-            if !matches!(first, Ok(Err(true))) {
+            if !matches!(first, Ok(Err(ref r)) if r.held) {
                 seen.set(Some(not_granted));
                 return;
             }

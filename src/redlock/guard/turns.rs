@@ -176,16 +176,10 @@ impl Turns {
 
     /// The nodes of [`tracked`](Turns::tracked) (below 64).
     pub(crate) fn still(&self, armed: &Armed) -> NodeSet {
-        let mut nodes = NodeSet::EMPTY;
-        if let Some(f) = self.fanout() {
-            let now = f.set_up_sessions();
-            for (node, (a, n)) in armed.iter().zip(&now).enumerate().take(64) {
-                if a.is_some() && a == n {
-                    nodes.insert(node);
-                }
-            }
+        match self.fanout() {
+            Some(f) => still_in(armed, &f.set_up_sessions()),
+            None => NodeSet::EMPTY,
         }
-        nodes
     }
 
     /// The waiter `id` is about to send an attempt: the markers pushed for it so far are forgotten, and those
@@ -245,7 +239,11 @@ impl Turns {
     /// the waiter's TTL, and its expiry is pushed too), and a hand-off to a waiter bumps its turn key in the same
     /// script. A turn key wakes its line unless a marker that counted came with it from the same node (the same
     /// hand-off); every other key wakes its line.
-    fn note_handed(&self, keys: &[(usize, Vec<u8>)], sessions: &[Option<u64>]) -> Vec<bool> {
+    pub(crate) fn note_handed(
+        &self,
+        keys: &[(usize, Vec<u8>)],
+        sessions: &[Option<u64>],
+    ) -> Vec<bool> {
         let mut handed = lock(&self.handed);
         let mut wake = vec![true; keys.len()];
         let mut counted = Vec::new();
@@ -301,6 +299,18 @@ impl Turns {
             false => self.fanout.get().and_then(Option::as_deref),
         }
     }
+}
+
+/// The nodes (below 64) whose listener connection was set up when `armed` was noted and is the same one, set
+/// up, in `now` (each node's session now, as [`Fanout::set_up_sessions`] reads it).
+pub(crate) fn still_in(armed: &Armed, now: &[Option<u64>]) -> NodeSet {
+    let mut nodes = NodeSet::EMPTY;
+    for (node, (a, n)) in armed.iter().zip(now).enumerate().take(64) {
+        if a.is_some() && a == n {
+            nodes.insert(node);
+        }
+    }
+    nodes
 }
 
 /// The listener's thread: takes the pushes and wakes the lines of the keys they name; wakes every line when a
