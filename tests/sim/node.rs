@@ -234,6 +234,11 @@ fn is_release(sha: &str) -> bool {
         .any(|r| same_sha(r.as_bytes(), sha.as_bytes()))
 }
 
+/// The hand-off values' field of a waiter's registered TTL: `<id>:px`.
+fn ttl_field(id: &[u8]) -> Vec<u8> {
+    [id, b":px"].concat()
+}
+
 fn int(n: i64) -> Value {
     Value::Integer(n)
 }
@@ -530,6 +535,12 @@ impl Node {
                 expires,
             },
         );
+    }
+
+    /// `HDEL g m m:px`: a waiter's registered value and TTL go (the hand-off values of its line, `g`).
+    fn forget_offer(&mut self, g: &[u8], m: &[u8], now: Wall) {
+        self.hdel(g, m, now);
+        self.hdel(g, &ttl_field(m), now);
     }
 
     /// `HDEL`; an emptied hash goes, as in Redis.
@@ -1019,7 +1030,7 @@ impl Node {
                 self.handed_taken += u64::from(handed.as_deref() == Some(&held[..]));
                 self.zrem(q, id, now);
                 self.zrem(d, id, now);
-                self.hdel(g, id, now);
+                self.forget_offer(g, id, now);
                 return Value::Array(vec![int(1), int(-2), int(0)]);
             }
         }
@@ -1045,7 +1056,7 @@ impl Node {
                 for m in &dead {
                     self.zrem(q, m, now);
                     self.zrem(d, m, now);
-                    self.hdel(g, m, now);
+                    self.forget_offer(g, m, now);
                 }
                 let next = self.zhead(q, now);
                 if let Some(n) = &next {
@@ -1070,7 +1081,7 @@ impl Node {
             };
             if granted {
                 // A granted key is never the waiter's offered value there: a leave must not hand it on.
-                self.hdel(g, id, now);
+                self.forget_offer(g, id, now);
                 return Value::Array(vec![ran, int(-1), int(0)]);
             }
             if matches!(ran, Value::Error(_)) {
@@ -1082,7 +1093,10 @@ impl Node {
         self.pexpire(q, lease, now);
         self.pexpire(d, lease, now);
         if plain {
+            // The value and the TTL a release hands the key on as (`<id>` and `<id>:px`).
+            let ttl = argv.get(1).copied().unwrap_or_default();
             self.hput(g, id, value, now);
+            self.hput(g, &ttl_field(id), ttl, now);
             self.pexpire(g, lease, now);
         }
         let rank = self
@@ -1113,7 +1127,7 @@ impl Node {
         let head = self.zhead(q, now);
         self.zrem(q, id, now);
         self.zrem(d, id, now);
-        self.hdel(g, id, now);
+        self.forget_offer(g, id, now);
         if handed {
             self.hand_on((k(3), q, d, g), arg(3), lease, now);
             return int(1);
@@ -1130,7 +1144,9 @@ impl Node {
 
     /// Hands a plain lock's `key` on to the head of its line's queue, as [`lua::QUEUE_LEAVE`] does: to the first
     /// waiter whose deadline is not past (dropping the others before it), set to the value it last offered for
-    /// `px` ms or until that waiter's deadline if sooner, its turn key bumped; deleted with nobody waiting.
+    /// the TTL it registered with it, and that waiter's handed marker `muxlock:turn:<id>=<value>:<line>` written
+    /// for as long; without a registered value and TTL, the key is deleted. The head's turn key is bumped (living
+    /// `px` ms). With nobody waiting, the key is deleted.
     fn hand_on(
         &mut self,
         (key, q, d, g): (&[u8], &[u8], &[u8], &[u8]),
@@ -1146,12 +1162,18 @@ impl Node {
             let left = self.zscore(d, &h, now).unwrap_or(0) - wall;
             let offered = self.hget(g, &h, now);
             if left > 0 {
-                match offered {
-                    Some(v) => {
-                        self.set(key, &v, Some(px.min(left)), now);
+                // `tonumber`: a field that is no number is none.
+                let ttl = (self.hget(g, &ttl_field(&h), now))
+                    .and_then(|t| std::str::from_utf8(&t).ok()?.trim().parse::<f64>().ok())
+                    .map(|t| t as i64);
+                match (offered, ttl) {
+                    (Some(v), Some(ttl)) => {
+                        self.set(key, &v, Some(ttl), now);
+                        let marker = [&b"muxlock:turn:"[..], &h, b"=", &v, b":", line].concat();
+                        self.set(&marker, b"1", Some(ttl), now);
                         self.handed_on += 1;
                     }
-                    None => {
+                    _ => {
                         self.del(key, now);
                     }
                 }
@@ -1162,7 +1184,7 @@ impl Node {
             }
             self.zrem(q, &h, now);
             self.zrem(d, &h, now);
-            self.hdel(g, &h, now);
+            self.forget_offer(g, &h, now);
         }
         self.del(key, now);
     }
