@@ -157,11 +157,26 @@ fn hostile() -> Options {
     }
 }
 
+/// What the queued worlds ran ([`queued_worlds`]).
+#[derive(Debug, Default)]
+struct Queued {
+    /// Grants of queued attempts, and of them grants by push.
+    grants: u64,
+    by_push: u64,
+    /// Keys handed on, and taken by their waiter's gate.
+    handed: u64,
+    taken: u64,
+    /// Handed markers written, their pushes taken and lost; listener connections dropped.
+    pushes: [u64; 3],
+    listener_drops: u64,
+}
+
 /// Runs `seeds` seeds of queued worlds (`waiters`: the waiters' worlds), failing at the first violation (named
-/// `worlds` for its replay), and prints what ran; returns the queued grants and the handed keys taken.
-fn queued_worlds(seeds: u64, waiters: bool, worlds: &str) -> (u64, u64) {
+/// `worlds` for its replay), and prints what ran.
+fn queued_worlds(seeds: u64, waiters: bool, worlds: &str) -> Queued {
     let started = Instant::now();
-    let (mut ops, mut queued, mut handed, mut taken) = (0, 0, 0, 0);
+    let mut ops = 0;
+    let mut q = Queued::default();
     let runs = seeds::in_order(0..seeds, move |seed| {
         workload::run(
             seed,
@@ -177,46 +192,80 @@ fn queued_worlds(seeds: u64, waiters: bool, worlds: &str) -> (u64, u64) {
             fail(seed, &run, worlds);
         }
         ops += run.ops;
-        queued += run.queued;
-        handed += run.handed.0;
-        taken += run.handed.1;
+        q.grants += run.queued;
+        q.by_push += run.granted_by_push;
+        q.handed += run.handed.0;
+        q.taken += run.handed.1;
+        for (sum, k) in q.pushes.iter_mut().zip(run.struck.pushes) {
+            *sum += k;
+        }
+        q.listener_drops += run.struck.listener_drops;
     }
+    let secs = started.elapsed().as_secs_f64();
     println!(
-        "{seeds} seeds of the {worlds} worlds: {ops} ops, {queued} queued grants, {handed} keys handed on \
-         ({taken} taken by their waiter's gate), {:.1} s",
-        started.elapsed().as_secs_f64()
+        "{seeds} seeds of the {worlds} worlds: {ops} ops ({:.0} ops/s), {} queued grants ({} by push), {} keys \
+         handed on ({} taken by their waiter's gate); handed markers {}, pushes taken {}, lost {}, listener \
+         connections dropped {}; {secs:.1} s",
+        ops as f64 / secs,
+        q.grants,
+        q.by_push,
+        q.handed,
+        q.taken,
+        q.pushes[0],
+        q.pushes[1],
+        q.pushes[2],
+        q.listener_drops,
     );
-    (queued, taken)
+    q
 }
 
 /// Seeds with waiters in the nodes' queue (a waiting request's hand-off across processes: `QUEUE_ACQUIRE` /
-/// `QUEUE_LEAVE` on every node, decided by the plain quorum) beside every other verb: the same properties, and
-/// queued grants among the holds.
+/// `QUEUE_LEAVE` on every node, decided by the plain quorum, and the grant by push from the turn listeners'
+/// pushes: `sim/pushes.rs`) beside every other verb: the same properties, and queued grants among the holds,
+/// some of them by push.
 #[test]
 fn queued_waiters_keep_every_property() {
     let seeds = env_u64("MUXLOCK_SIM_QUEUED_SEEDS").unwrap_or(QUEUED_SEEDS);
-    let (queued, taken) = queued_worlds(seeds, false, "queued");
+    let q = queued_worlds(seeds, false, "queued");
     assert!(
-        queued > 0,
+        q.grants > 0,
         "no queued attempt was granted: the verb did not run"
     );
     assert!(
-        taken > 0,
+        q.taken > 0,
         "no release handed a key on to a waiter that took it: the hand-off did not run"
+    );
+    assert!(
+        q.by_push > 0,
+        "no waiter was granted the lock by push: the grant by push did not run"
     );
 }
 
 /// Seeds where every client only waits in the nodes' queue for a plain lock, holds it and releases it (handing
-/// the key on), under the usual faults: lines of several waiters, most grants handed on. The same properties,
-/// and many keys handed on and taken. `MUXLOCK_SIM_WAITERS_SEEDS` sets the count.
+/// the key on), under the usual faults and the listeners' (`sim/pushes.rs`: pushes late or lost, listener
+/// connections that drop between an attempt and its push): lines of several waiters, most grants handed on.
+/// The same properties, many keys handed on and taken by their waiter's gate, and many grants by push, with
+/// pushes lost on the way. `MUXLOCK_SIM_WAITERS_SEEDS` sets the count.
 #[test]
 fn waiters_handing_on_keep_every_property() {
     let seeds = env_u64("MUXLOCK_SIM_WAITERS_SEEDS").unwrap_or(WAITERS_SEEDS);
-    let (_, taken) = queued_worlds(seeds, true, "waiters");
+    let q = queued_worlds(seeds, true, "waiters");
     assert!(
-        taken * 4 >= seeds,
-        "{taken} handed keys taken in {seeds} seeds: the hand-off hardly ran"
+        q.taken * 4 >= seeds,
+        "{} handed keys taken in {seeds} seeds: the hand-off hardly ran",
+        q.taken
     );
+    assert!(
+        q.by_push >= seeds,
+        "{} grants by push in {seeds} seeds: the grant by push hardly ran",
+        q.by_push
+    );
+    if seeds >= 10 {
+        assert!(
+            q.pushes[2] > 0 && q.listener_drops > 0,
+            "no push was lost, or no listener connection dropped: {q:?}"
+        );
+    }
 }
 
 /// Seeds whose members are simulated Redis Clusters and plain nodes (`sim/cluster.rs`), routed by the

@@ -75,6 +75,8 @@ pub struct History {
     pub ops: u64,
     /// Grants of queued attempts (the waiting queue across processes).
     pub queued: u64,
+    /// Of them, grants by push (`workload::waiting`).
+    pub granted_by_push: u64,
     /// The first property found broken as it happened (a guard held by too few nodes), if any.
     pub broken: Option<String>,
     /// Holders of semaphores' permits.

@@ -48,6 +48,10 @@
 //! A connection the client drops by itself (hung, a slow connect, a protocol error) stays open on the node's side
 //! until the client dials again: what was on its way still runs there, and its replies are read by nobody.
 //! Simplification: a connect completes after the node's base latency, not a slow client's own extra.
+//!
+//! Turn listeners ([`pushes`]): in the queued worlds each client's engine has a turn listener of its own, whose
+//! connections are this world's too: the handed markers a release writes are pushed to it in the sessions the
+//! world keeps, and a waiter's grant by push counts them.
 
 pub mod calls;
 pub mod check;
@@ -60,6 +64,7 @@ pub mod guards;
 pub mod node;
 pub mod owed;
 pub mod owned;
+pub mod pushes;
 pub mod refused_natives;
 pub mod restored;
 pub mod rwlock;
@@ -246,6 +251,19 @@ enum Event {
         client: usize,
         cluster: usize,
         done: usize,
+    },
+    /// A handed marker's push reaches a client's turn listener (`pushes.rs`).
+    Push(pushes::Push),
+    /// A client's listener connection to a node is set up (`pushes.rs`).
+    ListenUp {
+        client: usize,
+        node: usize,
+    },
+    /// A client's listener connection to a node drops, if still in `session` (`pushes.rs`).
+    ListenDrop {
+        client: usize,
+        node: usize,
+        session: u64,
     },
 }
 
@@ -542,6 +560,11 @@ pub struct Struck {
     pub extensions: u64,
     /// Map reads of cluster members' maps (a refresh after `MOVED`, a failed connection or an unserved slot).
     pub map_reads: u64,
+    /// Handed markers the nodes wrote, their pushes taken by a turn listener, and those lost (not set up as the
+    /// marker was written, the connection dropped or cut before the push came); listener connections dropped
+    /// (`pushes.rs`).
+    pub pushes: [u64; 3],
+    pub listener_drops: u64,
 }
 
 impl Struck {
@@ -604,6 +627,10 @@ impl Struck {
         for (sum, k) in self.noperm.iter_mut().zip(s.noperm) {
             *sum += k;
         }
+        for (sum, k) in self.pushes.iter_mut().zip(s.pushes) {
+            *sum += k;
+        }
+        self.listener_drops += s.listener_drops;
         self.counters_lost_at = match (self.counters_lost_at, s.counters_lost_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -653,6 +680,8 @@ pub struct World {
     /// [`CALM_PAUSE`], so that nothing it holds expires on it.
     pub calm: bool,
     pub slow_node: bool,
+    /// The clients' turn listeners and the pushes on their way (`pushes.rs`).
+    pub listening: pushes::Listening,
 }
 
 /// The longest pause a client takes in a calm world ([`Setup::calm`]).
@@ -1055,6 +1084,9 @@ impl World {
                         None => self.nodes[node].node.exec(cmd, now),
                         Some(at) => self.cluster_exec(client, node, at, cmd),
                     };
+                    if !self.nodes[node].node.markers.is_empty() {
+                        self.push_markers(node);
+                    }
                     if matches!(&reply, Value::Error(m) if m.starts_with(b"NOSCRIPT")) {
                         self.struck.noscript += 1;
                     }
@@ -1146,6 +1178,7 @@ impl World {
                 for p in 0..self.procs.len() {
                     self.reset(p, node);
                 }
+                self.listeners_down(node);
                 self.push(now + span, Event::Up { node, kind });
             }
             Event::Up { node, kind } => {
@@ -1161,6 +1194,7 @@ impl World {
                 n.node.restart(now, kind, run);
                 n.down = false;
                 n.paused_until = 0;
+                self.listeners_back(node);
                 let line = format!("{} node {node} is back ({kind:?})", check::ms(now));
                 self.history.note(line);
                 if let Some((c, i)) = self.cluster_of.get(node).copied().flatten() {
@@ -1179,6 +1213,7 @@ impl World {
             } => {
                 if self.procs[client].lines[node].generation == Some(generation) {
                     self.reset(client, node);
+                    self.listeners_reset(client, node);
                 }
             }
             Event::Clock { node, change } => self.change_clock(node, change),
@@ -1208,6 +1243,13 @@ impl World {
                 let at = self.at(client, now);
                 done(map, &|| at);
             }
+            Event::Push(push) => self.push_to(push),
+            Event::ListenUp { client, node } => self.listen_up(client, node),
+            Event::ListenDrop {
+                client,
+                node,
+                session,
+            } => self.listen_drop(client, node, session),
         }
     }
 
@@ -2032,6 +2074,7 @@ pub fn world(seed: u64, setup: &Setup, opts: &NetOptions) -> Rc<Sim> {
         layout: setup.layout.clone(),
         calm: setup.calm,
         slow_node: false,
+        listening: pushes::Listening::new(seed, setup.clients, pushes::Plan::draw(seed)),
     };
     w.slow_node = (w.nodes.iter()).any(|n| n.faults.latency.0 == CALM_SLOW) && setup.calm;
     for c in 0..w.clusters.len() {

@@ -131,6 +131,9 @@ pub struct Node {
     /// a waiter's gate granted.
     pub handed_on: u64,
     pub handed_taken: u64,
+    /// Handed markers (`muxlock:turn:<id>=<value>:<line>`) written by the last command, for the world to push to
+    /// the turn listeners whose prefix they start with (taken after each command: `World::push_markers`).
+    pub markers: Vec<Bytes>,
     /// What the user's ACL refuses (`-NOPERM`, before anything runs): a mask of [`Acl`] bits (the world's ACL
     /// faults set it, `plan_acls`).
     pub denied: u8,
@@ -286,6 +289,7 @@ impl Node {
             releases_by_hash: 0,
             handed_on: 0,
             handed_taken: 0,
+            markers: Vec::new(),
             denied: 0,
             refusals: [0; Acl::KINDS],
             did: Vec::new(),
@@ -1145,8 +1149,8 @@ impl Node {
     /// Hands a plain lock's `key` on to the head of its line's queue, as [`lua::QUEUE_LEAVE`] does: to the first
     /// waiter whose deadline is not past (dropping the others before it), set to the value it last offered for
     /// the TTL it registered with it, and that waiter's handed marker `muxlock:turn:<id>=<value>:<line>` written
-    /// for as long; without a registered value and TTL, the key is deleted. The head's turn key is bumped (living
-    /// `px` ms). With nobody waiting, the key is deleted.
+    /// for as long (pushed to its listener: [`Node::markers`]); without a registered value and TTL, the key is
+    /// deleted. The head's turn key is bumped (living `px` ms). With nobody waiting, the key is deleted.
     fn hand_on(
         &mut self,
         (key, q, d, g): (&[u8], &[u8], &[u8], &[u8]),
@@ -1171,6 +1175,7 @@ impl Node {
                         self.set(key, &v, Some(ttl), now);
                         let marker = [&b"muxlock:turn:"[..], &h, b"=", &v, b":", line].concat();
                         self.set(&marker, b"1", Some(ttl), now);
+                        self.markers.push(Bytes::from(marker));
                         self.handed_on += 1;
                     }
                     _ => {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use muxlock::Config;
 use muxlock::redlock::Outcome;
-use muxlock::redlock::sim::{Clock, Engine, Waits};
+use muxlock::redlock::sim::{Clock, Engine, Handed, Pushed, Waits};
 
 use super::calls::Checked;
 use super::check::Hold;
@@ -17,12 +17,14 @@ use super::{
     semaphore,
 };
 
+/// The first client's turn prefix (8 hex digits of its waiter ids); the others' follow.
+const TURN_PREFIXES: u32 = 0x5100_0000;
+
 /// Virtual time each client works for, by default.
 pub const HORIZON: Time = 8_000 * MS;
 
-/// A waiter in the nodes' queue, as a waiting request waits (its rounds; the loop's sleeps are drawn): queued
-/// attempts until granted (which leaves the queue) or it gives up, then it leaves the queue everywhere. A grant is counted in the history's
-/// `queued`.
+/// A waiter in the nodes' queue, as a waiting request waits (its rounds; the loop's sleeps are drawn): see
+/// [`waiting`], whose lock it returns.
 pub async fn queued(
     engine: &Checked,
     sim: &Sim,
@@ -30,20 +32,68 @@ pub async fn queued(
     waits: Waits<'_>,
     ttl: Duration,
 ) -> Option<muxlock::Lock> {
+    waiting(engine, sim, rng, waits, ttl)
+        .await
+        .map(|(lock, _)| lock)
+}
+
+/// A waiter in the nodes' queue, as a waiting request waits (`wait/handoff.rs`'s `queued_wait`: its rounds and
+/// its grant by push are the library's; the loop's sleeps are drawn): queued attempts until granted (which leaves
+/// the queue) or it gives up, then it leaves the queue everywhere. After a plain lock's refused attempt, before
+/// the next one, it asks the library's grant by push (`Engine::by_push`) with the markers its listener took in
+/// the sessions it noted before that attempt (`pushes.rs`); granted so, its entry stays where it is until the
+/// lock's release takes it off (`true` with the lock). Woken while the markers still to come could make a
+/// majority, it waits for them a moment, once per refusal, as the library's loop does. A grant is counted in the
+/// history's `queued`, one by push in `granted_by_push` too.
+pub async fn waiting(
+    engine: &Checked,
+    sim: &Sim,
+    rng: &mut Rng,
+    waits: Waits<'_>,
+    ttl: Duration,
+) -> Option<(muxlock::Lock, bool)> {
     let clock = engine.clock();
+    let me = clock.me();
     let ticket = u128::from(sim.world().now / 1_000);
     let entry = engine.queue_entry(waits, ticket);
     let give_up = sim.world().now + rng.range(20, 1_500) * MS;
     let mut joined = false;
+    // The last refused attempt of a plain lock, and the listener's sessions noted before it was sent; whether the
+    // waiter waited for markers to come since.
+    let mut refused: Option<(Handed, Vec<Option<u64>>)> = None;
+    let mut waited = false;
     let got = loop {
+        if let Some((handed, armed)) = &refused {
+            let now = sim.world().sessions(me);
+            match engine.by_push(waits, &entry, handed, (armed, &now)) {
+                Pushed::Granted(lock) => {
+                    // Its entry stays in the queue until the lock's release takes it off.
+                    joined = false;
+                    break Some((*lock, true));
+                }
+                Pushed::Coming if !waited => {
+                    waited = true;
+                    clock
+                        .sleep(Duration::from_micros(rng.range(0, 3_000)))
+                        .await;
+                    continue;
+                }
+                Pushed::Coming | Pushed::No => {}
+            }
+        }
         sim.world().history.ops += 1;
+        let armed = sim.world().sessions(me);
         match engine.queued_attempt(waits, ttl, &entry, joined).await {
             // With the lock the attempt left the queue wherever the waiter may still be in it.
             Ok(Ok(lock)) => {
                 joined = false;
-                break Some(lock);
+                break Some((lock, false));
             }
-            Ok(Err(_)) => joined = true,
+            Ok(Err(r)) => {
+                joined = true;
+                refused = r.handed.filter(|_| r.held).map(|h| (h, armed));
+                waited = false;
+            }
             Err(_) => break None,
         }
         if sim.world().now >= give_up {
@@ -54,8 +104,10 @@ pub async fn queued(
     if joined {
         engine.leave_queue(&entry);
     }
-    if got.is_some() {
-        sim.world().history.queued += 1;
+    if let Some((_, pushed)) = &got {
+        let mut w = sim.world();
+        w.history.queued += 1;
+        w.history.granted_by_push += u64::from(*pushed);
     }
     got
 }
@@ -188,6 +240,12 @@ async fn client(
     let Ok(engine) = Engine::new(nodes, clock, config.clone(), key) else {
         return;
     };
+    // Each client a manager of its own: its waiter ids start with its own prefix, and, in the queued worlds, its
+    // turn listener takes the nodes' pushes (`pushes.rs`).
+    let engine = engine.with_turn_prefix(TURN_PREFIXES + me as u32);
+    if queued {
+        sim.world().listen(me, engine.listener());
+    }
     let engine = Checked::new(engine, config);
     let now = |sim: &Sim| sim.world().now;
     let at = |sim: &Sim, i: Instant| sim.world().time(me, i);
@@ -337,12 +395,15 @@ async fn client(
                 }
             }
             0 if queued && (opts.waiters || rng.chance(0.5)) => {
-                let got =
-                    self::queued(&engine, &sim, &mut rng, Waits::Plain(r.as_bytes()), ttl).await;
-                if let Some(lock) = got {
+                let got = waiting(&engine, &sim, &mut rng, Waits::Plain(r.as_bytes()), ttl).await;
+                if let Some((lock, pushed)) = got {
+                    let kind = match pushed {
+                        true => "lock handed by push",
+                        false => "queued lock",
+                    };
                     let i = hold(
                         &sim,
-                        "queued lock",
+                        kind,
                         r.as_bytes(),
                         lock.value().as_bytes(),
                         lock.valid_until(),
@@ -629,8 +690,9 @@ pub struct Run {
     pub violation: Option<String>,
     pub struck: Struck,
     pub ops: u64,
-    /// Grants of queued attempts.
+    /// Grants of queued attempts, and of them those granted by push.
     pub queued: u64,
+    pub granted_by_push: u64,
     /// Keys handed on to a waiter by a release or a leave, and of them those the waiter's gate granted.
     pub handed: (u64, u64),
     /// Holders of semaphores' permits.
@@ -775,6 +837,7 @@ pub fn run(seed: u64, opts: &Options) -> Run {
         struck,
         ops: w.history.ops,
         queued: w.history.queued,
+        granted_by_push: w.history.granted_by_push,
         handed: (
             w.nodes.iter().map(|n| n.node.handed_on).sum(),
             w.nodes.iter().map(|n| n.node.handed_taken).sum(),
