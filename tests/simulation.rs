@@ -44,6 +44,7 @@ use std::time::Instant;
 
 use sim::directed::{self, Guarded, Shape};
 use sim::owed;
+use sim::pushed;
 use sim::refused_natives;
 use sim::restored;
 use sim::waiter_leftovers;
@@ -937,6 +938,26 @@ fn a_refused_waiter_cleans_up_only_where_its_refusal_came_too_late_directed() {
         [0, 0, 0, 0, 1],
         "compare-and-deletes per node after the attempt"
     );
+}
+
+/// A push from a node whose refusal of the waiter's attempt was not read is no vote (`sim/pushed.rs`): that node
+/// is 60 ms from the waiter, its refusal comes after the round's timeout, the attempt's clean-up deletes the key
+/// handed on to the waiter there, and a contender gets that node and the third. The waiter, pushed by both nodes
+/// the key was handed on at, must not count the one whose refusal it did not read.
+#[test]
+fn a_push_from_a_node_whose_refusal_was_not_read_is_no_vote_directed() {
+    let (u, violation) = pushed::unread_refusal();
+    let refused = u.refused.expect("the waiter's attempt refused, held");
+    assert!(
+        refused.contains(0) && !refused.contains(1) && !refused.contains(2),
+        "not as planned: {u:?}"
+    );
+    assert_eq!(
+        u.pushes_taken, 2,
+        "the handed markers of nodes 0 and 1: {u:?}"
+    );
+    assert_eq!(violation, None, "{u:?}");
+    assert!(u.c_got && !u.w_granted, "{u:?}");
 }
 
 /// A waiter granted by two nodes of three leaves the queue at once on those two; its entry on the third, whose

@@ -64,6 +64,7 @@ pub mod guards;
 pub mod node;
 pub mod owed;
 pub mod owned;
+pub mod pushed;
 pub mod pushes;
 pub mod refused_natives;
 pub mod restored;

@@ -50,6 +50,17 @@ impl Plan {
             gap: [0.0, 0.02, 0.1][rng.range(0, 2) as usize],
         }
     }
+
+    /// Directed histories: every push comes 0.1 ms after its write, or after the link's fixed latency
+    /// (`World::fix_link`), and none is lost.
+    pub fn steady() -> Plan {
+        Plan {
+            delay: (MS / 10, MS / 10),
+            late: (0.0, 0),
+            lost: 0.0,
+            gap: 0.0,
+        }
+    }
 }
 
 /// The listeners of one world.
@@ -149,6 +160,10 @@ impl World {
             let mut at = self.now + rng.range(delay.0, delay.1);
             if rng.chance(late.0) {
                 at += rng.range(delay.1, late.1);
+            }
+            // A directed history's fixed link carries the push as it carries replies.
+            if let Some(fixed) = self.procs[self.clients[client].process].fixed[node] {
+                at = self.now + fixed;
             }
             let conn = self.conn_mut(client, node);
             at = at.max(conn.last);
