@@ -27,7 +27,7 @@ use crate::redlock::waiters::{Ticket, WaitRoom, Waiter};
 use crate::resp::{Value, encode_command};
 use crate::time::later;
 
-mod handoff;
+pub(crate) mod handoff;
 
 /// A waiter's place in its line, left when dropped (with the lock, giving up, or on an error).
 struct Place<'a> {

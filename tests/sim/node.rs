@@ -1149,8 +1149,9 @@ impl Node {
     /// Hands a plain lock's `key` on to the head of its line's queue, as [`lua::QUEUE_LEAVE`] does: to the first
     /// waiter whose deadline is not past (dropping the others before it), set to the value it last offered for
     /// the TTL it registered with it, and that waiter's handed marker `muxlock:turn:<id>=<value>:<line>` written
-    /// for as long (pushed to its listener: [`Node::markers`]); without a registered value and TTL, the key is
-    /// deleted. The head's turn key is bumped (living `px` ms). With nobody waiting, the key is deleted.
+    /// for as long (pushed to its listener: [`Node::markers`]), and that waiter taken off the queue (its value and
+    /// TTL stay, for its take or its leave); without a registered value and TTL, the key is deleted. The head's
+    /// turn key is bumped (living `px` ms). With nobody waiting, the key is deleted.
     fn hand_on(
         &mut self,
         (key, q, d, g): (&[u8], &[u8], &[u8], &[u8]),
@@ -1176,6 +1177,9 @@ impl Node {
                         let marker = [&b"muxlock:turn:"[..], &h, b"=", &v, b":", line].concat();
                         self.set(&marker, b"1", Some(ttl), now);
                         self.markers.push(Bytes::from(marker));
+                        // The head leaves the queue; its hand-off values stay, for its take or its leave.
+                        self.zrem(q, &h, now);
+                        self.zrem(d, &h, now);
                         self.handed_on += 1;
                     }
                     _ => {

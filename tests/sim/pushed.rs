@@ -120,7 +120,7 @@ pub fn unread_refusal() -> (Unread, Option<String>) {
                             sim.world().history.end(i, now);
                             let _ = engine.unlock(*lock).await;
                         }
-                        Pushed::Coming | Pushed::No => {
+                        Pushed::Coming(_) | Pushed::No => {
                             seen.set(s);
                             engine.leave_queue(&entry);
                         }

@@ -41,10 +41,11 @@ pub async fn queued(
 /// its grant by push are the library's; the loop's sleeps are drawn): queued attempts until granted (which leaves
 /// the queue) or it gives up, then it leaves the queue everywhere. After a plain lock's refused attempt, before
 /// the next one, it asks the library's grant by push (`Engine::by_push`) with the markers its listener took in
-/// the sessions it noted before that attempt (`pushes.rs`); granted so, its entry stays where it is until the
-/// lock's release takes it off (`true` with the lock). Woken while the markers still to come could make a
-/// majority, it waits for them a moment, once per refusal, as the library's loop does. A grant is counted in the
-/// history's `queued`, one by push in `granted_by_push` too.
+/// the sessions it noted before that attempt (`pushes.rs`); granted so (`true` with the lock), the hand-offs took
+/// its entry off the queue where they ran, and the lock's release takes it off wherever else it is. While the
+/// markers still to come could make a majority, it asks again every 0.2–2 ms (standing in for the pushes that
+/// would wake it) for as long as the library's loop waits for them (`Pushed::Coming`), then attempts. A grant is
+/// counted in the history's `queued`, one by push in `granted_by_push` too.
 pub async fn waiting(
     engine: &Checked,
     sim: &Sim,
@@ -58,27 +59,34 @@ pub async fn waiting(
     let entry = engine.queue_entry(waits, ticket);
     let give_up = sim.world().now + rng.range(20, 1_500) * MS;
     let mut joined = false;
-    // The last refused attempt of a plain lock, and the listener's sessions noted before it was sent; whether the
-    // waiter waited for markers to come since.
+    // The last refused attempt of a plain lock, and the listener's sessions noted before it was sent; until when
+    // the waiter waits for the markers still coming, and the longest wait it was told.
     let mut refused: Option<(Handed, Vec<Option<u64>>)> = None;
-    let mut waited = false;
+    let mut coming: Option<(Time, Duration)> = None;
     let got = loop {
         if let Some((handed, armed)) = &refused {
             let now = sim.world().sessions(me);
             match engine.by_push(waits, &entry, handed, (armed, &now)) {
                 Pushed::Granted(lock) => {
-                    // Its entry stays in the queue until the lock's release takes it off.
+                    // Its entry is gone where the key was handed on; the lock's release takes it off elsewhere.
                     joined = false;
                     break Some((*lock, true));
                 }
-                Pushed::Coming if !waited => {
-                    waited = true;
-                    clock
-                        .sleep(Duration::from_micros(rng.range(0, 3_000)))
-                        .await;
-                    continue;
+                Pushed::Coming(wait) => {
+                    let now = sim.world().now;
+                    let (until, had) = coming.get_or_insert((now + wait.as_nanos() as Time, wait));
+                    // The first marker in lengthens a wait begun without one.
+                    if wait > *had {
+                        (*until, *had) = ((now + wait.as_nanos() as Time).max(*until), wait);
+                    }
+                    if now < *until {
+                        clock
+                            .sleep(Duration::from_micros(rng.range(200, 2_000)))
+                            .await;
+                        continue;
+                    }
                 }
-                Pushed::Coming | Pushed::No => {}
+                Pushed::No => {}
             }
         }
         sim.world().history.ops += 1;
@@ -92,7 +100,7 @@ pub async fn waiting(
             Ok(Err(r)) => {
                 joined = true;
                 refused = r.handed.filter(|_| r.held).map(|h| (h, armed));
-                waited = false;
+                coming = None;
             }
             Err(_) => break None,
         }

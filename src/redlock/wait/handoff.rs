@@ -200,7 +200,7 @@ use crate::time::later;
 /// had another head: the split is resolved by attempts). With none, the wake-up may be no hand-off at all (a holder
 /// that did not wait released, a renewal), and it waits [`MARKERS_WAIT`] (or a tenth of the round timeout, if
 /// less).
-fn markers_wait(config: &crate::redlock::Config, some: bool) -> Duration {
+pub(crate) fn markers_wait(config: &crate::redlock::Config, some: bool) -> Duration {
     let round = config.round_timeout;
     match some {
         true => round / 4,
