@@ -131,8 +131,12 @@
 //! node's clock past `s + ttl − T`, which its own clock check (`a ≤ r + T`) places after `s + ttl − 2T` in its
 //! reading: after this lease has ended. That is the clock check's argument for a `SET NX` at `n_h`, with `A`'s
 //! `b` for the grant's: a hand-off is a grant made later than `A`'s request ran, and a later grant only holds
-//! longer. A node that restarted is excluded as a restarted node's grant is (2, 3), and a majority of such
-//! votes intersects any other majority as votes of one round do. With the clock check off, the argument is the
+//! longer. A node that restarted is excluded as a restarted node's grant is (3), and a majority of such votes
+//! intersects any other majority as votes of one round do. (2) is a second line, not needed by the argument: a
+//! restart that lost writes leaves the node untrusted by the restart guard for the window (3), one that lost
+//! none is no restart for the key, and a hand-off after a restart needs a live holder's release of a value the
+//! node kept (the simulator, which models listener sessions, finds no history where (2) alone matters:
+//! `docs/simulator.md`). With the clock check off, the argument is the
 //! spec's: the key was set after `s` and lives `ttl` on a clock that drifts within the allowance.
 //!
 //! A waiter woken by one node's marker, or by the key's change on the tracker, before the others' markers are
