@@ -1533,3 +1533,73 @@ fn a_lock_granted_by_push_leaves_no_entry_behind_whichever_verb_releases_it() {
         );
     }
 }
+
+/// The hand-off that grants a lock by push takes its waiter off the queue, and the waiter behind it then heads
+/// the queue: it must know, and watch the lock key as a head does, since not every end of the lock hands the key
+/// on. Manager 0 holds by a waiting request; manager 1 waits, then manager 2 behind it; 0's release hands the key
+/// to 1 (a grant by push), 1 holds briefly and its lock ends without a hand-off: released by value (a plain
+/// compare-and-delete), or left to expire (a TTL of 300 ms). Manager 2 must have the lock at once after, not at
+/// its entry's refresh (a second here).
+#[test]
+fn the_waiter_behind_a_grant_by_push_has_the_lock_once_it_ends_without_a_hand_off() {
+    let cluster = Cluster::start(3);
+    let ms = listening(&cluster);
+    for ends in ["unlock_value", "expiry"] {
+        let name = format!("behind-push-{ends}");
+        let held = waiting(ms[0].request(&name))
+            .acquire()
+            .expect("the holder, by a waiting request");
+        let pushed = ms[1].stats().guards.granted_by_push;
+        let (freed, got) = thread::scope(|s| {
+            let first = s.spawn(|| {
+                let ttl = match ends {
+                    "expiry" => Duration::from_millis(300),
+                    _ => Duration::from_secs(2),
+                };
+                let l = ms[1]
+                    .request(&name)
+                    .ttl(ttl)
+                    .wait(Duration::from_secs(3))
+                    .acquire()
+                    .expect("first");
+                match ends {
+                    "expiry" => Instant::now() + ttl,
+                    _ => {
+                        thread::sleep(Duration::from_millis(60));
+                        let at = Instant::now();
+                        let released = ms[1].unlock_value(&name, l.value());
+                        assert!(matches!(released, Ok(n) if n >= 2), "{released:?}");
+                        at
+                    }
+                }
+            });
+            thread::sleep(Duration::from_millis(30));
+            let second = s.spawn(|| {
+                let l = waiting(ms[2].request(&name)).acquire().expect("second");
+                let at = Instant::now();
+                ms[2].unlock(l).expect("unlock");
+                at
+            });
+            // Both waiters queued (their offers registered on every node), the first within a third of its TTL
+            // from its refused attempt: a grant by push.
+            locks::wait_until(Duration::from_secs(2), "both waiters queued", || {
+                (cluster.nodes().iter()).all(|n| {
+                    n.raw(&cmd(&["HLEN", &format!("muxlock:queue-handed:{name}")])) == b":4\r\n"
+                })
+            });
+            ms[0].unlock(held).expect("released, handed on");
+            (first.join().expect("first"), second.join().expect("second"))
+        });
+        assert_eq!(
+            ms[1].stats().guards.granted_by_push,
+            pushed + 1,
+            "{ends}: the first waiter granted by push"
+        );
+        let after = got.saturating_duration_since(freed);
+        println!("{ends}: the second waiter granted {after:?} after the first's lock ended");
+        assert!(
+            after < Duration::from_millis(150),
+            "{ends}: the second waiter woken late: {after:?}"
+        );
+    }
+}

@@ -60,7 +60,10 @@
 //! waiter asked for** (the gate keeps, per waiter, the value and TTL of its last refused attempt:
 //! `muxlock:queue-handed:<line>`), writes that waiter's *handed marker* (below), takes it off the queue (a
 //! release by value alone, which cannot name the entry, then leaves none heading the queue) and bumps its turn
-//! key; with nobody waiting it deletes the key as the spec's release does. The waiter hears the marker and counts
+//! key, and the next waiter's: that one heads the queue now, and watches the key from then on (the lock handed
+//! on may end without a hand-off, released by value or expired:
+//! `api::handoff::the_waiter_behind_a_grant_by_push_has_the_lock_once_it_ends_without_a_hand_off`); with nobody
+//! waiting it deletes the key as the spec's release does. The waiter hears the marker and counts
 //! it as a grant ("The grant by push", below); failing that (too few markers, too late) it attempts again, and its
 //! gate finds in the key the value it offered before (or this attempt's own) and **takes it**: sets it to this
 //! attempt's value for the TTL and leaves the queue there. A waiter that leaves while the key is handed to it (it
@@ -90,7 +93,8 @@
 //!
 //! **What it costs and gives.** A grant is the release's round and nothing else (the grant by push; the hand-off
 //! took the waiter's entry off the queue there, keeping its hand-off values for its take or its leave, and its
-//! lock's release takes it off wherever else it is); nobody else's `SET NX` can win the key meanwhile,
+//! lock's release takes it off wherever else it is), and the next waiter's refused attempt as it becomes the
+//! head, made while the lock is held; nobody else's `SET NX` can win the key meanwhile,
 //! and the releaser's own next wait queues behind the waiters. A waiter that dies with a key handed to it holds
 //! the others up for the TTL it asked for, as a holder that dies does: it may have counted the hand-off as its
 //! grant (`api::handoff::a_key_handed_to_a_dead_waiter_is_held_for_its_ttl`).
