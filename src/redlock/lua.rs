@@ -330,7 +330,7 @@ pub const QUEUED: [(Lua, Lua); 4] = [
 // `hand_on(key, queue, deadlines, handed, line, px)`.
 macro_rules! hand_on {
     () => {
-        r#"local function hand_on(key, q, d, g, line, px) local t = redis.call("time") local now = t[1] * 1000 + math.floor(t[2] / 1000) for _ = 1, 16 do local h = redis.call("zrange", q, 0, 0)[1] if not h then break end local left = (tonumber(redis.call("zscore", d, h)) or 0) - now local v = redis.call("hget", g, h) if left > 0 then local ttl = tonumber(redis.call("hget", g, h .. ":px")) if v and ttl then redis.call("set", key, v, "px", ttl) redis.call("set", "muxlock:turn:" .. h .. "=" .. v .. ":" .. line, 1, "px", ttl) redis.call("zrem", q, h) redis.call("zrem", d, h) local n = redis.call("zrange", q, 0, 0)[1] if n then local k = "muxlock:turn:" .. n .. ":" .. line redis.call("incr", k) redis.call("pexpire", k, px) end else redis.call("del", key) end local k = "muxlock:turn:" .. h .. ":" .. line redis.call("incr", k) redis.call("pexpire", k, px) return end redis.call("zrem", q, h) redis.call("zrem", d, h) redis.call("hdel", g, h, h .. ":px") end redis.call("del", key) end "#
+        r#"local function hand_on(key, q, d, g, line, px) local t = redis.call("time") local now = t[1] * 1000 + math.floor(t[2] / 1000) for _ = 1, 16 do local h = redis.call("zrange", q, 0, 0)[1] if not h then break end local left = (tonumber(redis.call("zscore", d, h)) or 0) - now local v = redis.call("hget", g, h) if left > 0 then local ttl = tonumber(redis.call("hget", g, h .. ":px")) if v and ttl then redis.call("set", key, v, "px", ttl) redis.call("set", "muxlock:turn:" .. h .. "=" .. v .. ":" .. line, 1, "px", ttl) redis.call("zrem", q, h) redis.call("zrem", d, h) if redis.call("hlen", g) > 2 * redis.call("zcard", q) + 2 then for _, f in ipairs(redis.call("hkeys", g)) do if f ~= h and string.sub(f, -3) ~= ":px" and not redis.call("zscore", q, f) then redis.call("hdel", g, f, f .. ":px") end end end local n = redis.call("zrange", q, 0, 0)[1] if n then local k = "muxlock:turn:" .. n .. ":" .. line redis.call("incr", k) redis.call("pexpire", k, px) end else redis.call("del", key) end local k = "muxlock:turn:" .. h .. ":" .. line redis.call("incr", k) redis.call("pexpire", k, px) return end redis.call("zrem", q, h) redis.call("zrem", d, h) redis.call("hdel", g, h, h .. ":px") end redis.call("del", key) end "#
     };
 }
 
@@ -348,7 +348,10 @@ macro_rules! hand_on {
 /// vote: `wait/handoff.rs`, "The grant by push"), the head leaves the queue (its hand-off values stay, for its
 /// take or its leave), and its turn key is bumped (an `INCR`: that waiter's tracker is told), and so is the
 /// next waiter's, which heads the queue now and must watch the key as a head does (the lock may end without a
-/// hand-off: released by value, or expired); with nobody waiting it is deleted. Otherwise, if the waiter headed the queue, the next waiter's turn
+/// hand-off: released by value, or expired); the hand-off values of every other waiter no longer queued are
+/// dropped (a take or a leave needs them only while the key holds the value handed, which it no longer does:
+/// left by a lock that ended without naming its waiter, they would pile up while the line stays busy); with
+/// nobody waiting it is deleted. Otherwise, if the waiter headed the queue, the next waiter's turn
 /// key is bumped. Returns 1 if the key held the value to hand on (for a release: it is no longer this lock's),
 /// else 0: as the spec's compare-and-delete.
 pub const QUEUE_LEAVE: Lua = Lua {
@@ -356,5 +359,5 @@ pub const QUEUE_LEAVE: Lua = Lua {
         hand_on!(),
         r#"local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. ARGV[4] redis.call("incr", k) redis.call("pexpire", k, ARGV[3]) end local q, d, g, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1] local from = false if KEYS[4] then from = ARGV[5] or redis.call("hget", g, id) end local handed = from and redis.pcall("get", KEYS[4]) == from local h = redis.call("zrange", q, 0, 0)[1] redis.call("zrem", q, id) redis.call("zrem", d, id) redis.call("hdel", g, id, id .. ":px") if handed then hand_on(KEYS[4], q, d, g, ARGV[4], ARGV[3]) return 1 end if h == id then local n = redis.call("zrange", q, 0, 0)[1] if n then signal(n) end end return 0"#
     ),
-    sha1: "8913db204ba5866dbc0ff5502875ba20afe6372d",
+    sha1: "61c35a0edf1040ce005cec60be47bf8cb4bc81fe",
 };

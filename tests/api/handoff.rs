@@ -1603,3 +1603,54 @@ fn the_waiter_behind_a_grant_by_push_has_the_lock_once_it_ends_without_a_hand_of
         );
     }
 }
+
+/// The hand-off values of a waiter the key was handed to stay on the nodes for its take or its leave ("The
+/// hand-off", `wait/handoff.rs`); once its lock has ended without its release naming it (released by value, or
+/// expired), they are nobody's. They must not pile up while the line stays busy (its hash of hand-off values
+/// lives on as long as some waiter refreshes it): five hand-offs in a row, each lock granted by push and released
+/// by value, leave the values of no more than one such waiter behind.
+#[test]
+fn hand_off_values_of_locks_released_by_value_do_not_pile_up() {
+    let cluster = Cluster::start(3);
+    let ms = listening(&cluster);
+    let name = "piled-up";
+    let handed = format!("muxlock:queue-handed:{name}");
+    let fields = || -> Vec<Vec<u8>> {
+        (cluster.nodes().iter())
+            .map(|n| n.raw(&cmd(&["HLEN", &handed])))
+            .collect()
+    };
+    for round in 0..5 {
+        // Managers 1 and 2 have their turn listeners up; each waits in turn.
+        let (holder, waiter) = (&ms[2 - round % 2], &ms[1 + round % 2]);
+        let held = waiting(holder.request(name))
+            .acquire()
+            .expect("the holder, by a waiting request");
+        let pushed = waiter.stats().guards.granted_by_push;
+        let got = thread::scope(|s| {
+            let w = s.spawn(|| waiting(waiter.request(name)).acquire());
+            // Within a third of the waiter's TTL from its refused attempt: a grant by push.
+            thread::sleep(Duration::from_millis(50));
+            holder.unlock(held).expect("released, handed on");
+            w.join().expect("the waiter").expect("handed the lock")
+        });
+        assert_eq!(
+            waiter.stats().guards.granted_by_push,
+            pushed + 1,
+            "round {round}: granted by push"
+        );
+        let released = waiter.unlock_value(name, got.value());
+        assert!(matches!(released, Ok(n) if n >= 2), "{released:?}");
+        let counts: Vec<String> = (fields().iter())
+            .map(|n| String::from_utf8_lossy(n).trim().to_owned())
+            .collect();
+        println!("round {round}: hand-off values on the nodes: {counts:?}");
+    }
+    let left: Vec<String> = (fields().iter())
+        .map(|n| String::from_utf8_lossy(n).trim().to_owned())
+        .collect();
+    assert!(
+        left.iter().all(|n| n == ":2"),
+        "the hand-off values left by the waiters whose locks were released by value: {left:?}"
+    );
+}

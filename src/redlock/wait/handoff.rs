@@ -62,8 +62,9 @@
 //! release by value alone, which cannot name the entry, then leaves none heading the queue) and bumps its turn
 //! key, and the next waiter's: that one heads the queue now, and watches the key from then on (the lock handed
 //! on may end without a hand-off, released by value or expired:
-//! `api::handoff::the_waiter_behind_a_grant_by_push_has_the_lock_once_it_ends_without_a_hand_off`); with nobody
-//! waiting it deletes the key as the spec's release does. The waiter hears the marker and counts
+//! `api::handoff::the_waiter_behind_a_grant_by_push_has_the_lock_once_it_ends_without_a_hand_off`), and drops
+//! the hand-off values of any earlier waiter no longer queued (their key has moved on); with nobody waiting it
+//! deletes the key as the spec's release does. The waiter hears the marker and counts
 //! it as a grant ("The grant by push", below); failing that (too few markers, too late) it attempts again, and its
 //! gate finds in the key the value it offered before (or this attempt's own) and **takes it**: sets it to this
 //! attempt's value for the TTL and leaves the queue there. A waiter that leaves while the key is handed to it (it
