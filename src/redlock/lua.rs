@@ -341,7 +341,9 @@ macro_rules! hand_on {
 /// release, the lock's value.
 ///
 /// The waiter's entry goes first. Then, if the lock key holds the value to hand on (the lock's, for a release;
-/// else the value handed to this waiter: a release handed it on and the waiter will not take it), the key is set
+/// else the value handed to this waiter: a release handed it on and the waiter will not take it; a release hands
+/// that one on too, but does not count it as released: the waiter had the lock by an attempt that did not take
+/// it there, and goes now), the key is set
 /// to the value the queue's head last offered (its deadline not past; dead entries before it are dropped) for the
 /// TTL that head's attempt asked for (the gate registered both), the head's handed marker
 /// `muxlock:turn:<id>=<value>:<line>` is written for as long (its turn listener's push of it is the hand-off's
@@ -357,7 +359,7 @@ macro_rules! hand_on {
 pub const QUEUE_LEAVE: Lua = Lua {
     body: concat!(
         hand_on!(),
-        r#"local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. ARGV[4] redis.call("incr", k) redis.call("pexpire", k, ARGV[3]) end local q, d, g, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1] local from = false if KEYS[4] then from = ARGV[5] or redis.call("hget", g, id) end local handed = from and redis.pcall("get", KEYS[4]) == from local h = redis.call("zrange", q, 0, 0)[1] redis.call("zrem", q, id) redis.call("zrem", d, id) redis.call("hdel", g, id, id .. ":px") if handed then hand_on(KEYS[4], q, d, g, ARGV[4], ARGV[3]) return 1 end if h == id then local n = redis.call("zrange", q, 0, 0)[1] if n then signal(n) end end return 0"#
+        r#"local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. ARGV[4] redis.call("incr", k) redis.call("pexpire", k, ARGV[3]) end local q, d, g, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1] local from, own, held = false, false, false if KEYS[4] then own = redis.call("hget", g, id) from = ARGV[5] or own held = redis.pcall("get", KEYS[4]) end local handed = from and held == from local untaken = not handed and ARGV[5] and own and held == own local h = redis.call("zrange", q, 0, 0)[1] redis.call("zrem", q, id) redis.call("zrem", d, id) redis.call("hdel", g, id, id .. ":px") if handed or untaken then hand_on(KEYS[4], q, d, g, ARGV[4], ARGV[3]) if handed then return 1 end return 0 end if h == id then local n = redis.call("zrange", q, 0, 0)[1] if n then signal(n) end end return 0"#
     ),
-    sha1: "61c35a0edf1040ce005cec60be47bf8cb4bc81fe",
+    sha1: "a0554f4f2bee11dcfda41c64270d9b3b202452f6",
 };

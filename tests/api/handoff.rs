@@ -1654,3 +1654,131 @@ fn hand_off_values_of_locks_released_by_value_do_not_pile_up() {
         "the hand-off values left by the waiters whose locks were released by value: {left:?}"
     );
 }
+
+/// A key handed on to a waiter that then has the lock by another attempt (the hand-off reached a node that
+/// attempt did not) is that waiter's to hand on when it goes ("The hand-off": "a waiter that leaves while the
+/// key is handed to it (it got the lock elsewhere, or gives up) hands it on"), and its lock's release is how it
+/// goes there. Manager 0 holds by a waiting request, manager 1 waits (refused on all three nodes); manager 0's
+/// release reaches node 1 only, which hands the key to manager 1; manager 1's connections to node 1 are refused
+/// meanwhile, and nodes 0 and 2 are freed by hand: its next attempt holds 0 and 2 with a new value. Once node 1 is
+/// reachable again, its release must free node 1 too (nobody waits), not leave the handed key there for its TTL.
+#[test]
+fn a_release_frees_the_key_handed_to_its_waiter_where_its_attempt_did_not_take_it() {
+    use support::proxy::{Fault, FaultProxy};
+    let cluster = Cluster::start(3);
+    let name = "handed-elsewhere";
+    let proxied = || -> (Vec<FaultProxy>, LockManager) {
+        let proxies: Vec<FaultProxy> = cluster.addrs().into_iter().map(FaultProxy::start).collect();
+        let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+        (proxies, locks::manager(urls, config()))
+    };
+    let ((to_holder, holder), (to_waiter, waiter)) = (proxied(), proxied());
+    let held = (holder.request(name).ttl(Duration::from_secs(10)))
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .expect("the holder, by a waiting request");
+    let hget = |node: &support::RedisServer, field: &str| {
+        node.raw(&cmd(&[
+            "HGET",
+            &format!("muxlock:queue-handed:{name}"),
+            field,
+        ]))
+    };
+    let queued = || -> Vec<Vec<u8>> {
+        (cluster.nodes().iter())
+            .map(|n| {
+                n.raw(&cmd(&[
+                    "ZRANGE",
+                    &format!("muxlock:queue:{name}"),
+                    "0",
+                    "-1",
+                ]))
+            })
+            .collect()
+    };
+    thread::scope(|s| {
+        let w = s.spawn(|| {
+            (waiter.request(name).ttl(Duration::from_secs(5)))
+                .wait(Duration::from_secs(5))
+                .acquire()
+        });
+        locks::wait_until(
+            Duration::from_secs(2),
+            "the waiter queued on every node",
+            || queued().iter().all(|q| q.starts_with(b"*1\r\n")),
+        );
+        let id = String::from_utf8_lossy(&queued()[1])
+            .lines()
+            .nth(2)
+            .map(str::to_owned);
+        let id = id.expect("the waiter's id");
+        // The waiter's connections to node 1 are aborted before the hand-off there: none of its attempts reaches
+        // node 1 from now on.
+        to_waiter[1].set(Fault::Refuse);
+        locks::wait_until(Duration::from_secs(1), "the waiter cut off node 1", || {
+            to_waiter[1].stats().resets > 0
+        });
+        thread::sleep(Duration::from_millis(50));
+        to_holder[0].set(Fault::BlackHole);
+        to_holder[2].set(Fault::BlackHole);
+        let released = holder.unlock(held);
+        assert!(matches!(released, Err(Error::Quorum(_))), "{released:?}");
+        let offered = hget(cluster.node(1), &id);
+        assert_eq!(
+            cluster.node(1).raw(&cmd(&["GET", name])),
+            offered,
+            "node 1 handed the key to the waiter"
+        );
+        for node in [0, 2] {
+            cluster.node(node).raw(&cmd(&["DEL", name]));
+        }
+        let lock = w
+            .join()
+            .expect("the waiter")
+            .expect("the lock, on nodes 0 and 2");
+        assert_ne!(
+            offered,
+            [
+                format!("${}\r\n", lock.value().len()).as_bytes(),
+                lock.value().as_bytes(),
+                b"\r\n"
+            ]
+            .concat(),
+            "the lock is another attempt's"
+        );
+        to_waiter[1].set(Fault::None);
+        // The waiter's connections to node 1 are up again before its release goes.
+        locks::wait_until(
+            Duration::from_secs(2),
+            "node 1 reachable",
+            || matches!(waiter.inspect(name), Ok(i) if i.answered() == 3),
+        );
+        let value = lock.value().to_owned();
+        let released = waiter.unlock(lock);
+        assert!(matches!(released, Ok(n) if n >= 2), "{released:?}");
+        let gone = || (cluster.nodes().iter()).all(|n| n.raw(&cmd(&["EXISTS", name])) == b":0\r\n");
+        let t0 = Instant::now();
+        while !gone() && t0.elapsed() < Duration::from_millis(500) {
+            thread::sleep(Duration::from_millis(5));
+        }
+        let state: Vec<String> = (cluster.nodes().iter())
+            .map(|n| {
+                String::from_utf8_lossy(&n.raw(&cmd(&["GET", name])))
+                    .trim()
+                    .to_owned()
+            })
+            .collect();
+        assert!(
+            gone(),
+            "the key left on a node after the release of {value} (offered {}): {state:?}, node 1's queue {:?}, \
+             its hand-off values {:?}",
+            String::from_utf8_lossy(&offered).trim(),
+            String::from_utf8_lossy(&queued()[1]),
+            String::from_utf8_lossy(
+                &cluster
+                    .node(1)
+                    .raw(&cmd(&["HGETALL", &format!("muxlock:queue-handed:{name}")]))
+            ),
+        );
+    });
+}

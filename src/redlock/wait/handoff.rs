@@ -68,7 +68,8 @@
 //! it as a grant ("The grant by push", below); failing that (too few markers, too late) it attempts again, and its
 //! gate finds in the key the value it offered before (or this attempt's own) and **takes it**: sets it to this
 //! attempt's value for the TTL and leaves the queue there. A waiter that leaves while the key is handed to it (it
-//! got the lock elsewhere, or gives up) hands it on in its leave. Other releases (a lock taken without waiting, a
+//! got the lock elsewhere, or gives up) hands it on in its leave, or in its lock's release where its attempt did
+//! not take it (`api::handoff::a_release_frees_the_key_handed_to_its_waiter_where_its_attempt_did_not_take_it`). Other releases (a lock taken without waiting, a
 //! batch, a native compare-and-delete, an expiry) free the key as before, and the head takes it as before.
 //!
 //! **Why it is safe.** The decision is still one attempt's round counted by the plain quorum from the attempt's
