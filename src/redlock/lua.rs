@@ -330,7 +330,7 @@ pub const QUEUED: [(Lua, Lua); 4] = [
 // `hand_on(key, queue, deadlines, handed, line, px)`.
 macro_rules! hand_on {
     () => {
-        r#"local function hand_on(key, q, d, g, line, px) local t = redis.call("time") local now = t[1] * 1000 + math.floor(t[2] / 1000) for _ = 1, 16 do local h = redis.call("zrange", q, 0, 0)[1] if not h then break end local left = (tonumber(redis.call("zscore", d, h)) or 0) - now local v = redis.call("hget", g, h) if left > 0 then local ttl = tonumber(redis.call("hget", g, h .. ":px")) if v and ttl then redis.call("set", key, v, "px", ttl) redis.call("set", "muxlock:turn:" .. h .. "=" .. v .. ":" .. line, 1, "px", ttl) redis.call("zrem", q, h) redis.call("zrem", d, h) else redis.call("del", key) end local k = "muxlock:turn:" .. h .. ":" .. line redis.call("incr", k) redis.call("pexpire", k, px) return end redis.call("zrem", q, h) redis.call("zrem", d, h) redis.call("hdel", g, h, h .. ":px") end redis.call("del", key) end "#
+        r#"local function hand_on(key, q, d, g, line, px) local t = redis.call("time") local now = t[1] * 1000 + math.floor(t[2] / 1000) for _ = 1, 16 do local h = redis.call("zrange", q, 0, 0)[1] if not h then break end local left = (tonumber(redis.call("zscore", d, h)) or 0) - now local v = redis.call("hget", g, h) if left > 0 then local ttl = tonumber(redis.call("hget", g, h .. ":px")) if v and ttl then redis.call("set", key, v, "px", ttl) redis.call("set", "muxlock:turn:" .. h .. "=" .. v .. ":" .. line, 1, "px", ttl) redis.call("zrem", q, h) redis.call("zrem", d, h) if redis.call("hlen", g) > 2 * redis.call("zcard", q) + 2 then for _, f in ipairs(redis.call("hkeys", g)) do if f ~= h and string.sub(f, -3) ~= ":px" and not redis.call("zscore", q, f) then redis.call("hdel", g, f, f .. ":px") end end end else redis.call("del", key) end local k = "muxlock:turn:" .. h .. ":" .. line redis.call("incr", k) redis.call("pexpire", k, px) return end redis.call("zrem", q, h) redis.call("zrem", d, h) redis.call("hdel", g, h, h .. ":px") end redis.call("del", key) end "#
     };
 }
 
@@ -341,19 +341,26 @@ macro_rules! hand_on {
 /// release, the lock's value.
 ///
 /// The waiter's entry goes first. Then, if the lock key holds the value to hand on (the lock's, for a release;
-/// else the value handed to this waiter: a release handed it on and the waiter will not take it), the key is set
+/// else the value handed to this waiter: a release handed it on and the waiter will not take it; a release hands
+/// that one on too, but does not count it as released: the waiter had the lock by an attempt that did not take
+/// it there, and goes now), the key is set
 /// to the value the queue's head last offered (its deadline not past; dead entries before it are dropped) for the
 /// TTL that head's attempt asked for (the gate registered both), the head's handed marker
 /// `muxlock:turn:<id>=<value>:<line>` is written for as long (its turn listener's push of it is the hand-off's
 /// vote: `wait/handoff.rs`, "The grant by push"), the head leaves the queue (its hand-off values stay, for its
-/// take or its leave), and its turn key is bumped (an `INCR`: that waiter's tracker is told); with nobody
-/// waiting it is deleted. Otherwise, if the waiter headed the queue, the next waiter's turn
+/// take or its leave), and its turn key is bumped (an `INCR`: that waiter's tracker is told); the next waiter,
+/// which heads the queue now, is not told (it learns at its next attempt: the handed waiter's release hands the
+/// key on to it; a lock that ends without a hand-off, released by value or expired, leaves it asleep until its
+/// entry's refresh, a quarter of the entry lease); the hand-off values of every other waiter no longer queued are
+/// dropped (a take or a leave needs them only while the key holds the value handed, which it no longer does:
+/// left by a lock that ended without naming its waiter, they would pile up while the line stays busy); with
+/// nobody waiting it is deleted. Otherwise, if the waiter headed the queue, the next waiter's turn
 /// key is bumped. Returns 1 if the key held the value to hand on (for a release: it is no longer this lock's),
 /// else 0: as the spec's compare-and-delete.
 pub const QUEUE_LEAVE: Lua = Lua {
     body: concat!(
         hand_on!(),
-        r#"local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. ARGV[4] redis.call("incr", k) redis.call("pexpire", k, ARGV[3]) end local q, d, g, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1] local from = false if KEYS[4] then from = ARGV[5] or redis.call("hget", g, id) end local handed = from and redis.pcall("get", KEYS[4]) == from local h = redis.call("zrange", q, 0, 0)[1] redis.call("zrem", q, id) redis.call("zrem", d, id) redis.call("hdel", g, id, id .. ":px") if handed then hand_on(KEYS[4], q, d, g, ARGV[4], ARGV[3]) return 1 end if h == id then local n = redis.call("zrange", q, 0, 0)[1] if n then signal(n) end end return 0"#
+        r#"local function signal(m) local k = "muxlock:turn:" .. m .. ":" .. ARGV[4] redis.call("incr", k) redis.call("pexpire", k, ARGV[3]) end local q, d, g, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1] local from, own, held = false, false, false if KEYS[4] then own = redis.call("hget", g, id) from = ARGV[5] or own held = redis.pcall("get", KEYS[4]) end local handed = from and held == from local untaken = not handed and ARGV[5] and own and held == own local h = redis.call("zrange", q, 0, 0)[1] redis.call("zrem", q, id) redis.call("zrem", d, id) redis.call("hdel", g, id, id .. ":px") if handed or untaken then hand_on(KEYS[4], q, d, g, ARGV[4], ARGV[3]) if handed then return 1 end return 0 end if h == id then local n = redis.call("zrange", q, 0, 0)[1] if n then signal(n) end end return 0"#
     ),
-    sha1: "51551120136ebe062ea142253b3f553623b335ea",
+    sha1: "d834b7cb1794e40665d5e1c99ec82c6e47a8ed8e",
 };

@@ -1533,3 +1533,254 @@ fn a_lock_granted_by_push_leaves_no_entry_behind_whichever_verb_releases_it() {
         );
     }
 }
+
+/// The hand-off that grants a lock by push takes its waiter off the queue, and the waiter behind it then heads
+/// the queue without being told (telling it cost every fair grant a refused attempt more: a known limit,
+/// RELIABILITY.md). Its release hands the key on to it; a lock that ends without a hand-off leaves it asleep until
+/// its entry's refresh, and no longer. Manager 0 holds by a waiting request; manager 1 waits, then manager 2
+/// behind it; 0's release hands the key to 1 (a grant by push), 1 holds briefly and its lock ends without a
+/// hand-off: released by value (a plain compare-and-delete), or left to expire (a TTL of 300 ms). Manager 2 has
+/// the lock within its refresh (a quarter of the entry lease: a second here) and a margin after.
+#[test]
+fn the_waiter_behind_a_grant_by_push_has_the_lock_within_its_refresh_once_it_ends_without_a_hand_off()
+ {
+    let cluster = Cluster::start(3);
+    let ms = listening(&cluster);
+    for ends in ["unlock_value", "expiry"] {
+        let name = format!("behind-push-{ends}");
+        let held = waiting(ms[0].request(&name))
+            .acquire()
+            .expect("the holder, by a waiting request");
+        let pushed = ms[1].stats().guards.granted_by_push;
+        let (freed, got) = thread::scope(|s| {
+            let first = s.spawn(|| {
+                let ttl = match ends {
+                    "expiry" => Duration::from_millis(300),
+                    _ => Duration::from_secs(2),
+                };
+                let l = ms[1]
+                    .request(&name)
+                    .ttl(ttl)
+                    .wait(Duration::from_secs(3))
+                    .acquire()
+                    .expect("first");
+                match ends {
+                    "expiry" => Instant::now() + ttl,
+                    _ => {
+                        thread::sleep(Duration::from_millis(60));
+                        let at = Instant::now();
+                        let released = ms[1].unlock_value(&name, l.value());
+                        assert!(matches!(released, Ok(n) if n >= 2), "{released:?}");
+                        at
+                    }
+                }
+            });
+            thread::sleep(Duration::from_millis(30));
+            let second = s.spawn(|| {
+                let l = waiting(ms[2].request(&name)).acquire().expect("second");
+                let at = Instant::now();
+                ms[2].unlock(l).expect("unlock");
+                at
+            });
+            // Both waiters queued (their offers registered on every node), the first within a third of its TTL
+            // from its refused attempt: a grant by push.
+            locks::wait_until(Duration::from_secs(2), "both waiters queued", || {
+                (cluster.nodes().iter()).all(|n| {
+                    n.raw(&cmd(&["HLEN", &format!("muxlock:queue-handed:{name}")])) == b":4\r\n"
+                })
+            });
+            ms[0].unlock(held).expect("released, handed on");
+            (first.join().expect("first"), second.join().expect("second"))
+        });
+        assert_eq!(
+            ms[1].stats().guards.granted_by_push,
+            pushed + 1,
+            "{ends}: the first waiter granted by push"
+        );
+        let after = got.saturating_duration_since(freed);
+        println!("{ends}: the second waiter granted {after:?} after the first's lock ended");
+        assert!(
+            after < Duration::from_millis(1000 + 300),
+            "{ends}: the second waiter woken later than its refresh: {after:?}"
+        );
+    }
+}
+
+/// The hand-off values of a waiter the key was handed to stay on the nodes for its take or its leave ("The
+/// hand-off", `wait/handoff.rs`); once its lock has ended without its release naming it (released by value, or
+/// expired), they are nobody's. They must not pile up while the line stays busy (its hash of hand-off values
+/// lives on as long as some waiter refreshes it): five hand-offs in a row, each lock granted by push and released
+/// by value, leave the values of no more than one such waiter behind.
+#[test]
+fn hand_off_values_of_locks_released_by_value_do_not_pile_up() {
+    let cluster = Cluster::start(3);
+    let ms = listening(&cluster);
+    let name = "piled-up";
+    let handed = format!("muxlock:queue-handed:{name}");
+    let fields = || -> Vec<Vec<u8>> {
+        (cluster.nodes().iter())
+            .map(|n| n.raw(&cmd(&["HLEN", &handed])))
+            .collect()
+    };
+    for round in 0..5 {
+        // Managers 1 and 2 have their turn listeners up; each waits in turn.
+        let (holder, waiter) = (&ms[2 - round % 2], &ms[1 + round % 2]);
+        let held = waiting(holder.request(name))
+            .acquire()
+            .expect("the holder, by a waiting request");
+        let pushed = waiter.stats().guards.granted_by_push;
+        let got = thread::scope(|s| {
+            let w = s.spawn(|| waiting(waiter.request(name)).acquire());
+            // Within a third of the waiter's TTL from its refused attempt: a grant by push.
+            thread::sleep(Duration::from_millis(50));
+            holder.unlock(held).expect("released, handed on");
+            w.join().expect("the waiter").expect("handed the lock")
+        });
+        assert_eq!(
+            waiter.stats().guards.granted_by_push,
+            pushed + 1,
+            "round {round}: granted by push"
+        );
+        let released = waiter.unlock_value(name, got.value());
+        assert!(matches!(released, Ok(n) if n >= 2), "{released:?}");
+        let counts: Vec<String> = (fields().iter())
+            .map(|n| String::from_utf8_lossy(n).trim().to_owned())
+            .collect();
+        println!("round {round}: hand-off values on the nodes: {counts:?}");
+    }
+    let left: Vec<String> = (fields().iter())
+        .map(|n| String::from_utf8_lossy(n).trim().to_owned())
+        .collect();
+    assert!(
+        left.iter().all(|n| n == ":2"),
+        "the hand-off values left by the waiters whose locks were released by value: {left:?}"
+    );
+}
+
+/// A key handed on to a waiter that then has the lock by another attempt (the hand-off reached a node that
+/// attempt did not) is that waiter's to hand on when it goes ("The hand-off": "a waiter that leaves while the
+/// key is handed to it (it got the lock elsewhere, or gives up) hands it on"), and its lock's release is how it
+/// goes there. Manager 0 holds by a waiting request, manager 1 waits (refused on all three nodes); manager 0's
+/// release reaches node 1 only, which hands the key to manager 1; manager 1's connections to node 1 are refused
+/// meanwhile, and nodes 0 and 2 are freed by hand: its next attempt holds 0 and 2 with a new value. Once node 1 is
+/// reachable again, its release must free node 1 too (nobody waits), not leave the handed key there for its TTL.
+#[test]
+fn a_release_frees_the_key_handed_to_its_waiter_where_its_attempt_did_not_take_it() {
+    use support::proxy::{Fault, FaultProxy};
+    let cluster = Cluster::start(3);
+    let name = "handed-elsewhere";
+    let proxied = || -> (Vec<FaultProxy>, LockManager) {
+        let proxies: Vec<FaultProxy> = cluster.addrs().into_iter().map(FaultProxy::start).collect();
+        let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+        (proxies, locks::manager(urls, config()))
+    };
+    let ((to_holder, holder), (to_waiter, waiter)) = (proxied(), proxied());
+    let held = (holder.request(name).ttl(Duration::from_secs(10)))
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .expect("the holder, by a waiting request");
+    let hget = |node: &support::RedisServer, field: &str| {
+        node.raw(&cmd(&[
+            "HGET",
+            &format!("muxlock:queue-handed:{name}"),
+            field,
+        ]))
+    };
+    let queued = || -> Vec<Vec<u8>> {
+        (cluster.nodes().iter())
+            .map(|n| {
+                n.raw(&cmd(&[
+                    "ZRANGE",
+                    &format!("muxlock:queue:{name}"),
+                    "0",
+                    "-1",
+                ]))
+            })
+            .collect()
+    };
+    thread::scope(|s| {
+        let w = s.spawn(|| {
+            (waiter.request(name).ttl(Duration::from_secs(5)))
+                .wait(Duration::from_secs(5))
+                .acquire()
+        });
+        locks::wait_until(
+            Duration::from_secs(2),
+            "the waiter queued on every node",
+            || queued().iter().all(|q| q.starts_with(b"*1\r\n")),
+        );
+        let id = String::from_utf8_lossy(&queued()[1])
+            .lines()
+            .nth(2)
+            .map(str::to_owned);
+        let id = id.expect("the waiter's id");
+        // The waiter's connections to node 1 are aborted before the hand-off there: none of its attempts reaches
+        // node 1 from now on.
+        to_waiter[1].set(Fault::Refuse);
+        locks::wait_until(Duration::from_secs(1), "the waiter cut off node 1", || {
+            to_waiter[1].stats().resets > 0
+        });
+        thread::sleep(Duration::from_millis(50));
+        to_holder[0].set(Fault::BlackHole);
+        to_holder[2].set(Fault::BlackHole);
+        let released = holder.unlock(held);
+        assert!(matches!(released, Err(Error::Quorum(_))), "{released:?}");
+        let offered = hget(cluster.node(1), &id);
+        assert_eq!(
+            cluster.node(1).raw(&cmd(&["GET", name])),
+            offered,
+            "node 1 handed the key to the waiter"
+        );
+        for node in [0, 2] {
+            cluster.node(node).raw(&cmd(&["DEL", name]));
+        }
+        let lock = w
+            .join()
+            .expect("the waiter")
+            .expect("the lock, on nodes 0 and 2");
+        assert_ne!(
+            offered,
+            [
+                format!("${}\r\n", lock.value().len()).as_bytes(),
+                lock.value().as_bytes(),
+                b"\r\n"
+            ]
+            .concat(),
+            "the lock is another attempt's"
+        );
+        to_waiter[1].set(Fault::None);
+        // The waiter's connections to node 1 are up again before its release goes.
+        locks::wait_until(
+            Duration::from_secs(2),
+            "node 1 reachable",
+            || matches!(waiter.inspect(name), Ok(i) if i.answered() == 3),
+        );
+        let value = lock.value().to_owned();
+        let released = waiter.unlock(lock);
+        assert!(matches!(released, Ok(n) if n >= 2), "{released:?}");
+        let gone = || (cluster.nodes().iter()).all(|n| n.raw(&cmd(&["EXISTS", name])) == b":0\r\n");
+        let t0 = Instant::now();
+        while !gone() && t0.elapsed() < Duration::from_millis(500) {
+            thread::sleep(Duration::from_millis(5));
+        }
+        let state: Vec<String> = (cluster.nodes().iter())
+            .map(|n| {
+                String::from_utf8_lossy(&n.raw(&cmd(&["GET", name])))
+                    .trim()
+                    .to_owned()
+            })
+            .collect();
+        assert!(
+            gone(),
+            "the key left on a node after the release of {value} (offered {}): {state:?}, node 1's queue {:?}, \
+             its hand-off values {:?}",
+            String::from_utf8_lossy(&offered).trim(),
+            String::from_utf8_lossy(&queued()[1]),
+            String::from_utf8_lossy(
+                &cluster
+                    .node(1)
+                    .raw(&cmd(&["HGETALL", &format!("muxlock:queue-handed:{name}")]))
+            ),
+        );
+    });
+}

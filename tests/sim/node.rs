@@ -1115,26 +1115,33 @@ impl Node {
     /// `KEYS` the queue, the deadlines, the hand-off values and (a plain lock's line) the lock key; `ARGV` the
     /// waiter's id, its ticket, the entry's lease, the line and (a release) the lock's value. The entry goes; if
     /// the lock key holds the value to hand on (the lock's, else the one handed to the waiter), it is handed on
-    /// (1); otherwise, if the waiter headed the queue, the next waiter's turn key is bumped (0).
+    /// (1); a release also hands on a key holding the waiter's own hand-off value (0); otherwise, if the waiter
+    /// headed the queue, the next waiter's turn key is bumped (0).
     fn leave_queue(&mut self, keys: &[&[u8]], argv: &[&[u8]], now: Wall) -> Value {
         let k = |i: usize| keys.get(i).copied().unwrap_or_default();
         let arg = |i: usize| argv.get(i).copied().unwrap_or_default();
         let (q, d, g, id, lease) = (k(0), k(1), k(2), arg(0), num(arg(2)));
-        let mut handed = false;
+        // `handed`: the key holds the value to hand on (the lock's, or for a leave the one handed to this
+        // waiter); `untaken`: a release finds the key holding this waiter's own hand-off value (handed to it
+        // where its winning attempt did not take it), which it hands on too without counting it released.
+        let (mut handed, mut untaken) = (false, false);
         if let Some(lock) = keys.get(3) {
+            let own = self.hget(g, id, now).map(|v| v.to_vec());
             let from = match argv.get(4) {
                 Some(value) => Some(value.to_vec()),
-                None => self.hget(g, id, now).map(|v| v.to_vec()),
+                None => own.clone(),
             };
-            handed = from.is_some() && self.get(lock, now) == from.as_deref();
+            let held = self.get(lock, now).map(<[u8]>::to_vec);
+            handed = from.is_some() && held == from;
+            untaken = !handed && argv.get(4).is_some() && own.is_some() && held == own;
         }
         let head = self.zhead(q, now);
         self.zrem(q, id, now);
         self.zrem(d, id, now);
         self.forget_offer(g, id, now);
-        if handed {
+        if handed || untaken {
             self.hand_on((k(3), q, d, g), arg(3), lease, now);
-            return int(1);
+            return int(i64::from(handed));
         }
         if head.as_deref() == Some(id)
             && let Some(next) = self.zhead(q, now)
@@ -1180,6 +1187,21 @@ impl Node {
                         // The head leaves the queue; its hand-off values stay, for its take or its leave.
                         self.zrem(q, &h, now);
                         self.zrem(d, &h, now);
+                        // The values of earlier waiters no longer queued go (their key has moved on), looked
+                        // for only when the hash holds more than the queue needs.
+                        let fields = self.hash(g, now).map_or(0, |f| f.len());
+                        let queued = self.zset(q, now).map_or(0, |z| z.len());
+                        if fields > 2 * queued + 2 {
+                            let names: Vec<Bytes> = (self.hash(g, now).into_iter().flatten())
+                                .map(|(f, _)| f.clone())
+                                .filter(|f| f[..] != h[..] && !f.ends_with(b":px"))
+                                .collect();
+                            for f in names {
+                                if self.zscore(q, &f, now).is_none() {
+                                    self.forget_offer(g, &f, now);
+                                }
+                            }
+                        }
                         self.handed_on += 1;
                     }
                     _ => {

@@ -60,12 +60,20 @@
 //! waiter asked for** (the gate keeps, per waiter, the value and TTL of its last refused attempt:
 //! `muxlock:queue-handed:<line>`), writes that waiter's *handed marker* (below), takes it off the queue (a
 //! release by value alone, which cannot name the entry, then leaves none heading the queue) and bumps its turn
-//! key; with nobody waiting it deletes the key as the spec's release does. The waiter hears the marker and counts
+//! key (the next waiter, which heads the queue now, is not told: the lock handed on hands the key on to it as it
+//! ends, and one that ends without a hand-off, released by value or expired, leaves it asleep until its entry's
+//! refresh:
+//! `api::handoff::the_waiter_behind_a_grant_by_push_has_the_lock_within_its_refresh_once_it_ends_without_a_hand_off`;
+//! telling it cost every grant a refused attempt), and drops the hand-off values of any earlier waiter no longer
+//! queued (their key has moved on); with nobody waiting it deletes the key as the spec's release does. The waiter
+//! hears the marker and counts
 //! it as a grant ("The grant by push", below); failing that (too few markers, too late) it attempts again, and its
 //! gate finds in the key the value it offered before (or this attempt's own) and **takes it**: sets it to this
 //! attempt's value for the TTL and leaves the queue there. A waiter that leaves while the key is handed to it (it
-//! got the lock elsewhere, or gives up) hands it on in its leave. Other releases (a lock taken without waiting, a
-//! batch, a native compare-and-delete, an expiry) free the key as before, and the head takes it as before.
+//! got the lock elsewhere, or gives up) hands it on in its leave, or in its lock's release where its attempt did
+//! not take it (`api::handoff::a_release_frees_the_key_handed_to_its_waiter_where_its_attempt_did_not_take_it`).
+//! Other releases (a lock taken without waiting, a batch, a native compare-and-delete, an expiry) free the key as
+//! before, and the head takes it as before.
 //!
 //! **Why it is safe.** The decision is still one attempt's round counted by the plain quorum from the attempt's
 //! start; only what a node grants changes. A gate grants the key in one more case than `SET NX`: when it holds
