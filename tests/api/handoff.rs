@@ -1483,8 +1483,15 @@ fn a_lock_granted_by_push_leaves_no_entry_behind_whichever_verb_releases_it() {
                     _ => rt.block_on(r.hold_async()).map(Held::Guard),
                 }
             });
-            // Within a third of the waiter's TTL from its refused attempt: a grant by push.
-            thread::sleep(Duration::from_millis(50));
+            // Released once the waiter has queued on every node (its value and TTL registered), within a third
+            // of its TTL from its refused attempt: a grant by push. Released before it queued (a guard's first
+            // wait beside other tests can take longer than any fixed pause), the key would go to the waiter's
+            // first attempt instead.
+            locks::wait_until(Duration::from_secs(2), "the waiter queued", || {
+                (cluster.nodes().iter()).all(|n| {
+                    n.raw(&cmd(&["HLEN", &format!("muxlock:queue-handed:{name}")])) == b":2\r\n"
+                })
+            });
             ms[0].unlock(held).expect("released, handed on");
             waiter.join().expect("the waiter").expect("handed the lock")
         });
