@@ -564,6 +564,49 @@ fn a_connection_closed_by_its_node_is_dialled_again_in_a_new_session() {
     assert_eq!(f.stats(0).connects, 2);
 }
 
+/// A connection that drops or completes its set-up shows in `set_up_sessions` (the session it is in, `None` while
+/// down), and a `recv_pushes` after it returns at once, with nothing: its listener's pushes may have been lost.
+#[test]
+fn a_connection_that_drops_or_comes_back_shows_in_its_sessions_and_ends_a_wait_for_pushes() {
+    let peers = [Peer::start(), Peer::start()];
+    let addrs = peers.iter().map(Peer::addr).collect();
+    let f = Fanout::new(addrs, Options::default().with_pushes(true)).expect("fanout");
+    all_up(&f);
+    assert_eq!(f.set_up_sessions(), [Some(1), Some(1)]);
+    // The listener's first call notes the connections as they are; nothing changes: it waits to its deadline.
+    let start = Instant::now();
+    assert!(
+        f.recv_pushes(start + Duration::from_millis(50))
+            .pushes
+            .is_empty()
+    );
+    assert!(start.elapsed() >= Duration::from_millis(50));
+    let wait_for_pushes = |what: &str| {
+        let start = Instant::now();
+        let got = f.recv_pushes(start + Duration::from_secs(20));
+        assert!(got.pushes.is_empty() && !got.dropped, "{got:?}");
+        let took = start.elapsed();
+        assert!(
+            took < Duration::from_secs(5),
+            "{what}: returned after {took:?}"
+        );
+    };
+    let mut round = f.round(soon(5_000));
+    round.send(1, &command(&[b"CLOSE"]), 1);
+    assert!(outcomes(&mut round).values().all(Result::is_err));
+    drop(round);
+    assert_eq!(f.set_up_sessions(), [Some(1), None], "node 1 down");
+    wait_for_pushes("after node 1 dropped");
+    // Past its backoff (10 ms), node 1 is dialled again, in its next session.
+    thread::sleep(Duration::from_millis(100));
+    let mut round = f.round(soon(5_000));
+    round.send(1, &command(&[b"ECHO", b"again"]), 1);
+    assert!(outcomes(&mut round).values().all(Result::is_ok));
+    drop(round);
+    assert_eq!(f.set_up_sessions(), [Some(1), Some(2)], "node 1 back");
+    wait_for_pushes("after node 1 came back");
+}
+
 /// A close that comes right behind the last bytes of a half reply fails the request at once: the poll reports
 /// the bytes and the close in one edge-triggered event, and no later event would report the close, so the
 /// connection is read to its end then, not left open until the round's deadline.

@@ -353,3 +353,36 @@ pub(crate) fn array_votes(reply: &Reply, m: usize) -> Vec<(Vote, Outcome)> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch release's reply is one vote per lock: each item of an array as long as the batch says that lock's
+    /// vote; an array of any other length (a script that ran short, a reply to some other command) says nothing
+    /// of any lock, so every lock's vote fails, none is counted released or left without a vote.
+    #[test]
+    fn a_batch_release_reply_votes_for_each_lock_only_when_it_has_one_item_per_lock() {
+        let array = |items: &[i64]| -> Reply {
+            Ok(Value::Array(
+                items.iter().map(|&i| Value::Integer(i)).collect(),
+            ))
+        };
+        assert_eq!(
+            array_votes(&array(&[1, 0]), 2),
+            [
+                (Vote::Yes, Outcome::Granted),
+                (Vote::Taken, Outcome::NotHeld)
+            ]
+        );
+        for short_or_long in [array(&[1]), array(&[1, 1, 1]), array(&[])] {
+            let votes = array_votes(&short_or_long, 2);
+            assert_eq!(votes.len(), 2, "{short_or_long:?}: {votes:?}");
+            assert!(
+                votes.iter().all(|(vote, outcome)| *vote == Vote::Failed
+                    && matches!(outcome, Outcome::ErrorReply(e) if e.starts_with("unexpected reply"))),
+                "{short_or_long:?}: {votes:?}"
+            );
+        }
+    }
+}

@@ -860,6 +860,52 @@ mod tests {
         assert!(lock(&batched.entry.slot).abandoned);
     }
 
+    /// A caller in a batch whose verdict came, or that was made the leader, in the moment before it looked at the
+    /// clock does not leave the batch however long it waited: it takes its verdict, or leads (leaving, it would
+    /// lose the verdict and release its key again, or leave its batch with no leader).
+    #[test]
+    fn a_release_past_its_bound_that_has_its_verdict_or_the_lead_stays_in_its_batch() {
+        let mut e = crate::redlock::engine::test_engine(vec![crate::net::test_peer::nobody()]);
+        let round = Duration::from_secs(60);
+        e.config = e.config.with_round_timeout(round);
+        let long_ago = e
+            .clock
+            .now()
+            .checked_sub(round * 4)
+            .expect("the monotonic clock has run that long");
+        assert!(e.fold.enter(b"lead", b"v", NodeSet::ALL).is_none());
+        let answered = Follower {
+            engine: &e,
+            entry: e
+                .fold
+                .enter(b"answered", b"v", NodeSet::ALL)
+                .expect("queued"),
+        };
+        assert_eq!(e.fold.next_batch(16).map(|b| b.len()), Some(1));
+        answered.entry.deliver(Ok(1));
+        assert!(
+            answered.give_up(long_ago).is_none(),
+            "it left with its verdict in"
+        );
+        let slot = lock(&answered.entry.slot);
+        assert!(
+            !slot.abandoned && matches!(slot.state, State::Done(Ok(1))),
+            "{slot:?}"
+        );
+        drop(slot);
+        let leader = Follower {
+            engine: &e,
+            entry: e.fold.enter(b"leader", b"v", NodeSet::ALL).expect("queued"),
+        };
+        let batch = e.fold.next_batch(16).expect("a batch");
+        lock(&leader.entry.slot).state = State::Lead(batch);
+        assert!(
+            leader.give_up(long_ago).is_none(),
+            "it left the batch it leads"
+        );
+        assert!(!lock(&leader.entry.slot).abandoned);
+    }
+
     /// Two releases folded, `a` held on the three nodes and `b` on nodes 1 and 2 only: node 0 is sent `a`'s key
     /// alone, nodes 1 and 2 one request with both keys. Each node gets the keys held there, never another node's
     /// (each outcome is read as the answer for its node's own keys: another node's request would count `a`'s
