@@ -33,8 +33,38 @@ impl NodeSet {
         NodeSet(self.0 & other.0)
     }
 
+    /// How many of the first `n` nodes (at most 64) are members.
+    pub(crate) fn count(self, n: usize) -> usize {
+        let below = match n {
+            0 => 0,
+            n if n >= 64 => u64::MAX,
+            n => (1u64 << n) - 1,
+        };
+        (self.0 & below).count_ones() as usize
+    }
+
     /// The nodes of this set below 64 that are not in `other`, and every node from 64 on.
     pub(crate) fn difference(self, other: NodeSet) -> NodeSet {
         NodeSet(self.0 & !other.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NodeSet;
+
+    #[test]
+    fn count_counts_the_members_among_the_first_nodes() {
+        let mut set = NodeSet::EMPTY;
+        for node in [0, 3, 63, 70] {
+            set.insert(node);
+        }
+        assert_eq!(set.count(0), 0);
+        assert_eq!(set.count(1), 1);
+        assert_eq!(set.count(4), 2);
+        assert_eq!(set.count(63), 2);
+        assert_eq!(set.count(64), 3);
+        assert_eq!(set.count(100), 3);
+        assert_eq!(NodeSet::ALL.count(5), 5);
     }
 }

@@ -36,7 +36,6 @@ use crate::redlock::lua;
 use crate::redlock::schedule::lost_margin;
 use crate::redlock::stats::{Activity, Votes};
 use crate::redlock::token::Tokens;
-use crate::redlock::wait::handoff;
 
 pub use crate::redlock::engine::seam::{Clock, NodeRound, Nodes, SystemClock};
 
@@ -167,9 +166,8 @@ pub enum Pushed {
     /// The lock: a majority of nodes handed the key on to the waiter in time.
     Granted(Box<Lock>),
     /// Not yet: the nodes that may still push a marker would make a majority. How long the waiting loop waits
-    /// for them at most, counted from when it first found them coming (`wait/handoff.rs`'s `markers_wait`: a
-    /// quarter of the round timeout once a marker is in, else a moment); a wait begun without a marker is
-    /// lengthened by the first.
+    /// for them at most, counted from when it first found them coming (`kind/queued.rs`'s `markers_wait`: a
+    /// quarter of the round timeout once a marker is in, else a moment).
     Coming(Duration),
     /// Not a grant.
     No,
@@ -637,7 +635,6 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
         let armed = armed.to_vec();
         let pushed = self.turns.pushed(entry.0.id(), &handed.0.value, &armed);
         let listening = turns::still_in(&armed, now);
-        let some = (0..self.core.fanout.len().min(64)).any(|node| pushed.contains(node));
         match queued::by_push(
             &self.core,
             (&entry.0, waits.name()),
@@ -649,7 +646,7 @@ impl<N: Nodes, C: Clock> Engine<N, C> {
                 self.turns.forget(entry.0.id());
                 Pushed::Granted(lock)
             }
-            ByPush::Coming => Pushed::Coming(handoff::markers_wait(&self.core.config, some)),
+            ByPush::Coming(wait) => Pushed::Coming(wait),
             ByPush::No => Pushed::No,
         }
     }

@@ -27,7 +27,7 @@ use crate::redlock::waiters::{Ticket, WaitRoom, Waiter};
 use crate::resp::{Value, encode_command};
 use crate::time::later;
 
-pub(crate) mod handoff;
+mod handoff;
 
 /// A waiter's place in its line, left when dropped (with the lock, giving up, or on an error).
 struct Place<'a> {

@@ -30,9 +30,10 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use muxlock::Config;
-use muxlock::redlock::sim::{Clock, Engine};
+use muxlock::redlock::sim::Engine;
 
 use super::check::Hold;
+use super::directed::sleep_until;
 use super::node::{MS, Time};
 use super::{Event, Setup, Sim};
 
@@ -189,10 +190,4 @@ fn hold(
         until,
         token: None,
     })
-}
-
-/// Sleeps until virtual time `ms` (at once if it has passed).
-async fn sleep_until(sim: &Sim, clock: &impl Clock, ms: u64) {
-    let left = (ms * MS).saturating_sub(sim.world().now);
-    clock.sleep(Duration::from_nanos(left)).await;
 }

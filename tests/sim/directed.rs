@@ -117,7 +117,13 @@ pub fn history(shape: Shape, steps_back: bool, check: bool) -> Verdict {
 }
 
 /// Records client `me`'s hold of `resource` by `value` from now until `until`.
-fn hold(sim: &Sim, me: usize, resource: &[u8], value: &[u8], until: std::time::Instant) -> usize {
+pub(super) fn hold(
+    sim: &Sim,
+    me: usize,
+    resource: &[u8],
+    value: &[u8],
+    until: std::time::Instant,
+) -> usize {
     let mut w = sim.world();
     let (from, until) = (w.now, w.time(me, until));
     w.history.hold(Hold {
@@ -132,7 +138,7 @@ fn hold(sim: &Sim, me: usize, resource: &[u8], value: &[u8], until: std::time::I
 }
 
 /// Sleeps until virtual time `ms` (at once if it has passed).
-async fn sleep_until(sim: &Sim, clock: &impl Clock, ms: u64) {
+pub(super) async fn sleep_until(sim: &Sim, clock: &impl Clock, ms: u64) {
     let left = (ms * MS).saturating_sub(sim.world().now);
     clock.sleep(Duration::from_nanos(left)).await;
 }

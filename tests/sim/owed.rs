@@ -20,9 +20,8 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use muxlock::redlock::sim::Clock;
-
 use super::Sim;
+use super::directed::sleep_until;
 use super::node::MS;
 
 /// Which second request of the attempt node 3 runs after the attempt is decided.
@@ -103,10 +102,4 @@ pub fn history(second: Second) -> Left {
     });
     let (failed, set, left) = seen.get();
     Left { failed, set, left }
-}
-
-/// Sleeps until virtual time `ms` (at once if it has passed).
-async fn sleep_until(sim: &Sim, clock: &impl Clock, ms: u64) {
-    let left = (ms * MS).saturating_sub(sim.world().now);
-    clock.sleep(Duration::from_nanos(left)).await;
 }

@@ -19,12 +19,12 @@ use std::time::Duration;
 
 use muxlock::Config;
 use muxlock::net::NodeSet;
-use muxlock::redlock::sim::{Clock, Engine, Pushed, Waits};
+use muxlock::redlock::sim::{Engine, Pushed, Waits};
 
-use super::check::Hold;
+use super::Setup;
+use super::directed::{hold, sleep_until};
 use super::node::{MS, Time};
 use super::pushes::Plan;
-use super::{Setup, Sim};
 
 /// What [`unread_refusal`] gave.
 #[derive(Debug, Default, Clone, Copy)]
@@ -88,7 +88,7 @@ pub fn unread_refusal() -> (Unread, Option<String>) {
                     else {
                         return;
                     };
-                    let i = hold(&sim, me, lock.value().as_bytes(), lock.valid_until());
+                    let i = hold(&sim, me, b"r0", lock.value().as_bytes(), lock.valid_until());
                     sleep_until(&sim, clock, 370).await;
                     let now = sim.world().now;
                     sim.world().history.end(i, now);
@@ -114,7 +114,8 @@ pub fn unread_refusal() -> (Unread, Option<String>) {
                         Pushed::Granted(lock) => {
                             s.w_granted = true;
                             seen.set(s);
-                            let i = hold(&sim, me, lock.value().as_bytes(), lock.valid_until());
+                            let i =
+                                hold(&sim, me, b"r0", lock.value().as_bytes(), lock.valid_until());
                             sleep_until(&sim, clock, 900).await;
                             let now = sim.world().now;
                             sim.world().history.end(i, now);
@@ -133,7 +134,7 @@ pub fn unread_refusal() -> (Unread, Option<String>) {
                         let mut s = seen.get();
                         s.c_got = true;
                         seen.set(s);
-                        let i = hold(&sim, me, lock.value().as_bytes(), lock.valid_until());
+                        let i = hold(&sim, me, b"r0", lock.value().as_bytes(), lock.valid_until());
                         sleep_until(&sim, clock, 900).await;
                         let now = sim.world().now;
                         sim.world().history.end(i, now);
@@ -145,25 +146,4 @@ pub fn unread_refusal() -> (Unread, Option<String>) {
     });
     let w = sim.world();
     (seen.get(), w.history.violation(Time::MAX))
-}
-
-/// Records client `me`'s hold of `r0` by `value` from now until `until`.
-fn hold(sim: &Sim, me: usize, value: &[u8], until: std::time::Instant) -> usize {
-    let mut w = sim.world();
-    let (from, until) = (w.now, w.time(me, until));
-    w.history.hold(Hold {
-        client: me,
-        kind: "lock",
-        resource: b"r0".to_vec(),
-        holder: value.to_vec(),
-        from,
-        until,
-        token: None,
-    })
-}
-
-/// Sleeps until virtual time `ms` (at once if it has passed).
-async fn sleep_until(sim: &Sim, clock: &impl Clock, ms: u64) {
-    let left = (ms * MS).saturating_sub(sim.world().now);
-    clock.sleep(Duration::from_nanos(left)).await;
 }

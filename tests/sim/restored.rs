@@ -15,9 +15,10 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use muxlock::Config;
-use muxlock::redlock::sim::{Clock, Engine};
+use muxlock::redlock::sim::Engine;
 
 use super::check::Hold;
+use super::directed::sleep_until;
 use super::node::{MS, Restart, Time};
 use super::{Event, Sim};
 
@@ -145,10 +146,4 @@ fn end(sim: &Sim, i: usize) {
     let mut w = sim.world();
     let now = w.now;
     w.history.end(i, now);
-}
-
-/// Sleeps until virtual time `ms` (at once if it has passed).
-async fn sleep_until(sim: &Sim, clock: &impl Clock, ms: u64) {
-    let left = (ms * MS).saturating_sub(sim.world().now);
-    clock.sleep(Duration::from_nanos(left)).await;
 }

@@ -62,7 +62,7 @@ pub async fn waiting(
     // The last refused attempt of a plain lock, and the listener's sessions noted before it was sent; until when
     // the waiter waits for the markers still coming, and the longest wait it was told.
     let mut refused: Option<(Handed, Vec<Option<u64>>)> = None;
-    let mut coming: Option<(Time, Duration)> = None;
+    let mut coming: Option<Time> = None;
     let got = loop {
         if let Some((handed, armed)) = &refused {
             let now = sim.world().sessions(me);
@@ -73,13 +73,9 @@ pub async fn waiting(
                     break Some((*lock, true));
                 }
                 Pushed::Coming(wait) => {
+                    // From the first look, as long as the library says (longer once a marker is in).
                     let now = sim.world().now;
-                    let (until, had) = coming.get_or_insert((now + wait.as_nanos() as Time, wait));
-                    // The first marker in lengthens a wait begun without one.
-                    if wait > *had {
-                        (*until, *had) = ((now + wait.as_nanos() as Time).max(*until), wait);
-                    }
-                    if now < *until {
+                    if now < *coming.get_or_insert(now) + wait.as_nanos() as Time {
                         clock
                             .sleep(Duration::from_micros(rng.range(200, 2_000)))
                             .await;

@@ -41,7 +41,7 @@ use bytes::BytesMut;
 use super::Keeper;
 use super::watchdog::{IDLE, invalidated, listener};
 use crate::net::{Fanout, NodeSet};
-use crate::redlock::kind::queued::{Handed, ID_LEN, TURN_PREFIX, handed_marker, line_of_turn};
+use crate::redlock::kind::queued::{Handed, TURN_PREFIX, handed_marker, turn_key_id};
 use crate::redlock::token;
 use crate::resp::encode_command;
 use crate::sync::lock;
@@ -75,22 +75,24 @@ impl Awaited {
     /// value, a node that did not refuse the attempt, another session), else whether the waiter is to be woken
     /// for it: at the first that counts (it waits a moment for the others, `wait/handoff.rs`) and at the one
     /// that makes the majority.
-    fn count(&mut self, (value, node, session): &Marker) -> Option<bool> {
-        let counts = *value == self.value
-            && self.from.contains(*node)
-            && self.armed.get(*node).copied().flatten() == Some(*session);
-        if !counts {
+    fn count(&mut self, marker: &Marker) -> Option<bool> {
+        let node = marker.1;
+        if !(self.from.contains(node) && of_attempt(marker, &self.value, &self.armed)) {
             return None;
         }
-        if self.counted.contains(*node) {
+        if self.counted.contains(node) {
             return Some(false);
         }
-        self.counted.insert(*node);
-        let n = (0..self.armed.len().min(64))
-            .filter(|&node| self.counted.contains(node))
-            .count();
+        self.counted.insert(node);
+        let n = self.counted.count(self.armed.len());
         Some(n == 1 || n == self.quorum)
     }
+}
+
+/// Whether `marker` names `value` and was taken on the listener session `armed` notes for its node (the one set
+/// up before the attempt that offered `value` was sent).
+fn of_attempt((v, node, session): &Marker, value: &token::Value, armed: &Armed) -> bool {
+    v == value && armed.get(*node).copied().flatten() == Some(*session)
 }
 
 /// How many handed markers are kept per waiter between two of its attempts (one per node is expected).
@@ -168,10 +170,7 @@ impl Turns {
     /// How many nodes have pushed, and still push, every change of this manager's turn keys since `armed` was
     /// noted: their listener connection was set up then and is the same one, still set up, now.
     pub(crate) fn tracked(&self, armed: &Armed) -> usize {
-        let still = self.still(armed);
-        (0..armed.len())
-            .filter(|&node| still.contains(node))
-            .count()
+        self.still(armed).count(armed.len())
     }
 
     /// The nodes of [`tracked`](Turns::tracked) (below 64).
@@ -186,9 +185,15 @@ impl Turns {
     /// pushed from now on kept (until the next attempt or [`forget`](Turns::forget)).
     pub(crate) fn expect(&self, id: &[u8]) {
         let mut handed = lock(&self.handed);
-        let expected = handed.entry(id.to_vec()).or_default();
-        expected.markers.clear();
-        expected.awaited = None;
+        match handed.get_mut(id) {
+            Some(expected) => {
+                expected.markers.clear();
+                expected.awaited = None;
+            }
+            None => {
+                handed.insert(id.to_vec(), Expected::default());
+            }
+        }
     }
 
     /// The waiter `id`'s attempt (`handed`, sent when `armed` was noted) was refused: from now on its line is
@@ -223,9 +228,9 @@ impl Turns {
     pub(crate) fn pushed(&self, id: &[u8], value: &token::Value, armed: &Armed) -> NodeSet {
         let mut nodes = NodeSet::EMPTY;
         if let Some(expected) = lock(&self.handed).get(id) {
-            for (_, node, session) in expected.markers.iter().filter(|(v, ..)| v == value) {
-                if armed.get(*node).copied().flatten() == Some(*session) {
-                    nodes.insert(*node);
+            for marker in &expected.markers {
+                if of_attempt(marker, value, armed) {
+                    nodes.insert(marker.1);
                 }
             }
         }
@@ -272,13 +277,7 @@ impl Turns {
             }
         }
         for ((node, key), wake) in keys.iter().zip(&mut wake) {
-            let id = key
-                .strip_prefix(TURN_PREFIX)
-                .and_then(|rest| rest.get(..ID_LEN));
-            if line_of_turn(key).is_some()
-                && handed_marker(key).is_none()
-                && id.is_some_and(|id| counted.contains(&(*node, id)))
-            {
+            if turn_key_id(key).is_some_and(|id| counted.contains(&(*node, id))) {
                 *wake = false;
             }
         }

@@ -160,15 +160,9 @@ pub(crate) async fn release_handing_on<N: Nodes, C: Clock>(
     hand_on: &HandOn,
 ) -> Result<usize> {
     let ([queue, deadlines, handed], [id, ticket, lease_ms, line]) = hand_on.keys_and_args();
-    // Every node, not only those the lock's attempt was queued for (a node known down then was not): an earlier
-    // attempt of its waiter may have queued it there, and a release may have handed the key to it there.
-    let everywhere = Lease {
-        nodes: NodeSet::ALL,
-        ..lock.clone()
-    };
     engine
         .release_scripted(
-            &everywhere,
+            lock,
             &lock.resource,
             (
                 lua::QUEUE_LEAVE,

@@ -24,7 +24,7 @@ use crate::time::later;
 /// The start of every turn key: `muxlock:turn:<24 hex digits of the waiter's id>:<line>`.
 pub(crate) const TURN_PREFIX: &[u8] = b"muxlock:turn:";
 /// The length of a waiter's id (hex digits): its manager's prefix (8), then its own (16).
-pub(crate) const ID_LEN: usize = 24;
+const ID_LEN: usize = 24;
 
 /// The waiting line a turn key or a handed marker is about (a plain lock's resource, a kind's `Line::key`), if
 /// `key` is one.
@@ -35,6 +35,12 @@ pub(crate) fn line_of_turn(key: &[u8]) -> Option<&[u8]> {
         Some(b'=') => handed_marker(key).map(|(_, _, line)| line),
         _ => None,
     }
+}
+
+/// The waiter id a turn key (not a handed marker) names, if `key` is one.
+pub(crate) fn turn_key_id(key: &[u8]) -> Option<&[u8]> {
+    let (id, rest) = key.strip_prefix(TURN_PREFIX)?.split_at_checked(ID_LEN)?;
+    rest.starts_with(b":").then_some(id)
 }
 
 /// The waiter id, the value and the line a **handed marker** names: `muxlock:turn:<id>=<value>:<line>`, which a
@@ -330,6 +336,10 @@ pub(crate) async fn attempt<N: Nodes, C: Clock>(
                 leave(engine, entry, stay);
             }
             if entry.hands_on {
+                // Its lease covers every node, not only those this attempt was queued for (a node known down
+                // then was not): an earlier attempt of its waiter may have queued it there, and a release may
+                // have handed the key to it there, which its release must take off and hand on.
+                lock.lease.nodes = NodeSet::ALL;
                 lock.hand_on = Some(Box::new(entry.hand_on()));
             }
             Ok(Ok(lock))
@@ -374,13 +384,13 @@ pub(crate) fn by_push<N: Nodes, C: Clock>(
     let Status::Acquired { valid_until } = status else {
         // A release hands the key on at every node at once, and the waiter may be woken by one node's push (or
         // by the key's change, on the tracker) before the others' markers are in.
-        let coming = (0..n)
-            .filter(|&node| {
-                handed.refused.contains(node) && listening.contains(node) && !pushed.contains(node)
-            })
-            .count();
+        let coming = handed
+            .refused
+            .intersection(listening)
+            .difference(pushed)
+            .count(n);
         return match quorum.yes() + coming >= quorum.quorum() {
-            true => ByPush::Coming,
+            true => ByPush::Coming(markers_wait(&engine.config, quorum.yes() > 0)),
             false => ByPush::No,
         };
     };
@@ -395,13 +405,33 @@ pub(crate) fn by_push<N: Nodes, C: Clock>(
     ByPush::Granted(Box::new(lock))
 }
 
+/// How long a waiter woken after a refusal waits, at most, for the handed markers that could still make its grant
+/// by push, once per attempt. A release hands the key on at every node at once, but the key's change on the
+/// tracker, or one node's marker, may wake the waiter before the others' markers are taken (a listener thread
+/// late for a CPU takes them late). With a marker in (`some`), a hand-off to this waiter is under way: it waits a
+/// quarter of the round timeout, which costs only where the hand-off went to a minority of nodes (their queues
+/// had another head: the split is resolved by attempts). With none, the wake-up may be no hand-off at all (a holder
+/// that did not wait released, a renewal), and it waits [`MARKERS_WAIT`] (or a tenth of the round timeout, if
+/// less).
+fn markers_wait(config: &crate::redlock::Config, some: bool) -> Duration {
+    let round = config.round_timeout;
+    match some {
+        true => round / 4,
+        false => MARKERS_WAIT.min(round / 10),
+    }
+}
+
+/// How long a waiter woken with no handed marker in waits for them, at most ([`markers_wait`]).
+const MARKERS_WAIT: Duration = Duration::from_millis(2);
+
 /// What [`by_push`] found.
 #[derive(Debug)]
 pub(crate) enum ByPush {
     /// The lock: a majority of nodes handed the key on to the waiter in time.
     Granted(Box<Lock>),
-    /// Not yet: the nodes that may still push a marker would make a majority.
-    Coming,
+    /// Not yet: the nodes that may still push a marker would make a majority; how long to wait for them at most
+    /// ([`markers_wait`]), from the waiter's first look.
+    Coming(Duration),
     /// Not a grant.
     No,
 }

@@ -148,7 +148,7 @@
 //! spec's: the key was set after `s` and lives `ttl` on a clock that drifts within the allowance.
 //!
 //! A waiter woken by one node's marker, or by the key's change on the tracker, before the others' markers are
-//! in waits for them while they could still make a majority (`markers_wait`); then it attempts.
+//! in waits for them while they could still make a majority (`kind::queued::markers_wait`); then it attempts.
 //!
 //! # Liveness: a waiter that dies, a node that is down
 //!
@@ -203,25 +203,6 @@ use crate::redlock::quorum::Failure;
 use crate::redlock::stats::Activity;
 use crate::resp::{Value, encode_command};
 use crate::time::later;
-
-/// How long a waiter woken after a refusal waits, at most, for the handed markers that could still make its grant
-/// by push, once per attempt. A release hands the key on at every node at once, but the key's change on the
-/// tracker, or one node's marker, may wake the waiter before the others' markers are taken (a listener thread
-/// late for a CPU takes them late). With a marker in (`some`), a hand-off to this waiter is under way: it waits a
-/// quarter of the round timeout, which costs only where the hand-off went to a minority of nodes (their queues
-/// had another head: the split is resolved by attempts). With none, the wake-up may be no hand-off at all (a holder
-/// that did not wait released, a renewal), and it waits [`MARKERS_WAIT`] (or a tenth of the round timeout, if
-/// less).
-pub(crate) fn markers_wait(config: &crate::redlock::Config, some: bool) -> Duration {
-    let round = config.round_timeout;
-    match some {
-        true => round / 4,
-        false => MARKERS_WAIT.min(round / 10),
-    }
-}
-
-/// How long a waiter woken with no handed marker in waits for them, at most ([`markers_wait`]).
-const MARKERS_WAIT: Duration = Duration::from_millis(2);
 
 /// The nodes refuse the queue's script: [`queued_wait`] gives up on the queue, and the caller waits without it.
 #[derive(Debug)]
@@ -317,7 +298,7 @@ pub(super) async fn queued_wait(
     // A plain lock's last refused attempt, and the listener's sessions noted before it was sent: what a grant
     // by push counts.
     let mut refused: Option<(Handed, Armed)> = None;
-    let mut coming: Option<(Instant, bool)> = None;
+    let mut coming: Option<Instant> = None;
     loop {
         let (head, generation) = keeper.waits.head(key, ticket);
         let cancelled = keeper.waits.cancels() != cancels;
@@ -340,29 +321,21 @@ pub(super) async fn queued_wait(
             .get_or_insert_with(|| new_entry(keeper, (key, matches!(ask.kind, Kind::Plain))));
         // The keys handed on to this waiter since its last refusal may make the lock its without an attempt
         // ("The grant by push"). Woken while the markers that could still come would make a majority, it waits
-        // for them ([`markers_wait`]) before an attempt takes what was handed.
+        // for them (from its first look, as long as `by_push` says: longer once one is in) before an attempt
+        // takes what was handed.
         if let Some((handed, armed)) = &refused {
             let pushed = keeper.turns.pushed(entry.id(), &handed.value, armed);
             let listening = keeper.turns.still(armed);
-            let some = (0..engine.fanout.len().min(64)).any(|node| pushed.contains(node));
             match queued::by_push(engine, (entry, &ask.resource), handed, (pushed, listening)) {
                 ByPush::Granted(lock) => {
                     Activity::add(&activity.granted_by_push, 1);
                     queued.joined = false;
                     return Ok(Ok(*lock));
                 }
-                ByPush::Coming => {
+                ByPush::Coming(wait) => {
                     let now = Instant::now();
-                    let (rest, had) = coming
-                        .get_or_insert((later(now, markers_wait(&engine.config, some)), some));
-                    // The first marker lengthens a wait begun without one (woken by the key's change).
-                    if some && !*had {
-                        (*rest, *had) = (
-                            later(now, markers_wait(&engine.config, true)).max(*rest),
-                            true,
-                        );
-                    }
-                    let rest = (*rest).min(later(handed.start, handed.ttl / 3));
+                    let rest = later(*coming.get_or_insert(now), wait)
+                        .min(later(handed.start, handed.ttl / 3));
                     if now < rest {
                         sleep(keeper, (key, ticket, generation), rest.min(until), until).await;
                         continue;
